@@ -1,0 +1,35 @@
+//! Microbenchmarks (`iolab micro <name>`).
+//!
+//! CONTRACT: each benchmark is a module with
+//! `pub fn run(opts: &Opts) -> anyhow::Result<serde_json::Value>` that prints its table to
+//! stdout and returns the JSON written by `--json`. The lab calls them through [`run_named`].
+
+pub mod cli;
+pub mod ctxswitch;
+pub mod echo;
+pub mod limits;
+pub mod queue;
+pub mod runtime;
+pub mod syscalls;
+
+/// Options shared by every microbenchmark.
+#[derive(Debug, Clone, Default)]
+pub struct Opts {
+    /// Short run for tests and `micro all --quick` (seconds, not minutes).
+    pub quick: bool,
+}
+
+/// Every benchmark name, in the order `micro all` runs them.
+pub const NAMES: [&str; 6] = ["runtime", "ctxswitch", "queue", "syscalls", "echo", "limits"];
+
+pub fn run_named(name: &str, opts: &Opts) -> anyhow::Result<serde_json::Value> {
+    match name {
+        "runtime" => runtime::run(opts),
+        "ctxswitch" => ctxswitch::run(opts),
+        "queue" => queue::run(opts),
+        "syscalls" => syscalls::run(opts),
+        "echo" => echo::run(opts),
+        "limits" => limits::run(opts),
+        other => anyhow::bail!("unknown microbenchmark {other:?}; known: {}", NAMES.join(", ")),
+    }
+}

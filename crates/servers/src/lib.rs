@@ -1,0 +1,158 @@
+//! The same static web server in every I/O model.
+//!
+//! CONTRACT: each model is a module with `pub fn run(ctx: &Ctx) -> std::io::Result<()>` that
+//! binds `ctx.config.addr`, serves `ctx.site` through `iolab_http::Session`, updates
+//! `ctx.stats`, and returns once `ctx.shutdown` is triggered (after closing its sockets).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub mod cli;
+pub mod shutdown;
+pub mod stats;
+
+pub mod epoll;
+pub mod poll;
+pub mod runtime;
+pub mod select;
+pub mod thread_pool;
+pub mod threads;
+pub mod uring;
+pub mod uring_accept_sync;
+pub mod uring_callback;
+pub mod uring_fixed;
+
+pub use shutdown::Shutdown;
+pub use stats::Stats;
+
+/// How `uring-callback` accepts connections (seed 000's CR vs CR-iocp).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+pub enum AcceptMode {
+    Sync,
+    Async,
+}
+
+/// One configuration for every model.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub root: PathBuf,
+    pub addr: SocketAddr,
+    pub backlog: u32,
+    /// Threads or loops, where the model has several (0 = one per core).
+    pub workers: usize,
+    /// Connections held at once; beyond it new connections are closed and counted as refused.
+    pub max_conns: usize,
+    /// A connection idle this long is closed.
+    pub idle_timeout: Duration,
+    pub limits: iolab_http::Limits,
+    pub accept: AcceptMode,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            root: PathBuf::from("."),
+            addr: "127.0.0.1:8080".parse().unwrap(),
+            backlog: 1024,
+            workers: 0,
+            max_conns: 10_000,
+            idle_timeout: Duration::from_secs(60),
+            limits: iolab_http::Limits::default(),
+            accept: AcceptMode::Async,
+        }
+    }
+}
+
+/// What a model's `run` receives.
+pub struct Ctx {
+    pub config: Config,
+    pub site: Arc<iolab_http::Site>,
+    pub stats: Arc<Stats>,
+    pub shutdown: Arc<Shutdown>,
+}
+
+/// Every model, in the order `iolab models` lists them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
+#[clap(rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
+pub enum Model {
+    Threads,
+    ThreadPool,
+    Select,
+    Poll,
+    Epoll,
+    UringAcceptSync,
+    Uring,
+    UringFixed,
+    UringCallback,
+    Runtime,
+}
+
+impl Model {
+    pub const ALL: [Model; 10] = [
+        Model::Threads,
+        Model::ThreadPool,
+        Model::Select,
+        Model::Poll,
+        Model::Epoll,
+        Model::UringAcceptSync,
+        Model::Uring,
+        Model::UringFixed,
+        Model::UringCallback,
+        Model::Runtime,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Model::Threads => "threads",
+            Model::ThreadPool => "thread-pool",
+            Model::Select => "select",
+            Model::Poll => "poll",
+            Model::Epoll => "epoll",
+            Model::UringAcceptSync => "uring-accept-sync",
+            Model::Uring => "uring",
+            Model::UringFixed => "uring-fixed",
+            Model::UringCallback => "uring-callback",
+            Model::Runtime => "runtime",
+        }
+    }
+
+    /// The seed 000 server this model mirrors, and one line on what it is.
+    pub fn describe(self) -> (&'static str, &'static str) {
+        match self {
+            Model::Threads => ("thread", "an accept thread; one OS thread per connection"),
+            Model::ThreadPool => ("thread-static", "N threads started up front, each accept -> serve -> loop"),
+            Model::Select => ("select", "one thread, non-blocking sockets, select(2), FD_SETSIZE enforced"),
+            Model::Poll => ("-", "one thread, non-blocking sockets, poll(2)"),
+            Model::Epoll => ("WSAEventSelect", "one edge-triggered epoll loop per core"),
+            Model::UringAcceptSync => ("iocp1", "blocking accept in a thread, all other I/O on io_uring"),
+            Model::Uring => ("iocp2", "accepts posted ahead, per-connection state machines allocated on demand"),
+            Model::UringFixed => ("iocp3", "as uring, fixed pre-allocated connection slots, no allocation per request"),
+            Model::UringCallback => ("CR / CR-iocp", "a callback per submission, run by the submitting thread"),
+            Model::Runtime => ("CPC", "threaded style on iolab-runtime, one task per connection"),
+        }
+    }
+
+    pub fn run(self, ctx: &Ctx) -> std::io::Result<()> {
+        match self {
+            Model::Threads => threads::run(ctx),
+            Model::ThreadPool => thread_pool::run(ctx),
+            Model::Select => select::run(ctx),
+            Model::Poll => poll::run(ctx),
+            Model::Epoll => epoll::run(ctx),
+            Model::UringAcceptSync => uring_accept_sync::run(ctx),
+            Model::Uring => uring::run(ctx),
+            Model::UringFixed => uring_fixed::run(ctx),
+            Model::UringCallback => uring_callback::run(ctx),
+            Model::Runtime => runtime::run(ctx),
+        }
+    }
+}
+
+impl std::fmt::Display for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}

@@ -1,0 +1,6 @@
+//! (model not written yet)
+
+pub fn run(ctx: &crate::Ctx) -> std::io::Result<()> {
+    let _ = ctx;
+    Err(std::io::Error::new(std::io::ErrorKind::Unsupported, "model uring_accept_sync is not written yet"))
+}
