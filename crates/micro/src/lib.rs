@@ -3,11 +3,18 @@
 //! CONTRACT: each benchmark is a module with
 //! `pub fn run(opts: &Opts) -> anyhow::Result<serde_json::Value>` that prints its table to
 //! stdout and returns the JSON written by `--json`. The lab calls them through [`run_named`].
+//!
+//! JSON CONVENTION (the lab renders it generically): each benchmark's object has
+//! `"machine"`: [`machine::Machine`], its own named fields (documented in the README), and
+//! `"tables"`: `[{"title", "columns": [..], "rows": [[..]], "note"?}]` and
+//! `"figures"`: `[{"title", "x_label", "y_label", "log_x": bool, "log_y": bool,
+//!   "series": [{"name", "points": [[x, y], ..]}]}]`.
 
 pub mod cli;
 pub mod ctxswitch;
 pub mod echo;
 pub mod limits;
+pub mod machine;
 pub mod queue;
 pub mod runtime;
 pub mod syscalls;
