@@ -5,11 +5,43 @@
 //! [`Session::pending`] to the socket, calls [`Session::advance`] with the count written, and
 //! closes the connection once [`Session::should_close`] is true and nothing is pending.
 //! Every model therefore serves exactly the same bytes and counts exactly the same statuses.
+//!
+//! ```no_run
+//! # fn serve(mut sock: std::net::TcpStream) -> std::io::Result<()> {
+//! use std::io::{Read, Write};
+//! let site = iolab_http::Site::new("/srv/www", iolab_http::Limits::default())?;
+//! let mut session = iolab_http::Session::new(site);
+//! let mut buf = [0u8; 16 * 1024];
+//! loop {
+//!     let n = sock.read(&mut buf)?;
+//!     if n == 0 {
+//!         return Ok(());
+//!     }
+//!     session.feed(&buf[..n], |status| println!("answered {status}"));
+//!     while let Some(chunk) = session.pending().front() {
+//!         let written = sock.write(chunk)?;
+//!         session.advance(written);
+//!     }
+//!     if session.should_close() {
+//!         return Ok(());
+//!     }
+//! }
+//! # }
+//! ```
+//!
+//! The limits, and every decision on what is accepted, are documented in the crate's
+//! README.md (included below).
+#![doc = include_str!("../README.md")]
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use bytes::Bytes;
+mod response;
+mod session;
+mod site;
+
+pub use session::Session;
+pub use site::CacheConfig;
 
 /// Explicit limits; every one is documented in the README and configurable.
 #[derive(Debug, Clone)]
@@ -40,16 +72,42 @@ impl Default for Limits {
 pub struct Site {
     root: PathBuf,
     limits: Limits,
+    files: site::Files,
 }
 
 impl Site {
     /// Opens `root` (must be a directory). Errors are clear `io::Error`s naming the path.
     pub fn new(root: impl Into<PathBuf>, limits: Limits) -> std::io::Result<Arc<Site>> {
-        let root = root.into();
-        let _ = &limits;
-        todo!("iolab-http: Site::new({})", root.display())
+        Site::with_cache(root, limits, CacheConfig::default())
     }
 
+    /// As [`Site::new`], with explicit file-cache settings.
+    pub fn with_cache(
+        root: impl Into<PathBuf>,
+        limits: Limits,
+        cache: CacheConfig,
+    ) -> std::io::Result<Arc<Site>> {
+        let given = root.into();
+        let root = std::fs::canonicalize(&given).map_err(|e| {
+            std::io::Error::new(e.kind(), format!("web root {}: {e}", given.display()))
+        })?;
+        let meta = std::fs::metadata(&root).map_err(|e| {
+            std::io::Error::new(e.kind(), format!("web root {}: {e}", root.display()))
+        })?;
+        if !meta.is_dir() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotADirectory,
+                format!("web root {}: not a directory", given.display()),
+            ));
+        }
+        Ok(Arc::new(Site {
+            files: site::Files::new(root.clone(), cache),
+            root,
+            limits,
+        }))
+    }
+
+    /// The canonical root directory.
     pub fn root(&self) -> &std::path::Path {
         &self.root
     }
@@ -57,45 +115,19 @@ impl Site {
     pub fn limits(&self) -> &Limits {
         &self.limits
     }
-}
 
-/// Per-connection HTTP state: incremental parser plus the queue of response bytes to send.
-pub struct Session {
-    _site: Arc<Site>,
-}
-
-impl Session {
-    pub fn new(site: Arc<Site>) -> Session {
-        Session { _site: site }
+    /// The file-cache settings.
+    pub fn cache_config(&self) -> &CacheConfig {
+        self.files.config()
     }
 
-    /// Feeds bytes read from the socket (any split: partial requests, several pipelined
-    /// requests). Each complete request is answered in order by appending its response to the
-    /// pending queue; `on_response(status)` is called once per response queued.
-    pub fn feed(&mut self, data: &[u8], on_response: impl FnMut(u16)) {
-        let _ = (data, on_response);
-        todo!("iolab-http: Session::feed")
+    /// Number of files in the cache and their total size in bytes.
+    pub fn cache_usage(&self) -> (usize, u64) {
+        self.files.cache_usage()
     }
 
-    /// Response bytes not yet written, in order, as cheap `Bytes` chunks (usable as iovecs).
-    pub fn pending(&self) -> &std::collections::VecDeque<Bytes> {
-        todo!("iolab-http: Session::pending")
-    }
-
-    /// True when some bytes are waiting to be written.
-    pub fn has_pending(&self) -> bool {
-        todo!("iolab-http: Session::has_pending")
-    }
-
-    /// Marks `n` bytes of `pending()` as written.
-    pub fn advance(&mut self, n: usize) {
-        let _ = n;
-        todo!("iolab-http: Session::advance")
-    }
-
-    /// True once the connection must close after the pending bytes are flushed
-    /// (HTTP/1.0 without keep-alive, `Connection: close`, or a fatal parse error).
-    pub fn should_close(&self) -> bool {
-        todo!("iolab-http: Session::should_close")
+    pub(crate) fn files(&self) -> &site::Files {
+        debug_assert_eq!(self.files.root(), self.root);
+        &self.files
     }
 }

@@ -1,0 +1,834 @@
+//! The per-connection state machine: incremental request parsing, body draining, and the
+//! ordered queue of response bytes.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use bytes::{Buf, Bytes};
+
+use crate::response::{error_body, head};
+use crate::site::Lookup;
+use crate::Site;
+
+/// Longest chunk-size line (size plus extensions) of a chunked body; longer is a 400.
+const MAX_CHUNK_LINE: usize = 4096;
+
+const TEXT_PLAIN: &[u8] = b"Content-Type: text/plain; charset=utf-8\r\n";
+
+/// Where the parser is between requests.
+#[derive(Debug, Clone, Copy)]
+enum Body {
+    /// Expecting a request head.
+    None,
+    /// Discarding this many more bytes of a `Content-Length` body.
+    Length(u64),
+    /// Discarding a chunked body.
+    Chunked(Chunk),
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Chunk {
+    /// Expecting a chunk-size line; `total` data bytes seen so far.
+    Size { total: u64 },
+    /// Inside chunk data.
+    Data { left: u64, total: u64 },
+    /// Expecting the CRLF after chunk data.
+    DataEnd { total: u64 },
+    /// Expecting trailer fields or the final empty line.
+    Trailer { bytes: usize, lines: usize },
+}
+
+enum Method {
+    Get,
+    Head,
+    Other,
+}
+
+/// What the head of a request says, once it parsed.
+struct Request<'a> {
+    method: Method,
+    target: &'a [u8],
+    keep_alive: bool,
+    content_length: Option<u64>,
+    chunked: bool,
+    http10: bool,
+}
+
+/// A response built but held back until a chunked request body has been drained, because
+/// the body may still turn the answer into a 400/413.
+struct Held {
+    status: u16,
+    chunks: [Option<Bytes>; 2],
+    keep_alive: bool,
+}
+
+/// Per-connection HTTP state: incremental parser plus the queue of response bytes to send.
+pub struct Session {
+    site: Arc<Site>,
+    /// Unparsed input: the start of an incomplete request head or chunk line.
+    buf: Vec<u8>,
+    /// How far into the current head (from its first byte) the terminator search has gone.
+    scan: usize,
+    /// Offset of the LF ending the request line of the current head, once seen.
+    line_end: Option<usize>,
+    body: Body,
+    held: Option<Held>,
+    out: VecDeque<Bytes>,
+    out_len: usize,
+    closing: bool,
+    /// Scratch for the decoded request path, reused across requests.
+    key: Vec<u8>,
+}
+
+impl Session {
+    pub fn new(site: Arc<Site>) -> Session {
+        Session {
+            site,
+            buf: Vec::new(),
+            scan: 0,
+            line_end: None,
+            body: Body::None,
+            held: None,
+            out: VecDeque::new(),
+            out_len: 0,
+            closing: false,
+            key: Vec::new(),
+        }
+    }
+
+    /// Feeds bytes read from the socket (any split: partial requests, several pipelined
+    /// requests). Each complete request is answered in order by appending its response to the
+    /// pending queue; `on_response(status)` is called once per response queued.
+    ///
+    /// Once [`Session::should_close`] is true, further input is ignored.
+    pub fn feed(&mut self, data: &[u8], mut on_response: impl FnMut(u16)) {
+        if self.closing {
+            return;
+        }
+        if self.buf.is_empty() {
+            // The common case: parse straight from the caller's buffer, copy only a tail.
+            let used = self.process(data, &mut on_response);
+            if !self.closing {
+                self.buf.extend_from_slice(&data[used..]);
+            }
+        } else {
+            let mut buf = std::mem::take(&mut self.buf);
+            buf.extend_from_slice(data);
+            let used = self.process(&buf, &mut on_response);
+            if self.closing {
+                buf.clear();
+            } else {
+                buf.drain(..used);
+            }
+            if buf.is_empty() && buf.capacity() > 64 * 1024 {
+                buf = Vec::new();
+            }
+            self.buf = buf;
+        }
+    }
+
+    /// Response bytes not yet written, in order, as cheap `Bytes` chunks (usable as iovecs).
+    pub fn pending(&self) -> &VecDeque<Bytes> {
+        &self.out
+    }
+
+    /// True when some bytes are waiting to be written.
+    pub fn has_pending(&self) -> bool {
+        self.out_len > 0
+    }
+
+    /// Total number of bytes waiting to be written. A server may stop reading while this is
+    /// large, to push back on a client that pipelines without reading.
+    pub fn pending_len(&self) -> usize {
+        self.out_len
+    }
+
+    /// Marks `n` bytes of `pending()` as written. `n` larger than [`Session::pending_len`]
+    /// is treated as everything.
+    pub fn advance(&mut self, mut n: usize) {
+        while n > 0 {
+            let Some(front) = self.out.front_mut() else {
+                break;
+            };
+            if n < front.len() {
+                front.advance(n);
+                self.out_len -= n;
+                return;
+            }
+            n -= front.len();
+            self.out_len -= front.len();
+            self.out.pop_front();
+        }
+    }
+
+    /// True once the connection must close after the pending bytes are flushed
+    /// (HTTP/1.0 without keep-alive, `Connection: close`, or a fatal parse error).
+    pub fn should_close(&self) -> bool {
+        self.closing
+    }
+
+    /// True when no request is partly received: closing the connection now loses nothing
+    /// the client sent (useful to tell an idle keep-alive timeout from a slow client).
+    pub fn is_between_requests(&self) -> bool {
+        self.buf.is_empty() && matches!(self.body, Body::None) && self.held.is_none()
+    }
+
+    fn push(&mut self, chunk: Bytes) {
+        if !chunk.is_empty() {
+            self.out_len += chunk.len();
+            self.out.push_back(chunk);
+        }
+    }
+
+    /// Queues an error response that ends the connection.
+    fn fatal(&mut self, status: u16, on_response: &mut impl FnMut(u16)) {
+        self.held = None;
+        let body = error_body(status);
+        let h = head(status, TEXT_PLAIN, body.len() as u64, false, b"");
+        self.push(h);
+        self.push(body);
+        self.closing = true;
+        on_response(status);
+    }
+
+    /// Parses as much of `input` as possible; returns how many bytes were consumed.
+    fn process(&mut self, input: &[u8], on_response: &mut impl FnMut(u16)) -> usize {
+        let mut pos = 0;
+        while !self.closing {
+            let rest = &input[pos..];
+            let used = match self.body {
+                Body::None => self.step_head(rest, on_response),
+                Body::Length(left) => {
+                    let n = left.min(rest.len() as u64);
+                    self.body = if n == left {
+                        Body::None
+                    } else {
+                        Body::Length(left - n)
+                    };
+                    // n <= rest.len(), so it fits in usize.
+                    Some(n as usize)
+                }
+                Body::Chunked(state) => self.step_chunk(state, rest, on_response),
+            };
+            match used {
+                Some(0) | None => break,
+                Some(n) => pos += n,
+            }
+        }
+        if self.closing {
+            input.len()
+        } else {
+            pos
+        }
+    }
+
+    /// Consumes one request head (or leading empty lines) if complete; `None` when more
+    /// input is needed.
+    fn step_head(&mut self, rest: &[u8], on_response: &mut impl FnMut(u16)) -> Option<usize> {
+        // RFC 9112 §2.2: ignore empty lines before a request line.
+        if self.scan == 0 {
+            let mut skip = 0;
+            loop {
+                match rest[skip..] {
+                    [b'\n', ..] => skip += 1,
+                    [b'\r', b'\n', ..] => skip += 2,
+                    _ => break,
+                }
+            }
+            if skip > 0 {
+                return Some(skip);
+            }
+            if rest == b"\r" {
+                return None;
+            }
+        }
+        if rest.is_empty() {
+            return None;
+        }
+        let limits = self.site.limits();
+        let (max_line, max_header_bytes) = (limits.max_request_line, limits.max_header_bytes);
+        let mut i = self.scan;
+        let end = loop {
+            let Some(off) = memchr::memchr(b'\n', &rest[i..]) else {
+                self.scan = rest.len();
+                break None;
+            };
+            let nl = i + off;
+            if self.line_end.is_none() {
+                let len = if nl > 0 && rest[nl - 1] == b'\r' {
+                    nl - 1
+                } else {
+                    nl
+                };
+                if len > max_line {
+                    self.fatal(414, on_response);
+                    return None;
+                }
+                self.line_end = Some(nl);
+            }
+            match rest.get(nl + 1) {
+                Some(b'\n') => break Some(nl + 2),
+                Some(b'\r') => match rest.get(nl + 2) {
+                    Some(b'\n') => break Some(nl + 3),
+                    Some(_) => i = nl + 1,
+                    None => {
+                        self.scan = nl;
+                        break None;
+                    }
+                },
+                Some(_) => i = nl + 1,
+                None => {
+                    self.scan = nl;
+                    break None;
+                }
+            }
+        };
+        let Some(end) = end else {
+            // Incomplete: refuse as soon as the limits are certainly exceeded, so that a
+            // client cannot make us buffer without bound.
+            match self.line_end {
+                None if rest.len() > max_line + 1 => self.fatal(414, on_response),
+                Some(le) if rest.len() - (le + 1) > max_header_bytes + 2 => {
+                    self.fatal(431, on_response)
+                }
+                _ => {}
+            }
+            return None;
+        };
+        let line_end = self.line_end.unwrap_or(0);
+        self.scan = 0;
+        self.line_end = None;
+        // The header block runs from after the request line to the start of the empty line.
+        let empty_line_start = if rest[end - 2] == b'\r' {
+            end - 2
+        } else {
+            end - 1
+        };
+        let header_bytes = empty_line_start.saturating_sub(line_end + 1);
+        if header_bytes > max_header_bytes {
+            self.fatal(431, on_response);
+            return None;
+        }
+        match parse_head(&rest[..empty_line_start], line_end, self.site.limits()) {
+            Ok(req) => self.answer(req, on_response),
+            Err(status) => self.fatal(status, on_response),
+        }
+        Some(end)
+    }
+
+    /// Frames the body of a parsed request and queues (or holds) its response.
+    fn answer(&mut self, req: Request<'_>, on_response: &mut impl FnMut(u16)) {
+        let max_body = self.site.limits().max_body as u64;
+        if req.chunked {
+            if req.content_length.is_some() || req.http10 {
+                // Both framings at once is a smuggling attempt; HTTP/1.0 has no chunked.
+                self.fatal(400, on_response);
+                return;
+            }
+        } else if let Some(len) = req.content_length {
+            if len > max_body {
+                self.fatal(413, on_response);
+                return;
+            }
+        }
+        let (status, chunks) = match req.method {
+            Method::Other => {
+                let body = error_body(405);
+                let h = head(
+                    405,
+                    TEXT_PLAIN,
+                    body.len() as u64,
+                    req.keep_alive,
+                    b"Allow: GET, HEAD\r\n",
+                );
+                (405, [Some(h), Some(body)])
+            }
+            Method::Get | Method::Head => {
+                let is_head = matches!(req.method, Method::Head);
+                let (status, h, body) = self.serve(req.target, req.keep_alive);
+                if status == 400 {
+                    // An unusable target is a malformed request like any other.
+                    self.fatal(400, on_response);
+                    return;
+                }
+                (status, [Some(h), if is_head { None } else { Some(body) }])
+            }
+        };
+        if req.chunked {
+            self.held = Some(Held {
+                status,
+                chunks,
+                keep_alive: req.keep_alive,
+            });
+            self.body = Body::Chunked(Chunk::Size { total: 0 });
+            return;
+        }
+        if let Some(len) = req.content_length.filter(|&l| l > 0) {
+            // The answer cannot change any more, so it goes out before the body is drained
+            // (a client waiting on `Expect: 100-continue` gets it at once).
+            self.body = Body::Length(len);
+        }
+        self.emit(status, chunks, req.keep_alive, on_response);
+    }
+
+    fn emit(
+        &mut self,
+        status: u16,
+        chunks: [Option<Bytes>; 2],
+        keep_alive: bool,
+        on_response: &mut impl FnMut(u16),
+    ) {
+        for chunk in chunks.into_iter().flatten() {
+            self.push(chunk);
+        }
+        if !keep_alive {
+            self.closing = true;
+        }
+        on_response(status);
+    }
+
+    /// Maps a request target to a response head and body.
+    fn serve(&mut self, target: &[u8], keep_alive: bool) -> (u16, Bytes, Bytes) {
+        let lookup = match normalise_target(target, &mut self.key) {
+            Ok(query) => match self.site.files().lookup(&self.key) {
+                Lookup::Redirect(mut location) => {
+                    if let Some(q) = query {
+                        location.push(b'?');
+                        location.extend_from_slice(q);
+                    }
+                    Lookup::Redirect(location)
+                }
+                other => other,
+            },
+            Err(status) => Lookup::Status(status),
+        };
+        match lookup {
+            Lookup::File { fields, body } => {
+                let h = head(200, &fields, body.len() as u64, keep_alive, b"");
+                (200, h, body)
+            }
+            Lookup::Redirect(location) => {
+                let body = error_body(301);
+                let mut extra = Vec::with_capacity(location.len() + 12);
+                extra.extend_from_slice(b"Location: ");
+                extra.extend_from_slice(&location);
+                extra.extend_from_slice(b"\r\n");
+                let h = head(301, TEXT_PLAIN, body.len() as u64, keep_alive, &extra);
+                (301, h, body)
+            }
+            Lookup::Status(status) => {
+                let body = error_body(status);
+                let h = head(status, TEXT_PLAIN, body.len() as u64, keep_alive, b"");
+                (status, h, body)
+            }
+        }
+    }
+
+    /// One step of draining a chunked body.
+    fn step_chunk(
+        &mut self,
+        state: Chunk,
+        rest: &[u8],
+        on_response: &mut impl FnMut(u16),
+    ) -> Option<usize> {
+        let limits = self.site.limits();
+        let (max_body, max_header_bytes, max_headers) = (
+            limits.max_body as u64,
+            limits.max_header_bytes,
+            limits.max_headers,
+        );
+        match state {
+            Chunk::Size { total } => {
+                let Some(nl) = memchr::memchr(b'\n', rest) else {
+                    if rest.len() > MAX_CHUNK_LINE {
+                        self.fatal(400, on_response);
+                    }
+                    return None;
+                };
+                if nl > MAX_CHUNK_LINE {
+                    self.fatal(400, on_response);
+                    return None;
+                }
+                let line = strip_cr(&rest[..nl]);
+                match parse_chunk_size(line) {
+                    Err(status) => self.fatal(status, on_response),
+                    Ok(size) => match total.checked_add(size).filter(|&t| t <= max_body) {
+                        None => self.fatal(413, on_response),
+                        Some(total) => {
+                            self.body = Body::Chunked(if size == 0 {
+                                Chunk::Trailer { bytes: 0, lines: 0 }
+                            } else {
+                                Chunk::Data { left: size, total }
+                            });
+                        }
+                    },
+                }
+                Some(nl + 1)
+            }
+            Chunk::Data { left, total } => {
+                let n = left.min(rest.len() as u64);
+                self.body = Body::Chunked(if n == left {
+                    Chunk::DataEnd { total }
+                } else {
+                    Chunk::Data {
+                        left: left - n,
+                        total,
+                    }
+                });
+                Some(n as usize)
+            }
+            Chunk::DataEnd { total } => {
+                let used = match rest {
+                    [b'\n', ..] => 1,
+                    [b'\r', b'\n', ..] => 2,
+                    [] | [b'\r'] => return None,
+                    _ => {
+                        self.fatal(400, on_response);
+                        return None;
+                    }
+                };
+                self.body = Body::Chunked(Chunk::Size { total });
+                Some(used)
+            }
+            Chunk::Trailer { bytes, lines } => {
+                let Some(nl) = memchr::memchr(b'\n', rest) else {
+                    if bytes + rest.len() > max_header_bytes + 2 {
+                        self.fatal(431, on_response);
+                    }
+                    return None;
+                };
+                let line = strip_cr(&rest[..nl]);
+                if line.is_empty() {
+                    self.body = Body::None;
+                    if let Some(held) = self.held.take() {
+                        self.emit(held.status, held.chunks, held.keep_alive, on_response);
+                    }
+                    return Some(nl + 1);
+                }
+                let (bytes, lines) = (bytes + nl + 1, lines + 1);
+                if bytes > max_header_bytes || lines > max_headers {
+                    self.fatal(431, on_response);
+                    return None;
+                }
+                if parse_field(line).is_err() {
+                    self.fatal(400, on_response);
+                    return None;
+                }
+                self.body = Body::Chunked(Chunk::Trailer { bytes, lines });
+                Some(nl + 1)
+            }
+        }
+    }
+}
+
+fn strip_cr(line: &[u8]) -> &[u8] {
+    line.strip_suffix(b"\r").unwrap_or(line)
+}
+
+/// RFC 9110 `tchar`.
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// Splits a header line into name and trimmed value; 400 on any syntax error.
+fn parse_field(line: &[u8]) -> Result<(&[u8], &[u8]), u16> {
+    let colon = memchr::memchr(b':', line).ok_or(400u16)?;
+    let name = &line[..colon];
+    // No whitespace before the colon (RFC 9112 §5.1), which also rejects obs-fold lines.
+    if name.is_empty() || !name.iter().all(|&b| is_tchar(b)) {
+        return Err(400);
+    }
+    let value = line[colon + 1..].trim_ascii();
+    if value.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
+        return Err(400);
+    }
+    Ok((name, value))
+}
+
+/// Parses a complete request head (without its final empty line). `line_end` is the offset
+/// of the LF ending the request line.
+fn parse_head<'a>(
+    head: &'a [u8],
+    line_end: usize,
+    limits: &crate::Limits,
+) -> Result<Request<'a>, u16> {
+    let request_line = strip_cr(&head[..line_end]);
+    let fields = head.get(line_end + 1..).unwrap_or(&[]);
+    if fields.iter().filter(|&&b| b == b'\n').count() > limits.max_headers {
+        return Err(431);
+    }
+    let mut parts = request_line.split(|&b| b == b' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(400);
+    };
+    if method.is_empty() || !method.iter().all(|&b| is_tchar(b)) {
+        return Err(400);
+    }
+    if target.is_empty() || !target.iter().all(|&b| (0x21..0x7f).contains(&b)) {
+        return Err(400);
+    }
+    let http10 = match version {
+        b"HTTP/1.1" => false,
+        b"HTTP/1.0" => true,
+        [b'H', b'T', b'T', b'P', b'/', major, b'.', minor]
+            if major.is_ascii_digit() && minor.is_ascii_digit() =>
+        {
+            return Err(505)
+        }
+        _ => return Err(400),
+    };
+    let method = match method {
+        b"GET" => Method::Get,
+        b"HEAD" => Method::Head,
+        _ => Method::Other,
+    };
+    let (mut close, mut keep_alive) = (false, false);
+    let mut content_length = None;
+    let mut chunked = false;
+    for line in fields.split(|&b| b == b'\n') {
+        let line = strip_cr(line);
+        if line.is_empty() {
+            // Only the split's tail after the last LF can be empty: an empty line inside the
+            // block would have ended it.
+            continue;
+        }
+        if line.contains(&b'\r') {
+            return Err(400);
+        }
+        let (name, value) = parse_field(line)?;
+        if name.eq_ignore_ascii_case(b"connection") {
+            for token in value.split(|&b| b == b',') {
+                let token = token.trim_ascii();
+                if token.eq_ignore_ascii_case(b"close") {
+                    close = true;
+                } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                    keep_alive = true;
+                }
+            }
+        } else if name.eq_ignore_ascii_case(b"content-length") {
+            let len = parse_content_length(value)?;
+            if content_length.is_some_and(|old| old != len) {
+                return Err(400);
+            }
+            content_length = Some(len);
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            // Only a final `chunked` coding frames a request body (RFC 9112 §6.3).
+            let last = value
+                .rsplit(|&b| b == b',')
+                .next()
+                .unwrap_or(b"")
+                .trim_ascii();
+            if !last.eq_ignore_ascii_case(b"chunked") {
+                return Err(400);
+            }
+            chunked = true;
+        }
+    }
+    if request_line.contains(&b'\r') {
+        return Err(400);
+    }
+    let keep_alive = !close && (!http10 || keep_alive);
+    Ok(Request {
+        method,
+        target,
+        keep_alive,
+        content_length,
+        chunked,
+        http10,
+    })
+}
+
+fn parse_content_length(value: &[u8]) -> Result<u64, u16> {
+    if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
+        return Err(400);
+    }
+    let mut n: u64 = 0;
+    for &d in value {
+        // Too large to be accepted anyway.
+        n = n
+            .checked_mul(10)
+            .and_then(|n| n.checked_add(u64::from(d - b'0')))
+            .ok_or(413u16)?;
+    }
+    Ok(n)
+}
+
+fn parse_chunk_size(line: &[u8]) -> Result<u64, u16> {
+    let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+    if digits == 0 {
+        return Err(400);
+    }
+    let ext = line[digits..].trim_ascii_start();
+    if !ext.is_empty() && ext[0] != b';' {
+        return Err(400);
+    }
+    if ext.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
+        return Err(400);
+    }
+    let mut n: u64 = 0;
+    for &d in &line[..digits] {
+        let v = (d as char).to_digit(16).unwrap_or(0);
+        n = n
+            .checked_mul(16)
+            .and_then(|n| n.checked_add(u64::from(v)))
+            .ok_or(413u16)?;
+    }
+    Ok(n)
+}
+
+fn hex_value(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// Turns a request target into the cache key: `/` followed by the percent-decoded segments
+/// joined by `/`, plus a trailing `/` when the path ends with one. Returns the query string.
+///
+/// 400 for a target that is not origin-form or absolute-form, or for an invalid escape; 404
+/// for anything that would step outside the root or cannot be a file name: a `..` segment
+/// (raw or encoded), an encoded `/`, a NUL byte.
+fn normalise_target<'a>(target: &'a [u8], key: &mut Vec<u8>) -> Result<Option<&'a [u8]>, u16> {
+    let path_and_query = if target.first() == Some(&b'/') {
+        target
+    } else {
+        // absolute-form (RFC 9112 §3.2.2): drop scheme and authority.
+        let lower_starts =
+            |p: &[u8]| target.len() >= p.len() && target[..p.len()].eq_ignore_ascii_case(p);
+        let after = if lower_starts(b"http://") {
+            &target[7..]
+        } else if lower_starts(b"https://") {
+            &target[8..]
+        } else {
+            return Err(400);
+        };
+        match after.iter().position(|&b| matches!(b, b'/' | b'?' | b'#')) {
+            Some(i) if after[i] == b'/' => &after[i..],
+            Some(i) => &after[i..], // "http://host?q": empty path, treated as "/"
+            None => b"/",
+        }
+    };
+    let (path, query) = match path_and_query.iter().position(|&b| b == b'?' || b == b'#') {
+        Some(i) if path_and_query[i] == b'?' => {
+            let q = &path_and_query[i + 1..];
+            let q = match q.iter().position(|&b| b == b'#') {
+                Some(j) => &q[..j],
+                None => q,
+            };
+            (&path_and_query[..i], Some(q))
+        }
+        Some(i) => (&path_and_query[..i], None),
+        None => (path_and_query, None),
+    };
+    key.clear();
+    key.push(b'/');
+    for raw in path.split(|&b| b == b'/') {
+        if raw.is_empty() {
+            continue;
+        }
+        let start = key.len();
+        let mut i = 0;
+        while i < raw.len() {
+            let b = raw[i];
+            if b == b'%' {
+                let hi = raw.get(i + 1).copied().and_then(hex_value).ok_or(400u16)?;
+                let lo = raw.get(i + 2).copied().and_then(hex_value).ok_or(400u16)?;
+                key.push(hi << 4 | lo);
+                i += 3;
+            } else {
+                key.push(b);
+                i += 1;
+            }
+        }
+        let seg = &key[start..];
+        if seg.contains(&b'/') || seg.contains(&0) || seg == b".." {
+            return Err(404);
+        }
+        if seg == b"." {
+            key.truncate(start);
+            continue;
+        }
+        key.push(b'/');
+    }
+    let trailing = path.ends_with(b"/") || path.is_empty();
+    if !trailing && key.len() > 1 {
+        key.pop();
+    }
+    Ok(query)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key_of(target: &str) -> Result<String, u16> {
+        let mut key = Vec::new();
+        normalise_target(target.as_bytes(), &mut key)?;
+        Ok(String::from_utf8_lossy(&key).into_owned())
+    }
+
+    #[test]
+    fn targets_normalise() {
+        assert_eq!(key_of("/").unwrap(), "/");
+        assert_eq!(key_of("/a/b.txt").unwrap(), "/a/b.txt");
+        assert_eq!(key_of("/a/").unwrap(), "/a/");
+        assert_eq!(key_of("//a//b").unwrap(), "/a/b");
+        assert_eq!(key_of("/./a/./b").unwrap(), "/a/b");
+        assert_eq!(key_of("/a/.").unwrap(), "/a");
+        assert_eq!(key_of("/a%20b?x=1#f").unwrap(), "/a b");
+        assert_eq!(key_of("/a?x/../..").unwrap(), "/a");
+        assert_eq!(key_of("http://host/x/y?q").unwrap(), "/x/y");
+        assert_eq!(key_of("HTTP://host").unwrap(), "/");
+        assert_eq!(key_of("http://host?q").unwrap(), "/");
+        assert_eq!(key_of("/%41%62").unwrap(), "/Ab");
+    }
+
+    #[test]
+    fn targets_refused() {
+        for t in [
+            "/../x",
+            "/a/../../x",
+            "/%2e%2e/x",
+            "/%2E%2E/x",
+            "/.%2e/x",
+            "/a%2Fb",
+            "/a%2fb",
+            "/%2E%2E%2Fetc%2Fpasswd",
+            "/a%00b",
+            "/..",
+            "http://h/../x",
+        ] {
+            assert_eq!(key_of(t), Err(404), "{t}");
+        }
+        for t in ["*", "a/b", "", "/%", "/%4", "/%zz", "/%4g", "ftp://x/y"] {
+            assert_eq!(key_of(t), Err(400), "{t}");
+        }
+    }
+
+    #[test]
+    fn chunk_sizes() {
+        assert_eq!(parse_chunk_size(b"1a"), Ok(26));
+        assert_eq!(parse_chunk_size(b"0"), Ok(0));
+        assert_eq!(parse_chunk_size(b"A;name=value"), Ok(10));
+        assert_eq!(parse_chunk_size(b"5 ; ext"), Ok(5));
+        assert_eq!(parse_chunk_size(b""), Err(400));
+        assert_eq!(parse_chunk_size(b"x"), Err(400));
+        assert_eq!(parse_chunk_size(b"5 x"), Err(400));
+        assert_eq!(parse_chunk_size(b"fffffffffffffffff"), Err(413));
+    }
+
+    #[test]
+    fn content_lengths() {
+        assert_eq!(parse_content_length(b"0"), Ok(0));
+        assert_eq!(parse_content_length(b"123"), Ok(123));
+        assert_eq!(parse_content_length(b"+1"), Err(400));
+        assert_eq!(parse_content_length(b"1,1"), Err(400));
+        assert_eq!(parse_content_length(b""), Err(400));
+        assert_eq!(parse_content_length(b"99999999999999999999999"), Err(413));
+    }
+}

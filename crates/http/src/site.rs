@@ -1,0 +1,291 @@
+//! Path resolution under the root and the shared file cache.
+//!
+//! Resolution on a cache miss opens the candidate path, then asks the kernel where the open
+//! descriptor really lives (`/proc/self/fd/N`, or `realpath` when /proc is absent) and refuses
+//! it unless that path is under the canonical root. Checking the opened descriptor rather than
+//! the name closes the race where a component is swapped for a symlink between check and use.
+//!
+//! A cache hit costs one `stat` of the path the entry was loaded from; the entry is used only
+//! if device, inode, size, mtime and ctime all still match, so an edited, replaced or
+//! re-linked file is reloaded (and re-checked against the root) on the next request.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::fs::{File, Metadata};
+use std::io::{self, Read};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use bytes::Bytes;
+
+use crate::response::content_type;
+
+/// Settings of the file cache shared by every connection of a [`crate::Site`].
+#[derive(Debug, Clone)]
+pub struct CacheConfig {
+    /// Files larger than this are read from disk on every request and never cached.
+    pub max_cached_file: u64,
+    /// Total bytes of cached bodies; when an insertion would exceed it, the cache is emptied
+    /// first (a static site's working set is expected to fit).
+    pub capacity: u64,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            max_cached_file: 16 * 1024 * 1024,
+            capacity: 256 * 1024 * 1024,
+        }
+    }
+}
+
+/// What a request path maps to.
+pub(crate) enum Lookup {
+    /// A regular file: its `Content-Type: ...\r\n` line and its bytes.
+    File { fields: Bytes, body: Bytes },
+    /// A directory named without its trailing slash: redirect to this (encoded) path.
+    Redirect(Vec<u8>),
+    /// 403, 404 or 500.
+    Status(u16),
+}
+
+/// Identity and version of a file: any change means the cached bytes may be stale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: i64,
+    mtime_nsec: i64,
+    ctime: i64,
+    ctime_nsec: i64,
+}
+
+impl FileId {
+    fn of(m: &Metadata) -> FileId {
+        FileId {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mtime: m.mtime(),
+            mtime_nsec: m.mtime_nsec(),
+            ctime: m.ctime(),
+            ctime_nsec: m.ctime_nsec(),
+        }
+    }
+}
+
+struct Entry {
+    /// The path that was opened (not canonicalised), so that a symlink change along it is
+    /// seen by the validating `stat` as a different inode.
+    fs_path: PathBuf,
+    id: FileId,
+    fields: Bytes,
+    body: Bytes,
+}
+
+#[derive(Default)]
+struct Cache {
+    map: HashMap<Box<[u8]>, Arc<Entry>>,
+    bytes: u64,
+}
+
+pub(crate) struct Files {
+    root: PathBuf,
+    config: CacheConfig,
+    cache: RwLock<Cache>,
+}
+
+impl Files {
+    pub(crate) fn new(root: PathBuf, config: CacheConfig) -> Files {
+        Files {
+            root,
+            config,
+            cache: RwLock::new(Cache::default()),
+        }
+    }
+
+    pub(crate) fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub(crate) fn config(&self) -> &CacheConfig {
+        &self.config
+    }
+
+    /// Number of cached files and their total size.
+    pub(crate) fn cache_usage(&self) -> (usize, u64) {
+        let cache = self.cache.read().unwrap_or_else(|e| e.into_inner());
+        (cache.map.len(), cache.bytes)
+    }
+
+    /// `key` is a normalised, percent-decoded path: starts with `/`, no empty, `.` or `..`
+    /// segment, no NUL; ends with `/` only when the request named a directory.
+    pub(crate) fn lookup(&self, key: &[u8]) -> Lookup {
+        let hit = {
+            let cache = self.cache.read().unwrap_or_else(|e| e.into_inner());
+            cache.map.get(key).cloned()
+        };
+        if let Some(entry) = hit {
+            if let Ok(m) = std::fs::metadata(&entry.fs_path) {
+                if m.is_file() && FileId::of(&m) == entry.id {
+                    return Lookup::File {
+                        fields: entry.fields.clone(),
+                        body: entry.body.clone(),
+                    };
+                }
+            }
+            self.forget(key);
+        }
+        self.resolve(key)
+    }
+
+    fn forget(&self, key: &[u8]) {
+        let mut cache = self.cache.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(old) = cache.map.remove(key) {
+            cache.bytes -= old.body.len() as u64;
+        }
+    }
+
+    fn resolve(&self, key: &[u8]) -> Lookup {
+        let trailing = key.ends_with(b"/");
+        let rel = key.strip_prefix(b"/").unwrap_or(key);
+        let rel = rel.strip_suffix(b"/").unwrap_or(rel);
+        let mut path = self.root.join(OsStr::from_bytes(rel));
+        let (mut file, mut meta) = match self.open_under_root(&path) {
+            Ok(v) => v,
+            Err(status) => return Lookup::Status(status),
+        };
+        if meta.is_dir() {
+            if !trailing {
+                return Lookup::Redirect(encode_location(key));
+            }
+            path.push("index.html");
+            (file, meta) = match self.open_under_root(&path) {
+                Ok(v) => v,
+                Err(status) => return Lookup::Status(status),
+            };
+        } else if trailing {
+            // "/file.txt/" names a directory that does not exist.
+            return Lookup::Status(404);
+        }
+        if !meta.is_file() {
+            // Directories (an index.html that is a directory), FIFOs, sockets and devices
+            // are never served; opening was harmless thanks to O_NONBLOCK.
+            return Lookup::Status(404);
+        }
+        let len = meta.len();
+        let mut data = Vec::with_capacity(usize::try_from(len).unwrap_or(0).min(1 << 30));
+        if file.read_to_end(&mut data).is_err() {
+            return Lookup::Status(500);
+        }
+        let mut fields = Vec::with_capacity(64);
+        fields.extend_from_slice(b"Content-Type: ");
+        fields.extend_from_slice(content_type(path.as_os_str().as_bytes()).as_bytes());
+        fields.extend_from_slice(b"\r\n");
+        let fields = Bytes::from(fields);
+        let body = Bytes::from(data);
+        // A size mismatch means the file changed while being read: serve what was read but
+        // do not cache it.
+        if body.len() as u64 == len && len <= self.config.max_cached_file {
+            self.insert(
+                key,
+                Entry {
+                    fs_path: path,
+                    id: FileId::of(&meta),
+                    fields: fields.clone(),
+                    body: body.clone(),
+                },
+            );
+        }
+        Lookup::File { fields, body }
+    }
+
+    fn insert(&self, key: &[u8], entry: Entry) {
+        let size = entry.body.len() as u64;
+        if size > self.config.capacity {
+            return;
+        }
+        let mut cache = self.cache.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(old) = cache.map.remove(key) {
+            cache.bytes -= old.body.len() as u64;
+        }
+        if cache.bytes + size > self.config.capacity {
+            cache.map.clear();
+            cache.bytes = 0;
+        }
+        cache.bytes += size;
+        cache.map.insert(key.into(), Arc::new(entry));
+    }
+
+    /// Opens `path` without blocking (a FIFO must not hang the server) and returns it only if
+    /// the opened object lies under the root.
+    fn open_under_root(&self, path: &Path) -> Result<(File, Metadata), u16> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+            .open(path)
+            .map_err(|e| open_error_status(&e))?;
+        let meta = file.metadata().map_err(|_| 500u16)?;
+        let real = match std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())) {
+            Ok(real) => real,
+            Err(_) => {
+                // No /proc: resolve the name instead, and make sure it still names the very
+                // file that was opened.
+                let real = std::fs::canonicalize(path).map_err(|e| open_error_status(&e))?;
+                let m = std::fs::metadata(&real).map_err(|e| open_error_status(&e))?;
+                if (m.dev(), m.ino()) != (meta.dev(), meta.ino()) {
+                    return Err(404);
+                }
+                real
+            }
+        };
+        if real.starts_with(&self.root) {
+            Ok((file, meta))
+        } else {
+            Err(404)
+        }
+    }
+}
+
+fn open_error_status(e: &io::Error) -> u16 {
+    match e.kind() {
+        io::ErrorKind::NotFound => 404,
+        io::ErrorKind::PermissionDenied => 403,
+        _ => match e.raw_os_error() {
+            Some(libc::ENOTDIR | libc::ELOOP | libc::ENAMETOOLONG | libc::ENXIO) => 404,
+            _ => 500,
+        },
+    }
+}
+
+/// `key` plus a trailing slash, percent-encoded for a `Location` header. Built from the
+/// normalised path, so it always starts with exactly one `/` (never `//host`, which a
+/// browser would take for another site).
+fn encode_location(key: &[u8]) -> Vec<u8> {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut out = Vec::with_capacity(key.len() + 8);
+    for &b in key {
+        if b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/".contains(&b) {
+            out.push(b);
+        } else {
+            out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+        }
+    }
+    out.push(b'/');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn location_is_encoded_and_single_slash() {
+        assert_eq!(encode_location("/a b/ç".as_bytes()), b"/a%20b/%C3%A7/");
+        assert_eq!(encode_location(b"/dir"), b"/dir/");
+    }
+}
