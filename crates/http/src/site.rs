@@ -284,6 +284,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn open_errors_map_to_statuses() {
+        let os = io::Error::from_raw_os_error;
+        assert_eq!(open_error_status(&os(libc::ENOENT)), 404);
+        assert_eq!(open_error_status(&os(libc::ENOTDIR)), 404);
+        assert_eq!(open_error_status(&os(libc::ELOOP)), 404);
+        assert_eq!(open_error_status(&os(libc::ENAMETOOLONG)), 404);
+        assert_eq!(open_error_status(&os(libc::EACCES)), 403);
+        assert_eq!(open_error_status(&os(libc::EMFILE)), 500);
+        assert_eq!(open_error_status(&os(libc::EIO)), 500);
+    }
+
+    #[test]
     fn location_is_encoded_and_single_slash() {
         assert_eq!(encode_location("/a b/ç".as_bytes()), b"/a%20b/%C3%A7/");
         assert_eq!(encode_location(b"/dir"), b"/dir/");
