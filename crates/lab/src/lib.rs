@@ -1,3 +1,12 @@
 //! The lab: runs the seed's experiments over every model and writes the report.
+//!
+//! `iolab lab` starts each server model (and the peers: nginx, the tokio server) in turn as
+//! a child process pinned to one CPU, drives it with `iolab-load` pinned to another, and
+//! writes `results.json`, per-request logs and `index.html` (see [`results`] and [`report`]).
 
 pub mod cli;
+pub mod report;
+pub mod results;
+pub mod steady;
+pub mod svg;
+pub mod validate;

@@ -1,0 +1,566 @@
+//! `index.html`: the figures, tables and a few generated sentences, from [`Results`] alone
+//! (so a report can be re-rendered from its `results.json`).
+
+use std::fmt::Write as _;
+
+use crate::results::{Point, Results};
+use crate::svg::{self, esc, fmt_tick, BarChart, LineChart, ScatterPanel, Series};
+
+pub const FILES: [(&str, &str); 2] = [("small", "small file (about 300 bytes)"), ("big", "700 KB file")];
+
+fn f2(v: f64) -> String {
+    if !v.is_finite() {
+        "-".into()
+    } else if v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// Names of the servers in report order (models first, then peers), only those measured.
+fn names(r: &Results) -> Vec<String> {
+    r.targets.iter().map(|t| t.name.clone()).collect()
+}
+
+/// Figure 1 data: each server's mean response time per concurrency, up to (not including)
+/// the first level it could not sustain. Returns the series and where each stopped.
+pub fn figure1_series(r: &Results, file: &str) -> Vec<(Series, Option<usize>)> {
+    let levels = r.levels(file, "close");
+    names(r)
+        .into_iter()
+        .map(|name| {
+            let mut pts = Vec::new();
+            let mut stop = None;
+            for &c in &levels {
+                match r.point(&name, file, "close", c) {
+                    Some(p) if p.sustained => pts.push((c as f64, p.metrics.mean_ms)),
+                    Some(_) => {
+                        stop = Some(c);
+                        break;
+                    }
+                    // Not measured (the server failed before): the curve stops there too.
+                    None => {
+                        if !pts.is_empty() {
+                            stop = Some(c);
+                        }
+                        break;
+                    }
+                }
+            }
+            (Series { name, points: pts }, stop)
+        })
+        .collect()
+}
+
+fn figure1(r: &Results, file: &str, label: &str, num: usize) -> String {
+    let series = figure1_series(r, file)
+        .into_iter()
+        .map(|(mut s, stop)| {
+            if let Some(c) = stop {
+                s.name = format!("{} (stops at {c})", s.name);
+            }
+            s
+        })
+        .collect();
+    let chart = LineChart {
+        title: format!("Figure {num}: mean response time against concurrency, {label}"),
+        x_label: "concurrent clients (new connection per request)".into(),
+        y_label: "mean response time (ms)".into(),
+        log_x: true,
+        log_y: true,
+        series,
+    };
+    svg::line_chart(&chart)
+}
+
+/// The highest close-mode concurrency measured for a file (1,000 in quick and full).
+pub fn top_level(r: &Results, file: &str) -> Option<usize> {
+    r.levels(file, "close").last().copied()
+}
+
+fn figure2(r: &Results, file: &str, label: &str, num: usize) -> String {
+    let Some(c) = top_level(r, file) else {
+        return "<p>No points measured.</p>".into();
+    };
+    let mut out = format!(
+        r#"<figure><figcaption>Figure {num}: each request at concurrency {c}, {label}: response time (dots, left axis; <span style="color:{}">ok</span>, <span style="color:{}">SYN-retried</span>, <span style="color:{}">failed</span>) against the time it completed, and the concurrency over time (line, right axis; dashed green: requested).</figcaption><div class="multiples">"#,
+        svg::CLASS_COLORS[0],
+        svg::CLASS_COLORS[1],
+        svg::CLASS_COLORS[2]
+    );
+    for name in names(r) {
+        let Some(p) = r.point(&name, file, "close", c) else {
+            let _ = write!(out, r#"<div class="missing">{}: not measured</div>"#, esc(&name));
+            continue;
+        };
+        let trace = p.trace.clone().unwrap_or_default();
+        let (line, line_label) = if trace.server.is_empty() {
+            (trace.client.iter().map(|x| (x[0], x[1])).collect(), "client in flight")
+        } else {
+            (trace.server.iter().map(|x| (x[0], x[1])).collect(), "server connections")
+        };
+        let panel = ScatterPanel {
+            title: format!("{name}: mean {} ms, {} errors", f2(p.metrics.mean_ms), p.metrics.errors),
+            points: trace.scatter.iter().map(|x| (x[0], x[1], x[2] as u8)).collect(),
+            line,
+            line_label: line_label.into(),
+            requested: Some(c as f64),
+        };
+        out.push_str(&svg::scatter_panel(&panel));
+    }
+    out.push_str("</div></figure>");
+    out
+}
+
+fn error_table(r: &Results, file: &str) -> String {
+    let Some(c) = top_level(r, file) else {
+        return String::new();
+    };
+    let pts: Vec<&Point> = names(r).iter().filter_map(|n| r.point(n, file, "close", c)).collect();
+    let mut kinds: Vec<String> =
+        pts.iter().flat_map(|p| p.repeats.iter().flat_map(|x| x.errors_by_kind.keys().cloned())).collect();
+    kinds.sort();
+    kinds.dedup();
+    let mut out = format!(
+        "<table><caption>Errors at concurrency {c} (median over repeats; by kind: summed over repeats)</caption><tr><th>server</th><th>requests</th><th>errors</th><th>SYN-retried</th>"
+    );
+    for k in &kinds {
+        let _ = write!(out, "<th>{}</th>", esc(k));
+    }
+    out.push_str("</tr>");
+    for p in pts {
+        let reqs: u64 = p.repeats.iter().map(|x| x.requests).sum::<u64>() / p.repeats.len().max(1) as u64;
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{reqs}</td><td>{}</td><td>{}</td>",
+            esc(&p.model),
+            p.metrics.errors,
+            p.metrics.syn_retries
+        );
+        for k in &kinds {
+            let n: u64 = p.repeats.iter().filter_map(|x| x.errors_by_kind.get(k)).sum();
+            let _ = write!(out, "<td>{n}</td>");
+        }
+        out.push_str("</tr>");
+    }
+    out.push_str("</table>");
+    out
+}
+
+fn keepalive_section(r: &Results, num: usize) -> String {
+    let levels = r.levels("small", "keepalive");
+    if levels.is_empty() {
+        return "<p>No keep-alive points measured.</p>".into();
+    }
+    let cats = names(r);
+    let series = levels
+        .iter()
+        .map(|&c| {
+            let vals = cats.iter().map(|n| r.point(n, "small", "keepalive", c).map(|p| p.metrics.rps)).collect();
+            (format!("{c} connections"), vals)
+        })
+        .collect();
+    let chart = BarChart {
+        title: format!("Figure {num}: keep-alive throughput, small file"),
+        y_label: "requests/s".into(),
+        categories: cats.clone(),
+        series,
+    };
+    let mut out = svg::bar_chart(&chart);
+    out.push_str("<table><tr><th>server</th><th>connections</th><th>requests/s</th><th>mean ms</th><th>p99 ms</th><th>errors</th></tr>");
+    for n in &cats {
+        for &c in &levels {
+            if let Some(p) = r.point(n, "small", "keepalive", c) {
+                let _ = write!(
+                    out,
+                    "<tr><td>{}</td><td>{c}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                    esc(n),
+                    f2(p.metrics.rps),
+                    f2(p.metrics.mean_ms),
+                    f2(p.metrics.p99_ms),
+                    p.metrics.errors
+                );
+            }
+        }
+    }
+    out.push_str("</table>");
+    out
+}
+
+/// Sentences stating what the figures show, computed from the data.
+pub fn summary(r: &Results) -> Vec<String> {
+    let mut out = Vec::new();
+    for (file, label) in FILES {
+        let Some(c) = top_level(r, file) else { continue };
+        let pts: Vec<&Point> = names(r).iter().filter_map(|n| r.point(n, file, "close", c)).collect();
+        let mut sustained: Vec<&&Point> = pts.iter().filter(|p| p.sustained).collect();
+        sustained.sort_by(|a, b| a.metrics.mean_ms.total_cmp(&b.metrics.mean_ms));
+        if let Some(best) = sustained.first() {
+            let mut s = format!(
+                "With the {label} at {c} concurrent clients, {} is fastest among the {} servers that sustain the load (mean {} ms, {} requests/s)",
+                best.model,
+                sustained.len(),
+                f2(best.metrics.mean_ms),
+                f2(best.metrics.rps)
+            );
+            if let Some(worst) = sustained.last().filter(|w| w.model != best.model) {
+                let _ = write!(s, "; {} is slowest of them ({} ms)", worst.model, f2(worst.metrics.mean_ms));
+            }
+            s.push('.');
+            out.push(s);
+        } else if !pts.is_empty() {
+            out.push(format!("With the {label}, no server sustained {c} concurrent clients here."));
+        }
+        let stops: Vec<String> = figure1_series(r, file)
+            .into_iter()
+            .filter_map(|(s, stop)| stop.map(|c| format!("{} at {c}", s.name)))
+            .collect();
+        if !stops.is_empty() {
+            out.push(format!(
+                "With the {label}, these curves stop (errors above 1% or the concurrency not reached): {}.",
+                stops.join(", ")
+            ));
+        }
+        let mut errs: Vec<&&Point> = pts.iter().filter(|p| p.metrics.errors > 0).collect();
+        errs.sort_by(|a, b| b.metrics.errors.cmp(&a.metrics.errors));
+        if errs.is_empty() && !pts.is_empty() {
+            out.push(format!("No server made an error at {c} with the {label}."));
+        } else if !errs.is_empty() {
+            let list: Vec<String> = errs.iter().take(4).map(|p| format!("{} ({})", p.model, p.metrics.errors)).collect();
+            out.push(format!("Most errors at {c} with the {label}: {}.", list.join(", ")));
+        }
+        let syn: u64 = pts.iter().map(|p| p.metrics.syn_retries).sum();
+        if syn > 0 {
+            out.push(format!(
+                "{syn} requests at {c} with the {label} waited for a SYN retransmit (a dropped SYN re-sent after 1 s); they are counted but left out of the means."
+            ));
+        }
+    }
+    let ka_levels = r.levels("small", "keepalive");
+    if let Some(&c) = ka_levels.last() {
+        let mut ka: Vec<&Point> = names(r).iter().filter_map(|n| r.point(n, "small", "keepalive", c)).collect();
+        ka.sort_by(|a, b| b.metrics.rps.total_cmp(&a.metrics.rps));
+        if let (Some(first), Some(last)) = (ka.first(), ka.last()) {
+            out.push(format!(
+                "With keep-alive at {c} connections, {} serves the most requests/s ({}), {} the fewest ({}).",
+                first.model,
+                f2(first.metrics.rps),
+                last.model,
+                f2(last.metrics.rps)
+            ));
+        }
+    }
+    let failed: Vec<String> = r
+        .targets
+        .iter()
+        .filter(|t| t.status != "ok")
+        .map(|t| format!("{} ({}: {})", t.name, t.status, t.failures.first().map(String::as_str).unwrap_or("")))
+        .collect();
+    if !failed.is_empty() {
+        out.push(format!("Not fully measured: {}.", failed.join("; ")));
+    }
+    out
+}
+
+fn points_table(r: &Results) -> String {
+    let mut out = String::from(
+        "<details><summary>Every point (medians over repeats, spread = min..max)</summary><table><tr><th>server</th><th>file</th><th>mode</th><th>c</th><th>mean ms</th><th>spread</th><th>p50 ms</th><th>p99 ms</th><th>req/s</th><th>errors</th><th>SYN-retried</th><th>achieved c</th><th>server c (mean / max)</th><th>kept / requests</th><th>sustained</th></tr>",
+    );
+    for p in &r.points {
+        let kept: u64 = p.repeats.iter().map(|x| x.kept).sum();
+        let reqs: u64 = p.repeats.iter().map(|x| x.requests).sum();
+        let srv = p
+            .repeats
+            .first()
+            .and_then(|x| x.server_concurrency_mean.map(|m| format!("{} / {}", f2(m), x.server_concurrency_max.unwrap_or(0))))
+            .unwrap_or_else(|| "-".into());
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}..{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{srv}</td><td>{kept} / {reqs}</td><td>{}</td></tr>",
+            esc(&p.model),
+            esc(&p.file),
+            esc(&p.mode),
+            p.concurrency,
+            f2(p.metrics.mean_ms),
+            f2(p.spread.mean_ms[0]),
+            f2(p.spread.mean_ms[1]),
+            f2(p.metrics.p50_ms),
+            f2(p.metrics.p99_ms),
+            f2(p.metrics.rps),
+            p.metrics.errors,
+            p.metrics.syn_retries,
+            f2(p.metrics.achieved_concurrency),
+            if p.sustained { "yes" } else { "no" }
+        );
+    }
+    out.push_str("</table></details>");
+    out
+}
+
+fn kv_table(caption: &str, rows: &std::collections::BTreeMap<String, String>) -> String {
+    let mut out = format!("<table><caption>{}</caption>", esc(caption));
+    for (k, v) in rows {
+        let _ = write!(out, "<tr><th>{}</th><td>{}</td></tr>", esc(k), esc(v));
+    }
+    out.push_str("</table>");
+    out
+}
+
+fn json_cell(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::Number(n) => n.as_f64().map(f2).unwrap_or_else(|| n.to_string()),
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Null => "-".into(),
+        other => other.to_string(),
+    }
+}
+
+/// Renders one micro's JSON by the convention in `iolab_micro`: its tables and figures.
+pub fn micro_block(name: &str, v: &serde_json::Value, fig_num: &mut usize) -> String {
+    let mut out = format!("<h3>{}</h3>", esc(name));
+    let tables = v.get("tables").and_then(|t| t.as_array()).cloned().unwrap_or_default();
+    let figures = v.get("figures").and_then(|t| t.as_array()).cloned().unwrap_or_default();
+    if tables.is_empty() && figures.is_empty() {
+        out.push_str("<p>No tables or figures in this benchmark's output.</p>");
+    }
+    for t in &tables {
+        let title = t.get("title").and_then(|x| x.as_str()).unwrap_or(name);
+        let _ = write!(out, "<table><caption>{}</caption><tr>", esc(title));
+        for c in t.get("columns").and_then(|x| x.as_array()).into_iter().flatten() {
+            let _ = write!(out, "<th>{}</th>", esc(&json_cell(c)));
+        }
+        out.push_str("</tr>");
+        for row in t.get("rows").and_then(|x| x.as_array()).into_iter().flatten() {
+            out.push_str("<tr>");
+            match row.as_array() {
+                Some(cells) => {
+                    for c in cells {
+                        let _ = write!(out, "<td>{}</td>", esc(&json_cell(c)));
+                    }
+                }
+                None => {
+                    let _ = write!(out, "<td>{}</td>", esc(&json_cell(row)));
+                }
+            }
+            out.push_str("</tr>");
+        }
+        out.push_str("</table>");
+        if let Some(note) = t.get("note").and_then(|x| x.as_str()) {
+            let _ = write!(out, r#"<p class="note">{}</p>"#, esc(note));
+        }
+    }
+    for f in &figures {
+        let s = |k: &str| f.get(k).and_then(|x| x.as_str()).unwrap_or("").to_string();
+        let series = f
+            .get("series")
+            .and_then(|x| x.as_array())
+            .into_iter()
+            .flatten()
+            .map(|se| Series {
+                name: se.get("name").and_then(|x| x.as_str()).unwrap_or("?").to_string(),
+                points: se
+                    .get("points")
+                    .and_then(|x| x.as_array())
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|p| {
+                        let a = p.as_array()?;
+                        Some((a.first()?.as_f64()?, a.get(1)?.as_f64()?))
+                    })
+                    .collect(),
+            })
+            .collect();
+        let chart = LineChart {
+            title: format!("Figure {}: {}", fig_num, s("title")),
+            x_label: s("x_label"),
+            y_label: s("y_label"),
+            log_x: f.get("log_x").and_then(|x| x.as_bool()).unwrap_or(false),
+            log_y: f.get("log_y").and_then(|x| x.as_bool()).unwrap_or(false),
+            series,
+        };
+        *fig_num += 1;
+        out.push_str(&svg::line_chart(&chart));
+    }
+    out
+}
+
+const STYLE: &str = r#"body{font-family:sans-serif;max-width:1320px;margin:1em auto;padding:0 1em;color:#222;line-height:1.4}
+h1{font-size:1.6em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}
+table{border-collapse:collapse;margin:.8em 0;font-size:13px}th,td{border:1px solid #ccc;padding:2px 8px;text-align:right}
+th:first-child,td:first-child{text-align:left}caption{text-align:left;font-weight:bold;padding:.3em 0}
+.multiples{display:flex;flex-wrap:wrap;gap:6px}.missing{width:400px;height:250px;display:flex;align-items:center;justify-content:center;border:1px dashed #bbb;color:#888}
+.warn{background:#fff4e0;border-left:4px solid #f0a030;padding:.4em .8em}.note{color:#555;font-size:13px}
+figure{margin:1em 0}figcaption{font-size:13px;margin-bottom:.4em}svg.figure{border:1px solid #eee;margin:2px}"#;
+
+pub fn render(r: &Results) -> String {
+    let mut out = String::new();
+    let machine = &r.machine;
+    let ms = |k: &str| machine.get(k).map(json_cell).unwrap_or_default();
+    let _ = write!(
+        out,
+        r#"<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>iolab lab report</title><style>{STYLE}</style></head><body><h1>iolab lab report</h1><p>Profile <b>{}</b>, {} servers, {} points, {:.0} s. Machine: {} ({} CPUs), kernel {}. Command: <code>{}</code></p>"#,
+        esc(&r.profile),
+        r.targets.len(),
+        r.points.len(),
+        r.elapsed_s,
+        esc(&ms("cpu_model")),
+        esc(&ms("cpus")),
+        esc(&ms("kernel")),
+        esc(&r.command)
+    );
+    out.push_str("<h2>What the figures show</h2><ul>");
+    for s in summary(r) {
+        let _ = write!(out, "<li>{}</li>", esc(&s));
+    }
+    out.push_str("</ul>");
+    if !r.warnings.is_empty() {
+        out.push_str(r#"<div class="warn"><b>Warnings: settings that may distort the results</b><ul>"#);
+        for w in &r.warnings {
+            let _ = write!(out, "<li>{}</li>", esc(w));
+        }
+        out.push_str("</ul></div>");
+    }
+    let mut num = 1;
+    for (file, label) in FILES {
+        let _ = write!(out, "<h2>{} — a new connection per request</h2>", esc(&capitalise(label)));
+        out.push_str(&figure1(r, file, label, num));
+        num += 1;
+        out.push_str(&figure2(r, file, label, num));
+        num += 1;
+        out.push_str(&error_table(r, file));
+    }
+    out.push_str("<h2>Keep-alive throughput</h2>");
+    out.push_str(&keepalive_section(r, num));
+    num += 1;
+    out.push_str("<h2>All points</h2>");
+    out.push_str(&points_table(r));
+    out.push_str(&servers_table(r));
+    out.push_str("<h2>Microbenchmarks</h2>");
+    if r.micro.is_empty() && r.micro_failures.is_empty() {
+        out.push_str("<p>Not run (<code>--no-micro</code>).</p>");
+    }
+    for (name, v) in &r.micro {
+        out.push_str(&micro_block(name, v, &mut num));
+    }
+    for (name, e) in &r.micro_failures {
+        let _ = write!(out, r#"<p class="warn">micro {}: {}</p>"#, esc(name), esc(e));
+    }
+    out.push_str("<h2>Machine and settings</h2>");
+    out.push_str(&kv_table("Settings that decide the result", &r.settings));
+    out.push_str(&kv_table("Method", &r.method));
+    out.push_str("</body></html>\n");
+    out
+}
+
+fn servers_table(r: &Results) -> String {
+    let mut out = String::from("<table><caption>Servers</caption><tr><th>server</th><th>kind</th><th>what</th><th>status</th><th>failures</th></tr>");
+    for t in &r.targets {
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&t.name),
+            esc(&t.kind),
+            esc(&t.describe),
+            esc(&t.status),
+            esc(&t.failures.join("; "))
+        );
+    }
+    out.push_str("</table>");
+    out
+}
+
+fn capitalise(s: &str) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(f) => f.to_uppercase().collect::<String>() + c.as_str(),
+        None => String::new(),
+    }
+}
+
+/// A tick label helper re-exported for text output.
+pub fn short(v: f64) -> String {
+    fmt_tick(v)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::results::{Metrics, Repeat, TargetInfo, Trace};
+
+    /// A synthetic result: `a` fast and sustained everywhere, `b` failing at 100.
+    pub fn synthetic() -> Results {
+        let mut r = Results { profile: "tiny".into(), ..Results::default() };
+        for name in ["a", "b"] {
+            r.targets.push(TargetInfo { name: name.into(), kind: "model".into(), status: "ok".into(), ..TargetInfo::default() });
+            for file in ["small", "big"] {
+                for c in [1usize, 10, 100] {
+                    let bad = name == "b" && c == 100;
+                    let mean = c as f64 * if name == "a" { 0.1 } else { 0.3 };
+                    let rep = Repeat {
+                        metrics: Metrics { mean_ms: mean, p50_ms: mean, p99_ms: mean * 3.0, rps: 1e4 / (1.0 + mean), errors: if bad { 40 } else { 0 }, syn_retries: if bad { 3 } else { 0 }, achieved_concurrency: c as f64 },
+                        requests: 300,
+                        sustained: !bad,
+                        errors_by_kind: if bad { [("reset".to_string(), 40u64)].into() } else { Default::default() },
+                        ..Repeat::default()
+                    };
+                    let mut p = Point::from_repeats(name, file, "close", c, vec![rep]);
+                    if c == 100 {
+                        p.trace = Some(Trace {
+                            scatter: (0..50).map(|i| [i as f64 * 0.01, 1.0 + (i % 7) as f64, if i == 3 { 1.0 } else { 0.0 }]).collect(),
+                            server: (0..10).map(|i| [i as f64 * 0.05, 90.0 + i as f64]).collect(),
+                            client: vec![],
+                        });
+                    }
+                    r.points.push(p);
+                }
+            }
+            let ka = Repeat { metrics: Metrics { rps: if name == "a" { 50_000.0 } else { 20_000.0 }, mean_ms: 1.0, ..Metrics::default() }, sustained: true, ..Repeat::default() };
+            r.points.push(Point::from_repeats(name, "small", "keepalive", 10, vec![ka]));
+        }
+        r.micro.insert(
+            "queue".into(),
+            serde_json::json!({"tables": [{"title": "ns per op", "columns": ["queue", "ns"], "rows": [["vecdeque", 3.5], ["uring", 120]], "note": "10 M ops"}],
+                "figures": [{"title": "depth", "x_label": "depth", "y_label": "ns", "log_x": true, "log_y": false, "series": [{"name": "vecdeque", "points": [[1, 3.0], [1000, 4.0]]}]}]}),
+        );
+        r
+    }
+
+    #[test]
+    fn figure1_stops_where_not_sustained() {
+        let r = synthetic();
+        let s = figure1_series(&r, "small");
+        assert_eq!(s[0].0.points.len(), 3);
+        assert_eq!(s[0].1, None);
+        assert_eq!(s[1].0.points.len(), 2);
+        assert_eq!(s[1].1, Some(100));
+    }
+
+    #[test]
+    fn summary_names_the_fastest_and_the_failures() {
+        let r = synthetic();
+        let s = summary(&r).join(" ");
+        assert!(s.contains("a is fastest"), "{s}");
+        assert!(s.contains("b at 100"), "{s}");
+        assert!(s.contains("b (40)"), "{s}");
+        assert!(s.contains("SYN retransmit"), "{s}");
+        assert!(s.contains("keep-alive at 10 connections, a serves the most"), "{s}");
+    }
+
+    #[test]
+    fn html_figures_parse_as_xml() {
+        let r = synthetic();
+        let html = render(&r);
+        let svgs = crate::validate::extract_svgs(&html);
+        // Figures 1-4 (2 + 2 panels... 2 line charts, 4 panels), keep-alive, one micro figure.
+        assert_eq!(svgs.len(), 2 + 4 + 1 + 1, "{}", svgs.len());
+        for s in &svgs {
+            roxmltree::Document::parse(s).expect("SVG parses");
+        }
+        assert!(html.contains("ns per op") && html.contains("vecdeque"));
+        assert!(html.contains("Errors at concurrency 100"));
+        assert!(html.contains("<td>reset</td>") || html.contains("<th>reset</th>"));
+    }
+}
