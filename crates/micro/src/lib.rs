@@ -15,9 +15,12 @@ pub mod ctxswitch;
 pub mod echo;
 pub mod limits;
 pub mod machine;
+pub mod osutil;
 pub mod queue;
 pub mod runtime;
+pub mod stats;
 pub mod syscalls;
+pub mod table;
 
 /// Options shared by every microbenchmark.
 #[derive(Debug, Clone, Default)]

@@ -1,0 +1,230 @@
+//! Thin wrappers over the Linux calls the microbenchmarks need (affinity, scheduling policy,
+//! rusage, /proc). Each returns an `io::Result` so a refusal (EPERM, EINVAL) is reported,
+//! not hidden.
+
+use std::io;
+
+/// CPUs this process may run on, ascending.
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity writes at most size_of::<cpu_set_t>().
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return vec![0];
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    }
+}
+
+/// Pins the calling thread to `cpu`.
+pub fn pin_to(cpu: usize) -> io::Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("cpu {cpu} out of range"),
+        ));
+    }
+    // SAFETY: cpu < CPU_SETSIZE (checked above); the set is plain data passed by pointer.
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Puts the calling thread under SCHED_FIFO at priority 1 (the lowest real-time priority).
+pub fn set_fifo() -> io::Result<()> {
+    let p = libc::sched_param { sched_priority: 1 };
+    // SAFETY: the param struct is valid for the call; pid 0 = the calling thread.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Context switches and CPU time of a thread or process, from getrusage.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub voluntary: u64,
+    pub involuntary: u64,
+    pub cpu_ns: u64,
+}
+
+impl Usage {
+    pub fn from_rusage(r: &libc::rusage) -> Usage {
+        let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+        Usage {
+            voluntary: r.ru_nvcsw as u64,
+            involuntary: r.ru_nivcsw as u64,
+            cpu_ns: tv(r.ru_utime) + tv(r.ru_stime),
+        }
+    }
+
+    pub fn since(self, earlier: Usage) -> Usage {
+        Usage {
+            voluntary: self.voluntary.saturating_sub(earlier.voluntary),
+            involuntary: self.involuntary.saturating_sub(earlier.involuntary),
+            cpu_ns: self.cpu_ns.saturating_sub(earlier.cpu_ns),
+        }
+    }
+
+    pub fn plus(self, o: Usage) -> Usage {
+        Usage {
+            voluntary: self.voluntary + o.voluntary,
+            involuntary: self.involuntary + o.involuntary,
+            cpu_ns: self.cpu_ns + o.cpu_ns,
+        }
+    }
+
+    pub fn switches(self) -> u64 {
+        self.voluntary + self.involuntary
+    }
+}
+
+fn rusage(who: libc::c_int) -> Usage {
+    // SAFETY: getrusage writes into the zeroed struct we pass; it cannot fail for these `who`.
+    unsafe {
+        let mut r: libc::rusage = std::mem::zeroed();
+        libc::getrusage(who, &mut r);
+        Usage::from_rusage(&r)
+    }
+}
+
+/// Usage of the calling thread.
+pub fn thread_usage() -> Usage {
+    rusage(libc::RUSAGE_THREAD)
+}
+
+/// Usage of the whole process.
+pub fn process_usage() -> Usage {
+    rusage(libc::RUSAGE_SELF)
+}
+
+/// Resident set size of this process in KiB (VmRSS), 0 if unreadable.
+pub fn rss_kib() -> u64 {
+    status_field("VmRSS:")
+}
+
+/// Peak resident set size of this process in KiB (VmHWM), 0 if unreadable.
+pub fn hwm_kib() -> u64 {
+    status_field("VmHWM:")
+}
+
+fn status_field(key: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Raises the soft RLIMIT_NOFILE towards `want` (bounded by the hard limit, or raising the
+/// hard limit too when privileged). Process-local; returns the soft limit in force.
+pub fn raise_nofile(want: u64) -> u64 {
+    // SAFETY: getrlimit/setrlimit read and write the struct we pass.
+    unsafe {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+        if lim.rlim_cur >= want {
+            return lim.rlim_cur;
+        }
+        let try_lim = libc::rlimit {
+            rlim_cur: want,
+            rlim_max: lim.rlim_max.max(want),
+        };
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &try_lim) == 0 {
+            return want;
+        }
+        let capped = libc::rlimit {
+            rlim_cur: want.min(lim.rlim_max),
+            rlim_max: lim.rlim_max,
+        };
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &capped) == 0 {
+            return capped.rlim_cur;
+        }
+        lim.rlim_cur
+    }
+}
+
+/// The thread id of the caller.
+pub fn gettid() -> i32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() }
+}
+
+/// Converts a `-1`-returning libc result into `io::Result`.
+pub fn cvt(rc: libc::c_int) -> io::Result<libc::c_int> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+/// Same for `ssize_t` results.
+pub fn cvt_size(rc: libc::ssize_t) -> io::Result<usize> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_arithmetic() {
+        let a = Usage {
+            voluntary: 10,
+            involuntary: 2,
+            cpu_ns: 100,
+        };
+        let b = Usage {
+            voluntary: 4,
+            involuntary: 1,
+            cpu_ns: 40,
+        };
+        assert_eq!(
+            a.since(b),
+            Usage {
+                voluntary: 6,
+                involuntary: 1,
+                cpu_ns: 60
+            }
+        );
+        assert_eq!(b.since(a), Usage::default());
+        assert_eq!(a.plus(b).switches(), 17);
+    }
+
+    #[test]
+    fn affinity_and_proc() {
+        let cpus = allowed_cpus();
+        assert!(!cpus.is_empty());
+        let cpu = cpus[0];
+        std::thread::spawn(move || pin_to(cpu))
+            .join()
+            .unwrap()
+            .unwrap();
+        assert!(pin_to(usize::MAX).is_err());
+        assert!(rss_kib() > 0);
+        assert!(hwm_kib() >= rss_kib());
+        assert!(gettid() > 0);
+    }
+}
