@@ -3,6 +3,7 @@
 mod common;
 
 use std::os::unix::fs::symlink;
+use std::time::Duration;
 
 use common::*;
 use iolab_http::{CacheConfig, Limits, Site};
@@ -186,6 +187,36 @@ fn changed_file_is_served_fresh() {
 }
 
 #[test]
+fn revalidation_interval() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("f.txt");
+    std::fs::write(&p, b"old").unwrap();
+    let site_with = |every: Duration| {
+        let cache = CacheConfig {
+            revalidate_after: every,
+            ..CacheConfig::default()
+        };
+        Site::with_cache(dir.path(), Limits::default(), cache).unwrap()
+    };
+    let body = |site: &std::sync::Arc<Site>| {
+        let mut s = iolab_http::Session::new(site.clone());
+        s.feed(b"GET /f.txt HTTP/1.1\r\n\r\n", |_| {});
+        let out = drain(&mut s);
+        parse_responses(&out, &[false]).remove(0).body
+    };
+    let hour = site_with(Duration::from_secs(3600));
+    let short = site_with(Duration::from_millis(50));
+    assert_eq!(body(&hour), b"old");
+    assert_eq!(body(&short), b"old");
+    std::fs::write(&p, b"new!").unwrap();
+    // Within the interval the cached bytes are served without looking at the disk...
+    assert_eq!(body(&hour), b"old");
+    // ...and once it has passed, the change is seen.
+    std::thread::sleep(Duration::from_millis(120));
+    assert_eq!(body(&short), b"new!");
+}
+
+#[test]
 fn cached_bodies_are_shared() {
     let f = Fixture::new();
     let take_body = |s: &mut iolab_http::Session| {
@@ -217,6 +248,7 @@ fn large_files_bypass_the_cache() {
         CacheConfig {
             max_cached_file: 1000,
             capacity: 150,
+            revalidate_after: Duration::ZERO,
         },
     )
     .unwrap();
@@ -255,6 +287,7 @@ fn cache_capacity_is_respected() {
         CacheConfig {
             max_cached_file: 1000,
             capacity: 350,
+            ..CacheConfig::default()
         },
     )
     .unwrap();

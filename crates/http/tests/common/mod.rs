@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use iolab_http::{Limits, Session, Site};
+use iolab_http::{CacheConfig, Limits, Session, Site};
 
 pub const SMALL: &[u8] = b"<h1>hello</h1>\n";
 pub const SECRET: &[u8] = b"TOP-SECRET-OUTSIDE-THE-ROOT";
@@ -35,7 +35,12 @@ impl Fixture {
         std::fs::write(dir.path().join("secret.txt"), SECRET).unwrap();
         let big: Vec<u8> = (0..700 * 1024u32).map(|i| (i * 7 % 251) as u8).collect();
         std::fs::write(www.join("big.bin"), &big).unwrap();
-        let site = Site::new(&www, limits).unwrap();
+        // Revalidate on every hit, so that tests changing files see the change at once.
+        let cache = CacheConfig {
+            revalidate_after: std::time::Duration::ZERO,
+            ..CacheConfig::default()
+        };
+        let site = Site::with_cache(&www, limits, cache).unwrap();
         Fixture { dir, site }
     }
 
