@@ -23,6 +23,7 @@ pub mod uring;
 pub mod uring_accept_sync;
 pub mod uring_callback;
 pub mod uring_fixed;
+pub mod uring_common;
 
 pub use shutdown::Shutdown;
 pub use stats::Stats;

@@ -1,6 +1,482 @@
-//! (model not written yet)
+//! `uring` — seed 000's **iocp2** on io_uring.
+//!
+//! iocp2 posted several `AcceptEx` calls ahead on its listening socket, allocated the state of
+//! each client on demand, and ran one event loop around `GetQueuedCompletionStatus`: each
+//! completion packet led, through the `OVERLAPPED` it carried, to the client's environment and
+//! to "the next function to run". Here:
+//!
+//! - the completion port is an io_uring per worker thread (`workers`, 0 = one per core), each
+//!   with its own listener on the same port (SO_REUSEPORT spreads connections over them);
+//! - `AcceptEx` posted ahead is [`ACCEPTS_AHEAD`] `IORING_OP_ACCEPT`s kept in flight; each one
+//!   is re-posted as soon as it completes;
+//! - the client environment is a [`Conn`] allocated when its socket is accepted and freed when
+//!   its close completes (a slab of boxes: the box never moves, so the kernel can hold
+//!   pointers into it while an operation is in flight);
+//! - the `OVERLAPPED` pointer is the SQE's `user_data`: (slab key, operation);
+//! - "the next function to run" is [`Step`], the one thing each connection waits for, set
+//!   where the operation is submitted and matched when it completes.
+//!
+//! `uring-accept-sync` (iocp1) reuses this worker unchanged except for where sockets come
+//! from ([`Source::Handoff`]): exactly the one difference between iocp1 and iocp2.
+//!
+//! Idle timeout and shutdown: see [`crate::uring_common`].
 
-pub fn run(ctx: &crate::Ctx) -> std::io::Result<()> {
-    let _ = ctx;
-    Err(std::io::Error::new(std::io::ErrorKind::Unsupported, "model uring is not written yet"))
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use io_uring::{cqueue, opcode, types, IoUring};
+use iolab_http::Session;
+use slab::Slab;
+
+use crate::stats::ErrorKind;
+use crate::uring_common::{self as common, Gate, MAX_IOV, READ_BUF};
+use crate::Ctx;
+
+/// Accepts kept in flight on each worker's listener, as iocp2 kept `AcceptEx` calls posted.
+pub const ACCEPTS_AHEAD: usize = 16;
+
+/// Serves `ctx` until its shutdown: one ring and one listener per worker thread.
+pub fn run(ctx: &Ctx) -> io::Result<()> {
+    let n = common::worker_count(ctx.config.workers);
+    let listeners = common::listeners(ctx, n, false)?;
+    let gate = Gate::new(ctx.config.max_conns);
+    let listeners: Vec<_> = listeners
+        .into_iter()
+        .map(|l| std::sync::Mutex::new(Some(l)))
+        .collect();
+    common::run_workers(ctx, n, "uring", |i| {
+        let listener = listeners[i]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let listener = listener.ok_or_else(|| io::Error::other("listener already taken"))?;
+        Worker::new(ctx, &gate, Source::Listener(listener))?.serve()
+    })
+}
+
+/// What an operation in flight is; the low byte of its `user_data`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Op {
+    Accept = 1,
+    Recv,
+    Send,
+    Close,
+    /// The periodic idle-timeout tick.
+    Tick,
+    /// The POLL_ADD on the shutdown eventfd.
+    Stop,
+    /// Cancelling the accepts or the tick at shutdown.
+    Cancel,
+    /// A socket posted into this ring by the accept thread (`uring-accept-sync`); the
+    /// completion's result is the descriptor.
+    Handoff,
+    /// The accept thread has stopped: no more `Handoff` will come.
+    HandoffEnd,
+}
+
+impl Op {
+    const ALL: [Op; 9] = [
+        Op::Accept,
+        Op::Recv,
+        Op::Send,
+        Op::Close,
+        Op::Tick,
+        Op::Stop,
+        Op::Cancel,
+        Op::Handoff,
+        Op::HandoffEnd,
+    ];
+}
+
+/// `user_data` of an operation: the connection's key above the operation byte.
+pub(crate) fn token(key: usize, op: Op) -> u64 {
+    ((key as u64) << 8) | op as u64
+}
+
+fn untoken(user_data: u64) -> (usize, Option<Op>) {
+    let op = Op::ALL
+        .iter()
+        .copied()
+        .find(|op| *op as u64 == user_data & 0xff);
+    ((user_data >> 8) as usize, op)
+}
+
+/// Where a worker's sockets come from.
+pub(crate) enum Source {
+    /// Its own listener, with [`ACCEPTS_AHEAD`] accepts posted on it (iocp2).
+    Listener(OwnedFd),
+    /// An accept thread that posts each socket into the ring with `IORING_OP_MSG_RING`
+    /// (iocp1's `PostQueuedCompletionStatus`); its gate check is done by the accept thread.
+    Handoff,
+}
+
+/// What a connection waits for: the next step of its state machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// A receive is in flight; its completion feeds the HTTP session.
+    Receiving,
+    /// A send of the pending response bytes is in flight; its completion advances them.
+    Sending,
+    /// The close is in flight; its completion frees the connection.
+    Closing,
+}
+
+/// One client's environment, allocated when its socket arrives.
+struct Conn {
+    fd: RawFd,
+    step: Step,
+    session: Session,
+    buf: Box<[u8]>,
+    iov: [libc::iovec; MAX_IOV],
+    msg: libc::msghdr,
+    /// When its last operation completed (for the idle timeout).
+    last_io: Instant,
+    /// The socket was shut down by the worker (idle timeout or stop): no second shutdown.
+    shut: bool,
+    /// Why it ends, counted when the close completes; None for an orderly end.
+    fault: Option<ErrorKind>,
+}
+
+pub(crate) struct Worker<'a> {
+    ctx: &'a Ctx,
+    gate: &'a Gate,
+    ring: IoUring,
+    source: Source,
+    conns: Slab<Box<Conn>>,
+    /// Operations submitted and not yet completed; the worker returns only at zero.
+    in_flight: usize,
+    /// Accepts posted on the listener now.
+    accepts: usize,
+    stopping: bool,
+    /// `uring-accept-sync`: the accept thread may still post sockets.
+    handoff_open: bool,
+    idle_timeout: Duration,
+    tick: types::Timespec,
+    now: Instant,
+}
+
+impl<'a> Worker<'a> {
+    pub(crate) fn new(ctx: &'a Ctx, gate: &'a Gate, source: Source) -> io::Result<Worker<'a>> {
+        Worker::with_ring(ctx, gate, source, common::ring()?)
+    }
+
+    pub(crate) fn with_ring(
+        ctx: &'a Ctx,
+        gate: &'a Gate,
+        source: Source,
+        ring: IoUring,
+    ) -> io::Result<Worker<'a>> {
+        let handoff_open = matches!(source, Source::Handoff);
+        Ok(Worker {
+            ctx,
+            gate,
+            ring,
+            source,
+            conns: Slab::new(),
+            in_flight: 0,
+            accepts: 0,
+            stopping: false,
+            handoff_open,
+            idle_timeout: ctx.config.idle_timeout,
+            tick: common::tick_period(ctx.config.idle_timeout).into(),
+            now: Instant::now(),
+        })
+    }
+
+    pub(crate) fn ring_fd(&self) -> RawFd {
+        self.ring.as_raw_fd()
+    }
+
+    /// The event loop: wait for completions, dispatch each on its operation, until the stop
+    /// has been requested and nothing is in flight any more.
+    pub(crate) fn serve(mut self) -> io::Result<()> {
+        let result = self.event_loop();
+        if self.in_flight > 0 {
+            // Only on an unexpected ring error: the kernel may still write into the buffers,
+            // so they are leaked rather than freed under it.
+            std::mem::forget(std::mem::take(&mut self.conns));
+        }
+        result
+    }
+
+    fn event_loop(&mut self) -> io::Result<()> {
+        self.arm_stop()?;
+        self.arm_tick()?;
+        self.post_accepts()?;
+        let mut cqes: Vec<cqueue::Entry> = Vec::with_capacity(common::RING_ENTRIES as usize * 4);
+        while !(self.stopping && self.in_flight == 0 && !self.handoff_open) {
+            common::submit_and_wait(&mut self.ring)?;
+            common::drain(&mut self.ring, &mut cqes);
+            self.now = Instant::now();
+            for cqe in &cqes {
+                self.complete(cqe.user_data(), cqe.result())?;
+            }
+        }
+        Ok(())
+    }
+
+    fn complete(&mut self, user_data: u64, res: i32) -> io::Result<()> {
+        let (key, op) = untoken(user_data);
+        let Some(op) = op else {
+            return Err(io::Error::other(format!(
+                "unknown completion {user_data:#x}"
+            )));
+        };
+        if !matches!(op, Op::Handoff | Op::HandoffEnd) {
+            self.in_flight -= 1;
+        }
+        match op {
+            Op::Accept => self.on_accept(res),
+            Op::Handoff => self.on_handoff(res),
+            Op::HandoffEnd => {
+                self.handoff_open = false;
+                Ok(())
+            }
+            Op::Recv => self.on_recv(key, res),
+            Op::Send => self.on_send(key, res),
+            Op::Close => {
+                self.on_closed(key);
+                Ok(())
+            }
+            Op::Tick => self.on_tick(),
+            Op::Stop => self.on_stop(),
+            Op::Cancel => Ok(()),
+        }
+    }
+
+    fn submit(&mut self, entry: io_uring::squeue::Entry) -> io::Result<()> {
+        common::push(&mut self.ring, &entry)?;
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    // --- accepting -------------------------------------------------------------------------
+
+    fn post_accepts(&mut self) -> io::Result<()> {
+        let Source::Listener(listener) = &self.source else {
+            return Ok(());
+        };
+        let fd = listener.as_raw_fd();
+        while !self.stopping && self.accepts < ACCEPTS_AHEAD {
+            // No peer address is asked for (null pointers): nothing to keep alive.
+            let e = opcode::Accept::new(types::Fd(fd), std::ptr::null_mut(), std::ptr::null_mut())
+                .flags(libc::SOCK_CLOEXEC)
+                .build()
+                .user_data(token(0, Op::Accept));
+            self.submit(e)?;
+            self.accepts += 1;
+        }
+        Ok(())
+    }
+
+    fn on_accept(&mut self, res: i32) -> io::Result<()> {
+        self.accepts -= 1;
+        if res < 0 {
+            if res != -libc::ECANCELED {
+                // EMFILE and the like: the accept is re-posted at the next tick rather than at
+                // once, which would spin while the condition lasts.
+                self.ctx.stats.error(common::error_kind(res));
+            }
+            return Ok(());
+        }
+        self.ctx.stats.accepted();
+        self.post_accepts()?;
+        if self.stopping || !self.gate.enter() {
+            common::close_fd(res);
+            self.ctx.stats.refused();
+            return Ok(());
+        }
+        self.open(res)
+    }
+
+    fn on_handoff(&mut self, fd: i32) -> io::Result<()> {
+        if fd < 0 {
+            return Ok(());
+        }
+        if self.stopping {
+            common::close_fd(fd);
+            self.gate.leave();
+            self.ctx.stats.refused();
+            return Ok(());
+        }
+        self.open(fd)
+    }
+
+    // --- one connection's state machine ----------------------------------------------------
+
+    fn open(&mut self, fd: RawFd) -> io::Result<()> {
+        self.ctx.stats.conn_opened();
+        let key = self.conns.insert(Box::new(Conn {
+            fd,
+            step: Step::Receiving,
+            session: Session::new(Arc::clone(&self.ctx.site)),
+            buf: vec![0u8; READ_BUF].into_boxed_slice(),
+            iov: common::empty_iovecs(),
+            msg: common::empty_msghdr(),
+            last_io: self.now,
+            shut: false,
+            fault: None,
+        }));
+        self.receive(key)
+    }
+
+    /// Step → Receiving.
+    fn receive(&mut self, key: usize) -> io::Result<()> {
+        let c = &mut self.conns[key];
+        c.step = Step::Receiving;
+        // The buffer is a boxed slice owned by the connection, which stays in the slab until
+        // its close completes — after this receive's completion.
+        let e = opcode::Recv::new(types::Fd(c.fd), c.buf.as_mut_ptr(), c.buf.len() as u32)
+            .build()
+            .user_data(token(key, Op::Recv));
+        self.submit(e)
+    }
+
+    /// Step → Sending: the first pending chunks in one sendmsg.
+    fn send(&mut self, key: usize) -> io::Result<()> {
+        let c = &mut self.conns[key];
+        let n = common::fill_iovecs(&c.session, &mut c.iov);
+        if n == 0 {
+            return self.close(key);
+        }
+        c.step = Step::Sending;
+        c.msg.msg_iov = c.iov.as_mut_ptr();
+        c.msg.msg_iovlen = n;
+        // msghdr and iovecs live in the boxed connection; the bytes they point to are the
+        // session's pending chunks, which are not touched until this send completes.
+        let e = opcode::SendMsg::new(types::Fd(c.fd), &c.msg)
+            .flags(common::SEND_FLAGS)
+            .build()
+            .user_data(token(key, Op::Send));
+        self.submit(e)
+    }
+
+    /// Step → Closing.
+    fn close(&mut self, key: usize) -> io::Result<()> {
+        let c = &mut self.conns[key];
+        c.step = Step::Closing;
+        let e = opcode::Close::new(types::Fd(c.fd))
+            .build()
+            .user_data(token(key, Op::Close));
+        self.submit(e)
+    }
+
+    /// After a receive or a send: send what is pending, else close if the session is over,
+    /// else receive the next request.
+    fn next_step(&mut self, key: usize) -> io::Result<()> {
+        let c = &self.conns[key];
+        if self.stopping {
+            self.close(key)
+        } else if c.session.has_pending() {
+            self.send(key)
+        } else if c.session.should_close() {
+            self.close(key)
+        } else {
+            self.receive(key)
+        }
+    }
+
+    fn on_recv(&mut self, key: usize, res: i32) -> io::Result<()> {
+        let stats = &*self.ctx.stats;
+        let c = &mut self.conns[key];
+        debug_assert_eq!(c.step, Step::Receiving);
+        c.last_io = self.now;
+        if res <= 0 {
+            // 0: the peer closed (or our shutdown at an idle timeout or stop).
+            if res < 0 && c.fault.is_none() {
+                c.fault = Some(common::error_kind(res));
+            }
+            return self.close(key);
+        }
+        c.session
+            .feed(&c.buf[..res as usize], |status| stats.response(status));
+        self.next_step(key)
+    }
+
+    fn on_send(&mut self, key: usize, res: i32) -> io::Result<()> {
+        let c = &mut self.conns[key];
+        debug_assert_eq!(c.step, Step::Sending);
+        c.last_io = self.now;
+        if res <= 0 {
+            if c.fault.is_none() {
+                c.fault = Some(if res < 0 {
+                    common::error_kind(res)
+                } else {
+                    ErrorKind::Io
+                });
+            }
+            return self.close(key);
+        }
+        c.session.advance(res as usize);
+        self.next_step(key)
+    }
+
+    fn on_closed(&mut self, key: usize) {
+        let c = self.conns.remove(key);
+        if let Some(kind) = c.fault {
+            self.ctx.stats.error(kind);
+        }
+        self.ctx.stats.conn_closed();
+        self.gate.leave();
+    }
+
+    // --- timeout and stop ------------------------------------------------------------------
+
+    fn arm_tick(&mut self) -> io::Result<()> {
+        // The kernel copies the timespec when the SQE is submitted; it lives in the worker.
+        let e = opcode::Timeout::new(&self.tick)
+            .build()
+            .user_data(token(0, Op::Tick));
+        self.submit(e)
+    }
+
+    fn arm_stop(&mut self) -> io::Result<()> {
+        let e = opcode::PollAdd::new(types::Fd(self.ctx.shutdown.fd()), libc::POLLIN as u32)
+            .build()
+            .user_data(token(0, Op::Stop));
+        self.submit(e)
+    }
+
+    fn on_tick(&mut self) -> io::Result<()> {
+        if self.stopping {
+            return Ok(());
+        }
+        for (_, c) in self.conns.iter_mut() {
+            if c.step != Step::Closing
+                && !c.shut
+                && common::idle_expired(self.now, c.last_io, self.idle_timeout)
+            {
+                common::shutdown_socket(c.fd);
+                c.shut = true;
+                c.fault = Some(ErrorKind::Timeout);
+            }
+        }
+        self.post_accepts()?;
+        self.arm_tick()
+    }
+
+    fn on_stop(&mut self) -> io::Result<()> {
+        self.stopping = true;
+        if let Source::Listener(listener) = &self.source {
+            let cancel = types::CancelBuilder::fd(types::Fd(listener.as_raw_fd())).all();
+            let e = opcode::AsyncCancel2::new(cancel)
+                .build()
+                .user_data(token(0, Op::Cancel));
+            self.submit(e)?;
+        }
+        let e = opcode::TimeoutRemove::new(token(0, Op::Tick))
+            .build()
+            .user_data(token(0, Op::Cancel));
+        self.submit(e)?;
+        for (_, c) in self.conns.iter_mut() {
+            if c.step != Step::Closing && !c.shut {
+                common::shutdown_socket(c.fd);
+                c.shut = true;
+            }
+        }
+        Ok(())
+    }
 }

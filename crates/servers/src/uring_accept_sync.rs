@@ -1,6 +1,214 @@
-//! (model not written yet)
+//! `uring-accept-sync` — seed 000's **iocp1** on io_uring.
+//!
+//! iocp1 dedicated one thread to synchronous `accept` calls and ran the event loop around
+//! `GetQueuedCompletionStatus` on another; the accept thread handed each new socket to the
+//! loop with `PostQueuedCompletionStatus`, so that a new client arrived in the loop as one
+//! more completion packet. Here:
+//!
+//! - one accept thread waits in `poll(2)` on the listening socket (and on the shutdown
+//!   eventfd, so that it can stop), then `accept4`s every connection queued — the blocking
+//!   accept of iocp1, without a blocking call that a stop request could not interrupt;
+//! - it checks `max_conns` (refused: closed at once and counted) and posts the descriptor into
+//!   a worker's ring with `IORING_OP_MSG_RING` (round robin over the workers): the worker sees
+//!   a completion whose result is the socket, exactly as iocp1's loop dequeued a packet;
+//! - every worker runs the `uring` (iocp2) event loop and connection state machine
+//!   unchanged, minus its own accepts ([`crate::uring::Source::Handoff`]): the comparison
+//!   between the two models is the comparison of the two ways to accept.
+//!
+//! When it stops, the accept thread posts a last message ("no more sockets") into every
+//! ring; a worker returns only after it, so that no socket can be posted into a ring that
+//! nobody reaps any more.
 
-pub fn run(ctx: &crate::Ctx) -> std::io::Result<()> {
-    let _ = ctx;
-    Err(std::io::Error::new(std::io::ErrorKind::Unsupported, "model uring_accept_sync is not written yet"))
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::mpsc;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use io_uring::{opcode, types, IoUring};
+
+use crate::stats::ErrorKind;
+use crate::uring::{token, Op, Source, Worker};
+use crate::uring_common::{self as common, Gate};
+use crate::Ctx;
+
+pub fn run(ctx: &Ctx) -> io::Result<()> {
+    let n = common::worker_count(ctx.config.workers);
+    let listener = common::listen(ctx.config.addr, ctx.config.backlog, false, true)?;
+    let gate = Gate::new(ctx.config.max_conns);
+    // The accept thread's own ring (only to submit the MSG_RING posts), created before any
+    // worker: a worker returns only after the accept thread's last post.
+    let own_ring = Mutex::new(Some(common::ring_with_entries(8)?));
+    // Each worker creates its ring on its own thread and sends the ring's descriptor to the
+    // accept thread (index n), the target of its posts. One sender per worker: if a worker
+    // dies before sending, the receiver sees fewer rings instead of waiting forever.
+    let (tx, rx) = mpsc::channel::<io::Result<RawFd>>();
+    let senders: Vec<_> = (0..n).map(|_| Mutex::new(Some(tx.clone()))).collect();
+    drop(tx);
+    let rx = Mutex::new(Some(rx));
+    common::run_workers(ctx, n + 1, "uring-accept-sync", |i| {
+        if i == n {
+            let rx = rx.lock().unwrap_or_else(|e| e.into_inner()).take();
+            let ring = own_ring.lock().unwrap_or_else(|e| e.into_inner()).take();
+            let (Some(rx), Some(ring)) = (rx, ring) else {
+                return Err(io::Error::other("accept thread started twice"));
+            };
+            let rings: Vec<io::Result<RawFd>> = rx.iter().take(n).collect();
+            return accept_thread(ctx, &gate, listener.as_raw_fd(), ring, n, rings);
+        }
+        let tx = senders[i].lock().unwrap_or_else(|e| e.into_inner()).take();
+        let tx = tx.ok_or_else(|| io::Error::other("worker started twice"))?;
+        let worker =
+            common::ring().and_then(|ring| Worker::with_ring(ctx, &gate, Source::Handoff, ring));
+        match worker {
+            Ok(w) => {
+                let _ = tx.send(Ok(w.ring_fd()));
+                drop(tx);
+                w.serve()
+            }
+            Err(e) => {
+                let _ = tx.send(Err(io::Error::new(e.kind(), e.to_string())));
+                Err(e)
+            }
+        }
+    })
+}
+
+/// Accepts until the shutdown, hands each socket to a worker ring, then tells every ring
+/// that no more sockets will come.
+fn accept_thread(
+    ctx: &Ctx,
+    gate: &Gate,
+    listener: RawFd,
+    mut ring: IoUring,
+    workers: usize,
+    rings: Vec<io::Result<RawFd>>,
+) -> io::Result<()> {
+    let mut targets = Vec::with_capacity(rings.len());
+    let mut failed = None;
+    for r in rings {
+        match r {
+            Ok(fd) => targets.push(fd),
+            Err(e) => failed = Some(e),
+        }
+    }
+    if failed.is_none() && targets.len() < workers {
+        failed = Some(io::Error::other(
+            "a worker thread stopped before its ring was ready",
+        ));
+    }
+    let result = match failed {
+        Some(e) => {
+            ctx.shutdown.trigger();
+            Err(e)
+        }
+        None => accept_loop(ctx, gate, listener, &mut ring, &targets),
+    };
+    for &target in &targets {
+        if let Err(e) = post(&mut ring, target, 0, token(0, Op::HandoffEnd)) {
+            // Not expected (the target ring is alive: its worker is waiting for this very
+            // message); say so rather than leave a worker waiting in silence.
+            eprintln!("uring-accept-sync: cannot tell a worker to stop: {e}");
+        }
+    }
+    result
+}
+
+fn accept_loop(
+    ctx: &Ctx,
+    gate: &Gate,
+    listener: RawFd,
+    ring: &mut IoUring,
+    targets: &[RawFd],
+) -> io::Result<()> {
+    let mut next = 0;
+    let mut fds = [
+        libc::pollfd {
+            fd: listener,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: ctx.shutdown.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    loop {
+        // SAFETY: fds is a live array of two pollfd.
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if ctx.shutdown.is_triggered() {
+            return Ok(());
+        }
+        // Take every connection queued now.
+        loop {
+            // SAFETY: accept4 on our listener, no peer address asked for.
+            let fd = unsafe {
+                libc::accept4(
+                    listener,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    libc::SOCK_CLOEXEC,
+                )
+            };
+            if fd < 0 {
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EAGAIN | libc::EINTR | libc::ECONNABORTED | libc::EPROTO) => {}
+                    Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
+                        // Out of descriptors or memory: the connection waits in the backlog;
+                        // pause rather than spin on a listener that stays readable.
+                        ctx.stats.error(ErrorKind::Io);
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    _ => return Err(io::Error::new(e.kind(), format!("accept failed: {e}"))),
+                }
+                break;
+            }
+            ctx.stats.accepted();
+            if !gate.enter() {
+                common::close_fd(fd);
+                ctx.stats.refused();
+                continue;
+            }
+            let target = targets[next];
+            next = (next + 1) % targets.len();
+            if let Err(e) = post(ring, target, fd, token(0, Op::Handoff)) {
+                common::close_fd(fd);
+                gate.leave();
+                ctx.stats.error(ErrorKind::of_io(&e));
+            }
+        }
+    }
+}
+
+/// Posts a completion (result `res`, `user_data`) into the ring `target` and waits until the
+/// kernel has done it.
+fn post(ring: &mut IoUring, target: RawFd, res: i32, user_data: u64) -> io::Result<()> {
+    let e = opcode::MsgRingData::new(types::Fd(target), res, user_data, None)
+        .build()
+        .user_data(0);
+    common::push(ring, &e)?;
+    loop {
+        match ring.submit_and_wait(1) {
+            Ok(_) => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    let cqe = ring
+        .completion()
+        .next()
+        .ok_or_else(|| io::Error::other("MSG_RING completion missing"))?;
+    if cqe.result() < 0 {
+        return Err(io::Error::from_raw_os_error(-cqe.result()));
+    }
+    Ok(())
 }

@@ -1,0 +1,396 @@
+//! Plumbing shared by the four io_uring models (`uring-accept-sync`, `uring`, `uring-fixed`,
+//! `uring-callback`): listening sockets, ring creation, the connection limit shared by the
+//! worker threads, the scatter list for a response, and the counters.
+//!
+//! Nothing here decides how a model accepts, stores its connections or dispatches its
+//! completions: that is what the models differ in, and each module keeps it in view.
+//!
+//! Idle timeout (all four models): each ring keeps one periodic `IORING_OP_TIMEOUT` (a "tick",
+//! [`tick_period`]); on each tick the worker looks at the time of every open connection's last
+//! completed I/O and `shutdown(2)`s the sockets idle longer than `idle_timeout`. The shutdown
+//! makes the connection's pending receive (or send) complete at once, so the connection leaves
+//! through its ordinary close path and the timeout costs nothing on the I/O path (no linked
+//! timeout per operation). A connection is therefore closed between `idle_timeout` and
+//! `idle_timeout + tick` after its last I/O; an `idle_timeout` of zero means no timeout.
+//!
+//! Shutdown (all four models): each ring keeps a `POLL_ADD` on the shutdown eventfd. When it
+//! completes the worker cancels its accepts, shuts every open socket down, and keeps reaping
+//! completions until no operation is in flight — only then are buffers freed and the ring
+//! dropped, because the kernel may write into a buffer until the operation's completion.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use io_uring::{cqueue, squeue, IoUring};
+
+use crate::stats::ErrorKind;
+use crate::Ctx;
+
+/// Size of a connection's receive buffer. One request line plus headers of a typical GET fits
+/// many times; larger header blocks arrive over several receives (the parser is incremental).
+pub const READ_BUF: usize = 8 * 1024;
+
+/// Most response chunks handed to one `sendmsg`; the rest goes in the next one.
+pub const MAX_IOV: usize = 8;
+
+/// Submission queue size of each ring; the completion queue is four times as large so that
+/// a burst of completions (one per connection) rarely overflows it (and when it does, the
+/// kernel keeps the overflow: IORING_FEAT_NODROP).
+pub const RING_ENTRIES: u32 = 1024;
+
+/// Resolves `workers` (0 = one per core).
+pub fn worker_count(workers: usize) -> usize {
+    if workers > 0 {
+        workers
+    } else {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    }
+}
+
+/// A TCP listening socket on `addr` with SO_REUSEADDR (restart without waiting for
+/// TIME_WAIT, seed 000 annex E.1), SO_REUSEPORT when several rings each own a listener (the
+/// kernel then spreads connections over them), and the configured backlog.
+pub fn listen(
+    addr: SocketAddr,
+    backlog: u32,
+    reuseport: bool,
+    nonblocking: bool,
+) -> io::Result<OwnedFd> {
+    let domain = match addr {
+        SocketAddr::V4(_) => libc::AF_INET,
+        SocketAddr::V6(_) => libc::AF_INET6,
+    };
+    let mut ty = libc::SOCK_STREAM | libc::SOCK_CLOEXEC;
+    if nonblocking {
+        ty |= libc::SOCK_NONBLOCK;
+    }
+    // SAFETY: plain socket(2) call; the result is checked before use.
+    let fd = unsafe { libc::socket(domain, ty, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor that nothing else owns.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
+    if reuseport {
+        setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT, 1)?;
+    }
+    // Accepted sockets inherit TCP_NODELAY from the listener (no setsockopt per connection):
+    // a response goes out in one sendmsg, Nagle would only delay the tail of pipelined answers.
+    setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1)?;
+    let (storage, len) = sockaddr(addr);
+    // SAFETY: storage holds a valid sockaddr of `len` bytes for this address family.
+    if unsafe { libc::bind(fd, &storage as *const _ as *const libc::sockaddr, len) } < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("cannot bind {addr}: {e}")));
+    }
+    let backlog = backlog.min(i32::MAX as u32) as i32;
+    // SAFETY: listen(2) on our own socket.
+    if unsafe { libc::listen(fd, backlog) } < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(
+            e.kind(),
+            format!("cannot listen on {addr}: {e}"),
+        ));
+    }
+    Ok(sock)
+}
+
+/// The listeners of a model with one ring per worker: `n` sockets bound to the same address
+/// with SO_REUSEPORT (one only when `n` is 1). When the configured port is 0, the first bind
+/// picks the port and the others reuse it.
+pub fn listeners(ctx: &Ctx, n: usize, nonblocking: bool) -> io::Result<Vec<OwnedFd>> {
+    let mut addr = ctx.config.addr;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let l = listen(addr, ctx.config.backlog, n > 1, nonblocking)?;
+        if addr.port() == 0 {
+            addr = local_addr(l.as_raw_fd())?;
+        }
+        out.push(l);
+    }
+    Ok(out)
+}
+
+/// The address a socket is bound to.
+pub fn local_addr(fd: RawFd) -> io::Result<SocketAddr> {
+    // SAFETY: sockaddr_storage is plain data for which all-zero bytes are valid.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: storage and len describe a writable buffer large enough for any address.
+    if unsafe { libc::getsockname(fd, &mut storage as *mut _ as *mut libc::sockaddr, &mut len) } < 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    match storage.ss_family as i32 {
+        libc::AF_INET => {
+            // SAFETY: the kernel wrote a sockaddr_in (family AF_INET).
+            let a = unsafe { *(&storage as *const _ as *const libc::sockaddr_in) };
+            let ip = std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
+            Ok(SocketAddr::from((ip, u16::from_be(a.sin_port))))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the kernel wrote a sockaddr_in6 (family AF_INET6).
+            let a = unsafe { *(&storage as *const _ as *const libc::sockaddr_in6) };
+            let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
+            Ok(SocketAddr::from((ip, u16::from_be(a.sin6_port))))
+        }
+        f => Err(io::Error::other(format!("unexpected address family {f}"))),
+    }
+}
+
+fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain data for which all-zero bytes are valid.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+            let sin = unsafe { &mut *(&mut storage as *mut _ as *mut libc::sockaddr_in) };
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_port = a.port().to_be();
+            sin.sin_addr.s_addr = u32::from(*a.ip()).to_be();
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
+            let sin6 = unsafe { &mut *(&mut storage as *mut _ as *mut libc::sockaddr_in6) };
+            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            sin6.sin6_port = a.port().to_be();
+            sin6.sin6_addr.s6_addr = a.ip().octets();
+            sin6.sin6_flowinfo = a.flowinfo();
+            sin6.sin6_scope_id = a.scope_id();
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (storage, len as libc::socklen_t)
+}
+
+fn setsockopt_int(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()> {
+    // SAFETY: value is a live i32 and its size is passed.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            &value as *const i32 as *const libc::c_void,
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// A ring for one worker thread.
+pub fn ring() -> io::Result<IoUring> {
+    ring_with_entries(RING_ENTRIES)
+}
+
+/// A ring with `entries` submission entries and four times as many completion entries.
+pub fn ring_with_entries(entries: u32) -> io::Result<IoUring> {
+    IoUring::builder()
+        .setup_cqsize(entries * 4)
+        .build(entries)
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot create an io_uring: {e}")))
+}
+
+/// Queues `entry`, first submitting what is queued when the submission queue is full.
+pub fn push(ring: &mut IoUring, entry: &squeue::Entry) -> io::Result<()> {
+    loop {
+        // SAFETY: every caller keeps the memory the entry points to (buffers, iovecs,
+        // msghdr, timespec) alive and unmoved until the entry's completion is reaped; each
+        // call site states how.
+        if unsafe { ring.submission().push(entry) }.is_ok() {
+            return Ok(());
+        }
+        submit(ring)?;
+    }
+}
+
+/// Submits what is queued without waiting.
+pub fn submit(ring: &mut IoUring) -> io::Result<()> {
+    loop {
+        match ring.submit() {
+            Ok(_) => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            // The completion queue is full: the caller reaps completions and retries.
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Submits what is queued and waits until at least one completion is there.
+pub fn submit_and_wait(ring: &mut IoUring) -> io::Result<()> {
+    loop {
+        match ring.submit_and_wait(1) {
+            Ok(_) => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
+                if !ring.completion().is_empty() {
+                    return Ok(());
+                }
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Moves every completion out of the ring into `out` (cleared first; reused so that the loop
+/// does not allocate once it has grown to the largest batch).
+pub fn drain(ring: &mut IoUring, out: &mut Vec<cqueue::Entry>) {
+    out.clear();
+    out.extend(ring.completion());
+}
+
+/// The period of the idle-timeout tick: a quarter of the timeout, between 10 ms and 1 s
+/// (1 s when there is no timeout: the tick then only re-posts accepts after an error).
+pub fn tick_period(idle_timeout: Duration) -> Duration {
+    if idle_timeout.is_zero() {
+        return Duration::from_secs(1);
+    }
+    (idle_timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1))
+}
+
+/// True when a connection whose last I/O completed at `last_io` has been idle too long
+/// (`idle_timeout` zero: never).
+pub fn idle_expired(now: Instant, last_io: Instant, idle_timeout: Duration) -> bool {
+    !idle_timeout.is_zero() && now.duration_since(last_io) >= idle_timeout
+}
+
+/// `max_conns` for the whole server, shared by its worker threads.
+pub struct Gate {
+    open: AtomicUsize,
+    max: usize,
+}
+
+impl Gate {
+    pub fn new(max: usize) -> Gate {
+        Gate {
+            open: AtomicUsize::new(0),
+            max,
+        }
+    }
+
+    /// Takes a place for a new connection; false when the server already holds `max`.
+    pub fn enter(&self) -> bool {
+        self.open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                if n < self.max {
+                    Some(n + 1)
+                } else {
+                    None
+                }
+            })
+            .is_ok()
+    }
+
+    pub fn leave(&self) {
+        self.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Fills `iov` with the first pending response chunks; returns how many.
+pub fn fill_iovecs(session: &iolab_http::Session, iov: &mut [libc::iovec; MAX_IOV]) -> usize {
+    let mut n = 0;
+    for chunk in session
+        .pending()
+        .iter()
+        .filter(|c| !c.is_empty())
+        .take(MAX_IOV)
+    {
+        iov[n] = libc::iovec {
+            iov_base: chunk.as_ptr() as *mut libc::c_void,
+            iov_len: chunk.len(),
+        };
+        n += 1;
+    }
+    n
+}
+
+/// An all-zero msghdr (no name, no control data) to be pointed at an iovec array.
+pub fn empty_msghdr() -> libc::msghdr {
+    // SAFETY: msghdr is plain data; all-zero is a valid empty header.
+    unsafe { std::mem::zeroed() }
+}
+
+/// A zeroed iovec array.
+pub fn empty_iovecs() -> [libc::iovec; MAX_IOV] {
+    [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; MAX_IOV]
+}
+
+/// Flags for every send: no SIGPIPE when the peer has gone (the error comes back as EPIPE).
+pub const SEND_FLAGS: u32 = libc::MSG_NOSIGNAL as u32;
+
+/// Shuts a socket down both ways so that its pending operations complete at once.
+pub fn shutdown_socket(fd: RawFd) {
+    // SAFETY: shutdown(2) on a descriptor this worker owns; failure (already shut) is harmless.
+    unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+}
+
+/// Closes a descriptor this worker owns and that no operation in flight refers to.
+pub fn close_fd(fd: RawFd) {
+    // SAFETY: the caller owns fd and forgets it after this call.
+    unsafe { libc::close(fd) };
+}
+
+/// Why a connection ended badly, from a negative completion result.
+pub fn error_kind(res: i32) -> ErrorKind {
+    ErrorKind::of_io(&io::Error::from_raw_os_error(-res))
+}
+
+/// Runs `body(i)` on `n` named threads and waits for all of them. When one fails, the
+/// shutdown is triggered so that the others stop too, and the first error is returned.
+pub fn run_workers<F>(ctx: &Ctx, n: usize, name: &str, body: F) -> io::Result<()>
+where
+    F: Fn(usize) -> io::Result<()> + Sync,
+{
+    let body = &body;
+    std::thread::scope(|s| {
+        let mut handles = Vec::with_capacity(n);
+        let mut first = Ok(());
+        for i in 0..n {
+            let spawned = std::thread::Builder::new()
+                .name(format!("{name}-{i}"))
+                .spawn_scoped(s, move || {
+                    let r = body(i);
+                    if r.is_err() {
+                        ctx.shutdown.trigger();
+                    }
+                    r
+                });
+            match spawned {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    // The threads already started stop on the shutdown and are joined below.
+                    ctx.shutdown.trigger();
+                    first = Err(io::Error::new(
+                        e.kind(),
+                        format!("cannot start a worker thread: {e}"),
+                    ));
+                    break;
+                }
+            }
+        }
+        for h in handles {
+            let r = h.join().unwrap_or_else(|_| {
+                ctx.shutdown.trigger();
+                Err(io::Error::other("a worker thread panicked"))
+            });
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    })
+}
