@@ -433,6 +433,45 @@ fn leading_empty_lines_are_ignored() {
 }
 
 #[test]
+fn response_does_not_wait_for_a_content_length_body() {
+    let f = Fixture::new();
+    let mut s = f.session();
+    let mut st = Vec::new();
+    s.feed(
+        b"GET /sub/data.json HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n",
+        |x| st.push(x),
+    );
+    assert_eq!(st, vec![200]);
+    assert!(s.has_pending());
+    assert!(!s.is_between_requests());
+    s.feed(b"hel", |x| st.push(x));
+    s.feed(b"lo", |x| st.push(x));
+    assert!(s.is_between_requests());
+    s.feed(b"GET /index.html HTTP/1.1\r\n\r\n", |x| st.push(x));
+    assert_eq!(st, vec![200, 200]);
+}
+
+#[test]
+fn session_and_site_cross_threads() {
+    fn send<T: Send>() {}
+    fn send_sync<T: Send + Sync>() {}
+    send::<iolab_http::Session>();
+    send_sync::<iolab_http::Site>();
+    // And concurrent sessions on one site agree.
+    let f = Fixture::new();
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| {
+                for _ in 0..50 {
+                    let r = get(&f, "GET /big.bin HTTP/1.1\r\n\r\n");
+                    assert_eq!((r.status, r.body.len()), (200, 700 * 1024));
+                }
+            });
+        }
+    });
+}
+
+#[test]
 fn advance_handles_partial_and_excess_counts() {
     let f = Fixture::new();
     let mut s = f.session();

@@ -39,8 +39,8 @@ fn sites() -> &'static Sites {
         std::os::unix::fs::symlink("../secret.txt", www.join("rel")).unwrap();
         std::os::unix::fs::symlink(base.join("out"), www.join("outdir")).unwrap();
         std::os::unix::fs::symlink("a.txt", www.join("alias")).unwrap();
-        let fifo = std::ffi::CString::new(www.join("fifo").into_os_string().into_encoded_bytes())
-            .unwrap();
+        let fifo =
+            std::ffi::CString::new(www.join("fifo").into_os_string().into_encoded_bytes()).unwrap();
         // SAFETY: `fifo` is a valid NUL-terminated path.
         unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) };
         let tight = Limits {
