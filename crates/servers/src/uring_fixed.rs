@@ -1,6 +1,422 @@
-//! (model not written yet)
+//! `uring-fixed` — seed 000's **iocp3** on io_uring.
+//!
+//! iocp3 was iocp2 (accepts posted ahead, one event loop around the completion port) with the
+//! client environments allocated once, at start, in a fixed number — the number of
+//! connections the server can hold — instead of on demand. Here, as in [`crate::uring`]:
+//! one ring and one listener per worker, [`uring::ACCEPTS_AHEAD`] accepts kept posted, the
+//! same explicit [`Step`] per connection, `user_data` = (slot, operation). The difference:
+//!
+//! - each worker allocates at start a fixed array of `ceil(max_conns / workers)` [`Slot`]s and
+//!   one arena holding every slot's receive buffer; a free list of slot numbers (allocated at
+//!   start too) gives a slot to an accepted socket and takes it back when its close completes;
+//! - a connection that arrives when every slot of its worker is taken is closed at once and
+//!   counted as refused (as when the server-wide `max_conns` is reached) — with SO_REUSEPORT
+//!   spreading connections over workers by hash, one worker can be full slightly before the
+//!   server is;
+//! - the arena is registered with the ring (`IORING_REGISTER_BUFFERS`, one buffer) and read
+//!   into with `IORING_OP_READ_FIXED`, so the kernel does not map the buffer on each receive;
+//!   if registration fails (memory-lock limit) the worker says so once and uses plain
+//!   `IORING_OP_RECV` into the same arena. Sockets are not registered as fixed files.
+//!
+//! Nothing is allocated on the request path by this module: the completion batch vector is
+//! allocated once, the slot's iovecs and msghdr are in the slot, and the response bytes are
+//! the session's shared `Bytes`. The `iolab_http::Session` of a slot is created when a
+//! connection opens (its own allocations are per connection, not per request).
+//!
+//! Idle timeout and shutdown: see [`crate::uring_common`].
 
-pub fn run(ctx: &crate::Ctx) -> std::io::Result<()> {
-    let _ = ctx;
-    Err(std::io::Error::new(std::io::ErrorKind::Unsupported, "model uring_fixed is not written yet"))
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use io_uring::{cqueue, opcode, types, IoUring};
+use iolab_http::Session;
+
+use crate::stats::ErrorKind;
+use crate::uring::{self, token, Op};
+use crate::uring_common::{self as common, Gate, MAX_IOV, READ_BUF};
+use crate::Ctx;
+
+pub fn run(ctx: &Ctx) -> io::Result<()> {
+    let n = common::worker_count(ctx.config.workers);
+    let listeners = common::listeners(ctx, n, false)?;
+    let gate = Gate::new(ctx.config.max_conns);
+    let slots = ctx.config.max_conns.div_ceil(n).max(1);
+    let listeners: Vec<_> = listeners
+        .into_iter()
+        .map(|l| std::sync::Mutex::new(Some(l)))
+        .collect();
+    common::run_workers(ctx, n, "uring-fixed", |i| {
+        let listener = listeners[i]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let listener = listener.ok_or_else(|| io::Error::other("listener already taken"))?;
+        Worker::new(ctx, &gate, listener, slots)?.serve()
+    })
+}
+
+/// What a slot waits for: the next step of its state machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// No connection: the slot is in the free list.
+    Free,
+    /// A receive is in flight; its completion feeds the HTTP session.
+    Receiving,
+    /// A send of the pending response bytes is in flight; its completion advances them.
+    Sending,
+    /// The close is in flight; its completion returns the slot to the free list.
+    Closing,
+}
+
+/// One pre-allocated client environment. Its receive buffer is `READ_BUF` bytes of the
+/// worker's arena at offset `index * READ_BUF`.
+struct Slot {
+    fd: RawFd,
+    step: Step,
+    session: Option<Session>,
+    iov: [libc::iovec; MAX_IOV],
+    msg: libc::msghdr,
+    last_io: Instant,
+    shut: bool,
+    fault: Option<ErrorKind>,
+}
+
+struct Worker<'a> {
+    ctx: &'a Ctx,
+    gate: &'a Gate,
+    ring: IoUring,
+    listener: OwnedFd,
+    /// Never grows nor moves after start: the kernel holds pointers into it (msghdr, iovecs).
+    slots: Box<[Slot]>,
+    /// Numbers of the free slots; capacity for all of them, allocated at start.
+    free: Vec<u32>,
+    /// Every slot's receive buffer, back to back; never moves.
+    arena: Box<[u8]>,
+    /// The arena is registered with the ring as fixed buffer 0.
+    registered: bool,
+    in_flight: usize,
+    accepts: usize,
+    stopping: bool,
+    idle_timeout: Duration,
+    tick: types::Timespec,
+    now: Instant,
+}
+
+impl<'a> Worker<'a> {
+    fn new(ctx: &'a Ctx, gate: &'a Gate, listener: OwnedFd, n: usize) -> io::Result<Worker<'a>> {
+        let ring = common::ring()?;
+        let now = Instant::now();
+        let slots: Box<[Slot]> = (0..n)
+            .map(|_| Slot {
+                fd: -1,
+                step: Step::Free,
+                session: None,
+                iov: common::empty_iovecs(),
+                msg: common::empty_msghdr(),
+                last_io: now,
+                shut: false,
+                fault: None,
+            })
+            .collect();
+        let len = n
+            .checked_mul(READ_BUF)
+            .ok_or_else(|| io::Error::other("too many slots"))?;
+        let mut arena = vec![0u8; len].into_boxed_slice();
+        let iov = libc::iovec {
+            iov_base: arena.as_mut_ptr() as *mut libc::c_void,
+            iov_len: arena.len(),
+        };
+        // SAFETY: the arena outlives the ring's use of it: it is a field of this worker, freed
+        // after the event loop has reaped every operation (serve), and it never moves.
+        let registered = match unsafe { ring.submitter().register_buffers(&[iov]) } {
+            Ok(()) => true,
+            Err(e) => {
+                eprintln!(
+                    "uring-fixed: receive buffers not registered ({e}); using plain receives"
+                );
+                false
+            }
+        };
+        Ok(Worker {
+            ctx,
+            gate,
+            ring,
+            listener,
+            slots,
+            free: (0..n as u32).rev().collect(),
+            arena,
+            registered,
+            in_flight: 0,
+            accepts: 0,
+            stopping: false,
+            idle_timeout: ctx.config.idle_timeout,
+            tick: common::tick_period(ctx.config.idle_timeout).into(),
+            now,
+        })
+    }
+
+    fn serve(mut self) -> io::Result<()> {
+        let result = self.event_loop();
+        if self.in_flight > 0 {
+            // Only on an unexpected ring error: the kernel may still write into the arena.
+            std::mem::forget(std::mem::take(&mut self.arena));
+            std::mem::forget(std::mem::take(&mut self.slots));
+        }
+        result
+    }
+
+    fn event_loop(&mut self) -> io::Result<()> {
+        self.arm_stop()?;
+        self.arm_tick()?;
+        self.post_accepts()?;
+        let mut cqes: Vec<cqueue::Entry> = Vec::with_capacity(common::RING_ENTRIES as usize * 4);
+        while !(self.stopping && self.in_flight == 0) {
+            common::submit_and_wait(&mut self.ring)?;
+            common::drain(&mut self.ring, &mut cqes);
+            self.now = Instant::now();
+            for cqe in &cqes {
+                self.complete(cqe.user_data(), cqe.result())?;
+            }
+        }
+        Ok(())
+    }
+
+    fn complete(&mut self, user_data: u64, res: i32) -> io::Result<()> {
+        self.in_flight -= 1;
+        let slot = (user_data >> 8) as usize;
+        match user_data & 0xff {
+            x if x == Op::Accept as u64 => self.on_accept(res),
+            x if x == Op::Recv as u64 => self.on_recv(slot, res),
+            x if x == Op::Send as u64 => self.on_send(slot, res),
+            x if x == Op::Close as u64 => {
+                self.on_closed(slot);
+                Ok(())
+            }
+            x if x == Op::Tick as u64 => self.on_tick(),
+            x if x == Op::Stop as u64 => self.on_stop(),
+            x if x == Op::Cancel as u64 => Ok(()),
+            _ => Err(io::Error::other(format!(
+                "unknown completion {user_data:#x}"
+            ))),
+        }
+    }
+
+    fn submit(&mut self, entry: io_uring::squeue::Entry) -> io::Result<()> {
+        common::push(&mut self.ring, &entry)?;
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    // --- accepting -------------------------------------------------------------------------
+
+    fn post_accepts(&mut self) -> io::Result<()> {
+        let fd = self.listener.as_raw_fd();
+        while !self.stopping && self.accepts < uring::ACCEPTS_AHEAD {
+            let e = opcode::Accept::new(types::Fd(fd), std::ptr::null_mut(), std::ptr::null_mut())
+                .flags(libc::SOCK_CLOEXEC)
+                .build()
+                .user_data(token(0, Op::Accept));
+            self.submit(e)?;
+            self.accepts += 1;
+        }
+        Ok(())
+    }
+
+    fn on_accept(&mut self, res: i32) -> io::Result<()> {
+        self.accepts -= 1;
+        if res < 0 {
+            if res != -libc::ECANCELED {
+                // Re-posted at the next tick, not at once (EMFILE would make it spin).
+                self.ctx.stats.error(common::error_kind(res));
+            }
+            return Ok(());
+        }
+        self.ctx.stats.accepted();
+        self.post_accepts()?;
+        if self.stopping || self.free.is_empty() || !self.gate.enter() {
+            common::close_fd(res);
+            self.ctx.stats.refused();
+            return Ok(());
+        }
+        let slot = self.free.pop().expect("free list checked non-empty") as usize;
+        self.ctx.stats.conn_opened();
+        let s = &mut self.slots[slot];
+        s.fd = res;
+        s.session = Some(Session::new(Arc::clone(&self.ctx.site)));
+        s.last_io = self.now;
+        s.shut = false;
+        s.fault = None;
+        self.receive(slot)
+    }
+
+    // --- one connection's state machine ----------------------------------------------------
+
+    /// Step → Receiving, into the slot's part of the arena.
+    fn receive(&mut self, slot: usize) -> io::Result<()> {
+        let s = &mut self.slots[slot];
+        s.step = Step::Receiving;
+        let buf = self.arena[slot * READ_BUF..(slot + 1) * READ_BUF].as_mut_ptr();
+        // The arena is owned by the worker and outlives every operation (see serve).
+        let e = if self.registered {
+            opcode::ReadFixed::new(types::Fd(s.fd), buf, READ_BUF as u32, 0).build()
+        } else {
+            opcode::Recv::new(types::Fd(s.fd), buf, READ_BUF as u32).build()
+        };
+        self.submit(e.user_data(token(slot, Op::Recv)))
+    }
+
+    /// Step → Sending: the first pending chunks in one sendmsg.
+    fn send(&mut self, slot: usize) -> io::Result<()> {
+        let s = &mut self.slots[slot];
+        let Some(session) = &s.session else {
+            return self.close(slot);
+        };
+        let n = common::fill_iovecs(session, &mut s.iov);
+        if n == 0 {
+            return self.close(slot);
+        }
+        s.step = Step::Sending;
+        s.msg.msg_iov = s.iov.as_mut_ptr();
+        s.msg.msg_iovlen = n;
+        // msghdr and iovecs are in the slot (fixed array); the bytes are the session's pending
+        // chunks, untouched until this send completes.
+        let e = opcode::SendMsg::new(types::Fd(s.fd), &s.msg)
+            .flags(common::SEND_FLAGS)
+            .build()
+            .user_data(token(slot, Op::Send));
+        self.submit(e)
+    }
+
+    /// Step → Closing.
+    fn close(&mut self, slot: usize) -> io::Result<()> {
+        let s = &mut self.slots[slot];
+        s.step = Step::Closing;
+        let e = opcode::Close::new(types::Fd(s.fd))
+            .build()
+            .user_data(token(slot, Op::Close));
+        self.submit(e)
+    }
+
+    fn next_step(&mut self, slot: usize) -> io::Result<()> {
+        let Some(session) = &self.slots[slot].session else {
+            return self.close(slot);
+        };
+        if self.stopping {
+            self.close(slot)
+        } else if session.has_pending() {
+            self.send(slot)
+        } else if session.should_close() {
+            self.close(slot)
+        } else {
+            self.receive(slot)
+        }
+    }
+
+    fn on_recv(&mut self, slot: usize, res: i32) -> io::Result<()> {
+        let stats = &*self.ctx.stats;
+        let s = &mut self.slots[slot];
+        debug_assert_eq!(s.step, Step::Receiving);
+        s.last_io = self.now;
+        if res <= 0 {
+            if res < 0 && s.fault.is_none() {
+                s.fault = Some(common::error_kind(res));
+            }
+            return self.close(slot);
+        }
+        let data = &self.arena[slot * READ_BUF..slot * READ_BUF + res as usize];
+        if let Some(session) = &mut s.session {
+            session.feed(data, |status| stats.response(status));
+        }
+        self.next_step(slot)
+    }
+
+    fn on_send(&mut self, slot: usize, res: i32) -> io::Result<()> {
+        let s = &mut self.slots[slot];
+        debug_assert_eq!(s.step, Step::Sending);
+        s.last_io = self.now;
+        if res <= 0 {
+            if s.fault.is_none() {
+                s.fault = Some(if res < 0 {
+                    common::error_kind(res)
+                } else {
+                    ErrorKind::Io
+                });
+            }
+            return self.close(slot);
+        }
+        if let Some(session) = &mut s.session {
+            session.advance(res as usize);
+        }
+        self.next_step(slot)
+    }
+
+    fn on_closed(&mut self, slot: usize) {
+        let s = &mut self.slots[slot];
+        s.step = Step::Free;
+        s.fd = -1;
+        s.session = None;
+        if let Some(kind) = s.fault.take() {
+            self.ctx.stats.error(kind);
+        }
+        self.free.push(slot as u32);
+        self.ctx.stats.conn_closed();
+        self.gate.leave();
+    }
+
+    // --- timeout and stop ------------------------------------------------------------------
+
+    fn arm_tick(&mut self) -> io::Result<()> {
+        // The kernel copies the timespec when the SQE is submitted; it lives in the worker.
+        let e = opcode::Timeout::new(&self.tick)
+            .build()
+            .user_data(token(0, Op::Tick));
+        self.submit(e)
+    }
+
+    fn arm_stop(&mut self) -> io::Result<()> {
+        let e = opcode::PollAdd::new(types::Fd(self.ctx.shutdown.fd()), libc::POLLIN as u32)
+            .build()
+            .user_data(token(0, Op::Stop));
+        self.submit(e)
+    }
+
+    fn on_tick(&mut self) -> io::Result<()> {
+        if self.stopping {
+            return Ok(());
+        }
+        for s in self.slots.iter_mut() {
+            if matches!(s.step, Step::Receiving | Step::Sending)
+                && !s.shut
+                && common::idle_expired(self.now, s.last_io, self.idle_timeout)
+            {
+                common::shutdown_socket(s.fd);
+                s.shut = true;
+                s.fault = Some(ErrorKind::Timeout);
+            }
+        }
+        self.post_accepts()?;
+        self.arm_tick()
+    }
+
+    fn on_stop(&mut self) -> io::Result<()> {
+        self.stopping = true;
+        let cancel = types::CancelBuilder::fd(types::Fd(self.listener.as_raw_fd())).all();
+        let e = opcode::AsyncCancel2::new(cancel)
+            .build()
+            .user_data(token(0, Op::Cancel));
+        self.submit(e)?;
+        let e = opcode::TimeoutRemove::new(token(0, Op::Tick))
+            .build()
+            .user_data(token(0, Op::Cancel));
+        self.submit(e)?;
+        for s in self.slots.iter_mut() {
+            if matches!(s.step, Step::Receiving | Step::Sending) && !s.shut {
+                common::shutdown_socket(s.fd);
+                s.shut = true;
+            }
+        }
+        Ok(())
+    }
 }
