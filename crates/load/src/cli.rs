@@ -1,9 +1,230 @@
 //! `iolab load`.
 
+use std::io::Write;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::{run as run_load, LoadConfig, LoadReport};
+
+/// Generate HTTP load against a URL and report latency, throughput and errors.
+///
+/// Closed loop by default: -c clients, each sending its next request as soon as the previous
+/// one ends (as ab and wrk). With --rate, open loop: requests are due at a constant rate and
+/// their latency counts from when they were due (as wrk2), so a stalled server cannot hide
+/// behind a slowed-down client (no coordinated omission); -c then caps the connections.
+///
+/// A NEW CONNECTION PER REQUEST is the default (--no-keepalive), as ab's default and the
+/// seed's experiments; --keepalive reuses connections (as wrk).
 #[derive(Debug, clap::Args)]
-pub struct LoadArgs {}
+#[command(verbatim_doc_comment)]
+pub struct LoadArgs {
+    /// Target: http://HOST[:PORT][/PATH], HOST an IPv4 literal, [IPv6] literal or localhost.
+    pub url: String,
+    /// Concurrent clients (closed loop) or the connection cap (open loop).
+    #[arg(
+        short = 'c',
+        long = "connections",
+        default_value_t = 1,
+        value_name = "N"
+    )]
+    pub connections: usize,
+    /// Stop after this many requests (default: 1 when no -d is given).
+    #[arg(
+        short = 'n',
+        long = "requests",
+        value_name = "M",
+        conflicts_with = "duration"
+    )]
+    pub requests: Option<u64>,
+    /// Stop after this long (e.g. 10s, 500ms, 2m; a bare number is seconds); requests
+    /// still in flight then are counted as unfinished.
+    #[arg(short = 'd', long = "duration", value_name = "DURATION", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Reuse connections (HTTP/1.1 keep-alive).
+    #[arg(long, conflicts_with = "no_keepalive")]
+    pub keepalive: bool,
+    /// One new connection per request, closed by the server (the default).
+    #[arg(long)]
+    pub no_keepalive: bool,
+    /// Open loop: this many requests per second in all.
+    #[arg(long, value_name = "R")]
+    pub rate: Option<f64>,
+    /// Per-request timeout (from the request's actual start).
+    #[arg(long, default_value = "10s", value_name = "T", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Spread connections over these local source addresses (comma-separated), so 50,000
+    /// new connections do not run out of ephemeral ports (e.g. 127.0.0.2,127.0.0.3).
+    #[arg(long, value_delimiter = ',', value_name = "ADDRS")]
+    pub source: Vec<IpAddr>,
+    /// Client threads (default: 1 with --cpu, else one per CPU; at most -c).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub threads: usize,
+    /// Pin the client threads to this CPU.
+    #[arg(long, value_name = "K")]
+    pub cpu: Option<usize>,
+    /// Write the report as JSON (with a per-second time series) to FILE ('-' = stdout).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write every request as CSV to FILE, in order of scheduled start, failures included:
+    /// scheduled_us,start_us,connected_us,first_byte_us,end_us,status,bytes,error,conn_id
+    /// (µs from the start of the run; empty = did not happen).
+    #[arg(long, value_name = "FILE", verbatim_doc_comment)]
+    pub log: Option<PathBuf>,
+    /// No progress bar and no text summary (the warnings still go to stderr).
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+/// Parse "10s", "500ms", "2m", "1h", "250us" or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?}: expected a duration like 10s, 500ms or 2m"))?;
+    let secs = match unit {
+        "" | "s" => v,
+        "ms" => v / 1e3,
+        "us" | "µs" => v / 1e6,
+        "m" | "min" => v * 60.0,
+        "h" => v * 3600.0,
+        _ => {
+            return Err(format!(
+                "{s:?}: unknown unit {unit:?} (use us, ms, s, m or h)"
+            ))
+        }
+    };
+    if !secs.is_finite() || secs <= 0.0 || secs > 1e9 {
+        return Err(format!("{s:?}: the duration must be positive"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+impl LoadArgs {
+    /// The library configuration these arguments describe.
+    pub fn to_config(&self) -> anyhow::Result<LoadConfig> {
+        let mut c = LoadConfig::for_url(&self.url)?;
+        c.connections = self.connections;
+        c.duration = self.duration;
+        c.requests = match (self.requests, self.duration) {
+            (Some(n), _) => Some(n),
+            (None, Some(_)) => None,
+            (None, None) => Some(1),
+        };
+        c.keepalive = self.keepalive;
+        c.rate = self.rate;
+        c.timeout = self.timeout;
+        c.source_addrs = self.source.clone();
+        c.threads = self.threads;
+        c.pin_cpu = self.cpu;
+        c.keep_records = self.log.is_some();
+        c.quiet = self.quiet;
+        Ok(c)
+    }
+}
 
 pub fn run(args: LoadArgs) -> anyhow::Result<()> {
-    let _ = args;
-    anyhow::bail!("iolab load is not written yet")
+    let config = args.to_config()?;
+    let report = run_load(&config)?;
+    if let Some(path) = &args.log {
+        let f = std::fs::File::create(path)
+            .map_err(|e| anyhow::anyhow!("cannot create the log {}: {e}", path.display()))?;
+        crate::write_csv(std::io::BufWriter::new(f), &report.records)
+            .map_err(|e| anyhow::anyhow!("cannot write the log {}: {e}", path.display()))?;
+    }
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&report)? + "\n";
+        if path.as_os_str() == "-" {
+            std::io::stdout().write_all(text.as_bytes())?;
+        } else {
+            std::fs::write(path, text)
+                .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+        }
+    }
+    let to_stdout_json = args.json.as_ref().is_some_and(|p| p.as_os_str() == "-");
+    if !args.quiet && !to_stdout_json {
+        print!("{}", summary(&report));
+    }
+    for w in &report.warnings {
+        eprintln!("warning: {w}");
+    }
+    Ok(())
+}
+
+/// The text summary printed after a run.
+pub fn summary(r: &LoadReport) -> String {
+    let mut s = String::new();
+    let mode = match r.rate {
+        Some(rate) => format!(
+            "open loop at {rate} req/s, at most {} connections",
+            r.connections
+        ),
+        None => format!("closed loop, {} clients", r.connections),
+    };
+    let conn = if r.keepalive {
+        "keep-alive"
+    } else {
+        "new connection per request"
+    };
+    s += &format!("{}: {mode}, {conn}, {} thread(s)\n", r.url, r.threads);
+    s += &format!(
+        "  requests  {} in {:.3} s: {} ok, {} errors ({} unfinished)\n",
+        r.requests, r.elapsed_s, r.ok, r.error_count, r.unfinished
+    );
+    s += &format!(
+        "  rate      {:.1} req/s, {:.2} MB/s\n",
+        r.rps,
+        r.bytes_per_s / 1e6
+    );
+    s += &format!(
+        "  latency   mean {:.3} ms, stdev {:.3}, min {:.3}, max {:.3}\n",
+        r.mean_ms, r.stdev_ms, r.min_ms, r.max_ms
+    );
+    s += &format!(
+        "  percentiles (ms)  p50 {:.3}  p75 {:.3}  p90 {:.3}  p95 {:.3}  p99 {:.3}  p99.9 {:.3}  p99.99 {:.3}\n",
+        r.p50_ms, r.p75_ms, r.p90_ms, r.p95_ms, r.p99_ms, r.p999_ms, r.p9999_ms
+    );
+    if r.connects > 0 {
+        s += &format!(
+            "  connect   {} new connections, mean {:.3} ms, {} near 1 s/3 s (SYN retransmits)\n",
+            r.connects, r.connect_mean_ms, r.syn_retries
+        );
+    }
+    if !r.errors.is_empty() {
+        let list: Vec<String> = r.errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        s += &format!("  errors    {}\n", list.join(", "));
+    }
+    s += &format!(
+        "  client    {:.2} s CPU ({:.0}% of {} core(s))",
+        r.client_cpu_s, r.client_cpu_pct, r.cpu_cores
+    );
+    if r.rate.is_some() {
+        s += &format!(
+            ", lag behind schedule mean {:.3} ms, max {:.3} ms",
+            r.schedule_lag_ms, r.schedule_lag_max_ms
+        );
+    }
+    s += "\n";
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        for bad in ["", "s", "0", "-1s", "5x", "1e999", "abc"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
 }
