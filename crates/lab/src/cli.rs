@@ -1,9 +1,210 @@
 //! `iolab lab`.
 
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+
+use crate::lab::{Options, Profile};
+
+/// Runs seed 000's experiments over every I/O model (and nginx and the tokio server), then
+/// writes DIR/results.json, DIR/logs/*.csv and DIR/index.html (Figures 1 and 2 for a small
+/// and a 700 KB file, error tables, keep-alive throughput, microbenchmarks, the machine).
+///
+/// Server and client are pinned to different CPUs; client connections come from several
+/// loopback source addresses; means use only steady-state requests (see the report's
+/// Method table). Ctrl-C stops every server before exiting.
 #[derive(Debug, clap::Args)]
-pub struct LabArgs {}
+#[command(verbatim_doc_comment)]
+pub struct LabArgs {
+    /// tiny: seconds (tests); quick: at most 10 minutes in all, requests per point sized
+    /// to fit; full: the seed's 50,000 requests per point, 3 repeats.
+    #[arg(long, value_enum, default_value = "quick")]
+    pub profile: Profile,
+    /// Comma-separated models to run (see `iolab models`), or "all".
+    #[arg(long, value_name = "LIST", default_value = "all")]
+    pub models: String,
+    /// Comma-separated peers: nginx, tokio; or "none". Peers not installed are skipped.
+    #[arg(long, value_name = "LIST", default_value = "nginx,tokio")]
+    pub peers: String,
+    /// Output directory.
+    #[arg(long, value_name = "DIR", default_value = "report")]
+    pub out: PathBuf,
+    /// Repeats per point (default: 3 in full, 1 otherwise); the model order is shuffled
+    /// for each repeat and the report gives medians and min..max.
+    #[arg(long, value_name = "N")]
+    pub repeat: Option<usize>,
+    /// Skip the Microbenchmarks section.
+    #[arg(long)]
+    pub no_micro: bool,
+    /// Comma-separated microbenchmarks to run (default: all of them).
+    #[arg(long, value_name = "LIST", conflicts_with = "no_micro")]
+    pub micro: Option<String>,
+    /// Worker threads or loops passed to each model (0 = the model's default); nginx and
+    /// the tokio server get this many, at least 1.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub workers: usize,
+    /// Listen backlog asked of every server (the kernel caps it at net.core.somaxconn).
+    #[arg(long, value_name = "N", default_value_t = 4096)]
+    pub backlog: u32,
+    /// Time budget in seconds for the whole run (quick profile; default 600).
+    #[arg(long, value_name = "SECS")]
+    pub budget: Option<u64>,
+    /// Print results.json to stdout at the end (progress stays on stderr).
+    #[arg(long)]
+    pub json: bool,
+    /// Do not run anything: validate DIR/results.json and the SVGs of DIR/index.html.
+    #[arg(long, value_name = "DIR", conflicts_with = "render")]
+    pub check: Option<PathBuf>,
+    /// Do not run anything: rewrite DIR/index.html from DIR/results.json.
+    #[arg(long, value_name = "DIR")]
+    pub render: Option<PathBuf>,
+}
+
+fn list(s: &str) -> Vec<String> {
+    s.split(',')
+        .map(|x| x.trim().to_string())
+        .filter(|x| !x.is_empty())
+        .collect()
+}
+
+/// The model names asked for, checked against `iolab models`.
+pub fn parse_models(s: &str) -> anyhow::Result<Vec<String>> {
+    let known: Vec<&str> = iolab_servers::Model::ALL.iter().map(|m| m.name()).collect();
+    let asked = list(s);
+    if asked.is_empty() {
+        bail!(
+            "--models is empty; give model names ({}) or \"all\"",
+            known.join(", ")
+        );
+    }
+    if asked.iter().any(|m| m == "all") {
+        return Ok(known.iter().map(|s| s.to_string()).collect());
+    }
+    for m in &asked {
+        if !known.contains(&m.as_str()) {
+            bail!("unknown model {m:?}; known: {}", known.join(", "));
+        }
+    }
+    Ok(asked)
+}
+
+pub fn parse_peers(s: &str) -> anyhow::Result<Vec<String>> {
+    let asked = list(s);
+    if asked.iter().any(|p| p == "none") {
+        return Ok(Vec::new());
+    }
+    for p in &asked {
+        if p != "nginx" && p != "tokio" {
+            bail!("unknown peer {p:?}; known: nginx, tokio (or none)");
+        }
+    }
+    Ok(asked)
+}
+
+pub fn parse_micro(s: Option<&str>, none: bool) -> anyhow::Result<Vec<String>> {
+    if none {
+        return Ok(Vec::new());
+    }
+    let Some(s) = s else {
+        return Ok(iolab_micro::NAMES.iter().map(|s| s.to_string()).collect());
+    };
+    let asked = list(s);
+    for m in &asked {
+        if !iolab_micro::NAMES.contains(&m.as_str()) {
+            bail!(
+                "unknown microbenchmark {m:?}; known: {}",
+                iolab_micro::NAMES.join(", ")
+            );
+        }
+    }
+    Ok(asked)
+}
 
 pub fn run(args: LabArgs) -> anyhow::Result<()> {
-    let _ = args;
-    anyhow::bail!("iolab lab is not written yet")
+    if let Some(dir) = &args.check {
+        let c = crate::validate::check_report(dir)?;
+        println!(
+            "{}: valid; {} points over {} servers; {} SVG figures ({} paths, {} circles)",
+            dir.display(),
+            c.points,
+            c.models.len(),
+            c.svgs,
+            c.paths,
+            c.circles
+        );
+        return Ok(());
+    }
+    if let Some(dir) = &args.render {
+        let p = dir.join("results.json");
+        let text =
+            std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
+        let r: crate::results::Results =
+            serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))?;
+        crate::lab::write_outputs(&r, dir)?;
+        println!("{}", dir.join("index.html").display());
+        return Ok(());
+    }
+    if args.repeat == Some(0) {
+        bail!("--repeat must be at least 1");
+    }
+    if args.budget == Some(0) {
+        bail!("--budget must be positive");
+    }
+    let opts = Options {
+        profile: args.profile,
+        models: parse_models(&args.models)?,
+        peers: parse_peers(&args.peers)?,
+        out: args.out.clone(),
+        repeat: args.repeat,
+        micro: parse_micro(args.micro.as_deref(), args.no_micro)?,
+        workers: args.workers,
+        backlog: args.backlog,
+        budget: args.budget.map(Duration::from_secs),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+    };
+    let results = crate::lab::run(&opts)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&results)?);
+    } else {
+        for s in crate::report::summary(&results) {
+            println!("- {s}");
+        }
+        println!("report: {}", opts.out.join("index.html").display());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_lists() {
+        assert_eq!(parse_models("all").unwrap().len(), 10);
+        assert_eq!(
+            parse_models("threads, epoll").unwrap(),
+            vec!["threads", "epoll"]
+        );
+        let e = parse_models("threads,nope").unwrap_err().to_string();
+        assert!(
+            e.contains("unknown model \"nope\"") && e.contains("uring-fixed"),
+            "{e}"
+        );
+        assert!(parse_models(",").is_err());
+    }
+
+    #[test]
+    fn peer_and_micro_lists() {
+        assert!(parse_peers("none").unwrap().is_empty());
+        assert_eq!(parse_peers("nginx").unwrap(), vec!["nginx"]);
+        assert!(parse_peers("apache").is_err());
+        assert!(parse_micro(None, true).unwrap().is_empty());
+        assert_eq!(
+            parse_micro(None, false).unwrap().len(),
+            iolab_micro::NAMES.len()
+        );
+        assert_eq!(parse_micro(Some("queue"), false).unwrap(), vec!["queue"]);
+        assert!(parse_micro(Some("bogus"), false).is_err());
+    }
 }

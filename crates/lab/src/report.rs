@@ -6,7 +6,10 @@ use std::fmt::Write as _;
 use crate::results::{Point, Results};
 use crate::svg::{self, esc, fmt_tick, BarChart, LineChart, ScatterPanel, Series};
 
-pub const FILES: [(&str, &str); 2] = [("small", "small file (about 300 bytes)"), ("big", "700 KB file")];
+pub const FILES: [(&str, &str); 2] = [
+    ("small", "small file (about 300 bytes)"),
+    ("big", "700 KB file"),
+];
 
 fn f2(v: f64) -> String {
     if !v.is_finite() {
@@ -93,18 +96,36 @@ fn figure2(r: &Results, file: &str, label: &str, num: usize) -> String {
     );
     for name in names(r) {
         let Some(p) = r.point(&name, file, "close", c) else {
-            let _ = write!(out, r#"<div class="missing">{}: not measured</div>"#, esc(&name));
+            let _ = write!(
+                out,
+                r#"<div class="missing">{}: not measured</div>"#,
+                esc(&name)
+            );
             continue;
         };
         let trace = p.trace.clone().unwrap_or_default();
         let (line, line_label) = if trace.server.is_empty() {
-            (trace.client.iter().map(|x| (x[0], x[1])).collect(), "client in flight")
+            (
+                trace.client.iter().map(|x| (x[0], x[1])).collect(),
+                "client in flight",
+            )
         } else {
-            (trace.server.iter().map(|x| (x[0], x[1])).collect(), "server connections")
+            (
+                trace.server.iter().map(|x| (x[0], x[1])).collect(),
+                "server connections",
+            )
         };
         let panel = ScatterPanel {
-            title: format!("{name}: mean {} ms, {} errors", f2(p.metrics.mean_ms), p.metrics.errors),
-            points: trace.scatter.iter().map(|x| (x[0], x[1], x[2] as u8)).collect(),
+            title: format!(
+                "{name}: mean {} ms, {} errors",
+                f2(p.metrics.mean_ms),
+                p.metrics.errors
+            ),
+            points: trace
+                .scatter
+                .iter()
+                .map(|x| (x[0], x[1], x[2] as u8))
+                .collect(),
             line,
             line_label: line_label.into(),
             requested: Some(c as f64),
@@ -119,9 +140,18 @@ fn error_table(r: &Results, file: &str) -> String {
     let Some(c) = top_level(r, file) else {
         return String::new();
     };
-    let pts: Vec<&Point> = names(r).iter().filter_map(|n| r.point(n, file, "close", c)).collect();
-    let mut kinds: Vec<String> =
-        pts.iter().flat_map(|p| p.repeats.iter().flat_map(|x| x.errors_by_kind.keys().cloned())).collect();
+    let pts: Vec<&Point> = names(r)
+        .iter()
+        .filter_map(|n| r.point(n, file, "close", c))
+        .collect();
+    let mut kinds: Vec<String> = pts
+        .iter()
+        .flat_map(|p| {
+            p.repeats
+                .iter()
+                .flat_map(|x| x.errors_by_kind.keys().cloned())
+        })
+        .collect();
     kinds.sort();
     kinds.dedup();
     let mut out = format!(
@@ -132,7 +162,8 @@ fn error_table(r: &Results, file: &str) -> String {
     }
     out.push_str("</tr>");
     for p in pts {
-        let reqs: u64 = p.repeats.iter().map(|x| x.requests).sum::<u64>() / p.repeats.len().max(1) as u64;
+        let reqs: u64 =
+            p.repeats.iter().map(|x| x.requests).sum::<u64>() / p.repeats.len().max(1) as u64;
         let _ = write!(
             out,
             "<tr><td>{}</td><td>{reqs}</td><td>{}</td><td>{}</td>",
@@ -141,7 +172,11 @@ fn error_table(r: &Results, file: &str) -> String {
             p.metrics.syn_retries
         );
         for k in &kinds {
-            let n: u64 = p.repeats.iter().filter_map(|x| x.errors_by_kind.get(k)).sum();
+            let n: u64 = p
+                .repeats
+                .iter()
+                .filter_map(|x| x.errors_by_kind.get(k))
+                .sum();
             let _ = write!(out, "<td>{n}</td>");
         }
         out.push_str("</tr>");
@@ -159,7 +194,10 @@ fn keepalive_section(r: &Results, num: usize) -> String {
     let series = levels
         .iter()
         .map(|&c| {
-            let vals = cats.iter().map(|n| r.point(n, "small", "keepalive", c).map(|p| p.metrics.rps)).collect();
+            let vals = cats
+                .iter()
+                .map(|n| r.point(n, "small", "keepalive", c).map(|p| p.metrics.rps))
+                .collect();
             (format!("{c} connections"), vals)
         })
         .collect();
@@ -194,8 +232,13 @@ fn keepalive_section(r: &Results, num: usize) -> String {
 pub fn summary(r: &Results) -> Vec<String> {
     let mut out = Vec::new();
     for (file, label) in FILES {
-        let Some(c) = top_level(r, file) else { continue };
-        let pts: Vec<&Point> = names(r).iter().filter_map(|n| r.point(n, file, "close", c)).collect();
+        let Some(c) = top_level(r, file) else {
+            continue;
+        };
+        let pts: Vec<&Point> = names(r)
+            .iter()
+            .filter_map(|n| r.point(n, file, "close", c))
+            .collect();
         let mut sustained: Vec<&&Point> = pts.iter().filter(|p| p.sustained).collect();
         sustained.sort_by(|a, b| a.metrics.mean_ms.total_cmp(&b.metrics.mean_ms));
         if let Some(best) = sustained.first() {
@@ -207,12 +250,19 @@ pub fn summary(r: &Results) -> Vec<String> {
                 f2(best.metrics.rps)
             );
             if let Some(worst) = sustained.last().filter(|w| w.model != best.model) {
-                let _ = write!(s, "; {} is slowest of them ({} ms)", worst.model, f2(worst.metrics.mean_ms));
+                let _ = write!(
+                    s,
+                    "; {} is slowest of them ({} ms)",
+                    worst.model,
+                    f2(worst.metrics.mean_ms)
+                );
             }
             s.push('.');
             out.push(s);
         } else if !pts.is_empty() {
-            out.push(format!("With the {label}, no server sustained {c} concurrent clients here."));
+            out.push(format!(
+                "With the {label}, no server sustained {c} concurrent clients here."
+            ));
         }
         let stops: Vec<String> = figure1_series(r, file)
             .into_iter()
@@ -225,12 +275,19 @@ pub fn summary(r: &Results) -> Vec<String> {
             ));
         }
         let mut errs: Vec<&&Point> = pts.iter().filter(|p| p.metrics.errors > 0).collect();
-        errs.sort_by(|a, b| b.metrics.errors.cmp(&a.metrics.errors));
+        errs.sort_by_key(|p| std::cmp::Reverse(p.metrics.errors));
         if errs.is_empty() && !pts.is_empty() {
             out.push(format!("No server made an error at {c} with the {label}."));
         } else if !errs.is_empty() {
-            let list: Vec<String> = errs.iter().take(4).map(|p| format!("{} ({})", p.model, p.metrics.errors)).collect();
-            out.push(format!("Most errors at {c} with the {label}: {}.", list.join(", ")));
+            let list: Vec<String> = errs
+                .iter()
+                .take(4)
+                .map(|p| format!("{} ({})", p.model, p.metrics.errors))
+                .collect();
+            out.push(format!(
+                "Most errors at {c} with the {label}: {}.",
+                list.join(", ")
+            ));
         }
         let syn: u64 = pts.iter().map(|p| p.metrics.syn_retries).sum();
         if syn > 0 {
@@ -241,7 +298,10 @@ pub fn summary(r: &Results) -> Vec<String> {
     }
     let ka_levels = r.levels("small", "keepalive");
     if let Some(&c) = ka_levels.last() {
-        let mut ka: Vec<&Point> = names(r).iter().filter_map(|n| r.point(n, "small", "keepalive", c)).collect();
+        let mut ka: Vec<&Point> = names(r)
+            .iter()
+            .filter_map(|n| r.point(n, "small", "keepalive", c))
+            .collect();
         ka.sort_by(|a, b| b.metrics.rps.total_cmp(&a.metrics.rps));
         if let (Some(first), Some(last)) = (ka.first(), ka.last()) {
             out.push(format!(
@@ -257,7 +317,14 @@ pub fn summary(r: &Results) -> Vec<String> {
         .targets
         .iter()
         .filter(|t| t.status != "ok")
-        .map(|t| format!("{} ({}: {})", t.name, t.status, t.failures.first().map(String::as_str).unwrap_or("")))
+        .map(|t| {
+            format!(
+                "{} ({}: {})",
+                t.name,
+                t.status,
+                t.failures.first().map(String::as_str).unwrap_or("")
+            )
+        })
         .collect();
     if !failed.is_empty() {
         out.push(format!("Not fully measured: {}.", failed.join("; ")));
@@ -275,7 +342,10 @@ fn points_table(r: &Results) -> String {
         let srv = p
             .repeats
             .first()
-            .and_then(|x| x.server_concurrency_mean.map(|m| format!("{} / {}", f2(m), x.server_concurrency_max.unwrap_or(0))))
+            .and_then(|x| {
+                x.server_concurrency_mean
+                    .map(|m| format!("{} / {}", f2(m), x.server_concurrency_max.unwrap_or(0)))
+            })
             .unwrap_or_else(|| "-".into());
         let _ = write!(
             out,
@@ -321,19 +391,37 @@ fn json_cell(v: &serde_json::Value) -> String {
 /// Renders one micro's JSON by the convention in `iolab_micro`: its tables and figures.
 pub fn micro_block(name: &str, v: &serde_json::Value, fig_num: &mut usize) -> String {
     let mut out = format!("<h3>{}</h3>", esc(name));
-    let tables = v.get("tables").and_then(|t| t.as_array()).cloned().unwrap_or_default();
-    let figures = v.get("figures").and_then(|t| t.as_array()).cloned().unwrap_or_default();
+    let tables = v
+        .get("tables")
+        .and_then(|t| t.as_array())
+        .cloned()
+        .unwrap_or_default();
+    let figures = v
+        .get("figures")
+        .and_then(|t| t.as_array())
+        .cloned()
+        .unwrap_or_default();
     if tables.is_empty() && figures.is_empty() {
         out.push_str("<p>No tables or figures in this benchmark's output.</p>");
     }
     for t in &tables {
         let title = t.get("title").and_then(|x| x.as_str()).unwrap_or(name);
         let _ = write!(out, "<table><caption>{}</caption><tr>", esc(title));
-        for c in t.get("columns").and_then(|x| x.as_array()).into_iter().flatten() {
+        for c in t
+            .get("columns")
+            .and_then(|x| x.as_array())
+            .into_iter()
+            .flatten()
+        {
             let _ = write!(out, "<th>{}</th>", esc(&json_cell(c)));
         }
         out.push_str("</tr>");
-        for row in t.get("rows").and_then(|x| x.as_array()).into_iter().flatten() {
+        for row in t
+            .get("rows")
+            .and_then(|x| x.as_array())
+            .into_iter()
+            .flatten()
+        {
             out.push_str("<tr>");
             match row.as_array() {
                 Some(cells) => {
@@ -360,7 +448,11 @@ pub fn micro_block(name: &str, v: &serde_json::Value, fig_num: &mut usize) -> St
             .into_iter()
             .flatten()
             .map(|se| Series {
-                name: se.get("name").and_then(|x| x.as_str()).unwrap_or("?").to_string(),
+                name: se
+                    .get("name")
+                    .and_then(|x| x.as_str())
+                    .unwrap_or("?")
+                    .to_string(),
                 points: se
                     .get("points")
                     .and_then(|x| x.as_array())
@@ -417,7 +509,9 @@ pub fn render(r: &Results) -> String {
     }
     out.push_str("</ul>");
     if !r.warnings.is_empty() {
-        out.push_str(r#"<div class="warn"><b>Warnings: settings that may distort the results</b><ul>"#);
+        out.push_str(
+            r#"<div class="warn"><b>Warnings: settings that may distort the results</b><ul>"#,
+        );
         for w in &r.warnings {
             let _ = write!(out, "<li>{}</li>", esc(w));
         }
@@ -425,7 +519,11 @@ pub fn render(r: &Results) -> String {
     }
     let mut num = 1;
     for (file, label) in FILES {
-        let _ = write!(out, "<h2>{} — a new connection per request</h2>", esc(&capitalise(label)));
+        let _ = write!(
+            out,
+            "<h2>{} — a new connection per request</h2>",
+            esc(&capitalise(label))
+        );
         out.push_str(&figure1(r, file, label, num));
         num += 1;
         out.push_str(&figure2(r, file, label, num));
@@ -446,7 +544,12 @@ pub fn render(r: &Results) -> String {
         out.push_str(&micro_block(name, v, &mut num));
     }
     for (name, e) in &r.micro_failures {
-        let _ = write!(out, r#"<p class="warn">micro {}: {}</p>"#, esc(name), esc(e));
+        let _ = write!(
+            out,
+            r#"<p class="warn">micro {}: {}</p>"#,
+            esc(name),
+            esc(e)
+        );
     }
     out.push_str("<h2>Machine and settings</h2>");
     out.push_str(&kv_table("Settings that decide the result", &r.settings));
@@ -492,33 +595,77 @@ pub(crate) mod tests {
 
     /// A synthetic result: `a` fast and sustained everywhere, `b` failing at 100.
     pub fn synthetic() -> Results {
-        let mut r = Results { profile: "tiny".into(), ..Results::default() };
+        let mut r = Results {
+            profile: "tiny".into(),
+            ..Results::default()
+        };
         for name in ["a", "b"] {
-            r.targets.push(TargetInfo { name: name.into(), kind: "model".into(), status: "ok".into(), ..TargetInfo::default() });
+            r.targets.push(TargetInfo {
+                name: name.into(),
+                kind: "model".into(),
+                status: "ok".into(),
+                ..TargetInfo::default()
+            });
             for file in ["small", "big"] {
                 for c in [1usize, 10, 100] {
                     let bad = name == "b" && c == 100;
                     let mean = c as f64 * if name == "a" { 0.1 } else { 0.3 };
                     let rep = Repeat {
-                        metrics: Metrics { mean_ms: mean, p50_ms: mean, p99_ms: mean * 3.0, rps: 1e4 / (1.0 + mean), errors: if bad { 40 } else { 0 }, syn_retries: if bad { 3 } else { 0 }, achieved_concurrency: c as f64 },
+                        metrics: Metrics {
+                            mean_ms: mean,
+                            p50_ms: mean,
+                            p99_ms: mean * 3.0,
+                            rps: 1e4 / (1.0 + mean),
+                            errors: if bad { 40 } else { 0 },
+                            syn_retries: if bad { 3 } else { 0 },
+                            achieved_concurrency: c as f64,
+                        },
                         requests: 300,
                         sustained: !bad,
-                        errors_by_kind: if bad { [("reset".to_string(), 40u64)].into() } else { Default::default() },
+                        errors_by_kind: if bad {
+                            [("reset".to_string(), 40u64)].into()
+                        } else {
+                            Default::default()
+                        },
                         ..Repeat::default()
                     };
                     let mut p = Point::from_repeats(name, file, "close", c, vec![rep]);
                     if c == 100 {
                         p.trace = Some(Trace {
-                            scatter: (0..50).map(|i| [i as f64 * 0.01, 1.0 + (i % 7) as f64, if i == 3 { 1.0 } else { 0.0 }]).collect(),
-                            server: (0..10).map(|i| [i as f64 * 0.05, 90.0 + i as f64]).collect(),
+                            scatter: (0..50)
+                                .map(|i| {
+                                    [
+                                        i as f64 * 0.01,
+                                        1.0 + (i % 7) as f64,
+                                        if i == 3 { 1.0 } else { 0.0 },
+                                    ]
+                                })
+                                .collect(),
+                            server: (0..10)
+                                .map(|i| [i as f64 * 0.05, 90.0 + i as f64])
+                                .collect(),
                             client: vec![],
                         });
                     }
                     r.points.push(p);
                 }
             }
-            let ka = Repeat { metrics: Metrics { rps: if name == "a" { 50_000.0 } else { 20_000.0 }, mean_ms: 1.0, ..Metrics::default() }, sustained: true, ..Repeat::default() };
-            r.points.push(Point::from_repeats(name, "small", "keepalive", 10, vec![ka]));
+            let ka = Repeat {
+                metrics: Metrics {
+                    rps: if name == "a" { 50_000.0 } else { 20_000.0 },
+                    mean_ms: 1.0,
+                    ..Metrics::default()
+                },
+                sustained: true,
+                ..Repeat::default()
+            };
+            r.points.push(Point::from_repeats(
+                name,
+                "small",
+                "keepalive",
+                10,
+                vec![ka],
+            ));
         }
         r.micro.insert(
             "queue".into(),
@@ -546,7 +693,10 @@ pub(crate) mod tests {
         assert!(s.contains("b at 100"), "{s}");
         assert!(s.contains("b (40)"), "{s}");
         assert!(s.contains("SYN retransmit"), "{s}");
-        assert!(s.contains("keep-alive at 10 connections, a serves the most"), "{s}");
+        assert!(
+            s.contains("keep-alive at 10 connections, a serves the most"),
+            "{s}"
+        );
     }
 
     #[test]

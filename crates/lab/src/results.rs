@@ -148,9 +148,19 @@ fn min_max(vals: impl Iterator<Item = f64> + Clone) -> [f64; 2] {
 
 impl Point {
     /// A point summarising its repeats: medians, spread, and sustained when most were.
-    pub fn from_repeats(model: &str, file: &str, mode: &str, concurrency: usize, repeats: Vec<Repeat>) -> Point {
-        let m = |f: fn(&Metrics) -> f64| median(&repeats.iter().map(|r| f(&r.metrics)).collect::<Vec<_>>());
-        let mu = |f: fn(&Metrics) -> u64| median_u(&repeats.iter().map(|r| f(&r.metrics)).collect::<Vec<_>>());
+    pub fn from_repeats(
+        model: &str,
+        file: &str,
+        mode: &str,
+        concurrency: usize,
+        repeats: Vec<Repeat>,
+    ) -> Point {
+        let m = |f: fn(&Metrics) -> f64| {
+            median(&repeats.iter().map(|r| f(&r.metrics)).collect::<Vec<_>>())
+        };
+        let mu = |f: fn(&Metrics) -> u64| {
+            median_u(&repeats.iter().map(|r| f(&r.metrics)).collect::<Vec<_>>())
+        };
         let metrics = Metrics {
             mean_ms: m(|x| x.mean_ms),
             p50_ms: m(|x| x.p50_ms),
@@ -193,8 +203,12 @@ impl Results {
 
     /// Concurrency levels measured for a file and mode, ascending.
     pub fn levels(&self, file: &str, mode: &str) -> Vec<usize> {
-        let mut v: Vec<usize> =
-            self.points.iter().filter(|p| p.file == file && p.mode == mode).map(|p| p.concurrency).collect();
+        let mut v: Vec<usize> = self
+            .points
+            .iter()
+            .filter(|p| p.file == file && p.mode == mode)
+            .map(|p| p.concurrency)
+            .collect();
         v.sort_unstable();
         v.dedup();
         v
@@ -202,8 +216,15 @@ impl Results {
 }
 
 /// The fields every point must carry, by the issue.
-pub const REQUIRED_POINT_FIELDS: [&str; 7] =
-    ["mean_ms", "p50_ms", "p99_ms", "rps", "errors", "syn_retries", "achieved_concurrency"];
+pub const REQUIRED_POINT_FIELDS: [&str; 7] = [
+    "mean_ms",
+    "p50_ms",
+    "p99_ms",
+    "rps",
+    "errors",
+    "syn_retries",
+    "achieved_concurrency",
+];
 
 #[cfg(test)]
 mod tests {
@@ -212,7 +233,14 @@ mod tests {
     fn rep(i: usize, mean: f64, errors: u64, sustained: bool) -> Repeat {
         Repeat {
             repeat: i,
-            metrics: Metrics { mean_ms: mean, p50_ms: mean, p99_ms: mean * 2.0, rps: 1000.0 / mean, errors, ..Metrics::default() },
+            metrics: Metrics {
+                mean_ms: mean,
+                p50_ms: mean,
+                p99_ms: mean * 2.0,
+                rps: 1000.0 / mean,
+                errors,
+                ..Metrics::default()
+            },
             sustained,
             ..Repeat::default()
         }
@@ -229,7 +257,17 @@ mod tests {
 
     #[test]
     fn point_aggregates_repeats() {
-        let p = Point::from_repeats("epoll", "small", "close", 100, vec![rep(0, 3.0, 0, true), rep(1, 1.0, 5, false), rep(2, 2.0, 1, true)]);
+        let p = Point::from_repeats(
+            "epoll",
+            "small",
+            "close",
+            100,
+            vec![
+                rep(0, 3.0, 0, true),
+                rep(1, 1.0, 5, false),
+                rep(2, 2.0, 1, true),
+            ],
+        );
         assert_eq!(p.metrics.mean_ms, 2.0);
         assert_eq!(p.spread.mean_ms, [1.0, 3.0]);
         assert_eq!(p.spread.errors, [0, 5]);
@@ -242,9 +280,18 @@ mod tests {
 
     #[test]
     fn json_has_the_required_names_and_round_trips() {
-        let mut p = Point::from_repeats("threads", "big", "close", 1000, vec![rep(0, 5.0, 2, true)]);
-        p.trace = Some(Trace { scatter: vec![[0.1, 2.0, 0.0]], server: vec![[0.0, 1.0]], client: vec![] });
-        let r = Results { schema: SCHEMA.into(), points: vec![p], ..Results::default() };
+        let mut p =
+            Point::from_repeats("threads", "big", "close", 1000, vec![rep(0, 5.0, 2, true)]);
+        p.trace = Some(Trace {
+            scatter: vec![[0.1, 2.0, 0.0]],
+            server: vec![[0.0, 1.0]],
+            client: vec![],
+        });
+        let r = Results {
+            schema: SCHEMA.into(),
+            points: vec![p],
+            ..Results::default()
+        };
         let s = serde_json::to_string(&r).unwrap();
         let v: serde_json::Value = serde_json::from_str(&s).unwrap();
         let pt = &v["points"][0];
@@ -258,7 +305,13 @@ mod tests {
         assert_eq!(pt["spread"]["mean_ms"][1], 5.0);
         let back: Results = serde_json::from_str(&s).unwrap();
         assert_eq!(back.points[0].metrics, r.points[0].metrics);
-        assert_eq!(back.point("threads", "big", "close", 1000).unwrap().repeats.len(), 1);
+        assert_eq!(
+            back.point("threads", "big", "close", 1000)
+                .unwrap()
+                .repeats
+                .len(),
+            1
+        );
         assert_eq!(back.levels("big", "close"), vec![1000]);
         assert!(back.point("threads", "small", "close", 1000).is_none());
     }

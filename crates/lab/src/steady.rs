@@ -5,7 +5,9 @@
 //! flight then (from its per-request log), not counting requests stalled in a SYN
 //! retransmit: a request whose SYN was dropped (listen backlog full) waits a whole
 //! retransmission timeout (1 s on Linux) before the server even sees it, so during that
-//! time it adds nothing to the load. The server's counters (open connections, sampled
+//! time it adds nothing to the load. The client's own turnaround between a finished request
+//! and its replacement (up to [`BRIDGE_US`]) is bridged: it is client time, not a lighter
+//! load on the server. The server's counters (open connections, sampled
 //! during the run) are used as a cross-check: a server holding more connections than the
 //! requested concurrency (+ tolerance) is holding ones the client already gave up on, and
 //! requests made then are left out too.
@@ -13,11 +15,16 @@
 //! A request is kept for the means when: it succeeded, it was not SYN-retried, and at its
 //! start the achieved concurrency was within the tolerance of the requested one.
 
-use iolab_load::RequestRecord;
+use iolab_load::{ErrorKind, RequestRecord};
 
 /// Connect phases this long or longer are SYN-retransmit artefacts: on loopback a connect
 /// takes microseconds unless the SYN was dropped and re-sent after the 1 s initial RTO.
 pub const SYN_RETRY_CONNECT_US: u64 = 900_000;
+
+/// The closed-loop client's turnaround between one request's end and its replacement's
+/// start is client time, not a drop in the load: gaps up to this long are bridged. A SYN
+/// retransmit (1 s) is far longer, so it still shows.
+pub const BRIDGE_US: u64 = 10_000;
 
 /// Default tolerance around the requested concurrency (10%).
 pub const DEFAULT_TOLERANCE: f64 = 0.10;
@@ -48,19 +55,48 @@ pub struct Timeline {
 }
 
 impl Timeline {
-    /// Effective requests in flight over time.
+    /// Effective requests in flight over time, client turnarounds up to [`BRIDGE_US`]
+    /// bridged.
     pub fn from_records(records: &[RequestRecord]) -> Timeline {
-        let mut ev: Vec<(u64, i64)> = Vec::with_capacity(records.len() * 2);
+        Timeline::bridged(records, BRIDGE_US)
+    }
+
+    /// Effective requests in flight over time. An end followed within `bridge_us` by a
+    /// start is the closed-loop client replacing a finished request: the level does not
+    /// dip in between (each end is matched to the earliest unmatched start in its window).
+    pub fn bridged(records: &[RequestRecord], bridge_us: u64) -> Timeline {
+        let mut starts: Vec<u64> = Vec::with_capacity(records.len());
+        let mut ends: Vec<u64> = Vec::with_capacity(records.len());
         for r in records {
             let s = effective_start(r);
             let e = r.end_us.max(s);
             if e > s {
-                ev.push((s, 1));
+                starts.push(s);
+                ends.push(e);
+            }
+        }
+        starts.sort_unstable();
+        ends.sort_unstable();
+        let mut start_matched = vec![false; starts.len()];
+        let mut ev: Vec<(u64, i64)> = Vec::with_capacity(starts.len() + ends.len());
+        let mut j = 0;
+        for &e in &ends {
+            while j < starts.len() && starts[j] < e {
+                j += 1;
+            }
+            if j < starts.len() && starts[j] <= e.saturating_add(bridge_us) {
+                start_matched[j] = true;
+                j += 1;
+            } else {
                 ev.push((e, -1));
             }
         }
-        // Ends before starts at the same instant: a closed-loop client replaces a finished
-        // request at once, and the level must not flicker to N+1.
+        for (i, &s) in starts.iter().enumerate() {
+            if !start_matched[i] {
+                ev.push((s, 1));
+            }
+        }
+        // Ends before starts at the same instant, so the level never flickers to N+1.
         ev.sort_unstable();
         let mut steps: Vec<(u64, u64)> = Vec::new();
         let mut level: i64 = 0;
@@ -139,7 +175,9 @@ fn server_at(samples: &ServerSamples, t: u64) -> Option<u64> {
 pub struct Analysis {
     pub requests: u64,
     pub ok: u64,
+    /// Failed requests (still-in-flight ones at a deadline are `unfinished`, not errors).
     pub errors: u64,
+    pub unfinished: u64,
     pub syn_retries: u64,
     pub kept: u64,
     /// Over the kept requests; over every successful non-SYN-retried one when none was kept
@@ -148,7 +186,8 @@ pub struct Analysis {
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub steady: bool,
-    /// Time-weighted mean of the achieved concurrency over the middle 80% of the run.
+    /// Time-weighted mean of the achieved concurrency over the middle 80% of the issuing
+    /// period (first to last request start).
     pub achieved_concurrency: f64,
     pub server_concurrency_mean: Option<f64>,
     pub server_concurrency_max: Option<u64>,
@@ -180,7 +219,10 @@ pub fn analyse(
     let lo = n * (1.0 - tolerance);
     let hi = n * (1.0 + tolerance);
     let tl = Timeline::from_records(records);
-    let mut a = Analysis { requests: records.len() as u64, ..Analysis::default() };
+    let mut a = Analysis {
+        requests: records.len() as u64,
+        ..Analysis::default()
+    };
     let mut kept = Vec::new();
     let mut fallback = Vec::new();
     a.kept_mask = Vec::with_capacity(records.len());
@@ -188,6 +230,11 @@ pub fn analyse(
         let syn = is_syn_retry(r);
         if syn {
             a.syn_retries += 1;
+        }
+        if r.error == Some(ErrorKind::Unfinished) {
+            a.unfinished += 1;
+            a.kept_mask.push(false);
+            continue;
         }
         if r.error.is_some() {
             a.errors += 1;
@@ -221,14 +268,23 @@ pub fn analyse(
         a.p50_ms = percentile(&vals, 50.0);
         a.p99_ms = percentile(&vals, 99.0);
     }
+    // The issuing period: after the last start the closed loop drains by design.
     let first = records.iter().map(|r| r.start_us).min().unwrap_or(0);
-    let last = records.iter().map(|r| r.end_us).max().unwrap_or(0);
+    let last = records.iter().map(|r| r.start_us).max().unwrap_or(0);
     let span = last.saturating_sub(first);
     let (ma, mb) = (first + span / 10, last - span / 10);
     a.achieved_concurrency = tl.mean_over(ma, mb.max(ma));
     if let Some(s) = server {
-        let inside: Vec<u64> = s.iter().filter(|x| x.0 >= ma && x.0 <= mb).map(|x| x.1).collect();
-        let pool: Vec<u64> = if inside.is_empty() { s.iter().map(|x| x.1).collect() } else { inside };
+        let inside: Vec<u64> = s
+            .iter()
+            .filter(|x| x.0 >= ma && x.0 <= mb)
+            .map(|x| x.1)
+            .collect();
+        let pool: Vec<u64> = if inside.is_empty() {
+            s.iter().map(|x| x.1).collect()
+        } else {
+            inside
+        };
         if !pool.is_empty() {
             a.server_concurrency_mean = Some(pool.iter().sum::<u64>() as f64 / pool.len() as f64);
             a.server_concurrency_max = s.iter().map(|x| x.1).max();
@@ -240,7 +296,6 @@ pub fn analyse(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use iolab_load::ErrorKind;
 
     fn rec(start: u64, connected: u64, end: u64, err: bool) -> RequestRecord {
         RequestRecord {
@@ -283,7 +338,11 @@ mod tests {
 
     #[test]
     fn timeline_counts_in_flight_without_flicker() {
-        let recs = vec![rec(0, 1, 10, false), rec(10, 11, 20, false), rec(5, 6, 15, false)];
+        let recs = vec![
+            rec(0, 1, 10, false),
+            rec(10, 11, 20, false),
+            rec(5, 6, 15, false),
+        ];
         let tl = Timeline::from_records(&recs);
         assert_eq!(tl.at(0), 1);
         assert_eq!(tl.at(5), 2);
@@ -296,6 +355,28 @@ mod tests {
     }
 
     #[test]
+    fn client_turnaround_is_bridged_but_long_gaps_are_not() {
+        // One client, 1 ms requests, 0.5 ms between them (the client's own time).
+        let recs: Vec<RequestRecord> = (0..10)
+            .map(|i| rec(i * 1500, i * 1500 + 10, i * 1500 + 1000, false))
+            .collect();
+        let tl = Timeline::from_records(&recs);
+        assert_eq!(tl.at(1200), 1, "bridged gap");
+        assert!((tl.mean_over(0, 14_500) - 1.0).abs() < 1e-9);
+        let raw = Timeline::bridged(&recs, 0);
+        assert_eq!(raw.at(1200), 0);
+        // A 50 ms pause is not client turnaround: the level drops.
+        let mut gap = recs.clone();
+        gap.push(rec(100_000, 100_010, 101_000, false));
+        let tl = Timeline::from_records(&gap);
+        assert_eq!(tl.at(50_000), 0);
+        assert_eq!(tl.at(100_500), 1);
+        let a = analyse(&recs, 1, None, DEFAULT_TOLERANCE);
+        assert_eq!(a.kept, 10);
+        assert!((a.achieved_concurrency - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
     fn steady_closed_loop_keeps_nearly_everything() {
         let recs = closed_loop(10, 50, 1000);
         let a = analyse(&recs, 10, None, DEFAULT_TOLERANCE);
@@ -305,7 +386,11 @@ mod tests {
         // Only the ramp-up (clients 1 µs apart) and none of the rest are dropped.
         assert!(a.kept >= 490, "kept {}", a.kept);
         assert!((a.mean_ms - 1.0).abs() < 1e-9);
-        assert!((a.achieved_concurrency - 10.0).abs() < 0.1, "{}", a.achieved_concurrency);
+        assert!(
+            (a.achieved_concurrency - 10.0).abs() < 0.1,
+            "{}",
+            a.achieved_concurrency
+        );
     }
 
     #[test]
@@ -331,7 +416,10 @@ mod tests {
         assert_eq!(a.ok, 41);
         // The slow one must not drag the mean towards 1 s.
         assert!(a.mean_ms < 2.0, "mean {}", a.mean_ms);
-        let idx = recs.iter().position(|r| r.start_us == 100 && r.end_us == 1_000_600).unwrap();
+        let idx = recs
+            .iter()
+            .position(|r| r.start_us == 100 && r.end_us == 1_000_600)
+            .unwrap();
         assert!(!a.kept_mask[idx]);
         // While stalled it did not count as load: the other 4 stay steady at 4.
         assert!(a.kept >= 35);
@@ -352,13 +440,25 @@ mod tests {
     fn server_holding_abandoned_connections_excludes_requests() {
         let recs = closed_loop(10, 20, 1000);
         // The server reports 30 open connections during the second half.
-        let samples: Vec<(u64, u64)> = (0..20).map(|i| (i * 1000, if i < 10 { 10 } else { 30 })).collect();
+        let samples: Vec<(u64, u64)> = (0..20)
+            .map(|i| (i * 1000, if i < 10 { 10 } else { 30 }))
+            .collect();
         let a = analyse(&recs, 10, Some(&samples), DEFAULT_TOLERANCE);
         let b = analyse(&recs, 10, None, DEFAULT_TOLERANCE);
         assert!(a.kept < b.kept);
         assert!(a.kept > 0);
         assert_eq!(a.server_concurrency_max, Some(30));
         assert!(a.server_concurrency_mean.unwrap() > 10.0);
+    }
+
+    #[test]
+    fn unfinished_requests_are_neither_ok_nor_errors() {
+        let mut recs = closed_loop(2, 5, 1000);
+        let mut u = rec(6000, 6010, 7000, true);
+        u.error = Some(ErrorKind::Unfinished);
+        recs.push(u);
+        let a = analyse(&recs, 2, None, DEFAULT_TOLERANCE);
+        assert_eq!((a.ok, a.errors, a.unfinished, a.requests), (10, 0, 1, 11));
     }
 
     #[test]

@@ -77,7 +77,13 @@ impl Scale {
                 let step = nice_step(hi - lo, 5);
                 let d0 = (lo / step).floor() * step;
                 let d1 = (hi / step).ceil() * step;
-                Scale { kind, d0, d1, r0, r1 }
+                Scale {
+                    kind,
+                    d0,
+                    d1,
+                    r0,
+                    r1,
+                }
             }
             ScaleKind::Log => {
                 let lo = lo.max(LOG_FLOOR);
@@ -90,7 +96,13 @@ impl Scale {
                 if !e0.is_finite() {
                     e0 = 0.0;
                 }
-                Scale { kind, d0: 10f64.powf(e0), d1: 10f64.powf(e1), r0, r1 }
+                Scale {
+                    kind,
+                    d0: 10f64.powf(e0),
+                    d1: 10f64.powf(e1),
+                    r0,
+                    r1,
+                }
             }
         }
     }
@@ -99,11 +111,19 @@ impl Scale {
     pub fn map(&self, v: f64) -> f64 {
         let t = match self.kind {
             ScaleKind::Linear => {
-                let v = if v.is_finite() { v.clamp(self.d0, self.d1) } else { self.d0 };
+                let v = if v.is_finite() {
+                    v.clamp(self.d0, self.d1)
+                } else {
+                    self.d0
+                };
                 (v - self.d0) / (self.d1 - self.d0)
             }
             ScaleKind::Log => {
-                let v = if v.is_finite() { v.clamp(self.d0, self.d1) } else { self.d0 };
+                let v = if v.is_finite() {
+                    v.clamp(self.d0, self.d1)
+                } else {
+                    self.d0
+                };
                 (v.log10() - self.d0.log10()) / (self.d1.log10() - self.d0.log10())
             }
         };
@@ -238,8 +258,20 @@ fn extent(vals: impl Iterator<Item = f64>, log: bool) -> (f64, f64) {
 }
 
 /// Draws an axis line with ticks, tick labels and grid lines.
-fn axis(out: &mut String, s: &Scale, horizontal: bool, at: f64, grid_to: f64, label: &str, right: bool) {
-    let (x0, y0, x1, y1) = if horizontal { (s.r0, at, s.r1, at) } else { (at, s.r0, at, s.r1) };
+fn axis(
+    out: &mut String,
+    s: &Scale,
+    horizontal: bool,
+    at: f64,
+    grid_to: f64,
+    label: &str,
+    right: bool,
+) {
+    let (x0, y0, x1, y1) = if horizontal {
+        (s.r0, at, s.r1, at)
+    } else {
+        (at, s.r0, at, s.r1)
+    };
     let _ = write!(
         out,
         r##"<line class="axis" x1="{x0:.1}" y1="{y0:.1}" x2="{x1:.1}" y2="{y1:.1}" stroke="#333" stroke-width="1"/>"##
@@ -256,7 +288,11 @@ fn axis(out: &mut String, s: &Scale, horizontal: bool, at: f64, grid_to: f64, la
                 ty = at + 18.0
             );
         } else {
-            let (tx, anchor, t2) = if right { (at + 8.0, "start", at + 5.0) } else { (at - 8.0, "end", at - 5.0) };
+            let (tx, anchor, t2) = if right {
+                (at + 8.0, "start", at + 5.0)
+            } else {
+                (at - 8.0, "end", at - 5.0)
+            };
             if !right {
                 let _ = write!(
                     out,
@@ -323,10 +359,19 @@ pub fn line_chart(c: &LineChart) -> String {
         let px: Vec<(f64, f64)> = s
             .points
             .iter()
-            .filter(|p| p.0.is_finite() && p.1.is_finite() && (!c.log_x || p.0 > 0.0) && (!c.log_y || p.1 > 0.0))
+            .filter(|p| {
+                p.0.is_finite()
+                    && p.1.is_finite()
+                    && (!c.log_x || p.0 > 0.0)
+                    && (!c.log_y || p.1 > 0.0)
+            })
             .map(|p| (xs.map(p.0), ys.map(p.1)))
             .collect();
-        let dash = if dashed(i) { r#" stroke-dasharray="6 3""# } else { "" };
+        let dash = if dashed(i) {
+            r#" stroke-dasharray="6 3""#
+        } else {
+            ""
+        };
         let name = esc(&s.name);
         let _ = write!(out, r#"<g class="series" data-name="{name}">"#);
         if px.len() > 1 {
@@ -337,13 +382,20 @@ pub fn line_chart(c: &LineChart) -> String {
             );
         }
         for (x, y) in &px {
-            let _ = write!(out, r#"<circle cx="{x:.1}" cy="{y:.1}" r="3" fill="{col}"/>"#);
+            let _ = write!(
+                out,
+                r#"<circle cx="{x:.1}" cy="{y:.1}" r="3" fill="{col}"/>"#
+            );
         }
         out.push_str("</g>");
         // Legend entry.
         let ly = MT + 8.0 + i as f64 * 18.0;
         let lx = W - MR + 16.0;
-        let note = if s.points.is_empty() { " (no data)" } else { "" };
+        let note = if s.points.is_empty() {
+            " (no data)"
+        } else {
+            ""
+        };
         let _ = write!(
             out,
             r#"<line x1="{lx:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{col}" stroke-width="2"{dash}/><circle cx="{:.1}" cy="{ly:.1}" r="3" fill="{col}"/><text x="{:.1}" y="{:.1}" font-size="11">{name}{note}</text>"#,
@@ -382,15 +434,37 @@ pub fn scatter_panel(p: &ScatterPanel) -> String {
     let (ml, mr, mt, mb) = (56.0, 56.0, 30.0, 44.0);
     let mut out = String::new();
     open_svg(&mut out, w, h, &p.title);
-    let (_, t_hi) = extent(p.points.iter().map(|q| q.0).chain(p.line.iter().map(|q| q.0)), false);
+    let (_, t_hi) = extent(
+        p.points
+            .iter()
+            .map(|q| q.0)
+            .chain(p.line.iter().map(|q| q.0)),
+        false,
+    );
     let (_, y_hi) = extent(p.points.iter().map(|q| q.1), false);
     let (_, c_hi) = extent(p.line.iter().map(|q| q.1).chain(p.requested), false);
     let xs = Scale::nice(ScaleKind::Linear, 0.0, t_hi, ml, w - mr);
     let ys = Scale::nice(ScaleKind::Linear, 0.0, y_hi, h - mb, mt);
     let cs = Scale::nice(ScaleKind::Linear, 0.0, c_hi, h - mb, mt);
-    axis(&mut out, &ys, false, ml, w - mr, "response time (ms)", false);
+    axis(
+        &mut out,
+        &ys,
+        false,
+        ml,
+        w - mr,
+        "response time (ms)",
+        false,
+    );
     axis(&mut out, &cs, false, w - mr, w - mr, &p.line_label, true);
-    axis(&mut out, &xs, true, h - mb, mt, "time since start (s)", false);
+    axis(
+        &mut out,
+        &xs,
+        true,
+        h - mb,
+        mt,
+        "time since start (s)",
+        false,
+    );
     if let Some(r) = p.requested {
         let y = cs.map(r);
         let _ = write!(
@@ -411,7 +485,11 @@ pub fn scatter_panel(p: &ScatterPanel) -> String {
     }
     out.push_str("</g>");
     if p.line.len() > 1 {
-        let px: Vec<(f64, f64)> = p.line.iter().map(|&(t, c)| (xs.map(t), cs.map(c))).collect();
+        let px: Vec<(f64, f64)> = p
+            .line
+            .iter()
+            .map(|&(t, c)| (xs.map(t), cs.map(c)))
+            .collect();
         let _ = write!(
             out,
             r##"<path class="concurrency" d="{}" fill="none" stroke="#222" stroke-width="1.3"/>"##,
@@ -447,7 +525,10 @@ pub fn bar_chart(c: &BarChart) -> String {
     let mb = MB + 40.0;
     let mut out = String::new();
     open_svg(&mut out, w, h, &c.title);
-    let (_, hi) = extent(c.series.iter().flat_map(|s| s.1.iter().flatten().copied()), false);
+    let (_, hi) = extent(
+        c.series.iter().flat_map(|s| s.1.iter().flatten().copied()),
+        false,
+    );
     let ys = Scale::nice(ScaleKind::Linear, 0.0, hi, h - mb, MT);
     axis(&mut out, &ys, false, ML, w - MR, &c.y_label, false);
     let _ = write!(
@@ -599,9 +680,18 @@ mod tests {
             log_x: true,
             log_y: true,
             series: vec![
-                Series { name: "a".into(), points: vec![(1.0, 1.0), (10.0, 5.0), (100.0, 50.0)] },
-                Series { name: "b".into(), points: vec![(1.0, 2.0), (10.0, 0.0)] },
-                Series { name: "c".into(), points: vec![] },
+                Series {
+                    name: "a".into(),
+                    points: vec![(1.0, 1.0), (10.0, 5.0), (100.0, 50.0)],
+                },
+                Series {
+                    name: "b".into(),
+                    points: vec![(1.0, 2.0), (10.0, 0.0)],
+                },
+                Series {
+                    name: "c".into(),
+                    points: vec![],
+                },
             ],
         };
         let svg = line_chart(&c);
@@ -609,8 +699,15 @@ mod tests {
         let paths = doc.descendants().filter(|n| n.has_tag_name("path")).count();
         // "b" loses its zero on a log axis, leaving one point: no path, one marker.
         assert_eq!(paths, 1);
-        let circles = doc.descendants().filter(|n| n.has_tag_name("circle")).count();
-        assert_eq!(circles, 3 + 1 + 3, "markers plus one legend marker per series");
+        let circles = doc
+            .descendants()
+            .filter(|n| n.has_tag_name("circle"))
+            .count();
+        assert_eq!(
+            circles,
+            3 + 1 + 3,
+            "markers plus one legend marker per series"
+        );
         assert!(svg.contains("no data"));
     }
 
@@ -625,8 +722,15 @@ mod tests {
         };
         let doc_s = scatter_panel(&p);
         let doc = roxmltree::Document::parse(&doc_s).unwrap();
-        assert_eq!(doc.descendants().filter(|n| n.has_tag_name("circle")).count(), 3);
-        assert!(doc.descendants().any(|n| n.attribute("class") == Some("concurrency")));
+        assert_eq!(
+            doc.descendants()
+                .filter(|n| n.has_tag_name("circle"))
+                .count(),
+            3
+        );
+        assert!(doc
+            .descendants()
+            .any(|n| n.attribute("class") == Some("concurrency")));
         let b = BarChart {
             title: "ka".into(),
             y_label: "req/s".into(),
@@ -635,6 +739,11 @@ mod tests {
         };
         let s = bar_chart(&b);
         let doc = roxmltree::Document::parse(&s).unwrap();
-        assert_eq!(doc.descendants().filter(|n| n.attribute("class") == Some("bar")).count(), 1);
+        assert_eq!(
+            doc.descendants()
+                .filter(|n| n.attribute("class") == Some("bar"))
+                .count(),
+            1
+        );
     }
 }

@@ -39,8 +39,10 @@ pub struct ReportCheck {
 /// Validates `dir/results.json` and `dir/index.html`.
 pub fn check_report(dir: &Path) -> anyhow::Result<ReportCheck> {
     let json_path = dir.join("results.json");
-    let text = std::fs::read_to_string(&json_path).with_context(|| format!("reading {}", json_path.display()))?;
-    let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("parsing {}", json_path.display()))?;
+    let text = std::fs::read_to_string(&json_path)
+        .with_context(|| format!("reading {}", json_path.display()))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", json_path.display()))?;
     if v.get("schema").and_then(|s| s.as_str()) != Some(SCHEMA) {
         bail!("{}: schema is not {SCHEMA:?}", json_path.display());
     }
@@ -50,7 +52,10 @@ pub fn check_report(dir: &Path) -> anyhow::Result<ReportCheck> {
         }
     }
     let points = v["points"].as_array().context("points is not a list")?;
-    let mut check = ReportCheck { points: points.len(), ..ReportCheck::default() };
+    let mut check = ReportCheck {
+        points: points.len(),
+        ..ReportCheck::default()
+    };
     for (i, p) in points.iter().enumerate() {
         for k in ["model", "file", "mode", "concurrency", "spread", "repeats"] {
             if p.get(k).is_none() {
@@ -69,12 +74,17 @@ pub fn check_report(dir: &Path) -> anyhow::Result<ReportCheck> {
         }
     }
     let html_path = dir.join("index.html");
-    let html = std::fs::read_to_string(&html_path).with_context(|| format!("reading {}", html_path.display()))?;
+    let html = std::fs::read_to_string(&html_path)
+        .with_context(|| format!("reading {}", html_path.display()))?;
     for s in extract_svgs(&html) {
-        let doc = roxmltree::Document::parse(s).with_context(|| format!("an SVG in {} does not parse", html_path.display()))?;
+        let doc = roxmltree::Document::parse(s)
+            .with_context(|| format!("an SVG in {} does not parse", html_path.display()))?;
         check.svgs += 1;
         check.paths += doc.descendants().filter(|n| n.has_tag_name("path")).count();
-        check.circles += doc.descendants().filter(|n| n.has_tag_name("circle")).count();
+        check.circles += doc
+            .descendants()
+            .filter(|n| n.has_tag_name("circle"))
+            .count();
     }
     if check.svgs == 0 {
         bail!("{}: no SVG figure", html_path.display());
@@ -106,7 +116,10 @@ mod tests {
         assert!(c.paths > 0 && c.circles > 0);
         // A point without one of the required names is rejected.
         let mut v: serde_json::Value = serde_json::to_value(&r).unwrap();
-        v["points"][0].as_object_mut().unwrap().remove("syn_retries");
+        v["points"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("syn_retries");
         std::fs::write(dir.join("results.json"), v.to_string()).unwrap();
         let e = check_report(&dir).unwrap_err().to_string();
         assert!(e.contains("syn_retries"), "{e}");

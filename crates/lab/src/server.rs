@@ -1,0 +1,400 @@
+//! The servers under test, run as child processes that never outlive the lab.
+//!
+//! Each child gets its own process group (so nginx's workers go with their master), is
+//! pinned to the server CPU before `exec`, and dies with the lab (PR_SET_PDEATHSIG) even if
+//! the lab is killed outright. A [`ServerProc`] kills its group on drop, and the SIGINT /
+//! SIGTERM handler kills every registered group before the lab exits.
+
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+/// Process groups of the running children, for the signal handler.
+static GROUPS: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+
+pub(crate) fn register(pgid: i32) {
+    if let Ok(mut g) = GROUPS.lock() {
+        g.push(pgid);
+    }
+}
+
+pub(crate) fn unregister(pgid: i32) {
+    if let Ok(mut g) = GROUPS.lock() {
+        g.retain(|&p| p != pgid);
+    }
+}
+
+pub(crate) fn signal_group(pgid: i32, sig: i32) {
+    if pgid > 0 {
+        // SAFETY: kill(2) with a negative pid signals that process group only; pgid > 0 is
+        // one we created with process_group(0), never 0 or 1 (which would widen the target).
+        unsafe { libc::kill(-pgid, sig) };
+    }
+}
+
+/// Kills every registered child group (SIGTERM, then SIGKILL after a grace period).
+pub fn kill_all() {
+    let groups: Vec<i32> = GROUPS.lock().map(|g| g.clone()).unwrap_or_default();
+    for &g in &groups {
+        signal_group(g, libc::SIGTERM);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    for &g in &groups {
+        signal_group(g, libc::SIGKILL);
+    }
+}
+
+/// On SIGINT or SIGTERM: kill the servers, then exit (130 / 143).
+pub fn install_signal_handler() -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+        .context("installing the signal handler")?;
+    std::thread::Builder::new()
+        .name("lab-signals".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                eprintln!("\niolab lab: interrupted; stopping the servers");
+                kill_all();
+                std::process::exit(128 + sig);
+            }
+        })
+        .context("starting the signal thread")?;
+    Ok(())
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub enum Kind {
+    /// `iolab serve --model NAME`.
+    Model(String),
+    Nginx(PathBuf),
+    Tokio(PathBuf),
+}
+
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub name: String,
+    pub kind: Kind,
+    pub describe: String,
+}
+
+impl Target {
+    pub fn is_peer(&self) -> bool {
+        !matches!(self.kind, Kind::Model(_))
+    }
+}
+
+/// How to start a server.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    pub iolab: PathBuf,
+    pub www: PathBuf,
+    /// Scratch directory for this server (stats file, nginx config, logs).
+    pub run_dir: PathBuf,
+    pub addr: SocketAddr,
+    pub workers: usize,
+    pub backlog: u32,
+    pub cpu: Option<usize>,
+}
+
+pub struct ServerProc {
+    child: Option<Child>,
+    pgid: i32,
+    pub name: String,
+    pub addr: SocketAddr,
+    pub stats_path: Option<PathBuf>,
+    pub log_path: PathBuf,
+}
+
+/// An nginx configuration serving `www` on `addr`, with every path inside `run_dir`.
+pub fn nginx_conf(l: &Launch, as_root: bool) -> String {
+    let d = l.run_dir.display();
+    let user = if as_root {
+        "user nobody nogroup;\n"
+    } else {
+        ""
+    };
+    format!(
+        "# Written by iolab lab.\n{user}worker_processes {w};\nworker_rlimit_nofile 65536;\npid {d}/nginx.pid;\nerror_log {d}/nginx-error.log warn;\ndaemon off;\nevents {{ worker_connections 16384; }}\nhttp {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  sendfile on;\n  keepalive_requests 100000000;\n  keepalive_timeout 60s;\n  types {{ text/html html; application/octet-stream bin; }}\n  server {{\n    listen {addr} backlog={b};\n    root {www};\n  }}\n}}\n",
+        w = l.workers.max(1),
+        addr = l.addr,
+        b = l.backlog,
+        www = l.www.display(),
+    )
+}
+
+impl ServerProc {
+    pub fn start(t: &Target, l: &Launch) -> anyhow::Result<ServerProc> {
+        std::fs::create_dir_all(&l.run_dir)
+            .with_context(|| format!("creating {}", l.run_dir.display()))?;
+        let log_path = l.run_dir.join("server.log");
+        let log = std::fs::File::create(&log_path)
+            .with_context(|| format!("creating {}", log_path.display()))?;
+        let mut stats_path = None;
+        let mut cmd = match &t.kind {
+            Kind::Model(m) => {
+                let sp = l.run_dir.join("stats");
+                let _ = std::fs::remove_file(&sp);
+                let mut c = Command::new(&l.iolab);
+                c.arg("serve")
+                    .args(["--model", m])
+                    .arg("--root")
+                    .arg(&l.www)
+                    .args(["--addr", &l.addr.to_string()])
+                    .args(["--workers", &l.workers.to_string()])
+                    .args(["--backlog", &l.backlog.to_string()])
+                    .arg("--stats")
+                    .arg(&sp);
+                stats_path = Some(sp);
+                c
+            }
+            Kind::Nginx(bin) => {
+                // SAFETY: geteuid has no preconditions.
+                let as_root = unsafe { libc::geteuid() } == 0;
+                let conf = l.run_dir.join("nginx.conf");
+                std::fs::write(&conf, nginx_conf(l, as_root))
+                    .with_context(|| format!("writing {}", conf.display()))?;
+                let mut c = Command::new(bin);
+                c.arg("-p")
+                    .arg(&l.run_dir)
+                    .arg("-e")
+                    .arg(l.run_dir.join("nginx-error.log"))
+                    .arg("-c")
+                    .arg(&conf);
+                c
+            }
+            Kind::Tokio(bin) => {
+                let mut c = Command::new(bin);
+                c.arg("--root")
+                    .arg(&l.www)
+                    .args(["--addr", &l.addr.to_string()])
+                    .args(["--workers", &l.workers.max(1).to_string()]);
+                c
+            }
+        };
+        cmd.stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .process_group(0);
+        let cpu = l.cpu;
+        // SAFETY: the closure runs in the child between fork and exec and only makes raw
+        // system calls (no allocation, no locks): pin to the server CPU, and ask for SIGKILL
+        // when the lab dies so no server outlives it.
+        unsafe {
+            cmd.pre_exec(move || {
+                if let Some(cpu) = cpu {
+                    let mut set: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(cpu, &mut set);
+                    if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0
+                    {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("starting {}", t.name))?;
+        let pgid = child.id() as i32;
+        register(pgid);
+        let mut p = ServerProc {
+            child: Some(child),
+            pgid,
+            name: t.name.clone(),
+            addr: l.addr,
+            stats_path,
+            log_path,
+        };
+        p.wait_ready(Duration::from_secs(10))?;
+        Ok(p)
+    }
+
+    fn log_tail(&self) -> String {
+        let s = std::fs::read_to_string(&self.log_path).unwrap_or_default();
+        let lines: Vec<&str> = s.lines().rev().take(5).collect();
+        lines.into_iter().rev().collect::<Vec<_>>().join(" | ")
+    }
+
+    fn wait_ready(&mut self, limit: Duration) -> anyhow::Result<()> {
+        let t0 = Instant::now();
+        loop {
+            if let Some(status) = self.exited() {
+                bail!(
+                    "{} exited at start ({status}): {}",
+                    self.name,
+                    self.log_tail()
+                );
+            }
+            if TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)).is_ok() {
+                return Ok(());
+            }
+            if t0.elapsed() > limit {
+                bail!(
+                    "{} did not accept connections on {} within {:?}: {}",
+                    self.name,
+                    self.addr,
+                    limit,
+                    self.log_tail()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(30));
+        }
+    }
+
+    /// `Some(status)` once the child has exited.
+    pub fn exited(&mut self) -> Option<String> {
+        let c = self.child.as_mut()?;
+        match c.try_wait() {
+            Ok(Some(s)) => Some(s.to_string()),
+            Ok(None) => None,
+            Err(e) => Some(format!("unknown ({e})")),
+        }
+    }
+
+    /// Why the server died, if it did.
+    pub fn crash_report(&mut self) -> Option<String> {
+        self.exited()
+            .map(|s| format!("{} exited ({s}): {}", self.name, self.log_tail()))
+    }
+
+    /// SIGTERM (a clean stop), then SIGKILL to the whole group if it lingers.
+    pub fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        signal_group(self.pgid, libc::SIGTERM);
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(3) {
+            if let Ok(Some(_)) = child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Whatever is left of the group (nginx workers, a stuck model) goes now.
+        signal_group(self.pgid, libc::SIGKILL);
+        let _ = child.kill();
+        let _ = child.wait();
+        unregister(self.pgid);
+    }
+}
+
+impl Drop for ServerProc {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A free loopback port (bound then released; the server binds it right after).
+pub fn free_port() -> anyhow::Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+    Ok(l.local_addr()?.port())
+}
+
+/// `name` in the directory of the running executable, then on PATH.
+pub fn find_binary(name: &str) -> Option<PathBuf> {
+    if let Ok(exe) = std::env::current_exe() {
+        if let Some(dir) = exe.parent() {
+            let p = dir.join(name);
+            if is_executable(&p) {
+                return Some(p);
+            }
+            // Test binaries live in target/<profile>/deps; the binaries one level up.
+            if let Some(up) = dir.parent() {
+                let p = up.join(name);
+                if dir.ends_with("deps") && is_executable(&p) {
+                    return Some(p);
+                }
+            }
+        }
+    }
+    for extra in ["/usr/sbin", "/usr/local/sbin", "/sbin"] {
+        let p = Path::new(extra).join(name);
+        if is_executable(&p) {
+            return Some(p);
+        }
+    }
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join(name))
+        .find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nginx_conf_keeps_everything_in_the_run_dir() {
+        let l = Launch {
+            iolab: "/x/iolab".into(),
+            www: "/r/www".into(),
+            run_dir: "/r/run/nginx".into(),
+            addr: "127.0.0.1:8099".parse().unwrap(),
+            workers: 1,
+            backlog: 4096,
+            cpu: Some(0),
+        };
+        let c = nginx_conf(&l, true);
+        assert!(c.contains("listen 127.0.0.1:8099 backlog=4096;"));
+        assert!(c.contains("root /r/www;"));
+        assert!(c.contains("access_log off;"));
+        assert!(c.contains("pid /r/run/nginx/nginx.pid;"));
+        assert!(c.contains("user nobody nogroup;"));
+        assert!(!nginx_conf(&l, false).contains("user "));
+        for line in c
+            .lines()
+            .filter(|l| l.contains("_path") || l.contains("error_log"))
+        {
+            assert!(line.contains("/r/run/nginx/"), "{line}");
+        }
+    }
+
+    #[test]
+    fn a_server_that_fails_to_start_is_reported_and_reaped() {
+        let dir = std::env::temp_dir().join(format!("iolab-lab-server-{}", std::process::id()));
+        let t = Target {
+            name: "false".into(),
+            kind: Kind::Tokio("/bin/false".into()),
+            describe: String::new(),
+        };
+        let l = Launch {
+            iolab: "/bin/false".into(),
+            www: dir.clone(),
+            run_dir: dir.join("run"),
+            addr: format!("127.0.0.1:{}", free_port().unwrap())
+                .parse()
+                .unwrap(),
+            workers: 1,
+            backlog: 16,
+            cpu: None,
+        };
+        let e = ServerProc::start(&t, &l)
+            .err()
+            .expect("must fail")
+            .to_string();
+        assert!(e.contains("exited at start"), "{e}");
+        assert!(GROUPS.lock().unwrap().is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn finds_sh_on_path() {
+        assert!(find_binary("sh").is_some());
+        assert!(find_binary("no-such-binary-iolab").is_none());
+    }
+}
