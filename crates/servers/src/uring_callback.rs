@@ -1,6 +1,454 @@
-//! (model not written yet)
+//! `uring-callback` — seed 000's **CR** (`--accept sync`) and **CR-iocp** (`--accept async`)
+//! on io_uring.
+//!
+//! The CR servers passed a *completion routine* to every `WSARecv`/`WSASend`: when the
+//! operation finished, Windows queued the routine as an APC to the thread that issued the call,
+//! and ran it the next time that thread waited "alertably". Here each client operation is
+//! submitted with a boxed callback (`FnOnce(&mut Loop, result)`), and the SQE's `user_data` is
+//! the address of that box, as the `OVERLAPPED` led to the routine. Each worker thread
+//! (`workers`, 0 = one per core) owns a ring and its own listener (SO_REUSEPORT); only the
+//! thread that submitted an operation reaps its completion and runs its callback — the APC
+//! rule. A connection has no state record in a table: its state ([`Conn`]) is owned by the
+//! callback of the one operation it has in flight, and moves on to the next callback — the
+//! continuation-passing style the seed's routines were written in.
+//!
+//! The two ways to accept, as in the seed:
+//! - `--accept sync` (CR): the loop is centred on a synchronous `accept4`, called until the
+//!   kernel's queue is empty; each connection is started up to its first I/O. When the
+//!   queue is empty the thread waits — in `io_uring_enter`, for completions *or* the
+//!   listener becoming readable (one POLL_ADD on it) — and runs the callbacks of whatever
+//!   completed: the "alertable wait" of CR's blocking accept.
+//! - `--accept async` (CR-iocp): `AcceptEx` could not take a completion routine, so CR-iocp
+//!   accepted through a completion port and dispatched those packets in its main loop. Here:
+//!   [`uring::ACCEPTS_AHEAD`] accepts are posted with a plain tag instead of a callback, and
+//!   the loop handles them itself; everything else runs by callback.
+//!
+//! The idle timeout, the stop request, and the accept-side events are the loop's own
+//! plumbing (tagged `user_data`, or callbacks on the loop); every client I/O is a callback.
+//! Idle timeout and shutdown: see [`crate::uring_common`] (a registry of open sockets per
+//! worker holds what the tick and the stop need: descriptor and time of last I/O).
 
-pub fn run(ctx: &crate::Ctx) -> std::io::Result<()> {
-    let _ = ctx;
-    Err(std::io::Error::new(std::io::ErrorKind::Unsupported, "model uring_callback is not written yet"))
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use iolab_http::{Session, Site};
+use slab::Slab;
+
+use crate::stats::{ErrorKind, Stats};
+use crate::uring;
+use crate::uring_common::{self as common, Gate, MAX_IOV, READ_BUF};
+use crate::{AcceptMode, Ctx, Shutdown};
+
+pub fn run(ctx: &Ctx) -> io::Result<()> {
+    let n = common::worker_count(ctx.config.workers);
+    let mode = ctx.config.accept;
+    let listeners = common::listeners(ctx, n, mode == AcceptMode::Sync)?;
+    let gate = Arc::new(Gate::new(ctx.config.max_conns));
+    let listeners: Vec<_> = listeners
+        .into_iter()
+        .map(|l| std::sync::Mutex::new(Some(l)))
+        .collect();
+    let name = match mode {
+        AcceptMode::Sync => "uring-cr",
+        AcceptMode::Async => "uring-cr-iocp",
+    };
+    common::run_workers(ctx, n, name, |i| {
+        let listener = listeners[i]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let listener = listener.ok_or_else(|| io::Error::other("listener already taken"))?;
+        Loop::new(ctx, Arc::clone(&gate), listener)?.serve()
+    })
+}
+
+/// A completion routine: run by the worker that submitted the operation, with its result.
+type Routine = Box<dyn FnOnce(&mut Loop, i32) -> io::Result<()>>;
+
+/// `user_data` of an accept posted ahead (`--accept async`): handled by the loop itself.
+const ACCEPT: u64 = 1;
+/// `user_data` of the POLL_ADD on the listener (`--accept sync`): time to call accept again.
+const LISTENER_READY: u64 = 2;
+// Callback addresses are heap pointers, never 1 or 2.
+
+/// What the tick and the stop request need to know about an open connection.
+struct Entry {
+    fd: RawFd,
+    last_io: Instant,
+    /// Shut down by the worker (idle timeout or stop): no second shutdown.
+    shut: bool,
+    /// Its close is in flight: the descriptor may already be closed (and its number reused),
+    /// so the tick and the stop must leave it alone.
+    closing: bool,
+    /// Why it ends, counted when its close completes; None for an orderly end.
+    fault: Option<ErrorKind>,
+}
+
+/// A connection's state, owned by the callback of its operation in flight.
+struct Conn {
+    fd: RawFd,
+    /// Its entry in the worker's registry.
+    key: usize,
+    session: Session,
+    buf: Box<[u8]>,
+    iov: [libc::iovec; MAX_IOV],
+    msg: libc::msghdr,
+}
+
+pub struct Loop {
+    ring: IoUring,
+    listener: OwnedFd,
+    mode: AcceptMode,
+    site: Arc<Site>,
+    stats: Arc<Stats>,
+    shutdown: Arc<Shutdown>,
+    gate: Arc<Gate>,
+    registry: Slab<Entry>,
+    in_flight: usize,
+    /// `--accept async`: accepts posted now.
+    accepts: usize,
+    /// `--accept sync`: the POLL_ADD on the listener is in flight.
+    listener_armed: bool,
+    stopping: bool,
+    idle_timeout: Duration,
+    tick: types::Timespec,
+    /// `user_data` of the tick in flight, to remove it at the stop.
+    tick_user_data: u64,
+    now: Instant,
+}
+
+impl Loop {
+    fn new(ctx: &Ctx, gate: Arc<Gate>, listener: OwnedFd) -> io::Result<Loop> {
+        Ok(Loop {
+            ring: common::ring()?,
+            listener,
+            mode: ctx.config.accept,
+            site: Arc::clone(&ctx.site),
+            stats: Arc::clone(&ctx.stats),
+            shutdown: Arc::clone(&ctx.shutdown),
+            gate,
+            registry: Slab::new(),
+            in_flight: 0,
+            accepts: 0,
+            listener_armed: false,
+            stopping: false,
+            idle_timeout: ctx.config.idle_timeout,
+            tick: common::tick_period(ctx.config.idle_timeout).into(),
+            tick_user_data: 0,
+            now: Instant::now(),
+        })
+    }
+
+    /// Submits `entry`; `routine` runs on this thread when it completes.
+    fn submit(
+        &mut self,
+        entry: squeue::Entry,
+        routine: impl FnOnce(&mut Loop, i32) -> io::Result<()> + 'static,
+    ) -> io::Result<u64> {
+        let routine: Box<Routine> = Box::new(Box::new(routine));
+        let ptr = Box::into_raw(routine);
+        let user_data = ptr as u64;
+        if let Err(e) = common::push(&mut self.ring, &entry.user_data(user_data)) {
+            // SAFETY: ptr came from Box::into_raw just above and the entry was not queued.
+            drop(unsafe { Box::from_raw(ptr) });
+            return Err(e);
+        }
+        self.in_flight += 1;
+        Ok(user_data)
+    }
+
+    /// Submits `entry` with a tag the loop dispatches itself.
+    fn submit_tagged(&mut self, entry: squeue::Entry, tag: u64) -> io::Result<()> {
+        common::push(&mut self.ring, &entry.user_data(tag))?;
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    fn serve(mut self) -> io::Result<()> {
+        let result = self.event_loop();
+        if self.in_flight > 0 {
+            // Only on an unexpected ring error. The callbacks still in flight own their
+            // connections' buffers; they are never run nor freed (the kernel may write there).
+            eprintln!(
+                "uring-callback: stopping with {} operations in flight",
+                self.in_flight
+            );
+        }
+        result
+    }
+
+    fn event_loop(&mut self) -> io::Result<()> {
+        arm_stop(self)?;
+        arm_tick(self)?;
+        match self.mode {
+            AcceptMode::Async => self.post_accepts()?,
+            AcceptMode::Sync => self.accept_sync()?,
+        }
+        let mut cqes: Vec<cqueue::Entry> = Vec::with_capacity(common::RING_ENTRIES as usize * 4);
+        while !(self.stopping && self.in_flight == 0) {
+            common::submit_and_wait(&mut self.ring)?;
+            common::drain(&mut self.ring, &mut cqes);
+            self.now = Instant::now();
+            for cqe in &cqes {
+                self.in_flight -= 1;
+                match cqe.user_data() {
+                    ACCEPT => self.on_accept(cqe.result())?,
+                    LISTENER_READY => {
+                        self.listener_armed = false;
+                        self.accept_sync()?;
+                    }
+                    ptr => {
+                        // SAFETY: every other user_data is a pointer made by `submit` with
+                        // Box::into_raw, completed exactly once, so reclaimed exactly once.
+                        let routine: Box<Routine> = unsafe { Box::from_raw(ptr as *mut Routine) };
+                        (*routine)(self, cqe.result())?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    // --- accepting -------------------------------------------------------------------------
+
+    /// CR-iocp: accepts posted ahead, re-posted as they complete.
+    fn post_accepts(&mut self) -> io::Result<()> {
+        let fd = self.listener.as_raw_fd();
+        while !self.stopping && self.accepts < uring::ACCEPTS_AHEAD {
+            let e = opcode::Accept::new(types::Fd(fd), std::ptr::null_mut(), std::ptr::null_mut())
+                .flags(libc::SOCK_CLOEXEC)
+                .build();
+            self.submit_tagged(e, ACCEPT)?;
+            self.accepts += 1;
+        }
+        Ok(())
+    }
+
+    fn on_accept(&mut self, res: i32) -> io::Result<()> {
+        self.accepts -= 1;
+        if res < 0 {
+            if res != -libc::ECANCELED {
+                // Re-posted at the next tick, not at once (EMFILE would make it spin).
+                self.stats.error(common::error_kind(res));
+            }
+            return Ok(());
+        }
+        self.post_accepts()?;
+        self.take(res)
+    }
+
+    /// CR: accept synchronously until the kernel's queue is empty, then wait (in the ring)
+    /// for the listener to become readable again.
+    fn accept_sync(&mut self) -> io::Result<()> {
+        let listener = self.listener.as_raw_fd();
+        while !self.stopping {
+            // SAFETY: accept4 on our non-blocking listener, no peer address asked for.
+            let fd = unsafe {
+                libc::accept4(
+                    listener,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    libc::SOCK_CLOEXEC,
+                )
+            };
+            if fd >= 0 {
+                self.take(fd)?;
+                continue;
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EAGAIN) => break,
+                Some(libc::EINTR | libc::ECONNABORTED | libc::EPROTO) => continue,
+                Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
+                    // The listener stays readable: wait for the next tick, not for it.
+                    self.stats.error(ErrorKind::Io);
+                    return Ok(());
+                }
+                _ => return Err(io::Error::new(e.kind(), format!("accept failed: {e}"))),
+            }
+        }
+        if !self.stopping && !self.listener_armed {
+            let e = opcode::PollAdd::new(types::Fd(listener), libc::POLLIN as u32).build();
+            self.submit_tagged(e, LISTENER_READY)?;
+            self.listener_armed = true;
+        }
+        Ok(())
+    }
+
+    /// A socket was accepted: refuse it, or start serving it up to its first I/O.
+    fn take(&mut self, fd: RawFd) -> io::Result<()> {
+        self.stats.accepted();
+        if self.stopping || !self.gate.enter() {
+            common::close_fd(fd);
+            self.stats.refused();
+            return Ok(());
+        }
+        self.stats.conn_opened();
+        let key = self.registry.insert(Entry {
+            fd,
+            last_io: self.now,
+            shut: false,
+            closing: false,
+            fault: None,
+        });
+        let conn = Box::new(Conn {
+            fd,
+            key,
+            session: Session::new(Arc::clone(&self.site)),
+            buf: vec![0u8; READ_BUF].into_boxed_slice(),
+            iov: common::empty_iovecs(),
+            msg: common::empty_msghdr(),
+        });
+        receive(self, conn)
+    }
+
+    /// Notes progress on a connection and, for a failed operation, why it ends.
+    fn touch(&mut self, key: usize, res: i32) {
+        let now = self.now;
+        let e = &mut self.registry[key];
+        e.last_io = now;
+        if res < 0 && e.fault.is_none() {
+            e.fault = Some(common::error_kind(res));
+        }
+    }
+}
+
+// --- one connection, callback by callback ------------------------------------------------------
+
+fn receive(lp: &mut Loop, mut conn: Box<Conn>) -> io::Result<()> {
+    // The buffer is a boxed slice owned by `conn`, which the callback owns until it runs, after
+    // the receive has completed.
+    let e = opcode::Recv::new(
+        types::Fd(conn.fd),
+        conn.buf.as_mut_ptr(),
+        conn.buf.len() as u32,
+    )
+    .build();
+    lp.submit(e, move |lp, res| on_received(lp, conn, res))?;
+    Ok(())
+}
+
+fn on_received(lp: &mut Loop, mut conn: Box<Conn>, res: i32) -> io::Result<()> {
+    lp.touch(conn.key, res);
+    if res <= 0 {
+        // 0: the peer closed (or our shutdown at an idle timeout or stop).
+        return close(lp, conn);
+    }
+    let stats = &lp.stats;
+    let Conn { session, buf, .. } = &mut *conn;
+    session.feed(&buf[..res as usize], |status| stats.response(status));
+    next(lp, conn)
+}
+
+/// After a receive or a send: send what is pending, else close if the session is over, else
+/// receive the next request.
+fn next(lp: &mut Loop, conn: Box<Conn>) -> io::Result<()> {
+    if lp.stopping {
+        close(lp, conn)
+    } else if conn.session.has_pending() {
+        send(lp, conn)
+    } else if conn.session.should_close() {
+        close(lp, conn)
+    } else {
+        receive(lp, conn)
+    }
+}
+
+fn send(lp: &mut Loop, mut conn: Box<Conn>) -> io::Result<()> {
+    let n = common::fill_iovecs(&conn.session, &mut conn.iov);
+    if n == 0 {
+        return close(lp, conn);
+    }
+    conn.msg.msg_iov = conn.iov.as_mut_ptr();
+    conn.msg.msg_iovlen = n;
+    // msghdr and iovecs are inside the boxed Conn (moving the box does not move them); the
+    // bytes are the session's pending chunks, untouched until the callback runs.
+    let e = opcode::SendMsg::new(types::Fd(conn.fd), &conn.msg)
+        .flags(common::SEND_FLAGS)
+        .build();
+    lp.submit(e, move |lp, res| on_sent(lp, conn, res))?;
+    Ok(())
+}
+
+fn on_sent(lp: &mut Loop, mut conn: Box<Conn>, res: i32) -> io::Result<()> {
+    lp.touch(conn.key, res);
+    if res <= 0 {
+        if res == 0 {
+            let e = &mut lp.registry[conn.key];
+            e.fault.get_or_insert(ErrorKind::Io);
+        }
+        return close(lp, conn);
+    }
+    conn.session.advance(res as usize);
+    next(lp, conn)
+}
+
+fn close(lp: &mut Loop, conn: Box<Conn>) -> io::Result<()> {
+    lp.registry[conn.key].closing = true;
+    let e = opcode::Close::new(types::Fd(conn.fd)).build();
+    lp.submit(e, move |lp, _| {
+        let entry = lp.registry.remove(conn.key);
+        if let Some(kind) = entry.fault {
+            lp.stats.error(kind);
+        }
+        lp.stats.conn_closed();
+        lp.gate.leave();
+        drop(conn);
+        Ok(())
+    })?;
+    Ok(())
+}
+
+// --- the loop's own callbacks: idle tick and stop ----------------------------------------------
+
+fn arm_tick(lp: &mut Loop) -> io::Result<()> {
+    // The kernel copies the timespec when the SQE is submitted; it lives in the loop.
+    let e = opcode::Timeout::new(&lp.tick).build();
+    lp.tick_user_data = lp.submit(e, |lp, _| on_tick(lp))?;
+    Ok(())
+}
+
+fn on_tick(lp: &mut Loop) -> io::Result<()> {
+    if lp.stopping {
+        return Ok(());
+    }
+    let (now, idle) = (lp.now, lp.idle_timeout);
+    for (_, e) in lp.registry.iter_mut() {
+        if !e.shut && !e.closing && common::idle_expired(now, e.last_io, idle) {
+            common::shutdown_socket(e.fd);
+            e.shut = true;
+            e.fault = Some(ErrorKind::Timeout);
+        }
+    }
+    match lp.mode {
+        AcceptMode::Async => lp.post_accepts()?,
+        AcceptMode::Sync => lp.accept_sync()?,
+    }
+    arm_tick(lp)
+}
+
+fn arm_stop(lp: &mut Loop) -> io::Result<()> {
+    let e = opcode::PollAdd::new(types::Fd(lp.shutdown.fd()), libc::POLLIN as u32).build();
+    lp.submit(e, |lp, _| on_stop(lp))?;
+    Ok(())
+}
+
+fn on_stop(lp: &mut Loop) -> io::Result<()> {
+    lp.stopping = true;
+    let cancel = types::CancelBuilder::fd(types::Fd(lp.listener.as_raw_fd())).all();
+    lp.submit(opcode::AsyncCancel2::new(cancel).build(), |_, _| Ok(()))?;
+    lp.submit(
+        opcode::TimeoutRemove::new(lp.tick_user_data).build(),
+        |_, _| Ok(()),
+    )?;
+    for (_, e) in lp.registry.iter_mut() {
+        if !e.shut && !e.closing {
+            common::shutdown_socket(e.fd);
+            e.shut = true;
+        }
+    }
+    Ok(())
 }

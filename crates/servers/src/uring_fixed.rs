@@ -6,17 +6,19 @@
 //! one ring and one listener per worker, [`uring::ACCEPTS_AHEAD`] accepts kept posted, the
 //! same explicit [`Step`] per connection, `user_data` = (slot, operation). The difference:
 //!
-//! - each worker allocates at start a fixed array of `ceil(max_conns / workers)` [`Slot`]s and
-//!   one arena holding every slot's receive buffer; a free list of slot numbers (allocated at
-//!   start too) gives a slot to an accepted socket and takes it back when its close completes;
-//! - a connection that arrives when every slot of its worker is taken is closed at once and
-//!   counted as refused (as when the server-wide `max_conns` is reached) — with SO_REUSEPORT
-//!   spreading connections over workers by hash, one worker can be full slightly before the
-//!   server is;
+//! - each worker allocates at start a fixed array of `max_conns` [`Slot`]s and one arena
+//!   holding every slot's receive buffer; a free list of slot numbers (allocated at start
+//!   too) gives a slot to an accepted socket and takes it back when its close completes.
+//!   Every worker can hold the whole `max_conns` because SO_REUSEPORT spreads connections
+//!   over workers by hash, not by load: a smaller share could refuse a connection while the
+//!   server is below its limit. The server-wide limit is the shared gate, as in every model;
+//!   beyond it a connection is closed at once and counted as refused;
 //! - the arena is registered with the ring (`IORING_REGISTER_BUFFERS`, one buffer) and read
-//!   into with `IORING_OP_READ_FIXED`, so the kernel does not map the buffer on each receive;
-//!   if registration fails (memory-lock limit) the worker says so once and uses plain
-//!   `IORING_OP_RECV` into the same arena. Sockets are not registered as fixed files.
+//!   into with `IORING_OP_READ_FIXED`, so the kernel does not map the buffer on each receive.
+//!   Registration pins the arena in memory (`max_conns` x 8 KiB per worker: 80 MB at the
+//!   default 10,000); above [`MAX_REGISTERED`], or if registration fails (memory-lock
+//!   limit), the worker says so once and uses plain `IORING_OP_RECV` into the same arena.
+//!   Sockets are not registered as fixed files.
 //!
 //! Nothing is allocated on the request path by this module: the completion batch vector is
 //! allocated once, the slot's iovecs and msghdr are in the slot, and the response bytes are
@@ -38,11 +40,14 @@ use crate::uring::{self, token, Op};
 use crate::uring_common::{self as common, Gate, MAX_IOV, READ_BUF};
 use crate::Ctx;
 
+/// Largest receive arena registered (pinned) per worker.
+pub const MAX_REGISTERED: usize = 256 << 20;
+
 pub fn run(ctx: &Ctx) -> io::Result<()> {
     let n = common::worker_count(ctx.config.workers);
     let listeners = common::listeners(ctx, n, false)?;
     let gate = Gate::new(ctx.config.max_conns);
-    let slots = ctx.config.max_conns.div_ceil(n).max(1);
+    let slots = ctx.config.max_conns.max(1);
     let listeners: Vec<_> = listeners
         .into_iter()
         .map(|l| std::sync::Mutex::new(Some(l)))
@@ -128,15 +133,23 @@ impl<'a> Worker<'a> {
             iov_base: arena.as_mut_ptr() as *mut libc::c_void,
             iov_len: arena.len(),
         };
-        // SAFETY: the arena outlives the ring's use of it: it is a field of this worker, freed
-        // after the event loop has reaped every operation (serve), and it never moves.
-        let registered = match unsafe { ring.submitter().register_buffers(&[iov]) } {
-            Ok(()) => true,
-            Err(e) => {
-                eprintln!(
-                    "uring-fixed: receive buffers not registered ({e}); using plain receives"
-                );
-                false
+        let registered = if len > MAX_REGISTERED {
+            eprintln!(
+                "uring-fixed: {} MiB of receive buffers is too much to pin; using plain receives",
+                len >> 20
+            );
+            false
+        } else {
+            // SAFETY: the arena outlives the ring's use of it: it is a field of this worker,
+            // freed after the event loop has reaped every operation (serve), never moved.
+            match unsafe { ring.submitter().register_buffers(&[iov]) } {
+                Ok(()) => true,
+                Err(e) => {
+                    eprintln!(
+                        "uring-fixed: receive buffers not registered ({e}); using plain receives"
+                    );
+                    false
+                }
             }
         };
         Ok(Worker {
