@@ -1,7 +1,94 @@
 //! `iolab serve`, `iolab models`, `iolab stats`.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+
+use crate::stats::{Snapshot, Stats, StatsReader};
+use crate::{AcceptMode, Config, Ctx, Model};
+
+/// Serve a directory over HTTP/1.1 (GET and HEAD) with one I/O model. Stops cleanly on
+/// SIGINT or SIGTERM (exit status 0); a second signal exits at once.
 #[derive(Debug, clap::Args)]
-pub struct ServeArgs {}
+pub struct ServeArgs {
+    /// The I/O model (see `iolab models`).
+    #[arg(long, value_enum)]
+    pub model: Model,
+    /// Directory to serve; `/` maps to it, a directory to its index.html. Nothing outside it
+    /// is ever served (`..`, encoded dots, absolute paths and outward symlinks are refused).
+    #[arg(long)]
+    pub root: PathBuf,
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub addr: SocketAddr,
+    /// Threads or loops for the models that have several: thread-pool (pool size, 0 = 256),
+    /// epoll (loops, 0 = one per core). Others ignore it.
+    #[arg(long, default_value_t = 0)]
+    pub workers: usize,
+    /// Length of the kernel's queue of connections not yet accepted (listen(2) backlog,
+    /// capped by net.core.somaxconn).
+    #[arg(long, default_value_t = 1024)]
+    pub backlog: u32,
+    /// Connections held at once; a connection beyond it is closed as soon as it is accepted
+    /// and counted as refused.
+    #[arg(long, default_value_t = 10_000)]
+    pub max_conns: usize,
+    /// Seconds a connection may stay without any byte moving before the server closes it
+    /// (counted as a timeout); fractions allowed, 0 = never.
+    #[arg(long, default_value_t = 60.0, value_parser = parse_secs)]
+    pub idle_timeout: f64,
+    /// Publish the live counters in this shared-memory file, for `iolab stats PATH` and the lab.
+    #[arg(long)]
+    pub stats: Option<PathBuf>,
+    /// How uring-callback accepts: sync (a blocking accept, seed CR) or async (accepts on the
+    /// ring, seed CR-iocp). Others ignore it.
+    #[arg(long, value_enum, default_value = "async")]
+    pub accept: AcceptMode,
+    /// Longest request line; longer is answered 414.
+    #[arg(long, default_value_t = iolab_http::Limits::default().max_request_line)]
+    pub max_request_line: usize,
+    /// Largest header block (request line excluded); larger is answered 431.
+    #[arg(long, default_value_t = iolab_http::Limits::default().max_header_bytes)]
+    pub max_header_bytes: usize,
+    /// Most header lines; more is answered 431.
+    #[arg(long, default_value_t = iolab_http::Limits::default().max_headers)]
+    pub max_headers: usize,
+    /// Largest request body drained before answering; larger is answered 413 and closes.
+    #[arg(long, default_value_t = iolab_http::Limits::default().max_body)]
+    pub max_body: usize,
+}
+
+fn parse_secs(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !(0.0..=1e9).contains(&v) {
+        return Err(format!("{s} is out of range (0 to 1e9 seconds)"));
+    }
+    Ok(v)
+}
+
+impl ServeArgs {
+    pub fn config(&self) -> Config {
+        Config {
+            root: self.root.clone(),
+            addr: self.addr,
+            backlog: self.backlog,
+            workers: self.workers,
+            max_conns: self.max_conns,
+            idle_timeout: Duration::from_secs_f64(self.idle_timeout),
+            limits: iolab_http::Limits {
+                max_request_line: self.max_request_line,
+                max_header_bytes: self.max_header_bytes,
+                max_headers: self.max_headers,
+                max_body: self.max_body,
+            },
+            accept: self.accept,
+        }
+    }
+}
 
 #[derive(Debug, clap::Args)]
 pub struct ModelsArgs {
@@ -10,12 +97,82 @@ pub struct ModelsArgs {
     pub names: bool,
 }
 
+/// Print the live counters of a running (or finished) server from its `--stats` file.
 #[derive(Debug, clap::Args)]
-pub struct StatsArgs {}
+pub struct StatsArgs {
+    /// The file given to `iolab serve --stats`.
+    pub path: PathBuf,
+    /// Print again every --interval until interrupted, with request and accept rates.
+    #[arg(long)]
+    pub watch: bool,
+    /// Seconds between two prints with --watch.
+    #[arg(long, default_value_t = 1.0, value_parser = parse_secs)]
+    pub interval: f64,
+    /// One JSON object per line (open, accepted, requests, refused, errors{...}).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// How the "(N workers)" of the start line reads for a model.
+fn workers_line(model: Model, config: &Config) -> String {
+    match model {
+        Model::Threads => "1 accept thread + 1 thread per connection".to_string(),
+        Model::ThreadPool => format!("{} workers", crate::thread_pool::workers(config)),
+        Model::Epoll => format!("{} workers", crate::epoll::workers(config)),
+        Model::Select | Model::Poll => "1 worker".to_string(),
+        _ if config.workers == 0 => "workers: model default".to_string(),
+        _ => format!("{} workers", config.workers),
+    }
+}
 
 pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let _ = args;
-    anyhow::bail!("iolab serve is not written yet")
+    let config = args.config();
+    let model = args.model;
+    // Thousands of connections need descriptors; failure is not fatal (the soft limit stays).
+    if let Err(e) = crate::net::raise_nofile_limit() {
+        eprintln!("iolab serve: warning: could not raise RLIMIT_NOFILE: {e}");
+    }
+    let stats = match &args.stats {
+        Some(p) => Stats::create(p)?,
+        None => Stats::private(),
+    };
+    let ctx =
+        Ctx::new(config, stats).with_context(|| format!("cannot serve {}", args.root.display()))?;
+
+    let shutdown = ctx.shutdown.clone();
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ])
+    .context("installing the SIGINT/SIGTERM handlers")?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let mut seen = 0;
+            for sig in signals.forever() {
+                seen += 1;
+                if seen == 1 {
+                    shutdown.trigger();
+                } else {
+                    // A second signal: the user does not want to wait for connections to drain.
+                    std::process::exit(128 + sig);
+                }
+            }
+        })?;
+
+    println!(
+        "serving {} on {} with model {} ({})",
+        ctx.site.root().display(),
+        ctx.config.addr,
+        model,
+        workers_line(model, &ctx.config)
+    );
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    model
+        .run(&ctx)
+        .with_context(|| format!("model {model} on {}", ctx.config.addr))?;
+    Ok(())
 }
 
 pub fn models(args: ModelsArgs) -> anyhow::Result<()> {
@@ -30,7 +187,60 @@ pub fn models(args: ModelsArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn print_text(s: &Snapshot, prev: Option<(&Snapshot, f64)>) {
+    let mut line = format!(
+        "open {:>6}  accepted {:>9}  requests {:>10}  refused {:>6}",
+        s.open, s.accepted, s.requests, s.refused
+    );
+    if let Some((p, dt)) = prev {
+        let rate = |a: u64, b: u64| a.saturating_sub(b) as f64 / dt;
+        line += &format!(
+            "  req/s {:>9.0}  acc/s {:>7.0}",
+            rate(s.requests, p.requests),
+            rate(s.accepted, p.accepted)
+        );
+    }
+    let errors: Vec<String> = s
+        .errors
+        .iter()
+        .filter(|(_, &v)| v > 0)
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    line += &format!(
+        "  errors: {}",
+        if errors.is_empty() {
+            "none".to_string()
+        } else {
+            errors.join(", ")
+        }
+    );
+    println!("{line}");
+}
+
 pub fn stats(args: StatsArgs) -> anyhow::Result<()> {
-    let _ = args;
-    anyhow::bail!("iolab stats is not written yet")
+    let reader = StatsReader::open(&args.path)?;
+    let print = |s: &Snapshot, prev: Option<(&Snapshot, f64)>| -> anyhow::Result<()> {
+        if args.json {
+            println!("{}", serde_json::to_string(s)?);
+        } else {
+            print_text(s, prev);
+        }
+        Ok(())
+    };
+    let mut prev = reader.snapshot();
+    print(&prev, None)?;
+    if !args.watch {
+        return Ok(());
+    }
+    let interval = Duration::from_secs_f64(args.interval.max(0.01));
+    let mut t = std::time::Instant::now();
+    loop {
+        std::thread::sleep(interval);
+        let now = std::time::Instant::now();
+        let s = reader.snapshot();
+        print(&s, Some((&prev, now.duration_since(t).as_secs_f64())))?;
+        use std::io::Write as _;
+        std::io::stdout().flush()?;
+        (prev, t) = (s, now);
+    }
 }

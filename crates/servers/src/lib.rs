@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub mod cli;
+pub mod net;
 pub mod shutdown;
 pub mod stats;
 
@@ -22,8 +23,8 @@ pub mod threads;
 pub mod uring;
 pub mod uring_accept_sync;
 pub mod uring_callback;
-pub mod uring_fixed;
 pub mod uring_common;
+pub mod uring_fixed;
 
 pub use shutdown::Shutdown;
 pub use stats::Stats;
@@ -72,6 +73,20 @@ pub struct Ctx {
     pub site: Arc<iolab_http::Site>,
     pub stats: Arc<Stats>,
     pub shutdown: Arc<Shutdown>,
+}
+
+impl Ctx {
+    /// A context for `config`: opens the site (errors name the root), a fresh stop request,
+    /// and the given counters (`Stats::private()` or `Stats::create(path)`).
+    pub fn new(config: Config, stats: Stats) -> std::io::Result<Ctx> {
+        let site = iolab_http::Site::new(config.root.clone(), config.limits.clone())?;
+        Ok(Ctx {
+            config,
+            site,
+            stats: Arc::new(stats),
+            shutdown: Shutdown::new()?,
+        })
+    }
 }
 
 /// Every model, in the order `iolab models` lists them.
@@ -124,15 +139,36 @@ impl Model {
     pub fn describe(self) -> (&'static str, &'static str) {
         match self {
             Model::Threads => ("thread", "an accept thread; one OS thread per connection"),
-            Model::ThreadPool => ("thread-static", "N threads started up front, each accept -> serve -> loop"),
-            Model::Select => ("select", "one thread, non-blocking sockets, select(2), FD_SETSIZE enforced"),
+            Model::ThreadPool => (
+                "thread-static",
+                "N threads started up front, each accept -> serve -> loop",
+            ),
+            Model::Select => (
+                "select",
+                "one thread, non-blocking sockets, select(2), FD_SETSIZE enforced",
+            ),
             Model::Poll => ("-", "one thread, non-blocking sockets, poll(2)"),
             Model::Epoll => ("WSAEventSelect", "one edge-triggered epoll loop per core"),
-            Model::UringAcceptSync => ("iocp1", "blocking accept in a thread, all other I/O on io_uring"),
-            Model::Uring => ("iocp2", "accepts posted ahead, per-connection state machines allocated on demand"),
-            Model::UringFixed => ("iocp3", "as uring, fixed pre-allocated connection slots, no allocation per request"),
-            Model::UringCallback => ("CR / CR-iocp", "a callback per submission, run by the submitting thread"),
-            Model::Runtime => ("CPC", "threaded style on iolab-runtime, one task per connection"),
+            Model::UringAcceptSync => (
+                "iocp1",
+                "blocking accept in a thread, all other I/O on io_uring",
+            ),
+            Model::Uring => (
+                "iocp2",
+                "accepts posted ahead, per-connection state machines allocated on demand",
+            ),
+            Model::UringFixed => (
+                "iocp3",
+                "as uring, fixed pre-allocated connection slots, no allocation per request",
+            ),
+            Model::UringCallback => (
+                "CR / CR-iocp",
+                "a callback per submission, run by the submitting thread",
+            ),
+            Model::Runtime => (
+                "CPC",
+                "threaded style on iolab-runtime, one task per connection",
+            ),
         }
     }
 

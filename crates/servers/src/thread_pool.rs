@@ -1,6 +1,104 @@
-//! (model not written yet)
+//! `thread-pool`: N threads started up front, each one `accept` → serve → loop.
+//!
+//! Mirrors seed 000's **thread-static** server (annex B, "Threads", second variant): as many
+//! threads as connections the server must serve at once are created at start, each blocked
+//! in `accept(2)` on the shared listener; the one the kernel wakes serves its client with
+//! blocking I/O, then goes back to `accept`. No thread is created on the request path.
+//!
+//! Workers: `--workers N`, and 0 means [`DEFAULT_WORKERS`] (256): the seed sized the pool to
+//! the connections it had to hold, and hit the thread limit near 1,000 threads on Windows.
+//! 256 threads of [`crate::threads::STACK`] cost 16 MiB of stack. Connections beyond N are
+//! not refused: they wait in the kernel's accept queue (`--backlog`) until a thread is free,
+//! which is this model's defining behaviour under load. `max_conns` below N still refuses.
+//!
+//! Linux specifics: threads blocked in `accept` on one socket are woken one at a time (an
+//! exclusive wait queue), so there is no thundering herd. A stop request `shutdown(2)`s the
+//! listener, which makes every blocked `accept` fail at once, and every open connection.
 
-pub fn run(ctx: &crate::Ctx) -> std::io::Result<()> {
-    let _ = ctx;
-    Err(std::io::Error::new(std::io::ErrorKind::Unsupported, "model thread_pool is not written yet"))
+use std::os::fd::AsRawFd;
+use std::thread;
+
+use crate::net::{self, Refusal, Registry};
+use crate::stats::ErrorKind;
+use crate::Ctx;
+
+/// Pool size when `workers` is 0.
+pub const DEFAULT_WORKERS: usize = 256;
+
+/// The pool size for a configuration.
+pub fn workers(config: &crate::Config) -> usize {
+    if config.workers == 0 {
+        DEFAULT_WORKERS
+    } else {
+        config.workers
+    }
+}
+
+pub fn run(ctx: &Ctx) -> std::io::Result<()> {
+    let cfg = &ctx.config;
+    let listener = net::listen(cfg.addr, cfg.backlog, false, false)?;
+    let registry = Registry::new(cfg.max_conns);
+    let idle = net::idle(cfg);
+    let (site, stats) = (&ctx.site, &*ctx.stats);
+    let n = workers(cfg);
+
+    thread::scope(|scope| {
+        let (listener, registry) = (&listener, &registry);
+        let worker = move || {
+            while !ctx.shutdown.is_triggered() {
+                let mut stream = match listener.accept() {
+                    Ok((s, _)) => s,
+                    Err(_) if ctx.shutdown.is_triggered() => break,
+                    Err(e) if net::transient_accept_error(&e) => continue,
+                    Err(e) => {
+                        stats.io_error(&e);
+                        thread::sleep(std::time::Duration::from_millis(10));
+                        continue;
+                    }
+                };
+                stats.accepted();
+                let key = match registry.add(&stream) {
+                    Ok(key) => key,
+                    Err(Refusal::Full) => {
+                        stats.refused();
+                        continue;
+                    }
+                    Err(Refusal::Closed) => break,
+                };
+                stats.conn_opened();
+                match net::prepare(&stream, false) {
+                    Ok(()) => net::serve_blocking(&mut stream, site, stats, idle),
+                    Err(_) => stats.error(ErrorKind::Io),
+                }
+                // Unregister before closing, so `close_all` never sees a reused number.
+                registry.remove(key);
+                drop(stream);
+                stats.conn_closed();
+            }
+        };
+        let mut failure = None;
+        for i in 0..n {
+            let b = thread::Builder::new()
+                .name(format!("pool-{i}"))
+                .stack_size(crate::threads::STACK);
+            match b.spawn_scoped(scope, worker) {
+                Ok(_) => {}
+                Err(e) => {
+                    failure = Some(std::io::Error::new(
+                        e.kind(),
+                        format!("thread-pool: could not start worker {} of {n}: {e}", i + 1),
+                    ));
+                    break;
+                }
+            }
+        }
+        if failure.is_some() {
+            // Stop the workers already started, then report.
+            ctx.shutdown.trigger();
+        }
+        net::wait_for_shutdown(&ctx.shutdown);
+        net::shutdown_fd(listener.as_raw_fd());
+        registry.close_all();
+        failure.map_or(Ok(()), Err)
+    })
 }

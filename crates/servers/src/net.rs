@@ -1,0 +1,338 @@
+//! Socket plumbing shared by the readiness and thread models: listeners, the one way every
+//! model moves bytes between a socket and an `iolab_http::Session`, and the registry that
+//! lets a stop request reach connections blocked in `read(2)`.
+//!
+//! Keeping the HTTP dance (read → feed → write pending → advance → close) in one place is
+//! what makes the models comparable: they differ only in how they wait.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use iolab_http::Session;
+
+use crate::stats::{ErrorKind, Stats};
+
+/// Size of the buffer each connection reads into.
+pub const READ_BUF: usize = 16 * 1024;
+/// Most chunks handed to one `writev(2)`.
+const MAX_IOV: usize = 64;
+
+/// Raises this process's soft RLIMIT_NOFILE to its hard limit (a server holding 10,000
+/// connections needs it; the default soft limit is often 1024). Returns the new soft limit.
+pub fn raise_nofile_limit() -> io::Result<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if lim.rlim_cur < lim.rlim_max {
+        lim.rlim_cur = lim.rlim_max;
+        // SAFETY: setrlimit reads the struct we pass.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(lim.rlim_cur)
+}
+
+/// A listening TCP socket with SO_REUSEADDR (restarts don't wait out TIME_WAIT, seed 000
+/// annex E.1), optionally SO_REUSEPORT (several listeners on one port, one per loop).
+pub fn listen(
+    addr: SocketAddr,
+    backlog: u32,
+    reuse_port: bool,
+    nonblocking: bool,
+) -> io::Result<TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let what = |e: io::Error, step: &str| io::Error::new(e.kind(), format!("{step} {addr}: {e}"));
+    let sock = Socket::new(
+        Domain::for_address(addr),
+        Type::STREAM.cloexec(),
+        Some(Protocol::TCP),
+    )
+    .map_err(|e| what(e, "socket for"))?;
+    sock.set_reuse_address(true)
+        .map_err(|e| what(e, "SO_REUSEADDR on"))?;
+    if reuse_port {
+        sock.set_reuse_port(true)
+            .map_err(|e| what(e, "SO_REUSEPORT on"))?;
+    }
+    sock.bind(&addr.into()).map_err(|e| what(e, "bind"))?;
+    sock.listen(backlog.min(i32::MAX as u32) as i32)
+        .map_err(|e| what(e, "listen on"))?;
+    sock.set_nonblocking(nonblocking)
+        .map_err(|e| what(e, "O_NONBLOCK on"))?;
+    Ok(sock.into())
+}
+
+/// Per-connection socket options every model applies after `accept`.
+pub fn prepare(stream: &TcpStream, nonblocking: bool) -> io::Result<()> {
+    // Responses go out in one writev; Nagle would only delay the tail of pipelined answers.
+    stream.set_nodelay(true)?;
+    stream.set_nonblocking(nonblocking)
+}
+
+/// Accept errors that concern only the connection being accepted (it was reset while in the
+/// queue, ...) and not the listener: the loop just goes on.
+pub fn transient_accept_error(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ECONNABORTED | libc::EINTR | libc::EPROTO | libc::EPERM | libc::ENETDOWN)
+    ) || e.kind() == io::ErrorKind::Interrupted
+}
+
+/// `shutdown(2)` of both directions; wakes a thread blocked in `accept`/`read`/`write` on it.
+pub fn shutdown_fd(fd: RawFd) {
+    // SAFETY: shutdown on a descriptor the caller keeps open; errors (ENOTCONN) don't matter.
+    unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+}
+
+/// Blocks until the server's stop is requested (its eventfd becomes readable).
+pub fn wait_for_shutdown(shutdown: &crate::Shutdown) {
+    let mut pfd = libc::pollfd {
+        fd: shutdown.fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    while !shutdown.is_triggered() {
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut pfd, 1, 1000) };
+    }
+}
+
+/// Writes as much of the session's pending response bytes as the socket takes with one
+/// `writev(2)`, and marks them written. Returns the count (0 if nothing was pending).
+pub fn write_pending(stream: &mut TcpStream, session: &mut Session) -> io::Result<usize> {
+    let n = writev(stream, session.pending())?;
+    if n > 0 {
+        session.advance(n);
+    }
+    Ok(n)
+}
+
+fn writev(stream: &mut TcpStream, pending: &VecDeque<Bytes>) -> io::Result<usize> {
+    if pending.len() == 1 {
+        return stream.write(&pending[0]);
+    }
+    let mut iov: [IoSlice<'_>; MAX_IOV] = [IoSlice::new(&[]); MAX_IOV];
+    let mut k = 0;
+    for chunk in pending.iter().filter(|c| !c.is_empty()).take(MAX_IOV) {
+        iov[k] = IoSlice::new(chunk);
+        k += 1;
+    }
+    if k == 0 {
+        return Ok(0);
+    }
+    stream.write_vectored(&iov[..k])
+}
+
+/// Serves one connection with blocking I/O until it closes (the thread models).
+///
+/// `idle` becomes SO_RCVTIMEO and SO_SNDTIMEO: a read or a write that makes no progress for
+/// that long ends the connection, counted as a timeout. A stop request reaches this loop as
+/// `shutdown(2)` of the socket (see [`Registry`]), which makes the blocked read return 0.
+pub fn serve_blocking(
+    stream: &mut TcpStream,
+    site: &std::sync::Arc<iolab_http::Site>,
+    stats: &Stats,
+    idle: Option<Duration>,
+) {
+    if stream
+        .set_read_timeout(idle)
+        .and_then(|_| stream.set_write_timeout(idle))
+        .is_err()
+    {
+        stats.error(ErrorKind::Io);
+        return;
+    }
+    let mut session = Session::new(site.clone());
+    // On the heap: the thread models run on small stacks.
+    let mut buf = vec![0u8; READ_BUF];
+    loop {
+        while session.has_pending() {
+            match write_pending(stream, &mut session) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return stats.io_error(&e),
+            }
+        }
+        if session.should_close() {
+            return;
+        }
+        match stream.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => session.feed(&buf[..n], |status| stats.response(status)),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return stats.io_error(&e),
+        }
+    }
+}
+
+/// The connections a blocking model holds, so that a stop request can `shutdown(2)` them
+/// (waking threads blocked in `read`) and so that `max_conns` is enforced in one place.
+pub struct Registry {
+    inner: Mutex<RegistryInner>,
+    max: usize,
+}
+
+struct RegistryInner {
+    closed: bool,
+    fds: slab::Slab<RawFd>,
+}
+
+/// Why [`Registry::add`] refused a connection.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// `max_conns` connections are held already.
+    Full,
+    /// The server is stopping.
+    Closed,
+}
+
+impl Registry {
+    pub fn new(max_conns: usize) -> Registry {
+        Registry {
+            inner: Mutex::new(RegistryInner {
+                closed: false,
+                fds: slab::Slab::new(),
+            }),
+            max: max_conns,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, RegistryInner> {
+        // A panicking connection thread cannot leave the slab inconsistent (each operation
+        // is one call), so a poisoned lock is still usable.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a connection; the returned key must be given to [`Registry::remove`]
+    /// BEFORE the socket is closed (so that `close_all` never touches a reused descriptor).
+    pub fn add(&self, stream: &TcpStream) -> Result<usize, Refusal> {
+        let mut g = self.lock();
+        if g.closed {
+            return Err(Refusal::Closed);
+        }
+        if g.fds.len() >= self.max {
+            return Err(Refusal::Full);
+        }
+        Ok(g.fds.insert(stream.as_raw_fd()))
+    }
+
+    pub fn remove(&self, key: usize) {
+        self.lock().fds.try_remove(key);
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().fds.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Refuses new registrations and shuts down every registered socket.
+    pub fn close_all(&self) {
+        let mut g = self.lock();
+        g.closed = true;
+        for (_, &fd) in g.fds.iter() {
+            shutdown_fd(fd);
+        }
+    }
+}
+
+/// What a non-blocking connection waits for next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Want {
+    Read,
+    Write,
+    /// Done (peer closed, error, or `should_close` with everything flushed): close it.
+    Close,
+}
+
+/// One non-blocking connection of a readiness model (select, poll, epoll).
+pub struct Conn {
+    pub stream: TcpStream,
+    session: Session,
+    /// Last time bytes moved either way; the idle timeout counts from here.
+    pub last_active: Instant,
+}
+
+impl Conn {
+    pub fn new(stream: TcpStream, site: std::sync::Arc<iolab_http::Site>) -> Conn {
+        Conn {
+            stream,
+            session: Session::new(site),
+            last_active: Instant::now(),
+        }
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.stream.as_raw_fd()
+    }
+
+    /// Does all the I/O possible now without blocking: flushes pending bytes, then reads and
+    /// answers until the socket would block. Both directions are driven until EAGAIN, so it
+    /// is correct for edge-triggered notification as well as level-triggered.
+    pub fn progress(&mut self, buf: &mut [u8], stats: &Stats) -> Want {
+        loop {
+            while self.session.has_pending() {
+                match write_pending(&mut self.stream, &mut self.session) {
+                    Ok(_) => self.last_active = Instant::now(),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Want::Write,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        stats.io_error(&e);
+                        return Want::Close;
+                    }
+                }
+            }
+            if self.session.should_close() {
+                return Want::Close;
+            }
+            match self.stream.read(buf) {
+                Ok(0) => return Want::Close,
+                Ok(n) => {
+                    self.last_active = Instant::now();
+                    self.session
+                        .feed(&buf[..n], |status| stats.response(status));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Want::Read,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    stats.io_error(&e);
+                    return Want::Close;
+                }
+            }
+        }
+    }
+
+    /// When this connection times out, if `idle` is set.
+    pub fn deadline(&self, idle: Option<Duration>) -> Option<Instant> {
+        idle.map(|d| self.last_active + d)
+    }
+}
+
+/// `Config::idle_timeout` as an option: zero means "never".
+pub fn idle(config: &crate::Config) -> Option<Duration> {
+    (!config.idle_timeout.is_zero()).then_some(config.idle_timeout)
+}
+
+/// Milliseconds until `deadline` for poll/epoll_wait (rounded up, at least 0; -1 = forever).
+pub fn timeout_ms(deadline: Option<Instant>, now: Instant) -> i32 {
+    match deadline {
+        None => -1,
+        Some(d) => {
+            let left = d.saturating_duration_since(now);
+            (left.as_micros().div_ceil(1000)).min(i32::MAX as u128) as i32
+        }
+    }
+}

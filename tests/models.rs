@@ -1,0 +1,1006 @@
+//! The common test suite: every I/O model, started as `iolab serve --model M`, answers the
+//! same cases with real clients (raw `TcpStream`s, curl, wrk). One `mod` per model, one
+//! `#[test]` per case, so a failure names both.
+//!
+//! Each case starts its own server process on a free loopback port, with a fresh temp root
+//! (small.html, a 700 KB big.bin of random bytes, sub/index.html, a symlink to a secret file
+//! outside the root) and a `--stats` file; a guard kills the server and removes the files
+//! even when the case panics.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use iolab_servers::stats::{ErrorKind, Snapshot, StatsReader};
+
+const BIN: &str = env!("CARGO_BIN_EXE_iolab");
+/// No socket read in this suite waits longer than this.
+const IO_TIMEOUT: Duration = Duration::from_secs(20);
+const BIG_LEN: usize = 700 * 1000;
+/// Descriptors below this are the only ones `select(2)` can watch.
+const FD_SETSIZE: usize = 1024;
+
+// ---------------------------------------------------------------------------------------
+// Fixture: the served tree and the server process.
+
+struct Site {
+    dir: PathBuf,
+    root: PathBuf,
+    small: Vec<u8>,
+    big: Vec<u8>,
+    index: Vec<u8>,
+    secret: Vec<u8>,
+}
+
+fn random_bytes(n: usize, mut seed: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(n + 8);
+    while out.len() < n {
+        // xorshift64*: good enough to make every byte value and no repeating pattern.
+        seed ^= seed >> 12;
+        seed ^= seed << 25;
+        seed ^= seed >> 27;
+        out.extend_from_slice(&seed.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
+    }
+    out.truncate(n);
+    out
+}
+
+impl Site {
+    fn new() -> Site {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("iolab-models-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let root = dir.join("root");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let secret = format!("IOLAB-SECRET-{nanos:x}-{n}\n").into_bytes();
+        std::fs::write(dir.join("secret.txt"), &secret).unwrap();
+        let mut small =
+            b"<!doctype html><html><head><title>iolab small</title></head><body>".to_vec();
+        while small.len() < 290 {
+            small.extend_from_slice(b"<p>small</p>");
+        }
+        small.extend_from_slice(b"</body></html>\n");
+        std::fs::write(root.join("small.html"), &small).unwrap();
+        let big = random_bytes(BIG_LEN, 0x9E37_79B9_7F4A_7C15 ^ nanos as u64 | 1);
+        std::fs::write(root.join("big.bin"), &big).unwrap();
+        let index = b"<html><body>sub index</body></html>\n".to_vec();
+        std::fs::write(root.join("sub/index.html"), &index).unwrap();
+        std::os::unix::fs::symlink(dir.join("secret.txt"), root.join("link.txt")).unwrap();
+        std::os::unix::fs::symlink(&dir, root.join("updir")).unwrap();
+        Site {
+            dir,
+            root,
+            small,
+            big,
+            index,
+            secret,
+        }
+    }
+}
+
+impl Drop for Site {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+    stats: StatsReader,
+    site: Site,
+    model: &'static str,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn raise_nofile() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        iolab_servers::net::raise_nofile_limit().expect("raise RLIMIT_NOFILE");
+    });
+}
+
+fn start(model: &'static str, extra: &[&str]) -> Server {
+    raise_nofile();
+    let mut last_err = String::new();
+    for _attempt in 0..5 {
+        let site = Site::new();
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let stats_path = site.dir.join("server.stats");
+        let mut child = Command::new(BIN)
+            .args(["serve", "--model", model, "--root"])
+            .arg(&site.root)
+            .args(["--addr", &addr.to_string(), "--stats"])
+            .arg(&stats_path)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn iolab serve");
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        let _ = out.read_line(&mut line);
+        // Drain stdout in the background so the server never blocks on a full pipe.
+        std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let mut ready = false;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                break;
+            }
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                ready = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if ready {
+            assert!(
+                line.starts_with("serving "),
+                "{model}: unexpected start line {line:?}"
+            );
+            let stats = StatsReader::open(&stats_path).expect("open the server's stats file");
+            let server = Server {
+                child,
+                addr,
+                stats,
+                site,
+                model,
+            };
+            // The readiness probe was a connection too; let it close before cases count.
+            server.wait_for(
+                |s| s.accepted >= 1 && s.open == 0,
+                "the probe connection to close",
+            );
+            return server;
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        let mut err = String::new();
+        if let Some(mut e) = child.stderr.take() {
+            let _ = e.read_to_string(&mut err);
+        }
+        last_err = format!("{line}{err}");
+        if !last_err.contains("in use") {
+            break;
+        }
+    }
+    panic!("iolab serve --model {model} did not start: {last_err}");
+}
+
+impl Server {
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(self.addr).expect("connect");
+        s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+        s.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
+        s
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        self.stats.snapshot()
+    }
+
+    /// Waits (up to 10 s) until the counters satisfy `cond`; panics with them otherwise.
+    fn wait_for(&self, cond: impl Fn(&Snapshot) -> bool, what: &str) -> Snapshot {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let s = self.snapshot();
+            if cond(&s) {
+                return s;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "{}: timed out waiting for {what}; counters: {s:?}",
+                    self.model
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn fd_count(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.child.id()))
+            .expect("read /proc/PID/fd")
+            .count()
+    }
+
+    fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// One request on a new connection, one response.
+    fn get(&self, path: &str) -> Response {
+        let mut s = self.connect();
+        write!(s, "GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        read_response(&mut BufReader::new(s), false).expect("response")
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// A minimal HTTP/1.1 response reader (Content-Length framing only, which is all iolab sends).
+
+#[derive(Debug)]
+struct Response {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Response {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+fn read_response(r: &mut impl BufRead, head: bool) -> std::io::Result<Response> {
+    let mut line = String::new();
+    if r.read_line(&mut line)? == 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "closed before a response",
+        ));
+    }
+    let status = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("bad status line {line:?}")))?;
+    assert!(line.starts_with("HTTP/1."), "status line {line:?}");
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        r.read_line(&mut line)?;
+        let l = line.trim_end_matches(['\r', '\n']);
+        if l.is_empty() {
+            break;
+        }
+        let (k, v) = l
+            .split_once(':')
+            .unwrap_or_else(|| panic!("bad header line {l:?}"));
+        headers.push((k.trim().to_string(), v.trim().to_string()));
+    }
+    let mut resp = Response {
+        status,
+        headers,
+        body: Vec::new(),
+    };
+    if !head {
+        let len: usize = resp
+            .header("content-length")
+            .expect("Content-Length")
+            .parse()
+            .unwrap();
+        resp.body = vec![0; len];
+        r.read_exact(&mut resp.body)?;
+    }
+    Ok(resp)
+}
+
+/// True once the peer has closed (EOF or reset) within the timeout.
+fn closed_by_peer(s: &mut TcpStream, within: Duration) -> bool {
+    s.set_read_timeout(Some(within)).unwrap();
+    let mut b = [0u8; 4096];
+    loop {
+        match s.read(&mut b) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+fn wrk_available() -> bool {
+    Command::new("wrk").arg("-v").output().is_ok()
+}
+
+// ---------------------------------------------------------------------------------------
+// The cases.
+
+mod cases {
+    use super::*;
+
+    pub fn get_small_and_big(model: &'static str) {
+        let srv = start(model, &[]);
+        let r = srv.get("/small.html");
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body, srv.site.small, "small.html bytes");
+        assert!(
+            r.header("content-type")
+                .unwrap_or("")
+                .starts_with("text/html"),
+            "{:?}",
+            r.headers
+        );
+        let r = srv.get("/big.bin");
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body.len(), BIG_LEN);
+        assert!(r.body == srv.site.big, "big.bin bytes differ");
+        let r = srv.get("/sub/");
+        assert_eq!((r.status, &r.body), (200, &srv.site.index));
+        // And with a real client.
+        let out = srv.site.dir.join("curl.out");
+        let st = Command::new("curl")
+            .args(["-sS", "--fail", "--max-time", "20", "-o"])
+            .arg(&out)
+            .arg(srv.url("/big.bin"))
+            .status()
+            .expect("run curl");
+        assert!(st.success(), "curl failed: {st}");
+        assert!(
+            std::fs::read(&out).unwrap() == srv.site.big,
+            "curl: big.bin bytes differ"
+        );
+    }
+
+    pub fn head_sends_headers_only(model: &'static str) {
+        let srv = start(model, &[]);
+        let mut s = srv.connect();
+        // HEAD then GET on one connection: if HEAD sent any body byte, the second response
+        // would not start with a status line.
+        s.write_all(
+            b"HEAD /big.bin HTTP/1.1\r\nHost: t\r\n\r\nGET /small.html HTTP/1.1\r\nHost: t\r\n\r\n",
+        )
+        .unwrap();
+        let mut r = BufReader::new(s);
+        let head = read_response(&mut r, true).unwrap();
+        assert_eq!(head.status, 200);
+        assert_eq!(
+            head.header("content-length"),
+            Some(BIG_LEN.to_string().as_str())
+        );
+        let get = read_response(&mut r, false).unwrap();
+        assert_eq!((get.status, &get.body), (200, &srv.site.small));
+    }
+
+    pub fn not_found_and_method(model: &'static str) {
+        let srv = start(model, &[]);
+        let base = srv.snapshot();
+        assert_eq!(srv.get("/nope.html").status, 404);
+        let mut s = srv.connect();
+        s.write_all(b"DELETE /small.html HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+        let r = read_response(&mut BufReader::new(s), false).unwrap();
+        assert_eq!(r.status, 405);
+        assert!(
+            r.header("allow").is_some_and(|a| a.contains("GET")),
+            "405 without Allow: {:?}",
+            r.headers
+        );
+        let s = srv.wait_for(|s| s.requests == base.requests + 2, "two requests counted");
+        assert_eq!(
+            s.error(ErrorKind::NotFound),
+            base.error(ErrorKind::NotFound) + 1
+        );
+        assert_eq!(
+            s.error(ErrorKind::Method),
+            base.error(ErrorKind::Method) + 1
+        );
+    }
+
+    pub fn malformed_is_400_and_server_keeps_serving(model: &'static str) {
+        let mut srv = start(model, &[]);
+        let base = srv.snapshot();
+        let bad: [&[u8]; 4] = [
+            b"GARBAGE\r\n\r\n",
+            b"GET\r\n\r\n",
+            b"\x00\x01\x02\xff nonsense \x7f\r\n\r\n",
+            b"GET /small.html HTTP/1.1\r\nno colon here\r\n\r\n",
+        ];
+        for req in bad {
+            let mut s = srv.connect();
+            s.write_all(req).unwrap();
+            let r = read_response(&mut BufReader::new(s), false).unwrap_or_else(|e| {
+                panic!("no response to {:?}: {e}", String::from_utf8_lossy(req))
+            });
+            assert_eq!(r.status, 400, "for {:?}", String::from_utf8_lossy(req));
+        }
+        assert!(srv.alive(), "server died");
+        let r = srv.get("/small.html");
+        assert_eq!((r.status, &r.body), (200, &srv.site.small));
+        let s = srv.wait_for(|s| s.requests == base.requests + 5, "five requests counted");
+        assert_eq!(
+            s.error(ErrorKind::BadRequest),
+            base.error(ErrorKind::BadRequest) + 4
+        );
+    }
+
+    pub fn huge_header_is_431(model: &'static str) {
+        let srv = start(model, &[]);
+        let mut s = srv.connect();
+        let big = "a".repeat(20 * 1024);
+        // The server may answer and close before reading all of it: ignore write errors.
+        let _ = write!(
+            s,
+            "GET /small.html HTTP/1.1\r\nHost: t\r\nX-Big: {big}\r\n\r\n"
+        );
+        let r = read_response(&mut BufReader::new(s), false).expect("a 431 response");
+        assert_eq!(r.status, 431);
+        let s = srv.wait_for(|s| s.error(ErrorKind::HeaderTooLarge) == 1, "431 counted");
+        assert_eq!(s.requests, 1);
+        assert_eq!(srv.get("/small.html").status, 200);
+    }
+
+    pub fn path_escapes_never_leak(model: &'static str) {
+        let srv = start(model, &[]);
+        let secret_abs = srv.site.dir.join("secret.txt");
+        let abs = secret_abs.to_str().unwrap();
+        let abs_encoded = abs.replace('/', "%2F");
+        let targets = [
+            "/../secret.txt".to_string(),
+            "/%2e%2e/secret.txt".to_string(),
+            "/%2E%2E%2Fsecret.txt".to_string(),
+            "/..%2Fsecret.txt".to_string(),
+            "/sub/../../secret.txt".to_string(),
+            "/sub/%2e%2e/%2e%2e/secret.txt".to_string(),
+            "/%2e%2e%2f%2e%2e%2fsecret.txt".to_string(),
+            "/..\\secret.txt".to_string(),
+            format!("/{abs}"),
+            abs.to_string(),
+            abs_encoded.clone(),
+            format!("/{abs_encoded}"),
+            format!("/..{abs}"),
+            "/link.txt".to_string(),
+            "/updir/secret.txt".to_string(),
+            "/%00../secret.txt".to_string(),
+        ];
+        let secret = String::from_utf8(srv.site.secret.clone()).unwrap();
+        let needle = secret.trim();
+        for t in &targets {
+            let mut s = srv.connect();
+            write!(
+                s,
+                "GET {t} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+            )
+            .unwrap();
+            let mut all = Vec::new();
+            let _ = s.read_to_end(&mut all);
+            let text = String::from_utf8_lossy(&all);
+            assert!(!text.contains(needle), "{t}: the secret leaked: {text}");
+            let status: u16 = text
+                .split_whitespace()
+                .nth(1)
+                .and_then(|x| x.parse().ok())
+                .unwrap_or(0);
+            assert!(
+                (400..500).contains(&status),
+                "{t}: expected a 4xx, got {text:?}"
+            );
+        }
+        // curl would normalise the dots away; --path-as-is sends them.
+        for t in ["/../secret.txt", "/%2e%2e/secret.txt", "/link.txt"] {
+            let out = Command::new("curl")
+                .args(["-sS", "--path-as-is", "--max-time", "20"])
+                .arg(srv.url(t))
+                .output()
+                .expect("run curl");
+            assert!(
+                !String::from_utf8_lossy(&out.stdout).contains(needle),
+                "curl {t}: the secret leaked"
+            );
+        }
+        assert_eq!(srv.get("/small.html").status, 200);
+    }
+
+    pub fn http10_closes(model: &'static str) {
+        let srv = start(model, &[]);
+        let mut s = srv.connect();
+        s.write_all(b"GET /small.html HTTP/1.0\r\n\r\n").unwrap();
+        let mut r = BufReader::new(s.try_clone().unwrap());
+        let resp = read_response(&mut r, false).unwrap();
+        assert_eq!((resp.status, &resp.body), (200, &srv.site.small));
+        assert!(r.buffer().is_empty(), "bytes after the response");
+        assert!(
+            closed_by_peer(&mut s, Duration::from_secs(5)),
+            "HTTP/1.0 connection left open"
+        );
+        // And `Connection: close` in 1.1.
+        let mut s = srv.connect();
+        s.write_all(b"GET /small.html HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let resp = read_response(&mut BufReader::new(s.try_clone().unwrap()), false).unwrap();
+        assert_eq!(resp.status, 200);
+        assert!(
+            closed_by_peer(&mut s, Duration::from_secs(5)),
+            "Connection: close left open"
+        );
+    }
+
+    pub fn keep_alive_100_requests(model: &'static str) {
+        let srv = start(model, &[]);
+        let s = srv.connect();
+        let mut w = s.try_clone().unwrap();
+        let mut r = BufReader::new(s);
+        for i in 0..100 {
+            let path = if i % 10 == 9 {
+                "/big.bin"
+            } else {
+                "/small.html"
+            };
+            write!(w, "GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+            let resp = read_response(&mut r, false).unwrap_or_else(|e| panic!("request {i}: {e}"));
+            assert_eq!(resp.status, 200, "request {i}");
+            let want = if i % 10 == 9 {
+                &srv.site.big
+            } else {
+                &srv.site.small
+            };
+            assert!(&resp.body == want, "request {i}: body differs");
+        }
+        let s = srv.snapshot();
+        assert_eq!(
+            (s.accepted, s.requests, s.open),
+            (2, 100, 1),
+            "one connection (after the probe) served 100"
+        );
+    }
+
+    pub fn pipelined_answered_in_order(model: &'static str) {
+        let srv = start(model, &[]);
+        let mut s = srv.connect();
+        s.write_all(
+            b"GET /sub/index.html HTTP/1.1\r\nHost: t\r\n\r\nGET /big.bin HTTP/1.1\r\nHost: t\r\n\r\nGET /small.html HTTP/1.1\r\nHost: t\r\n\r\n",
+        )
+        .unwrap();
+        let mut r = BufReader::new(s);
+        let a = read_response(&mut r, false).unwrap();
+        let b = read_response(&mut r, false).unwrap();
+        let c = read_response(&mut r, false).unwrap();
+        assert_eq!((a.status, &a.body), (200, &srv.site.index), "first answer");
+        assert!(b.status == 200 && b.body == srv.site.big, "second answer");
+        assert_eq!((c.status, &c.body), (200, &srv.site.small), "third answer");
+    }
+
+    pub fn client_disconnects_mid_response(model: &'static str) {
+        let mut srv = start(model, &[]);
+        let base = srv.snapshot();
+        // One big response abandoned after its first bytes.
+        let mut s = srv.connect();
+        s.write_all(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+        let mut first = [0u8; 1000];
+        s.read_exact(&mut first).unwrap();
+        drop(s);
+        // Twenty pipelined (14 MB, more than any socket buffer holds) abandoned the same way:
+        // the server must hit the reset while writing.
+        let mut s = srv.connect();
+        s.write_all(&b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n".repeat(20))
+            .unwrap();
+        s.read_exact(&mut first).unwrap();
+        drop(s);
+        let after = srv.wait_for(
+            |s| s.open == 0 && s.requests >= base.requests + 21,
+            "both connections closed",
+        );
+        assert!(srv.alive(), "server died");
+        assert_eq!(
+            after.requests,
+            base.requests + 21,
+            "each request counted once: {after:?}"
+        );
+        assert_eq!(after.accepted, base.accepted + 2);
+        assert!(
+            after.error(ErrorKind::Reset) > base.error(ErrorKind::Reset),
+            "reset not counted: {after:?}"
+        );
+        let r = srv.get("/big.bin");
+        assert!(r.status == 200 && r.body == srv.site.big);
+        srv.wait_for(|s| s.open == 0, "open back to 0");
+    }
+
+    /// Opens `n` connections at once, then sends a request on each, then reads every answer.
+    /// Returns how many were answered 200 with the right body, and how many the server closed
+    /// without an answer.
+    fn concurrent(srv: &Server, n: usize) -> (usize, usize) {
+        let mut conns = Vec::with_capacity(n);
+        for _ in 0..n {
+            conns.push(srv.connect());
+        }
+        let mut closed = 0;
+        let mut writable = Vec::with_capacity(n);
+        for mut c in conns {
+            match c.write_all(b"GET /small.html HTTP/1.1\r\nHost: t\r\n\r\n") {
+                Ok(()) => writable.push(c),
+                Err(_) => closed += 1,
+            }
+        }
+        let mut ok = 0;
+        for c in writable {
+            match read_response(&mut BufReader::new(c), false) {
+                Ok(r) if r.status == 200 && r.body == srv.site.small => ok += 1,
+                Ok(r) => panic!(
+                    "{}: unexpected answer {} {:?}",
+                    srv.model, r.status, r.headers
+                ),
+                Err(_) => closed += 1,
+            }
+        }
+        (ok, closed)
+    }
+
+    pub fn thousand_concurrent_connections(model: &'static str) {
+        let srv = start(model, &[]);
+        // 1,000 connections keep every server descriptor below FD_SETSIZE, so even `select`
+        // answers them all (its refusal beyond is the next case).
+        let (ok, closed) = concurrent(&srv, 1000);
+        assert_eq!((ok, closed), (1000, 0), "answered, closed unanswered");
+        let s = srv.wait_for(|s| s.open == 0, "all closed");
+        assert_eq!(s.refused, 0);
+    }
+
+    pub fn beyond_fd_setsize(model: &'static str) {
+        let srv = start(model, &[]);
+        let n = FD_SETSIZE + 100;
+        let (ok, closed) = concurrent(&srv, n);
+        let s = srv.wait_for(|s| s.open == 0, "all closed");
+        if model == "select" {
+            // Documented: a connection whose descriptor is >= FD_SETSIZE is closed at once
+            // and counted as refused; every other one is answered.
+            assert!(closed >= n - FD_SETSIZE, "only {closed} of {n} refused");
+            assert_eq!(
+                s.refused as usize, closed,
+                "refused count vs connections closed unanswered"
+            );
+            assert_eq!(ok + closed, n);
+        } else {
+            assert_eq!((ok, closed, s.refused), (n, 0, 0));
+        }
+        assert_eq!(srv.get("/small.html").status, 200);
+    }
+
+    pub fn wrk_no_errors(model: &'static str) {
+        assert!(
+            wrk_available(),
+            "wrk is not installed (scripts/install-deps installs it)"
+        );
+        let srv = start(model, &[]);
+        let out = Command::new("wrk")
+            .args(["-t", "2", "-c", "100", "-d", "2s", "--timeout", "5s"])
+            .arg(srv.url("/small.html"))
+            .output()
+            .expect("run wrk");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "wrk failed: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let done: u64 = text
+            .lines()
+            .find_map(|l| {
+                l.trim()
+                    .split_once(" requests in ")
+                    .and_then(|(n, _)| n.parse().ok())
+            })
+            .unwrap_or_else(|| panic!("no request count in wrk output:\n{text}"));
+        assert!(done > 0, "{text}");
+        assert!(
+            !text.contains("Socket errors"),
+            "wrk socket errors:\n{text}"
+        );
+        assert!(!text.contains("Non-2xx"), "wrk non-2xx responses:\n{text}");
+        let s = srv.wait_for(|s| s.open == 0, "wrk's connections closed");
+        assert!(
+            s.requests >= done,
+            "server counted {} requests, wrk completed {done}",
+            s.requests
+        );
+        assert_eq!(s.refused, 0);
+    }
+
+    pub fn max_conns_refuses(model: &'static str) {
+        let srv = start(model, &["--max-conns", "2"]);
+        let mut held = Vec::new();
+        for _ in 0..2 {
+            let mut s = srv.connect();
+            s.write_all(b"GET /small.html HTTP/1.1\r\nHost: t\r\n\r\n")
+                .unwrap();
+            let mut r = BufReader::new(s.try_clone().unwrap());
+            assert_eq!(read_response(&mut r, false).unwrap().status, 200);
+            held.push(s);
+        }
+        let mut third = srv.connect();
+        assert!(
+            closed_by_peer(&mut third, Duration::from_secs(5)),
+            "third connection not closed"
+        );
+        let s = srv.wait_for(|s| s.refused == 1, "one refusal");
+        assert_eq!(s.open, 2);
+        drop(held);
+        srv.wait_for(|s| s.open == 0, "held connections closed");
+        assert_eq!(srv.get("/small.html").status, 200);
+    }
+
+    pub fn idle_timeout_closes(model: &'static str) {
+        let srv = start(model, &["--idle-timeout", "0.5"]);
+        let mut s = srv.connect();
+        s.write_all(b"GET /small.html HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+        let mut r = BufReader::new(s.try_clone().unwrap());
+        assert_eq!(read_response(&mut r, false).unwrap().status, 200);
+        let t = Instant::now();
+        assert!(
+            closed_by_peer(&mut s, Duration::from_secs(10)),
+            "idle connection not closed"
+        );
+        assert!(
+            t.elapsed() >= Duration::from_millis(300),
+            "closed after {:?}, before the timeout",
+            t.elapsed()
+        );
+        let snap = srv.wait_for(|s| s.open == 0, "closed");
+        assert_eq!(snap.error(ErrorKind::Timeout), 1, "{snap:?}");
+    }
+
+    pub fn stops_cleanly_on_sigterm(model: &'static str) {
+        let mut srv = start(model, &[]);
+        // An idle keep-alive connection and one half-sent request must not delay the stop.
+        let mut a = srv.connect();
+        a.write_all(b"GET /small.html HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+        read_response(&mut BufReader::new(a.try_clone().unwrap()), false).unwrap();
+        let mut b = srv.connect();
+        b.write_all(b"GET /small.html HTTP/1.1\r\nHo").unwrap();
+        srv.wait_for(|s| s.open == 2, "two connections open");
+        let st = Command::new("kill")
+            .args(["-TERM", &srv.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Some(st) = srv.child.try_wait().unwrap() {
+                break st;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "server still running 10 s after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(status.success(), "exit status {status}");
+        assert!(closed_by_peer(&mut a, Duration::from_secs(2)));
+        assert!(closed_by_peer(&mut b, Duration::from_secs(2)));
+        assert_eq!(srv.snapshot().open, 0, "open connections after the stop");
+    }
+
+    pub fn no_fd_leak(model: &'static str) {
+        let mut srv = start(model, &["--idle-timeout", "1"]);
+        let before = srv.fd_count();
+        let mut idlers = Vec::new();
+        for _ in 0..3 {
+            assert_eq!(srv.get("/small.html").status, 200);
+            assert_eq!(srv.get("/nope").status, 404);
+            let mut s = srv.connect();
+            s.write_all(b"BAD\r\n\r\n").unwrap();
+            let _ = read_response(&mut BufReader::new(s), false);
+            let mut s = srv.connect();
+            s.write_all(&b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n".repeat(5))
+                .unwrap();
+            let mut b = [0u8; 100];
+            s.read_exact(&mut b).unwrap();
+            drop(s);
+            // Connected, then gone without a byte; and one left to the idle timeout.
+            drop(srv.connect());
+            let mut idle = srv.connect();
+            idle.write_all(b"GET /small.html HTTP/1.1\r\n").unwrap();
+            idlers.push(idle);
+            let (ok, closed) = concurrent(&srv, 200);
+            assert_eq!((ok, closed), (200, 0));
+        }
+        // The idle ones are closed by the server (1 s timeout), not by us.
+        let s = srv.wait_for(|s| s.open == 0, "every connection closed");
+        assert!(s.error(ErrorKind::Timeout) >= 3, "{s:?}");
+        drop(idlers);
+        assert!(srv.alive());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut after = srv.fd_count();
+        while after != before && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+            after = srv.fd_count();
+        }
+        assert_eq!(
+            after, before,
+            "server descriptors before and after the traffic; counters {s:?}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// One module per model, one test per case.
+
+macro_rules! suite {
+    ($($module:ident => $name:literal),* $(,)?) => {$(
+        mod $module {
+            const M: &str = $name;
+            #[test] fn get_small_and_big() { super::cases::get_small_and_big(M) }
+            #[test] fn head_sends_headers_only() { super::cases::head_sends_headers_only(M) }
+            #[test] fn not_found_and_method() { super::cases::not_found_and_method(M) }
+            #[test] fn malformed_is_400_and_server_keeps_serving() { super::cases::malformed_is_400_and_server_keeps_serving(M) }
+            #[test] fn huge_header_is_431() { super::cases::huge_header_is_431(M) }
+            #[test] fn path_escapes_never_leak() { super::cases::path_escapes_never_leak(M) }
+            #[test] fn http10_closes() { super::cases::http10_closes(M) }
+            #[test] fn keep_alive_100_requests() { super::cases::keep_alive_100_requests(M) }
+            #[test] fn pipelined_answered_in_order() { super::cases::pipelined_answered_in_order(M) }
+            #[test] fn client_disconnects_mid_response() { super::cases::client_disconnects_mid_response(M) }
+            #[test] fn thousand_concurrent_connections() { super::cases::thousand_concurrent_connections(M) }
+            #[test] fn beyond_fd_setsize() { super::cases::beyond_fd_setsize(M) }
+            #[test] fn wrk_no_errors() { super::cases::wrk_no_errors(M) }
+            #[test] fn max_conns_refuses() { super::cases::max_conns_refuses(M) }
+            #[test] fn idle_timeout_closes() { super::cases::idle_timeout_closes(M) }
+            #[test] fn stops_cleanly_on_sigterm() { super::cases::stops_cleanly_on_sigterm(M) }
+            #[test] fn no_fd_leak() { super::cases::no_fd_leak(M) }
+        }
+    )*};
+}
+
+suite! {
+    threads => "threads",
+    thread_pool => "thread-pool",
+    select => "select",
+    poll => "poll",
+    epoll => "epoll",
+    uring_accept_sync => "uring-accept-sync",
+    uring => "uring",
+    uring_fixed => "uring-fixed",
+    uring_callback => "uring-callback",
+    runtime => "runtime",
+}
+
+#[test]
+fn models_names_lists_all_ten() {
+    let out = Command::new(BIN)
+        .args(["models", "--names"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let names: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let want: Vec<String> = iolab_servers::Model::ALL
+        .iter()
+        .map(|m| m.name().to_string())
+        .collect();
+    assert_eq!(names, want);
+    assert_eq!(names.len(), 10);
+}
+
+#[test]
+fn serve_help_explains_every_option() {
+    let out = Command::new(BIN)
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    for opt in [
+        "--model",
+        "--root",
+        "--addr",
+        "--workers",
+        "--backlog",
+        "--max-conns",
+        "--idle-timeout",
+        "--stats",
+        "--accept",
+        "--max-header-bytes",
+    ] {
+        assert!(text.contains(opt), "--help lacks {opt}:\n{text}");
+    }
+}
+
+#[test]
+fn serve_reports_a_missing_root() {
+    let out = Command::new(BIN)
+        .args([
+            "serve",
+            "--model",
+            "threads",
+            "--root",
+            "/nonexistent/iolab-root",
+            "--addr",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("/nonexistent/iolab-root"),
+        "error does not name the root: {err}"
+    );
+}
+
+#[test]
+fn stats_command_prints_counters() {
+    let srv = start("threads", &[]);
+    assert_eq!(srv.get("/small.html").status, 200);
+    assert_eq!(srv.get("/missing").status, 404);
+    srv.wait_for(|s| s.requests == 2, "two requests");
+    let path = srv.site.dir.join("server.stats");
+    let out = Command::new(BIN)
+        .arg("stats")
+        .arg(&path)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let snap: Snapshot = serde_json_line(&out.stdout);
+    assert_eq!((snap.requests, snap.error(ErrorKind::NotFound)), (2, 1));
+    let out = Command::new(BIN).arg("stats").arg(&path).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("requests") && text.contains("not_found 1"),
+        "{text}"
+    );
+    let out = Command::new(BIN)
+        .arg("stats")
+        .arg(srv.site.root.join("small.html"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not an iolab stats file"));
+}
+
+/// Parses one `iolab stats --json` line without a serde_json dependency in this package:
+/// the Snapshot fields are flat numbers plus one flat map.
+fn serde_json_line(out: &[u8]) -> Snapshot {
+    let text = String::from_utf8_lossy(out);
+    let num = |key: &str| -> u64 {
+        let at = text
+            .find(&format!("\"{key}\":"))
+            .unwrap_or_else(|| panic!("{key} missing in {text}"));
+        text[at + key.len() + 3..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+            .parse()
+            .unwrap()
+    };
+    let mut s = Snapshot {
+        open: num("open"),
+        accepted: num("accepted"),
+        requests: num("requests"),
+        refused: num("refused"),
+        ..Default::default()
+    };
+    for k in ErrorKind::ALL {
+        s.errors.insert(k.name().to_string(), num(k.name()));
+    }
+    s
+}
