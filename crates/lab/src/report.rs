@@ -483,7 +483,7 @@ const STYLE: &str = r#"body{font-family:sans-serif;max-width:1320px;margin:1em a
 h1{font-size:1.6em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}
 table{border-collapse:collapse;margin:.8em 0;font-size:13px}th,td{border:1px solid #ccc;padding:2px 8px;text-align:right}
 th:first-child,td:first-child{text-align:left}caption{text-align:left;font-weight:bold;padding:.3em 0}
-.multiples{display:flex;flex-wrap:wrap;gap:6px}.missing{width:400px;height:250px;display:flex;align-items:center;justify-content:center;border:1px dashed #bbb;color:#888}
+.multiples{display:flex;flex-wrap:wrap;gap:6px}.missing{width:420px;height:250px;display:flex;align-items:center;justify-content:center;border:1px dashed #bbb;color:#888}
 .warn{background:#fff4e0;border-left:4px solid #f0a030;padding:.4em .8em}.note{color:#555;font-size:13px}
 figure{margin:1em 0}figcaption{font-size:13px;margin-bottom:.4em}svg.figure{border:1px solid #eee;margin:2px}"#;
 

@@ -423,7 +423,7 @@ pub struct ScatterPanel {
     pub requested: Option<f64>,
 }
 
-pub const PANEL_W: f64 = 400.0;
+pub const PANEL_W: f64 = 420.0;
 pub const PANEL_H: f64 = 250.0;
 
 /// Class colours of the scatter: ok, SYN-retried, error.
@@ -431,7 +431,7 @@ pub const CLASS_COLORS: [&str; 3] = ["#1f77b4", "#ff7f0e", "#d62728"];
 
 pub fn scatter_panel(p: &ScatterPanel) -> String {
     let (w, h) = (PANEL_W, PANEL_H);
-    let (ml, mr, mt, mb) = (56.0, 56.0, 30.0, 44.0);
+    let (ml, mr, mt, mb) = (70.0, 60.0, 30.0, 44.0);
     let mut out = String::new();
     open_svg(&mut out, w, h, &p.title);
     let (_, t_hi) = extent(

@@ -25,6 +25,28 @@ pub fn extract_svgs(html: &str) -> Vec<&str> {
     out
 }
 
+/// Reads `dir/results.json` back.
+pub fn load_results(dir: &Path) -> anyhow::Result<crate::results::Results> {
+    let p = dir.join("results.json");
+    let text = std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))
+}
+
+/// Counts of the drawn SVG marks in an HTML page or a DOM dump (each `<svg>` parsed as XML).
+pub fn svg_marks(html: &str) -> anyhow::Result<ReportCheck> {
+    let mut check = ReportCheck::default();
+    for s in extract_svgs(html) {
+        let doc = roxmltree::Document::parse(s).context("an SVG does not parse")?;
+        check.svgs += 1;
+        check.paths += doc.descendants().filter(|n| n.has_tag_name("path")).count();
+        check.circles += doc
+            .descendants()
+            .filter(|n| n.has_tag_name("circle"))
+            .count();
+    }
+    Ok(check)
+}
+
 /// What a valid report holds.
 #[derive(Debug, Clone, Default)]
 pub struct ReportCheck {
@@ -76,16 +98,10 @@ pub fn check_report(dir: &Path) -> anyhow::Result<ReportCheck> {
     let html_path = dir.join("index.html");
     let html = std::fs::read_to_string(&html_path)
         .with_context(|| format!("reading {}", html_path.display()))?;
-    for s in extract_svgs(&html) {
-        let doc = roxmltree::Document::parse(s)
-            .with_context(|| format!("an SVG in {} does not parse", html_path.display()))?;
-        check.svgs += 1;
-        check.paths += doc.descendants().filter(|n| n.has_tag_name("path")).count();
-        check.circles += doc
-            .descendants()
-            .filter(|n| n.has_tag_name("circle"))
-            .count();
-    }
+    let marks = svg_marks(&html).with_context(|| format!("checking {}", html_path.display()))?;
+    check.svgs = marks.svgs;
+    check.paths = marks.paths;
+    check.circles = marks.circles;
     if check.svgs == 0 {
         bail!("{}: no SVG figure", html_path.display());
     }

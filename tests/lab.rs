@@ -1,0 +1,219 @@
+//! End to end: `iolab lab --profile tiny` over two models writes a valid results.json,
+//! per-request logs and an index.html whose SVG figures parse; headless Chromium renders
+//! the page and finds the figures drawn.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+const MODELS: [&str; 2] = ["threads", "epoll"];
+const TESTS: usize = 3;
+static DONE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The last test to pass removes the report (a failing one leaves it for inspection).
+fn done() {
+    if DONE.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == TESTS {
+        let _ = std::fs::remove_dir_all(report());
+    }
+}
+
+/// Runs the tiny lab once for all the tests of this file; returns the report directory.
+fn report() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("iolab-lab-e2e-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = Command::new(env!("CARGO_BIN_EXE_iolab"))
+            .args([
+                "lab",
+                "--profile",
+                "tiny",
+                "--models",
+                &MODELS.join(","),
+                "--peers",
+                "none",
+                "--no-micro",
+                "--out",
+            ])
+            .arg(&dir)
+            .output()
+            .expect("running iolab lab");
+        assert!(
+            out.status.success(),
+            "iolab lab failed: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        dir
+    })
+}
+
+#[test]
+fn results_json_has_every_point_with_the_required_fields() {
+    let dir = report();
+    let check = iolab_lab::validate::check_report(dir).expect("valid report");
+    assert_eq!(check.models, MODELS);
+    let r = iolab_lab::validate::load_results(dir).unwrap();
+    assert_eq!(r.profile, "tiny");
+    assert!(
+        r.machine.get("kernel").is_some(),
+        "machine metadata recorded"
+    );
+    assert!(r.settings.contains_key("net.core.somaxconn"));
+    assert!(r.settings.contains_key("ulimit -n"));
+    let levels = iolab_lab::lab::Plan::for_profile(iolab_lab::lab::Profile::Tiny).levels;
+    for m in MODELS {
+        for file in ["small", "big"] {
+            for &c in &levels {
+                let p = r
+                    .point(m, file, "close", c)
+                    .unwrap_or_else(|| panic!("no point {m} {file} c={c}"));
+                assert_eq!(p.repeats.len(), 1);
+                let rep = &p.repeats[0];
+                assert!(rep.requests > 0);
+                // Every request is accounted for: ok + errors (+ unfinished) = requests.
+                let unfinished = rep.errors_by_kind.get("unfinished").copied().unwrap_or(0);
+                assert_eq!(
+                    rep.ok + p.metrics.errors + unfinished,
+                    rep.requests,
+                    "{m} {file} c={c}"
+                );
+                if rep.ok > 0 {
+                    assert!(p.metrics.mean_ms > 0.0 && p.metrics.p99_ms >= p.metrics.p50_ms);
+                    assert!(p.metrics.rps > 0.0);
+                }
+                assert!(p.metrics.achieved_concurrency <= c as f64 * 1.01 + 0.01);
+            }
+        }
+        assert!(r.point(m, "small", "keepalive", 10).is_some());
+        // Figure 2's data at the top level.
+        let top = *levels.last().unwrap();
+        let p = r.point(m, "small", "close", top).unwrap();
+        let t = p.trace.as_ref().expect("trace at the top level");
+        assert!(!t.scatter.is_empty());
+        // Its per-request log exists, with a header and one line per request.
+        let log = p.repeats[0].log.as_ref().expect("log at the top level");
+        let csv = std::fs::read_to_string(dir.join(log)).unwrap();
+        let mut lines = csv.lines();
+        assert!(lines
+            .next()
+            .unwrap()
+            .starts_with("scheduled_us,start_us,connected_us"));
+        assert_eq!(lines.count() as u64, p.repeats[0].requests);
+    }
+    // No server is left running.
+    let ps = Command::new("ps").args(["-eo", "args"]).output().unwrap();
+    let ps = String::from_utf8_lossy(&ps.stdout);
+    assert!(
+        !ps.lines()
+            .any(|l| l.contains("iolab serve") && l.contains(dir.to_str().unwrap())),
+        "a server outlived the lab"
+    );
+    done();
+}
+
+#[test]
+fn index_html_figures_parse() {
+    let dir = report();
+    let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
+    let marks = iolab_lab::validate::svg_marks(&html).expect("every SVG parses");
+    // Figures 1 and 3 (curves), 2 and 4 (one panel per model), keep-alive.
+    assert!(
+        marks.svgs >= 2 + 2 * MODELS.len() + 1,
+        "{} SVGs",
+        marks.svgs
+    );
+    assert!(marks.paths >= 2, "curves drawn");
+    assert!(marks.circles > 20, "markers and scatter drawn");
+    for s in [
+        "Figure 1",
+        "Figure 2",
+        "Errors at concurrency",
+        "Keep-alive throughput",
+        "Machine and settings",
+    ] {
+        assert!(html.contains(s), "index.html lacks {s:?}");
+    }
+    done();
+}
+
+fn chromium() -> PathBuf {
+    ["/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .expect("headless Chromium is needed for this test (scripts/install-deps installs the Debian package)")
+}
+
+fn headless(args: &[&str], page: &Path) -> std::process::Output {
+    let profile = tempdir("chromium-profile");
+    Command::new(chromium())
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--hide-scrollbars",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(args)
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .expect("running chromium")
+}
+
+fn tempdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("iolab-lab-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn chromium_renders_the_figures() {
+    let dir = report();
+    let page = dir.join("index.html");
+    // The DOM after load: Chromium parsed every figure as SVG with its marks.
+    let out = headless(&["--dump-dom"], &page);
+    assert!(
+        out.status.success(),
+        "chromium --dump-dom failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dom = String::from_utf8_lossy(&out.stdout);
+    let marks = iolab_lab::validate::svg_marks(&dom).expect("SVGs in the rendered DOM parse");
+    let source = iolab_lab::validate::svg_marks(&std::fs::read_to_string(&page).unwrap()).unwrap();
+    assert_eq!(marks.svgs, source.svgs, "every figure reached the DOM");
+    assert_eq!(marks.circles, source.circles);
+    assert!(marks.paths > 0);
+
+    // A screenshot of the report holds far more ink than one of a blank page the same size.
+    let shots = tempdir("shots");
+    let blank = shots.join("blank.html");
+    std::fs::write(&blank, "<!DOCTYPE html><html><body></body></html>").unwrap();
+    let size = |page: &Path, name: &str| {
+        let png = shots.join(name);
+        let o = headless(
+            &[
+                &format!("--screenshot={}", png.display()),
+                "--window-size=1300,2400",
+            ],
+            page,
+        );
+        assert!(
+            o.status.success(),
+            "chromium --screenshot failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        std::fs::metadata(&png).map(|m| m.len()).unwrap_or(0)
+    };
+    let blank_size = size(&blank, "blank.png");
+    let report_size = size(&page, "report.png");
+    assert!(blank_size > 0, "no screenshot written");
+    assert!(
+        report_size > 10 * blank_size,
+        "the report renders almost blank: {report_size} vs blank {blank_size} bytes"
+    );
+    let _ = std::fs::remove_dir_all(&shots);
+    let _ = std::fs::remove_dir_all(tempdir("chromium-profile"));
+    done();
+}
