@@ -152,8 +152,49 @@ fn event_loop(ctx: &Ctx, listener: TcpListener, held: &AtomicUsize) -> io::Resul
         stats.conn_closed();
     };
 
+    // Accepts every queued connection; false after an error like EMFILE, which leaves
+    // connections queued without a new edge to come: `accept_retry` then polls the queue.
+    let accept_all = |conns: &mut slab::Slab<Conn>| -> bool {
+        loop {
+            let stream = match listener.accept() {
+                Ok((s, _)) => s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                Err(e) if net::transient_accept_error(&e) => continue,
+                Err(e) => {
+                    stats.io_error(&e);
+                    return false;
+                }
+            };
+            stats.accepted();
+            if held.fetch_add(1, Ordering::Relaxed) >= ctx.config.max_conns {
+                held.fetch_sub(1, Ordering::Relaxed);
+                stats.refused();
+                continue;
+            }
+            stats.conn_opened();
+            let entry = conns.vacant_entry();
+            let key = entry.key();
+            let registered = net::prepare(&stream, true)
+                .and_then(|_| ep.add(stream.as_raw_fd(), conn_events, key as u64));
+            if registered.is_err() {
+                stats.error(ErrorKind::Io);
+                held.fetch_sub(1, Ordering::Relaxed);
+                stats.conn_closed();
+                continue;
+            }
+            // Data often arrives with the connection: registering an already readable
+            // socket queues its first event, so `progress` runs from the event loop.
+            entry.insert(Conn::new(stream, ctx.site.clone()));
+        }
+    };
+    let mut accept_retry: Option<Instant> = None;
+
     'run: loop {
-        let timeout = net::timeout_ms(next_sweep, Instant::now());
+        let wake = match (next_sweep, accept_retry) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let timeout = net::timeout_ms(wake, Instant::now());
         let n = match ep.wait(&mut events, timeout) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -162,39 +203,11 @@ fn event_loop(ctx: &Ctx, listener: TcpListener, held: &AtomicUsize) -> io::Resul
         for ev in &events[..n] {
             match ev.u64 {
                 STOP => break 'run,
-                LISTENER => loop {
-                    let stream = match listener.accept() {
-                        Ok((s, _)) => s,
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                        Err(e) if net::transient_accept_error(&e) => continue,
-                        Err(e) => {
-                            // EMFILE and the like. Edge-triggered: the queue would not signal
-                            // again, so look at it again at the next sweep or event.
-                            stats.io_error(&e);
-                            break;
-                        }
-                    };
-                    stats.accepted();
-                    if held.fetch_add(1, Ordering::Relaxed) >= ctx.config.max_conns {
-                        held.fetch_sub(1, Ordering::Relaxed);
-                        stats.refused();
-                        continue;
+                LISTENER => {
+                    if !accept_all(&mut conns) {
+                        accept_retry = Some(Instant::now() + net::ACCEPT_BACKOFF);
                     }
-                    stats.conn_opened();
-                    let entry = conns.vacant_entry();
-                    let key = entry.key();
-                    let registered = net::prepare(&stream, true)
-                        .and_then(|_| ep.add(stream.as_raw_fd(), conn_events, key as u64));
-                    if registered.is_err() {
-                        stats.error(ErrorKind::Io);
-                        held.fetch_sub(1, Ordering::Relaxed);
-                        stats.conn_closed();
-                        continue;
-                    }
-                    // Data often arrives with the connection: the first edge already fired
-                    // on registration, so `progress` runs from the event; nothing to do here.
-                    entry.insert(Conn::new(stream, ctx.site.clone()));
-                },
+                }
                 token => {
                     let key = token as usize;
                     let Some(conn) = conns.get_mut(key) else {
@@ -205,6 +218,9 @@ fn event_loop(ctx: &Ctx, listener: TcpListener, held: &AtomicUsize) -> io::Resul
                     }
                 }
             }
+        }
+        if accept_retry.is_some_and(|t| t <= Instant::now()) {
+            accept_retry = (!accept_all(&mut conns)).then(|| Instant::now() + net::ACCEPT_BACKOFF);
         }
         if let (Some(every), Some(at)) = (sweep, next_sweep) {
             let now = Instant::now();

@@ -89,6 +89,11 @@ pub fn transient_accept_error(e: &io::Error) -> bool {
     ) || e.kind() == io::ErrorKind::Interrupted
 }
 
+/// How long a readiness loop stops watching its listener after an accept error that is not
+/// the connection's fault (EMFILE, ENFILE, ENOBUFS): the queue stays readable, so watching it
+/// would spin; the pending connections wait in the backlog until descriptors free up.
+pub const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
+
 /// `shutdown(2)` of both directions; wakes a thread blocked in `accept`/`read`/`write` on it.
 pub fn shutdown_fd(fd: RawFd) {
     // SAFETY: shutdown on a descriptor the caller keeps open; errors (ENOTCONN) don't matter.

@@ -44,9 +44,21 @@ pub fn run(ctx: &Ctx) -> io::Result<()> {
     // conns[i] goes with pollfds[FIRST_CONN + i].
     let mut conns: Vec<Conn> = Vec::new();
     let mut buf = vec![0u8; net::READ_BUF];
+    // Set after an accept failure like EMFILE: the listener is not watched until then.
+    let mut accept_paused: Option<Instant> = None;
 
     while !ctx.shutdown.is_triggered() {
-        let earliest = conns.iter().filter_map(|c| c.deadline(idle)).min();
+        accept_paused = accept_paused.filter(|&t| t > Instant::now());
+        pollfds[1].events = if accept_paused.is_some() {
+            0
+        } else {
+            libc::POLLIN
+        };
+        let earliest = conns
+            .iter()
+            .filter_map(|c| c.deadline(idle))
+            .chain(accept_paused)
+            .min();
         let timeout = net::timeout_ms(earliest, Instant::now());
         // SAFETY: pollfds is a valid, initialised array of its length.
         let n = unsafe { libc::poll(pollfds.as_mut_ptr(), pollfds.len() as libc::nfds_t, timeout) };
@@ -85,8 +97,10 @@ pub fn run(ctx: &Ctx) -> io::Result<()> {
                 i += 1;
             }
         }
-        if pollfds[1].revents != 0 {
-            accept_all(ctx, &listener, &mut conns, &mut pollfds, &mut buf);
+        if pollfds[1].revents != 0
+            && !accept_all(ctx, &listener, &mut conns, &mut pollfds, &mut buf)
+        {
+            accept_paused = Some(Instant::now() + net::ACCEPT_BACKOFF);
         }
     }
     for _ in conns.drain(..) {
@@ -96,22 +110,23 @@ pub fn run(ctx: &Ctx) -> io::Result<()> {
 }
 
 /// Accepts every connection waiting in the queue; serves each as far as it goes at once.
+/// False when accepting failed for a reason that will not go away at once (EMFILE, ...).
 fn accept_all(
     ctx: &Ctx,
     listener: &std::net::TcpListener,
     conns: &mut Vec<Conn>,
     pollfds: &mut Vec<libc::pollfd>,
     buf: &mut [u8],
-) {
+) -> bool {
     let stats = &*ctx.stats;
     loop {
         let stream = match listener.accept() {
             Ok((s, _)) => s,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
             Err(e) if net::transient_accept_error(&e) => continue,
             Err(e) => {
                 stats.io_error(&e);
-                return;
+                return false;
             }
         };
         stats.accepted();

@@ -70,13 +70,18 @@ pub fn run(ctx: &Ctx) -> io::Result<()> {
     let mut slots: Vec<Option<Slot>> = (0..FD_SETSIZE).map(|_| None).collect();
     let mut held = 0usize;
     let mut buf = vec![0u8; net::READ_BUF];
+    // Set after an accept failure like EMFILE: the listener is left out until then.
+    let mut accept_paused: Option<Instant> = None;
 
     while !ctx.shutdown.is_triggered() {
         let (mut rset, mut wset) = (FdSet::new(), FdSet::new());
-        rset.insert(lfd);
+        accept_paused = accept_paused.filter(|&t| t > Instant::now());
+        if accept_paused.is_none() {
+            rset.insert(lfd);
+        }
         rset.insert(efd);
         let mut maxfd = lfd.max(efd);
-        let mut earliest: Option<Instant> = None;
+        let mut earliest: Option<Instant> = accept_paused;
         for (fd, slot) in slots.iter().enumerate() {
             let Some(s) = slot else { continue };
             match s.want {
@@ -121,8 +126,8 @@ pub fn run(ctx: &Ctx) -> io::Result<()> {
         if rset.contains(efd) {
             break;
         }
-        if rset.contains(lfd) {
-            accept_all(ctx, &listener, &mut slots, &mut held, &mut buf);
+        if rset.contains(lfd) && !accept_all(ctx, &listener, &mut slots, &mut held, &mut buf) {
+            accept_paused = Some(Instant::now() + net::ACCEPT_BACKOFF);
         }
         let now = Instant::now();
         for fd in 0..=maxfd {
@@ -153,23 +158,24 @@ pub fn run(ctx: &Ctx) -> io::Result<()> {
 }
 
 /// Accepts every connection waiting in the queue; serves each as far as it goes at once.
+/// False when accepting failed for a reason that will not go away at once (EMFILE, ...).
 fn accept_all(
     ctx: &Ctx,
     listener: &std::net::TcpListener,
     slots: &mut [Option<Slot>],
     held: &mut usize,
     buf: &mut [u8],
-) {
+) -> bool {
     let stats = &*ctx.stats;
     loop {
         let stream = match listener.accept() {
             Ok((s, _)) => s,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
             Err(e) if net::transient_accept_error(&e) => continue,
             Err(e) => {
                 // EMFILE and the like: leave the rest in the queue for the next turn.
                 stats.io_error(&e);
-                return;
+                return false;
             }
         };
         stats.accepted();
