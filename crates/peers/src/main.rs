@@ -1,6 +1,320 @@
-//! iolab-tokio-server: the tokio + hyper peer served beside iolab's models.
+//! iolab-tokio-server: the tokio peer the lab runs beside iolab's models.
+//!
+//! A tokio multi-thread runtime (`--workers`, 0 = one per core) serving a directory, with
+//! two ways to speak HTTP (`--engine`):
+//!
+//! - `hyper` (default): hyper 1's HTTP/1.1 server (keep-alive, pipelining, its own request
+//!   parser and response writer) — what a tokio user would deploy. Each request is answered
+//!   by iolab's `Site` (same path resolution, same refusals, same shared file cache, same
+//!   headers) through an `iolab_http::Session` kept per connection: the request line and its
+//!   `Connection` header are handed to the session, and the status, headers and body `Bytes`
+//!   it produces become hyper's response, headers in the same order and Title-Case. A GET or
+//!   HEAD of a file therefore sends exactly the bytes the models send; what differs is what
+//!   hyper decides alone: its answers to requests it cannot parse (400/431 with hyper's own
+//!   bytes), its limits (hyper's header-count and buffer limits, not `iolab_http::Limits`),
+//!   and the status line of an answer to an HTTP/1.0 request ("HTTP/1.0 200 OK": hyper
+//!   labels it with the request's version).
+//! - `iolab`: tokio I/O with iolab HTTP — each connection drives an `iolab_http::Session`
+//!   on a `tokio::net::TcpStream` (read → feed → writev pending → advance), exactly as the
+//!   models do; every byte on the wire is the models'.
+//!
+//! SIGINT or SIGTERM stops accepting and exits 0 (connections in progress are dropped).
+
+use std::convert::Infallible;
+use std::io::{self, IoSlice};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use bytes::{Bytes, BytesMut};
+use clap::{Parser, ValueEnum};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::header::{HeaderName, HeaderValue};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use iolab_http::{Session, Site};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+
+/// Serve a directory over HTTP with tokio (the lab's tokio + hyper peer).
+#[derive(Debug, Parser)]
+#[command(name = "iolab-tokio-server", version)]
+struct Args {
+    /// Directory to serve; `/` maps to it, a directory to its index.html. Nothing outside it
+    /// is ever served (same rules as `iolab serve`: iolab_http::Site)
+    #[arg(long)]
+    root: PathBuf,
+    /// Address to listen on (port 0 picks a free port; the chosen address is printed)
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    addr: SocketAddr,
+    /// tokio worker threads (0 = one per core)
+    #[arg(long, default_value_t = 0)]
+    workers: usize,
+    /// Length of the kernel's queue of connections not yet accepted (listen(2) backlog)
+    #[arg(long, default_value_t = 1024)]
+    backlog: u32,
+    /// Seconds a connection may stay without any byte moving before it is closed (iolab engine;
+    /// hyper engine: waiting for the next request head); 0 = never
+    #[arg(long, default_value_t = 60.0)]
+    idle_timeout: f64,
+    /// Which HTTP implementation answers: hyper's server, or iolab's Session on tokio sockets
+    #[arg(long, value_enum, default_value_t = Engine::Hyper)]
+    engine: Engine,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Engine {
+    Hyper,
+    Iolab,
+}
 
 fn main() {
-    eprintln!("iolab-tokio-server is not written yet");
-    std::process::exit(2);
+    let args = Args::parse();
+    if let Err(e) = run(args) {
+        eprintln!("iolab-tokio-server: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(args: Args) -> Result<()> {
+    if !args.idle_timeout.is_finite() || args.idle_timeout < 0.0 {
+        anyhow::bail!(
+            "--idle-timeout must be a number of seconds >= 0, not {}",
+            args.idle_timeout
+        );
+    }
+    let idle = (args.idle_timeout > 0.0).then(|| Duration::from_secs_f64(args.idle_timeout));
+    let site = Site::new(&args.root, iolab_http::Limits::default())
+        .with_context(|| format!("cannot serve {}", args.root.display()))?;
+    let workers = if args.workers > 0 {
+        args.workers
+    } else {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+        .context("cannot start the tokio runtime")?;
+    rt.block_on(async move {
+        let listener = listen(args.addr, args.backlog)?;
+        let addr = listener.local_addr()?;
+        println!(
+            "serving {} on {addr} with tokio ({workers} workers, {} engine)",
+            args.root.display(),
+            match args.engine {
+                Engine::Hyper => "hyper",
+                Engine::Iolab => "iolab",
+            }
+        );
+        tokio::select! {
+            r = accept_loop(listener, site, args.engine, idle) => r,
+            r = stop_signal() => r,
+        }
+    })?;
+    // Connections still open are dropped with the runtime, without waiting for them.
+    rt.shutdown_timeout(Duration::from_millis(100));
+    Ok(())
+}
+
+fn listen(addr: SocketAddr, backlog: u32) -> Result<TcpListener> {
+    let sock = if addr.is_ipv4() {
+        TcpSocket::new_v4()
+    } else {
+        TcpSocket::new_v6()
+    }
+    .with_context(|| format!("socket for {addr}"))?;
+    // Restart without waiting out TIME_WAIT, as every iolab model does.
+    sock.set_reuseaddr(true)
+        .with_context(|| format!("SO_REUSEADDR on {addr}"))?;
+    sock.bind(addr)
+        .with_context(|| format!("cannot bind {addr}"))?;
+    sock.listen(backlog)
+        .with_context(|| format!("cannot listen on {addr}"))
+}
+
+async fn stop_signal() -> Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    Ok(())
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    site: Arc<Site>,
+    engine: Engine,
+    idle: Option<Duration>,
+) -> Result<()> {
+    loop {
+        let stream = match listener.accept().await {
+            Ok((s, _)) => s,
+            Err(e) if transient(&e) => continue,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                // Out of descriptors (EMFILE/ENFILE): the connection waits in the backlog.
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+            Err(e) => return Err(e).context("accept failed"),
+        };
+        // Same as the models: responses leave in one write, Nagle would only add delay.
+        let _ = stream.set_nodelay(true);
+        let site = Arc::clone(&site);
+        match engine {
+            Engine::Iolab => tokio::spawn(serve_iolab(stream, site, idle)),
+            Engine::Hyper => tokio::spawn(serve_hyper(stream, site, idle)),
+        };
+    }
+}
+
+fn transient(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::Interrupted
+    )
+}
+
+/// Awaits `f`, or gives up (None) after `idle` if there is one.
+async fn within<T>(idle: Option<Duration>, f: impl std::future::Future<Output = T>) -> Option<T> {
+    match idle {
+        Some(d) => tokio::time::timeout(d, f).await.ok(),
+        None => Some(f.await),
+    }
+}
+
+// --- engine iolab: the models' loop on a tokio socket -------------------------------------------
+
+async fn serve_iolab(mut stream: TcpStream, site: Arc<Site>, idle: Option<Duration>) {
+    let mut session = Session::new(site);
+    let mut buf = vec![0u8; 8 * 1024];
+    loop {
+        let n = match within(idle, stream.read(&mut buf)).await {
+            Some(Ok(n)) if n > 0 => n,
+            _ => return, // peer closed, error, or idle: dropping the stream closes it
+        };
+        session.feed(&buf[..n], |_| {});
+        while session.has_pending() {
+            let mut slices = [IoSlice::new(&[]); 8];
+            let mut k = 0;
+            for chunk in session.pending().iter().take(slices.len()) {
+                slices[k] = IoSlice::new(chunk);
+                k += 1;
+            }
+            let written = match within(idle, stream.write_vectored(&slices[..k])).await {
+                Some(Ok(w)) if w > 0 => w,
+                _ => return,
+            };
+            session.advance(written);
+        }
+        if session.should_close() {
+            let _ = stream.shutdown().await;
+            return;
+        }
+    }
+}
+
+// --- engine hyper: hyper's server, iolab's answers ----------------------------------------------
+
+async fn serve_hyper(stream: TcpStream, site: Arc<Site>, idle: Option<Duration>) {
+    let session = Arc::new(Mutex::new(Session::new(site)));
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let session = Arc::clone(&session);
+        async move { Ok::<_, Infallible>(answer(&session, &req)) }
+    });
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.keep_alive(true)
+        .title_case_headers(true)
+        .timer(hyper_util::rt::TokioTimer::new());
+    if let Some(d) = idle {
+        http.header_read_timeout(d);
+    }
+    // Errors here are the client's doing (reset, malformed request answered by hyper).
+    let _ = http.serve_connection(TokioIo::new(stream), service).await;
+}
+
+/// iolab's answer to one request hyper has parsed.
+fn answer(session: &Mutex<Session>, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    let mut session = session.lock().unwrap_or_else(|e| e.into_inner());
+    let version = match req.version() {
+        hyper::Version::HTTP_10 => "HTTP/1.0",
+        _ => "HTTP/1.1",
+    };
+    let target = req
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or("/");
+    let mut head = Vec::with_capacity(64 + target.len());
+    head.extend_from_slice(req.method().as_str().as_bytes());
+    head.push(b' ');
+    head.extend_from_slice(target.as_bytes());
+    head.push(b' ');
+    head.extend_from_slice(version.as_bytes());
+    head.extend_from_slice(b"\r\nHost: peer\r\n");
+    if let Some(c) = req.headers().get(hyper::header::CONNECTION) {
+        head.extend_from_slice(b"Connection: ");
+        head.extend_from_slice(c.as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
+    head.extend_from_slice(b"\r\n");
+    session.feed(&head, |_| {});
+    let response = to_hyper(&session);
+    let len = session.pending_len();
+    session.advance(len);
+    response.unwrap_or_else(|| {
+        let mut r = Response::new(Full::new(Bytes::from_static(
+            b"500 Internal Server Error\n",
+        )));
+        *r.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+        r
+    })
+}
+
+/// Turns the response queued in `session` (a head chunk, then body chunks) into hyper's.
+fn to_hyper(session: &Session) -> Option<Response<Full<Bytes>>> {
+    let mut chunks = session.pending().iter();
+    let head = chunks.next()?;
+    let end = head.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let mut lines = head[..end]
+        .split(|&b| b == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l));
+    let status_line = lines.next()?;
+    let code = status_line.split(|&b| b == b' ').nth(1)?;
+    let status = StatusCode::from_bytes(code).ok()?;
+    // The body: the rest of the head chunk, then the other chunks — usually exactly one
+    // chunk, the cached file, passed on without a copy.
+    let rest = head.slice(end + 4..);
+    let others: Vec<&Bytes> = chunks.collect();
+    let body = match (rest.is_empty(), others.as_slice()) {
+        (true, []) => Bytes::new(),
+        (true, [one]) => (*one).clone(),
+        _ => {
+            let mut all = BytesMut::from(&rest[..]);
+            for c in others {
+                all.extend_from_slice(c);
+            }
+            all.freeze()
+        }
+    };
+    let mut response = Response::new(Full::new(body));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    for line in lines {
+        let colon = line.iter().position(|&b| b == b':')?;
+        let name = HeaderName::from_bytes(&line[..colon]).ok()?;
+        let value = HeaderValue::from_bytes(line[colon + 1..].trim_ascii()).ok()?;
+        headers.append(name, value);
+    }
+    Some(response)
 }
