@@ -1,0 +1,234 @@
+//! The readiness fallback: one epoll instance per loop.
+//!
+//! A wait for readiness is a *waiter* (slab key) attached to its descriptor. Each descriptor
+//! is registered EPOLLONESHOT with the union of its waiters' interests and re-armed only
+//! while waiters remain, so a closed and reused descriptor number can at worst cause one
+//! spurious wake-up (the operation then retries, gets EAGAIN and waits again).
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use slab::Slab;
+
+use crate::op::Interest;
+
+const WAKE_TOKEN: u64 = u64::MAX;
+
+struct Waiter {
+    fd: RawFd,
+    interest: Interest,
+    waker: Option<Waker>,
+    ready: bool,
+}
+
+#[derive(Default)]
+struct FdState {
+    waiters: Vec<usize>,
+    /// Events the kernel registration is armed with (0: disarmed or unknown).
+    armed: u32,
+}
+
+pub(crate) struct Epoll {
+    epfd: OwnedFd,
+    efd: RawFd,
+    waiters: Slab<Waiter>,
+    fds: HashMap<RawFd, FdState>,
+    events: Vec<libc::epoll_event>,
+}
+
+fn mask(i: Interest) -> u32 {
+    match i {
+        Interest::Readable => (libc::EPOLLIN | libc::EPOLLRDHUP) as u32,
+        Interest::Writable => libc::EPOLLOUT as u32,
+    }
+}
+
+impl Epoll {
+    pub(crate) fn new(efd: RawFd) -> io::Result<Epoll> {
+        // SAFETY: epoll_create1 returns a fresh descriptor or -1.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd is ours alone.
+        let epfd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: WAKE_TOKEN,
+        };
+        // SAFETY: valid epoll fd, eventfd and event struct.
+        if unsafe { libc::epoll_ctl(epfd.as_raw_fd(), libc::EPOLL_CTL_ADD, efd, &mut ev) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Epoll {
+            epfd,
+            efd,
+            waiters: Slab::new(),
+            fds: HashMap::new(),
+            events: vec![libc::epoll_event { events: 0, u64: 0 }; 1024],
+        })
+    }
+
+    pub(crate) fn live_ops(&self) -> usize {
+        self.waiters.len()
+    }
+
+    fn ctl(&self, op: i32, fd: RawFd, events: u32) -> io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events,
+            u64: fd as u64,
+        };
+        // SAFETY: valid epoll fd and event struct; a bad `fd` is reported as an error.
+        if unsafe { libc::epoll_ctl(self.epfd.as_raw_fd(), op, fd, &mut ev) } < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+
+    fn arm(&mut self, fd: RawFd, fresh: bool) -> io::Result<()> {
+        let st = self.fds.get(&fd).expect("armed fd has state");
+        let want = st
+            .waiters
+            .iter()
+            .fold(0u32, |m, &k| m | mask(self.waiters[k].interest));
+        if want == 0 || (st.armed & want == want) {
+            return Ok(());
+        }
+        let events = want | libc::EPOLLONESHOT as u32;
+        let (first, second) = if fresh {
+            (libc::EPOLL_CTL_ADD, libc::EPOLL_CTL_MOD)
+        } else {
+            (libc::EPOLL_CTL_MOD, libc::EPOLL_CTL_ADD)
+        };
+        match self.ctl(first, fd, events) {
+            Ok(()) => {}
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EEXIST) | Some(libc::ENOENT)) => {
+                self.ctl(second, fd, events)?
+            }
+            Err(e) => return Err(e),
+        }
+        if let Some(st) = self.fds.get_mut(&fd) {
+            st.armed = want;
+        }
+        Ok(())
+    }
+
+    /// Registers a wait for `interest` on `fd`; returns its key.
+    pub(crate) fn add_waiter(
+        &mut self,
+        fd: RawFd,
+        interest: Interest,
+        waker: Waker,
+    ) -> io::Result<usize> {
+        let key = self.waiters.insert(Waiter {
+            fd,
+            interest,
+            waker: Some(waker),
+            ready: false,
+        });
+        let fresh = !self.fds.contains_key(&fd);
+        self.fds.entry(fd).or_default().waiters.push(key);
+        if let Err(e) = self.arm(fd, fresh) {
+            self.remove_waiter(key);
+            return Err(e);
+        }
+        Ok(key)
+    }
+
+    pub(crate) fn poll_waiter(&mut self, key: usize, cx: &mut Context<'_>) -> Poll<()> {
+        let w = &mut self.waiters[key];
+        if w.ready {
+            self.waiters.remove(key);
+            return Poll::Ready(());
+        }
+        if !w.waker.as_ref().is_some_and(|x| x.will_wake(cx.waker())) {
+            w.waker = Some(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+
+    pub(crate) fn remove_waiter(&mut self, key: usize) {
+        let Some(w) = self.waiters.try_remove(key) else {
+            return;
+        };
+        if let Some(st) = self.fds.get_mut(&w.fd) {
+            st.waiters.retain(|&k| k != key);
+            if st.waiters.is_empty() {
+                self.fds.remove(&w.fd);
+            }
+        }
+    }
+
+    fn on_event(&mut self, fd: RawFd, revents: u32) {
+        let Some(st) = self.fds.get_mut(&fd) else {
+            return;
+        };
+        st.armed = 0;
+        let err = (libc::EPOLLERR | libc::EPOLLHUP) as u32;
+        let waiters = &mut self.waiters;
+        st.waiters.retain(|&k| {
+            let w = &mut waiters[k];
+            let hit = revents & (mask(w.interest) | err) != 0;
+            if hit {
+                w.ready = true;
+                if let Some(wk) = w.waker.take() {
+                    wk.wake();
+                }
+            }
+            !hit
+        });
+        if st.waiters.is_empty() {
+            self.fds.remove(&fd);
+        } else if let Err(e) = self.arm(fd, false) {
+            // Cannot re-arm (descriptor closed under us): wake the rest so they see the error.
+            let _ = e;
+            if let Some(st) = self.fds.remove(&fd) {
+                for k in st.waiters {
+                    let w = &mut self.waiters[k];
+                    w.ready = true;
+                    if let Some(wk) = w.waker.take() {
+                        wk.wake();
+                    }
+                }
+            }
+        }
+    }
+
+    pub(crate) fn turn(&mut self, timeout: Option<Duration>) {
+        let ms: i32 = match timeout {
+            None => -1,
+            // Round up: a timer must never fire early.
+            Some(d) => d.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32,
+        };
+        // SAFETY: `events` is a live buffer of the length we pass.
+        let n = unsafe {
+            libc::epoll_wait(
+                self.epfd.as_raw_fd(),
+                self.events.as_mut_ptr(),
+                self.events.len() as i32,
+                ms,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINTR) {
+                panic!("iolab-runtime: epoll_wait failed: {e}");
+            }
+            return;
+        }
+        for i in 0..n as usize {
+            let ev = self.events[i];
+            if ev.u64 == WAKE_TOKEN {
+                let mut buf = 0u64;
+                // SAFETY: reads 8 bytes into a live u64 from our non-blocking eventfd.
+                unsafe { libc::read(self.efd, &mut buf as *mut u64 as *mut _, 8) };
+            } else {
+                self.on_event(ev.u64 as RawFd, ev.events);
+            }
+        }
+    }
+}

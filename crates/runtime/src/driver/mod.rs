@@ -1,0 +1,138 @@
+//! I/O drivers: io_uring (completion) and epoll (readiness), behind one API.
+
+use std::fmt;
+use std::io;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+pub(crate) mod epoll;
+pub(crate) mod uring;
+
+/// Which I/O engine a runtime uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Driver {
+    /// Completion-based: operations are submitted to an io_uring and complete later.
+    Uring,
+    /// Readiness-based fallback: epoll says when a descriptor is ready, then the syscall runs.
+    Epoll,
+}
+
+impl Driver {
+    pub fn name(self) -> &'static str {
+        match self {
+            Driver::Uring => "io_uring",
+            Driver::Epoll => "epoll",
+        }
+    }
+}
+
+impl fmt::Display for Driver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+static CHOICE: OnceLock<Result<Driver, String>> = OnceLock::new();
+
+/// The process-wide driver: `IOLAB_DRIVER=uring|epoll` forces one; otherwise io_uring when a
+/// ring can be created and has every opcode the runtime uses, else epoll (ENOSYS, EPERM,
+/// `kernel.io_uring_disabled`, old kernel). Decided once, logged once to stderr.
+pub fn driver() -> io::Result<Driver> {
+    choose()
+}
+
+pub(crate) fn choose() -> io::Result<Driver> {
+    CHOICE
+        .get_or_init(|| {
+            let forced = std::env::var("IOLAB_DRIVER").unwrap_or_default();
+            let (choice, why) = match forced.trim().to_ascii_lowercase().as_str() {
+                "" | "auto" => match uring::probe() {
+                    Ok(()) => (Ok(Driver::Uring), "available".to_string()),
+                    Err(e) => (Ok(Driver::Epoll), format!("io_uring unavailable: {e}")),
+                },
+                "uring" | "io_uring" | "io-uring" => match uring::probe() {
+                    Ok(()) => (Ok(Driver::Uring), "forced by IOLAB_DRIVER".to_string()),
+                    Err(e) => (
+                        Err(format!(
+                            "IOLAB_DRIVER={forced} but io_uring is unavailable: {e}"
+                        )),
+                        String::new(),
+                    ),
+                },
+                "epoll" => (Ok(Driver::Epoll), "forced by IOLAB_DRIVER".to_string()),
+                other => (
+                    Err(format!(
+                        "IOLAB_DRIVER={other:?} is not a driver; use uring or epoll"
+                    )),
+                    String::new(),
+                ),
+            };
+            match &choice {
+                Ok(d) => eprintln!("iolab-runtime: driver {d} ({why})"),
+                Err(e) => eprintln!("iolab-runtime: {e}"),
+            }
+            choice
+        })
+        .clone()
+        .map_err(io::Error::other)
+}
+
+/// The driver of the loop the caller runs on. Panics outside a runtime.
+pub fn current_driver() -> Driver {
+    crate::rt::with_core(|c| c.driver.borrow().kind())
+}
+
+// One driver per loop, never moved in a hot path: the size difference does not matter.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum IoDriver {
+    Uring(uring::Uring),
+    Epoll(epoll::Epoll),
+}
+
+impl IoDriver {
+    pub(crate) fn new(kind: Driver, efd: i32) -> io::Result<IoDriver> {
+        Ok(match kind {
+            Driver::Uring => IoDriver::Uring(uring::Uring::new(efd)?),
+            Driver::Epoll => IoDriver::Epoll(epoll::Epoll::new(efd)?),
+        })
+    }
+
+    pub(crate) fn kind(&self) -> Driver {
+        match self {
+            IoDriver::Uring(_) => Driver::Uring,
+            IoDriver::Epoll(_) => Driver::Epoll,
+        }
+    }
+
+    /// Submits what is queued and collects completions / readiness, waiting at most
+    /// `timeout` (None: until something happens).
+    pub(crate) fn turn(&mut self, timeout: Option<Duration>) {
+        match self {
+            IoDriver::Uring(u) => u.turn(timeout),
+            IoDriver::Epoll(e) => e.turn(timeout),
+        }
+    }
+
+    /// Operation data released by the kernel after its future was dropped; the core drops
+    /// it outside the driver's borrow (its destructor may be arbitrary user code).
+    pub(crate) fn take_graveyard(&mut self) -> Vec<Box<dyn std::any::Any>> {
+        match self {
+            IoDriver::Uring(u) => std::mem::take(&mut u.graveyard),
+            IoDriver::Epoll(_) => Vec::new(),
+        }
+    }
+
+    pub(crate) fn live_ops(&self) -> usize {
+        match self {
+            IoDriver::Uring(u) => u.live_ops(),
+            IoDriver::Epoll(e) => e.live_ops(),
+        }
+    }
+
+    pub(crate) fn shutdown(&mut self) {
+        match self {
+            IoDriver::Uring(u) => u.shutdown(),
+            IoDriver::Epoll(_) => {}
+        }
+    }
+}

@@ -1,0 +1,394 @@
+//! The completion driver: one io_uring per loop.
+//!
+//! Every in-flight operation has a [`Record`] in a slab owned by the driver; its slab key is
+//! the SQE's `user_data`. The record owns the operation's data (buffers, sockaddr, iovecs,
+//! paths: whatever the SQE points into, boxed so it never moves) and the waker. It is freed
+//! only when its completion arrives: if the future was dropped meanwhile the record is
+//! marked orphan, an ASYNC_CANCEL is sent, and the data is released at the CQE. This is the
+//! OVERLAPPED-embedded-in-the-thread-record of seed 000 §2, with the kernel's completion
+//! finding the record in O(1).
+
+use std::any::Any;
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::RawFd;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use io_uring::{opcode, squeue, types, IoUring, Probe};
+use slab::Slab;
+
+const WAKE_TAG: u64 = u64::MAX;
+const CANCEL_TAG: u64 = u64::MAX - 1;
+const ENTRIES: u32 = 1024;
+
+/// The type-erased side of an [`crate::op::Operation`] that the driver keeps.
+pub(crate) trait OpData: 'static {
+    fn prepare(&mut self) -> squeue::Entry;
+    /// Poll events to wait for before retrying after -EAGAIN.
+    fn poll_events(&self) -> Option<(RawFd, u32)>;
+    fn orphaned(&mut self, res: i32);
+    fn into_any(self: Box<Self>) -> Box<dyn Any>;
+}
+
+enum State {
+    InFlight,
+    Done(i32),
+    /// The future is gone; free at the CQE.
+    Orphan,
+}
+
+struct Record {
+    state: State,
+    waker: Option<Waker>,
+    data: Box<dyn OpData>,
+    cancel_sent: bool,
+    /// A POLL_ADD is in flight for this record (after the op returned -EAGAIN).
+    polling: bool,
+}
+
+pub(crate) struct Uring {
+    ring: IoUring,
+    records: Slab<Record>,
+    /// SQEs waiting for room in the submission queue.
+    backlog: VecDeque<squeue::Entry>,
+    efd: RawFd,
+    efd_armed: bool,
+    pub(crate) graveyard: Vec<Box<dyn Any>>,
+}
+
+const REQUIRED: [(u8, &str); 14] = [
+    (opcode::PollAdd::CODE, "POLL_ADD"),
+    (opcode::AsyncCancel::CODE, "ASYNC_CANCEL"),
+    (opcode::Accept::CODE, "ACCEPT"),
+    (opcode::Connect::CODE, "CONNECT"),
+    (opcode::Recv::CODE, "RECV"),
+    (opcode::Send::CODE, "SEND"),
+    (opcode::SendMsg::CODE, "SENDMSG"),
+    (opcode::Read::CODE, "READ"),
+    (opcode::Write::CODE, "WRITE"),
+    (opcode::Fsync::CODE, "FSYNC"),
+    (opcode::OpenAt::CODE, "OPENAT"),
+    (opcode::Close::CODE, "CLOSE"),
+    (opcode::Splice::CODE, "SPLICE"),
+    (opcode::Shutdown::CODE, "SHUTDOWN"),
+];
+
+/// Can this process use io_uring with every opcode the runtime needs?
+pub(crate) fn probe() -> io::Result<()> {
+    let ring = IoUring::new(8)?;
+    if !ring.params().is_feature_ext_arg() {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "kernel lacks IORING_FEAT_EXT_ARG (Linux 5.11+)",
+        ));
+    }
+    let mut p = Probe::new();
+    ring.submitter().register_probe(&mut p)?;
+    for (code, name) in REQUIRED {
+        if !p.is_supported(code) {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("io_uring lacks IORING_OP_{name}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn build_ring() -> io::Result<IoUring> {
+    // Best first: completions run on our thread only when we ask (DEFER_TASKRUN), then
+    // cooperative task-work, then plain. Older kernels reject the newer flags with EINVAL.
+    let cq = ENTRIES * 8;
+    if let Ok(r) = IoUring::builder()
+        .setup_cqsize(cq)
+        .setup_single_issuer()
+        .setup_defer_taskrun()
+        .setup_taskrun_flag()
+        .build(ENTRIES)
+    {
+        return Ok(r);
+    }
+    if let Ok(r) = IoUring::builder()
+        .setup_cqsize(cq)
+        .setup_coop_taskrun()
+        .setup_taskrun_flag()
+        .build(ENTRIES)
+    {
+        return Ok(r);
+    }
+    IoUring::builder().setup_cqsize(cq).build(ENTRIES)
+}
+
+fn errno(e: &io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(0)
+}
+
+impl Uring {
+    pub(crate) fn new(efd: RawFd) -> io::Result<Uring> {
+        let ring = build_ring()?;
+        let mut u = Uring {
+            ring,
+            records: Slab::with_capacity(256),
+            backlog: VecDeque::new(),
+            efd,
+            efd_armed: false,
+            graveyard: Vec::new(),
+        };
+        u.arm_efd();
+        Ok(u)
+    }
+
+    pub(crate) fn live_ops(&self) -> usize {
+        self.records.len()
+    }
+
+    fn arm_efd(&mut self) {
+        let e = opcode::PollAdd::new(types::Fd(self.efd), libc::POLLIN as u32)
+            .build()
+            .user_data(WAKE_TAG);
+        self.queue(e);
+        self.efd_armed = true;
+    }
+
+    /// Queues an SQE: into the ring if it has room, else into the backlog (flushed by turn).
+    fn queue(&mut self, e: squeue::Entry) {
+        if !self.backlog.is_empty() {
+            self.backlog.push_back(e);
+            return;
+        }
+        // SAFETY: every pointer an SQE carries points into a record's boxed data, which
+        // stays put until that record's CQE, or is null/absent (cancel, poll).
+        if unsafe { self.ring.submission().push(&e) }.is_err() {
+            self.backlog.push_back(e);
+        }
+    }
+
+    /// Moves backlog SQEs into the ring, submitting to make room as needed.
+    fn flush_backlog(&mut self) {
+        while let Some(e) = self.backlog.front() {
+            // SAFETY: as in queue().
+            if unsafe { self.ring.submission().push(e) }.is_ok() {
+                self.backlog.pop_front();
+                continue;
+            }
+            match self.ring.submit() {
+                Ok(_) => {}
+                Err(err) if matches!(errno(&err), libc::EBUSY | libc::EAGAIN | libc::EINTR) => {
+                    // The CQ is full (overflow pending): make room by reaping.
+                    self.reap();
+                }
+                Err(err) => panic!("iolab-runtime: io_uring_enter failed: {err}"),
+            }
+        }
+    }
+
+    /// Starts an operation; returns its record key.
+    pub(crate) fn start(&mut self, data: Box<dyn OpData>) -> usize {
+        let entry = self.records.vacant_entry();
+        let key = entry.key();
+        let rec = entry.insert(Record {
+            state: State::InFlight,
+            waker: None,
+            data,
+            cancel_sent: false,
+            polling: false,
+        });
+        let sqe = rec.data.prepare().user_data(key as u64);
+        self.queue(sqe);
+        key
+    }
+
+    pub(crate) fn poll(&mut self, key: usize, cx: &mut Context<'_>) -> Poll<i32> {
+        let rec = &mut self.records[key];
+        match rec.state {
+            State::Done(res) => Poll::Ready(res),
+            _ => {
+                if !rec.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    rec.waker = Some(cx.waker().clone());
+                }
+                Poll::Pending
+            }
+        }
+    }
+
+    /// Removes a completed record, handing its data back.
+    pub(crate) fn take(&mut self, key: usize) -> Box<dyn OpData> {
+        self.records.remove(key).data
+    }
+
+    /// Sends IORING_OP_ASYNC_CANCEL for the record's request (once).
+    pub(crate) fn cancel(&mut self, key: usize) {
+        let rec = &mut self.records[key];
+        if rec.cancel_sent || matches!(rec.state, State::Done(_)) {
+            return;
+        }
+        rec.cancel_sent = true;
+        let e = opcode::AsyncCancel::new(key as u64)
+            .build()
+            .user_data(CANCEL_TAG);
+        self.queue(e);
+    }
+
+    /// The future owning `key` is gone: cancel, and free the record at its completion.
+    pub(crate) fn orphan(&mut self, key: usize) {
+        match self.records[key].state {
+            State::Done(res) => {
+                let mut data = self.records.remove(key).data;
+                data.orphaned(res);
+                self.graveyard.push(data.into_any());
+            }
+            _ => {
+                self.cancel(key);
+                let rec = &mut self.records[key];
+                rec.state = State::Orphan;
+                rec.waker = None;
+            }
+        }
+    }
+
+    fn reap(&mut self) {
+        let mut cq = self.ring.completion();
+        cq.sync();
+        for cqe in &mut cq {
+            let ud = cqe.user_data();
+            let res = cqe.result();
+            if ud == WAKE_TAG {
+                let mut buf = 0u64;
+                // SAFETY: reads 8 bytes into a live u64 from our non-blocking eventfd; we
+                // only clear its counter.
+                unsafe { libc::read(self.efd, &mut buf as *mut u64 as *mut _, 8) };
+                self.efd_armed = false;
+                continue;
+            }
+            if ud == CANCEL_TAG {
+                continue;
+            }
+            let key = ud as usize;
+            let Some(rec) = self.records.get_mut(key) else {
+                continue;
+            };
+            let mut res = res;
+            if rec.polling {
+                rec.polling = false;
+                if !rec.cancel_sent && res >= 0 {
+                    // Ready now: retry the operation itself.
+                    let e = rec.data.prepare().user_data(key as u64);
+                    self.backlog.push_back(e);
+                    continue;
+                }
+            } else if res == -libc::EAGAIN && !rec.cancel_sent {
+                if let Some((fd, events)) = rec.data.poll_events() {
+                    rec.polling = true;
+                    let e = opcode::PollAdd::new(types::Fd(fd), events)
+                        .build()
+                        .user_data(key as u64);
+                    self.backlog.push_back(e);
+                    continue;
+                }
+            }
+            if rec.cancel_sent && res == -libc::EAGAIN {
+                res = -libc::ECANCELED;
+            }
+            match rec.state {
+                State::InFlight => {
+                    rec.state = State::Done(res);
+                    if let Some(w) = rec.waker.take() {
+                        w.wake();
+                    }
+                }
+                State::Orphan => {
+                    let mut data = self.records.remove(key).data;
+                    data.orphaned(res);
+                    self.graveyard.push(data.into_any());
+                }
+                State::Done(_) => {}
+            }
+        }
+        drop(cq);
+        if !self.efd_armed {
+            let e = opcode::PollAdd::new(types::Fd(self.efd), libc::POLLIN as u32)
+                .build()
+                .user_data(WAKE_TAG);
+            self.backlog.push_back(e);
+            self.efd_armed = true;
+        }
+    }
+
+    pub(crate) fn turn(&mut self, timeout: Option<Duration>) {
+        self.flush_backlog();
+        let r = match timeout {
+            Some(d) if d.is_zero() => {
+                let mut sq = self.ring.submission();
+                let need = !sq.is_empty() || sq.taskrun() || sq.cq_overflow();
+                sq.sync();
+                drop(sq);
+                if need {
+                    self.ring.submit()
+                } else {
+                    Ok(0)
+                }
+            }
+            Some(d) => {
+                let ts = types::Timespec::from(d);
+                let args = types::SubmitArgs::new().timespec(&ts);
+                self.ring.submitter().submit_with_args(1, &args)
+            }
+            None => self.ring.submit_and_wait(1),
+        };
+        if let Err(e) = r {
+            if !matches!(
+                errno(&e),
+                libc::ETIME | libc::EINTR | libc::EBUSY | libc::EAGAIN
+            ) {
+                panic!("iolab-runtime: io_uring_enter failed: {e}");
+            }
+        }
+        self.reap();
+        self.flush_backlog();
+    }
+
+    /// Cancels everything still in flight and waits (bounded) for the kernel to finish with
+    /// every buffer. Records still in flight after that are leaked, never freed under the
+    /// kernel's feet.
+    pub(crate) fn shutdown(&mut self) {
+        let keys: Vec<usize> = self.records.iter().map(|(k, _)| k).collect();
+        for k in keys {
+            self.cancel(k);
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self
+            .records
+            .iter()
+            .any(|(_, r)| !matches!(r.state, State::Done(_)))
+            && Instant::now() < deadline
+        {
+            self.turn(Some(Duration::from_millis(20)));
+        }
+        self.leak_in_flight();
+    }
+
+    fn leak_in_flight(&mut self) {
+        let stuck: Vec<usize> = self
+            .records
+            .iter()
+            .filter(|(_, r)| !matches!(r.state, State::Done(_)))
+            .map(|(k, _)| k)
+            .collect();
+        if !stuck.is_empty() {
+            eprintln!(
+                "iolab-runtime: {} operation(s) still in flight at shutdown; their buffers are leaked, not freed",
+                stuck.len()
+            );
+        }
+        for k in stuck {
+            std::mem::forget(self.records.remove(k).data);
+        }
+    }
+}
+
+impl Drop for Uring {
+    fn drop(&mut self) {
+        self.leak_in_flight();
+    }
+}
