@@ -132,8 +132,11 @@ pub fn fmt_num(x: f64) -> String {
     if !x.is_finite() {
         return x.to_string();
     }
+    if x.abs() >= 1000.0 {
+        return format!("{}", x.round() as i64);
+    }
     let r = crate::stats::round_sig(x, 4);
-    if r.abs() >= 1000.0 || r == r.trunc() {
+    if r == r.trunc() {
         format!("{}", r.round() as i64)
     } else {
         let mag = r.abs().log10().floor() as i32;
@@ -227,9 +230,9 @@ mod tests {
         let t = t.with_note("why");
         let s = t.render();
         assert!(s.starts_with("T\n"));
-        assert!(s.contains("  a           12\n"), "{s}");
-        assert!(s.contains("  longer   12.35\n"), "{s}");
-        assert!(s.contains("  x           -\n"), "{s}");
+        assert!(s.contains("  a          12\n"), "{s}");
+        assert!(s.contains("  longer  12.35\n"), "{s}");
+        assert!(s.contains("  x       -\n"), "{s}");
         assert!(s.contains("note: why"));
         let j = t.to_json();
         assert_eq!(j["columns"][1], "ns");
