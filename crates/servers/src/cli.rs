@@ -9,9 +9,15 @@ use anyhow::Context as _;
 use crate::stats::{Snapshot, Stats, StatsReader};
 use crate::{AcceptMode, Config, Ctx, Model};
 
-/// Serve a directory over HTTP/1.1 (GET and HEAD) with one I/O model. Stops cleanly on
-/// SIGINT or SIGTERM (exit status 0); a second signal exits at once.
+/// Serve a directory over HTTP/1.1 (GET and HEAD) with one I/O model.
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Prints one line, \"serving DIR on ADDR with model M (N workers)\", then \
+serves until SIGINT or SIGTERM: the model closes its sockets and the process exits with \
+status 0. A second signal exits at once.\n\nExample:\n  iolab serve --model epoll --root ./www \
+--addr 127.0.0.1:8080 --stats /tmp/iolab.stats\n  curl http://127.0.0.1:8080/index.html\n  \
+iolab stats /tmp/iolab.stats --watch"
+)]
 pub struct ServeArgs {
     /// The I/O model (see `iolab models`).
     #[arg(long, value_enum)]
@@ -23,8 +29,9 @@ pub struct ServeArgs {
     /// Address to listen on (port 0 picks a free port).
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub addr: SocketAddr,
-    /// Threads or loops for the models that have several: thread-pool (pool size, 0 = 256),
-    /// epoll (loops, 0 = one per core). Others ignore it.
+    /// Threads or loops for the models that have several: thread-pool (pool size, 0 = 256);
+    /// epoll and the uring models (one loop or ring per worker, 0 = one per core); runtime
+    /// (its worker threads). threads, select and poll ignore it.
     #[arg(long, default_value_t = 0)]
     pub workers: usize,
     /// Length of the kernel's queue of connections not yet accepted (listen(2) backlog,
@@ -120,6 +127,12 @@ fn workers_line(model: Model, config: &Config) -> String {
         Model::ThreadPool => format!("{} workers", crate::thread_pool::workers(config)),
         Model::Epoll => format!("{} workers", crate::epoll::workers(config)),
         Model::Select | Model::Poll => "1 worker".to_string(),
+        Model::UringAcceptSync | Model::Uring | Model::UringFixed | Model::UringCallback => {
+            format!(
+                "{} workers",
+                crate::uring_common::worker_count(config.workers)
+            )
+        }
         _ if config.workers == 0 => "workers: model default".to_string(),
         _ => format!("{} workers", config.workers),
     }
