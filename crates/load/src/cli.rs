@@ -57,7 +57,8 @@ pub struct LoadArgs {
     /// new connections do not run out of ephemeral ports (e.g. 127.0.0.2,127.0.0.3).
     #[arg(long, value_delimiter = ',', value_name = "ADDRS")]
     pub source: Vec<IpAddr>,
-    /// Client threads (default: 1 with --cpu, else one per CPU; at most -c).
+    /// Client threads, each with its own epoll loop (default: 1 with --cpu, else one per
+    /// CPU; at most -c).
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub threads: usize,
     /// Pin the client threads to this CPU.
@@ -148,6 +149,7 @@ pub fn run(args: LoadArgs) -> anyhow::Result<()> {
     let to_stdout_json = args.json.as_ref().is_some_and(|p| p.as_os_str() == "-");
     if !args.quiet && !to_stdout_json {
         print!("{}", summary(&report));
+        std::io::stdout().flush()?;
     }
     for w in &report.warnings {
         eprintln!("warning: {w}");

@@ -142,6 +142,8 @@ struct Req {
 }
 
 struct Slot {
+    /// When the slot last became free (closed loop: the next request's scheduled start).
+    ready_us: Option<u64>,
     fd: RawFd,
     gen: u32,
     st: St,
@@ -287,6 +289,7 @@ pub(crate) fn run_thread(plan: Plan, shared: &Shared) -> anyhow::Result<Outcome>
     let mut w = Worker {
         slots: (0..plan.slots)
             .map(|_| Slot {
+                ready_us: None,
                 fd: -1,
                 gen: 0,
                 st: St::Free,
@@ -374,14 +377,17 @@ impl Worker<'_> {
                 wait_us = wait_us.min(d.saturating_sub(now));
             }
             let n = self.wait(&mut events, wait_us);
-            let now = self.now();
             for ev in &events[..n] {
                 let data = ev.u64;
                 let (slot, gen) = ((data & 0xffff_ffff) as usize, (data >> 32) as u32);
                 if slot < self.slots.len() && self.slots[slot].gen == gen {
+                    // A fresh clock per event (vDSO, tens of ns): times are taken when this
+                    // response is handled, as ab and wrk do.
+                    let now = self.now();
                     self.handle(slot, ev.events, now);
                 }
             }
+            let now = self.now();
             if now.saturating_sub(last_scan) >= SCAN_US {
                 self.scan_timeouts(now);
                 last_scan = now;
@@ -483,10 +489,6 @@ impl Worker<'_> {
                 break; // every connection is busy: the request waits, and its wait counts
             };
             self.next_index += self.plan.threads as u64;
-            let lag = now - sched;
-            self.out.lag_sum_us += lag;
-            self.out.lag_n += 1;
-            self.out.lag_max_us = self.out.lag_max_us.max(lag);
             self.start(s, sched, now);
             now = self.now();
         }
@@ -497,23 +499,37 @@ impl Worker<'_> {
             let Some(s) = self.free.pop_front() else {
                 break;
             };
-            let claimed = match self.plan.requests {
-                Some(n) => self.shared.claimed.fetch_add(1, Ordering::Relaxed) < n,
-                None => true,
-            };
-            if !claimed {
-                // No requests left: this slot retires.
-                self.close_conn(s);
-                self.slots[s].st = St::Free;
-                continue;
-            }
-            let now = self.now();
-            self.start(s, now, now);
+            self.start_closed_slot(s);
         }
+    }
+
+    /// Closed loop: slot `s` (out of the free list) takes the next request, or retires.
+    fn start_closed_slot(&mut self, s: usize) {
+        let claimed = match self.plan.requests {
+            Some(n) => self.shared.claimed.fetch_add(1, Ordering::Relaxed) < n,
+            None => true,
+        };
+        if !claimed {
+            // No requests left: this slot retires.
+            self.close_conn(s);
+            self.slots[s].st = St::Free;
+            return;
+        }
+        // A closed-loop client sends its next request the moment the previous one ends:
+        // that is its scheduled start. The client's own delay in getting to it shows as lag
+        // and counts in the latency (so rps x mean latency = concurrency, Little's law), as
+        // with ab, which starts the next request from the handler of the last one.
+        let now = self.now();
+        let sched = self.slots[s].ready_us.unwrap_or(now).min(now);
+        self.start(s, sched, now);
     }
 
     fn start(&mut self, s: usize, scheduled_us: u64, now: u64) {
         self.active += 1;
+        let lag = now - scheduled_us;
+        self.out.lag_sum_us += lag;
+        self.out.lag_n += 1;
+        self.out.lag_max_us = self.out.lag_max_us.max(lag);
         let slot = &mut self.slots[s];
         slot.req = Req {
             scheduled_us,
@@ -618,22 +634,33 @@ impl Worker<'_> {
         }
         self.out.connects += 1;
         if pending {
+            // On loopback the handshake has usually completed by the time connect()
+            // returns (the SYN-ACK is processed when connect releases the socket), so try
+            // to send at once and save a trip through epoll; EAGAIN means still
+            // connecting, and the EPOLLOUT edge of the connection will resume us.
             self.slots[s].st = St::Connecting;
+            self.send(s, now);
         } else {
             self.connected(s, now);
         }
     }
 
     fn connected(&mut self, s: usize, now: u64) {
+        self.note_connected(s);
+        self.slots[s].st = St::Sending;
+        self.send(s, now);
+    }
+
+    fn note_connected(&mut self, s: usize) {
+        let now = self.now();
         let slot = &mut self.slots[s];
         slot.req.connected_us = Some(now);
+        slot.st = St::Sending;
         let took = now - slot.req.start_us;
         self.out.connect_sum_us += took;
         if syn_retransmits(took) > 0 {
             self.out.syn_retries += 1;
         }
-        slot.st = St::Sending;
-        self.send(s, now);
     }
 
     fn send(&mut self, s: usize, now: u64) {
@@ -650,6 +677,10 @@ impl Worker<'_> {
                 )
             };
             if n >= 0 {
+                if slot.st == St::Connecting {
+                    self.note_connected(s);
+                }
+                let slot = &mut self.slots[s];
                 slot.sent += n as usize;
                 if slot.sent == self.plan.request.len() {
                     slot.st = St::Receiving;
@@ -659,7 +690,9 @@ impl Worker<'_> {
             }
             match errno() {
                 libc::EAGAIN => {
-                    slot.st = St::Sending;
+                    if slot.st != St::Connecting {
+                        slot.st = St::Sending;
+                    }
                     return;
                 }
                 libc::EINTR => continue,
@@ -749,14 +782,14 @@ impl Worker<'_> {
                 }
             } else if n == 0 {
                 if self.slots[s].st == St::Draining {
-                    self.release(s, false);
+                    self.release(s, false, true);
                     return;
                 }
                 match self.slots[s].parser.eof() {
                     Ok(()) => {
                         self.complete(s, now, true);
                         if self.slots[s].st == St::Draining {
-                            self.release(s, false);
+                            self.release(s, false, true);
                         }
                     }
                     Err(kind) => self.fail(s, kind, now),
@@ -768,7 +801,7 @@ impl Worker<'_> {
                     libc::EINTR => continue,
                     e => {
                         if self.slots[s].st == St::Draining {
-                            self.release(s, false);
+                            self.release(s, false, true);
                         } else {
                             self.fail(s, classify(e), now);
                         }
@@ -789,31 +822,46 @@ impl Worker<'_> {
         self.record(s, now, error);
         let slot = &mut self.slots[s];
         if self.plan.keepalive && !slot.parser.will_close() && !surplus {
-            self.release(s, true);
+            self.release(s, true, true);
         } else if slot.parser.will_close() {
             slot.st = St::Draining;
             slot.req.deadline_us = now + self.plan.timeout_us;
         } else {
-            self.release(s, false);
+            self.release(s, false, true);
         }
     }
 
-    /// The request is over: the slot takes the next one, keeping its connection or not.
-    fn release(&mut self, s: usize, keep_conn: bool) {
+    /// The request is over: the slot is free for the next one, keeping its connection or
+    /// not. With `restart` (after a response, never after an immediate failure, so this
+    /// cannot recurse without bound) the next request starts right here, as ab does,
+    /// rather than after the rest of this batch of events.
+    fn release(&mut self, s: usize, keep_conn: bool, restart: bool) {
+        let now = self.now();
+        self.slots[s].ready_us = Some(now);
+        self.active -= 1;
         if keep_conn {
             self.slots[s].st = St::Idle;
-            self.free.push_front(s);
         } else {
             self.close_conn(s);
             self.slots[s].st = St::Free;
+        }
+        if restart && !self.open_loop() && !self.plan.deadline_us.is_some_and(|d| now >= d) {
+            self.start_closed_slot(s);
+            return;
+        }
+        if keep_conn {
+            self.free.push_front(s);
+        } else {
             self.free.push_back(s);
         }
-        self.active -= 1;
+        if restart && self.open_loop() {
+            self.start_due(now);
+        }
     }
 
     fn fail(&mut self, s: usize, kind: ErrorKind, now: u64) {
         self.record(s, now, Some(kind));
-        self.release(s, false);
+        self.release(s, false, false);
     }
 
     fn close_conn(&mut self, s: usize) {
@@ -877,7 +925,7 @@ impl Worker<'_> {
                 St::Connecting | St::Sending | St::Receiving => {
                     self.fail(s, ErrorKind::Timeout, now)
                 }
-                St::Draining => self.release(s, false),
+                St::Draining => self.release(s, false, false),
                 St::Free | St::Idle => {}
             }
         }
@@ -891,7 +939,7 @@ impl Worker<'_> {
                 St::Connecting | St::Sending | St::Receiving => {
                     self.fail(s, ErrorKind::Unfinished, now)
                 }
-                St::Draining => self.release(s, false),
+                St::Draining => self.release(s, false, false),
                 St::Free | St::Idle => self.close_conn(s),
             }
         }

@@ -229,7 +229,8 @@ pub struct LoadReport {
     pub max_ms: f64,
     /// Requests whose connect time looks like a SYN retransmit (near 1 s or 3 s).
     pub syn_retries: u64,
-    /// Client CPU seconds (user + system) and mean lag behind schedule.
+    /// Client CPU seconds (user + system) and mean lag behind schedule (open loop: start
+    /// minus `i / rate`; closed loop: start minus the end of the slot's previous request).
     pub client_cpu_s: f64,
     pub schedule_lag_ms: f64,
     /// Sorted by start time when `keep_records`.
@@ -255,7 +256,7 @@ pub struct LoadReport {
     /// New connections made, and their mean connect time.
     pub connects: u64,
     pub connect_mean_ms: f64,
-    /// Largest lag behind schedule (open loop).
+    /// Largest lag behind schedule.
     pub schedule_lag_max_ms: f64,
     /// Client CPU use as a percentage of the cores it could use (`cpu_cores`).
     pub client_cpu_pct: f64,
@@ -510,15 +511,27 @@ fn summarize(config: &LoadConfig, threads: usize, outs: Vec<engine::Outcome>) ->
             r.client_cpu_pct, r.cpu_cores
         ));
     }
-    if let Some(rate) = config.rate {
-        let interval_ms = 1000.0 / rate;
-        if r.schedule_lag_ms > (1.0f64).max(interval_ms) {
-            r.saturated = true;
-            r.warnings.push(format!(
-                "requests started {:.2} ms late on average (max {:.1} ms): the client could not keep \
-                 {rate} requests/s, or all {} connections were busy (that wait is counted in the latency)",
-                r.schedule_lag_ms, r.schedule_lag_max_ms, config.connections
-            ));
+    match config.rate {
+        Some(rate) => {
+            if r.schedule_lag_ms > (1.0f64).max(1000.0 / rate) {
+                r.saturated = true;
+                r.warnings.push(format!(
+                    "requests started {:.2} ms late on average (max {:.1} ms): the client could not \
+                     keep {rate} requests/s, or all {} connections were busy (that wait is counted \
+                     in the latency)",
+                    r.schedule_lag_ms, r.schedule_lag_max_ms, config.connections
+                ));
+            }
+        }
+        None => {
+            if r.schedule_lag_ms > (1.0f64).max(0.1 * r.mean_ms) {
+                r.saturated = true;
+                r.warnings.push(format!(
+                    "the clients took {:.2} ms on average (max {:.1} ms) to send their next request \
+                     after the previous one ended: the client is slow to keep up",
+                    r.schedule_lag_ms, r.schedule_lag_max_ms
+                ));
+            }
         }
     }
     if r.syn_retries > 0 {
