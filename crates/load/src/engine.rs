@@ -845,7 +845,7 @@ impl Worker<'_> {
             self.close_conn(s);
             self.slots[s].st = St::Free;
         }
-        if restart && !self.open_loop() && !self.plan.deadline_us.is_some_and(|d| now >= d) {
+        if restart && !self.open_loop() && self.plan.deadline_us.is_none_or(|d| now < d) {
             self.start_closed_slot(s);
             return;
         }
