@@ -341,3 +341,59 @@ pub fn timeout_ms(deadline: Option<Instant>, now: Instant) -> i32 {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_enforces_max_and_close() {
+        let l = listen("127.0.0.1:0".parse().unwrap(), 16, false, false).unwrap();
+        let addr = l.local_addr().unwrap();
+        let (c1, c2, c3) = (
+            TcpStream::connect(addr).unwrap(),
+            TcpStream::connect(addr).unwrap(),
+            TcpStream::connect(addr).unwrap(),
+        );
+        let mut s1 = l.accept().unwrap().0;
+        let s2 = l.accept().unwrap().0;
+        let s3 = l.accept().unwrap().0;
+        let reg = Registry::new(2);
+        let k1 = reg.add(&s1).unwrap();
+        let k2 = reg.add(&s2).unwrap();
+        assert_eq!(reg.add(&s3), Err(Refusal::Full));
+        reg.remove(k2);
+        assert_eq!(reg.len(), 1);
+        // close_all shuts the registered socket down: a blocked read would now see EOF.
+        reg.close_all();
+        assert_eq!(s1.read(&mut [0u8; 8]).unwrap(), 0);
+        assert_eq!(reg.add(&s3), Err(Refusal::Closed));
+        reg.remove(k1);
+        assert!(reg.is_empty());
+        drop((c1, c2, c3));
+    }
+
+    #[test]
+    fn timeouts_round_up() {
+        let now = Instant::now();
+        assert_eq!(timeout_ms(None, now), -1);
+        assert_eq!(timeout_ms(Some(now), now), 0);
+        assert_eq!(timeout_ms(Some(now + Duration::from_micros(1)), now), 1);
+        assert_eq!(
+            timeout_ms(Some(now + Duration::from_millis(1500)), now),
+            1500
+        );
+        assert_eq!(timeout_ms(Some(now - Duration::from_secs(1)), now), 0);
+    }
+
+    #[test]
+    fn listeners_share_a_port_with_reuseport() {
+        let a = listen("127.0.0.1:0".parse().unwrap(), 16, true, true).unwrap();
+        let addr = a.local_addr().unwrap();
+        let b = listen(addr, 16, true, true).unwrap();
+        assert_eq!(b.local_addr().unwrap(), addr);
+        // Without SO_REUSEPORT the port is taken, and the error names the address.
+        let e = listen(addr, 16, false, false).unwrap_err();
+        assert!(e.to_string().contains(&addr.to_string()), "{e}");
+    }
+}
