@@ -3,6 +3,13 @@
 //! CONTRACT: each model is a module with `pub fn run(ctx: &Ctx) -> std::io::Result<()>` that
 //! binds `ctx.config.addr`, serves `ctx.site` through `iolab_http::Session`, updates
 //! `ctx.stats`, and returns once `ctx.shutdown` is triggered (after closing its sockets).
+//!
+//! Counting, the same in every model: `stats.accepted()` for each connection `accept` returns;
+//! then either `stats.refused()` (closed at once: `max_conns`, FD_SETSIZE, no thread) or
+//! `stats.conn_opened()` ... `stats.conn_closed()` around its service; `stats.response(status)`
+//! from `Session::feed`'s `on_response`; `stats.error(kind)` / `stats.io_error(&e)` for the
+//! socket error or idle timeout that ended it. [`net`] holds the socket plumbing the thread
+//! and readiness models share (listeners, `Conn::progress`, `serve_blocking`, `Registry`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
