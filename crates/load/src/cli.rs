@@ -182,14 +182,16 @@ pub fn summary(r: &LoadReport) -> String {
         r.rps,
         r.bytes_per_s / 1e6
     );
-    s += &format!(
-        "  latency   mean {:.3} ms, stdev {:.3}, min {:.3}, max {:.3}\n",
-        r.mean_ms, r.stdev_ms, r.min_ms, r.max_ms
-    );
-    s += &format!(
-        "  percentiles (ms)  p50 {:.3}  p75 {:.3}  p90 {:.3}  p95 {:.3}  p99 {:.3}  p99.9 {:.3}  p99.99 {:.3}\n",
-        r.p50_ms, r.p75_ms, r.p90_ms, r.p95_ms, r.p99_ms, r.p999_ms, r.p9999_ms
-    );
+    if r.ok > 0 {
+        s += &format!(
+            "  latency   mean {:.3} ms, stdev {:.3}, min {:.3}, max {:.3}\n",
+            r.mean_ms, r.stdev_ms, r.min_ms, r.max_ms
+        );
+        s += &format!(
+            "  percentiles (ms)  p50 {:.3}  p75 {:.3}  p90 {:.3}  p95 {:.3}  p99 {:.3}  p99.9 {:.3}  p99.99 {:.3}\n",
+            r.p50_ms, r.p75_ms, r.p90_ms, r.p95_ms, r.p99_ms, r.p999_ms, r.p9999_ms
+        );
+    }
     if r.connects > 0 {
         s += &format!(
             "  connect   {} new connections, mean {:.3} ms, {} near 1 s/3 s (SYN retransmits)\n",

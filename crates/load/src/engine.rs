@@ -632,7 +632,6 @@ impl Worker<'_> {
             self.fail(s, classify(e), now);
             return;
         }
-        self.out.connects += 1;
         if pending {
             // On loopback the handshake has usually completed by the time connect()
             // returns (the SYN-ACK is processed when connect releases the socket), so try
@@ -657,6 +656,7 @@ impl Worker<'_> {
         slot.req.connected_us = Some(now);
         slot.st = St::Sending;
         let took = now - slot.req.start_us;
+        self.out.connects += 1;
         self.out.connect_sum_us += took;
         if syn_retransmits(took) > 0 {
             self.out.syn_retries += 1;

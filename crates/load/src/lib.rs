@@ -253,7 +253,7 @@ pub struct LoadReport {
     pub p95_ms: f64,
     /// Standard deviation of the successful requests' latency.
     pub stdev_ms: f64,
-    /// New connections made, and their mean connect time.
+    /// New connections established, and their mean connect time.
     pub connects: u64,
     pub connect_mean_ms: f64,
     /// Largest lag behind schedule.

@@ -190,6 +190,7 @@ fn refused_on_a_closed_port() {
     assert_eq!(r.ok, 0);
     assert_eq!(r.errors_of(ErrorKind::Refused), 10, "{:?}", r.errors);
     assert!(r.records.iter().all(|x| x.connected_us.is_none()));
+    assert_eq!(r.connects, 0);
 }
 
 #[test]
@@ -252,4 +253,26 @@ fn a_source_address_that_is_not_local_fails_cleanly() {
     assert_eq!(r.ok, 0);
     // bind() says EADDRNOTAVAIL: the same errno as an exhausted port range.
     assert_eq!(r.errors_of(ErrorKind::PortExhaustion), 3, "{:?}", r.errors);
+}
+
+#[test]
+fn a_dropped_syn_is_flagged_as_a_retransmit_artefact() {
+    // Backlog 1 and no accept for 400 ms: two handshakes fit in the accept queue, the
+    // other SYNs are dropped and resent by the kernel 1 s later, when the server accepts.
+    let server = TestServer::start_tiny_backlog(Mode::Ok, Duration::from_millis(400));
+    let c = config(&server.url("/"), 5, 5);
+    let r = run(&c).unwrap();
+    assert_eq!(r.ok, 5, "{:?}", r.errors);
+    let slow: Vec<_> = r
+        .records
+        .iter()
+        .filter(|x| x.connected_us.unwrap() - x.start_us >= 900_000)
+        .collect();
+    assert!(!slow.is_empty(), "no SYN was dropped: {:?}", r.records);
+    assert_eq!(r.syn_retries, slow.len() as u64, "{:?}", r.records);
+    assert!(
+        r.warnings.iter().any(|w| w.contains("SYN")),
+        "{:?}",
+        r.warnings
+    );
 }

@@ -42,6 +42,32 @@ pub struct TestServer {
 impl TestServer {
     pub fn start(mode: Mode) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+        Self::serve(listener, mode, Duration::ZERO)
+    }
+
+    /// A server whose listen backlog is 1 and that accepts nothing for `delay`: further
+    /// SYNs are dropped meanwhile, and the clients' kernels retransmit them after 1 s.
+    pub fn start_tiny_backlog(mode: Mode, delay: Duration) -> Self {
+        use std::os::fd::FromRawFd;
+        // SAFETY: plain socket calls on a fd we own; on success it moves into the listener.
+        let listener = unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+            assert!(fd >= 0);
+            let mut sin: libc::sockaddr_in = std::mem::zeroed();
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
+            let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            assert_eq!(
+                libc::bind(fd, &sin as *const _ as *const libc::sockaddr, len),
+                0
+            );
+            assert_eq!(libc::listen(fd, 1), 0);
+            TcpListener::from_raw_fd(fd)
+        };
+        Self::serve(listener, mode, delay)
+    }
+
+    fn serve(listener: TcpListener, mode: Mode, accept_delay: Duration) -> Self {
         let addr = listener.local_addr().unwrap();
         let connections = Arc::new(AtomicUsize::new(0));
         let requests = Arc::new(AtomicUsize::new(0));
@@ -55,6 +81,7 @@ impl TestServer {
             stop.clone(),
         );
         std::thread::spawn(move || {
+            std::thread::sleep(accept_delay);
             for stream in listener.incoming() {
                 if s2.load(Ordering::Relaxed) {
                     break;
