@@ -944,22 +944,48 @@ impl Worker<'_> {
             }
         }
         if self.open_loop() {
-            while let Some(sched) = self.next_sched() {
-                if sched > now {
-                    break;
+            if self.plan.keep_records {
+                while let Some(sched) = self.next_sched() {
+                    if sched > now {
+                        break;
+                    }
+                    self.next_index += self.plan.threads as u64;
+                    self.push_record(RequestRecord {
+                        scheduled_us: sched,
+                        start_us: now,
+                        connected_us: None,
+                        first_byte_us: None,
+                        end_us: now,
+                        status: None,
+                        bytes: 0,
+                        error: Some(ErrorKind::Unfinished),
+                        conn_id: 0,
+                    });
                 }
-                self.next_index += self.plan.threads as u64;
-                self.push_record(RequestRecord {
-                    scheduled_us: sched,
-                    start_us: now,
-                    connected_us: None,
-                    first_byte_us: None,
-                    end_us: now,
-                    status: None,
-                    bytes: 0,
-                    error: Some(ErrorKind::Unfinished),
-                    conn_id: 0,
-                });
+            } else if let (Some(rate), Some(_)) = (self.plan.rate, self.next_sched()) {
+                // Counted, not looped over: a stalled server at a huge rate leaves many.
+                let due_total = (now as f64 * rate / 1e6).floor() as u64 + 1;
+                let due_total = match self.plan.requests {
+                    Some(n) => due_total.min(n),
+                    None => due_total,
+                };
+                // Only requests due before the deadline (i / rate < d) belong to the run.
+                let due_total = match self.plan.deadline_us {
+                    Some(d) => due_total.min((d as f64 * rate / 1e6).ceil() as u64),
+                    None => due_total,
+                };
+                let t = self.plan.threads as u64;
+                let mine = if due_total > self.next_index {
+                    (due_total - self.next_index).div_ceil(t)
+                } else {
+                    0
+                };
+                self.next_index += mine * t;
+                self.out.requests += mine;
+                self.out.errors[ErrorKind::Unfinished as usize] += mine;
+                self.out.timeline.add_n(now, mine);
+                self.ended_unreported += mine;
+                self.failed_unreported += mine;
             }
         }
     }

@@ -85,6 +85,17 @@ impl Timeline {
         }
     }
 
+    /// `n` failed requests that ended at `end_us`.
+    pub fn add_n(&mut self, end_us: u64, n: u64) {
+        if n == 0 {
+            return;
+        }
+        self.add(end_us, None, true);
+        let s = (end_us / 1_000_000) as usize;
+        self.requests[s] += n - 1;
+        self.errors[s] += n - 1;
+    }
+
     pub fn merge(&mut self, other: &Timeline) {
         if other.requests.len() > self.requests.len() {
             let n = other.requests.len();
@@ -286,6 +297,7 @@ mod tests {
         t.add(2_500_000, Some(500), false);
         let mut u = Timeline::default();
         u.add(2_000_001, None, true);
+        u.add_n(2_000_002, 0);
         t.merge(&u);
         let s = t.seconds();
         assert_eq!(s.len(), 3);

@@ -276,3 +276,46 @@ fn a_dropped_syn_is_flagged_as_a_retransmit_artefact() {
         r.warnings
     );
 }
+
+#[test]
+fn open_loop_requests_never_started_are_unfinished() {
+    // One connection to a server that never answers, 1000 requests/s for 300 ms: the first
+    // request holds the connection and the 299 others wait for it; all 300 are reported,
+    // whether records are kept or only counted.
+    for keep_records in [true, false] {
+        let server = TestServer::start(Mode::Silent);
+        let mut c = config(&server.url("/"), 1, 1);
+        c.threads = 1;
+        c.requests = None;
+        c.duration = Some(Duration::from_millis(300));
+        c.rate = Some(1000.0);
+        c.keep_records = keep_records;
+        let r = run(&c).unwrap();
+        assert_eq!(
+            r.requests, 300,
+            "keep_records {keep_records}: {:?}",
+            r.errors
+        );
+        assert_eq!(r.unfinished, 300);
+        let in_timeline: u64 = r.timeline.iter().map(|s| s.errors).sum();
+        assert_eq!(in_timeline, 300);
+        if keep_records {
+            assert_eq!(r.records.len(), 300);
+            assert_eq!(r.records.iter().filter(|x| x.conn_id == 0).count(), 299);
+            assert_eq!(r.records[299].scheduled_us, 299_000);
+        }
+    }
+}
+
+#[test]
+fn ipv6_loopback_when_available() {
+    let Ok(listener) = std::net::TcpListener::bind("[::1]:0") else {
+        eprintln!("no IPv6 loopback here: skipped");
+        return;
+    };
+    let server = TestServer::from_listener(listener, Mode::Ok);
+    let url = format!("http://[::1]:{}/v6", server.addr.port());
+    let r = run(&config(&url, 2, 20)).unwrap();
+    assert_eq!(r.ok, 20, "{:?}", r.errors);
+    assert_eq!(r.url, format!("http://[::1]:{}/v6", server.addr.port()));
+}

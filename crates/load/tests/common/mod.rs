@@ -67,6 +67,10 @@ impl TestServer {
         Self::serve(listener, mode, delay)
     }
 
+    pub fn from_listener(listener: TcpListener, mode: Mode) -> Self {
+        Self::serve(listener, mode, Duration::ZERO)
+    }
+
     fn serve(listener: TcpListener, mode: Mode, accept_delay: Duration) -> Self {
         let addr = listener.local_addr().unwrap();
         let connections = Arc::new(AtomicUsize::new(0));
