@@ -15,8 +15,10 @@
 //! thread|process, `placement` unpinned|same CPU|two CPUs, `policy` normal|FIFO,
 //! `status` ok|not permitted|n/a, `ns_per_switch`, `ns_per_handoff` (wall / one-way
 //! handoffs), `switches_per_handoff`, `involuntary_pct`, `round_trips`, `switches`,
-//! `wall_ns`); `"syscall_ns"`, `"thread_create_join_ns"`, `"runtime_task_switch_ns"`
-//! (null while the runtime row is pending), `"runtime_status"`; `"tables"`, `"figures"`.
+//! `wall_ns`); `"syscall_ns"`, `"thread_create_join_ns"`, `"runtime_task_switch_ns"` (two
+//! iolab-runtime tasks yielding in turn, ns per yield), `"runtime_channel_handoff_ns"` (two
+//! tasks ping-ponging through runtime channels), `"runtime_status"` (ok with the driver, or
+//! why it failed; the two figures are then null); `"tables"`, `"figures"`.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -476,13 +478,60 @@ fn thread_create_join_ns(n: u64) -> anyhow::Result<f64> {
     Ok(t0.elapsed().as_nanos() as f64 / n as f64)
 }
 
-/// The iolab-runtime task switch. The runtime crate is written in parallel; until its task
-/// API has landed this reports "pending" rather than a made-up figure.
-fn runtime_task_switch(_quick: bool) -> (Option<f64>, String) {
-    (
-        None,
-        "pending: crates/runtime has not landed its task API (Runtime, spawn, yield_now)".into(),
-    )
+/// The iolab-runtime task switch, for scale: on one loop, two tasks that `yield_now` in turn
+/// (ns per yield = one task switch), and two tasks that ping-pong a value through two
+/// capacity-1 `iolab_runtime::sync::mpsc` channels (ns per hand-off). Returns
+/// (ns per yield, ns per channel hand-off, driver name).
+fn runtime_task_switch(quick: bool) -> anyhow::Result<(f64, f64, String)> {
+    use iolab_runtime::sync::mpsc;
+    use iolab_runtime::{spawn, yield_now, Runtime};
+    let n: u64 = if quick { 100_000 } else { 1_000_000 };
+    let rt = Runtime::new().context("starting an iolab-runtime loop")?;
+    let driver = format!("{:?}", rt.driver());
+    let (yield_ns, chan_ns) = rt.block_on(async move {
+        let t0 = Instant::now();
+        let a = spawn(async move {
+            for _ in 0..n {
+                yield_now().await;
+            }
+        });
+        let b = spawn(async move {
+            for _ in 0..n {
+                yield_now().await;
+            }
+        });
+        a.await.map_err(|e| anyhow::anyhow!("yield task: {e:?}"))?;
+        b.await.map_err(|e| anyhow::anyhow!("yield task: {e:?}"))?;
+        let yield_ns = t0.elapsed().as_nanos() as f64 / (2 * n) as f64;
+
+        let (tx1, mut rx1) = mpsc::channel::<u64>(1);
+        let (tx2, mut rx2) = mpsc::channel::<u64>(1);
+        let t0 = Instant::now();
+        let ping = spawn(async move {
+            for i in 0..n {
+                if tx1.send(i).await.is_err() || rx2.recv().await != Some(i) {
+                    return false;
+                }
+            }
+            true
+        });
+        let pong = spawn(async move {
+            while let Some(v) = rx1.recv().await {
+                if tx2.send(v).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let ok = ping
+            .await
+            .map_err(|e| anyhow::anyhow!("ping task: {e:?}"))?;
+        pong.await
+            .map_err(|e| anyhow::anyhow!("pong task: {e:?}"))?;
+        anyhow::ensure!(ok, "channel ping-pong lost a value");
+        let chan_ns = t0.elapsed().as_nanos() as f64 / (2 * n) as f64;
+        Ok::<_, anyhow::Error>((yield_ns, chan_ns))
+    })?;
+    Ok((yield_ns, chan_ns, driver))
 }
 
 pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
@@ -535,7 +584,11 @@ pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
 
     let sys_ns = syscall_ns(if opts.quick { 200_000 } else { 2_000_000 });
     let thread_ns = thread_create_join_ns(if opts.quick { 300 } else { 3000 })?;
-    let (rt_ns, rt_status) = runtime_task_switch(opts.quick);
+    let rt = runtime_task_switch(opts.quick);
+    let (rt_ns, rt_chan_ns, rt_status) = match &rt {
+        Ok((y, c, d)) => (Some(*y), Some(*c), format!("ok ({d} driver)")),
+        Err(e) => (None, None, format!("failed: {e:#}")),
+    };
 
     let cell = |c: &Case| -> Value {
         match c.ns_per_switch() {
@@ -594,9 +647,16 @@ pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
         json!("std::thread::Builder (64 KiB stack) spawn + join"),
     ]);
     other.row(vec![
-        json!("iolab-runtime task switch"),
+        json!("iolab-runtime task switch (two tasks, yield_now)"),
         rt_ns.map(num).unwrap_or(Value::Null),
-        json!(rt_status),
+        json!(format!(
+            "ns per yield on one loop: a switch between tasks, no kernel involved; {rt_status}"
+        )),
+    ]);
+    other.row(vec![
+        json!("iolab-runtime channel hand-off (two tasks)"),
+        rt_chan_ns.map(num).unwrap_or(Value::Null),
+        json!(format!("ping-pong through two capacity-1 iolab_runtime::sync::mpsc channels, ns per hand-off; {rt_status}")),
     ]);
     table.print();
     other.print();
@@ -632,6 +692,7 @@ pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
         "syscall_ns": num(sys_ns),
         "thread_create_join_ns": num(thread_ns),
         "runtime_task_switch_ns": rt_ns.map(num),
+        "runtime_channel_handoff_ns": rt_chan_ns.map(num),
         "runtime_status": rt_status,
         "tables": [table.to_json(), other.to_json()],
         "figures": [fig.to_json()],

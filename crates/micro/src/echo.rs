@@ -3,8 +3,8 @@
 //!
 //! Models: `threads` (one blocking thread per connection, as the seed's blocking model),
 //! `select` (FD_SETSIZE bound: a connection whose fd is ≥ 1024 is refused), `poll`, `epoll`
-//! (level-triggered), `io_uring` (accept, recv and send completions) and the iolab runtime
-//! (pending until crates/runtime has landed). Each server runs in this process, pinned to the
+//! (level-triggered), `io_uring` (accept, recv and send completions) and `iolab-runtime`
+//! (one task per connection on one runtime loop: threaded-style code on lightweight tasks). Each server runs in this process, pinned to the
 //! first CPU; one client thread pinned to the second CPU holds N connections (10 … 10,000),
 //! each continuously sending a message (100 B or 1 KB) and waiting for its echo (one message
 //! in flight per connection). Per point: connections held (those that got echoes; a model
@@ -16,7 +16,7 @@
 //! JSON fields: `"clients"`, `"sizes"`, `"window_ms"`, `"nofile"` (the fd limit in force),
 //! `"points"`: `[{model, clients, bytes, held, msgs_per_s, p50_us, p99_us, server_cpu_pct,
 //! rss_growth_kib, refused, status}]`, `"max_held"`: {model: most connections held},
-//! `"runtime_status"`, `"tables"`, `"figures"`.
+//! `"runtime_status"` (the runtime's driver), `"tables"`, `"figures"`.
 
 use std::collections::HashMap;
 use std::io;
@@ -43,6 +43,7 @@ pub enum Model {
     Poll,
     Epoll,
     Uring,
+    Runtime,
 }
 
 impl Model {
@@ -53,6 +54,7 @@ impl Model {
             Model::Poll => "poll",
             Model::Epoll => "epoll",
             Model::Uring => "io_uring",
+            Model::Runtime => "iolab-runtime",
         }
     }
 }
@@ -449,6 +451,48 @@ fn serve_uring(l: TcpListener, ctl: Arc<Ctl>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One task per connection on one iolab-runtime loop (io_uring driver, or epoll fallback):
+/// the threads model's code, on lightweight tasks.
+fn serve_runtime(l: TcpListener, ctl: Arc<Ctl>) -> anyhow::Result<()> {
+    use iolab_runtime::{net, sleep, spawn, timeout, Runtime};
+    let rt = Runtime::new().context("starting an iolab-runtime loop")?;
+    rt.block_on(async move {
+        let listener = net::TcpListener::from_std(l).context("runtime listener")?;
+        while !ctl.stopped() {
+            // The timeout lets the loop notice `stop`; dropping the accept cancels it.
+            match timeout(Duration::from_millis(50), listener.accept()).await {
+                Err(_) => {}
+                Ok(Err(_)) => {
+                    // Out of fds or memory: the connection is lost, as in the seed.
+                    ctl.refused.fetch_add(1, Ordering::Relaxed);
+                    sleep(Duration::from_millis(10)).await;
+                }
+                Ok(Ok((stream, _))) => {
+                    spawn(async move {
+                        let mut buf = vec![0u8; BUF];
+                        loop {
+                            let (r, b) = stream.read(buf).await;
+                            buf = b;
+                            let n = match r {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => n,
+                            };
+                            buf.truncate(n);
+                            let (r, b) = stream.write_all(buf).await;
+                            buf = b;
+                            if r.is_err() {
+                                break;
+                            }
+                            buf.resize(BUF, 0);
+                        }
+                    });
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
 /// A running server: its address and controls.
 struct Server {
     addr: SocketAddr,
@@ -475,6 +519,7 @@ fn start(model: Model, cpu: usize) -> anyhow::Result<Server> {
                 Model::Poll => serve_poll(l, c2),
                 Model::Epoll => serve_epoll(l, c2),
                 Model::Uring => serve_uring(l, c2),
+                Model::Runtime => serve_runtime(l, c2),
             }
         })?;
     Ok(Server { addr, ctl, join })
@@ -698,9 +743,12 @@ fn run_point(
     Ok(r)
 }
 
-/// The iolab-runtime echo server: written once crates/runtime has landed its API.
+/// Which driver the iolab-runtime model runs on.
 fn runtime_status() -> String {
-    "pending: crates/runtime has not landed its task/net API yet".into()
+    match iolab_runtime::driver() {
+        Ok(d) => format!("ok ({d:?} driver, one loop)"),
+        Err(e) => format!("unavailable: {e}"),
+    }
 }
 
 pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
@@ -730,6 +778,7 @@ pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
         Model::Poll,
         Model::Epoll,
         Model::Uring,
+        Model::Runtime,
     ];
     let mut table = Table::new(
         "Echo server by I/O model (seed 003)",
@@ -844,22 +893,10 @@ pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
         figs.push(g);
     }
     let rt = runtime_status();
-    table.row(vec![
-        json!("iolab-runtime"),
-        Value::Null,
-        Value::Null,
-        Value::Null,
-        Value::Null,
-        Value::Null,
-        Value::Null,
-        Value::Null,
-        Value::Null,
-        json!(rt.clone()),
-    ]);
     let table = table.with_note(format!(
         "Server pinned to CPU {}, one client thread pinned to CPU {}; each connection keeps one message in flight; {} ms measured after a warm-up in which every connection gets one echo. \
          held = connections still echoing at the end (select refuses fds ≥ FD_SETSIZE = 1024; a model that cannot hold N is not tried with more). \
-         server CPU % = run time of the server's threads (schedstat) / window; RSS growth = VmRSS of the process during the point minus before (includes the client's small per-connection state, the same for every model). ulimit -n in force: {nofile}.",
+         iolab-runtime: {rt}. server CPU % = run time of the server's threads (schedstat) / window; RSS growth = VmRSS of the process during the point minus before (includes the client's small per-connection state, the same for every model). ulimit -n in force: {nofile}.",
         pair.0, pair.1, window.as_millis()
     ));
     table.print();
@@ -891,6 +928,7 @@ mod tests {
             Model::Poll,
             Model::Epoll,
             Model::Uring,
+            Model::Runtime,
         ] {
             let r = run_point(
                 model,

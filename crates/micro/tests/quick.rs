@@ -190,7 +190,14 @@ fn syscalls_quick() {
 fn echo_quick() {
     let v = run_quick("echo");
     let points = v["points"].as_array().expect("points");
-    for model in ["threads", "select", "poll", "epoll", "io_uring"] {
+    for model in [
+        "threads",
+        "select",
+        "poll",
+        "epoll",
+        "io_uring",
+        "iolab-runtime",
+    ] {
         let first = points
             .iter()
             .find(|p| p["model"] == model)
