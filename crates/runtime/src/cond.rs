@@ -38,19 +38,32 @@ impl From<Cancelled> for io::Error {
     }
 }
 
+/// Links are u32 slab keys (NIL = none): a parked task costs one small node here.
+const NIL: u32 = u32::MAX;
+
 struct Node {
     waker: Option<Waker>,
-    prev: Option<usize>,
-    next: Option<usize>,
+    prev: u32,
+    next: u32,
     signalled: bool,
 }
 
-#[derive(Default)]
 struct Inner {
     nodes: Slab<Node>,
-    head: Option<usize>,
-    tail: Option<usize>,
+    head: u32,
+    tail: u32,
     queued: usize,
+}
+
+impl Default for Inner {
+    fn default() -> Self {
+        Inner {
+            nodes: Slab::new(),
+            head: NIL,
+            tail: NIL,
+            queued: 0,
+        }
+    }
 }
 
 impl Inner {
@@ -58,14 +71,18 @@ impl Inner {
         let key = self.nodes.insert(Node {
             waker: Some(waker),
             prev: self.tail,
-            next: None,
+            next: NIL,
             signalled: false,
         });
+        assert!(
+            key < NIL as usize,
+            "iolab-runtime: more than 4 billion waiters on one Cond"
+        );
         match self.tail {
-            Some(t) => self.nodes[t].next = Some(key),
-            None => self.head = Some(key),
+            NIL => self.head = key as u32,
+            t => self.nodes[t as usize].next = key as u32,
         }
-        self.tail = Some(key);
+        self.tail = key as u32;
         self.queued += 1;
         key
     }
@@ -76,18 +93,21 @@ impl Inner {
             (n.prev, n.next)
         };
         match prev {
-            Some(p) => self.nodes[p].next = next,
-            None => self.head = next,
+            NIL => self.head = next,
+            p => self.nodes[p as usize].next = next,
         }
         match next {
-            Some(n) => self.nodes[n].prev = prev,
-            None => self.tail = prev,
+            NIL => self.tail = prev,
+            n => self.nodes[n as usize].prev = prev,
         }
         self.queued -= 1;
     }
 
     fn pop(&mut self) -> Option<Waker> {
-        let h = self.head?;
+        if self.head == NIL {
+            return None;
+        }
+        let h = self.head as usize;
         self.unlink(h);
         let n = &mut self.nodes[h];
         n.signalled = true;
@@ -160,7 +180,7 @@ impl Cond {
         let mut wakers = Vec::new();
         {
             let mut inner = self.inner.borrow_mut();
-            while inner.head.is_some() {
+            while inner.head != NIL {
                 if let Some(w) = inner.pop() {
                     wakers.push(w);
                 }

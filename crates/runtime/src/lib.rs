@@ -7,29 +7,39 @@
 //! forbidden, the same API runs on an epoll readiness driver.
 //!
 //! ```no_run
-//! use iolab_runtime::{net::TcpListener, spawn, Runtime};
+//! use iolab_runtime::net::{TcpListener, TcpStream};
+//! use iolab_runtime::{spawn, Runtime};
+//!
+//! async fn echo(stream: TcpStream) -> std::io::Result<()> {
+//!     let mut buf = vec![0u8; 4096];
+//!     loop {
+//!         buf.resize(4096, 0);
+//!         let (r, b) = stream.read(buf).await; // the buffer travels to the kernel and back
+//!         buf = b;
+//!         let n = r?;
+//!         if n == 0 {
+//!             return Ok(());
+//!         }
+//!         buf.truncate(n);
+//!         let (r, b) = stream.write_all(buf).await;
+//!         buf = b;
+//!         r?;
+//!     }
+//! }
+//!
+//! async fn serve(listener: TcpListener) -> std::io::Result<()> {
+//!     loop {
+//!         let (stream, _peer) = listener.accept().await?;
+//!         spawn(echo(stream)); // one lightweight task per connection
+//!     }
+//! }
 //!
 //! let rt = Runtime::new()?;
-//! rt.block_on(async {
-//!     let listener = TcpListener::bind("127.0.0.1:7000".parse().unwrap())?;
-//!     loop {
-//!         let (stream, _) = listener.accept().await?;
-//!         spawn(async move {
-//!             let mut buf = vec![0u8; 4096];
-//!             loop {
-//!                 let (r, b) = stream.read(buf).await;
-//!                 let n = match r { Ok(0) | Err(_) => break, Ok(n) => n };
-//!                 let (r, b) = stream.write_all(b[..n].to_vec()).await;
-//!                 if r.is_err() { break }
-//!                 buf = vec![0u8; 4096];
-//!                 drop(b);
-//!             }
-//!         });
-//!     }
-//! })
-//! # ; Ok::<(), std::io::Error>(())
+//! let listener = TcpListener::bind("127.0.0.1:7000".parse().unwrap())?;
+//! rt.block_on(serve(listener))?;
+//! # Ok::<(), std::io::Error>(())
 //! ```
-//! (`examples/echo.rs` is the runnable version, with buffer reuse.)
+//! (`examples/echo.rs` is the runnable version.)
 //!
 //! ## Design
 //!
