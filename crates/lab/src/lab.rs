@@ -141,17 +141,24 @@ pub fn budget_requests(rps: f64, point_s: f64, c: usize) -> u64 {
 
 /// Progress lines on stderr with an ETA.
 struct Progress {
+    /// The start of the whole run (shown) and of the points (for the ETA).
     t0: Instant,
+    points0: Instant,
     done: usize,
     total: usize,
+    deadline: Option<Instant>,
 }
 
 impl Progress {
     fn line(&self, msg: &str) {
         let el = self.t0.elapsed().as_secs_f64();
         let eta = if self.done > 0 && self.done < self.total {
-            let per = el / self.done as f64;
-            format!(" ETA {}", hms(per * (self.total - self.done) as f64))
+            let per = self.points0.elapsed().as_secs_f64() / self.done as f64;
+            let mut left = per * (self.total - self.done) as f64;
+            if let Some(d) = self.deadline {
+                left = left.min(d.saturating_duration_since(Instant::now()).as_secs_f64());
+            }
+            format!(" ETA {}", hms(left))
         } else {
             String::new()
         };
@@ -616,11 +623,17 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
     let iolab = std::env::current_exe().context("finding the iolab executable")?;
     // (target index, file, mode, c) -> repeats, and the first repeat's trace.
     let mut runs: BTreeMap<PointKey, (Vec<Repeat>, Option<Trace>)> = BTreeMap::new();
-    let mut prog = Progress { t0, done: 0, total };
     // Reserve for writing the report and shutting servers down.
     let deadline = plan
         .budget
         .map(|b| t0 + b.saturating_sub(Duration::from_secs(25)));
+    let mut prog = Progress {
+        t0,
+        points0: Instant::now(),
+        done: 0,
+        total,
+        deadline,
+    };
     let mut rng = rand::rng();
     for rep in 0..plan.repeats {
         let mut order: Vec<usize> = (0..targets.len()).collect();
@@ -692,27 +705,33 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
                     Err(e) => prog.line(&format!("{} warm-up ({file}) failed: {e:#}", t.name)),
                 }
             }
-            let per_point = share.map(|s| {
-                (s - target_start.elapsed().as_secs_f64() - 0.5).max(0.3) / points.len() as f64
-            });
+            // Points are sized as they go: the time left to this server spread over its
+            // points left, at the rate last measured for the same file and mode.
+            let target_deadline = share.map(|s| target_start + Duration::from_secs_f64(s));
+            let mut rate = [rate[0], rate[1], rate[0] * 2.5];
             for (pi, &(file, mode, c)) in points.iter().enumerate() {
-                let r_est = if mode == "keepalive" {
-                    rate[0] * 2.5
-                } else {
-                    rate[usize::from(file == "big")]
+                let slot = match (file, mode) {
+                    (_, "keepalive") => 2,
+                    ("big", _) => 1,
+                    _ => 0,
                 };
+                let per_point = target_deadline.map(|d| {
+                    let left = d.saturating_duration_since(Instant::now()).as_secs_f64();
+                    ((left - 0.3) / (points.len() - pi) as f64).max(0.25)
+                });
                 let requests = match (per_point, file) {
-                    (Some(ps), _) => budget_requests(r_est, ps, c),
+                    // Keep-alive throughput is measured over a duration, as wrk does.
+                    (Some(_), _) if mode == "keepalive" => 50_000,
+                    (Some(ps), _) => budget_requests(rate[slot], ps, c),
                     (None, "big") => plan.big_requests.unwrap_or(1000),
                     (None, _) => plan.small_requests.unwrap_or(1000),
                 };
                 // A cap so that one stuck point cannot eat the run; requests still in flight
                 // then are "unfinished", not errors.
                 let cap = match per_point {
-                    Some(ps) => {
-                        Duration::from_secs_f64((ps * 3.0).max(2.0) + plan.timeout.as_secs_f64())
-                    }
-                    None => Duration::from_secs(600),
+                    Some(ps) if mode == "keepalive" => Duration::from_secs_f64(ps),
+                    Some(ps) => Duration::from_secs_f64((ps * 3.0).max(1.5) + 1.5),
+                    None => Duration::from_secs(3600),
                 };
                 let want_trace = rep == 0 && mode == "close" && Some(&c) == plan.levels.last();
                 prog.done += 1;
@@ -721,6 +740,9 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
                 ) {
                     Ok(o) => {
                         let m = &o.repeat.metrics;
+                        if m.rps > 0.0 {
+                            rate[slot] = m.rps;
+                        }
                         prog.line(&format!(
                             "{} {file} {mode} c={c}: {} req, mean {} ms, p99 {} ms, {} req/s, {} errors, {} SYN-retried, achieved c {:.0}{}",
                             t.name,
@@ -863,11 +885,19 @@ fn method(plan: &Plan, sources: &[std::net::IpAddr], opts: &Options) -> BTreeMap
     m
 }
 
-/// results.json and index.html.
+/// results.json, index.html and Figure 1 as standalone SVGs (figure1-small.svg, figure1-big.svg).
 pub fn write_outputs(results: &Results, out: &Path) -> anyhow::Result<()> {
     let json = out.join("results.json");
     std::fs::write(&json, serde_json::to_string_pretty(results)? + "\n")
         .with_context(|| format!("writing {}", json.display()))?;
+    // Figure 1 on its own, for a README or a slide.
+    for (file, label) in crate::report::FILES {
+        let svg_path = out.join(format!("figure1-{file}.svg"));
+        let num = if file == "small" { 1 } else { 3 };
+        let svg = crate::report::figure1(results, file, label, num);
+        std::fs::write(&svg_path, svg)
+            .with_context(|| format!("writing {}", svg_path.display()))?;
+    }
     let html = out.join("index.html");
     std::fs::write(&html, crate::report::render(results))
         .with_context(|| format!("writing {}", html.display()))?;

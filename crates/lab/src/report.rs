@@ -58,7 +58,8 @@ pub fn figure1_series(r: &Results, file: &str) -> Vec<(Series, Option<usize>)> {
         .collect()
 }
 
-fn figure1(r: &Results, file: &str, label: &str, num: usize) -> String {
+/// Figure 1 (or 3) as a standalone SVG, also written next to the report for READMEs.
+pub fn figure1(r: &Results, file: &str, label: &str, num: usize) -> String {
     let series = figure1_series(r, file)
         .into_iter()
         .map(|(mut s, stop)| {
@@ -89,7 +90,7 @@ fn figure2(r: &Results, file: &str, label: &str, num: usize) -> String {
         return "<p>No points measured.</p>".into();
     };
     let mut out = format!(
-        r#"<figure><figcaption>Figure {num}: each request at concurrency {c}, {label}: response time (dots, left axis; <span style="color:{}">ok</span>, <span style="color:{}">SYN-retried</span>, <span style="color:{}">failed</span>) against the time it completed, and the concurrency over time (line, right axis; dashed green: requested).</figcaption><div class="multiples">"#,
+        r#"<figure><figcaption>Figure {num}: each request at concurrency {c}, {label}: response time (dots, left axis; <span style="color:{}">ok</span>, <span style="color:{}">SYN-retried</span>, <span style="color:{}">failed</span>) against the time it completed, and the concurrency over time (right axis): connections open in the server (solid black, from its counters; for the peers, which have none, the client's requests in flight), the client's requests in flight (dashed grey), the requested level (dashed green). On loopback a fast server holds few connections at once: the others wait in its listen queue.</figcaption><div class="multiples">"#,
         svg::CLASS_COLORS[0],
         svg::CLASS_COLORS[1],
         svg::CLASS_COLORS[2]
@@ -104,15 +105,14 @@ fn figure2(r: &Results, file: &str, label: &str, num: usize) -> String {
             continue;
         };
         let trace = p.trace.clone().unwrap_or_default();
-        let (line, line_label) = if trace.server.is_empty() {
-            (
-                trace.client.iter().map(|x| (x[0], x[1])).collect(),
-                "client in flight",
-            )
+        let client: Vec<(f64, f64)> = trace.client.iter().map(|x| (x[0], x[1])).collect();
+        let (line, line_label, line2) = if trace.server.is_empty() {
+            (client, "client requests in flight", Vec::new())
         } else {
             (
                 trace.server.iter().map(|x| (x[0], x[1])).collect(),
-                "server connections",
+                "connections",
+                client,
             )
         };
         let panel = ScatterPanel {
@@ -128,6 +128,7 @@ fn figure2(r: &Results, file: &str, label: &str, num: usize) -> String {
                 .collect(),
             line,
             line_label: line_label.into(),
+            line2,
             requested: Some(c as f64),
         };
         out.push_str(&svg::scatter_panel(&panel));

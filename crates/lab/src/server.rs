@@ -217,9 +217,7 @@ impl ServerProc {
     }
 
     fn log_tail(&self) -> String {
-        let s = std::fs::read_to_string(&self.log_path).unwrap_or_default();
-        let lines: Vec<&str> = s.lines().rev().take(5).collect();
-        lines.into_iter().rev().collect::<Vec<_>>().join(" | ")
+        crate::micro::why(&std::fs::read_to_string(&self.log_path).unwrap_or_default())
     }
 
     fn wait_ready(&mut self, limit: Duration) -> anyhow::Result<()> {

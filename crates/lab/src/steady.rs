@@ -63,39 +63,46 @@ impl Timeline {
 
     /// Effective requests in flight over time. An end followed within `bridge_us` by a
     /// start is the closed-loop client replacing a finished request: the level does not
-    /// dip in between (each end is matched to the earliest unmatched start in its window).
+    /// dip in between. Each start is matched to the most recent unmatched end in its
+    /// window, so a client that stays idle longer leaves its end unmatched and the level
+    /// drops at that end (matching the oldest end instead would let idle clients borrow
+    /// other clients' replacements and hide the drop).
     pub fn bridged(records: &[RequestRecord], bridge_us: u64) -> Timeline {
-        let mut starts: Vec<u64> = Vec::with_capacity(records.len());
-        let mut ends: Vec<u64> = Vec::with_capacity(records.len());
+        // (time, 0 = end / 1 = start): ends first at the same instant.
+        let mut sweep: Vec<(u64, u8)> = Vec::with_capacity(records.len() * 2);
         for r in records {
             let s = effective_start(r);
             let e = r.end_us.max(s);
             if e > s {
-                starts.push(s);
-                ends.push(e);
+                sweep.push((s, 1));
+                sweep.push((e, 0));
             }
         }
-        starts.sort_unstable();
-        ends.sort_unstable();
-        let mut start_matched = vec![false; starts.len()];
-        let mut ev: Vec<(u64, i64)> = Vec::with_capacity(starts.len() + ends.len());
-        let mut j = 0;
-        for &e in &ends {
-            while j < starts.len() && starts[j] < e {
-                j += 1;
+        sweep.sort_unstable();
+        let mut ev: Vec<(u64, i64)> = Vec::with_capacity(sweep.len());
+        // Unmatched ends, most recent on top; they count as -1 at their own time.
+        let mut pending: Vec<u64> = Vec::new();
+        for &(t, kind) in &sweep {
+            if kind == 0 {
+                pending.push(t);
+                continue;
             }
-            if j < starts.len() && starts[j] <= e.saturating_add(bridge_us) {
-                start_matched[j] = true;
-                j += 1;
-            } else {
-                ev.push((e, -1));
+            match pending.last() {
+                Some(&e) if e.saturating_add(bridge_us) >= t => {
+                    pending.pop();
+                }
+                _ => ev.push((t, 1)),
+            }
+            // Ends too old to be bridged any more are final.
+            if pending
+                .first()
+                .is_some_and(|&e| e.saturating_add(bridge_us) < t)
+            {
+                let cut = pending.partition_point(|&e| e.saturating_add(bridge_us) < t);
+                ev.extend(pending.drain(..cut).map(|e| (e, -1)));
             }
         }
-        for (i, &s) in starts.iter().enumerate() {
-            if !start_matched[i] {
-                ev.push((s, 1));
-            }
-        }
+        ev.extend(pending.into_iter().map(|e| (e, -1)));
         // Ends before starts at the same instant, so the level never flickers to N+1.
         ev.sort_unstable();
         let mut steps: Vec<(u64, u64)> = Vec::new();
@@ -186,8 +193,8 @@ pub struct Analysis {
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub steady: bool,
-    /// Time-weighted mean of the achieved concurrency over the middle 80% of the issuing
-    /// period (first to last request start).
+    /// Time-weighted mean of the achieved concurrency from when the requested level was
+    /// first reached (or the first start) to the last start.
     pub achieved_concurrency: f64,
     pub server_concurrency_mean: Option<f64>,
     pub server_concurrency_max: Option<u64>,
@@ -268,12 +275,20 @@ pub fn analyse(
         a.p50_ms = percentile(&vals, 50.0);
         a.p99_ms = percentile(&vals, 99.0);
     }
-    // The issuing period: after the last start the closed loop drains by design.
+    // From the moment the requested level is first reached (the client's ramp-up is not
+    // the server's doing) to the last start (after it the closed loop drains by design);
+    // a level never reached is averaged over the whole issuing period.
     let first = records.iter().map(|r| r.start_us).min().unwrap_or(0);
     let last = records.iter().map(|r| r.start_us).max().unwrap_or(0);
-    let span = last.saturating_sub(first);
-    let (ma, mb) = (first + span / 10, last - span / 10);
-    a.achieved_concurrency = tl.mean_over(ma, mb.max(ma));
+    let reached = tl
+        .steps
+        .iter()
+        .find(|s| s.1 as f64 >= lo)
+        .map(|s| s.0)
+        .filter(|&t| t < last)
+        .unwrap_or(first);
+    let (ma, mb) = (reached, last.max(reached));
+    a.achieved_concurrency = tl.mean_over(ma, mb);
     if let Some(s) = server {
         let inside: Vec<u64> = s
             .iter()
@@ -374,6 +389,32 @@ mod tests {
         let a = analyse(&recs, 1, None, DEFAULT_TOLERANCE);
         assert_eq!(a.kept, 10);
         assert!((a.achieved_concurrency - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn slow_ramp_up_is_not_held_against_the_server_but_later_dips_are() {
+        // 10 clients starting 5 ms apart, then 1 ms requests back to back for 100 ms;
+        // `pause(k, t)` leaves client k idle at time t.
+        let run = |pause: &dyn Fn(u64, u64) -> bool| {
+            let mut recs = Vec::new();
+            for k in 0..10u64 {
+                let mut t = k * 5000;
+                while t < 100_000 {
+                    if !pause(k, t) {
+                        recs.push(rec(t, t + 10, t + 1000, false));
+                    }
+                    t += 1000;
+                }
+            }
+            recs.sort_by_key(|r| r.start_us);
+            analyse(&recs, 10, None, DEFAULT_TOLERANCE)
+        };
+        let a = run(&|_, _| false);
+        assert!(a.achieved_concurrency > 9.5, "{}", a.achieved_concurrency);
+        // Half the clients pause for 40 ms in the middle: the level is not sustained.
+        let b = run(&|k, t| k % 2 == 0 && (50_000..90_000).contains(&t));
+        assert!(b.achieved_concurrency < 9.0, "{}", b.achieved_concurrency);
+        assert!(b.kept < a.kept);
     }
 
     #[test]

@@ -419,6 +419,8 @@ pub struct ScatterPanel {
     /// (time s, connections): the concurrency curve on the right axis.
     pub line: Vec<(f64, f64)>,
     pub line_label: String,
+    /// A second curve on the right axis, drawn lighter (the client's requests in flight).
+    pub line2: Vec<(f64, f64)>,
     /// A horizontal reference on the right axis (the requested concurrency).
     pub requested: Option<f64>,
 }
@@ -442,7 +444,14 @@ pub fn scatter_panel(p: &ScatterPanel) -> String {
         false,
     );
     let (_, y_hi) = extent(p.points.iter().map(|q| q.1), false);
-    let (_, c_hi) = extent(p.line.iter().map(|q| q.1).chain(p.requested), false);
+    let (_, c_hi) = extent(
+        p.line
+            .iter()
+            .chain(&p.line2)
+            .map(|q| q.1)
+            .chain(p.requested),
+        false,
+    );
     let xs = Scale::nice(ScaleKind::Linear, 0.0, t_hi, ml, w - mr);
     let ys = Scale::nice(ScaleKind::Linear, 0.0, y_hi, h - mb, mt);
     let cs = Scale::nice(ScaleKind::Linear, 0.0, c_hi, h - mb, mt);
@@ -484,6 +493,18 @@ pub fn scatter_panel(p: &ScatterPanel) -> String {
         );
     }
     out.push_str("</g>");
+    if p.line2.len() > 1 {
+        let px: Vec<(f64, f64)> = p
+            .line2
+            .iter()
+            .map(|&(t, c)| (xs.map(t), cs.map(c)))
+            .collect();
+        let _ = write!(
+            out,
+            r##"<path class="client" d="{}" fill="none" stroke="#999" stroke-width="1.2" stroke-dasharray="5 2"/>"##,
+            polyline(&px)
+        );
+    }
     if p.line.len() > 1 {
         let px: Vec<(f64, f64)> = p
             .line
@@ -718,6 +739,7 @@ mod tests {
             points: vec![(0.1, 2.0, 0), (1.2, 1005.0, 1), (1.3, 3.0, 2)],
             line: vec![(0.0, 0.0), (0.5, 900.0), (1.0, 1000.0)],
             line_label: "server connections".into(),
+            line2: vec![(0.0, 0.0), (1.0, 990.0)],
             requested: Some(1000.0),
         };
         let doc_s = scatter_panel(&p);
