@@ -1,6 +1,243 @@
-//! (model not written yet)
+//! `runtime`: CPC's web server (seed 000 §2.2) on iolab-runtime — threaded-style code, one
+//! lightweight task per connection, completion I/O underneath (io_uring; epoll fallback).
+//!
+//! Each worker loop (`--workers`, 0 = one per core) owns a SO_REUSEPORT listener with
+//! several accepts in flight (the pre-posted AcceptEx of the seed's CPC server) and spawns a
+//! task per accepted connection. The task reads, feeds the `Session`, writes what is pending
+//! — the same loop as the `threads` model, with `.await` where that one blocks. The idle
+//! timeout is a `timeout` around each read and write (dropping the operation cancels it);
+//! a stop request wakes every loop through the shutdown eventfd (`wait_readable`) and is
+//! broadcast on a `Cond` that cancels every accept, read and write in flight.
+//! `max_conns` is server-wide (one atomic count over all loops).
 
-pub fn run(ctx: &crate::Ctx) -> std::io::Result<()> {
-    let _ = ctx;
-    Err(std::io::Error::new(std::io::ErrorKind::Unsupported, "model runtime is not written yet"))
+use std::cell::Cell;
+use std::io;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use iolab_http::Session;
+use iolab_runtime::net::{TcpListener, TcpStream};
+use iolab_runtime::{cancellable, spawn, timeout, wait_readable, Cancelled, Cond, IoBuf, Runtime};
+
+use crate::net::{self, READ_BUF};
+use crate::stats::ErrorKind;
+use crate::{Ctx, Shutdown, Stats};
+
+/// Accepts kept in flight per loop.
+const ACCEPTS: usize = 4;
+/// Most response chunks handed to one writev.
+const MAX_IOV: usize = 64;
+
+/// A response chunk as an owned buffer for the runtime.
+struct Chunk(Bytes);
+
+// SAFETY: a `Bytes` points to heap or static memory that does not move when the handle
+// moves and stays alive while the handle does.
+unsafe impl IoBuf for Chunk {
+    fn stable_ptr(&self) -> *const u8 {
+        self.0.as_ptr()
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// What every loop shares.
+#[derive(Clone)]
+struct Env {
+    site: Arc<iolab_http::Site>,
+    stats: Arc<Stats>,
+    shutdown: Arc<Shutdown>,
+    held: Arc<AtomicUsize>,
+    max_conns: usize,
+    idle: Option<Duration>,
+}
+
+/// The stop state of one loop: a flag for tasks that are running, a Cond for those waiting.
+#[derive(Clone)]
+struct Stop {
+    flag: Rc<Cell<bool>>,
+    cond: Cond,
+}
+
+pub fn run(ctx: &Ctx) -> io::Result<()> {
+    let cfg = &ctx.config;
+    let n = crate::epoll::workers(cfg);
+    // Every listener is bound before any loop starts; the first fixes the port for port 0.
+    let first = net::listen(cfg.addr, cfg.backlog, true, true)?;
+    let addr = first.local_addr()?;
+    let mut listeners = vec![first];
+    for _ in 1..n {
+        listeners.push(net::listen(addr, cfg.backlog, true, true)?);
+    }
+    let env = Env {
+        site: ctx.site.clone(),
+        stats: ctx.stats.clone(),
+        shutdown: ctx.shutdown.clone(),
+        held: Arc::new(AtomicUsize::new(0)),
+        max_conns: cfg.max_conns,
+        idle: net::idle(cfg),
+    };
+    let rt = Runtime::builder().workers(n).build()?;
+    rt.block_on(async {
+        let loops = iolab_runtime::workers();
+        let mut joins = Vec::new();
+        for (l, listener) in loops.iter().zip(listeners) {
+            let env = env.clone();
+            joins.push(l.spawn_with(move || worker(env, listener)));
+        }
+        let mut result = Ok(());
+        for j in joins {
+            let r = j.await.map_err(io::Error::from).and_then(|r| r);
+            if let Err(e) = r {
+                // One loop failing stops the server: the others would serve a partial port.
+                ctx.shutdown.trigger();
+                if result.is_ok() {
+                    result = Err(e);
+                }
+            }
+        }
+        result
+    })
+}
+
+async fn worker(env: Env, listener: std::net::TcpListener) -> io::Result<()> {
+    let listener = TcpListener::from_std(listener)?;
+    let stop = Stop {
+        flag: Rc::new(Cell::new(false)),
+        cond: Cond::new(),
+    };
+    {
+        let (stop, shutdown) = (stop.clone(), env.shutdown.clone());
+        spawn(async move {
+            // The eventfd stays readable once triggered, so every loop sees it.
+            while !shutdown.is_triggered() {
+                if wait_readable(shutdown.fd()).await.is_err() {
+                    iolab_runtime::sleep(Duration::from_millis(50)).await;
+                }
+            }
+            stop.flag.set(true);
+            stop.cond.broadcast();
+        });
+    }
+    let live = Rc::new(Cell::new(0usize));
+    let all_closed = Cond::new();
+    let mut acceptor = listener.accept_many(ACCEPTS);
+    while !stop.flag.get() {
+        let stream = match cancellable(&stop.cond, acceptor.next()).await {
+            Err(Cancelled) => break,
+            Ok(Ok((s, _))) => s,
+            Ok(Err(e)) if net::transient_accept_error(&e) => continue,
+            Ok(Err(e)) => {
+                // EMFILE and the like: wait for descriptors to free up rather than spin.
+                env.stats.io_error(&e);
+                let _ = iolab_runtime::sleep_or_cancel(net::ACCEPT_BACKOFF, &stop.cond).await;
+                continue;
+            }
+        };
+        env.stats.accepted();
+        if env.held.fetch_add(1, Ordering::AcqRel) >= env.max_conns {
+            env.held.fetch_sub(1, Ordering::AcqRel);
+            env.stats.refused();
+            continue;
+        }
+        env.stats.conn_opened();
+        live.set(live.get() + 1);
+        let (env, stop, live, all_closed) =
+            (env.clone(), stop.clone(), live.clone(), all_closed.clone());
+        spawn(async move {
+            serve(&stream, &env, &stop).await;
+            drop(stream);
+            env.held.fetch_sub(1, Ordering::AcqRel);
+            env.stats.conn_closed();
+            live.set(live.get() - 1);
+            if live.get() == 0 {
+                all_closed.broadcast();
+            }
+        });
+    }
+    drop(acceptor);
+    drop(listener);
+    while live.get() > 0 {
+        all_closed.wait().await;
+    }
+    Ok(())
+}
+
+/// How one wait of a connection ended.
+enum Waited<T> {
+    Done(T),
+    TimedOut,
+    Stopped,
+}
+
+async fn wait<F: std::future::Future>(
+    idle: Option<Duration>,
+    stop: &Stop,
+    fut: F,
+) -> Waited<F::Output> {
+    if stop.flag.get() {
+        return Waited::Stopped;
+    }
+    let fut = cancellable(&stop.cond, fut);
+    let r = match idle {
+        Some(d) => match timeout(d, fut).await {
+            Ok(r) => r,
+            Err(_) => return Waited::TimedOut,
+        },
+        None => fut.await,
+    };
+    match r {
+        Ok(v) => Waited::Done(v),
+        Err(Cancelled) => Waited::Stopped,
+    }
+}
+
+/// One connection, threaded style.
+async fn serve(stream: &TcpStream, env: &Env, stop: &Stop) {
+    let stats = &env.stats;
+    if stream.set_nodelay(true).is_err() {
+        return stats.error(ErrorKind::Io);
+    }
+    let mut session = Session::new(env.site.clone());
+    let mut buf = vec![0u8; READ_BUF];
+    loop {
+        while session.has_pending() {
+            let chunks: Vec<Chunk> = session
+                .pending()
+                .iter()
+                .filter(|c| !c.is_empty())
+                .take(MAX_IOV)
+                .map(|c| Chunk(c.clone()))
+                .collect();
+            match wait(env.idle, stop, stream.writev(chunks)).await {
+                Waited::Done((Ok(n), _)) => session.advance(n),
+                Waited::Done((Err(e), _)) if e.kind() == io::ErrorKind::Interrupted => {}
+                Waited::Done((Err(e), _)) => return stats.io_error(&e),
+                Waited::TimedOut => return stats.error(ErrorKind::Timeout),
+                Waited::Stopped => return,
+            }
+        }
+        if session.should_close() {
+            return;
+        }
+        buf.resize(READ_BUF, 0);
+        match wait(env.idle, stop, stream.read(buf)).await {
+            Waited::Done((r, b)) => {
+                buf = b;
+                match r {
+                    Ok(0) => return,
+                    Ok(n) => session.feed(&buf[..n], |status| stats.response(status)),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return stats.io_error(&e),
+                }
+            }
+            // The read was dropped (cancelled in the kernel); its buffer is released there.
+            Waited::TimedOut => return stats.error(ErrorKind::Timeout),
+            Waited::Stopped => return,
+        }
+    }
 }
