@@ -7,10 +7,17 @@ use std::task::{Context, Poll, Waker};
 
 use super::lock;
 
+/// How a waiter was notified.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum By {
+    Not,
+    One,
+    All,
+}
+
 struct State {
     permit: bool,
-    /// (id, waker, notified)
-    waiters: Vec<(u64, Option<Waker>, bool)>,
+    waiters: Vec<(u64, Option<Waker>, By)>,
     next_id: u64,
 }
 
@@ -48,9 +55,9 @@ impl Notify {
     pub fn notify_one(&self) {
         let w = {
             let mut s = lock(&self.state);
-            match s.waiters.iter_mut().find(|(_, _, n)| !*n) {
+            match s.waiters.iter_mut().find(|(_, _, n)| *n == By::Not) {
                 Some(e) => {
-                    e.2 = true;
+                    e.2 = By::One;
                     e.1.take()
                 }
                 None => {
@@ -69,9 +76,9 @@ impl Notify {
             let mut s = lock(&self.state);
             s.waiters
                 .iter_mut()
-                .filter(|(_, _, n)| !*n)
+                .filter(|(_, _, n)| *n == By::Not)
                 .filter_map(|e| {
-                    e.2 = true;
+                    e.2 = By::All;
                     e.1.take()
                 })
                 .collect()
@@ -111,7 +118,7 @@ impl Future for Notified<'_> {
                 }
                 let id = s.next_id;
                 s.next_id += 1;
-                s.waiters.push((id, Some(cx.waker().clone()), false));
+                s.waiters.push((id, Some(cx.waker().clone()), By::Not));
                 drop(s);
                 self.id = Some(id);
                 Poll::Pending
@@ -120,7 +127,7 @@ impl Future for Notified<'_> {
                 let Some(pos) = s.waiters.iter().position(|(i, _, _)| *i == id) else {
                     return Poll::Ready(());
                 };
-                if s.waiters[pos].2 {
+                if s.waiters[pos].2 != By::Not {
                     s.waiters.remove(pos);
                     drop(s);
                     self.id = None;
@@ -139,7 +146,8 @@ impl Drop for Notified<'_> {
         let pass_on = {
             let mut s = lock(&self.notify.state);
             match s.waiters.iter().position(|(i, _, _)| *i == id) {
-                Some(pos) => s.waiters.remove(pos).2,
+                // Only a notify_one is passed on; a notify_waiters wake-up is not a permit.
+                Some(pos) => s.waiters.remove(pos).2 == By::One,
                 None => false,
             }
         };
