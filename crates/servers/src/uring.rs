@@ -31,7 +31,7 @@ use iolab_http::Session;
 use slab::Slab;
 
 use crate::stats::ErrorKind;
-use crate::uring_common::{self as common, Gate, MAX_IOV, READ_BUF};
+use crate::uring_common::{self as common, Gate, StartLine, MAX_IOV, READ_BUF};
 use crate::Ctx;
 
 /// Accepts kept in flight on each worker's listener, as iocp2 kept `AcceptEx` calls posted.
@@ -40,19 +40,13 @@ pub const ACCEPTS_AHEAD: usize = 16;
 /// Serves `ctx` until its shutdown: one ring and one listener per worker thread.
 pub fn run(ctx: &Ctx) -> io::Result<()> {
     let n = common::worker_count(ctx.config.workers);
-    let listeners = common::listeners(ctx, n, false)?;
+    let sockets = common::bound_sockets(ctx, n, false)?;
     let gate = Gate::new(ctx.config.max_conns);
-    let listeners: Vec<_> = listeners
-        .into_iter()
-        .map(|l| std::sync::Mutex::new(Some(l)))
-        .collect();
-    common::run_workers(ctx, n, "uring", |i| {
-        let listener = listeners[i]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        let listener = listener.ok_or_else(|| io::Error::other("listener already taken"))?;
-        Worker::new(ctx, &gate, Source::Listener(listener))?.serve()
+    let start = StartLine::new(n);
+    common::run_workers(ctx, sockets, "uring", |_, sock| {
+        let worker = Worker::new(ctx, &gate, Source::Listener(sock));
+        start.arrive_and_wait(&ctx.shutdown);
+        worker?.serve()
     })
 }
 
@@ -203,6 +197,9 @@ impl<'a> Worker<'a> {
     }
 
     fn event_loop(&mut self) -> io::Result<()> {
+        if let Source::Listener(sock) = &self.source {
+            common::start_listening(sock, self.ctx.config.backlog)?;
+        }
         self.arm_stop()?;
         self.arm_tick()?;
         self.post_accepts()?;
@@ -297,9 +294,10 @@ impl<'a> Worker<'a> {
             return Ok(());
         }
         if self.stopping {
+            // Counted open by the accept thread: this is a close, not a refusal.
             common::close_fd(fd);
             self.gate.leave();
-            self.ctx.stats.refused();
+            self.ctx.stats.conn_closed();
             return Ok(());
         }
         self.open(fd)
@@ -308,7 +306,11 @@ impl<'a> Worker<'a> {
     // --- one connection's state machine ----------------------------------------------------
 
     fn open(&mut self, fd: RawFd) -> io::Result<()> {
-        self.ctx.stats.conn_opened();
+        // A handed-off socket was counted open by the accept thread when it admitted it, so
+        // that "open" never misses a connection on its way to a ring.
+        if let Source::Listener(_) = self.source {
+            self.ctx.stats.conn_opened();
+        }
         let key = self.conns.insert(Box::new(Conn {
             fd,
             step: Step::Receiving,

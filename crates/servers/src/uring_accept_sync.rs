@@ -8,21 +8,21 @@
 //! - one accept thread waits in `poll(2)` on the listening socket (and on the shutdown
 //!   eventfd, so that it can stop), then `accept4`s every connection queued — the blocking
 //!   accept of iocp1, without a blocking call that a stop request could not interrupt;
-//! - it checks `max_conns` (refused: closed at once and counted) and posts the descriptor into
-//!   a worker's ring with `IORING_OP_MSG_RING` (round robin over the workers): the worker sees
-//!   a completion whose result is the socket, exactly as iocp1's loop dequeued a packet;
+//! - it checks `max_conns` (refused: closed at once and counted), counts the connection open,
+//!   and posts the descriptor into a worker's ring with `IORING_OP_MSG_RING` (round robin
+//!   over the workers): the worker sees a completion whose result is the socket, exactly as
+//!   iocp1's loop dequeued a packet;
 //! - every worker runs the `uring` (iocp2) event loop and connection state machine
 //!   unchanged, minus its own accepts ([`crate::uring::Source::Handoff`]): the comparison
 //!   between the two models is the comparison of the two ways to accept.
 //!
 //! When it stops, the accept thread posts a last message ("no more sockets") into every
 //! ring; a worker returns only after it, so that no socket can be posted into a ring that
-//! nobody reaps any more.
+//! nobody reaps any more. The port takes connections only once every worker's ring exists.
 
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::mpsc;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use io_uring::{opcode, types, IoUring};
@@ -32,43 +32,46 @@ use crate::uring::{token, Op, Source, Worker};
 use crate::uring_common::{self as common, Gate};
 use crate::Ctx;
 
+/// What each thread of the server is.
+enum Role {
+    /// Runs a ring; sends the ring's descriptor to the accept thread once it exists.
+    Worker(mpsc::Sender<io::Result<RawFd>>),
+    /// The accept thread: the workers' ring descriptors, its own ring (only to submit the
+    /// MSG_RING posts) and the listening socket.
+    Acceptor(mpsc::Receiver<io::Result<RawFd>>, Box<IoUring>, OwnedFd),
+}
+
 pub fn run(ctx: &Ctx) -> io::Result<()> {
     let n = common::worker_count(ctx.config.workers);
-    let listener = common::listen(ctx.config.addr, ctx.config.backlog, false, true)?;
+    let listener = common::bind(ctx.config.addr, false, true)?;
     let gate = Gate::new(ctx.config.max_conns);
-    // The accept thread's own ring (only to submit the MSG_RING posts), created before any
-    // worker: a worker returns only after the accept thread's last post.
-    let own_ring = Mutex::new(Some(common::ring_with_entries(8)?));
-    // Each worker creates its ring on its own thread and sends the ring's descriptor to the
-    // accept thread (index n), the target of its posts. One sender per worker: if a worker
-    // dies before sending, the receiver sees fewer rings instead of waiting forever.
+    // Created here, before any worker: a worker returns only after the accept thread's
+    // last post, so the accept thread must be able to post whatever happens.
+    let own_ring = common::shared_ring(8)?;
+    // One sender per worker: if a worker dies before sending, the receiver sees fewer rings
+    // instead of waiting forever.
     let (tx, rx) = mpsc::channel::<io::Result<RawFd>>();
-    let senders: Vec<_> = (0..n).map(|_| Mutex::new(Some(tx.clone()))).collect();
+    let mut roles: Vec<Role> = (0..n).map(|_| Role::Worker(tx.clone())).collect();
     drop(tx);
-    let rx = Mutex::new(Some(rx));
-    common::run_workers(ctx, n + 1, "uring-accept-sync", |i| {
-        if i == n {
-            let rx = rx.lock().unwrap_or_else(|e| e.into_inner()).take();
-            let ring = own_ring.lock().unwrap_or_else(|e| e.into_inner()).take();
-            let (Some(rx), Some(ring)) = (rx, ring) else {
-                return Err(io::Error::other("accept thread started twice"));
-            };
+    roles.push(Role::Acceptor(rx, Box::new(own_ring), listener));
+    common::run_workers(ctx, roles, "uring-accept-sync", |_, role| match role {
+        Role::Acceptor(rx, ring, listener) => {
             let rings: Vec<io::Result<RawFd>> = rx.iter().take(n).collect();
-            return accept_thread(ctx, &gate, listener.as_raw_fd(), ring, n, rings);
+            accept_thread(ctx, &gate, &listener, *ring, n, rings)
         }
-        let tx = senders[i].lock().unwrap_or_else(|e| e.into_inner()).take();
-        let tx = tx.ok_or_else(|| io::Error::other("worker started twice"))?;
-        let worker =
-            common::ring().and_then(|ring| Worker::with_ring(ctx, &gate, Source::Handoff, ring));
-        match worker {
-            Ok(w) => {
-                let _ = tx.send(Ok(w.ring_fd()));
-                drop(tx);
-                w.serve()
-            }
-            Err(e) => {
-                let _ = tx.send(Err(io::Error::new(e.kind(), e.to_string())));
-                Err(e)
+        Role::Worker(tx) => {
+            let worker = common::ring()
+                .and_then(|ring| Worker::with_ring(ctx, &gate, Source::Handoff, ring));
+            match worker {
+                Ok(w) => {
+                    let _ = tx.send(Ok(w.ring_fd()));
+                    drop(tx);
+                    w.serve()
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(io::Error::new(e.kind(), e.to_string())));
+                    Err(e)
+                }
             }
         }
     })
@@ -79,7 +82,7 @@ pub fn run(ctx: &Ctx) -> io::Result<()> {
 fn accept_thread(
     ctx: &Ctx,
     gate: &Gate,
-    listener: RawFd,
+    listener: &OwnedFd,
     mut ring: IoUring,
     workers: usize,
     rings: Vec<io::Result<RawFd>>,
@@ -102,7 +105,9 @@ fn accept_thread(
             ctx.shutdown.trigger();
             Err(e)
         }
-        None => accept_loop(ctx, gate, listener, &mut ring, &targets),
+        // Every ring is ready: only now does the port take connections.
+        None => common::start_listening(listener, ctx.config.backlog)
+            .and_then(|()| accept_loop(ctx, gate, listener.as_raw_fd(), &mut ring, &targets)),
     };
     for &target in &targets {
         if let Err(e) = post(&mut ring, target, 0, token(0, Op::HandoffEnd)) {
@@ -178,12 +183,16 @@ fn accept_loop(
                 ctx.stats.refused();
                 continue;
             }
+            // Open from now on (the worker does not count it again): the counters never
+            // show a connection in transit as neither refused nor open.
+            ctx.stats.conn_opened();
             let target = targets[next];
             next = (next + 1) % targets.len();
             if let Err(e) = post(ring, target, fd, token(0, Op::Handoff)) {
                 common::close_fd(fd);
                 gate.leave();
                 ctx.stats.error(ErrorKind::of_io(&e));
+                ctx.stats.conn_closed();
             }
         }
     }

@@ -39,29 +39,23 @@ use slab::Slab;
 
 use crate::stats::{ErrorKind, Stats};
 use crate::uring;
-use crate::uring_common::{self as common, Gate, MAX_IOV, READ_BUF};
+use crate::uring_common::{self as common, Gate, StartLine, MAX_IOV, READ_BUF};
 use crate::{AcceptMode, Ctx, Shutdown};
 
 pub fn run(ctx: &Ctx) -> io::Result<()> {
     let n = common::worker_count(ctx.config.workers);
     let mode = ctx.config.accept;
-    let listeners = common::listeners(ctx, n, mode == AcceptMode::Sync)?;
+    let sockets = common::bound_sockets(ctx, n, mode == AcceptMode::Sync)?;
     let gate = Arc::new(Gate::new(ctx.config.max_conns));
-    let listeners: Vec<_> = listeners
-        .into_iter()
-        .map(|l| std::sync::Mutex::new(Some(l)))
-        .collect();
+    let start = StartLine::new(n);
     let name = match mode {
         AcceptMode::Sync => "uring-cr",
         AcceptMode::Async => "uring-cr-iocp",
     };
-    common::run_workers(ctx, n, name, |i| {
-        let listener = listeners[i]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        let listener = listener.ok_or_else(|| io::Error::other("listener already taken"))?;
-        Loop::new(ctx, Arc::clone(&gate), listener)?.serve()
+    common::run_workers(ctx, sockets, name, |_, sock| {
+        let worker = Loop::new(ctx, Arc::clone(&gate), sock);
+        start.arrive_and_wait(&ctx.shutdown);
+        worker?.serve()
     })
 }
 
@@ -102,6 +96,7 @@ pub struct Loop {
     ring: IoUring,
     listener: OwnedFd,
     mode: AcceptMode,
+    backlog: u32,
     site: Arc<Site>,
     stats: Arc<Stats>,
     shutdown: Arc<Shutdown>,
@@ -126,6 +121,7 @@ impl Loop {
             ring: common::ring()?,
             listener,
             mode: ctx.config.accept,
+            backlog: ctx.config.backlog,
             site: Arc::clone(&ctx.site),
             stats: Arc::clone(&ctx.stats),
             shutdown: Arc::clone(&ctx.shutdown),
@@ -181,6 +177,7 @@ impl Loop {
     }
 
     fn event_loop(&mut self) -> io::Result<()> {
+        common::start_listening(&self.listener, self.backlog)?;
         arm_stop(self)?;
         arm_tick(self)?;
         match self.mode {

@@ -22,12 +22,13 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, squeue, IoUring};
 
 use crate::stats::ErrorKind;
-use crate::Ctx;
+use crate::{Ctx, Shutdown};
 
 /// Size of a connection's receive buffer. One request line plus headers of a typical GET fits
 /// many times; larger header blocks arrive over several receives (the parser is incremental).
@@ -52,15 +53,10 @@ pub fn worker_count(workers: usize) -> usize {
     }
 }
 
-/// A TCP listening socket on `addr` with SO_REUSEADDR (restart without waiting for
-/// TIME_WAIT, seed 000 annex E.1), SO_REUSEPORT when several rings each own a listener (the
-/// kernel then spreads connections over them), and the configured backlog.
-pub fn listen(
-    addr: SocketAddr,
-    backlog: u32,
-    reuseport: bool,
-    nonblocking: bool,
-) -> io::Result<OwnedFd> {
+/// A TCP socket bound to `addr`, not listening yet (see [`start_listening`]), with
+/// SO_REUSEADDR (restart without waiting for TIME_WAIT, seed 000 annex E.1) and SO_REUSEPORT
+/// when several rings each own a listener (the kernel then spreads connections over them).
+pub fn bind(addr: SocketAddr, reuseport: bool, nonblocking: bool) -> io::Result<OwnedFd> {
     let domain = match addr {
         SocketAddr::V4(_) => libc::AF_INET,
         SocketAddr::V6(_) => libc::AF_INET6,
@@ -89,26 +85,38 @@ pub fn listen(
         let e = io::Error::last_os_error();
         return Err(io::Error::new(e.kind(), format!("cannot bind {addr}: {e}")));
     }
-    let backlog = backlog.min(i32::MAX as u32) as i32;
-    // SAFETY: listen(2) on our own socket.
-    if unsafe { libc::listen(fd, backlog) } < 0 {
-        let e = io::Error::last_os_error();
-        return Err(io::Error::new(
-            e.kind(),
-            format!("cannot listen on {addr}: {e}"),
-        ));
-    }
     Ok(sock)
 }
 
-/// The listeners of a model with one ring per worker: `n` sockets bound to the same address
-/// with SO_REUSEPORT (one only when `n` is 1). When the configured port is 0, the first bind
-/// picks the port and the others reuse it.
-pub fn listeners(ctx: &Ctx, n: usize, nonblocking: bool) -> io::Result<Vec<OwnedFd>> {
+/// Starts taking connections on a bound socket, with the configured backlog.
+///
+/// The models bind in `run` (an address in use fails at once) but call this only once every
+/// worker's ring is ready: the port then takes connections only when the server can serve
+/// them, and all of a running server's descriptors exist by the time it does.
+pub fn start_listening(sock: &OwnedFd, backlog: u32) -> io::Result<()> {
+    let backlog = backlog.min(i32::MAX as u32) as i32;
+    // SAFETY: listen(2) on our own socket.
+    if unsafe { libc::listen(sock.as_raw_fd(), backlog) } < 0 {
+        let e = io::Error::last_os_error();
+        let at = local_addr(sock.as_raw_fd())
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        return Err(io::Error::new(
+            e.kind(),
+            format!("cannot listen on {at}: {e}"),
+        ));
+    }
+    Ok(())
+}
+
+/// The listening sockets of a model with one ring per worker, bound but not listening yet:
+/// `n` sockets on the same address with SO_REUSEPORT (no SO_REUSEPORT when `n` is 1). When the
+/// configured port is 0, the first bind picks the port and the others reuse it.
+pub fn bound_sockets(ctx: &Ctx, n: usize, nonblocking: bool) -> io::Result<Vec<OwnedFd>> {
     let mut addr = ctx.config.addr;
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
-        let l = listen(addr, ctx.config.backlog, n > 1, nonblocking)?;
+        let l = bind(addr, n > 1, nonblocking)?;
         if addr.port() == 0 {
             addr = local_addr(l.as_raw_fd())?;
         }
@@ -193,12 +201,29 @@ pub fn ring() -> io::Result<IoUring> {
     ring_with_entries(RING_ENTRIES)
 }
 
-/// A ring with `entries` submission entries and four times as many completion entries.
-pub fn ring_with_entries(entries: u32) -> io::Result<IoUring> {
+/// A ring for a thread other than its creator (no single-issuer setup), with `entries`
+/// submission entries.
+pub fn shared_ring(entries: u32) -> io::Result<IoUring> {
     IoUring::builder()
         .setup_cqsize(entries * 4)
         .build(entries)
         .map_err(|e| io::Error::new(e.kind(), format!("cannot create an io_uring: {e}")))
+}
+
+/// A ring with `entries` submission entries and four times as many completion entries, to
+/// be used only by the thread that creates it.
+///
+/// Worker rings are submitted to by one thread only, the one that creates them, and are
+/// reaped only when that thread waits: IORING_SETUP_SINGLE_ISSUER | DEFER_TASKRUN let the
+/// kernel run completion work in that thread's `io_uring_enter` instead of interrupting it
+/// (kernel 6.1+; without them, a plain ring).
+pub fn ring_with_entries(entries: u32) -> io::Result<IoUring> {
+    let tuned = IoUring::builder()
+        .setup_cqsize(entries * 4)
+        .setup_single_issuer()
+        .setup_defer_taskrun()
+        .build(entries);
+    tuned.or_else(|_| shared_ring(entries))
 }
 
 /// Queues `entry`, first submitting what is queued when the submission queue is full.
@@ -349,21 +374,23 @@ pub fn error_kind(res: i32) -> ErrorKind {
     ErrorKind::of_io(&io::Error::from_raw_os_error(-res))
 }
 
-/// Runs `body(i)` on `n` named threads and waits for all of them. When one fails, the
-/// shutdown is triggered so that the others stop too, and the first error is returned.
-pub fn run_workers<F>(ctx: &Ctx, n: usize, name: &str, body: F) -> io::Result<()>
+/// Runs `body(i, item)` for each item on its own named thread and waits for all of them.
+/// When one fails, the shutdown is triggered so that the others stop too, and the first error
+/// is returned.
+pub fn run_workers<T, F>(ctx: &Ctx, items: Vec<T>, name: &str, body: F) -> io::Result<()>
 where
-    F: Fn(usize) -> io::Result<()> + Sync,
+    T: Send,
+    F: Fn(usize, T) -> io::Result<()> + Sync,
 {
     let body = &body;
     std::thread::scope(|s| {
-        let mut handles = Vec::with_capacity(n);
+        let mut handles = Vec::with_capacity(items.len());
         let mut first = Ok(());
-        for i in 0..n {
+        for (i, item) in items.into_iter().enumerate() {
             let spawned = std::thread::Builder::new()
                 .name(format!("{name}-{i}"))
                 .spawn_scoped(s, move || {
-                    let r = body(i);
+                    let r = body(i, item);
                     if r.is_err() {
                         ctx.shutdown.trigger();
                     }
@@ -393,4 +420,39 @@ where
         }
         first
     })
+}
+
+/// Lets worker threads start listening only once all of them are ready (rings created,
+/// buffers registered), or once a stop is requested (a worker failed to start).
+pub struct StartLine {
+    left: Mutex<usize>,
+    all_ready: Condvar,
+}
+
+impl StartLine {
+    pub fn new(workers: usize) -> StartLine {
+        StartLine {
+            left: Mutex::new(workers),
+            all_ready: Condvar::new(),
+        }
+    }
+
+    /// Counts this worker ready (whether or not it succeeded) and waits for the others.
+    pub fn arrive_and_wait(&self, shutdown: &Shutdown) {
+        let mut left = self.left.lock().unwrap_or_else(|e| e.into_inner());
+        *left = left.saturating_sub(1);
+        if *left == 0 {
+            self.all_ready.notify_all();
+            return;
+        }
+        while *left > 0 && !shutdown.is_triggered() {
+            // A worker thread that could not even start never arrives: the stop it triggers
+            // is seen within this period.
+            left = self
+                .all_ready
+                .wait_timeout(left, Duration::from_millis(50))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
 }

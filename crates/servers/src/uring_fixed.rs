@@ -37,7 +37,7 @@ use iolab_http::Session;
 
 use crate::stats::ErrorKind;
 use crate::uring::{self, token, Op};
-use crate::uring_common::{self as common, Gate, MAX_IOV, READ_BUF};
+use crate::uring_common::{self as common, Gate, StartLine, MAX_IOV, READ_BUF};
 use crate::Ctx;
 
 /// Largest receive arena registered (pinned) per worker.
@@ -45,20 +45,14 @@ pub const MAX_REGISTERED: usize = 256 << 20;
 
 pub fn run(ctx: &Ctx) -> io::Result<()> {
     let n = common::worker_count(ctx.config.workers);
-    let listeners = common::listeners(ctx, n, false)?;
+    let sockets = common::bound_sockets(ctx, n, false)?;
     let gate = Gate::new(ctx.config.max_conns);
     let slots = ctx.config.max_conns.max(1);
-    let listeners: Vec<_> = listeners
-        .into_iter()
-        .map(|l| std::sync::Mutex::new(Some(l)))
-        .collect();
-    common::run_workers(ctx, n, "uring-fixed", |i| {
-        let listener = listeners[i]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        let listener = listener.ok_or_else(|| io::Error::other("listener already taken"))?;
-        Worker::new(ctx, &gate, listener, slots)?.serve()
+    let start = StartLine::new(n);
+    common::run_workers(ctx, sockets, "uring-fixed", |_, sock| {
+        let worker = Worker::new(ctx, &gate, sock, slots);
+        start.arrive_and_wait(&ctx.shutdown);
+        worker?.serve()
     })
 }
 
@@ -181,6 +175,7 @@ impl<'a> Worker<'a> {
     }
 
     fn event_loop(&mut self) -> io::Result<()> {
+        common::start_listening(&self.listener, self.ctx.config.backlog)?;
         self.arm_stop()?;
         self.arm_tick()?;
         self.post_accepts()?;
