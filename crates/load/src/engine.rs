@@ -990,3 +990,37 @@ impl Worker<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errno_classification() {
+        assert_eq!(classify(libc::ECONNREFUSED), ErrorKind::Refused);
+        assert_eq!(classify(libc::ECONNRESET), ErrorKind::Reset);
+        assert_eq!(classify(libc::EPIPE), ErrorKind::Reset);
+        assert_eq!(classify(libc::ETIMEDOUT), ErrorKind::Timeout);
+        assert_eq!(classify(libc::EADDRNOTAVAIL), ErrorKind::PortExhaustion);
+        assert_eq!(classify(libc::EMFILE), ErrorKind::Emfile);
+        assert_eq!(classify(libc::ENFILE), ErrorKind::Emfile);
+        assert_eq!(classify(libc::EHOSTUNREACH), ErrorKind::Other);
+    }
+
+    #[test]
+    fn sockaddr_layout() {
+        let (ss, len) = sockaddr(&"127.0.0.1:8080".parse().unwrap());
+        assert_eq!(len as usize, std::mem::size_of::<libc::sockaddr_in>());
+        // SAFETY: sockaddr() wrote a sockaddr_in into the storage.
+        let sin = unsafe { &*(&ss as *const _ as *const libc::sockaddr_in) };
+        assert_eq!(sin.sin_family, libc::AF_INET as libc::sa_family_t);
+        assert_eq!(u16::from_be(sin.sin_port), 8080);
+        assert_eq!(sin.sin_addr.s_addr.to_ne_bytes(), [127, 0, 0, 1]);
+        let (ss, len) = sockaddr(&"[::1]:443".parse().unwrap());
+        assert_eq!(len as usize, std::mem::size_of::<libc::sockaddr_in6>());
+        // SAFETY: as above, a sockaddr_in6.
+        let sin6 = unsafe { &*(&ss as *const _ as *const libc::sockaddr_in6) };
+        assert_eq!(u16::from_be(sin6.sin6_port), 443);
+        assert_eq!(sin6.sin6_addr.s6_addr[15], 1);
+    }
+}
