@@ -482,3 +482,34 @@ impl<'a> Worker<'a> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_data_round_trips_key_and_operation() {
+        for op in Op::ALL {
+            for key in [0usize, 1, 255, 256, 1 << 40] {
+                assert_eq!(untoken(token(key, op)), (key, Some(op)));
+            }
+        }
+        assert_eq!(untoken(0).1, None, "operation byte 0 is no operation");
+    }
+}
+
+#[cfg(test)]
+mod serve_tests {
+    use crate::uring_common::testing::exercise;
+    use crate::AcceptMode;
+
+    #[test]
+    fn serves_one_worker() {
+        exercise(super::run, 1, AcceptMode::Async);
+    }
+
+    #[test]
+    fn serves_two_workers() {
+        exercise(super::run, 2, AcceptMode::Async);
+    }
+}

@@ -221,3 +221,19 @@ fn post(ring: &mut IoUring, target: RawFd, res: i32, user_data: u64) -> io::Resu
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod serve_tests {
+    use crate::uring_common::testing::exercise;
+    use crate::AcceptMode;
+
+    #[test]
+    fn serves_one_worker() {
+        exercise(super::run, 1, AcceptMode::Async);
+    }
+
+    #[test]
+    fn serves_two_workers() {
+        exercise(super::run, 2, AcceptMode::Async);
+    }
+}

@@ -449,3 +449,21 @@ fn on_stop(lp: &mut Loop) -> io::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod serve_tests {
+    use crate::uring_common::testing::exercise;
+    use crate::AcceptMode;
+
+    #[test]
+    fn serves_with_synchronous_accept_cr() {
+        exercise(super::run, 1, AcceptMode::Sync);
+        exercise(super::run, 2, AcceptMode::Sync);
+    }
+
+    #[test]
+    fn serves_with_accepts_on_the_ring_cr_iocp() {
+        exercise(super::run, 1, AcceptMode::Async);
+        exercise(super::run, 2, AcceptMode::Async);
+    }
+}

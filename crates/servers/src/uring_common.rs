@@ -456,3 +456,221 @@ impl StartLine {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gate_admits_up_to_max_and_frees_places() {
+        let g = Gate::new(2);
+        assert!(g.enter());
+        assert!(g.enter());
+        assert!(!g.enter(), "a third connection beyond max_conns = 2");
+        g.leave();
+        assert!(g.enter(), "a place freed by a close is taken again");
+        assert!(!g.enter());
+    }
+
+    #[test]
+    fn tick_is_a_quarter_of_the_timeout_within_bounds() {
+        assert_eq!(tick_period(Duration::from_secs(60)), Duration::from_secs(1));
+        assert_eq!(
+            tick_period(Duration::from_millis(500)),
+            Duration::from_millis(125)
+        );
+        assert_eq!(
+            tick_period(Duration::from_millis(1)),
+            Duration::from_millis(10)
+        );
+        assert_eq!(tick_period(Duration::ZERO), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn idle_expiry_and_zero_meaning_never() {
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_secs(5);
+        assert!(idle_expired(later, t0, Duration::from_secs(5)));
+        assert!(!idle_expired(later, t0, Duration::from_secs(6)));
+        assert!(!idle_expired(later, t0, Duration::ZERO), "0 = no timeout");
+    }
+
+    #[test]
+    fn error_kinds_of_completion_results() {
+        assert_eq!(error_kind(-libc::ECONNRESET), ErrorKind::Reset);
+        assert_eq!(error_kind(-libc::EPIPE), ErrorKind::Reset);
+        assert_eq!(error_kind(-libc::EBADF), ErrorKind::Io);
+    }
+
+    #[test]
+    fn sockets_share_a_port_and_take_connections_only_once_listening() {
+        let a = bind("127.0.0.1:0".parse().unwrap(), true, false).unwrap();
+        let addr = local_addr(a.as_raw_fd()).unwrap();
+        assert_ne!(addr.port(), 0);
+        let b = bind(addr, true, false).unwrap();
+        assert_eq!(local_addr(b.as_raw_fd()).unwrap(), addr);
+        assert!(
+            std::net::TcpStream::connect(addr).is_err(),
+            "bound but not listening must refuse"
+        );
+        start_listening(&a, 16).unwrap();
+        start_listening(&b, 16).unwrap();
+        std::net::TcpStream::connect(addr).unwrap();
+    }
+
+    #[test]
+    fn an_address_in_use_is_a_clear_error() {
+        let a = bind("127.0.0.1:0".parse().unwrap(), false, false).unwrap();
+        start_listening(&a, 16).unwrap();
+        let addr = local_addr(a.as_raw_fd()).unwrap();
+        let e = bind(addr, false, false).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AddrInUse);
+        assert!(e.to_string().contains(&addr.to_string()), "{e}");
+    }
+
+    #[test]
+    fn start_line_releases_everyone_once_all_arrive_or_on_stop() {
+        let shutdown = Shutdown::new().unwrap();
+        let line = StartLine::new(3);
+        std::thread::scope(|s| {
+            for _ in 0..3 {
+                s.spawn(|| line.arrive_and_wait(&shutdown));
+            }
+        });
+        // One worker never arrives: the stop request releases the others.
+        let line = StartLine::new(2);
+        std::thread::scope(|s| {
+            let h = s.spawn(|| line.arrive_and_wait(&shutdown));
+            std::thread::sleep(Duration::from_millis(100));
+            assert!(!h.is_finished(), "released before the others arrived");
+            shutdown.trigger();
+            h.join().unwrap();
+        });
+    }
+}
+
+/// An in-process exercise of a model, shared by the io_uring models' unit tests (the common
+/// suite in tests/models.rs runs the `iolab` binary; this one also covers settings it does
+/// not pass, such as `--accept sync` and several workers).
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::io::{self, Read, Write};
+    use std::net::{SocketAddr, TcpStream};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::{Duration, Instant};
+
+    use crate::{AcceptMode, Config, Ctx, Stats};
+
+    /// Reads one response with a Content-Length body; returns (head, body).
+    fn response(s: &mut TcpStream) -> (String, Vec<u8>) {
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            s.read_exact(&mut byte).expect("response head");
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8(head).unwrap();
+        let len: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("Content-Length: "))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("Content-Length");
+        let mut body = vec![0u8; len];
+        s.read_exact(&mut body).expect("response body");
+        (head, body)
+    }
+
+    /// Serves a temp root with `run` (`workers` rings, `accept` mode), drives real requests
+    /// through it, stops it, and checks the answers and the counters.
+    pub(crate) fn exercise(run: fn(&Ctx) -> io::Result<()>, workers: usize, accept: AcceptMode) {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "iolab-uring-unit-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let small = b"<html>uring unit</html>\n".to_vec();
+        let big: Vec<u8> = (0..700_000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+            .collect();
+        std::fs::write(dir.join("small.html"), &small).unwrap();
+        std::fs::write(dir.join("big.bin"), &big).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let config = Config {
+            root: dir.clone(),
+            addr,
+            workers,
+            accept,
+            ..Config::default()
+        };
+        let ctx = Ctx::new(config, Stats::private()).unwrap();
+        let result = std::thread::scope(|s| {
+            let server = s.spawn(|| run(&ctx));
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let mut c = loop {
+                match TcpStream::connect(addr) {
+                    Ok(c) => break c,
+                    Err(e) => {
+                        assert!(
+                            Instant::now() < deadline && !server.is_finished(),
+                            "server not up: {e}"
+                        );
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                }
+            };
+            c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            // Keep-alive: three requests on one connection.
+            for _ in 0..3 {
+                c.write_all(b"GET /small.html HTTP/1.1\r\nHost: t\r\n\r\n")
+                    .unwrap();
+                let (head, body) = response(&mut c);
+                assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+                assert_eq!(body, small);
+            }
+            // Two pipelined requests in one write, answered in order.
+            c.write_all(
+                b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\nGET /nope HTTP/1.1\r\nHost: t\r\n\r\n",
+            )
+            .unwrap();
+            let (head, body) = response(&mut c);
+            assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+            assert!(body == big, "700 KB body differs");
+            let (head, _) = response(&mut c);
+            assert!(head.starts_with("HTTP/1.1 404 "), "{head}");
+            // A client gone in the middle of the 700 KB response.
+            let mut d = TcpStream::connect(addr).unwrap();
+            d.write_all(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n")
+                .unwrap();
+            let mut some = [0u8; 100];
+            d.read_exact(&mut some).unwrap();
+            drop(d);
+            drop(c);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while ctx.stats.snapshot().open != 0 {
+                assert!(
+                    Instant::now() < deadline,
+                    "connections still open: {:?}",
+                    ctx.stats.snapshot()
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            ctx.shutdown.trigger();
+            server.join().expect("server thread panicked")
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+        result.expect("model returned an error");
+        let s = ctx.stats.snapshot();
+        assert_eq!(
+            (s.open, s.accepted, s.requests, s.refused),
+            (0, 2, 6, 0),
+            "{s:?}"
+        );
+    }
+}

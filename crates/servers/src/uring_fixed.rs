@@ -428,3 +428,19 @@ impl<'a> Worker<'a> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod serve_tests {
+    use crate::uring_common::testing::exercise;
+    use crate::AcceptMode;
+
+    #[test]
+    fn serves_one_worker() {
+        exercise(super::run, 1, AcceptMode::Async);
+    }
+
+    #[test]
+    fn serves_two_workers() {
+        exercise(super::run, 2, AcceptMode::Async);
+    }
+}
