@@ -178,18 +178,21 @@ fn bytes_per_task(n: u64) -> anyhow::Result<f64> {
 
 async fn iolab_serve(s: iolab_runtime::net::TcpStream) {
     let _ = s.set_nodelay(true);
+    // Owned buffers: the read buffer keeps its 4 KiB; what was read goes out in a second
+    // buffer (a copy of n bytes, where tokio writes from a borrowed slice).
     let mut buf = vec![0u8; 4096];
+    let mut out = Vec::with_capacity(4096);
     loop {
-        buf.resize(4096, 0);
         let (r, b) = s.read(buf).await;
         buf = b;
         let n = match r {
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
-        buf.truncate(n);
-        let (r, b) = s.write_all(buf).await;
-        buf = b;
+        out.clear();
+        out.extend_from_slice(&buf[..n]);
+        let (r, o) = s.write_all(out).await;
+        out = o;
         if r.is_err() {
             return;
         }
