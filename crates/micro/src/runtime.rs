@@ -435,7 +435,7 @@ pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
         json!(""),
     ]);
     t.row(vec![
-        json!("memory per parked task (RSS / 1M)"),
+        json!("memory per parked task (RSS growth / tasks)"),
         num(bpt),
         json!("bytes"),
         json!("<= 256"),

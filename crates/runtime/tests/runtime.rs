@@ -240,10 +240,11 @@ fn detach_does_not_stall_other_tasks() {
         );
         ticker.await.unwrap();
         let ticks = ticks.borrow();
-        // While the jobs slept, the loop kept ticking: no gap near the 200 ms a stall gives.
+        // While the jobs slept, the loop kept ticking: a job run on the loop itself would
+        // leave a gap of at least 200 ms (the margin absorbs a busy shared machine).
         let max_gap = ticks.windows(2).map(|w| w[1] - w[0]).max().unwrap();
         assert!(
-            max_gap < Duration::from_millis(150),
+            max_gap < Duration::from_millis(190),
             "ticker stalled for {max_gap:?}"
         );
         let during = ticks
