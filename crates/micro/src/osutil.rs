@@ -98,6 +98,18 @@ fn rusage(who: libc::c_int) -> Usage {
     }
 }
 
+/// CPU time (user + system) consumed by the calling thread, in ns. Unlike wall time it does
+/// not grow while the thread waits for a CPU, which matters on a shared machine.
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Usage of the calling thread.
 pub fn thread_usage() -> Usage {
     rusage(libc::RUSAGE_THREAD)
@@ -226,5 +238,11 @@ mod tests {
         assert!(rss_kib() > 0);
         assert!(hwm_kib() >= rss_kib());
         assert!(gettid() > 0);
+        let c0 = thread_cpu_ns();
+        let mut x = 0u64;
+        for i in 0..2_000_000u64 {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+        }
+        assert!(thread_cpu_ns() > c0, "{x}");
     }
 }

@@ -23,8 +23,10 @@
 //!
 //! JSON fields: `"pairs"` (push+pop pairs asked per point), `"depths"`, `"batch"`,
 //! `"cq_entries"` (the CQ ring size obtained), `"nodrop"` (IORING_FEAT_NODROP), `"points"`:
-//! `[{variant, depth, pairs, ns_per_pair, status}]` (pairs actually run: a point stops early
-//! at its time budget), `"main_result"` (one sentence for the report), `"tables"`,
+//! `[{variant, depth, pairs, ns_per_pair, wall_ns_per_pair, status}]` (pairs actually run: a
+//! point stops early at its time budget; `ns_per_pair` is the measuring thread's CPU time —
+//! user + system, CLOCK_THREAD_CPUTIME_ID — per pair, so that time spent waiting for a CPU on
+//! a shared machine is not counted; `wall_ns_per_pair` is wall time), `"main_result"` (one sentence for the report), `"tables"`,
 //! `"figures"`.
 
 use std::collections::VecDeque;
@@ -260,12 +262,20 @@ impl Variant {
 }
 
 /// Runs `pairs` push/pop pairs (stopping at `budget`); returns (pairs run, ns per pair).
+/// Pairs run, and ns per pair of the thread's CPU time and of wall time.
+#[derive(Debug, Clone, Copy)]
+struct Timing {
+    pairs: u64,
+    cpu_ns: f64,
+    wall_ns: f64,
+}
+
 fn run_user<Q: UserQueue>(
     q: &mut Q,
     depth: usize,
     pairs: u64,
     budget: Duration,
-) -> anyhow::Result<(u64, f64)> {
+) -> anyhow::Result<Timing> {
     for i in 0..depth {
         q.push(Packet {
             user_data: i as u64,
@@ -274,6 +284,7 @@ fn run_user<Q: UserQueue>(
         });
     }
     let t0 = Instant::now();
+    let c0 = crate::osutil::thread_cpu_ns();
     let mut done = 0u64;
     let mut id = depth as u64;
     'outer: while done < pairs {
@@ -295,7 +306,12 @@ fn run_user<Q: UserQueue>(
             break 'outer;
         }
     }
-    Ok((done, t0.elapsed().as_nanos() as f64 / done.max(1) as f64))
+    let cpu = crate::osutil::thread_cpu_ns() - c0;
+    Ok(Timing {
+        pairs: done,
+        cpu_ns: cpu as f64 / done.max(1) as f64,
+        wall_ns: t0.elapsed().as_nanos() as f64 / done.max(1) as f64,
+    })
 }
 
 fn run_ring(
@@ -304,7 +320,7 @@ fn run_ring(
     depth: usize,
     pairs: u64,
     budget: Duration,
-) -> anyhow::Result<(u64, f64, u32, bool)> {
+) -> anyhow::Result<(Timing, u32, bool)> {
     let mut q = RingQueue::new(op)?;
     let cq_entries = q.ring.params().cq_entries();
     let nodrop = q.ring.params().is_feature_nodrop();
@@ -316,6 +332,7 @@ fn run_ring(
         left -= k;
     }
     let t0 = Instant::now();
+    let c0 = crate::osutil::thread_cpu_ns();
     let mut done = 0u64;
     let batch = batch.max(1);
     while done < pairs {
@@ -329,8 +346,13 @@ fn run_ring(
             break;
         }
     }
-    let ns = t0.elapsed().as_nanos() as f64 / done.max(1) as f64;
-    Ok((done, ns, cq_entries, nodrop))
+    let cpu = crate::osutil::thread_cpu_ns() - c0;
+    let t = Timing {
+        pairs: done,
+        cpu_ns: cpu as f64 / done.max(1) as f64,
+        wall_ns: t0.elapsed().as_nanos() as f64 / done.max(1) as f64,
+    };
+    Ok((t, cq_entries, nodrop))
 }
 
 pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
@@ -344,7 +366,7 @@ pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
     } else {
         (
             10_000_000,
-            Duration::from_secs(3),
+            Duration::from_secs(2),
             vec![1, 10, 100, 1_000, 10_000, 100_000, 1_000_000],
         )
     };
@@ -374,10 +396,10 @@ pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
         let mut row = vec![json!(v.name())];
         for &d in &depths {
             let r = match v {
-                Variant::Ring(op, b) => run_ring(op, b, d, pairs, budget).map(|(n, ns, cq, nd)| {
+                Variant::Ring(op, b) => run_ring(op, b, d, pairs, budget).map(|(t, cq, nd)| {
                     cq_entries = cq;
                     nodrop = nd;
-                    (n, ns)
+                    t
                 }),
                 Variant::VecDeque => run_user(&mut VecDeque::new(), d, pairs, budget),
                 Variant::Mutex => run_user(&mut MutexQueue::default(), d, pairs, budget),
@@ -391,14 +413,19 @@ pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
                 }
             };
             match r {
-                Ok((n, ns)) => {
+                Ok(t) => {
+                    let ns = t.cpu_ns;
                     fig.point(&v.name(), d as f64, ns);
                     row.push(num(ns));
-                    points.push(json!({"variant": v.name(), "depth": d, "pairs": n, "ns_per_pair": num(ns), "status": "ok"}));
+                    points.push(json!({"variant": v.name(), "depth": d, "pairs": t.pairs, "ns_per_pair": num(ns),
+                        "wall_ns_per_pair": num(t.wall_ns), "status": "ok"}));
                 }
                 Err(e) => {
                     row.push(json!(format!("failed: {e:#}")));
-                    points.push(json!({"variant": v.name(), "depth": d, "pairs": 0, "ns_per_pair": null, "status": format!("{e:#}")}));
+                    points.push(
+                        json!({"variant": v.name(), "depth": d, "pairs": 0, "ns_per_pair": null,
+                        "wall_ns_per_pair": null, "status": format!("{e:#}")}),
+                    );
                 }
             }
         }
@@ -430,7 +457,8 @@ pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
         table.row(r);
     }
     let table = table.with_note(format!(
-        "{pairs} pairs per point (fewer if a point reaches its {} ms budget); batch = {BATCH} pushes in one io_uring_enter then {BATCH} pops. \
+        "ns = CPU time of the measuring thread (user + system: the kernel's work for io_uring_enter included) per pair, not wall time, so that waiting for a CPU on a shared machine does not count (wall time in points[].wall_ns_per_pair). \
+         {pairs} pairs per point (fewer if a point reaches its {} ms budget); batch = {BATCH} pushes in one io_uring_enter then {BATCH} pops. \
          CQ ring: {cq_entries} entries (IORING_SETUP_CQSIZE, clamped), IORING_FEAT_NODROP: {nodrop}; deeper queues live on the kernel's overflow list and are moved into the ring when we enter the kernel to wait. \
          A ring pop is a read of shared memory; a push is a system call. std's Condvar::notify_one always makes a futex-wake system call, which is why the Mutex+Condvar queue costs a system call per push even single-threaded. {main_result}",
         budget.as_millis()
