@@ -9,15 +9,15 @@
 //!   with its own listener on the same port (SO_REUSEPORT spreads connections over them);
 //! - `AcceptEx` posted ahead is [`ACCEPTS_AHEAD`] `IORING_OP_ACCEPT`s kept in flight; each one
 //!   is re-posted as soon as it completes;
-//! - the client environment is a [`Conn`] allocated when its socket is accepted and freed when
+//! - the client environment is a `Conn` allocated when its socket is accepted and freed when
 //!   its close completes (a slab of boxes: the box never moves, so the kernel can hold
 //!   pointers into it while an operation is in flight);
 //! - the `OVERLAPPED` pointer is the SQE's `user_data`: (slab key, operation);
-//! - "the next function to run" is [`Step`], the one thing each connection waits for, set
+//! - "the next function to run" is `Step`, the one thing each connection waits for, set
 //!   where the operation is submitted and matched when it completes.
 //!
 //! `uring-accept-sync` (iocp1) reuses this worker unchanged except for where sockets come
-//! from ([`Source::Handoff`]): exactly the one difference between iocp1 and iocp2.
+//! from (`Source::Handoff`): exactly the one difference between iocp1 and iocp2.
 //!
 //! Idle timeout and shutdown: see [`crate::uring_common`].
 

@@ -13,7 +13,7 @@
 //!   over the workers): the worker sees a completion whose result is the socket, exactly as
 //!   iocp1's loop dequeued a packet;
 //! - every worker runs the `uring` (iocp2) event loop and connection state machine
-//!   unchanged, minus its own accepts ([`crate::uring::Source::Handoff`]): the comparison
+//!   unchanged, minus its own accepts (`Source::Handoff` in `uring`): the comparison
 //!   between the two models is the comparison of the two ways to accept.
 //!
 //! When it stops, the accept thread posts a last message ("no more sockets") into every

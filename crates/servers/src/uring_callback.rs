@@ -8,7 +8,7 @@
 //! the address of that box, as the `OVERLAPPED` led to the routine. Each worker thread
 //! (`workers`, 0 = one per core) owns a ring and its own listener (SO_REUSEPORT); only the
 //! thread that submitted an operation reaps its completion and runs its callback — the APC
-//! rule. A connection has no state record in a table: its state ([`Conn`]) is owned by the
+//! rule. A connection has no state record in a table: its state (`Conn`) is owned by the
 //! callback of the one operation it has in flight, and moves on to the next callback — the
 //! continuation-passing style the seed's routines were written in.
 //!

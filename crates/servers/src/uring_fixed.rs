@@ -4,9 +4,9 @@
 //! client environments allocated once, at start, in a fixed number — the number of
 //! connections the server can hold — instead of on demand. Here, as in [`crate::uring`]:
 //! one ring and one listener per worker, [`uring::ACCEPTS_AHEAD`] accepts kept posted, the
-//! same explicit [`Step`] per connection, `user_data` = (slot, operation). The difference:
+//! same explicit `Step` per connection, `user_data` = (slot, operation). The difference:
 //!
-//! - each worker allocates at start a fixed array of `max_conns` [`Slot`]s and one arena
+//! - each worker allocates at start a fixed array of `max_conns` `Slot`s and one arena
 //!   holding every slot's receive buffer; a free list of slot numbers (allocated at start
 //!   too) gives a slot to an accepted socket and takes it back when its close completes.
 //!   Every worker can hold the whole `max_conns` because SO_REUSEPORT spreads connections
