@@ -217,3 +217,68 @@ fn chromium_renders_the_figures() {
     let _ = std::fs::remove_dir_all(tempdir("chromium-profile"));
     done();
 }
+
+/// `iolab serve` processes whose command line mentions `needle`.
+fn servers_with(needle: &str) -> Vec<String> {
+    let ps = Command::new("ps")
+        .args(["-eo", "pid,args"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&ps.stdout)
+        .lines()
+        .filter(|l| l.contains(" serve ") && l.contains(needle))
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn ctrl_c_stops_every_server() {
+    let dir = tempdir("sigint");
+    let mut lab = Command::new(env!("CARGO_BIN_EXE_iolab"))
+        .args([
+            "lab",
+            "--profile",
+            "tiny",
+            "--models",
+            "threads,epoll",
+            "--peers",
+            "none",
+            "--no-micro",
+            "--repeat",
+            "50",
+            "--out",
+        ])
+        .arg(&dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let needle = dir.to_str().unwrap().to_string();
+    let t0 = std::time::Instant::now();
+    while servers_with(&needle).is_empty() {
+        assert!(t0.elapsed().as_secs() < 60, "no server started within 60 s");
+        assert!(
+            lab.try_wait().unwrap().is_none(),
+            "the lab ended before a server started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let kill = Command::new("kill")
+        .args(["-INT", &lab.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status = lab.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "exit status after SIGINT");
+    // The handler waits for its children; give the kernel a moment to reap them.
+    let t1 = std::time::Instant::now();
+    while !servers_with(&needle).is_empty() && t1.elapsed().as_secs() < 5 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(
+        servers_with(&needle).is_empty(),
+        "servers left behind: {:?}",
+        servers_with(&needle)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -206,6 +206,23 @@ impl Sampler {
     }
 }
 
+/// Lets the server finish with the previous point's connections (abandoned ones included)
+/// before the next point starts: waits, up to 3 s, for its open connections to reach zero.
+fn settle(srv: &ServerProc) {
+    let reader = srv
+        .stats_path
+        .as_deref()
+        .and_then(|p| iolab_servers::stats::StatsReader::open(p).ok());
+    let Some(reader) = reader else {
+        std::thread::sleep(Duration::from_millis(100));
+        return;
+    };
+    let t0 = Instant::now();
+    while reader.snapshot().open > 0 && t0.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Allowed CPUs of this process.
 fn allowed_cpus() -> Vec<usize> {
     // SAFETY: sched_getaffinity fills the zeroed set we own.
@@ -626,7 +643,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
     // Reserve for writing the report and shutting servers down.
     let deadline = plan
         .budget
-        .map(|b| t0 + b.saturating_sub(Duration::from_secs(25)));
+        .map(|b| t0 + b.saturating_sub(Duration::from_secs(40)));
     let mut prog = Progress {
         t0,
         points0: Instant::now(),
@@ -733,6 +750,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
                     Some(ps) => Duration::from_secs_f64((ps * 3.0).max(1.5) + 1.5),
                     None => Duration::from_secs(3600),
                 };
+                settle(&srv);
                 let want_trace = rep == 0 && mode == "close" && Some(&c) == plan.levels.last();
                 prog.done += 1;
                 match run_point(
@@ -844,9 +862,10 @@ fn method(plan: &Plan, sources: &[std::net::IpAddr], opts: &Options) -> BTreeMap
     m.insert(
         "steady-state filter".into(),
         format!(
-            "means over the requests started while the client had the requested concurrency in flight (within {:.0}%; requests stalled in a SYN retransmit do not count, the client's turnaround between requests up to {} ms does) and the server did not hold more; SYN-retried (connect >= {} ms) and failed requests are counted, never averaged",
+            "means over the requests started while the client had the requested concurrency in flight (within {:.0}%; requests stalled in a SYN retransmit do not count, the client's own turnaround between requests, up to half the median response time within {}..{} ms, does) and the server did not hold more; SYN-retried (connect >= {} ms) and failed requests are counted, never averaged",
             steady::DEFAULT_TOLERANCE * 100.0,
             steady::BRIDGE_US / 1000,
+            steady::BRIDGE_MAX_US / 1000,
             steady::SYN_RETRY_CONNECT_US / 1000
         ),
     );

@@ -299,10 +299,22 @@ pub fn summary(r: &Results) -> Vec<String> {
     }
     let ka_levels = r.levels("small", "keepalive");
     if let Some(&c) = ka_levels.last() {
-        let mut ka: Vec<&Point> = names(r)
+        let all: Vec<&Point> = names(r)
             .iter()
             .filter_map(|n| r.point(n, "small", "keepalive", c))
             .collect();
+        let dead: Vec<&str> = all
+            .iter()
+            .filter(|p| p.metrics.rps <= 0.0)
+            .map(|p| p.model.as_str())
+            .collect();
+        if !dead.is_empty() {
+            out.push(format!(
+                "With keep-alive at {c} connections, {} completed no request in the time given.",
+                dead.join(", ")
+            ));
+        }
+        let mut ka: Vec<&Point> = all.into_iter().filter(|p| p.metrics.rps > 0.0).collect();
         ka.sort_by(|a, b| b.metrics.rps.total_cmp(&a.metrics.rps));
         if let (Some(first), Some(last)) = (ka.first(), ka.last()) {
             out.push(format!(
@@ -504,7 +516,8 @@ pub fn render(r: &Results) -> String {
         esc(&ms("kernel")),
         esc(&r.command)
     );
-    out.push_str("<h2>What the figures show</h2><ul>");
+    out.push_str(r##"<nav><a href="#small">small file</a> · <a href="#big">700 KB file</a> · <a href="#keepalive">keep-alive</a> · <a href="#points">all points</a> · <a href="#micro">microbenchmarks</a> · <a href="#machine">machine and settings</a></nav>"##);
+    out.push_str(r#"<h2 id="summary">What the figures show</h2><ul>"#);
     for s in summary(r) {
         let _ = write!(out, "<li>{}</li>", esc(&s));
     }
@@ -522,7 +535,7 @@ pub fn render(r: &Results) -> String {
     for (file, label) in FILES {
         let _ = write!(
             out,
-            "<h2>{} — a new connection per request</h2>",
+            r#"<h2 id="{file}">{} — a new connection per request</h2>"#,
             esc(&capitalise(label))
         );
         out.push_str(&figure1(r, file, label, num));
@@ -531,18 +544,26 @@ pub fn render(r: &Results) -> String {
         num += 1;
         out.push_str(&error_table(r, file));
     }
-    out.push_str("<h2>Keep-alive throughput</h2>");
+    out.push_str(r#"<h2 id="keepalive">Keep-alive throughput</h2>"#);
     out.push_str(&keepalive_section(r, num));
     num += 1;
-    out.push_str("<h2>All points</h2>");
+    out.push_str(r#"<h2 id="points">All points</h2>"#);
     out.push_str(&points_table(r));
     out.push_str(&servers_table(r));
-    out.push_str("<h2>Microbenchmarks</h2>");
+    out.push_str(r#"<h2 id="micro">Microbenchmarks</h2>"#);
     if r.micro.is_empty() && r.micro_failures.is_empty() {
         out.push_str("<p>Not run (<code>--no-micro</code>).</p>");
     }
-    for (name, v) in &r.micro {
-        out.push_str(&micro_block(name, v, &mut num));
+    // In the order `iolab micro all` runs them, then any other.
+    let mut names: Vec<&String> = r.micro.keys().collect();
+    names.sort_by_key(|n| {
+        iolab_micro::NAMES
+            .iter()
+            .position(|k| k == n)
+            .unwrap_or(usize::MAX)
+    });
+    for name in names {
+        out.push_str(&micro_block(name, &r.micro[name], &mut num));
     }
     for (name, e) in &r.micro_failures {
         let _ = write!(
@@ -552,7 +573,7 @@ pub fn render(r: &Results) -> String {
             esc(e)
         );
     }
-    out.push_str("<h2>Machine and settings</h2>");
+    out.push_str(r#"<h2 id="machine">Machine and settings</h2>"#);
     out.push_str(&kv_table("Settings that decide the result", &r.settings));
     out.push_str(&kv_table("Method", &r.method));
     out.push_str("</body></html>\n");
