@@ -30,7 +30,14 @@ pub struct Opts {
 }
 
 /// Every benchmark name, in the order `micro all` runs them.
-pub const NAMES: [&str; 6] = ["runtime", "ctxswitch", "queue", "syscalls", "echo", "limits"];
+pub const NAMES: [&str; 6] = [
+    "runtime",
+    "ctxswitch",
+    "queue",
+    "syscalls",
+    "echo",
+    "limits",
+];
 
 pub fn run_named(name: &str, opts: &Opts) -> anyhow::Result<serde_json::Value> {
     match name {
@@ -40,6 +47,9 @@ pub fn run_named(name: &str, opts: &Opts) -> anyhow::Result<serde_json::Value> {
         "syscalls" => syscalls::run(opts),
         "echo" => echo::run(opts),
         "limits" => limits::run(opts),
-        other => anyhow::bail!("unknown microbenchmark {other:?}; known: {}", NAMES.join(", ")),
+        other => anyhow::bail!(
+            "unknown microbenchmark {other:?}; known: {}",
+            NAMES.join(", ")
+        ),
     }
 }

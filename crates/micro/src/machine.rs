@@ -60,14 +60,19 @@ impl Machine {
                 sysctls.insert(name.to_string(), v);
             }
         }
-        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
         // SAFETY: getrlimit writes into the rlimit we pass.
         unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
         Machine {
             hostname: read_trim("/proc/sys/kernel/hostname").unwrap_or_default(),
             kernel: read_trim("/proc/sys/kernel/osrelease").unwrap_or_default(),
             cpu_model,
-            cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            cpus: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
             mem_total_kib,
             sysctls,
             nofile_soft: lim.rlim_cur,
@@ -86,7 +91,10 @@ impl Machine {
             self.cpu_model,
             self.cpus,
             self.kernel,
-            self.sysctls.get("net.core.somaxconn").map(String::as_str).unwrap_or("?"),
+            self.sysctls
+                .get("net.core.somaxconn")
+                .map(String::as_str)
+                .unwrap_or("?"),
             self.nofile_soft
         )
     }
