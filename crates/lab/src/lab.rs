@@ -207,7 +207,7 @@ impl Sampler {
 }
 
 /// Lets the server finish with the previous point's connections (abandoned ones included)
-/// before the next point starts: waits, up to 3 s, for its open connections to reach zero.
+/// before the next point starts: waits, up to 1 s, for its open connections to reach zero.
 fn settle(srv: &ServerProc) {
     let reader = srv
         .stats_path
@@ -218,7 +218,7 @@ fn settle(srv: &ServerProc) {
         return;
     };
     let t0 = Instant::now();
-    while reader.snapshot().open > 0 && t0.elapsed() < Duration::from_secs(3) {
+    while reader.snapshot().open > 0 && t0.elapsed() < Duration::from_secs(1) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }

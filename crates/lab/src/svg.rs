@@ -207,6 +207,15 @@ pub fn fmt_tick(v: f64) -> String {
     }
 }
 
+/// `s` cut to `max` characters with an ellipsis (legends have a fixed width).
+pub fn ellipsize(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        s.chars().take(max.saturating_sub(1)).collect::<String>() + "…"
+    }
+}
+
 /// One curve of a line chart.
 #[derive(Debug, Clone)]
 pub struct Series {
@@ -225,10 +234,10 @@ pub struct LineChart {
     pub series: Vec<Series>,
 }
 
-const W: f64 = 820.0;
+const W: f64 = 900.0;
 const H: f64 = 420.0;
 const ML: f64 = 70.0;
-const MR: f64 = 200.0;
+const MR: f64 = 270.0;
 const MT: f64 = 36.0;
 const MB: f64 = 52.0;
 
@@ -373,6 +382,7 @@ pub fn line_chart(c: &LineChart) -> String {
             ""
         };
         let name = esc(&s.name);
+        let short = esc(&ellipsize(&s.name, 38));
         let _ = write!(out, r#"<g class="series" data-name="{name}">"#);
         if px.len() > 1 {
             let _ = write!(
@@ -398,7 +408,7 @@ pub fn line_chart(c: &LineChart) -> String {
         };
         let _ = write!(
             out,
-            r#"<line x1="{lx:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{col}" stroke-width="2"{dash}/><circle cx="{:.1}" cy="{ly:.1}" r="3" fill="{col}"/><text x="{:.1}" y="{:.1}" font-size="11">{name}{note}</text>"#,
+            r#"<line x1="{lx:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{col}" stroke-width="2"{dash}/><circle cx="{:.1}" cy="{ly:.1}" r="3" fill="{col}"/><text x="{:.1}" y="{:.1}" font-size="11">{short}{note}<title>{name}</title></text>"#,
             lx + 22.0,
             lx + 11.0,
             lx + 28.0,
@@ -685,6 +695,16 @@ mod tests {
         assert_eq!(fmt_tick(0.02), "0.02");
         assert_eq!(fmt_tick(0.001), "0.001");
         assert_eq!(fmt_tick(f64::NAN), "?");
+    }
+
+    #[test]
+    fn ellipsis() {
+        assert_eq!(ellipsize("short", 10), "short");
+        assert_eq!(
+            ellipsize("io_uring MSG_RING self, batch 32", 10),
+            "io_uring …"
+        );
+        assert_eq!(ellipsize("ééééé", 3), "éé…");
     }
 
     #[test]
