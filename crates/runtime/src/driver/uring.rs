@@ -243,6 +243,12 @@ impl Uring {
                 let rec = &mut self.records[key];
                 rec.state = State::Orphan;
                 rec.waker = None;
+                // Hand the operation and its cancel to the kernel now, not at the next turn:
+                // the caller may close the descriptor right after dropping the future, and a
+                // reused descriptor number must not meet a still-queued SQE. Once submitted,
+                // the kernel holds its own reference to the file.
+                self.flush_backlog();
+                let _ = self.ring.submit();
             }
         }
     }
