@@ -114,6 +114,12 @@ pub fn start_listening(sock: &OwnedFd, backlog: u32) -> io::Result<()> {
 /// configured port is 0, the first bind picks the port and the others reuse it.
 pub fn bound_sockets(ctx: &Ctx, n: usize, nonblocking: bool) -> io::Result<Vec<OwnedFd>> {
     let mut addr = ctx.config.addr;
+    if n > 1 && addr.port() != 0 {
+        // SO_REUSEPORT would let this server join the listeners of another process of the
+        // same user on this port and silently share its connections: first make sure the
+        // address is free with a plain bind, which fails with "address in use" if it is not.
+        drop(bind(addr, false, nonblocking)?);
+    }
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
         let l = bind(addr, n > 1, nonblocking)?;
@@ -516,6 +522,23 @@ mod tests {
         start_listening(&a, 16).unwrap();
         start_listening(&b, 16).unwrap();
         std::net::TcpStream::connect(addr).unwrap();
+    }
+
+    #[test]
+    fn several_listeners_do_not_join_another_servers_port() {
+        // Another server (same user) with SO_REUSEPORT listeners on the port.
+        let other = bind("127.0.0.1:0".parse().unwrap(), true, false).unwrap();
+        start_listening(&other, 16).unwrap();
+        let addr = local_addr(other.as_raw_fd()).unwrap();
+        let config = crate::Config {
+            root: std::env::temp_dir(),
+            addr,
+            workers: 2,
+            ..crate::Config::default()
+        };
+        let ctx = Ctx::new(config, crate::Stats::private()).unwrap();
+        let e = bound_sockets(&ctx, 2, false).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AddrInUse, "{e}");
     }
 
     #[test]
