@@ -603,12 +603,14 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
     };
 
     // Micros first, alone on the machine; the lab then sizes its points to the time left.
+    // With a budget, the micros share at most 35% of it (they take under a minute when
+    // healthy; the limit only stops a stuck one from eating the servers' time).
+    let micro_end = plan.budget.map(|b| t0 + b.mul_f64(0.35));
     for name in &opts.micro {
-        let left = plan.budget.map(|b| b.saturating_sub(t0.elapsed()));
-        let limit = left
-            .map(|l| l.mul_f64(0.4))
+        let limit = micro_end
+            .map(|e| e.saturating_duration_since(Instant::now()))
             .unwrap_or(Duration::from_secs(1800))
-            .max(Duration::from_secs(20));
+            .max(Duration::from_secs(10));
         eprintln!("micro {name} (limit {})", hms(limit.as_secs_f64()));
         match crate::micro::run_one(name, &opts.out, opts.profile != Profile::Full, limit) {
             Ok(v) => {
