@@ -279,3 +279,50 @@ fn ctrl_c_stops_every_server() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_micro_section_renders_a_real_benchmark() {
+    let dir = tempdir("micro");
+    let out = Command::new(env!("CARGO_BIN_EXE_iolab"))
+        .args([
+            "lab",
+            "--profile",
+            "tiny",
+            "--models",
+            "epoll",
+            "--peers",
+            "none",
+            "--micro",
+            "limits",
+            "--out",
+        ])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = iolab_lab::validate::load_results(&dir).unwrap();
+    assert!(
+        r.micro_failures.is_empty(),
+        "micro failed: {:?}",
+        r.micro_failures
+    );
+    let limits = r.micro.get("limits").expect("limits JSON in results.json");
+    let tables = limits["tables"].as_array().expect("tables");
+    assert!(!tables.is_empty());
+    let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
+    assert!(html.contains("<h3>limits</h3>"));
+    // Every table title of the benchmark reaches the page.
+    for t in tables {
+        let title = t["title"].as_str().unwrap();
+        assert!(
+            html.contains(&iolab_lab::svg::esc(title)),
+            "table {title:?} missing"
+        );
+    }
+    iolab_lab::validate::check_report(&dir).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
