@@ -21,7 +21,7 @@ pub struct LabArgs {
     /// to fit; full: the seed's 50,000 requests per point, 3 repeats.
     #[arg(long, value_enum, default_value = "quick")]
     pub profile: Profile,
-    /// Comma-separated models to run (see `iolab models`), or "all".
+    /// Comma-separated models to run (see `iolab models`), "all", or "none" (peers only).
     #[arg(long, value_name = "LIST", default_value = "all")]
     pub models: String,
     /// Comma-separated peers: nginx, tokio; or "none". Peers not installed are skipped.
@@ -77,6 +77,9 @@ pub fn parse_models(s: &str) -> anyhow::Result<Vec<String>> {
             "--models is empty; give model names ({}) or \"all\"",
             known.join(", ")
         );
+    }
+    if asked.iter().any(|m| m == "none") {
+        return Ok(Vec::new());
     }
     if asked.iter().any(|m| m == "all") {
         return Ok(known.iter().map(|s| s.to_string()).collect());
@@ -163,6 +166,9 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         budget: args.budget.map(Duration::from_secs),
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
+    if opts.models.is_empty() && opts.peers.is_empty() {
+        bail!("nothing to measure: --models none and --peers none");
+    }
     let results = crate::lab::run(&opts)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&results)?);
@@ -192,6 +198,7 @@ mod tests {
             "{e}"
         );
         assert!(parse_models(",").is_err());
+        assert!(parse_models("none").unwrap().is_empty());
     }
 
     #[test]
