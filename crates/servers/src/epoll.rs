@@ -89,14 +89,8 @@ impl Epoll {
 pub fn run(ctx: &Ctx) -> io::Result<()> {
     let cfg = &ctx.config;
     let n = workers(cfg);
-    // Bind every listener here so that errors are reported before any loop starts; the
-    // first one fixes the port when the address asks for port 0.
-    let first = net::listen(cfg.addr, cfg.backlog, true, true)?;
-    let addr = first.local_addr()?;
-    let mut listeners = vec![first];
-    for _ in 1..n {
-        listeners.push(net::listen(addr, cfg.backlog, true, true)?);
-    }
+    // Every listener is bound here, so that errors (address in use) come before any loop.
+    let listeners = net::listen_group(cfg.addr, cfg.backlog, n, true)?;
     let held = AtomicUsize::new(0);
     std::thread::scope(|scope| {
         let mut handles = Vec::new();

@@ -200,3 +200,47 @@ impl std::fmt::Display for Model {
         f.write_str(self.name())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A model run on a port where another server listens with SO_REUSEPORT must fail with
+    /// "address in use", not join that server's group and take part of its connections.
+    #[test]
+    fn every_model_refuses_a_port_in_use() {
+        let other = net::listen("127.0.0.1:0".parse().unwrap(), 16, true, false).unwrap();
+        let addr = other.local_addr().unwrap();
+        for (model, accept) in Model::ALL
+            .iter()
+            .map(|&m| (m, AcceptMode::Async))
+            .chain([(Model::UringCallback, AcceptMode::Sync)])
+        {
+            let config = Config {
+                root: std::env::temp_dir(),
+                addr,
+                workers: 2,
+                accept,
+                ..Config::default()
+            };
+            let ctx = Ctx::new(config, Stats::private()).unwrap();
+            let result = std::thread::scope(|s| {
+                // Bounds the test if a model wrongly starts serving: it is stopped, and the
+                // Ok it then returns fails the assertion below.
+                let (done, wait) = std::sync::mpsc::channel::<()>();
+                let shutdown = ctx.shutdown.clone();
+                s.spawn(move || {
+                    if wait.recv_timeout(Duration::from_secs(5)).is_err() {
+                        shutdown.trigger();
+                    }
+                });
+                let r = model.run(&ctx);
+                drop(done);
+                r
+            });
+            let e = result.expect_err(&format!("{model} ({accept:?}) served a port in use"));
+            assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse, "{model}: {e}");
+            assert!(e.to_string().contains("in use"), "{model}: {e}");
+        }
+    }
+}

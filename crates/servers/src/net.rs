@@ -73,6 +73,65 @@ pub fn listen(
     Ok(sock.into())
 }
 
+/// Fails with [`io::ErrorKind::AddrInUse`] ("ADDR is already in use") when a socket already
+/// listens on `addr`; port 0 (the kernel picks a free port) always passes.
+///
+/// SO_REUSEPORT lets the listeners of one user share a port silently: a second server started
+/// on a port in use would join the first one's group and take part of its connections
+/// instead of failing. A plain bind (SO_REUSEADDR, so that TIME_WAIT leftovers don't count,
+/// but no SO_REUSEPORT) fails whenever anything listens there. The probe socket is closed at
+/// once; every model that opens a reuseport group calls this first, and so does `iolab serve`
+/// before its start line.
+pub fn ensure_addr_free(addr: SocketAddr) -> io::Result<()> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    let what = |e: io::Error, step: &str| io::Error::new(e.kind(), format!("{step} {addr}: {e}"));
+    let sock = Socket::new(
+        Domain::for_address(addr),
+        Type::STREAM.cloexec(),
+        Some(Protocol::TCP),
+    )
+    .map_err(|e| what(e, "socket for"))?;
+    sock.set_reuse_address(true)
+        .map_err(|e| what(e, "SO_REUSEADDR on"))?;
+    match sock.bind(&addr.into()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AddrInUse => Err(io::Error::new(
+            e.kind(),
+            format!("{addr} is already in use (another server listens on it)"),
+        )),
+        Err(e) => Err(what(e, "bind")),
+    }
+}
+
+/// The `n` listeners of a model with one accept loop per worker: one plain listener when `n`
+/// is 1, else `n` SO_REUSEPORT listeners on one address (the kernel spreads connections over
+/// them), after [`ensure_addr_free`] so that they never join another server's group. All are
+/// bound before the caller starts any loop, so errors come first; with port 0 the first
+/// listener picks the port and the others reuse it.
+pub fn listen_group(
+    addr: SocketAddr,
+    backlog: u32,
+    n: usize,
+    nonblocking: bool,
+) -> io::Result<Vec<TcpListener>> {
+    let n = n.max(1);
+    let reuse_port = n > 1;
+    if reuse_port {
+        ensure_addr_free(addr)?;
+    }
+    let first = listen(addr, backlog, reuse_port, nonblocking)?;
+    let addr = first.local_addr()?;
+    let mut out = Vec::with_capacity(n);
+    out.push(first);
+    for _ in 1..n {
+        out.push(listen(addr, backlog, true, nonblocking)?);
+    }
+    Ok(out)
+}
+
 /// Per-connection socket options every model applies after `accept`.
 pub fn prepare(stream: &TcpStream, nonblocking: bool) -> io::Result<()> {
     // Responses go out in one writev; Nagle would only delay the tail of pipelined answers.
@@ -395,5 +454,39 @@ mod tests {
         // Without SO_REUSEPORT the port is taken, and the error names the address.
         let e = listen(addr, 16, false, false).unwrap_err();
         assert!(e.to_string().contains(&addr.to_string()), "{e}");
+    }
+
+    #[test]
+    fn a_listening_port_is_not_free_even_to_reuseport() {
+        // Another server's reuseport listener: a reuseport bind alone would join it.
+        let other = listen("127.0.0.1:0".parse().unwrap(), 16, true, false).unwrap();
+        let addr = other.local_addr().unwrap();
+        let e = ensure_addr_free(addr).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AddrInUse, "{e}");
+        assert!(
+            e.to_string().contains(&format!("{addr} is already in use")),
+            "{e}"
+        );
+        let e = listen_group(addr, 16, 2, true).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AddrInUse, "{e}");
+        // A single listener is not reuseport, so it fails on its own bind.
+        let e = listen_group(addr, 16, 1, true).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AddrInUse, "{e}");
+        drop(other);
+        // Once closed, the same port is free again, and port 0 always is.
+        ensure_addr_free(addr).unwrap();
+        ensure_addr_free("127.0.0.1:0".parse().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn a_group_shares_one_port_chosen_by_the_first() {
+        let group = listen_group("127.0.0.1:0".parse().unwrap(), 16, 3, true).unwrap();
+        assert_eq!(group.len(), 3);
+        let addr = group[0].local_addr().unwrap();
+        assert_ne!(addr.port(), 0);
+        for l in &group {
+            assert_eq!(l.local_addr().unwrap(), addr);
+        }
+        TcpStream::connect(addr).unwrap();
     }
 }

@@ -66,13 +66,8 @@ struct Stop {
 pub fn run(ctx: &Ctx) -> io::Result<()> {
     let cfg = &ctx.config;
     let n = crate::epoll::workers(cfg);
-    // Every listener is bound before any loop starts; the first fixes the port for port 0.
-    let first = net::listen(cfg.addr, cfg.backlog, true, true)?;
-    let addr = first.local_addr()?;
-    let mut listeners = vec![first];
-    for _ in 1..n {
-        listeners.push(net::listen(addr, cfg.backlog, true, true)?);
-    }
+    // Every listener is bound before any loop starts (an address in use fails here).
+    let listeners = net::listen_group(cfg.addr, cfg.backlog, n, true)?;
     let env = Env {
         site: ctx.site.clone(),
         stats: ctx.stats.clone(),

@@ -114,11 +114,9 @@ pub fn start_listening(sock: &OwnedFd, backlog: u32) -> io::Result<()> {
 /// configured port is 0, the first bind picks the port and the others reuse it.
 pub fn bound_sockets(ctx: &Ctx, n: usize, nonblocking: bool) -> io::Result<Vec<OwnedFd>> {
     let mut addr = ctx.config.addr;
-    if n > 1 && addr.port() != 0 {
-        // SO_REUSEPORT would let this server join the listeners of another process of the
-        // same user on this port and silently share its connections: first make sure the
-        // address is free with a plain bind, which fails with "address in use" if it is not.
-        drop(bind(addr, false, nonblocking)?);
+    if n > 1 {
+        // SO_REUSEPORT alone would join another server's listeners on this port.
+        crate::net::ensure_addr_free(addr)?;
     }
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
