@@ -12,11 +12,12 @@ use crate::{AcceptMode, Config, Ctx, Model};
 /// Serve a directory over HTTP/1.1 (GET and HEAD) with one I/O model.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Prints one line, \"serving DIR on ADDR with model M (N workers)\", then \
-serves until SIGINT or SIGTERM: the model closes its sockets and the process exits with \
-status 0. A second signal exits at once.\n\nExample:\n  iolab serve --model epoll --root ./www \
---addr 127.0.0.1:8080 --stats /tmp/iolab.stats\n  curl http://127.0.0.1:8080/index.html\n  \
-iolab stats /tmp/iolab.stats --watch"
+    after_help = "Checks that ADDR is free (a port where another server listens is an error, \
+even for the models that use SO_REUSEPORT), prints one line, \"serving DIR on ADDR with model \
+M (N workers)\", then serves until SIGINT or SIGTERM: the model closes its sockets and the \
+process exits with status 0. A second signal exits at once.\n\nExample:\n  iolab serve \
+--model epoll --root ./www --addr 127.0.0.1:8080 --stats /tmp/iolab.stats\n  \
+curl http://127.0.0.1:8080/index.html\n  iolab stats /tmp/iolab.stats --watch"
 )]
 pub struct ServeArgs {
     /// The I/O model (see `iolab models`).
@@ -144,6 +145,16 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // Thousands of connections need descriptors; failure is not fatal (the soft limit stays).
     if let Err(e) = crate::net::raise_nofile_limit() {
         eprintln!("iolab serve: warning: could not raise RLIMIT_NOFILE: {e}");
+    }
+    // Before the start line and before the stats file is created (it could be the running
+    // server's): a port in use is reported as such, by every model, and nothing else happens.
+    // Port 0 passes; the model picks the port when it binds.
+    match crate::net::ensure_addr_free(config.addr) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            anyhow::bail!("{e}: stop that server or choose another --addr")
+        }
+        Err(e) => return Err(e).context("cannot serve on --addr"),
     }
     let stats = match &args.stats {
         Some(p) => Stats::create(p)?,
