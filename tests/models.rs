@@ -97,13 +97,40 @@ struct Server {
     addr: SocketAddr,
     stats: StatsReader,
     site: Site,
-    model: &'static str,
+    model: Variant,
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// What a suite module runs: a model and the extra `iolab serve` arguments that select its
+/// variant (e.g. `uring-callback` with `--accept sync`).
+#[derive(Clone, Copy, Debug)]
+struct Variant {
+    name: &'static str,
+    args: &'static [&'static str],
+}
+
+impl std::fmt::Display for Variant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)?;
+        for a in self.args {
+            write!(f, " {a}")?;
+        }
+        Ok(())
+    }
+}
+
+impl Variant {
+    /// `iolab serve --model M <variant args>` (the caller adds the rest).
+    fn serve_command(&self) -> Command {
+        let mut c = Command::new(BIN);
+        c.args(["serve", "--model", self.name]).args(self.args);
+        c
     }
 }
 
@@ -122,15 +149,16 @@ fn raise_nofile() {
     });
 }
 
-fn start(model: &'static str, extra: &[&str]) -> Server {
+fn start(model: Variant, extra: &[&str]) -> Server {
     raise_nofile();
     let mut last_err = String::new();
     for _attempt in 0..5 {
         let site = Site::new();
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let stats_path = site.dir.join("server.stats");
-        let mut child = Command::new(BIN)
-            .args(["serve", "--model", model, "--root"])
+        let mut child = model
+            .serve_command()
+            .arg("--root")
             .arg(&site.root)
             .args(["--addr", &addr.to_string(), "--stats"])
             .arg(&stats_path)
@@ -330,7 +358,7 @@ fn wrk_available() -> bool {
 mod cases {
     use super::*;
 
-    pub fn get_small_and_big(model: &'static str) {
+    pub fn get_small_and_big(model: Variant) {
         let srv = start(model, &[]);
         let r = srv.get("/small.html");
         assert_eq!(r.status, 200);
@@ -363,7 +391,7 @@ mod cases {
         );
     }
 
-    pub fn head_sends_headers_only(model: &'static str) {
+    pub fn head_sends_headers_only(model: Variant) {
         let srv = start(model, &[]);
         let mut s = srv.connect();
         // HEAD then GET on one connection: if HEAD sent any body byte, the second response
@@ -383,7 +411,7 @@ mod cases {
         assert_eq!((get.status, &get.body), (200, &srv.site.small));
     }
 
-    pub fn not_found_and_method(model: &'static str) {
+    pub fn not_found_and_method(model: Variant) {
         let srv = start(model, &[]);
         let base = srv.snapshot();
         assert_eq!(srv.get("/nope.html").status, 404);
@@ -408,7 +436,7 @@ mod cases {
         );
     }
 
-    pub fn malformed_is_400_and_server_keeps_serving(model: &'static str) {
+    pub fn malformed_is_400_and_server_keeps_serving(model: Variant) {
         let mut srv = start(model, &[]);
         let base = srv.snapshot();
         let bad: [&[u8]; 4] = [
@@ -435,7 +463,7 @@ mod cases {
         );
     }
 
-    pub fn huge_header_is_431(model: &'static str) {
+    pub fn huge_header_is_431(model: Variant) {
         let srv = start(model, &[]);
         let mut s = srv.connect();
         let big = "a".repeat(20 * 1024);
@@ -451,7 +479,7 @@ mod cases {
         assert_eq!(srv.get("/small.html").status, 200);
     }
 
-    pub fn path_escapes_never_leak(model: &'static str) {
+    pub fn path_escapes_never_leak(model: Variant) {
         let srv = start(model, &[]);
         let secret_abs = srv.site.dir.join("secret.txt");
         let abs = secret_abs.to_str().unwrap();
@@ -512,7 +540,7 @@ mod cases {
         assert_eq!(srv.get("/small.html").status, 200);
     }
 
-    pub fn http10_closes(model: &'static str) {
+    pub fn http10_closes(model: Variant) {
         let srv = start(model, &[]);
         let mut s = srv.connect();
         s.write_all(b"GET /small.html HTTP/1.0\r\n\r\n").unwrap();
@@ -536,7 +564,7 @@ mod cases {
         );
     }
 
-    pub fn keep_alive_100_requests(model: &'static str) {
+    pub fn keep_alive_100_requests(model: Variant) {
         let srv = start(model, &[]);
         let s = srv.connect();
         let mut w = s.try_clone().unwrap();
@@ -565,7 +593,7 @@ mod cases {
         );
     }
 
-    pub fn pipelined_answered_in_order(model: &'static str) {
+    pub fn pipelined_answered_in_order(model: Variant) {
         let srv = start(model, &[]);
         let mut s = srv.connect();
         s.write_all(
@@ -581,7 +609,7 @@ mod cases {
         assert_eq!((c.status, &c.body), (200, &srv.site.small), "third answer");
     }
 
-    pub fn client_disconnects_mid_response(model: &'static str) {
+    pub fn client_disconnects_mid_response(model: Variant) {
         let mut srv = start(model, &[]);
         let base = srv.snapshot();
         // One big response abandoned after its first bytes.
@@ -648,7 +676,7 @@ mod cases {
         (ok, closed)
     }
 
-    pub fn thousand_concurrent_connections(model: &'static str) {
+    pub fn thousand_concurrent_connections(model: Variant) {
         let srv = start(model, &[]);
         // 1,000 connections keep every server descriptor below FD_SETSIZE, so even `select`
         // answers them all (its refusal beyond is the next case).
@@ -658,12 +686,12 @@ mod cases {
         assert_eq!(s.refused, 0);
     }
 
-    pub fn beyond_fd_setsize(model: &'static str) {
+    pub fn beyond_fd_setsize(model: Variant) {
         let srv = start(model, &[]);
         let n = FD_SETSIZE + 100;
         let (ok, closed) = concurrent(&srv, n);
         let s = srv.wait_for(|s| s.open == 0, "all closed");
-        if model == "select" {
+        if model.name == "select" {
             // Documented: a connection whose descriptor is >= FD_SETSIZE is closed at once
             // and counted as refused; every other one is answered.
             assert!(closed >= n - FD_SETSIZE, "only {closed} of {n} refused");
@@ -678,7 +706,7 @@ mod cases {
         assert_eq!(srv.get("/small.html").status, 200);
     }
 
-    pub fn wrk_no_errors(model: &'static str) {
+    pub fn wrk_no_errors(model: Variant) {
         assert!(
             wrk_available(),
             "wrk is not installed (scripts/install-deps installs it)"
@@ -718,7 +746,7 @@ mod cases {
         assert_eq!(s.refused, 0);
     }
 
-    pub fn max_conns_refuses(model: &'static str) {
+    pub fn max_conns_refuses(model: Variant) {
         let srv = start(model, &["--max-conns", "2"]);
         let mut held = Vec::new();
         for _ in 0..2 {
@@ -741,7 +769,7 @@ mod cases {
         assert_eq!(srv.get("/small.html").status, 200);
     }
 
-    pub fn idle_timeout_closes(model: &'static str) {
+    pub fn idle_timeout_closes(model: Variant) {
         let srv = start(model, &["--idle-timeout", "0.5"]);
         let mut s = srv.connect();
         s.write_all(b"GET /small.html HTTP/1.1\r\nHost: t\r\n\r\n")
@@ -762,7 +790,7 @@ mod cases {
         assert_eq!(snap.error(ErrorKind::Timeout), 1, "{snap:?}");
     }
 
-    pub fn stops_cleanly_on_sigterm(model: &'static str) {
+    pub fn stops_cleanly_on_sigterm(model: Variant) {
         let mut srv = start(model, &[]);
         // An idle keep-alive connection and one half-sent request must not delay the stop.
         let mut a = srv.connect();
@@ -794,7 +822,56 @@ mod cases {
         assert_eq!(srv.snapshot().open, 0, "open connections after the stop");
     }
 
-    pub fn no_fd_leak(model: &'static str) {
+    pub fn second_server_on_the_port_fails(model: Variant) {
+        let srv = start(model, &[]);
+        // Two workers: the models with one SO_REUSEPORT listener per worker would silently
+        // join the first server's group if nothing checked that the port is free.
+        let mut second = model
+            .serve_command()
+            .arg("--root")
+            .arg(&srv.site.root)
+            .args(["--addr", &srv.addr.to_string(), "--workers", "2"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn the second iolab serve");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while second.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                let _ = second.kill();
+                let _ = second.wait();
+                panic!("{model}: a second server on {} is running", srv.addr);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = second.wait_with_output().unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(!out.status.success(), "{model}: second server exited 0");
+        assert!(
+            stderr.contains(&format!("{} is already in use", srv.addr)),
+            "{model}: error does not say the address is in use: {stderr}"
+        );
+        assert!(
+            !stdout.contains("serving "),
+            "{model}: start line printed although nothing was served: {stdout}"
+        );
+        // The first server still answers every connection on its port.
+        let base = srv.snapshot();
+        for _ in 0..20 {
+            let r = srv.get("/small.html");
+            assert_eq!((r.status, &r.body), (200, &srv.site.small));
+        }
+        srv.wait_for(
+            |s| s.requests == base.requests + 20 && s.accepted == base.accepted + 20,
+            "the first server to count all 20 requests",
+        );
+    }
+
+    pub fn no_fd_leak(model: Variant) {
         let mut srv = start(model, &["--idle-timeout", "1"]);
         let before = srv.fd_count();
         let mut idlers = Vec::new();
@@ -837,12 +914,15 @@ mod cases {
 }
 
 // ---------------------------------------------------------------------------------------
-// One module per model, one test per case.
+// One module per model (and per variant a flag selects), one test per case.
 
 macro_rules! suite {
-    ($($module:ident => $name:literal),* $(,)?) => {$(
+    ($($module:ident => $name:literal $(with [$($arg:literal),* $(,)?])?),* $(,)?) => {$(
         mod $module {
-            const M: &str = $name;
+            const M: super::Variant = super::Variant {
+                name: $name,
+                args: &[$($($arg),*)?],
+            };
             #[test] fn get_small_and_big() { super::cases::get_small_and_big(M) }
             #[test] fn head_sends_headers_only() { super::cases::head_sends_headers_only(M) }
             #[test] fn not_found_and_method() { super::cases::not_found_and_method(M) }
@@ -859,6 +939,7 @@ macro_rules! suite {
             #[test] fn max_conns_refuses() { super::cases::max_conns_refuses(M) }
             #[test] fn idle_timeout_closes() { super::cases::idle_timeout_closes(M) }
             #[test] fn stops_cleanly_on_sigterm() { super::cases::stops_cleanly_on_sigterm(M) }
+            #[test] fn second_server_on_the_port_fails() { super::cases::second_server_on_the_port_fails(M) }
             #[test] fn no_fd_leak() { super::cases::no_fd_leak(M) }
         }
     )*};
@@ -874,6 +955,8 @@ suite! {
     uring => "uring",
     uring_fixed => "uring-fixed",
     uring_callback => "uring-callback",
+    // The default above accepts on the ring (CR-iocp); seed CR's blocking accept is its own run.
+    uring_callback_accept_sync => "uring-callback" with ["--accept", "sync"],
     runtime => "runtime",
 }
 
@@ -944,7 +1027,13 @@ fn serve_reports_a_missing_root() {
 
 #[test]
 fn stats_command_prints_counters() {
-    let srv = start("threads", &[]);
+    let srv = start(
+        Variant {
+            name: "threads",
+            args: &[],
+        },
+        &[],
+    );
     assert_eq!(srv.get("/small.html").status, 200);
     assert_eq!(srv.get("/missing").status, 404);
     srv.wait_for(|s| s.requests == 2, "two requests");
