@@ -153,6 +153,38 @@ pub fn transient_accept_error(e: &io::Error) -> bool {
 /// would spin; the pending connections wait in the backlog until descriptors free up.
 pub const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
 
+/// The blocking accept of the thread models (`threads`, `thread-pool`): waits for the next
+/// connection, counts it and registers it. An error like EMFILE means the process is at a
+/// limit, not that the listener is broken: it is counted and retried after 10 ms rather than
+/// spun on. A connection past `max_conns` is refused (closed at once, counted). `None` once
+/// the server is stopping.
+pub fn accept_registered(
+    listener: &TcpListener,
+    registry: &Registry,
+    shutdown: &crate::Shutdown,
+    stats: &Stats,
+) -> Option<(TcpStream, usize)> {
+    while !shutdown.is_triggered() {
+        let stream = match listener.accept() {
+            Ok((s, _)) => s,
+            Err(_) if shutdown.is_triggered() => return None,
+            Err(e) if transient_accept_error(&e) => continue,
+            Err(e) => {
+                stats.io_error(&e);
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        };
+        stats.accepted();
+        match registry.add(&stream) {
+            Ok(key) => return Some((stream, key)),
+            Err(Refusal::Full) => stats.refused(),
+            Err(Refusal::Closed) => return None,
+        }
+    }
+    None
+}
+
 /// `shutdown(2)` of both directions; wakes a thread blocked in `accept`/`read`/`write` on it.
 pub fn shutdown_fd(fd: RawFd) {
     // SAFETY: shutdown on a descriptor the caller keeps open; errors (ENOTCONN) don't matter.

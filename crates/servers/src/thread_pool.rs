@@ -18,7 +18,7 @@
 use std::os::fd::AsRawFd;
 use std::thread;
 
-use crate::net::{self, Refusal, Registry};
+use crate::net::{self, Registry};
 use crate::stats::ErrorKind;
 use crate::Ctx;
 
@@ -45,26 +45,9 @@ pub fn run(ctx: &Ctx) -> std::io::Result<()> {
     thread::scope(|scope| {
         let (listener, registry) = (&listener, &registry);
         let worker = move || {
-            while !ctx.shutdown.is_triggered() {
-                let mut stream = match listener.accept() {
-                    Ok((s, _)) => s,
-                    Err(_) if ctx.shutdown.is_triggered() => break,
-                    Err(e) if net::transient_accept_error(&e) => continue,
-                    Err(e) => {
-                        stats.io_error(&e);
-                        thread::sleep(std::time::Duration::from_millis(10));
-                        continue;
-                    }
-                };
-                stats.accepted();
-                let key = match registry.add(&stream) {
-                    Ok(key) => key,
-                    Err(Refusal::Full) => {
-                        stats.refused();
-                        continue;
-                    }
-                    Err(Refusal::Closed) => break,
-                };
+            while let Some((mut stream, key)) =
+                net::accept_registered(listener, registry, &ctx.shutdown, stats)
+            {
                 stats.conn_opened();
                 match net::prepare(&stream, false) {
                     Ok(()) => net::serve_blocking(&mut stream, site, stats, idle),

@@ -14,7 +14,7 @@
 use std::os::fd::AsRawFd;
 use std::thread;
 
-use crate::net::{self, Refusal, Registry};
+use crate::net::{self, Registry};
 use crate::stats::ErrorKind;
 use crate::Ctx;
 
@@ -41,28 +41,9 @@ pub fn run(ctx: &Ctx) -> std::io::Result<()> {
                 registry.close_all();
             })?;
 
-        while !ctx.shutdown.is_triggered() {
-            let mut stream = match listener.accept() {
-                Ok((s, _)) => s,
-                Err(_) if ctx.shutdown.is_triggered() => break,
-                Err(e) if net::transient_accept_error(&e) => continue,
-                Err(e) => {
-                    // EMFILE and the like: the process is at a limit, not the listener
-                    // broken. Give it a moment rather than spin.
-                    stats.io_error(&e);
-                    thread::sleep(std::time::Duration::from_millis(10));
-                    continue;
-                }
-            };
-            stats.accepted();
-            let key = match registry.add(&stream) {
-                Ok(key) => key,
-                Err(Refusal::Full) => {
-                    stats.refused();
-                    continue;
-                }
-                Err(Refusal::Closed) => break,
-            };
+        while let Some((mut stream, key)) =
+            net::accept_registered(listener, registry, &ctx.shutdown, stats)
+        {
             if net::prepare(&stream, false).is_err() {
                 registry.remove(key);
                 stats.error(ErrorKind::Io);
