@@ -3,6 +3,8 @@
 
 use std::io;
 
+// rlim_t is u64 on Linux (glibc and musl, every architecture), so limits are plain u64.
+
 fn get() -> io::Result<libc::rlimit> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
@@ -26,7 +28,7 @@ fn set(lim: &libc::rlimit) -> io::Result<()> {
 /// The soft and hard `RLIMIT_NOFILE` of this process.
 pub fn nofile_limit() -> io::Result<(u64, u64)> {
     let lim = get()?;
-    Ok((lim.rlim_cur as u64, lim.rlim_max as u64))
+    Ok((lim.rlim_cur, lim.rlim_max))
 }
 
 /// Raises this process's soft `RLIMIT_NOFILE` to its hard limit (no privilege needed).
@@ -34,12 +36,12 @@ pub fn nofile_limit() -> io::Result<(u64, u64)> {
 /// afterwards inherit it.
 pub fn raise_nofile_limit() -> io::Result<(u64, u64)> {
     let mut lim = get()?;
-    let before = lim.rlim_cur as u64;
+    let before = lim.rlim_cur;
     if lim.rlim_cur < lim.rlim_max {
         lim.rlim_cur = lim.rlim_max;
         set(&lim)?;
     }
-    Ok((before, lim.rlim_cur as u64))
+    Ok((before, lim.rlim_cur))
 }
 
 /// Raises the soft `RLIMIT_NOFILE` towards `want`: beyond the hard limit too when the process
@@ -47,25 +49,24 @@ pub fn raise_nofile_limit() -> io::Result<(u64, u64)> {
 /// in force (0 if it cannot even be read).
 pub fn raise_nofile_to(want: u64) -> u64 {
     let Ok(lim) = get() else { return 0 };
-    if lim.rlim_cur as u64 >= want {
-        return lim.rlim_cur as u64;
+    if lim.rlim_cur >= want {
+        return lim.rlim_cur;
     }
-    let want = want as libc::rlim_t;
     let beyond = libc::rlimit {
         rlim_cur: want,
         rlim_max: lim.rlim_max.max(want),
     };
     if set(&beyond).is_ok() {
-        return want as u64;
+        return want;
     }
     let capped = libc::rlimit {
         rlim_cur: want.min(lim.rlim_max),
         rlim_max: lim.rlim_max,
     };
     if set(&capped).is_ok() {
-        return capped.rlim_cur as u64;
+        return capped.rlim_cur;
     }
-    lim.rlim_cur as u64
+    lim.rlim_cur
 }
 
 #[cfg(test)]
