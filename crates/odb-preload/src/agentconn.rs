@@ -151,7 +151,11 @@ impl Conns {
             let i = self.get(r.agent)?;
             let c = self.slots[i].unwrap();
             if c.agent_id != r.agent_id {
-                return Err(libc::ESTALE); // the agent restarted: the buffer is gone
+                // a connection to an earlier (or later) agent at this address: try a fresh
+                // one; if that is still another agent, the buffer is gone
+                self.drop_slot(i);
+                last = libc::ESTALE;
+                continue;
             }
             let res = (|| {
                 sys::send_all_blocking(c.fd, &fetch_request(r.buf_id, r.offset, r.len))?;

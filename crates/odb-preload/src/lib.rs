@@ -92,6 +92,17 @@ extern "C" fn init() {
 #[link_section = ".init_array"]
 static INIT: extern "C" fn() = init;
 
+/// At exit (nginx workers exit on SIGTERM/SIGQUIT), the final counters.
+extern "C" fn fini() {
+    if let Some(dir) = CONFIG.get().and_then(|c| c.stats_dir.as_ref()) {
+        stats::dump_now(dir);
+    }
+}
+
+#[used]
+#[link_section = ".fini_array"]
+static FINI: extern "C" fn() = fini;
+
 fn in_domain(ip: Ipv4Addr) -> bool {
     let x = u32::from(ip);
     CONFIG
@@ -1231,8 +1242,9 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 /// The bytes the application can read now: nginx trusts FIONREAD to the byte (it stops
 /// reading when its count reaches zero, and edge-triggered epoll raises no new event for
 /// bytes already queued), so a V header in the kernel must count as the bytes it stands for.
-/// Walks the frame headers in (at most 256 KiB of) the queue; beyond that it over-counts,
-/// which is safe (a short read then tells nginx the socket is drained).
+/// Walks the frame headers in (at most 256 KiB of) the queue; where it cannot see, it
+/// over-counts, which is safe (a short read then tells nginx the socket is drained), where
+/// under-counting stalls the connection.
 fn readable_app_bytes(fs: &FdState, fd: c_int, kernel: usize) -> usize {
     if fs.raw {
         return kernel;
@@ -1253,10 +1265,16 @@ fn readable_app_bytes(fs: &FdState, fd: c_int, kernel: usize) -> usize {
         libc::MSG_PEEK | libc::MSG_DONTWAIT,
     )
     .unwrap_or(0);
-    while pos < n {
+    loop {
+        if pos >= kernel {
+            return app.max(1);
+        }
+        if pos >= n {
+            break;
+        }
         match proto::parse_header(&buf[pos..n]) {
             Ok(Some((Header::Real(l), hl))) => {
-                app += (l as usize).min(n.saturating_sub(pos + hl));
+                app += (l as usize).min(kernel.saturating_sub(pos + hl));
                 pos += hl + l as usize;
             }
             Ok(Some((Header::Virtual(r), hl))) => {
@@ -1266,10 +1284,9 @@ fn readable_app_bytes(fs: &FdState, fd: c_int, kernel: usize) -> usize {
             _ => break,
         }
     }
-    if pos < kernel {
-        app += kernel - pos.min(kernel);
-    }
-    app.max(1)
+    // Queued bytes not walked (beyond the peek, or a header cut short): they may hold V
+    // headers standing for far more. Over-count: a short read then tells nginx the truth.
+    usize::MAX / 2
 }
 
 /// # Safety

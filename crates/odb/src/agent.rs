@@ -33,6 +33,9 @@ pub struct AgentConfig {
     pub drain: Duration,
     /// Directory of the arena file (default /dev/shm).
     pub arena_dir: PathBuf,
+    /// Owner of the arena file (mode 0600), when the senders run as another user than the
+    /// agent (nginx workers run as `nobody` when the master runs as root).
+    pub arena_uid: Option<u32>,
 }
 
 impl Default for AgentConfig {
@@ -43,6 +46,7 @@ impl Default for AgentConfig {
             lifetime: Duration::from_secs(30),
             drain: Duration::from_secs(5),
             arena_dir: PathBuf::from("/dev/shm"),
+            arena_uid: None,
         }
     }
 }
@@ -109,7 +113,7 @@ impl Drop for Arena {
 }
 
 impl Arena {
-    fn create(dir: &std::path::Path, size: u64) -> io::Result<Arena> {
+    fn create(dir: &std::path::Path, size: u64, uid: Option<u32>) -> io::Result<Arena> {
         let path = dir.join(format!("iolab-tiers-odb-{}", std::process::id()));
         let f = std::fs::OpenOptions::new()
             .read(true)
@@ -119,6 +123,11 @@ impl Arena {
             .open(&path)?;
         f.set_len(size)?;
         use std::os::fd::AsRawFd;
+        use std::os::unix::fs::PermissionsExt;
+        f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        if let Some(uid) = uid {
+            std::os::unix::fs::fchown(&f, Some(uid), None)?;
+        }
         // SAFETY: a fresh shared mapping of a file we sized to `size`; checked for failure.
         let ptr = unsafe {
             libc::mmap(
@@ -184,7 +193,7 @@ impl Agent {
             std::net::SocketAddr::V4(a) => a,
             _ => return Err(io::Error::other("agent needs an IPv4 address")),
         };
-        let arena = Arena::create(&cfg.arena_dir, cfg.arena_bytes)?;
+        let arena = Arena::create(&cfg.arena_dir, cfg.arena_bytes, cfg.arena_uid)?;
         let agent = Arc::new(Agent {
             id: random_u128() as u64,
             addr,
@@ -396,6 +405,16 @@ impl Agent {
             }
         }
     }
+}
+
+/// The uid of a user name (for `--arena-user`).
+pub fn user_uid(name: &str) -> Option<u32> {
+    let c = std::ffi::CString::new(name).ok()?;
+    // SAFETY: getpwnam with a NUL-terminated name; the result is read at once (the process
+    // is single-threaded at this point).
+    let pw = unsafe { libc::getpwnam(c.as_ptr()) };
+    // SAFETY: non-null getpwnam results point at a valid passwd struct.
+    (!pw.is_null()).then(|| unsafe { (*pw).pw_uid })
 }
 
 /// Runs an agent in this process until SIGTERM/SIGINT (then drains); prints its address.

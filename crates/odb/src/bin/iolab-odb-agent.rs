@@ -31,8 +31,14 @@ fn main() {
                         .unwrap_or_else(|e| die(&format!("--drain {v}: {e}"))),
                 )
             }
+            "--arena-user" => {
+                cfg.arena_uid = Some(
+                    iolab_odb::agent::user_uid(&v)
+                        .unwrap_or_else(|| die(&format!("--arena-user {v}: no such user"))),
+                )
+            }
             "-h" | "--help" => {
-                println!("usage: iolab-odb-agent [--listen IP:PORT] [--memory MIB] [--lifetime SECS] [--drain SECS]");
+                println!("usage: iolab-odb-agent [--listen IP:PORT] [--memory MIB] [--lifetime SECS] [--drain SECS] [--arena-user NAME]");
                 return;
             }
             o => die(&format!("unknown argument {o}")),
