@@ -114,12 +114,17 @@ impl Drop for Arena {
 
 impl Arena {
     fn create(dir: &std::path::Path, size: u64, uid: Option<u32>) -> io::Result<Arena> {
-        let path = dir.join(format!("iolab-tiers-odb-{}", std::process::id()));
+        // pid + a per-process counter: several agents may live in one process (tests)
+        static N: AtomicU64 = AtomicU64::new(0);
+        let path = dir.join(format!(
+            "iolab-tiers-odb-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
         let f = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .open(&path)?;
         f.set_len(size)?;
         use std::os::fd::AsRawFd;
@@ -555,10 +560,10 @@ mod tests {
 
     #[test]
     fn lifetime_expires_unfetched_buffers() {
-        let (a, stop) = start(4096, Duration::from_millis(50));
+        let (a, stop) = start(4096, Duration::from_millis(500));
         assert_eq!(client::alloc(a.addr(), 4096).unwrap().0, ST_OK);
         assert_eq!(client::alloc(a.addr(), 4096).unwrap().0, ST_FULL);
-        std::thread::sleep(Duration::from_millis(80));
+        std::thread::sleep(Duration::from_millis(600));
         assert_eq!(client::alloc(a.addr(), 4096).unwrap().0, ST_OK);
         assert_eq!(a.stats().evicted_expired, 1);
         stop.store(true, Ordering::SeqCst);
