@@ -263,3 +263,70 @@ fn dropped_accept_meeting_its_retry_poll() {
     });
     guard.check("after the runtime");
 }
+
+// ------------------------------------------------------------------ 2. send_to, slow reader
+
+/// `File::send_to` to a reader that stalls: the socket's buffers are small and the reader
+/// starts late and pauses, so the splice pipe -> socket meets a full socket (-EAGAIN) many
+/// times. Every byte must arrive, in order, and `send_to` must report the whole length.
+#[test]
+fn send_to_a_slow_reader_loses_nothing() {
+    use iolab_runtime::fs::File;
+    use socket2::{Domain, Socket, Type};
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Runtime::new().unwrap();
+    for len in [1usize, 4097, 65_537, (1 << 20) + 7, 64 << 20] {
+        let path = dir.path().join(format!("f{len}"));
+        let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        rt.block_on(async {
+            let listener = TcpListener::bind(localhost()).unwrap();
+            let addr = listener.local_addr().unwrap();
+            let reader = std::thread::spawn(move || {
+                let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+                s.set_recv_buffer_size(4096).unwrap();
+                s.connect(&addr.into()).unwrap();
+                let mut s: std::net::TcpStream = s.into();
+                std::thread::sleep(Duration::from_millis(100)); // reads late
+                let mut got = Vec::with_capacity(len);
+                let mut buf = vec![0u8; 4096];
+                let mut pauses = 0;
+                loop {
+                    let n = s.read(&mut buf).unwrap();
+                    if n == 0 {
+                        break;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                    // ...and stalls now and then (a few times per file).
+                    if got.len() / (len / 4 + 1) > pauses {
+                        pauses += 1;
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                }
+                got
+            });
+            let (stream, _) = listener.accept().await.unwrap();
+            let sndbuf: libc::c_int = 4096;
+            // SAFETY: setsockopt reads an int we own, of the size we pass.
+            let r = unsafe {
+                libc::setsockopt(
+                    stream.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    libc::SO_SNDBUF,
+                    (&sndbuf as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            assert_eq!(r, 0);
+            let file = File::open(&path).await.unwrap();
+            let sent = file.send_to(&stream, 0, len).await;
+            assert_eq!(sent.unwrap_or_else(|e| panic!("{len} B: {e}")), len);
+            drop(stream);
+            let got = reader.join().unwrap();
+            assert_eq!(got.len(), len, "{len} B: bytes received");
+            assert!(got == data, "{len} B: bytes differ");
+        });
+    }
+}
