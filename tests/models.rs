@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use iolab_servers::stats::{ErrorKind, Snapshot, StatsReader};
+use iolab_stats::{ErrorKind, Snapshot, StatsReader};
 
 const BIN: &str = env!("CARGO_BIN_EXE_iolab");
 /// No socket read in this suite waits longer than this.

@@ -199,7 +199,7 @@ struct Sampler {
 impl Sampler {
     fn start(stats_path: Option<&Path>, base: Instant) -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));
-        let reader = stats_path.and_then(|p| iolab_servers::stats::StatsReader::open(p).ok());
+        let reader = stats_path.and_then(|p| iolab_stats::StatsReader::open(p).ok());
         let handle = reader.map(|reader| {
             let stop = stop.clone();
             std::thread::spawn(move || {
@@ -227,7 +227,7 @@ fn settle(srv: &ServerProc) {
     let reader = srv
         .stats_path
         .as_deref()
-        .and_then(|p| iolab_servers::stats::StatsReader::open(p).ok());
+        .and_then(|p| iolab_stats::StatsReader::open(p).ok());
     let Some(reader) = reader else {
         std::thread::sleep(Duration::from_millis(100));
         return;
@@ -286,10 +286,10 @@ fn file_path(file: &str) -> &'static str {
 /// followed by its variants (`crate::server::MODEL_VARIANTS`).
 pub fn target_names() -> Vec<String> {
     let mut v = Vec::new();
-    for m in iolab_servers::Model::ALL {
-        v.push(m.name().to_string());
+    for m in iolab_stats::models::names() {
+        v.push(m.to_string());
         for (name, base, _) in crate::server::MODEL_VARIANTS {
-            if base == m.name() {
+            if base == m {
                 v.push(name.to_string());
             }
         }
@@ -304,27 +304,19 @@ pub fn targets(models: &[String], peers: &[String]) -> (Vec<Target>, Vec<TargetI
     for name in target_names() {
         if models.iter().any(|x| *x == name) {
             let (base, extra) = crate::server::model_args(&name);
-            let Some(m) = iolab_servers::Model::ALL
-                .into_iter()
-                .find(|m| m.name() == base)
-            else {
+            let Some(m) = iolab_stats::models::find(base) else {
                 continue;
             };
-            let (seed, what) = m.describe();
-            let seed = match extra {
-                [] => seed.to_string(),
+            let seed = match (name.as_str(), extra) {
+                ("uring-callback", _) => "CR-iocp, accept async".to_string(),
+                (_, []) => m.seed.to_string(),
                 _ if base == "uring-callback" => format!("CR, with {}", extra.join(" ")),
-                _ => format!("{seed}, with {}", extra.join(" ")),
-            };
-            let seed = if name == "uring-callback" {
-                "CR-iocp (accept async)".to_string()
-            } else {
-                seed
+                _ => format!("{}, with {}", m.seed, extra.join(" ")),
             };
             t.push(Target {
                 name: name.clone(),
                 kind: Kind::Model(name.clone()),
-                describe: format!("{what} (seed: {seed})"),
+                describe: format!("{} (seed: {seed})", m.what),
             });
         }
     }
@@ -767,7 +759,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
             if srv
                 .stats_path
                 .as_deref()
-                .is_some_and(|p| iolab_servers::stats::StatsReader::open(p).is_err())
+                .is_some_and(|p| iolab_stats::StatsReader::open(p).is_err())
             {
                 let note = "server counters unavailable (stats file unreadable); achieved concurrency from the client log only".to_string();
                 if !infos[ti].failures.contains(&note) {
