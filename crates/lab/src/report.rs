@@ -955,6 +955,70 @@ pub(crate) mod tests {
         );
     }
 
+    /// A quick run's worth of servers with the largest traces the lab keeps renders under
+    /// 1 MB: Figure 2 and 4 are decimated for display.
+    #[test]
+    fn a_full_size_report_stays_under_one_megabyte() {
+        let mut r = synthetic();
+        let base: Vec<Point> = r.points.clone();
+        for i in 0..11 {
+            let name = format!("server-{i}");
+            r.targets.push(TargetInfo {
+                name: name.clone(),
+                kind: "model".into(),
+                status: "ok".into(),
+                ..TargetInfo::default()
+            });
+            for p in &base {
+                let mut q = p.clone();
+                q.model = name.clone();
+                r.points.push(q);
+            }
+        }
+        for p in r.points.iter_mut().filter(|p| p.trace.is_some()) {
+            p.trace = Some(Trace {
+                // What lab::trace keeps at most: 2000 ok + 1000 others, 1000 + 600 line points.
+                scatter: (0..3000)
+                    .map(|i| {
+                        [
+                            i as f64 * 0.001234,
+                            1.0 + (i % 97) as f64 * 1.37,
+                            if i < 2000 { 0.0 } else { 1.0 + (i % 2) as f64 },
+                        ]
+                    })
+                    .collect(),
+                server: (0..1000)
+                    .map(|i| [i as f64 * 0.0037, 900.0 + (i % 13) as f64])
+                    .collect(),
+                client: (0..600)
+                    .map(|i| [i as f64 * 0.0061, 990.0 + (i % 7) as f64])
+                    .collect(),
+            });
+        }
+        let html = render(&r);
+        assert!(html.len() < 1_000_000, "{} bytes", html.len());
+        // Still every panel, and SYN-retried / failed dots among the drawn ones.
+        let svgs = crate::validate::extract_svgs(&html);
+        assert!(svgs.len() >= 2 + 2 * 13);
+        assert!(html.contains(svg::CLASS_COLORS[1]) && html.contains(svg::CLASS_COLORS[2]));
+    }
+
+    #[test]
+    fn decimation_keeps_ends_and_bounds() {
+        let v: Vec<u32> = (0..1001).collect();
+        let d = decimate(&v, 100);
+        assert!(d.len() <= 101, "{}", d.len());
+        assert_eq!(d[0], 0);
+        assert_eq!(*d.last().unwrap(), 1000);
+        assert_eq!(decimate(&v[..5], 100), vec![0, 1, 2, 3, 4]);
+        let s: Vec<[f64; 3]> = (0..5000)
+            .map(|i| [i as f64, 1.0, if i % 50 == 0 { 2.0 } else { 0.0 }])
+            .collect();
+        let d = display_scatter(&s);
+        assert!(d.iter().filter(|p| p[2] == 0.0).count() <= MAX_OK_DOTS + 1);
+        assert_eq!(d.iter().filter(|p| p[2] == 2.0).count(), 100);
+    }
+
     #[test]
     fn html_figures_parse_as_xml() {
         let r = synthetic();
