@@ -60,6 +60,10 @@ pub struct Options {
     /// The offered rate of the efficiency pass (requests/s, both modes); None = half the
     /// slowest server's peak in this run.
     pub efficiency_rate: Option<f64>,
+    /// Run the server behind a shaped link instead of loopback (`--link`).
+    pub link: Option<crate::link::LinkSpec>,
+    /// `--seed-conditions`: the seed's method (new connection per request only).
+    pub seed_conditions: bool,
 }
 
 /// The matrix of a profile.
@@ -539,6 +543,13 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
     if let Some(r) = opts.repeat {
         plan.repeats = r.max(1);
     }
+    if opts.seed_conditions {
+        // The seed measured a new connection per request only.
+        plan.ka_levels.clear();
+        if plan.budget.is_some() {
+            plan.budget = Some(Duration::from_secs(crate::link::SEED_QUICK_BUDGET_S));
+        }
+    }
     if opts.budget.is_some() {
         plan.budget = opts.budget;
     }
@@ -549,6 +560,16 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
     write_site(&www)?;
     let run_dir = out.join("run");
     crate::server::install_signal_handler()?;
+    let link = match &opts.link {
+        Some(spec) => {
+            let mut l = crate::link::Link::create(spec, opts.backlog)?;
+            l.info.seed_conditions = opts.seed_conditions;
+            l.measure()?;
+            eprintln!("iolab lab: {}", l.describe());
+            Some(l)
+        }
+        None => None,
+    };
 
     let (nofile_before, nofile_after) = crate::settings::raise_nofile();
     let machine = iolab_micro::machine::Machine::collect();
@@ -558,7 +579,14 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
     } else {
         (None, None)
     };
-    let sources = crate::settings::source_addrs(8);
+    let sources = match &link {
+        Some(l) => l.client_ips.clone(),
+        None => crate::settings::source_addrs(8),
+    };
+    let server_ip: std::net::IpAddr = match &link {
+        Some(l) => l.server_ip,
+        None => [127, 0, 0, 1].into(),
+    };
     let max_c = plan
         .levels
         .iter()
@@ -696,7 +724,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
         t0 + b.saturating_sub(Duration::from_secs(40) + Duration::from_secs_f64(eff_reserve))
     });
     let make_launch = |t: &Target| -> anyhow::Result<Launch> {
-        let addr: SocketAddr = format!("127.0.0.1:{}", crate::server::free_port()?).parse()?;
+        let addr = SocketAddr::new(server_ip, crate::server::free_port()?);
         Ok(Launch {
             iolab: iolab.clone(),
             www: www.clone(),
@@ -709,6 +737,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
             },
             backlog: opts.backlog,
             cpu: server_cpu,
+            netns: link.as_ref().map(|l| l.ns.clone()),
         })
     };
     let mut prog = Progress {
@@ -909,6 +938,10 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
     infos.extend(skipped);
     results.targets = infos;
     results.method = method(&plan, &sources, opts);
+    if let Some(l) = link {
+        results.link = Some(l.info.clone());
+        l.remove().context("removing the link")?;
+    }
     results.seed_vs_iolab = crate::seedtable::build(&results);
     results.elapsed_s = t0.elapsed().as_secs_f64();
     write_outputs(&results, out)?;
@@ -1042,7 +1075,27 @@ fn method(plan: &Plan, sources: &[std::net::IpAddr], opts: &Options) -> BTreeMap
         "concurrency levels (new connection per request)".into(),
         lv(&plan.levels),
     );
-    m.insert("keep-alive connections".into(), lv(&plan.ka_levels));
+    m.insert(
+        "keep-alive connections".into(),
+        if plan.ka_levels.is_empty() {
+            "none (the seed's method: a new connection per request)".into()
+        } else {
+            lv(&plan.ka_levels)
+        },
+    );
+    m.insert(
+        "network path".into(),
+        match &opts.link {
+            Some(l) => format!(
+                "a veth pair shaped with tc to {} each way{}; the server in its own network namespace (see The link)",
+                iolab_netns::format_rate(l.rate_bps),
+                l.delay
+                    .map(|d| format!(", {} ms one-way delay", d.as_secs_f64() * 1e3))
+                    .unwrap_or_default()
+            ),
+            None => "loopback (no link: --link RATE or --seed-conditions for one)".into(),
+        },
+    );
     m.insert(
         "keep-alive points".into(),
         format!(
@@ -1092,7 +1145,7 @@ fn method(plan: &Plan, sources: &[std::net::IpAddr], opts: &Options) -> BTreeMap
         if sources.is_empty() {
             "one source address (127.0.0.1); no spreading possible".into()
         } else {
-            format!("client connections spread round-robin over {} loopback source addresses ({}..{}) so that 50,000 new connections per point cannot exhaust the ephemeral ports", sources.len(), sources[0], sources[sources.len() - 1])
+            format!("client connections spread round-robin over {} {} source addresses ({}..{}) so that 50,000 new connections per point cannot exhaust the ephemeral ports", sources.len(), if opts.link.is_some() { "link" } else { "loopback" }, sources[0], sources[sources.len() - 1])
         },
     );
     m.insert(

@@ -7,6 +7,7 @@
 pub mod cli;
 pub mod efficiency;
 pub mod lab;
+pub mod link;
 pub mod micro;
 pub mod report;
 pub mod results;

@@ -123,6 +123,10 @@ pub struct Results {
     /// The configuration each peer ran with (nginx.conf), by peer name.
     #[serde(default)]
     pub peer_configs: BTreeMap<String, String>,
+    /// The shaped link the server ran behind (`--link`, `--seed-conditions`); absent on
+    /// loopback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<crate::link::LinkInfo>,
 }
 
 /// Median of values (mean of the middle two when even); 0 for none.

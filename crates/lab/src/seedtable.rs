@@ -130,9 +130,26 @@ pub struct SeedTable {
     pub source: String,
 }
 
-/// A link the run was shaped with, from the settings the link options record (any setting
-/// whose name starts with "link"), or None on loopback.
+/// The link the run was shaped with (`--link`, `--seed-conditions`: results' `link` block,
+/// or any setting whose name starts with "link"), or None on loopback.
 pub fn link_of(r: &Results) -> Option<String> {
+    if let Some(l) = &r.link {
+        let mut s = format!("{} Mbit/s each way", fmt_mbit(l.rate_bps as f64 / 1e6));
+        if l.delay_ms > 0.0 {
+            s.push_str(&format!(", {} ms one-way delay", l.delay_ms));
+        }
+        if l.measured_down_bps > 0.0 {
+            s.push_str(&format!(
+                ", measured {} Mbit/s down",
+                fmt_mbit(l.measured_down_bps / 1e6)
+            ));
+        }
+        s.push_str(&format!(", listen backlog {}", l.backlog));
+        if l.seed_conditions {
+            s.push_str(", --seed-conditions");
+        }
+        return Some(s);
+    }
     let parts: Vec<String> = r
         .settings
         .iter()
@@ -148,8 +165,20 @@ pub fn link_of(r: &Results) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join(", "))
 }
 
-/// A link rate in Mbit/s found in the link settings ("100mbit", "1gbit", "100 Mb/s").
+fn fmt_mbit(v: f64) -> String {
+    if v >= 10.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// The link rate in Mbit/s: results' `link` block, else the link settings ("100mbit",
+/// "1gbit", "100 Mb/s").
 pub fn link_mbit(r: &Results) -> Option<f64> {
+    if let Some(l) = &r.link {
+        return Some(l.rate_bps as f64 / 1e6);
+    }
     let text = link_of(r)?.to_ascii_lowercase();
     for word in text.split(|c: char| c == ',' || c.is_whitespace()) {
         let digits: String = word
@@ -175,6 +204,9 @@ pub fn link_mbit(r: &Results) -> Option<f64> {
 }
 
 fn backlog_of(r: &Results) -> Option<u32> {
+    if let Some(l) = &r.link {
+        return Some(l.backlog);
+    }
     let asked: u32 = r
         .settings
         .get("listen backlog asked")?
