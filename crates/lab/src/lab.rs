@@ -306,7 +306,7 @@ pub fn targets(models: &[String], peers: &[String]) -> (Vec<Target>, Vec<TargetI
     let mut t = Vec::new();
     let mut skipped = Vec::new();
     for name in target_names() {
-        if models.iter().any(|x| *x == name) {
+        if models.contains(&name) {
             let (base, extra) = crate::server::model_args(&name);
             let Some(m) = iolab_stats::models::find(base) else {
                 continue;

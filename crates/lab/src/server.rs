@@ -450,6 +450,7 @@ mod tests {
             workers: 1,
             backlog: 200,
             cpu: None,
+            netns: None,
         };
         let c = nginx_conf(&l, false);
         for d in [
@@ -473,7 +474,10 @@ mod tests {
         assert!(c.contains("worker_processes 4;"));
         assert!(c.contains("listen 127.0.0.1:8099 backlog=200 reuseport;"));
         // Enough descriptors for every connection plus an open file each.
-        assert!(4 * NGINX_WORKER_CONNECTIONS >= 2 * NGINX_WORKER_CONNECTIONS);
+        assert!(c.contains(&format!(
+            "worker_rlimit_nofile {};",
+            4 * NGINX_WORKER_CONNECTIONS
+        )));
     }
 
     #[test]
@@ -510,6 +514,7 @@ mod tests {
                 workers,
                 backlog: 4096,
                 cpu: None,
+                netns: None,
             };
             std::fs::create_dir_all(&l.run_dir).unwrap();
             // SAFETY: geteuid has no preconditions.

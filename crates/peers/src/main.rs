@@ -353,7 +353,7 @@ fn answer_by_session(session: &mut Session, req: &Request<Incoming>) -> Response
     }
     head.extend_from_slice(b"\r\n");
     session.feed(&head, |_| {});
-    let response = to_hyper(&session);
+    let response = to_hyper(session);
     let len = session.pending_len();
     session.advance(len);
     response.unwrap_or_else(|| {
