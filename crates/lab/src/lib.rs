@@ -10,6 +10,7 @@ pub mod link;
 pub mod micro;
 pub mod report;
 pub mod results;
+pub mod scaling;
 pub mod server;
 pub mod settings;
 pub mod steady;

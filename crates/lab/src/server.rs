@@ -103,6 +103,8 @@ pub struct Launch {
     pub workers: usize,
     pub backlog: u32,
     pub cpu: Option<usize>,
+    /// Pin to these CPUs instead (when not empty; `--scaling` gives the server several).
+    pub cpus: Vec<usize>,
     /// Run the server inside this network namespace (`--link`).
     pub netns: Option<iolab_netns::Namespace>,
 }
@@ -189,16 +191,28 @@ impl ServerProc {
         if let Some(ns) = &l.netns {
             ns.enter(&mut cmd)?;
         }
-        let cpu = l.cpu;
+        // The CPU set is built here, in the parent; the child only installs it.
+        let cpus: Vec<usize> = if l.cpus.is_empty() {
+            l.cpu.into_iter().collect()
+        } else {
+            l.cpus.clone()
+        };
+        let set = (!cpus.is_empty()).then(|| {
+            // SAFETY: all-zero bytes are a valid (empty) cpu_set_t.
+            let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+            for &c in cpus.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
+                // SAFETY: c < CPU_SETSIZE, so CPU_SET writes inside the set.
+                unsafe { libc::CPU_SET(c, &mut set) };
+            }
+            set
+        });
         // SAFETY: the closure runs in the child between fork and exec and only makes raw
-        // system calls (no allocation, no locks): pin to the server CPU, and ask for SIGKILL
+        // system calls (no allocation, no locks): pin to the server CPUs, and ask for SIGKILL
         // when the lab dies so no server outlives it.
         unsafe {
             cmd.pre_exec(move || {
-                if let Some(cpu) = cpu {
-                    let mut set: libc::cpu_set_t = std::mem::zeroed();
-                    libc::CPU_SET(cpu, &mut set);
-                    if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0
+                if let Some(set) = &set {
+                    if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) != 0
                     {
                         return Err(std::io::Error::last_os_error());
                     }
@@ -354,6 +368,7 @@ mod tests {
             workers: 1,
             backlog: 4096,
             cpu: Some(0),
+            cpus: Vec::new(),
             netns: None,
         };
         let c = nginx_conf(&l, true);
@@ -389,6 +404,7 @@ mod tests {
             workers: 1,
             backlog: 16,
             cpu: None,
+            cpus: Vec::new(),
             netns: None,
         };
         let e = ServerProc::start(&t, &l)
