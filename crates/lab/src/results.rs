@@ -114,6 +114,15 @@ pub struct Results {
     pub micro: BTreeMap<String, serde_json::Value>,
     #[serde(default)]
     pub micro_failures: BTreeMap<String, String>,
+    /// Seed 000's figures next to ours (see `seedtable`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed_vs_iolab: Option<crate::seedtable::SeedTable>,
+    /// Server CPU time per request at a fixed offered rate (see `efficiency`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub efficiency: Option<crate::efficiency::Efficiency>,
+    /// The configuration each peer ran with (nginx.conf), by peer name.
+    #[serde(default)]
+    pub peer_configs: BTreeMap<String, String>,
     /// The shaped link the server ran behind (`--link`, `--seed-conditions`); absent on
     /// loopback.
     #[serde(default, skip_serializing_if = "Option::is_none")]
