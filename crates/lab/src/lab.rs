@@ -571,7 +571,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
         None => None,
     };
 
-    let (nofile_before, nofile_after) = crate::settings::raise_nofile();
+    let (nofile_before, nofile_after) = iolab_sys::raise_nofile_limit().unwrap_or((0, 0));
     let machine = iolab_micro::machine::Machine::collect();
     let cpus = allowed_cpus();
     let (server_cpu, client_cpu) = if cpus.len() >= 2 {

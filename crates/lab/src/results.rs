@@ -134,17 +134,7 @@ pub struct Results {
 
 /// Median of values (mean of the middle two when even); 0 for none.
 pub fn median(vals: &[f64]) -> f64 {
-    let mut v: Vec<f64> = vals.iter().copied().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
+    iolab_sys::percentile::median_mean_of_middle(vals).unwrap_or(0.0)
 }
 
 fn median_u(vals: &[u64]) -> u64 {
