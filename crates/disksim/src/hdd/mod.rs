@@ -102,6 +102,10 @@ pub struct Hdd {
     prefetch: Option<Prefetch>,
     /// End LBA of the last write (for appends that join the running destage).
     last_write_end: Option<u64>,
+    /// (cylinder, head) of the last sector of the previous read.
+    last_read_track: Option<(u32, u32)>,
+    /// The read being served started on the track after the previous read's last track.
+    prev_read_on_previous_track: bool,
     pub stats: HddStats,
 }
 
@@ -120,6 +124,8 @@ impl Hdd {
             clock: 0,
             prefetch: None,
             last_write_end: None,
+            last_read_track: None,
+            prev_read_on_previous_track: false,
             stats: HddStats::default(),
         }
     }
@@ -348,6 +354,18 @@ impl Hdd {
         }
     }
 
+    /// With "read-ahead over requested", data already sent to the host may be replaced: the
+    /// segment keeps only what lies past the request.
+    fn release_returned(&mut self, seg: usize, end: u64) {
+        if self.spec.cache.readahead_over_requested {
+            let s = &mut self.segs[seg];
+            if s.start < end {
+                s.start = end.min(s.end.max(end));
+                s.end = s.end.max(s.start);
+            }
+        }
+    }
+
     /// Starts read-ahead after a media read that ended at `t` at `pos`, at `from`.
     fn start_prefetch(&mut self, seg: usize, from: u64, t: f64, pos: (u32, u32)) {
         let c = &self.spec.cache;
@@ -371,6 +389,11 @@ impl Hdd {
                 e
             }
             4 => {
+                // Only for a sequential stream: the previous read ended on the track just
+                // before the one this read started on.
+                if !self.prev_read_on_previous_track {
+                    return;
+                }
                 let e = l.track_end(last);
                 l.track_end(e)
             }
@@ -419,6 +442,15 @@ impl Hdd {
         match req.op {
             Op::Read => {
                 self.stats.reads += 1;
+                let surf = self.spec.layout.surfaces;
+                let track_index = |p: (u32, u32)| u64::from(p.0) * u64::from(surf) + u64::from(p.1);
+                let first = self.spec.layout.map(req.lba).map(|m| (m.pbn.cyl, m.pbn.head));
+                let last = self.spec.layout.map(req.end() - 1).map(|m| (m.pbn.cyl, m.pbn.head));
+                self.prev_read_on_previous_track = match (self.last_read_track, first) {
+                    (Some(p), Some(f)) => track_index(p) + 1 == track_index(f),
+                    _ => false,
+                };
+                self.last_read_track = last;
                 self.advance_prefetch(t);
                 let bt = self.spec.bus_read_ms;
                 let prefix = self.cached_prefix(req.lba, req.end());
@@ -435,6 +467,7 @@ impl Hdd {
                 if hit == n {
                     let (seg, _) = prefix.unwrap();
                     self.touch(seg);
+                    self.release_returned(seg, req.end());
                     self.stats.read_hits += 1;
                     rec.cache = CacheOutcome::Hit;
                     let bus_end = t + oh + prep + n as f64 * bt;
@@ -473,6 +506,7 @@ impl Hdd {
                         rec.cache = CacheOutcome::Hit;
                         rec.bus = n as f64 * bt;
                         rec.completion = bus_done + completion;
+                        self.release_returned(seg, req.end());
                         self.pos = pos;
                         self.start_prefetch(seg, self.segs[seg].end, free, pos);
                     } else {
@@ -544,6 +578,7 @@ impl Hdd {
                         self.stats.rotation_ms += m.rotation;
                         self.stats.transfer_ms += m.transfer;
                         self.pos = m.pos;
+                        self.release_returned(seg, req.end());
                         self.start_prefetch(seg, req.end(), m.end, m.pos);
                     }
                 }
