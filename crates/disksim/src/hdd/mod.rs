@@ -334,18 +334,14 @@ impl Hdd {
             .unwrap_or(0)
     }
 
-    /// Drops cached copies of sectors a write replaces.
+    /// Drops cached copies of sectors a write replaces (the whole segment holding them).
     fn invalidate(&mut self, lba: u64, end: u64, keep: Option<usize>) {
         for (i, s) in self.segs.iter_mut().enumerate() {
             if Some(i) == keep || s.is_empty() || s.end <= lba || s.start >= end {
                 continue;
             }
-            if s.start >= lba {
-                // Overlap at the front: keep the tail.
-                s.start = end.min(s.end);
-            } else {
-                s.end = lba;
-            }
+            // A segment is one contiguous run: a write into it drops it whole.
+            s.end = s.start;
         }
         if let Some(p) = &self.prefetch {
             if keep != Some(p.seg) && self.segs[p.seg].start >= self.segs[p.seg].end {
@@ -532,6 +528,11 @@ impl Hdd {
                             seen += u64::from(c.n);
                         }
                         bus_done = bus_done.max(floor + self.oh(o.reselect));
+                        if !self.spec.cache.hold_bus_read {
+                            // A drive that releases the bus during the media access reconnects
+                            // once, when the requested sectors are all in the buffer.
+                            bus_done = bus_done.max(m.end);
+                        }
                         for c in &m.chunks {
                             let k = f64::from(c.n);
                             bus_done = (bus_done + k * bt)
@@ -543,28 +544,7 @@ impl Hdd {
                         rec.transfer = m.transfer;
                         rec.bus = (bus_done - m.end).max(0.0);
                         rec.completion = bus_done + completion;
-                        // Sectors that passed under the head while waiting for the first one.
-                        let mut seg_start = req.lba;
-                        if self.spec.cache.read_any_free_blocks && hit == 0 {
-                            if let (Some(c), Some(mp)) =
-                                (m.chunks.first(), self.spec.layout.map(from))
-                            {
-                                let waited = ((m.rotation - (free.max(t_mech) - free)) / c.ms)
-                                    .floor() as u64;
-                                let before = waited.min(u64::from(mp.pbn.sector)).min(from);
-                                if before > 0 {
-                                    // Only if those sectors are the logically preceding ones.
-                                    if let Some(pm) = self.spec.layout.map(from - before) {
-                                        if pm.pbn.cyl == mp.pbn.cyl
-                                            && pm.pbn.head == mp.pbn.head
-                                            && u64::from(pm.run) >= before
-                                        {
-                                            seg_start = from - before;
-                                        }
-                                    }
-                                }
-                            }
-                        }
+                        let seg_start = req.lba;
                         let size = self.spec.cache.segment_sectors;
                         let s = &mut self.segs[seg];
                         if hit == 0 {
