@@ -102,6 +102,8 @@ pub struct Hdd {
     prefetch: Option<Prefetch>,
     /// End LBA of the last write (for appends that join the running destage).
     last_write_end: Option<u64>,
+    /// A chunk buffer kept for reuse (no allocation per media access).
+    spare_chunks: Vec<Chunk>,
     /// (cylinder, head) of the last sector of the previous read.
     last_read_track: Option<(u32, u32)>,
     /// The read being served started on the track after the previous read's last track.
@@ -124,6 +126,7 @@ impl Hdd {
             clock: 0,
             prefetch: None,
             last_write_end: None,
+            spare_chunks: Vec::with_capacity(8),
             last_read_track: None,
             prev_read_on_previous_track: false,
             stats: HddStats::default(),
@@ -418,7 +421,7 @@ impl Hdd {
             arrival: req.arrival,
             ..Default::default()
         };
-        let o = self.spec.overheads.clone();
+        let o = self.spec.overheads;
         let after_read = self.last_read;
         let n = u64::from(req.sectors);
         let appending = req.op == Op::Write
@@ -438,15 +441,18 @@ impl Hdd {
         match req.op {
             Op::Read => {
                 self.stats.reads += 1;
-                let surf = self.spec.layout.surfaces;
-                let track_index = |p: (u32, u32)| u64::from(p.0) * u64::from(surf) + u64::from(p.1);
-                let first = self.spec.layout.map(req.lba).map(|m| (m.pbn.cyl, m.pbn.head));
-                let last = self.spec.layout.map(req.end() - 1).map(|m| (m.pbn.cyl, m.pbn.head));
-                self.prev_read_on_previous_track = match (self.last_read_track, first) {
-                    (Some(p), Some(f)) => track_index(p) + 1 == track_index(f),
-                    _ => false,
-                };
-                self.last_read_track = last;
+                if self.spec.cache.prefetch == 4 {
+                    // Sequential-stream detection for read-ahead scheme 4.
+                    let surf = self.spec.layout.surfaces;
+                    let track_index = |p: (u32, u32)| u64::from(p.0) * u64::from(surf) + u64::from(p.1);
+                    let first = self.spec.layout.map(req.lba).map(|m| (m.pbn.cyl, m.pbn.head));
+                    let last = self.spec.layout.map(req.end() - 1).map(|m| (m.pbn.cyl, m.pbn.head));
+                    self.prev_read_on_previous_track = match (self.last_read_track, first) {
+                        (Some(p), Some(f)) => track_index(p) + 1 == track_index(f),
+                        _ => false,
+                    };
+                    self.last_read_track = last;
+                }
                 self.advance_prefetch(t);
                 let bt = self.spec.bus_read_ms;
                 let prefix = self.cached_prefix(req.lba, req.end());
@@ -559,7 +565,9 @@ impl Hdd {
                         self.stats.transfer_ms += m.transfer;
                         self.pos = m.pos;
                         self.release_returned(seg, req.end());
-                        self.start_prefetch(seg, req.end(), m.end, m.pos);
+                        let (end, mpos) = (m.end, m.pos);
+                        self.spare_chunks = m.chunks;
+                        self.start_prefetch(seg, req.end(), end, mpos);
                     }
                 }
                 self.last_read = true;
@@ -636,6 +644,7 @@ impl Hdd {
                     self.busy_until = self.busy_until.max(m.end);
                 }
                 self.pos = m.pos;
+                self.spare_chunks = m.chunks;
                 // Cache the written data (write segment), dropping stale copies elsewhere.
                 if self.spec.cache.enabled {
                     let seg = match self

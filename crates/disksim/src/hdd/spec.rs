@@ -13,7 +13,7 @@ use super::params::{self, Block, ParamFile, Value};
 use crate::sched::Policy;
 
 /// Command-processing overheads of the drive's controller (ms).
-#[derive(Clone, Debug, PartialEq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
 pub struct Overheads {
     /// Added to every request on arrival [Per-request overhead time].
     pub per_request: f64,
