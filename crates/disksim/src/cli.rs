@@ -95,9 +95,15 @@ pub fn run(a: DisksimArgs) -> Result<()> {
 fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
         .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     format!("{cpu}, {cores} cores, {}", std::env::consts::ARCH)
 }
 
@@ -111,32 +117,49 @@ fn validate_disksim(a: ValidateArgs) -> Result<()> {
         results.push(validate::run_disk(&name, &parv, &trace)?);
     }
     if results.is_empty() {
-        bail!("no disk selected (known: {})", validate::find_disks(&dir)?.into_iter().map(|d| d.0).collect::<Vec<_>>().join(", "));
+        bail!(
+            "no disk selected (known: {})",
+            validate::find_disks(&dir)?
+                .into_iter()
+                .map(|d| d.0)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
     }
     print!("{}", validate::table(&results));
     println!("demerit: RMS of real vs simulated response-time distributions at 10,000 percentiles; goal: <= DiskSim's and |mean| <= 5%");
     if let Some(p) = &a.json {
-        std::fs::write(p, serde_json::to_string_pretty(&results)?).with_context(|| format!("writing {}", p.display()))?;
+        std::fs::write(p, serde_json::to_string_pretty(&results)?)
+            .with_context(|| format!("writing {}", p.display()))?;
     }
     if let Some(p) = &a.html {
-        std::fs::write(p, validate::html(&results, &machine())).with_context(|| format!("writing {}", p.display()))?;
+        std::fs::write(p, validate::html(&results, &machine()))
+            .with_context(|| format!("writing {}", p.display()))?;
         println!("report: {}", p.display());
     }
     if let Some(p) = &a.check {
-        let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-        let limits: std::collections::BTreeMap<String, f64> = serde_json::from_str(&text).with_context(|| format!("{}", p.display()))?;
+        let text =
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        let limits: std::collections::BTreeMap<String, f64> =
+            serde_json::from_str(&text).with_context(|| format!("{}", p.display()))?;
         let mut bad = Vec::new();
         for r in &results {
             if let Some(&max) = limits.get(&r.disk) {
                 if r.demerit_ms > max {
-                    bad.push(format!("{}: demerit {:.4} ms > recorded {:.4} ms", r.disk, r.demerit_ms, max));
+                    bad.push(format!(
+                        "{}: demerit {:.4} ms > recorded {:.4} ms",
+                        r.disk, r.demerit_ms, max
+                    ));
                 }
             }
         }
         if !bad.is_empty() {
             bail!("demerit regressed:\n  {}", bad.join("\n  "));
         }
-        println!("check: every demerit within the values recorded in {}", p.display());
+        println!(
+            "check: every demerit within the values recorded in {}",
+            p.display()
+        );
     }
     Ok(())
 }
@@ -162,7 +185,10 @@ struct Summary {
 
 impl Summary {
     fn new() -> Self {
-        Summary { hist: hdrhistogram::Histogram::new(3).ok(), ..Default::default() }
+        Summary {
+            hist: hdrhistogram::Histogram::new(3).ok(),
+            ..Default::default()
+        }
     }
     fn add(&mut self, c: &Completion) {
         self.n += 1;
@@ -182,7 +208,10 @@ impl Summary {
         self.seek += c.rec.seek;
         self.rotation += c.rec.rotation;
         self.transfer += c.rec.transfer;
-        self.first_arrival = Some(self.first_arrival.map_or(c.rec.arrival, |f: f64| f.min(c.rec.arrival)));
+        self.first_arrival = Some(
+            self.first_arrival
+                .map_or(c.rec.arrival, |f: f64| f.min(c.rec.arrival)),
+        );
         self.last_completion = self.last_completion.max(c.rec.completion);
         if let Some(h) = &mut self.hist {
             let _ = h.record(((r * 1e6) as u64).max(1)); // ns
@@ -222,9 +251,16 @@ fn open_trace(path: &Path, format: Option<&str>) -> Result<Box<dyn Source>> {
         None => {
             use std::io::BufRead;
             let buf = r.fill_buf()?;
-            let first = String::from_utf8_lossy(&buf[..buf.len().min(512)]).lines().next().unwrap_or("").to_string();
+            let first = String::from_utf8_lossy(&buf[..buf.len().min(512)])
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_string();
             let g = Format::guess(&path.to_string_lossy(), &first);
-            eprintln!("trace format: {g:?} (guessed; --format to choose) — units: {}", g.units());
+            eprintln!(
+                "trace format: {g:?} (guessed; --format to choose) — units: {}",
+                g.units()
+            );
             g
         }
     };
@@ -238,13 +274,18 @@ fn run_cmd(a: RunArgs) -> Result<()> {
         Some(t) => open_trace(t, a.format.as_deref())?,
         None => match &cfg.workload {
             Some(w) => Box::new(Generator::new(w.clone(), dev.blocks)?),
-            None => bail!("no --trace and no [workload] section in {}", a.config.display()),
+            None => bail!(
+                "no --trace and no [workload] section in {}",
+                a.config.display()
+            ),
         },
     };
     let total = source.len_hint();
     let mut log = match &a.log {
         Some(p) => {
-            let mut w = BufWriter::new(std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?);
+            let mut w = BufWriter::new(
+                std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
+            );
             writeln!(w, "id,op,lba,sectors,arrival_ms,queue_wait_ms,device_start_ms,cache,overhead_ms,seek_ms,rotation_ms,transfer_ms,bus_ms,completion_ms,response_ms")?;
             Some(w)
         }
@@ -258,7 +299,10 @@ fn run_cmd(a: RunArgs) -> Result<()> {
             None => indicatif::ProgressBar::new_spinner(),
         };
         b.set_style(
-            indicatif::ProgressStyle::with_template("{spinner} {pos}/{len} requests [{elapsed_precise}] {per_sec}").unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            indicatif::ProgressStyle::with_template(
+                "{spinner} {pos}/{len} requests [{elapsed_precise}] {per_sec}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
         b
     };
@@ -307,8 +351,17 @@ fn run_cmd(a: RunArgs) -> Result<()> {
     }
     let span = (sum.last_completion - sum.first_arrival.unwrap_or(0.0)).max(1e-9);
     let n = sum.n.max(1) as f64;
-    let q = |p: f64| sum.hist.as_ref().map(|h| h.value_at_quantile(p) as f64 / 1e6).unwrap_or(f64::NAN);
-    let device_stats = sim.components().last().map(|c| c.stats()).unwrap_or_default();
+    let q = |p: f64| {
+        sum.hist
+            .as_ref()
+            .map(|h| h.value_at_quantile(p) as f64 / 1e6)
+            .unwrap_or(f64::NAN)
+    };
+    let device_stats = sim
+        .components()
+        .last()
+        .map(|c| c.stats())
+        .unwrap_or_default();
     let rep = RunReport {
         device: description,
         requests: totals.requests,
@@ -321,7 +374,11 @@ fn run_cmd(a: RunArgs) -> Result<()> {
         p50_ms: q(0.5),
         p99_ms: q(0.99),
         p999_ms: q(0.999),
-        max_ms: sum.hist.as_ref().map(|h| h.max() as f64 / 1e6).unwrap_or(f64::NAN),
+        max_ms: sum
+            .hist
+            .as_ref()
+            .map(|h| h.max() as f64 / 1e6)
+            .unwrap_or(f64::NAN),
         read_fraction: sum.reads as f64 / n,
         cache_hit_ratio: sum.hits as f64 / n,
         cache_partial_ratio: sum.partial as f64 / n,
@@ -332,9 +389,22 @@ fn run_cmd(a: RunArgs) -> Result<()> {
         device_stats,
     };
     println!("device      {}", rep.device);
-    println!("requests    {} ({:.1}% reads) in {:.3} s simulated, {:.3} s wall ({:.0}x real time)", rep.requests, rep.read_fraction * 100.0, rep.sim_time_ms / 1000.0, rep.wall_s, rep.sim_per_wall);
-    println!("throughput  {:.2} MB/s, {:.1} IOPS", rep.throughput_mb_s, rep.iops);
-    println!("response    mean {:.3} ms, p50 {:.3}, p99 {:.3}, p99.9 {:.3}, max {:.3} ms", rep.mean_ms, rep.p50_ms, rep.p99_ms, rep.p999_ms, rep.max_ms);
+    println!(
+        "requests    {} ({:.1}% reads) in {:.3} s simulated, {:.3} s wall ({:.0}x real time)",
+        rep.requests,
+        rep.read_fraction * 100.0,
+        rep.sim_time_ms / 1000.0,
+        rep.wall_s,
+        rep.sim_per_wall
+    );
+    println!(
+        "throughput  {:.2} MB/s, {:.1} IOPS",
+        rep.throughput_mb_s, rep.iops
+    );
+    println!(
+        "response    mean {:.3} ms, p50 {:.3}, p99 {:.3}, p99.9 {:.3}, max {:.3} ms",
+        rep.mean_ms, rep.p50_ms, rep.p99_ms, rep.p999_ms, rep.max_ms
+    );
     println!(
         "cache       hits {:.1}%, partial {:.1}%, write-back {:.1}% of requests",
         rep.cache_hit_ratio * 100.0,
@@ -348,7 +418,8 @@ fn run_cmd(a: RunArgs) -> Result<()> {
         rep.transfer_share * 100.0
     );
     if let Some(p) = &a.json {
-        std::fs::write(p, serde_json::to_string_pretty(&rep)?).with_context(|| format!("writing {}", p.display()))?;
+        std::fs::write(p, serde_json::to_string_pretty(&rep)?)
+            .with_context(|| format!("writing {}", p.display()))?;
     }
     Ok(())
 }
@@ -386,11 +457,28 @@ fn bench(a: BenchArgs) -> Result<()> {
     let mut out = Vec::new();
     let workloads = [
         ("random 4 KiB reads, closed loop QD1", Address::Random, 1.0),
-        ("sequential 4 KiB reads, closed loop QD1", Address::Sequential { start: 0 }, 1.0),
-        ("random 4 KiB, 2/3 reads, closed loop QD1", Address::Random, 0.66),
+        (
+            "sequential 4 KiB reads, closed loop QD1",
+            Address::Sequential { start: 0 },
+            1.0,
+        ),
+        (
+            "random 4 KiB, 2/3 reads, closed loop QD1",
+            Address::Random,
+            0.66,
+        ),
     ];
     println!("machine: {}", machine());
-    println!("{:<42} {:>9} {:>7} {:>7} {:>11} {:>11} {:>10}", "workload (HDD: Seagate Barracuda model)", "requests", "wall s", "cpu s", "req/s wall", "req/s cpu", "sim/cpu");
+    println!(
+        "{:<42} {:>9} {:>7} {:>7} {:>11} {:>11} {:>10}",
+        "workload (HDD: Seagate Barracuda model)",
+        "requests",
+        "wall s",
+        "cpu s",
+        "req/s wall",
+        "req/s cpu",
+        "sim/cpu"
+    );
     for (name, address, rf) in workloads {
         let w = WorkloadSpec {
             requests: a.requests,
@@ -429,12 +517,23 @@ fn bench(a: BenchArgs) -> Result<()> {
         };
         println!(
             "{:<42} {:>9} {:>7.3} {:>7.3} {:>11.0} {:>11.0} {:>9.0}x",
-            r.workload, r.requests, r.wall_s, r.cpu_s, r.requests_per_s, r.requests_per_cpu_s, r.sim_per_cpu
+            r.workload,
+            r.requests,
+            r.wall_s,
+            r.cpu_s,
+            r.requests_per_s,
+            r.requests_per_cpu_s,
+            r.sim_per_cpu
         );
         out.push(r);
     }
     if let Some(p) = &a.json {
-        std::fs::write(p, serde_json::to_string_pretty(&serde_json::json!({"machine": machine(), "results": out}))?)?;
+        std::fs::write(
+            p,
+            serde_json::to_string_pretty(
+                &serde_json::json!({"machine": machine(), "results": out}),
+            )?,
+        )?;
     }
     Ok(())
 }

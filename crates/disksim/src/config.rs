@@ -50,7 +50,8 @@ pub struct Device {
 
 impl Config {
     pub fn load(path: &Path) -> Result<Config> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let c: Config = toml::from_str(&text).with_context(|| format!("{}", path.display()))?;
         Ok(c)
     }
@@ -62,7 +63,11 @@ impl Config {
                     bail!("device.kind = \"hdd\" needs device.disksim = \"FILE.parv\" (DiskSim 4.0 parameters)");
                 };
                 let base = config_path.parent().unwrap_or(Path::new("."));
-                let p = if f.is_absolute() { f.clone() } else { base.join(f) };
+                let p = if f.is_absolute() {
+                    f.clone()
+                } else {
+                    base.join(f)
+                };
                 let mut spec = HddSpec::from_disksim(&p, self.device.disk_name.as_deref())?;
                 if let Some(q) = self.device.queue_depth {
                     if q == 0 || q > 65536 {
@@ -83,16 +88,26 @@ impl Config {
                     spec.cache.segment_sectors
                 );
                 let blocks = spec.blocks();
-                Ok(Device { component: Box::new(Hdd::new(spec)), blocks, description })
+                Ok(Device {
+                    component: Box::new(Hdd::new(spec)),
+                    blocks,
+                    description,
+                })
             }
             "ssd" => {
-                let Some(s) = &self.ssd else { bail!("device.kind = \"ssd\" needs an [ssd] section") };
+                let Some(s) = &self.ssd else {
+                    bail!("device.kind = \"ssd\" needs an [ssd] section")
+                };
                 let description = format!(
                     "SSD {}ch x {}dies x {}planes, page {} B, tR {} us, tPROG {} us, host {} MB/s, QD {}",
                     s.channels, s.dies_per_channel, s.planes_per_die, s.page_bytes, s.read_us, s.program_us, s.host_mb_s, s.queue_depth
                 );
                 let blocks = s.blocks();
-                Ok(Device { component: Box::new(Ssd::new(s.clone())?), blocks, description })
+                Ok(Device {
+                    component: Box::new(Ssd::new(s.clone())?),
+                    blocks,
+                    description,
+                })
             }
             other => bail!("device.kind must be \"hdd\" or \"ssd\", not \"{other}\""),
         }

@@ -14,12 +14,24 @@ use crate::request::{Flags, Op, Request};
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(tag = "dist", rename_all = "lowercase", deny_unknown_fields)]
 pub enum Dist {
-    Constant { value: f64 },
-    Uniform { min: f64, max: f64 },
-    Exponential { mean: f64 },
-    Normal { mean: f64, stddev: f64 },
+    Constant {
+        value: f64,
+    },
+    Uniform {
+        min: f64,
+        max: f64,
+    },
+    Exponential {
+        mean: f64,
+    },
+    Normal {
+        mean: f64,
+        stddev: f64,
+    },
     /// Poisson-distributed counts with this mean (for sizes in units).
-    Poisson { mean: f64 },
+    Poisson {
+        mean: f64,
+    },
 }
 
 impl Dist {
@@ -56,14 +68,20 @@ impl Dist {
                 // Box-Muller; negative values clamp to 0.
                 let u1: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
                 let u2: f64 = rng.random::<f64>();
-                (mean + stddev * (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()).max(0.0)
+                (mean + stddev * (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos())
+                    .max(0.0)
             }
             Dist::Poisson { mean } => {
                 if mean > 30.0 {
                     // Normal approximation for large means.
                     let u1: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
                     let u2: f64 = rng.random::<f64>();
-                    (mean + mean.sqrt() * (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()).round().max(0.0)
+                    (mean
+                        + mean.sqrt()
+                            * (-2.0 * u1.ln()).sqrt()
+                            * (std::f64::consts::TAU * u2).cos())
+                    .round()
+                    .max(0.0)
                 } else {
                     let l = (-mean).exp();
                     let (mut k, mut p) = (0.0, 1.0);
@@ -181,7 +199,15 @@ impl Generator {
             Address::Sequential { start } => start % span,
             _ => 0,
         };
-        Ok(Generator { rng: ChaCha8Rng::seed_from_u64(spec.seed), span, made: 0, clock: 0.0, next_seq: start, run_left: 0, spec })
+        Ok(Generator {
+            rng: ChaCha8Rng::seed_from_u64(spec.seed),
+            span,
+            made: 0,
+            clock: 0.0,
+            next_seq: start,
+            run_left: 0,
+            spec,
+        })
     }
 }
 
@@ -190,7 +216,11 @@ impl Source for Generator {
         if self.made >= self.spec.requests {
             return Ok(None);
         }
-        let op = if self.rng.random::<f64>() < self.spec.read_fraction { Op::Read } else { Op::Write };
+        let op = if self.rng.random::<f64>() < self.spec.read_fraction {
+            Op::Read
+        } else {
+            Op::Write
+        };
         let sectors = (self.spec.size.sample(&mut self.rng).round() as u64).clamp(1, self.span / 2);
         let max_start = self.span - sectors;
         let random = |rng: &mut ChaCha8Rng, align: u64| {
@@ -227,13 +257,27 @@ impl Source for Generator {
                 if self.made < u64::from(self.spec.depth) {
                     When::At(0.0)
                 } else {
-                    let think = self.spec.think.as_ref().map(|d| d.sample(&mut self.rng)).unwrap_or(0.0);
+                    let think = self
+                        .spec
+                        .think
+                        .as_ref()
+                        .map(|d| d.sample(&mut self.rng))
+                        .unwrap_or(0.0);
                     When::AfterCompletion { think }
                 }
             }
         };
         self.made += 1;
-        let req = Request { id: 0, arrival: 0.0, dev: 0, lba, sectors: sectors as u32, op, flags: Flags::default(), file: None };
+        let req = Request {
+            id: 0,
+            arrival: 0.0,
+            dev: 0,
+            lba,
+            sectors: sectors as u32,
+            op,
+            flags: Flags::default(),
+            file: None,
+        };
         Ok(Some(Pending { when, req }))
     }
     fn len_hint(&self) -> Option<u64> {
@@ -275,10 +319,14 @@ mod tests {
         assert_eq!(a, b, "same seed, same stream");
         let reads = a.iter().filter(|p| p.req.op == Op::Read).count();
         assert!((600..800).contains(&reads), "{reads} reads of 1000 at 0.7");
-        let When::At(last) = a.last().unwrap().when else { panic!() };
+        let When::At(last) = a.last().unwrap().when else {
+            panic!()
+        };
         // 1000 exponential gaps of mean 2 ms: about 2000 ms.
         assert!((1700.0..2300.0).contains(&last), "{last}");
-        assert!(a.iter().all(|p| p.req.lba % 8 == 0 && p.req.end() <= 1 << 20));
+        assert!(a
+            .iter()
+            .all(|p| p.req.lba % 8 == 0 && p.req.end() <= 1 << 20));
     }
 
     #[test]
