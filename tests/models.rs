@@ -145,7 +145,7 @@ fn free_port() -> u16 {
 fn raise_nofile() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        iolab_servers::net::raise_nofile_limit().expect("raise RLIMIT_NOFILE");
+        iolab_sys::raise_nofile_limit().expect("raise RLIMIT_NOFILE");
     });
 }
 

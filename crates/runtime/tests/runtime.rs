@@ -15,17 +15,7 @@ use iolab_runtime::{
 };
 
 fn raise_nofile() {
-    // SAFETY: getrlimit/setrlimit on a live struct.
-    unsafe {
-        let mut r = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
-            r.rlim_cur = r.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
-        }
-    }
+    iolab_sys::raise_nofile_limit().expect("raise RLIMIT_NOFILE");
 }
 
 fn localhost() -> SocketAddr {
