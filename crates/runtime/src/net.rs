@@ -407,16 +407,17 @@ impl TcpListener {
 }
 
 async fn accept_fd(fd: RawFd, cancel: Option<&Cond>) -> io::Result<(TcpStream, SocketAddr)> {
-    // SAFETY: sockaddr_storage is plain data; all-zero is valid.
     let op = AcceptOp {
         fd,
+        // SAFETY: sockaddr_storage is plain data; all-zero bytes are a valid value.
         addr: unsafe { std::mem::zeroed() },
         len: 0,
     };
     let (r, op) = submit_inner(op, cancel).await;
     let nfd = r? as RawFd;
-    // SAFETY: the kernel just gave us this descriptor.
     let stream = TcpStream {
+        // SAFETY: the accept completed successfully (`r?` above), so `nfd` is a new
+        // descriptor that nothing else owns.
         fd: unsafe { OwnedFd::from_raw_fd(nfd) },
     };
     let peer = match iolab_sys::sockaddr::from_raw(&op.addr, op.len) {

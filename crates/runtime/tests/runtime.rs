@@ -472,8 +472,8 @@ fn readiness_waits_on_any_descriptor() {
         sleep(Duration::from_millis(5)).await;
         assert!(!waiter.is_finished());
         let one = 1u64;
-        // SAFETY: 8-byte write from a live u64.
         assert_eq!(
+            // SAFETY: an eventfd takes exactly 8 bytes, read from a live u64 on our stack.
             unsafe { libc::write(efd, &one as *const u64 as *const _, 8) },
             8
         );
