@@ -5,8 +5,36 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(name = "iolab", version, about = "Server I/O on Linux, built and measured", long_about = None)]
 struct Cli {
+    /// More diagnostics on stderr: -v for info (e.g. the I/O driver chosen), -vv for debug,
+    /// -vvv for trace. RUST_LOG (e.g. RUST_LOG=iolab_runtime=debug) takes precedence.
+    /// Warnings and errors are always shown.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
+}
+
+/// Libraries log through `tracing`; the binary decides where it goes: stderr, at the level
+/// -v/-vv/-vvv ask for, or as RUST_LOG says.
+fn init_logging(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let level = match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(s) if !s.trim().is_empty() => EnvFilter::new(s),
+        _ => EnvFilter::new(level),
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .without_time()
+        .try_init();
 }
 
 #[derive(Subcommand)]
@@ -28,7 +56,9 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    match cli.command {
         Command::Serve(a) => iolab_servers::cli::serve(a),
         Command::Models(a) => iolab_stats::cli::models(a),
         Command::Stats(a) => iolab_stats::cli::stats(a),

@@ -182,7 +182,7 @@ impl Net {
 impl Drop for Net {
     fn drop(&mut self) {
         if let Err(e) = self.remove_all() {
-            eprintln!("iolab-netns: {e:#}");
+            tracing::warn!("iolab-netns: {e:#}");
         }
     }
 }
@@ -411,7 +411,7 @@ pub fn cleanup_all() {
         Err(p) => std::mem::take(&mut *p.into_inner()),
     };
     if let Err(e) = remove_set(&owned) {
-        eprintln!("iolab-netns: {e:#}");
+        tracing::warn!("iolab-netns: {e:#}");
     }
 }
 

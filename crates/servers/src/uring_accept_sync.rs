@@ -113,7 +113,7 @@ fn accept_thread(
         if let Err(e) = post(&mut ring, target, 0, token(0, Op::HandoffEnd)) {
             // Not expected (the target ring is alive: its worker is waiting for this very
             // message); say so rather than leave a worker waiting in silence.
-            eprintln!("uring-accept-sync: cannot tell a worker to stop: {e}");
+            tracing::error!("uring-accept-sync: cannot tell a worker to stop: {e}");
         }
     }
     result

@@ -168,7 +168,7 @@ impl Loop {
         if self.in_flight > 0 {
             // Only on an unexpected ring error. The callbacks still in flight own their
             // connections' buffers; they are never run nor freed (the kernel may write there).
-            eprintln!(
+            tracing::warn!(
                 "uring-callback: stopping with {} operations in flight",
                 self.in_flight
             );

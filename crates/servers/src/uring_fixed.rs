@@ -128,7 +128,7 @@ impl<'a> Worker<'a> {
             iov_len: arena.len(),
         };
         let registered = if len > MAX_REGISTERED {
-            eprintln!(
+            tracing::warn!(
                 "uring-fixed: {} MiB of receive buffers is too much to pin; using plain receives",
                 len >> 20
             );
@@ -139,7 +139,7 @@ impl<'a> Worker<'a> {
             match unsafe { ring.submitter().register_buffers(&[iov]) } {
                 Ok(()) => true,
                 Err(e) => {
-                    eprintln!(
+                    tracing::warn!(
                         "uring-fixed: receive buffers not registered ({e}); using plain receives"
                     );
                     false

@@ -68,8 +68,8 @@ pub(crate) fn choose() -> io::Result<Driver> {
                 ),
             };
             match &choice {
-                Ok(d) => eprintln!("iolab-runtime: driver {d} ({why})"),
-                Err(e) => eprintln!("iolab-runtime: {e}"),
+                Ok(d) => tracing::info!("iolab-runtime: driver {d} ({why})"),
+                Err(e) => tracing::error!("iolab-runtime: {e}"),
             }
             choice
         })

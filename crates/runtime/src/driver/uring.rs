@@ -474,7 +474,7 @@ impl Uring {
             .map(|(k, _)| k)
             .collect();
         if !stuck.is_empty() {
-            eprintln!(
+            tracing::warn!(
                 "iolab-runtime: {} operation(s) still in flight at shutdown; their buffers are leaked, not freed",
                 stuck.len()
             );
