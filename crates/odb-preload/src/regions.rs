@@ -170,6 +170,15 @@ extern "C" fn handler(sig: i32, info: *mut libc::siginfo_t, _ctx: *mut libc::c_v
     });
     match ours {
         Some(Some(Ok(()))) => {} // return: the access is retried on the now-filled page
+        Some(Some(Err(libc::EALREADY))) => {
+            // The agent certifies that every byte of that buffer was fetched (delivered
+            // downstream) before it evicted it: the application is reusing memory it
+            // forwarded long ago (nginx recycling a sent buffer). `take` left the page
+            // readable; it is zero-filled. (Unknown or expired buffers still abort.)
+            crate::stats::GONE_PAGES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            // SAFETY: the page was just made PROT_READ|PROT_WRITE by `take` and is ours to fill.
+            unsafe { std::ptr::write_bytes(round_down(addr) as *mut u8, 0, PAGE) };
+        }
         Some(Some(Err(e))) => {
             // The page cannot be filled with the right bytes: stop this process rather than
             // let it compute on wrong ones (its connections close; nothing wrong is sent).

@@ -73,6 +73,9 @@ fn config(tag: &str, root: &Path, odb: bool, memory_mib: u64) -> StackConfig {
         loopback: true,
         workers: 1,
         skip_be: false,
+        fe_listen: None,
+        domain: None,
+        cpus: None,
     }
 }
 
