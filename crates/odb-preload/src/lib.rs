@@ -470,8 +470,10 @@ fn odb_recv(
                                 break;
                             }
                         }
-                        if short || (n < PEEK && pos >= n && produced < total) {
-                            // the kernel held no more than what we took: drained
+                        if short {
+                            // the kernel held no more than what we took: drained. (Not
+                            // inferred from the peek: bytes may arrive between the peek and
+                            // the read, and returning early then loses nginx's wake-up.)
                             return Ok(produced);
                         }
                     }
