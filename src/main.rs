@@ -25,6 +25,8 @@ enum Command {
     Micro(iolab_micro::cli::MicroArgs),
     /// The tiers testbed (client, FE, IS, BE: nginx in network namespaces) and ODB: up, down, status, bench.
     Tiers(iolab_tiers::cli::TiersArgs),
+    /// Disk I/O simulator: validate-disksim, run, bench (trace-driven, discrete-event).
+    Disksim(iolab_disksim::cli::DisksimArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -36,5 +38,6 @@ fn main() -> anyhow::Result<()> {
         Command::Lab(a) => iolab_lab::cli::run(a),
         Command::Micro(a) => iolab_micro::cli::run(a),
         Command::Tiers(a) => iolab_tiers::cli::run(a),
+        Command::Disksim(a) => iolab_disksim::cli::run(a),
     }
 }
