@@ -216,6 +216,7 @@ async fn serve_iolab(mut stream: TcpStream, site: Arc<Site>, idle: Option<Durati
                 _ => return,
             };
             session.advance(written);
+            session.resume(|_| {});
         }
         if session.should_close() {
             let _ = stream.shutdown().await;
