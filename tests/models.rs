@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use iolab_servers::stats::{ErrorKind, Snapshot, StatsReader};
+use iolab_stats::{ErrorKind, Snapshot, StatsReader};
 
 const BIN: &str = env!("CARGO_BIN_EXE_iolab");
 /// No socket read in this suite waits longer than this.
@@ -348,26 +348,6 @@ fn closed_by_peer(s: &mut TcpStream, within: Duration) -> bool {
     }
 }
 
-/// True when `tool` runs. Outside CI a missing tool skips the case with one line naming
-/// the Debian package; under `CI=true` it is a failure.
-fn tool_available(tool: &str, version_arg: &str, package: &str) -> bool {
-    if Command::new(tool)
-        .arg(version_arg)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok()
-    {
-        return true;
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "{tool} is not installed (Debian package {package}; scripts/install-deps installs it)"
-    );
-    eprintln!("skipped: {tool} is not installed (Debian package {package})");
-    false
-}
-
 /// A client socket whose receive buffer is `rcvbuf` bytes, set before connecting so that the
 /// TCP window it advertises stays that small.
 fn connect_small_rcvbuf(addr: SocketAddr, rcvbuf: i32) -> TcpStream {
@@ -591,7 +571,7 @@ mod cases {
     /// range and validator headers. Known, documented differences are left out: several
     /// ranges (nginx: 206 multipart; iolab: 200 whole) and error bodies (their lengths).
     pub fn same_answers_as_nginx(model: Variant) {
-        if !tool_available("nginx", "-v", "nginx") {
+        if iolab_sys::testing::require_tool("nginx", "nginx").is_none() {
             return;
         }
         let srv = start(model, &[]);

@@ -70,7 +70,7 @@ fn list(s: &str) -> Vec<String> {
 
 /// The model names asked for, checked against `iolab models`.
 pub fn parse_models(s: &str) -> anyhow::Result<Vec<String>> {
-    let known: Vec<&str> = iolab_servers::Model::ALL.iter().map(|m| m.name()).collect();
+    let known: Vec<&str> = iolab_stats::models::names().collect();
     let asked = list(s);
     if asked.is_empty() {
         bail!(

@@ -184,7 +184,7 @@ struct Sampler {
 impl Sampler {
     fn start(stats_path: Option<&Path>, base: Instant) -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));
-        let reader = stats_path.and_then(|p| iolab_servers::stats::StatsReader::open(p).ok());
+        let reader = stats_path.and_then(|p| iolab_stats::StatsReader::open(p).ok());
         let handle = reader.map(|reader| {
             let stop = stop.clone();
             std::thread::spawn(move || {
@@ -212,7 +212,7 @@ fn settle(srv: &ServerProc) {
     let reader = srv
         .stats_path
         .as_deref()
-        .and_then(|p| iolab_servers::stats::StatsReader::open(p).ok());
+        .and_then(|p| iolab_stats::StatsReader::open(p).ok());
     let Some(reader) = reader else {
         std::thread::sleep(Duration::from_millis(100));
         return;
@@ -271,13 +271,12 @@ fn file_path(file: &str) -> &'static str {
 pub fn targets(models: &[String], peers: &[String]) -> (Vec<Target>, Vec<TargetInfo>) {
     let mut t = Vec::new();
     let mut skipped = Vec::new();
-    for m in iolab_servers::Model::ALL {
-        if models.iter().any(|x| x == m.name()) {
-            let (seed, what) = m.describe();
+    for m in iolab_stats::models::MODELS {
+        if models.iter().any(|x| x == m.name) {
             t.push(Target {
-                name: m.name().into(),
-                kind: Kind::Model(m.name().into()),
-                describe: format!("{what} (seed: {seed})"),
+                name: m.name.into(),
+                kind: Kind::Model(m.name.into()),
+                describe: format!("{} (seed: {})", m.what, m.seed),
             });
         }
     }
@@ -697,7 +696,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
             if srv
                 .stats_path
                 .as_deref()
-                .is_some_and(|p| iolab_servers::stats::StatsReader::open(p).is_err())
+                .is_some_and(|p| iolab_stats::StatsReader::open(p).is_err())
             {
                 let note = "server counters unavailable (stats file unreadable); achieved concurrency from the client log only".to_string();
                 if !infos[ti].failures.contains(&note) {

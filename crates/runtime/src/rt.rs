@@ -180,8 +180,8 @@ pub(crate) fn unregister_task(owner: &Arc<Shared>, key: usize) {
 }
 
 impl Core {
-    fn new(shared: Arc<Shared>, kind: Driver) -> io::Result<Core> {
-        let driver = IoDriver::new(kind, shared.efd())?;
+    fn new(shared: Arc<Shared>, kind: Driver, simulate_eagain: bool) -> io::Result<Core> {
+        let driver = IoDriver::new(kind, shared.efd(), simulate_eagain)?;
         Ok(Core {
             shared,
             run_queue: RefCell::new(VecDeque::with_capacity(1024)),
@@ -356,6 +356,7 @@ pub struct Builder {
     workers: usize,
     pin: bool,
     driver: Option<Driver>,
+    simulate_eagain: bool,
 }
 
 impl Builder {
@@ -364,6 +365,7 @@ impl Builder {
             workers: 1,
             pin: false,
             driver: None,
+            simulate_eagain: false,
         }
     }
 
@@ -386,6 +388,17 @@ impl Builder {
         self
     }
 
+    /// Testing aid (io_uring only): the first attempt of every operation that can wait for
+    /// readiness "fails" with -EAGAIN without reaching the kernel, so it takes the driver's
+    /// retry path (poll for readiness under the operation's key, then issue it) as it does
+    /// on kernels that answer -EAGAIN (older ones, non-blocking splices, `RWF_NOWAIT`).
+    /// Deterministic, so tests can race cancellation against that path.
+    #[doc(hidden)]
+    pub fn simulate_eagain(mut self, on: bool) -> Builder {
+        self.simulate_eagain = on;
+        self
+    }
+
     pub fn build(self) -> io::Result<Runtime> {
         let kind = match self.driver {
             Some(d) => d,
@@ -403,7 +416,8 @@ impl Builder {
         for s in &shareds {
             *s.all.lock().unwrap_or_else(|e| e.into_inner()) = shareds.clone();
         }
-        let core = Box::new(Core::new(shareds[0].clone(), kind)?);
+        let simulate_eagain = self.simulate_eagain;
+        let core = Box::new(Core::new(shareds[0].clone(), kind, simulate_eagain)?);
         let mut workers = Vec::new();
         let cpus = num_cpus();
         for (i, shared) in shareds.iter().enumerate().skip(1) {
@@ -412,7 +426,7 @@ impl Builder {
             let (tx, rx) = std::sync::mpsc::channel();
             let jh = thread::Builder::new()
                 .name(format!("iolab-loop-{i}"))
-                .spawn(move || worker_main(shared, kind, pin, tx))?;
+                .spawn(move || worker_main(shared, kind, simulate_eagain, pin, tx))?;
             match rx.recv() {
                 Ok(Ok(())) => workers.push(jh),
                 Ok(Err(e)) => {
@@ -440,13 +454,14 @@ impl Builder {
 fn worker_main(
     shared: Arc<Shared>,
     kind: Driver,
+    simulate_eagain: bool,
     pin: Option<usize>,
     ready: std::sync::mpsc::Sender<io::Result<()>>,
 ) {
     if let Some(cpu) = pin {
         let _ = pin_current_thread(cpu);
     }
-    let core = match Core::new(shared.clone(), kind) {
+    let core = match Core::new(shared.clone(), kind, simulate_eagain) {
         Ok(c) => c,
         Err(e) => {
             let _ = ready.send(Err(e));
