@@ -23,6 +23,8 @@ enum Command {
     Lab(iolab_lab::cli::LabArgs),
     /// Run a microbenchmark: runtime, ctxswitch, queue, syscalls, echo, limits, all.
     Micro(iolab_micro::cli::MicroArgs),
+    /// Disk I/O simulator: validate-disksim, run, bench (trace-driven, discrete-event).
+    Disksim(iolab_disksim::cli::DisksimArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -33,5 +35,6 @@ fn main() -> anyhow::Result<()> {
         Command::Load(a) => iolab_load::cli::run(a),
         Command::Lab(a) => iolab_lab::cli::run(a),
         Command::Micro(a) => iolab_micro::cli::run(a),
+        Command::Disksim(a) => iolab_disksim::cli::run(a),
     }
 }

@@ -55,6 +55,10 @@ pub struct Options {
     /// Whole-run time budget (quick); None = the profile's.
     pub budget: Option<Duration>,
     pub command: String,
+    /// Run the server behind a shaped link instead of loopback (`--link`).
+    pub link: Option<crate::link::LinkSpec>,
+    /// `--seed-conditions`: the seed's method (new connection per request only).
+    pub seed_conditions: bool,
 }
 
 /// The matrix of a profile.
@@ -499,6 +503,13 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
     if let Some(r) = opts.repeat {
         plan.repeats = r.max(1);
     }
+    if opts.seed_conditions {
+        // The seed measured a new connection per request only.
+        plan.ka_levels.clear();
+        if plan.budget.is_some() {
+            plan.budget = Some(Duration::from_secs(crate::link::SEED_QUICK_BUDGET_S));
+        }
+    }
     if opts.budget.is_some() {
         plan.budget = opts.budget;
     }
@@ -509,6 +520,16 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
     write_site(&www)?;
     let run_dir = out.join("run");
     crate::server::install_signal_handler()?;
+    let link = match &opts.link {
+        Some(spec) => {
+            let mut l = crate::link::Link::create(spec, opts.backlog)?;
+            l.info.seed_conditions = opts.seed_conditions;
+            l.measure()?;
+            eprintln!("iolab lab: {}", l.describe());
+            Some(l)
+        }
+        None => None,
+    };
 
     let (nofile_before, nofile_after) = crate::settings::raise_nofile();
     let machine = iolab_micro::machine::Machine::collect();
@@ -518,7 +539,14 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
     } else {
         (None, None)
     };
-    let sources = crate::settings::source_addrs(8);
+    let sources = match &link {
+        Some(l) => l.client_ips.clone(),
+        None => crate::settings::source_addrs(8),
+    };
+    let server_ip: std::net::IpAddr = match &link {
+        Some(l) => l.server_ip,
+        None => [127, 0, 0, 1].into(),
+    };
     let max_c = plan
         .levels
         .iter()
@@ -668,7 +696,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
                 let left_runs = (plan.repeats - rep) * targets.len() - k;
                 d.saturating_duration_since(Instant::now()).as_secs_f64() / left_runs.max(1) as f64
             });
-            let addr: SocketAddr = format!("127.0.0.1:{}", crate::server::free_port()?).parse()?;
+            let addr = SocketAddr::new(server_ip, crate::server::free_port()?);
             let launch = Launch {
                 iolab: iolab.clone(),
                 www: www.clone(),
@@ -681,6 +709,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
                 },
                 backlog: opts.backlog,
                 cpu: server_cpu,
+                netns: link.as_ref().map(|l| l.ns.clone()),
             };
             let mut srv = match ServerProc::start(t, &launch) {
                 Ok(s) => s,
@@ -814,6 +843,10 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
     infos.extend(skipped);
     results.targets = infos;
     results.method = method(&plan, &sources, opts);
+    if let Some(l) = link {
+        results.link = Some(l.info.clone());
+        l.remove().context("removing the link")?;
+    }
     results.elapsed_s = t0.elapsed().as_secs_f64();
     write_outputs(&results, out)?;
     eprintln!(
@@ -836,7 +869,27 @@ fn method(plan: &Plan, sources: &[std::net::IpAddr], opts: &Options) -> BTreeMap
         "concurrency levels (new connection per request)".into(),
         lv(&plan.levels),
     );
-    m.insert("keep-alive connections".into(), lv(&plan.ka_levels));
+    m.insert(
+        "keep-alive connections".into(),
+        if plan.ka_levels.is_empty() {
+            "none (the seed's method: a new connection per request)".into()
+        } else {
+            lv(&plan.ka_levels)
+        },
+    );
+    m.insert(
+        "network path".into(),
+        match &opts.link {
+            Some(l) => format!(
+                "a veth pair shaped with tc to {} each way{}; the server in its own network namespace (see The link)",
+                iolab_netns::format_rate(l.rate_bps),
+                l.delay
+                    .map(|d| format!(", {} ms one-way delay", d.as_secs_f64() * 1e3))
+                    .unwrap_or_default()
+            ),
+            None => "loopback (no link: --link RATE or --seed-conditions for one)".into(),
+        },
+    );
     m.insert(
         "requests per point".into(),
         match (plan.small_requests, plan.budget) {
@@ -878,7 +931,7 @@ fn method(plan: &Plan, sources: &[std::net::IpAddr], opts: &Options) -> BTreeMap
         if sources.is_empty() {
             "one source address (127.0.0.1); no spreading possible".into()
         } else {
-            format!("client connections spread round-robin over {} loopback source addresses ({}..{}) so that 50,000 new connections per point cannot exhaust the ephemeral ports", sources.len(), sources[0], sources[sources.len() - 1])
+            format!("client connections spread round-robin over {} {} source addresses ({}..{}) so that 50,000 new connections per point cannot exhaust the ephemeral ports", sources.len(), if opts.link.is_some() { "link" } else { "loopback" }, sources[0], sources[sources.len() - 1])
         },
     );
     m.insert(

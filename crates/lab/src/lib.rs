@@ -6,6 +6,7 @@
 
 pub mod cli;
 pub mod lab;
+pub mod link;
 pub mod micro;
 pub mod report;
 pub mod results;

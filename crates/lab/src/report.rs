@@ -531,6 +531,7 @@ pub fn render(r: &Results) -> String {
         }
         out.push_str("</ul></div>");
     }
+    out.push_str(&crate::link::report_section(r.link.as_ref()));
     let mut num = 1;
     for (file, label) in FILES {
         let _ = write!(

@@ -114,6 +114,10 @@ pub struct Results {
     pub micro: BTreeMap<String, serde_json::Value>,
     #[serde(default)]
     pub micro_failures: BTreeMap<String, String>,
+    /// The shaped link the server ran behind (`--link`, `--seed-conditions`); absent on
+    /// loopback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<crate::link::LinkInfo>,
 }
 
 /// Median of values (mean of the middle two when even); 0 for none.

@@ -49,7 +49,8 @@ pub fn kill_all() {
     }
 }
 
-/// On SIGINT or SIGTERM: kill the servers, then exit (130 / 143).
+/// On SIGINT or SIGTERM: kill the servers, remove the link's namespace and veths, then
+/// exit (130 / 143).
 pub fn install_signal_handler() -> anyhow::Result<()> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
@@ -60,6 +61,8 @@ pub fn install_signal_handler() -> anyhow::Result<()> {
             if let Some(sig) = signals.forever().next() {
                 eprintln!("\niolab lab: interrupted; stopping the servers");
                 kill_all();
+                // Then the link (--link), once nothing runs inside its namespace.
+                iolab_netns::cleanup_all();
                 std::process::exit(128 + sig);
             }
         })
@@ -100,6 +103,8 @@ pub struct Launch {
     pub workers: usize,
     pub backlog: u32,
     pub cpu: Option<usize>,
+    /// Run the server inside this network namespace (`--link`).
+    pub netns: Option<iolab_netns::Namespace>,
 }
 
 pub struct ServerProc {
@@ -181,6 +186,9 @@ impl ServerProc {
             .stdout(log.try_clone()?)
             .stderr(log)
             .process_group(0);
+        if let Some(ns) = &l.netns {
+            ns.enter(&mut cmd)?;
+        }
         let cpu = l.cpu;
         // SAFETY: the closure runs in the child between fork and exec and only makes raw
         // system calls (no allocation, no locks): pin to the server CPU, and ask for SIGKILL
@@ -346,6 +354,7 @@ mod tests {
             workers: 1,
             backlog: 4096,
             cpu: Some(0),
+            netns: None,
         };
         let c = nginx_conf(&l, true);
         assert!(c.contains("listen 127.0.0.1:8099 backlog=4096;"));
@@ -380,6 +389,7 @@ mod tests {
             workers: 1,
             backlog: 16,
             cpu: None,
+            netns: None,
         };
         let e = ServerProc::start(&t, &l)
             .err()

@@ -244,6 +244,27 @@ impl Namespace {
     pub fn exists(&self) -> bool {
         namespace_exists(&self.name)
     }
+
+    /// A TCP listener bound to `addr` inside this namespace, usable from this process (a
+    /// socket stays in the namespace it was created in): a short-lived thread enters the
+    /// namespace, binds, and hands the listener back.
+    pub fn tcp_listener(
+        &self,
+        addr: std::net::SocketAddr,
+    ) -> anyhow::Result<std::net::TcpListener> {
+        let path = format!("/var/run/netns/{}", self.name);
+        let f = File::open(&path).with_context(|| format!("opening {path}"))?;
+        std::thread::spawn(move || -> anyhow::Result<std::net::TcpListener> {
+            // SAFETY: setns(2) on an fd we own changes the network namespace of this thread
+            // only; the thread does nothing but bind and then ends.
+            if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                return Err(std::io::Error::last_os_error()).context("setns");
+            }
+            std::net::TcpListener::bind(addr).with_context(|| format!("binding {addr}"))
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("the namespace thread panicked"))?
+    }
 }
 
 impl Iface {

@@ -3,8 +3,7 @@
 //! without them each test says why and skips (under CI=true that is a failure).
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -48,22 +47,6 @@ fn pair() -> (
     (net, ns, a, b, ours, theirs)
 }
 
-/// A listener bound inside `ns` (a thread that enters the namespace creates the socket; the
-/// socket stays in that namespace).
-fn listen_in(ns: &iolab_netns::Namespace, ip: Ipv4Addr) -> TcpListener {
-    let path = format!("/var/run/netns/{}", ns.name());
-    std::thread::spawn(move || {
-        let f = std::fs::File::open(path).unwrap();
-        // SAFETY: setns(2) on an open namespace fd; it changes only this short-lived
-        // thread's network namespace, which ends right after binding.
-        let r = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
-        assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
-        TcpListener::bind((ip, 0)).unwrap()
-    })
-    .join()
-    .unwrap()
-}
-
 #[test]
 fn create_shape_use_remove() {
     if !usable() {
@@ -88,7 +71,7 @@ fn create_shape_use_remove() {
 
     // 2 MB from inside the namespace at 10 Mbit/s takes at least 1.6 s (less the bucket):
     // the shaping is real. (Only a lower bound: a busy machine can only make it slower.)
-    let l = listen_in(&ns, theirs);
+    let l = ns.tcp_listener(SocketAddr::from((theirs, 0))).unwrap();
     let port = l.local_addr().unwrap().port();
     const N: usize = 2_000_000;
     let server = std::thread::spawn(move || {

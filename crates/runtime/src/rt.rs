@@ -288,7 +288,8 @@ impl Core {
                 t.shutdown();
             }
         }
-        self.timers.borrow_mut().clear();
+        let wakers = self.timers.borrow_mut().clear();
+        drop(wakers);
         let dead = {
             let mut drv = self.driver.borrow_mut();
             drv.shutdown();

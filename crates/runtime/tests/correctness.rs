@@ -330,3 +330,94 @@ fn send_to_a_slow_reader_loses_nothing() {
         });
     }
 }
+
+// ------------------------------------------------------------------ 3. dropped timers
+
+/// A million timeouts whose inner future finishes first (as a read that finds data does):
+/// each registers its timer and is dropped. The timer structure must hold the live timers
+/// only, not one dead entry per dropped timeout.
+#[test]
+fn dropped_timeouts_leave_only_live_timers() {
+    use iolab_runtime::time::live_timers;
+    use iolab_runtime::{sleep, timeout};
+    use std::time::Duration;
+
+    let rt = Runtime::new().unwrap();
+    rt.block_on(async {
+        // 1,000 live timers that stay registered throughout.
+        let mut live: Vec<Pin<Box<iolab_runtime::Sleep>>> = (0..1000)
+            .map(|i| Box::pin(sleep(Duration::from_secs(3600 + i))))
+            .collect();
+        for s in &mut live {
+            assert!(poll_once(s.as_mut()).await.is_pending());
+        }
+        assert_eq!(live_timers(), 1000);
+        for i in 0..1_000_000u64 {
+            let mut t = Box::pin(timeout(
+                Duration::from_secs(60 + i % 7),
+                std::future::pending::<()>(),
+            ));
+            assert!(poll_once(t.as_mut()).await.is_pending()); // its timer is registered
+            drop(t);
+            if i % 100_000 == 0 {
+                assert!(live_timers() <= 1001, "{} entries after {i}", live_timers());
+            }
+        }
+        assert_eq!(
+            live_timers(),
+            1000,
+            "entries after 1,000,000 dropped timeouts"
+        );
+        // A timer that fires leaves the structure too.
+        sleep(Duration::from_millis(2)).await;
+        assert_eq!(live_timers(), 1000);
+        drop(live);
+        assert_eq!(live_timers(), 0);
+    });
+}
+
+/// One resettable timer serves many operations: pushed later it does not fire at the old
+/// deadline; pulled earlier while a task waits on it, it wakes that task at the new one.
+#[test]
+fn a_reset_sleep_fires_at_its_new_deadline() {
+    use iolab_runtime::time::live_timers;
+    use iolab_runtime::{sleep, timeout_with};
+    use std::time::{Duration, Instant};
+
+    let rt = Runtime::new().unwrap();
+    rt.block_on(async {
+        let start = Instant::now();
+        let mut idle = sleep(Duration::from_millis(30));
+        // Each "operation" finishes within 10 ms and pushes the deadline 30 ms on.
+        for _ in 0..6 {
+            idle.reset(Instant::now() + Duration::from_millis(30));
+            let r = timeout_with(&mut idle, sleep(Duration::from_millis(10))).await;
+            assert!(r.is_ok(), "the idle timer fired though it was pushed back");
+            assert_eq!(live_timers(), 1, "one timer per connection");
+        }
+        assert!(start.elapsed() >= Duration::from_millis(60));
+        // An operation that does not finish: the idle timer ends it.
+        idle.reset(Instant::now() + Duration::from_millis(20));
+        let t = Instant::now();
+        let r = timeout_with(&mut idle, std::future::pending::<()>()).await;
+        assert!(r.is_err());
+        assert!(t.elapsed() >= Duration::from_millis(20));
+        assert_eq!(live_timers(), 0);
+        // Pulled earlier while a task waits on it.
+        let idle = Rc::new(std::cell::RefCell::new(sleep(Duration::from_secs(3600))));
+        let waiter = {
+            let idle = idle.clone();
+            spawn(async move {
+                std::future::poll_fn(|cx| Pin::new(&mut *idle.borrow_mut()).poll(cx)).await;
+                Instant::now()
+            })
+        };
+        yield_now().await;
+        yield_now().await;
+        let t = Instant::now();
+        idle.borrow_mut().reset(t + Duration::from_millis(15));
+        let woke = waiter.await.unwrap();
+        assert!(woke >= t + Duration::from_millis(15));
+        assert!(woke < t + Duration::from_secs(5));
+    });
+}
