@@ -145,7 +145,7 @@ fn free_port() -> u16 {
 fn raise_nofile() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        iolab_servers::net::raise_nofile_limit().expect("raise RLIMIT_NOFILE");
+        iolab_sys::raise_nofile_limit().expect("raise RLIMIT_NOFILE");
     });
 }
 
@@ -410,7 +410,7 @@ struct Nginx {
 }
 
 impl Nginx {
-    fn start(root: &std::path::Path) -> Nginx {
+    fn start(nginx: &std::path::Path, root: &std::path::Path) -> Nginx {
         static N: AtomicUsize = AtomicUsize::new(0);
         let n = N.fetch_add(1, Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("iolab-http-nginx-{}-{n}", std::process::id()));
@@ -432,7 +432,7 @@ impl Nginx {
                 root.display()
             );
             std::fs::write(dir.join("nginx.conf"), conf).unwrap();
-            let mut child = Command::new("nginx")
+            let mut child = Command::new(nginx)
                 .arg("-c")
                 .arg(dir.join("nginx.conf"))
                 .arg("-p")
@@ -489,10 +489,6 @@ fn exchange_raw(addr: SocketAddr, request: &str) -> Response {
     resp
 }
 
-fn wrk_available() -> bool {
-    Command::new("wrk").arg("-v").output().is_ok()
-}
-
 // ---------------------------------------------------------------------------------------
 // The cases.
 
@@ -521,10 +517,11 @@ mod cases {
 
     /// Real curl: a byte range, a download cut and resumed with `-C -`, and `-z FILE`.
     pub fn curl_ranges_resume_and_conditionals(model: Variant) {
+        let curl_bin = iolab_sys::require_tool!("curl", "curl");
         let srv = start(model, &[]);
         let url = srv.url("/big.bin");
         let curl = |args: &[&str], out: &std::path::Path| -> String {
-            let o = Command::new("curl")
+            let o = Command::new(&curl_bin)
                 .args(["-sS", "--max-time", "20", "-w", "%{http_code}", "-o"])
                 .arg(out)
                 .args(args)
@@ -571,11 +568,9 @@ mod cases {
     /// range and validator headers. Known, documented differences are left out: several
     /// ranges (nginx: 206 multipart; iolab: 200 whole) and error bodies (their lengths).
     pub fn same_answers_as_nginx(model: Variant) {
-        if iolab_sys::testing::require_tool("nginx", "nginx").is_none() {
-            return;
-        }
+        let nginx = iolab_sys::require_tool!("nginx", "nginx");
         let srv = start(model, &[]);
-        let ngx = Nginx::start(&srv.site.root);
+        let ngx = Nginx::start(&nginx, &srv.site.root);
         let first = exchange_raw(srv.addr, "GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n");
         let etag = first.header("etag").expect("ETag").to_string();
         let lm = first
@@ -726,6 +721,7 @@ mod cases {
     }
 
     pub fn get_small_and_big(model: Variant) {
+        let curl = iolab_sys::require_tool!("curl", "curl");
         let srv = start(model, &[]);
         let r = srv.get("/small.html");
         assert_eq!(r.status, 200);
@@ -745,7 +741,7 @@ mod cases {
         assert_eq!((r.status, &r.body), (200, &srv.site.index));
         // And with a real client.
         let out = srv.site.dir.join("curl.out");
-        let st = Command::new("curl")
+        let st = Command::new(curl)
             .args(["-sS", "--fail", "--max-time", "20", "-o"])
             .arg(&out)
             .arg(srv.url("/big.bin"))
@@ -847,6 +843,7 @@ mod cases {
     }
 
     pub fn path_escapes_never_leak(model: Variant) {
+        let curl = iolab_sys::require_tool!("curl", "curl");
         let srv = start(model, &[]);
         let secret_abs = srv.site.dir.join("secret.txt");
         let abs = secret_abs.to_str().unwrap();
@@ -894,7 +891,7 @@ mod cases {
         }
         // curl would normalise the dots away; --path-as-is sends them.
         for t in ["/../secret.txt", "/%2e%2e/secret.txt", "/link.txt"] {
-            let out = Command::new("curl")
+            let out = Command::new(&curl)
                 .args(["-sS", "--path-as-is", "--max-time", "20"])
                 .arg(srv.url(t))
                 .output()
@@ -1075,12 +1072,9 @@ mod cases {
     }
 
     pub fn wrk_no_errors(model: Variant) {
-        assert!(
-            wrk_available(),
-            "wrk is not installed (scripts/install-deps installs it)"
-        );
+        let wrk = iolab_sys::require_tool!("wrk", "wrk");
         let srv = start(model, &[]);
-        let out = Command::new("wrk")
+        let out = Command::new(wrk)
             .args(["-t", "2", "-c", "100", "-d", "2s", "--timeout", "5s"])
             .arg(srv.url("/small.html"))
             .output()

@@ -21,7 +21,8 @@ pub struct LabArgs {
     /// to fit; full: the seed's 50,000 requests per point, 3 repeats.
     #[arg(long, value_enum, default_value = "quick")]
     pub profile: Profile,
-    /// Comma-separated models to run (see `iolab models`), "all", or "none" (peers only).
+    /// Comma-separated models to run (see `iolab models`; also uring-callback-sync, i.e.
+    /// uring-callback --accept sync, seed 000's CR), "all", or "none" (peers only).
     #[arg(long, value_name = "LIST", default_value = "all")]
     pub models: String,
     /// Comma-separated peers: nginx, tokio; or "none". Peers not installed are skipped.
@@ -58,6 +59,19 @@ pub struct LabArgs {
     /// kernel with sch_netem.
     #[arg(long, value_name = "D", requires = "link")]
     pub delay: Option<String>,
+    /// Instead of the matrix: requests/s against server workers (1, 2, 4, ... up to the
+    /// server's CPUs) for epoll, uring-fixed, runtime, nginx and tokio, keep-alive and a
+    /// new connection per request; a figure and a table in DIR/index.html, a "scaling"
+    /// block in results.json.
+    #[arg(long, conflicts_with_all = ["seed_conditions", "check", "render"])]
+    pub scaling: bool,
+    /// CPUs for the server with --scaling (e.g. 0-7; default: the first half of the
+    /// machine's).
+    #[arg(long, value_name = "LIST", requires = "scaling")]
+    pub server_cpus: Option<String>,
+    /// CPUs for the load generator with --scaling (default: the other half).
+    #[arg(long, value_name = "LIST", requires = "scaling")]
+    pub client_cpus: Option<String>,
     /// Seed 000's method in one switch: a 100 Mb/s link (unless --link says otherwise),
     /// listen backlog 200, a new connection per request only (no keep-alive points), no
     /// microbenchmarks unless --micro; the full profile then runs the seed's 50,000 requests
@@ -67,6 +81,13 @@ pub struct LabArgs {
     /// Time budget in seconds for the whole run (quick profile; default 600).
     #[arg(long, value_name = "SECS")]
     pub budget: Option<u64>,
+    /// Skip the efficiency pass (server CPU time per request at a fixed offered rate).
+    #[arg(long)]
+    pub no_efficiency: bool,
+    /// Offered rate of the efficiency pass, requests/s, for both keep-alive and new
+    /// connections (default: half the lowest peak any server reached in this run, per mode).
+    #[arg(long, value_name = "REQ_PER_S", conflicts_with = "no_efficiency")]
+    pub efficiency_rate: Option<f64>,
     /// Print results.json to stdout at the end (progress stays on stderr).
     #[arg(long)]
     pub json: bool,
@@ -87,7 +108,8 @@ fn list(s: &str) -> Vec<String> {
 
 /// The model names asked for, checked against `iolab models`.
 pub fn parse_models(s: &str) -> anyhow::Result<Vec<String>> {
-    let known: Vec<&str> = iolab_stats::models::names().collect();
+    let known = crate::lab::target_names();
+    let known: Vec<&str> = known.iter().map(String::as_str).collect();
     let asked = list(s);
     if asked.is_empty() {
         bail!(
@@ -168,6 +190,12 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
     if args.repeat == Some(0) {
         bail!("--repeat must be at least 1");
     }
+    if args
+        .efficiency_rate
+        .is_some_and(|r| !(r.is_finite() && r > 0.0))
+    {
+        bail!("--efficiency-rate must be a positive number of requests per second");
+    }
     if args.budget == Some(0) {
         bail!("--budget must be positive");
     }
@@ -207,9 +235,28 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         backlog,
         budget: args.budget.map(Duration::from_secs),
         command: std::env::args().collect::<Vec<_>>().join(" "),
+        efficiency: !args.no_efficiency,
+        efficiency_rate: args.efficiency_rate,
         link,
         seed_conditions: args.seed_conditions,
     };
+    if args.scaling {
+        let parse =
+            |s: &Option<String>| s.as_deref().map(crate::scaling::parse_cpu_list).transpose();
+        let r = crate::scaling::run(
+            &opts,
+            parse(&args.server_cpus).context("--server-cpus")?,
+            parse(&args.client_cpus).context("--client-cpus")?,
+        )?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&r)?);
+        } else if let Some(s) = &r.scaling {
+            println!("{}", s.note);
+            print!("{}", crate::scaling::text_table(s));
+            println!("report: {}", opts.out.join("index.html").display());
+        }
+        return Ok(());
+    }
     if opts.models.is_empty() && opts.peers.is_empty() {
         bail!("nothing to measure: --models none and --peers none");
     }
@@ -231,7 +278,8 @@ mod tests {
 
     #[test]
     fn model_lists() {
-        assert_eq!(parse_models("all").unwrap().len(), 10);
+        assert_eq!(parse_models("all").unwrap().len(), 11);
+        assert!(parse_models("uring-callback-sync").is_ok());
         assert_eq!(
             parse_models("threads, epoll").unwrap(),
             vec!["threads", "epoll"]

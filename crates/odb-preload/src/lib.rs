@@ -267,8 +267,9 @@ fn sub_iov(iov: &[iovec], mut skip: usize, mut k: usize, out: &mut Vec<iovec>) {
             continue;
         }
         let take = (v.iov_len - skip).min(k);
-        // SAFETY: pointer arithmetic inside the application's iovec (no dereference).
         out.push(iovec {
+            // SAFETY: skip < iov_len (checked above), so the pointer stays inside the
+            // application's iovec; nothing is dereferenced here.
             iov_base: unsafe { (v.iov_base as *mut u8).add(skip) }.cast(),
             iov_len: take,
         });
@@ -816,9 +817,10 @@ fn odb_sendfile(
                 Ok((dst, r)) => {
                     let mut got = 0;
                     while got < len {
-                        // SAFETY: dst..dst+len is our reservation in the arena.
                         match sys::pread(
                             inp,
+                            // SAFETY: got < len and dst..dst+len is our reservation in the
+                            // arena, so dst+got stays inside it.
                             unsafe { dst.add(got) }.cast(),
                             len - got,
                             pos + got as i64,

@@ -135,8 +135,9 @@ impl OpenOptions {
         let (r, _) = submit_inner(op, None).await;
         let fd =
             r.map_err(|e| io::Error::new(e.kind(), format!("opening {}: {e}", path.display())))?;
-        // SAFETY: the kernel just gave us this descriptor.
         Ok(File {
+            // SAFETY: the open just completed successfully, so `fd` is a new descriptor that
+            // nothing else owns.
             fd: unsafe { OwnedFd::from_raw_fd(fd as RawFd) },
         })
     }

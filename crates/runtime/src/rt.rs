@@ -480,25 +480,8 @@ fn worker_main(
     core.shutdown();
 }
 
-/// Pins the calling thread to one CPU.
-pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
-    // SAFETY: cpu_set_t is plain data; CPU_SET stays within it for cpu < CPU_SETSIZE, which
-    // we check; sched_setaffinity reads the set we pass by pointer.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if cpu >= libc::CPU_SETSIZE as usize {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "CPU index out of range",
-            ));
-        }
-        libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
+/// Pins the calling thread to one CPU (one helper for every crate: `iolab_sys::cpu`).
+pub use iolab_sys::pin_current_thread;
 
 pub(crate) fn num_cpus() -> usize {
     thread::available_parallelism()

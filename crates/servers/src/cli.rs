@@ -126,7 +126,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let config = args.config();
     let model = args.model;
     // Thousands of connections need descriptors; failure is not fatal (the soft limit stays).
-    if let Err(e) = crate::net::raise_nofile_limit() {
+    if let Err(e) = iolab_sys::raise_nofile_limit() {
         eprintln!("iolab serve: warning: could not raise RLIMIT_NOFILE: {e}");
     }
     // Before the start line and before the stats file is created (it could be the running

@@ -59,6 +59,25 @@ pub fn from_raw(storage: &libc::sockaddr_storage, len: libc::socklen_t) -> Optio
     }
 }
 
+/// The address the socket `fd` is bound to (`getsockname(2)`).
+pub fn local_addr(fd: std::os::fd::RawFd) -> std::io::Result<SocketAddr> {
+    // SAFETY: all-zero bytes are a valid sockaddr_storage.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: storage and len describe a writable buffer large enough for any address; the
+    // kernel writes at most len bytes and stores the real length in len.
+    if unsafe { libc::getsockname(fd, &mut storage as *mut _ as *mut libc::sockaddr, &mut len) } < 0
+    {
+        return Err(std::io::Error::last_os_error());
+    }
+    from_raw(&storage, len).ok_or_else(|| {
+        std::io::Error::other(format!(
+            "getsockname: unexpected address family {}",
+            storage.ss_family
+        ))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,12 +106,15 @@ mod tests {
     fn reads_what_the_kernel_writes() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         use std::os::fd::AsRawFd as _;
-        // SAFETY: all-zero bytes are a valid sockaddr_storage.
-        let mut st: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        // SAFETY: st and len describe a writable buffer large enough for any address.
-        let rc = unsafe { libc::getsockname(l.as_raw_fd(), &mut st as *mut _ as *mut _, &mut len) };
-        assert_eq!(rc, 0);
-        assert_eq!(from_raw(&st, len), Some(l.local_addr().unwrap()));
+        assert_eq!(local_addr(l.as_raw_fd()).unwrap(), l.local_addr().unwrap());
+        let l6 = match std::net::TcpListener::bind("[::1]:0") {
+            Ok(l) => l,
+            Err(_) => return, // no IPv6 loopback on this machine
+        };
+        assert_eq!(
+            local_addr(l6.as_raw_fd()).unwrap(),
+            l6.local_addr().unwrap()
+        );
+        assert!(local_addr(-1).is_err());
     }
 }
