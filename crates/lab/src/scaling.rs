@@ -271,7 +271,7 @@ pub fn run(
     let www = out.join("www");
     crate::lab::write_site(&www)?;
     crate::server::install_signal_handler()?;
-    crate::settings::raise_nofile();
+    let _ = iolab_sys::raise_nofile_limit();
     let allowed = iolab_sys::cpu::allowed_cpus().context("reading the CPU affinity")?;
     let (scpus, ccpus, note) = split_cpus(&allowed, server_cpus, client_cpus)?;
     let p = params(opts.profile);
