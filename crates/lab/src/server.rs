@@ -544,6 +544,7 @@ mod tests {
             workers: 1,
             backlog: 128,
             cpu: None,
+            cpus: Vec::new(),
             netns: None,
         };
         let mut srv = ServerProc::start(&t, &l).expect("nginx starts with relative paths");
