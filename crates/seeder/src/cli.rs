@@ -40,6 +40,8 @@ pub struct SeedArgs {
 
 #[derive(Debug, clap::Subcommand)]
 pub enum SeedCommand {
+    /// Run a swarm of leechers against our seeder and libtorrent's, side by side.
+    Bench(crate::bench::BenchArgs),
     /// (internal) One process of leechers for the bench.
     #[command(hide = true)]
     Swarm(crate::swarm::SwarmArgs),
@@ -123,6 +125,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 
 pub fn seed(args: SeedArgs) -> anyhow::Result<()> {
     match args.command {
+        Some(SeedCommand::Bench(b)) => crate::bench::run(b),
         Some(SeedCommand::Swarm(s)) => crate::swarm::run(s),
         None => run(args.run),
     }
@@ -258,6 +261,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let stop = stop_flag()?;
+    crate::swarm::raise_nofile(args.max_peers as u64 + 256);
     let rt = runtime(args.driver)?;
     let cfg = Config {
         slots: args.slots,

@@ -9,7 +9,7 @@
 //! checking ([`metainfo`], bencode by `lava_torrent`) and a swarm benchmark against
 //! libtorrent ([`bench`]).
 
-// pub mod bench;
+pub mod bench;
 pub mod cli;
 pub mod disk;
 pub mod metainfo;

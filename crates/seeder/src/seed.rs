@@ -340,9 +340,7 @@ impl Seeder {
                 if debug_peers() && !matches!(msg, Message::Request { .. }) {
                     eprintln!("seed: peer {key}: {:?}", DebugMsg(&msg));
                 }
-                if let Err(e) =
-                    self.on_message(key, msg, fast, allowed, &mut queue, &mut out, sent_choked)
-                {
+                if let Err(e) = self.on_message(key, msg, fast, allowed, &mut queue, &mut out) {
                     return e;
                 }
             }
@@ -463,7 +461,6 @@ impl Seeder {
         allowed: &[u32],
         queue: &mut VecDeque<Req>,
         out: &mut Vec<u8>,
-        choked: bool,
     ) -> Result<(), End> {
         let npieces = self.meta.num_pieces();
         let reject = |out: &mut Vec<u8>, r: Req| {
@@ -522,7 +519,8 @@ impl Seeder {
                 if !wire::check_request(index, begin, length, npieces, |i| self.meta.piece_len(i)) {
                     // Too long (> 16 KiB) or running past the piece's end.
                     reject(out, r);
-                } else if (choked && !(fast && allowed.contains(&index)))
+                } else if (self.swarm.borrow().peers[key].choked
+                    && !(fast && allowed.contains(&index)))
                     || queue.len() >= self.cfg.max_queue
                 {
                     // Choked (and not allowed-fast), or the queue is full.
