@@ -14,9 +14,9 @@ enum Command {
     /// Serve a directory over HTTP with one of the I/O models.
     Serve(iolab_servers::cli::ServeArgs),
     /// List the I/O models (name, seed analogue, what it is).
-    Models(iolab_servers::cli::ModelsArgs),
+    Models(iolab_stats::cli::ModelsArgs),
     /// Print the live counters of a running server (from its --stats file).
-    Stats(iolab_servers::cli::StatsArgs),
+    Stats(iolab_stats::cli::StatsArgs),
     /// Generate HTTP load against a URL and report latency, throughput and errors.
     Load(iolab_load::cli::LoadArgs),
     /// Run the experiments over every model and write the HTML report.
@@ -27,17 +27,20 @@ enum Command {
     Seed(iolab_seeder::cli::SeedArgs),
     /// A small HTTP BitTorrent tracker (announce, compact peers, scrape).
     Tracker(iolab_seeder::cli::TrackerArgs),
+    /// Disk I/O simulator: validate-disksim, run, bench (trace-driven, discrete-event).
+    Disksim(iolab_disksim::cli::DisksimArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Serve(a) => iolab_servers::cli::serve(a),
-        Command::Models(a) => iolab_servers::cli::models(a),
-        Command::Stats(a) => iolab_servers::cli::stats(a),
+        Command::Models(a) => iolab_stats::cli::models(a),
+        Command::Stats(a) => iolab_stats::cli::stats(a),
         Command::Load(a) => iolab_load::cli::run(a),
         Command::Lab(a) => iolab_lab::cli::run(a),
         Command::Micro(a) => iolab_micro::cli::run(a),
         Command::Seed(a) => iolab_seeder::cli::seed(a),
         Command::Tracker(a) => iolab_seeder::cli::tracker(a),
+        Command::Disksim(a) => iolab_disksim::cli::run(a),
     }
 }

@@ -85,7 +85,47 @@ fn results_json_has_every_point_with_the_required_fields() {
                 assert!(p.metrics.achieved_concurrency <= c as f64 * 1.01 + 0.01);
             }
         }
-        assert!(r.point(m, "small", "keepalive", 10).is_some());
+        // Keep-alive: run by duration, twice back to back (tiny), with the spread.
+        let ka = r
+            .point(m, "small", "keepalive", 10)
+            .expect("keep-alive point");
+        assert_eq!(ka.repeats.len(), 2, "{m}: keep-alive runs");
+        for x in &ka.repeats {
+            assert!(
+                x.elapsed_s >= 0.45,
+                "{m}: keep-alive run of {} s",
+                x.elapsed_s
+            );
+            assert!(x.metrics.rps > 0.0);
+        }
+        assert!(ka.spread.rps[0] <= ka.metrics.rps && ka.metrics.rps <= ka.spread.rps[1]);
+        // Efficiency: server CPU per request at the offered rate, both modes, positive.
+        let e = r.efficiency.as_ref().expect("efficiency block");
+        for mode in ["keepalive", "close"] {
+            let row = e
+                .row(m, mode)
+                .unwrap_or_else(|| panic!("no efficiency row {m} {mode}: {:?}", e.failures));
+            assert_eq!(row.repeats.len(), 2);
+            assert!(row.rate > 0.0);
+            for x in &row.repeats {
+                assert!(x.ok > 0, "{m} {mode}: nothing answered");
+                assert!(x.cpu_s > 0.0, "{m} {mode}: no server CPU time read");
+                // Plausible: between 1 µs and 10 ms of CPU per request.
+                assert!(
+                    x.us_per_request > 1.0 && x.us_per_request < 10_000.0,
+                    "{m} {mode}: {} us per request",
+                    x.us_per_request
+                );
+                // Open loop: the answered rate follows the offered one.
+                assert!(
+                    x.achieved_rps > 0.5 * row.rate,
+                    "{m} {mode}: {} req/s answered of {} offered",
+                    x.achieved_rps,
+                    row.rate
+                );
+            }
+            assert!(row.spread[0] <= row.us_per_request && row.us_per_request <= row.spread[1]);
+        }
         // Figure 2's data at the top level.
         let top = *levels.last().unwrap();
         let p = r.point(m, "small", "close", top).unwrap();
@@ -101,6 +141,18 @@ fn results_json_has_every_point_with_the_required_fields() {
             .starts_with("scheduled_us,start_us,connected_us"));
         assert_eq!(lines.count() as u64, p.repeats[0].requests);
     }
+    // Seed vs iolab: every seed server has a row; the measured analogue is filled in.
+    let t = r.seed_vs_iolab.as_ref().expect("seed_vs_iolab block");
+    assert_eq!(t.rows.len(), 9);
+    assert!(
+        t.our_conditions.contains("loopback"),
+        "{}",
+        t.our_conditions
+    );
+    let thread = t.rows.iter().find(|x| x.seed_server == "thread").unwrap();
+    assert!(thread.measured && thread.ours_small_mean_ms.unwrap() > 0.0);
+    assert_eq!(thread.seed_errors, 18608);
+    assert!(!thread.why.is_empty());
     // No server is left running.
     let ps = Command::new("ps").args(["-eo", "args"]).output().unwrap();
     let ps = String::from_utf8_lossy(&ps.stdout);
@@ -117,9 +169,12 @@ fn index_html_figures_parse() {
     let dir = report();
     let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
     let marks = iolab_lab::validate::svg_marks(&html).expect("every SVG parses");
-    // Figures 1 and 3 (curves), 2 and 4 (one panel per model), keep-alive.
-    // No micro section here (--no-micro).
-    assert_eq!(marks.svgs, 2 + 2 * MODELS.len() + 1, "SVG count");
+    // Figures 1 and 3 (curves), 1b (CPU per request), 2 and 4 (one panel per model),
+    // keep-alive. No micro section here (--no-micro).
+    assert_eq!(marks.svgs, 2 + 1 + 2 * MODELS.len() + 1, "SVG count");
+    // Small enough to open (a quick run over every server stays under 1 MB too: see the
+    // report's unit tests).
+    assert!(html.len() < 1_000_000, "index.html is {} bytes", html.len());
     assert!(marks.paths >= 2, "curves drawn");
     assert!(marks.circles > 20, "markers and scatter drawn");
     for s in [
@@ -127,6 +182,10 @@ fn index_html_figures_parse() {
         "Figure 2",
         "Errors at concurrency",
         "Keep-alive throughput",
+        "Figure 1b",
+        "CPU µs per request",
+        "Seed 000 next to iolab",
+        "why ours differs",
         "Machine and settings",
     ] {
         assert!(html.contains(s), "index.html lacks {s:?}");

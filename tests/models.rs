@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use iolab_servers::stats::{ErrorKind, Snapshot, StatsReader};
+use iolab_stats::{ErrorKind, Snapshot, StatsReader};
 
 const BIN: &str = env!("CARGO_BIN_EXE_iolab");
 /// No socket read in this suite waits longer than this.
@@ -145,7 +145,7 @@ fn free_port() -> u16 {
 fn raise_nofile() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        iolab_servers::net::raise_nofile_limit().expect("raise RLIMIT_NOFILE");
+        iolab_sys::raise_nofile_limit().expect("raise RLIMIT_NOFILE");
     });
 }
 

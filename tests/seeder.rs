@@ -724,13 +724,21 @@ fn bad_peers_are_dropped_and_others_served() {
     // Rejected at once: the 32 KiB request, and the one at offset 8192 that runs past the
     // end of piece 2 (16 KiB long; an offset at or past the end would be a violation).
     let rej = read_until(&mut good, 0x10);
-    assert_eq!(&rej[8..12], &32768u32.to_be_bytes(), "the 32 KiB request is rejected");
+    assert_eq!(
+        &rej[8..12],
+        &32768u32.to_be_bytes(),
+        "the 32 KiB request is rejected"
+    );
     let rej = read_until(&mut good, 0x10);
     assert_eq!(&rej[4..8], &8192u32.to_be_bytes());
     let src = std::fs::read(d.join("f.bin")).unwrap();
     let p = read_until(&mut good, 7);
     assert_eq!(&p[..8], &[0, 0, 0, 2, 0, 0, 0, 0]);
-    assert_eq!(&p[8..], &src[2 * 16384..3 * 16384], "block bytes are the file's");
+    assert_eq!(
+        &p[8..],
+        &src[2 * 16384..3 * 16384],
+        "block bytes are the file's"
+    );
     // The counters say what happened.
     std::thread::sleep(Duration::from_millis(1500));
     let c: serde_json::Value =

@@ -36,6 +36,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+pub mod direct;
 mod response;
 mod session;
 mod site;

@@ -693,7 +693,10 @@ fn hex_value(b: u8) -> Option<u8> {
 /// 400 for a target that is not origin-form or absolute-form, or for an invalid escape; 404
 /// for anything that would step outside the root or cannot be a file name: a `..` segment
 /// (raw or encoded), an encoded `/`, a NUL byte.
-fn normalise_target<'a>(target: &'a [u8], key: &mut Vec<u8>) -> Result<Option<&'a [u8]>, u16> {
+pub(crate) fn normalise_target<'a>(
+    target: &'a [u8],
+    key: &mut Vec<u8>,
+) -> Result<Option<&'a [u8]>, u16> {
     let path_and_query = if target.first() == Some(&b'/') {
         target
     } else {

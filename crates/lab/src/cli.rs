@@ -21,7 +21,8 @@ pub struct LabArgs {
     /// to fit; full: the seed's 50,000 requests per point, 3 repeats.
     #[arg(long, value_enum, default_value = "quick")]
     pub profile: Profile,
-    /// Comma-separated models to run (see `iolab models`), "all", or "none" (peers only).
+    /// Comma-separated models to run (see `iolab models`; also uring-callback-sync, i.e.
+    /// uring-callback --accept sync, seed 000's CR), "all", or "none" (peers only).
     #[arg(long, value_name = "LIST", default_value = "all")]
     pub models: String,
     /// Comma-separated peers: nginx, tokio; or "none". Peers not installed are skipped.
@@ -44,12 +45,36 @@ pub struct LabArgs {
     /// the tokio server get this many, at least 1.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub workers: usize,
-    /// Listen backlog asked of every server (the kernel caps it at net.core.somaxconn).
-    #[arg(long, value_name = "N", default_value_t = 4096)]
-    pub backlog: u32,
+    /// Listen backlog asked of every server (the kernel caps it at net.core.somaxconn);
+    /// default 4096, or the seed's 200 with --seed-conditions.
+    #[arg(long, value_name = "N")]
+    pub backlog: Option<u32>,
+    /// Run each server in its own network namespace behind a veth pair shaped with tc to
+    /// RATE each way (e.g. 100mbit, 1gbit), instead of loopback. iolab creates and removes
+    /// the namespace, veths and qdiscs (also on Ctrl-C / SIGTERM; leftovers of a killed run
+    /// are removed at the next start). Needs root and iproute2.
+    #[arg(long, value_name = "RATE")]
+    pub link: Option<String>,
+    /// One-way delay added on the link (netem on both ends; e.g. 5ms). Needs --link and a
+    /// kernel with sch_netem.
+    #[arg(long, value_name = "D", requires = "link")]
+    pub delay: Option<String>,
+    /// Seed 000's method in one switch: a 100 Mb/s link (unless --link says otherwise),
+    /// listen backlog 200, a new connection per request only (no keep-alive points), no
+    /// microbenchmarks unless --micro; the full profile then runs the seed's 50,000 requests
+    /// per point, the quick one fits in 13 minutes.
+    #[arg(long)]
+    pub seed_conditions: bool,
     /// Time budget in seconds for the whole run (quick profile; default 600).
     #[arg(long, value_name = "SECS")]
     pub budget: Option<u64>,
+    /// Skip the efficiency pass (server CPU time per request at a fixed offered rate).
+    #[arg(long)]
+    pub no_efficiency: bool,
+    /// Offered rate of the efficiency pass, requests/s, for both keep-alive and new
+    /// connections (default: half the lowest peak any server reached in this run, per mode).
+    #[arg(long, value_name = "REQ_PER_S", conflicts_with = "no_efficiency")]
+    pub efficiency_rate: Option<f64>,
     /// Print results.json to stdout at the end (progress stays on stderr).
     #[arg(long)]
     pub json: bool,
@@ -70,7 +95,8 @@ fn list(s: &str) -> Vec<String> {
 
 /// The model names asked for, checked against `iolab models`.
 pub fn parse_models(s: &str) -> anyhow::Result<Vec<String>> {
-    let known: Vec<&str> = iolab_servers::Model::ALL.iter().map(|m| m.name()).collect();
+    let known = crate::lab::target_names();
+    let known: Vec<&str> = known.iter().map(String::as_str).collect();
     let asked = list(s);
     if asked.is_empty() {
         bail!(
@@ -151,20 +177,55 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
     if args.repeat == Some(0) {
         bail!("--repeat must be at least 1");
     }
+    if args
+        .efficiency_rate
+        .is_some_and(|r| !(r.is_finite() && r > 0.0))
+    {
+        bail!("--efficiency-rate must be a positive number of requests per second");
+    }
     if args.budget == Some(0) {
         bail!("--budget must be positive");
     }
+    let link = match (&args.link, args.seed_conditions) {
+        (Some(r), _) => Some(crate::link::LinkSpec {
+            rate_bps: iolab_netns::parse_rate(r).context("--link")?,
+            delay: args
+                .delay
+                .as_deref()
+                .map(iolab_netns::parse_duration)
+                .transpose()
+                .context("--delay")?,
+        }),
+        (None, true) => Some(crate::link::LinkSpec {
+            rate_bps: crate::link::SEED_RATE_BPS,
+            delay: None,
+        }),
+        (None, false) => None,
+    };
+    if args.backlog == Some(0) {
+        bail!("--backlog must be at least 1");
+    }
+    let backlog = args.backlog.unwrap_or(if args.seed_conditions {
+        crate::link::SEED_BACKLOG
+    } else {
+        4096
+    });
+    let no_micro = args.no_micro || (args.seed_conditions && args.micro.is_none());
     let opts = Options {
         profile: args.profile,
         models: parse_models(&args.models)?,
         peers: parse_peers(&args.peers)?,
         out: args.out.clone(),
         repeat: args.repeat,
-        micro: parse_micro(args.micro.as_deref(), args.no_micro)?,
+        micro: parse_micro(args.micro.as_deref(), no_micro)?,
         workers: args.workers,
-        backlog: args.backlog,
+        backlog,
         budget: args.budget.map(Duration::from_secs),
         command: std::env::args().collect::<Vec<_>>().join(" "),
+        efficiency: !args.no_efficiency,
+        efficiency_rate: args.efficiency_rate,
+        link,
+        seed_conditions: args.seed_conditions,
     };
     if opts.models.is_empty() && opts.peers.is_empty() {
         bail!("nothing to measure: --models none and --peers none");
@@ -187,7 +248,8 @@ mod tests {
 
     #[test]
     fn model_lists() {
-        assert_eq!(parse_models("all").unwrap().len(), 10);
+        assert_eq!(parse_models("all").unwrap().len(), 11);
+        assert!(parse_models("uring-callback-sync").is_ok());
         assert_eq!(
             parse_models("threads, epoll").unwrap(),
             vec!["threads", "epoll"]

@@ -55,6 +55,15 @@ pub struct Options {
     /// Whole-run time budget (quick); None = the profile's.
     pub budget: Option<Duration>,
     pub command: String,
+    /// Measure server CPU time per request at a fixed offered rate (see [`crate::efficiency`]).
+    pub efficiency: bool,
+    /// The offered rate of the efficiency pass (requests/s, both modes); None = half the
+    /// slowest server's peak in this run.
+    pub efficiency_rate: Option<f64>,
+    /// Run the server behind a shaped link instead of loopback (`--link`).
+    pub link: Option<crate::link::LinkSpec>,
+    /// `--seed-conditions`: the seed's method (new connection per request only).
+    pub seed_conditions: bool,
 }
 
 /// The matrix of a profile.
@@ -70,6 +79,10 @@ pub struct Plan {
     pub timeout: Duration,
     pub log_all: bool,
     pub warmup: (u64, u64),
+    /// Each keep-alive point runs this long (wrk-style, by duration, not by count)...
+    pub ka_duration: Duration,
+    /// ...this many times back to back per server start (the spread is over these).
+    pub ka_repeats: usize,
 }
 
 impl Plan {
@@ -86,6 +99,8 @@ impl Plan {
                 timeout: Duration::from_secs(3),
                 log_all: false,
                 warmup: (50, 10),
+                ka_duration: Duration::from_millis(500),
+                ka_repeats: 2,
             },
             Profile::Quick => Plan {
                 levels: seed_levels,
@@ -97,6 +112,8 @@ impl Plan {
                 timeout: Duration::from_secs(5),
                 log_all: false,
                 warmup: (300, 40),
+                ka_duration: Duration::from_secs(3),
+                ka_repeats: 3,
             },
             Profile::Full => Plan {
                 levels: seed_levels,
@@ -108,6 +125,8 @@ impl Plan {
                 timeout: Duration::from_secs(10),
                 log_all: true,
                 warmup: (2000, 200),
+                ka_duration: Duration::from_secs(10),
+                ka_repeats: 1,
             },
         }
     }
@@ -184,7 +203,7 @@ struct Sampler {
 impl Sampler {
     fn start(stats_path: Option<&Path>, base: Instant) -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));
-        let reader = stats_path.and_then(|p| iolab_servers::stats::StatsReader::open(p).ok());
+        let reader = stats_path.and_then(|p| iolab_stats::StatsReader::open(p).ok());
         let handle = reader.map(|reader| {
             let stop = stop.clone();
             std::thread::spawn(move || {
@@ -212,7 +231,7 @@ fn settle(srv: &ServerProc) {
     let reader = srv
         .stats_path
         .as_deref()
-        .and_then(|p| iolab_servers::stats::StatsReader::open(p).ok());
+        .and_then(|p| iolab_stats::StatsReader::open(p).ok());
     let Some(reader) = reader else {
         std::thread::sleep(Duration::from_millis(100));
         return;
@@ -267,17 +286,41 @@ fn file_path(file: &str) -> &'static str {
     }
 }
 
+/// Every model target the lab knows, in report order: the models of `iolab models`, each
+/// followed by its variants (`crate::server::MODEL_VARIANTS`).
+pub fn target_names() -> Vec<String> {
+    let mut v = Vec::new();
+    for m in iolab_stats::models::names() {
+        v.push(m.to_string());
+        for (name, base, _) in crate::server::MODEL_VARIANTS {
+            if base == m {
+                v.push(name.to_string());
+            }
+        }
+    }
+    v
+}
+
 /// The servers to run, in report order.
 pub fn targets(models: &[String], peers: &[String]) -> (Vec<Target>, Vec<TargetInfo>) {
     let mut t = Vec::new();
     let mut skipped = Vec::new();
-    for m in iolab_servers::Model::ALL {
-        if models.iter().any(|x| x == m.name()) {
-            let (seed, what) = m.describe();
+    for name in target_names() {
+        if models.contains(&name) {
+            let (base, extra) = crate::server::model_args(&name);
+            let Some(m) = iolab_stats::models::find(base) else {
+                continue;
+            };
+            let seed = match (name.as_str(), extra) {
+                ("uring-callback", _) => "CR-iocp, accept async".to_string(),
+                (_, []) => m.seed.to_string(),
+                _ if base == "uring-callback" => format!("CR, with {}", extra.join(" ")),
+                _ => format!("{}, with {}", m.seed, extra.join(" ")),
+            };
             t.push(Target {
-                name: m.name().into(),
-                kind: Kind::Model(m.name().into()),
-                describe: format!("{what} (seed: {seed})"),
+                name: name.clone(),
+                kind: Kind::Model(name.clone()),
+                describe: format!("{} (seed: {seed})", m.what),
             });
         }
     }
@@ -422,14 +465,14 @@ fn run_point(
     file: &str,
     mode: &str,
     c: usize,
-    requests: u64,
+    requests: Option<u64>,
     cap: Duration,
     rep: usize,
     want_trace: bool,
 ) -> anyhow::Result<RunOut> {
     let mut cfg = LoadConfig::for_url(&format!("http://{}{}", srv.addr, file_path(file)))?;
     cfg.connections = c;
-    cfg.requests = Some(requests);
+    cfg.requests = requests;
     cfg.duration = Some(cap);
     cfg.keepalive = mode == "keepalive";
     cfg.timeout = cx.plan.timeout;
@@ -500,6 +543,13 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
     if let Some(r) = opts.repeat {
         plan.repeats = r.max(1);
     }
+    if opts.seed_conditions {
+        // The seed measured a new connection per request only.
+        plan.ka_levels.clear();
+        if plan.budget.is_some() {
+            plan.budget = Some(Duration::from_secs(crate::link::SEED_QUICK_BUDGET_S));
+        }
+    }
     if opts.budget.is_some() {
         plan.budget = opts.budget;
     }
@@ -510,8 +560,18 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
     write_site(&www)?;
     let run_dir = out.join("run");
     crate::server::install_signal_handler()?;
+    let link = match &opts.link {
+        Some(spec) => {
+            let mut l = crate::link::Link::create(spec, opts.backlog)?;
+            l.info.seed_conditions = opts.seed_conditions;
+            l.measure()?;
+            eprintln!("iolab lab: {}", l.describe());
+            Some(l)
+        }
+        None => None,
+    };
 
-    let (nofile_before, nofile_after) = crate::settings::raise_nofile();
+    let (nofile_before, nofile_after) = iolab_sys::raise_nofile_limit().unwrap_or((0, 0));
     let machine = iolab_micro::machine::Machine::collect();
     let cpus = allowed_cpus();
     let (server_cpu, client_cpu) = if cpus.len() >= 2 {
@@ -519,7 +579,14 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
     } else {
         (None, None)
     };
-    let sources = crate::settings::source_addrs(8);
+    let sources = match &link {
+        Some(l) => l.client_ips.clone(),
+        None => crate::settings::source_addrs(8),
+    };
+    let server_ip: std::net::IpAddr = match &link {
+        Some(l) => l.server_ip,
+        None => [127, 0, 0, 1].into(),
+    };
     let max_c = plan
         .levels
         .iter()
@@ -645,9 +712,34 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
     // (target index, file, mode, c) -> repeats, and the first repeat's trace.
     let mut runs: BTreeMap<PointKey, (Vec<Repeat>, Option<Trace>)> = BTreeMap::new();
     // Reserve for writing the report and shutting servers down.
-    let deadline = plan
-        .budget
-        .map(|b| t0 + b.saturating_sub(Duration::from_secs(40)));
+    // ... and for the efficiency pass after the matrix.
+    let (eff_duration, eff_repeats) = crate::efficiency::plan_for(opts.profile.name());
+    let eff_reserve = if opts.efficiency {
+        targets.len() as f64
+            * (2.0 * eff_repeats as f64 * (eff_duration.as_secs_f64() + 0.15) + 1.5)
+    } else {
+        0.0
+    };
+    let deadline = plan.budget.map(|b| {
+        t0 + b.saturating_sub(Duration::from_secs(40) + Duration::from_secs_f64(eff_reserve))
+    });
+    let make_launch = |t: &Target| -> anyhow::Result<Launch> {
+        let addr = SocketAddr::new(server_ip, crate::server::free_port()?);
+        Ok(Launch {
+            iolab: iolab.clone(),
+            www: www.clone(),
+            run_dir: run_dir.join(&t.name),
+            addr,
+            workers: if t.is_peer() {
+                opts.workers.max(1)
+            } else {
+                opts.workers
+            },
+            backlog: opts.backlog,
+            cpu: server_cpu,
+            netns: link.as_ref().map(|l| l.ns.clone()),
+        })
+    };
     let mut prog = Progress {
         t0,
         points0: Instant::now(),
@@ -669,20 +761,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
                 let left_runs = (plan.repeats - rep) * targets.len() - k;
                 d.saturating_duration_since(Instant::now()).as_secs_f64() / left_runs.max(1) as f64
             });
-            let addr: SocketAddr = format!("127.0.0.1:{}", crate::server::free_port()?).parse()?;
-            let launch = Launch {
-                iolab: iolab.clone(),
-                www: www.clone(),
-                run_dir: run_dir.join(&t.name),
-                addr,
-                workers: if t.is_peer() {
-                    opts.workers.max(1)
-                } else {
-                    opts.workers
-                },
-                backlog: opts.backlog,
-                cpu: server_cpu,
-            };
+            let launch = make_launch(t)?;
             let mut srv = match ServerProc::start(t, &launch) {
                 Ok(s) => s,
                 Err(e) => {
@@ -694,10 +773,22 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
                     continue;
                 }
             };
+            if let Kind::Nginx(_) = t.kind {
+                // The configuration it really ran with, for the report and the results dir.
+                let conf = launch.run_dir.join("nginx.conf");
+                if let Ok(text) = std::fs::read_to_string(&conf) {
+                    if !results.peer_configs.contains_key(&t.name) {
+                        std::fs::write(out.join("nginx.conf"), &text).with_context(|| {
+                            format!("writing {}", out.join("nginx.conf").display())
+                        })?;
+                        results.peer_configs.insert(t.name.clone(), text);
+                    }
+                }
+            }
             if srv
                 .stats_path
                 .as_deref()
-                .is_some_and(|p| iolab_servers::stats::StatsReader::open(p).is_err())
+                .is_some_and(|p| iolab_stats::StatsReader::open(p).is_err())
             {
                 let note = "server counters unavailable (stats file unreadable); achieved concurrency from the client log only".to_string();
                 if !infos[ti].failures.contains(&note) {
@@ -717,7 +808,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
                     file,
                     "warmup",
                     10,
-                    n,
+                    Some(n),
                     Duration::from_secs(5),
                     rep,
                     false,
@@ -736,58 +827,78 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
                     ("big", _) => 1,
                     _ => 0,
                 };
+                // Keep-alive points run for a fixed time; the close-mode points share what
+                // is left of this server's time.
+                let ka_left = points[pi..].iter().filter(|p| p.1 == "keepalive").count();
+                let close_left = (points.len() - pi - ka_left).max(1);
+                let ka_reserve = ka_left as f64
+                    * plan.ka_repeats as f64
+                    * (plan.ka_duration.as_secs_f64() + 0.2);
                 let per_point = target_deadline.map(|d| {
                     let left = d.saturating_duration_since(Instant::now()).as_secs_f64();
-                    ((left - 0.3) / (points.len() - pi) as f64).max(0.25)
+                    ((left - 0.3 - ka_reserve) / close_left as f64).max(0.25)
                 });
                 let requests = match (per_point, file) {
                     // Keep-alive throughput is measured over a duration, as wrk does.
-                    (Some(_), _) if mode == "keepalive" => 50_000,
-                    (Some(ps), _) => budget_requests(rate[slot], ps, c),
-                    (None, "big") => plan.big_requests.unwrap_or(1000),
-                    (None, _) => plan.small_requests.unwrap_or(1000),
+                    _ if mode == "keepalive" => None,
+                    (Some(ps), _) => Some(budget_requests(rate[slot], ps, c)),
+                    (None, "big") => Some(plan.big_requests.unwrap_or(1000)),
+                    (None, _) => Some(plan.small_requests.unwrap_or(1000)),
                 };
                 // A cap so that one stuck point cannot eat the run; requests still in flight
                 // then are "unfinished", not errors.
                 let cap = match per_point {
-                    Some(ps) if mode == "keepalive" => Duration::from_secs_f64(ps),
+                    _ if mode == "keepalive" => plan.ka_duration,
                     Some(ps) => Duration::from_secs_f64((ps * 3.0).max(1.5) + 1.5),
                     None => Duration::from_secs(3600),
                 };
-                settle(&srv);
                 let want_trace = rep == 0 && mode == "close" && Some(&c) == plan.levels.last();
                 prog.done += 1;
-                match run_point(
-                    &cx, &srv, &t.name, file, mode, c, requests, cap, rep, want_trace,
-                ) {
-                    Ok(o) => {
-                        let m = &o.repeat.metrics;
-                        if m.rps > 0.0 {
-                            rate[slot] = m.rps;
+                // Keep-alive points are repeated back to back on the same server start, so
+                // that even a single-repeat profile reports their spread.
+                let runs_here = if mode == "keepalive" {
+                    plan.ka_repeats.max(1)
+                } else {
+                    1
+                };
+                for k in 0..runs_here {
+                    settle(&srv);
+                    let rep_index = rep * runs_here + k;
+                    match run_point(
+                        &cx, &srv, &t.name, file, mode, c, requests, cap, rep_index, want_trace,
+                    ) {
+                        Ok(o) => {
+                            let m = &o.repeat.metrics;
+                            if m.rps > 0.0 {
+                                rate[slot] = m.rps;
+                            }
+                            prog.line(&format!(
+                                "{} {file} {mode} c={c}{}: {} req, mean {} ms, p99 {} ms, {} req/s, {} errors, {} SYN-retried, achieved c {:.0}{}",
+                                t.name,
+                                if runs_here > 1 { format!(" ({}/{runs_here}, {:.1} s)", k + 1, o.repeat.elapsed_s) } else { String::new() },
+                                o.repeat.requests,
+                                crate::report::short(m.mean_ms),
+                                crate::report::short(m.p99_ms),
+                                crate::report::short(m.rps.round()),
+                                m.errors,
+                                m.syn_retries,
+                                m.achieved_concurrency,
+                                if o.repeat.sustained { "" } else { " (not sustained)" }
+                            ));
+                            let e = runs.entry((ti, file, mode, c)).or_default();
+                            e.0.push(o.repeat);
+                            if e.1.is_none() {
+                                e.1 = o.trace;
+                            }
                         }
-                        prog.line(&format!(
-                            "{} {file} {mode} c={c}: {} req, mean {} ms, p99 {} ms, {} req/s, {} errors, {} SYN-retried, achieved c {:.0}{}",
-                            t.name,
-                            o.repeat.requests,
-                            crate::report::short(m.mean_ms),
-                            crate::report::short(m.p99_ms),
-                            crate::report::short(m.rps.round()),
-                            m.errors,
-                            m.syn_retries,
-                            m.achieved_concurrency,
-                            if o.repeat.sustained { "" } else { " (not sustained)" }
-                        ));
-                        let e = runs.entry((ti, file, mode, c)).or_default();
-                        e.0.push(o.repeat);
-                        if e.1.is_none() {
-                            e.1 = o.trace;
+                        Err(e) => {
+                            let msg = format!(
+                                "repeat {rep_index}, {file} {mode} c={c}: load failed: {e:#}"
+                            );
+                            prog.line(&format!("{}: {msg}", t.name));
+                            infos[ti].status = "failed".into();
+                            infos[ti].failures.push(msg);
                         }
-                    }
-                    Err(e) => {
-                        let msg = format!("repeat {rep}, {file} {mode} c={c}: load failed: {e:#}");
-                        prog.line(&format!("{}: {msg}", t.name));
-                        infos[ti].status = "failed".into();
-                        infos[ti].failures.push(msg);
                     }
                 }
                 if let Some(crash) = srv.crash_report() {
@@ -812,9 +923,26 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
             }
         }
     }
+    if opts.efficiency {
+        let eff = efficiency_pass(
+            &results,
+            opts,
+            &targets,
+            &make_launch,
+            &sources,
+            client_cpu,
+            (eff_duration, eff_repeats),
+        );
+        results.efficiency = Some(eff);
+    }
     infos.extend(skipped);
     results.targets = infos;
     results.method = method(&plan, &sources, opts);
+    if let Some(l) = link {
+        results.link = Some(l.info.clone());
+        l.remove().context("removing the link")?;
+    }
+    results.seed_vs_iolab = crate::seedtable::build(&results);
     results.elapsed_s = t0.elapsed().as_secs_f64();
     write_outputs(&results, out)?;
     eprintln!(
@@ -823,6 +951,116 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
         out.join("index.html").display()
     );
     Ok(results)
+}
+
+/// Starts each server again and measures its CPU time per request at a fixed offered rate
+/// (see [`crate::efficiency`]).
+fn efficiency_pass(
+    results: &Results,
+    opts: &Options,
+    targets: &[Target],
+    make_launch: &dyn Fn(&Target) -> anyhow::Result<Launch>,
+    sources: &[std::net::IpAddr],
+    client_cpu: Option<usize>,
+    (duration, repeats): (Duration, usize),
+) -> crate::efficiency::Efficiency {
+    use crate::efficiency::{self as eff, Efficiency};
+    let mut e = Efficiency {
+        duration_s: duration.as_secs_f64(),
+        repeats,
+        connections: eff::CONNECTIONS,
+        cpu_source: "the kernel's CPU clock of each process of the server's group (clock_getcpuclockid: user + system, every thread, exited ones included; ns)".into(),
+        ..Efficiency::default()
+    };
+    let defaults = eff::default_rates(results);
+    let mut basis = Vec::new();
+    for mode in eff::MODES {
+        let label = if mode == "keepalive" {
+            "keep-alive"
+        } else {
+            "new connection"
+        };
+        match (opts.efficiency_rate, defaults.get(mode)) {
+            (Some(r), _) => {
+                e.rates.insert(mode.into(), r);
+                basis.push(format!("{label}: {r:.0} req/s (fixed, --efficiency-rate)"));
+            }
+            (None, Some((r, who, peak))) => {
+                e.rates.insert(mode.into(), r.round());
+                basis.push(format!(
+                    "{label}: {:.0} req/s, half the lowest peak in this run ({who}: {peak:.0} req/s)",
+                    r.round()
+                ));
+            }
+            (None, None) => e.failures.push(format!(
+                "{label}: no point measured in this mode to set a rate from"
+            )),
+        }
+    }
+    e.rate_basis = basis.join("; ");
+    eprintln!("efficiency: server CPU per request at {}", e.rate_basis);
+    for t in targets {
+        let launch = match make_launch(t) {
+            Ok(l) => l,
+            Err(err) => {
+                e.failures.push(format!("{}: {err:#}", t.name));
+                continue;
+            }
+        };
+        let mut srv = match ServerProc::start(t, &launch) {
+            Ok(s) => s,
+            Err(err) => {
+                e.failures
+                    .push(format!("{}: failed to start: {err:#}", t.name));
+                continue;
+            }
+        };
+        for mode in eff::MODES {
+            let Some(&rate) = e.rates.get(mode) else {
+                continue;
+            };
+            // A short closed-loop warm-up: caches filled, the server's threads started.
+            if let Ok(mut w) = LoadConfig::for_url(&format!("http://{}/small.html", srv.addr)) {
+                w.connections = 10;
+                w.requests = Some(200);
+                w.keepalive = mode == "keepalive";
+                w.source_addrs = sources.to_vec();
+                w.pin_cpu = client_cpu;
+                w.keep_records = false;
+                let _ = iolab_load::run(&w);
+            }
+            settle(&srv);
+            match eff::measure(
+                &t.name,
+                srv.pgid(),
+                srv.addr,
+                mode,
+                rate,
+                duration,
+                repeats,
+                sources,
+                client_cpu,
+            ) {
+                Ok((row, proc_stat_only)) => {
+                    if proc_stat_only {
+                        e.cpu_source = "/proc/PID/stat utime + stime of each process of the server's group (clock ticks; the CPU clock was not readable)".into();
+                    }
+                    eprintln!(
+                        "efficiency {} {mode} at {rate:.0} req/s: {:.1} us CPU per request ({:.1}..{:.1})",
+                        t.name, row.us_per_request, row.spread[0], row.spread[1]
+                    );
+                    e.rows.push(row);
+                }
+                Err(err) => e.failures.push(format!("{} {mode}: {err:#}", t.name)),
+            }
+            if let Some(crash) = srv.crash_report() {
+                e.failures.push(format!("{} {mode}: {crash}", t.name));
+                break;
+            }
+        }
+        srv.stop();
+    }
+    e
 }
 
 fn method(plan: &Plan, sources: &[std::net::IpAddr], opts: &Options) -> BTreeMap<String, String> {
@@ -837,7 +1075,35 @@ fn method(plan: &Plan, sources: &[std::net::IpAddr], opts: &Options) -> BTreeMap
         "concurrency levels (new connection per request)".into(),
         lv(&plan.levels),
     );
-    m.insert("keep-alive connections".into(), lv(&plan.ka_levels));
+    m.insert(
+        "keep-alive connections".into(),
+        if plan.ka_levels.is_empty() {
+            "none (the seed's method: a new connection per request)".into()
+        } else {
+            lv(&plan.ka_levels)
+        },
+    );
+    m.insert(
+        "network path".into(),
+        match &opts.link {
+            Some(l) => format!(
+                "a veth pair shaped with tc to {} each way{}; the server in its own network namespace (see The link)",
+                iolab_netns::format_rate(l.rate_bps),
+                l.delay
+                    .map(|d| format!(", {} ms one-way delay", d.as_secs_f64() * 1e3))
+                    .unwrap_or_default()
+            ),
+            None => "loopback (no link: --link RATE or --seed-conditions for one)".into(),
+        },
+    );
+    m.insert(
+        "keep-alive points".into(),
+        format!(
+            "{} s each (by duration, as wrk), {} back to back per server start and repeat; requests/s is their median, min..max their spread",
+            plan.ka_duration.as_secs_f64(),
+            plan.ka_repeats
+        ),
+    );
     m.insert(
         "requests per point".into(),
         match (plan.small_requests, plan.budget) {
@@ -879,7 +1145,7 @@ fn method(plan: &Plan, sources: &[std::net::IpAddr], opts: &Options) -> BTreeMap
         if sources.is_empty() {
             "one source address (127.0.0.1); no spreading possible".into()
         } else {
-            format!("client connections spread round-robin over {} loopback source addresses ({}..{}) so that 50,000 new connections per point cannot exhaust the ephemeral ports", sources.len(), sources[0], sources[sources.len() - 1])
+            format!("client connections spread round-robin over {} {} source addresses ({}..{}) so that 50,000 new connections per point cannot exhaust the ephemeral ports", sources.len(), if opts.link.is_some() { "link" } else { "loopback" }, sources[0], sources[sources.len() - 1])
         },
     );
     m.insert(

@@ -5,10 +5,13 @@
 //! writes `results.json`, per-request logs and `index.html` (see [`results`] and [`report`]).
 
 pub mod cli;
+pub mod efficiency;
 pub mod lab;
+pub mod link;
 pub mod micro;
 pub mod report;
 pub mod results;
+pub mod seedtable;
 pub mod server;
 pub mod settings;
 pub mod steady;

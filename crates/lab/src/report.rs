@@ -90,7 +90,7 @@ fn figure2(r: &Results, file: &str, label: &str, num: usize) -> String {
         return "<p>No points measured.</p>".into();
     };
     let mut out = format!(
-        r#"<figure><figcaption>Figure {num}: each request at concurrency {c}, {label}: response time (dots, left axis; <span style="color:{}">ok</span>, <span style="color:{}">SYN-retried</span>, <span style="color:{}">failed</span>) against the time it completed, and the concurrency over time (right axis): connections open in the server (solid black, from its counters; for the peers, which have none, the client's requests in flight), the client's requests in flight (dashed grey), the requested level (dashed green). On loopback a fast server holds few connections at once: the others wait in its listen queue.</figcaption><div class="multiples">"#,
+        r#"<figure><figcaption>Figure {num}: each request at concurrency {c}, {label}: response time (dots, left axis; <span style="color:{}">ok</span>, <span style="color:{}">SYN-retried</span>, <span style="color:{}">failed</span>) against the time it completed, and the concurrency over time (right axis): connections open in the server (solid black, from its counters; for the peers, which have none, the client's requests in flight), the client's requests in flight (dashed grey), the requested level (dashed green). On loopback a fast server holds few connections at once: the others wait in its listen queue. Display: at most {MAX_OK_DOTS} ok and {MAX_ODD_DOTS} other dots per panel, evenly sampled; every request is in logs/ and results.json.</figcaption><div class="multiples">"#,
         svg::CLASS_COLORS[0],
         svg::CLASS_COLORS[1],
         svg::CLASS_COLORS[2]
@@ -105,12 +105,18 @@ fn figure2(r: &Results, file: &str, label: &str, num: usize) -> String {
             continue;
         };
         let trace = p.trace.clone().unwrap_or_default();
-        let client: Vec<(f64, f64)> = trace.client.iter().map(|x| (x[0], x[1])).collect();
+        let client: Vec<(f64, f64)> = decimate(&trace.client, MAX_LINE_POINTS)
+            .iter()
+            .map(|x| (x[0], x[1]))
+            .collect();
         let (line, line_label, line2) = if trace.server.is_empty() {
             (client, "client requests in flight", Vec::new())
         } else {
             (
-                trace.server.iter().map(|x| (x[0], x[1])).collect(),
+                decimate(&trace.server, MAX_LINE_POINTS)
+                    .iter()
+                    .map(|x| (x[0], x[1]))
+                    .collect(),
                 "connections",
                 client,
             )
@@ -121,8 +127,7 @@ fn figure2(r: &Results, file: &str, label: &str, num: usize) -> String {
                 f2(p.metrics.mean_ms),
                 p.metrics.errors
             ),
-            points: trace
-                .scatter
+            points: display_scatter(&trace.scatter)
                 .iter()
                 .map(|x| (x[0], x[1], x[2] as u8))
                 .collect(),
@@ -135,6 +140,36 @@ fn figure2(r: &Results, file: &str, label: &str, num: usize) -> String {
     }
     out.push_str("</div></figure>");
     out
+}
+
+/// Dots drawn per panel of Figures 2 and 4 at most, successful requests and others
+/// (SYN-retried, failed) separately; lines at most this many vertices. The page stays small
+/// (a quick run's index.html under 1 MB); every request is in logs/ and results.json.
+pub const MAX_OK_DOTS: usize = 350;
+pub const MAX_ODD_DOTS: usize = 150;
+pub const MAX_LINE_POINTS: usize = 250;
+
+/// At most `max` items, evenly strided, the last one kept.
+pub fn decimate<T: Copy>(v: &[T], max: usize) -> Vec<T> {
+    if v.len() <= max || max == 0 {
+        return v.to_vec();
+    }
+    let stride = v.len().div_ceil(max.saturating_sub(1).max(1));
+    let mut out: Vec<T> = v.iter().step_by(stride).copied().collect();
+    if (v.len() - 1) % stride != 0 {
+        out.push(v[v.len() - 1]);
+    }
+    out
+}
+
+/// The scatter drawn for one panel: successful requests and the others decimated apart,
+/// so that the rare SYN-retried or failed ones stay visible.
+pub fn display_scatter(points: &[[f64; 3]]) -> Vec<[f64; 3]> {
+    let ok: Vec<[f64; 3]> = points.iter().filter(|p| p[2] == 0.0).copied().collect();
+    let odd: Vec<[f64; 3]> = points.iter().filter(|p| p[2] != 0.0).copied().collect();
+    let mut v = decimate(&ok, MAX_OK_DOTS);
+    v.extend(decimate(&odd, MAX_ODD_DOTS));
+    v
 }
 
 fn error_table(r: &Results, file: &str) -> String {
@@ -209,15 +244,29 @@ fn keepalive_section(r: &Results, num: usize) -> String {
         series,
     };
     let mut out = svg::bar_chart(&chart);
-    out.push_str("<table><tr><th>server</th><th>connections</th><th>requests/s</th><th>mean ms</th><th>p99 ms</th><th>errors</th></tr>");
+    let how = r
+        .method
+        .get("keep-alive points")
+        .map(|m| format!(" Each point: {m}."))
+        .unwrap_or_default();
+    let _ = write!(
+        out,
+        "<table><caption>Keep-alive throughput, small file (median over runs, spread = min..max).{}</caption><tr><th>server</th><th>connections</th><th>requests/s</th><th>spread</th><th>runs</th><th>seconds per run</th><th>mean ms</th><th>p99 ms</th><th>errors</th></tr>",
+        esc(&how)
+    );
     for n in &cats {
         for &c in &levels {
             if let Some(p) = r.point(n, "small", "keepalive", c) {
+                let secs: Vec<f64> = p.repeats.iter().map(|x| x.elapsed_s).collect();
                 let _ = write!(
                     out,
-                    "<tr><td>{}</td><td>{c}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                    "<tr><td>{}</td><td>{c}</td><td>{}</td><td>{}..{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                     esc(n),
                     f2(p.metrics.rps),
+                    f2(p.spread.rps[0]),
+                    f2(p.spread.rps[1]),
+                    p.repeats.len(),
+                    f2(crate::results::median(&secs)),
                     f2(p.metrics.mean_ms),
                     f2(p.metrics.p99_ms),
                     p.metrics.errors
@@ -516,7 +565,7 @@ pub fn render(r: &Results) -> String {
         esc(&ms("kernel")),
         esc(&r.command)
     );
-    out.push_str(r##"<nav><a href="#small">small file</a> · <a href="#big">700 KB file</a> · <a href="#keepalive">keep-alive</a> · <a href="#points">all points</a> · <a href="#micro">microbenchmarks</a> · <a href="#machine">machine and settings</a></nav>"##);
+    out.push_str(r##"<nav><a href="#small">small file</a> · <a href="#big">700 KB file</a> · <a href="#efficiency">CPU per request</a> · <a href="#keepalive">keep-alive</a> · <a href="#seed">seed 000 vs iolab</a> · <a href="#points">all points</a> · <a href="#micro">microbenchmarks</a> · <a href="#machine">machine and settings</a></nav>"##);
     out.push_str(r#"<h2 id="summary">What the figures show</h2><ul>"#);
     for s in summary(r) {
         let _ = write!(out, "<li>{}</li>", esc(&s));
@@ -531,6 +580,7 @@ pub fn render(r: &Results) -> String {
         }
         out.push_str("</ul></div>");
     }
+    out.push_str(&crate::link::report_section(r.link.as_ref()));
     let mut num = 1;
     for (file, label) in FILES {
         let _ = write!(
@@ -539,6 +589,9 @@ pub fn render(r: &Results) -> String {
             esc(&capitalise(label))
         );
         out.push_str(&figure1(r, file, label, num));
+        if file == "small" {
+            out.push_str(&efficiency_section(r));
+        }
         num += 1;
         out.push_str(&figure2(r, file, label, num));
         num += 1;
@@ -547,9 +600,12 @@ pub fn render(r: &Results) -> String {
     out.push_str(r#"<h2 id="keepalive">Keep-alive throughput</h2>"#);
     out.push_str(&keepalive_section(r, num));
     num += 1;
+    out.push_str(r#"<h2 id="seed">Seed 000 next to iolab</h2>"#);
+    out.push_str(&seed_section(r));
     out.push_str(r#"<h2 id="points">All points</h2>"#);
     out.push_str(&points_table(r));
     out.push_str(&servers_table(r));
+    out.push_str(&peer_configs(r));
     out.push_str(r#"<h2 id="micro">Microbenchmarks</h2>"#);
     if r.micro.is_empty() && r.micro_failures.is_empty() {
         out.push_str("<p>Not run (<code>--no-micro</code>).</p>");
@@ -577,6 +633,185 @@ pub fn render(r: &Results) -> String {
     out.push_str(&kv_table("Settings that decide the result", &r.settings));
     out.push_str(&kv_table("Method", &r.method));
     out.push_str("</body></html>\n");
+    out
+}
+
+/// Figure 1b and its table: server CPU time per request at a fixed offered rate.
+pub fn efficiency_section(r: &Results) -> String {
+    let mut out = String::from(
+        r#"<h3 id="efficiency">Server CPU time per request at a fixed offered rate</h3>"#,
+    );
+    let Some(e) = &r.efficiency else {
+        out.push_str("<p>Not measured in this run (<code>--no-efficiency</code>).</p>");
+        return out;
+    };
+    let _ = write!(
+        out,
+        "<p>Requests/s on this machine ranks the client as much as the servers (the client saturates its core first). This figure separates them: each server is offered the same open-loop rate, below every server's saturation, and its own CPU time (user + system, all its processes and threads) is divided by the requests it answered. Rates: {}. {} runs of {} s per server and mode, at most {} requests in flight; CPU time from {}. On loopback part of the kernel's TCP receive work is charged to the sender, the same way for every server.</p>",
+        esc(&e.rate_basis),
+        e.repeats,
+        f2(e.duration_s),
+        e.connections,
+        esc(&e.cpu_source)
+    );
+    let cats: Vec<String> = names(r)
+        .into_iter()
+        .filter(|n| e.rows.iter().any(|x| &x.server == n))
+        .collect();
+    let series = crate::efficiency::MODES
+        .iter()
+        .map(|&mode| {
+            let vals = cats
+                .iter()
+                .map(|n| e.row(n, mode).map(|x| x.us_per_request))
+                .collect();
+            let label = if mode == "keepalive" {
+                "keep-alive"
+            } else {
+                "new connection per request"
+            };
+            (
+                format!(
+                    "{label} ({} req/s)",
+                    f2(e.rates.get(mode).copied().unwrap_or(0.0))
+                ),
+                vals,
+            )
+        })
+        .collect();
+    if !cats.is_empty() {
+        out.push_str(&svg::bar_chart(&BarChart {
+            title:
+                "Figure 1b: server CPU time per request at a fixed offered rate (lower is better)"
+                    .into(),
+            y_label: "CPU µs per request".into(),
+            categories: cats.clone(),
+            series,
+        }));
+    }
+    out.push_str("<table><caption>Server CPU µs per request (median over runs; spread = min..max)</caption><tr><th>server</th><th>mode</th><th>offered req/s</th><th>answered req/s</th><th>CPU µs per request</th><th>spread</th><th>server CPU s</th><th>errors</th></tr>");
+    for n in &cats {
+        for mode in crate::efficiency::MODES {
+            if let Some(x) = e.row(n, mode) {
+                let ach: Vec<f64> = x.repeats.iter().map(|y| y.achieved_rps).collect();
+                let cpu: f64 = x.repeats.iter().map(|y| y.cpu_s).sum();
+                let errors: u64 = x.repeats.iter().map(|y| y.errors).sum();
+                let _ = write!(
+                    out,
+                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}..{}</td><td>{}</td><td>{errors}</td></tr>",
+                    esc(n),
+                    if mode == "keepalive" { "keep-alive" } else { "new connection" },
+                    f2(x.rate),
+                    f2(crate::results::median(&ach)),
+                    f2(x.us_per_request),
+                    f2(x.spread[0]),
+                    f2(x.spread[1]),
+                    f2(cpu)
+                );
+            }
+        }
+    }
+    out.push_str("</table>");
+    for f in &e.failures {
+        let _ = write!(out, r#"<p class="warn">{}</p>"#, esc(f));
+    }
+    out
+}
+
+fn opt_ms(v: Option<f64>) -> String {
+    v.map(f2).unwrap_or_else(|| "-".into())
+}
+
+/// The seed-vs-iolab table (from results.json's block, or computed for an older file).
+pub fn seed_section(r: &Results) -> String {
+    let Some(t) = r
+        .seed_vs_iolab
+        .clone()
+        .or_else(|| crate::seedtable::build(r))
+    else {
+        return "<p>No close-mode point measured: nothing to compare.</p>".into();
+    };
+    let c = t.concurrency;
+    let mut out = format!(
+        "<p><b>Seed:</b> {}.<br><b>Ours:</b> {}.</p>",
+        esc(&t.seed_conditions),
+        esc(&t.our_conditions)
+    );
+    if c != 1000 {
+        let _ = write!(
+            out,
+            r#"<p class="warn">This run's top concurrency is {c}, not the seed's 1000: our columns are at c={c}.</p>"#
+        );
+    }
+    let _ = write!(
+        out,
+        "<table><caption>Seed 000 (Windows 7, 100 Mb/s, ab) and iolab, server by server</caption><tr><th>seed server</th><th>iolab analogue</th><th>small file mean: seed, c=1000</th><th>ours, c={c} (ms)</th><th>errors: seed, c=1000 (of 50,000)</th><th>ours, c={c}</th><th>highest concurrency sustained: seed</th><th>ours</th><th>700 KB mean: seed, c=1000 (s)</th><th>ours, c={c} (s)</th><th>why ours differs</th></tr>"
+    );
+    for row in &t.rows {
+        let seed_mean = match row.seed_small_mean_ms {
+            Some([a, b]) if a == b => format!("about {a:.0} ms"),
+            Some([a, b]) => format!("{a:.0}-{b:.0} ms"),
+            None => row.seed_small_mean_text.clone(),
+        };
+        let ours_mean = match (row.ours_small_mean_ms, row.ours_small_sustained) {
+            (Some(m), Some(false)) => format!("{} (not sustained)", f2(m)),
+            (m, _) => opt_ms(m),
+        };
+        let ours_err = match (row.ours_errors, row.ours_requests) {
+            (Some(e), Some(n)) => format!("{e} of {n}"),
+            _ => "-".into(),
+        };
+        let ours_sus = if !row.measured {
+            "-".into()
+        } else {
+            row.ours_sustained_max
+                .map(|m| m.to_string())
+                .unwrap_or_else(|| "none".into())
+        };
+        let _ = write!(
+            out,
+            "<tr><td>{} <span class=\"note\">({})</span></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.0}-{:.0}</td><td>{}</td><td style=\"text-align:left\">{}</td></tr>",
+            esc(&row.seed_server),
+            esc(&row.seed_what),
+            esc(&row.analogue_command.replace("iolab serve --model ", "")),
+            esc(&seed_mean),
+            ours_mean,
+            row.seed_errors,
+            ours_err,
+            esc(&row.seed_sustained),
+            ours_sus,
+            row.seed_big_mean_s[0],
+            row.seed_big_mean_s[1],
+            row.ours_big_mean_ms.map(|m| f2(m / 1000.0)).unwrap_or_else(|| "-".into()),
+            esc(&row.why)
+        );
+    }
+    out.push_str("</table>");
+    let _ = write!(
+        out,
+        r#"<p class="note">Seed figures from crates/lab/data/seed000.json ({}); per row: {}.</p>"#,
+        esc(&t.source),
+        esc(&t
+            .rows
+            .iter()
+            .map(|x| format!("{}: {}", x.seed_server, x.refs))
+            .collect::<Vec<_>>()
+            .join("; "))
+    );
+    out
+}
+
+/// The configuration each peer ran with, as written.
+fn peer_configs(r: &Results) -> String {
+    let mut out = String::new();
+    for (name, conf) in &r.peer_configs {
+        let _ = write!(
+            out,
+            r#"<h3 id="config-{0}">{0} configuration (as run; also {0}.conf in the results directory)</h3><pre>{1}</pre>"#,
+            esc(name),
+            esc(conf)
+        );
+    }
     out
 }
 
@@ -719,6 +954,70 @@ pub(crate) mod tests {
             s.contains("keep-alive at 10 connections, a serves the most"),
             "{s}"
         );
+    }
+
+    /// A quick run's worth of servers with the largest traces the lab keeps renders under
+    /// 1 MB: Figure 2 and 4 are decimated for display.
+    #[test]
+    fn a_full_size_report_stays_under_one_megabyte() {
+        let mut r = synthetic();
+        let base: Vec<Point> = r.points.clone();
+        for i in 0..11 {
+            let name = format!("server-{i}");
+            r.targets.push(TargetInfo {
+                name: name.clone(),
+                kind: "model".into(),
+                status: "ok".into(),
+                ..TargetInfo::default()
+            });
+            for p in &base {
+                let mut q = p.clone();
+                q.model = name.clone();
+                r.points.push(q);
+            }
+        }
+        for p in r.points.iter_mut().filter(|p| p.trace.is_some()) {
+            p.trace = Some(Trace {
+                // What lab::trace keeps at most: 2000 ok + 1000 others, 1000 + 600 line points.
+                scatter: (0..3000)
+                    .map(|i| {
+                        [
+                            i as f64 * 0.001234,
+                            1.0 + (i % 97) as f64 * 1.37,
+                            if i < 2000 { 0.0 } else { 1.0 + (i % 2) as f64 },
+                        ]
+                    })
+                    .collect(),
+                server: (0..1000)
+                    .map(|i| [i as f64 * 0.0037, 900.0 + (i % 13) as f64])
+                    .collect(),
+                client: (0..600)
+                    .map(|i| [i as f64 * 0.0061, 990.0 + (i % 7) as f64])
+                    .collect(),
+            });
+        }
+        let html = render(&r);
+        assert!(html.len() < 1_000_000, "{} bytes", html.len());
+        // Still every panel, and SYN-retried / failed dots among the drawn ones.
+        let svgs = crate::validate::extract_svgs(&html);
+        assert!(svgs.len() >= 2 + 2 * 13);
+        assert!(html.contains(svg::CLASS_COLORS[1]) && html.contains(svg::CLASS_COLORS[2]));
+    }
+
+    #[test]
+    fn decimation_keeps_ends_and_bounds() {
+        let v: Vec<u32> = (0..1001).collect();
+        let d = decimate(&v, 100);
+        assert!(d.len() <= 101, "{}", d.len());
+        assert_eq!(d[0], 0);
+        assert_eq!(*d.last().unwrap(), 1000);
+        assert_eq!(decimate(&v[..5], 100), vec![0, 1, 2, 3, 4]);
+        let s: Vec<[f64; 3]> = (0..5000)
+            .map(|i| [i as f64, 1.0, if i % 50 == 0 { 2.0 } else { 0.0 }])
+            .collect();
+        let d = display_scatter(&s);
+        assert!(d.iter().filter(|p| p[2] == 0.0).count() <= MAX_OK_DOTS + 1);
+        assert_eq!(d.iter().filter(|p| p[2] == 2.0).count(), 100);
     }
 
     #[test]

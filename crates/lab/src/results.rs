@@ -114,21 +114,24 @@ pub struct Results {
     pub micro: BTreeMap<String, serde_json::Value>,
     #[serde(default)]
     pub micro_failures: BTreeMap<String, String>,
+    /// Seed 000's figures next to ours (see `seedtable`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed_vs_iolab: Option<crate::seedtable::SeedTable>,
+    /// Server CPU time per request at a fixed offered rate (see `efficiency`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub efficiency: Option<crate::efficiency::Efficiency>,
+    /// The configuration each peer ran with (nginx.conf), by peer name.
+    #[serde(default)]
+    pub peer_configs: BTreeMap<String, String>,
+    /// The shaped link the server ran behind (`--link`, `--seed-conditions`); absent on
+    /// loopback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<crate::link::LinkInfo>,
 }
 
 /// Median of values (mean of the middle two when even); 0 for none.
 pub fn median(vals: &[f64]) -> f64 {
-    let mut v: Vec<f64> = vals.iter().copied().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
+    iolab_sys::percentile::median_mean_of_middle(vals).unwrap_or(0.0)
 }
 
 fn median_u(vals: &[u64]) -> u64 {

@@ -49,7 +49,8 @@ pub fn kill_all() {
     }
 }
 
-/// On SIGINT or SIGTERM: kill the servers, then exit (130 / 143).
+/// On SIGINT or SIGTERM: kill the servers, remove the link's namespace and veths, then
+/// exit (130 / 143).
 pub fn install_signal_handler() -> anyhow::Result<()> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
@@ -60,6 +61,8 @@ pub fn install_signal_handler() -> anyhow::Result<()> {
             if let Some(sig) = signals.forever().next() {
                 eprintln!("\niolab lab: interrupted; stopping the servers");
                 kill_all();
+                // Then the link (--link), once nothing runs inside its namespace.
+                iolab_netns::cleanup_all();
                 std::process::exit(128 + sig);
             }
         })
@@ -100,6 +103,8 @@ pub struct Launch {
     pub workers: usize,
     pub backlog: u32,
     pub cpu: Option<usize>,
+    /// Run the server inside this network namespace (`--link`).
+    pub netns: Option<iolab_netns::Namespace>,
 }
 
 pub struct ServerProc {
@@ -111,7 +116,36 @@ pub struct ServerProc {
     pub log_path: PathBuf,
 }
 
-/// An nginx configuration serving `www` on `addr`, with every path inside `run_dir`.
+/// Lab targets that run a model with options: (target name, model, extra `iolab serve`
+/// arguments). `uring-callback-sync` is seed 000's CR (completion routines, synchronous
+/// accept); plain `uring-callback` accepts asynchronously (CR-iocp).
+pub const MODEL_VARIANTS: [(&str, &str, &[&str]); 1] = [(
+    "uring-callback-sync",
+    "uring-callback",
+    &["--accept", "sync"],
+)];
+
+/// The model and extra `iolab serve` arguments of a lab target name.
+pub fn model_args(name: &str) -> (&str, &'static [&'static str]) {
+    MODEL_VARIANTS
+        .iter()
+        .find(|v| v.0 == name)
+        .map(|v| (v.1, v.2))
+        .unwrap_or((name, &[]))
+}
+
+/// `worker_connections` per nginx worker: every connection the lab can open at once (its
+/// top concurrency is 1,000) lands on one worker in the worst case, with room to spare.
+pub const NGINX_WORKER_CONNECTIONS: usize = 16384;
+
+/// An nginx configuration serving `www` on `addr`, with every path inside `run_dir`, tuned
+/// as nginx's users tune it for static files (nginx.org docs: "Serving Static Content",
+/// `ngx_http_core_module`): descriptors and metadata of open files cached
+/// (`open_file_cache`, as our models cache files), `sendfile` with `tcp_nopush` (headers
+/// and file start in one segment) and `tcp_nodelay`, no access log, keep-alive connections
+/// never closed for their request count, one worker per `--workers` with `reuseport` (one
+/// accept queue per worker, as the kernel balances) when there are several, and the same
+/// listen backlog the models get.
 pub fn nginx_conf(l: &Launch, as_root: bool) -> String {
     let d = l.run_dir.display();
     let user = if as_root {
@@ -119,13 +153,44 @@ pub fn nginx_conf(l: &Launch, as_root: bool) -> String {
     } else {
         ""
     };
-    format!(
-        "# Written by iolab lab.\n{user}worker_processes {w};\nworker_rlimit_nofile 65536;\npid {d}/nginx.pid;\nerror_log {d}/nginx-error.log warn;\ndaemon off;\nevents {{ worker_connections 16384; }}\nhttp {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  sendfile on;\n  keepalive_requests 100000000;\n  keepalive_timeout 60s;\n  types {{ text/html html; application/octet-stream bin; }}\n  server {{\n    listen {addr} backlog={b};\n    root {www};\n  }}\n}}\n",
-        w = l.workers.max(1),
-        addr = l.addr,
-        b = l.backlog,
-        www = l.www.display(),
-    )
+    let workers = l.workers.max(1);
+    let reuseport = if workers > 1 { " reuseport" } else { "" };
+    let lines = [
+        "# Written by iolab lab: nginx tuned for static files.".to_string(),
+        format!("{user}worker_processes {workers};"),
+        format!("worker_rlimit_nofile {};", 4 * NGINX_WORKER_CONNECTIONS),
+        format!("pid {d}/nginx.pid;"),
+        format!("error_log {d}/nginx-error.log warn;"),
+        "daemon off;".into(),
+        "events {".into(),
+        format!("  worker_connections {NGINX_WORKER_CONNECTIONS};"),
+        "  use epoll;".into(),
+        "}".into(),
+        "http {".into(),
+        "  access_log off;".into(),
+        format!("  client_body_temp_path {d}/body;"),
+        format!("  proxy_temp_path {d}/proxy;"),
+        format!("  fastcgi_temp_path {d}/fastcgi;"),
+        format!("  uwsgi_temp_path {d}/uwsgi;"),
+        format!("  scgi_temp_path {d}/scgi;"),
+        "  sendfile on;".into(),
+        "  tcp_nopush on;".into(),
+        "  tcp_nodelay on;".into(),
+        "  open_file_cache max=1000 inactive=60s;".into(),
+        "  open_file_cache_valid 30s;".into(),
+        "  open_file_cache_min_uses 1;".into(),
+        "  open_file_cache_errors on;".into(),
+        "  keepalive_requests 100000000;".into(),
+        "  keepalive_timeout 60s;".into(),
+        "  server_tokens off;".into(),
+        "  types { text/html html; application/octet-stream bin; }".into(),
+        "  server {".into(),
+        format!("    listen {} backlog={}{reuseport};", l.addr, l.backlog),
+        format!("    root {};", l.www.display()),
+        "  }".into(),
+        "}".into(),
+    ];
+    lines.join("\n") + "\n"
 }
 
 impl ServerProc {
@@ -140,9 +205,11 @@ impl ServerProc {
             Kind::Model(m) => {
                 let sp = l.run_dir.join("stats");
                 let _ = std::fs::remove_file(&sp);
+                let (model, extra) = model_args(m);
                 let mut c = Command::new(&l.iolab);
                 c.arg("serve")
-                    .args(["--model", m])
+                    .args(["--model", model])
+                    .args(extra)
                     .arg("--root")
                     .arg(&l.www)
                     .args(["--addr", &l.addr.to_string()])
@@ -173,7 +240,8 @@ impl ServerProc {
                 c.arg("--root")
                     .arg(&l.www)
                     .args(["--addr", &l.addr.to_string()])
-                    .args(["--workers", &l.workers.max(1).to_string()]);
+                    .args(["--workers", &l.workers.max(1).to_string()])
+                    .args(["--backlog", &l.backlog.to_string()]);
                 c
             }
         };
@@ -181,6 +249,9 @@ impl ServerProc {
             .stdout(log.try_clone()?)
             .stderr(log)
             .process_group(0);
+        if let Some(ns) = &l.netns {
+            ns.enter(&mut cmd)?;
+        }
         let cpu = l.cpu;
         // SAFETY: the closure runs in the child between fork and exec and only makes raw
         // system calls (no allocation, no locks): pin to the server CPU, and ask for SIGKILL
@@ -188,12 +259,7 @@ impl ServerProc {
         unsafe {
             cmd.pre_exec(move || {
                 if let Some(cpu) = cpu {
-                    let mut set: libc::cpu_set_t = std::mem::zeroed();
-                    libc::CPU_SET(cpu, &mut set);
-                    if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0
-                    {
-                        return Err(std::io::Error::last_os_error());
-                    }
+                    iolab_sys::pin_current_thread(cpu)?;
                 }
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
                 Ok(())
@@ -244,6 +310,12 @@ impl ServerProc {
             }
             std::thread::sleep(Duration::from_millis(30));
         }
+    }
+
+    /// The child's process group (the server and any process it started, e.g. nginx's
+    /// workers).
+    pub fn pgid(&self) -> i32 {
+        self.pgid
     }
 
     /// `Some(status)` once the child has exited.
@@ -346,6 +418,7 @@ mod tests {
             workers: 1,
             backlog: 4096,
             cpu: Some(0),
+            netns: None,
         };
         let c = nginx_conf(&l, true);
         assert!(c.contains("listen 127.0.0.1:8099 backlog=4096;"));
@@ -360,6 +433,106 @@ mod tests {
         {
             assert!(line.contains("/r/run/nginx/"), "{line}");
         }
+    }
+
+    #[test]
+    fn nginx_conf_is_tuned_for_static_files() {
+        let mut l = Launch {
+            iolab: "/x/iolab".into(),
+            www: "/r/www".into(),
+            run_dir: "/r/run/nginx".into(),
+            addr: "127.0.0.1:8099".parse().unwrap(),
+            workers: 1,
+            backlog: 200,
+            cpu: None,
+            netns: None,
+        };
+        let c = nginx_conf(&l, false);
+        for d in [
+            "open_file_cache max=1000 inactive=60s;",
+            "open_file_cache_valid 30s;",
+            "sendfile on;",
+            "tcp_nopush on;",
+            "tcp_nodelay on;",
+            "keepalive_requests 100000000;",
+            "access_log off;",
+            "worker_processes 1;",
+            "worker_connections 16384;",
+            "listen 127.0.0.1:8099 backlog=200;",
+        ] {
+            assert!(c.contains(d), "missing {d:?} in\n{c}");
+        }
+        // One worker: no reuseport; several: one per --workers, each with its own queue.
+        assert!(!c.contains("reuseport"));
+        l.workers = 4;
+        let c = nginx_conf(&l, false);
+        assert!(c.contains("worker_processes 4;"));
+        assert!(c.contains("listen 127.0.0.1:8099 backlog=200 reuseport;"));
+        // Enough descriptors for every connection plus an open file each.
+        assert!(c.contains(&format!(
+            "worker_rlimit_nofile {};",
+            4 * NGINX_WORKER_CONNECTIONS
+        )));
+    }
+
+    #[test]
+    fn model_variants_map_to_serve_arguments() {
+        assert_eq!(
+            model_args("uring-callback-sync"),
+            ("uring-callback", &["--accept", "sync"][..])
+        );
+        assert_eq!(model_args("epoll"), ("epoll", &[][..]));
+    }
+
+    /// The configuration the lab writes is valid for the installed nginx (`nginx -t`).
+    #[test]
+    fn nginx_accepts_the_config() {
+        let nginx = find_binary("nginx");
+        if !iolab_sys::testing::require(
+            nginx.is_some(),
+            "needs `nginx` (Debian package nginx: sudo scripts/install-deps)",
+        ) {
+            return;
+        }
+        let nginx = nginx.unwrap();
+        let dir = std::env::temp_dir().join(format!("iolab-lab-nginx-t-{}", std::process::id()));
+        let www = dir.join("www");
+        std::fs::create_dir_all(&www).unwrap();
+        for workers in [1, 2] {
+            let l = Launch {
+                iolab: "/bin/false".into(),
+                www: www.clone(),
+                run_dir: dir.join(format!("run{workers}")),
+                addr: format!("127.0.0.1:{}", free_port().unwrap())
+                    .parse()
+                    .unwrap(),
+                workers,
+                backlog: 4096,
+                cpu: None,
+                netns: None,
+            };
+            std::fs::create_dir_all(&l.run_dir).unwrap();
+            // SAFETY: geteuid has no preconditions.
+            let as_root = unsafe { libc::geteuid() } == 0;
+            let conf = l.run_dir.join("nginx.conf");
+            std::fs::write(&conf, nginx_conf(&l, as_root)).unwrap();
+            let out = Command::new(&nginx)
+                .arg("-t")
+                .arg("-p")
+                .arg(&l.run_dir)
+                .arg("-e")
+                .arg(l.run_dir.join("nginx-error.log"))
+                .arg("-c")
+                .arg(&conf)
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                out.status.success() && text.contains("test is successful"),
+                "nginx -t refused the config ({workers} workers): {text}"
+            );
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -380,6 +553,7 @@ mod tests {
             workers: 1,
             backlog: 16,
             cpu: None,
+            netns: None,
         };
         let e = ServerProc::start(&t, &l)
             .err()

@@ -17,28 +17,6 @@ pub struct Demand {
     pub source_addrs: usize,
 }
 
-/// Raises the soft open-files limit to the hard one (the children inherit it).
-/// Returns (before, after).
-pub fn raise_nofile() -> (u64, u64) {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit read and write the rlimit struct we own.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-            return (0, 0);
-        }
-        let before = lim.rlim_cur;
-        if lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-            libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
-        }
-        (before, lim.rlim_cur)
-    }
-}
-
 /// Loopback source addresses 127.0.0.2.. that can actually be bound (all of 127/8 is
 /// local on Linux; checked anyway).
 pub fn source_addrs(n: usize) -> Vec<IpAddr> {

@@ -219,13 +219,9 @@ pub struct Analysis {
     pub kept_mask: Vec<bool>,
 }
 
-/// Nearest-rank percentile of sorted values (`q` in 0..=100).
+/// Nearest-rank percentile of sorted values (`q` in 0..=100); 0 for none.
 pub fn percentile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = ((q / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
+    iolab_sys::percentile::nearest_rank(sorted, q).unwrap_or(0.0)
 }
 
 fn duration_ms(r: &RequestRecord) -> f64 {

@@ -492,15 +492,28 @@ pub fn scatter_panel(p: &ScatterPanel) -> String {
             w - mr
         );
     }
-    out.push_str(r#"<g class="scatter">"#);
-    for &(t, y, class) in &p.points {
-        let col = CLASS_COLORS[usize::from(class.min(2))];
-        let _ = write!(
-            out,
-            r#"<circle cx="{:.1}" cy="{:.1}" r="1.4" fill="{col}" fill-opacity="0.55"/>"#,
-            xs.map(t),
-            ys.map(y)
-        );
+    // One group per class carries the colour, so each dot is only its position: the page
+    // of a run over every server stays small. Ok dots first, the rarer classes on top.
+    out.push_str(r#"<g class="scatter" fill-opacity="0.55">"#);
+    for (k, col) in CLASS_COLORS.iter().enumerate() {
+        let mut dots = p
+            .points
+            .iter()
+            .filter(|q| usize::from(q.2.min(2)) == k)
+            .peekable();
+        if dots.peek().is_none() {
+            continue;
+        }
+        let _ = write!(out, r#"<g fill="{col}">"#);
+        for &(t, y, _) in dots {
+            let _ = write!(
+                out,
+                r#"<circle cx="{:.1}" cy="{:.1}" r="1.4"/>"#,
+                xs.map(t),
+                ys.map(y)
+            );
+        }
+        out.push_str("</g>");
     }
     out.push_str("</g>");
     if p.line2.len() > 1 {

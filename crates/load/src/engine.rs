@@ -169,32 +169,7 @@ pub fn classify(errno: i32) -> ErrorKind {
     }
 }
 
-/// A sockaddr for `addr`.
-fn sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-    // SAFETY: sockaddr_storage is plain data; all-zero is a valid (unspecified) value.
-    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let len = match addr {
-        SocketAddr::V4(a) => {
-            // SAFETY: sockaddr_storage is large enough and suitably aligned for sockaddr_in.
-            let sin = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in) };
-            sin.sin_family = libc::AF_INET as libc::sa_family_t;
-            sin.sin_port = a.port().to_be();
-            sin.sin_addr.s_addr = u32::from_ne_bytes(a.ip().octets());
-            std::mem::size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(a) => {
-            // SAFETY: as above, for sockaddr_in6.
-            let sin6 = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in6) };
-            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
-            sin6.sin6_port = a.port().to_be();
-            sin6.sin6_addr.s6_addr = a.ip().octets();
-            sin6.sin6_flowinfo = a.flowinfo();
-            sin6.sin6_scope_id = a.scope_id();
-            std::mem::size_of::<libc::sockaddr_in6>()
-        }
-    };
-    (ss, len as libc::socklen_t)
-}
+use iolab_sys::sockaddr::to_raw as sockaddr;
 
 /// CPU time (user + system) of the calling thread, in seconds.
 fn thread_cpu_s() -> f64 {
@@ -208,25 +183,7 @@ fn thread_cpu_s() -> f64 {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
-/// Pin the calling thread to one CPU.
-pub(crate) fn pin_thread(cpu: usize) -> io::Result<()> {
-    if cpu >= libc::CPU_SETSIZE as usize {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("CPU {cpu} is out of range"),
-        ));
-    }
-    // SAFETY: cpu_set_t is plain data; CPU_SET stays in bounds (checked above);
-    // sched_setaffinity(0, ..) applies to the calling thread only.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
+use iolab_sys::pin_current_thread as pin_thread;
 
 struct Worker<'a> {
     plan: Plan,

@@ -275,31 +275,10 @@ impl LoadReport {
     }
 }
 
-/// Raise the soft RLIMIT_NOFILE to the hard limit; returns the new soft limit.
-pub fn raise_nofile_limit() -> u64 {
-    // SAFETY: getrlimit/setrlimit with a valid struct we own.
-    unsafe {
-        let mut rl: libc::rlimit = std::mem::zeroed();
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) != 0 {
-            return 0;
-        }
-        if rl.rlim_cur < rl.rlim_max {
-            let want = libc::rlimit {
-                rlim_cur: rl.rlim_max,
-                rlim_max: rl.rlim_max,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &want) == 0 {
-                return want.rlim_cur as u64;
-            }
-        }
-        rl.rlim_cur as u64
-    }
-}
-
 /// Run the load described by `config` and report what happened.
 pub fn run(config: &LoadConfig) -> anyhow::Result<LoadReport> {
     config.validate()?;
-    let nofile = raise_nofile_limit();
+    let nofile = iolab_sys::raise_nofile_limit().map_or(0, |(_, after)| after);
     let threads = config.effective_threads();
     let shared = engine::Shared::new(threads);
     let request = config.request_bytes();

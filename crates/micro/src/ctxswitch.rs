@@ -49,8 +49,10 @@ struct SharedMap {
     ptr: *mut Shared,
 }
 
-// SAFETY: the mapping is only accessed through atomics.
+// SAFETY: the mapping is only accessed through atomics, and it stays mapped as long as the
+// SharedMap lives, whichever thread holds it.
 unsafe impl Send for SharedMap {}
+// SAFETY: shared access only performs atomic operations on the mapping.
 unsafe impl Sync for SharedMap {}
 
 impl SharedMap {

@@ -4,40 +4,13 @@
 
 use std::io;
 
-/// CPUs this process may run on, ascending.
+/// CPUs this process may run on, ascending (CPU 0 alone if the kernel will not say).
 pub fn allowed_cpus() -> Vec<usize> {
-    // SAFETY: cpu_set_t is plain data; sched_getaffinity writes at most size_of::<cpu_set_t>().
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return vec![0];
-        }
-        (0..libc::CPU_SETSIZE as usize)
-            .filter(|&c| libc::CPU_ISSET(c, &set))
-            .collect()
-    }
+    iolab_sys::cpu::allowed_cpus().unwrap_or_else(|_| vec![0])
 }
 
-/// Pins the calling thread to `cpu`.
-pub fn pin_to(cpu: usize) -> io::Result<()> {
-    if cpu >= libc::CPU_SETSIZE as usize {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("cpu {cpu} out of range"),
-        ));
-    }
-    // SAFETY: cpu < CPU_SETSIZE (checked above); the set is plain data passed by pointer.
-    let rc = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
+/// Pins the calling thread to `cpu` (`iolab_sys::cpu`, shared by every crate).
+pub use iolab_sys::pin_current_thread as pin_to;
 
 /// Puts the calling thread under SCHED_FIFO at priority 1 (the lowest real-time priority).
 pub fn set_fifo() -> io::Result<()> {
@@ -142,36 +115,8 @@ fn status_field(key: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Raises the soft RLIMIT_NOFILE towards `want` (bounded by the hard limit, or raising the
-/// hard limit too when privileged). Process-local; returns the soft limit in force.
-pub fn raise_nofile(want: u64) -> u64 {
-    // SAFETY: getrlimit/setrlimit read and write the struct we pass.
-    unsafe {
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
-        if lim.rlim_cur >= want {
-            return lim.rlim_cur;
-        }
-        let try_lim = libc::rlimit {
-            rlim_cur: want,
-            rlim_max: lim.rlim_max.max(want),
-        };
-        if libc::setrlimit(libc::RLIMIT_NOFILE, &try_lim) == 0 {
-            return want;
-        }
-        let capped = libc::rlimit {
-            rlim_cur: want.min(lim.rlim_max),
-            rlim_max: lim.rlim_max,
-        };
-        if libc::setrlimit(libc::RLIMIT_NOFILE, &capped) == 0 {
-            return capped.rlim_cur;
-        }
-        lim.rlim_cur
-    }
-}
+/// Raises the soft RLIMIT_NOFILE towards `want` (`iolab_sys::fdlimit`).
+pub use iolab_sys::fdlimit::raise_nofile_to as raise_nofile;
 
 /// The thread id of the caller.
 pub fn gettid() -> i32 {

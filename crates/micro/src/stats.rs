@@ -11,24 +11,10 @@ pub fn mean(xs: &[f64]) -> Option<f64> {
 }
 
 /// Nearest-rank percentile (`p` in 0..=100) of an ascending-sorted slice; `None` when empty.
-///
-/// Nearest rank (the smallest value with at least p% of the samples at or below it) is used
-/// rather than interpolation because latencies are reported as values that were observed.
-pub fn percentile_sorted<T: Copy>(sorted: &[T], p: f64) -> Option<T> {
-    if sorted.is_empty() || !p.is_finite() {
-        return None;
-    }
-    let p = p.clamp(0.0, 100.0);
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    Some(sorted[rank.clamp(1, sorted.len()) - 1])
-}
+pub use iolab_sys::percentile::nearest_rank as percentile_sorted;
 
-/// Percentile of unsorted values (sorts a copy); `None` when empty.
-pub fn percentile(xs: &[f64], p: f64) -> Option<f64> {
-    let mut v: Vec<f64> = xs.iter().copied().filter(|x| !x.is_nan()).collect();
-    v.sort_by(f64::total_cmp);
-    percentile_sorted(&v, p)
-}
+/// Percentile of unsorted values (sorts a copy, ignores NaN); `None` when empty.
+pub use iolab_sys::percentile::percentile;
 
 /// Median of unsorted values (nearest rank, the lower middle for even counts).
 pub fn median(xs: &[f64]) -> Option<f64> {

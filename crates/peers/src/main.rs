@@ -6,14 +6,19 @@
 //! - `hyper` (default): hyper 1's HTTP/1.1 server (keep-alive, pipelining, its own request
 //!   parser and response writer) — what a tokio user would deploy. Each request is answered
 //!   by iolab's `Site` (same path resolution, same refusals, same shared file cache, same
-//!   headers) through an `iolab_http::Session` kept per connection: the request line and its
-//!   `Connection` header are handed to the session, and the status, headers and body `Bytes`
-//!   it produces become hyper's response, headers in the same order and Title-Case. A GET or
-//!   HEAD of a file therefore sends exactly the bytes the models send; what differs is what
-//!   hyper decides alone: its answers to requests it cannot parse (400/431 with hyper's own
-//!   bytes), its limits (hyper's header-count and buffer limits, not `iolab_http::Limits`),
-//!   and the status line of an answer to an HTTP/1.0 request ("HTTP/1.0 200 OK": hyper
-//!   labels it with the request's version).
+//!   field values). A plain GET or HEAD (no body, no conditional or range field) goes through
+//!   the structured entry point `iolab_http::direct`: hyper's parsed method and target in,
+//!   status, fields and body `Bytes` out, straight into hyper's response — no request text
+//!   built, no response text parsed, so the peer pays only tokio's and hyper's own cost.
+//!   Any other request goes through an `iolab_http::Session` kept per connection (the
+//!   request line and the fields it needs handed over as text, the answer read back), so
+//!   that conditional and range requests follow the one implementation the models use.
+//!   What differs from the models is what hyper decides alone: its answers to requests it
+//!   cannot parse (400/431 with hyper's own bytes), its limits (hyper's header-count and
+//!   buffer limits, not `iolab_http::Limits`), the framing fields it writes itself
+//!   (`Date`, `Content-Length`, `Connection`: same values, hyper's order), and the status
+//!   line of an answer to an HTTP/1.0 request ("HTTP/1.0 200 OK": hyper labels it with the
+//!   request's version).
 //! - `iolab`: tokio I/O with iolab HTTP — each connection drives an `iolab_http::Session`
 //!   on a `tokio::net::TcpStream` (read → feed → writev pending → advance), exactly as the
 //!   models do; every byte on the wire is the models'.
@@ -35,7 +40,7 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use iolab_http::{Session, Site};
+use iolab_http::{direct, Session, Site};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
@@ -226,11 +231,23 @@ async fn serve_iolab(mut stream: TcpStream, site: Arc<Site>, idle: Option<Durati
 
 // --- engine hyper: hyper's server, iolab's answers ----------------------------------------------
 
+/// Per-connection state of the hyper engine: scratch for the direct path, and a session
+/// for the requests that need the full one.
+struct HyperConn {
+    site: Arc<Site>,
+    key: Vec<u8>,
+    session: Option<Session>,
+}
+
 async fn serve_hyper(stream: TcpStream, site: Arc<Site>, idle: Option<Duration>) {
-    let session = Arc::new(Mutex::new(Session::new(site)));
+    let conn = Arc::new(Mutex::new(HyperConn {
+        site,
+        key: Vec::new(),
+        session: None,
+    }));
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-        let session = Arc::clone(&session);
-        async move { Ok::<_, Infallible>(answer(&session, &req)) }
+        let conn = Arc::clone(&conn);
+        async move { Ok::<_, Infallible>(answer(&conn, &req)) }
     });
     let mut http = hyper::server::conn::http1::Builder::new();
     http.keep_alive(true)
@@ -244,8 +261,68 @@ async fn serve_hyper(stream: TcpStream, site: Arc<Site>, idle: Option<Duration>)
 }
 
 /// iolab's answer to one request hyper has parsed.
-fn answer(session: &Mutex<Session>, req: &Request<Incoming>) -> Response<Full<Bytes>> {
-    let mut session = session.lock().unwrap_or_else(|e| e.into_inner());
+fn answer(conn: &Mutex<HyperConn>, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    let mut conn = conn.lock().unwrap_or_else(|e| e.into_inner());
+    let headers = req.headers();
+    let target = req
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or("/");
+    let parts = direct::Request {
+        method: req.method().as_str().as_bytes(),
+        target: target.as_bytes(),
+        http10: req.version() == hyper::Version::HTTP_10,
+        has_host: headers.contains_key(hyper::header::HOST),
+        conditional_or_body: direct::SESSION_FIELDS
+            .iter()
+            .any(|f| headers.contains_key(*f)),
+    };
+    if parts.is_plain() {
+        let keep_alive = direct::keep_alive(
+            parts.http10,
+            headers
+                .get_all(hyper::header::CONNECTION)
+                .iter()
+                .map(|v| v.as_bytes()),
+        );
+        let HyperConn { site, key, .. } = &mut *conn;
+        return from_direct(direct::answer(site, parts.target, key), keep_alive);
+    }
+    let HyperConn { site, session, .. } = &mut *conn;
+    let session = session.get_or_insert_with(|| Session::new(Arc::clone(site)));
+    answer_by_session(session, req)
+}
+
+/// hyper's response for a structured answer, fields in the models' order (hyper keeps
+/// `Date`, `Content-Length` and `Connection` when they are given). A HEAD keeps its body
+/// here: hyper sends none of it.
+fn from_direct(a: direct::Answer, keep_alive: bool) -> Response<Full<Bytes>> {
+    use hyper::header::{CONNECTION, CONTENT_LENGTH, DATE, SERVER};
+    let len = a.body.len();
+    let mut response = Response::new(Full::new(a.body));
+    *response.status_mut() =
+        StatusCode::from_u16(a.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let h = response.headers_mut();
+    h.insert(SERVER, HeaderValue::from_static("iolab"));
+    if let Ok(d) = HeaderValue::from_maybe_shared(direct::date()) {
+        h.insert(DATE, d);
+    }
+    for (name, value) in a.fields {
+        if let Ok(v) = HeaderValue::from_maybe_shared(value) {
+            h.append(HeaderName::from_static(name), v);
+        }
+    }
+    h.insert(CONTENT_LENGTH, HeaderValue::from(len));
+    h.insert(
+        CONNECTION,
+        HeaderValue::from_static(if keep_alive { "keep-alive" } else { "close" }),
+    );
+    response
+}
+
+/// The full path: the request handed to a Session as text, its answer read back.
+fn answer_by_session(session: &mut Session, req: &Request<Incoming>) -> Response<Full<Bytes>> {
     let version = match req.version() {
         hyper::Version::HTTP_10 => "HTTP/1.0",
         _ => "HTTP/1.1",
@@ -261,15 +338,22 @@ fn answer(session: &Mutex<Session>, req: &Request<Incoming>) -> Response<Full<By
     head.extend_from_slice(target.as_bytes());
     head.push(b' ');
     head.extend_from_slice(version.as_bytes());
-    head.extend_from_slice(b"\r\nHost: peer\r\n");
-    if let Some(c) = req.headers().get(hyper::header::CONNECTION) {
-        head.extend_from_slice(b"Connection: ");
-        head.extend_from_slice(c.as_bytes());
-        head.extend_from_slice(b"\r\n");
+    head.extend_from_slice(b"\r\n");
+    // The fields the answer may depend on (hyper has framed and drained any body already).
+    for name in ["host", "connection"]
+        .into_iter()
+        .chain(direct::SESSION_FIELDS.into_iter().take(6))
+    {
+        for v in req.headers().get_all(name) {
+            head.extend_from_slice(name.as_bytes());
+            head.extend_from_slice(b": ");
+            head.extend_from_slice(v.as_bytes());
+            head.extend_from_slice(b"\r\n");
+        }
     }
     head.extend_from_slice(b"\r\n");
     session.feed(&head, |_| {});
-    let response = to_hyper(&session);
+    let response = to_hyper(session);
     let len = session.pending_len();
     session.advance(len);
     response.unwrap_or_else(|| {

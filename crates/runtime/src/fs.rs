@@ -135,8 +135,9 @@ impl OpenOptions {
         let (r, _) = submit_inner(op, None).await;
         let fd =
             r.map_err(|e| io::Error::new(e.kind(), format!("opening {}: {e}", path.display())))?;
-        // SAFETY: the kernel just gave us this descriptor.
         Ok(File {
+            // SAFETY: the open just completed successfully, so `fd` is a new descriptor that
+            // nothing else owns.
             fd: unsafe { OwnedFd::from_raw_fd(fd as RawFd) },
         })
     }
@@ -286,6 +287,10 @@ struct SpliceOp {
     off_in: i64,
     fd_out: RawFd,
     len: u32,
+    /// Where -EAGAIN can come from: a non-blocking socket as `fd_out` whose send buffer is
+    /// full. The driver then waits for it to be writable and splices again, so a slow
+    /// reader delays the transfer instead of failing it with bytes stranded in the pipe.
+    out_socket: Option<RawFd>,
 }
 
 // SAFETY: no pointer in the SQE.
@@ -310,7 +315,7 @@ unsafe impl Operation for SpliceOp {
     }
 
     fn readiness(&self) -> Option<(RawFd, Interest)> {
-        None
+        self.out_socket.map(|fd| (fd, Interest::Writable))
     }
 }
 
@@ -556,6 +561,7 @@ impl File {
                 off_in: (offset + sent as u64) as i64,
                 fd_out: wr.as_raw_fd(),
                 len: want,
+                out_socket: None,
             };
             let n = match submit_inner(op, None).await.0 {
                 Ok(0) => break,
@@ -569,6 +575,7 @@ impl File {
                     off_in: -1,
                     fd_out: stream.as_raw_fd(),
                     len: left as u32,
+                    out_socket: Some(stream.as_raw_fd()),
                 };
                 match submit_inner(op, None).await.0 {
                     Ok(0) => return Err((sent + 1, io::ErrorKind::WriteZero.into())),

@@ -94,8 +94,8 @@
 //! queued while tasks run go to the kernel in one `io_uring_enter` per loop turn, which also
 //! waits for completions.
 //!
-//! **Timers** are a binary heap of deadlines per loop (see [`mod@time`] for why not io_uring
-//! timeouts): the loop sleeps in `io_uring_enter` with a nanosecond EXT_ARG timeout, or
+//! **Timers** are an ordered map of deadlines per loop holding exactly the live timers (a
+//! dropped timer leaves it at once; see [`mod@time`] for why not io_uring timeouts): the loop sleeps in `io_uring_enter` with a nanosecond EXT_ARG timeout, or
 //! `epoll_wait` with the millisecond timeout rounded up; resolution 1 ms or better.
 //!
 //! **Detach (`cpc_detach`).** [`detach`] runs a blocking closure on a bounded pool of native
@@ -143,7 +143,7 @@ pub use rt::{
     YieldNow,
 };
 pub use task::{JoinError, JoinHandle};
-pub use time::{sleep, sleep_until, timeout, Elapsed, Sleep};
+pub use time::{sleep, sleep_until, timeout, timeout_with, Elapsed, Sleep};
 
 /// The io-uring crate, for implementing [`Operation`].
 pub use io_uring;

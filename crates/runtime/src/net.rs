@@ -7,7 +7,7 @@
 
 use std::future::Future;
 use std::io;
-use std::net::{Shutdown, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::{Shutdown, SocketAddr};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
 use std::task::Poll;
@@ -32,36 +32,6 @@ fn cvt_size(r: isize) -> io::Result<usize> {
         Err(io::Error::last_os_error())
     } else {
         Ok(r as usize)
-    }
-}
-
-pub(crate) fn sockaddr_to_std(
-    storage: &libc::sockaddr_storage,
-    len: libc::socklen_t,
-) -> Option<SocketAddr> {
-    match storage.ss_family as libc::c_int {
-        libc::AF_INET if len as usize >= std::mem::size_of::<libc::sockaddr_in>() => {
-            // SAFETY: family AF_INET and length say the storage holds a sockaddr_in;
-            // sockaddr_storage is aligned for every sockaddr type.
-            let a = unsafe { &*(storage as *const _ as *const libc::sockaddr_in) };
-            let ip = std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
-            Some(SocketAddr::V4(SocketAddrV4::new(
-                ip,
-                u16::from_be(a.sin_port),
-            )))
-        }
-        libc::AF_INET6 if len as usize >= std::mem::size_of::<libc::sockaddr_in6>() => {
-            // SAFETY: as above, for sockaddr_in6.
-            let a = unsafe { &*(storage as *const _ as *const libc::sockaddr_in6) };
-            let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
-            Some(SocketAddr::V6(SocketAddrV6::new(
-                ip,
-                u16::from_be(a.sin6_port),
-                a.sin6_flowinfo,
-                a.sin6_scope_id,
-            )))
-        }
-        _ => None,
     }
 }
 
@@ -437,19 +407,20 @@ impl TcpListener {
 }
 
 async fn accept_fd(fd: RawFd, cancel: Option<&Cond>) -> io::Result<(TcpStream, SocketAddr)> {
-    // SAFETY: sockaddr_storage is plain data; all-zero is valid.
     let op = AcceptOp {
         fd,
+        // SAFETY: sockaddr_storage is plain data; all-zero bytes are a valid value.
         addr: unsafe { std::mem::zeroed() },
         len: 0,
     };
     let (r, op) = submit_inner(op, cancel).await;
     let nfd = r? as RawFd;
-    // SAFETY: the kernel just gave us this descriptor.
     let stream = TcpStream {
+        // SAFETY: the accept completed successfully (`r?` above), so `nfd` is a new
+        // descriptor that nothing else owns.
         fd: unsafe { OwnedFd::from_raw_fd(nfd) },
     };
-    let peer = match sockaddr_to_std(&op.addr, op.len) {
+    let peer = match iolab_sys::sockaddr::from_raw(&op.addr, op.len) {
         Some(a) => a,
         None => stream.peer_addr()?,
     };

@@ -180,8 +180,8 @@ pub(crate) fn unregister_task(owner: &Arc<Shared>, key: usize) {
 }
 
 impl Core {
-    fn new(shared: Arc<Shared>, kind: Driver) -> io::Result<Core> {
-        let driver = IoDriver::new(kind, shared.efd())?;
+    fn new(shared: Arc<Shared>, kind: Driver, simulate_eagain: bool) -> io::Result<Core> {
+        let driver = IoDriver::new(kind, shared.efd(), simulate_eagain)?;
         Ok(Core {
             shared,
             run_queue: RefCell::new(VecDeque::with_capacity(1024)),
@@ -288,7 +288,8 @@ impl Core {
                 t.shutdown();
             }
         }
-        self.timers.borrow_mut().clear();
+        let wakers = self.timers.borrow_mut().clear();
+        drop(wakers);
         let dead = {
             let mut drv = self.driver.borrow_mut();
             drv.shutdown();
@@ -356,6 +357,7 @@ pub struct Builder {
     workers: usize,
     pin: bool,
     driver: Option<Driver>,
+    simulate_eagain: bool,
 }
 
 impl Builder {
@@ -364,6 +366,7 @@ impl Builder {
             workers: 1,
             pin: false,
             driver: None,
+            simulate_eagain: false,
         }
     }
 
@@ -386,6 +389,17 @@ impl Builder {
         self
     }
 
+    /// Testing aid (io_uring only): the first attempt of every operation that can wait for
+    /// readiness "fails" with -EAGAIN without reaching the kernel, so it takes the driver's
+    /// retry path (poll for readiness under the operation's key, then issue it) as it does
+    /// on kernels that answer -EAGAIN (older ones, non-blocking splices, `RWF_NOWAIT`).
+    /// Deterministic, so tests can race cancellation against that path.
+    #[doc(hidden)]
+    pub fn simulate_eagain(mut self, on: bool) -> Builder {
+        self.simulate_eagain = on;
+        self
+    }
+
     pub fn build(self) -> io::Result<Runtime> {
         let kind = match self.driver {
             Some(d) => d,
@@ -403,7 +417,8 @@ impl Builder {
         for s in &shareds {
             *s.all.lock().unwrap_or_else(|e| e.into_inner()) = shareds.clone();
         }
-        let core = Box::new(Core::new(shareds[0].clone(), kind)?);
+        let simulate_eagain = self.simulate_eagain;
+        let core = Box::new(Core::new(shareds[0].clone(), kind, simulate_eagain)?);
         let mut workers = Vec::new();
         let cpus = num_cpus();
         for (i, shared) in shareds.iter().enumerate().skip(1) {
@@ -412,7 +427,7 @@ impl Builder {
             let (tx, rx) = std::sync::mpsc::channel();
             let jh = thread::Builder::new()
                 .name(format!("iolab-loop-{i}"))
-                .spawn(move || worker_main(shared, kind, pin, tx))?;
+                .spawn(move || worker_main(shared, kind, simulate_eagain, pin, tx))?;
             match rx.recv() {
                 Ok(Ok(())) => workers.push(jh),
                 Ok(Err(e)) => {
@@ -440,13 +455,14 @@ impl Builder {
 fn worker_main(
     shared: Arc<Shared>,
     kind: Driver,
+    simulate_eagain: bool,
     pin: Option<usize>,
     ready: std::sync::mpsc::Sender<io::Result<()>>,
 ) {
     if let Some(cpu) = pin {
         let _ = pin_current_thread(cpu);
     }
-    let core = match Core::new(shared.clone(), kind) {
+    let core = match Core::new(shared.clone(), kind, simulate_eagain) {
         Ok(c) => c,
         Err(e) => {
             let _ = ready.send(Err(e));
@@ -464,25 +480,8 @@ fn worker_main(
     core.shutdown();
 }
 
-/// Pins the calling thread to one CPU.
-pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
-    // SAFETY: cpu_set_t is plain data; CPU_SET stays within it for cpu < CPU_SETSIZE, which
-    // we check; sched_setaffinity reads the set we pass by pointer.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if cpu >= libc::CPU_SETSIZE as usize {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "CPU index out of range",
-            ));
-        }
-        libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
+/// Pins the calling thread to one CPU (one helper for every crate: `iolab_sys::cpu`).
+pub use iolab_sys::pin_current_thread;
 
 pub(crate) fn num_cpus() -> usize {
     thread::available_parallelism()

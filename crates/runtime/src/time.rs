@@ -1,143 +1,108 @@
-//! Timers: a binary heap of deadlines per loop.
+//! Timers: an ordered map of deadlines per loop.
 //!
-//! Why not io_uring timeouts: a heap works the same on both drivers, costs no syscall or
-//! submission per timer, and the loop already sleeps in one place (io_uring_enter with an
-//! EXT_ARG timespec, nanosecond precision; epoll_wait, whose millisecond timeout we round
-//! *up* so a timer never fires early). Resolution is therefore 1 ms or better; a dropped
-//! timer is removed from the table at once and its heap entry skipped lazily.
+//! Why not io_uring timeouts: a map in the loop works the same on both drivers, costs no
+//! syscall or submission per timer, and the loop already sleeps in one place
+//! (io_uring_enter with an EXT_ARG timespec, nanosecond precision; epoll_wait, whose
+//! millisecond timeout we round *up* so a timer never fires early). Resolution is therefore
+//! 1 ms or better.
+//!
+//! Invariant: the map holds exactly the live timers. A [`Sleep`] dropped before its
+//! deadline (a [`timeout`] whose operation finished first) removes its entry at once,
+//! O(log n), so memory follows the number of live timers, not the rate at which timers are
+//! created times their duration (a binary heap with lazy deletion kept one dead entry per
+//! dropped timer until its deadline came up). A connection that wants an idle limit keeps
+//! one [`Sleep`], [`Sleep::reset`]s it after each operation and races each operation
+//! against it with [`timeout_with`].
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use slab::Slab;
-
 use crate::rt::with_core;
 
-struct Entry {
-    seq: u64,
-    waker: Option<Waker>,
-    fired: bool,
-}
+/// A registered timer's name: its deadline and a sequence number unique within its loop
+/// (which also orders timers with equal deadlines by creation).
+type TimerKey = (Instant, u64);
 
+/// The live timers of one loop, ordered by deadline. A timer is in the map from its first
+/// pending poll until it fires or its [`Sleep`] is dropped or reset: the map's size is the
+/// number of live timers, whatever the number of timers dropped before their deadline.
 #[derive(Default)]
 pub(crate) struct Timers {
-    heap: BinaryHeap<Reverse<(Instant, u64, usize)>>,
-    entries: Slab<Entry>,
+    map: BTreeMap<TimerKey, Option<Waker>>,
     seq: u64,
 }
 
 impl Timers {
     pub(crate) fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.map.is_empty()
     }
 
-    fn insert(&mut self, deadline: Instant, waker: Waker) -> usize {
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    fn insert(&mut self, deadline: Instant, waker: Waker) -> TimerKey {
         self.seq += 1;
-        let seq = self.seq;
-        let key = self.entries.insert(Entry {
-            seq,
-            waker: Some(waker),
-            fired: false,
-        });
-        self.heap.push(Reverse((deadline, seq, key)));
+        let key = (deadline, self.seq);
+        self.map.insert(key, Some(waker));
         key
     }
 
-    /// Wakers of the timers due at `now`, in deadline order (ties: creation order).
+    /// Removes a timer; its waker is returned so that it is dropped outside the borrow.
+    fn remove(&mut self, key: &TimerKey) -> Option<Option<Waker>> {
+        self.map.remove(key)
+    }
+
+    /// Wakers of the timers due at `now`, in deadline order (ties: creation order). The
+    /// caller wakes them after releasing the borrow.
     pub(crate) fn expire(&mut self, now: Instant) -> Vec<Waker> {
         let mut out = Vec::new();
-        while let Some(Reverse((deadline, seq, key))) = self.heap.peek().copied() {
-            let live = matches!(self.entries.get(key), Some(e) if e.seq == seq && !e.fired);
-            if !live {
-                self.heap.pop();
-                continue;
-            }
-            if deadline > now {
+        while let Some(entry) = self.map.first_entry() {
+            if entry.key().0 > now {
                 break;
             }
-            self.heap.pop();
-            let e = &mut self.entries[key];
-            e.fired = true;
-            if let Some(w) = e.waker.take() {
+            if let Some(w) = entry.remove() {
                 out.push(w);
             }
         }
         out
     }
 
-    pub(crate) fn next_deadline(&mut self) -> Option<Instant> {
-        while let Some(Reverse((deadline, seq, key))) = self.heap.peek().copied() {
-            match self.entries.get(key) {
-                Some(e) if e.seq == seq && !e.fired => return Some(deadline),
-                _ => {
-                    self.heap.pop();
-                }
-            }
-        }
-        None
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        self.map.first_key_value().map(|(k, _)| k.0)
     }
 
-    pub(crate) fn clear(&mut self) {
-        self.heap.clear();
-        self.entries.clear();
+    /// Empties the structure, handing the wakers back to be dropped outside the borrow.
+    pub(crate) fn clear(&mut self) -> Vec<Waker> {
+        std::mem::take(&mut self.map)
+            .into_values()
+            .flatten()
+            .collect()
     }
+}
+
+/// How a poll of a registered timer went, decided under the borrow.
+enum Polled {
+    Ready,
+    Pending,
+    /// Pending, and the stored waker would not wake this task: store a clone (made outside
+    /// the borrow).
+    NewWaker,
 }
 
 /// Future of [`sleep`] and [`sleep_until`].
+///
+/// It can be [`reset`](Sleep::reset) to a new deadline and polled again, so one `Sleep` can
+/// serve as a connection's idle timer across many operations ([`timeout_with`]).
 #[must_use = "futures do nothing unless awaited"]
 pub struct Sleep {
     deadline: Instant,
-    key: Option<usize>,
-}
-
-impl Sleep {
-    pub fn deadline(&self) -> Instant {
-        self.deadline
-    }
-}
-
-impl Future for Sleep {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let deadline = self.deadline;
-        let key = self.key;
-        let done: Result<bool, usize> = with_core(|c| {
-            let mut t = c.timers.borrow_mut();
-            match key {
-                Some(k) => {
-                    let e = &mut t.entries[k];
-                    if e.fired || Instant::now() >= deadline {
-                        t.entries.remove(k);
-                        Ok(true)
-                    } else {
-                        if !e.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                            e.waker = Some(cx.waker().clone());
-                        }
-                        Ok(false)
-                    }
-                }
-                None if Instant::now() >= deadline => Ok(true),
-                None => Err(t.insert(deadline, cx.waker().clone())),
-            }
-        });
-        match done {
-            Ok(true) => {
-                self.key = None;
-                Poll::Ready(())
-            }
-            Ok(false) => Poll::Pending,
-            Err(k) => {
-                self.key = Some(k);
-                Poll::Pending
-            }
-        }
-    }
+    /// Set while the timer is registered in its loop's structure.
+    key: Option<TimerKey>,
 }
 
 impl Sleep {
@@ -147,18 +112,97 @@ impl Sleep {
             key: None,
         }
     }
+
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Moves the deadline (earlier or later), whether or not the timer has fired; a task
+    /// waiting on it is woken at the new deadline. O(log live timers).
+    pub fn reset(&mut self, deadline: Instant) {
+        if deadline == self.deadline && self.key.is_some() {
+            return;
+        }
+        self.deadline = deadline;
+        if let Some(k) = self.key.take() {
+            let (key, old) = with_core(|c| {
+                let mut t = c.timers.borrow_mut();
+                match t.remove(&k) {
+                    Some(Some(w)) => (Some(t.insert(deadline, w)), None),
+                    other => (None, other.flatten()),
+                }
+            });
+            self.key = key;
+            drop(old);
+        }
+    }
+}
+
+impl Future for Sleep {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let deadline = self.deadline;
+        let Some(k) = self.key else {
+            if Instant::now() >= deadline {
+                return Poll::Ready(());
+            }
+            let waker = cx.waker().clone();
+            self.key = Some(with_core(|c| c.timers.borrow_mut().insert(deadline, waker)));
+            return Poll::Pending;
+        };
+        let (polled, old) = with_core(|c| {
+            let mut t = c.timers.borrow_mut();
+            match t.map.get(&k) {
+                // Not in the structure any more: it fired.
+                None => (Polled::Ready, None),
+                // Due, but the loop has not expired it yet.
+                Some(_) if Instant::now() >= deadline => (Polled::Ready, t.remove(&k)),
+                Some(Some(w)) if w.will_wake(cx.waker()) => (Polled::Pending, None),
+                Some(_) => (Polled::NewWaker, None),
+            }
+        });
+        drop(old);
+        match polled {
+            Polled::Ready => {
+                self.key = None;
+                Poll::Ready(())
+            }
+            Polled::Pending => Poll::Pending,
+            Polled::NewWaker => {
+                let waker = cx.waker().clone();
+                let old = with_core(|c| {
+                    c.timers
+                        .borrow_mut()
+                        .map
+                        .get_mut(&k)
+                        .map(|slot| slot.replace(waker))
+                });
+                drop(old);
+                Poll::Pending
+            }
+        }
+    }
 }
 
 impl Drop for Sleep {
     fn drop(&mut self) {
         if let Some(k) = self.key.take() {
-            crate::rt::try_with_core(|c| {
-                if let Ok(mut t) = c.timers.try_borrow_mut() {
-                    t.entries.try_remove(k);
-                }
+            let waker = crate::rt::try_with_core(|c| {
+                c.timers
+                    .try_borrow_mut()
+                    .ok()
+                    .and_then(|mut t| t.remove(&k))
             });
+            drop(waker);
         }
     }
+}
+
+/// Entries in the caller's loop's timer structure: the live timers (registered, not yet
+/// fired, not dropped). For tests and diagnostics. Panics outside a runtime.
+pub fn live_timers() -> usize {
+    with_core(|c| c.timers.borrow().len())
 }
 
 /// Waits until `duration` has passed (resolution 1 ms or better, never early).
@@ -200,12 +244,19 @@ pub async fn timeout<F: Future>(duration: Duration, fut: F) -> Result<F::Output,
     .await
 }
 
-struct Timeout<F> {
-    fut: F,
-    sleep: Sleep,
+/// Runs `fut` until `sleep` fires, like [`timeout`] but with a timer the caller keeps: reset
+/// it ([`Sleep::reset`]) and use it again for the next operation. One timer per connection
+/// instead of one per read and write.
+pub async fn timeout_with<F: Future>(sleep: &mut Sleep, fut: F) -> Result<F::Output, Elapsed> {
+    Timeout { fut, sleep }.await
 }
 
-impl<F: Future> Future for Timeout<F> {
+struct Timeout<F, S> {
+    fut: F,
+    sleep: S,
+}
+
+impl<F: Future, S: Future<Output = ()> + Unpin> Future for Timeout<F, S> {
     type Output = Result<F::Output, Elapsed>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {

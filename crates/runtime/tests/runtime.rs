@@ -15,17 +15,7 @@ use iolab_runtime::{
 };
 
 fn raise_nofile() {
-    // SAFETY: getrlimit/setrlimit on a live struct.
-    unsafe {
-        let mut r = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
-            r.rlim_cur = r.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
-        }
-    }
+    iolab_sys::raise_nofile_limit().expect("raise RLIMIT_NOFILE");
 }
 
 fn localhost() -> SocketAddr {
@@ -482,8 +472,8 @@ fn readiness_waits_on_any_descriptor() {
         sleep(Duration::from_millis(5)).await;
         assert!(!waiter.is_finished());
         let one = 1u64;
-        // SAFETY: 8-byte write from a live u64.
         assert_eq!(
+            // SAFETY: an eventfd takes exactly 8 bytes, read from a live u64 on our stack.
             unsafe { libc::write(efd, &one as *const u64 as *const _, 8) },
             8
         );

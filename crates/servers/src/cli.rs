@@ -1,4 +1,4 @@
-//! `iolab serve`, `iolab models`, `iolab stats`.
+//! `iolab serve` (`iolab models` and `iolab stats` are in `iolab_stats::cli`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
-use crate::stats::{Snapshot, Stats, StatsReader};
+use crate::stats::Stats;
 use crate::{AcceptMode, Config, Ctx, Model};
 
 /// Serve a directory over HTTP/1.1 (GET and HEAD) with one I/O model.
@@ -98,29 +98,6 @@ impl ServeArgs {
     }
 }
 
-#[derive(Debug, clap::Args)]
-pub struct ModelsArgs {
-    /// Print the model names only, one per line.
-    #[arg(long)]
-    pub names: bool,
-}
-
-/// Print the live counters of a running (or finished) server from its `--stats` file.
-#[derive(Debug, clap::Args)]
-pub struct StatsArgs {
-    /// The file given to `iolab serve --stats`.
-    pub path: PathBuf,
-    /// Print again every --interval until interrupted, with request and accept rates.
-    #[arg(long)]
-    pub watch: bool,
-    /// Seconds between two prints with --watch.
-    #[arg(long, default_value_t = 1.0, value_parser = parse_secs)]
-    pub interval: f64,
-    /// One JSON object per line (open, accepted, requests, refused, errors{...}).
-    #[arg(long)]
-    pub json: bool,
-}
-
 /// How the "(N workers)" of the start line reads for a model.
 fn workers_line(model: Model, config: &Config) -> String {
     match model {
@@ -143,7 +120,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let config = args.config();
     let model = args.model;
     // Thousands of connections need descriptors; failure is not fatal (the soft limit stays).
-    if let Err(e) = crate::net::raise_nofile_limit() {
+    if let Err(e) = iolab_sys::raise_nofile_limit() {
         eprintln!("iolab serve: warning: could not raise RLIMIT_NOFILE: {e}");
     }
     // Before the start line and before the stats file is created (it could be the running
@@ -197,74 +174,4 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .run(&ctx)
         .with_context(|| format!("model {model} on {}", ctx.config.addr))?;
     Ok(())
-}
-
-pub fn models(args: ModelsArgs) -> anyhow::Result<()> {
-    for m in crate::Model::ALL {
-        if args.names {
-            println!("{m}");
-        } else {
-            let (seed, what) = m.describe();
-            println!("{:<18} {:<15} {}", m.name(), seed, what);
-        }
-    }
-    Ok(())
-}
-
-fn print_text(s: &Snapshot, prev: Option<(&Snapshot, f64)>) {
-    let mut line = format!(
-        "open {:>6}  accepted {:>9}  requests {:>10}  refused {:>6}",
-        s.open, s.accepted, s.requests, s.refused
-    );
-    if let Some((p, dt)) = prev {
-        let rate = |a: u64, b: u64| a.saturating_sub(b) as f64 / dt;
-        line += &format!(
-            "  req/s {:>9.0}  acc/s {:>7.0}",
-            rate(s.requests, p.requests),
-            rate(s.accepted, p.accepted)
-        );
-    }
-    let errors: Vec<String> = s
-        .errors
-        .iter()
-        .filter(|(_, &v)| v > 0)
-        .map(|(k, v)| format!("{k} {v}"))
-        .collect();
-    line += &format!(
-        "  errors: {}",
-        if errors.is_empty() {
-            "none".to_string()
-        } else {
-            errors.join(", ")
-        }
-    );
-    println!("{line}");
-}
-
-pub fn stats(args: StatsArgs) -> anyhow::Result<()> {
-    let reader = StatsReader::open(&args.path)?;
-    let print = |s: &Snapshot, prev: Option<(&Snapshot, f64)>| -> anyhow::Result<()> {
-        if args.json {
-            println!("{}", serde_json::to_string(s)?);
-        } else {
-            print_text(s, prev);
-        }
-        Ok(())
-    };
-    let mut prev = reader.snapshot();
-    print(&prev, None)?;
-    if !args.watch {
-        return Ok(());
-    }
-    let interval = Duration::from_secs_f64(args.interval.max(0.01));
-    let mut t = std::time::Instant::now();
-    loop {
-        std::thread::sleep(interval);
-        let now = std::time::Instant::now();
-        let s = reader.snapshot();
-        print(&s, Some((&prev, now.duration_since(t).as_secs_f64())))?;
-        use std::io::Write as _;
-        std::io::stdout().flush()?;
-        (prev, t) = (s, now);
-    }
 }

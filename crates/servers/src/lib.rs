@@ -19,7 +19,8 @@ use std::time::Duration;
 pub mod cli;
 pub mod net;
 pub mod shutdown;
-pub mod stats;
+/// The counters moved to their own crate; `crate::stats` keeps the models' paths short.
+pub use iolab_stats as stats;
 
 pub mod epoll;
 pub mod poll;
@@ -127,56 +128,21 @@ impl Model {
         Model::Runtime,
     ];
 
+    /// The name `--model` takes, from the shared table (`iolab_stats::models`).
     pub fn name(self) -> &'static str {
-        match self {
-            Model::Threads => "threads",
-            Model::ThreadPool => "thread-pool",
-            Model::Select => "select",
-            Model::Poll => "poll",
-            Model::Epoll => "epoll",
-            Model::UringAcceptSync => "uring-accept-sync",
-            Model::Uring => "uring",
-            Model::UringFixed => "uring-fixed",
-            Model::UringCallback => "uring-callback",
-            Model::Runtime => "runtime",
-        }
+        self.info().name
     }
 
     /// The seed 000 server this model mirrors, and one line on what it is.
     pub fn describe(self) -> (&'static str, &'static str) {
-        match self {
-            Model::Threads => ("thread", "an accept thread; one OS thread per connection"),
-            Model::ThreadPool => (
-                "thread-static",
-                "N threads started up front, each accept -> serve -> loop",
-            ),
-            Model::Select => (
-                "select",
-                "one thread, non-blocking sockets, select(2), FD_SETSIZE enforced",
-            ),
-            Model::Poll => ("-", "one thread, non-blocking sockets, poll(2)"),
-            Model::Epoll => ("WSAEventSelect", "one edge-triggered epoll loop per core"),
-            Model::UringAcceptSync => (
-                "iocp1",
-                "blocking accept in a thread, all other I/O on io_uring",
-            ),
-            Model::Uring => (
-                "iocp2",
-                "accepts posted ahead, per-connection state machines allocated on demand",
-            ),
-            Model::UringFixed => (
-                "iocp3",
-                "as uring, fixed pre-allocated connection slots, no allocation per request",
-            ),
-            Model::UringCallback => (
-                "CR / CR-iocp",
-                "a callback per submission, run by the submitting thread",
-            ),
-            Model::Runtime => (
-                "CPC",
-                "threaded style on iolab-runtime, one task per connection",
-            ),
-        }
+        let info = self.info();
+        (info.seed, info.what)
+    }
+
+    /// This model's entry in the shared table: the enum and the table list the models in the
+    /// same order (checked by a test).
+    pub fn info(self) -> &'static iolab_stats::models::ModelInfo {
+        &iolab_stats::models::MODELS[self as usize]
     }
 
     pub fn run(self, ctx: &Ctx) -> std::io::Result<()> {
@@ -204,6 +170,18 @@ impl std::fmt::Display for Model {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The enum, clap's value names and the shared table agree, in the same order.
+    #[test]
+    fn models_match_the_shared_table() {
+        use clap::ValueEnum as _;
+        assert_eq!(Model::ALL.len(), iolab_stats::models::MODELS.len());
+        for (i, m) in Model::ALL.iter().enumerate() {
+            assert_eq!(*m as usize, i);
+            let clap_name = m.to_possible_value().unwrap().get_name().to_string();
+            assert_eq!(clap_name, m.name());
+        }
+    }
 
     /// A model run on a port where another server listens with SO_REUSEPORT must fail with
     /// "address in use", not join that server's group and take part of its connections.

@@ -22,27 +22,6 @@ pub const READ_BUF: usize = 16 * 1024;
 /// Most chunks handed to one `writev(2)`.
 const MAX_IOV: usize = 64;
 
-/// Raises this process's soft RLIMIT_NOFILE to its hard limit (a server holding 10,000
-/// connections needs it; the default soft limit is often 1024). Returns the new soft limit.
-pub fn raise_nofile_limit() -> io::Result<u64> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into the struct we pass.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if lim.rlim_cur < lim.rlim_max {
-        lim.rlim_cur = lim.rlim_max;
-        // SAFETY: setrlimit reads the struct we pass.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(lim.rlim_cur)
-}
-
 /// A listening TCP socket with SO_REUSEADDR (restarts don't wait out TIME_WAIT, seed 000
 /// annex E.1), optionally SO_REUSEPORT (several listeners on one port, one per loop).
 pub fn listen(

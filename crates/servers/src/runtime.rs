@@ -5,7 +5,9 @@
 //! several accepts in flight (the pre-posted AcceptEx of the seed's CPC server) and spawns a
 //! task per accepted connection. The task reads, feeds the `Session`, writes what is pending
 //! — the same loop as the `threads` model, with `.await` where that one blocks. The idle
-//! timeout is a `timeout` around each read and write (dropping the operation cancels it);
+//! timeout is one timer per connection, reset before each read and write and raced against
+//! it (`timeout_with`; on expiry the operation is dropped, which cancels it), so a loop's
+//! timer structure holds one entry per connection, not one per operation;
 //! a stop request wakes every loop through the shutdown eventfd (`wait_readable`) and is
 //! broadcast on a `Cond` that cancels every accept, read and write in flight.
 //! `max_conns` is server-wide (one atomic count over all loops).
@@ -15,12 +17,14 @@ use std::io;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use iolab_http::Session;
 use iolab_runtime::net::{TcpListener, TcpStream};
-use iolab_runtime::{cancellable, spawn, timeout, wait_readable, Cancelled, Cond, IoBuf, Runtime};
+use iolab_runtime::{
+    cancellable, sleep, spawn, timeout_with, wait_readable, Cancelled, Cond, IoBuf, Runtime, Sleep,
+};
 
 use crate::net::{self, READ_BUF};
 use crate::stats::ErrorKind;
@@ -169,8 +173,14 @@ enum Waited<T> {
     Stopped,
 }
 
+/// A connection's idle limit: one timer, pushed back before each operation.
+struct Idle {
+    limit: Duration,
+    timer: Sleep,
+}
+
 async fn wait<F: std::future::Future>(
-    idle: Option<Duration>,
+    idle: &mut Option<Idle>,
     stop: &Stop,
     fut: F,
 ) -> Waited<F::Output> {
@@ -179,10 +189,13 @@ async fn wait<F: std::future::Future>(
     }
     let fut = cancellable(&stop.cond, fut);
     let r = match idle {
-        Some(d) => match timeout(d, fut).await {
-            Ok(r) => r,
-            Err(_) => return Waited::TimedOut,
-        },
+        Some(idle) => {
+            idle.timer.reset(Instant::now() + idle.limit);
+            match timeout_with(&mut idle.timer, fut).await {
+                Ok(r) => r,
+                Err(_) => return Waited::TimedOut,
+            }
+        }
         None => fut.await,
     };
     match r {
@@ -199,6 +212,10 @@ async fn serve(stream: &TcpStream, env: &Env, stop: &Stop) {
     }
     let mut session = Session::new(env.site.clone());
     let mut buf = vec![0u8; READ_BUF];
+    let mut idle = env.idle.map(|limit| Idle {
+        limit,
+        timer: sleep(limit),
+    });
     loop {
         while session.has_pending() {
             let chunks: Vec<Chunk> = session
@@ -208,7 +225,7 @@ async fn serve(stream: &TcpStream, env: &Env, stop: &Stop) {
                 .take(MAX_IOV)
                 .map(|c| Chunk(c.clone()))
                 .collect();
-            match wait(env.idle, stop, stream.writev(chunks)).await {
+            match wait(&mut idle, stop, stream.writev(chunks)).await {
                 Waited::Done((Ok(n), _)) => session.advance(n),
                 Waited::Done((Err(e), _)) if e.kind() == io::ErrorKind::Interrupted => {}
                 Waited::Done((Err(e), _)) => return stats.io_error(&e),
@@ -220,7 +237,7 @@ async fn serve(stream: &TcpStream, env: &Env, stop: &Stop) {
             return;
         }
         buf.resize(READ_BUF, 0);
-        match wait(env.idle, stop, stream.read(buf)).await {
+        match wait(&mut idle, stop, stream.read(buf)).await {
             Waited::Done((r, b)) => {
                 buf = b;
                 match r {

@@ -79,7 +79,7 @@ pub fn bind(addr: SocketAddr, reuseport: bool, nonblocking: bool) -> io::Result<
     // Accepted sockets inherit TCP_NODELAY from the listener (no setsockopt per connection):
     // a response goes out in one sendmsg, Nagle would only delay the tail of pipelined answers.
     setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1)?;
-    let (storage, len) = sockaddr(addr);
+    let (storage, len) = iolab_sys::sockaddr::to_raw(&addr);
     // SAFETY: storage holds a valid sockaddr of `len` bytes for this address family.
     if unsafe { libc::bind(fd, &storage as *const _ as *const libc::sockaddr, len) } < 0 {
         let e = io::Error::last_os_error();
@@ -130,57 +130,7 @@ pub fn bound_sockets(ctx: &Ctx, n: usize, nonblocking: bool) -> io::Result<Vec<O
 }
 
 /// The address a socket is bound to.
-pub fn local_addr(fd: RawFd) -> io::Result<SocketAddr> {
-    // SAFETY: sockaddr_storage is plain data for which all-zero bytes are valid.
-    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    // SAFETY: storage and len describe a writable buffer large enough for any address.
-    if unsafe { libc::getsockname(fd, &mut storage as *mut _ as *mut libc::sockaddr, &mut len) } < 0
-    {
-        return Err(io::Error::last_os_error());
-    }
-    match storage.ss_family as i32 {
-        libc::AF_INET => {
-            // SAFETY: the kernel wrote a sockaddr_in (family AF_INET).
-            let a = unsafe { *(&storage as *const _ as *const libc::sockaddr_in) };
-            let ip = std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
-            Ok(SocketAddr::from((ip, u16::from_be(a.sin_port))))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: the kernel wrote a sockaddr_in6 (family AF_INET6).
-            let a = unsafe { *(&storage as *const _ as *const libc::sockaddr_in6) };
-            let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
-            Ok(SocketAddr::from((ip, u16::from_be(a.sin6_port))))
-        }
-        f => Err(io::Error::other(format!("unexpected address family {f}"))),
-    }
-}
-
-fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-    // SAFETY: sockaddr_storage is plain data for which all-zero bytes are valid.
-    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let len = match addr {
-        SocketAddr::V4(a) => {
-            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
-            let sin = unsafe { &mut *(&mut storage as *mut _ as *mut libc::sockaddr_in) };
-            sin.sin_family = libc::AF_INET as libc::sa_family_t;
-            sin.sin_port = a.port().to_be();
-            sin.sin_addr.s_addr = u32::from(*a.ip()).to_be();
-            std::mem::size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(a) => {
-            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
-            let sin6 = unsafe { &mut *(&mut storage as *mut _ as *mut libc::sockaddr_in6) };
-            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
-            sin6.sin6_port = a.port().to_be();
-            sin6.sin6_addr.s6_addr = a.ip().octets();
-            sin6.sin6_flowinfo = a.flowinfo();
-            sin6.sin6_scope_id = a.scope_id();
-            std::mem::size_of::<libc::sockaddr_in6>()
-        }
-    };
-    (storage, len as libc::socklen_t)
-}
+pub use iolab_sys::sockaddr::local_addr;
 
 fn setsockopt_int(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()> {
     // SAFETY: value is a live i32 and its size is passed.

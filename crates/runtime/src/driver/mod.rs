@@ -90,9 +90,9 @@ pub(crate) enum IoDriver {
 }
 
 impl IoDriver {
-    pub(crate) fn new(kind: Driver, efd: i32) -> io::Result<IoDriver> {
+    pub(crate) fn new(kind: Driver, efd: i32, simulate_eagain: bool) -> io::Result<IoDriver> {
         Ok(match kind {
-            Driver::Uring => IoDriver::Uring(uring::Uring::new(efd)?),
+            Driver::Uring => IoDriver::Uring(uring::Uring::new(efd, simulate_eagain)?),
             Driver::Epoll => IoDriver::Epoll(epoll::Epoll::new(efd)?),
         })
     }

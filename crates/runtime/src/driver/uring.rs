@@ -55,6 +55,12 @@ pub(crate) struct Uring {
     efd: RawFd,
     efd_armed: bool,
     pub(crate) graveyard: Vec<Box<dyn Any>>,
+    /// Testing aid: the first attempt of a readiness-waiting operation completes with
+    /// -EAGAIN at the next reap without reaching the kernel (see `Builder::simulate_eagain`).
+    simulate_eagain: bool,
+    simulated: Vec<usize>,
+    /// Completions copied out of the ring (reused between reaps).
+    cqes: Vec<(u64, i32)>,
 }
 
 const REQUIRED: [(u8, &str); 14] = [
@@ -125,7 +131,7 @@ fn errno(e: &io::Error) -> i32 {
 }
 
 impl Uring {
-    pub(crate) fn new(efd: RawFd) -> io::Result<Uring> {
+    pub(crate) fn new(efd: RawFd, simulate_eagain: bool) -> io::Result<Uring> {
         let ring = build_ring()?;
         let mut u = Uring {
             ring,
@@ -134,6 +140,9 @@ impl Uring {
             efd,
             efd_armed: false,
             graveyard: Vec::new(),
+            simulate_eagain,
+            simulated: Vec::new(),
+            cqes: Vec::with_capacity(256),
         };
         u.arm_efd();
         Ok(u)
@@ -194,6 +203,10 @@ impl Uring {
             cancel_sent: false,
             polling: false,
         });
+        if self.simulate_eagain && rec.data.poll_events().is_some() {
+            self.simulated.push(key);
+            return key;
+        }
         let sqe = rec.data.prepare().user_data(key as u64);
         self.queue(sqe);
         key
@@ -254,64 +267,28 @@ impl Uring {
     }
 
     fn reap(&mut self) {
-        let mut cq = self.ring.completion();
-        cq.sync();
-        for cqe in &mut cq {
-            let ud = cqe.user_data();
-            let res = cqe.result();
+        let mut cqes = std::mem::take(&mut self.cqes);
+        {
+            let mut cq = self.ring.completion();
+            cq.sync();
+            cqes.extend((&mut cq).map(|cqe| (cqe.user_data(), cqe.result())));
+        }
+        for &(ud, res) in &cqes {
             if ud == WAKE_TAG {
                 let mut buf = 0u64;
                 // SAFETY: reads 8 bytes into a live u64 from our non-blocking eventfd; we
                 // only clear its counter.
                 unsafe { libc::read(self.efd, &mut buf as *mut u64 as *mut _, 8) };
                 self.efd_armed = false;
-                continue;
-            }
-            if ud == CANCEL_TAG {
-                continue;
-            }
-            let key = ud as usize;
-            let Some(rec) = self.records.get_mut(key) else {
-                continue;
-            };
-            let mut res = res;
-            if rec.polling {
-                rec.polling = false;
-                if !rec.cancel_sent && res >= 0 {
-                    // Ready now: retry the operation itself.
-                    let e = rec.data.prepare().user_data(key as u64);
-                    self.backlog.push_back(e);
-                    continue;
-                }
-            } else if res == -libc::EAGAIN && !rec.cancel_sent {
-                if let Some((fd, events)) = rec.data.poll_events() {
-                    rec.polling = true;
-                    let e = opcode::PollAdd::new(types::Fd(fd), events)
-                        .build()
-                        .user_data(key as u64);
-                    self.backlog.push_back(e);
-                    continue;
-                }
-            }
-            if rec.cancel_sent && res == -libc::EAGAIN {
-                res = -libc::ECANCELED;
-            }
-            match rec.state {
-                State::InFlight => {
-                    rec.state = State::Done(res);
-                    if let Some(w) = rec.waker.take() {
-                        w.wake();
-                    }
-                }
-                State::Orphan => {
-                    let mut data = self.records.remove(key).data;
-                    data.orphaned(res);
-                    self.graveyard.push(data.into_any());
-                }
-                State::Done(_) => {}
+            } else if ud != CANCEL_TAG {
+                self.complete(ud as usize, res);
             }
         }
-        drop(cq);
+        cqes.clear();
+        self.cqes = cqes;
+        for key in std::mem::take(&mut self.simulated) {
+            self.complete(key, -libc::EAGAIN);
+        }
         if !self.efd_armed {
             let e = opcode::PollAdd::new(types::Fd(self.efd), libc::POLLIN as u32)
                 .build()
@@ -321,8 +298,63 @@ impl Uring {
         }
     }
 
+    /// One completion for record `key`: either the operation's own, or that of the poll the
+    /// driver armed under the same key after the operation returned -EAGAIN.
+    fn complete(&mut self, key: usize, mut res: i32) {
+        let Some(rec) = self.records.get_mut(key) else {
+            return;
+        };
+        if rec.polling {
+            rec.polling = false;
+            if rec.cancel_sent {
+                // The operation itself has not run since its -EAGAIN, so nothing was done:
+                // it is cancelled, whatever the poll reports. The poll's result is a
+                // readiness mask (POLLIN = 1), never a byte count or a descriptor.
+                res = -libc::ECANCELED;
+            } else if res >= 0 {
+                // Ready now: retry the operation itself.
+                let e = rec.data.prepare().user_data(key as u64);
+                self.backlog.push_back(e);
+                return;
+            }
+            // else the poll itself failed: its error is the operation's.
+        } else if res == -libc::EAGAIN && !rec.cancel_sent {
+            if let Some((fd, events)) = rec.data.poll_events() {
+                rec.polling = true;
+                let e = opcode::PollAdd::new(types::Fd(fd), events)
+                    .build()
+                    .user_data(key as u64);
+                self.backlog.push_back(e);
+                return;
+            }
+        }
+        if rec.cancel_sent && res == -libc::EAGAIN {
+            res = -libc::ECANCELED;
+        }
+        match rec.state {
+            State::InFlight => {
+                rec.state = State::Done(res);
+                if let Some(w) = rec.waker.take() {
+                    w.wake();
+                }
+            }
+            State::Orphan => {
+                let mut data = self.records.remove(key).data;
+                data.orphaned(res);
+                self.graveyard.push(data.into_any());
+            }
+            State::Done(_) => {}
+        }
+    }
+
     pub(crate) fn turn(&mut self, timeout: Option<Duration>) {
         self.flush_backlog();
+        // Simulated completions are due now: do not sleep in the kernel.
+        let timeout = if self.simulated.is_empty() {
+            timeout
+        } else {
+            Some(Duration::ZERO)
+        };
         let r = match timeout {
             Some(d) if d.is_zero() => {
                 let mut sq = self.ring.submission();

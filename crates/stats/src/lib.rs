@@ -1,4 +1,8 @@
-//! Live counters of a server, written by the model and read by `iolab stats` and the lab.
+//! Live counters of a server, written by the model and read by `iolab stats` and the lab,
+//! and the table of the models' names ([`models`]).
+//!
+//! This crate is small on purpose: the lab and the CLI read a running server's counters and
+//! list the models without linking the server stack (`iolab-servers`), which links this.
 //!
 //! The counters live in a small fixed-layout block of shared memory: with `--stats PATH` it
 //! is a file mapped with `mmap(MAP_SHARED)`, so another process can map the same file
@@ -19,6 +23,9 @@
 //! Each counter has its own cache line, so the hot path of a server (one relaxed
 //! `fetch_add` per event) never shares a line with another counter or with the header the
 //! readers poll.
+
+pub mod cli;
+pub mod models;
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};

@@ -1,0 +1,740 @@
+//! The hard-disk model: the seed's "disk cache" and "disk" modules, as one component.
+//!
+//! ```text
+//!   request ─► queue (drive scheduler, depth) ─► controller overheads
+//!                                                 │
+//!                      ┌──── cache (segments) ◄───┤ hit: bus transfer only
+//!                      │                          │ miss: media access
+//!                      ▼                          ▼
+//!                 read-ahead            seek ─► rotation ─► media transfer ─► bus
+//!                 write-back destage    (mech.rs)  (layout.rs: zones, skews, spares)
+//! ```
+//!
+//! The device serves one request at a time (the drive's controller); others wait in its
+//! queue in scheduler order. The service of a request is computed when it starts, from the
+//! drive's state (head position, spindle angle = simulated time, cache contents); background
+//! work — read-ahead after a read, destaging of write-back data — is kept as a timeline and
+//! evaluated lazily when the next request arrives: read-ahead is abandoned at a sector
+//! boundary when the mechanism is needed, while a destage must finish first.
+
+pub mod layout;
+pub mod mech;
+pub mod params;
+pub mod spec;
+
+use crate::engine::{Component, Ctx};
+use crate::request::{CacheOutcome, Completion, Op, Record, Request};
+use crate::sched::Scheduler;
+pub use spec::HddSpec;
+
+/// A contiguous range of sectors in one buffer segment.
+#[derive(Clone, Debug, Default)]
+struct Segment {
+    start: u64,
+    end: u64,
+    /// Holds write data (counts against the write-segment limit).
+    write: bool,
+    /// LRU stamp.
+    used: u64,
+}
+
+impl Segment {
+    fn is_empty(&self) -> bool {
+        self.end <= self.start
+    }
+}
+
+/// Sectors transferred by the media on one track: `n` sectors from `lba`, the first starting
+/// at `t0`, one every `ms`.
+#[derive(Clone, Copy, Debug)]
+struct Chunk {
+    lba: u64,
+    n: u32,
+    t0: f64,
+    ms: f64,
+    cyl: u32,
+    head: u32,
+}
+
+/// Read-ahead running in the background into segment `seg`.
+#[derive(Clone, Debug)]
+struct Prefetch {
+    seg: usize,
+    chunks: Vec<Chunk>,
+}
+
+/// Outcome of a media access.
+struct Media {
+    chunks: Vec<Chunk>,
+    seek: f64,
+    rotation: f64,
+    transfer: f64,
+    end: f64,
+    pos: (u32, u32),
+}
+
+/// Counters for the summary.
+#[derive(Clone, Debug, Default)]
+pub struct HddStats {
+    pub reads: u64,
+    pub writes: u64,
+    pub read_hits: u64,
+    pub read_partial: u64,
+    pub write_back: u64,
+    pub seek_ms: f64,
+    pub rotation_ms: f64,
+    pub transfer_ms: f64,
+    pub busy_ms: f64,
+    pub prefetched_sectors: u64,
+}
+
+pub struct Hdd {
+    spec: HddSpec,
+    queue: Scheduler<Request>,
+    active: Option<(Request, Record)>,
+    /// Arm position (cylinder, head) when the mechanism is next free.
+    pos: (u32, u32),
+    /// The mechanism is busy with background work (destage) until then.
+    busy_until: f64,
+    last_read: bool,
+    segs: Vec<Segment>,
+    clock: u64,
+    prefetch: Option<Prefetch>,
+    /// End LBA of the last write (for appends that join the running destage).
+    last_write_end: Option<u64>,
+    pub stats: HddStats,
+}
+
+impl Hdd {
+    pub fn new(spec: HddSpec) -> Hdd {
+        let n = spec.cache.segments;
+        let edge = spec.blocks();
+        Hdd {
+            queue: Scheduler::new(spec.scheduler, edge),
+            spec,
+            active: None,
+            pos: (0, 0),
+            busy_until: 0.0,
+            last_read: true,
+            segs: vec![Segment::default(); n],
+            clock: 0,
+            prefetch: None,
+            last_write_end: None,
+            stats: HddStats::default(),
+        }
+    }
+
+    pub fn spec(&self) -> &HddSpec {
+        &self.spec
+    }
+
+    fn oh(&self, v: f64) -> f64 {
+        v * self.spec.overhead_scale
+    }
+
+    /// Reads or writes `n` sectors from `lba`, the mechanism free at `t` at `pos`; the first
+    /// sector may not start before `not_before`.
+    fn media(
+        &self,
+        t: f64,
+        pos: (u32, u32),
+        lba: u64,
+        n: u64,
+        write: bool,
+        not_before: f64,
+    ) -> Media {
+        let l = &self.spec.layout;
+        let m = &self.spec.mech;
+        let period = m.period();
+        let mut out = Media {
+            chunks: Vec::new(),
+            seek: 0.0,
+            rotation: 0.0,
+            transfer: 0.0,
+            end: t,
+            pos,
+        };
+        let mut t = t;
+        let mut cur = pos;
+        let mut lba = lba;
+        let mut left = n;
+        let mut first = true;
+        while left > 0 {
+            let Some(mp) = l.map(lba) else { break };
+            let k = u64::from(mp.run).min(left);
+            let to = (mp.pbn.cyl, mp.pbn.head);
+            let p = m.position(cur, to, write);
+            t += p;
+            let ready = if first { t.max(not_before) } else { t };
+            let w = m.wait_for(ready, l.angle(mp.zone, mp.pbn));
+            if first {
+                out.seek += p;
+                out.rotation += ready - t + w;
+            } else {
+                // Track and cylinder switches of a multi-track transfer count as transfer.
+                out.transfer += p;
+                out.rotation += w;
+            }
+            t = ready + w;
+            let ms = period / f64::from(l.zones[mp.zone].spt);
+            out.chunks.push(Chunk {
+                lba,
+                n: k as u32,
+                t0: t,
+                ms,
+                cyl: to.0,
+                head: to.1,
+            });
+            t += k as f64 * ms;
+            out.transfer += k as f64 * ms;
+            cur = to;
+            lba += k;
+            left -= k;
+            first = false;
+        }
+        out.end = t;
+        out.pos = cur;
+        out
+    }
+
+    /// Sectors of the running read-ahead done by `t`, and whether it is finished.
+    fn prefetch_progress(p: &Prefetch, t: f64) -> (u64, bool) {
+        let mut done = 0u64;
+        for c in &p.chunks {
+            if t >= c.t0 + f64::from(c.n) * c.ms {
+                done += u64::from(c.n);
+            } else {
+                if t > c.t0 {
+                    done += ((t - c.t0) / c.ms) as u64;
+                }
+                return (done, false);
+            }
+        }
+        (done, true)
+    }
+
+    /// Moves read-ahead data done by `t` into its segment (the read-ahead keeps running).
+    fn advance_prefetch(&mut self, t: f64) {
+        let Some(p) = &self.prefetch else { return };
+        let (done, finished) = Self::prefetch_progress(p, t);
+        let first = p.chunks.first().map(|c| c.lba).unwrap_or(0);
+        let seg = p.seg;
+        self.fill(seg, first + done);
+        if finished {
+            self.prefetch = None;
+        }
+    }
+
+    /// Extends segment `seg` to `end` (read-ahead), sliding its start when read-ahead may
+    /// replace the requested data.
+    fn fill(&mut self, seg: usize, end: u64) {
+        let size = self.spec.cache.segment_sectors;
+        let s = &mut self.segs[seg];
+        if end > s.end {
+            self.stats.prefetched_sectors += end - s.end;
+            s.end = end;
+            if s.end - s.start > size {
+                s.start = s.end - size;
+            }
+        }
+    }
+
+    /// Stops the read-ahead when the mechanism is wanted at `t`: returns when and where the
+    /// mechanism is free (at the end of the sector under the head).
+    fn stop_prefetch(&mut self, t: f64) -> (f64, (u32, u32)) {
+        let Some(p) = self.prefetch.take() else {
+            return (t.max(self.busy_until), self.pos);
+        };
+        let first = p.chunks.first().map(|c| c.lba).unwrap_or(0);
+        let mut done = 0u64;
+        let mut free = t;
+        let mut pos = self.pos;
+        for c in &p.chunks {
+            let end = c.t0 + f64::from(c.n) * c.ms;
+            if t >= end {
+                done += u64::from(c.n);
+                pos = (c.cyl, c.head);
+                free = free.max(end);
+                continue;
+            }
+            if t > c.t0 {
+                // Finish the sector under the head.
+                let k = (((t - c.t0) / c.ms).floor() as u64 + 1).min(u64::from(c.n));
+                done += k;
+                free = c.t0 + k as f64 * c.ms;
+                pos = (c.cyl, c.head);
+            } else {
+                // Between tracks or waiting for the first sector: the arm is (going) there.
+                pos = (c.cyl, c.head);
+                free = t;
+            }
+            break;
+        }
+        self.fill(p.seg, first + done);
+        (free, pos)
+    }
+
+    /// Sectors of `req` from its start found in one segment: (segment, count).
+    fn cached_prefix(&self, lba: u64, end: u64) -> Option<(usize, u64)> {
+        if !self.spec.cache.enabled {
+            return None;
+        }
+        let mut best: Option<(usize, u64)> = None;
+        for (i, s) in self.segs.iter().enumerate() {
+            if s.is_empty() || (s.write && !self.spec.cache.read_hits_on_write_data) {
+                continue;
+            }
+            if s.start <= lba && lba < s.end {
+                let n = s.end.min(end) - lba;
+                if best.is_none_or(|(_, b)| n > b) {
+                    best = Some((i, n));
+                }
+            }
+        }
+        best
+    }
+
+    fn touch(&mut self, i: usize) {
+        self.clock += 1;
+        self.segs[i].used = self.clock;
+    }
+
+    /// A segment for new read data: the least recently used one not reserved for writes.
+    fn victim_read(&self) -> usize {
+        let skip = if self.spec.cache.separate_write_segment && self.segs.len() > 1 {
+            1
+        } else {
+            0
+        };
+        (skip..self.segs.len())
+            .min_by_key(|&i| (self.segs[i].used, i))
+            .unwrap_or(0)
+    }
+
+    /// A segment for write data.
+    fn victim_write(&self) -> usize {
+        if self.spec.cache.separate_write_segment || self.segs.len() == 1 {
+            return 0;
+        }
+        let writes = self
+            .segs
+            .iter()
+            .filter(|s| s.write && !s.is_empty())
+            .count();
+        let candidates = (0..self.segs.len())
+            .filter(|&i| writes < self.spec.cache.max_write_segments || self.segs[i].write);
+        candidates
+            .min_by_key(|&i| (self.segs[i].used, i))
+            .unwrap_or(0)
+    }
+
+    /// Drops cached copies of sectors a write replaces.
+    fn invalidate(&mut self, lba: u64, end: u64, keep: Option<usize>) {
+        for (i, s) in self.segs.iter_mut().enumerate() {
+            if Some(i) == keep || s.is_empty() || s.end <= lba || s.start >= end {
+                continue;
+            }
+            if s.start >= lba {
+                // Overlap at the front: keep the tail.
+                s.start = end.min(s.end);
+            } else {
+                s.end = lba;
+            }
+        }
+        if let Some(p) = &self.prefetch {
+            if keep != Some(p.seg) && self.segs[p.seg].start >= self.segs[p.seg].end {
+                self.prefetch = None;
+            }
+        }
+    }
+
+    /// Starts read-ahead after a media read that ended at `t` at `pos`, at `from`.
+    fn start_prefetch(&mut self, seg: usize, from: u64, t: f64, pos: (u32, u32)) {
+        let c = &self.spec.cache;
+        if !c.enabled || c.prefetch == 0 || c.max_readahead == 0 {
+            return;
+        }
+        let l = &self.spec.layout;
+        let last = from.saturating_sub(1);
+        let mut limit = match c.prefetch {
+            1 => l.track_end(last),
+            2 => {
+                // To the end of the cylinder: follow tracks while the cylinder is the same.
+                let cyl = l.map(last).map(|m| m.pbn.cyl);
+                let mut e = l.track_end(last);
+                while let (Some(m), Some(cy)) = (l.map(e), cyl) {
+                    if m.pbn.cyl != cy {
+                        break;
+                    }
+                    e += u64::from(m.run);
+                }
+                e
+            }
+            4 => {
+                let e = l.track_end(last);
+                l.track_end(e)
+            }
+            _ => u64::MAX,
+        };
+        limit = limit
+            .min(from + c.max_readahead)
+            .max(from + c.min_readahead);
+        if !c.readahead_over_requested {
+            limit = limit.min(self.segs[seg].start + c.segment_sectors);
+        }
+        limit = limit.min(l.blocks);
+        if limit <= from {
+            return;
+        }
+        let m = self.media(t, pos, from, limit - from, false, t);
+        self.prefetch = Some(Prefetch {
+            seg,
+            chunks: m.chunks,
+        });
+    }
+
+    /// Serves `req` starting at `now`; returns its record (completion time set).
+    fn serve(&mut self, req: &Request, now: f64) -> Record {
+        let mut rec = Record {
+            arrival: req.arrival,
+            ..Default::default()
+        };
+        let o = self.spec.overheads.clone();
+        let after_read = self.last_read;
+        let n = u64::from(req.sectors);
+        let appending = req.op == Op::Write
+            && self.spec.cache.fast_write > 0
+            && self.spec.cache.combine_seq_writes
+            && self.last_write_end == Some(req.lba);
+        // Background destage must finish first (no "sneaky" hits), except for a write that
+        // appends to it.
+        let t = if appending {
+            now
+        } else {
+            now.max(self.busy_until)
+        };
+        rec.device_start = t;
+        rec.queue_wait = t - now;
+        let per_req = self.oh(o.per_request);
+        match req.op {
+            Op::Read => {
+                self.stats.reads += 1;
+                self.advance_prefetch(t);
+                let bt = self.spec.bus_read_ms;
+                let prefix = self.cached_prefix(req.lba, req.end());
+                let hit = prefix.map(|(_, c)| c).unwrap_or(0);
+                let oh = per_req
+                    + self.oh(match (hit > 0, after_read) {
+                        (true, true) => o.read_hit_after_read,
+                        (true, false) => o.read_hit_after_write,
+                        (false, true) => o.read_miss_after_read,
+                        (false, false) => o.read_miss_after_write,
+                    });
+                let completion = self.oh(o.read_completion);
+                let prep = self.oh(o.data_prep);
+                if hit == n {
+                    let (seg, _) = prefix.unwrap();
+                    self.touch(seg);
+                    self.stats.read_hits += 1;
+                    rec.cache = CacheOutcome::Hit;
+                    let bus_end = t + oh + prep + n as f64 * bt;
+                    rec.overhead = oh + prep + completion;
+                    rec.bus = n as f64 * bt;
+                    rec.completion = bus_end + completion;
+                    if self.prefetch.is_none() && self.spec.cache.readahead_on_idle_hit {
+                        let from = self.segs[seg].end;
+                        let free = (t + oh).max(self.busy_until);
+                        self.start_prefetch(seg, from, free, self.pos);
+                    }
+                } else {
+                    let t_mech = t + oh;
+                    let (free, pos) = self.stop_prefetch(t_mech);
+                    let prefix = self.cached_prefix(req.lba, req.end());
+                    let hit = prefix.map(|(_, c)| c).unwrap_or(0);
+                    let seg = match prefix {
+                        Some((s, _)) if !self.segs[s].write => s,
+                        _ => {
+                            let s = self.victim_read();
+                            self.segs[s] = Segment {
+                                start: req.lba,
+                                end: req.lba,
+                                write: false,
+                                used: 0,
+                            };
+                            s
+                        }
+                    };
+                    self.touch(seg);
+                    // The cached part goes to the host at once; the rest follows the media.
+                    let mut bus_done = t_mech + prep + hit as f64 * bt;
+                    rec.overhead = oh + prep + completion;
+                    if hit == n {
+                        self.stats.read_hits += 1;
+                        rec.cache = CacheOutcome::Hit;
+                        rec.bus = n as f64 * bt;
+                        rec.completion = bus_done + completion;
+                        self.pos = pos;
+                        self.start_prefetch(seg, self.segs[seg].end, free, pos);
+                    } else {
+                        rec.cache = if hit > 0 {
+                            self.stats.read_partial += 1;
+                            CacheOutcome::Partial
+                        } else {
+                            CacheOutcome::Miss
+                        };
+                        let from = req.lba + hit;
+                        let m = self.media(free, pos, from, n - hit, false, free);
+                        // Bus: reconnect at the water mark, then each sector once read.
+                        let need = ((self.spec.cache.read_watermark * (n - hit) as f64).ceil()
+                            as u64)
+                            .max(1);
+                        let mut seen = 0u64;
+                        let mut floor = 0.0;
+                        for c in &m.chunks {
+                            if seen + u64::from(c.n) >= need {
+                                floor = c.t0 + (need - seen) as f64 * c.ms;
+                                break;
+                            }
+                            seen += u64::from(c.n);
+                        }
+                        bus_done = bus_done.max(floor + self.oh(o.reselect));
+                        for c in &m.chunks {
+                            let k = f64::from(c.n);
+                            bus_done = (bus_done + k * bt)
+                                .max(c.t0 + c.ms + k * bt)
+                                .max(c.t0 + k * c.ms + bt);
+                        }
+                        rec.seek = m.seek;
+                        rec.rotation = m.rotation + (free - t_mech).max(0.0);
+                        rec.transfer = m.transfer;
+                        rec.bus = (bus_done - m.end).max(0.0);
+                        rec.completion = bus_done + completion;
+                        // Sectors that passed under the head while waiting for the first one.
+                        let mut seg_start = req.lba;
+                        if self.spec.cache.read_any_free_blocks && hit == 0 {
+                            if let (Some(c), Some(mp)) =
+                                (m.chunks.first(), self.spec.layout.map(from))
+                            {
+                                let waited = ((m.rotation - (free.max(t_mech) - free)) / c.ms)
+                                    .floor() as u64;
+                                let before = waited.min(u64::from(mp.pbn.sector)).min(from);
+                                if before > 0 {
+                                    // Only if those sectors are the logically preceding ones.
+                                    if let Some(pm) = self.spec.layout.map(from - before) {
+                                        if pm.pbn.cyl == mp.pbn.cyl
+                                            && pm.pbn.head == mp.pbn.head
+                                            && u64::from(pm.run) >= before
+                                        {
+                                            seg_start = from - before;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        let size = self.spec.cache.segment_sectors;
+                        let s = &mut self.segs[seg];
+                        if hit == 0 {
+                            s.start = seg_start;
+                        }
+                        s.end = req.end();
+                        if s.end - s.start > size {
+                            s.start = s.end - size;
+                        }
+                        self.stats.seek_ms += m.seek;
+                        self.stats.rotation_ms += m.rotation;
+                        self.stats.transfer_ms += m.transfer;
+                        self.pos = m.pos;
+                        self.start_prefetch(seg, req.end(), m.end, m.pos);
+                    }
+                }
+                self.last_read = true;
+            }
+            Op::Write => {
+                self.stats.writes += 1;
+                let bt = self.spec.bus_write_ms;
+                let fast = self.spec.cache.enabled
+                    && self.spec.cache.fast_write > 0
+                    && !req.flags.contains(crate::request::Flags::FUA);
+                let base = if fast {
+                    if after_read {
+                        o.write_hit_after_read
+                    } else {
+                        o.write_hit_after_write
+                    }
+                } else if after_read {
+                    o.write_miss_after_read
+                } else {
+                    o.write_miss_after_write
+                };
+                let (oh, data_delay, pos_delay) = match o.extra_write_disconnect {
+                    Some((cmd, data, seek_delta)) => {
+                        let cmd = per_req + self.oh(cmd);
+                        (
+                            cmd,
+                            self.oh(data) + self.oh(o.reselect),
+                            self.oh(seek_delta),
+                        )
+                    }
+                    None => (per_req + self.oh(base), 0.0, 0.0),
+                };
+                let t_cmd = t + oh;
+                let bus_start = t_cmd + data_delay + self.oh(o.data_prep);
+                let bus_end = bus_start + n as f64 * bt;
+                let (free, pos) = self.stop_prefetch(t_cmd + pos_delay);
+                let free = if appending {
+                    free.max(self.busy_until)
+                } else {
+                    free
+                };
+                // The media may not write a sector before it is in the buffer.
+                let period = self.spec.mech.period();
+                let ms = self
+                    .spec
+                    .layout
+                    .spt_at(req.lba)
+                    .map(|s| period / f64::from(s))
+                    .unwrap_or(0.0);
+                let mut not_before =
+                    (bus_start + bt).max(bus_end - (n.saturating_sub(1)) as f64 * ms);
+                let sequential = self.last_write_end == Some(req.lba);
+                if !sequential {
+                    not_before = not_before.max(t_cmd + self.oh(o.min_seek_delay));
+                }
+                let m = self.media(free, pos, req.lba, n, true, not_before);
+                self.stats.seek_ms += m.seek;
+                self.stats.rotation_ms += m.rotation;
+                self.stats.transfer_ms += m.transfer;
+                let completion = self.oh(o.write_completion);
+                rec.overhead = oh + completion;
+                rec.bus = n as f64 * bt;
+                if fast {
+                    self.stats.write_back += 1;
+                    rec.cache = CacheOutcome::WriteBack;
+                    rec.completion = bus_end + completion;
+                    self.busy_until = m.end;
+                } else {
+                    rec.cache = CacheOutcome::Miss;
+                    rec.seek = m.seek;
+                    rec.rotation = m.rotation;
+                    rec.transfer = m.transfer;
+                    rec.completion = m.end.max(bus_end) + completion;
+                    self.busy_until = self.busy_until.max(m.end);
+                }
+                self.pos = m.pos;
+                // Cache the written data (write segment), dropping stale copies elsewhere.
+                if self.spec.cache.enabled {
+                    let seg = match self
+                        .segs
+                        .iter()
+                        .position(|s| s.write && s.end == req.lba && !s.is_empty())
+                    {
+                        Some(s) if self.spec.cache.combine_seq_writes => s,
+                        _ => self.victim_write(),
+                    };
+                    self.invalidate(req.lba, req.end(), Some(seg));
+                    let size = self.spec.cache.segment_sectors;
+                    let s = &mut self.segs[seg];
+                    if s.write && s.end == req.lba && !s.is_empty() {
+                        s.end = req.end();
+                    } else {
+                        *s = Segment {
+                            start: req.lba,
+                            end: req.end(),
+                            write: true,
+                            used: 0,
+                        };
+                    }
+                    if s.end - s.start > size {
+                        s.start = s.end - size;
+                    }
+                    self.touch(seg);
+                }
+                self.last_write_end = Some(req.end());
+                self.last_read = false;
+            }
+            Op::Flush => {
+                let (free, pos) = self.stop_prefetch(t);
+                self.pos = pos;
+                let completion = self.oh(o.write_completion);
+                rec.overhead = per_req + completion;
+                rec.completion = free.max(self.busy_until) + per_req + completion;
+            }
+        }
+        self.stats.busy_ms += rec.completion - t;
+        rec
+    }
+
+    fn start(&mut self, req: Request, ctx: &mut Ctx) {
+        let now = ctx.now();
+        let mut rec = self.serve(&req, now);
+        rec.queue_wait += now - req.arrival;
+        let token = req.id;
+        ctx.wake_at(rec.completion, token);
+        self.active = Some((req, rec));
+    }
+
+    /// Approximate head LBA for the scheduler.
+    fn head_lba(&self) -> u64 {
+        self.last_write_end.unwrap_or(0)
+    }
+}
+
+impl Component for Hdd {
+    fn name(&self) -> &str {
+        "hdd"
+    }
+
+    fn submit(&mut self, req: Request, ctx: &mut Ctx) {
+        if req.end() > self.spec.blocks() || (req.sectors == 0 && req.op != Op::Flush) {
+            // Out of range: complete with no service so the run goes on; the trace readers
+            // reject such lines before they get here.
+            let rec = Record {
+                arrival: req.arrival,
+                device_start: ctx.now(),
+                completion: ctx.now(),
+                ..Default::default()
+            };
+            ctx.up(Completion { req, rec });
+            return;
+        }
+        if self.active.is_none() {
+            self.start(req, ctx);
+        } else {
+            let lba = req.lba;
+            self.queue.push(lba, req);
+        }
+    }
+
+    fn wake(&mut self, _token: u64, ctx: &mut Ctx) {
+        if let Some((req, mut rec)) = self.active.take() {
+            rec.completion = ctx.now();
+            ctx.up(Completion { req, rec });
+        }
+        let head = self.head_lba();
+        if let Some(next) = self.queue.pop(head) {
+            self.start(next, ctx);
+        }
+    }
+
+    fn stats(&self) -> Vec<(String, f64)> {
+        let s = &self.stats;
+        let reads = s.reads.max(1) as f64;
+        vec![
+            ("reads".into(), s.reads as f64),
+            ("writes".into(), s.writes as f64),
+            ("read_hit_ratio".into(), s.read_hits as f64 / reads),
+            (
+                "read_partial_hit_ratio".into(),
+                s.read_partial as f64 / reads,
+            ),
+            (
+                "write_back_ratio".into(),
+                s.write_back as f64 / s.writes.max(1) as f64,
+            ),
+            ("seek_ms_total".into(), s.seek_ms),
+            ("rotation_ms_total".into(), s.rotation_ms),
+            ("transfer_ms_total".into(), s.transfer_ms),
+            ("prefetched_sectors".into(), s.prefetched_sectors as f64),
+        ]
+    }
+}

@@ -1,0 +1,422 @@
+//! The parameters of our HDD model, and their loading from DiskSim 4.0 files.
+//!
+//! Every field is documented with its unit; the DiskSim parameter it comes from is named in
+//! brackets.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+use super::layout::{Layout, Sparing, Zone};
+use super::mech::{Mech, SeekCurve};
+use super::params::{self, Block, ParamFile, Value};
+use crate::sched::Policy;
+
+/// Command-processing overheads of the drive's controller (ms).
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Overheads {
+    /// Added to every request on arrival [Per-request overhead time].
+    pub per_request: f64,
+    /// Read served from the cache, previous request a read / a write [Read hit over. after ...].
+    pub read_hit_after_read: f64,
+    pub read_hit_after_write: f64,
+    /// Read that needs the media [Read miss over. after ...].
+    pub read_miss_after_read: f64,
+    pub read_miss_after_write: f64,
+    /// Write reported complete from the cache (write-back) [Write hit over. after ...].
+    pub write_hit_after_read: f64,
+    pub write_hit_after_write: f64,
+    /// Write reported complete only once on the media [Write miss over. after ...].
+    pub write_miss_after_read: f64,
+    pub write_miss_after_write: f64,
+    /// Before the completion message [Read/Write completion overhead].
+    pub read_completion: f64,
+    pub write_completion: f64,
+    /// Before the first data transfer on the bus [Data preparation overhead].
+    pub data_prep: f64,
+    /// Reconnection to the host before sending data read from the media [First reselect overhead].
+    pub reselect: f64,
+    /// A nonsequential write waits at least this long before touching the media [Minimum seek delay].
+    pub min_seek_delay: f64,
+    /// Drives that disconnect before taking a write's data [Extra write disconnect and the
+    /// "Extradisc" parameters]: (command overhead, delay until the data is requested
+    /// (disconnect + inter-disconnect delay), delay before positioning starts).
+    pub extra_write_disconnect: Option<(f64, f64, f64)>,
+}
+
+/// The on-board buffer/cache.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CacheSpec {
+    /// Use the buffer as a cache [Enable caching in buffer].
+    pub enabled: bool,
+    /// Number of segments [Number of buffer segments].
+    pub segments: usize,
+    /// Sectors per segment [Segment size (in blks)].
+    pub segment_sectors: u64,
+    /// Segments that may hold write data [Maximum number of write segments].
+    pub max_write_segments: usize,
+    /// One segment reserved for writes [Use separate write segment].
+    pub separate_write_segment: bool,
+    /// Read-ahead extent: 0 none, 1 to end of track, 2 to end of cylinder, 3 until the segment
+    /// is full, 4 to the end of the following track [Buffer continuous read].
+    pub prefetch: u8,
+    /// Sectors [Minimum read-ahead (blks)] / [Maximum read-ahead (blks)].
+    pub min_readahead: u64,
+    pub max_readahead: u64,
+    /// Read-ahead may push the just-read data out of the segment [Read-ahead over requested].
+    pub readahead_over_requested: bool,
+    /// Start read-ahead after a full hit when the mechanism is idle [Read-ahead on idle hit].
+    pub readahead_on_idle_hit: bool,
+    /// Keep sectors that pass under the head before the requested ones [Read any free blocks].
+    pub read_any_free_blocks: bool,
+    /// 0 write-through, 1 write-back of sequential streams, 2 write-back always [Fast write level].
+    /// With one request at a time (DiskSim's validation) 1 and 2 both report a write
+    /// complete once its data is in the buffer.
+    pub fast_write: u8,
+    /// Reads may hit data left by writes [Allow read hits on write data].
+    pub read_hits_on_write_data: bool,
+    /// A write that appends to the data being written joins it [Combine seq writes].
+    pub combine_seq_writes: bool,
+    /// Reconnect for a read when this fraction of the request is in the buffer
+    /// [High (read) water mark], only when the drive holds the bus [Hold bus entire read xfer].
+    pub read_watermark: f64,
+}
+
+/// Everything the HDD model needs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HddSpec {
+    pub name: String,
+    pub layout: Layout,
+    pub mech: Mech,
+    /// Interface time per sector (ms): the slowest of disk, bus and controller
+    /// [Bulk sector transfer time; bus Read/Write block transfer time].
+    pub bus_read_ms: f64,
+    pub bus_write_ms: f64,
+    /// Multiplies every overhead [Time scale for overheads].
+    pub overhead_scale: f64,
+    pub overheads: Overheads,
+    pub cache: CacheSpec,
+    /// Requests the drive accepts at once [Max queue length].
+    pub queue_depth: usize,
+    /// The drive's own scheduler [Scheduler / Scheduling policy].
+    pub scheduler: Policy,
+}
+
+fn flag(b: &Block, k: &str) -> Result<bool> {
+    Ok(b.num(k)? != 0.0)
+}
+
+fn nonneg(b: &Block, k: &str) -> Result<f64> {
+    let v = b.num(k)?;
+    if !(0.0..=1e6).contains(&v) {
+        bail!("{}: '{k}' = {v} is out of range (0..1e6)", b.file.display());
+    }
+    Ok(v)
+}
+
+fn count(b: &Block, k: &str, max: f64) -> Result<u64> {
+    let v = b.num(k)?;
+    if !(0.0..=max).contains(&v) || v.fract() != 0.0 {
+        bail!(
+            "{}: '{k}' = {v} must be a whole number in 0..={max}",
+            b.file.display()
+        );
+    }
+    Ok(v as u64)
+}
+
+impl HddSpec {
+    /// Loads a disk from a DiskSim `.parv` (whole configuration, which sources the
+    /// `.diskspecs`) or a `.diskspecs` file. Bus and controller transfer times are read from
+    /// a `.parv` when present. `disk_name` picks one `disksim_disk` block when several exist.
+    pub fn from_disksim(path: &Path, disk_name: Option<&str>) -> Result<HddSpec> {
+        let pf = params::parse_file(path)?;
+        let disks: Vec<&Block> = pf.find("disksim_disk").collect();
+        let disk = match disk_name {
+            Some(n) => pf
+                .by_name(n)
+                .with_context(|| format!("{}: no disk named {n}", path.display()))?,
+            None => {
+                // The instantiated disk if the file says, else the only one.
+                let inst = pf
+                    .instances
+                    .iter()
+                    .find_map(|(_, ty)| disks.iter().find(|d| &d.name == ty));
+                match (inst, disks.len()) {
+                    (Some(d), _) => d,
+                    (None, 1) => disks[0],
+                    (None, 0) => bail!("{}: no disksim_disk block", path.display()),
+                    (None, n) => bail!("{}: {n} disks, name one", path.display()),
+                }
+            }
+        };
+        let dir = path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("."));
+        Self::from_blocks(disk, &pf, &dir)
+    }
+
+    fn from_blocks(d: &Block, pf: &ParamFile, dir: &Path) -> Result<HddSpec> {
+        let model = d.block("Model")?;
+        let layout_b = model.block("Layout Model")?;
+        let mech_b = model.block("Mechanical Model")?;
+        let surfaces = count(model, "Number of data surfaces", 1024.0)? as u32;
+        let cylinders = count(model, "Number of cylinders", 10_000_000.0)? as u32;
+        if layout_b.ty != "dm_layout_g1" {
+            bail!(
+                "{}: layout model '{}' not supported (dm_layout_g1 is)",
+                layout_b.file.display(),
+                layout_b.ty
+            );
+        }
+        let mapping = count(layout_b, "LBN-to-PBN mapping scheme", 10.0)?;
+        if mapping != 0 {
+            bail!(
+                "{}: LBN-to-PBN mapping scheme {mapping} not supported (0, conventional, is)",
+                layout_b.file.display()
+            );
+        }
+        let sparing = Sparing::from_disksim(
+            count(layout_b, "Sparing scheme used", 100.0)? as u32,
+            layout_b.num_or("Rangesize for sparing", 1.0)? as u32,
+        )?;
+        let revolutions =
+            matches!(layout_b.get("Skew units"), Some(Value::Word(w)) if w == "revolutions");
+        let mut zones = Vec::new();
+        for (i, zv) in layout_b.list("Zones")?.iter().enumerate() {
+            let Value::Block(z) = zv else {
+                bail!("{}: zone {i} is not a block", layout_b.file.display())
+            };
+            let spt = count(z, "Blocks per track", 100_000.0)? as u32;
+            let zrev = match z.get("Skew units") {
+                Some(Value::Word(w)) => w == "revolutions",
+                _ => revolutions,
+            };
+            let unit = if zrev { f64::from(spt) } else { 1.0 };
+            let nums = |k: &str| -> Result<Vec<u64>> {
+                z.nums(k)?
+                    .into_iter()
+                    .map(|v| {
+                        if v >= 0.0 && v.fract() == 0.0 {
+                            Ok(v as u64)
+                        } else {
+                            bail!("{}: bad {k} entry {v}", z.file.display())
+                        }
+                    })
+                    .collect()
+            };
+            let defects = nums("defects").unwrap_or_default();
+            // (defect, replacement) pairs; a defect "remapped" to itself changes nothing.
+            if defects.len() % 2 != 0 {
+                bail!(
+                    "{}: zone {i}: defects must be (defect, replacement) pairs",
+                    z.file.display()
+                );
+            }
+            if defects.chunks(2).any(|p| p[0] != p[1]) {
+                bail!(
+                    "{}: zone {i}: remapped defects are not supported (slips are)",
+                    z.file.display()
+                );
+            }
+            zones.push(Zone {
+                first_cyl: count(z, "First cylinder number", 1e7)? as u32,
+                last_cyl: count(z, "Last cylinder number", 1e7)? as u32,
+                spt,
+                first_offset: z.num("Offset of first block")? * unit,
+                track_skew: z.num_or("Skew for track switch", 0.0)? * unit,
+                cyl_skew: z.num_or("Skew for cylinder switch", 0.0)? * unit,
+                deadspace: count(z, "Empty space at zone front", 1e12)?,
+                spares: count(z, "Number of spares", 1e12)?,
+                slips: nums("slips")?,
+                first_lba: 0,
+                blocks: 0,
+            });
+        }
+        let layout = Layout::new(surfaces, cylinders, sparing, zones)
+            .with_context(|| format!("{}", layout_b.file.display()))?;
+
+        let seek = match mech_b.word("Seek type")? {
+            "extracted" => {
+                let f = mech_b.word("Full seek curve")?;
+                let p = params_path(dir, &mech_b.file, f)?;
+                SeekCurve::Table(params::parse_seek_file(&p)?)
+            }
+            "hpl" | "hplplus10" => {
+                let v = mech_b.nums("HPL seek equation values")?;
+                if v.len() < 6 {
+                    bail!(
+                        "{}: HPL seek equation needs 6 values",
+                        mech_b.file.display()
+                    );
+                }
+                let (boundary, a, b, c, e) = (v[0] as u32, v[1], v[2], v[3], v[4]);
+                if mech_b.word("Seek type")? == "hpl" {
+                    let one = if v[5] == -1.0 {
+                        Some(nonneg(mech_b, "Single cylinder seek time")?)
+                    } else {
+                        Some(v[5])
+                    };
+                    SeekCurve::Hpl {
+                        boundary,
+                        a,
+                        b,
+                        c,
+                        e,
+                        one,
+                    }
+                } else {
+                    let f = mech_b.nums("First ten seek times")?;
+                    if f.len() < 10 {
+                        bail!(
+                            "{}: 'First ten seek times' needs 10 values",
+                            mech_b.file.display()
+                        );
+                    }
+                    let mut first10 = [0.0; 10];
+                    first10.copy_from_slice(&f[..10]);
+                    SeekCurve::HplPlus10 {
+                        first10,
+                        boundary,
+                        a,
+                        b,
+                        c,
+                        e,
+                    }
+                }
+            }
+            "constant" => SeekCurve::Constant(nonneg(mech_b, "Constant seek time")?),
+            "linear" | "curve" => SeekCurve::ThreePoint {
+                single: nonneg(mech_b, "Single cylinder seek time")?,
+                average: nonneg(mech_b, "Average seek time")?,
+                full: nonneg(mech_b, "Full strobe seek time")?,
+                cylinders,
+            },
+            other => bail!(
+                "{}: seek type '{other}' not supported",
+                mech_b.file.display()
+            ),
+        };
+        seek.validate()?;
+        match mech_b.word("Access time type")? {
+            "trackSwitchPlusRotation" => {}
+            other => bail!(
+                "{}: access time type '{other}' not supported (trackSwitchPlusRotation is)",
+                mech_b.file.display()
+            ),
+        }
+        let rpm = mech_b.num("Rotation speed (in rpms)")?;
+        if !(100.0..=100_000.0).contains(&rpm) {
+            bail!(
+                "{}: implausible rotation speed {rpm} rpm",
+                mech_b.file.display()
+            );
+        }
+        let mech = Mech {
+            seek,
+            head_switch: nonneg(mech_b, "Head switch time")?,
+            write_settle: nonneg(mech_b, "Add. write settling delay")?,
+            rpm,
+        };
+
+        // Interface: the slowest of the disk, the buses and the controller per sector.
+        let mut bus_read = nonneg(d, "Bulk sector transfer time")?;
+        let mut bus_write = bus_read;
+        for b in pf.find("disksim_bus") {
+            bus_read = bus_read.max(b.num_or("Read block transfer time", 0.0)?);
+            bus_write = bus_write.max(b.num_or("Write block transfer time", 0.0)?);
+        }
+        for c in pf.find("disksim_ctlr") {
+            let t =
+                c.num_or("Bulk sector transfer time", 0.0)? * c.num_or("Scale for delays", 0.0)?;
+            bus_read = bus_read.max(t);
+            bus_write = bus_write.max(t);
+        }
+
+        let extra = if flag(d, "Extra write disconnect")? {
+            Some((
+                nonneg(d, "Extradisc command overhead")?,
+                nonneg(d, "Extradisc disconnect overhead")?
+                    + nonneg(d, "Extradisc inter-disconnect delay")?,
+                nonneg(d, "Extradisc seek delta")?,
+            ))
+        } else {
+            None
+        };
+        let overheads = Overheads {
+            per_request: nonneg(d, "Per-request overhead time")?,
+            read_hit_after_read: nonneg(d, "Read hit over. after read")?,
+            read_hit_after_write: nonneg(d, "Read hit over. after write")?,
+            read_miss_after_read: nonneg(d, "Read miss over. after read")?,
+            read_miss_after_write: nonneg(d, "Read miss over. after write")?,
+            write_hit_after_read: nonneg(d, "Write hit over. after read")?,
+            write_hit_after_write: nonneg(d, "Write hit over. after write")?,
+            write_miss_after_read: nonneg(d, "Write miss over. after read")?,
+            write_miss_after_write: nonneg(d, "Write miss over. after write")?,
+            read_completion: nonneg(d, "Read completion overhead")?,
+            write_completion: nonneg(d, "Write completion overhead")?,
+            data_prep: nonneg(d, "Data preparation overhead")?,
+            reselect: nonneg(d, "First reselect overhead")?,
+            min_seek_delay: d.num_or("Minimum seek delay", 0.0)?.max(0.0),
+            extra_write_disconnect: extra,
+        };
+        let segments = count(d, "Number of buffer segments", 4096.0)? as usize;
+        let hold_read = flag(d, "Hold bus entire read xfer")?;
+        let cache = CacheSpec {
+            enabled: flag(d, "Enable caching in buffer")? && segments > 0,
+            segments: segments.max(1),
+            segment_sectors: count(d, "Segment size (in blks)", 1e9)?.max(1),
+            max_write_segments: (count(d, "Maximum number of write segments", 4096.0)? as usize)
+                .max(1),
+            separate_write_segment: flag(d, "Use separate write segment")?,
+            prefetch: count(d, "Buffer continuous read", 4.0)? as u8,
+            min_readahead: count(d, "Minimum read-ahead (blks)", 1e9)?,
+            max_readahead: count(d, "Maximum read-ahead (blks)", 1e9)?,
+            readahead_over_requested: flag(d, "Read-ahead over requested")?,
+            readahead_on_idle_hit: flag(d, "Read-ahead on idle hit")?,
+            read_any_free_blocks: flag(d, "Read any free blocks")?,
+            fast_write: count(d, "Fast write level", 2.0)? as u8,
+            read_hits_on_write_data: flag(d, "Allow read hits on write data")?,
+            combine_seq_writes: flag(d, "Combine seq writes")?,
+            read_watermark: if hold_read {
+                d.num("High (read) water mark")?.clamp(0.0, 1.0)
+            } else {
+                0.0
+            },
+        };
+        let sched = d.block("Scheduler")?;
+        Ok(HddSpec {
+            name: d.name.clone(),
+            layout,
+            mech,
+            bus_read_ms: bus_read,
+            bus_write_ms: bus_write,
+            overhead_scale: nonneg(d, "Time scale for overheads")?,
+            overheads,
+            cache,
+            queue_depth: (count(d, "Max queue length", 1e6)? as usize).max(1),
+            scheduler: Policy::from_disksim(count(sched, "Scheduling policy", 1000.0)? as u32)?,
+        })
+    }
+
+    /// Capacity in sectors.
+    pub fn blocks(&self) -> u64 {
+        self.layout.blocks
+    }
+}
+
+fn params_path(dir: &Path, file: &Path, name: &str) -> Result<PathBuf> {
+    let p = Path::new(name);
+    if p.is_absolute()
+        || p.components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
+    {
+        bail!(
+            "{}: '{name}' must be a relative name inside the parameter directory",
+            file.display()
+        );
+    }
+    let base = file.parent().unwrap_or(dir);
+    Ok(base.join(p))
+}

@@ -1,0 +1,30 @@
+//! iolab disksim: a trace-driven discrete-event disk I/O simulator (seed 002), validated on
+//! real disks' traces.
+//!
+//! The seed's module diagram, as code:
+//!
+//! ```text
+//!  workload (trace::TraceSource, workload::Generator)       ── engine::Source
+//!     │ Request (request.rs)                 ▲ Completion + Record
+//!  [page cache]            (issue 12)        │               ── engine::Component
+//!     │                                      │
+//!  [block layer / I/O scheduler] (sched.rs policies; issue 12)
+//!     │                                      │
+//!  device: hdd (disk cache + disk: hdd/), ssd, measured ── engine::Component
+//! ```
+//!
+//! `engine` owns time and events; components exchange requests and completions only through
+//! it. See README.md for the architecture and who owns which module.
+
+pub mod cli;
+pub mod engine;
+pub mod hdd;
+pub mod request;
+pub mod sched;
+pub mod trace;
+pub mod validate;
+
+/// The validation data shipped with the crate (DiskSim 4.0's real-disk traces).
+pub fn default_valid_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/disksim-valid")
+}

@@ -1,0 +1,627 @@
+//! Trace readers. Each streams its input (one line in memory at a time), declares its units,
+//! rejects implausible values with the line number, and never panics on malformed input.
+//!
+//! | format | line | units |
+//! |---|---|---|
+//! | `validate` (DiskSim) | `R\|W Hit\|Miss LBA SECTORS SERVICE_US NEXT_US` | sectors of 512 B; µs; each request issued NEXT_US after the previous one *completes* (DiskSim's replay) |
+//! | `ascii` (DiskSim) | `TIME_MS DEVNO LBA SECTORS FLAGS` (flags bit 0: read) | ms since start; sectors |
+//! | `fio` (iolog v2/v3) | v2: `FILE ACTION [OFFSET LENGTH]`; v3: `TIME_MS FILE ACTION [OFFSET LENGTH]` | bytes; ms (v3), `wait` in µs (v2) |
+//! | `blkparse` | blkparse's default text output; `Q` (queued) events | seconds; sectors |
+//! | `msr` (MSR Cambridge CSV) | `Timestamp,Hostname,Disk,Type,Offset,Size,ResponseTime` | Windows filetime (100 ns); bytes |
+//! | `iolab` | `TIME_MS OP LBA SECTORS` (OP: R, W, F; `#` comments) | ms; sectors |
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::io::BufRead;
+use std::rc::Rc;
+
+use anyhow::{bail, Result};
+
+use crate::engine::{Pending, Source, When};
+use crate::request::{Flags, Op, Request, SECTOR};
+
+/// Limits on what a trace line may say.
+pub const MAX_SECTORS: u64 = 1 << 24; // 8 GiB in one request
+pub const MAX_LBA: u64 = 1 << 48;
+pub const MAX_TIME_MS: f64 = 1e12; // ~31 years
+const MAX_LINE: usize = 64 * 1024;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum Format {
+    Validate,
+    Ascii,
+    Fio,
+    Blkparse,
+    Msr,
+    Iolab,
+}
+
+impl Format {
+    pub fn parse(s: &str) -> Result<Format> {
+        Ok(match s.to_ascii_lowercase().as_str() {
+            "validate" | "disksim-validate" => Format::Validate,
+            "ascii" | "disksim" | "disksim-ascii" => Format::Ascii,
+            "fio" | "iolog" => Format::Fio,
+            "blkparse" => Format::Blkparse,
+            "msr" | "msr-cambridge" => Format::Msr,
+            "iolab" => Format::Iolab,
+            _ => bail!("unknown trace format '{s}' (validate, ascii, fio, blkparse, msr, iolab)"),
+        })
+    }
+    /// Guesses the format from a file name and its first line.
+    pub fn guess(name: &str, first_line: &str) -> Format {
+        let l = first_line.trim_start();
+        if l.starts_with("fio version") {
+            Format::Fio
+        } else if name.ends_with(".csv") || l.split(',').count() >= 7 {
+            Format::Msr
+        } else if l.starts_with('R') || l.starts_with('W') {
+            Format::Validate
+        } else if l.contains(" Q ") || l.contains(',') && l.split_whitespace().count() > 6 {
+            Format::Blkparse
+        } else if name.ends_with(".iolab") || l.starts_with('#') {
+            Format::Iolab
+        } else {
+            Format::Ascii
+        }
+    }
+    pub fn units(self) -> &'static str {
+        match self {
+            Format::Validate => "LBA and size in 512-byte sectors; service and next-request times in microseconds",
+            Format::Ascii => "time in ms; LBA and size in 512-byte sectors",
+            Format::Fio => "offset and length in bytes; v3 timestamps in ms, v2 wait in microseconds",
+            Format::Blkparse => "time in seconds; sector and count in 512-byte sectors",
+            Format::Msr => "timestamp and response time in 100 ns units (Windows filetime); offset and size in bytes",
+            Format::Iolab => "time in ms; LBA and size in 512-byte sectors",
+        }
+    }
+}
+
+/// Streaming line reader with line numbers and a line-length limit.
+struct Lines<R> {
+    r: R,
+    buf: Vec<u8>,
+    pub lineno: u64,
+}
+
+impl<R: BufRead> Lines<R> {
+    fn new(r: R) -> Self {
+        Lines {
+            r,
+            buf: Vec::with_capacity(256),
+            lineno: 0,
+        }
+    }
+    /// Next non-empty line (trimmed), or None at the end.
+    fn next(&mut self) -> Result<Option<String>> {
+        loop {
+            self.buf.clear();
+            let n = std::io::Read::take(&mut self.r, MAX_LINE as u64 + 1)
+                .read_until(b'\n', &mut self.buf)?;
+            if n == 0 {
+                return Ok(None);
+            }
+            self.lineno += 1;
+            if self.buf.len() > MAX_LINE {
+                bail!("line {}: longer than {MAX_LINE} bytes", self.lineno);
+            }
+            let s = String::from_utf8_lossy(&self.buf);
+            let t = s.trim();
+            if !t.is_empty() {
+                return Ok(Some(t.to_string()));
+            }
+        }
+    }
+}
+
+fn num<T: std::str::FromStr>(s: Option<&str>, what: &str, line: u64) -> Result<T> {
+    let Some(s) = s else {
+        bail!("line {line}: missing {what}")
+    };
+    match s.parse() {
+        Ok(v) => Ok(v),
+        Err(_) => bail!("line {line}: bad {what} '{s}'"),
+    }
+}
+
+fn check_time(t: f64, what: &str, line: u64) -> Result<f64> {
+    if !t.is_finite() || !(0.0..=MAX_TIME_MS).contains(&t) {
+        bail!("line {line}: implausible {what} {t}");
+    }
+    Ok(t)
+}
+
+fn check_extent(lba: u64, sectors: u64, line: u64) -> Result<()> {
+    if sectors == 0 || sectors > MAX_SECTORS {
+        bail!("line {line}: implausible size {sectors} sectors (1..={MAX_SECTORS})");
+    }
+    if lba > MAX_LBA || lba + sectors > MAX_LBA {
+        bail!("line {line}: implausible LBA {lba}");
+    }
+    Ok(())
+}
+
+fn request(lba: u64, sectors: u64, op: Op) -> Request {
+    Request {
+        id: 0,
+        arrival: 0.0,
+        dev: 0,
+        lba,
+        sectors: sectors as u32,
+        op,
+        flags: Flags::default(),
+        file: None,
+    }
+}
+
+/// What the validate reader knows about each request beyond the request itself: the real
+/// drive's response time (ms) and its cache outcome, kept for scoring in issue order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Measured {
+    pub service_ms: f64,
+    pub outcome: String,
+}
+
+/// Shared queue of measured values, pushed by the reader, popped by the scorer (requests
+/// complete in issue order in a validate replay: one at a time).
+pub type MeasuredQueue = Rc<RefCell<VecDeque<Measured>>>;
+
+/// A trace as a [`Source`].
+pub struct TraceSource<R> {
+    format: Format,
+    lines: Lines<R>,
+    /// Validate: think time before the next request (the previous line's NEXT_US).
+    next_think: f64,
+    last_time: f64,
+    fio_version: u8,
+    fio_files: Vec<String>,
+    fio_wait: f64,
+    pub measured: Option<MeasuredQueue>,
+    pub dev_filter: Option<u32>,
+    first: Option<String>,
+}
+
+impl<R: BufRead> TraceSource<R> {
+    pub fn new(r: R, format: Format) -> Self {
+        TraceSource {
+            format,
+            lines: Lines::new(r),
+            next_think: 0.0,
+            last_time: 0.0,
+            fio_version: 0,
+            fio_files: Vec::new(),
+            fio_wait: 0.0,
+            measured: None,
+            dev_filter: None,
+            first: None,
+        }
+    }
+
+    /// Keeps each line's measured service time (validate format) in `q`.
+    pub fn with_measured(mut self, q: MeasuredQueue) -> Self {
+        self.measured = Some(q);
+        self
+    }
+
+    fn line(&mut self) -> Result<Option<String>> {
+        if let Some(f) = self.first.take() {
+            return Ok(Some(f));
+        }
+        self.lines.next()
+    }
+
+    fn validate(&mut self, l: &str) -> Result<Pending> {
+        let n = self.lines.lineno;
+        let mut it = l.split_whitespace();
+        let op = match it.next() {
+            Some("R") => Op::Read,
+            Some("W") => Op::Write,
+            other => bail!("line {n}: expected R or W, found {:?}", other.unwrap_or("")),
+        };
+        let outcome = it.next().unwrap_or("").to_string();
+        if !matches!(outcome.as_str(), "Hit" | "Miss" | "Doub" | "Trip") {
+            bail!("line {n}: expected Hit, Miss, Doub or Trip, found '{outcome}'");
+        }
+        let lba: u64 = num(it.next(), "LBA", n)?;
+        let sectors: u64 = num(it.next(), "size", n)?;
+        check_extent(lba, sectors, n)?;
+        let service_us: f64 = num(it.next(), "service time", n)?;
+        let next_us: f64 = num(it.next(), "next-request time", n)?;
+        let service = check_time(service_us / 1000.0, "service time", n)?;
+        let next = check_time(next_us / 1000.0, "next-request time", n)?;
+        if it.next().is_some() {
+            bail!("line {n}: more than 6 fields");
+        }
+        let think = std::mem::replace(&mut self.next_think, next);
+        if let Some(q) = &self.measured {
+            q.borrow_mut().push_back(Measured {
+                service_ms: service,
+                outcome,
+            });
+        }
+        Ok(Pending {
+            when: When::AfterCompletion { think },
+            req: request(lba, sectors, op),
+        })
+    }
+
+    fn ascii(&mut self, l: &str) -> Result<Option<Pending>> {
+        let n = self.lines.lineno;
+        let mut it = l.split_whitespace();
+        let t = check_time(num(it.next(), "time", n)?, "time", n)?;
+        let dev: u32 = num(it.next(), "device", n)?;
+        let lba: u64 = num(it.next(), "LBA", n)?;
+        let sectors: u64 = num(it.next(), "size", n)?;
+        let flags: u32 = num(it.next(), "flags", n)?;
+        check_extent(lba, sectors, n)?;
+        if self.dev_filter.is_some_and(|d| d != dev) {
+            return Ok(None);
+        }
+        let op = if flags & 1 == 1 { Op::Read } else { Op::Write };
+        let mut r = request(lba, sectors, op);
+        r.dev = dev;
+        Ok(Some(Pending {
+            when: When::At(t),
+            req: r,
+        }))
+    }
+
+    fn iolab(&mut self, l: &str) -> Result<Option<Pending>> {
+        let n = self.lines.lineno;
+        if l.starts_with('#') {
+            return Ok(None);
+        }
+        let mut it = l.split_whitespace();
+        let t = check_time(num(it.next(), "time", n)?, "time", n)?;
+        let op = match it.next() {
+            Some("R") | Some("r") => Op::Read,
+            Some("W") | Some("w") => Op::Write,
+            Some("F") | Some("f") => Op::Flush,
+            other => bail!(
+                "line {n}: expected R, W or F, found {:?}",
+                other.unwrap_or("")
+            ),
+        };
+        let lba: u64 = num(it.next(), "LBA", n)?;
+        let sectors: u64 = num(it.next(), "size", n)?;
+        if op != Op::Flush {
+            check_extent(lba, sectors, n)?;
+        }
+        Ok(Some(Pending {
+            when: When::At(t),
+            req: request(lba, sectors, op),
+        }))
+    }
+
+    fn msr(&mut self, l: &str) -> Result<Option<Pending>> {
+        let n = self.lines.lineno;
+        let f: Vec<&str> = l.split(',').map(str::trim).collect();
+        if f.len() < 6 {
+            bail!(
+                "line {n}: expected Timestamp,Hostname,DiskNumber,Type,Offset,Size[,ResponseTime]"
+            );
+        }
+        if f[0].eq_ignore_ascii_case("timestamp") {
+            return Ok(None); // a header line
+        }
+        let ts: u64 = num(Some(f[0]), "timestamp", n)?;
+        let op = match f[3].to_ascii_lowercase().as_str() {
+            "read" => Op::Read,
+            "write" => Op::Write,
+            other => bail!("line {n}: type must be Read or Write, found '{other}'"),
+        };
+        let off: u64 = num(Some(f[4]), "offset", n)?;
+        let size: u64 = num(Some(f[5]), "size", n)?;
+        let lba = off / SECTOR;
+        let sectors = size.div_ceil(SECTOR);
+        check_extent(lba, sectors, n)?;
+        // Filetime in 100 ns units; times relative to the first request.
+        let t_ms = ts as f64 / 10_000.0;
+        if self.fio_files.is_empty() {
+            self.fio_files.push(String::new());
+            self.last_time = t_ms;
+            self.fio_wait = t_ms; // origin
+        }
+        let rel = check_time(t_ms - self.fio_wait, "time (before the first request)", n)?;
+        Ok(Some(Pending {
+            when: When::At(rel),
+            req: request(lba, sectors, op),
+        }))
+    }
+
+    fn blkparse(&mut self, l: &str) -> Result<Option<Pending>> {
+        let n = self.lines.lineno;
+        // "  8,0    3        1     0.000000000   697  Q   R 223490 + 8 [kjournald]"
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() < 7 || !f[0].contains(',') {
+            // Summary lines at the end of blkparse output ("CPU0 (8,0):", totals): skip.
+            return Ok(None);
+        }
+        if f[5] != "Q" {
+            return Ok(None);
+        }
+        let t = check_time(num::<f64>(Some(f[3]), "time", n)? * 1000.0, "time", n)?;
+        let rwbs = f[6];
+        let op = if rwbs.contains('F') && !rwbs.contains('R') && !rwbs.contains('W') {
+            Op::Flush
+        } else if rwbs.contains('R') {
+            Op::Read
+        } else if rwbs.contains('W') {
+            Op::Write
+        } else {
+            return Ok(None); // discards (D), none (N)
+        };
+        if op == Op::Flush && f.len() < 10 {
+            return Ok(Some(Pending {
+                when: When::At(t),
+                req: request(0, 0, Op::Flush),
+            }));
+        }
+        if f.len() < 10 || f[8] != "+" {
+            bail!("line {n}: expected 'SECTOR + COUNT' after the RWBS field");
+        }
+        let lba: u64 = num(Some(f[7]), "sector", n)?;
+        let sectors: u64 = num(Some(f[9]), "count", n)?;
+        check_extent(lba, sectors, n)?;
+        let mut r = request(lba, sectors, op);
+        if rwbs.contains('F') {
+            r.flags = r.flags.with(Flags::FUA);
+        }
+        if rwbs.contains('S') {
+            r.flags = r.flags.with(Flags::SYNC);
+        }
+        Ok(Some(Pending {
+            when: When::At(t),
+            req: r,
+        }))
+    }
+
+    fn fio(&mut self, l: &str) -> Result<Option<Pending>> {
+        let n = self.lines.lineno;
+        if l.starts_with("fio version") {
+            self.fio_version = match l.split_whitespace().nth(2) {
+                Some("2") => 2,
+                Some("3") => 3,
+                other => bail!(
+                    "line {n}: unsupported fio iolog version {:?}",
+                    other.unwrap_or("")
+                ),
+            };
+            return Ok(None);
+        }
+        if self.fio_version == 0 {
+            bail!(
+                "line {n}: a fio iolog starts with 'fio version 2 iolog' or 'fio version 3 iolog'"
+            );
+        }
+        let mut it = l.split_whitespace();
+        let t = if self.fio_version == 3 {
+            Some(check_time(num(it.next(), "timestamp", n)?, "timestamp", n)?)
+        } else {
+            None
+        };
+        let file = it.next().unwrap_or("").to_string();
+        let action = it.next();
+        let Some(action) = action else {
+            bail!("line {n}: expected 'FILE ACTION'")
+        };
+        // Files get consecutive 2^40-byte regions of one address space.
+        let fileno = match self.fio_files.iter().position(|f| *f == file) {
+            Some(i) => i,
+            None => {
+                if self.fio_files.len() >= 1024 {
+                    bail!("line {n}: more than 1024 files");
+                }
+                self.fio_files.push(file);
+                self.fio_files.len() - 1
+            }
+        } as u64;
+        let op = match action {
+            "read" => Op::Read,
+            "write" => Op::Write,
+            "sync" | "datasync" => Op::Flush,
+            "wait" if self.fio_version == 2 => {
+                let us: f64 = num(it.next(), "wait time", n)?;
+                self.fio_wait += check_time(us / 1000.0, "wait", n)?;
+                return Ok(None);
+            }
+            "add" | "open" | "close" | "trim" => return Ok(None),
+            other => bail!("line {n}: unknown fio action '{other}'"),
+        };
+        let (lba, sectors) = if op == Op::Flush {
+            (0, 0)
+        } else {
+            let off: u64 = num(it.next(), "offset", n)?;
+            let len: u64 = num(it.next(), "length", n)?;
+            let sectors = len.div_ceil(SECTOR);
+            if off >= 1 << 40 {
+                bail!("line {n}: offset {off} beyond 1 TiB per file");
+            }
+            let lba = (fileno << 40) / SECTOR + off / SECTOR;
+            check_extent(lba, sectors, n)?;
+            (lba, sectors)
+        };
+        let mut r = request(lba, sectors, op);
+        r.file = Some(crate::request::FileRef {
+            file: fileno as u32,
+            offset: lba * SECTOR,
+        });
+        let when = match t {
+            Some(t) => When::At(t),
+            None => When::AfterCompletion {
+                think: std::mem::take(&mut self.fio_wait),
+            },
+        };
+        Ok(Some(Pending { when, req: r }))
+    }
+}
+
+impl<R: BufRead> Source for TraceSource<R> {
+    fn next(&mut self) -> Result<Option<Pending>> {
+        loop {
+            let Some(l) = self.line()? else {
+                return Ok(None);
+            };
+            let p = match self.format {
+                Format::Validate => Some(self.validate(&l)?),
+                Format::Ascii => self.ascii(&l)?,
+                Format::Iolab => self.iolab(&l)?,
+                Format::Msr => self.msr(&l)?,
+                Format::Blkparse => self.blkparse(&l)?,
+                Format::Fio => self.fio(&l)?,
+            };
+            if let Some(p) = p {
+                if let When::At(t) = p.when {
+                    // Open-loop traces must be in time order (a small jitter is tolerated).
+                    if t + 1e-6 < self.last_time && self.format != Format::Msr {
+                        bail!(
+                            "line {}: time {t} ms goes back before {} ms",
+                            self.lines.lineno,
+                            self.last_time
+                        );
+                    }
+                    self.last_time = self.last_time.max(t);
+                }
+                return Ok(Some(p));
+            }
+        }
+    }
+}
+
+/// Reads a whole trace from bytes into a list (for tests and the fuzz target); errors carry
+/// the line number.
+pub fn read_all(data: &[u8], format: Format) -> Result<Vec<Pending>> {
+    let mut s = TraceSource::new(data, format);
+    let mut out = Vec::new();
+    while let Some(p) = s.next()? {
+        out.push(p);
+        if out.len() > 1_000_000 {
+            bail!("more than a million requests");
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validate_lines_and_think_times() {
+        let q: MeasuredQueue = Default::default();
+        let mut s = TraceSource::new(
+            &b"R Hit 100 4 13670.0 35942.0\nW Miss 8 8 1971.0 29108.0\n"[..],
+            Format::Validate,
+        )
+        .with_measured(q.clone());
+        let a = s.next().unwrap().unwrap();
+        assert_eq!(a.when, When::AfterCompletion { think: 0.0 });
+        assert_eq!((a.req.lba, a.req.sectors, a.req.op), (100, 4, Op::Read));
+        let b = s.next().unwrap().unwrap();
+        assert_eq!(b.when, When::AfterCompletion { think: 35.942 });
+        assert_eq!(b.req.op, Op::Write);
+        assert!(s.next().unwrap().is_none());
+        assert_eq!(
+            q.borrow().iter().map(|m| m.service_ms).collect::<Vec<_>>(),
+            vec![13.67, 1.971]
+        );
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        for (text, fmt, want) in [
+            (
+                &b"R Hit 1 4 1 1\nX Hit 1 4 1 1\n"[..],
+                Format::Validate,
+                "line 2",
+            ),
+            (
+                &b"R Hit 1 0 1 1\n"[..],
+                Format::Validate,
+                "implausible size",
+            ),
+            (
+                &b"R Hit 1 4 -5 1\n"[..],
+                Format::Validate,
+                "implausible service",
+            ),
+            (
+                &b"0.0 0 1 8 1\n1.0 0 1 8\n"[..],
+                Format::Ascii,
+                "line 2: missing flags",
+            ),
+            (
+                &b"5.0 0 1 8 1\n1.0 0 1 8 1\n"[..],
+                Format::Ascii,
+                "goes back",
+            ),
+            (&b"read 0 4096\n"[..], Format::Fio, "fio version"),
+            (
+                &b"fio version 2 iolog\nf add\nf read x 4096\n"[..],
+                Format::Fio,
+                "line 3: bad offset",
+            ),
+            (&b"1,h,0,Read,0,0,1\n"[..], Format::Msr, "implausible size"),
+            (
+                &b"0 R 1 99999999999\n"[..],
+                Format::Iolab,
+                "implausible size",
+            ),
+        ] {
+            let e = read_all(text, fmt).unwrap_err().to_string();
+            assert!(e.contains(want), "{fmt:?}: '{e}' lacks '{want}'");
+        }
+    }
+
+    #[test]
+    fn each_format_reads_its_example() {
+        let a = read_all(b"0.5 0 1000 16 1\n2.0 0 50 8 0\n", Format::Ascii).unwrap();
+        assert_eq!((a[1].when, a[1].req.op), (When::At(2.0), Op::Write));
+        let f = read_all(b"fio version 3 iolog\n0 /f add\n0 /f open\n1 /f read 4096 8192\n3 /f write 0 512\n4 /f close\n", Format::Fio).unwrap();
+        assert_eq!(f.len(), 2);
+        assert_eq!(
+            (f[0].req.lba, f[0].req.sectors, f[0].when),
+            (8, 16, When::At(1.0))
+        );
+        let f2 = read_all(
+            b"fio version 2 iolog\n/f add\n/f read 0 4096\n/f wait 2000\n/f write 4096 4096\n",
+            Format::Fio,
+        )
+        .unwrap();
+        assert_eq!(f2[1].when, When::AfterCompletion { think: 2.0 });
+        let b = read_all(b"  8,0    3        1     0.000100000   697  Q   R 223490 + 8 [kjournald]\n  8,0    3        2     0.000200000   697  D   R 223490 + 8 [kjournald]\nCPU3 (8,0):\n", Format::Blkparse).unwrap();
+        assert_eq!(b.len(), 1);
+        assert_eq!((b[0].req.lba, b[0].req.sectors), (223490, 8));
+        assert!((matches!(b[0].when, When::At(t) if (t - 0.1).abs() < 1e-9)));
+        let m = read_all(b"Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime\n128166372003061629,hm,1,Read,3221225472,4096,1000\n128166372003071629,hm,1,Write,512,1024,1000\n", Format::Msr).unwrap();
+        assert_eq!(m.len(), 2);
+        assert_eq!((m[0].req.lba, m[1].req.sectors), (6291456, 2));
+        assert!(matches!(m[1].when, When::At(t) if (t - 1.0).abs() < 1e-6));
+        let i = read_all(b"# iolab\n0 R 0 8\n1.5 F 0 0\n", Format::Iolab).unwrap();
+        assert_eq!(i[1].req.op, Op::Flush);
+    }
+
+    #[test]
+    fn never_panics_on_garbage() {
+        let mut x: u64 = 0x9E3779B97F4A7C15;
+        for _ in 0..2000 {
+            let mut data = Vec::new();
+            for _ in 0..(x % 200) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                data.push(b"RW HitMs 0123456789.+-,\n eE#Qfiover"[(x % 34) as usize]);
+            }
+            for f in [
+                Format::Validate,
+                Format::Ascii,
+                Format::Fio,
+                Format::Blkparse,
+                Format::Msr,
+                Format::Iolab,
+            ] {
+                let _ = read_all(&data, f);
+            }
+        }
+    }
+}

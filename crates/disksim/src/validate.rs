@@ -1,0 +1,368 @@
+//! `validate-disksim`: replays DiskSim's real-disk validation traces on our model of each
+//! disk and scores the simulated response times against the measured ones.
+//!
+//! The score is Ruemmler & Wilkes' demerit figure, computed as DiskSim's `rms` tool does:
+//! both response-time distributions are evaluated at the percentiles 0.01%, 0.02%, …, 100%
+//! (linear interpolation between order statistics) and the root mean square of the
+//! differences is reported, in ms and as a percentage of the real mean.
+
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+
+use crate::engine::Simulator;
+use crate::hdd::{Hdd, HddSpec};
+use crate::trace::{Format, MeasuredQueue, TraceSource};
+
+/// DiskSim 4.0's own demerit on each disk (ms), from its `runvalid` script.
+#[allow(clippy::approx_constant)] // 0.318 ms is a measurement, not 1/π
+pub const DISKSIM_DEMERIT: &[(&str, f64)] = &[
+    ("barracuda", 0.349),
+    ("cheetah4LP", 0.318),
+    ("ibm18es", 0.135),
+    ("atlas_III", 0.378),
+    ("hp_c2247a", 0.090),
+];
+
+#[derive(Clone, Debug, Serialize)]
+pub struct DiskResult {
+    pub disk: String,
+    pub model: String,
+    pub requests: u64,
+    pub real_mean_ms: f64,
+    pub sim_mean_ms: f64,
+    /// (sim - real) / real, in %.
+    pub mean_error_pct: f64,
+    pub demerit_ms: f64,
+    pub demerit_pct: f64,
+    pub disksim_demerit_ms: Option<f64>,
+    /// Simulated time / wall time.
+    pub speedup: f64,
+    pub requests_per_s: f64,
+    pub wall_s: f64,
+    pub sim_hit_ratio: f64,
+    /// Response-time quantiles at 0, 1, ..., 100 % (for the CDF figure), ms.
+    pub real_cdf: Vec<f64>,
+    pub sim_cdf: Vec<f64>,
+}
+
+/// Value of a sorted sample at cumulative fraction `p` (0 < p ≤ 1), interpolating linearly
+/// between order statistics (the i-th smallest of n sits at i/n).
+pub fn quantile(sorted: &[f64], p: f64) -> f64 {
+    let n = sorted.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    let x = p * n as f64; // position in 1-based order statistics
+    if x <= 1.0 {
+        return sorted[0];
+    }
+    let i = x.floor() as usize;
+    if i >= n {
+        return sorted[n - 1];
+    }
+    let f = x - i as f64;
+    sorted[i - 1] + f * (sorted[i] - sorted[i - 1])
+}
+
+/// The demerit figure (ms) of two samples, sorted ascending.
+pub fn demerit(real: &[f64], sim: &[f64]) -> f64 {
+    const POINTS: usize = 10_000;
+    let mut sq = 0.0;
+    for k in 1..=POINTS {
+        let p = k as f64 / POINTS as f64;
+        let d = quantile(real, p) - quantile(sim, p);
+        sq += d * d;
+    }
+    (sq / POINTS as f64).sqrt()
+}
+
+/// Finds the disks of a validation directory: every `NAME.parv` with a `NAME.trace`.
+pub fn find_disks(dir: &Path) -> Result<Vec<(String, PathBuf, PathBuf)>> {
+    let mut out = Vec::new();
+    let rd = std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
+    for e in rd {
+        let p = e?.path();
+        if p.extension().and_then(|e| e.to_str()) == Some("parv") {
+            let stem = p
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .unwrap_or_default()
+                .to_string();
+            let trace = p.with_extension("trace");
+            if trace.exists() {
+                out.push((stem, p, trace));
+            }
+        }
+    }
+    out.sort();
+    if out.is_empty() {
+        bail!(
+            "{}: no NAME.parv with a NAME.trace next to it",
+            dir.display()
+        );
+    }
+    Ok(out)
+}
+
+/// Replays one disk's trace.
+pub fn run_disk(name: &str, parv: &Path, trace: &Path) -> Result<DiskResult> {
+    let spec =
+        HddSpec::from_disksim(parv, None).with_context(|| format!("loading {}", parv.display()))?;
+    let model = spec.name.clone();
+    let f = std::fs::File::open(trace).with_context(|| format!("opening {}", trace.display()))?;
+    let q: MeasuredQueue = Default::default();
+    let mut src = TraceSource::new(BufReader::new(f), Format::Validate).with_measured(q.clone());
+    let mut sim = Simulator::new(vec![Box::new(Hdd::new(spec))]);
+    let mut real = Vec::new();
+    let mut simv = Vec::new();
+    let mut hits = 0u64;
+    let t0 = Instant::now();
+    let totals = sim
+        .run(&mut src, &mut |c| {
+            let m = q.borrow_mut().pop_front();
+            if let Some(m) = m {
+                real.push(m.service_ms);
+                simv.push(c.response());
+                if c.rec.cache == crate::request::CacheOutcome::Hit {
+                    hits += 1;
+                }
+            }
+        })
+        .with_context(|| format!("replaying {}", trace.display()))?;
+    let wall = t0.elapsed().as_secs_f64().max(1e-9);
+    if real.is_empty() {
+        bail!("{}: no requests", trace.display());
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let (rm, sm) = (mean(&real), mean(&simv));
+    real.sort_by(f64::total_cmp);
+    simv.sort_by(f64::total_cmp);
+    let d = demerit(&real, &simv);
+    let cdf = |v: &[f64]| {
+        (0..=100)
+            .map(|k| {
+                if k == 0 {
+                    v[0]
+                } else {
+                    quantile(v, k as f64 / 100.0)
+                }
+            })
+            .collect::<Vec<_>>()
+    };
+    Ok(DiskResult {
+        disk: name.to_string(),
+        model,
+        requests: totals.requests,
+        real_mean_ms: rm,
+        sim_mean_ms: sm,
+        mean_error_pct: (sm - rm) / rm * 100.0,
+        demerit_ms: d,
+        demerit_pct: d / rm * 100.0,
+        disksim_demerit_ms: DISKSIM_DEMERIT
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| *v),
+        speedup: totals.sim_end / (wall * 1000.0),
+        requests_per_s: totals.requests as f64 / wall,
+        wall_s: wall,
+        sim_hit_ratio: hits as f64 / real.len() as f64,
+        real_cdf: cdf(&real),
+        sim_cdf: cdf(&simv),
+    })
+}
+
+/// The table printed by `validate-disksim`.
+pub fn table(results: &[DiskResult]) -> String {
+    let mut s = String::new();
+    s.push_str(&format!(
+        "{:<11} {:>6} {:>9} {:>9} {:>7} {:>9} {:>8} {:>9} {:>6} {:>8} {:>10}\n",
+        "disk",
+        "reqs",
+        "real ms",
+        "sim ms",
+        "mean%",
+        "demerit",
+        "dem %",
+        "DiskSim",
+        "goal",
+        "speedup",
+        "req/s"
+    ));
+    for r in results {
+        let goal = match r.disksim_demerit_ms {
+            Some(ds) => {
+                if r.demerit_ms <= ds && r.mean_error_pct.abs() <= 5.0 {
+                    "ok"
+                } else {
+                    "MISS"
+                }
+            }
+            None => "-",
+        };
+        s.push_str(&format!(
+            "{:<11} {:>6} {:>9.3} {:>9.3} {:>+7.2} {:>9.3} {:>7.2}% {:>9} {:>6} {:>7.0}x {:>10.0}\n",
+            r.disk,
+            r.requests,
+            r.real_mean_ms,
+            r.sim_mean_ms,
+            r.mean_error_pct,
+            r.demerit_ms,
+            r.demerit_pct,
+            r.disksim_demerit_ms.map(|v| format!("{v:.3}")).unwrap_or_else(|| "-".into()),
+            goal,
+            r.speedup,
+            r.requests_per_s
+        ));
+    }
+    s
+}
+
+/// The HTML report: the table and one response-time CDF (real vs simulated) per disk, as
+/// inline SVG (no script, no external resource).
+pub fn html(results: &[DiskResult], machine: &str) -> String {
+    let mut h = String::from(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>iolab disksim: validation on real disks</title>\
+<style>body{font-family:sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse}td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:right}\
+th:first-child,td:first-child{text-align:left}.ok{color:#070}.miss{color:#b00}figure{display:inline-block;margin:8px}figcaption{font-size:90%}</style></head><body>\n\
+<h1>iolab disksim: validation on DiskSim's real-disk traces</h1>\n<p>Each trace holds 10,000 requests measured on a real SCSI disk; our model of the disk is built from the disk's DiskSim parameter files only. \
+Demerit: RMS difference of the response-time distributions at 10,000 evenly spaced percentiles (Ruemmler &amp; Wilkes), in ms and % of the real mean. \
+Goal: demerit ≤ DiskSim 4.0's own and mean within 5%.</p>\n",
+    );
+    h.push_str(&format!("<p>Machine: {}</p>\n", esc(machine)));
+    h.push_str("<table id=\"results\"><tr><th>disk</th><th>model</th><th>real mean ms</th><th>sim mean ms</th><th>mean error</th><th>demerit ms</th><th>demerit %</th><th>DiskSim ms</th><th>goal</th><th>sim/wall</th></tr>\n");
+    for r in results {
+        let ok = r.disksim_demerit_ms.is_some_and(|d| r.demerit_ms <= d)
+            && r.mean_error_pct.abs() <= 5.0;
+        h.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td>{:.3}</td><td>{:.3}</td><td>{:+.2}%</td><td>{:.3}</td><td>{:.2}%</td><td>{}</td><td class=\"{}\">{}</td><td>{:.0}×</td></tr>\n",
+            esc(&r.disk),
+            esc(&r.model),
+            r.real_mean_ms,
+            r.sim_mean_ms,
+            r.mean_error_pct,
+            r.demerit_ms,
+            r.demerit_pct,
+            r.disksim_demerit_ms.map(|v| format!("{v:.3}")).unwrap_or_else(|| "-".into()),
+            if ok { "ok" } else { "miss" },
+            if ok { "met" } else { "missed" },
+            r.speedup
+        ));
+    }
+    h.push_str("</table>\n<h2>Response-time CDFs</h2>\n");
+    for r in results {
+        h.push_str(&cdf_svg(r));
+    }
+    h.push_str("</body></html>\n");
+    h
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+fn cdf_svg(r: &DiskResult) -> String {
+    let (w, hgt, ml, mb, mt, mr) = (480.0, 300.0, 50.0, 40.0, 12.0, 12.0);
+    // x axis up to the 99th percentile of either (the tail would squash the body).
+    let xmax = r.real_cdf[99].max(r.sim_cdf[99]).max(1e-3) * 1.1;
+    let x = |v: f64| ml + (v.min(xmax) / xmax) * (w - ml - mr);
+    let y = |p: f64| mt + (1.0 - p) * (hgt - mt - mb);
+    let path = |c: &[f64]| {
+        c.iter()
+            .enumerate()
+            .map(|(k, v)| {
+                format!(
+                    "{}{:.1},{:.1}",
+                    if k == 0 { "M" } else { "L" },
+                    x(*v),
+                    y(k as f64 / 100.0)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let mut s = format!(
+        "<figure class=\"cdf\" data-disk=\"{}\"><svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{hgt}\" viewBox=\"0 0 {w} {hgt}\">",
+        esc(&r.disk)
+    );
+    s.push_str(&format!(
+        "<rect x=\"{ml}\" y=\"{mt}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#999\"/>",
+        w - ml - mr,
+        hgt - mt - mb
+    ));
+    for k in 0..=5 {
+        let v = xmax * k as f64 / 5.0;
+        s.push_str(&format!(
+            "<text x=\"{:.1}\" y=\"{}\" font-size=\"11\" text-anchor=\"middle\">{:.1}</text>",
+            x(v),
+            hgt - mb + 14.0,
+            v
+        ));
+        let p = k as f64 / 5.0;
+        s.push_str(&format!(
+            "<text x=\"{}\" y=\"{:.1}\" font-size=\"11\" text-anchor=\"end\">{:.1}</text>",
+            ml - 4.0,
+            y(p) + 4.0,
+            p
+        ));
+    }
+    s.push_str(&format!(
+        "<text x=\"{}\" y=\"{}\" font-size=\"12\" text-anchor=\"middle\">response time (ms)</text>",
+        (ml + w - mr) / 2.0,
+        hgt - 6.0
+    ));
+    s.push_str(&format!(
+        "<path d=\"{}\" fill=\"none\" stroke=\"#222\" stroke-width=\"2\"/>",
+        path(&r.real_cdf)
+    ));
+    s.push_str(&format!(
+        "<path d=\"{}\" fill=\"none\" stroke=\"#d62\" stroke-width=\"2\" stroke-dasharray=\"5,3\"/>",
+        path(&r.sim_cdf)
+    ));
+    s.push_str(&format!(
+        "<text x=\"{}\" y=\"{}\" font-size=\"12\" fill=\"#222\">— real</text><text x=\"{}\" y=\"{}\" font-size=\"12\" fill=\"#d62\">- - simulated</text>",
+        w - 150.0,
+        hgt - mb - 40.0,
+        w - 150.0,
+        hgt - mb - 24.0
+    ));
+    s.push_str("</svg>");
+    s.push_str(&format!(
+        "<figcaption>{} ({}): demerit {:.3} ms ({:.2}% of the real mean), mean {:.3} vs {:.3} ms</figcaption></figure>\n",
+        esc(&r.disk),
+        esc(&r.model),
+        r.demerit_ms,
+        r.demerit_pct,
+        r.real_mean_ms,
+        r.sim_mean_ms
+    ));
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn demerit_of_identical_and_shifted_distributions() {
+        let a: Vec<f64> = (1..=1000).map(|i| i as f64 / 100.0).collect();
+        assert_eq!(demerit(&a, &a), 0.0);
+        let b: Vec<f64> = a.iter().map(|v| v + 0.25).collect();
+        assert!((demerit(&a, &b) - 0.25).abs() < 1e-9);
+    }
+
+    #[test]
+    fn quantile_interpolates_order_statistics() {
+        let v = [1.0, 2.0, 3.0, 4.0];
+        assert_eq!(quantile(&v, 0.25), 1.0);
+        assert_eq!(quantile(&v, 0.5), 2.0);
+        assert_eq!(quantile(&v, 0.625), 2.5);
+        assert_eq!(quantile(&v, 1.0), 4.0);
+    }
+}

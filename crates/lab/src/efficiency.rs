@@ -1,0 +1,357 @@
+//! Server CPU time per request at a fixed offered rate: the figure that still separates the
+//! models when the client saturates its core first (on 2 cores, requests/s ranks clients).
+//!
+//! After the matrix, each server is started again and offered the same open-loop rate
+//! (requests scheduled at i / rate, whatever the answers do), below every server's
+//! saturation: by default half the lowest peak any server reached in this run (new
+//! connection: the best small-file close-mode rate of each server; keep-alive: its
+//! keep-alive rate), or a fixed `--efficiency-rate`. The server's CPU time is read from its
+//! own counters before and after each repeat, summed over every process of its process
+//! group (nginx's workers included) and every thread (exited ones included): the kernel's
+//! per-process CPU clock (`clock_getcpuclockid`, nanoseconds), or `/proc/PID/stat`
+//! utime + stime (clock ticks) where that clock cannot be read. CPU seconds over requests
+//! answered is the figure; the spread is over the repeats.
+//!
+//! On loopback part of the kernel's TCP work (the receive path of a segment) runs in the
+//! sender's context, so some of the server's network-stack cost is charged to the client:
+//! the figure is the server process's own CPU, the same accounting for every server.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::results::{median, Results};
+
+/// One measurement: one server, one mode, one repeat.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EffRepeat {
+    pub ok: u64,
+    pub errors: u64,
+    /// Server CPU seconds (user + system, every process and thread of the server).
+    pub cpu_s: f64,
+    pub elapsed_s: f64,
+    /// Requests answered per second (should match the offered rate).
+    pub achieved_rps: f64,
+    pub us_per_request: f64,
+    pub client_cpu_s: f64,
+}
+
+/// One server in one mode: median and spread over the repeats.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EffRow {
+    pub server: String,
+    /// "keepalive" or "close" (a new connection per request).
+    pub mode: String,
+    /// Offered rate, requests/s.
+    pub rate: f64,
+    /// Median over repeats of server CPU µs per request.
+    pub us_per_request: f64,
+    /// [min, max] over repeats.
+    pub spread: [f64; 2],
+    pub repeats: Vec<EffRepeat>,
+}
+
+/// The `efficiency` block of results.json.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Efficiency {
+    /// Offered rate per mode ("keepalive", "close"), requests/s.
+    pub rates: BTreeMap<String, f64>,
+    /// How the rates were chosen.
+    pub rate_basis: String,
+    pub duration_s: f64,
+    pub repeats: usize,
+    /// Open-loop connection cap (requests in flight at most).
+    pub connections: usize,
+    /// Where the CPU times come from.
+    pub cpu_source: String,
+    pub rows: Vec<EffRow>,
+    /// Servers or modes that could not be measured, and why.
+    pub failures: Vec<String>,
+}
+
+impl Efficiency {
+    pub fn row(&self, server: &str, mode: &str) -> Option<&EffRow> {
+        self.rows
+            .iter()
+            .find(|r| r.server == server && r.mode == mode)
+    }
+}
+
+/// The modes measured, in report order.
+pub const MODES: [&str; 2] = ["keepalive", "close"];
+
+/// Half the lowest peak among the servers measured, per mode: (rate, which server set it,
+/// its peak). None for a mode no server was measured in.
+pub fn default_rates(r: &Results) -> BTreeMap<String, (f64, String, f64)> {
+    let mut out = BTreeMap::new();
+    for mode in MODES {
+        let mut peaks: BTreeMap<&str, f64> = BTreeMap::new();
+        for p in r
+            .points
+            .iter()
+            .filter(|p| p.file == "small" && p.mode == mode)
+        {
+            let e = peaks.entry(p.model.as_str()).or_insert(0.0);
+            *e = e.max(p.metrics.rps);
+        }
+        let slowest = peaks
+            .into_iter()
+            .filter(|(_, v)| *v > 0.0)
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        if let Some((name, peak)) = slowest {
+            out.insert(
+                mode.to_string(),
+                ((peak * 0.5).max(50.0), name.to_string(), peak),
+            );
+        }
+    }
+    out
+}
+
+/// The processes of a process group (from /proc).
+pub fn group_pids(pgid: i32) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| stat_fields(&s).and_then(|f| f.get(2)?.parse::<i32>().ok()))
+                == Some(pgid)
+        })
+        .collect()
+}
+
+/// The fields of /proc/PID/stat after the command name (which may hold spaces and ')'):
+/// index 0 is `state` (field 3 of proc(5)).
+fn stat_fields(stat: &str) -> Option<Vec<&str>> {
+    let close = stat.rfind(')')?;
+    Some(stat[close + 1..].split_whitespace().collect())
+}
+
+/// utime + stime of a whole process (all its threads, exited ones included), in seconds,
+/// from /proc/PID/stat (proc(5) fields 14 and 15, in clock ticks).
+pub fn proc_stat_cpu(pid: i32) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let f = stat_fields(&s)?;
+    let utime: u64 = f.get(11)?.parse().ok()?;
+    let stime: u64 = f.get(12)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let hz = if hz > 0 { hz as f64 } else { 100.0 };
+    Some((utime + stime) as f64 / hz)
+}
+
+/// The CPU time of a whole process (all threads, exited ones included), in seconds, from
+/// its kernel CPU clock: nanosecond resolution.
+pub fn clock_cpu(pid: i32) -> Option<f64> {
+    let mut clk: libc::clockid_t = 0;
+    // SAFETY: clock_getcpuclockid writes the clock id into `clk`, which we own.
+    if unsafe { libc::clock_getcpuclockid(pid, &mut clk) } != 0 {
+        return None;
+    }
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime fills the timespec we own; `clk` came from the kernel.
+    if unsafe { libc::clock_gettime(clk, &mut ts) } != 0 {
+        return None;
+    }
+    Some(ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9)
+}
+
+/// Which counter `cpu_of` read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Clock,
+    ProcStat,
+}
+
+pub fn cpu_of(pid: i32) -> Option<(f64, Source)> {
+    clock_cpu(pid)
+        .map(|c| (c, Source::Clock))
+        .or_else(|| proc_stat_cpu(pid).map(|c| (c, Source::ProcStat)))
+}
+
+/// CPU seconds of every process in a group, by pid.
+#[derive(Debug, Clone, Default)]
+pub struct GroupCpu {
+    pub by_pid: BTreeMap<i32, f64>,
+    pub proc_stat_only: bool,
+}
+
+impl GroupCpu {
+    pub fn read(pgid: i32) -> GroupCpu {
+        let mut g = GroupCpu::default();
+        for pid in group_pids(pgid) {
+            if let Some((c, src)) = cpu_of(pid) {
+                g.by_pid.insert(pid, c);
+                g.proc_stat_only |= src == Source::ProcStat;
+            }
+        }
+        g
+    }
+
+    /// CPU spent between `self` (earlier) and `later`: per process, a process that started
+    /// in between counts whole; one that ended in between is lost (servers do not fork
+    /// while serving).
+    pub fn since(&self, later: &GroupCpu) -> f64 {
+        later
+            .by_pid
+            .iter()
+            .map(|(pid, &c)| (c - self.by_pid.get(pid).copied().unwrap_or(0.0)).max(0.0))
+            .sum()
+    }
+}
+
+/// Durations and repeats of the efficiency pass for a profile name.
+pub fn plan_for(profile: &str) -> (Duration, usize) {
+    match profile {
+        "tiny" => (Duration::from_millis(500), 2),
+        "full" => (Duration::from_secs(5), 3),
+        _ => (Duration::from_millis(1500), 3),
+    }
+}
+
+/// Open-loop connection cap.
+pub const CONNECTIONS: usize = 50;
+
+/// Measures one server at `rate` in `mode`: `repeats` runs of `duration`. The server is
+/// `pgid`'s process group, listening on `addr`.
+#[allow(clippy::too_many_arguments)]
+pub fn measure(
+    server: &str,
+    pgid: i32,
+    addr: std::net::SocketAddr,
+    mode: &str,
+    rate: f64,
+    duration: Duration,
+    repeats: usize,
+    sources: &[std::net::IpAddr],
+    client_cpu: Option<usize>,
+) -> anyhow::Result<(EffRow, bool)> {
+    let mut reps = Vec::new();
+    let mut proc_stat_only = false;
+    for _ in 0..repeats {
+        let mut cfg = iolab_load::LoadConfig::for_url(&format!("http://{addr}/small.html"))?;
+        cfg.connections = CONNECTIONS;
+        cfg.requests = None;
+        cfg.duration = Some(duration);
+        cfg.rate = Some(rate);
+        cfg.keepalive = mode == "keepalive";
+        cfg.timeout = Duration::from_secs(5);
+        cfg.source_addrs = sources.to_vec();
+        cfg.pin_cpu = client_cpu;
+        cfg.keep_records = false;
+        cfg.quiet = true;
+        let before = GroupCpu::read(pgid);
+        let t0 = Instant::now();
+        let report = iolab_load::run(&cfg)?;
+        let elapsed = t0.elapsed().as_secs_f64();
+        let after = GroupCpu::read(pgid);
+        proc_stat_only |= before.proc_stat_only || after.proc_stat_only;
+        if after.by_pid.is_empty() {
+            anyhow::bail!("{server}: no process left in its group to read the CPU time of");
+        }
+        let cpu = before.since(&after);
+        let errors = report.error_count;
+        reps.push(EffRepeat {
+            ok: report.ok,
+            errors,
+            cpu_s: cpu,
+            elapsed_s: elapsed,
+            achieved_rps: report.ok as f64 / elapsed.max(1e-9),
+            us_per_request: if report.ok > 0 {
+                cpu * 1e6 / report.ok as f64
+            } else {
+                0.0
+            },
+            client_cpu_s: report.client_cpu_s,
+        });
+        // Let the connections of this repeat close before the next one is measured.
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let vals: Vec<f64> = reps
+        .iter()
+        .filter(|r| r.ok > 0)
+        .map(|r| r.us_per_request)
+        .collect();
+    let lo = vals.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = vals.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    Ok((
+        EffRow {
+            server: server.to_string(),
+            mode: mode.to_string(),
+            rate,
+            us_per_request: median(&vals),
+            spread: if vals.is_empty() {
+                [0.0, 0.0]
+            } else {
+                [lo, hi]
+            },
+            repeats: reps,
+        },
+        proc_stat_only,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_fields_survive_odd_command_names() {
+        let s = "1234 (a b) c) S 1 1234 1234 0 -1 4194304 10 0 0 0 7 3 0 0 20 0 1 0 5 1000 10";
+        let f = stat_fields(s).unwrap();
+        assert_eq!(f[0], "S");
+        assert_eq!(f[2], "1234"); // pgrp
+        assert_eq!(f[11], "7"); // utime
+        assert_eq!(f[12], "3"); // stime
+    }
+
+    /// A busy child's CPU time grows by about what it burned, on both counters, and the
+    /// group listing finds it.
+    #[test]
+    fn counters_see_a_busy_process_group() {
+        use std::os::unix::process::CommandExt;
+        let mut child = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done; sleep 5",
+            ])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pgid = child.id() as i32;
+        let before = GroupCpu::read(pgid);
+        assert!(group_pids(pgid).contains(&pgid));
+        std::thread::sleep(Duration::from_millis(600));
+        let after = GroupCpu::read(pgid);
+        let burned = before.since(&after);
+        let stat = proc_stat_cpu(pgid).unwrap();
+        let clock = clock_cpu(pgid).unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(burned > 0.05, "the busy loop burned {burned} s");
+        assert!(burned < 1.0, "{burned}");
+        // The two counters agree to within a few clock ticks.
+        assert!((stat - clock).abs() < 0.05, "stat {stat} clock {clock}");
+    }
+
+    #[test]
+    fn default_rates_take_half_the_slowest_peak() {
+        let r = crate::report::tests::synthetic();
+        let rates = default_rates(&r);
+        let (ka, who, peak) = rates["keepalive"].clone();
+        assert_eq!(who, "b");
+        assert_eq!(peak, 20_000.0);
+        assert_eq!(ka, 10_000.0);
+        let (close, who, _) = rates["close"].clone();
+        // The synthetic close rates peak at c = 1.
+        assert_eq!(who, "b");
+        assert!(close > 0.0);
+    }
+}

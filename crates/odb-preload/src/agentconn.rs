@@ -1,0 +1,338 @@
+//! Connections from this process to buffer agents: FETCH (any tier) and ALLOC (the tier that
+//! runs an agent, e.g. the BE). Blocking sockets with timeouts, raw system calls only, no
+//! allocation on the fetch path: the SIGSEGV handler fetches through here.
+//!
+//! Invariant: a connection whose request failed or timed out is closed at once (a late reply
+//! would be read as the answer to the next request); the next use reconnects.
+
+use crate::sys;
+use iolab_odb::proto::*;
+use libc::c_int;
+use std::net::SocketAddrV4;
+
+pub const MAX_AGENTS: usize = 16;
+
+#[derive(Clone, Copy)]
+pub struct Conn {
+    pub addr: SocketAddrV4,
+    fd: c_int,
+    /// The pid that opened `fd` (a forked child must not share its parent's stream).
+    pid: i32,
+    pub agent_id: u64,
+}
+
+pub struct Conns {
+    slots: [Option<Conn>; MAX_AGENTS],
+}
+
+pub fn sockaddr(a: SocketAddrV4) -> libc::sockaddr_in {
+    libc::sockaddr_in {
+        sin_family: libc::AF_INET as u16,
+        sin_port: a.port().to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from_ne_bytes(a.ip().octets()),
+        },
+        sin_zero: [0; 8],
+    }
+}
+
+fn set_timeout(fd: c_int, ms: i64) {
+    let tv = libc::timeval {
+        tv_sec: ms / 1000,
+        tv_usec: (ms % 1000) * 1000,
+    };
+    for opt in [libc::SO_RCVTIMEO, libc::SO_SNDTIMEO] {
+        let _ = sys::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            opt,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as u32,
+        );
+    }
+}
+
+/// Connects and says HELLO. Returns the fd and the HELLO reply (the arena path is read into
+/// `path` if given, else skipped).
+pub fn open(
+    addr: SocketAddrV4,
+    timeout_ms: i64,
+    path: Option<&mut Vec<u8>>,
+) -> Result<(c_int, Hello), c_int> {
+    let fd = sys::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0)? as c_int;
+    set_timeout(fd, timeout_ms);
+    let one: c_int = 1;
+    let _ = sys::setsockopt(
+        fd,
+        libc::IPPROTO_TCP,
+        libc::TCP_NODELAY,
+        (&one as *const c_int).cast(),
+        4,
+    );
+    let sa = sockaddr(addr);
+    let r = (|| {
+        sys::connect(
+            fd,
+            (&sa as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as u32,
+        )?;
+        sys::send_all_blocking(fd, &[OP_HELLO])?;
+        let mut h = [0u8; HELLO_REP_FIXED];
+        sys::recv_exact(fd, h.as_mut_ptr(), h.len())?;
+        let hello = parse_hello(&h).ok_or(libc::EPROTO)?;
+        let mut p = [0u8; 512];
+        let n = hello.path_len as usize;
+        if n > p.len() {
+            return Err(libc::EPROTO);
+        }
+        sys::recv_exact(fd, p.as_mut_ptr(), n)?;
+        if let Some(path) = path {
+            path.clear();
+            path.extend_from_slice(&p[..n]);
+        }
+        Ok(hello)
+    })();
+    match r {
+        Ok(h) => Ok((fd, h)),
+        Err(e) => {
+            let _ = sys::close(fd);
+            Err(e)
+        }
+    }
+}
+
+impl Conns {
+    pub const fn new() -> Conns {
+        Conns {
+            slots: [None; MAX_AGENTS],
+        }
+    }
+
+    fn get(&mut self, addr: SocketAddrV4) -> Result<usize, c_int> {
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() };
+        let mut free = None;
+        for (i, s) in self.slots.iter_mut().enumerate() {
+            match s {
+                Some(c) if c.addr == addr && c.pid == pid => return Ok(i),
+                Some(c) if c.addr == addr => {
+                    // inherited across fork: not ours to use (the parent may still read it)
+                    *s = None;
+                    free.get_or_insert(i);
+                }
+                None => {
+                    free.get_or_insert(i);
+                }
+                _ => {}
+            }
+        }
+        let i = free.ok_or(libc::ENOBUFS)?;
+        let (fd, hello) = open(addr, 2000, None)?;
+        self.slots[i] = Some(Conn {
+            addr,
+            fd,
+            pid,
+            agent_id: hello.agent_id,
+        });
+        Ok(i)
+    }
+
+    fn drop_slot(&mut self, i: usize) {
+        if let Some(c) = self.slots[i].take() {
+            let _ = sys::close(c.fd);
+        }
+    }
+
+    /// Fetches `r` into `dst` (which must be writable for `r.len` bytes).
+    pub fn fetch(&mut self, r: &Ref, dst: *mut u8) -> Result<(), c_int> {
+        let mut last = libc::EIO;
+        // one retry on a fresh connection: the cached one may have been closed by the agent
+        for _ in 0..2 {
+            let i = self.get(r.agent)?;
+            let c = self.slots[i].unwrap();
+            if c.agent_id != r.agent_id {
+                // a connection to an earlier (or later) agent at this address: try a fresh
+                // one; if that is still another agent, the buffer is gone
+                self.drop_slot(i);
+                last = libc::ESTALE;
+                continue;
+            }
+            let res = (|| {
+                sys::send_all_blocking(c.fd, &fetch_request(r.buf_id, r.offset, r.len))?;
+                let mut st = 0u8;
+                sys::recv_exact(c.fd, &mut st, 1)?;
+                if st != ST_OK {
+                    return Err(libc::ESTALE);
+                }
+                sys::recv_exact(c.fd, dst, r.len as usize)
+            })();
+            match res {
+                Ok(()) => {
+                    crate::stats::FETCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    crate::stats::FETCH_BYTES
+                        .fetch_add(r.len as u64, std::sync::atomic::Ordering::Relaxed);
+                    return Ok(());
+                }
+                Err(libc::ESTALE) => {
+                    crate::stats::FETCH_ERRORS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return Err(libc::ESTALE);
+                }
+                Err(e) => {
+                    self.drop_slot(i);
+                    last = e;
+                }
+            }
+        }
+        crate::stats::FETCH_ERRORS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Err(last)
+    }
+}
+
+/// The local agent this process stores into (sender side): connection + mapped arena.
+pub struct Store {
+    pub addr: SocketAddrV4,
+    fd: c_int,
+    pid: i32,
+    pub hello: Option<Hello>,
+    arena: *mut u8,
+    arena_size: u64,
+    /// After a failure, no attempt before this instant (ms since boot): a down agent costs
+    /// one failed connect per second, not one per write.
+    retry_after_ms: u64,
+}
+
+// SAFETY: the arena pointer is only used under the library's global lock.
+unsafe impl Send for Store {}
+
+fn now_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+}
+
+impl Store {
+    pub fn new(addr: SocketAddrV4) -> Store {
+        Store {
+            addr,
+            fd: -1,
+            pid: 0,
+            hello: None,
+            arena: std::ptr::null_mut(),
+            arena_size: 0,
+            retry_after_ms: 0,
+        }
+    }
+
+    fn reset(&mut self, backoff: bool) {
+        if self.fd >= 0 && self.pid == unsafe_getpid() {
+            let _ = sys::close(self.fd);
+        }
+        if !self.arena.is_null() {
+            // SAFETY: the mapping made in `connect`, of arena_size bytes.
+            unsafe { libc::munmap(self.arena.cast(), self.arena_size as usize) };
+        }
+        self.fd = -1;
+        self.hello = None;
+        self.arena = std::ptr::null_mut();
+        if backoff {
+            self.retry_after_ms = now_ms() + 1000;
+        }
+    }
+
+    fn connect(&mut self) -> Result<(), c_int> {
+        if self.fd >= 0 && self.pid == unsafe_getpid() {
+            return Ok(());
+        }
+        if self.fd >= 0 {
+            // inherited from the parent: forget it without closing the parent's stream
+            self.fd = -1;
+            self.arena = std::ptr::null_mut();
+        }
+        if now_ms() < self.retry_after_ms {
+            return Err(libc::EAGAIN);
+        }
+        let mut path = Vec::new();
+        let (fd, hello) = open(self.addr, 200, Some(&mut path))
+            .inspect_err(|_| self.retry_after_ms = now_ms() + 1000)?;
+        self.fd = fd;
+        self.pid = unsafe_getpid();
+        path.push(0);
+        // SAFETY: path is NUL-terminated; we open the agent's arena file and map it shared
+        // for its advertised size (the agent sized it before answering HELLO).
+        let arena = unsafe {
+            let afd = libc::open(path.as_ptr().cast(), libc::O_RDWR | libc::O_CLOEXEC);
+            if afd < 0 {
+                self.reset(true);
+                return Err(libc::EIO);
+            }
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                hello.arena_size as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                afd,
+                0,
+            );
+            let _ = sys::close(afd);
+            p
+        };
+        if arena == libc::MAP_FAILED {
+            self.reset(true);
+            return Err(libc::EIO);
+        }
+        self.arena = arena.cast();
+        self.arena_size = hello.arena_size;
+        self.hello = Some(hello);
+        Ok(())
+    }
+
+    /// Reserves `len` bytes; returns (arena pointer, reference). The caller fills the bytes
+    /// before sending the reference anywhere.
+    pub fn alloc(&mut self, len: u32) -> Result<(*mut u8, Ref), c_int> {
+        self.connect()?;
+        let res = (|| {
+            sys::send_all_blocking(self.fd, &alloc_request(len))?;
+            let mut b = [0u8; ALLOC_REP];
+            sys::recv_exact(self.fd, b.as_mut_ptr(), b.len())?;
+            Ok(b)
+        })();
+        let b = match res {
+            Ok(b) => b,
+            Err(e) => {
+                self.reset(true);
+                return Err(e);
+            }
+        };
+        if b[0] != ST_OK {
+            return Err(libc::ENOSPC); // full or draining: copy this one
+        }
+        let off = u64::from_le_bytes(b[1..9].try_into().unwrap());
+        let id = u128::from_le_bytes(b[9..25].try_into().unwrap());
+        let h = self.hello.unwrap();
+        if off + len as u64 > self.arena_size {
+            self.reset(true);
+            return Err(libc::EPROTO);
+        }
+        // SAFETY: off + len is inside the arena mapping (checked above).
+        let p = unsafe { self.arena.add(off as usize) };
+        Ok((
+            p,
+            Ref {
+                len,
+                agent_id: h.agent_id,
+                agent: h.addr,
+                offset: 0,
+                buf_id: id,
+            },
+        ))
+    }
+}
+
+fn unsafe_getpid() -> i32 {
+    // SAFETY: getpid has no preconditions.
+    unsafe { libc::getpid() }
+}

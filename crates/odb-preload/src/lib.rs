@@ -1,0 +1,1345 @@
+//! `libiolab_odb.so`: ODB, on-demand buffers (seed 004, chapter 4), as an `LD_PRELOAD`
+//! library for unmodified programs (nginx).
+//!
+//! Configuration (read once when the library loads, before nginx clears its environment):
+//! - `IOLAB_ODB_DOMAIN`: comma-separated IPv4 addresses or CIDRs of the peers that run ODB.
+//!   TCP connections to or from them carry ODB frames (see `iolab_odb::proto`); every other
+//!   connection (the client) carries real bytes. Unset or empty: the library does nothing.
+//! - `IOLAB_ODB_AGENT`: `ip:port` of the buffer agent this process stores into (the BE).
+//!   Without it, this process sends its own bytes as R frames and forwards references only.
+//! - `IOLAB_ODB_THRESHOLD`: smallest write sent as a reference (default 4096).
+//! - `IOLAB_ODB_STATS_DIR`: where to write this process's counters (optional).
+//!
+//! Calls intercepted (what nginx 1.22 imports and uses on the body paths, found with strace
+//! and `nm -D`): recv, recvfrom, read, readv, write, writev, send, sendto, sendfile64 on
+//! sockets; accept, accept4, connect, close to follow connections; pread64, pwrite64,
+//! pwritev64 so that file I/O never meets a protected page.
+
+mod agentconn;
+mod regions;
+mod stats;
+mod sys;
+
+use agentconn::{Conns, Store};
+use iolab_odb::proto::{self, Header, ProtoError, Ref};
+use libc::{c_int, c_void, iovec, size_t, ssize_t};
+use regions::Registry;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Mutex, OnceLock};
+
+// ---------------------------------------------------------------- configuration
+
+struct Config {
+    domain: Vec<(u32, u32)>,
+    agent: Option<SocketAddrV4>,
+    threshold: usize,
+    stats_dir: Option<std::path::PathBuf>,
+}
+
+static CONFIG: OnceLock<Config> = OnceLock::new();
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+
+fn parse_domain(s: &str) -> Vec<(u32, u32)> {
+    s.split(',')
+        .filter_map(|w| {
+            let w = w.trim();
+            let (ip, bits) = match w.split_once('/') {
+                Some((ip, b)) => (ip, b.parse::<u32>().ok()?),
+                None => (w, 32),
+            };
+            let ip: Ipv4Addr = ip.parse().ok()?;
+            let mask = if bits == 0 {
+                0
+            } else {
+                u32::MAX << (32 - bits.min(32))
+            };
+            Some((u32::from(ip) & mask, mask))
+        })
+        .collect()
+}
+
+extern "C" fn init() {
+    let domain = parse_domain(&std::env::var("IOLAB_ODB_DOMAIN").unwrap_or_default());
+    if domain.is_empty() {
+        return;
+    }
+    let cfg = Config {
+        domain,
+        agent: std::env::var("IOLAB_ODB_AGENT")
+            .ok()
+            .and_then(|a| a.parse().ok()),
+        threshold: std::env::var("IOLAB_ODB_THRESHOLD")
+            .ok()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(4096)
+            .max(1),
+        stats_dir: std::env::var_os("IOLAB_ODB_STATS_DIR").map(Into::into),
+    };
+    let store = cfg.agent.map(Store::new);
+    let _ = CONFIG.set(cfg);
+    *STATE.lock().unwrap() = Some(State {
+        regions: Registry::new(),
+        conns: Conns::new(),
+        store,
+        fds: Vec::new(),
+    });
+    regions::install();
+    ACTIVE.store(true, Relaxed);
+}
+
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = init;
+
+/// At exit (nginx workers exit on SIGTERM/SIGQUIT), the final counters.
+extern "C" fn fini() {
+    if let Some(dir) = CONFIG.get().and_then(|c| c.stats_dir.as_ref()) {
+        stats::dump_now(dir);
+    }
+}
+
+#[used]
+#[link_section = ".fini_array"]
+static FINI: extern "C" fn() = fini;
+
+fn in_domain(ip: Ipv4Addr) -> bool {
+    let x = u32::from(ip);
+    CONFIG
+        .get()
+        .is_some_and(|c| c.domain.iter().any(|&(net, mask)| x & mask == net))
+}
+
+// ---------------------------------------------------------------- state
+
+#[derive(Clone, Copy, Debug)]
+enum InFrame {
+    None,
+    Real(usize),
+    Virt(Ref, usize),
+}
+
+#[derive(Clone, Copy, Debug)]
+enum OutFrame {
+    None,
+    /// App bytes still to send raw for the R frame whose header went out.
+    Real(usize),
+    /// App bytes covered by a V frame already (partly) sent: the app will offer them again.
+    Virt(usize),
+}
+
+struct FdState {
+    /// The peer turned out not to speak ODB: plain bytes both ways from now on.
+    raw: bool,
+    /// A protocol error was seen: reads fail.
+    broken: bool,
+    framed_seen: bool,
+    in_frame: InFrame,
+    out_pending: Vec<u8>,
+    out_frame: OutFrame,
+}
+
+impl FdState {
+    fn new() -> FdState {
+        FdState {
+            raw: false,
+            broken: false,
+            framed_seen: false,
+            in_frame: InFrame::None,
+            out_pending: Vec::new(),
+            out_frame: OutFrame::None,
+        }
+    }
+}
+
+const MAX_FDS: usize = 1 << 16;
+
+struct State {
+    regions: Registry,
+    conns: Conns,
+    store: Option<Store>,
+    fds: Vec<Option<Box<FdState>>>,
+}
+
+static STATE: Mutex<Option<State>> = Mutex::new(None);
+/// 1 for fds that are ODB-domain TCP connections (lock-free fast path for the others).
+static DOMAIN_FD: [AtomicU8; MAX_FDS] = [const { AtomicU8::new(0) }; MAX_FDS];
+/// Number of registered protected ranges (lock-free fast path when zero).
+static REGION_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+fn with_state<R>(f: impl FnOnce(&mut State) -> R) -> R {
+    let mut g = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    let st = g.as_mut().expect("odb state");
+    let r = f(st);
+    REGION_COUNT.store(st.regions.v.len(), Relaxed);
+    r
+}
+
+/// For the SIGSEGV handler: the lock is never held by the faulting thread (see regions.rs);
+/// another thread may hold it briefly, so spin on try_lock.
+pub(crate) fn with_state_in_handler<R>(f: impl FnOnce(&mut State) -> R) -> Option<R> {
+    for _ in 0..1_000_000 {
+        match STATE.try_lock() {
+            Ok(mut g) => {
+                let st = g.as_mut()?;
+                let r = f(st);
+                REGION_COUNT.store(st.regions.v.len(), Relaxed);
+                return Some(r);
+            }
+            Err(std::sync::TryLockError::Poisoned(p)) => {
+                let mut g = p.into_inner();
+                let st = g.as_mut()?;
+                return Some(f(st));
+            }
+            Err(std::sync::TryLockError::WouldBlock) => std::hint::spin_loop(),
+        }
+    }
+    None
+}
+
+fn is_domain(fd: c_int) -> bool {
+    ACTIVE.load(Relaxed)
+        && (fd as usize) < MAX_FDS
+        && fd >= 0
+        && DOMAIN_FD[fd as usize].load(Relaxed) != 0
+}
+
+fn set_domain(fd: c_int, on: bool) {
+    if fd < 0 || fd as usize >= MAX_FDS {
+        return;
+    }
+    with_state(|st| {
+        let i = fd as usize;
+        if st.fds.len() <= i {
+            st.fds.resize_with(i + 1, || None);
+        }
+        st.fds[i] = on.then(|| Box::new(FdState::new()));
+    });
+    DOMAIN_FD[fd as usize].store(on as u8, Relaxed);
+    if on {
+        stats::DOMAIN_CONNS.fetch_add(1, Relaxed);
+    }
+}
+
+fn peer_in_domain(sa: *const libc::sockaddr, len: libc::socklen_t) -> bool {
+    if sa.is_null() || (len as usize) < std::mem::size_of::<libc::sockaddr_in>() {
+        return false;
+    }
+    // SAFETY: the caller passes a sockaddr of at least sizeof(sockaddr_in) bytes.
+    unsafe {
+        if (*sa).sa_family as c_int != libc::AF_INET {
+            return false;
+        }
+        let sin = &*(sa as *const libc::sockaddr_in);
+        in_domain(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)))
+    }
+}
+
+fn fail(e: c_int) -> ssize_t {
+    sys::set_errno(e);
+    -1
+}
+
+fn done(r: Result<usize, c_int>) -> ssize_t {
+    match r {
+        Ok(n) => n as ssize_t,
+        Err(e) => fail(e),
+    }
+}
+
+fn dump_stats() {
+    if let Some(c) = CONFIG.get() {
+        stats::maybe_dump(&c.stats_dir);
+    }
+}
+
+// ---------------------------------------------------------------- iovec helpers
+
+/// The iovecs covering bytes [skip, skip + k) of `iov`.
+fn sub_iov(iov: &[iovec], mut skip: usize, mut k: usize, out: &mut Vec<iovec>) {
+    out.clear();
+    for v in iov {
+        if k == 0 {
+            break;
+        }
+        if skip >= v.iov_len {
+            skip -= v.iov_len;
+            continue;
+        }
+        let take = (v.iov_len - skip).min(k);
+        out.push(iovec {
+            // SAFETY: skip < iov_len (checked above), so the pointer stays inside the
+            // application's iovec; nothing is dereferenced here.
+            iov_base: unsafe { (v.iov_base as *mut u8).add(skip) }.cast(),
+            iov_len: take,
+        });
+        k -= take;
+        skip = 0;
+    }
+}
+
+fn iov_total(iov: &[iovec]) -> usize {
+    iov.iter().map(|v| v.iov_len).sum()
+}
+
+// ---------------------------------------------------------------- receiving
+
+/// Places `r` (covering exactly the bytes of `pieces`) into application memory: partial pages
+/// fetched now, whole pages protected and registered for fetch on fault.
+fn place_virtual(st: &mut State, pieces: &[iovec], r: Ref) -> Result<(), c_int> {
+    use regions::{round_down, round_up};
+    let mut o = 0u64;
+    for pc in pieces {
+        let (s, e) = (pc.iov_base as usize, pc.iov_base as usize + pc.iov_len);
+        let sub = r.slice(o, pc.iov_len as u32);
+        let (ps, pe) = (round_up(s), round_down(e));
+        if ps < pe && st.regions.has_room(1) {
+            if ps > s {
+                st.conns
+                    .fetch(&sub.slice(0, (ps - s) as u32), s as *mut u8)?;
+            }
+            if e > pe {
+                st.conns
+                    .fetch(&sub.slice((pe - s) as u64, (e - pe) as u32), pe as *mut u8)?;
+            }
+            if sys::mprotect(ps as *mut c_void, pe - ps, libc::PROT_NONE).is_ok() {
+                st.regions
+                    .add(ps, pe, sub.slice((ps - s) as u64, (pe - ps) as u32));
+                stats::PROTECTED_BYTES.fetch_add((pe - ps) as u64, Relaxed);
+            } else {
+                st.conns
+                    .fetch(&sub.slice((ps - s) as u64, (pe - ps) as u32), ps as *mut u8)?;
+            }
+        } else {
+            // less than a whole page, or no room to register: fetch it all now
+            st.conns.fetch(&sub, s as *mut u8)?;
+        }
+        o += pc.iov_len as u64;
+    }
+    stats::V_IN_BYTES.fetch_add(o, Relaxed);
+    Ok(())
+}
+
+fn odb_recv(
+    st: &mut State,
+    fs: &mut FdState,
+    fd: c_int,
+    iov: &[iovec],
+    flags: c_int,
+) -> Result<usize, c_int> {
+    if fs.broken {
+        return Err(libc::ECONNRESET);
+    }
+    for v in iov {
+        st.regions
+            .prepare_overwrite(v.iov_base as usize, v.iov_len, &mut st.conns)
+            .map_err(|_| libc::EIO)?;
+    }
+    let total = iov_total(iov);
+    if total == 0 {
+        return Ok(0);
+    }
+    let mut produced = 0usize;
+    let mut scratch = Vec::with_capacity(iov.len() + 1);
+    // Ends a call: with bytes, report them (the error, if any, comes back next time).
+    macro_rules! finish {
+        ($e:expr) => {
+            return if produced > 0 { Ok(produced) } else { $e }
+        };
+    }
+    // Invariant (edge-triggered epoll): no byte the application could read is ever held
+    // back in user space. Headers are peeked and consumed exactly; when a call returns less
+    // than asked, the kernel holds nothing readable (or only part of a header, whose rest
+    // will raise a new edge).
+    loop {
+        if produced == total {
+            return Ok(produced);
+        }
+        let fl = if produced > 0 {
+            flags | libc::MSG_DONTWAIT
+        } else {
+            flags
+        };
+        if fs.raw {
+            sub_iov(iov, produced, total - produced, &mut scratch);
+            match sys::recvmsg(fd, &scratch, fl) {
+                Ok(n) => return Ok(produced + n),
+                Err(e) => finish!(Err(e)),
+            }
+        }
+        match fs.in_frame {
+            InFrame::None => {
+                let mut h = [0u8; proto::V_HDR];
+                let n = match sys::recv(fd, h.as_mut_ptr(), h.len(), fl | libc::MSG_PEEK) {
+                    Ok(0) => finish!(Ok(0)),
+                    Ok(n) => n,
+                    Err(e) => finish!(Err(e)),
+                };
+                match proto::parse_header(&h[..n]) {
+                    Ok(Some((Header::Real(l), hl))) => {
+                        fs.framed_seen = true;
+                        // header and as much data as fits, in one call
+                        let k = (l as usize).min(total - produced);
+                        sub_iov(iov, produced, k, &mut scratch);
+                        scratch.insert(
+                            0,
+                            iovec {
+                                iov_base: h.as_mut_ptr().cast(),
+                                iov_len: hl,
+                            },
+                        );
+                        let got = match sys::recvmsg(fd, &scratch, fl) {
+                            Ok(g) if g >= hl => g - hl,
+                            Ok(_) | Err(_) => {
+                                fs.broken = true;
+                                finish!(Err(libc::ECONNRESET));
+                            }
+                        };
+                        produced += got;
+                        stats::R_IN_BYTES.fetch_add(got as u64, Relaxed);
+                        let left = l as usize - got;
+                        fs.in_frame = if left == 0 {
+                            InFrame::None
+                        } else {
+                            InFrame::Real(left)
+                        };
+                        if got < k {
+                            return Ok(produced);
+                        }
+                    }
+                    Ok(Some((Header::Virtual(r), hl))) => {
+                        fs.framed_seen = true;
+                        if sys::recv(fd, h.as_mut_ptr(), hl, fl) != Ok(hl) {
+                            fs.broken = true;
+                            finish!(Err(libc::ECONNRESET));
+                        }
+                        fs.in_frame = InFrame::Virt(r, r.len as usize);
+                    }
+                    Ok(None) => {
+                        if produced == 0 && !is_nonblocking(fd) && flags & libc::MSG_DONTWAIT == 0 {
+                            // blocking socket: wait for the whole header
+                            let need = proto::header_len(h[0]).unwrap_or(proto::V_HDR);
+                            sys::recv(
+                                fd,
+                                h.as_mut_ptr(),
+                                need,
+                                libc::MSG_PEEK | libc::MSG_WAITALL,
+                            )?;
+                            continue;
+                        }
+                        finish!(Err(libc::EAGAIN));
+                    }
+                    Err(ProtoError::NotFramed) if !fs.framed_seen => {
+                        fs.raw = true;
+                        stats::RAW_CONNS.fetch_add(1, Relaxed);
+                    }
+                    Err(_) => {
+                        fs.broken = true;
+                        stats::PROTO_ERRORS.fetch_add(1, Relaxed);
+                        finish!(Err(libc::ECONNRESET));
+                    }
+                }
+            }
+            InFrame::Real(left) => {
+                let k = left.min(total - produced);
+                sub_iov(iov, produced, k, &mut scratch);
+                match sys::recvmsg(fd, &scratch, fl) {
+                    Ok(0) => finish!(Ok(0)),
+                    Ok(n) => {
+                        produced += n;
+                        stats::R_IN_BYTES.fetch_add(n as u64, Relaxed);
+                        let left = left - n;
+                        fs.in_frame = if left == 0 {
+                            InFrame::None
+                        } else {
+                            InFrame::Real(left)
+                        };
+                        if n < k {
+                            return Ok(produced); // the socket is drained
+                        }
+                    }
+                    Err(e) => finish!(Err(e)),
+                }
+            }
+            InFrame::Virt(r, left) => {
+                let k = left.min(total - produced);
+                sub_iov(iov, produced, k, &mut scratch);
+                let part = r.slice((r.len as usize - left) as u64, k as u32);
+                if let Err(_e) = place_virtual(st, &scratch, part) {
+                    // The referenced bytes cannot be had (agent gone, buffer evicted, forged
+                    // reference): fail the connection, never hand out wrong bytes.
+                    fs.broken = true;
+                    return Err(libc::ECONNRESET);
+                }
+                produced += k;
+                let left = left - k;
+                fs.in_frame = if left == 0 {
+                    InFrame::None
+                } else {
+                    InFrame::Virt(r, left)
+                };
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- sending
+
+enum Seg {
+    Real(usize, usize),
+    Virt(Ref),
+}
+
+/// Splits application memory into bytes we have (Real) and bytes still at an agent (Virt).
+fn classify(st: &mut State, pieces: &[iovec], segs: &mut Vec<Seg>) {
+    for pc in pieces {
+        let (mut a, e) = (pc.iov_base as usize, pc.iov_base as usize + pc.iov_len);
+        while a < e {
+            if let Some(i) = st.regions.find(a) {
+                let g = st.regions.v[i];
+                if sys::readable(g.start) {
+                    // stale: the memory was unmapped and mapped again behind our back
+                    st.regions.v.swap_remove(i);
+                    continue;
+                }
+                let end = e.min(g.end);
+                segs.push(Seg::Virt(g.r.slice((a - g.start) as u64, (end - a) as u32)));
+                a = end;
+            } else {
+                let next = st
+                    .regions
+                    .v
+                    .iter()
+                    .filter(|g| g.start > a && g.start < e)
+                    .map(|g| g.start)
+                    .min()
+                    .unwrap_or(e);
+                match segs.last_mut() {
+                    Some(Seg::Real(p, l)) if *p + *l == a => *l += next - a,
+                    _ => segs.push(Seg::Real(a, next - a)),
+                }
+                a = next;
+            }
+        }
+    }
+}
+
+/// Our own bytes of at least the threshold go to the local agent and travel as references.
+fn store_large(st: &mut State, segs: &mut [Seg]) {
+    let th = CONFIG.get().map_or(usize::MAX, |c| c.threshold);
+    let Some(store) = st.store.as_mut() else {
+        return;
+    };
+    for s in segs.iter_mut() {
+        if let Seg::Real(p, l) = *s {
+            if l < th || l > proto::MAX_FRAME as usize {
+                continue;
+            }
+            match store.alloc(l as u32) {
+                Ok((dst, r)) => {
+                    // SAFETY: p..p+l is real application memory (classify found no protected
+                    // page in it); dst..dst+l was just reserved for us in the arena.
+                    unsafe { std::ptr::copy_nonoverlapping(p as *const u8, dst, l) };
+                    stats::STORED_BYTES.fetch_add(l as u64, Relaxed);
+                    *s = Seg::Virt(r);
+                }
+                Err(_) => {
+                    stats::STORE_FALLBACKS.fetch_add(1, Relaxed);
+                }
+            }
+        }
+    }
+}
+
+fn is_nonblocking(fd: c_int) -> bool {
+    // SAFETY: F_GETFL has no memory arguments.
+    let f = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    f >= 0 && f & libc::O_NONBLOCK != 0
+}
+
+/// Sends what is left of a partly sent header. Ok(true): nothing pending any more.
+fn flush_pending(fs: &mut FdState, fd: c_int, flags: c_int) -> Result<bool, c_int> {
+    while !fs.out_pending.is_empty() {
+        let v = [iovec {
+            iov_base: fs.out_pending.as_ptr() as *mut c_void,
+            iov_len: fs.out_pending.len(),
+        }];
+        match sys::sendmsg(fd, &v, flags) {
+            Ok(n) => {
+                fs.out_pending.drain(..n);
+            }
+            Err(libc::EAGAIN) if !is_nonblocking(fd) => {}
+            Err(libc::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+        if !fs.out_pending.is_empty() && is_nonblocking(fd) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+fn odb_send(
+    st: &mut State,
+    fs: &mut FdState,
+    fd: c_int,
+    iov: &[iovec],
+    flags: c_int,
+) -> Result<usize, c_int> {
+    let total = iov_total(iov);
+    if fs.raw {
+        for v in iov {
+            st.regions
+                .materialize(v.iov_base as usize, v.iov_len, &mut st.conns)
+                .map_err(|_| libc::EIO)?;
+        }
+        return sys::sendmsg(fd, iov, flags);
+    }
+    if !flush_pending(fs, fd, flags)? {
+        return Err(libc::EAGAIN);
+    }
+    let mut consumed = 0usize;
+    let mut scratch = Vec::new();
+    match fs.out_frame {
+        OutFrame::None => {}
+        OutFrame::Real(left) => {
+            let k = left.min(total);
+            sub_iov(iov, 0, k, &mut scratch);
+            for v in &scratch {
+                st.regions
+                    .materialize(v.iov_base as usize, v.iov_len, &mut st.conns)
+                    .map_err(|_| libc::EIO)?;
+            }
+            let n = sys::sendmsg(fd, &scratch, flags)?;
+            stats::R_OUT_BYTES.fetch_add(n as u64, Relaxed);
+            fs.out_frame = if n == left {
+                OutFrame::None
+            } else {
+                OutFrame::Real(left - n)
+            };
+            if n < k || n == total {
+                return Ok(n);
+            }
+            consumed = n;
+        }
+        OutFrame::Virt(left) => {
+            let k = left.min(total);
+            fs.out_frame = if k == left {
+                OutFrame::None
+            } else {
+                OutFrame::Virt(left - k)
+            };
+            if k == total {
+                return Ok(k);
+            }
+            consumed = k;
+        }
+    }
+    // Frame the rest.
+    sub_iov(iov, consumed, total - consumed, &mut scratch);
+    let mut segs = Vec::new();
+    classify(st, &scratch, &mut segs);
+    store_large(st, &mut segs);
+    // Group: consecutive Real segments form one R frame.
+    struct Frame {
+        hdr: [u8; proto::V_HDR],
+        hdr_len: usize,
+        app_len: usize,
+        real: bool,
+        first_seg: usize,
+        nsegs: usize,
+    }
+    let mut frames: Vec<Frame> = Vec::new();
+    for (i, s) in segs.iter().enumerate() {
+        match s {
+            Seg::Real(_, l) => match frames.last_mut() {
+                Some(f) if f.real && f.app_len + l <= proto::MAX_FRAME as usize => {
+                    f.app_len += l;
+                    f.nsegs += 1;
+                }
+                _ => frames.push(Frame {
+                    hdr: [0; proto::V_HDR],
+                    hdr_len: proto::R_HDR,
+                    app_len: *l,
+                    real: true,
+                    first_seg: i,
+                    nsegs: 1,
+                }),
+            },
+            Seg::Virt(r) => frames.push(Frame {
+                hdr: r.encode(),
+                hdr_len: proto::V_HDR,
+                app_len: r.len as usize,
+                real: false,
+                first_seg: i,
+                nsegs: 1,
+            }),
+        }
+    }
+    for f in frames.iter_mut().filter(|f| f.real) {
+        f.hdr[..proto::R_HDR].copy_from_slice(&proto::encode_r(f.app_len as u32));
+    }
+    // Bound the iovec count (IOV_MAX): fewer frames now, a short write, the rest next call.
+    let mut vecs: Vec<iovec> = Vec::new();
+    let mut nframes = 0;
+    for f in &frames {
+        let need = 1 + if f.real { f.nsegs } else { 0 };
+        if vecs.len() + need > 1024 {
+            break;
+        }
+        vecs.push(iovec {
+            iov_base: f.hdr.as_ptr() as *mut c_void,
+            iov_len: f.hdr_len,
+        });
+        if f.real {
+            for s in &segs[f.first_seg..f.first_seg + f.nsegs] {
+                if let Seg::Real(p, l) = *s {
+                    vecs.push(iovec {
+                        iov_base: p as *mut c_void,
+                        iov_len: l,
+                    });
+                }
+            }
+        }
+        nframes += 1;
+    }
+    let n = match sys::sendmsg(fd, &vecs, flags) {
+        Ok(n) => n,
+        Err(e) => return if consumed > 0 { Ok(consumed) } else { Err(e) },
+    };
+    let mut n_left = n;
+    for f in &frames[..nframes] {
+        let wire = f.hdr_len + if f.real { f.app_len } else { 0 };
+        if n_left >= wire {
+            consumed += f.app_len;
+            n_left -= wire;
+            if f.real {
+                stats::R_OUT_BYTES.fetch_add(f.app_len as u64, Relaxed);
+            } else {
+                stats::V_OUT_BYTES.fetch_add(f.app_len as u64, Relaxed);
+                stats::V_OUT_FRAMES.fetch_add(1, Relaxed);
+            }
+            continue;
+        }
+        if n_left >= f.hdr_len {
+            // R header out, part of its data: the app offers the rest again
+            let sent = n_left - f.hdr_len;
+            consumed += sent;
+            stats::R_OUT_BYTES.fetch_add(sent as u64, Relaxed);
+            fs.out_frame = OutFrame::Real(f.app_len - sent);
+        } else if n_left > 0 {
+            fs.out_pending.extend_from_slice(&f.hdr[n_left..f.hdr_len]);
+            fs.out_frame = if f.real {
+                OutFrame::Real(f.app_len)
+            } else {
+                OutFrame::Virt(f.app_len)
+            };
+            if !f.real {
+                stats::V_OUT_BYTES.fetch_add(f.app_len as u64, Relaxed);
+                stats::V_OUT_FRAMES.fetch_add(1, Relaxed);
+            }
+            if consumed == 0 && !is_nonblocking(fd) {
+                flush_pending(fs, fd, flags)?;
+                return odb_send(st, fs, fd, iov, flags);
+            }
+        }
+        break;
+    }
+    if consumed == 0 {
+        return Err(libc::EAGAIN);
+    }
+    Ok(consumed)
+}
+
+/// sendfile on a domain socket: a large range goes to the agent (read from the file straight
+/// into the arena) and travels as a reference; a small one as an R frame.
+fn odb_sendfile(
+    st: &mut State,
+    fs: &mut FdState,
+    out: c_int,
+    inp: c_int,
+    off: *mut i64,
+    count: usize,
+) -> Result<usize, c_int> {
+    if fs.raw {
+        return sys::sendfile(out, inp, off, count);
+    }
+    if !flush_pending(fs, out, 0)? {
+        return Err(libc::EAGAIN);
+    }
+    // the file position to use (and update)
+    let pos = if off.is_null() {
+        sys::lseek(inp, 0, libc::SEEK_CUR)? as i64
+    } else {
+        // SAFETY: the caller passes a valid off_t pointer (sendfile's contract).
+        unsafe { *off }
+    };
+    let advance = |n: usize| -> Result<(), c_int> {
+        if off.is_null() {
+            sys::lseek(inp, pos + n as i64, libc::SEEK_SET)?;
+        } else {
+            // SAFETY: as above.
+            unsafe { *off = pos + n as i64 };
+        }
+        Ok(())
+    };
+    match fs.out_frame {
+        OutFrame::Real(left) => {
+            let mut p = pos;
+            let n = sys::sendfile(out, inp, &mut p, left.min(count))?;
+            advance(n)?;
+            stats::R_OUT_BYTES.fetch_add(n as u64, Relaxed);
+            fs.out_frame = if n == left {
+                OutFrame::None
+            } else {
+                OutFrame::Real(left - n)
+            };
+            return Ok(n);
+        }
+        OutFrame::Virt(left) => {
+            let k = left.min(count);
+            advance(k)?;
+            fs.out_frame = if k == left {
+                OutFrame::None
+            } else {
+                OutFrame::Virt(left - k)
+            };
+            return Ok(k);
+        }
+        OutFrame::None => {}
+    }
+    let th = CONFIG.get().map_or(usize::MAX, |c| c.threshold);
+    const MAX_V: usize = 4 << 20;
+    if count >= th {
+        if let Some(store) = st.store.as_mut() {
+            let len = count.min(MAX_V);
+            match store.alloc(len as u32) {
+                Ok((dst, r)) => {
+                    let mut got = 0;
+                    while got < len {
+                        match sys::pread(
+                            inp,
+                            // SAFETY: got < len and dst..dst+len is our reservation in the
+                            // arena, so dst+got stays inside it.
+                            unsafe { dst.add(got) }.cast(),
+                            len - got,
+                            pos + got as i64,
+                        ) {
+                            Ok(0) => break,
+                            Ok(n) => got += n,
+                            Err(libc::EINTR) => {}
+                            Err(e) => return Err(e),
+                        }
+                    }
+                    if got > 0 {
+                        let r = r.slice(0, got as u32);
+                        let hdr = r.encode();
+                        stats::STORED_BYTES.fetch_add(got as u64, Relaxed);
+                        let v = [iovec {
+                            iov_base: hdr.as_ptr() as *mut c_void,
+                            iov_len: hdr.len(),
+                        }];
+                        let n = sys::sendmsg(out, &v, 0)?;
+                        stats::V_OUT_BYTES.fetch_add(got as u64, Relaxed);
+                        stats::V_OUT_FRAMES.fetch_add(1, Relaxed);
+                        if n == hdr.len() {
+                            advance(got)?;
+                            return Ok(got);
+                        }
+                        fs.out_pending.extend_from_slice(&hdr[n..]);
+                        fs.out_frame = OutFrame::Virt(got);
+                        return Err(libc::EAGAIN);
+                    }
+                }
+                Err(_) => {
+                    stats::STORE_FALLBACKS.fetch_add(1, Relaxed);
+                }
+            }
+        }
+    }
+    let len = count.min(proto::MAX_FRAME as usize);
+    let hdr = proto::encode_r(len as u32);
+    let v = [iovec {
+        iov_base: hdr.as_ptr() as *mut c_void,
+        iov_len: hdr.len(),
+    }];
+    let n = sys::sendmsg(out, &v, 0)?;
+    if n < hdr.len() {
+        fs.out_pending.extend_from_slice(&hdr[n..]);
+        fs.out_frame = OutFrame::Real(len);
+        return Err(libc::EAGAIN);
+    }
+    let mut p = pos;
+    match sys::sendfile(out, inp, &mut p, len) {
+        Ok(n) => {
+            advance(n)?;
+            stats::R_OUT_BYTES.fetch_add(n as u64, Relaxed);
+            fs.out_frame = if n == len {
+                OutFrame::None
+            } else {
+                OutFrame::Real(len - n)
+            };
+            Ok(n)
+        }
+        Err(e) => {
+            // header sent, no data: the app will offer the same range again
+            fs.out_frame = OutFrame::Real(len);
+            Err(e)
+        }
+    }
+}
+
+// ---------------------------------------------------------------- dispatch
+
+/// Runs `f` on the fd's state (taken out of the table meanwhile, so `f` can also use the
+/// registry and the agent connections).
+fn with_fd<R>(fd: c_int, f: impl FnOnce(&mut State, &mut FdState) -> R) -> Option<R> {
+    with_state(|st| {
+        let mut fs = st.fds.get_mut(fd as usize)?.take()?;
+        let r = f(st, &mut fs);
+        st.fds[fd as usize] = Some(fs);
+        Some(r)
+    })
+}
+
+fn domain_recv(fd: c_int, iov: &[iovec], flags: c_int) -> Option<ssize_t> {
+    if flags & libc::MSG_PEEK != 0 {
+        return None; // liveness checks only: answered by the kernel
+    }
+    let r = with_fd(fd, |st, fs| odb_recv(st, fs, fd, iov, flags))?;
+    dump_stats();
+    Some(done(r))
+}
+
+fn domain_send(fd: c_int, iov: &[iovec], flags: c_int) -> Option<ssize_t> {
+    let r = with_fd(fd, |st, fs| odb_send(st, fs, fd, iov, flags))?;
+    dump_stats();
+    Some(done(r))
+}
+
+/// Before the kernel writes into application memory (any fd): protected pages there must go.
+fn before_kernel_writes(p: *const c_void, len: usize) -> Result<(), c_int> {
+    if REGION_COUNT.load(Relaxed) == 0 || !ACTIVE.load(Relaxed) {
+        return Ok(());
+    }
+    with_state(|st| st.regions.prepare_overwrite(p as usize, len, &mut st.conns))
+        .map_err(|_| libc::EIO)
+}
+
+/// Before the kernel reads application memory for a non-domain destination: fetch.
+fn before_kernel_reads(p: *const c_void, len: usize) -> Result<(), c_int> {
+    if REGION_COUNT.load(Relaxed) == 0 || !ACTIVE.load(Relaxed) {
+        return Ok(());
+    }
+    with_state(|st| {
+        let before = stats::FETCH_BYTES.load(Relaxed);
+        let r = st.regions.materialize(p as usize, len, &mut st.conns);
+        stats::MATERIALIZED.fetch_add(stats::FETCH_BYTES.load(Relaxed) - before, Relaxed);
+        r
+    })
+    .map_err(|_| libc::EIO)
+}
+
+fn iov_slice<'a>(iov: *const iovec, cnt: c_int) -> Option<&'a [iovec]> {
+    if iov.is_null() || !(0..=1024).contains(&cnt) {
+        return None;
+    }
+    // SAFETY: the caller passes cnt valid iovecs (readv/writev's contract); checked non-null.
+    Some(unsafe { std::slice::from_raw_parts(iov, cnt as usize) })
+}
+
+// ---------------------------------------------------------------- exported symbols
+
+/// # Safety
+/// libc's `recv` contract.
+#[no_mangle]
+pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> ssize_t {
+    if is_domain(fd) {
+        if let Some(r) = domain_recv(
+            fd,
+            &[iovec {
+                iov_base: buf,
+                iov_len: len,
+            }],
+            flags,
+        ) {
+            return r;
+        }
+    }
+    if let Err(e) = before_kernel_writes(buf, len) {
+        return fail(e);
+    }
+    done(sys::recvfrom(
+        fd,
+        buf,
+        len,
+        flags,
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+    ))
+}
+
+/// # Safety
+/// libc's `recvfrom` contract.
+#[no_mangle]
+pub unsafe extern "C" fn recvfrom(
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    flags: c_int,
+    addr: *mut libc::sockaddr,
+    alen: *mut libc::socklen_t,
+) -> ssize_t {
+    if is_domain(fd) && addr.is_null() {
+        if let Some(r) = domain_recv(
+            fd,
+            &[iovec {
+                iov_base: buf,
+                iov_len: len,
+            }],
+            flags,
+        ) {
+            return r;
+        }
+    }
+    if let Err(e) = before_kernel_writes(buf, len) {
+        return fail(e);
+    }
+    done(sys::recvfrom(fd, buf, len, flags, addr, alen))
+}
+
+/// # Safety
+/// libc's `read` contract.
+#[no_mangle]
+pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t {
+    if is_domain(fd) {
+        if let Some(r) = domain_recv(
+            fd,
+            &[iovec {
+                iov_base: buf,
+                iov_len: len,
+            }],
+            0,
+        ) {
+            return r;
+        }
+    }
+    if let Err(e) = before_kernel_writes(buf, len) {
+        return fail(e);
+    }
+    done(sys::read(fd, buf, len))
+}
+
+/// # Safety
+/// libc's `readv` contract.
+#[no_mangle]
+pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
+    if let Some(v) = iov_slice(iov, cnt) {
+        if is_domain(fd) {
+            if let Some(r) = domain_recv(fd, v, 0) {
+                return r;
+            }
+        }
+        for x in v {
+            if let Err(e) = before_kernel_writes(x.iov_base, x.iov_len) {
+                return fail(e);
+            }
+        }
+    }
+    done(sys::readv(fd, iov, cnt))
+}
+
+/// # Safety
+/// libc's `write` contract.
+#[no_mangle]
+pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t {
+    if is_domain(fd) {
+        if let Some(r) = domain_send(
+            fd,
+            &[iovec {
+                iov_base: buf as *mut c_void,
+                iov_len: len,
+            }],
+            0,
+        ) {
+            return r;
+        }
+    }
+    if let Err(e) = before_kernel_reads(buf, len) {
+        return fail(e);
+    }
+    done(sys::write(fd, buf, len))
+}
+
+/// # Safety
+/// libc's `writev` contract.
+#[no_mangle]
+pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
+    if let Some(v) = iov_slice(iov, cnt) {
+        if is_domain(fd) {
+            if let Some(r) = domain_send(fd, v, 0) {
+                return r;
+            }
+        }
+        for x in v {
+            if let Err(e) = before_kernel_reads(x.iov_base, x.iov_len) {
+                return fail(e);
+            }
+        }
+    }
+    done(sys::writev(fd, iov, cnt))
+}
+
+/// # Safety
+/// libc's `send` contract.
+#[no_mangle]
+pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, len: size_t, flags: c_int) -> ssize_t {
+    if is_domain(fd) {
+        if let Some(r) = domain_send(
+            fd,
+            &[iovec {
+                iov_base: buf as *mut c_void,
+                iov_len: len,
+            }],
+            flags,
+        ) {
+            return r;
+        }
+    }
+    if let Err(e) = before_kernel_reads(buf, len) {
+        return fail(e);
+    }
+    done(sys::sendto(fd, buf, len, flags, std::ptr::null(), 0))
+}
+
+/// # Safety
+/// libc's `sendto` contract.
+#[no_mangle]
+pub unsafe extern "C" fn sendto(
+    fd: c_int,
+    buf: *const c_void,
+    len: size_t,
+    flags: c_int,
+    addr: *const libc::sockaddr,
+    alen: libc::socklen_t,
+) -> ssize_t {
+    if is_domain(fd) && addr.is_null() {
+        if let Some(r) = domain_send(
+            fd,
+            &[iovec {
+                iov_base: buf as *mut c_void,
+                iov_len: len,
+            }],
+            flags,
+        ) {
+            return r;
+        }
+    }
+    if let Err(e) = before_kernel_reads(buf, len) {
+        return fail(e);
+    }
+    done(sys::sendto(fd, buf, len, flags, addr, alen))
+}
+
+/// # Safety
+/// libc's `sendfile64` contract.
+#[no_mangle]
+pub unsafe extern "C" fn sendfile64(
+    out: c_int,
+    inp: c_int,
+    off: *mut i64,
+    count: size_t,
+) -> ssize_t {
+    if is_domain(out) {
+        if let Some(r) = with_fd(out, |st, fs| odb_sendfile(st, fs, out, inp, off, count)) {
+            dump_stats();
+            return done(r);
+        }
+    }
+    done(sys::sendfile(out, inp, off, count))
+}
+
+/// # Safety
+/// libc's `sendfile` contract (64-bit off_t on x86_64).
+#[no_mangle]
+pub unsafe extern "C" fn sendfile(out: c_int, inp: c_int, off: *mut i64, count: size_t) -> ssize_t {
+    // SAFETY: same contract.
+    unsafe { sendfile64(out, inp, off, count) }
+}
+
+/// # Safety
+/// libc's `connect` contract.
+#[no_mangle]
+pub unsafe extern "C" fn connect(
+    fd: c_int,
+    addr: *const libc::sockaddr,
+    alen: libc::socklen_t,
+) -> c_int {
+    if ACTIVE.load(Relaxed) {
+        set_domain(fd, peer_in_domain(addr, alen));
+    }
+    match sys::connect(fd, addr, alen) {
+        Ok(_) => 0,
+        Err(e) => fail(e) as c_int,
+    }
+}
+
+fn after_accept(fd: c_int) {
+    if fd < 0 || !ACTIVE.load(Relaxed) {
+        return;
+    }
+    // SAFETY: a zeroed sockaddr_in is valid; getpeername fills at most its size.
+    let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    let ok = sys::getpeername(fd, (&mut sa as *mut libc::sockaddr_in).cast(), &mut len).is_ok();
+    set_domain(
+        fd,
+        ok && peer_in_domain((&sa as *const libc::sockaddr_in).cast(), len),
+    );
+}
+
+/// # Safety
+/// libc's `accept4` contract.
+#[no_mangle]
+pub unsafe extern "C" fn accept4(
+    fd: c_int,
+    addr: *mut libc::sockaddr,
+    alen: *mut libc::socklen_t,
+    flags: c_int,
+) -> c_int {
+    match sys::accept4(fd, addr, alen, flags) {
+        Ok(n) => {
+            after_accept(n as c_int);
+            n as c_int
+        }
+        Err(e) => fail(e) as c_int,
+    }
+}
+
+/// # Safety
+/// libc's `accept` contract.
+#[no_mangle]
+pub unsafe extern "C" fn accept(
+    fd: c_int,
+    addr: *mut libc::sockaddr,
+    alen: *mut libc::socklen_t,
+) -> c_int {
+    // SAFETY: same contract.
+    unsafe { accept4(fd, addr, alen, 0) }
+}
+
+/// # Safety
+/// libc's `close` contract.
+#[no_mangle]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    if is_domain(fd) {
+        set_domain(fd, false);
+    }
+    match sys::close(fd) {
+        Ok(_) => 0,
+        Err(e) => fail(e) as c_int,
+    }
+}
+
+/// The bytes the application can read now: nginx trusts FIONREAD to the byte (it stops
+/// reading when its count reaches zero, and edge-triggered epoll raises no new event for
+/// bytes already queued), so a V header in the kernel must count as the bytes it stands for.
+/// Walks the frame headers in (at most 256 KiB of) the queue; where it cannot see, it
+/// over-counts, which is safe (a short read then tells nginx the socket is drained), where
+/// under-counting stalls the connection.
+fn readable_app_bytes(fs: &FdState, fd: c_int, kernel: usize) -> usize {
+    if fs.raw {
+        return kernel;
+    }
+    let (mut pos, mut app) = match fs.in_frame {
+        InFrame::Real(left) => (left, left.min(kernel)),
+        InFrame::Virt(_, left) => (0, left),
+        InFrame::None => (0, 0),
+    };
+    if kernel <= pos {
+        return app;
+    }
+    let mut buf = vec![0u8; kernel.min(256 << 10)];
+    let n = sys::recv(
+        fd,
+        buf.as_mut_ptr(),
+        buf.len(),
+        libc::MSG_PEEK | libc::MSG_DONTWAIT,
+    )
+    .unwrap_or(0);
+    loop {
+        if pos >= kernel {
+            return app.max(1);
+        }
+        if pos >= n {
+            break;
+        }
+        match proto::parse_header(&buf[pos..n]) {
+            Ok(Some((Header::Real(l), hl))) => {
+                app += (l as usize).min(kernel.saturating_sub(pos + hl));
+                pos += hl + l as usize;
+            }
+            Ok(Some((Header::Virtual(r), hl))) => {
+                app += r.len as usize;
+                pos += hl;
+            }
+            _ => break,
+        }
+    }
+    // Queued bytes not walked (beyond the peek, or a header cut short): they may hold V
+    // headers standing for far more. Over-count: a short read then tells nginx the truth.
+    usize::MAX / 2
+}
+
+/// # Safety
+/// libc's `ioctl` contract. Only FIONREAD on domain sockets is changed: it reports the bytes
+/// the application can read (virtual ones included), not the bytes of frames in the kernel —
+/// nginx reads an upstream only while this is non-zero.
+#[no_mangle]
+pub unsafe extern "C" fn ioctl(fd: c_int, req: libc::c_ulong, arg: *mut c_void) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let r = unsafe { libc::syscall(libc::SYS_ioctl, fd, req, arg) } as c_int;
+    if r == 0 && req == libc::FIONREAD && !arg.is_null() && is_domain(fd) {
+        // SAFETY: FIONREAD's argument is an int the kernel just wrote.
+        let kernel = unsafe { *(arg as *mut c_int) }.max(0) as usize;
+        let app = with_fd(fd, |_, fs| readable_app_bytes(fs, fd, kernel)).unwrap_or(kernel);
+        // SAFETY: as above.
+        unsafe { *(arg as *mut c_int) = app.min(i32::MAX as usize) as c_int };
+        return r;
+    }
+    r
+}
+
+/// # Safety
+/// libc's `pread64` contract.
+#[no_mangle]
+pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, len: size_t, off: i64) -> ssize_t {
+    if let Err(e) = before_kernel_writes(buf, len) {
+        return fail(e);
+    }
+    done(sys::pread(fd, buf, len, off))
+}
+
+/// # Safety
+/// libc's `pwrite64` contract.
+#[no_mangle]
+pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, len: size_t, off: i64) -> ssize_t {
+    if let Err(e) = before_kernel_reads(buf, len) {
+        return fail(e);
+    }
+    done(sys::pwrite(fd, buf, len, off))
+}
+
+/// # Safety
+/// libc's `pwritev64` contract.
+#[no_mangle]
+pub unsafe extern "C" fn pwritev64(fd: c_int, iov: *const iovec, cnt: c_int, off: i64) -> ssize_t {
+    if let Some(v) = iov_slice(iov, cnt) {
+        for x in v {
+            if let Err(e) = before_kernel_reads(x.iov_base, x.iov_len) {
+                return fail(e);
+            }
+        }
+    }
+    done(sys::pwritev(fd, iov, cnt, off as libc::c_long, 0))
+}

@@ -1,0 +1,190 @@
+//! The registry of protected ranges (the seed's RZM) and the SIGSEGV page fetch.
+//!
+//! Invariants:
+//! - every range in the registry is page-aligned, mapped PROT_NONE by us, and holds bytes
+//!   `r.ref` names (the buffer agent has them; this memory does not);
+//! - the registry never grows past its capacity, reserved once at start: the signal handler
+//!   splits ranges without allocating; when it is full, receivers fetch eagerly instead;
+//! - the library never touches protected memory while holding its lock (it classifies ranges
+//!   by address only and hands real bytes to the kernel, which reports EFAULT rather than
+//!   faulting), so a SIGSEGV on a registered page never finds the lock held by its own thread.
+
+use crate::agentconn::Conns;
+use crate::sys;
+use iolab_odb::proto::Ref;
+
+pub const PAGE: usize = 4096;
+pub const CAPACITY: usize = 16384;
+
+#[derive(Clone, Copy, Debug)]
+pub struct Region {
+    pub start: usize,
+    pub end: usize,
+    /// The bytes of [start, end): `r.len == end - start`.
+    pub r: Ref,
+}
+
+pub struct Registry {
+    pub v: Vec<Region>,
+}
+
+pub fn round_up(x: usize) -> usize {
+    (x + PAGE - 1) & !(PAGE - 1)
+}
+pub fn round_down(x: usize) -> usize {
+    x & !(PAGE - 1)
+}
+
+impl Registry {
+    pub fn new() -> Registry {
+        Registry {
+            v: Vec::with_capacity(CAPACITY),
+        }
+    }
+
+    pub fn has_room(&self, n: usize) -> bool {
+        self.v.len() + n <= CAPACITY
+    }
+
+    pub fn add(&mut self, start: usize, end: usize, r: Ref) {
+        debug_assert!(self.has_room(1) && start % PAGE == 0 && end % PAGE == 0);
+        self.v.push(Region { start, end, r });
+    }
+
+    pub fn find(&self, addr: usize) -> Option<usize> {
+        self.v.iter().position(|g| g.start <= addr && addr < g.end)
+    }
+
+    /// Takes [a, b) (page-aligned) out of the registry: unprotects it and, with `fetch`,
+    /// fills it from the agents. Returns the first fetch error (the range is readable then,
+    /// but its bytes are not the payload's: the caller must fail the operation).
+    /// No allocation (remainders reuse the slot and the reserved capacity).
+    pub fn take(&mut self, a: usize, b: usize, fetch: bool, conns: &mut Conns) -> Result<(), i32> {
+        let mut err = Ok(());
+        let mut i = 0;
+        while i < self.v.len() {
+            let g = self.v[i];
+            if g.end <= a || g.start >= b {
+                i += 1;
+                continue;
+            }
+            let (cs, ce) = (g.start.max(a), g.end.min(b));
+            let _ = sys::mprotect(cs as *mut _, ce - cs, libc::PROT_READ | libc::PROT_WRITE);
+            if fetch {
+                let r = g.r.slice((cs - g.start) as u64, (ce - cs) as u32);
+                if let Err(e) = conns.fetch(&r, cs as *mut u8) {
+                    err = err.and(Err(e));
+                }
+            }
+            let left = (g.start < cs).then(|| Region {
+                start: g.start,
+                end: cs,
+                r: g.r.slice(0, (cs - g.start) as u32),
+            });
+            let right = (ce < g.end).then(|| Region {
+                start: ce,
+                end: g.end,
+                r: g.r.slice((ce - g.start) as u64, (g.end - ce) as u32),
+            });
+            self.v.swap_remove(i);
+            for rem in [left, right].into_iter().flatten() {
+                if self.has_room(1) {
+                    self.v.push(rem);
+                } else {
+                    // no room to keep it virtual: make it real now
+                    let _ = sys::mprotect(
+                        rem.start as *mut _,
+                        rem.end - rem.start,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                    );
+                    if let Err(e) = conns.fetch(&rem.r, rem.start as *mut u8) {
+                        err = err.and(Err(e));
+                    }
+                }
+            }
+            // slot i now holds another region (or nothing): look at it again
+        }
+        err
+    }
+
+    /// Before the kernel or we write [p, p+len): the pages entirely inside are dropped (their
+    /// virtual bytes are being replaced), the partly covered ones are fetched (their other
+    /// bytes must survive).
+    pub fn prepare_overwrite(
+        &mut self,
+        p: usize,
+        len: usize,
+        conns: &mut Conns,
+    ) -> Result<(), i32> {
+        if self.v.is_empty() || len == 0 {
+            return Ok(());
+        }
+        let q = p + len;
+        let mut r = Ok(());
+        if p % PAGE != 0 {
+            r = r.and(self.take(round_down(p), round_down(p) + PAGE, true, conns));
+        }
+        if q % PAGE != 0 && round_down(q) >= round_up(p) {
+            r = r.and(self.take(round_down(q), round_down(q) + PAGE, true, conns));
+        }
+        if round_up(p) < round_down(q) {
+            r = r.and(self.take(round_up(p), round_down(q), false, conns));
+        }
+        r
+    }
+
+    /// Before the kernel reads [p, p+len) for a destination outside the domain: fetch it.
+    pub fn materialize(&mut self, p: usize, len: usize, conns: &mut Conns) -> Result<(), i32> {
+        if self.v.is_empty() || len == 0 {
+            return Ok(());
+        }
+        self.take(round_down(p), round_up(p + len), true, conns)
+    }
+}
+
+// ---- SIGSEGV ----
+
+static mut OLD_ACTION: std::mem::MaybeUninit<libc::sigaction> = std::mem::MaybeUninit::uninit();
+
+/// Installs the fault handler (once, from the library constructor, before any thread).
+pub fn install() {
+    // SAFETY: called once at load time with no other thread running; the sigaction struct is
+    // fully initialised; OLD_ACTION is written here and only read by the handler afterwards.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = handler as *const () as usize;
+        sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(libc::SIGSEGV, &sa, (&raw mut OLD_ACTION).cast());
+    }
+}
+
+extern "C" fn handler(sig: i32, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
+    let addr = unsafe { (*info).si_addr() } as usize;
+    let ours = crate::with_state_in_handler(|st| {
+        st.regions.find(addr)?;
+        let page = round_down(addr);
+        crate::stats::FAULTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Some(st.regions.take(page, page + PAGE, true, &mut st.conns))
+    });
+    match ours {
+        Some(Some(Ok(()))) => {} // return: the access is retried on the now-filled page
+        Some(Some(Err(e))) => {
+            // The page cannot be filled with the right bytes: stop this process rather than
+            // let it compute on wrong ones (its connections close; nothing wrong is sent).
+            sys::stderr("iolab-odb: page fetch failed in fault handler (agent gone?); aborting\n");
+            let _ = e;
+            // SAFETY: abort is async-signal-safe.
+            unsafe { libc::abort() };
+        }
+        _ => {
+            // Not one of our pages: restore the previous disposition and return, so the
+            // access faults again and gets the ordinary behaviour (usually a core dump).
+            // SAFETY: OLD_ACTION was filled by `install` before this handler could run.
+            unsafe {
+                libc::sigaction(sig, (&raw const OLD_ACTION).cast(), std::ptr::null_mut());
+            }
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! Raw system calls. The library exports `recv`, `write`, ... itself, so calling the libc
+//! functions of the same names from inside it would call back into it; every kernel call the
+//! library makes goes through here instead (also async-signal-safe: no locks, no allocation).
+
+use libc::{c_int, c_long, c_void, iovec, msghdr};
+
+pub fn errno() -> c_int {
+    // SAFETY: __errno_location returns this thread's errno slot.
+    unsafe { *libc::__errno_location() }
+}
+
+pub fn set_errno(e: c_int) {
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = e }
+}
+
+fn ret(r: c_long) -> Result<usize, c_int> {
+    if r < 0 {
+        Err(errno())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+pub fn recvmsg(fd: c_int, iov: &[iovec], flags: c_int) -> Result<usize, c_int> {
+    // SAFETY: msghdr points at `iov`, alive for the call; the iovecs describe memory the
+    // caller may write (the application's own buffers or ours).
+    unsafe {
+        let mut m: msghdr = std::mem::zeroed();
+        m.msg_iov = iov.as_ptr() as *mut iovec;
+        m.msg_iovlen = iov.len();
+        ret(libc::syscall(
+            libc::SYS_recvmsg,
+            fd,
+            &mut m as *mut msghdr,
+            flags,
+        ))
+    }
+}
+
+pub fn sendmsg(fd: c_int, iov: &[iovec], flags: c_int) -> Result<usize, c_int> {
+    // SAFETY: as recvmsg; the kernel only reads the iovecs.
+    unsafe {
+        let mut m: msghdr = std::mem::zeroed();
+        m.msg_iov = iov.as_ptr() as *mut iovec;
+        m.msg_iovlen = iov.len();
+        ret(libc::syscall(
+            libc::SYS_sendmsg,
+            fd,
+            &m as *const msghdr,
+            flags,
+        ))
+    }
+}
+
+pub fn recv(fd: c_int, buf: *mut u8, len: usize, flags: c_int) -> Result<usize, c_int> {
+    recvmsg(
+        fd,
+        &[iovec {
+            iov_base: buf.cast(),
+            iov_len: len,
+        }],
+        flags,
+    )
+}
+
+pub fn send_all_blocking(fd: c_int, mut b: &[u8]) -> Result<(), c_int> {
+    while !b.is_empty() {
+        match sendmsg(
+            fd,
+            &[iovec {
+                iov_base: b.as_ptr() as *mut c_void,
+                iov_len: b.len(),
+            }],
+            libc::MSG_NOSIGNAL,
+        ) {
+            Ok(n) => b = &b[n..],
+            Err(libc::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Reads exactly `len` bytes into `dst` (blocking fd).
+pub fn recv_exact(fd: c_int, dst: *mut u8, len: usize) -> Result<(), c_int> {
+    let mut got = 0;
+    while got < len {
+        // SAFETY: dst..dst+len is writable memory owned by the caller.
+        match recv(fd, unsafe { dst.add(got) }, len - got, 0) {
+            Ok(0) => return Err(libc::ECONNRESET),
+            Ok(n) => got += n,
+            Err(libc::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+macro_rules! raw {
+    ($name:ident ( $($a:ident : $t:ty),* ) = $nr:expr) => {
+        pub fn $name($($a: $t),*) -> Result<usize, c_int> {
+            // SAFETY: a plain system call with the caller's arguments; the kernel checks
+            // every pointer (EFAULT), nothing here dereferences them.
+            ret(unsafe { libc::syscall($nr, $($a),*) })
+        }
+    };
+}
+
+raw!(read(fd: c_int, buf: *mut c_void, n: usize) = libc::SYS_read);
+raw!(write(fd: c_int, buf: *const c_void, n: usize) = libc::SYS_write);
+raw!(readv(fd: c_int, iov: *const iovec, cnt: c_int) = libc::SYS_readv);
+raw!(writev(fd: c_int, iov: *const iovec, cnt: c_int) = libc::SYS_writev);
+raw!(pread(fd: c_int, buf: *mut c_void, n: usize, off: i64) = libc::SYS_pread64);
+raw!(pwrite(fd: c_int, buf: *const c_void, n: usize, off: i64) = libc::SYS_pwrite64);
+raw!(pwritev(fd: c_int, iov: *const iovec, cnt: c_int, lo: c_long, hi: c_long) = libc::SYS_pwritev);
+raw!(recvfrom(fd: c_int, buf: *mut c_void, n: usize, fl: c_int, a: *mut libc::sockaddr, al: *mut libc::socklen_t) = libc::SYS_recvfrom);
+raw!(sendto(fd: c_int, buf: *const c_void, n: usize, fl: c_int, a: *const libc::sockaddr, al: libc::socklen_t) = libc::SYS_sendto);
+raw!(sendfile(out: c_int, inp: c_int, off: *mut i64, n: usize) = libc::SYS_sendfile);
+raw!(connect(fd: c_int, a: *const libc::sockaddr, al: libc::socklen_t) = libc::SYS_connect);
+raw!(accept4(fd: c_int, a: *mut libc::sockaddr, al: *mut libc::socklen_t, fl: c_int) = libc::SYS_accept4);
+raw!(close(fd: c_int) = libc::SYS_close);
+raw!(socket(d: c_int, t: c_int, p: c_int) = libc::SYS_socket);
+raw!(mprotect(a: *mut c_void, n: usize, p: c_int) = libc::SYS_mprotect);
+raw!(getpeername(fd: c_int, a: *mut libc::sockaddr, al: *mut libc::socklen_t) = libc::SYS_getpeername);
+raw!(setsockopt(fd: c_int, l: c_int, o: c_int, v: *const c_void, vl: libc::socklen_t) = libc::SYS_setsockopt);
+raw!(lseek(fd: c_int, off: i64, wh: c_int) = libc::SYS_lseek);
+
+/// Is `addr` readable right now? (1 byte, via process_vm_readv on ourselves: EFAULT means
+/// no — how a stale record of a protected page is told from one still protected.)
+pub fn readable(addr: usize) -> bool {
+    let mut b = 0u8;
+    let local = iovec {
+        iov_base: (&mut b as *mut u8).cast(),
+        iov_len: 1,
+    };
+    let remote = iovec {
+        iov_base: addr as *mut c_void,
+        iov_len: 1,
+    };
+    // SAFETY: the kernel checks the remote address; the local one is our stack byte.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_process_vm_readv,
+            libc::getpid(),
+            &local as *const iovec,
+            1,
+            &remote as *const iovec,
+            1,
+            0,
+        )
+    };
+    r == 1
+}
+
+pub fn stderr(msg: &str) {
+    let _ = write(2, msg.as_ptr().cast(), msg.len());
+}

@@ -1,0 +1,573 @@
+//! The buffer agent (the seed's RAB, "remotely accessible buffers"), run on the BE side.
+//!
+//! Local senders (the preload library in the BE's processes) ask for room with ALLOC and copy
+//! the payload straight into a shared arena (a file in /dev/shm that the agent created and
+//! both map), then send a V reference downstream. Any tier fetches byte ranges with FETCH over
+//! TCP. Limits, all explicit:
+//! - memory: the arena size (`arena_bytes`), fixed at start; nothing else grows with payloads;
+//! - a buffer lives until every byte of it was fetched at least once, or until `lifetime`
+//!   has passed; only such buffers are evicted (overwritten) to make room, so a buffer a
+//!   receiver may still need is never recycled early. When no room can be made the agent
+//!   answers FULL and the sender falls back to copying (an out-of-memory agent never loses data);
+//! - on SIGTERM/SIGINT the agent stops taking buffers (DRAINING: senders copy) and keeps
+//!   serving fetches until no live buffer is left or `drain` has passed, then exits.
+
+use crate::proto::*;
+use std::collections::{BTreeMap, HashMap};
+use std::io::{self, Read, Write};
+use std::net::{SocketAddrV4, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    /// Where fetches and allocations are served (port 0: any).
+    pub listen: SocketAddrV4,
+    /// Arena size in bytes: the agent's whole payload memory.
+    pub arena_bytes: u64,
+    /// Longest time a buffer is kept for a receiver that has not fetched it all.
+    pub lifetime: Duration,
+    /// Longest drain after SIGTERM.
+    pub drain: Duration,
+    /// Directory of the arena file (default /dev/shm).
+    pub arena_dir: PathBuf,
+    /// Owner of the arena file (mode 0600), when the senders run as another user than the
+    /// agent (nginx workers run as `nobody` when the master runs as root).
+    pub arena_uid: Option<u32>,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            arena_bytes: 256 << 20,
+            lifetime: Duration::from_secs(30),
+            drain: Duration::from_secs(5),
+            arena_dir: PathBuf::from("/dev/shm"),
+            arena_uid: None,
+        }
+    }
+}
+
+struct Entry {
+    id: u128,
+    len: u64,
+    created: Instant,
+    /// Byte ranges fetched so far, sorted and merged.
+    fetched: Vec<(u64, u64)>,
+}
+
+impl Entry {
+    fn done(&self) -> bool {
+        self.fetched.first() == Some(&(0, self.len))
+    }
+    fn mark(&mut self, s: u64, e: u64) {
+        self.fetched.push((s, e));
+        self.fetched.sort_unstable();
+        let mut out: Vec<(u64, u64)> = Vec::with_capacity(self.fetched.len());
+        for &(a, b) in &self.fetched {
+            match out.last_mut() {
+                Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                _ => out.push((a, b)),
+            }
+        }
+        self.fetched = out;
+    }
+}
+
+#[derive(Default, serde::Serialize, Clone, Debug)]
+pub struct AgentStats {
+    pub allocs: u64,
+    pub alloc_bytes: u64,
+    pub alloc_full: u64,
+    pub alloc_draining: u64,
+    pub fetches: u64,
+    pub fetch_bytes: u64,
+    pub fetch_unknown: u64,
+    pub evicted_done: u64,
+    pub evicted_expired: u64,
+    pub live_buffers: u64,
+    pub live_bytes: u64,
+}
+
+struct Arena {
+    ptr: *mut u8,
+    size: u64,
+    path: PathBuf,
+}
+
+// SAFETY: the arena is a fixed shared mapping; concurrent access is coordinated by the
+// allocation table (a range is written by one sender before its reference exists, and only
+// read afterwards).
+unsafe impl Send for Arena {}
+// SAFETY: as for Send: a range is written by one sender before its reference is published,
+// then only read, so shared references never race on the same bytes.
+unsafe impl Sync for Arena {}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        // SAFETY: ptr/size are the mapping made in `Arena::create`, unmapped once.
+        unsafe { libc::munmap(self.ptr.cast(), self.size as usize) };
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+impl Arena {
+    fn create(dir: &std::path::Path, size: u64, uid: Option<u32>) -> io::Result<Arena> {
+        // pid + a per-process counter: several agents may live in one process (tests)
+        static N: AtomicU64 = AtomicU64::new(0);
+        let path = dir.join(format!(
+            "iolab-tiers-odb-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)?;
+        f.set_len(size)?;
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::PermissionsExt;
+        f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        if let Some(uid) = uid {
+            std::os::unix::fs::fchown(&f, Some(uid), None)?;
+        }
+        // SAFETY: a fresh shared mapping of a file we sized to `size`; checked for failure.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                size as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            let e = io::Error::last_os_error();
+            let _ = std::fs::remove_file(&path);
+            return Err(e);
+        }
+        Ok(Arena {
+            ptr: ptr.cast(),
+            size,
+            path,
+        })
+    }
+
+    /// # Safety
+    /// `off + len <= size`, and the range belongs to a committed buffer (no writer).
+    unsafe fn slice(&self, off: u64, len: u64) -> &[u8] {
+        // SAFETY: per the contract above.
+        unsafe { std::slice::from_raw_parts(self.ptr.add(off as usize), len as usize) }
+    }
+}
+
+struct Table {
+    by_off: BTreeMap<u64, Entry>,
+    by_id: HashMap<u128, u64>,
+    next: u64,
+    stats: AgentStats,
+}
+
+pub struct Agent {
+    cfg: AgentConfig,
+    id: u64,
+    addr: SocketAddrV4,
+    arena: Arena,
+    table: Mutex<Table>,
+    draining: AtomicBool,
+    conns: AtomicU64,
+}
+
+/// Most concurrent connections the agent serves (each is one thread).
+pub const MAX_CONNS: u64 = 512;
+
+fn random_u128() -> u128 {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).expect("getrandom");
+    u128::from_le_bytes(b)
+}
+
+impl Agent {
+    /// Binds and creates the arena; `serve` runs it.
+    pub fn bind(cfg: AgentConfig) -> io::Result<(Arc<Agent>, TcpListener)> {
+        let listener = TcpListener::bind(cfg.listen)?;
+        let addr = match listener.local_addr()? {
+            std::net::SocketAddr::V4(a) => a,
+            _ => return Err(io::Error::other("agent needs an IPv4 address")),
+        };
+        let arena = Arena::create(&cfg.arena_dir, cfg.arena_bytes, cfg.arena_uid)?;
+        let agent = Arc::new(Agent {
+            id: random_u128() as u64,
+            addr,
+            arena,
+            table: Mutex::new(Table {
+                by_off: BTreeMap::new(),
+                by_id: HashMap::new(),
+                next: 0,
+                stats: AgentStats::default(),
+            }),
+            draining: AtomicBool::new(false),
+            conns: AtomicU64::new(0),
+            cfg,
+        });
+        Ok((agent, listener))
+    }
+
+    pub fn addr(&self) -> SocketAddrV4 {
+        self.addr
+    }
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn stats(&self) -> AgentStats {
+        let t = self.table.lock().unwrap();
+        let mut s = t.stats.clone();
+        s.live_buffers = t.by_off.values().filter(|e| !e.done()).count() as u64;
+        s.live_bytes = t.by_off.values().filter(|e| !e.done()).map(|e| e.len).sum();
+        s
+    }
+
+    fn live_left(&self) -> bool {
+        let t = self.table.lock().unwrap();
+        t.by_off
+            .values()
+            .any(|e| !e.done() && e.created.elapsed() < self.cfg.lifetime)
+    }
+
+    /// Accepts until `stop` is set, then drains (see the module comment) and returns.
+    pub fn serve(
+        self: &Arc<Agent>,
+        listener: TcpListener,
+        stop: Arc<AtomicBool>,
+    ) -> io::Result<()> {
+        listener.set_nonblocking(true)?;
+        let mut drain_start: Option<Instant> = None;
+        loop {
+            if stop.load(Ordering::Relaxed) && drain_start.is_none() {
+                self.draining.store(true, Ordering::SeqCst);
+                drain_start = Some(Instant::now());
+            }
+            if let Some(t) = drain_start {
+                if !self.live_left() || t.elapsed() >= self.cfg.drain {
+                    return Ok(());
+                }
+            }
+            match listener.accept() {
+                Ok((s, _)) => {
+                    if self.conns.load(Ordering::Relaxed) >= MAX_CONNS {
+                        continue; // dropped: the peer falls back
+                    }
+                    let _ = s.set_nonblocking(false);
+                    let _ = s.set_nodelay(true);
+                    self.conns.fetch_add(1, Ordering::Relaxed);
+                    let me = self.clone();
+                    std::thread::spawn(move || {
+                        let _ = me.conn(s);
+                        me.conns.fetch_sub(1, Ordering::Relaxed);
+                    });
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn alloc(&self, len: u64) -> (u8, u64, u128) {
+        if self.draining.load(Ordering::SeqCst) {
+            self.table.lock().unwrap().stats.alloc_draining += 1;
+            return (ST_DRAINING, 0, 0);
+        }
+        let mut t = self.table.lock().unwrap();
+        if len == 0 || len > self.arena.size {
+            t.stats.alloc_full += 1;
+            return (ST_FULL, 0, 0);
+        }
+        let start = if t.next + len <= self.arena.size {
+            t.next
+        } else {
+            0
+        };
+        let end = start + len;
+        // Every buffer overlapping [start, end) must be evictable, else: FULL.
+        let overlapping: Vec<u64> = t
+            .by_off
+            .range(..end)
+            .filter(|(&o, e)| o + e.len > start)
+            .map(|(&o, _)| o)
+            .collect();
+        let now = Instant::now();
+        for o in &overlapping {
+            let e = &t.by_off[o];
+            if !e.done() && now.duration_since(e.created) < self.cfg.lifetime {
+                t.stats.alloc_full += 1;
+                return (ST_FULL, 0, 0);
+            }
+        }
+        for o in overlapping {
+            let e = t.by_off.remove(&o).unwrap();
+            t.by_id.remove(&e.id);
+            if e.done() {
+                t.stats.evicted_done += 1;
+            } else {
+                t.stats.evicted_expired += 1;
+            }
+        }
+        let id = random_u128();
+        t.by_off.insert(
+            start,
+            Entry {
+                id,
+                len,
+                created: now,
+                fetched: Vec::new(),
+            },
+        );
+        t.by_id.insert(id, start);
+        t.next = end;
+        t.stats.allocs += 1;
+        t.stats.alloc_bytes += len;
+        (ST_OK, start, id)
+    }
+
+    /// Checks a fetch and returns the arena range to send.
+    fn check_fetch(&self, id: u128, off: u64, len: u64) -> Option<(u64, u64)> {
+        let mut t = self.table.lock().unwrap();
+        let Some(&base) = t.by_id.get(&id) else {
+            t.stats.fetch_unknown += 1;
+            return None;
+        };
+        let e = t.by_off.get_mut(&base).unwrap();
+        if len == 0 || off.checked_add(len).is_none_or(|end| end > e.len) {
+            t.stats.fetch_unknown += 1;
+            return None;
+        }
+        e.mark(off, off + len);
+        t.stats.fetches += 1;
+        t.stats.fetch_bytes += len;
+        Some((base + off, len))
+    }
+
+    fn conn(&self, mut s: TcpStream) -> io::Result<()> {
+        let mut op = [0u8; 1];
+        loop {
+            if s.read(&mut op)? == 0 {
+                return Ok(());
+            }
+            match op[0] {
+                OP_HELLO => {
+                    let path = self.arena.path.to_string_lossy().into_owned();
+                    let mut b = Vec::with_capacity(HELLO_REP_FIXED + path.len());
+                    b.push(ST_OK);
+                    b.extend_from_slice(&self.id.to_le_bytes());
+                    b.extend_from_slice(&self.addr.ip().octets());
+                    b.extend_from_slice(&self.addr.port().to_le_bytes());
+                    b.extend_from_slice(&self.arena.size.to_le_bytes());
+                    b.extend_from_slice(&(path.len() as u16).to_le_bytes());
+                    b.extend_from_slice(path.as_bytes());
+                    s.write_all(&b)?;
+                }
+                OP_ALLOC => {
+                    let mut r = [0u8; ALLOC_REQ - 1];
+                    s.read_exact(&mut r)?;
+                    let (st, off, id) = self.alloc(u32::from_le_bytes(r) as u64);
+                    let mut b = [0u8; ALLOC_REP];
+                    b[0] = st;
+                    b[1..9].copy_from_slice(&off.to_le_bytes());
+                    b[9..25].copy_from_slice(&id.to_le_bytes());
+                    s.write_all(&b)?;
+                }
+                OP_FETCH => {
+                    let mut r = [0u8; FETCH_REQ - 1];
+                    s.read_exact(&mut r)?;
+                    let id = u128::from_le_bytes(r[0..16].try_into().unwrap());
+                    let off = u64::from_le_bytes(r[16..24].try_into().unwrap());
+                    let len = u32::from_le_bytes(r[24..28].try_into().unwrap()) as u64;
+                    match self.check_fetch(id, off, len) {
+                        Some((a, l)) => {
+                            s.write_all(&[ST_OK])?;
+                            // SAFETY: check_fetch bounded (a, l) inside a committed buffer.
+                            s.write_all(unsafe { self.arena.slice(a, l) })?;
+                        }
+                        None => s.write_all(&[ST_UNKNOWN])?,
+                    }
+                }
+                OP_STATS => {
+                    let j = serde_json::to_vec(&self.stats()).unwrap_or_default();
+                    s.write_all(&(j.len() as u32).to_le_bytes())?;
+                    s.write_all(&j)?;
+                }
+                _ => {
+                    let _ = s.write_all(&[ST_BAD_REQUEST]);
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+/// The uid of a user name (for `--arena-user`).
+pub fn user_uid(name: &str) -> Option<u32> {
+    let c = std::ffi::CString::new(name).ok()?;
+    // SAFETY: getpwnam with a NUL-terminated name; the result is read at once (the process
+    // is single-threaded at this point).
+    let pw = unsafe { libc::getpwnam(c.as_ptr()) };
+    // SAFETY: non-null getpwnam results point at a valid passwd struct.
+    (!pw.is_null()).then(|| unsafe { (*pw).pw_uid })
+}
+
+/// Runs an agent in this process until SIGTERM/SIGINT (then drains); prints its address.
+pub fn run_foreground(cfg: AgentConfig) -> io::Result<AgentStats> {
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
+    let (agent, listener) = Agent::bind(cfg)?;
+    println!(
+        "odb agent listening on {} (id {:016x}, arena {} MiB at {})",
+        agent.addr(),
+        agent.id(),
+        agent.arena.size >> 20,
+        agent.arena.path.display()
+    );
+    use std::io::Write as _;
+    let _ = io::stdout().flush();
+    agent.serve(listener, stop)?;
+    Ok(agent.stats())
+}
+
+/// A plain client of the agent RPC, for tests and `iolab tiers status`.
+pub mod client {
+    use super::*;
+
+    pub fn fetch(addr: SocketAddrV4, id: u128, off: u64, len: u32) -> io::Result<Option<Vec<u8>>> {
+        let mut s = TcpStream::connect(addr)?;
+        s.write_all(&fetch_request(id, off, len))?;
+        let mut st = [0u8; 1];
+        s.read_exact(&mut st)?;
+        if st[0] != ST_OK {
+            return Ok(None);
+        }
+        let mut v = vec![0u8; len as usize];
+        s.read_exact(&mut v)?;
+        Ok(Some(v))
+    }
+
+    pub fn alloc(addr: SocketAddrV4, len: u32) -> io::Result<(u8, u64, u128)> {
+        let mut s = TcpStream::connect(addr)?;
+        s.write_all(&alloc_request(len))?;
+        let mut b = [0u8; ALLOC_REP];
+        s.read_exact(&mut b)?;
+        Ok((
+            b[0],
+            u64::from_le_bytes(b[1..9].try_into().unwrap()),
+            u128::from_le_bytes(b[9..25].try_into().unwrap()),
+        ))
+    }
+
+    pub fn stats(addr: SocketAddrV4) -> io::Result<serde_json::Value> {
+        let mut s = TcpStream::connect(addr)?;
+        s.set_read_timeout(Some(Duration::from_secs(2)))?;
+        s.write_all(&[OP_STATS])?;
+        let mut l = [0u8; 4];
+        s.read_exact(&mut l)?;
+        let n = u32::from_le_bytes(l) as usize;
+        if n > 1 << 20 {
+            return Err(io::Error::other("stats reply too long"));
+        }
+        let mut v = vec![0u8; n];
+        s.read_exact(&mut v)?;
+        serde_json::from_slice(&v).map_err(io::Error::other)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn start(arena: u64, lifetime: Duration) -> (Arc<Agent>, Arc<AtomicBool>) {
+        let cfg = AgentConfig {
+            arena_bytes: arena,
+            lifetime,
+            arena_dir: std::env::temp_dir(),
+            ..Default::default()
+        };
+        let (a, l) = Agent::bind(cfg).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (a2, s2) = (a.clone(), stop.clone());
+        std::thread::spawn(move || a2.serve(l, s2));
+        (a, stop)
+    }
+
+    #[test]
+    fn fetch_checks_id_and_bounds() {
+        let (a, stop) = start(1 << 20, Duration::from_secs(30));
+        let (st, off, id) = client::alloc(a.addr(), 100).unwrap();
+        assert_eq!(st, ST_OK);
+        // SAFETY: the test writes the range it was just given, before any fetch.
+        unsafe { std::ptr::write_bytes(a.arena.ptr.add(off as usize), 0xAB, 100) };
+        assert_eq!(
+            client::fetch(a.addr(), id, 10, 90).unwrap(),
+            Some(vec![0xAB; 90])
+        );
+        assert_eq!(
+            client::fetch(a.addr(), id, 10, 91).unwrap(),
+            None,
+            "out of bounds"
+        );
+        assert_eq!(
+            client::fetch(a.addr(), id ^ 1, 0, 1).unwrap(),
+            None,
+            "forged id"
+        );
+        stop.store(true, Ordering::SeqCst);
+    }
+
+    #[test]
+    fn full_when_live_then_evicts_done_buffers() {
+        let (a, stop) = start(8192, Duration::from_secs(30));
+        let (st, _, id1) = client::alloc(a.addr(), 8192).unwrap();
+        assert_eq!(st, ST_OK);
+        assert_eq!(
+            client::alloc(a.addr(), 1).unwrap().0,
+            ST_FULL,
+            "live buffer kept"
+        );
+        assert!(client::fetch(a.addr(), id1, 0, 4096).unwrap().is_some());
+        assert_eq!(
+            client::alloc(a.addr(), 1).unwrap().0,
+            ST_FULL,
+            "half fetched is live"
+        );
+        assert!(client::fetch(a.addr(), id1, 4096, 4096).unwrap().is_some());
+        assert_eq!(
+            client::alloc(a.addr(), 4096).unwrap().0,
+            ST_OK,
+            "fully fetched evicted"
+        );
+        assert_eq!(
+            client::fetch(a.addr(), id1, 0, 1).unwrap(),
+            None,
+            "evicted is unknown"
+        );
+        stop.store(true, Ordering::SeqCst);
+    }
+
+    #[test]
+    fn lifetime_expires_unfetched_buffers() {
+        let (a, stop) = start(4096, Duration::from_millis(500));
+        assert_eq!(client::alloc(a.addr(), 4096).unwrap().0, ST_OK);
+        assert_eq!(client::alloc(a.addr(), 4096).unwrap().0, ST_FULL);
+        std::thread::sleep(Duration::from_millis(600));
+        assert_eq!(client::alloc(a.addr(), 4096).unwrap().0, ST_OK);
+        assert_eq!(a.stats().evicted_expired, 1);
+        stop.store(true, Ordering::SeqCst);
+    }
+}

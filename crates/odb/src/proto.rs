@@ -1,0 +1,272 @@
+//! The ODB wire format between tiers, and the agent RPC format.
+//!
+//! A connection inside the ODB domain carries *frames* in both directions:
+//!
+//! ```text
+//! R frame: 0xD1 | len u32 LE | len bytes                                  (5-byte header)
+//! V frame: 0xD2 | len u32 | agent_id u64 | ip [4] | port u16 | offset u64
+//!               | buf_id u128 | crc32 u32 of the 43 bytes before          (47-byte header)
+//! ```
+//!
+//! A V frame stands for `len` bytes of buffer `buf_id`, starting at `offset`, held by the
+//! buffer agent `agent_id` listening at `ip:port`. `buf_id` is 128 random bits drawn by the
+//! agent: knowing one reference does not let anyone name another buffer, and the agent checks
+//! `offset + len` against the buffer's size. The crc only catches corruption; it is not a
+//! secret. Both tags are bytes no HTTP/1 stream starts with, so a receiver can tell an
+//! unframed peer from the first byte it gets.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+pub const TAG_R: u8 = 0xD1;
+pub const TAG_V: u8 = 0xD2;
+pub const R_HDR: usize = 5;
+pub const V_HDR: usize = 47;
+/// Largest frame a receiver accepts (either type): a bound on what a peer can make us expect.
+pub const MAX_FRAME: u32 = 1 << 30;
+
+/// A reference to bytes held by a buffer agent (the payload of a V frame).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ref {
+    pub len: u32,
+    pub agent_id: u64,
+    pub agent: SocketAddrV4,
+    pub offset: u64,
+    pub buf_id: u128,
+}
+
+impl Ref {
+    /// The reference to `len` bytes starting `skip` bytes into this one.
+    pub fn slice(&self, skip: u64, len: u32) -> Ref {
+        debug_assert!(skip + len as u64 <= self.len as u64);
+        Ref {
+            len,
+            offset: self.offset + skip,
+            ..*self
+        }
+    }
+
+    pub fn encode(&self) -> [u8; V_HDR] {
+        let mut b = [0u8; V_HDR];
+        b[0] = TAG_V;
+        b[1..5].copy_from_slice(&self.len.to_le_bytes());
+        b[5..13].copy_from_slice(&self.agent_id.to_le_bytes());
+        b[13..17].copy_from_slice(&self.agent.ip().octets());
+        b[17..19].copy_from_slice(&self.agent.port().to_le_bytes());
+        b[19..27].copy_from_slice(&self.offset.to_le_bytes());
+        b[27..43].copy_from_slice(&self.buf_id.to_le_bytes());
+        let crc = crc32fast::hash(&b[..43]);
+        b[43..47].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+}
+
+pub fn encode_r(len: u32) -> [u8; R_HDR] {
+    let mut b = [0u8; R_HDR];
+    b[0] = TAG_R;
+    b[1..5].copy_from_slice(&len.to_le_bytes());
+    b
+}
+
+/// A decoded frame header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Header {
+    Real(u32),
+    Virtual(Ref),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProtoError {
+    /// The first byte is no frame tag: the peer does not speak ODB (or the stream is corrupt).
+    NotFramed,
+    BadLength,
+    BadChecksum,
+}
+
+impl std::fmt::Display for ProtoError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ProtoError::NotFramed => "not an ODB frame",
+            ProtoError::BadLength => "ODB frame length out of range",
+            ProtoError::BadChecksum => "ODB reference checksum mismatch",
+        })
+    }
+}
+
+/// Header size implied by a tag byte.
+pub fn header_len(tag: u8) -> Result<usize, ProtoError> {
+    match tag {
+        TAG_R => Ok(R_HDR),
+        TAG_V => Ok(V_HDR),
+        _ => Err(ProtoError::NotFramed),
+    }
+}
+
+/// Parses a frame header from the start of `b`. `Ok(None)`: more bytes are needed.
+/// Never panics, whatever `b` holds.
+pub fn parse_header(b: &[u8]) -> Result<Option<(Header, usize)>, ProtoError> {
+    let Some(&tag) = b.first() else {
+        return Ok(None);
+    };
+    let need = header_len(tag)?;
+    if b.len() < need {
+        return Ok(None);
+    }
+    let len = u32::from_le_bytes(b[1..5].try_into().unwrap());
+    if len == 0 || len > MAX_FRAME {
+        return Err(ProtoError::BadLength);
+    }
+    if tag == TAG_R {
+        return Ok(Some((Header::Real(len), R_HDR)));
+    }
+    let crc = u32::from_le_bytes(b[43..47].try_into().unwrap());
+    if crc32fast::hash(&b[..43]) != crc {
+        return Err(ProtoError::BadChecksum);
+    }
+    let ip = Ipv4Addr::new(b[13], b[14], b[15], b[16]);
+    let port = u16::from_le_bytes(b[17..19].try_into().unwrap());
+    let r = Ref {
+        len,
+        agent_id: u64::from_le_bytes(b[5..13].try_into().unwrap()),
+        agent: SocketAddrV4::new(ip, port),
+        offset: u64::from_le_bytes(b[19..27].try_into().unwrap()),
+        buf_id: u128::from_le_bytes(b[27..43].try_into().unwrap()),
+    };
+    if r.offset.checked_add(len as u64).is_none() {
+        return Err(ProtoError::BadLength);
+    }
+    Ok(Some((Header::Virtual(r), V_HDR)))
+}
+
+// ---- agent RPC (TCP, little-endian), one request then one reply, in order ----
+//
+// HELLO  : op=1                              -> status u8, agent_id u64, ip [4], port u16,
+//                                               arena_size u64, path_len u16, path bytes
+// ALLOC  : op=2, len u32                     -> status u8, arena_off u64, buf_id u128
+// FETCH  : op=3, buf_id u128, off u64, len u32 -> status u8, then len bytes if status == OK
+// STATS  : op=4                              -> json_len u32, json bytes
+
+pub const OP_HELLO: u8 = 1;
+pub const OP_ALLOC: u8 = 2;
+pub const OP_FETCH: u8 = 3;
+pub const OP_STATS: u8 = 4;
+
+pub const ST_OK: u8 = 0;
+/// No room: every byte of the arena belongs to a live buffer (sender falls back to copying).
+pub const ST_FULL: u8 = 1;
+/// The agent is draining before exit and takes no new buffers.
+pub const ST_DRAINING: u8 = 2;
+/// Unknown buffer id (never existed, forged, or evicted) or range out of bounds.
+pub const ST_UNKNOWN: u8 = 3;
+pub const ST_BAD_REQUEST: u8 = 4;
+
+pub const FETCH_REQ: usize = 1 + 16 + 8 + 4;
+pub const ALLOC_REQ: usize = 1 + 4;
+pub const ALLOC_REP: usize = 1 + 8 + 16;
+pub const HELLO_REP_FIXED: usize = 1 + 8 + 4 + 2 + 8 + 2;
+
+pub fn fetch_request(buf_id: u128, off: u64, len: u32) -> [u8; FETCH_REQ] {
+    let mut b = [0u8; FETCH_REQ];
+    b[0] = OP_FETCH;
+    b[1..17].copy_from_slice(&buf_id.to_le_bytes());
+    b[17..25].copy_from_slice(&off.to_le_bytes());
+    b[25..29].copy_from_slice(&len.to_le_bytes());
+    b
+}
+
+pub fn alloc_request(len: u32) -> [u8; ALLOC_REQ] {
+    let mut b = [0u8; ALLOC_REQ];
+    b[0] = OP_ALLOC;
+    b[1..5].copy_from_slice(&len.to_le_bytes());
+    b
+}
+
+/// The fixed part of a HELLO reply.
+#[derive(Clone, Copy, Debug)]
+pub struct Hello {
+    pub agent_id: u64,
+    pub addr: SocketAddrV4,
+    pub arena_size: u64,
+    pub path_len: u16,
+}
+
+pub fn parse_hello(b: &[u8; HELLO_REP_FIXED]) -> Option<Hello> {
+    if b[0] != ST_OK {
+        return None;
+    }
+    Some(Hello {
+        agent_id: u64::from_le_bytes(b[1..9].try_into().unwrap()),
+        addr: SocketAddrV4::new(
+            Ipv4Addr::new(b[9], b[10], b[11], b[12]),
+            u16::from_le_bytes([b[13], b[14]]),
+        ),
+        arena_size: u64::from_le_bytes(b[15..23].try_into().unwrap()),
+        path_len: u16::from_le_bytes([b[23], b[24]]),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Ref {
+        Ref {
+            len: 65536,
+            agent_id: 7,
+            agent: "10.1.2.3:4567".parse().unwrap(),
+            offset: 12,
+            buf_id: 0x1234_5678_9abc_def0_1122_3344_5566_7788,
+        }
+    }
+
+    #[test]
+    fn v_roundtrip_and_every_prefix_needs_more() {
+        let r = sample();
+        let b = r.encode();
+        assert_eq!(parse_header(&b), Ok(Some((Header::Virtual(r), V_HDR))));
+        for n in 0..V_HDR {
+            assert_eq!(parse_header(&b[..n]), Ok(None), "prefix {n}");
+        }
+    }
+
+    #[test]
+    fn r_roundtrip() {
+        assert_eq!(
+            parse_header(&encode_r(3)),
+            Ok(Some((Header::Real(3), R_HDR)))
+        );
+        assert_eq!(parse_header(&encode_r(0)), Err(ProtoError::BadLength));
+    }
+
+    #[test]
+    fn forged_or_flipped_bits_are_refused() {
+        let b = sample().encode();
+        for i in 1..V_HDR {
+            for bit in 0..8 {
+                let mut c = b;
+                c[i] ^= 1 << bit;
+                assert!(parse_header(&c).is_err(), "byte {i} bit {bit} accepted");
+            }
+        }
+        assert_eq!(
+            parse_header(b"GET / HTTP/1.1\r\n"),
+            Err(ProtoError::NotFramed)
+        );
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic() {
+        let mut x: u64 = 0x9e3779b97f4a7c15;
+        for _ in 0..20000 {
+            let mut b = [0u8; V_HDR + 3];
+            for v in b.iter_mut() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *v = x as u8;
+            }
+            b[0] = if x & 1 == 0 { TAG_R } else { TAG_V };
+            let n = (x >> 8) as usize % b.len();
+            let _ = parse_header(&b[..n]);
+        }
+    }
+}

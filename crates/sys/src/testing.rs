@@ -1,0 +1,160 @@
+//! The test policy for external tools and other things a test needs from the machine.
+//!
+//! A test that needs nginx, wrk, ab, curl, chromium (any program found on `PATH`):
+//!
+//! ```no_run
+//! #[test]
+//! fn against_nginx() {
+//!     let Some(nginx) = iolab_sys::testing::require_tool("nginx", "nginx") else { return };
+//!     // ... std::process::Command::new(nginx) ...
+//! }
+//! ```
+//!
+//! or, returning early by itself: `let nginx = iolab_sys::require_tool!("nginx", "nginx");`.
+//!
+//! - The tool is there: its path is returned and the test runs.
+//! - It is missing, outside CI: one line on the terminal (not captured by the test harness),
+//!   `SKIPPED <test>: needs \`nginx\` (Debian package nginx: sudo scripts/install-deps)`, and
+//!   the test returns, passing.
+//! - It is missing under `CI=true` (or `CI=1`): the test fails with the same text. CI installs
+//!   every tool listed in `scripts/deps/*`, so a missing one there is a defect, not a skip.
+//!
+//! [`require`] applies the same policy to any other precondition (root, IPv6 loopback, ...).
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+/// True under CI: the environment variable `CI` is `true` or `1` (as CI services set it).
+pub fn in_ci() -> bool {
+    matches!(
+        std::env::var("CI").as_deref().map(str::trim),
+        Ok("true" | "TRUE" | "True" | "1" | "yes")
+    )
+}
+
+/// Where `command` would run from: itself if it contains a `/` and is an executable file, else
+/// the first executable file of that name on `PATH`.
+pub fn find_tool(command: &str) -> Option<PathBuf> {
+    if command.contains('/') {
+        let p = PathBuf::from(command);
+        return is_executable(&p).then_some(p);
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(command))
+        .find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// The path of `command` if it is installed. If not: under CI, panics; outside CI, prints one
+/// line naming the Debian `package` and returns `None` (the caller returns: the test skips).
+pub fn require_tool(command: &str, package: &str) -> Option<PathBuf> {
+    require_any_tool(&[command], package)
+}
+
+/// As [`require_tool`], for a tool known under several names (the first found is returned):
+/// `require_any_tool(&["chromium", "chromium-browser", "google-chrome"], "chromium")`.
+pub fn require_any_tool(commands: &[&str], package: &str) -> Option<PathBuf> {
+    if let Some(p) = commands.iter().find_map(|c| find_tool(c)) {
+        return Some(p);
+    }
+    let names: Vec<String> = commands.iter().map(|c| format!("`{c}`")).collect();
+    let reason = format!(
+        "needs {} (Debian package {package}: sudo scripts/install-deps)",
+        names.join(" or ")
+    );
+    if require(false, &reason) {
+        unreachable!()
+    }
+    None
+}
+
+/// The policy for any precondition: returns `ok`. When `ok` is false: under CI, panics with
+/// `reason`; outside CI, prints `SKIPPED <test>: <reason>` as one line and returns false.
+pub fn require(ok: bool, reason: &str) -> bool {
+    if ok {
+        return true;
+    }
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("test");
+    if in_ci() {
+        panic!("{test}: {reason} (CI=true: a missing requirement is a failure)");
+    }
+    // Straight to the process's stderr, not through eprintln!: the test harness captures
+    // eprintln! output of passing tests, and a skip must be seen.
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {reason}");
+    false
+}
+
+/// `let path = require_tool!("nginx", "nginx");` — the tool's path, or the enclosing test
+/// returns (skips) outside CI / fails under CI (see [`require_tool`]).
+#[macro_export]
+macro_rules! require_tool {
+    ($command:expr, $package:expr) => {
+        match $crate::testing::require_tool($command, $package) {
+            Some(path) => path,
+            None => return,
+        }
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_what_is_on_path_and_nothing_else() {
+        let sh = find_tool("sh").expect("sh on PATH");
+        assert!(sh.is_absolute() && sh.ends_with("sh"));
+        assert_eq!(find_tool("/bin/sh"), Some(PathBuf::from("/bin/sh")));
+        assert_eq!(find_tool("iolab-no-such-tool-xyz"), None);
+        assert_eq!(find_tool("/etc/passwd"), None, "not executable");
+        assert_eq!(find_tool("/etc"), None, "a directory");
+        assert_eq!(require_tool("sh", "dash"), Some(sh));
+    }
+
+    /// Both sides of the policy, in a child process each (the environment is per process).
+    #[test]
+    fn missing_tool_skips_outside_ci_and_fails_under_ci() {
+        if std::env::var_os("IOLAB_SYS_POLICY_CHILD").is_some() {
+            // The child: require a tool that does not exist.
+            let got = require_tool("iolab-no-such-tool-xyz", "iolab-nothing");
+            assert!(got.is_none());
+            return;
+        }
+        let exe = std::env::current_exe().unwrap();
+        let run = |ci: &str| {
+            std::process::Command::new(&exe)
+                .args([
+                    "--exact",
+                    "testing::tests::missing_tool_skips_outside_ci_and_fails_under_ci",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env("IOLAB_SYS_POLICY_CHILD", "1")
+                .env("CI", ci)
+                .output()
+                .unwrap()
+        };
+        let out = run("false");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "outside CI: {err}");
+        let lines: Vec<&str> = err.lines().filter(|l| l.contains("SKIPPED")).collect();
+        assert_eq!(lines.len(), 1, "{err}");
+        assert!(
+            lines[0].contains("`iolab-no-such-tool-xyz`")
+                && lines[0].contains("Debian package iolab-nothing"),
+            "{}",
+            lines[0]
+        );
+        let out = run("true");
+        let all = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "under CI the test must fail: {all}");
+        assert!(all.contains("CI=true"), "{all}");
+    }
+}

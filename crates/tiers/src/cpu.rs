@@ -1,0 +1,156 @@
+//! Per-tier figures: CPU time (a cgroup per tier: v1 `cpuacct.usage`, v2 `cpu.stat`), bytes
+//! through interfaces (`ip -s -j link` in the tier's namespace), ODB counters.
+
+use anyhow::Context;
+use std::path::{Path, PathBuf};
+
+/// One cgroup per tier under `<root>/iolab-tiers-<pid>-<tag>/<tier>`, removed on drop.
+pub struct Cgroups {
+    pub base: PathBuf,
+    v2: bool,
+}
+
+const V1: &str = "/sys/fs/cgroup/cpuacct";
+const V2: &str = "/sys/fs/cgroup";
+
+pub fn cgroup_root() -> Option<(PathBuf, bool)> {
+    if Path::new(V1).join("cpuacct.usage").exists() {
+        return Some((V1.into(), false));
+    }
+    if Path::new(V2).join("cgroup.controllers").exists() {
+        return Some((V2.into(), true));
+    }
+    None
+}
+
+impl Cgroups {
+    pub fn new(tag: &str, tiers: &[&str]) -> anyhow::Result<Cgroups> {
+        let (root, v2) = cgroup_root().context("no cgroup cpu accounting (v1 cpuacct or v2)")?;
+        let base = root.join(format!("iolab-tiers-{}-{tag}", std::process::id()));
+        std::fs::create_dir_all(&base).with_context(|| format!("creating {}", base.display()))?;
+        for t in tiers {
+            std::fs::create_dir_all(base.join(t))?;
+        }
+        Ok(Cgroups { base, v2 })
+    }
+
+    pub fn dir(&self, tier: &str) -> PathBuf {
+        self.base.join(tier)
+    }
+
+    /// CPU seconds used so far by the tier's processes (and the ones that exited).
+    pub fn cpu_seconds(&self, tier: &str) -> f64 {
+        let d = self.dir(tier);
+        if self.v2 {
+            let s = std::fs::read_to_string(d.join("cpu.stat")).unwrap_or_default();
+            s.lines()
+                .find_map(|l| l.strip_prefix("usage_usec "))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .map_or(0.0, |us| us / 1e6)
+        } else {
+            std::fs::read_to_string(d.join("cpuacct.usage"))
+                .ok()
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .map_or(0.0, |ns| ns / 1e9)
+        }
+    }
+}
+
+fn remove_tree(base: &Path) {
+    if let Ok(rd) = std::fs::read_dir(base) {
+        for e in rd.flatten() {
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                let _ = std::fs::remove_dir(e.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(base);
+}
+
+impl Drop for Cgroups {
+    fn drop(&mut self) {
+        remove_tree(&self.base);
+    }
+}
+
+/// Removes cgroups `iolab-tiers-<pid>-*` whose owner pid is dead (and that are empty).
+pub fn cleanup_stale_cgroups() -> Vec<String> {
+    let mut removed = Vec::new();
+    let Some((root, _)) = cgroup_root() else {
+        return removed;
+    };
+    let Ok(rd) = std::fs::read_dir(&root) else {
+        return removed;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix("iolab-tiers-") else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
+            continue;
+        };
+        // SAFETY: kill with signal 0 only checks existence.
+        let alive = unsafe { libc::kill(pid, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+        if !alive {
+            remove_tree(&e.path());
+            removed.push(name);
+        }
+    }
+    removed
+}
+
+/// rx/tx bytes of every non-loopback interface in a namespace (None: ours).
+pub fn iface_bytes(ns: Option<&str>) -> anyhow::Result<Vec<(String, u64, u64)>> {
+    let mut c = std::process::Command::new("ip");
+    if let Some(ns) = ns {
+        c.args(["-n", ns]);
+    }
+    let out = c
+        .args(["-s", "-j", "link", "show"])
+        .output()
+        .context("running ip -s -j link")?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("parsing ip -j")?;
+    let mut r = Vec::new();
+    for l in v.as_array().into_iter().flatten() {
+        let name = l["ifname"].as_str().unwrap_or("").to_string();
+        if name == "lo" {
+            continue;
+        }
+        let st = &l["stats64"];
+        r.push((
+            name,
+            st["rx"]["bytes"].as_u64().unwrap_or(0),
+            st["tx"]["bytes"].as_u64().unwrap_or(0),
+        ));
+    }
+    Ok(r)
+}
+
+/// Sums the ODB counter files of each tier directory under `dir` (dir/<tier>/odb-*.json).
+pub fn odb_counters(dir: &Path) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    for tier in crate::stack::TIERS {
+        let mut sum = serde_json::Map::new();
+        if let Ok(rd) = std::fs::read_dir(dir.join(tier)) {
+            for e in rd.flatten() {
+                let n = e.file_name().to_string_lossy().into_owned();
+                if !(n.starts_with("odb-") && n.ends_with(".json")) {
+                    continue;
+                }
+                let Ok(v) = std::fs::read(e.path())
+                    .map(|b| serde_json::from_slice::<serde_json::Value>(&b).unwrap_or_default())
+                else {
+                    continue;
+                };
+                for (k, x) in v.as_object().into_iter().flatten() {
+                    let cur = sum.get(k).and_then(|c| c.as_u64()).unwrap_or(0);
+                    sum.insert(k.clone(), (cur + x.as_u64().unwrap_or(0)).into());
+                }
+            }
+        }
+        out.insert(tier.to_string(), sum.into());
+    }
+    out.into()
+}

@@ -1,0 +1,374 @@
+//! One run of the three nginx tiers (and the ODB agent): processes started in their network
+//! namespaces (or all on loopback), stopped on drop. The testbed (`testbed.rs`) makes the
+//! namespaces; the bench and the tests start one `Stack` per configuration they compare.
+
+use crate::nginx;
+use anyhow::{bail, Context};
+use std::ffi::OsString;
+use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const TIERS: [&str; 3] = ["fe", "is", "be"];
+
+/// Where a tier runs.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Place {
+    /// Network namespace (None: the caller's).
+    pub ns: Option<String>,
+    /// Address the tier listens on and connects from.
+    pub addr: Ipv4Addr,
+}
+
+#[derive(Clone, Debug)]
+pub struct StackConfig {
+    pub fe: Place,
+    pub is: Place,
+    pub be: Place,
+    /// Base port: FE listens on base, IS base+1, BE base+2, agent base+3.
+    pub port: u16,
+    /// Directory for configs, logs, ODB counters (created).
+    pub dir: PathBuf,
+    /// Static files served by the BE.
+    pub root: PathBuf,
+    /// ODB on every tier (None: vanilla nginx).
+    pub odb: Option<Odb>,
+    /// Tiers share one namespace (loopback): proxies bind their source address.
+    pub loopback: bool,
+    pub workers: u32,
+    /// Start no BE nginx (a test puts its own server at the BE's address).
+    pub skip_be: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct Odb {
+    /// libiolab_odb.so
+    pub lib: PathBuf,
+    /// The agent's command line (program + args); `--listen ADDR` is appended.
+    pub agent: Vec<OsString>,
+    pub agent_memory_mib: u64,
+    pub threshold: usize,
+}
+
+pub struct Stack {
+    pub cfg: StackConfig,
+    pub procs: Vec<(String, Child)>,
+    pub configs: Vec<(String, String)>,
+}
+
+/// Makes `cmd` run in network namespace `ns` (setns before exec).
+pub fn enter_ns(cmd: &mut Command, ns: &str) -> anyhow::Result<()> {
+    let path = format!("/var/run/netns/{ns}");
+    let f = std::fs::File::open(&path).with_context(|| format!("opening {path}"))?;
+    use std::os::fd::AsRawFd;
+    // SAFETY: runs in the forked child before exec; setns on an fd the parent opened (kept
+    // alive by the closure) is async-signal-safe, and nothing is allocated.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    Ok(())
+}
+
+/// Puts the child into `cgroup.procs` of a cgroup directory before exec, so every process it
+/// forks is counted there from its first instruction.
+pub fn enter_cgroup(cmd: &mut Command, cg: &Path) -> anyhow::Result<()> {
+    let path = cg.join("cgroup.procs");
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    use std::os::fd::AsRawFd;
+    // SAFETY: write(2) of a constant on an fd the parent opened: async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::write(f.as_raw_fd(), b"0".as_ptr().cast(), 1) != 1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    Ok(())
+}
+
+pub fn which(prog: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin".into(), "/sbin".into()])
+        .map(|d| d.join(prog))
+        .find(|p| p.is_file())
+}
+
+/// nginx workers run as `nobody` when started as root: the agent's arena must be theirs.
+fn worker_user_args() -> Vec<&'static str> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        vec!["--arena-user", WORKER_USER]
+    } else {
+        vec![]
+    }
+}
+
+/// The user nginx workers run as (set in the generated configs).
+pub const WORKER_USER: &str = "nobody";
+
+impl StackConfig {
+    pub fn listen(&self, tier: &str) -> SocketAddrV4 {
+        let (p, off) = match tier {
+            "fe" => (&self.fe, 0),
+            "is" => (&self.is, 1),
+            "be" => (&self.be, 2),
+            _ => unreachable!(),
+        };
+        SocketAddrV4::new(p.addr, self.port + off)
+    }
+    pub fn agent_addr(&self) -> SocketAddrV4 {
+        SocketAddrV4::new(self.be.addr, self.port + 3)
+    }
+    pub fn place(&self, tier: &str) -> &Place {
+        match tier {
+            "fe" => &self.fe,
+            "is" => &self.is,
+            _ => &self.be,
+        }
+    }
+    /// The ODB domain: the three tiers' addresses (the client is outside).
+    pub fn domain(&self) -> String {
+        format!("{},{},{}", self.fe.addr, self.is.addr, self.be.addr)
+    }
+}
+
+fn wait_listening(
+    addr: SocketAddrV4,
+    ns: Option<&str>,
+    child: &mut Child,
+    what: &str,
+) -> anyhow::Result<()> {
+    let t0 = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait()? {
+            bail!("{what} exited at start ({st})");
+        }
+        let ok = match ns {
+            None => TcpStream::connect_timeout(&addr.into(), Duration::from_millis(200)).is_ok(),
+            Some(ns) => {
+                // a listening socket in the namespace: ss -ltn there
+                let mut c = Command::new("ss");
+                enter_ns(&mut c, ns)?;
+                let out = c.args(["-Hltn", &format!("src = {addr}")]).output()?;
+                !String::from_utf8_lossy(&out.stdout).trim().is_empty()
+            }
+        };
+        if ok {
+            return Ok(());
+        }
+        if t0.elapsed() > Duration::from_secs(10) {
+            bail!("{what} is not listening on {addr} after 10 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+impl Stack {
+    pub fn start(cfg: StackConfig, cgroups: Option<&crate::cpu::Cgroups>) -> anyhow::Result<Stack> {
+        let nginx_bin = which("nginx").context("nginx not found (Debian package nginx)")?;
+        std::fs::create_dir_all(&cfg.dir)?;
+        let mut st = Stack {
+            cfg: cfg.clone(),
+            procs: Vec::new(),
+            configs: Vec::new(),
+        };
+        let odb_dir = cfg.dir.join("odb");
+        if let Some(odb) = &cfg.odb {
+            std::fs::create_dir_all(&odb_dir)?;
+            for t in TIERS {
+                // the workers (user nobody under a root master) write their counters here
+                std::fs::create_dir_all(odb_dir.join(t))?;
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(odb_dir.join(t), std::fs::Permissions::from_mode(0o777))?;
+            }
+            let mut c = Command::new(&odb.agent[0]);
+            c.args(&odb.agent[1..])
+                .arg("--listen")
+                .arg(cfg.agent_addr().to_string())
+                .arg("--memory")
+                .arg(odb.agent_memory_mib.to_string())
+                .args(worker_user_args())
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(cfg.dir.join("agent.log"))?);
+            if let Some(ns) = &cfg.be.ns {
+                enter_ns(&mut c, ns)?;
+            }
+            if let Some(cg) = cgroups {
+                enter_cgroup(&mut c, &cg.dir("be"))?;
+            }
+            let mut child = c.spawn().context("starting the ODB agent")?;
+            wait_listening(
+                cfg.agent_addr(),
+                cfg.be.ns.as_deref(),
+                &mut child,
+                "ODB agent",
+            )?;
+            st.procs.push(("agent".into(), child));
+        }
+        // BE first, then IS, then FE: each finds its upstream listening.
+        for tier in ["be", "is", "fe"] {
+            if tier == "be" && cfg.skip_be {
+                continue;
+            }
+            let tdir = cfg.dir.join(tier);
+            std::fs::create_dir_all(&tdir)?;
+            let env: Vec<String> = if cfg.odb.is_some() {
+                [
+                    "LD_PRELOAD",
+                    "IOLAB_ODB_DOMAIN",
+                    "IOLAB_ODB_AGENT",
+                    "IOLAB_ODB_THRESHOLD",
+                    "IOLAB_ODB_STATS_DIR",
+                ]
+                .iter()
+                .map(|s| s.to_string())
+                .collect()
+            } else {
+                vec![]
+            };
+            let common = nginx::Common {
+                workers: cfg.workers,
+                env,
+            };
+            let bind = cfg.loopback.then(|| cfg.place(tier).addr);
+            let text = match tier {
+                "be" => nginx::be(&tdir, &common, cfg.listen("be"), &cfg.root),
+                "is" => nginx::proxy(&tdir, &common, cfg.listen("is"), &[cfg.listen("be")], bind),
+                _ => nginx::proxy(&tdir, &common, cfg.listen("fe"), &[cfg.listen("is")], bind),
+            };
+            let conf = tdir.join("nginx.conf");
+            std::fs::write(&conf, &text)?;
+            st.configs.push((tier.to_string(), text));
+            let mut c = Command::new(&nginx_bin);
+            c.arg("-p")
+                .arg(&tdir)
+                .arg("-c")
+                .arg(&conf)
+                .arg("-e")
+                .arg(tdir.join("error.log"));
+            c.stdout(Stdio::null())
+                .stderr(std::fs::File::create(tdir.join("stderr.log"))?);
+            c.env_clear().env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+            if let Some(odb) = &cfg.odb {
+                c.env("LD_PRELOAD", &odb.lib)
+                    .env("IOLAB_ODB_DOMAIN", cfg.domain())
+                    .env("IOLAB_ODB_THRESHOLD", odb.threshold.to_string())
+                    .env("IOLAB_ODB_STATS_DIR", odb_dir.join(tier));
+                if tier == "be" {
+                    c.env("IOLAB_ODB_AGENT", cfg.agent_addr().to_string());
+                }
+            }
+            if let Some(ns) = &cfg.place(tier).ns {
+                enter_ns(&mut c, ns)?;
+            }
+            if let Some(cg) = cgroups {
+                enter_cgroup(&mut c, &cg.dir(tier))?;
+            }
+            let mut child = c
+                .spawn()
+                .with_context(|| format!("starting nginx ({tier})"))?;
+            wait_listening(
+                cfg.listen(tier),
+                cfg.place(tier).ns.as_deref(),
+                &mut child,
+                &format!("nginx {tier}"),
+            )
+            .with_context(|| std::fs::read_to_string(tdir.join("error.log")).unwrap_or_default())?;
+            st.procs.push((tier.to_string(), child));
+        }
+        Ok(st)
+    }
+
+    /// The agent's pid (ODB runs only).
+    pub fn agent_pid(&self) -> Option<u32> {
+        self.procs
+            .iter()
+            .find(|(n, _)| n == "agent")
+            .map(|(_, c)| c.id())
+    }
+
+    /// Kills the agent at once (SIGKILL): a crash.
+    pub fn kill_agent(&mut self) {
+        if let Some(i) = self.procs.iter().position(|(n, _)| n == "agent") {
+            let (_, mut c) = self.procs.remove(i);
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Stops the agent with SIGTERM (it drains) and starts a new one at the same address.
+    pub fn restart_agent(&mut self) -> anyhow::Result<()> {
+        let Some(odb) = self.cfg.odb.clone() else {
+            bail!("no agent in a vanilla stack")
+        };
+        if let Some(i) = self.procs.iter().position(|(n, _)| n == "agent") {
+            let (_, mut c) = self.procs.remove(i);
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let _ = c.wait();
+        }
+        let mut c = Command::new(&odb.agent[0]);
+        c.args(&odb.agent[1..])
+            .arg("--listen")
+            .arg(self.cfg.agent_addr().to_string())
+            .arg("--memory")
+            .arg(odb.agent_memory_mib.to_string())
+            .args(worker_user_args())
+            .stdout(Stdio::null());
+        if let Some(ns) = &self.cfg.be.ns {
+            enter_ns(&mut c, ns)?;
+        }
+        let mut child = c.spawn()?;
+        wait_listening(
+            self.cfg.agent_addr(),
+            self.cfg.be.ns.as_deref(),
+            &mut child,
+            "ODB agent",
+        )?;
+        self.procs.push(("agent".into(), child));
+        Ok(())
+    }
+
+    /// ODB counters summed per tier (from the stats files of its processes).
+    pub fn odb_counters(&self) -> serde_json::Value {
+        crate::cpu::odb_counters(&self.cfg.dir.join("odb"))
+    }
+
+    pub fn stop(&mut self) {
+        // FE first: nothing new arrives at the tiers behind it.
+        for (_, c) in self.procs.iter_mut().rev() {
+            // SAFETY: kill(2) on our own child's pid (nginx: SIGTERM is a fast shutdown).
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        }
+        let t0 = Instant::now();
+        for (_, c) in self.procs.iter_mut() {
+            while c.try_wait().ok().flatten().is_none() {
+                if t0.elapsed() > Duration::from_secs(5) {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        self.procs.clear();
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

@@ -1,0 +1,182 @@
+//! Helpers shared by the tests and the bench: locating the built ODB artefacts, a minimal
+//! HTTP/1.1 client that returns the exact bytes it received, payload files.
+
+use anyhow::{bail, Context};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddrV4, TcpStream};
+use std::path::{Path, PathBuf};
+
+/// `libiolab_odb.so` and the agent program, next to the running executable (target/<profile>
+/// or target/<profile>/deps), built with cargo if missing (tests run from a fresh clone).
+pub fn odb_artifacts() -> anyhow::Result<(PathBuf, Vec<std::ffi::OsString>)> {
+    let exe = std::env::current_exe()?;
+    let mut dir = exe.parent().context("exe dir")?.to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    if let Some(lib) = std::env::var_os("IOLAB_ODB_LIB") {
+        return Ok((lib.into(), agent_cmd(&dir)));
+    }
+    let lib = dir.join("libiolab_odb.so");
+    let agent = dir.join("iolab-odb-agent");
+    if !lib.exists() || !agent.exists() {
+        let release = dir.ends_with("release");
+        let mut c = std::process::Command::new(std::env::var_os("CARGO").unwrap_or("cargo".into()));
+        c.args(["build", "-q", "-p", "iolab-odb", "-p", "iolab-odb-preload"]);
+        if release {
+            c.arg("--release");
+        }
+        let st = c
+            .status()
+            .context("running cargo build for the ODB library")?;
+        if !st.success() || !lib.exists() {
+            bail!(
+                "{} not found and cargo build did not make it",
+                lib.display()
+            );
+        }
+    }
+    Ok((lib, agent_cmd(&dir)))
+}
+
+fn agent_cmd(dir: &Path) -> Vec<std::ffi::OsString> {
+    let a = dir.join("iolab-odb-agent");
+    if a.exists() {
+        return vec![a.into()];
+    }
+    // the iolab binary itself: `iolab tiers agent`
+    vec![
+        std::env::current_exe().unwrap_or_default().into(),
+        "tiers".into(),
+        "agent".into(),
+    ]
+}
+
+/// A response as received.
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    /// The body after de-chunking.
+    pub body: Vec<u8>,
+    pub chunked: bool,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Reads one response (for `head`: no body) from a buffered connection.
+pub fn read_response(r: &mut BufReader<TcpStream>, head: bool) -> anyhow::Result<Response> {
+    let mut line = String::new();
+    if r.read_line(&mut line)? == 0 {
+        bail!("connection closed before a response");
+    }
+    let status: u16 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .with_context(|| format!("bad status line {line:?}"))?;
+    let mut headers = Vec::new();
+    loop {
+        let mut h = String::new();
+        r.read_line(&mut h)?;
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = h.split_once(':') {
+            headers.push((k.trim().to_string(), v.trim().to_string()));
+        }
+    }
+    let mut resp = Response {
+        status,
+        headers,
+        body: Vec::new(),
+        chunked: false,
+    };
+    if head {
+        return Ok(resp);
+    }
+    if resp
+        .header("transfer-encoding")
+        .is_some_and(|t| t.eq_ignore_ascii_case("chunked"))
+    {
+        resp.chunked = true;
+        loop {
+            let mut sz = String::new();
+            r.read_line(&mut sz)?;
+            let n = usize::from_str_radix(sz.trim().split(';').next().unwrap_or(""), 16)
+                .with_context(|| format!("bad chunk size {sz:?}"))?;
+            let mut chunk = vec![0u8; n + 2];
+            r.read_exact(&mut chunk)?;
+            if n == 0 {
+                break;
+            }
+            resp.body.extend_from_slice(&chunk[..n]);
+        }
+    } else if let Some(cl) = resp.header("content-length") {
+        let n: usize = cl.parse()?;
+        resp.body = vec![0u8; n];
+        r.read_exact(&mut resp.body)
+            .with_context(|| format!("body of {n} bytes"))?;
+    }
+    Ok(resp)
+}
+
+/// A keep-alive client connection.
+pub struct Client {
+    pub r: BufReader<TcpStream>,
+}
+
+impl Client {
+    pub fn connect(addr: SocketAddrV4) -> anyhow::Result<Client> {
+        let s = TcpStream::connect(addr)?;
+        s.set_read_timeout(Some(std::time::Duration::from_secs(20)))?;
+        Ok(Client {
+            r: BufReader::with_capacity(1 << 16, s),
+        })
+    }
+    pub fn send(&mut self, raw: &[u8]) -> anyhow::Result<()> {
+        self.r.get_mut().write_all(raw)?;
+        Ok(())
+    }
+    pub fn request(&mut self, method: &str, path: &str) -> anyhow::Result<Response> {
+        self.send(format!("{method} {path} HTTP/1.1\r\nHost: tiers\r\n\r\n").as_bytes())?;
+        read_response(&mut self.r, method == "HEAD")
+    }
+}
+
+/// Deterministic payload bytes for a size (the same in every run, different per size).
+pub fn payload(size: usize) -> Vec<u8> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ size as u64;
+    let mut v = Vec::with_capacity(size);
+    while v.len() < size {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.truncate(size);
+    v
+}
+
+/// Writes `f<size>` files into `root`.
+pub fn write_payloads(root: &Path, sizes: &[usize]) -> anyhow::Result<()> {
+    std::fs::create_dir_all(root)?;
+    for &s in sizes {
+        let p = root.join(format!("f{s}"));
+        if std::fs::metadata(&p)
+            .map(|m| m.len() as usize != s)
+            .unwrap_or(true)
+        {
+            std::fs::write(&p, payload(s))?;
+        }
+    }
+    Ok(())
+}

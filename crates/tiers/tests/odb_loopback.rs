@@ -1,0 +1,307 @@
+//! ODB correctness through three real nginx tiers on loopback (FE → IS → BE, each on its own
+//! 127.x address, the client outside the ODB domain): the bytes a client receives with ODB
+//! are the bytes it receives without it, and every failure of the ODB machinery ends in a
+//! fallback or a clean error, never in a wrong byte.
+
+use iolab_tiers::stack::{Odb, Place, Stack, StackConfig};
+use iolab_tiers::testutil::*;
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn have_nginx() -> bool {
+    if iolab_tiers::stack::which("nginx").is_some() {
+        return true;
+    }
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("nginx missing under CI=true (Debian package nginx)");
+    }
+    eprintln!("skipped: nginx not installed (Debian package nginx)");
+    false
+}
+
+/// A distinct loopback /24 and a free base port for one stack.
+fn place() -> (Ipv4Addr, u16) {
+    loop {
+        let b: u8 = 2 + (rand::random::<u8>() % 250);
+        let c: u8 = rand::random::<u8>() % 250;
+        let base = Ipv4Addr::new(127, 100 + b % 100, c, 0);
+        let fe = Ipv4Addr::new(127, base.octets()[1], c, 11);
+        let Ok(l) = TcpListener::bind((fe, 0)) else {
+            continue;
+        };
+        let port = l.local_addr().unwrap().port();
+        if port > 65000 {
+            continue;
+        }
+        return (base, port);
+    }
+}
+
+fn tmpdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("iolab-tiers-test-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn config(tag: &str, root: &Path, odb: bool, memory_mib: u64) -> StackConfig {
+    let (net, port) = place();
+    let o = net.octets();
+    let at = |h: u8| Place {
+        ns: None,
+        addr: Ipv4Addr::new(o[0], o[1], o[2], h),
+    };
+    StackConfig {
+        fe: at(11),
+        is: at(12),
+        be: at(13),
+        port,
+        dir: tmpdir(tag),
+        root: root.to_path_buf(),
+        odb: odb.then(|| {
+            let (lib, agent) = odb_artifacts().expect("ODB artefacts");
+            Odb {
+                lib,
+                agent,
+                agent_memory_mib: memory_mib,
+                threshold: 4096,
+            }
+        }),
+        loopback: true,
+        workers: 1,
+        skip_be: false,
+    }
+}
+
+fn sizes() -> Vec<usize> {
+    let mut v: Vec<usize> = (0..=24).map(|p| 1usize << p).collect();
+    v.extend([
+        4095, 4097, 8191, 8193, 12287, 12289, 65535, 65537, 100_000, 1_000_001,
+    ]);
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+fn root_with(sizes: &[usize]) -> PathBuf {
+    let root = std::env::temp_dir().join(format!("iolab-tiers-test-{}-www", std::process::id()));
+    write_payloads(&root, sizes).unwrap();
+    root
+}
+
+fn fe(cfg: &StackConfig) -> SocketAddrV4 {
+    cfg.listen("fe")
+}
+
+#[test]
+fn every_size_is_identical_with_and_without_odb() {
+    if !have_nginx() {
+        return;
+    }
+    let sizes = sizes();
+    let root = root_with(&sizes);
+    let vanilla = Stack::start(config("van", &root, false, 0), None).unwrap();
+    let odb = Stack::start(config("odb", &root, true, 256), None).unwrap();
+    for st in [&vanilla, &odb] {
+        let mut keep = Client::connect(fe(&st.cfg)).unwrap();
+        for &s in &sizes {
+            let want = payload(s);
+            let r = keep.request("GET", &format!("/f{s}")).unwrap();
+            assert_eq!(r.status, 200, "size {s}");
+            assert!(
+                r.body == want,
+                "size {s}: keep-alive body differs (odb: {})",
+                st.cfg.odb.is_some()
+            );
+            let r = Client::connect(fe(&st.cfg))
+                .unwrap()
+                .request("GET", &format!("/f{s}"))
+                .unwrap();
+            assert!(r.body == want, "size {s}: new-connection body differs");
+        }
+    }
+    // ODB really ran: the IS forwarded references it never fetched.
+    let mut odb = odb;
+    odb.stop();
+    let c = odb.odb_counters();
+    let v_out = c["is"]["v_out_bytes"].as_u64().unwrap_or(0);
+    let fetched = c["is"]["fetch_bytes"].as_u64().unwrap_or(0);
+    assert!(
+        v_out > 30 << 20,
+        "IS forwarded only {v_out} bytes by reference: {c}"
+    );
+    assert!(fetched * 10 < v_out, "IS fetched {fetched} of {v_out}: {c}");
+    assert_eq!(c["fe"]["proto_errors"].as_u64(), Some(0), "{c}");
+}
+
+#[test]
+fn head_404_chunked_pipelined_through_odb() {
+    if !have_nginx() {
+        return;
+    }
+    let sizes = [100usize, 70_000, 300_000];
+    let root = root_with(&sizes);
+    let st = Stack::start(config("misc", &root, true, 256), None).unwrap();
+    let mut c = Client::connect(fe(&st.cfg)).unwrap();
+    let h = c.request("HEAD", "/f300000").unwrap();
+    assert_eq!(
+        (h.status, h.header("content-length")),
+        (200, Some("300000"))
+    );
+    assert_eq!(c.request("GET", "/missing").unwrap().status, 404);
+    let r = c.request("GET", "/ssi/f300000").unwrap();
+    assert!(r.chunked, "SSI response is chunked");
+    assert!(r.body == payload(300_000), "chunked body differs");
+    // pipelined: three requests in one write, answered in order on one connection
+    c.send(b"GET /f70000 HTTP/1.1\r\nHost: t\r\n\r\nHEAD /f100 HTTP/1.1\r\nHost: t\r\n\r\nGET /f300000 HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    assert!(read_response(&mut c.r, false).unwrap().body == payload(70_000));
+    assert_eq!(
+        read_response(&mut c.r, true)
+            .unwrap()
+            .header("content-length"),
+        Some("100")
+    );
+    assert!(read_response(&mut c.r, false).unwrap().body == payload(300_000));
+}
+
+#[test]
+fn agent_restart_under_load_loses_nothing() {
+    if !have_nginx() {
+        return;
+    }
+    let sizes = [65536usize, 1 << 20];
+    let root = root_with(&sizes);
+    let mut st = Stack::start(config("rst", &root, true, 256), None).unwrap();
+    let addr = fe(&st.cfg);
+    let stop = Arc::new(AtomicBool::new(false));
+    let s2 = stop.clone();
+    let load = std::thread::spawn(move || {
+        let mut n = 0;
+        let mut c = Client::connect(addr).unwrap();
+        while !s2.load(Ordering::Relaxed) {
+            let s = sizes[n % 2];
+            let r = c.request("GET", &format!("/f{s}")).unwrap();
+            assert!(
+                r.status == 200 && r.body == payload(s),
+                "request {n} differs during the restart"
+            );
+            n += 1;
+        }
+        n
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    st.restart_agent().unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    stop.store(true, Ordering::Relaxed);
+    let n = load.join().unwrap();
+    assert!(n > 10, "only {n} requests");
+}
+
+#[test]
+fn killed_agent_and_full_agent_fall_back_or_fail_cleanly() {
+    if !have_nginx() {
+        return;
+    }
+    let sizes = [1usize << 24, 1 << 20];
+    let root = root_with(&sizes);
+    // a 1 MiB agent cannot hold a 16 MiB body: every store is refused, bytes are copied
+    let mut small = Stack::start(config("oom", &root, true, 1), None).unwrap();
+    let mut c = Client::connect(fe(&small.cfg)).unwrap();
+    for _ in 0..3 {
+        assert!(c.request("GET", "/f16777216").unwrap().body == payload(1 << 24));
+    }
+    small.stop();
+    assert!(
+        small.odb_counters()["be"]["store_fallbacks"]
+            .as_u64()
+            .unwrap_or(0)
+            > 0
+    );
+
+    // killed mid-transfer: the response in flight is complete or cut short (a clean error),
+    // never wrong; later requests are served by copying until a new agent is up
+    let mut st = Stack::start(config("kill", &root, true, 256), None).unwrap();
+    let addr = fe(&st.cfg);
+    let t = std::thread::spawn(move || {
+        let mut c = Client::connect(addr).unwrap();
+        c.send(b"GET /f16777216 HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+        let mut got = Vec::new();
+        use std::io::Read;
+        let _ = c.r.read_to_end(&mut got); // ends when a tier closes (or the 20 s timeout)
+        got
+    });
+    std::thread::sleep(Duration::from_millis(30));
+    st.kill_agent();
+    let got = t.join().unwrap();
+    let want = payload(1 << 24);
+    if got.starts_with(b"HTTP/1.1 200") {
+        let p = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+        let body = &got[p + 4..];
+        assert!(
+            body.len() <= want.len() && body == &want[..body.len()],
+            "a wrong byte after the agent was killed"
+        );
+    }
+    for _ in 0..3 {
+        let r = Client::connect(addr)
+            .unwrap()
+            .request("GET", "/f1048576")
+            .unwrap();
+        assert!(
+            r.body == payload(1 << 20),
+            "no fallback to copying after the agent died"
+        );
+    }
+}
+
+#[test]
+fn forged_and_malformed_references_are_clean_errors() {
+    if !have_nginx() {
+        return;
+    }
+    use iolab_odb::proto;
+    let root = root_with(&[1]);
+    let mut cfg = config("forge", &root, true, 16);
+    cfg.skip_be = true;
+    let st = Stack::start(cfg, None).unwrap();
+    // our own "BE": answers every request with a header (R frame) and a forged V frame
+    let be = TcpListener::bind(st.cfg.listen("be")).unwrap();
+    let agent = st.cfg.agent_addr();
+    std::thread::spawn(move || {
+        for (i, s) in be.incoming().enumerate() {
+            let Ok(mut s) = s else { continue };
+            use std::io::{Read, Write};
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let head = b"HTTP/1.1 200 OK\r\nContent-Length: 65536\r\n\r\n";
+            let mut out = proto::encode_r(head.len() as u32).to_vec();
+            out.extend_from_slice(head);
+            let r = proto::Ref {
+                len: 65536,
+                agent_id: 1,
+                agent,
+                offset: 0,
+                buf_id: rand::random(),
+            };
+            let mut v = r.encode();
+            if i % 2 == 1 {
+                v[30] ^= 0xff; // malformed: checksum mismatch
+            }
+            out.extend_from_slice(&v);
+            let _ = s.write_all(&out);
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    });
+    for _ in 0..2 {
+        let mut c = Client::connect(fe(&st.cfg)).unwrap();
+        match c.request("GET", "/x") {
+            Ok(r) if r.status == 200 => panic!("a forged reference produced a full 200 response"),
+            Ok(r) => eprintln!("forged reference: clean error: status {}", r.status),
+            Err(e) => eprintln!("forged reference: clean error: {e:#}"),
+        }
+    }
+}
