@@ -348,10 +348,6 @@ fn closed_by_peer(s: &mut TcpStream, within: Duration) -> bool {
     }
 }
 
-fn wrk_available() -> bool {
-    Command::new("wrk").arg("-v").output().is_ok()
-}
-
 // ---------------------------------------------------------------------------------------
 // The cases.
 
@@ -359,6 +355,7 @@ mod cases {
     use super::*;
 
     pub fn get_small_and_big(model: Variant) {
+        let curl = iolab_sys::require_tool!("curl", "curl");
         let srv = start(model, &[]);
         let r = srv.get("/small.html");
         assert_eq!(r.status, 200);
@@ -378,7 +375,7 @@ mod cases {
         assert_eq!((r.status, &r.body), (200, &srv.site.index));
         // And with a real client.
         let out = srv.site.dir.join("curl.out");
-        let st = Command::new("curl")
+        let st = Command::new(curl)
             .args(["-sS", "--fail", "--max-time", "20", "-o"])
             .arg(&out)
             .arg(srv.url("/big.bin"))
@@ -480,6 +477,7 @@ mod cases {
     }
 
     pub fn path_escapes_never_leak(model: Variant) {
+        let curl = iolab_sys::require_tool!("curl", "curl");
         let srv = start(model, &[]);
         let secret_abs = srv.site.dir.join("secret.txt");
         let abs = secret_abs.to_str().unwrap();
@@ -527,7 +525,7 @@ mod cases {
         }
         // curl would normalise the dots away; --path-as-is sends them.
         for t in ["/../secret.txt", "/%2e%2e/secret.txt", "/link.txt"] {
-            let out = Command::new("curl")
+            let out = Command::new(&curl)
                 .args(["-sS", "--path-as-is", "--max-time", "20"])
                 .arg(srv.url(t))
                 .output()
@@ -707,12 +705,9 @@ mod cases {
     }
 
     pub fn wrk_no_errors(model: Variant) {
-        assert!(
-            wrk_available(),
-            "wrk is not installed (scripts/install-deps installs it)"
-        );
+        let wrk = iolab_sys::require_tool!("wrk", "wrk");
         let srv = start(model, &[]);
-        let out = Command::new("wrk")
+        let out = Command::new(wrk)
             .args(["-t", "2", "-c", "100", "-d", "2s", "--timeout", "5s"])
             .arg(srv.url("/small.html"))
             .output()

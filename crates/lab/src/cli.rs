@@ -59,6 +59,19 @@ pub struct LabArgs {
     /// kernel with sch_netem.
     #[arg(long, value_name = "D", requires = "link")]
     pub delay: Option<String>,
+    /// Instead of the matrix: requests/s against server workers (1, 2, 4, ... up to the
+    /// server's CPUs) for epoll, uring-fixed, runtime, nginx and tokio, keep-alive and a
+    /// new connection per request; a figure and a table in DIR/index.html, a "scaling"
+    /// block in results.json.
+    #[arg(long, conflicts_with_all = ["seed_conditions", "check", "render"])]
+    pub scaling: bool,
+    /// CPUs for the server with --scaling (e.g. 0-7; default: the first half of the
+    /// machine's).
+    #[arg(long, value_name = "LIST", requires = "scaling")]
+    pub server_cpus: Option<String>,
+    /// CPUs for the load generator with --scaling (default: the other half).
+    #[arg(long, value_name = "LIST", requires = "scaling")]
+    pub client_cpus: Option<String>,
     /// Seed 000's method in one switch: a 100 Mb/s link (unless --link says otherwise),
     /// listen backlog 200, a new connection per request only (no keep-alive points), no
     /// microbenchmarks unless --micro; the full profile then runs the seed's 50,000 requests
@@ -227,6 +240,23 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         link,
         seed_conditions: args.seed_conditions,
     };
+    if args.scaling {
+        let parse =
+            |s: &Option<String>| s.as_deref().map(crate::scaling::parse_cpu_list).transpose();
+        let r = crate::scaling::run(
+            &opts,
+            parse(&args.server_cpus).context("--server-cpus")?,
+            parse(&args.client_cpus).context("--client-cpus")?,
+        )?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&r)?);
+        } else if let Some(s) = &r.scaling {
+            println!("{}", s.note);
+            print!("{}", crate::scaling::text_table(s));
+            println!("report: {}", opts.out.join("index.html").display());
+        }
+        return Ok(());
+    }
     if opts.models.is_empty() && opts.peers.is_empty() {
         bail!("nothing to measure: --models none and --peers none");
     }

@@ -256,7 +256,7 @@ fn allowed_cpus() -> Vec<usize> {
     }
 }
 
-fn write_site(www: &Path) -> anyhow::Result<()> {
+pub(crate) fn write_site(www: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(www).with_context(|| format!("creating {}", www.display()))?;
     let head = "<!DOCTYPE html>\n<html><head><title>iolab</title></head><body>\n<p>";
     let tail = "</p>\n</body></html>\n";
@@ -737,6 +737,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
             },
             backlog: opts.backlog,
             cpu: server_cpu,
+            cpus: Vec::new(),
             netns: link.as_ref().map(|l| l.ns.clone()),
         })
     };

@@ -11,6 +11,7 @@ pub mod link;
 pub mod micro;
 pub mod report;
 pub mod results;
+pub mod scaling;
 pub mod seedtable;
 pub mod server;
 pub mod settings;

@@ -432,7 +432,7 @@ fn points_table(r: &Results) -> String {
     out
 }
 
-fn kv_table(caption: &str, rows: &std::collections::BTreeMap<String, String>) -> String {
+pub(crate) fn kv_table(caption: &str, rows: &std::collections::BTreeMap<String, String>) -> String {
     let mut out = format!("<table><caption>{}</caption>", esc(caption));
     for (k, v) in rows {
         let _ = write!(out, "<tr><th>{}</th><td>{}</td></tr>", esc(k), esc(v));
@@ -541,7 +541,7 @@ pub fn micro_block(name: &str, v: &serde_json::Value, fig_num: &mut usize) -> St
     out
 }
 
-const STYLE: &str = r#"body{font-family:sans-serif;max-width:1320px;margin:1em auto;padding:0 1em;color:#222;line-height:1.4}
+pub(crate) const STYLE: &str = r#"body{font-family:sans-serif;max-width:1320px;margin:1em auto;padding:0 1em;color:#222;line-height:1.4}
 h1{font-size:1.6em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}
 table{border-collapse:collapse;margin:.8em 0;font-size:13px}th,td{border:1px solid #ccc;padding:2px 8px;text-align:right}
 th:first-child,td:first-child{text-align:left}caption{text-align:left;font-weight:bold;padding:.3em 0}
@@ -550,6 +550,9 @@ th:first-child,td:first-child{text-align:left}caption{text-align:left;font-weigh
 figure{margin:1em 0}figcaption{font-size:13px;margin-bottom:.4em}svg.figure{border:1px solid #eee;margin:2px}"#;
 
 pub fn render(r: &Results) -> String {
+    if let (true, Some(s)) = (r.points.is_empty(), r.scaling.as_ref()) {
+        return crate::scaling::render_page(r, s);
+    }
     let mut out = String::new();
     let machine = &r.machine;
     let ms = |k: &str| machine.get(k).map(json_cell).unwrap_or_default();

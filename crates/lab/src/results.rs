@@ -127,6 +127,9 @@ pub struct Results {
     /// loopback.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link: Option<crate::link::LinkInfo>,
+    /// `--scaling`: requests/s against server workers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scaling: Option<crate::scaling::Scaling>,
 }
 
 /// Median of values (mean of the middle two when even); 0 for none.

@@ -103,6 +103,8 @@ pub struct Launch {
     pub workers: usize,
     pub backlog: u32,
     pub cpu: Option<usize>,
+    /// Pin to these CPUs instead (when not empty; `--scaling` gives the server several).
+    pub cpus: Vec<usize>,
     /// Run the server inside this network namespace (`--link`).
     pub netns: Option<iolab_netns::Namespace>,
 }
@@ -252,14 +254,31 @@ impl ServerProc {
         if let Some(ns) = &l.netns {
             ns.enter(&mut cmd)?;
         }
-        let cpu = l.cpu;
+        // The CPU set is built here, in the parent; the child only installs it.
+        let cpus: Vec<usize> = if l.cpus.is_empty() {
+            l.cpu.into_iter().collect()
+        } else {
+            l.cpus.clone()
+        };
+        let set = (!cpus.is_empty()).then(|| {
+            // SAFETY: all-zero bytes are a valid (empty) cpu_set_t.
+            let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+            for &c in cpus.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
+                // SAFETY: c < CPU_SETSIZE, so CPU_SET writes inside the set.
+                unsafe { libc::CPU_SET(c, &mut set) };
+            }
+            set
+        });
         // SAFETY: the closure runs in the child between fork and exec and only makes raw
-        // system calls (no allocation, no locks): pin to the server CPU, and ask for SIGKILL
+        // system calls (no allocation, no locks): pin to the server CPUs, and ask for SIGKILL
         // when the lab dies so no server outlives it.
         unsafe {
             cmd.pre_exec(move || {
-                if let Some(cpu) = cpu {
-                    iolab_sys::pin_current_thread(cpu)?;
+                if let Some(set) = &set {
+                    if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) != 0
+                    {
+                        return Err(std::io::Error::last_os_error());
+                    }
                 }
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
                 Ok(())
@@ -418,6 +437,7 @@ mod tests {
             workers: 1,
             backlog: 4096,
             cpu: Some(0),
+            cpus: Vec::new(),
             netns: None,
         };
         let c = nginx_conf(&l, true);
@@ -445,6 +465,7 @@ mod tests {
             workers: 1,
             backlog: 200,
             cpu: None,
+            cpus: Vec::new(),
             netns: None,
         };
         let c = nginx_conf(&l, false);
@@ -509,6 +530,7 @@ mod tests {
                 workers,
                 backlog: 4096,
                 cpu: None,
+                cpus: Vec::new(),
                 netns: None,
             };
             std::fs::create_dir_all(&l.run_dir).unwrap();
@@ -553,6 +575,7 @@ mod tests {
             workers: 1,
             backlog: 16,
             cpu: None,
+            cpus: Vec::new(),
             netns: None,
         };
         let e = ServerProc::start(&t, &l)

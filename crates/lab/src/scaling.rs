@@ -1,0 +1,699 @@
+//! `iolab lab --scaling`: requests/s against server workers (issue 10 §3).
+//!
+//! For `epoll`, `uring-fixed`, `runtime`, nginx (`worker_processes N`) and the tokio peer
+//! (`--workers N`), with 1, 2, 4, … workers up to the number of CPUs the server is given,
+//! keep-alive and a new connection per request. The server is pinned to `--server-cpus`,
+//! the load generator (as many threads as client CPUs) to `--client-cpus`; by default the
+//! machine is split in half. On a 2-core machine that is 1 worker against 1 client core,
+//! one point per server, and the report says so: the curve needs more cores.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use serde::{Deserialize, Serialize};
+
+use crate::lab::{hms, Options, Profile};
+use crate::results::{median, Results, SCHEMA};
+use crate::server::{Launch, ServerProc, Target};
+use crate::svg::{self, esc, LineChart, Series};
+
+/// The models the issue names; the peers are nginx and tokio.
+pub const MODELS: [&str; 3] = ["epoll", "uring-fixed", "runtime"];
+/// Client connections per mode.
+pub const KEEPALIVE_CONNECTIONS: usize = 100;
+pub const CLOSE_CONNECTIONS: usize = 50;
+
+/// The `scaling` block of results.json.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Scaling {
+    pub server_cpus: Vec<usize>,
+    pub client_cpus: Vec<usize>,
+    /// How the CPUs were chosen and what that means for the curve.
+    pub note: String,
+    /// Worker counts measured.
+    pub workers: Vec<usize>,
+    /// Seconds per measurement, and measurements per (server, workers, mode).
+    pub duration_s: f64,
+    pub repeats: usize,
+    /// Client connections by mode ("keepalive", "close").
+    pub connections: BTreeMap<String, usize>,
+    pub rows: Vec<ScalingRow>,
+    pub failures: Vec<String>,
+}
+
+/// One server at one worker count in one mode.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ScalingRow {
+    pub server: String,
+    /// "keepalive" or "close" (a new connection per request).
+    pub mode: String,
+    pub workers: usize,
+    /// Median requests/s over the repeats, and [min, max].
+    pub rps: f64,
+    pub rps_spread: [f64; 2],
+    pub runs: Vec<f64>,
+    /// Failed requests over all repeats (those in flight at the end do not count).
+    pub errors: u64,
+}
+
+/// Parses a CPU list: `0-3,8,10-11`.
+pub fn parse_cpu_list(s: &str) -> anyhow::Result<Vec<usize>> {
+    let mut v = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (a, b) = match part.split_once('-') {
+            Some((a, b)) => (a.trim(), b.trim()),
+            None => (part, part),
+        };
+        let a: usize = a
+            .parse()
+            .with_context(|| format!("CPU list {s:?}: {part:?} is not a CPU or a range"))?;
+        let b: usize = b
+            .parse()
+            .with_context(|| format!("CPU list {s:?}: {part:?} is not a CPU or a range"))?;
+        if a > b || b >= libc::CPU_SETSIZE as usize {
+            bail!("CPU list {s:?}: bad range {part:?}");
+        }
+        v.extend(a..=b);
+    }
+    v.sort_unstable();
+    v.dedup();
+    if v.is_empty() {
+        bail!("CPU list {s:?} is empty");
+    }
+    Ok(v)
+}
+
+/// 1, 2, 4, … up to `n`, and `n` itself.
+pub fn worker_counts(n: usize) -> Vec<usize> {
+    let mut v = Vec::new();
+    let mut k = 1;
+    while k < n {
+        v.push(k);
+        k *= 2;
+    }
+    v.push(n.max(1));
+    v
+}
+
+/// Server and client CPUs: as given, or the allowed CPUs split in half (server first).
+/// Returns them with a note saying how they were chosen.
+pub fn split_cpus(
+    allowed: &[usize],
+    server: Option<Vec<usize>>,
+    client: Option<Vec<usize>>,
+) -> anyhow::Result<(Vec<usize>, Vec<usize>, String)> {
+    for (what, list) in [("--server-cpus", &server), ("--client-cpus", &client)] {
+        if let Some(l) = list {
+            if let Some(c) = l.iter().find(|c| !allowed.contains(c)) {
+                bail!("{what}: CPU {c} is not one this process may use ({allowed:?})");
+            }
+        }
+    }
+    let half = (allowed.len() / 2).max(1);
+    let (s, c, how) = match (server, client) {
+        (Some(s), Some(c)) => (s, c, "as given".to_string()),
+        (Some(s), None) => {
+            let c: Vec<usize> = allowed.iter().copied().filter(|x| !s.contains(x)).collect();
+            (s, c, "server as given, client the rest".into())
+        }
+        (None, Some(c)) => {
+            let s: Vec<usize> = allowed.iter().copied().filter(|x| !c.contains(x)).collect();
+            (s, c, "client as given, server the rest".into())
+        }
+        (None, None) => (
+            allowed[..half.min(allowed.len())].to_vec(),
+            allowed[half.min(allowed.len())..].to_vec(),
+            format!("the machine's {} CPUs split in half", allowed.len()),
+        ),
+    };
+    if s.is_empty() || c.is_empty() {
+        bail!(
+            "scaling needs at least one CPU for the server and one for the client (server {s:?}, client {c:?})"
+        );
+    }
+    if s.iter().any(|x| c.contains(x)) {
+        bail!("--server-cpus and --client-cpus overlap ({s:?} and {c:?}): the client would measure its own scheduling");
+    }
+    let mut note = format!(
+        "server on CPU {} ({} worker counts: {:?}), client on CPU {} ({how})",
+        cpu_list(&s),
+        worker_counts(s.len()).len(),
+        worker_counts(s.len()),
+        cpu_list(&c)
+    );
+    if s.len() == 1 {
+        let _ = write!(
+            note,
+            "; with one server core this is one point per server (1 worker vs {} client core{}): the curve needs a machine with more cores (on 16 cores the same command splits 8/8)",
+            c.len(),
+            if c.len() == 1 { "" } else { "s" }
+        );
+    }
+    Ok((s, c, note))
+}
+
+fn cpu_list(v: &[usize]) -> String {
+    v.iter()
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+struct Params {
+    duration: Duration,
+    repeats: usize,
+    warmup: Duration,
+}
+
+fn params(p: Profile) -> Params {
+    match p {
+        Profile::Tiny => Params {
+            duration: Duration::from_millis(700),
+            repeats: 1,
+            warmup: Duration::from_millis(200),
+        },
+        Profile::Quick => Params {
+            duration: Duration::from_secs(2),
+            repeats: 3,
+            warmup: Duration::from_millis(500),
+        },
+        Profile::Full => Params {
+            duration: Duration::from_secs(5),
+            repeats: 5,
+            warmup: Duration::from_secs(1),
+        },
+    }
+}
+
+/// Pins the calling thread to `cpus` (the load generator's threads inherit it).
+fn pin_thread(cpus: &[usize]) -> std::io::Result<()> {
+    // SAFETY: all-zero bytes are a valid (empty) cpu_set_t.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cpus {
+        if c < libc::CPU_SETSIZE as usize {
+            // SAFETY: c < CPU_SETSIZE, so CPU_SET writes inside the set.
+            unsafe { libc::CPU_SET(c, &mut set) };
+        }
+    }
+    // SAFETY: pid 0 is the calling thread; the kernel reads the set we own.
+    if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// One load measurement from a thread pinned to the client CPUs.
+fn measure(
+    addr: SocketAddr,
+    keepalive: bool,
+    duration: Duration,
+    client_cpus: &[usize],
+    sources: &[IpAddr],
+) -> anyhow::Result<(f64, u64)> {
+    let mut cfg = iolab_load::LoadConfig::for_url(&format!("http://{addr}/small.html"))?;
+    cfg.connections = if keepalive {
+        KEEPALIVE_CONNECTIONS
+    } else {
+        CLOSE_CONNECTIONS
+    };
+    cfg.requests = None;
+    cfg.duration = Some(duration);
+    cfg.keepalive = keepalive;
+    cfg.timeout = Duration::from_secs(5);
+    cfg.source_addrs = sources.to_vec();
+    cfg.threads = client_cpus.len();
+    cfg.pin_cpu = None;
+    cfg.keep_records = false;
+    cfg.quiet = true;
+    let cpus = client_cpus.to_vec();
+    let r = std::thread::spawn(move || -> anyhow::Result<iolab_load::LoadReport> {
+        pin_thread(&cpus).context("pinning the client")?;
+        iolab_load::run(&cfg)
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("the client thread panicked"))??;
+    // Requests still in flight when the time is up are not failures.
+    Ok((r.rps, r.error_count.saturating_sub(r.unfinished)))
+}
+
+/// The servers to scale: the issue's three models and the two peers (as asked with
+/// --models / --peers: a model list other than "all" narrows the three).
+fn targets(opts: &Options) -> (Vec<Target>, Vec<String>) {
+    let all_models = opts.models.len() == iolab_stats::models::MODELS.len();
+    let models: Vec<String> = MODELS
+        .iter()
+        .filter(|m| all_models || opts.models.iter().any(|x| x == *m))
+        .map(|m| m.to_string())
+        .collect();
+    let (t, skipped) = crate::lab::targets(&models, &opts.peers);
+    (
+        t,
+        skipped
+            .into_iter()
+            .map(|s| format!("{}: {}", s.name, s.failures.join("; ")))
+            .collect(),
+    )
+}
+
+/// Runs the scaling experiment and writes results.json and index.html.
+pub fn run(
+    opts: &Options,
+    server_cpus: Option<Vec<usize>>,
+    client_cpus: Option<Vec<usize>>,
+) -> anyhow::Result<Results> {
+    let t0 = Instant::now();
+    let out = &opts.out;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let www = out.join("www");
+    crate::lab::write_site(&www)?;
+    crate::server::install_signal_handler()?;
+    let _ = iolab_sys::raise_nofile_limit();
+    let allowed = iolab_sys::cpu::allowed_cpus().context("reading the CPU affinity")?;
+    let (scpus, ccpus, note) = split_cpus(&allowed, server_cpus, client_cpus)?;
+    let p = params(opts.profile);
+    let workers = worker_counts(scpus.len());
+    let link = match &opts.link {
+        Some(spec) => {
+            let mut l = crate::link::Link::create(spec, opts.backlog)?;
+            l.measure()?;
+            eprintln!("iolab lab --scaling: {}", l.describe());
+            Some(l)
+        }
+        None => None,
+    };
+    let sources = match &link {
+        Some(l) => l.client_ips.clone(),
+        None => crate::settings::source_addrs(8),
+    };
+    let server_ip: IpAddr = match &link {
+        Some(l) => l.server_ip,
+        None => [127, 0, 0, 1].into(),
+    };
+    let (targets, skipped) = targets(opts);
+    for s in &skipped {
+        eprintln!("note: peer skipped: {s}");
+    }
+    let total = targets.len() * workers.len();
+    eprintln!(
+        "iolab lab --scaling --profile {}: {} servers x {} worker counts x 2 modes x {} repeat(s) of {} s; {note}",
+        opts.profile.name(),
+        targets.len(),
+        workers.len(),
+        p.repeats,
+        p.duration.as_secs_f64()
+    );
+    let iolab = std::env::current_exe().context("finding the iolab executable")?;
+    let mut sc = Scaling {
+        server_cpus: scpus.clone(),
+        client_cpus: ccpus.clone(),
+        note,
+        workers: workers.clone(),
+        duration_s: p.duration.as_secs_f64(),
+        repeats: p.repeats,
+        connections: [
+            ("keepalive".to_string(), KEEPALIVE_CONNECTIONS),
+            ("close".to_string(), CLOSE_CONNECTIONS),
+        ]
+        .into_iter()
+        .collect(),
+        failures: skipped,
+        ..Scaling::default()
+    };
+    let mut done = 0;
+    for &w in &workers {
+        for t in &targets {
+            done += 1;
+            let launch = Launch {
+                iolab: iolab.clone(),
+                www: www.clone(),
+                run_dir: out.join("run").join(format!("{}-w{w}", t.name)),
+                addr: SocketAddr::new(server_ip, crate::server::free_port()?),
+                workers: w,
+                backlog: opts.backlog,
+                cpu: None,
+                cpus: scpus[..w.min(scpus.len())].to_vec(),
+                netns: link.as_ref().map(|l| l.ns.clone()),
+            };
+            let mut srv = match ServerProc::start(t, &launch) {
+                Ok(s) => s,
+                Err(e) => {
+                    let msg = format!("{} with {w} workers failed to start: {e:#}", t.name);
+                    eprintln!("[{done}/{total}] {msg}");
+                    sc.failures.push(msg);
+                    continue;
+                }
+            };
+            // Warm-up (both modes), not recorded.
+            let _ = measure(srv.addr, true, p.warmup, &ccpus, &sources);
+            let _ = measure(srv.addr, false, p.warmup, &ccpus, &sources);
+            let mut line = format!(
+                "[{done}/{total} {}] {} w={w}:",
+                hms(t0.elapsed().as_secs_f64()),
+                t.name
+            );
+            for mode in ["keepalive", "close"] {
+                let mut runs = Vec::new();
+                let mut errors = 0;
+                for _ in 0..p.repeats {
+                    match measure(srv.addr, mode == "keepalive", p.duration, &ccpus, &sources) {
+                        Ok((rps, e)) => {
+                            runs.push(rps);
+                            errors += e;
+                        }
+                        Err(e) => sc
+                            .failures
+                            .push(format!("{} w={w} {mode}: load failed: {e:#}", t.name)),
+                    }
+                    if let Some(crash) = srv.crash_report() {
+                        sc.failures
+                            .push(format!("{} w={w} {mode}: {crash}", t.name));
+                        break;
+                    }
+                }
+                if runs.is_empty() {
+                    continue;
+                }
+                let lo = runs.iter().copied().fold(f64::INFINITY, f64::min);
+                let hi = runs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let row = ScalingRow {
+                    server: t.name.clone(),
+                    mode: mode.into(),
+                    workers: w,
+                    rps: median(&runs),
+                    rps_spread: [lo, hi],
+                    runs,
+                    errors,
+                };
+                let _ = write!(
+                    line,
+                    " {mode} {:.0} req/s ({:.0}..{:.0}, {} errors)",
+                    row.rps, lo, hi, errors
+                );
+                sc.rows.push(row);
+            }
+            eprintln!("{line}");
+            srv.stop();
+        }
+    }
+    let machine = iolab_micro::machine::Machine::collect();
+    let mut method = BTreeMap::new();
+    method.insert(
+        "scaling".into(),
+        format!(
+            "requests/s of the small file ({} B) over {} s, median of {} (min..max), after a warm-up; keep-alive with {} connections, a new connection per request with {}; the load generator runs {} thread(s) on the client CPUs",
+            crate::lab::SMALL_BYTES,
+            p.duration.as_secs_f64(),
+            p.repeats,
+            KEEPALIVE_CONNECTIONS,
+            CLOSE_CONNECTIONS,
+            ccpus.len()
+        ),
+    );
+    method.insert("CPUs".into(), sc.note.clone());
+    method.insert(
+        "workers".into(),
+        "models: --workers N (epoll, uring-fixed: N loops or rings; runtime: N worker threads); nginx: worker_processes N; tokio: --workers N runtime threads".into(),
+    );
+    method.insert("listen backlog".into(), opts.backlog.to_string());
+    let mut settings = BTreeMap::new();
+    settings.insert("server CPUs".into(), cpu_list(&scpus));
+    settings.insert("client CPUs".into(), cpu_list(&ccpus));
+    let mut results = Results {
+        schema: SCHEMA.into(),
+        profile: opts.profile.name().into(),
+        command: opts.command.clone(),
+        started_unix: machine.collected_at_unix,
+        machine: serde_json::to_value(&machine)?,
+        settings,
+        method,
+        ..Results::default()
+    };
+    if let Some(l) = link {
+        results.link = Some(l.info.clone());
+        l.remove().context("removing the link")?;
+    }
+    results.scaling = Some(sc);
+    results.elapsed_s = t0.elapsed().as_secs_f64();
+    write_outputs(&results, out)?;
+    eprintln!(
+        "iolab lab --scaling: done in {}; report: {}",
+        hms(results.elapsed_s),
+        out.join("index.html").display()
+    );
+    Ok(results)
+}
+
+/// The servers in the order of the rows.
+fn servers(s: &Scaling) -> Vec<String> {
+    let mut v: Vec<String> = Vec::new();
+    for r in &s.rows {
+        if !v.contains(&r.server) {
+            v.push(r.server.clone());
+        }
+    }
+    v
+}
+
+/// Text lines of the table (for the CLI summary and the report).
+pub fn table_rows(s: &Scaling) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    for server in servers(s) {
+        for mode in ["keepalive", "close"] {
+            let rows: Vec<&ScalingRow> = s
+                .rows
+                .iter()
+                .filter(|r| r.server == server && r.mode == mode)
+                .collect();
+            let base = rows.iter().find(|r| r.workers == 1).map(|r| r.rps);
+            for r in rows {
+                out.push(vec![
+                    server.clone(),
+                    if mode == "keepalive" {
+                        "keep-alive".into()
+                    } else {
+                        "new connection".into()
+                    },
+                    r.workers.to_string(),
+                    format!("{:.0}", r.rps),
+                    format!("{:.0}..{:.0}", r.rps_spread[0], r.rps_spread[1]),
+                    match base {
+                        Some(b) if b > 0.0 => format!("{:.2}", r.rps / b),
+                        _ => "-".into(),
+                    },
+                    r.errors.to_string(),
+                ]);
+            }
+        }
+    }
+    out
+}
+
+pub const TABLE_HEAD: [&str; 7] = [
+    "server",
+    "mode",
+    "workers",
+    "requests/s",
+    "min..max",
+    "x 1 worker",
+    "errors",
+];
+
+/// The report section: a figure per mode and the table.
+pub fn section(s: &Scaling, num: &mut usize) -> String {
+    let mut out = String::from(r#"<h2 id="scaling">Scaling with cores</h2>"#);
+    let _ = write!(out, "<p>{}.</p>", esc(&s.note));
+    for (mode, label) in [
+        ("keepalive", "keep-alive"),
+        ("close", "a new connection per request"),
+    ] {
+        let series = servers(s)
+            .into_iter()
+            .map(|name| Series {
+                points: s
+                    .rows
+                    .iter()
+                    .filter(|r| r.server == name && r.mode == mode)
+                    .map(|r| (r.workers as f64, r.rps))
+                    .collect(),
+                name,
+            })
+            .collect();
+        let chart = LineChart {
+            title: format!("Figure {num}: requests/s against server workers, {label}"),
+            x_label: format!(
+                "server workers (on {} server CPU{})",
+                s.server_cpus.len(),
+                if s.server_cpus.len() == 1 { "" } else { "s" }
+            ),
+            y_label: "requests/s".into(),
+            log_x: s.workers.len() > 2,
+            log_y: false,
+            series,
+        };
+        out.push_str(&svg::line_chart(&chart));
+        *num += 1;
+    }
+    out.push_str("<table><tr>");
+    for h in TABLE_HEAD {
+        let _ = write!(out, "<th>{}</th>", esc(h));
+    }
+    out.push_str("</tr>");
+    for row in table_rows(s) {
+        out.push_str("<tr>");
+        for c in row {
+            let _ = write!(out, "<td>{}</td>", esc(&c));
+        }
+        out.push_str("</tr>");
+    }
+    out.push_str("</table>");
+    if !s.failures.is_empty() {
+        out.push_str(r#"<div class="warn"><ul>"#);
+        for f in &s.failures {
+            let _ = write!(out, "<li>{}</li>", esc(f));
+        }
+        out.push_str("</ul></div>");
+    }
+    out
+}
+
+/// The table as aligned text (printed at the end of a run).
+pub fn text_table(s: &Scaling) -> String {
+    let rows = table_rows(s);
+    let mut w: Vec<usize> = TABLE_HEAD.iter().map(|h| h.len()).collect();
+    for r in &rows {
+        for (i, c) in r.iter().enumerate() {
+            w[i] = w[i].max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let line = |out: &mut String, cells: Vec<String>| {
+        let cells: Vec<String> = cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c:<width$}", width = w[i]))
+            .collect();
+        let _ = writeln!(out, "| {} |", cells.join(" | "));
+    };
+    line(&mut out, TABLE_HEAD.iter().map(|s| s.to_string()).collect());
+    let _ = writeln!(
+        out,
+        "|{}|",
+        w.iter()
+            .map(|n| "-".repeat(n + 2))
+            .collect::<Vec<_>>()
+            .join("|")
+    );
+    for r in rows {
+        line(&mut out, r);
+    }
+    out
+}
+
+/// A scaling-only report page (no matrix was run).
+pub fn render_page(r: &Results, s: &Scaling) -> String {
+    let mut out = String::new();
+    let ms = |k: &str| {
+        r.machine
+            .get(k)
+            .map(|v| v.to_string().trim_matches('"').to_string())
+            .unwrap_or_default()
+    };
+    let _ = write!(
+        out,
+        r#"<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>iolab lab: scaling</title><style>{}</style></head><body><h1>iolab lab: scaling with cores</h1><p>Profile <b>{}</b>, {:.0} s. Machine: {} ({} CPUs), kernel {}. Command: <code>{}</code></p>"#,
+        crate::report::STYLE,
+        esc(&r.profile),
+        r.elapsed_s,
+        esc(&ms("cpu_model")),
+        esc(&ms("cpus")),
+        esc(&ms("kernel")),
+        esc(&r.command)
+    );
+    let mut num = 1;
+    out.push_str(&section(s, &mut num));
+    out.push_str(&crate::link::report_section(r.link.as_ref()));
+    out.push_str(r#"<h2 id="machine">Machine and settings</h2>"#);
+    out.push_str(&crate::report::kv_table("Settings", &r.settings));
+    out.push_str(&crate::report::kv_table("Method", &r.method));
+    out.push_str("</body></html>\n");
+    out
+}
+
+/// Writes only the files a scaling run has (results.json, index.html).
+pub fn write_outputs(r: &Results, out: &Path) -> anyhow::Result<()> {
+    std::fs::write(out.join("results.json"), serde_json::to_string(r)? + "\n")
+        .with_context(|| format!("writing {}", out.join("results.json").display()))?;
+    std::fs::write(out.join("index.html"), crate::report::render(r))
+        .with_context(|| format!("writing {}", out.join("index.html").display()))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpu_list("0-3,8").unwrap(), vec![0, 1, 2, 3, 8]);
+        assert_eq!(parse_cpu_list("1, 1,0").unwrap(), vec![0, 1]);
+        for bad in ["", "a", "3-1", "1-x", "99999"] {
+            assert!(parse_cpu_list(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn worker_steps() {
+        assert_eq!(worker_counts(1), vec![1]);
+        assert_eq!(worker_counts(2), vec![1, 2]);
+        assert_eq!(worker_counts(8), vec![1, 2, 4, 8]);
+        assert_eq!(worker_counts(6), vec![1, 2, 4, 6]);
+    }
+
+    #[test]
+    fn default_split_halves_the_machine() {
+        let (s, c, note) = split_cpus(&[0, 1], None, None).unwrap();
+        assert_eq!((s, c), (vec![0], vec![1]));
+        assert!(note.contains("one point per server"), "{note}");
+        let all: Vec<usize> = (0..16).collect();
+        let (s, c, note) = split_cpus(&all, None, None).unwrap();
+        assert_eq!(s, (0..8).collect::<Vec<_>>());
+        assert_eq!(c, (8..16).collect::<Vec<_>>());
+        assert!(!note.contains("one point"), "{note}");
+        let (s, c, _) = split_cpus(&all, Some(vec![0, 1, 2]), None).unwrap();
+        assert_eq!(s, vec![0, 1, 2]);
+        assert_eq!(c.len(), 13);
+        assert!(split_cpus(&[0, 1], Some(vec![0]), Some(vec![0])).is_err());
+        assert!(split_cpus(&[0, 1], Some(vec![5]), None).is_err());
+        assert!(split_cpus(&[0], None, None).is_err());
+    }
+
+    #[test]
+    fn table_has_speedups() {
+        let row = |w: usize, rps: f64| ScalingRow {
+            server: "epoll".into(),
+            mode: "keepalive".into(),
+            workers: w,
+            rps,
+            rps_spread: [rps, rps],
+            runs: vec![rps],
+            errors: 0,
+        };
+        let s = Scaling {
+            rows: vec![row(1, 1000.0), row(2, 1800.0)],
+            workers: vec![1, 2],
+            server_cpus: vec![0, 1],
+            ..Scaling::default()
+        };
+        let t = table_rows(&s);
+        assert_eq!(t[1][5], "1.80");
+        assert!(text_table(&s).contains("| epoll"));
+        let mut n = 1;
+        let html = section(&s, &mut n);
+        assert_eq!(n, 3);
+        assert!(html.contains("Figure 1") && html.contains("Figure 2"));
+    }
+}
