@@ -1,11 +1,19 @@
 //! `iolab disksim ...` subcommands.
 
-use std::path::PathBuf;
+use std::io::{BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+use serde::Serialize;
 
+use crate::config::Config;
+use crate::engine::{Simulator, Source};
+use crate::request::{CacheOutcome, Completion, Op};
+use crate::trace::{Format, TraceSource};
 use crate::validate;
+use crate::workload::{Address, Dist, Generator, WorkloadSpec};
 
 #[derive(Args, Debug)]
 pub struct DisksimArgs {
@@ -15,13 +23,19 @@ pub struct DisksimArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum DisksimCommand {
-    /// Replay DiskSim's real-disk validation traces on our disk models and score them.
+    /// Replay DiskSim's real-disk validation traces on our disk models and score them
+    /// (demerit figure, mean response time, simulation speed).
     ValidateDisksim(ValidateArgs),
+    /// Simulate a trace (or the config's [workload]) on the configured device.
+    Run(RunArgs),
+    /// Measure the simulator's speed: 1,000,000 requests, random and sequential.
+    Bench(BenchArgs),
 }
 
 #[derive(Args, Debug)]
 pub struct ValidateArgs {
-    /// Directory with NAME.parv / NAME.trace pairs (default: the copy shipped in the repository).
+    /// Directory with NAME.parv / NAME.trace pairs (default: the copy in the repository,
+    /// crates/disksim/data/disksim-valid).
     pub dir: Option<PathBuf>,
     /// Only these disks (file stems), comma-separated.
     #[arg(long, value_delimiter = ',')]
@@ -29,15 +43,68 @@ pub struct ValidateArgs {
     /// Write the results as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
-    /// Write the HTML report (table and CDF figures) here.
+    /// Write the HTML report (table and response-time CDF per disk) here.
     #[arg(long)]
     pub html: Option<PathBuf>,
+    /// Fail (exit 1) if a disk's demerit exceeds the value recorded in this JSON file
+    /// ({"disk": max_demerit_ms, ...}).
+    #[arg(long)]
+    pub check: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// TOML configuration (device and optional [workload]); see crates/disksim/configs/.
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Trace to replay (default: the config's [workload] generator).
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Trace format: validate, ascii, fio, blkparse, msr, iolab (default: guessed).
+    #[arg(long)]
+    pub format: Option<String>,
+    /// Write the summary as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write one CSV line per request here (arrival, queue wait, cache, seek, rotation, ...).
+    #[arg(long)]
+    pub log: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Requests per workload.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub requests: u64,
+    /// Write the figures as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 pub fn run(a: DisksimArgs) -> Result<()> {
     match a.command {
         DisksimCommand::ValidateDisksim(v) => validate_disksim(v),
+        DisksimCommand::Run(r) => run_cmd(r),
+        DisksimCommand::Bench(b) => bench(b),
     }
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    format!("{cpu}, {cores} cores, {}", std::env::consts::ARCH)
 }
 
 fn validate_disksim(a: ValidateArgs) -> Result<()> {
@@ -49,12 +116,424 @@ fn validate_disksim(a: ValidateArgs) -> Result<()> {
         }
         results.push(validate::run_disk(&name, &parv, &trace)?);
     }
-    print!("{}", validate::table(&results));
-    if let Some(p) = a.json {
-        std::fs::write(&p, serde_json::to_string_pretty(&results)?)?;
+    if results.is_empty() {
+        bail!(
+            "no disk selected (known: {})",
+            validate::find_disks(&dir)?
+                .into_iter()
+                .map(|d| d.0)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
     }
-    if let Some(p) = a.html {
-        std::fs::write(&p, validate::html(&results, "unknown"))?;
+    print!("{}", validate::table(&results));
+    println!("demerit: RMS of real vs simulated response-time distributions at 10,000 percentiles; goal: <= DiskSim's and |mean| <= 5%");
+    if let Some(p) = &a.json {
+        std::fs::write(p, serde_json::to_string_pretty(&results)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    if let Some(p) = &a.html {
+        std::fs::write(p, validate::html(&results, &machine()))
+            .with_context(|| format!("writing {}", p.display()))?;
+        println!("report: {}", p.display());
+    }
+    if let Some(p) = &a.check {
+        let text =
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        let limits: std::collections::BTreeMap<String, f64> =
+            serde_json::from_str(&text).with_context(|| format!("{}", p.display()))?;
+        let mut bad = Vec::new();
+        for r in &results {
+            if let Some(&max) = limits.get(&r.disk) {
+                if r.demerit_ms > max {
+                    bad.push(format!(
+                        "{}: demerit {:.4} ms > recorded {:.4} ms",
+                        r.disk, r.demerit_ms, max
+                    ));
+                }
+            }
+        }
+        if !bad.is_empty() {
+            bail!("demerit regressed:\n  {}", bad.join("\n  "));
+        }
+        println!(
+            "check: every demerit within the values recorded in {}",
+            p.display()
+        );
+    }
+    Ok(())
+}
+
+/// Streaming statistics of a run.
+#[derive(Default)]
+struct Summary {
+    n: u64,
+    reads: u64,
+    bytes: u64,
+    sum_resp: f64,
+    hits: u64,
+    partial: u64,
+    misses: u64,
+    writeback: u64,
+    seek: f64,
+    rotation: f64,
+    transfer: f64,
+    first_arrival: Option<f64>,
+    last_completion: f64,
+    hist: Option<hdrhistogram::Histogram<u64>>,
+}
+
+impl Summary {
+    fn new() -> Self {
+        Summary {
+            hist: hdrhistogram::Histogram::new(3).ok(),
+            ..Default::default()
+        }
+    }
+    fn add(&mut self, c: &Completion) {
+        self.n += 1;
+        if c.req.op == Op::Read {
+            self.reads += 1;
+        }
+        self.bytes += c.req.bytes();
+        let r = c.response();
+        self.sum_resp += r;
+        match c.rec.cache {
+            CacheOutcome::Hit => self.hits += 1,
+            CacheOutcome::Partial => self.partial += 1,
+            CacheOutcome::Miss => self.misses += 1,
+            CacheOutcome::WriteBack => self.writeback += 1,
+            CacheOutcome::None => {}
+        }
+        self.seek += c.rec.seek;
+        self.rotation += c.rec.rotation;
+        self.transfer += c.rec.transfer;
+        self.first_arrival = Some(
+            self.first_arrival
+                .map_or(c.rec.arrival, |f: f64| f.min(c.rec.arrival)),
+        );
+        self.last_completion = self.last_completion.max(c.rec.completion);
+        if let Some(h) = &mut self.hist {
+            let _ = h.record(((r * 1e6) as u64).max(1)); // ns
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct RunReport {
+    device: String,
+    requests: u64,
+    sim_time_ms: f64,
+    wall_s: f64,
+    sim_per_wall: f64,
+    iops: f64,
+    throughput_mb_s: f64,
+    mean_ms: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    p999_ms: f64,
+    max_ms: f64,
+    read_fraction: f64,
+    cache_hit_ratio: f64,
+    cache_partial_ratio: f64,
+    write_back_ratio: f64,
+    seek_share: f64,
+    rotation_share: f64,
+    transfer_share: f64,
+    device_stats: Vec<(String, f64)>,
+}
+
+fn open_trace(path: &Path, format: Option<&str>) -> Result<Box<dyn Source>> {
+    let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut r = BufReader::new(f);
+    let fmt = match format {
+        Some(f) => Format::parse(f)?,
+        None => {
+            use std::io::BufRead;
+            let buf = r.fill_buf()?;
+            let first = String::from_utf8_lossy(&buf[..buf.len().min(512)])
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_string();
+            let g = Format::guess(&path.to_string_lossy(), &first);
+            eprintln!(
+                "trace format: {g:?} (guessed; --format to choose) — units: {}",
+                g.units()
+            );
+            g
+        }
+    };
+    Ok(Box::new(TraceSource::new(r, fmt)))
+}
+
+fn run_cmd(a: RunArgs) -> Result<()> {
+    let cfg = Config::load(&a.config)?;
+    let dev = cfg.device(&a.config)?;
+    let mut source: Box<dyn Source> = match &a.trace {
+        Some(t) => open_trace(t, a.format.as_deref())?,
+        None => match &cfg.workload {
+            Some(w) => Box::new(Generator::new(w.clone(), dev.blocks)?),
+            None => bail!(
+                "no --trace and no [workload] section in {}",
+                a.config.display()
+            ),
+        },
+    };
+    let total = source.len_hint();
+    let mut log = match &a.log {
+        Some(p) => {
+            let mut w = BufWriter::new(
+                std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
+            );
+            writeln!(w, "id,op,lba,sectors,arrival_ms,queue_wait_ms,device_start_ms,cache,overhead_ms,seek_ms,rotation_ms,transfer_ms,bus_ms,completion_ms,response_ms")?;
+            Some(w)
+        }
+        None => None,
+    };
+    let bar = if a.quiet {
+        indicatif::ProgressBar::hidden()
+    } else {
+        let b = match total {
+            Some(n) => indicatif::ProgressBar::new(n),
+            None => indicatif::ProgressBar::new_spinner(),
+        };
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} {pos}/{len} requests [{elapsed_precise}] {per_sec}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b
+    };
+    let description = dev.description.clone();
+    let mut sim = Simulator::new(vec![dev.component]);
+    let mut sum = Summary::new();
+    let mut log_err: Option<std::io::Error> = None;
+    let t0 = Instant::now();
+    let totals = sim.run(source.as_mut(), &mut |c| {
+        sum.add(c);
+        if sum.n % 65536 == 0 {
+            bar.set_position(sum.n);
+        }
+        if let Some(w) = &mut log {
+            let r = &c.rec;
+            if let Err(e) = writeln!(
+                w,
+                "{},{},{},{},{:.6},{:.6},{:.6},{},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6}",
+                c.req.id,
+                c.req.op.letter(),
+                c.req.lba,
+                c.req.sectors,
+                r.arrival,
+                r.queue_wait,
+                r.device_start,
+                r.cache.name(),
+                r.overhead,
+                r.seek,
+                r.rotation,
+                r.transfer,
+                r.bus,
+                r.completion,
+                c.response()
+            ) {
+                log_err.get_or_insert(e);
+            }
+        }
+    })?;
+    bar.finish_and_clear();
+    let wall = t0.elapsed().as_secs_f64().max(1e-9);
+    if let Some(e) = log_err {
+        bail!("writing the request log: {e}");
+    }
+    if let Some(mut w) = log {
+        w.flush()?;
+    }
+    let span = (sum.last_completion - sum.first_arrival.unwrap_or(0.0)).max(1e-9);
+    let n = sum.n.max(1) as f64;
+    let q = |p: f64| {
+        sum.hist
+            .as_ref()
+            .map(|h| h.value_at_quantile(p) as f64 / 1e6)
+            .unwrap_or(f64::NAN)
+    };
+    let device_stats = sim
+        .components()
+        .last()
+        .map(|c| c.stats())
+        .unwrap_or_default();
+    let rep = RunReport {
+        device: description,
+        requests: totals.requests,
+        sim_time_ms: totals.sim_end,
+        wall_s: wall,
+        sim_per_wall: totals.sim_end / 1000.0 / wall,
+        iops: sum.n as f64 / (span / 1000.0),
+        throughput_mb_s: sum.bytes as f64 / 1e6 / (span / 1000.0),
+        mean_ms: sum.sum_resp / n,
+        p50_ms: q(0.5),
+        p99_ms: q(0.99),
+        p999_ms: q(0.999),
+        max_ms: sum
+            .hist
+            .as_ref()
+            .map(|h| h.max() as f64 / 1e6)
+            .unwrap_or(f64::NAN),
+        read_fraction: sum.reads as f64 / n,
+        cache_hit_ratio: sum.hits as f64 / n,
+        cache_partial_ratio: sum.partial as f64 / n,
+        write_back_ratio: sum.writeback as f64 / n,
+        seek_share: sum.seek / sum.sum_resp.max(1e-12),
+        rotation_share: sum.rotation / sum.sum_resp.max(1e-12),
+        transfer_share: sum.transfer / sum.sum_resp.max(1e-12),
+        device_stats,
+    };
+    println!("device      {}", rep.device);
+    println!(
+        "requests    {} ({:.1}% reads) in {:.3} s simulated, {:.3} s wall ({:.0}x real time)",
+        rep.requests,
+        rep.read_fraction * 100.0,
+        rep.sim_time_ms / 1000.0,
+        rep.wall_s,
+        rep.sim_per_wall
+    );
+    println!(
+        "throughput  {:.2} MB/s, {:.1} IOPS",
+        rep.throughput_mb_s, rep.iops
+    );
+    println!(
+        "response    mean {:.3} ms, p50 {:.3}, p99 {:.3}, p99.9 {:.3}, max {:.3} ms",
+        rep.mean_ms, rep.p50_ms, rep.p99_ms, rep.p999_ms, rep.max_ms
+    );
+    println!(
+        "cache       hits {:.1}%, partial {:.1}%, write-back {:.1}% of requests",
+        rep.cache_hit_ratio * 100.0,
+        rep.cache_partial_ratio * 100.0,
+        rep.write_back_ratio * 100.0
+    );
+    println!(
+        "time split  seek {:.1}%, rotation {:.1}%, media transfer {:.1}% of total response time",
+        rep.seek_share * 100.0,
+        rep.rotation_share * 100.0,
+        rep.transfer_share * 100.0
+    );
+    if let Some(p) = &a.json {
+        std::fs::write(p, serde_json::to_string_pretty(&rep)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct BenchResult {
+    device: String,
+    workload: String,
+    requests: u64,
+    wall_s: f64,
+    /// CPU time of the simulating thread (s): on a shared machine the fair measure of what
+    /// one core does.
+    cpu_s: f64,
+    requests_per_s: f64,
+    requests_per_cpu_s: f64,
+    sim_s: f64,
+    sim_per_wall: f64,
+    sim_per_cpu: f64,
+}
+
+/// CPU time of the calling thread in seconds (Linux schedstat), if available.
+pub fn thread_cpu_s() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns: f64 = s.split_whitespace().next()?.parse().ok()?;
+    Some(ns / 1e9)
+}
+
+fn bench(a: BenchArgs) -> Result<()> {
+    if a.requests == 0 {
+        bail!("--requests must be at least 1");
+    }
+    let parv = crate::default_valid_dir().join("barracuda.parv");
+    let spec = crate::hdd::HddSpec::from_disksim(&parv, None)?;
+    let blocks = spec.blocks();
+    let mut out = Vec::new();
+    let workloads = [
+        ("random 4 KiB reads, closed loop QD1", Address::Random, 1.0),
+        (
+            "sequential 4 KiB reads, closed loop QD1",
+            Address::Sequential { start: 0 },
+            1.0,
+        ),
+        (
+            "random 4 KiB, 2/3 reads, closed loop QD1",
+            Address::Random,
+            0.66,
+        ),
+    ];
+    println!("machine: {}", machine());
+    println!(
+        "{:<42} {:>9} {:>7} {:>7} {:>11} {:>11} {:>10}",
+        "workload (HDD: Seagate Barracuda model)",
+        "requests",
+        "wall s",
+        "cpu s",
+        "req/s wall",
+        "req/s cpu",
+        "sim/cpu"
+    );
+    for (name, address, rf) in workloads {
+        let w = WorkloadSpec {
+            requests: a.requests,
+            read_fraction: rf,
+            size: Dist::Constant { value: 8.0 },
+            address,
+            span: None,
+            align: 8,
+            interarrival: None,
+            depth: 1,
+            think: None,
+            seed: 1,
+        };
+        let mut src = Generator::new(w, blocks)?;
+        let mut sim = Simulator::new(vec![Box::new(crate::hdd::Hdd::new(spec.clone()))]);
+        let c0 = thread_cpu_s();
+        let t0 = Instant::now();
+        let mut count = 0u64;
+        let totals = sim.run(&mut src, &mut |_| count += 1)?;
+        let wall = t0.elapsed().as_secs_f64().max(1e-9);
+        let cpu = match (c0, thread_cpu_s()) {
+            (Some(a), Some(b)) if b > a => b - a,
+            _ => wall,
+        };
+        let r = BenchResult {
+            device: spec.name.clone(),
+            workload: name.into(),
+            requests: count,
+            wall_s: wall,
+            cpu_s: cpu,
+            requests_per_s: count as f64 / wall,
+            requests_per_cpu_s: count as f64 / cpu,
+            sim_s: totals.sim_end / 1000.0,
+            sim_per_wall: totals.sim_end / 1000.0 / wall,
+            sim_per_cpu: totals.sim_end / 1000.0 / cpu,
+        };
+        println!(
+            "{:<42} {:>9} {:>7.3} {:>7.3} {:>11.0} {:>11.0} {:>9.0}x",
+            r.workload,
+            r.requests,
+            r.wall_s,
+            r.cpu_s,
+            r.requests_per_s,
+            r.requests_per_cpu_s,
+            r.sim_per_cpu
+        );
+        out.push(r);
+    }
+    if let Some(p) = &a.json {
+        std::fs::write(
+            p,
+            serde_json::to_string_pretty(
+                &serde_json::json!({"machine": machine(), "results": out}),
+            )?,
+        )?;
     }
     Ok(())
 }

@@ -17,12 +17,15 @@
 //! it. See README.md for the architecture and who owns which module.
 
 pub mod cli;
+pub mod config;
 pub mod engine;
 pub mod hdd;
 pub mod request;
 pub mod sched;
+pub mod ssd;
 pub mod trace;
 pub mod validate;
+pub mod workload;
 
 /// The validation data shipped with the crate (DiskSim 4.0's real-disk traces).
 pub fn default_valid_dir() -> std::path::PathBuf {

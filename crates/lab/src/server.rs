@@ -197,6 +197,15 @@ pub fn nginx_conf(l: &Launch, as_root: bool) -> String {
 
 impl ServerProc {
     pub fn start(t: &Target, l: &Launch) -> anyhow::Result<ServerProc> {
+        // Absolute paths: nginx resolves relative ones against its prefix (`-p`), so a
+        // relative `--out` would otherwise name a directory inside the run directory.
+        let l = &Launch {
+            www: std::path::absolute(&l.www)
+                .with_context(|| format!("resolving {}", l.www.display()))?,
+            run_dir: std::path::absolute(&l.run_dir)
+                .with_context(|| format!("resolving {}", l.run_dir.display()))?,
+            ..l.clone()
+        };
         std::fs::create_dir_all(&l.run_dir)
             .with_context(|| format!("creating {}", l.run_dir.display()))?;
         let log_path = l.run_dir.join("server.log");
@@ -503,6 +512,46 @@ mod tests {
             ("uring-callback", &["--accept", "sync"][..])
         );
         assert_eq!(model_args("epoll"), ("epoll", &[][..]));
+    }
+
+    /// A relative output directory (`iolab lab --out report`) still starts nginx: its
+    /// configuration names absolute paths.
+    #[test]
+    fn nginx_starts_from_a_relative_directory() {
+        let nginx = find_binary("nginx");
+        if !iolab_sys::testing::require(
+            nginx.is_some(),
+            "needs `nginx` (Debian package nginx: sudo scripts/install-deps)",
+        ) {
+            return;
+        }
+        // Relative to the test's working directory (the crate directory).
+        let rel = PathBuf::from(format!("target/iolab-lab-nginx-rel-{}", std::process::id()));
+        std::fs::create_dir_all(rel.join("www")).unwrap();
+        std::fs::write(rel.join("www/small.html"), b"hello\n").unwrap();
+        let t = Target {
+            name: "nginx".into(),
+            kind: Kind::Nginx(nginx.unwrap()),
+            describe: String::new(),
+        };
+        let l = Launch {
+            iolab: "/bin/false".into(),
+            www: rel.join("www"),
+            run_dir: rel.join("run/nginx"),
+            addr: format!("127.0.0.1:{}", free_port().unwrap())
+                .parse()
+                .unwrap(),
+            workers: 1,
+            backlog: 128,
+            cpu: None,
+            cpus: Vec::new(),
+            netns: None,
+        };
+        let mut srv = ServerProc::start(&t, &l).expect("nginx starts with relative paths");
+        let conf = std::fs::read_to_string(rel.join("run/nginx/nginx.conf")).unwrap();
+        assert!(conf.contains("root /"), "{conf}");
+        srv.stop();
+        std::fs::remove_dir_all(&rel).unwrap();
     }
 
     /// The configuration the lab writes is valid for the installed nginx (`nginx -t`).

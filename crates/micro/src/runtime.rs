@@ -35,9 +35,72 @@ use crate::table::{num, Table};
 const MSG: usize = 100;
 const CONNS: usize = 100;
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-    v[v.len() / 2]
+/// Median (mean of the middle two for an even count); NaN for no sample.
+fn median(v: Vec<f64>) -> f64 {
+    iolab_sys::percentile::median_mean_of_middle(&v).unwrap_or(f64::NAN)
+}
+
+/// Spread of repeats in percent of their median ((max - min) / median); NaN below two.
+fn spread(v: &[f64]) -> f64 {
+    iolab_sys::percentile::spread_pct(v).unwrap_or(f64::NAN)
+}
+
+/// The echo figures are kept once the last `ECHO_WINDOW` runs of each server agree within
+/// `ECHO_STABLE_PCT` (spread of repeats), or when the time cap is reached.
+const ECHO_WINDOW: usize = 3;
+const ECHO_STABLE_PCT: f64 = 10.0;
+
+/// Echo runs of both servers, side by side (iolab then tokio, alternately, so a change in the
+/// machine's load hits both), until the last `ECHO_WINDOW` of each agree within
+/// `ECHO_STABLE_PCT` or `cap` has passed (at least `ECHO_WINDOW` pairs either way).
+struct EchoSeries {
+    iolab: Vec<f64>,
+    tokio: Vec<f64>,
+    stable: bool,
+}
+
+impl EchoSeries {
+    fn window(v: &[f64]) -> &[f64] {
+        &v[v.len().saturating_sub(ECHO_WINDOW)..]
+    }
+
+    /// (iolab, tokio) spreads of the window, in percent.
+    fn spreads(&self) -> (f64, f64) {
+        (
+            spread(Self::window(&self.iolab)),
+            spread(Self::window(&self.tokio)),
+        )
+    }
+}
+
+fn echo_series(
+    server_cpu: usize,
+    client_cpu: usize,
+    dur: Duration,
+    cap: Duration,
+) -> anyhow::Result<EchoSeries> {
+    let t0 = Instant::now();
+    let mut e = EchoSeries {
+        iolab: Vec::new(),
+        tokio: Vec::new(),
+        stable: false,
+    };
+    loop {
+        e.iolab
+            .push(echo_run(Server::Iolab, server_cpu, client_cpu, dur)?);
+        e.tokio
+            .push(echo_run(Server::Tokio, server_cpu, client_cpu, dur)?);
+        if e.iolab.len() < ECHO_WINDOW {
+            continue;
+        }
+        let (a, b) = e.spreads();
+        e.stable = a < ECHO_STABLE_PCT && b < ECHO_STABLE_PCT;
+        // One more pair must fit in the cap (a pair takes about 2 × (dur + warm-up)).
+        let pair = t0.elapsed().as_secs_f64() / e.iolab.len() as f64;
+        if e.stable || t0.elapsed().as_secs_f64() + pair > cap.as_secs_f64() {
+            return Ok(e);
+        }
+    }
 }
 
 /// Task switch cost on one iolab loop, in ns (two tasks, a token through two channels).
@@ -358,6 +421,24 @@ fn echo_run(
     r
 }
 
+/// A spread cell: "4.2%", or "-" when there is none.
+fn pct(p: f64) -> Value {
+    if p.is_finite() {
+        json!(format!("{p:.1}%"))
+    } else {
+        json!("-")
+    }
+}
+
+/// JSON null for a missing (NaN) figure.
+fn finite(x: f64) -> Value {
+    if x.is_finite() {
+        json!((x * 10.0).round() / 10.0)
+    } else {
+        Value::Null
+    }
+}
+
 pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
     let machine = crate::machine::Machine::collect();
     let t_start = Instant::now();
@@ -365,13 +446,20 @@ pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
     let driver = iolab_runtime::driver()?;
     let cpus = osutil::allowed_cpus();
     let (server_cpu, client_cpu) = (cpus[0], *cpus.get(1).unwrap_or(&cpus[0]));
+    // Echo: each run is long enough to average over many scheduler slices (quick: 1 s, where
+    // 0.3 s runs here gave 156k, 172k and 55k msg/s), repeated until stable, within a cap.
+    let echo_cap = if opts.quick {
+        Duration::from_secs(20)
+    } else {
+        Duration::from_secs(90)
+    };
     let (switch_n, thread_n, spawn_n, park_n, echo_dur) = if opts.quick {
         (
             100_000u64,
             20_000u64,
             100_000u64,
             100_000u64,
-            Duration::from_millis(300),
+            Duration::from_secs(1),
         )
     } else {
         (
@@ -387,81 +475,92 @@ pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
     let mut task_s = Vec::new();
     let mut thread_s = Vec::new();
     let mut spawn_s = Vec::new();
-    let mut io_s = Vec::new();
-    let mut tk_s = Vec::new();
     for _ in 0..3 {
         task_s.push(task_switch_ns(switch_n)?);
         thread_s.push(thread_switch_ns(thread_n, server_cpu)?);
         spawn_s.push(spawn_join_ns(spawn_n)?);
     }
-    for _ in 0..3 {
-        io_s.push(echo_run(Server::Iolab, server_cpu, client_cpu, echo_dur)?);
-        tk_s.push(echo_run(Server::Tokio, server_cpu, client_cpu, echo_dur)?);
-    }
+    let echo = echo_series(server_cpu, client_cpu, echo_dur, echo_cap)?;
+    let (io_s, tk_s) = (echo.iolab.clone(), echo.tokio.clone());
+    let (io_spread, tk_spread) = echo.spreads();
     let task = median(task_s.clone());
     let thread = median(thread_s.clone());
     let spawn = median(spawn_s.clone());
-    let io = median(io_s.clone());
-    let tk = median(tk_s.clone());
+    // The figures are the medians of the final window: the runs that agree.
+    let io = median(EchoSeries::window(&io_s).to_vec());
+    let tk = median(EchoSeries::window(&tk_s).to_vec());
     let switch_ratio = thread / task;
     let echo_ratio = io / tk;
 
     let mut t = Table::new(
-        format!("iolab-runtime ({driver} driver), medians of 3 runs"),
-        &["measure", "value", "unit", "target"],
+        format!("iolab-runtime ({driver} driver), medians of 3 runs (echo: of the last 3)"),
+        &["measure", "value", "unit", "spread", "target"],
     );
     t.row(vec![
         json!("task switch (2 tasks, channel ping-pong)"),
         num(task),
         json!("ns"),
+        pct(spread(&task_s)),
         json!(""),
     ]);
     t.row(vec![
         json!("thread switch (2 threads, futex, same CPU)"),
         num(thread),
         json!("ns"),
+        pct(spread(&thread_s)),
         json!(""),
     ]);
     t.row(vec![
         json!("switch ratio thread/task"),
         num(switch_ratio),
         json!("x"),
+        json!(""),
         json!(">= 20"),
     ]);
     t.row(vec![
         json!("spawn + join one task"),
         num(spawn),
         json!("ns"),
+        pct(spread(&spawn_s)),
         json!(""),
     ]);
     t.row(vec![
         json!("memory per parked task (RSS growth / tasks)"),
         num(bpt),
         json!("bytes"),
+        json!(""),
         json!("<= 256"),
     ]);
     t.row(vec![
         json!("echo, iolab server"),
         num(io),
         json!("msg/s"),
+        pct(io_spread),
         json!(""),
     ]);
     t.row(vec![
         json!("echo, tokio server"),
         num(tk),
         json!("msg/s"),
+        pct(tk_spread),
         json!(""),
     ]);
     t.row(vec![
         json!("echo ratio iolab/tokio"),
         num(echo_ratio),
         json!("x"),
+        json!(""),
         json!(">= 1.0 on io_uring"),
     ]);
     let t = t.with_note(format!(
         "echo: {CONNS} connections, {MSG}-byte messages, one message in flight per connection, \
-         server pinned to CPU {server_cpu}, client (iolab loop) to CPU {client_cpu}, {:?} per run; {}",
+         server pinned to CPU {server_cpu}, client (iolab loop) to CPU {client_cpu}, {:?} per run, \
+         {} runs of each server alternately until the last {ECHO_WINDOW} agree within {ECHO_STABLE_PCT}% ({}; cap {:?}); \
+         spread = (max - min) / median of the repeats; {}",
         echo_dur,
+        io_s.len(),
+        if echo.stable { "reached" } else { "NOT reached: the machine is too noisy, compare the ratio" },
+        echo_cap,
         machine.summary()
     ));
     t.print();
@@ -481,6 +580,17 @@ pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
         "echo_connections": CONNS,
         "echo_message_bytes": MSG,
         "echo_seconds_per_run": echo_dur.as_secs_f64(),
+        "echo_runs": io_s.len(),
+        "echo_stable": echo.stable,
+        "echo_stable_pct": ECHO_STABLE_PCT,
+        "echo_window": ECHO_WINDOW,
+        "spread_pct": {
+            "task_switch_ns": finite(spread(&task_s)),
+            "thread_switch_ns": finite(spread(&thread_s)),
+            "spawn_join_ns": finite(spread(&spawn_s)),
+            "echo_msgs_per_s_iolab": finite(io_spread),
+            "echo_msgs_per_s_tokio": finite(tk_spread),
+        },
         "server_cpu": server_cpu,
         "client_cpu": client_cpu,
         "quick": opts.quick,

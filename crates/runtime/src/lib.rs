@@ -86,6 +86,13 @@
 //! Dropping the runtime drops every task, cancels everything still in flight and waits
 //! (bounded) for the kernel to let go of every buffer.
 //!
+//! **Keys and re-entrancy.** A record is named by (loop id, slot, generation); loop ids are
+//! never reused, so a started future polled on another loop (another runtime or worker)
+//! panics with a clear message instead of reaching that loop's record of the same slot, and a
+//! stale key reaches nothing. Timers are named the same way. Wakers, `Operation` callbacks
+//! and the destructors of orphaned operations run after the loop has released its driver,
+//! so they may call into the runtime.
+//!
 //! **Drivers.** `IOLAB_DRIVER=uring|epoll` forces one; otherwise io_uring is used when a ring
 //! can be created and supports every opcode needed (probed once), and epoll otherwise
 //! (ENOSYS on old kernels, EPERM under `kernel.io_uring_disabled` or seccomp). The choice is

@@ -11,8 +11,8 @@ use std::task::{Context, Poll};
 use io_uring::{opcode, squeue, types};
 
 use crate::cond::{CancelWatch, Cancelled, Cond};
-use crate::driver::uring::OpData;
-use crate::driver::IoDriver;
+use crate::driver::uring::{self, OpData};
+use crate::driver::{epoll, IoDriver, KeyError, OpKey};
 use crate::rt::{try_with_core, with_core};
 
 /// A direction of readiness.
@@ -149,7 +149,7 @@ async fn epoll_run<O: Operation>(mut op: O, cancel: Option<&Cond>) -> (io::Resul
 
 struct UringOp<'c, O: Operation> {
     op: Option<O>,
-    key: Option<usize>,
+    key: Option<OpKey>,
     cancel: Option<CancelWatch<'c>>,
     cancelled: bool,
 }
@@ -158,10 +158,12 @@ struct UringOp<'c, O: Operation> {
 // holds nothing that must stay in place.
 impl<O: Operation> Unpin for UringOp<'_, O> {}
 
+/// Runs `f` on this loop's io_uring driver. `f` must not run user code (wakers, operation
+/// callbacks, destructors of user data): the driver is borrowed meanwhile.
 fn with_uring<R>(f: impl FnOnce(&mut crate::driver::uring::Uring) -> R) -> R {
     with_core(|c| match &mut *c.driver.borrow_mut() {
         IoDriver::Uring(u) => f(u),
-        IoDriver::Epoll(_) => unreachable!("io_uring operation on an epoll loop"),
+        IoDriver::Epoll(_) => panic!("iolab-runtime: {}", KeyError::OtherLoop),
     })
 }
 
@@ -174,34 +176,50 @@ impl<O: Operation> Future for UringOp<'_, O> {
             Some(k) => k,
             None => {
                 let op = this.op.take().expect("UringOp polled after completion");
-                let k = with_uring(|u| u.start(Box::new(op)));
+                let mut data: Box<dyn OpData> = Box::new(op);
+                // User code (`prepare`, `readiness`) runs here, before the driver is borrowed;
+                // the SQE points into the box, which does not move when the box does.
+                let sqe = data.prepare();
+                let events = data.poll_events();
+                let k = with_uring(|u| u.start(data, sqe, events));
                 this.key = Some(k);
                 k
             }
         };
-        let done = with_uring(|u| match u.poll(key, cx) {
-            Poll::Ready(res) => Some((res, u.take(key))),
-            Poll::Pending => None,
-        });
-        if let Some((res, data)) = done {
-            this.key = None;
-            let op = *data
-                .into_any()
-                .downcast::<O>()
-                .expect("operation record holds its own type");
-            let result =
-                if res < 0 && this.cancelled && (res == -libc::ECANCELED || res == -libc::EINTR) {
+        match with_uring(|u| u.poll(&key, cx.waker())) {
+            Err(e) => {
+                // Misuse: the record belongs to another loop (or is gone); never touch it.
+                this.key = None;
+                panic!("iolab-runtime: {e}");
+            }
+            Ok(uring::Polled::Ready(res, data)) => {
+                this.key = None;
+                let op = *data
+                    .into_any()
+                    .downcast::<O>()
+                    .expect("operation record holds its own type");
+                let result = if res < 0
+                    && this.cancelled
+                    && (res == -libc::ECANCELED || res == -libc::EINTR)
+                {
                     Err(Cancelled.into())
                 } else {
                     to_result(res)
                 };
-            return Poll::Ready((result, op));
+                return Poll::Ready((result, op));
+            }
+            Ok(uring::Polled::NewWaker) => {
+                let waker = cx.waker().clone();
+                let old = with_uring(|u| u.set_waker(&key, waker));
+                drop(old);
+            }
+            Ok(uring::Polled::Pending) => {}
         }
         if !this.cancelled {
             if let Some(w) = &mut this.cancel {
                 if w.poll_signalled(cx) {
                     this.cancelled = true;
-                    with_uring(|u| u.cancel(key));
+                    with_uring(|u| u.cancel(&key));
                 }
             }
         }
@@ -212,13 +230,14 @@ impl<O: Operation> Future for UringOp<'_, O> {
 impl<O: Operation> Drop for UringOp<'_, O> {
     fn drop(&mut self) {
         if let Some(key) = self.key.take() {
-            try_with_core(|c| {
-                if let Ok(mut d) = c.driver.try_borrow_mut() {
-                    if let IoDriver::Uring(u) = &mut *d {
-                        u.orphan(key);
-                    }
+            let waker = try_with_core(|c| {
+                let mut d = c.driver.try_borrow_mut().ok()?;
+                match &mut *d {
+                    IoDriver::Uring(u) => u.orphan(&key),
+                    IoDriver::Epoll(_) => None,
                 }
             });
+            drop(waker);
         }
     }
 }
@@ -227,32 +246,50 @@ impl<O: Operation> Drop for UringOp<'_, O> {
 struct Readiness<'c> {
     fd: RawFd,
     interest: Interest,
-    key: Option<usize>,
+    key: Option<OpKey>,
     cancel: Option<CancelWatch<'c>>,
+}
+
+/// Runs `f` on this loop's epoll driver; as [`with_uring`], `f` runs no user code.
+fn with_epoll<R>(f: impl FnOnce(&mut crate::driver::epoll::Epoll) -> R) -> R {
+    with_core(|c| match &mut *c.driver.borrow_mut() {
+        IoDriver::Epoll(e) => f(e),
+        IoDriver::Uring(_) => panic!("iolab-runtime: {}", KeyError::OtherLoop),
+    })
 }
 
 impl Future for Readiness<'_> {
     type Output = io::Result<()>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let (fd, interest, key) = (self.fd, self.interest, self.key);
-        let r = with_core(|c| match &mut *c.driver.borrow_mut() {
-            IoDriver::Epoll(e) => match key {
-                None => e.add_waiter(fd, interest, cx.waker().clone()).map(Err),
-                Some(k) => Ok(match e.poll_waiter(k, cx) {
-                    Poll::Ready(()) => Ok(()),
-                    Poll::Pending => Err(k),
-                }),
-            },
-            IoDriver::Uring(_) => unreachable!("epoll wait on an io_uring loop"),
-        });
-        match r {
-            Err(e) => return Poll::Ready(Err(e)),
-            Ok(Ok(())) => {
-                self.key = None;
-                return Poll::Ready(Ok(()));
+        let (fd, interest) = (self.fd, self.interest);
+        match self.key {
+            None => {
+                let waker = cx.waker().clone();
+                match with_epoll(|e| e.add_waiter(fd, interest, waker)) {
+                    Ok(k) => self.key = Some(k),
+                    Err((e, waker)) => {
+                        drop(waker);
+                        return Poll::Ready(Err(e));
+                    }
+                }
             }
-            Ok(Err(k)) => self.key = Some(k),
+            Some(k) => match with_epoll(|e| e.poll_waiter(&k, cx.waker())) {
+                Err(e) => {
+                    self.key = None;
+                    panic!("iolab-runtime: {e}");
+                }
+                Ok(epoll::Polled::Ready) => {
+                    self.key = None;
+                    return Poll::Ready(Ok(()));
+                }
+                Ok(epoll::Polled::NewWaker) => {
+                    let waker = cx.waker().clone();
+                    let old = with_epoll(|e| e.set_waker(&k, waker));
+                    drop(old);
+                }
+                Ok(epoll::Polled::Pending) => {}
+            },
         }
         if let Some(w) = &mut self.cancel {
             if w.poll_signalled(cx) {
@@ -266,13 +303,14 @@ impl Future for Readiness<'_> {
 impl Drop for Readiness<'_> {
     fn drop(&mut self) {
         if let Some(k) = self.key.take() {
-            try_with_core(|c| {
-                if let Ok(mut d) = c.driver.try_borrow_mut() {
-                    if let IoDriver::Epoll(e) = &mut *d {
-                        e.remove_waiter(k);
-                    }
+            let waker = try_with_core(|c| {
+                let mut d = c.driver.try_borrow_mut().ok()?;
+                match &mut *d {
+                    IoDriver::Epoll(e) => e.remove_waiter(&k),
+                    IoDriver::Uring(_) => None,
                 }
             });
+            drop(waker);
         }
     }
 }

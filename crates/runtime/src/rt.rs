@@ -9,7 +9,7 @@ use std::io;
 use std::marker::PhantomData;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::pin::{pin, Pin};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread;
@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use slab::Slab;
 
-use crate::driver::{Driver, IoDriver};
+use crate::driver::{Deferred, Driver, IoDriver};
 use crate::task::{JoinHandle, Runnable, SpawnWith, Task};
 use crate::time::Timers;
 
@@ -97,7 +97,15 @@ pub(crate) struct Core {
     pub(crate) timers: RefCell<Timers>,
     /// Set while `block_on` (or a worker loop) runs on this core.
     entered: Cell<bool>,
+    /// Unique in the process, never reused: the loop part of every operation and timer key.
+    pub(crate) id: u64,
+    /// The driver's user work of a turn (wakers, orphan callbacks), run outside its borrow;
+    /// kept between turns for its capacity.
+    deferred: Cell<Deferred>,
 }
+
+/// Source of loop ids (0 is never handed out).
+static NEXT_LOOP_ID: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
     static CURRENT: Cell<*const Core> = const { Cell::new(std::ptr::null()) };
@@ -181,7 +189,8 @@ pub(crate) fn unregister_task(owner: &Arc<Shared>, key: usize) {
 
 impl Core {
     fn new(shared: Arc<Shared>, kind: Driver, simulate_eagain: bool) -> io::Result<Core> {
-        let driver = IoDriver::new(kind, shared.efd(), simulate_eagain)?;
+        let id = NEXT_LOOP_ID.fetch_add(1, Ordering::Relaxed);
+        let driver = IoDriver::new(kind, shared.efd(), id, simulate_eagain)?;
         Ok(Core {
             shared,
             run_queue: RefCell::new(VecDeque::with_capacity(1024)),
@@ -189,6 +198,8 @@ impl Core {
             driver: RefCell::new(driver),
             timers: RefCell::new(Timers::default()),
             entered: Cell::new(false),
+            id,
+            deferred: Cell::new(Deferred::default()),
         })
     }
 
@@ -235,13 +246,19 @@ impl Core {
         } else {
             next_deadline.map(|d| d.saturating_duration_since(Instant::now()))
         };
-        let dead = {
-            let mut drv = self.driver.borrow_mut();
-            drv.turn(timeout);
-            drv.take_graveyard()
-        };
-        drop(dead);
+        self.driver.borrow_mut().turn(timeout);
+        self.run_deferred();
         self.fire_timers();
+    }
+
+    /// Runs the user code the driver found (wakers to wake, callbacks and destructors of
+    /// operations whose futures were dropped) now that it is no longer borrowed: that code
+    /// may use the runtime (spawn, start operations, query it) without a RefCell panic.
+    fn run_deferred(&self) {
+        let mut deferred = self.deferred.take();
+        self.driver.borrow_mut().take_deferred(&mut deferred);
+        deferred.run();
+        self.deferred.set(deferred);
     }
 
     fn fire_timers(&self) -> Option<Instant> {
@@ -290,12 +307,9 @@ impl Core {
         }
         let wakers = self.timers.borrow_mut().clear();
         drop(wakers);
-        let dead = {
-            let mut drv = self.driver.borrow_mut();
-            drv.shutdown();
-            drv.take_graveyard()
-        };
-        drop(dead);
+        self.run_deferred();
+        self.driver.borrow_mut().shutdown();
+        self.run_deferred();
     }
 }
 

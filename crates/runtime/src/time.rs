@@ -21,6 +21,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
+use crate::driver::KeyError;
 use crate::rt::with_core;
 
 /// A registered timer's name: its deadline and a sequence number unique within its loop
@@ -101,8 +102,8 @@ enum Polled {
 #[must_use = "futures do nothing unless awaited"]
 pub struct Sleep {
     deadline: Instant,
-    /// Set while the timer is registered in its loop's structure.
-    key: Option<TimerKey>,
+    /// Set while the timer is registered: the id of its loop and its key there.
+    key: Option<(u64, TimerKey)>,
 }
 
 impl Sleep {
@@ -124,11 +125,14 @@ impl Sleep {
             return;
         }
         self.deadline = deadline;
-        if let Some(k) = self.key.take() {
+        if let Some((loop_id, k)) = self.key.take() {
             let (key, old) = with_core(|c| {
+                if c.id != loop_id {
+                    panic!("iolab-runtime: {}", KeyError::OtherLoop);
+                }
                 let mut t = c.timers.borrow_mut();
                 match t.remove(&k) {
-                    Some(Some(w)) => (Some(t.insert(deadline, w)), None),
+                    Some(Some(w)) => (Some((loop_id, t.insert(deadline, w))), None),
                     other => (None, other.flatten()),
                 }
             });
@@ -143,26 +147,39 @@ impl Future for Sleep {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let deadline = self.deadline;
-        let Some(k) = self.key else {
+        let Some((loop_id, k)) = self.key else {
             if Instant::now() >= deadline {
                 return Poll::Ready(());
             }
             let waker = cx.waker().clone();
-            self.key = Some(with_core(|c| c.timers.borrow_mut().insert(deadline, waker)));
+            self.key = Some(with_core(|c| {
+                (c.id, c.timers.borrow_mut().insert(deadline, waker))
+            }));
             return Poll::Pending;
         };
         let (polled, old) = with_core(|c| {
+            if c.id != loop_id {
+                return (Err(KeyError::OtherLoop), None);
+            }
             let mut t = c.timers.borrow_mut();
             match t.map.get(&k) {
                 // Not in the structure any more: it fired.
-                None => (Polled::Ready, None),
+                None => (Ok(Polled::Ready), None),
                 // Due, but the loop has not expired it yet.
-                Some(_) if Instant::now() >= deadline => (Polled::Ready, t.remove(&k)),
-                Some(Some(w)) if w.will_wake(cx.waker()) => (Polled::Pending, None),
-                Some(_) => (Polled::NewWaker, None),
+                Some(_) if Instant::now() >= deadline => (Ok(Polled::Ready), t.remove(&k)),
+                Some(Some(w)) if w.will_wake(cx.waker()) => (Ok(Polled::Pending), None),
+                Some(_) => (Ok(Polled::NewWaker), None),
             }
         });
         drop(old);
+        let polled = match polled {
+            Ok(p) => p,
+            Err(e) => {
+                // Registered on another loop: never touch that loop's timers from here.
+                self.key = None;
+                panic!("iolab-runtime: {e}");
+            }
+        };
         match polled {
             Polled::Ready => {
                 self.key = None;
@@ -187,8 +204,11 @@ impl Future for Sleep {
 
 impl Drop for Sleep {
     fn drop(&mut self) {
-        if let Some(k) = self.key.take() {
+        if let Some((loop_id, k)) = self.key.take() {
             let waker = crate::rt::try_with_core(|c| {
+                if c.id != loop_id {
+                    return None; // another loop's entry: it fires there, harmlessly
+                }
                 c.timers
                     .try_borrow_mut()
                     .ok()

@@ -381,8 +381,7 @@ impl Layout {
             let cutoff = tracks * u64::from(z.spt);
             pos += z.slips.iter().filter(|&&s| s < cutoff).count() as f64;
         }
-        let spt = f64::from(z.spt);
-        (pos.rem_euclid(spt)) / spt
+        super::mech::frac(pos / f64::from(z.spt))
     }
 
     /// Sectors per track at an LBA's zone.

@@ -156,6 +156,17 @@ fn table(t: &[(u32, f64)], dist: u32) -> f64 {
     (t1 + (f64::from(dist) - d1) * (t2 - t1) / (d2 - d1)).max(0.0)
 }
 
+/// Fractional part of a non-negative number (`rem_euclid(1.0)` without a libm `fmod` call:
+/// this is on the hot path of every media access).
+#[inline]
+pub fn frac(x: f64) -> f64 {
+    if (0.0..9.0e15).contains(&x) {
+        x - (x as u64) as f64
+    } else {
+        x.rem_euclid(1.0)
+    }
+}
+
 /// Mechanical parameters of the head-disk assembly.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Mech {
@@ -193,13 +204,12 @@ impl Mech {
 
     /// Angle (0..1) of the platters at time `t` (the spindle is at angle 0 at t = 0).
     pub fn angle_at(&self, t: f64) -> f64 {
-        let p = self.period();
-        (t.rem_euclid(p)) / p
+        frac(t / self.period())
     }
 
     /// Time to wait from `t` until angle `target` passes under the head (0 ≤ wait < period).
     pub fn wait_for(&self, t: f64, target: f64) -> f64 {
-        let d = (target - self.angle_at(t)).rem_euclid(1.0);
+        let d = frac(target - self.angle_at(t) + 1.0);
         // Angles that are equal up to rounding mean "now", not a full revolution.
         if d > 1.0 - 1e-9 {
             0.0

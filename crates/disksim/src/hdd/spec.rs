@@ -13,7 +13,7 @@ use super::params::{self, Block, ParamFile, Value};
 use crate::sched::Policy;
 
 /// Command-processing overheads of the drive's controller (ms).
-#[derive(Clone, Debug, PartialEq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
 pub struct Overheads {
     /// Added to every request on arrival [Per-request overhead time].
     pub per_request: f64,
@@ -67,7 +67,9 @@ pub struct CacheSpec {
     pub readahead_over_requested: bool,
     /// Start read-ahead after a full hit when the mechanism is idle [Read-ahead on idle hit].
     pub readahead_on_idle_hit: bool,
-    /// Keep sectors that pass under the head before the requested ones [Read any free blocks].
+    /// Read sectors that pass under the head before the requested ones [Read any free blocks].
+    /// Parsed but without effect: the IBM 18ES trace, whose drive sets it, shows no cache hits
+    /// on such sectors (backward re-reads all miss), so they are not kept.
     pub read_any_free_blocks: bool,
     /// 0 write-through, 1 write-back of sequential streams, 2 write-back always [Fast write level].
     /// With one request at a time (DiskSim's validation) 1 and 2 both report a write
@@ -80,6 +82,10 @@ pub struct CacheSpec {
     /// Reconnect for a read when this fraction of the request is in the buffer
     /// [High (read) water mark], only when the drive holds the bus [Hold bus entire read xfer].
     pub read_watermark: f64,
+    /// The drive keeps the bus for a whole read [Hold bus entire read xfer]: it sends data
+    /// from the water mark on. Otherwise it disconnects during the media access and
+    /// reconnects once the requested sectors are all in the buffer.
+    pub hold_bus_read: bool,
 }
 
 /// Everything the HDD model needs.
@@ -379,6 +385,7 @@ impl HddSpec {
             fast_write: count(d, "Fast write level", 2.0)? as u8,
             read_hits_on_write_data: flag(d, "Allow read hits on write data")?,
             combine_seq_writes: flag(d, "Combine seq writes")?,
+            hold_bus_read: hold_read,
             read_watermark: if hold_read {
                 d.num("High (read) water mark")?.clamp(0.0, 1.0)
             } else {

@@ -8,11 +8,12 @@
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::task::{Context, Poll, Waker};
+use std::task::Waker;
 use std::time::Duration;
 
 use slab::Slab;
 
+use super::{Deferred, KeyError, OpKey};
 use crate::op::Interest;
 
 const WAKE_TOKEN: u64 = u64::MAX;
@@ -22,6 +23,17 @@ struct Waiter {
     interest: Interest,
     waker: Option<Waker>,
     ready: bool,
+    gen: u64,
+}
+
+/// How a poll of a waiter went (decided under the driver's borrow).
+pub(crate) enum Polled {
+    /// Ready; the waiter is removed.
+    Ready,
+    Pending,
+    /// Pending, and the stored waker would not wake the caller: store a clone made
+    /// outside the borrow ([`Epoll::set_waker`]).
+    NewWaker,
 }
 
 #[derive(Default)]
@@ -37,6 +49,10 @@ pub(crate) struct Epoll {
     waiters: Slab<Waiter>,
     fds: HashMap<RawFd, FdState>,
     events: Vec<libc::epoll_event>,
+    id: u64,
+    next_gen: u64,
+    /// Wakers to wake once the core has released the driver.
+    pub(crate) deferred: Deferred,
 }
 
 fn mask(i: Interest) -> u32 {
@@ -47,7 +63,7 @@ fn mask(i: Interest) -> u32 {
 }
 
 impl Epoll {
-    pub(crate) fn new(efd: RawFd) -> io::Result<Epoll> {
+    pub(crate) fn new(efd: RawFd, id: u64) -> io::Result<Epoll> {
         // SAFETY: epoll_create1 returns a fresh descriptor or -1.
         let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if fd < 0 {
@@ -69,6 +85,9 @@ impl Epoll {
             waiters: Slab::new(),
             fds: HashMap::new(),
             events: vec![libc::epoll_event { events: 0, u64: 0 }; 1024],
+            id,
+            next_gen: 0,
+            deferred: Deferred::default(),
         })
     }
 
@@ -117,50 +136,76 @@ impl Epoll {
         Ok(())
     }
 
-    /// Registers a wait for `interest` on `fd`; returns its key.
+    /// Registers a wait for `interest` on `fd`; returns its key. On error the waker comes
+    /// back with it, to be dropped outside the borrow.
     pub(crate) fn add_waiter(
         &mut self,
         fd: RawFd,
         interest: Interest,
         waker: Waker,
-    ) -> io::Result<usize> {
-        let key = self.waiters.insert(Waiter {
+    ) -> Result<OpKey, (io::Error, Option<Waker>)> {
+        self.next_gen += 1;
+        let gen = self.next_gen;
+        let index = self.waiters.insert(Waiter {
             fd,
             interest,
             waker: Some(waker),
             ready: false,
+            gen,
         });
+        let key = OpKey {
+            loop_id: self.id,
+            index,
+            gen,
+        };
         let fresh = !self.fds.contains_key(&fd);
-        self.fds.entry(fd).or_default().waiters.push(key);
+        self.fds.entry(fd).or_default().waiters.push(index);
         if let Err(e) = self.arm(fd, fresh) {
-            self.remove_waiter(key);
-            return Err(e);
+            return Err((e, self.remove_waiter(&key)));
         }
         Ok(key)
     }
 
-    pub(crate) fn poll_waiter(&mut self, key: usize, cx: &mut Context<'_>) -> Poll<()> {
-        let w = &mut self.waiters[key];
-        if w.ready {
-            self.waiters.remove(key);
-            return Poll::Ready(());
+    fn waiter(&mut self, key: &OpKey) -> Result<&mut Waiter, KeyError> {
+        if key.loop_id != self.id {
+            return Err(KeyError::OtherLoop);
         }
-        if !w.waker.as_ref().is_some_and(|x| x.will_wake(cx.waker())) {
-            w.waker = Some(cx.waker().clone());
+        match self.waiters.get_mut(key.index) {
+            Some(w) if w.gen == key.gen => Ok(w),
+            _ => Err(KeyError::Stale),
         }
-        Poll::Pending
     }
 
-    pub(crate) fn remove_waiter(&mut self, key: usize) {
-        let Some(w) = self.waiters.try_remove(key) else {
-            return;
-        };
+    pub(crate) fn poll_waiter(&mut self, key: &OpKey, waker: &Waker) -> Result<Polled, KeyError> {
+        let w = self.waiter(key)?;
+        Ok(if w.ready {
+            self.waiters.remove(key.index);
+            Polled::Ready
+        } else if w.waker.as_ref().is_some_and(|x| x.will_wake(waker)) {
+            Polled::Pending
+        } else {
+            Polled::NewWaker
+        })
+    }
+
+    /// Stores the waker of waiter `key`; returns the one it replaces (dropped by the caller
+    /// outside the borrow).
+    pub(crate) fn set_waker(&mut self, key: &OpKey, waker: Waker) -> Option<Waker> {
+        self.waiter(key).ok()?.waker.replace(waker)
+    }
+
+    /// Removes waiter `key` (ignored if it is not a live waiter of this loop); returns its
+    /// waker, to be dropped outside the borrow.
+    pub(crate) fn remove_waiter(&mut self, key: &OpKey) -> Option<Waker> {
+        self.waiter(key).ok()?;
+        let w = self.waiters.remove(key.index);
         if let Some(st) = self.fds.get_mut(&w.fd) {
-            st.waiters.retain(|&k| k != key);
+            st.waiters.retain(|&k| k != key.index);
             if st.waiters.is_empty() {
                 self.fds.remove(&w.fd);
             }
         }
+        w.waker
     }
 
     fn on_event(&mut self, fd: RawFd, revents: u32) {
@@ -170,14 +215,13 @@ impl Epoll {
         st.armed = 0;
         let err = (libc::EPOLLERR | libc::EPOLLHUP) as u32;
         let waiters = &mut self.waiters;
+        let wakers = &mut self.deferred.wakers;
         st.waiters.retain(|&k| {
             let w = &mut waiters[k];
             let hit = revents & (mask(w.interest) | err) != 0;
             if hit {
                 w.ready = true;
-                if let Some(wk) = w.waker.take() {
-                    wk.wake();
-                }
+                wakers.extend(w.waker.take());
             }
             !hit
         });
@@ -190,9 +234,7 @@ impl Epoll {
                 for k in st.waiters {
                     let w = &mut self.waiters[k];
                     w.ready = true;
-                    if let Some(wk) = w.waker.take() {
-                        wk.wake();
-                    }
+                    self.deferred.wakers.extend(w.waker.take());
                 }
             }
         }
@@ -229,6 +271,46 @@ impl Epoll {
             } else {
                 self.on_event(ev.u64 as RawFd, ev.events);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A waiter key whose slot was freed and reused, or that names another loop, reaches no
+    /// waiter.
+    #[test]
+    fn stale_and_foreign_keys_are_errors() {
+        let mut fds = [0; 2];
+        // SAFETY: fds is a valid array of two ints.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: eventfd returns a fresh descriptor or -1.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        let mut e = Epoll::new(efd, 7).unwrap();
+        let w = Waker::noop().clone();
+        let old = e.add_waiter(fds[0], Interest::Readable, w.clone()).unwrap();
+        assert!(e.remove_waiter(&old).is_some());
+        let new = e.add_waiter(fds[0], Interest::Readable, w).unwrap();
+        assert_eq!(new.index, old.index, "the slot is reused");
+        assert!(matches!(
+            e.poll_waiter(&old, Waker::noop()),
+            Err(KeyError::Stale)
+        ));
+        assert!(e.remove_waiter(&old).is_none());
+        let foreign = OpKey { loop_id: 8, ..new };
+        assert!(matches!(
+            e.poll_waiter(&foreign, Waker::noop()),
+            Err(KeyError::OtherLoop)
+        ));
+        assert!(e.remove_waiter(&foreign).is_none());
+        assert_eq!(e.live_ops(), 1, "the live waiter was not touched");
+        assert!(e.remove_waiter(&new).is_some());
+        drop(e);
+        for fd in [fds[0], fds[1], efd] {
+            // SAFETY: closes descriptors created above.
+            unsafe { libc::close(fd) };
         }
     }
 }

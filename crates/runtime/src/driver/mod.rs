@@ -77,6 +77,65 @@ pub(crate) fn choose() -> io::Result<Driver> {
         .map_err(io::Error::other)
 }
 
+/// Names one operation record (or readiness waiter) of one loop's driver. The loop id is
+/// unique in the process (never reused, even after a runtime is dropped) and the generation
+/// unique within the loop, so a key used on another loop, or after its record was freed and
+/// the slot reused, is detected ([`KeyError`]) instead of reaching another operation's record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OpKey {
+    pub(crate) loop_id: u64,
+    pub(crate) index: usize,
+    pub(crate) gen: u64,
+}
+
+/// Misuse of an operation or timer key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeyError {
+    /// Polled on a loop other than the one that started it (another runtime or worker).
+    OtherLoop,
+    /// Its record was already freed (and the slot perhaps reused).
+    Stale,
+}
+
+impl fmt::Display for KeyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            KeyError::OtherLoop => {
+                "an I/O operation or timer was polled on another loop than the one it started \
+                 on (it belongs to its first loop: do not move a started future to another \
+                 runtime or worker)"
+            }
+            KeyError::Stale => "an operation key was used after its record was freed",
+        })
+    }
+}
+
+/// Work the driver found during a turn that runs user code: wakers to wake and completed
+/// operations whose futures were dropped (their `orphaned` callback, then their drop). The
+/// core runs it after releasing its borrow of the driver, so that code may use the runtime.
+#[derive(Default)]
+pub(crate) struct Deferred {
+    pub(crate) wakers: Vec<std::task::Waker>,
+    pub(crate) orphans: Vec<(Box<dyn uring::OpData>, i32)>,
+}
+
+impl Deferred {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.wakers.is_empty() && self.orphans.is_empty()
+    }
+
+    /// Wakes, calls the orphan callbacks and drops their data; leaves the vectors empty
+    /// (capacity kept for reuse).
+    pub(crate) fn run(&mut self) {
+        for w in self.wakers.drain(..) {
+            w.wake();
+        }
+        for (mut data, res) in self.orphans.drain(..) {
+            data.orphaned(res);
+        }
+    }
+}
+
 /// The driver of the loop the caller runs on. Panics outside a runtime.
 pub fn current_driver() -> Driver {
     crate::rt::with_core(|c| c.driver.borrow().kind())
@@ -90,10 +149,15 @@ pub(crate) enum IoDriver {
 }
 
 impl IoDriver {
-    pub(crate) fn new(kind: Driver, efd: i32, simulate_eagain: bool) -> io::Result<IoDriver> {
+    pub(crate) fn new(
+        kind: Driver,
+        efd: i32,
+        loop_id: u64,
+        simulate_eagain: bool,
+    ) -> io::Result<IoDriver> {
         Ok(match kind {
-            Driver::Uring => IoDriver::Uring(uring::Uring::new(efd, simulate_eagain)?),
-            Driver::Epoll => IoDriver::Epoll(epoll::Epoll::new(efd)?),
+            Driver::Uring => IoDriver::Uring(uring::Uring::new(efd, loop_id, simulate_eagain)?),
+            Driver::Epoll => IoDriver::Epoll(epoll::Epoll::new(efd, loop_id)?),
         })
     }
 
@@ -113,12 +177,15 @@ impl IoDriver {
         }
     }
 
-    /// Operation data released by the kernel after its future was dropped; the core drops
-    /// it outside the driver's borrow (its destructor may be arbitrary user code).
-    pub(crate) fn take_graveyard(&mut self) -> Vec<Box<dyn std::any::Any>> {
-        match self {
-            IoDriver::Uring(u) => std::mem::take(&mut u.graveyard),
-            IoDriver::Epoll(_) => Vec::new(),
+    /// Moves the user code found so far (wakers, orphan callbacks) into `into`, which the
+    /// caller runs once it has released the driver.
+    pub(crate) fn take_deferred(&mut self, into: &mut Deferred) {
+        let mine = match self {
+            IoDriver::Uring(u) => &mut u.deferred,
+            IoDriver::Epoll(e) => &mut e.deferred,
+        };
+        if !mine.is_empty() {
+            std::mem::swap(mine, into);
         }
     }
 

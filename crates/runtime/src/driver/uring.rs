@@ -12,11 +12,13 @@ use std::any::Any;
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::RawFd;
-use std::task::{Context, Poll, Waker};
+use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use io_uring::{opcode, squeue, types, IoUring, Probe};
 use slab::Slab;
+
+use super::{Deferred, KeyError, OpKey};
 
 const WAKE_TAG: u64 = u64::MAX;
 const CANCEL_TAG: u64 = u64::MAX - 1;
@@ -42,9 +44,26 @@ struct Record {
     state: State,
     waker: Option<Waker>,
     data: Box<dyn OpData>,
+    /// The operation's SQE, prepared once outside the driver's borrow; resubmitted as is
+    /// after -EAGAIN (the failed attempt did nothing, so it still describes the operation).
+    sqe: squeue::Entry,
+    /// What to poll for after -EAGAIN (`OpData::poll_events`, also computed up front).
+    events: Option<(RawFd, u32)>,
+    /// Names this record among every record the slot has held (see `OpKey`).
+    gen: u64,
     cancel_sent: bool,
     /// A POLL_ADD is in flight for this record (after the op returned -EAGAIN).
     polling: bool,
+}
+
+/// How a poll of an operation went (decided under the driver's borrow).
+pub(crate) enum Polled {
+    /// Completed: the result and the operation's data (its record is freed).
+    Ready(i32, Box<dyn OpData>),
+    Pending,
+    /// Pending, and the stored waker would not wake the caller: store a clone, made
+    /// outside the borrow ([`Uring::set_waker`]).
+    NewWaker,
 }
 
 pub(crate) struct Uring {
@@ -54,7 +73,11 @@ pub(crate) struct Uring {
     backlog: VecDeque<squeue::Entry>,
     efd: RawFd,
     efd_armed: bool,
-    pub(crate) graveyard: Vec<Box<dyn Any>>,
+    /// This loop's id (the first part of every key it hands out).
+    id: u64,
+    next_gen: u64,
+    /// Wakers and orphan callbacks, run by the core outside the borrow.
+    pub(crate) deferred: Deferred,
     /// Testing aid: the first attempt of a readiness-waiting operation completes with
     /// -EAGAIN at the next reap without reaching the kernel (see `Builder::simulate_eagain`).
     simulate_eagain: bool,
@@ -131,7 +154,7 @@ fn errno(e: &io::Error) -> i32 {
 }
 
 impl Uring {
-    pub(crate) fn new(efd: RawFd, simulate_eagain: bool) -> io::Result<Uring> {
+    pub(crate) fn new(efd: RawFd, id: u64, simulate_eagain: bool) -> io::Result<Uring> {
         let ring = build_ring()?;
         let mut u = Uring {
             ring,
@@ -139,7 +162,9 @@ impl Uring {
             backlog: VecDeque::new(),
             efd,
             efd_armed: false,
-            graveyard: Vec::new(),
+            id,
+            next_gen: 0,
+            deferred: Deferred::default(),
             simulate_eagain,
             simulated: Vec::new(),
             cqes: Vec::with_capacity(256),
@@ -192,76 +217,112 @@ impl Uring {
         }
     }
 
-    /// Starts an operation; returns its record key.
-    pub(crate) fn start(&mut self, data: Box<dyn OpData>) -> usize {
-        let entry = self.records.vacant_entry();
-        let key = entry.key();
-        let rec = entry.insert(Record {
+    /// Starts an operation whose SQE (`sqe`, pointing into `data`) and readiness `events`
+    /// the caller computed outside the borrow; returns its key.
+    pub(crate) fn start(
+        &mut self,
+        data: Box<dyn OpData>,
+        sqe: squeue::Entry,
+        events: Option<(RawFd, u32)>,
+    ) -> OpKey {
+        self.next_gen += 1;
+        let gen = self.next_gen;
+        let index = self.records.insert(Record {
             state: State::InFlight,
             waker: None,
             data,
+            sqe: sqe.user_data(0),
+            events,
+            gen,
             cancel_sent: false,
             polling: false,
         });
-        if self.simulate_eagain && rec.data.poll_events().is_some() {
-            self.simulated.push(key);
+        let key = OpKey {
+            loop_id: self.id,
+            index,
+            gen,
+        };
+        if self.simulate_eagain && events.is_some() {
+            self.simulated.push(index);
             return key;
         }
-        let sqe = rec.data.prepare().user_data(key as u64);
+        let sqe = self.records[index].sqe.clone().user_data(index as u64);
         self.queue(sqe);
         key
     }
 
-    pub(crate) fn poll(&mut self, key: usize, cx: &mut Context<'_>) -> Poll<i32> {
-        let rec = &mut self.records[key];
-        match rec.state {
-            State::Done(res) => Poll::Ready(res),
-            _ => {
-                if !rec.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                    rec.waker = Some(cx.waker().clone());
-                }
-                Poll::Pending
-            }
+    /// The record `key` names, if it is this loop's and still live.
+    fn record(&mut self, key: &OpKey) -> Result<&mut Record, KeyError> {
+        if key.loop_id != self.id {
+            return Err(KeyError::OtherLoop);
+        }
+        match self.records.get_mut(key.index) {
+            Some(r) if r.gen == key.gen => Ok(r),
+            _ => Err(KeyError::Stale),
         }
     }
 
-    /// Removes a completed record, handing its data back.
-    pub(crate) fn take(&mut self, key: usize) -> Box<dyn OpData> {
-        self.records.remove(key).data
+    /// Polls operation `key` for the task whose waker is `waker` (which is not cloned here:
+    /// cloning runs user code, see [`Polled::NewWaker`]). On completion the record is freed
+    /// and the operation's data handed back.
+    pub(crate) fn poll(&mut self, key: &OpKey, waker: &Waker) -> Result<Polled, KeyError> {
+        let rec = self.record(key)?;
+        Ok(match rec.state {
+            State::Done(res) => Polled::Ready(res, self.records.remove(key.index).data),
+            _ if rec.waker.as_ref().is_some_and(|w| w.will_wake(waker)) => Polled::Pending,
+            _ => Polled::NewWaker,
+        })
     }
 
-    /// Sends IORING_OP_ASYNC_CANCEL for the record's request (once).
-    pub(crate) fn cancel(&mut self, key: usize) {
-        let rec = &mut self.records[key];
+    /// Stores the waker of operation `key`; returns the one it replaces (to be dropped by
+    /// the caller outside the borrow).
+    pub(crate) fn set_waker(&mut self, key: &OpKey, waker: Waker) -> Option<Waker> {
+        let rec = self.record(key).ok()?;
+        rec.waker.replace(waker)
+    }
+
+    /// Sends IORING_OP_ASYNC_CANCEL for operation `key` (once); ignores a key that is not a
+    /// live record of this loop.
+    pub(crate) fn cancel(&mut self, key: &OpKey) {
+        if self.record(key).is_ok() {
+            self.cancel_index(key.index);
+        }
+    }
+
+    fn cancel_index(&mut self, index: usize) {
+        let rec = &mut self.records[index];
         if rec.cancel_sent || matches!(rec.state, State::Done(_)) {
             return;
         }
         rec.cancel_sent = true;
-        let e = opcode::AsyncCancel::new(key as u64)
+        let e = opcode::AsyncCancel::new(index as u64)
             .build()
             .user_data(CANCEL_TAG);
         self.queue(e);
     }
 
     /// The future owning `key` is gone: cancel, and free the record at its completion.
-    pub(crate) fn orphan(&mut self, key: usize) {
-        match self.records[key].state {
+    /// Returns the record's waker, for the caller to drop outside the borrow. A key that is
+    /// not a live record of this loop is ignored: another loop's record is never touched.
+    pub(crate) fn orphan(&mut self, key: &OpKey) -> Option<Waker> {
+        let rec = self.record(key).ok()?;
+        match rec.state {
             State::Done(res) => {
-                let mut data = self.records.remove(key).data;
-                data.orphaned(res);
-                self.graveyard.push(data.into_any());
+                let rec = self.records.remove(key.index);
+                self.deferred.orphans.push((rec.data, res));
+                rec.waker
             }
             _ => {
-                self.cancel(key);
-                let rec = &mut self.records[key];
                 rec.state = State::Orphan;
-                rec.waker = None;
+                let waker = rec.waker.take();
+                self.cancel_index(key.index);
                 // Hand the operation and its cancel to the kernel now, not at the next turn:
                 // the caller may close the descriptor right after dropping the future, and a
                 // reused descriptor number must not meet a still-queued SQE. Once submitted,
                 // the kernel holds its own reference to the file.
                 self.flush_backlog();
                 let _ = self.ring.submit();
+                waker
             }
         }
     }
@@ -313,13 +374,13 @@ impl Uring {
                 res = -libc::ECANCELED;
             } else if res >= 0 {
                 // Ready now: retry the operation itself.
-                let e = rec.data.prepare().user_data(key as u64);
+                let e = rec.sqe.clone().user_data(key as u64);
                 self.backlog.push_back(e);
                 return;
             }
             // else the poll itself failed: its error is the operation's.
         } else if res == -libc::EAGAIN && !rec.cancel_sent {
-            if let Some((fd, events)) = rec.data.poll_events() {
+            if let Some((fd, events)) = rec.events {
                 rec.polling = true;
                 let e = opcode::PollAdd::new(types::Fd(fd), events)
                     .build()
@@ -335,13 +396,12 @@ impl Uring {
             State::InFlight => {
                 rec.state = State::Done(res);
                 if let Some(w) = rec.waker.take() {
-                    w.wake();
+                    self.deferred.wakers.push(w);
                 }
             }
             State::Orphan => {
-                let mut data = self.records.remove(key).data;
-                data.orphaned(res);
-                self.graveyard.push(data.into_any());
+                let data = self.records.remove(key).data;
+                self.deferred.orphans.push((data, res));
             }
             State::Done(_) => {}
         }
@@ -392,7 +452,7 @@ impl Uring {
     pub(crate) fn shutdown(&mut self) {
         let keys: Vec<usize> = self.records.iter().map(|(k, _)| k).collect();
         for k in keys {
-            self.cancel(k);
+            self.cancel_index(k);
         }
         let deadline = Instant::now() + Duration::from_secs(5);
         while self
@@ -428,5 +488,71 @@ impl Uring {
 impl Drop for Uring {
     fn drop(&mut self) {
         self.leak_in_flight();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::op::{Interest, Operation};
+
+    struct Nop;
+
+    // SAFETY: a NOP SQE carries no pointer.
+    unsafe impl Operation for Nop {
+        fn prepare(&mut self) -> squeue::Entry {
+            opcode::Nop::new().build()
+        }
+        fn attempt(&mut self) -> io::Result<usize> {
+            Ok(0)
+        }
+        fn readiness(&self) -> Option<(RawFd, Interest)> {
+            None
+        }
+    }
+
+    fn start_nop(u: &mut Uring) -> OpKey {
+        let mut data: Box<dyn OpData> = Box::new(Nop);
+        let sqe = data.prepare();
+        u.start(data, sqe, None)
+    }
+
+    fn finish(u: &mut Uring, key: &OpKey) -> i32 {
+        for _ in 0..500 {
+            if let Polled::Ready(res, _) = u.poll(key, Waker::noop()).unwrap() {
+                return res;
+            }
+            u.turn(Some(Duration::from_millis(10)));
+        }
+        panic!("NOP never completed");
+    }
+
+    /// A key whose slot was freed and reused, or that names another loop, reaches no record.
+    #[test]
+    fn stale_and_foreign_keys_are_errors() {
+        // SAFETY: eventfd returns a fresh descriptor or -1.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        assert!(efd >= 0);
+        let mut u = Uring::new(efd, 7, false).unwrap();
+        let old = start_nop(&mut u);
+        assert_eq!(finish(&mut u, &old), 0);
+        let new = start_nop(&mut u);
+        assert_eq!(new.index, old.index, "the slot is reused");
+        assert!(matches!(u.poll(&old, Waker::noop()), Err(KeyError::Stale)));
+        assert!(u.set_waker(&old, Waker::noop().clone()).is_none());
+        assert!(u.orphan(&old).is_none());
+        u.cancel(&old);
+        let foreign = OpKey { loop_id: 8, ..new };
+        assert!(matches!(
+            u.poll(&foreign, Waker::noop()),
+            Err(KeyError::OtherLoop)
+        ));
+        assert!(u.orphan(&foreign).is_none());
+        assert_eq!(u.live_ops(), 1, "the live record was not touched");
+        assert_eq!(finish(&mut u, &new), 0);
+        assert_eq!(u.live_ops(), 0);
+        drop(u);
+        // SAFETY: closes the eventfd created above.
+        unsafe { libc::close(efd) };
     }
 }
