@@ -105,8 +105,9 @@ p.ti = lt.torrent_info(torrent)
 p.save_path = data
 p.flags |= lt.torrent_flags.seed_mode
 h = ses.add_torrent(p)
-for _ in range(100):
-    if ses.listen_port():
+# Peers that arrive before the torrent is added and seeding are turned away: wait for it.
+for _ in range(400):
+    if ses.listen_port() and h.status().is_seeding:
         break
     time.sleep(0.05)
 print('listening', ses.listen_port(), flush=True)
