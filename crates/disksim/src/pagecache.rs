@@ -336,7 +336,7 @@ impl PageCache {
     ) {
         let base = self.streams.get(&sk).map_or(0, |s| s.base_lba);
         let mut run: Option<(u64, u64)> = None; // (first, count)
-        let mut flush = |this: &mut PageCache, run: &mut Option<(u64, u64)>, ctx: &mut Ctx| {
+        let flush = |this: &mut PageCache, run: &mut Option<(u64, u64)>, ctx: &mut Ctx| {
             if let Some((first, count)) = run.take() {
                 let id = CHILD_ID_BIT | this.next_child;
                 this.next_child += 1;
