@@ -348,11 +348,377 @@ fn closed_by_peer(s: &mut TcpStream, within: Duration) -> bool {
     }
 }
 
+/// A client socket whose receive buffer is `rcvbuf` bytes, set before connecting so that the
+/// TCP window it advertises stays that small.
+fn connect_small_rcvbuf(addr: SocketAddr, rcvbuf: i32) -> TcpStream {
+    use std::os::fd::FromRawFd;
+    let SocketAddr::V4(v4) = addr else {
+        panic!("IPv4 only")
+    };
+    // SAFETY: plain socket(2); the result is checked before use.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+    // SAFETY: fd is a fresh socket nothing else owns; the TcpStream closes it.
+    let stream = unsafe { TcpStream::from_raw_fd(fd) };
+    // SAFETY: rcvbuf is a live i32 and its size is passed.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            &rcvbuf as *const i32 as *const libc::c_void,
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "SO_RCVBUF: {}", std::io::Error::last_os_error());
+    let sin = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: v4.port().to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(*v4.ip()).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: sin is a valid sockaddr_in of the size passed.
+    let r = unsafe {
+        libc::connect(
+            fd,
+            &sin as *const libc::sockaddr_in as *const libc::sockaddr,
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "connect: {}", std::io::Error::last_os_error());
+    stream
+}
+
+/// A `/proc/PID/status` field in KiB (VmRSS, VmHWM).
+fn proc_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// nginx serving `root` on a free loopback port, from a generated configuration in its own
+/// temporary directory; stopped (and the directory removed) on drop.
+struct Nginx {
+    child: Child,
+    addr: SocketAddr,
+    dir: PathBuf,
+}
+
+impl Nginx {
+    fn start(nginx: &std::path::Path, root: &std::path::Path) -> Nginx {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("iolab-http-nginx-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("tmp")).unwrap();
+        for _attempt in 0..5 {
+            let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+            let d = dir.display();
+            // `if_modified_since before`: RFC 9110 §13.1.3 (a date later than Last-Modified
+            // is "not modified" too); nginx's default compares for equality only.
+            let conf = format!(
+                "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\n\
+                 error_log {d}/error.log;\nevents {{ worker_connections 64; }}\n\
+                 http {{\n  access_log off;\n  client_body_temp_path {d}/tmp;\n\
+                 proxy_temp_path {d}/tmp;\n  fastcgi_temp_path {d}/tmp;\n\
+                 uwsgi_temp_path {d}/tmp;\n  scgi_temp_path {d}/tmp;\n\
+                 if_modified_since before;\n\
+                 server {{ listen {addr}; root {}; }}\n}}\n",
+                root.display()
+            );
+            std::fs::write(dir.join("nginx.conf"), conf).unwrap();
+            let mut child = Command::new(nginx)
+                .arg("-c")
+                .arg(dir.join("nginx.conf"))
+                .arg("-p")
+                .arg(&dir)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn nginx");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                    return Nginx { child, addr, dir };
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
+        panic!("nginx did not start: {log}");
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Sends one raw request on a new connection and reads the response (no body for HEAD and
+/// 304, which have none).
+fn exchange_raw(addr: SocketAddr, request: &str) -> Response {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut r = BufReader::new(s);
+    let head_only = request.starts_with("HEAD ");
+    let mut resp = read_response(&mut r, true).expect("a response");
+    if !head_only && resp.status != 304 {
+        let len: usize = resp
+            .header("content-length")
+            .expect("Content-Length")
+            .parse()
+            .unwrap();
+        resp.body = vec![0; len];
+        r.read_exact(&mut resp.body).unwrap();
+    }
+    resp
+}
+
 // ---------------------------------------------------------------------------------------
 // The cases.
 
+/// The most the server's peak RSS may grow while one client pipelines 200 GETs of a 64 MiB
+/// file without reading (README, "HTTP: behaviour and limits"): a connection holds at most
+/// `max_queued` (256 KiB) of responses plus two 64 KiB chunks of a streamed file, the rest is
+/// allocator slack and the other client's request.
+const PIPELINE_RSS_BOUND_KIB: u64 = 4 * 1024;
+
 mod cases {
     use super::*;
+
+    pub fn http11_without_host_is_400(model: Variant) {
+        let srv = start(model, &[]);
+        let mut s = srv.connect();
+        s.write_all(b"GET /small.html HTTP/1.1\r\n\r\n").unwrap();
+        let r = read_response(&mut BufReader::new(s.try_clone().unwrap()), false).unwrap();
+        assert_eq!(r.status, 400);
+        assert!(closed_by_peer(&mut s, Duration::from_secs(5)));
+        // HTTP/1.0 needs no Host.
+        let mut s = srv.connect();
+        s.write_all(b"GET /small.html HTTP/1.0\r\n\r\n").unwrap();
+        let r = read_response(&mut BufReader::new(s), false).unwrap();
+        assert_eq!((r.status, &r.body), (200, &srv.site.small));
+    }
+
+    /// Real curl: a byte range, a download cut and resumed with `-C -`, and `-z FILE`.
+    pub fn curl_ranges_resume_and_conditionals(model: Variant) {
+        let curl_bin = iolab_sys::require_tool!("curl", "curl");
+        let srv = start(model, &[]);
+        let url = srv.url("/big.bin");
+        let curl = |args: &[&str], out: &std::path::Path| -> String {
+            let o = Command::new(&curl_bin)
+                .args(["-sS", "--max-time", "20", "-w", "%{http_code}", "-o"])
+                .arg(out)
+                .args(args)
+                .arg(&url)
+                .output()
+                .expect("run curl");
+            assert!(
+                o.status.success(),
+                "curl {args:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            String::from_utf8_lossy(&o.stdout).into_owned()
+        };
+        let part = srv.site.dir.join("part.bin");
+        assert_eq!(curl(&["-r", "0-99"], &part), "206");
+        assert_eq!(std::fs::read(&part).unwrap(), &srv.site.big[..100]);
+        // A download cut after 300,000 bytes, then resumed: curl asks for the rest.
+        let cut = srv.site.dir.join("cut.bin");
+        assert_eq!(curl(&["-r", "0-299999"], &cut), "206");
+        assert_eq!(std::fs::metadata(&cut).unwrap().len(), 300_000);
+        assert_eq!(curl(&["-C", "-"], &cut), "206");
+        assert!(
+            std::fs::read(&cut).unwrap() == srv.site.big,
+            "resumed download differs"
+        );
+        // -z FILE: If-Modified-Since from FILE's mtime. The served file itself: not modified.
+        let z = srv.site.dir.join("z.bin");
+        let served = srv.site.root.join("big.bin");
+        assert_eq!(curl(&["-z", served.to_str().unwrap()], &z), "304");
+        // An older local copy: the whole file again.
+        let old = srv.site.dir.join("old.bin");
+        std::fs::write(&old, b"old").unwrap();
+        let st = Command::new("touch")
+            .args(["-d", "@1000000000"])
+            .arg(&old)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        assert_eq!(curl(&["-z", old.to_str().unwrap()], &z), "200");
+        assert!(std::fs::read(&z).unwrap() == srv.site.big);
+    }
+
+    /// The same requests to this model and to nginx on the same root: same status and same
+    /// range and validator headers. Known, documented differences are left out: several
+    /// ranges (nginx: 206 multipart; iolab: 200 whole) and error bodies (their lengths).
+    pub fn same_answers_as_nginx(model: Variant) {
+        let nginx = iolab_sys::require_tool!("nginx", "nginx");
+        let srv = start(model, &[]);
+        let ngx = Nginx::start(&nginx, &srv.site.root);
+        let first = exchange_raw(srv.addr, "GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n");
+        let etag = first.header("etag").expect("ETag").to_string();
+        let lm = first
+            .header("last-modified")
+            .expect("Last-Modified")
+            .to_string();
+        let len = BIG_LEN;
+        let cases: Vec<(&str, String)> = vec![
+            ("GET", String::new()),
+            ("HEAD", String::new()),
+            ("GET", "Range: bytes=0-99\r\n".into()),
+            ("GET", "Range: bytes=-100\r\n".into()),
+            ("GET", "Range: bytes=100-\r\n".into()),
+            ("GET", "Range: bytes=0-99999999\r\n".into()),
+            ("GET", format!("Range: bytes={}-\r\n", len - 1)),
+            ("GET", format!("Range: bytes={len}-\r\n")),
+            ("GET", "Range: bytes=5-2\r\n".into()),
+            ("GET", "Range: bytes=-0\r\n".into()),
+            ("GET", "Range: bytes=abc\r\n".into()),
+            ("GET", "Range: items=0-5\r\n".into()),
+            ("HEAD", "Range: bytes=0-5\r\n".into()),
+            ("GET", format!("If-None-Match: {etag}\r\n")),
+            ("GET", format!("If-None-Match: W/{etag}\r\n")),
+            ("GET", "If-None-Match: \"other\"\r\n".into()),
+            ("GET", "If-None-Match: *\r\n".into()),
+            ("GET", format!("If-Modified-Since: {lm}\r\n")),
+            (
+                "GET",
+                "If-Modified-Since: Tue, 01 Jan 2999 00:00:00 GMT\r\n".into(),
+            ),
+            (
+                "GET",
+                "If-Modified-Since: Mon, 01 Jan 2001 00:00:00 GMT\r\n".into(),
+            ),
+            ("GET", "If-Modified-Since: garbage\r\n".into()),
+            (
+                "GET",
+                format!("If-None-Match: \"other\"\r\nIf-Modified-Since: {lm}\r\n"),
+            ),
+            (
+                "GET",
+                format!("If-None-Match: {etag}\r\nRange: bytes=0-9\r\n"),
+            ),
+            ("GET", format!("Range: bytes=0-9\r\nIf-Range: {etag}\r\n")),
+            ("GET", "Range: bytes=0-9\r\nIf-Range: \"other\"\r\n".into()),
+            ("GET", format!("Range: bytes=0-9\r\nIf-Range: {lm}\r\n")),
+            ("GET", "If-Match: \"other\"\r\n".into()),
+            ("GET", format!("If-Match: {etag}\r\n")),
+            (
+                "GET",
+                "If-Unmodified-Since: Mon, 01 Jan 2001 00:00:00 GMT\r\n".into(),
+            ),
+        ];
+        let compared = ["content-range", "accept-ranges", "etag", "last-modified"];
+        for (method, fields) in &cases {
+            for (host, path) in [("Host: t\r\n", "/big.bin"), ("Host: t\r\n", "/small.html")] {
+                let req = format!("{method} {path} HTTP/1.1\r\n{host}{fields}\r\n");
+                let ours = exchange_raw(srv.addr, &req);
+                let theirs = exchange_raw(ngx.addr, &req);
+                let what = format!("{model} vs nginx for {req:?}");
+                if path == "/small.html" && fields.contains(&etag) {
+                    continue; // big.bin's validators
+                }
+                assert_eq!(ours.status, theirs.status, "{what}");
+                if matches!(ours.status, 200 | 206) {
+                    assert_eq!(
+                        ours.header("content-length"),
+                        theirs.header("content-length"),
+                        "{what}"
+                    );
+                    assert!(ours.body == theirs.body, "{what}: bodies differ");
+                }
+                for h in compared {
+                    if ours.status >= 400 && h != "content-range" {
+                        continue; // nginx sends no validators with errors; nor do we
+                    }
+                    if h == "accept-ranges" && ours.status != 200 {
+                        continue; // iolab sends it with 206 and 416 too; nginx does not
+                    }
+                    assert_eq!(ours.header(h), theirs.header(h), "{what}: {h}");
+                }
+            }
+        }
+        // Without Host: both 400.
+        let req = "GET /big.bin HTTP/1.1\r\n\r\n";
+        assert_eq!(exchange_raw(srv.addr, req).status, 400);
+        assert_eq!(exchange_raw(ngx.addr, req).status, 400);
+    }
+
+    /// One client pipelines 200 GETs of a 64 MiB file with a 4 KiB receive buffer and reads
+    /// nothing: the server's peak RSS grows by less than [`PIPELINE_RSS_BOUND_KIB`], it keeps
+    /// serving others, and it exits within 2 s of SIGTERM.
+    pub fn pipelined_huge_files_stay_bounded(model: Variant) {
+        let mut srv = start(model, &["--workers", "2"]);
+        let huge = srv.site.root.join("huge.bin");
+        // Sparse: 64 MiB of zeros that take no disk space and read fast.
+        std::fs::File::create(&huge)
+            .unwrap()
+            .set_len(64 << 20)
+            .unwrap();
+        let pid = srv.child.id();
+        // Warm up the paths a request takes (the cache, the first response buffers).
+        assert_eq!(srv.get("/small.html").status, 200);
+        let before = proc_kib(pid, "VmHWM");
+        let mut hog = connect_small_rcvbuf(srv.addr, 4096);
+        hog.write_all(
+            "GET /huge.bin HTTP/1.1\r\nHost: t\r\n\r\n"
+                .repeat(200)
+                .as_bytes(),
+        )
+        .unwrap();
+        let t = Instant::now();
+        let mut peak = before;
+        while t.elapsed() < Duration::from_secs(2) {
+            peak = peak.max(proc_kib(pid, "VmHWM"));
+            if peak > before + 512 * 1024 {
+                break; // unbounded: stop before the machine suffers
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Another client is still served while the hog sits there.
+        let r = srv.get("/small.html");
+        assert_eq!((r.status, &r.body), (200, &srv.site.small));
+        peak = peak.max(proc_kib(pid, "VmHWM"));
+        let grew = peak.saturating_sub(before);
+        eprintln!("{model}: VmHWM {before} KiB before, {peak} KiB after (+{grew} KiB)");
+        let stop = Instant::now();
+        let st = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let exited = loop {
+            if srv.child.try_wait().unwrap().is_some() {
+                break true;
+            }
+            if stop.elapsed() > Duration::from_secs(2) {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert!(
+            grew < PIPELINE_RSS_BOUND_KIB,
+            "{model}: peak RSS grew by {grew} KiB (bound {PIPELINE_RSS_BOUND_KIB} KiB)"
+        );
+        assert!(exited, "{model}: still running 2 s after SIGTERM");
+        drop(hog);
+    }
 
     pub fn get_small_and_big(model: Variant) {
         let curl = iolab_sys::require_tool!("curl", "curl");
@@ -625,14 +991,15 @@ mod cases {
         s.read_exact(&mut first).unwrap();
         drop(s);
         let after = srv.wait_for(
-            |s| s.open == 0 && s.requests >= base.requests + 21,
+            |s| s.open == 0 && s.requests >= base.requests + 2,
             "both connections closed",
         );
         assert!(srv.alive(), "server died");
-        assert_eq!(
-            after.requests,
-            base.requests + 21,
-            "each request counted once: {after:?}"
+        // Backpressure: the server answers pipelined requests only as the client reads, so
+        // the requests still unanswered when it left are never counted; none twice.
+        assert!(
+            after.requests <= base.requests + 21,
+            "a request counted twice: {after:?}"
         );
         assert_eq!(after.accepted, base.accepted + 2);
         assert!(
@@ -936,6 +1303,10 @@ macro_rules! suite {
             #[test] fn stops_cleanly_on_sigterm() { super::cases::stops_cleanly_on_sigterm(M) }
             #[test] fn second_server_on_the_port_fails() { super::cases::second_server_on_the_port_fails(M) }
             #[test] fn no_fd_leak() { super::cases::no_fd_leak(M) }
+            #[test] fn http11_without_host_is_400() { super::cases::http11_without_host_is_400(M) }
+            #[test] fn curl_ranges_resume_and_conditionals() { super::cases::curl_ranges_resume_and_conditionals(M) }
+            #[test] fn same_answers_as_nginx() { super::cases::same_answers_as_nginx(M) }
+            #[test] fn pipelined_huge_files_stay_bounded() { super::cases::pipelined_huge_files_stay_bounded(M) }
         }
     )*};
 }

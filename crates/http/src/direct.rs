@@ -129,18 +129,54 @@ pub fn answer(site: &Site, target: &[u8], key: &mut Vec<u8>) -> Answer {
         Err(status) => Lookup::Status(status),
     };
     match lookup {
-        Lookup::File { fields, body } => {
-            let content_type = field_value(&fields, "Content-Type")
+        Lookup::File(file) => {
+            let content_type = field_value(&file.content_type, "Content-Type")
                 .unwrap_or_else(|| Bytes::from_static(b"application/octet-stream"));
+            let mut fields = vec![("content-type", content_type)];
+            let mut at = 0;
+            for name in ["Last-Modified", "ETag"] {
+                let rest = file.validators.slice(at..);
+                if let Some(end) = rest.windows(2).position(|w| w == b"\r\n") {
+                    let line = rest.slice(..end + 2);
+                    if let Some(v) = field_value(&line, name) {
+                        fields.push((
+                            if name == "ETag" {
+                                "etag"
+                            } else {
+                                "last-modified"
+                            },
+                            v,
+                        ));
+                        at += end + 2;
+                    }
+                }
+            }
+            fields.push(("accept-ranges", Bytes::from_static(b"bytes")));
+            let body = match file.body {
+                crate::site::Body::Memory(b) => b,
+                // A file too large for the cache: this entry point has no streaming body, so
+                // the caller holds it whole (a Session streams it in bounded chunks).
+                crate::site::Body::Disk(f) => match read_whole(&f, file.len) {
+                    Ok(b) => b,
+                    Err(_) => return text(500, Vec::new()),
+                },
+            };
             Answer {
                 status: 200,
-                fields: vec![("content-type", content_type)],
+                fields,
                 body,
             }
         }
         Lookup::Redirect(location) => text(301, vec![("location", Bytes::from(location))]),
         Lookup::Status(status) => text(status, Vec::new()),
     }
+}
+
+fn read_whole(file: &std::fs::File, len: u64) -> std::io::Result<Bytes> {
+    use std::os::unix::fs::FileExt;
+    let mut data = vec![0u8; usize::try_from(len).map_err(std::io::Error::other)?];
+    file.read_exact_at(&mut data, 0)?;
+    Ok(Bytes::from(data))
 }
 
 #[cfg(test)]

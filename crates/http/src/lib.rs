@@ -2,8 +2,9 @@
 //!
 //! CONTRACT (used by `iolab-servers` and `iolab-peers`; extend it, do not rename it):
 //! a model reads bytes from a socket, gives them to [`Session::feed`], writes
-//! [`Session::pending`] to the socket, calls [`Session::advance`] with the count written, and
-//! closes the connection once [`Session::should_close`] is true and nothing is pending.
+//! [`Session::pending`] to the socket, calls [`Session::advance`] with the count written then
+//! [`Session::resume`], reads again only once nothing is pending, and closes the connection
+//! once [`Session::should_close`] is true and nothing is pending.
 //! Every model therefore serves exactly the same bytes and counts exactly the same statuses.
 //!
 //! ```no_run
@@ -21,6 +22,8 @@
 //!     while let Some(chunk) = session.pending().front() {
 //!         let written = sock.write(chunk)?;
 //!         session.advance(written);
+//!         // Answers the pipelined requests held back while the queue was full.
+//!         session.resume(|status| println!("answered {status}"));
 //!     }
 //!     if session.should_close() {
 //!         return Ok(());
@@ -44,6 +47,10 @@ mod site;
 pub use session::Session;
 pub use site::CacheConfig;
 
+/// Size of the chunks a file too large for the cache is read and sent in: what one
+/// streaming response holds in memory at most (about twice this while a chunk is sent).
+pub const STREAM_CHUNK: usize = 64 * 1024;
+
 /// Explicit limits; every one is documented in the README and configurable.
 #[derive(Debug, Clone)]
 pub struct Limits {
@@ -55,6 +62,9 @@ pub struct Limits {
     pub max_headers: usize,
     /// Largest request body drained before answering; larger gets 413 and the connection closes.
     pub max_body: usize,
+    /// Response bytes queued per connection at which answering pipelined requests pauses
+    /// until the client has read them (backpressure). A streamed file also pauses it.
+    pub max_queued: usize,
 }
 
 impl Default for Limits {
@@ -64,6 +74,7 @@ impl Default for Limits {
             max_header_bytes: 16 * 1024,
             max_headers: 100,
             max_body: 64 * 1024,
+            max_queued: 256 * 1024,
         }
     }
 }

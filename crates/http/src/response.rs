@@ -10,13 +10,17 @@ use bytes::Bytes;
 pub fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
+        206 => "Partial Content",
         301 => "Moved Permanently",
+        304 => "Not Modified",
         400 => "Bad Request",
         403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
+        412 => "Precondition Failed",
         413 => "Content Too Large",
         414 => "URI Too Long",
+        416 => "Range Not Satisfiable",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
         505 => "HTTP Version Not Supported",
@@ -107,15 +111,11 @@ pub fn push_date(out: &mut Vec<u8>) {
 }
 
 /// Writes a complete response head: status line, `Server`, `Date`, then `fields` (each line
-/// already terminated by CRLF), `Content-Length`, `Connection`, and the blank line.
-pub fn head(
-    status: u16,
-    fields: &[u8],
-    content_length: u64,
-    keep_alive: bool,
-    extra: &[u8],
-) -> Bytes {
-    let mut out = Vec::with_capacity(160 + fields.len() + extra.len());
+/// already terminated by CRLF), `Content-Length` (none for a 304, which describes a body it
+/// does not carry), `Connection`, and the blank line.
+pub fn head(status: u16, fields: &[&[u8]], content_length: Option<u64>, keep_alive: bool) -> Bytes {
+    let extra: usize = fields.iter().map(|f| f.len()).sum();
+    let mut out = Vec::with_capacity(160 + extra);
     out.extend_from_slice(b"HTTP/1.1 ");
     push_decimal(&mut out, u64::from(status));
     out.push(b' ');
@@ -123,14 +123,18 @@ pub fn head(
     out.extend_from_slice(b"\r\nServer: iolab\r\nDate: ");
     push_date(&mut out);
     out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(fields);
-    out.extend_from_slice(extra);
-    out.extend_from_slice(b"Content-Length: ");
-    push_decimal(&mut out, content_length);
+    for f in fields {
+        out.extend_from_slice(f);
+    }
+    if let Some(len) = content_length {
+        out.extend_from_slice(b"Content-Length: ");
+        push_decimal(&mut out, len);
+        out.extend_from_slice(b"\r\n");
+    }
     out.extend_from_slice(if keep_alive {
-        b"\r\nConnection: keep-alive\r\n\r\n"
+        b"Connection: keep-alive\r\n\r\n"
     } else {
-        b"\r\nConnection: close\r\n\r\n"
+        b"Connection: close\r\n\r\n"
     });
     Bytes::from(out)
 }
@@ -143,8 +147,10 @@ pub fn error_body(status: u16) -> Bytes {
         403 => b"403 Forbidden\n",
         404 => b"404 Not Found\n",
         405 => b"405 Method Not Allowed\n",
+        412 => b"412 Precondition Failed\n",
         413 => b"413 Content Too Large\n",
         414 => b"414 URI Too Long\n",
+        416 => b"416 Range Not Satisfiable\n",
         431 => b"431 Request Header Fields Too Large\n",
         500 => b"500 Internal Server Error\n",
         505 => b"505 HTTP Version Not Supported\n",
@@ -204,13 +210,18 @@ mod tests {
 
     #[test]
     fn head_layout() {
-        let h = head(404, b"Content-Type: text/plain\r\n", 14, false, b"");
+        let h = head(404, &[b"Content-Type: text/plain\r\n"], Some(14), false);
         let s = std::str::from_utf8(&h).unwrap();
         assert!(s.starts_with("HTTP/1.1 404 Not Found\r\nServer: iolab\r\nDate: "));
         assert!(s.ends_with(
             "\r\nContent-Type: text/plain\r\nContent-Length: 14\r\nConnection: close\r\n\r\n"
         ));
-        for status in [301, 400, 403, 404, 405, 413, 414, 431, 500, 505] {
+        let h = head(304, &[b"ETag: \"1-2\"\r\n"], None, true);
+        let s = std::str::from_utf8(&h).unwrap();
+        assert!(s.starts_with("HTTP/1.1 304 Not Modified\r\n"), "{s}");
+        assert!(s.ends_with("\r\nETag: \"1-2\"\r\nConnection: keep-alive\r\n\r\n"));
+        assert!(!s.contains("Content-Length"), "{s}");
+        for status in [301, 400, 403, 404, 405, 412, 413, 414, 416, 431, 500, 505] {
             let expected = format!("{status} {}\n", reason(status));
             assert_eq!(&error_body(status)[..], expected.as_bytes());
         }

@@ -2,13 +2,15 @@
 //! ordered queue of response bytes.
 
 use std::collections::VecDeque;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 use bytes::{Buf, Bytes};
 
 use crate::response::{error_body, head};
-use crate::site::Lookup;
-use crate::Site;
+use crate::site::{Body as FileBody, FileRef, Lookup};
+use crate::{Site, STREAM_CHUNK};
 
 /// Longest chunk-size line (size plus extensions) of a chunked body; longer is a 400.
 const MAX_CHUNK_LINE: usize = 4096;
@@ -52,14 +54,52 @@ struct Request<'a> {
     content_length: Option<u64>,
     chunked: bool,
     http10: bool,
+    /// The header fields the answer depends on (RFC 9110 §13 and §14), raw values.
+    cond: Conditions<'a>,
+}
+
+/// Request header fields that select or condition the answer for a file.
+#[derive(Default)]
+struct Conditions<'a> {
+    range: Option<&'a [u8]>,
+    if_range: Option<&'a [u8]>,
+    if_match: Option<&'a [u8]>,
+    if_none_match: Option<&'a [u8]>,
+    if_modified_since: Option<&'a [u8]>,
+    if_unmodified_since: Option<&'a [u8]>,
+}
+
+/// The body of a response being built.
+enum Payload {
+    None,
+    Memory(Bytes),
+    /// `len` bytes of `file` from `offset`, read in chunks as they are sent.
+    Disk {
+        file: Arc<File>,
+        offset: u64,
+        len: u64,
+    },
+}
+
+/// A complete response: status, head and body.
+struct Reply {
+    status: u16,
+    head: Bytes,
+    payload: Payload,
 }
 
 /// A response built but held back until a chunked request body has been drained, because
 /// the body may still turn the answer into a 400/413.
 struct Held {
-    status: u16,
-    chunks: [Option<Bytes>; 2],
+    reply: Reply,
     keep_alive: bool,
+}
+
+/// The rest of a streamed file body: it follows everything in `out`.
+struct Stream {
+    file: Arc<File>,
+    offset: u64,
+    left: u64,
 }
 
 /// Per-connection HTTP state: incremental parser plus the queue of response bytes to send.
@@ -75,6 +115,8 @@ pub struct Session {
     held: Option<Held>,
     out: VecDeque<Bytes>,
     out_len: usize,
+    /// A file body still on disk, sent after `out`; parsing pauses while it is there.
+    stream: Option<Stream>,
     closing: bool,
     /// Scratch for the decoded request path, reused across requests.
     key: Vec<u8>,
@@ -91,14 +133,23 @@ impl Session {
             held: None,
             out: VecDeque::new(),
             out_len: 0,
+            stream: None,
             closing: false,
             key: Vec::new(),
         }
     }
 
     /// Feeds bytes read from the socket (any split: partial requests, several pipelined
-    /// requests). Each complete request is answered in order by appending its response to the
+    /// requests). Complete requests are answered in order by appending their responses to the
     /// pending queue; `on_response(status)` is called once per response queued.
+    ///
+    /// Backpressure: answering stops while the queued response bytes reach
+    /// `Limits::max_queued` or a file is being streamed; the input not yet parsed stays in
+    /// the session. A model must not read more while [`Session::has_pending`] is true, and
+    /// must call [`Session::resume`] after [`Session::advance`], so that the held input is
+    /// answered as the queue drains. The memory of a connection therefore stays bounded by
+    /// one read, the header limits, `max_queued` and one [`STREAM_CHUNK`], whatever the
+    /// client pipelines.
     ///
     /// Once [`Session::should_close`] is true, further input is ignored.
     pub fn feed(&mut self, data: &[u8], mut on_response: impl FnMut(u16)) {
@@ -127,7 +178,18 @@ impl Session {
         }
     }
 
-    /// Response bytes not yet written, in order, as cheap `Bytes` chunks (usable as iovecs).
+    /// Answers the input held back by backpressure, as far as the bound allows now. Cheap
+    /// when nothing is held; call it after every [`Session::advance`].
+    pub fn resume(&mut self, on_response: impl FnMut(u16)) {
+        if !self.buf.is_empty() && !self.paused() {
+            self.feed(&[], on_response);
+        }
+    }
+
+    /// Response bytes ready to be written, in order, as cheap `Bytes` chunks (usable as
+    /// iovecs). A streamed file appears here one chunk at a time: after `advance`, the next
+    /// chunk is read from disk (a blocking `pread` of at most [`STREAM_CHUNK`] bytes, on the
+    /// caller's thread).
     pub fn pending(&self) -> &VecDeque<Bytes> {
         &self.out
     }
@@ -137,14 +199,21 @@ impl Session {
         self.out_len > 0
     }
 
-    /// Total number of bytes waiting to be written. A server may stop reading while this is
-    /// large, to push back on a client that pipelines without reading.
+    /// Number of bytes in [`Session::pending`] (not counting the unread part of a streamed
+    /// file, see [`Session::queued_len`]).
     pub fn pending_len(&self) -> usize {
         self.out_len
     }
 
+    /// Every response byte still to be sent: `pending_len()` plus what a streamed file has
+    /// left on disk.
+    pub fn queued_len(&self) -> u64 {
+        self.out_len as u64 + self.stream.as_ref().map_or(0, |s| s.left)
+    }
+
     /// Marks `n` bytes of `pending()` as written. `n` larger than [`Session::pending_len`]
-    /// is treated as everything.
+    /// is treated as everything. Reads the next chunk of a streamed file when the queue runs
+    /// low.
     pub fn advance(&mut self, mut n: usize) {
         while n > 0 {
             let Some(front) = self.out.front_mut() else {
@@ -153,11 +222,57 @@ impl Session {
             if n < front.len() {
                 front.advance(n);
                 self.out_len -= n;
-                return;
+                break;
             }
             n -= front.len();
             self.out_len -= front.len();
             self.out.pop_front();
+        }
+        self.refill();
+    }
+
+    /// True while new requests must wait: too much queued, or a file streaming.
+    fn paused(&self) -> bool {
+        self.stream.is_some() || self.out_len >= self.site.limits().max_queued
+    }
+
+    /// Keeps at least one chunk of a streamed file in `out` while the file has bytes left.
+    /// A read error or a file that shrank ends the connection after what was queued: the
+    /// head announced a length that can no longer be honoured.
+    fn refill(&mut self) {
+        while self.out_len < STREAM_CHUNK {
+            let Some(stream) = &mut self.stream else {
+                return;
+            };
+            let want = stream.left.min(STREAM_CHUNK as u64) as usize;
+            let mut chunk = vec![0u8; want];
+            let mut got = 0;
+            while got < want {
+                match stream
+                    .file
+                    .read_at(&mut chunk[got..], stream.offset + got as u64)
+                {
+                    Ok(0) => break,
+                    Ok(k) => got += k,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
+            chunk.truncate(got);
+            stream.offset += got as u64;
+            stream.left -= got as u64;
+            let (short, done) = (got < want, stream.left == 0);
+            if short || done {
+                self.stream = None;
+            }
+            if short {
+                self.closing = true;
+                self.buf.clear();
+            }
+            self.push(Bytes::from(chunk));
+            if short {
+                return;
+            }
         }
     }
 
@@ -184,7 +299,7 @@ impl Session {
     fn fatal(&mut self, status: u16, on_response: &mut impl FnMut(u16)) {
         self.held = None;
         let body = error_body(status);
-        let h = head(status, TEXT_PLAIN, body.len() as u64, false, b"");
+        let h = head(status, &[TEXT_PLAIN], Some(body.len() as u64), false);
         self.push(h);
         self.push(body);
         self.closing = true;
@@ -194,7 +309,7 @@ impl Session {
     /// Parses as much of `input` as possible; returns how many bytes were consumed.
     fn process(&mut self, input: &[u8], on_response: &mut impl FnMut(u16)) -> usize {
         let mut pos = 0;
-        while !self.closing {
+        while !self.closing && !self.paused() {
             let rest = &input[pos..];
             let used = match self.body {
                 Body::None => self.step_head(rest, on_response),
@@ -331,33 +446,37 @@ impl Session {
                 return;
             }
         }
-        let (status, chunks) = match req.method {
+        let reply = match req.method {
             Method::Other => {
                 let body = error_body(405);
                 let h = head(
                     405,
-                    TEXT_PLAIN,
-                    body.len() as u64,
+                    &[TEXT_PLAIN, b"Allow: GET, HEAD\r\n"],
+                    Some(body.len() as u64),
                     req.keep_alive,
-                    b"Allow: GET, HEAD\r\n",
                 );
-                (405, [Some(h), Some(body)])
+                Reply {
+                    status: 405,
+                    head: h,
+                    payload: Payload::Memory(body),
+                }
             }
             Method::Get | Method::Head => {
-                let is_head = matches!(req.method, Method::Head);
-                let (status, h, body) = self.serve(req.target, req.keep_alive);
-                if status == 400 {
+                let mut reply = self.serve(&req);
+                if reply.status == 400 {
                     // An unusable target is a malformed request like any other.
                     self.fatal(400, on_response);
                     return;
                 }
-                (status, [Some(h), if is_head { None } else { Some(body) }])
+                if matches!(req.method, Method::Head) {
+                    reply.payload = Payload::None;
+                }
+                reply
             }
         };
         if req.chunked {
             self.held = Some(Held {
-                status,
-                chunks,
+                reply,
                 keep_alive: req.keep_alive,
             });
             self.body = Body::Chunked(Chunk::Size { total: 0 });
@@ -368,28 +487,35 @@ impl Session {
             // (a client waiting on `Expect: 100-continue` gets it at once).
             self.body = Body::Length(len);
         }
-        self.emit(status, chunks, req.keep_alive, on_response);
+        self.emit(reply, req.keep_alive, on_response);
     }
 
-    fn emit(
-        &mut self,
-        status: u16,
-        chunks: [Option<Bytes>; 2],
-        keep_alive: bool,
-        on_response: &mut impl FnMut(u16),
-    ) {
-        for chunk in chunks.into_iter().flatten() {
-            self.push(chunk);
+    fn emit(&mut self, reply: Reply, keep_alive: bool, on_response: &mut impl FnMut(u16)) {
+        self.push(reply.head);
+        match reply.payload {
+            Payload::None => {}
+            Payload::Memory(b) => self.push(b),
+            Payload::Disk { file, offset, len } => {
+                if len > 0 {
+                    self.stream = Some(Stream {
+                        file,
+                        offset,
+                        left: len,
+                    });
+                    self.refill();
+                }
+            }
         }
         if !keep_alive {
             self.closing = true;
         }
-        on_response(status);
+        on_response(reply.status);
     }
 
-    /// Maps a request target to a response head and body.
-    fn serve(&mut self, target: &[u8], keep_alive: bool) -> (u16, Bytes, Bytes) {
-        let lookup = match normalise_target(target, &mut self.key) {
+    /// Maps a GET or HEAD request to its response.
+    fn serve(&mut self, req: &Request<'_>) -> Reply {
+        let keep_alive = req.keep_alive;
+        let lookup = match normalise_target(req.target, &mut self.key) {
             Ok(query) => match self.site.files().lookup(&self.key) {
                 Lookup::Redirect(mut location) => {
                     if let Some(q) = query {
@@ -402,25 +528,26 @@ impl Session {
             },
             Err(status) => Lookup::Status(status),
         };
-        match lookup {
-            Lookup::File { fields, body } => {
-                let h = head(200, &fields, body.len() as u64, keep_alive, b"");
-                (200, h, body)
+        let text = |status: u16, fields: &[&[u8]]| {
+            let body = error_body(status);
+            let mut all: Vec<&[u8]> = vec![TEXT_PLAIN];
+            all.extend_from_slice(fields);
+            Reply {
+                status,
+                head: head(status, &all, Some(body.len() as u64), keep_alive),
+                payload: Payload::Memory(body),
             }
+        };
+        match lookup {
+            Lookup::File(file) => serve_file(file, &req.cond, keep_alive, &text),
             Lookup::Redirect(location) => {
-                let body = error_body(301);
                 let mut extra = Vec::with_capacity(location.len() + 12);
                 extra.extend_from_slice(b"Location: ");
                 extra.extend_from_slice(&location);
                 extra.extend_from_slice(b"\r\n");
-                let h = head(301, TEXT_PLAIN, body.len() as u64, keep_alive, &extra);
-                (301, h, body)
+                text(301, &[&extra])
             }
-            Lookup::Status(status) => {
-                let body = error_body(status);
-                let h = head(status, TEXT_PLAIN, body.len() as u64, keep_alive, b"");
-                (status, h, body)
-            }
+            Lookup::Status(status) => text(status, &[]),
         }
     }
 
@@ -501,7 +628,7 @@ impl Session {
                 if line.is_empty() {
                     self.body = Body::None;
                     if let Some(held) = self.held.take() {
-                        self.emit(held.status, held.chunks, held.keep_alive, on_response);
+                        self.emit(held.reply, held.keep_alive, on_response);
                     }
                     return Some(nl + 1);
                 }
@@ -587,6 +714,8 @@ fn parse_head<'a>(
     let (mut close, mut keep_alive) = (false, false);
     let mut content_length = None;
     let mut chunked = false;
+    let mut hosts = 0usize;
+    let mut cond = Conditions::default();
     for line in fields.split(|&b| b == b'\n') {
         let line = strip_cr(line);
         if line.is_empty() {
@@ -624,9 +753,19 @@ fn parse_head<'a>(
                 return Err(400);
             }
             chunked = true;
+        } else if name.eq_ignore_ascii_case(b"host") {
+            hosts += 1;
+        } else if let Some(slot) = cond.slot(name) {
+            // A repeated field is a list split over lines (RFC 9110 §5.3); these are rare
+            // enough that a repeat is treated as if the first were absent.
+            *slot = Some(value);
         }
     }
     if request_line.contains(&b'\r') {
+        return Err(400);
+    }
+    // RFC 9112 §3.2: a 1.1 request without Host, or any request with several, is a 400.
+    if hosts > 1 || (hosts == 0 && !http10) {
         return Err(400);
     }
     let keep_alive = !close && (!http10 || keep_alive);
@@ -637,7 +776,223 @@ fn parse_head<'a>(
         content_length,
         chunked,
         http10,
+        cond,
     })
+}
+
+impl<'a> Conditions<'a> {
+    fn slot(&mut self, name: &[u8]) -> Option<&mut Option<&'a [u8]>> {
+        let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
+        if is(b"range") {
+            Some(&mut self.range)
+        } else if is(b"if-range") {
+            Some(&mut self.if_range)
+        } else if is(b"if-match") {
+            Some(&mut self.if_match)
+        } else if is(b"if-none-match") {
+            Some(&mut self.if_none_match)
+        } else if is(b"if-modified-since") {
+            Some(&mut self.if_modified_since)
+        } else if is(b"if-unmodified-since") {
+            Some(&mut self.if_unmodified_since)
+        } else {
+            None
+        }
+    }
+}
+
+/// The answer for a regular file (GET or HEAD): preconditions in the order of RFC 9110
+/// §13.2.2, then the range. RFC 9110 defines ranges for GET only, but a HEAD gets the head
+/// the GET would have (§9.3.2), a 206 included, as nginx does. `text` builds the small text
+/// responses (412, 416).
+fn serve_file(
+    file: FileRef,
+    cond: &Conditions<'_>,
+    keep_alive: bool,
+    text: &dyn Fn(u16, &[&[u8]]) -> Reply,
+) -> Reply {
+    let mtime = file.mtime;
+    // 1, 2: If-Match, else If-Unmodified-Since.
+    if let Some(v) = cond.if_match {
+        if !etag_list_matches(v, &file.etag, true) {
+            return text(412, &[]);
+        }
+    } else if let Some(since) = cond.if_unmodified_since.and_then(parse_date) {
+        if mtime.is_none_or(|m| m > since) {
+            return text(412, &[]);
+        }
+    }
+    // 3, 4: If-None-Match, else If-Modified-Since (an invalid date is ignored).
+    let not_modified = match (cond.if_none_match, cond.if_modified_since) {
+        (Some(v), _) => etag_list_matches(v, &file.etag, false),
+        (None, Some(d)) => match (parse_date(d), mtime) {
+            (Some(since), Some(m)) => m <= since,
+            _ => false,
+        },
+        (None, None) => false,
+    };
+    if not_modified {
+        return Reply {
+            status: 304,
+            head: head(304, &[&file.validators], None, keep_alive),
+            payload: Payload::None,
+        };
+    }
+    let len = file.len;
+    let range = match cond.range {
+        Some(r) if if_range_holds(cond.if_range, &file) => parse_range(r, len),
+        _ => RangeSpec::Whole,
+    };
+    let body = |offset: u64, n: u64| match &file.body {
+        FileBody::Memory(b) => Payload::Memory(b.slice(offset as usize..(offset + n) as usize)),
+        FileBody::Disk(f) => Payload::Disk {
+            file: f.clone(),
+            offset,
+            len: n,
+        },
+    };
+    const ACCEPT_RANGES: &[u8] = b"Accept-Ranges: bytes\r\n";
+    match range {
+        RangeSpec::Whole => Reply {
+            status: 200,
+            head: head(
+                200,
+                &[&file.content_type, &file.validators, ACCEPT_RANGES],
+                Some(len),
+                keep_alive,
+            ),
+            payload: body(0, len),
+        },
+        RangeSpec::Part(first, last) => {
+            let mut cr = Vec::with_capacity(64);
+            cr.extend_from_slice(b"Content-Range: bytes ");
+            crate::response::push_decimal(&mut cr, first);
+            cr.push(b'-');
+            crate::response::push_decimal(&mut cr, last);
+            cr.push(b'/');
+            crate::response::push_decimal(&mut cr, len);
+            cr.extend_from_slice(b"\r\n");
+            let n = last - first + 1;
+            Reply {
+                status: 206,
+                head: head(
+                    206,
+                    &[&file.content_type, &file.validators, ACCEPT_RANGES, &cr],
+                    Some(n),
+                    keep_alive,
+                ),
+                payload: body(first, n),
+            }
+        }
+        RangeSpec::Unsatisfiable => {
+            let mut cr = Vec::with_capacity(48);
+            cr.extend_from_slice(b"Content-Range: bytes */");
+            crate::response::push_decimal(&mut cr, len);
+            cr.extend_from_slice(b"\r\n");
+            text(416, &[ACCEPT_RANGES, &cr])
+        }
+    }
+}
+
+/// What a `Range` header asks of a representation of `len` bytes.
+#[derive(Debug, PartialEq, Eq)]
+enum RangeSpec {
+    /// No usable range: answer 200 with everything (another unit, or several ranges).
+    Whole,
+    /// One satisfiable range, first and last byte positions (inclusive, within the file).
+    Part(u64, u64),
+    /// 416.
+    Unsatisfiable,
+}
+
+/// Parses a `Range` value (RFC 9110 §14.1.2) against a length. Several ranges are answered
+/// whole (200), as RFC 9110 allows a server to; a syntactically invalid `bytes` range is a
+/// 416, as nginx answers it; a unit other than `bytes` is ignored (200).
+fn parse_range(value: &[u8], len: u64) -> RangeSpec {
+    let Some(eq) = memchr::memchr(b'=', value) else {
+        return RangeSpec::Unsatisfiable;
+    };
+    if !value[..eq].trim_ascii().eq_ignore_ascii_case(b"bytes") {
+        return RangeSpec::Whole;
+    }
+    let set = &value[eq + 1..];
+    let mut specs = set
+        .split(|&b| b == b',')
+        .map(<[u8]>::trim_ascii)
+        .filter(|s| !s.is_empty());
+    let (Some(spec), rest) = (specs.next(), specs.next()) else {
+        return RangeSpec::Unsatisfiable;
+    };
+    if rest.is_some() {
+        return RangeSpec::Whole;
+    }
+    let Some(dash) = memchr::memchr(b'-', spec) else {
+        return RangeSpec::Unsatisfiable;
+    };
+    let (a, b) = (spec[..dash].trim_ascii(), spec[dash + 1..].trim_ascii());
+    let number = |d: &[u8]| -> Option<u64> {
+        if d.is_empty() || d.len() > 19 || !d.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        std::str::from_utf8(d).ok()?.parse().ok()
+    };
+    if a.is_empty() {
+        // Suffix: the last N bytes.
+        return match number(b) {
+            Some(n) if n > 0 && len > 0 => RangeSpec::Part(len - n.min(len), len - 1),
+            _ => RangeSpec::Unsatisfiable,
+        };
+    }
+    let Some(first) = number(a) else {
+        return RangeSpec::Unsatisfiable;
+    };
+    let last = if b.is_empty() {
+        u64::MAX
+    } else {
+        match number(b) {
+            Some(l) if l >= first => l,
+            _ => return RangeSpec::Unsatisfiable,
+        }
+    };
+    if first >= len {
+        return RangeSpec::Unsatisfiable;
+    }
+    RangeSpec::Part(first, last.min(len - 1))
+}
+
+/// `If-Range` (RFC 9110 §13.1.5): the range applies only if the validator matches — an
+/// entity tag compared strongly, or a date equal to `Last-Modified`. Absent: it applies.
+fn if_range_holds(value: Option<&[u8]>, file: &FileRef) -> bool {
+    let Some(v) = value else {
+        return true;
+    };
+    if v.starts_with(b"\"") || v.starts_with(b"W/") {
+        return v == &file.etag[..];
+    }
+    matches!((parse_date(v), file.mtime), (Some(d), Some(m)) if d == m)
+}
+
+/// True when a comma-separated list of entity tags (or `*`) matches `etag`. Weak comparison
+/// ignores a `W/` prefix; strong comparison never matches a weak tag.
+fn etag_list_matches(list: &[u8], etag: &[u8], strong: bool) -> bool {
+    if list.trim_ascii() == b"*" {
+        return true;
+    }
+    list.split(|&b| b == b',')
+        .map(<[u8]>::trim_ascii)
+        .any(|tag| match tag.strip_prefix(b"W/") {
+            Some(weak) => !strong && weak == etag,
+            None => tag == etag,
+        })
+}
+
+/// An HTTP-date (any of the three forms of RFC 9110 §5.6.7) in seconds since the epoch.
+fn parse_date(value: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(value).ok()?;
+    let t = httpdate::parse_http_date(text.trim()).ok()?;
+    t.duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .map(|d| d.as_secs())
 }
 
 fn parse_content_length(value: &[u8]) -> Result<u64, u16> {

@@ -29,7 +29,8 @@ use crate::response::content_type;
 /// Settings of the file cache shared by every connection of a [`crate::Site`].
 #[derive(Debug, Clone)]
 pub struct CacheConfig {
-    /// Files larger than this are read from disk on every request and never cached.
+    /// Files larger than this (or than `capacity`) are never cached nor read whole: each
+    /// response streams them from disk in chunks of [`crate::STREAM_CHUNK`] bytes.
     pub max_cached_file: u64,
     /// Total bytes of cached bodies; when an insertion would exceed it, the cache is emptied
     /// first (a static site's working set is expected to fit).
@@ -52,12 +53,36 @@ impl Default for CacheConfig {
 
 /// What a request path maps to.
 pub(crate) enum Lookup {
-    /// A regular file: its `Content-Type: ...\r\n` line and its bytes.
-    File { fields: Bytes, body: Bytes },
+    /// A regular file.
+    File(FileRef),
     /// A directory named without its trailing slash: redirect to this (encoded) path.
     Redirect(Vec<u8>),
     /// 403, 404 or 500.
     Status(u16),
+}
+
+/// A regular file to answer with: its header lines, validators and body.
+pub(crate) struct FileRef {
+    /// The `Content-Type: ...\r\n` line.
+    pub(crate) content_type: Bytes,
+    /// The `Last-Modified` (when the mtime is representable) and `ETag` lines, each ending
+    /// in CRLF: sent with 200, 206 and 304 alike.
+    pub(crate) validators: Bytes,
+    /// The entity tag, quotes included: `"<mtime hex>-<size hex>"`.
+    pub(crate) etag: Bytes,
+    /// Modification time in whole seconds since the epoch (`Last-Modified` resolution).
+    pub(crate) mtime: Option<u64>,
+    pub(crate) len: u64,
+    pub(crate) body: Body,
+}
+
+/// Where a file's bytes come from.
+pub(crate) enum Body {
+    /// Whole in memory, shared with the cache.
+    Memory(Bytes),
+    /// Too large to cache: read from this open descriptor in bounded chunks as the response
+    /// is sent, so that a response never holds the whole file.
+    Disk(Arc<File>),
 }
 
 /// Identity and version of a file: any change means the cached bytes may be stale.
@@ -91,7 +116,10 @@ struct Entry {
     /// seen by the validating `stat` as a different inode.
     fs_path: PathBuf,
     id: FileId,
-    fields: Bytes,
+    content_type: Bytes,
+    validators: Bytes,
+    etag: Bytes,
+    mtime: Option<u64>,
     body: Bytes,
     /// When `id` was last confirmed, in nanoseconds since `Files::epoch`.
     checked: AtomicU64,
@@ -150,18 +178,12 @@ impl Files {
             let fresh = self.revalidate_ns > 0
                 && now.saturating_sub(entry.checked.load(Ordering::Relaxed)) < self.revalidate_ns;
             if fresh {
-                return Lookup::File {
-                    fields: entry.fields.clone(),
-                    body: entry.body.clone(),
-                };
+                return Lookup::File(entry.file_ref());
             }
             if let Ok(m) = std::fs::metadata(&entry.fs_path) {
                 if m.is_file() && FileId::of(&m) == entry.id {
                     entry.checked.store(now, Ordering::Relaxed);
-                    return Lookup::File {
-                        fields: entry.fields.clone(),
-                        body: entry.body.clone(),
-                    };
+                    return Lookup::File(entry.file_ref());
                 }
             }
             self.forget(key);
@@ -208,31 +230,63 @@ impl Files {
             return Lookup::Status(404);
         }
         let len = meta.len();
-        let mut data = Vec::with_capacity(usize::try_from(len).unwrap_or(0).min(1 << 30));
+        let mtime = u64::try_from(meta.mtime()).ok();
+        let etag = entity_tag(meta.mtime(), len);
+        let mut ct = Vec::with_capacity(64);
+        ct.extend_from_slice(b"Content-Type: ");
+        ct.extend_from_slice(content_type(path.as_os_str().as_bytes()).as_bytes());
+        ct.extend_from_slice(b"\r\n");
+        let mut validators = Vec::with_capacity(80);
+        if let Some(secs) = mtime {
+            validators.extend_from_slice(b"Last-Modified: ");
+            push_http_date(&mut validators, secs);
+            validators.extend_from_slice(b"\r\n");
+        }
+        validators.extend_from_slice(b"ETag: ");
+        validators.extend_from_slice(&etag);
+        validators.extend_from_slice(b"\r\n");
+        let (content_type, validators) = (Bytes::from(ct), Bytes::from(validators));
+        if len > self.config.max_cached_file.min(self.config.capacity) {
+            // Never read whole: the session streams it in bounded chunks.
+            return Lookup::File(FileRef {
+                content_type,
+                validators,
+                etag,
+                mtime,
+                len,
+                body: Body::Disk(Arc::new(file)),
+            });
+        }
+        let mut data = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
         if file.read_to_end(&mut data).is_err() {
             return Lookup::Status(500);
         }
-        let mut fields = Vec::with_capacity(64);
-        fields.extend_from_slice(b"Content-Type: ");
-        fields.extend_from_slice(content_type(path.as_os_str().as_bytes()).as_bytes());
-        fields.extend_from_slice(b"\r\n");
-        let fields = Bytes::from(fields);
         let body = Bytes::from(data);
-        // A size mismatch means the file changed while being read: serve what was read but
-        // do not cache it.
-        if body.len() as u64 == len && len <= self.config.max_cached_file {
+        // A size mismatch means the file changed while being read: serve what was read
+        // (with its own length) but do not cache it.
+        if body.len() as u64 == len {
             self.insert(
                 key,
                 Entry {
                     fs_path: path,
                     id: FileId::of(&meta),
-                    fields: fields.clone(),
+                    content_type: content_type.clone(),
+                    validators: validators.clone(),
+                    etag: etag.clone(),
+                    mtime,
                     body: body.clone(),
                     checked: AtomicU64::new(self.now_ns()),
                 },
             );
         }
-        Lookup::File { fields, body }
+        Lookup::File(FileRef {
+            content_type,
+            validators,
+            etag,
+            mtime,
+            len: body.len() as u64,
+            body: Body::Memory(body),
+        })
     }
 
     fn insert(&self, key: &[u8], entry: Entry) {
@@ -280,6 +334,31 @@ impl Files {
             Err(404)
         }
     }
+}
+
+impl Entry {
+    fn file_ref(&self) -> FileRef {
+        FileRef {
+            content_type: self.content_type.clone(),
+            validators: self.validators.clone(),
+            etag: self.etag.clone(),
+            mtime: self.mtime,
+            len: self.body.len() as u64,
+            body: Body::Memory(self.body.clone()),
+        }
+    }
+}
+
+/// A strong entity tag from modification time and size, `"<mtime hex>-<size hex>"`: the
+/// form nginx uses, so that a client switching between the two sees the same validators.
+fn entity_tag(mtime: i64, len: u64) -> Bytes {
+    Bytes::from(format!("\"{mtime:x}-{len:x}\"").into_bytes())
+}
+
+/// Appends `secs` since the epoch as an IMF-fixdate.
+fn push_http_date(out: &mut Vec<u8>, secs: u64) {
+    let t = std::time::UNIX_EPOCH + Duration::from_secs(secs);
+    out.extend_from_slice(httpdate::fmt_http_date(t).as_bytes());
 }
 
 fn open_error_status(e: &io::Error) -> u16 {

@@ -11,7 +11,10 @@ use iolab_http::{CacheConfig, Limits, Site};
 /// Asserts that a target is refused with `status` and that no byte of the secret leaks.
 fn refused(f: &Fixture, target: &str, status: u16) {
     let mut s = f.session();
-    s.feed(format!("GET {target} HTTP/1.1\r\n\r\n").as_bytes(), |_| {});
+    s.feed(
+        format!("GET {target} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes(),
+        |_| {},
+    );
     let raw = drain(&mut s);
     assert!(
         !raw.windows(SECRET.len()).any(|w| w == SECRET),
@@ -89,9 +92,9 @@ fn symlinks_inside_the_root_are_followed() {
     let www = f.www();
     symlink("index.html", www.join("alias.html")).unwrap();
     symlink(www.join("sub"), www.join("subalias")).unwrap();
-    let r = get(&f, "GET /alias.html HTTP/1.1\r\n\r\n");
+    let r = get(&f, "GET /alias.html HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!((r.status, &r.body[..]), (200, SMALL));
-    let r = get(&f, "GET /subalias/data.json HTTP/1.1\r\n\r\n");
+    let r = get(&f, "GET /subalias/data.json HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!((r.status, &r.body[..]), (200, &b"{}"[..]));
 }
 
@@ -101,14 +104,17 @@ fn symlink_swapped_after_caching_is_rechecked() {
     let www = f.www();
     std::fs::write(www.join("inner.txt"), b"inner").unwrap();
     symlink("inner.txt", www.join("link.txt")).unwrap();
-    assert_eq!(get(&f, "GET /link.txt HTTP/1.1\r\n\r\n").body, b"inner");
+    assert_eq!(
+        get(&f, "GET /link.txt HTTP/1.1\r\nHost: t\r\n\r\n").body,
+        b"inner"
+    );
     std::fs::remove_file(www.join("link.txt")).unwrap();
     symlink(f.outside().join("secret.txt"), www.join("link.txt")).unwrap();
     refused(&f, "/link.txt", 404);
     // And a cached directory index whose directory becomes a link outside.
     std::fs::create_dir(www.join("d")).unwrap();
     std::fs::write(www.join("d/index.html"), b"d").unwrap();
-    assert_eq!(get(&f, "GET /d/ HTTP/1.1\r\n\r\n").body, b"d");
+    assert_eq!(get(&f, "GET /d/ HTTP/1.1\r\nHost: t\r\n\r\n").body, b"d");
     std::fs::create_dir(f.outside().join("o")).unwrap();
     std::fs::write(f.outside().join("o/index.html"), SECRET).unwrap();
     std::fs::remove_dir_all(www.join("d")).unwrap();
@@ -134,17 +140,23 @@ fn special_files_are_not_served() {
 fn open_errors_map_to_404() {
     let f = Fixture::new();
     // A path component that is a file: ENOTDIR.
-    assert_eq!(get(&f, "GET /index.html/x HTTP/1.1\r\n\r\n").status, 404);
+    assert_eq!(
+        get(&f, "GET /index.html/x HTTP/1.1\r\nHost: t\r\n\r\n").status,
+        404
+    );
     // A name longer than NAME_MAX: ENAMETOOLONG.
     let long = "a".repeat(300);
     assert_eq!(
-        get(&f, &format!("GET /{long} HTTP/1.1\r\n\r\n")).status,
+        get(&f, &format!("GET /{long} HTTP/1.1\r\nHost: t\r\n\r\n")).status,
         404
     );
     // A symlink loop: ELOOP.
     symlink("loop2", f.www().join("loop1")).unwrap();
     symlink("loop1", f.www().join("loop2")).unwrap();
-    assert_eq!(get(&f, "GET /loop1 HTTP/1.1\r\n\r\n").status, 404);
+    assert_eq!(
+        get(&f, "GET /loop1 HTTP/1.1\r\nHost: t\r\n\r\n").status,
+        404
+    );
 }
 
 #[test]
@@ -153,7 +165,7 @@ fn changed_file_is_served_fresh() {
     let p = f.www().join("page.txt");
     std::fs::write(&p, b"version one").unwrap();
     assert_eq!(
-        get(&f, "GET /page.txt HTTP/1.1\r\n\r\n").body,
+        get(&f, "GET /page.txt HTTP/1.1\r\nHost: t\r\n\r\n").body,
         b"version one"
     );
     assert_eq!(f.site.cache_usage().0, 1);
@@ -167,23 +179,32 @@ fn changed_file_is_served_fresh() {
         .set_modified(old)
         .unwrap();
     assert_eq!(
-        get(&f, "GET /page.txt HTTP/1.1\r\n\r\n").body,
+        get(&f, "GET /page.txt HTTP/1.1\r\nHost: t\r\n\r\n").body,
         b"version two"
     );
     // Different length.
     std::fs::write(&p, b"three, longer").unwrap();
-    let r = get(&f, "GET /page.txt HTTP/1.1\r\n\r\n");
+    let r = get(&f, "GET /page.txt HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!(r.body, b"three, longer");
     assert_eq!(r.header("content-length"), Some("13"));
     // Replaced by rename (new inode).
     let tmp = f.www().join("page.tmp");
     std::fs::write(&tmp, b"four").unwrap();
     std::fs::rename(&tmp, &p).unwrap();
-    assert_eq!(get(&f, "GET /page.txt HTTP/1.1\r\n\r\n").body, b"four");
+    assert_eq!(
+        get(&f, "GET /page.txt HTTP/1.1\r\nHost: t\r\n\r\n").body,
+        b"four"
+    );
     // Deleted: 404, and dropped from the cache.
     std::fs::remove_file(&p).unwrap();
-    assert_eq!(get(&f, "GET /page.txt HTTP/1.1\r\n\r\n").status, 404);
-    assert_eq!(get(&f, "GET /page.txt HTTP/1.1\r\n\r\n").status, 404);
+    assert_eq!(
+        get(&f, "GET /page.txt HTTP/1.1\r\nHost: t\r\n\r\n").status,
+        404
+    );
+    assert_eq!(
+        get(&f, "GET /page.txt HTTP/1.1\r\nHost: t\r\n\r\n").status,
+        404
+    );
 }
 
 #[test]
@@ -200,7 +221,7 @@ fn revalidation_interval() {
     };
     let body = |site: &std::sync::Arc<Site>| {
         let mut s = iolab_http::Session::new(site.clone());
-        s.feed(b"GET /f.txt HTTP/1.1\r\n\r\n", |_| {});
+        s.feed(b"GET /f.txt HTTP/1.1\r\nHost: t\r\n\r\n", |_| {});
         let out = drain(&mut s);
         parse_responses(&out, &[false]).remove(0).body
     };
@@ -220,7 +241,7 @@ fn revalidation_interval() {
 fn cached_bodies_are_shared() {
     let f = Fixture::new();
     let take_body = |s: &mut iolab_http::Session| {
-        s.feed(b"GET /big.bin HTTP/1.1\r\n\r\n", |_| {});
+        s.feed(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n", |_| {});
         let body = s.pending()[1].clone();
         drain(s);
         body
@@ -254,24 +275,31 @@ fn large_files_bypass_the_cache() {
     .unwrap();
     for _ in 0..2 {
         let mut s = iolab_http::Session::new(site.clone());
-        s.feed(b"GET /big HTTP/1.1\r\n\r\n", |st| assert_eq!(st, 200));
+        s.feed(b"GET /big HTTP/1.1\r\nHost: t\r\n\r\n", |st| {
+            assert_eq!(st, 200)
+        });
         assert_eq!(drain(&mut s).len() - 5000, s_head_len(&site, "/big"));
         assert_eq!(site.cache_usage(), (0, 0));
     }
     let mut s = iolab_http::Session::new(site.clone());
-    s.feed(b"GET /small HTTP/1.1\r\n\r\n", |st| assert_eq!(st, 200));
+    s.feed(b"GET /small HTTP/1.1\r\nHost: t\r\n\r\n", |st| {
+        assert_eq!(st, 200)
+    });
     assert_eq!(site.cache_usage(), (1, 100));
     // A modified large file is of course read fresh too.
     std::fs::write(dir.path().join("big"), vec![8u8; 6000]).unwrap();
     let mut s = iolab_http::Session::new(site.clone());
-    s.feed(b"GET /big HTTP/1.1\r\n\r\n", |_| {});
+    s.feed(b"GET /big HTTP/1.1\r\nHost: t\r\n\r\n", |_| {});
     let out = drain(&mut s);
     assert!(out.ends_with(&[8u8; 6000]));
 }
 
 fn s_head_len(site: &std::sync::Arc<Site>, path: &str) -> usize {
     let mut s = iolab_http::Session::new(site.clone());
-    s.feed(format!("HEAD {path} HTTP/1.1\r\n\r\n").as_bytes(), |_| {});
+    s.feed(
+        format!("HEAD {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes(),
+        |_| {},
+    );
     drain(&mut s).len()
 }
 
@@ -293,9 +321,10 @@ fn cache_capacity_is_respected() {
     .unwrap();
     for i in 0..10 {
         let mut s = iolab_http::Session::new(site.clone());
-        s.feed(format!("GET /f{i} HTTP/1.1\r\n\r\n").as_bytes(), |st| {
-            assert_eq!(st, 200)
-        });
+        s.feed(
+            format!("GET /f{i} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes(),
+            |st| assert_eq!(st, 200),
+        );
         let (n, bytes) = site.cache_usage();
         assert!(bytes <= 350 && bytes == n as u64 * 100, "{n} {bytes}");
     }
@@ -321,6 +350,8 @@ fn root_given_through_a_symlink_works() {
     assert_eq!(site.root(), std::fs::canonicalize(f.www()).unwrap());
     let mut s = iolab_http::Session::new(site);
     let mut st = Vec::new();
-    s.feed(b"GET /index.html HTTP/1.1\r\n\r\n", |x| st.push(x));
+    s.feed(b"GET /index.html HTTP/1.1\r\nHost: t\r\n\r\n", |x| {
+        st.push(x)
+    });
     assert_eq!(st, vec![200]);
 }

@@ -28,13 +28,13 @@ fn open_failing_with_emfile_is_500_and_keeps_the_connection() {
     };
     // SAFETY: valid rlimit; lowering the soft limit only.
     assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &low) }, 0);
-    let (st, rs) = exchange(&mut s, b"GET /sub/data.json HTTP/1.1\r\n\r\n");
+    let (st, rs) = exchange(&mut s, b"GET /sub/data.json HTTP/1.1\r\nHost: t\r\n\r\n");
     // SAFETY: restores the limit read above.
     assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &old) }, 0);
     assert_eq!(st, vec![500]);
     assert_eq!(rs[0].body, b"500 Internal Server Error\n");
     assert!(!rs[0].closes() && !s.should_close());
-    let (st, rs) = exchange(&mut s, b"GET /sub/data.json HTTP/1.1\r\n\r\n");
+    let (st, rs) = exchange(&mut s, b"GET /sub/data.json HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!(st, vec![200]);
     assert_eq!(rs[0].body, b"{}");
 }

@@ -19,7 +19,7 @@ fn get_small_file_has_all_headers() {
 #[test]
 fn get_large_file_identical() {
     let f = Fixture::new();
-    let r = get(&f, "GET /big.bin HTTP/1.1\r\n\r\n");
+    let r = get(&f, "GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!(r.status, 200);
     assert_eq!(r.body, std::fs::read(f.www().join("big.bin")).unwrap());
     assert_eq!(r.header("content-type"), Some("application/octet-stream"));
@@ -28,9 +28,9 @@ fn get_large_file_identical() {
 #[test]
 fn head_has_same_headers_and_no_body() {
     let f = Fixture::new();
-    let g = get(&f, "GET /sub/data.json HTTP/1.1\r\n\r\n");
+    let g = get(&f, "GET /sub/data.json HTTP/1.1\r\nHost: t\r\n\r\n");
     let mut s = f.session();
-    s.feed(b"HEAD /sub/data.json HTTP/1.1\r\n\r\n", |_| {});
+    s.feed(b"HEAD /sub/data.json HTTP/1.1\r\nHost: t\r\n\r\n", |_| {});
     let raw = drain(&mut s);
     let text = String::from_utf8(raw).unwrap();
     assert!(
@@ -46,7 +46,7 @@ fn head_has_same_headers_and_no_body() {
     assert_eq!(h.header("content-length"), Some("2"));
     // HEAD of an error: headers only as well.
     let mut s = f.session();
-    s.feed(b"HEAD /missing HTTP/1.1\r\n\r\n", |_| {});
+    s.feed(b"HEAD /missing HTTP/1.1\r\nHost: t\r\n\r\n", |_| {});
     let raw = drain(&mut s);
     assert!(raw.ends_with(b"\r\n\r\n"));
     let r = &parse_responses(&raw, &[true])[0];
@@ -57,49 +57,61 @@ fn head_has_same_headers_and_no_body() {
 #[test]
 fn directory_index_and_redirect() {
     let f = Fixture::new();
-    let r = get(&f, "GET / HTTP/1.1\r\n\r\n");
+    let r = get(&f, "GET / HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!((r.status, &r.body[..]), (200, SMALL));
-    let r = get(&f, "GET /sub/ HTTP/1.1\r\n\r\n");
+    let r = get(&f, "GET /sub/ HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!((r.status, &r.body[..]), (200, &b"sub index"[..]));
     assert_eq!(r.header("content-type"), Some("text/html; charset=utf-8"));
-    let r = get(&f, "GET /sub?x=1 HTTP/1.1\r\n\r\n");
+    let r = get(&f, "GET /sub?x=1 HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!(r.status, 301);
     assert_eq!(r.header("location"), Some("/sub/?x=1"));
     assert!(!r.closes());
     // A directory without index.html is not listed.
-    assert_eq!(get(&f, "GET /empty/ HTTP/1.1\r\n\r\n").status, 404);
+    assert_eq!(
+        get(&f, "GET /empty/ HTTP/1.1\r\nHost: t\r\n\r\n").status,
+        404
+    );
     // A file named as a directory does not exist.
-    assert_eq!(get(&f, "GET /index.html/ HTTP/1.1\r\n\r\n").status, 404);
+    assert_eq!(
+        get(&f, "GET /index.html/ HTTP/1.1\r\nHost: t\r\n\r\n").status,
+        404
+    );
 }
 
 #[test]
 fn percent_decoding_and_query() {
     let f = Fixture::new();
-    let r = get(&f, "GET /a%20b.txt?download=1 HTTP/1.1\r\n\r\n");
+    let r = get(&f, "GET /a%20b.txt?download=1 HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!((r.status, &r.body[..]), (200, &b"space"[..]));
     assert_eq!(r.header("content-type"), Some("text/plain; charset=utf-8"));
-    let r = get(&f, "GET /%69ndex.%68tml HTTP/1.1\r\n\r\n");
+    let r = get(&f, "GET /%69ndex.%68tml HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!(r.status, 200);
     for bad in ["/a%2", "/a%zzb", "/%", "/%%41"] {
         let mut s = f.session();
-        let (st, rs) = exchange(&mut s, format!("GET {bad} HTTP/1.1\r\n\r\n").as_bytes());
+        let (st, rs) = exchange(
+            &mut s,
+            format!("GET {bad} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes(),
+        );
         assert_eq!(st, vec![400], "{bad}");
         assert!(rs[0].closes() && s.should_close());
     }
-    let r = get(&f, "GET http://example.com/sub/data.json HTTP/1.1\r\n\r\n");
+    let r = get(
+        &f,
+        "GET http://example.com/sub/data.json HTTP/1.1\r\nHost: t\r\n\r\n",
+    );
     assert_eq!((r.status, &r.body[..]), (200, &b"{}"[..]));
 }
 
 #[test]
 fn status_404_405_keep_the_connection() {
     let f = Fixture::new();
-    let r = get(&f, "GET /nope.html HTTP/1.1\r\n\r\n");
+    let r = get(&f, "GET /nope.html HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!(r.status, 404);
     assert_eq!(r.body, b"404 Not Found\n");
     assert_eq!(r.header("content-type"), Some("text/plain; charset=utf-8"));
     assert!(!r.closes());
     for m in ["POST", "PUT", "DELETE", "OPTIONS", "BREW"] {
-        let r = get(&f, &format!("{m} /index.html HTTP/1.1\r\n\r\n"));
+        let r = get(&f, &format!("{m} /index.html HTTP/1.1\r\nHost: t\r\n\r\n"));
         assert_eq!(r.status, 405, "{m}");
         assert_eq!(r.header("allow"), Some("GET, HEAD"));
         assert!(!r.closes());
@@ -112,27 +124,27 @@ fn malformed_requests_get_400_and_close() {
     for req in [
         "GARBAGE\r\n\r\n",
         "GET /\r\n\r\n",
-        "GET  / HTTP/1.1\r\n\r\n",
+        "GET  / HTTP/1.1\r\nHost: t\r\n\r\n",
         "GET / HTTP/1.1 extra\r\n\r\n",
         "GET / http/1.1\r\n\r\n",
         "GET / HTTP/1\r\n\r\n",
-        "G(T / HTTP/1.1\r\n\r\n",
-        "GET * HTTP/1.1\r\n\r\n",
-        "GET relative HTTP/1.1\r\n\r\n",
-        "GET / HTTP/1.1\r\nNo colon\r\n\r\n",
-        "GET / HTTP/1.1\r\nBad Name: v\r\n\r\n",
-        "GET / HTTP/1.1\r\nName : v\r\n\r\n",
-        "GET / HTTP/1.1\r\n: v\r\n\r\n",
-        "GET / HTTP/1.1\r\nA: b\r\n folded\r\n\r\n",
-        "GET / HTTP/1.1\r\nA: b\x01c\r\n\r\n",
-        "GET / HTTP/1.1\r\nA: b\rc\r\n\r\n",
-        "GET /\x7f HTTP/1.1\r\n\r\n",
-        "GET /é HTTP/1.1\r\n\r\n",
-        "GET / HTTP/1.1\r\nContent-Length: abc\r\n\r\n",
-        "GET / HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
-        "GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
-        "GET / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
-        "GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+        "G(T / HTTP/1.1\r\nHost: t\r\n\r\n",
+        "GET * HTTP/1.1\r\nHost: t\r\n\r\n",
+        "GET relative HTTP/1.1\r\nHost: t\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: t\r\nNo colon\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: t\r\nBad Name: v\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: t\r\nName : v\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: t\r\n: v\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: t\r\nA: b\r\n folded\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: t\r\nA: b\x01c\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: t\r\nA: b\rc\r\n\r\n",
+        "GET /\x7f HTTP/1.1\r\nHost: t\r\n\r\n",
+        "GET /é HTTP/1.1\r\nHost: t\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: t\r\nContent-Length: abc\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: t\r\nContent-Length: -1\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+        "GET / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
         "GET / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
     ] {
         let mut s = f.session();
@@ -143,7 +155,7 @@ fn malformed_requests_get_400_and_close() {
         assert!(s.should_close(), "{req:?}");
         // Further input is ignored: the session answered once.
         let mut more = Vec::new();
-        s.feed(b"GET / HTTP/1.1\r\n\r\n", |st| more.push(st));
+        s.feed(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n", |st| more.push(st));
         assert!(more.is_empty() && !s.has_pending());
     }
 }
@@ -167,7 +179,7 @@ fn request_line_limit_414() {
     let target = format!("/{}", "a".repeat(max - "GET  HTTP/1.1".len() - 1));
     let line = format!("GET {target} HTTP/1.1");
     assert_eq!(line.len(), max);
-    assert_eq!(get(&f, &format!("{line}\r\n\r\n")).status, 404);
+    assert_eq!(get(&f, &format!("{line}\r\nHost: t\r\n\r\n")).status, 404);
     // One byte over: 414, whether the line is complete or still arriving.
     let long = format!("GET /{}a HTTP/1.1", "a".repeat(max));
     let mut s = f.session();
@@ -184,7 +196,10 @@ fn header_limits_431() {
     let f = Fixture::new();
     let limits = Limits::default();
     // 20 KiB header, as in the server suite.
-    let big = format!("GET / HTTP/1.1\r\nX-Big: {}\r\n\r\n", "x".repeat(20 * 1024));
+    let big = format!(
+        "GET / HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\n\r\n",
+        "x".repeat(20 * 1024)
+    );
     let mut s = f.session();
     let (st, rs) = exchange(&mut s, big.as_bytes());
     assert_eq!(st, vec![431]);
@@ -195,8 +210,8 @@ fn header_limits_431() {
     assert_eq!(st, vec![431]);
     // Exactly max_headers lines: fine. One more: 431.
     let lines = |n: usize| {
-        let mut r = String::from("GET / HTTP/1.1\r\n");
-        for i in 0..n {
+        let mut r = String::from("GET / HTTP/1.1\r\nHost: t\r\n");
+        for i in 1..n {
             r.push_str(&format!("X-{i}: v\r\n"));
         }
         r.push_str("\r\n");
@@ -205,10 +220,16 @@ fn header_limits_431() {
     assert_eq!(get(&f, &lines(limits.max_headers)).status, 200);
     assert_eq!(get(&f, &lines(limits.max_headers + 1)).status, 431);
     // Exactly max_header_bytes of header block: fine.
-    let value_len = limits.max_header_bytes - "X: \r\n".len();
-    let exact = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "v".repeat(value_len));
+    let value_len = limits.max_header_bytes - "X: \r\n".len() - "Host: t\r\n".len();
+    let exact = format!(
+        "GET / HTTP/1.1\r\nHost: t\r\nX: {}\r\n\r\n",
+        "v".repeat(value_len)
+    );
     assert_eq!(get(&f, &exact).status, 200);
-    let over = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "v".repeat(value_len + 1));
+    let over = format!(
+        "GET / HTTP/1.1\r\nHost: t\r\nX: {}\r\n\r\n",
+        "v".repeat(value_len + 1)
+    );
     assert_eq!(get(&f, &over).status, 431);
 }
 
@@ -219,24 +240,41 @@ fn limits_are_configurable() {
         max_header_bytes: 64,
         max_headers: 2,
         max_body: 4,
+        ..Limits::default()
     });
-    assert_eq!(get(&f, "GET / HTTP/1.1\r\n\r\n").status, 200);
+    assert_eq!(get(&f, "GET / HTTP/1.1\r\nHost: t\r\n\r\n").status, 200);
     assert_eq!(
-        get(&f, &format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(40))).status,
+        get(
+            &f,
+            &format!("GET /{} HTTP/1.1\r\nHost: t\r\n\r\n", "a".repeat(40))
+        )
+        .status,
         414
     );
     assert_eq!(
-        get(&f, "GET / HTTP/1.1\r\nA: 1\r\nB: 2\r\nC: 3\r\n\r\n").status,
+        get(
+            &f,
+            "GET / HTTP/1.1\r\nHost: t\r\nA: 1\r\nB: 2\r\nC: 3\r\n\r\n"
+        )
+        .status,
         431
     );
-    let long = format!("GET / HTTP/1.1\r\nA: {}\r\n\r\n", "x".repeat(70));
+    let long = format!("GET / HTTP/1.1\r\nHost: t\r\nA: {}\r\n\r\n", "x".repeat(70));
     assert_eq!(get(&f, &long).status, 431);
     assert_eq!(
-        get(&f, "GET / HTTP/1.1\r\nContent-Length: 4\r\n\r\nabcd").status,
+        get(
+            &f,
+            "GET / HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\n\r\nabcd"
+        )
+        .status,
         200
     );
     assert_eq!(
-        get(&f, "GET / HTTP/1.1\r\nContent-Length: 5\r\n\r\nabcde").status,
+        get(
+            &f,
+            "GET / HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nabcde"
+        )
+        .status,
         413
     );
 }
@@ -247,14 +285,14 @@ fn content_length_body_is_drained() {
     let mut s = f.session();
     let (st, rs) = exchange(
         &mut s,
-        b"GET /index.html HTTP/1.1\r\nContent-Length: 10\r\n\r\nGET /x HTTGET /sub/ HTTP/1.1\r\n\r\n",
+        b"GET /index.html HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\nGET /x HTTGET /sub/ HTTP/1.1\r\nHost: t\r\n\r\n",
     );
     assert_eq!(st, vec![200, 200]);
     assert_eq!(rs[1].body, b"sub index");
     // A body over max_body: 413 without reading it, then close.
     let mut s = f.session();
     let req = format!(
-        "GET / HTTP/1.1\r\nContent-Length: {}\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
         Limits::default().max_body + 1
     );
     let (st, rs) = exchange(&mut s, req.as_bytes());
@@ -262,14 +300,14 @@ fn content_length_body_is_drained() {
     assert!(rs[0].closes() && s.should_close());
     let (st, _) = exchange(
         &mut f.session(),
-        b"GET / HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: t\r\nContent-Length: 99999999999999999999999\r\n\r\n",
     );
     assert_eq!(st, vec![413]);
     // A 405 for a POST with a body, and the connection goes on after the body.
     let mut s = f.session();
     let (st, _) = exchange(
         &mut s,
-        b"POST /form HTTP/1.1\r\nContent-Length: 5\r\n\r\na=1&bGET / HTTP/1.1\r\n\r\n",
+        b"POST /form HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\na=1&bGET / HTTP/1.1\r\nHost: t\r\n\r\n",
     );
     assert_eq!(st, vec![405, 200]);
     assert!(!s.should_close());
@@ -279,9 +317,9 @@ fn content_length_body_is_drained() {
 fn chunked_body_is_drained() {
     let f = Fixture::new();
     let mut s = f.session();
-    let req = b"GET /sub/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n\
+    let req = b"GET /sub/ HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n\
                 4\r\nwiki\r\n5;ext=1\r\npedia\r\n0\r\nTrailer: x\r\n\r\n\
-                GET /index.html HTTP/1.1\r\n\r\n";
+                GET /index.html HTTP/1.1\r\nHost: t\r\n\r\n";
     let (st, rs) = exchange(&mut s, req);
     assert_eq!(st, vec![200, 200]);
     assert_eq!(rs[0].body, b"sub index");
@@ -301,7 +339,7 @@ fn chunked_body_is_drained() {
         "0\r\nbad trailer\r\n\r\n",
     ] {
         let mut s = f.session();
-        let req = format!("GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n{bad}");
+        let req = format!("GET / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n{bad}");
         let (st, rs) = exchange(&mut s, req.as_bytes());
         assert_eq!(st, vec![400], "{bad:?}");
         assert!(rs[0].closes());
@@ -310,7 +348,7 @@ fn chunked_body_is_drained() {
     let mut s = f.session();
     let max = Limits::default().max_body;
     let req = format!(
-        "GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{}\r\n",
+        "GET / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{}\r\n",
         max + 1,
         "a".repeat(max + 1)
     );
@@ -323,14 +361,23 @@ fn chunked_body_is_drained() {
 fn keep_alive_rules() {
     let f = Fixture::new();
     let cases: &[(&str, bool)] = &[
-        ("GET / HTTP/1.1\r\n\r\n", false),
-        ("GET / HTTP/1.1\r\nConnection: close\r\n\r\n", true),
+        ("GET / HTTP/1.1\r\nHost: t\r\n\r\n", false),
         (
-            "GET / HTTP/1.1\r\nConnection: Keep-Alive, CLOSE\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
             true,
         ),
-        ("GET / HTTP/1.1\r\nConnection: keep-alive\r\n\r\n", false),
-        ("GET / HTTP/1.1\r\nConnection: upgrade\r\n\r\n", false),
+        (
+            "GET / HTTP/1.1\r\nHost: t\r\nConnection: Keep-Alive, CLOSE\r\n\r\n",
+            true,
+        ),
+        (
+            "GET / HTTP/1.1\r\nHost: t\r\nConnection: keep-alive\r\n\r\n",
+            false,
+        ),
+        (
+            "GET / HTTP/1.1\r\nHost: t\r\nConnection: upgrade\r\n\r\n",
+            false,
+        ),
         ("GET / HTTP/1.0\r\n\r\n", true),
         ("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", false),
         ("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n", false),
@@ -345,7 +392,10 @@ fn keep_alive_rules() {
     }
     // Requests after a closing one are not answered.
     let mut s = f.session();
-    let (st, _) = exchange(&mut s, b"GET / HTTP/1.0\r\n\r\nGET / HTTP/1.1\r\n\r\n");
+    let (st, _) = exchange(
+        &mut s,
+        b"GET / HTTP/1.0\r\n\r\nGET / HTTP/1.1\r\nHost: t\r\n\r\n",
+    );
     assert_eq!(st, vec![200]);
 }
 
@@ -365,9 +415,9 @@ fn hundred_requests_on_one_session() {
 fn pipelined_answered_in_order() {
     let f = Fixture::new();
     let mut s = f.session();
-    let req = b"GET /sub/data.json HTTP/1.1\r\n\r\nGET /nope HTTP/1.1\r\n\r\n\
-                HEAD /index.html HTTP/1.1\r\n\r\nGET /a%20b.txt HTTP/1.1\r\n\r\n\
-                DELETE / HTTP/1.1\r\n\r\nGET /index.html HTTP/1.1\r\nConnection: close\r\n\r\n";
+    let req = b"GET /sub/data.json HTTP/1.1\r\nHost: t\r\n\r\nGET /nope HTTP/1.1\r\nHost: t\r\n\r\n\
+                HEAD /index.html HTTP/1.1\r\nHost: t\r\n\r\nGET /a%20b.txt HTTP/1.1\r\nHost: t\r\n\r\n\
+                DELETE / HTTP/1.1\r\nHost: t\r\n\r\nGET /index.html HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
     let (st, rs) = exchange(&mut s, req);
     assert_eq!(st, vec![200, 404, 200, 200, 405, 200]);
     assert_eq!(rs[0].body, b"{}");
@@ -381,8 +431,8 @@ fn pipelined_answered_in_order() {
 fn byte_at_a_time_and_every_split() {
     let f = Fixture::new();
     let req: &[u8] =
-        b"\r\nGET /sub/data.json HTTP/1.1\r\nHost: x\r\n\r\nGET /index.html HTTP/1.1\r\n\r\n\
-                       HEAD /a%20b.txt HTTP/1.1\r\nConnection: close\r\n\r\n";
+        b"\r\nGET /sub/data.json HTTP/1.1\r\nHost: x\r\n\r\nGET /index.html HTTP/1.1\r\nHost: t\r\n\r\n\
+                       HEAD /a%20b.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
     let (whole, whole_rs) = exchange(&mut f.session(), req);
     assert_eq!(whole, vec![200, 200, 200]);
     let mut s = f.session();
@@ -416,7 +466,7 @@ fn bare_lf_is_accepted() {
     let mut s = f.session();
     let (st, rs) = exchange(
         &mut s,
-        b"GET /sub/data.json HTTP/1.1\nHost: x\n\nGET / HTTP/1.1\nConnection: close\n\n",
+        b"GET /sub/data.json HTTP/1.1\nHost: x\n\nGET / HTTP/1.1\nHost: t\nConnection: close\n\n",
     );
     assert_eq!(st, vec![200, 200]);
     assert_eq!(rs[0].body, b"{}");
@@ -428,7 +478,7 @@ fn leading_empty_lines_are_ignored() {
     let f = Fixture::new();
     let mut s = f.session();
     s.feed(b"\r", |_| panic!("nothing to answer yet"));
-    let (st, _) = exchange(&mut s, b"\n\r\n\nGET / HTTP/1.1\r\n\r\n");
+    let (st, _) = exchange(&mut s, b"\n\r\n\nGET / HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!(st, vec![200]);
 }
 
@@ -438,7 +488,7 @@ fn response_does_not_wait_for_a_content_length_body() {
     let mut s = f.session();
     let mut st = Vec::new();
     s.feed(
-        b"GET /sub/data.json HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n",
+        b"GET /sub/data.json HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n",
         |x| st.push(x),
     );
     assert_eq!(st, vec![200]);
@@ -447,7 +497,9 @@ fn response_does_not_wait_for_a_content_length_body() {
     s.feed(b"hel", |x| st.push(x));
     s.feed(b"lo", |x| st.push(x));
     assert!(s.is_between_requests());
-    s.feed(b"GET /index.html HTTP/1.1\r\n\r\n", |x| st.push(x));
+    s.feed(b"GET /index.html HTTP/1.1\r\nHost: t\r\n\r\n", |x| {
+        st.push(x)
+    });
     assert_eq!(st, vec![200, 200]);
 }
 
@@ -463,7 +515,7 @@ fn session_and_site_cross_threads() {
         for _ in 0..4 {
             scope.spawn(|| {
                 for _ in 0..50 {
-                    let r = get(&f, "GET /big.bin HTTP/1.1\r\n\r\n");
+                    let r = get(&f, "GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n");
                     assert_eq!((r.status, r.body.len()), (200, 700 * 1024));
                 }
             });
@@ -475,7 +527,7 @@ fn session_and_site_cross_threads() {
 fn advance_handles_partial_and_excess_counts() {
     let f = Fixture::new();
     let mut s = f.session();
-    s.feed(b"GET /index.html HTTP/1.1\r\n\r\n", |_| {});
+    s.feed(b"GET /index.html HTTP/1.1\r\nHost: t\r\n\r\n", |_| {});
     let total = s.pending_len();
     assert!(total > SMALL.len());
     let all: Vec<u8> = s.pending().iter().flat_map(|b| b.iter().copied()).collect();

@@ -221,6 +221,7 @@ async fn serve_iolab(mut stream: TcpStream, site: Arc<Site>, idle: Option<Durati
                 _ => return,
             };
             session.advance(written);
+            session.resume(|_| {});
         }
         if session.should_close() {
             let _ = stream.shutdown().await;
@@ -353,9 +354,14 @@ fn answer_by_session(session: &mut Session, req: &Request<Incoming>) -> Response
     }
     head.extend_from_slice(b"\r\n");
     session.feed(&head, |_| {});
-    let response = to_hyper(session);
-    let len = session.pending_len();
-    session.advance(len);
+    // All of the response: a file too large for the cache arrives one chunk per `advance`.
+    let mut chunks: Vec<Bytes> = Vec::new();
+    while session.has_pending() {
+        chunks.extend(session.pending().iter().cloned());
+        let len = session.pending_len();
+        session.advance(len);
+    }
+    let response = to_hyper(&chunks);
     response.unwrap_or_else(|| {
         let mut r = Response::new(Full::new(Bytes::from_static(
             b"500 Internal Server Error\n",
@@ -365,9 +371,9 @@ fn answer_by_session(session: &mut Session, req: &Request<Incoming>) -> Response
     })
 }
 
-/// Turns the response queued in `session` (a head chunk, then body chunks) into hyper's.
-fn to_hyper(session: &Session) -> Option<Response<Full<Bytes>>> {
-    let mut chunks = session.pending().iter();
+/// Turns the response a session queued (a head chunk, then body chunks) into hyper's.
+fn to_hyper(chunks: &[Bytes]) -> Option<Response<Full<Bytes>>> {
+    let mut chunks = chunks.iter();
     let head = chunks.next()?;
     let end = head.windows(4).position(|w| w == b"\r\n\r\n")?;
     let mut lines = head[..end]

@@ -66,6 +66,11 @@ pub struct ServeArgs {
     /// Largest request body drained before answering; larger is answered 413 and closes.
     #[arg(long, default_value_t = iolab_http::Limits::default().max_body)]
     pub max_body: usize,
+    /// Response bytes queued per connection at which the server stops answering (and reading)
+    /// pipelined requests until the client has read them: the memory one client can make a
+    /// connection hold. Files too large for the cache are streamed in 64 KiB chunks.
+    #[arg(long, default_value_t = iolab_http::Limits::default().max_queued)]
+    pub max_queued: usize,
 }
 
 fn parse_secs(s: &str) -> Result<f64, String> {
@@ -92,6 +97,7 @@ impl ServeArgs {
                 max_header_bytes: self.max_header_bytes,
                 max_headers: self.max_headers,
                 max_body: self.max_body,
+                max_queued: self.max_queued,
             },
             accept: self.accept,
         }

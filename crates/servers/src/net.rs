@@ -184,11 +184,17 @@ pub fn wait_for_shutdown(shutdown: &crate::Shutdown) {
 }
 
 /// Writes as much of the session's pending response bytes as the socket takes with one
-/// `writev(2)`, and marks them written. Returns the count (0 if nothing was pending).
-pub fn write_pending(stream: &mut TcpStream, session: &mut Session) -> io::Result<usize> {
+/// `writev(2)`, marks them written, and answers the pipelined requests the session held
+/// back while its queue was full. Returns the count (0 if nothing was pending).
+pub fn write_pending(
+    stream: &mut TcpStream,
+    session: &mut Session,
+    stats: &Stats,
+) -> io::Result<usize> {
     let n = writev(stream, session.pending())?;
     if n > 0 {
         session.advance(n);
+        session.resume(|status| stats.response(status));
     }
     Ok(n)
 }
@@ -233,7 +239,7 @@ pub fn serve_blocking(
     let mut buf = vec![0u8; READ_BUF];
     loop {
         while session.has_pending() {
-            match write_pending(stream, &mut session) {
+            match write_pending(stream, &mut session, stats) {
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return stats.io_error(&e),
@@ -360,7 +366,7 @@ impl Conn {
     pub fn progress(&mut self, buf: &mut [u8], stats: &Stats) -> Want {
         loop {
             while self.session.has_pending() {
-                match write_pending(&mut self.stream, &mut self.session) {
+                match write_pending(&mut self.stream, &mut self.session, stats) {
                     Ok(_) => self.last_active = Instant::now(),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Want::Write,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

@@ -226,7 +226,11 @@ async fn serve(stream: &TcpStream, env: &Env, stop: &Stop) {
                 .map(|c| Chunk(c.clone()))
                 .collect();
             match wait(&mut idle, stop, stream.writev(chunks)).await {
-                Waited::Done((Ok(n), _)) => session.advance(n),
+                Waited::Done((Ok(n), _)) => {
+                    session.advance(n);
+                    // Requests held back while the queue was full (backpressure).
+                    session.resume(|status| stats.response(status));
+                }
                 Waited::Done((Err(e), _)) if e.kind() == io::ErrorKind::Interrupted => {}
                 Waited::Done((Err(e), _)) => return stats.io_error(&e),
                 Waited::TimedOut => return stats.error(ErrorKind::Timeout),

@@ -412,7 +412,10 @@ impl<'a> Worker<'a> {
             }
             return self.close(key);
         }
+        let stats = &*self.ctx.stats;
         c.session.advance(res as usize);
+        // The requests held back while the queue was full (backpressure) are answered now.
+        c.session.resume(|status| stats.response(status));
         self.next_step(key)
     }
 

@@ -379,7 +379,10 @@ fn on_sent(lp: &mut Loop, mut conn: Box<Conn>, res: i32) -> io::Result<()> {
         }
         return close(lp, conn);
     }
+    let stats = &lp.stats;
     conn.session.advance(res as usize);
+    // The requests held back while the queue was full (backpressure) are answered now.
+    conn.session.resume(|status| stats.response(status));
     next(lp, conn)
 }
 

@@ -355,7 +355,10 @@ impl<'a> Worker<'a> {
             return self.close(slot);
         }
         if let Some(session) = &mut s.session {
+            let stats = &*self.ctx.stats;
             session.advance(res as usize);
+            // The requests held back while the queue was full (backpressure) are answered now.
+            session.resume(|status| stats.response(status));
         }
         self.next_step(slot)
     }

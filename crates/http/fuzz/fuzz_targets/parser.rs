@@ -4,7 +4,11 @@
 //! - no response ever carries a byte of a file outside the root, although the root holds
 //!   symlinks to it and the input may name it any way it likes;
 //! - a FIFO inside the root never blocks (libFuzzer's timeout would report it);
-//! - the pending queue's length is consistent and nothing is queued after `should_close`.
+//! - the pending queue's length is consistent and nothing is queued after `should_close`;
+//! - backpressure holds: the bytes queued never exceed `max_queued` plus one response head
+//!   and body chunk (the tight site has a 300-byte bound and streams files over 1 KiB, so
+//!   `Range`, `If-*` and pipelining go through the streaming and resume paths);
+//! - every 206 body is the slice its `Content-Range` names, byte for byte.
 #![no_main]
 
 use std::path::PathBuf;
@@ -18,6 +22,12 @@ const SECRET: &[u8] = b"FUZZ-SECRET-0123456789";
 struct Sites {
     tight: Arc<Site>,
     default: Arc<Site>,
+}
+
+/// Contents of `big.bin` in the fuzzed root: larger than a stream chunk, every byte value.
+fn big() -> &'static [u8] {
+    static BIG: OnceLock<Vec<u8>> = OnceLock::new();
+    BIG.get_or_init(|| (0..70_000u32).map(|i| (i * 7 % 251) as u8).collect())
 }
 
 fn sites() -> &'static Sites {
@@ -35,6 +45,7 @@ fn sites() -> &'static Sites {
         std::fs::write(www.join("a.txt"), b"aaa").unwrap();
         std::fs::write(www.join("sub/index.html"), b"sub").unwrap();
         std::fs::write(www.join("sub/b.json"), b"{}").unwrap();
+        std::fs::write(www.join("big.bin"), big()).unwrap();
         std::os::unix::fs::symlink(base.join("secret.txt"), www.join("leak")).unwrap();
         std::os::unix::fs::symlink("../secret.txt", www.join("rel")).unwrap();
         std::os::unix::fs::symlink(base.join("out"), www.join("outdir")).unwrap();
@@ -48,9 +59,14 @@ fn sites() -> &'static Sites {
             max_header_bytes: 128,
             max_headers: 4,
             max_body: 40,
+            max_queued: 300,
+        };
+        let streaming = iolab_http::CacheConfig {
+            max_cached_file: 1024,
+            ..iolab_http::CacheConfig::default()
         };
         Sites {
-            tight: Site::new(&www, tight).unwrap(),
+            tight: Site::with_cache(&www, tight, streaming).unwrap(),
             default: Site::new(&www, Limits::default()).unwrap(),
         }
     })
@@ -75,13 +91,19 @@ fn run(site: &Arc<Site>, data: &[u8], sizes: &[usize]) -> (Vec<u16>, Vec<u8>, bo
             assert_eq!(statuses.len(), before, "answered after should_close");
         }
         rest = &rest[n..];
-        let total: usize = s.pending().iter().map(|b| b.len()).sum();
-        assert_eq!(total, s.pending_len());
-        assert_eq!(s.has_pending(), total > 0);
-        while let Some(front) = s.pending().front() {
+        let limit = site.limits().max_queued + 1024 + 2 * iolab_http::STREAM_CHUNK;
+        loop {
+            let total: usize = s.pending().iter().map(|b| b.len()).sum();
+            assert_eq!(total, s.pending_len());
+            assert_eq!(s.has_pending(), total > 0);
+            assert!(total <= limit, "{total} bytes queued");
+            let Some(front) = s.pending().front() else {
+                break;
+            };
             let k = step.min(front.len());
             out.extend_from_slice(&front[..k]);
             s.advance(k);
+            s.resume(|st| statuses.push(st));
             step = step.wrapping_mul(5).wrapping_add(3) % 4096 + 1;
         }
     }
@@ -99,6 +121,39 @@ fn mask_dates(mut out: Vec<u8>) -> Vec<u8> {
         i = end;
     }
     out
+}
+
+/// Every `206` whose head names big.bin's length carries exactly the bytes of big.bin its
+/// `Content-Range` names. (Other files are too small to tell apart; a body cut by a closing
+/// connection ends the output.)
+fn check_partial_bodies(out: &[u8]) {
+    let mut i = 0;
+    while let Some(p) = memfind(&out[i..], b"HTTP/1.1 206 ") {
+        let start = i + p;
+        let Some(h) = memfind(&out[start..], b"\r\n\r\n") else {
+            return;
+        };
+        let head = &out[start..start + h];
+        let body_at = start + h + 4;
+        i = body_at;
+        let text = String::from_utf8_lossy(head);
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| v.trim().to_string())
+        };
+        let Some(range) = field("Content-Range: bytes ") else {
+            panic!("206 without Content-Range: {text}");
+        };
+        let (span, total) = range.split_once('/').expect("A-B/LEN");
+        let (a, b) = span.split_once('-').expect("A-B");
+        let (a, b): (usize, usize) = (a.parse().unwrap(), b.parse().unwrap());
+        let len: usize = field("Content-Length:").unwrap().parse().unwrap();
+        assert_eq!(len, b - a + 1, "{text}");
+        if total == big().len().to_string() && out.len() >= body_at + len {
+            assert!(out[body_at..body_at + len] == big()[a..=b], "206 body differs");
+        }
+    }
 }
 
 fn memfind(hay: &[u8], needle: &[u8]) -> Option<usize> {
@@ -123,6 +178,7 @@ fuzz_target!(|input: &[u8]| {
     if !out_whole.is_empty() {
         assert!(out_whole.starts_with(b"HTTP/1.1 "));
     }
+    check_partial_bodies(&out_whole);
     let a = 1 + usize::from((ctl >> 1) & 15);
     let b = 1 + usize::from(ctl >> 5) * 3;
     let (st_split, out_split, close_split) = run(site, data, &[a, 1, b]);
