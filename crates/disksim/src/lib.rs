@@ -20,6 +20,7 @@ pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod hdd;
+pub mod measured;
 pub mod request;
 pub mod sched;
 pub mod ssd;
