@@ -23,6 +23,12 @@ enum Command {
     Lab(iolab_lab::cli::LabArgs),
     /// Run a microbenchmark: runtime, ctxswitch, queue, syscalls, echo, limits, all.
     Micro(iolab_micro::cli::MicroArgs),
+    /// The tiers testbed (client, FE, IS, BE: nginx in network namespaces) and ODB: up, down, status, bench.
+    Tiers(iolab_tiers::cli::TiersArgs),
+    /// Seed files over BitTorrent (Hekate, on iolab-runtime); `seed bench` measures it.
+    Seed(iolab_seeder::cli::SeedArgs),
+    /// A small HTTP BitTorrent tracker (announce, compact peers, scrape).
+    Tracker(iolab_seeder::cli::TrackerArgs),
     /// Disk I/O simulator: validate-disksim, run, bench (trace-driven, discrete-event).
     Disksim(iolab_disksim::cli::DisksimArgs),
 }
@@ -35,6 +41,9 @@ fn main() -> anyhow::Result<()> {
         Command::Load(a) => iolab_load::cli::run(a),
         Command::Lab(a) => iolab_lab::cli::run(a),
         Command::Micro(a) => iolab_micro::cli::run(a),
+        Command::Tiers(a) => iolab_tiers::cli::run(a),
+        Command::Seed(a) => iolab_seeder::cli::seed(a),
+        Command::Tracker(a) => iolab_seeder::cli::tracker(a),
         Command::Disksim(a) => iolab_disksim::cli::run(a),
     }
 }

@@ -19,13 +19,15 @@ pub struct Config {
     #[serde(default)]
     pub ssd: Option<SsdSpec>,
     #[serde(default)]
+    pub measured: Option<crate::measured::MeasuredSpec>,
+    #[serde(default)]
     pub workload: Option<WorkloadSpec>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeviceSection {
-    /// "hdd" or "ssd".
+    /// "hdd", "ssd" or "measured".
     pub kind: String,
     /// hdd: DiskSim 4.0 parameter file (.parv or .diskspecs), relative to the config file.
     #[serde(default)]
@@ -109,7 +111,24 @@ impl Config {
                     description,
                 })
             }
-            other => bail!("device.kind must be \"hdd\" or \"ssd\", not \"{other}\""),
+            "measured" => {
+                let Some(m) = &self.measured else {
+                    bail!("device.kind = \"measured\" needs a [measured] section")
+                };
+                let d = crate::measured::MeasuredDevice::new(m.clone())?;
+                let blocks = d.blocks();
+                let description = format!(
+                    "measured device ({} latency points, QD {})",
+                    m.points.len(),
+                    m.queue_depth
+                );
+                Ok(Device {
+                    component: Box::new(d),
+                    blocks,
+                    description,
+                })
+            }
+            other => bail!("device.kind must be \"hdd\", \"ssd\" or \"measured\", not \"{other}\""),
         }
     }
 }

@@ -117,7 +117,12 @@ fn validate_disksim_table_json_html_in_chromium() {
 #[test]
 fn run_with_each_example_config_and_a_trace() {
     let dir = tempdir("run");
-    for cfg in ["hdd-7200.toml", "sata-ssd.toml", "nvme.toml"] {
+    for cfg in [
+        "hdd-7200.toml",
+        "sata-ssd.toml",
+        "nvme.toml",
+        "measured-vda.toml",
+    ] {
         let json = dir.join(format!("{cfg}.json"));
         let out = iolab()
             .args(["disksim", "run", "--quiet", "--config"])

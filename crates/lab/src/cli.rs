@@ -181,8 +181,10 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         let p = dir.join("results.json");
         let text =
             std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
-        let r: crate::results::Results =
+        let mut r: crate::results::Results =
             serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))?;
+        // The seed table is a function of the results: rebuilt with this version's notes.
+        r.seed_vs_iolab = crate::seedtable::build(&r);
         crate::lab::write_outputs(&r, dir)?;
         println!("{}", dir.join("index.html").display());
         return Ok(());

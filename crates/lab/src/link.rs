@@ -334,41 +334,17 @@ fn connect_from(from: IpAddr, to: SocketAddr) -> std::io::Result<TcpStream> {
     }
     // SAFETY: fd is a fresh, valid socket that nothing else owns.
     let stream = unsafe { TcpStream::from_raw_fd(fd) };
-    let (sa, len) = sockaddr(SocketAddr::new(from, 0));
+    let (sa, len) = iolab_sys::sockaddr::to_raw(&SocketAddr::new(from, 0));
     // SAFETY: sa is a properly initialised sockaddr of `len` bytes for this socket's family.
     if unsafe { libc::bind(fd, &sa as *const _ as *const libc::sockaddr, len) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    let (sa, len) = sockaddr(to);
+    let (sa, len) = iolab_sys::sockaddr::to_raw(&to);
     // SAFETY: as above; a blocking connect on our own socket.
     if unsafe { libc::connect(fd, &sa as *const _ as *const libc::sockaddr, len) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
     Ok(stream)
-}
-
-fn sockaddr(a: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-    // SAFETY: an all-zero sockaddr_storage is a valid (AF_UNSPEC) value.
-    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let len = match a {
-        SocketAddr::V4(v4) => {
-            // SAFETY: sockaddr_storage is large and aligned enough for any sockaddr.
-            let sin = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in) };
-            sin.sin_family = libc::AF_INET as libc::sa_family_t;
-            sin.sin_port = v4.port().to_be();
-            sin.sin_addr.s_addr = u32::from(*v4.ip()).to_be();
-            std::mem::size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(v6) => {
-            // SAFETY: as above.
-            let sin6 = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in6) };
-            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
-            sin6.sin6_port = v6.port().to_be();
-            sin6.sin6_addr.s6_addr = v6.ip().octets();
-            std::mem::size_of::<libc::sockaddr_in6>()
-        }
-    };
-    (ss, len as libc::socklen_t)
 }
 
 /// The report's "Link" section (empty on loopback).

@@ -101,6 +101,9 @@ pub struct SeedRow {
     pub ours_small_mean_ms: Option<f64>,
     /// Our point at the top level was sustained (else the mean is over unsteady requests).
     pub ours_small_sustained: Option<bool>,
+    /// Our requests/s at that point (with the mean: Little's law, mean = c / rate).
+    #[serde(default)]
+    pub ours_small_rps: Option<f64>,
     /// Errors at the top level: the seed's out of its 50,000; ours out of our requests.
     pub seed_errors: u64,
     pub seed_requests: u64,
@@ -294,6 +297,12 @@ fn why(s: &SeedServer, row: &SeedRow, seed: &Seed, r: &Results, c: usize) -> Str
             backlog.unwrap_or(0)
         ));
     }
+    if let (Some(mean), Some(rps)) = (row.ours_small_mean_ms, row.ours_small_rps) {
+        parts.push(format!(
+            "our small-file mean follows this machine's rate (Little's law: {c} clients / {rps:.0} req/s = {:.0} ms, ours {mean:.0} ms): the shared CPUs and the one client core set it, not a link",
+            c as f64 / rps * 1000.0
+        ));
+    }
     match row.analogue.as_str() {
         "select" => parts.push(format!(
             "Linux select takes descriptors below FD_SETSIZE = {} (the seed's Windows select had its own FD_SETSIZE cap, annex E.3){}",
@@ -369,6 +378,7 @@ pub fn build(r: &Results) -> Option<SeedTable> {
                 .filter(|p| p.metrics.mean_ms > 0.0)
                 .map(|p| p.metrics.mean_ms),
             ours_small_sustained: small.map(|p| p.sustained),
+            ours_small_rps: small.map(|p| p.metrics.rps).filter(|r| *r > 0.0),
             seed_errors: s.errors_c1000,
             seed_requests: seed.conditions.requests_per_point,
             ours_errors: small.map(|p| p.metrics.errors),
@@ -501,6 +511,7 @@ mod tests {
         assert!(cpc.ours_small_mean_ms.unwrap() > 0.0);
         assert_eq!(cpc.seed_small_mean_ms, Some([500.0, 500.0]));
         assert!(cpc.why.contains("no 100 Mb/s link"), "{}", cpc.why);
+        assert!(cpc.why.contains("Little's law"), "{}", cpc.why);
         let sel = t.rows.iter().find(|x| x.seed_server == "select").unwrap();
         assert_eq!(sel.ours_sustained_max, Some(10));
         assert_eq!(sel.ours_errors, Some(40));

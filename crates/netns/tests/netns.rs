@@ -154,13 +154,15 @@ fn bad_tags_are_refused() {
     assert!(iolab_netns::cleanup_stale("A-b").is_err());
 }
 
-/// Not a test on its own: the child process of the two tests below (run with
-/// IOLAB_NETNS_HOLD set) makes a namespace and a veth, prints their names, and waits.
+/// Not a test on its own: the child process of the two tests below (run with --ignored
+/// and IOLAB_NETNS_HOLD set) makes a namespace and a veth, prints their names, and waits.
 #[test]
+#[ignore = "the child process of the SIGKILL and SIGTERM tests"]
 fn hold_helper() {
-    if std::env::var_os("IOLAB_NETNS_HOLD").is_none() {
-        return;
-    }
+    assert!(
+        std::env::var_os("IOLAB_NETNS_HOLD").is_some(),
+        "only run as the helper of the SIGKILL / SIGTERM tests"
+    );
     let (net, ns, a, b, _, _) = pair();
     b.shape(&Shape::rate(100_000_000)).unwrap();
     println!("NAMES {} {}", ns.name(), a.name);
@@ -172,7 +174,13 @@ fn hold_helper() {
 /// Starts the helper; returns it with the namespace and veth it made.
 fn spawn_holder() -> (std::process::Child, String, String) {
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "hold_helper", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "hold_helper",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("IOLAB_NETNS_HOLD", "1")
         .stdout(Stdio::piped())
         .spawn()

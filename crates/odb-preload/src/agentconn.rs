@@ -143,6 +143,72 @@ impl Conns {
         }
     }
 
+    /// Fetches several references of one agent with one request write (pipelined): each
+    /// reply is read straight into its destination. Any failure drops the connection (the
+    /// stream may hold replies we did not read) and fails the whole batch.
+    pub fn fetch_many(&mut self, jobs: &[(Ref, *mut u8)]) -> Result<(), c_int> {
+        match jobs {
+            [] => return Ok(()),
+            [(r, d)] => return self.fetch(r, *d),
+            _ => {}
+        }
+        let agent = jobs[0].0.agent;
+        if jobs
+            .iter()
+            .any(|(r, _)| r.agent != agent || r.agent_id != jobs[0].0.agent_id)
+            || jobs.len() > 8
+        {
+            for (r, d) in jobs {
+                self.fetch(r, *d)?;
+            }
+            return Ok(());
+        }
+        let i = self.get(agent)?;
+        let c = self.slots[i].unwrap();
+        if c.agent_id != jobs[0].0.agent_id {
+            // not this agent: the one-by-one path reconnects and decides
+            for (r, d) in jobs {
+                self.fetch(r, *d)?;
+            }
+            return Ok(());
+        }
+        let res = (|| {
+            let mut req = [0u8; FETCH_REQ * 8];
+            for (k, (r, _)) in jobs.iter().enumerate() {
+                req[k * FETCH_REQ..(k + 1) * FETCH_REQ]
+                    .copy_from_slice(&fetch_request(r.buf_id, r.offset, r.len));
+            }
+            sys::send_all_blocking(c.fd, &req[..jobs.len() * FETCH_REQ])?;
+            for (r, d) in jobs {
+                let mut st = 0u8;
+                sys::recv_exact(c.fd, &mut st, 1)?;
+                match st {
+                    ST_OK => {}
+                    ST_DELIVERED => return Err(libc::EALREADY),
+                    _ => return Err(libc::ESTALE),
+                }
+                sys::recv_exact(c.fd, *d, r.len as usize)?;
+            }
+            Ok(())
+        })();
+        match res {
+            Ok(()) => {
+                crate::stats::FETCHES
+                    .fetch_add(jobs.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                crate::stats::FETCH_BYTES.fetch_add(
+                    jobs.iter().map(|(r, _)| r.len as u64).sum(),
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+                Ok(())
+            }
+            Err(e) => {
+                self.drop_slot(i);
+                crate::stats::FETCH_ERRORS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Err(e)
+            }
+        }
+    }
+
     /// Fetches `r` into `dst` (which must be writable for `r.len` bytes).
     pub fn fetch(&mut self, r: &Ref, dst: *mut u8) -> Result<(), c_int> {
         let mut last = libc::EIO;
@@ -161,8 +227,10 @@ impl Conns {
                 sys::send_all_blocking(c.fd, &fetch_request(r.buf_id, r.offset, r.len))?;
                 let mut st = 0u8;
                 sys::recv_exact(c.fd, &mut st, 1)?;
-                if st != ST_OK {
-                    return Err(libc::ESTALE);
+                match st {
+                    ST_OK => {}
+                    ST_DELIVERED => return Err(libc::EALREADY),
+                    _ => return Err(libc::ESTALE),
                 }
                 sys::recv_exact(c.fd, dst, r.len as usize)
             })();
@@ -173,9 +241,9 @@ impl Conns {
                         .fetch_add(r.len as u64, std::sync::atomic::Ordering::Relaxed);
                     return Ok(());
                 }
-                Err(libc::ESTALE) => {
+                Err(e @ (libc::ESTALE | libc::EALREADY)) => {
                     crate::stats::FETCH_ERRORS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    return Err(libc::ESTALE);
+                    return Err(e);
                 }
                 Err(e) => {
                     self.drop_slot(i);

@@ -79,10 +79,12 @@ extern "C" fn init() {
     let store = cfg.agent.map(Store::new);
     let _ = CONFIG.set(cfg);
     *STATE.lock().unwrap() = Some(State {
-        regions: Registry::new(),
-        conns: Conns::new(),
         store,
         fds: Vec::new(),
+    });
+    *REG.lock().unwrap() = Some(Reg {
+        regions: Registry::new(),
+        conns: Conns::new(),
     });
     regions::install();
     ACTIVE.store(true, Relaxed);
@@ -154,14 +156,25 @@ impl FdState {
 
 const MAX_FDS: usize = 1 << 16;
 
+/// Per-connection state and the local agent. Its lock may be held while the library
+/// allocates memory.
 struct State {
-    regions: Registry,
-    conns: Conns,
     store: Option<Store>,
     fds: Vec<Option<Box<FdState>>>,
 }
 
+/// The registry of protected pages and the agent connections: what the SIGSEGV handler
+/// needs. Invariant: this lock is never held while allocating, nor while touching
+/// application memory that may be protected — so a fault (in the application, or in malloc
+/// walking a freed buffer that still holds protected pages) never finds it held by its own
+/// thread.
+pub(crate) struct Reg {
+    pub(crate) regions: Registry,
+    pub(crate) conns: Conns,
+}
+
 static STATE: Mutex<Option<State>> = Mutex::new(None);
+static REG: Mutex<Option<Reg>> = Mutex::new(None);
 /// 1 for fds that are ODB-domain TCP connections (lock-free fast path for the others).
 static DOMAIN_FD: [AtomicU8; MAX_FDS] = [const { AtomicU8::new(0) }; MAX_FDS];
 /// Number of registered protected ranges (lock-free fast path when zero).
@@ -170,16 +183,23 @@ static REGION_COUNT: AtomicUsize = AtomicUsize::new(0);
 fn with_state<R>(f: impl FnOnce(&mut State) -> R) -> R {
     let mut g = STATE.lock().unwrap_or_else(|e| e.into_inner());
     let st = g.as_mut().expect("odb state");
-    let r = f(st);
-    REGION_COUNT.store(st.regions.v.len(), Relaxed);
-    r
+    f(st)
 }
 
-/// For the SIGSEGV handler: the lock is never held by the faulting thread (see regions.rs);
-/// another thread may hold it briefly, so spin on try_lock.
-pub(crate) fn with_state_in_handler<R>(f: impl FnOnce(&mut State) -> R) -> Option<R> {
+/// A short, allocation-free section on the registry (see `Reg`).
+fn with_reg<R>(f: impl FnOnce(&mut Reg) -> R) -> R {
+    let mut g = REG.lock().unwrap_or_else(|e| e.into_inner());
+    let r = g.as_mut().expect("odb registry");
+    let out = f(r);
+    REGION_COUNT.store(r.regions.v.len(), Relaxed);
+    out
+}
+
+/// For the SIGSEGV handler: the registry lock is never held by the faulting thread (see
+/// `Reg`); another thread may hold it briefly, so spin on try_lock.
+pub(crate) fn with_state_in_handler<R>(f: impl FnOnce(&mut Reg) -> R) -> Option<R> {
     for _ in 0..1_000_000 {
-        match STATE.try_lock() {
+        match REG.try_lock() {
             Ok(mut g) => {
                 let st = g.as_mut()?;
                 let r = f(st);
@@ -286,7 +306,7 @@ fn iov_total(iov: &[iovec]) -> usize {
 
 /// Places `r` (covering exactly the bytes of `pieces`) into application memory: partial pages
 /// fetched now, whole pages protected and registered for fetch on fault.
-fn place_virtual(st: &mut State, pieces: &[iovec], r: Ref) -> Result<(), c_int> {
+fn place_virtual(st: &mut Reg, pieces: &[iovec], r: Ref) -> Result<(), c_int> {
     use regions::{round_down, round_up};
     let mut o = 0u64;
     for pc in pieces {
@@ -294,14 +314,18 @@ fn place_virtual(st: &mut State, pieces: &[iovec], r: Ref) -> Result<(), c_int> 
         let sub = r.slice(o, pc.iov_len as u32);
         let (ps, pe) = (round_up(s), round_down(e));
         if ps < pe && st.regions.has_room(1) {
+            // head and tail pages in one pipelined request
+            let mut jobs: [(Ref, *mut u8); 2] = [(sub, std::ptr::null_mut()); 2];
+            let mut n = 0;
             if ps > s {
-                st.conns
-                    .fetch(&sub.slice(0, (ps - s) as u32), s as *mut u8)?;
+                jobs[n] = (sub.slice(0, (ps - s) as u32), s as *mut u8);
+                n += 1;
             }
             if e > pe {
-                st.conns
-                    .fetch(&sub.slice((pe - s) as u64, (e - pe) as u32), pe as *mut u8)?;
+                jobs[n] = (sub.slice((pe - s) as u64, (e - pe) as u32), pe as *mut u8);
+                n += 1;
             }
+            st.conns.fetch_many(&jobs[..n])?;
             if sys::mprotect(ps as *mut c_void, pe - ps, libc::PROT_NONE).is_ok() {
                 st.regions
                     .add(ps, pe, sub.slice((ps - s) as u64, (pe - ps) as u32));
@@ -321,7 +345,7 @@ fn place_virtual(st: &mut State, pieces: &[iovec], r: Ref) -> Result<(), c_int> 
 }
 
 fn odb_recv(
-    st: &mut State,
+    _st: &mut State,
     fs: &mut FdState,
     fd: c_int,
     iov: &[iovec],
@@ -331,9 +355,11 @@ fn odb_recv(
         return Err(libc::ECONNRESET);
     }
     for v in iov {
-        st.regions
-            .prepare_overwrite(v.iov_base as usize, v.iov_len, &mut st.conns)
-            .map_err(|_| libc::EIO)?;
+        with_reg(|r| {
+            r.regions
+                .prepare_overwrite(v.iov_base as usize, v.iov_len, &mut r.conns)
+        })
+        .map_err(|_| libc::EIO)?;
     }
     let total = iov_total(iov);
     if total == 0 {
@@ -369,41 +395,86 @@ fn odb_recv(
         }
         match fs.in_frame {
             InFrame::None => {
+                // Peek a window: every complete R frame in it that fits is taken with one
+                // recvmsg (headers into scratch, data into the application's buffer).
+                const PEEK: usize = 4096;
+                let mut pk = [0u8; PEEK];
                 let mut h = [0u8; proto::V_HDR];
-                let n = match sys::recv(fd, h.as_mut_ptr(), h.len(), fl | libc::MSG_PEEK) {
+                let n = match sys::recv(fd, pk.as_mut_ptr(), PEEK, fl | libc::MSG_PEEK) {
                     Ok(0) => finish!(Ok(0)),
                     Ok(n) => n,
                     Err(e) => finish!(Err(e)),
                 };
-                match proto::parse_header(&h[..n]) {
-                    Ok(Some((Header::Real(l), hl))) => {
+                h[..n.min(proto::V_HDR)].copy_from_slice(&pk[..n.min(proto::V_HDR)]);
+                let n_h = n.min(proto::V_HDR);
+                match proto::parse_header(&h[..n_h]) {
+                    Ok(Some((Header::Real(_), _))) => {
                         fs.framed_seen = true;
-                        // header and as much data as fits, in one call
-                        let k = (l as usize).min(total - produced);
-                        sub_iov(iov, produced, k, &mut scratch);
-                        scratch.insert(
-                            0,
-                            iovec {
-                                iov_base: h.as_mut_ptr().cast(),
+                        let mut junk = [0u8; proto::V_HDR];
+                        // (frame length, header length, data taken) of each frame taken
+                        let mut taken: [(usize, usize, usize); 32] = [(0, 0, 0); 32];
+                        let mut nt = 0;
+                        let mut pos = 0;
+                        let mut want_app = 0;
+                        scratch.clear();
+                        let mut piece = Vec::new();
+                        while nt < taken.len() && produced + want_app < total {
+                            let Ok(Some((Header::Real(l), hl))) = proto::parse_header(&pk[pos..n])
+                            else {
+                                break;
+                            };
+                            let l = l as usize;
+                            let k = l.min(total - produced - want_app);
+                            scratch.push(iovec {
+                                iov_base: junk.as_mut_ptr().cast(),
                                 iov_len: hl,
-                            },
-                        );
+                            });
+                            sub_iov(iov, produced + want_app, k, &mut piece);
+                            scratch.extend_from_slice(&piece);
+                            taken[nt] = (l, hl, k);
+                            nt += 1;
+                            want_app += k;
+                            pos += hl + l;
+                            if k < l || pos > n {
+                                break; // the rest of this frame is not in the window
+                            }
+                        }
                         let got = match sys::recvmsg(fd, &scratch, fl) {
-                            Ok(g) if g >= hl => g - hl,
-                            Ok(_) | Err(_) => {
+                            Ok(g) => g,
+                            Err(_) => {
                                 fs.broken = true;
                                 finish!(Err(libc::ECONNRESET));
                             }
                         };
-                        produced += got;
-                        stats::R_IN_BYTES.fetch_add(got as u64, Relaxed);
-                        let left = l as usize - got;
-                        fs.in_frame = if left == 0 {
-                            InFrame::None
-                        } else {
-                            InFrame::Real(left)
-                        };
-                        if got < k {
+                        // walk what arrived: headers in the window always do; only the last
+                        // frame's data may be short
+                        let mut left_bytes = got;
+                        let mut short = false;
+                        for &(l, hl, k) in &taken[..nt] {
+                            if left_bytes < hl {
+                                fs.broken = true;
+                                finish!(Err(libc::ECONNRESET));
+                            }
+                            left_bytes -= hl;
+                            let d = left_bytes.min(k);
+                            left_bytes -= d;
+                            produced += d;
+                            stats::R_IN_BYTES.fetch_add(d as u64, Relaxed);
+                            let rem = l - d;
+                            fs.in_frame = if rem == 0 {
+                                InFrame::None
+                            } else {
+                                InFrame::Real(rem)
+                            };
+                            if d < k {
+                                short = true;
+                                break;
+                            }
+                        }
+                        if short {
+                            // the kernel held no more than what we took: drained. (Not
+                            // inferred from the peek: bytes may arrive between the peek and
+                            // the read, and returning early then loses nginx's wake-up.)
                             return Ok(produced);
                         }
                     }
@@ -465,7 +536,7 @@ fn odb_recv(
                 let k = left.min(total - produced);
                 sub_iov(iov, produced, k, &mut scratch);
                 let part = r.slice((r.len as usize - left) as u64, k as u32);
-                if let Err(_e) = place_virtual(st, &scratch, part) {
+                if let Err(_e) = with_reg(|r| place_virtual(r, &scratch, part)) {
                     // The referenced bytes cannot be had (agent gone, buffer evicted, forged
                     // reference): fail the connection, never hand out wrong bytes.
                     fs.broken = true;
@@ -491,22 +562,26 @@ enum Seg {
 }
 
 /// Splits application memory into bytes we have (Real) and bytes still at an agent (Virt).
-fn classify(st: &mut State, pieces: &[iovec], segs: &mut Vec<Seg>) {
+fn classify(pieces: &[iovec], segs: &mut Vec<Seg>) {
+    enum Found {
+        Virt(regions::Region),
+        Real(usize),
+    }
     for pc in pieces {
         let (mut a, e) = (pc.iov_base as usize, pc.iov_base as usize + pc.iov_len);
         while a < e {
-            if let Some(i) = st.regions.find(a) {
-                let g = st.regions.v[i];
-                if sys::readable(g.start) {
-                    // stale: the memory was unmapped and mapped again behind our back
-                    st.regions.v.swap_remove(i);
-                    continue;
+            // one short registry section per step; the pushes (allocation) happen outside
+            let found = with_reg(|r| loop {
+                if let Some(i) = r.regions.find(a) {
+                    let g = r.regions.v[i];
+                    if sys::readable(g.start) {
+                        // stale: the memory was unmapped and mapped again behind our back
+                        r.regions.v.swap_remove(i);
+                        continue;
+                    }
+                    break Found::Virt(g);
                 }
-                let end = e.min(g.end);
-                segs.push(Seg::Virt(g.r.slice((a - g.start) as u64, (end - a) as u32)));
-                a = end;
-            } else {
-                let next = st
+                let next = r
                     .regions
                     .v
                     .iter()
@@ -514,11 +589,21 @@ fn classify(st: &mut State, pieces: &[iovec], segs: &mut Vec<Seg>) {
                     .map(|g| g.start)
                     .min()
                     .unwrap_or(e);
-                match segs.last_mut() {
-                    Some(Seg::Real(p, l)) if *p + *l == a => *l += next - a,
-                    _ => segs.push(Seg::Real(a, next - a)),
+                break Found::Real(next);
+            });
+            match found {
+                Found::Virt(g) => {
+                    let end = e.min(g.end);
+                    segs.push(Seg::Virt(g.r.slice((a - g.start) as u64, (end - a) as u32)));
+                    a = end;
                 }
-                a = next;
+                Found::Real(next) => {
+                    match segs.last_mut() {
+                        Some(Seg::Real(p, l)) if *p + *l == a => *l += next - a,
+                        _ => segs.push(Seg::Real(a, next - a)),
+                    }
+                    a = next;
+                }
             }
         }
     }
@@ -589,9 +674,11 @@ fn odb_send(
     let total = iov_total(iov);
     if fs.raw {
         for v in iov {
-            st.regions
-                .materialize(v.iov_base as usize, v.iov_len, &mut st.conns)
-                .map_err(|_| libc::EIO)?;
+            with_reg(|r| {
+                r.regions
+                    .materialize(v.iov_base as usize, v.iov_len, &mut r.conns)
+            })
+            .map_err(|_| libc::EIO)?;
         }
         return sys::sendmsg(fd, iov, flags);
     }
@@ -606,9 +693,11 @@ fn odb_send(
             let k = left.min(total);
             sub_iov(iov, 0, k, &mut scratch);
             for v in &scratch {
-                st.regions
-                    .materialize(v.iov_base as usize, v.iov_len, &mut st.conns)
-                    .map_err(|_| libc::EIO)?;
+                with_reg(|r| {
+                    r.regions
+                        .materialize(v.iov_base as usize, v.iov_len, &mut r.conns)
+                })
+                .map_err(|_| libc::EIO)?;
             }
             let n = sys::sendmsg(fd, &scratch, flags)?;
             stats::R_OUT_BYTES.fetch_add(n as u64, Relaxed);
@@ -638,7 +727,15 @@ fn odb_send(
     // Frame the rest.
     sub_iov(iov, consumed, total - consumed, &mut scratch);
     let mut segs = Vec::new();
-    classify(st, &scratch, &mut segs);
+    if REGION_COUNT.load(Relaxed) == 0 {
+        segs.extend(
+            scratch
+                .iter()
+                .map(|v| Seg::Real(v.iov_base as usize, v.iov_len)),
+        );
+    } else {
+        classify(&scratch, &mut segs);
+    }
     store_large(st, &mut segs);
     // Group: consecutive Real segments form one R frame.
     struct Frame {
@@ -922,7 +1019,7 @@ fn before_kernel_writes(p: *const c_void, len: usize) -> Result<(), c_int> {
     if REGION_COUNT.load(Relaxed) == 0 || !ACTIVE.load(Relaxed) {
         return Ok(());
     }
-    with_state(|st| st.regions.prepare_overwrite(p as usize, len, &mut st.conns))
+    with_reg(|st| st.regions.prepare_overwrite(p as usize, len, &mut st.conns))
         .map_err(|_| libc::EIO)
 }
 
@@ -931,7 +1028,7 @@ fn before_kernel_reads(p: *const c_void, len: usize) -> Result<(), c_int> {
     if REGION_COUNT.load(Relaxed) == 0 || !ACTIVE.load(Relaxed) {
         return Ok(());
     }
-    with_state(|st| {
+    with_reg(|st| {
         let before = stats::FETCH_BYTES.load(Relaxed);
         let r = st.regions.materialize(p as usize, len, &mut st.conns);
         stats::MATERIALIZED.fetch_add(stats::FETCH_BYTES.load(Relaxed) - before, Relaxed);

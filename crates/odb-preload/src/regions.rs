@@ -69,11 +69,33 @@ impl Registry {
                 continue;
             }
             let (cs, ce) = (g.start.max(a), g.end.min(b));
-            let _ = sys::mprotect(cs as *mut _, ce - cs, libc::PROT_READ | libc::PROT_WRITE);
-            if fetch {
-                let r = g.r.slice((cs - g.start) as u64, (ce - cs) as u32);
-                if let Err(e) = conns.fetch(&r, cs as *mut u8) {
-                    err = err.and(Err(e));
+            // Stale pages: glibc may have given memory back to the kernel (heap trim,
+            // munmap of a freed chunk) and taken it again for something else; such a page
+            // is readable now and must not receive payload bytes. Both ends checked (a
+            // trim cuts a suffix, munmap a whole chunk); if either is readable, page by page.
+            let stale = sys::readable(cs) || sys::readable(ce - PAGE);
+            if !stale {
+                let _ = sys::mprotect(cs as *mut _, ce - cs, libc::PROT_READ | libc::PROT_WRITE);
+                if fetch {
+                    let r = g.r.slice((cs - g.start) as u64, (ce - cs) as u32);
+                    if let Err(e) = conns.fetch(&r, cs as *mut u8) {
+                        err = err.and(Err(e));
+                    }
+                }
+            } else {
+                let mut pg = cs;
+                while pg < ce {
+                    if !sys::readable(pg) {
+                        let _ =
+                            sys::mprotect(pg as *mut _, PAGE, libc::PROT_READ | libc::PROT_WRITE);
+                        if fetch {
+                            let r = g.r.slice((pg - g.start) as u64, PAGE as u32);
+                            if let Err(e) = conns.fetch(&r, pg as *mut u8) {
+                                err = err.and(Err(e));
+                            }
+                        }
+                    }
+                    pg += PAGE;
                 }
             }
             let left = (g.start < cs).then(|| Region {
@@ -170,6 +192,15 @@ extern "C" fn handler(sig: i32, info: *mut libc::siginfo_t, _ctx: *mut libc::c_v
     });
     match ours {
         Some(Some(Ok(()))) => {} // return: the access is retried on the now-filled page
+        Some(Some(Err(libc::EALREADY))) => {
+            // The agent certifies that every byte of that buffer was fetched (delivered
+            // downstream) before it evicted it: the application is reusing memory it
+            // forwarded long ago (nginx recycling a sent buffer). `take` left the page
+            // readable; it is zero-filled. (Unknown or expired buffers still abort.)
+            crate::stats::GONE_PAGES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            // SAFETY: the page was just made PROT_READ|PROT_WRITE by `take` and is ours to fill.
+            unsafe { std::ptr::write_bytes(round_down(addr) as *mut u8, 0, PAGE) };
+        }
         Some(Some(Err(e))) => {
             // The page cannot be filled with the right bytes: stop this process rather than
             // let it compute on wrong ones (its connections close; nothing wrong is sent).

@@ -32,7 +32,8 @@ counters!(
     MATERIALIZED,
     RAW_CONNS,
     PROTO_ERRORS,
-    DOMAIN_CONNS
+    DOMAIN_CONNS,
+    GONE_PAGES
 );
 
 static LAST_MS: AtomicU64 = AtomicU64::new(0);

@@ -169,8 +169,27 @@ impl Arena {
 struct Table {
     by_off: BTreeMap<u64, Entry>,
     by_id: HashMap<u128, u64>,
+    /// Ids of buffers evicted after full delivery (bounded: the last TOMBSTONES).
+    delivered: std::collections::HashSet<u128>,
+    delivered_order: std::collections::VecDeque<u128>,
     next: u64,
     stats: AgentStats,
+}
+
+/// The first gap of `len` bytes in [from, to) between the buffers of `by_off`.
+fn first_fit(by_off: &BTreeMap<u64, Entry>, from: u64, to: u64, len: u64) -> Option<u64> {
+    let mut cur = from;
+    // a buffer starting before `from` may still cover it
+    if let Some((&o, e)) = by_off.range(..from).next_back() {
+        cur = cur.max(o + e.len);
+    }
+    for (&o, e) in by_off.range(from..to) {
+        if o >= cur && o - cur >= len {
+            return Some(cur);
+        }
+        cur = cur.max(o + e.len);
+    }
+    (to >= cur && to - cur >= len).then_some(cur)
 }
 
 pub struct Agent {
@@ -182,6 +201,9 @@ pub struct Agent {
     draining: AtomicBool,
     conns: AtomicU64,
 }
+
+/// How many ids of delivered-then-evicted buffers the agent remembers.
+pub const TOMBSTONES: usize = 1 << 16;
 
 /// Most concurrent connections the agent serves (each is one thread).
 pub const MAX_CONNS: u64 = 512;
@@ -208,6 +230,8 @@ impl Agent {
             table: Mutex::new(Table {
                 by_off: BTreeMap::new(),
                 by_id: HashMap::new(),
+                delivered: Default::default(),
+                delivered_order: Default::default(),
                 next: 0,
                 stats: AgentStats::default(),
             }),
@@ -291,36 +315,46 @@ impl Agent {
             t.stats.alloc_full += 1;
             return (ST_FULL, 0, 0);
         }
-        let start = if t.next + len <= self.arena.size {
-            t.next
-        } else {
-            0
-        };
-        let end = start + len;
-        // Every buffer overlapping [start, end) must be evictable, else: FULL.
-        let overlapping: Vec<u64> = t
-            .by_off
-            .range(..end)
-            .filter(|(&o, e)| o + e.len > start)
-            .map(|(&o, _)| o)
-            .collect();
+        // First fit from `next` (wrapping) between the buffers present. When nothing fits,
+        // evict the oldest buffer that may go (all bytes fetched, or older than the
+        // lifetime) and try again. Fetched buffers stay while there is room: a receiver that
+        // faults on a page it forwarded long ago (nginx reusing the memory) still gets it.
+        // A receiver that never fetches (a client gone mid-response) holds its own range
+        // only, not the ring.
         let now = Instant::now();
-        for o in &overlapping {
-            let e = &t.by_off[o];
-            if !e.done() && now.duration_since(e.created) < self.cfg.lifetime {
+        let lifetime = self.cfg.lifetime;
+        let size = self.arena.size;
+        let start = loop {
+            if let Some(s) = first_fit(&t.by_off, t.next, size, len)
+                .or_else(|| first_fit(&t.by_off, 0, size, len))
+            {
+                break s;
+            }
+            let victim = t
+                .by_off
+                .iter()
+                .filter(|(_, e)| e.done() || now.duration_since(e.created) >= lifetime)
+                .min_by_key(|(_, e)| (!e.done(), e.created))
+                .map(|(&o, _)| o);
+            let Some(o) = victim else {
                 t.stats.alloc_full += 1;
                 return (ST_FULL, 0, 0);
-            }
-        }
-        for o in overlapping {
+            };
             let e = t.by_off.remove(&o).unwrap();
             t.by_id.remove(&e.id);
             if e.done() {
                 t.stats.evicted_done += 1;
+                t.delivered.insert(e.id);
+                t.delivered_order.push_back(e.id);
+                if t.delivered_order.len() > TOMBSTONES {
+                    let old = t.delivered_order.pop_front().unwrap();
+                    t.delivered.remove(&old);
+                }
             } else {
                 t.stats.evicted_expired += 1;
             }
-        }
+        };
+        let end = start + len;
         let id = random_u128();
         t.by_off.insert(
             start,
@@ -339,21 +373,25 @@ impl Agent {
     }
 
     /// Checks a fetch and returns the arena range to send.
-    fn check_fetch(&self, id: u128, off: u64, len: u64) -> Option<(u64, u64)> {
+    fn check_fetch(&self, id: u128, off: u64, len: u64) -> Result<(u64, u64), u8> {
         let mut t = self.table.lock().unwrap();
         let Some(&base) = t.by_id.get(&id) else {
             t.stats.fetch_unknown += 1;
-            return None;
+            return Err(if t.delivered.contains(&id) {
+                ST_DELIVERED
+            } else {
+                ST_UNKNOWN
+            });
         };
         let e = t.by_off.get_mut(&base).unwrap();
         if len == 0 || off.checked_add(len).is_none_or(|end| end > e.len) {
             t.stats.fetch_unknown += 1;
-            return None;
+            return Err(ST_UNKNOWN);
         }
         e.mark(off, off + len);
         t.stats.fetches += 1;
         t.stats.fetch_bytes += len;
-        Some((base + off, len))
+        Ok((base + off, len))
     }
 
     fn conn(&self, mut s: TcpStream) -> io::Result<()> {
@@ -392,12 +430,12 @@ impl Agent {
                     let off = u64::from_le_bytes(r[16..24].try_into().unwrap());
                     let len = u32::from_le_bytes(r[24..28].try_into().unwrap()) as u64;
                     match self.check_fetch(id, off, len) {
-                        Some((a, l)) => {
+                        Ok((a, l)) => {
                             s.write_all(&[ST_OK])?;
                             // SAFETY: check_fetch bounded (a, l) inside a committed buffer.
                             s.write_all(unsafe { self.arena.slice(a, l) })?;
                         }
-                        None => s.write_all(&[ST_UNKNOWN])?,
+                        Err(st) => s.write_all(&[st])?,
                     }
                 }
                 OP_STATS => {
@@ -557,6 +595,20 @@ mod tests {
             None,
             "evicted is unknown"
         );
+        stop.store(true, Ordering::SeqCst);
+    }
+
+    #[test]
+    fn a_stuck_buffer_does_not_block_the_ring() {
+        let (a, stop) = start(3 * 4096, Duration::from_secs(30));
+        let (_, _, _stuck) = client::alloc(a.addr(), 4096).unwrap(); // never fetched
+        let (_, _, b) = client::alloc(a.addr(), 4096).unwrap();
+        let (_, _, c) = client::alloc(a.addr(), 4096).unwrap();
+        assert!(client::fetch(a.addr(), b, 0, 4096).unwrap().is_some());
+        assert!(client::fetch(a.addr(), c, 0, 4096).unwrap().is_some());
+        let (st, off, _) = client::alloc(a.addr(), 8192).unwrap();
+        assert_eq!((st, off), (ST_OK, 4096), "placed after the stuck buffer");
+        assert_eq!(client::alloc(a.addr(), 1).unwrap().0, ST_FULL);
         stop.store(true, Ordering::SeqCst);
     }
 

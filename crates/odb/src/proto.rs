@@ -158,6 +158,9 @@ pub const ST_DRAINING: u8 = 2;
 /// Unknown buffer id (never existed, forged, or evicted) or range out of bounds.
 pub const ST_UNKNOWN: u8 = 3;
 pub const ST_BAD_REQUEST: u8 = 4;
+/// The buffer was evicted after every byte of it had been fetched: its payload was
+/// delivered. (A receiver faulting on memory it forwarded long ago learns it may drop it.)
+pub const ST_DELIVERED: u8 = 5;
 
 pub const FETCH_REQ: usize = 1 + 16 + 8 + 4;
 pub const ALLOC_REQ: usize = 1 + 4;

@@ -6,7 +6,10 @@
 //! `cpu` (per-tier CPU, interface bytes, ODB counters), `testbed` (namespaces and veths, the
 //! persistent `up`/`down` testbed), `bench`, `cli`.
 
+pub mod bench;
+pub mod cli;
 pub mod cpu;
 pub mod nginx;
 pub mod stack;
+pub mod testbed;
 pub mod testutil;

@@ -40,6 +40,13 @@ pub struct StackConfig {
     pub workers: u32,
     /// Start no BE nginx (a test puts its own server at the BE's address).
     pub skip_be: bool,
+    /// Where the FE listens for clients (None: `fe.addr`). In the testbed the client
+    /// reaches the FE on its own link.
+    pub fe_listen: Option<Ipv4Addr>,
+    /// The ODB domain (None: the three tier addresses).
+    pub domain: Option<String>,
+    /// CPUs the tiers run on (taskset list, e.g. "0"); None: anywhere.
+    pub cpus: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -121,7 +128,7 @@ pub const WORKER_USER: &str = "nobody";
 impl StackConfig {
     pub fn listen(&self, tier: &str) -> SocketAddrV4 {
         let (p, off) = match tier {
-            "fe" => (&self.fe, 0),
+            "fe" => return SocketAddrV4::new(self.fe_listen.unwrap_or(self.fe.addr), self.port),
             "is" => (&self.is, 1),
             "be" => (&self.be, 2),
             _ => unreachable!(),
@@ -140,7 +147,20 @@ impl StackConfig {
     }
     /// The ODB domain: the three tiers' addresses (the client is outside).
     pub fn domain(&self) -> String {
-        format!("{},{},{}", self.fe.addr, self.is.addr, self.be.addr)
+        self.domain
+            .clone()
+            .unwrap_or_else(|| format!("{},{},{}", self.fe.addr, self.is.addr, self.be.addr))
+    }
+
+    fn command(&self, program: &std::ffi::OsStr) -> Command {
+        match &self.cpus {
+            Some(cpus) => {
+                let mut c = Command::new("taskset");
+                c.arg("-c").arg(cpus).arg(program);
+                c
+            }
+            None => Command::new(program),
+        }
     }
 }
 
@@ -193,7 +213,7 @@ impl Stack {
                 use std::os::unix::fs::PermissionsExt;
                 std::fs::set_permissions(odb_dir.join(t), std::fs::Permissions::from_mode(0o777))?;
             }
-            let mut c = Command::new(&odb.agent[0]);
+            let mut c = cfg.command(&odb.agent[0]);
             c.args(&odb.agent[1..])
                 .arg("--listen")
                 .arg(cfg.agent_addr().to_string())
@@ -251,7 +271,7 @@ impl Stack {
             let conf = tdir.join("nginx.conf");
             std::fs::write(&conf, &text)?;
             st.configs.push((tier.to_string(), text));
-            let mut c = Command::new(&nginx_bin);
+            let mut c = cfg.command(nginx_bin.as_os_str());
             c.arg("-p")
                 .arg(&tdir)
                 .arg("-c")

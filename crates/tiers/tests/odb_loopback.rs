@@ -67,7 +67,27 @@ fn config(tag: &str, root: &Path, odb: bool, memory_mib: u64) -> StackConfig {
         loopback: true,
         workers: 1,
         skip_be: false,
+        fe_listen: None,
+        domain: None,
+        cpus: None,
     }
+}
+
+/// On a stall: the socket queues of the stack (where the bytes are stuck).
+fn queues(cfg: &StackConfig) -> String {
+    let net = cfg.fe.addr.octets();
+    let out = std::process::Command::new("ss")
+        .args([
+            "-tn",
+            &format!(
+                "( src {}.{}.{}.0/24 or dst {}.{}.{}.0/24 )",
+                net[0], net[1], net[2], net[0], net[1], net[2]
+            ),
+        ])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    out
 }
 
 fn sizes() -> Vec<usize> {
@@ -103,7 +123,18 @@ fn every_size_is_identical_with_and_without_odb() {
         let mut keep = Client::connect(fe(&st.cfg)).unwrap();
         for &s in &sizes {
             let want = payload(s);
-            let r = keep.request("GET", &format!("/f{s}")).unwrap();
+            let mode = if st.cfg.odb.is_some() {
+                "odb"
+            } else {
+                "vanilla"
+            };
+            let r = keep.request("GET", &format!("/f{s}")).unwrap_or_else(|e| {
+                panic!(
+                    "{mode} size {s} keep-alive: {e:#} (logs in {})\n{}",
+                    st.cfg.dir.display(),
+                    queues(&st.cfg)
+                )
+            });
             assert_eq!(r.status, 200, "size {s}");
             assert!(
                 r.body == want,
@@ -113,7 +144,13 @@ fn every_size_is_identical_with_and_without_odb() {
             let r = Client::connect(fe(&st.cfg))
                 .unwrap()
                 .request("GET", &format!("/f{s}"))
-                .unwrap();
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "{mode} size {s} new connection: {e:#} (logs in {})\n{}",
+                        st.cfg.dir.display(),
+                        queues(&st.cfg)
+                    )
+                });
             assert!(r.body == want, "size {s}: new-connection body differs");
         }
     }
@@ -205,7 +242,10 @@ fn killed_agent_and_full_agent_fall_back_or_fail_cleanly() {
     let mut small = Stack::start(config("oom", &root, true, 1), None).unwrap();
     let mut c = Client::connect(fe(&small.cfg)).unwrap();
     for _ in 0..3 {
-        assert!(c.request("GET", "/f16777216").unwrap().body == payload(1 << 24));
+        let r = c
+            .request("GET", "/f16777216")
+            .unwrap_or_else(|e| panic!("full agent: {e:#}\n{}", queues(&small.cfg)));
+        assert!(r.body == payload(1 << 24));
     }
     small.stop();
     assert!(

@@ -1,0 +1,296 @@
+//! Measured-device model: response times looked up in a table measured on the real device
+//! (by operation, access pattern, request size and queue depth), for devices no mechanical
+//! model fits — a virtual disk, a RAID controller, a cloud volume. `iolab disksim calibrate`
+//! (issue 12) writes these tables; they can also be written by hand from fio runs.
+//!
+//! A request's latency is the table's mean latency for its operation and pattern (sequential
+//! when it starts where the previous request of the same kind ended), interpolated linearly
+//! in log2(size) and in queue depth (the number of requests in the device when it arrives,
+//! itself included). Up to `queue_depth` requests are served at once; the table's latency at
+//! a queue depth already holds the device's internal queueing, so no further queueing is
+//! added below that depth.
+
+use std::collections::{HashMap, VecDeque};
+
+use anyhow::{bail, Result};
+use serde::Deserialize;
+
+use crate::engine::{Component, Ctx};
+use crate::request::{Completion, Op, Record, Request};
+
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum Pattern {
+    Random,
+    Sequential,
+}
+
+/// One measured point.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Point {
+    /// "read" or "write".
+    pub op: String,
+    pub pattern: Pattern,
+    /// Request size (KiB).
+    pub size_kib: f64,
+    /// Queue depth the point was measured at.
+    pub qd: u32,
+    /// Mean completion latency (µs).
+    pub latency_us: f64,
+}
+
+/// `[measured]` section of a config.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MeasuredSpec {
+    /// Requests served at once.
+    pub queue_depth: usize,
+    /// Capacity (GiB).
+    pub capacity_gib: u64,
+    pub points: Vec<Point>,
+}
+
+type Key = (bool, Pattern); // (is_read, pattern)
+
+/// Latency tables: per key, sizes (log2 KiB) ascending, each with (qd, µs) ascending.
+/// Rows of one key: (log2 size in KiB, [(queue depth, µs)]).
+type Rows = Vec<(f64, Vec<(f64, f64)>)>;
+
+struct Tables(HashMap<Key, Rows>);
+
+impl Tables {
+    fn build(points: &[Point]) -> Result<Tables> {
+        let mut m: HashMap<Key, Rows> = HashMap::new();
+        for (i, p) in points.iter().enumerate() {
+            let read = match p.op.as_str() {
+                "read" => true,
+                "write" => false,
+                o => bail!("measured.points[{i}]: op must be \"read\" or \"write\", not \"{o}\""),
+            };
+            if !(p.size_kib.is_finite() && p.size_kib > 0.0 && p.size_kib <= 1e7) {
+                bail!("measured.points[{i}]: size_kib must be within (0, 1e7]");
+            }
+            if p.qd == 0 || p.qd > 65536 {
+                bail!("measured.points[{i}]: qd must be within 1..=65536");
+            }
+            if !(p.latency_us.is_finite() && p.latency_us > 0.0 && p.latency_us < 1e9) {
+                bail!("measured.points[{i}]: latency_us must be > 0 and finite");
+            }
+            let rows = m.entry((read, p.pattern)).or_default();
+            let ls = p.size_kib.log2();
+            let row = match rows.iter_mut().position(|(s, _)| (*s - ls).abs() < 1e-9) {
+                Some(j) => &mut rows[j].1,
+                None => {
+                    rows.push((ls, Vec::new()));
+                    &mut rows.last_mut().unwrap().1
+                }
+            };
+            if row.iter().any(|&(q, _)| q == f64::from(p.qd)) {
+                bail!("measured.points[{i}]: a second point for the same op, pattern, size and qd");
+            }
+            row.push((f64::from(p.qd), p.latency_us));
+        }
+        for rows in m.values_mut() {
+            rows.sort_by(|a, b| a.0.total_cmp(&b.0));
+            for (_, r) in rows.iter_mut() {
+                r.sort_by(|a, b| a.0.total_cmp(&b.0));
+            }
+        }
+        if m.is_empty() {
+            bail!("measured.points is empty");
+        }
+        Ok(Tables(m))
+    }
+
+    /// Latency (µs) for a key, size (KiB) and queue depth.
+    fn lookup(&self, key: Key, size_kib: f64, qd: f64) -> f64 {
+        // Fall back to the other pattern, then the other operation, if a table is missing.
+        let rows = self
+            .0
+            .get(&key)
+            .or_else(|| {
+                self.0.get(&(
+                    key.0,
+                    if key.1 == Pattern::Random {
+                        Pattern::Sequential
+                    } else {
+                        Pattern::Random
+                    },
+                ))
+            })
+            .or_else(|| self.0.values().next())
+            .expect("tables are never empty");
+        let at_qd = |r: &[(f64, f64)]| interp(r, qd);
+        let ls = size_kib.max(1e-3).log2();
+        let i = rows.partition_point(|(s, _)| *s < ls);
+        if i == 0 {
+            return at_qd(&rows[0].1);
+        }
+        if i >= rows.len() {
+            // Beyond the largest size: scale with size from the two largest (transfer-bound).
+            let (s1, r1) = &rows[rows.len() - 1];
+            if rows.len() == 1 {
+                return at_qd(r1) * (ls - s1).exp2();
+            }
+            let (s0, r0) = &rows[rows.len() - 2];
+            let (a, b) = (at_qd(r0), at_qd(r1));
+            let per = (b - a) / ((*s1).exp2() - (*s0).exp2());
+            return b + per.max(0.0) * (ls.exp2() - s1.exp2());
+        }
+        let (s0, r0) = &rows[i - 1];
+        let (s1, r1) = &rows[i];
+        let f = (ls - s0) / (s1 - s0);
+        at_qd(r0) + f * (at_qd(r1) - at_qd(r0))
+    }
+}
+
+/// Linear interpolation in a sorted (x, y) list, clamped at the ends.
+fn interp(r: &[(f64, f64)], x: f64) -> f64 {
+    let i = r.partition_point(|(q, _)| *q < x);
+    if i == 0 {
+        return r[0].1;
+    }
+    if i >= r.len() {
+        return r[r.len() - 1].1;
+    }
+    let (x0, y0) = r[i - 1];
+    let (x1, y1) = r[i];
+    y0 + (x - x0) / (x1 - x0) * (y1 - y0)
+}
+
+pub struct MeasuredDevice {
+    spec: MeasuredSpec,
+    tables: Tables,
+    in_service: usize,
+    queue: VecDeque<Request>,
+    active: HashMap<u64, (Request, Record)>,
+    last_end: [Option<u64>; 2],
+}
+
+impl MeasuredDevice {
+    pub fn new(spec: MeasuredSpec) -> Result<MeasuredDevice> {
+        if spec.queue_depth == 0 || spec.queue_depth > 65536 {
+            bail!("measured.queue_depth must be within 1..=65536");
+        }
+        if spec.capacity_gib == 0 || spec.capacity_gib > 1 << 20 {
+            bail!("measured.capacity_gib must be within 1..=1048576");
+        }
+        let tables = Tables::build(&spec.points)?;
+        Ok(MeasuredDevice {
+            spec,
+            tables,
+            in_service: 0,
+            queue: VecDeque::new(),
+            active: HashMap::new(),
+            last_end: [None, None],
+        })
+    }
+    pub fn blocks(&self) -> u64 {
+        self.spec.capacity_gib << 21
+    }
+    fn start(&mut self, req: Request, ctx: &mut Ctx) {
+        let now = ctx.now();
+        self.in_service += 1;
+        let read = req.op == Op::Read;
+        let slot = usize::from(read);
+        let pattern = if self.last_end[slot] == Some(req.lba) {
+            Pattern::Sequential
+        } else {
+            Pattern::Random
+        };
+        self.last_end[slot] = Some(req.end());
+        let lat_ms = if req.op == Op::Flush {
+            0.0
+        } else {
+            self.tables.lookup(
+                (read, pattern),
+                req.bytes() as f64 / 1024.0,
+                self.in_service as f64,
+            ) / 1000.0
+        };
+        let rec = Record {
+            arrival: req.arrival,
+            device_start: now,
+            queue_wait: now - req.arrival,
+            transfer: lat_ms,
+            completion: now + lat_ms,
+            ..Default::default()
+        };
+        ctx.wake_at(now + lat_ms, req.id);
+        self.active.insert(req.id, (req, rec));
+    }
+}
+
+impl Component for MeasuredDevice {
+    fn name(&self) -> &str {
+        "measured"
+    }
+    fn submit(&mut self, req: Request, ctx: &mut Ctx) {
+        if self.in_service < self.spec.queue_depth {
+            self.start(req, ctx);
+        } else {
+            self.queue.push_back(req);
+        }
+    }
+    fn wake(&mut self, token: u64, ctx: &mut Ctx) {
+        if let Some((req, mut rec)) = self.active.remove(&token) {
+            self.in_service -= 1;
+            rec.completion = ctx.now();
+            ctx.up(Completion { req, rec });
+        }
+        if self.in_service < self.spec.queue_depth {
+            if let Some(n) = self.queue.pop_front() {
+                self.start(n, ctx);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(op: &str, pattern: Pattern, size_kib: f64, qd: u32, latency_us: f64) -> Point {
+        Point {
+            op: op.into(),
+            pattern,
+            size_kib,
+            qd,
+            latency_us,
+        }
+    }
+
+    #[test]
+    fn interpolates_in_log_size_and_queue_depth() {
+        let t = Tables::build(&[
+            p("read", Pattern::Random, 4.0, 1, 100.0),
+            p("read", Pattern::Random, 4.0, 4, 200.0),
+            p("read", Pattern::Random, 16.0, 1, 300.0),
+            p("read", Pattern::Random, 16.0, 4, 500.0),
+        ])
+        .unwrap();
+        let k = (true, Pattern::Random);
+        assert_eq!(t.lookup(k, 4.0, 1.0), 100.0);
+        // 8 KiB is halfway between 4 and 16 in log2; qd 1.
+        assert!((t.lookup(k, 8.0, 1.0) - 200.0).abs() < 1e-9);
+        // qd 2.5 is halfway between 1 and 4.
+        assert!((t.lookup(k, 4.0, 2.5) - 150.0).abs() < 1e-9);
+        // Clamped below the smallest size and above the largest qd.
+        assert_eq!(t.lookup(k, 1.0, 64.0), 200.0);
+        // A write with no write table falls back to what exists.
+        assert!(t.lookup((false, Pattern::Sequential), 4.0, 1.0) > 0.0);
+    }
+
+    #[test]
+    fn bad_tables_are_refused() {
+        assert!(Tables::build(&[]).is_err());
+        assert!(Tables::build(&[p("erase", Pattern::Random, 4.0, 1, 1.0)]).is_err());
+        assert!(Tables::build(&[p("read", Pattern::Random, 4.0, 0, 1.0)]).is_err());
+        assert!(Tables::build(&[
+            p("read", Pattern::Random, 4.0, 1, 1.0),
+            p("read", Pattern::Random, 4.0, 1, 2.0)
+        ])
+        .is_err());
+    }
+}

@@ -1,0 +1,562 @@
+//! `iolab seed bench`: the same swarm of leechers (our own, [`crate::swarm`], like
+//! libtorrent's connection_tester) against Hekate with each disk path and against
+//! libtorrent's seeder (python3-libtorrent, default settings and `high_performance_seed`),
+//! side by side in one run, cold cache and warm.
+//!
+//! Per run: upload MB/s (bytes the swarm received / download time), seeder CPU seconds per
+//! GB sent (/proc/PID/stat utime+stime), seeder RSS per connected idle peer (RSS with every
+//! peer handshaken and idle minus RSS before, / peers), disk bytes read per byte sent
+//! (/proc/PID/io read_bytes), request latency p50/p99 (request sent → block received). The
+//! seeder is pinned to CPU 0 and the swarm to CPU 1 (taskset) when there are two CPUs.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use serde::Serialize;
+
+use crate::metainfo::{CreateOptions, Meta};
+use crate::swarm::SwarmResult;
+
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "The quick run (--quick) uses 10 and 100 peers, 5 s per run, a 64 MiB \
+torrent: under 5 minutes. The full run: 10, 100, 1000 and 10000 peers, 10 s per run, 256 MiB. \
+10,000 peers need 10,000+ descriptors in the seeder: the bench raises RLIMIT_NOFILE (as root \
+up to fs.nr_open) and splits the swarm over processes of at most 2,500 peers.\n\nExample:\n  \
+iolab seed bench --quick --json bench.json"
+)]
+pub struct BenchArgs {
+    /// The short matrix (under 5 minutes).
+    #[arg(long)]
+    pub quick: bool,
+    /// Peer counts (comma-separated); default 10,100,1000,10000 (quick: 10,100).
+    #[arg(long, value_delimiter = ',')]
+    pub peers: Vec<usize>,
+    /// Seconds of downloading per run (default 10, quick 5).
+    #[arg(long)]
+    pub secs: Option<f64>,
+    /// Torrent size in MiB (default 256, quick 64).
+    #[arg(long)]
+    pub size_mib: Option<u64>,
+    /// Piece size of the bench torrent.
+    #[arg(long, default_value = "256K", value_parser = crate::cli::parse_size)]
+    pub piece_length: u64,
+    /// Our disk paths to run (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "uring,mmap,pread")]
+    pub disks: Vec<crate::disk::DiskMode>,
+    /// Upload slots for both seeders (ours --slots, libtorrent unchoke_slots_limit);
+    /// 0 = unlimited (libtorrent -1).
+    #[arg(long, default_value_t = 8)]
+    pub slots: usize,
+    /// Requests outstanding per leecher.
+    #[arg(long, default_value_t = 16)]
+    pub pipeline: usize,
+    /// Skip libtorrent.
+    #[arg(long)]
+    pub no_libtorrent: bool,
+    /// Only warm-cache runs (cold runs drop the page cache of the torrent's files first).
+    #[arg(long)]
+    pub warm_only: bool,
+    /// Where to put the bench torrent's data (default: a temp dir, removed after).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Write the results as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub seeder: String,
+    pub peers: usize,
+    pub cache: &'static str,
+    pub connected: usize,
+    pub unchoked_peers: usize,
+    pub upload_mb_s: f64,
+    pub cpu_s_per_gb: Option<f64>,
+    pub rss_base_kib: u64,
+    pub rss_per_idle_peer_bytes: Option<f64>,
+    pub read_amplification: Option<f64>,
+    pub lat_p50_ms: f64,
+    pub lat_p99_ms: f64,
+    pub bytes: u64,
+    pub secs: f64,
+    pub rejects: u64,
+    pub dropped: usize,
+}
+
+const LIBTORRENT_SEEDER: &str = r#"
+import sys, json, time, libtorrent as lt
+torrent, data, mode, slots, conns = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+s = lt.high_performance_seed() if mode == 'hps' else lt.default_settings()
+changes = {'listen_interfaces': '127.0.0.1:0', 'enable_dht': False, 'enable_lsd': False,
+           'enable_upnp': False, 'enable_natpmp': False,
+           # the swarm's peers all come from 127.0.0.1:
+           'allow_multiple_connections_per_ip': True,
+           'connections_limit': max(s.get('connections_limit', 200), conns),
+           'unchoke_slots_limit': slots if slots > 0 else -1}
+s.update(changes)
+ses = lt.session(s)
+p = lt.add_torrent_params()
+p.ti = lt.torrent_info(torrent)
+p.save_path = data
+p.flags |= lt.torrent_flags.seed_mode
+h = ses.add_torrent(p)
+# Peers that arrive before the torrent is added and seeding are turned away: wait for it.
+for _ in range(400):
+    if ses.listen_port() and h.status().is_seeding:
+        break
+    time.sleep(0.05)
+print('listening', ses.listen_port(), flush=True)
+keys = ['connections_limit', 'unchoke_slots_limit', 'choking_algorithm', 'seed_choking_algorithm',
+        'max_queued_disk_bytes', 'send_buffer_watermark', 'send_buffer_low_watermark',
+        'send_buffer_watermark_factor', 'cache_size' if 'cache_size' in s else 'max_queued_disk_bytes',
+        'aio_threads', 'listen_queue_size', 'max_allowed_in_request_queue', 'allow_multiple_connections_per_ip',
+        'suggest_mode', 'file_pool_size', 'mixed_mode_algorithm']
+print(json.dumps({k: s[k] for k in keys if k in s}), flush=True)
+while True:
+    time.sleep(1)
+"#;
+
+fn proc_cpu_secs(pid: u32) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // Fields 14 and 15 (utime, stime) are at 11 and 12 after the state field.
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some(ticks / hz.max(1.0))
+}
+
+fn proc_rss_kib(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+fn proc_read_bytes(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
+    s.lines()
+        .find(|l| l.starts_with("read_bytes:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn pinned(cpu: usize) -> Command {
+    let two = std::thread::available_parallelism()
+        .map(|n| n.get() >= 2)
+        .unwrap_or(false);
+    let has_taskset = Path::new("/usr/bin/taskset").exists();
+    if two && has_taskset {
+        let mut c = Command::new("/usr/bin/taskset");
+        c.args(["-c", &cpu.to_string()]);
+        c
+    } else {
+        // A command that execs its arguments: `env`.
+        Command::new("/usr/bin/env")
+    }
+}
+
+/// Starts a seeder; returns the process and its address.
+fn start_seeder(
+    kind: &str,
+    torrent: &Path,
+    data: &Path,
+    args: &BenchArgs,
+    peers: usize,
+) -> anyhow::Result<(Proc, std::net::SocketAddr, Option<serde_json::Value>)> {
+    let exe = std::env::current_exe()?;
+    let mut cmd = pinned(0);
+    if let Some(mode) = kind.strip_prefix("libtorrent-") {
+        cmd.arg("/usr/bin/python3")
+            .arg("-c")
+            .arg(LIBTORRENT_SEEDER)
+            .arg(torrent)
+            .arg(data)
+            .arg(if mode == "hps" { "hps" } else { "default" })
+            .arg(args.slots.to_string())
+            .arg((peers + 100).to_string());
+    } else {
+        let disk = kind.strip_prefix("hekate-").unwrap_or("uring");
+        cmd.arg(exe)
+            .arg("seed")
+            .arg(torrent)
+            .arg("--data")
+            .arg(data)
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--no-check",
+                "--status-every",
+                "0",
+            ])
+            .args(["--disk", disk, "--slots", &args.slots.to_string()])
+            .args(["--max-peers", &(peers + 100).to_string()]);
+    }
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .stdin(Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting the {kind} seeder"))?;
+    let out = child.stdout.take().context("stdout")?;
+    let mut r = BufReader::new(out);
+    let mut line = String::new();
+    r.read_line(&mut line)?;
+    let addr: std::net::SocketAddr = if let Some(p) = line.strip_prefix("listening ") {
+        format!("127.0.0.1:{}", p.trim()).parse()?
+    } else {
+        line.split(" on ")
+            .last()
+            .and_then(|s| s.split_whitespace().next())
+            .with_context(|| format!("{kind}: unexpected start line {line:?}"))?
+            .parse()?
+    };
+    let mut settings = None;
+    if kind.starts_with("libtorrent") {
+        let mut l2 = String::new();
+        r.read_line(&mut l2)?;
+        settings = serde_json::from_str(l2.trim()).ok();
+    }
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        while r.read_line(&mut sink).unwrap_or(0) > 0 {
+            sink.clear();
+        }
+    });
+    Ok((Proc(child), addr, settings))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn one_run(
+    kind: &str,
+    peers: usize,
+    cold: bool,
+    meta: &Meta,
+    torrent: &Path,
+    data: &Path,
+    args: &BenchArgs,
+    secs: f64,
+) -> anyhow::Result<(Row, Option<serde_json::Value>)> {
+    let (seeder, addr, settings) = start_seeder(kind, torrent, data, args, peers)?;
+    let pid = seeder.0.id();
+    std::thread::sleep(Duration::from_millis(300));
+    if cold {
+        crate::disk::drop_cache(meta)?;
+    }
+    let rss_base = proc_rss_kib(pid).unwrap_or(0);
+    let per_proc = 2500;
+    let nproc = peers.div_ceil(per_proc).max(1);
+    let exe = std::env::current_exe()?;
+    let mut swarm = Vec::new();
+    for p in 0..nproc {
+        let n = (peers - p * per_proc).min(per_proc);
+        let mut c = pinned(1);
+        c.arg(&exe)
+            .args(["seed", "swarm", "--target", &addr.to_string()])
+            .arg("--torrent")
+            .arg(torrent)
+            .args(["--peers", &n.to_string(), "--idle-secs", "1.5"])
+            .args([
+                "--secs",
+                &secs.to_string(),
+                "--pipeline",
+                &args.pipeline.to_string(),
+            ])
+            .args(["--process", &p.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .stdin(Stdio::null());
+        swarm.push(Proc(c.spawn().context("starting a swarm process")?));
+    }
+    // Every process says `connected N` once its peers are handshaken.
+    let mut readers = Vec::new();
+    let mut connected = 0;
+    for p in &mut swarm {
+        let mut r = BufReader::new(p.0.stdout.take().context("stdout")?);
+        let mut line = String::new();
+        r.read_line(&mut line)?;
+        connected += line
+            .trim()
+            .strip_prefix("connected ")
+            .and_then(|n| n.parse::<usize>().ok())
+            .unwrap_or(0);
+        readers.push(r);
+    }
+    // Idle: every peer handshaken, none interested yet.
+    std::thread::sleep(Duration::from_millis(500));
+    let rss_idle = proc_rss_kib(pid).unwrap_or(0);
+    let cpu0 = proc_cpu_secs(pid);
+    let io0 = proc_read_bytes(pid);
+    let mut results = Vec::new();
+    for mut r in readers {
+        let mut line = String::new();
+        r.read_line(&mut line)?;
+        results.push(
+            serde_json::from_str::<SwarmResult>(line.trim())
+                .with_context(|| format!("swarm output {line:?}"))?,
+        );
+    }
+    let cpu1 = proc_cpu_secs(pid);
+    let io1 = proc_read_bytes(pid);
+    drop(seeder);
+    drop(swarm);
+    let bytes: u64 = results.iter().map(|r| r.bytes).sum();
+    let rsecs = results.iter().map(|r| r.secs).fold(0.0, f64::max).max(1e-3);
+    let lat50 = {
+        // Weighted by block count: the median of the medians, good enough across ≤ 4 processes.
+        let mut v: Vec<(u64, u64)> = results
+            .iter()
+            .map(|r| (r.lat_p50_us, r.lat_count))
+            .collect();
+        v.sort();
+        let total: u64 = v.iter().map(|x| x.1).sum();
+        let mut acc = 0;
+        let mut m = 0;
+        for (l, c) in v {
+            acc += c;
+            m = l;
+            if acc * 2 >= total {
+                break;
+            }
+        }
+        m
+    };
+    let lat99 = results.iter().map(|r| r.lat_p99_us).max().unwrap_or(0);
+    let gb = bytes as f64 / 1e9;
+    let row = Row {
+        seeder: kind.to_string(),
+        peers,
+        cache: if cold { "cold" } else { "warm" },
+        connected,
+        unchoked_peers: results.iter().map(|r| r.unchoked_peers).sum(),
+        upload_mb_s: bytes as f64 / rsecs / 1e6,
+        cpu_s_per_gb: match (cpu0, cpu1) {
+            (Some(a), Some(b)) if gb > 0.0 => Some((b - a) / gb),
+            _ => None,
+        },
+        rss_base_kib: rss_base,
+        rss_per_idle_peer_bytes: if connected > 0 {
+            Some((rss_idle as f64 - rss_base as f64) * 1024.0 / connected as f64)
+        } else {
+            None
+        },
+        read_amplification: match (io0, io1) {
+            (Some(a), Some(b)) if bytes > 0 => Some((b - a) as f64 / bytes as f64),
+            _ => None,
+        },
+        lat_p50_ms: lat50 as f64 / 1000.0,
+        lat_p99_ms: lat99 as f64 / 1000.0,
+        bytes,
+        secs: rsecs,
+        rejects: results.iter().map(|r| r.rejects).sum(),
+        dropped: results.iter().map(|r| r.dropped).sum(),
+    };
+    Ok((row, settings))
+}
+
+fn libtorrent_available() -> bool {
+    Command::new("/usr/bin/python3")
+        .args(["-c", "import libtorrent"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn machine() -> serde_json::Value {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_default();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    serde_json::json!({
+        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "cpu": cpu,
+        "kernel": kernel.trim(),
+        "driver": format!("{:?}", iolab_runtime::driver()),
+    })
+}
+
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    let peers = if !args.peers.is_empty() {
+        args.peers.clone()
+    } else if args.quick {
+        vec![10, 100]
+    } else {
+        vec![10, 100, 1000, 10_000]
+    };
+    let secs = args.secs.unwrap_or(if args.quick { 5.0 } else { 10.0 });
+    let size = args.size_mib.unwrap_or(if args.quick { 64 } else { 256 }) << 20;
+    let max_peers = peers.iter().copied().max().unwrap_or(0);
+    let limit = crate::swarm::raise_nofile(max_peers as u64 + 1024);
+    if (limit as usize) < max_peers.min(2500) + 64 {
+        bail!("open-file limit {limit} is too low for {max_peers} peers");
+    }
+    // The data: one file of `size` bytes plus a short tail, so the last piece is short.
+    let tmp;
+    let dir = match &args.dir {
+        Some(d) => {
+            std::fs::create_dir_all(d)?;
+            d.clone()
+        }
+        None => {
+            tmp = std::env::temp_dir().join(format!("iolab-seeder-bench-{}", std::process::id()));
+            std::fs::create_dir_all(&tmp)?;
+            tmp
+        }
+    };
+    let _cleanup = CleanDir(if args.dir.is_none() {
+        Some(dir.clone())
+    } else {
+        None
+    });
+    let file = dir.join("bench.bin");
+    let want = size + 4321;
+    if std::fs::metadata(&file).map(|m| m.len()).ok() != Some(want) {
+        eprintln!("bench: writing {} MiB of data", want >> 20);
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&file)?);
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut buf = vec![0u8; 1 << 20];
+        let mut left = want;
+        while left > 0 {
+            for c in buf.chunks_mut(8) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                c.copy_from_slice(&x.to_le_bytes()[..c.len()]);
+            }
+            let n = left.min(buf.len() as u64) as usize;
+            std::io::Write::write_all(&mut f, &buf[..n])?;
+            left -= n as u64;
+        }
+    }
+    let (meta, bytes) = Meta::create(
+        std::slice::from_ref(&file),
+        &CreateOptions {
+            piece_length: Some(args.piece_length),
+            progress: false,
+            ..Default::default()
+        },
+    )?;
+    let torrent = dir.join("bench.torrent");
+    std::fs::write(&torrent, bytes)?;
+
+    let mut kinds: Vec<String> = args.disks.iter().map(|d| format!("hekate-{d}")).collect();
+    let lt = !args.no_libtorrent && libtorrent_available();
+    if !args.no_libtorrent && !lt {
+        eprintln!(
+            "bench: /usr/bin/python3 cannot import libtorrent (python3-libtorrent): ours only"
+        );
+    }
+    if lt {
+        kinds.push("libtorrent-default".into());
+        kinds.push("libtorrent-hps".into());
+    }
+    let caches: Vec<bool> = if args.warm_only {
+        vec![false]
+    } else {
+        vec![true, false]
+    };
+    let started = Instant::now();
+    let mut rows = Vec::new();
+    let mut lt_settings = serde_json::Map::new();
+    println!(
+        "{:<20} {:>6} {:>5} {:>6} {:>9} {:>9} {:>10} {:>8} {:>8} {:>9}",
+        "seeder",
+        "peers",
+        "cache",
+        "conn",
+        "MB/s",
+        "CPU s/GB",
+        "B/idle pr",
+        "rd amp",
+        "p50 ms",
+        "p99 ms"
+    );
+    for &n in &peers {
+        for &cold in &caches {
+            for kind in &kinds {
+                match one_run(kind, n, cold, &meta, &torrent, &dir, &args, secs) {
+                    Ok((row, settings)) => {
+                        if let Some(s) = settings {
+                            lt_settings.insert(kind.clone(), s);
+                        }
+                        let opt = |v: Option<f64>, p: usize| {
+                            v.map(|x| format!("{x:.p$}")).unwrap_or_else(|| "-".into())
+                        };
+                        println!(
+                            "{:<20} {:>6} {:>5} {:>6} {:>9.1} {:>9} {:>10} {:>8} {:>8.2} {:>9.2}",
+                            row.seeder,
+                            row.peers,
+                            row.cache,
+                            row.connected,
+                            row.upload_mb_s,
+                            opt(row.cpu_s_per_gb, 2),
+                            opt(row.rss_per_idle_peer_bytes, 0),
+                            opt(row.read_amplification, 3),
+                            row.lat_p50_ms,
+                            row.lat_p99_ms
+                        );
+                        rows.push(row);
+                    }
+                    Err(e) => eprintln!("bench: {kind} with {n} peers failed: {e:#}"),
+                }
+            }
+        }
+    }
+    if !lt_settings.is_empty() {
+        println!("libtorrent settings (after ours: loopback swarm needs allow_multiple_connections_per_ip):");
+        for (k, v) in &lt_settings {
+            println!("  {k}: {v}");
+        }
+    }
+    println!("bench: {:.0} s", started.elapsed().as_secs_f64());
+    if let Some(j) = &args.json {
+        let v = serde_json::json!({
+            "machine": machine(),
+            "config": {
+                "peers": peers, "secs": secs, "size_bytes": meta.total,
+                "piece_length": meta.piece_length, "slots": args.slots,
+                "pipeline": args.pipeline, "block": 16384,
+            },
+            "libtorrent_settings": lt_settings,
+            "rows": rows,
+        });
+        std::fs::write(j, serde_json::to_string_pretty(&v)?)
+            .with_context(|| format!("writing {}", j.display()))?;
+    }
+    Ok(())
+}
+
+struct CleanDir(Option<PathBuf>);
+
+impl Drop for CleanDir {
+    fn drop(&mut self) {
+        if let Some(d) = &self.0 {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}

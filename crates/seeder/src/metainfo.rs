@@ -1,0 +1,540 @@
+//! Metainfo (`.torrent`, BEP 3 v1): create one from files, load an existing one, check the
+//! data against the piece hashes. Bencode and the `.torrent` structure come from the
+//! `lava_torrent` crate; this module adds the layout (which bytes of which file make a
+//! piece), path safety and the hash check with a progress bar.
+
+use std::fs;
+use std::io::{self, Read};
+use std::path::{Component, Path, PathBuf};
+
+use anyhow::{bail, Context as _};
+use indicatif::{ProgressBar, ProgressStyle};
+use lava_torrent::torrent::v1::{File as LtFile, Torrent};
+use sha1::{Digest, Sha1};
+
+/// Smallest piece we create or accept: one request block.
+pub const MIN_PIECE: u64 = 16 * 1024;
+/// Largest piece we create or accept (libtorrent's own upper bound for creation is 16 MiB).
+pub const MAX_PIECE: u64 = 64 * 1024 * 1024;
+/// Largest `.torrent` file read (libtorrent's default `max_metadata_size` is 30 MiB... for
+/// the info dict; a whole file of 64 MiB is far beyond any real torrent).
+pub const MAX_TORRENT_FILE: u64 = 64 * 1024 * 1024;
+
+/// One file of the torrent: where it sits in the torrent's byte stream and on disk.
+#[derive(Debug, Clone)]
+pub struct FileEntry {
+    /// Path inside the torrent (relative, components checked: no `..`, no root).
+    pub path: PathBuf,
+    /// Where the data is on this machine.
+    pub disk_path: PathBuf,
+    pub length: u64,
+    /// Offset of the file's first byte in the concatenation of all files.
+    pub offset: u64,
+}
+
+/// A loaded or created torrent.
+#[derive(Debug, Clone)]
+pub struct Meta {
+    pub info_hash: [u8; 20],
+    pub name: String,
+    pub piece_length: u64,
+    pub pieces: Vec<[u8; 20]>,
+    pub files: Vec<FileEntry>,
+    pub total: u64,
+    /// True for a torrent with a `files` list (even of one file).
+    pub multi: bool,
+    pub announce: Option<String>,
+}
+
+/// How to make a torrent.
+#[derive(Debug, Clone, Default)]
+pub struct CreateOptions {
+    /// Piece size in bytes; None = chosen from the total size.
+    pub piece_length: Option<u64>,
+    pub announce: Option<String>,
+    /// Name of a multi-file torrent made of several paths (default: "files").
+    pub name: Option<String>,
+    pub progress: bool,
+}
+
+/// The piece size chosen for `total` bytes: about 1,000 to 2,000 pieces, a power of two
+/// between 16 KiB and 4 MiB (what mktorrent and libtorrent aim for).
+pub fn auto_piece_length(total: u64) -> u64 {
+    let target = (total / 1500).max(1);
+    target.next_power_of_two().clamp(MIN_PIECE, 4 * 1024 * 1024)
+}
+
+fn check_piece_length(p: u64) -> anyhow::Result<()> {
+    if !p.is_power_of_two() || !(MIN_PIECE..=MAX_PIECE).contains(&p) {
+        bail!(
+            "piece length {p} is not a power of two between {} KiB and {} MiB",
+            MIN_PIECE / 1024,
+            MAX_PIECE >> 20
+        );
+    }
+    Ok(())
+}
+
+fn safe_relative(p: &Path) -> anyhow::Result<()> {
+    if p.as_os_str().is_empty() {
+        bail!("a file has an empty path");
+    }
+    for c in p.components() {
+        match c {
+            Component::Normal(s) if !s.is_empty() => {}
+            _ => bail!(
+                "file path {:?} leaves the torrent's directory (absolute, `..` or `.`): refused",
+                p
+            ),
+        }
+    }
+    Ok(())
+}
+
+impl Meta {
+    /// Reads a `.torrent` file; `data` is the directory holding the torrent's data (a
+    /// single-file torrent's file is `data/NAME`, a multi-file torrent's files are under
+    /// `data/NAME/`).
+    pub fn load(torrent: &Path, data: &Path) -> anyhow::Result<Meta> {
+        let len = fs::metadata(torrent)
+            .with_context(|| format!("reading {}", torrent.display()))?
+            .len();
+        if len > MAX_TORRENT_FILE {
+            bail!(
+                "{}: {len} bytes, larger than the {} MiB a .torrent may have",
+                torrent.display(),
+                MAX_TORRENT_FILE >> 20
+            );
+        }
+        let bytes = fs::read(torrent).with_context(|| format!("reading {}", torrent.display()))?;
+        Meta::from_bytes(&bytes, data)
+            .with_context(|| format!("{} is not a valid .torrent", torrent.display()))
+    }
+
+    /// Parses the bytes of a `.torrent`. Never panics; every malformation is an error.
+    pub fn from_bytes(bytes: &[u8], data: &Path) -> anyhow::Result<Meta> {
+        if bytes.is_empty() {
+            bail!("the file is empty");
+        }
+        let t = Torrent::read_from_bytes(bytes).map_err(|e| {
+            anyhow::anyhow!("malformed bencode or metainfo ({e}); a truncated download?")
+        })?;
+        Meta::from_torrent(&t, data)
+    }
+
+    fn from_torrent(t: &Torrent, data: &Path) -> anyhow::Result<Meta> {
+        if t.piece_length <= 0 {
+            bail!("piece length {} is not positive", t.piece_length);
+        }
+        let piece_length = t.piece_length as u64;
+        check_piece_length(piece_length)?;
+        safe_relative(Path::new(&t.name)).context("the torrent's name")?;
+        if t.name.contains('/') {
+            bail!("the torrent's name {:?} contains '/'", t.name);
+        }
+        let mut files = Vec::new();
+        let mut offset = 0u64;
+        let multi = t.files.is_some();
+        match &t.files {
+            Some(list) => {
+                if list.is_empty() {
+                    bail!("the `files` list is empty");
+                }
+                for f in list {
+                    if f.length < 0 {
+                        bail!("file {:?} has a negative length", f.path);
+                    }
+                    safe_relative(&f.path)?;
+                    files.push(FileEntry {
+                        path: f.path.clone(),
+                        disk_path: data.join(&t.name).join(&f.path),
+                        length: f.length as u64,
+                        offset,
+                    });
+                    offset = offset
+                        .checked_add(f.length as u64)
+                        .context("total length overflows")?;
+                }
+            }
+            None => {
+                if t.length < 0 {
+                    bail!("negative length");
+                }
+                files.push(FileEntry {
+                    path: PathBuf::from(&t.name),
+                    disk_path: data.join(&t.name),
+                    length: t.length as u64,
+                    offset: 0,
+                });
+                offset = t.length as u64;
+            }
+        }
+        let total = offset;
+        if total == 0 {
+            bail!("the torrent holds no data (total length 0)");
+        }
+        let npieces = total.div_ceil(piece_length);
+        if t.pieces.len() as u64 != npieces {
+            bail!(
+                "{} piece hashes for {total} bytes in pieces of {piece_length}: {npieces} expected",
+                t.pieces.len()
+            );
+        }
+        let mut pieces = Vec::with_capacity(t.pieces.len());
+        for p in &t.pieces {
+            let h: [u8; 20] = p
+                .as_slice()
+                .try_into()
+                .map_err(|_| anyhow::anyhow!("a piece hash is not 20 bytes"))?;
+            pieces.push(h);
+        }
+        let mut info_hash = [0u8; 20];
+        info_hash.copy_from_slice(&t.info_hash_bytes());
+        Ok(Meta {
+            info_hash,
+            name: t.name.clone(),
+            piece_length,
+            pieces,
+            files,
+            total,
+            multi,
+            announce: t.announce.clone(),
+        })
+    }
+
+    /// Makes a torrent of `paths`: one regular file gives a single-file torrent; one
+    /// directory a multi-file torrent named after it (files in name order, recursively);
+    /// several paths a multi-file torrent named `opts.name`. Returns the metainfo and the
+    /// encoded `.torrent`.
+    pub fn create(paths: &[PathBuf], opts: &CreateOptions) -> anyhow::Result<(Meta, Vec<u8>)> {
+        if paths.is_empty() {
+            bail!("no file or directory given");
+        }
+        // (path in torrent, disk path, length)
+        let mut list: Vec<(PathBuf, PathBuf, u64)> = Vec::new();
+        let name;
+        let multi;
+        if paths.len() == 1 {
+            let p = &paths[0];
+            let md = fs::metadata(p).with_context(|| format!("reading {}", p.display()))?;
+            name = file_name(p)?;
+            if md.is_dir() {
+                multi = true;
+                walk(p, Path::new(""), &mut list)?;
+                if list.is_empty() {
+                    bail!("{} holds no file", p.display());
+                }
+            } else if md.is_file() {
+                multi = false;
+                list.push((PathBuf::from(&name), p.clone(), md.len()));
+            } else {
+                bail!("{} is neither a file nor a directory", p.display());
+            }
+        } else {
+            multi = true;
+            name = opts.name.clone().unwrap_or_else(|| "files".to_string());
+            for p in paths {
+                let md = fs::metadata(p).with_context(|| format!("reading {}", p.display()))?;
+                let base = PathBuf::from(file_name(p)?);
+                if md.is_dir() {
+                    walk(p, &base, &mut list)?;
+                } else {
+                    list.push((base, p.clone(), md.len()));
+                }
+            }
+            let mut seen = std::collections::HashSet::new();
+            for (tp, _, _) in &list {
+                if !seen.insert(tp.clone()) {
+                    bail!("two files would be {} in the torrent", tp.display());
+                }
+            }
+        }
+        let total: u64 = list.iter().map(|x| x.2).sum();
+        if total == 0 {
+            bail!("nothing to share: every file is empty");
+        }
+        let piece_length = opts
+            .piece_length
+            .unwrap_or_else(|| auto_piece_length(total));
+        check_piece_length(piece_length)?;
+
+        let mut files = Vec::new();
+        let mut offset = 0;
+        for (tp, dp, len) in &list {
+            files.push(FileEntry {
+                path: tp.clone(),
+                disk_path: dp.clone(),
+                length: *len,
+                offset,
+            });
+            offset += len;
+        }
+        let pieces = hash_pieces(&files, piece_length, total, opts.progress, "hashing")?;
+        let t = Torrent {
+            announce: opts.announce.clone(),
+            announce_list: None,
+            length: total as i64,
+            files: if multi {
+                Some(
+                    files
+                        .iter()
+                        .map(|f| LtFile {
+                            length: f.length as i64,
+                            path: f.path.clone(),
+                            extra_fields: None,
+                        })
+                        .collect(),
+                )
+            } else {
+                None
+            },
+            name: name.clone(),
+            piece_length: piece_length as i64,
+            pieces: pieces.iter().map(|p| p.to_vec()).collect(),
+            extra_fields: Some(
+                [(
+                    "created by".to_string(),
+                    lava_torrent::bencode::BencodeElem::String(format!(
+                        "iolab-seeder {}",
+                        env!("CARGO_PKG_VERSION")
+                    )),
+                )]
+                .into_iter()
+                .collect(),
+            ),
+            extra_info_fields: None,
+        };
+        let mut info_hash = [0u8; 20];
+        info_hash.copy_from_slice(&t.info_hash_bytes());
+        let bytes = t.encode().map_err(|e| anyhow::anyhow!("encoding: {e}"))?;
+        Ok((
+            Meta {
+                info_hash,
+                name,
+                piece_length,
+                pieces,
+                files,
+                total,
+                multi,
+                announce: opts.announce.clone(),
+            },
+            bytes,
+        ))
+    }
+
+    pub fn num_pieces(&self) -> u32 {
+        self.pieces.len() as u32
+    }
+
+    /// Length of piece `i` (the last one may be shorter).
+    pub fn piece_len(&self, i: u32) -> u64 {
+        let start = i as u64 * self.piece_length;
+        (self.total - start).min(self.piece_length)
+    }
+
+    /// The file pieces of the byte range `[off, off+len)`: (file index, offset in file,
+    /// length), in order, skipping empty files.
+    pub fn segments(&self, off: u64, len: u64) -> Vec<(usize, u64, u64)> {
+        let mut out = Vec::new();
+        let end = off + len;
+        // First file whose end is past `off`.
+        let mut i = self.files.partition_point(|f| f.offset + f.length <= off);
+        let mut pos = off;
+        while pos < end && i < self.files.len() {
+            let f = &self.files[i];
+            if f.length > 0 {
+                let in_file = pos - f.offset;
+                let n = (f.length - in_file).min(end - pos);
+                out.push((i, in_file, n));
+                pos += n;
+            }
+            i += 1;
+        }
+        out
+    }
+
+    /// Checks that every file is there with its size and every piece matches its hash.
+    pub fn verify(&self, progress: bool) -> anyhow::Result<()> {
+        for f in &self.files {
+            let md = fs::metadata(&f.disk_path)
+                .with_context(|| format!("data file {} is missing", f.disk_path.display()))?;
+            if md.len() != f.length {
+                bail!(
+                    "data file {} has {} bytes, the torrent says {}: not the torrent's data",
+                    f.disk_path.display(),
+                    md.len(),
+                    f.length
+                );
+            }
+        }
+        let got = hash_pieces(
+            &self.files,
+            self.piece_length,
+            self.total,
+            progress,
+            "checking",
+        )?;
+        for (i, (a, b)) in got.iter().zip(&self.pieces).enumerate() {
+            if a != b {
+                let off = i as u64 * self.piece_length;
+                let segs = self.segments(off, self.piece_len(i as u32));
+                let where_ = segs
+                    .iter()
+                    .map(|(f, o, _)| format!("{} at byte {o}", self.files[*f].disk_path.display()))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let bad = got.iter().zip(&self.pieces).filter(|(a, b)| a != b).count();
+                bail!(
+                    "piece {i} ({where_}) does not match its hash ({bad} of {} pieces differ): \
+                     the data is not the torrent's",
+                    self.pieces.len()
+                );
+            }
+        }
+        Ok(())
+    }
+
+    pub fn info_hash_hex(&self) -> String {
+        self.info_hash.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+fn file_name(p: &Path) -> anyhow::Result<String> {
+    let canon = fs::canonicalize(p).with_context(|| format!("reading {}", p.display()))?;
+    let n = canon
+        .file_name()
+        .with_context(|| format!("{} has no name", p.display()))?;
+    n.to_str()
+        .map(str::to_string)
+        .with_context(|| format!("{} is not valid UTF-8", p.display()))
+}
+
+fn walk(dir: &Path, prefix: &Path, out: &mut Vec<(PathBuf, PathBuf, u64)>) -> anyhow::Result<()> {
+    let mut entries: Vec<_> = fs::read_dir(dir)
+        .with_context(|| format!("listing {}", dir.display()))?
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("listing {}", dir.display()))?;
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let name = e.file_name();
+        let name = name
+            .to_str()
+            .with_context(|| format!("{:?} in {} is not valid UTF-8", name, dir.display()))?;
+        let ft = e.file_type()?;
+        let tp = prefix.join(name);
+        if ft.is_dir() {
+            walk(&e.path(), &tp, out)?;
+        } else if ft.is_file() {
+            out.push((tp, e.path(), e.metadata()?.len()));
+        }
+        // Symlinks, sockets and devices are not followed or shared.
+    }
+    Ok(())
+}
+
+/// SHA-1 of every piece of the concatenated files, read sequentially.
+fn hash_pieces(
+    files: &[FileEntry],
+    piece_length: u64,
+    total: u64,
+    progress: bool,
+    what: &str,
+) -> anyhow::Result<Vec<[u8; 20]>> {
+    let bar = if progress {
+        let b = ProgressBar::new(total);
+        b.set_style(
+            ProgressStyle::with_template(
+                "{msg} [{bar:40}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
+            )
+            .expect("static template")
+            .progress_chars("=> "),
+        );
+        b.set_message(what.to_string());
+        b
+    } else {
+        ProgressBar::hidden()
+    };
+    let mut pieces = Vec::with_capacity(total.div_ceil(piece_length) as usize);
+    let mut hasher = Sha1::new();
+    let mut in_piece = 0u64;
+    let mut buf = vec![0u8; 1 << 20];
+    for f in files {
+        if f.length == 0 {
+            continue;
+        }
+        let mut fh = fs::File::open(&f.disk_path)
+            .with_context(|| format!("opening {}", f.disk_path.display()))?;
+        let mut left = f.length;
+        while left > 0 {
+            let want = (piece_length - in_piece).min(left).min(buf.len() as u64) as usize;
+            let n = fh
+                .read(&mut buf[..want])
+                .with_context(|| format!("reading {}", f.disk_path.display()))?;
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!(
+                        "{} is shorter than the {} bytes expected",
+                        f.disk_path.display(),
+                        f.length
+                    ),
+                ))
+                .context("data does not match");
+            }
+            hasher.update(&buf[..n]);
+            in_piece += n as u64;
+            left -= n as u64;
+            bar.inc(n as u64);
+            if in_piece == piece_length {
+                pieces.push(hasher.finalize_reset().into());
+                in_piece = 0;
+            }
+        }
+    }
+    if in_piece > 0 {
+        pieces.push(hasher.finalize_reset().into());
+    }
+    bar.finish_and_clear();
+    Ok(pieces)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_piece_sizes() {
+        assert_eq!(auto_piece_length(1), MIN_PIECE);
+        assert_eq!(auto_piece_length(64 << 20), 64 * 1024);
+        assert_eq!(auto_piece_length(1 << 40), 4 << 20);
+    }
+
+    #[test]
+    fn segments_cross_files_and_skip_empty() {
+        let d = tempfile::tempdir().unwrap();
+        let mk = |n: &str, len: u64| {
+            let p = d.path().join(n);
+            fs::write(&p, vec![7u8; len as usize]).unwrap();
+            p
+        };
+        let paths = vec![mk("a", 20_000), mk("b", 0), mk("c", 30_000)];
+        let (m, bytes) = Meta::create(
+            &paths,
+            &CreateOptions {
+                piece_length: Some(16384),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(m.num_pieces(), 4);
+        assert_eq!(m.piece_len(3), 50_000 - 3 * 16384);
+        assert_eq!(
+            m.segments(16384, 16384),
+            vec![(0, 16384, 3616), (2, 0, 12768)]
+        );
+        // Round trip through the encoded form gives the same info hash.
+        let back = Meta::from_bytes(&bytes, d.path()).unwrap();
+        assert_eq!(back.info_hash, m.info_hash);
+        assert_eq!(back.files.len(), 3);
+    }
+}

@@ -1,0 +1,479 @@
+//! The bench's leechers (like libtorrent's connection_tester): one process holds many peer
+//! connections as lightweight tasks on one loop. Each peer handshakes (fast + extension
+//! bits, a BEP 20 peer id of its own), holds idle for a while (for the RSS-per-idle-peer
+//! figure), says it is interested, and then downloads as clients do: a random piece, its
+//! 16 KiB blocks pipelined `--pipeline` deep, the next random piece, until the time is up.
+//! Piece data is skipped as it arrives (a streaming parser: no per-peer buffer for data).
+//!
+//! Output: one JSON line on stdout at the end (bytes, blocks, latency histogram quantiles,
+//! connections), and `connected N` on stdout once every peer has handshaken.
+
+use std::cell::RefCell;
+use std::io::{self, Write as _};
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use iolab_runtime::net::TcpStream;
+use iolab_runtime::{sleep, spawn, timeout, wait_readable, Runtime};
+use serde::{Deserialize, Serialize};
+
+use crate::metainfo::Meta;
+use crate::wire::{self, Handshake, Message};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct SwarmArgs {
+    /// The seeder to download from.
+    #[arg(long)]
+    pub target: SocketAddr,
+    /// The torrent (only its info hash and piece layout are used).
+    #[arg(long)]
+    pub torrent: PathBuf,
+    /// Connections held by this process.
+    #[arg(long, default_value_t = 10)]
+    pub peers: usize,
+    /// Seconds to hold the connections idle (handshaken, not interested) before downloading.
+    #[arg(long, default_value_t = 1.0)]
+    pub idle_secs: f64,
+    /// Seconds of downloading.
+    #[arg(long, default_value_t = 10.0)]
+    pub secs: f64,
+    /// Requests outstanding per peer.
+    #[arg(long, default_value_t = 16)]
+    pub pipeline: usize,
+    /// New connections per second (0 = all at once).
+    #[arg(long, default_value_t = 5000)]
+    pub connect_rate: u64,
+    /// Index of this process (varies the peer ids across processes).
+    #[arg(long, default_value_t = 0)]
+    pub process: u32,
+}
+
+/// What one swarm process measured.
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+pub struct SwarmResult {
+    pub peers: usize,
+    pub connected: usize,
+    pub connect_failures: usize,
+    pub dropped: usize,
+    pub unchoked_peers: usize,
+    pub bytes: u64,
+    pub blocks: u64,
+    pub rejects: u64,
+    pub secs: f64,
+    /// Request latency in microseconds (request sent → block fully received).
+    pub lat_p50_us: u64,
+    pub lat_p99_us: u64,
+    pub lat_count: u64,
+    /// Serialized histogram quantiles (for merging across processes): (quantile, value).
+    pub lat_samples: Vec<(f64, u64)>,
+}
+
+struct Shared {
+    hist: Histogram<u64>,
+    res: SwarmResult,
+    go: bool,
+}
+
+/// Raises this process's open-file limit to `want` (or as far as allowed): the soft limit
+/// up to the hard one; as root, the hard one up to fs.nr_open.
+pub fn raise_nofile(want: u64) -> u64 {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 {
+        return 1024;
+    }
+    if rl.rlim_cur >= want {
+        return rl.rlim_cur;
+    }
+    let nr_open: u64 = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(rl.rlim_max);
+    let mut new = libc::rlimit {
+        rlim_cur: want.min(nr_open.max(rl.rlim_max)),
+        rlim_max: rl.rlim_max.max(want.min(nr_open)),
+    };
+    // SAFETY: setrlimit reads the struct we own.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &new) } != 0 {
+        // Not root: the soft limit up to the hard one.
+        new = libc::rlimit {
+            rlim_cur: want.min(rl.rlim_max),
+            rlim_max: rl.rlim_max,
+        };
+        // SAFETY: as above.
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &new) };
+    }
+    // SAFETY: as above.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) };
+    rl.rlim_cur
+}
+
+pub fn run(args: SwarmArgs) -> anyhow::Result<()> {
+    raise_nofile(args.peers as u64 + 64);
+    let bytes = std::fs::read(&args.torrent)?;
+    let meta = Rc::new(Meta::from_bytes(&bytes, std::path::Path::new("."))?);
+    let rt = Runtime::builder().workers(1).build()?;
+    let shared = Rc::new(RefCell::new(Shared {
+        hist: Histogram::new_with_bounds(1, 60_000_000, 3)?,
+        res: SwarmResult {
+            peers: args.peers,
+            ..Default::default()
+        },
+        go: false,
+    }));
+    let go = iolab_runtime::Cond::new();
+    let sh = shared.clone();
+    rt.block_on(async move {
+        let mut handles = Vec::new();
+        let start = Instant::now();
+        for i in 0..args.peers {
+            if args.connect_rate > 0 {
+                let due = start + Duration::from_secs_f64(i as f64 / args.connect_rate as f64);
+                iolab_runtime::sleep_until(due).await;
+            }
+            let m = meta.clone();
+            let s = sh.clone();
+            let g = go.clone();
+            let a = args.clone();
+            handles.push(spawn(async move { leecher(a, i, m, s, g).await }));
+        }
+        // Wait until every peer has handshaken (or failed), bounded.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (c, f, d) = {
+                let r = &sh.borrow().res;
+                (r.connected, r.connect_failures, r.dropped)
+            };
+            if c + f + d >= args.peers || Instant::now() > deadline {
+                break;
+            }
+            sleep(Duration::from_millis(20)).await;
+        }
+        println!("connected {}", sh.borrow().res.connected);
+        let _ = io::stdout().flush();
+        sleep(Duration::from_secs_f64(args.idle_secs)).await;
+        let t0 = Instant::now();
+        sh.borrow_mut().go = true;
+        go.broadcast();
+        sleep(Duration::from_secs_f64(args.secs)).await;
+        sh.borrow_mut().res.secs = t0.elapsed().as_secs_f64();
+        sh.borrow_mut().go = false; // stop counting
+        for h in handles {
+            h.abort();
+        }
+    });
+    let s = shared.borrow();
+    let mut res = s.res.clone();
+    res.lat_p50_us = s.hist.value_at_quantile(0.5);
+    res.lat_p99_us = s.hist.value_at_quantile(0.99);
+    res.lat_count = s.hist.len();
+    res.lat_samples = [0.5, 0.9, 0.99, 0.999]
+        .iter()
+        .map(|q| (*q, s.hist.value_at_quantile(*q)))
+        .collect();
+    println!("{}", serde_json::to_string(&res)?);
+    Ok(())
+}
+
+/// Streaming input: message headers are kept, piece data is skipped.
+struct Input {
+    head: Vec<u8>,
+    /// Bytes of the current piece message's data still to skip, and its (index, begin).
+    skip: usize,
+    cur: (u32, u32, u32),
+}
+
+async fn leecher(
+    args: SwarmArgs,
+    i: usize,
+    meta: Rc<Meta>,
+    sh: Rc<RefCell<Shared>>,
+    go: iolab_runtime::Cond,
+) {
+    let stream = match timeout(Duration::from_secs(30), TcpStream::connect(args.target)).await {
+        Ok(Ok(s)) => s,
+        _ => {
+            sh.borrow_mut().res.connect_failures += 1;
+            return;
+        }
+    };
+    let _ = stream.set_nodelay(true);
+    let mut peer_id = [0u8; 20];
+    peer_id[..8].copy_from_slice(b"-IS0100-");
+    let tag = format!("{:04}{:08}", args.process % 10_000, i);
+    peer_id[8..].copy_from_slice(tag.as_bytes());
+    let mut reserved = [0u8; 8];
+    reserved[wire::RESERVED_FAST.0] |= wire::RESERVED_FAST.1;
+    let hs = Handshake {
+        reserved,
+        info_hash: meta.info_hash,
+        peer_id,
+    };
+    let (r, _) = stream.write_all(hs.encode().to_vec()).await;
+    if r.is_err() {
+        sh.borrow_mut().res.connect_failures += 1;
+        return;
+    }
+    let mut input = Input {
+        head: Vec::new(),
+        skip: 0,
+        cur: (0, 0, 0),
+    };
+    // Our handshake reply: 68 bytes, then messages.
+    let mut got_hs = false;
+    let mut unchoked = false;
+    let mut pending: Vec<(u32, u32, Instant)> = Vec::new();
+    let mut piece: Option<(u32, u32)> = None; // (index, next begin)
+    let fd = stream.as_raw_fd();
+    let mut counted_unchoke = false;
+    let mut interested_sent = false;
+    loop {
+        // Send interest once the bench says go.
+        if got_hs && !interested_sent && sh.borrow().go {
+            interested_sent = true;
+            let mut b = Vec::new();
+            wire::encode(&Message::Interested, &mut b);
+            if stream.write_all(b).await.0.is_err() {
+                break;
+            }
+        }
+        // Keep the pipeline full.
+        if unchoked && interested_sent {
+            let mut out = Vec::new();
+            while pending.len() < args.pipeline {
+                let (idx, begin) = match piece {
+                    Some((idx, b)) if (b as u64) < meta.piece_len(idx) => (idx, b),
+                    _ => {
+                        let idx = rand::random_range(0..meta.num_pieces());
+                        (idx, 0)
+                    }
+                };
+                let len = (meta.piece_len(idx) - begin as u64).min(wire::MAX_BLOCK as u64) as u32;
+                piece = Some((idx, begin + len));
+                wire::encode(
+                    &Message::Request {
+                        index: idx,
+                        begin,
+                        length: len,
+                    },
+                    &mut out,
+                );
+                pending.push((idx, begin, Instant::now()));
+            }
+            if !out.is_empty() && stream.write_all(out).await.0.is_err() {
+                break;
+            }
+        }
+        // Wait for input (or for "go" while idle).
+        if got_hs && !interested_sent {
+            if !sh.borrow().go {
+                // Woken by the go broadcast, or by input (choke etc.).
+                let _ = iolab_runtime::wait_readable_or_cancel(fd, &go).await;
+            }
+        } else if wait_readable(fd).await.is_err() {
+            break;
+        }
+        let mut buf = std::mem::take(&mut input.head);
+        let n = SCRATCH.with(|s| {
+            let mut s = s.borrow_mut();
+            // SAFETY: `s` is an exclusively borrowed live buffer of s.len() bytes.
+            let n = unsafe {
+                libc::recv(
+                    fd,
+                    s.as_mut_ptr() as *mut libc::c_void,
+                    s.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n > 0 {
+                feed(&mut input, &mut buf, &s[..n as usize]);
+            }
+            n
+        });
+        input.head = buf;
+        if n == 0 {
+            sh.borrow_mut().res.dropped += 1;
+            return;
+        }
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::WouldBlock {
+                continue;
+            }
+            sh.borrow_mut().res.dropped += 1;
+            return;
+        }
+        // Process what is complete.
+        if !got_hs {
+            if input.head.len() < wire::HANDSHAKE_LEN {
+                continue;
+            }
+            if Handshake::parse(&input.head).is_err() {
+                sh.borrow_mut().res.dropped += 1;
+                return;
+            }
+            input.head.drain(..wire::HANDSHAKE_LEN);
+            got_hs = true;
+            sh.borrow_mut().res.connected += 1;
+        }
+        let mut events = Vec::new();
+        drain_messages(&mut input, &mut events);
+        for ev in events {
+            match ev {
+                Ev::Unchoke => {
+                    unchoked = true;
+                    if !counted_unchoke {
+                        counted_unchoke = true;
+                        sh.borrow_mut().res.unchoked_peers += 1;
+                    }
+                }
+                Ev::Choke => {
+                    unchoked = false;
+                    pending.clear();
+                    piece = None;
+                }
+                Ev::Reject(idx, begin) => {
+                    pending.retain(|p| !(p.0 == idx && p.1 == begin));
+                    sh.borrow_mut().res.rejects += 1;
+                }
+                Ev::Block(idx, begin, len) => {
+                    if let Some(p) = pending.iter().position(|p| p.0 == idx && p.1 == begin) {
+                        let t = pending.swap_remove(p).2;
+                        let mut s = sh.borrow_mut();
+                        if s.go {
+                            let us = t.elapsed().as_micros().max(1) as u64;
+                            let _ = s.hist.record(us.min(60_000_000));
+                            s.res.bytes += len as u64;
+                            s.res.blocks += 1;
+                        }
+                    }
+                }
+                Ev::Bad => {
+                    sh.borrow_mut().res.dropped += 1;
+                    return;
+                }
+            }
+        }
+    }
+    sh.borrow_mut().res.dropped += 1;
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Vec<u8>> = RefCell::new(vec![0u8; 256 * 1024]);
+}
+
+enum Ev {
+    Unchoke,
+    Choke,
+    Reject(u32, u32),
+    Block(u32, u32, u32),
+    Bad,
+}
+
+/// Appends `data` to the input, skipping piece data as it streams by.
+fn feed(input: &mut Input, head: &mut Vec<u8>, mut data: &[u8]) {
+    while !data.is_empty() {
+        if input.skip > 0 {
+            let k = input.skip.min(data.len());
+            input.skip -= k;
+            data = &data[k..];
+            if input.skip == 0 {
+                // Completed piece: recorded as a pseudo-message in `head` so the events keep
+                // their order: 0xFF marker + index + begin + length.
+                head.extend_from_slice(&[0, 0, 0, 13, 0xFF]);
+                head.extend_from_slice(&input.cur.0.to_be_bytes());
+                head.extend_from_slice(&input.cur.1.to_be_bytes());
+                head.extend_from_slice(&input.cur.2.to_be_bytes());
+            }
+            continue;
+        }
+        head.push(data[0]);
+        data = &data[1..];
+        // A piece message's header is complete: switch to skipping its data. Only past the
+        // handshake: find the start of the last (incomplete) message in head.
+        if let Some((len, start)) = last_incomplete(head) {
+            if head.len() - start == 13 && head[start + 4] == 7 && len >= 9 {
+                let idx =
+                    u32::from_be_bytes(head[start + 5..start + 9].try_into().unwrap_or([0; 4]));
+                let begin =
+                    u32::from_be_bytes(head[start + 9..start + 13].try_into().unwrap_or([0; 4]));
+                let dlen = len as usize - 9;
+                input.cur = (idx, begin, dlen as u32);
+                head.truncate(start);
+                input.skip = dlen;
+                if dlen == 0 {
+                    head.extend_from_slice(&[0, 0, 0, 13, 0xFF]);
+                    head.extend_from_slice(&idx.to_be_bytes());
+                    head.extend_from_slice(&begin.to_be_bytes());
+                    head.extend_from_slice(&0u32.to_be_bytes());
+                }
+            }
+        }
+    }
+}
+
+/// The (length, start) of the message being assembled at the end of `head`, skipping the
+/// handshake (68 bytes starting with 19) and complete messages.
+fn last_incomplete(head: &[u8]) -> Option<(u32, usize)> {
+    let mut pos = 0;
+    if head.first() == Some(&19) {
+        if head.len() < wire::HANDSHAKE_LEN {
+            return None;
+        }
+        pos = wire::HANDSHAKE_LEN;
+    }
+    loop {
+        if head.len() < pos + 4 {
+            return None;
+        }
+        let len = u32::from_be_bytes(head[pos..pos + 4].try_into().ok()?);
+        if head.len() >= pos + 4 + len as usize {
+            pos += 4 + len as usize;
+            continue;
+        }
+        return Some((len, pos));
+    }
+}
+
+fn drain_messages(input: &mut Input, events: &mut Vec<Ev>) {
+    let head = &mut input.head;
+    let mut pos = 0;
+    while head.len() >= pos + 4 {
+        let len =
+            u32::from_be_bytes([head[pos], head[pos + 1], head[pos + 2], head[pos + 3]]) as usize;
+        if len > 1 << 20 {
+            events.push(Ev::Bad);
+            return;
+        }
+        if head.len() < pos + 4 + len {
+            break;
+        }
+        if len > 0 {
+            let id = head[pos + 4];
+            let p = &head[pos + 5..pos + 4 + len];
+            match id {
+                0 => events.push(Ev::Choke),
+                1 => events.push(Ev::Unchoke),
+                0x10 if p.len() == 12 => events.push(Ev::Reject(
+                    u32::from_be_bytes([p[0], p[1], p[2], p[3]]),
+                    u32::from_be_bytes([p[4], p[5], p[6], p[7]]),
+                )),
+                0xFF if p.len() == 12 => events.push(Ev::Block(
+                    u32::from_be_bytes([p[0], p[1], p[2], p[3]]),
+                    u32::from_be_bytes([p[4], p[5], p[6], p[7]]),
+                    u32::from_be_bytes([p[8], p[9], p[10], p[11]]),
+                )),
+                _ => {}
+            }
+        }
+        pos += 4 + len;
+    }
+    head.drain(..pos);
+}
