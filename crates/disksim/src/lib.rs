@@ -21,6 +21,7 @@ pub mod config;
 pub mod engine;
 pub mod hdd;
 pub mod measured;
+pub mod pagecache;
 pub mod request;
 pub mod sched;
 pub mod ssd;

@@ -10,6 +10,28 @@
 //! from `Session::feed`'s `on_response`; `stats.error(kind)` / `stats.io_error(&e)` for the
 //! socket error or idle timeout that ended it. [`net`] holds the socket plumbing the thread
 //! and readiness models share (listeners, `Conn::progress`, `serve_blocking`, `Registry`).
+//!
+//! Same sizes everywhere: every model reads into buffers of [`READ_BUF`] bytes and hands at
+//! most [`MAX_IOV`] response chunks to one vectored send, so that differences come from the
+//! I/O model alone (the io_uring models used 8 KiB and 8 iovecs, the others 16 KiB and 64).
+//!
+//! Bounded work per connection (every model, through `iolab_http::Session`): a model reads
+//! only when nothing is pending and calls `Session::resume` after each `advance`, so a
+//! connection holds at most `Limits::max_queued` of responses plus two 64 KiB chunks of a
+//! streamed file, whatever the client pipelines.
+//!
+//! Where file reads happen (a cache miss: open, `fstat`, the `/proc/self/fd` check and, for a
+//! file up to `CacheConfig::max_cached_file`, one read of the whole file; and the 64 KiB
+//! `pread` of each chunk of a larger, streamed file):
+//! - `threads`, `thread-pool`: on the connection's own thread, which blocks; other
+//!   connections are not affected — that is the point of these models.
+//! - `select`, `poll`, `epoll`: on the event loop, synchronously; a read that misses the page
+//!   cache stalls every connection of that loop (as nginx without `aio threads`).
+//! - `uring-accept-sync`, `uring`, `uring-fixed`, `uring-callback`: on the ring's worker
+//!   thread, synchronously — not yet through the ring (an `IORING_OP_READ` per chunk is the
+//!   planned change); same stall as the readiness models.
+//! - `runtime`: inside the connection's task on its loop thread, synchronously — not yet on
+//!   the blocking pool (`iolab_runtime::detach`); same stall.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -35,6 +57,11 @@ pub mod uring_common;
 pub mod uring_fixed;
 
 pub use shutdown::Shutdown;
+
+/// Size of the buffer every model reads a connection's bytes into.
+pub const READ_BUF: usize = 16 * 1024;
+/// Most response chunks every model hands to one `writev`/`sendmsg`.
+pub const MAX_IOV: usize = 64;
 pub use stats::Stats;
 
 /// How `uring-callback` accepts connections (seed 000's CR vs CR-iocp).

@@ -17,10 +17,7 @@ use iolab_http::Session;
 
 use crate::stats::{ErrorKind, Stats};
 
-/// Size of the buffer each connection reads into.
-pub const READ_BUF: usize = 16 * 1024;
-/// Most chunks handed to one `writev(2)`.
-const MAX_IOV: usize = 64;
+pub use crate::{MAX_IOV, READ_BUF};
 
 /// A listening TCP socket with SO_REUSEADDR (restarts don't wait out TIME_WAIT, seed 000
 /// annex E.1), optionally SO_REUSEPORT (several listeners on one port, one per loop).

@@ -26,14 +26,12 @@ use iolab_runtime::{
     cancellable, sleep, spawn, timeout_with, wait_readable, Cancelled, Cond, IoBuf, Runtime, Sleep,
 };
 
-use crate::net::{self, READ_BUF};
+use crate::net::{self, MAX_IOV, READ_BUF};
 use crate::stats::ErrorKind;
 use crate::{Ctx, Shutdown, Stats};
 
 /// Accepts kept in flight per loop.
 const ACCEPTS: usize = 4;
-/// Most response chunks handed to one writev.
-const MAX_IOV: usize = 64;
 
 /// A response chunk as an owned buffer for the runtime.
 struct Chunk(Bytes);

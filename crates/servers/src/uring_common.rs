@@ -30,12 +30,8 @@ use io_uring::{cqueue, squeue, IoUring};
 use crate::stats::ErrorKind;
 use crate::{Ctx, Shutdown};
 
-/// Size of a connection's receive buffer. One request line plus headers of a typical GET fits
-/// many times; larger header blocks arrive over several receives (the parser is incremental).
-pub const READ_BUF: usize = 8 * 1024;
-
-/// Most response chunks handed to one `sendmsg`; the rest goes in the next one.
-pub const MAX_IOV: usize = 8;
+/// Receive buffer and scatter list sizes: the same in every model (see the crate root).
+pub use crate::{MAX_IOV, READ_BUF};
 
 /// Submission queue size of each ring; the completion queue is four times as large so that
 /// a burst of completions (one per connection) rarely overflows it (and when it does, the

@@ -15,7 +15,7 @@
 //!   beyond it a connection is closed at once and counted as refused;
 //! - the arena is registered with the ring (`IORING_REGISTER_BUFFERS`, one buffer) and read
 //!   into with `IORING_OP_READ_FIXED`, so the kernel does not map the buffer on each receive.
-//!   Registration pins the arena in memory (`max_conns` x 8 KiB per worker: 80 MB at the
+//!   Registration pins the arena in memory (`max_conns` x 16 KiB per worker: 160 MB at the
 //!   default 10,000); above [`MAX_REGISTERED`], or if registration fails (memory-lock
 //!   limit), the worker says so once and uses plain `IORING_OP_RECV` into the same arena.
 //!   Sockets are not registered as fixed files.

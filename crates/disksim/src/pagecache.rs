@@ -1,0 +1,1022 @@
+//! The Linux page cache, read path: 4 KiB pages, the two-list (active/inactive) LRU and the
+//! on-demand read-ahead of `mm/readahead.c`, as an [`engine::Component`](crate::engine).
+//!
+//! What is modelled (our own code, written from the kernel's documented behaviour):
+//!
+//! * **Pages**: 4 KiB, keyed by (device, file, page index). A request without a file (a raw
+//!   block-device read) uses the block device's own mapping, page = `lba / 8`.
+//! * **LRU** (`mm/swap.c` `folio_mark_accessed`, `mm/vmscan.c`): a new page enters the
+//!   inactive list unreferenced; a read marks it referenced; a second read of a referenced
+//!   inactive page moves it to the active list. Accessing a page does not move it inside its
+//!   list. Reclaim takes the inactive tail; when the active list is larger than the inactive
+//!   one (the kernel's `inactive_is_low` with ratio 1, i.e. a cache under 1 GiB), the active
+//!   tail is first moved to the inactive head. Pages whose read is in flight (locked in the
+//!   kernel) are never evicted.
+//! * **Read-ahead** (`page_cache_sync_ra`, `page_cache_async_ra`, `get_init_ra_size`,
+//!   `get_next_ra_size`): a read that misses at page `index` with `req` pages requested starts
+//!   a window if the read is at the start of the file, larger than the maximum, or sequential
+//!   to the previous read (`index - prev_index <= 1`): `size = get_init_ra_size(req, max)`,
+//!   `async_size = size - req` (or `size` when `size <= req`). Otherwise the pages just before
+//!   `index` are looked at (context read-ahead, for interleaved streams) and, if they are not a
+//!   run longer than the request, the read is done as is and the window state is left alone:
+//!   a random read does not read ahead, and the next read after it starts again from the
+//!   initial window. The page at `start + size - async_size` carries the read-ahead marker
+//!   (`PG_readahead`); reading it (even as a cache hit) clears the marker and pushes the
+//!   window forward: `start += size`, `size = get_next_ra_size(size, max)`,
+//!   `async_size = size`. `max` = `read_ahead_kb / 4` pages.
+//! * **posix_fadvise**: SEQUENTIAL doubles the file's maximum window, RANDOM turns read-ahead
+//!   off (only the requested pages are read), NORMAL restores the defaults.
+//! * **Hits and misses**: a read whose pages are all cached and ready completes at once
+//!   (`ctx.up`, cache outcome `hit`); otherwise it waits for the page-aligned reads it or an
+//!   earlier read-ahead sent down (`ctx.down`) and completes as `miss` or `partial`.
+//!
+//! Not modelled yet (issue 12, next steps): dirty pages and write-back (buffered writes are
+//! passed down unchanged, write-through, and drop the cached pages they cover, as `O_DIRECT`
+//! does), `POSIX_FADV_DONTNEED`, the `io_pages` (max_sectors_kb) enlargement of the window for
+//! very large reads, large folios, and the workingset refault detection.
+//!
+//! Units: time in ms, addresses in 512-byte sectors (see `request.rs`), page indices in
+//! 4 KiB pages.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use crate::engine::{Component, Ctx};
+use crate::request::{CacheOutcome, Completion, Op, Record, Request, SECTOR};
+
+/// Page size in bytes.
+pub const PAGE: u64 = 4096;
+const SECTORS_PER_PAGE: u64 = PAGE / SECTOR;
+/// Ids of the reads this component sends down have this bit set, so they never collide with
+/// the engine's ids of workload requests.
+const CHILD_ID_BIT: u64 = 1 << 63;
+
+/// `posix_fadvise` advice for a file.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Advice {
+    #[default]
+    Normal,
+    /// `POSIX_FADV_SEQUENTIAL`: twice the device's read-ahead maximum.
+    Sequential,
+    /// `POSIX_FADV_RANDOM`: no read-ahead.
+    Random,
+}
+
+/// The first window of a new read-ahead stream, in pages (kernel `get_init_ra_size`): the
+/// request rounded up to a power of two, ×4 when small (≤ max/32), ×2 when medium (≤ max/4),
+/// else the maximum.
+pub fn init_ra_size(req_pages: u64, max: u64) -> u64 {
+    let size = req_pages.max(1).next_power_of_two();
+    if size <= max / 32 {
+        size * 4
+    } else if size <= max / 4 {
+        size * 2
+    } else {
+        max
+    }
+}
+
+/// The next window after one of `cur` pages (kernel `get_next_ra_size`): ×4 while under
+/// max/16, ×2 up to max/2, then the maximum.
+pub fn next_ra_size(cur: u64, max: u64) -> u64 {
+    if cur < max / 16 {
+        4 * cur
+    } else if cur <= max / 2 {
+        2 * cur
+    } else {
+        max
+    }
+}
+
+/// Per-file read-ahead state (kernel `struct file_ra_state`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RaState {
+    /// First page of the current window.
+    pub start: u64,
+    /// Window length in pages.
+    pub size: u64,
+    /// Pages at the end of the window read asynchronously; the marker is on the first.
+    pub async_size: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct StreamKey {
+    dev: u32,
+    /// `u32::MAX` for the raw block device.
+    file: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct PageKey {
+    stream: StreamKey,
+    index: u64,
+}
+
+#[derive(Debug, Default)]
+struct Stream {
+    ra: RaState,
+    /// Byte position just after the previous read (kernel `prev_pos`); None before the first.
+    prev_pos: Option<u64>,
+    advice: Advice,
+    /// Sector of the file's byte 0 (files are taken as laid out contiguously).
+    base_lba: i64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum List {
+    Inactive,
+    Active,
+}
+
+#[derive(Debug)]
+struct Page {
+    list: List,
+    /// Position in its list (larger = nearer the head, more recent).
+    seq: u64,
+    referenced: bool,
+    /// `PG_readahead`.
+    marker: bool,
+    /// The read filling this page, while in flight.
+    pending: Option<u64>,
+}
+
+/// A workload read waiting for pages in flight.
+struct Waiting {
+    req: Request,
+    outstanding: usize,
+    outcome: CacheOutcome,
+}
+
+/// Page-cache parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PageCacheConfig {
+    /// Capacity in 4 KiB pages (see [`capacity_pages_from_system`]).
+    pub capacity_pages: u64,
+    /// The device's `queue/read_ahead_kb`; 0 turns read-ahead off.
+    pub read_ahead_kb: u64,
+}
+
+/// Counters for the summary.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PageCacheStats {
+    pub hit_pages: u64,
+    pub miss_pages: u64,
+    /// Pages read that no request had asked for (read-ahead beyond the request).
+    pub readahead_pages: u64,
+    pub evicted_pages: u64,
+    pub reads_down: u64,
+}
+
+/// The page cache component.
+pub struct PageCache {
+    cfg: PageCacheConfig,
+    streams: HashMap<StreamKey, Stream>,
+    pages: HashMap<PageKey, Page>,
+    inactive: BTreeMap<u64, PageKey>,
+    active: BTreeMap<u64, PageKey>,
+    next_seq: u64,
+    next_child: u64,
+    /// Reads sent down: the pages they fill.
+    children: HashMap<u64, Vec<PageKey>>,
+    /// Which waiting workload reads each child read holds up.
+    waiters: HashMap<u64, Vec<u64>>,
+    waiting: HashMap<u64, Waiting>,
+    stats: PageCacheStats,
+}
+
+impl PageCache {
+    pub fn new(cfg: PageCacheConfig) -> Self {
+        PageCache {
+            cfg,
+            streams: HashMap::new(),
+            pages: HashMap::new(),
+            inactive: BTreeMap::new(),
+            active: BTreeMap::new(),
+            next_seq: 0,
+            next_child: 0,
+            children: HashMap::new(),
+            waiters: HashMap::new(),
+            waiting: HashMap::new(),
+            stats: PageCacheStats::default(),
+        }
+    }
+
+    /// `posix_fadvise(fd, 0, 0, advice)` on `file` of `dev` (`None`: the raw device).
+    pub fn fadvise(&mut self, dev: u32, file: Option<u32>, advice: Advice) {
+        self.stream_mut(key(dev, file)).advice = advice;
+    }
+
+    /// The read-ahead state of a file (for tests and reports).
+    pub fn ra_state(&self, dev: u32, file: Option<u32>) -> RaState {
+        self.streams
+            .get(&key(dev, file))
+            .map(|s| s.ra)
+            .unwrap_or_default()
+    }
+
+    /// Whether page `index` of the file is cached.
+    pub fn is_cached(&self, dev: u32, file: Option<u32>, index: u64) -> bool {
+        self.pages.contains_key(&PageKey {
+            stream: key(dev, file),
+            index,
+        })
+    }
+
+    /// Whether page `index` is on the active list.
+    pub fn is_active(&self, dev: u32, file: Option<u32>, index: u64) -> bool {
+        self.pages
+            .get(&PageKey {
+                stream: key(dev, file),
+                index,
+            })
+            .is_some_and(|p| p.list == List::Active)
+    }
+
+    /// Pages cached.
+    pub fn len(&self) -> usize {
+        self.pages.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pages.is_empty()
+    }
+
+    pub fn counters(&self) -> PageCacheStats {
+        self.stats
+    }
+
+    fn stream_mut(&mut self, k: StreamKey) -> &mut Stream {
+        self.streams.entry(k).or_default()
+    }
+
+    fn max_pages(&self, s: &Stream) -> u64 {
+        let base = self.cfg.read_ahead_kb / 4;
+        match s.advice {
+            Advice::Sequential => base * 2,
+            _ => base,
+        }
+    }
+
+    fn list_mut(&mut self, l: List) -> &mut BTreeMap<u64, PageKey> {
+        match l {
+            List::Inactive => &mut self.inactive,
+            List::Active => &mut self.active,
+        }
+    }
+
+    fn remove_page(&mut self, k: PageKey) {
+        if let Some(p) = self.pages.remove(&k) {
+            self.list_mut(p.list).remove(&p.seq);
+        }
+    }
+
+    /// `folio_mark_accessed`: referenced on the first access, active on the second.
+    fn mark_accessed(&mut self, k: PageKey) {
+        let seq = self.next_seq;
+        let Some(p) = self.pages.get_mut(&k) else {
+            return;
+        };
+        match (p.list, p.referenced) {
+            (List::Inactive, true) => {
+                let old = p.seq;
+                p.list = List::Active;
+                p.referenced = false;
+                p.seq = seq;
+                self.next_seq += 1;
+                self.inactive.remove(&old);
+                self.active.insert(seq, k);
+            }
+            _ => p.referenced = true,
+        }
+    }
+
+    /// Reclaims until the cache fits its capacity (pages in flight are skipped).
+    fn shrink(&mut self) {
+        while self.pages.len() as u64 > self.cfg.capacity_pages {
+            // Age the active list while it is larger than the inactive one.
+            while self.active.len() > self.inactive.len() {
+                let Some((&old, &k)) = self.active.iter().next() else {
+                    break;
+                };
+                self.active.remove(&old);
+                let seq = self.next_seq;
+                self.next_seq += 1;
+                if let Some(p) = self.pages.get_mut(&k) {
+                    p.list = List::Inactive;
+                    p.referenced = false;
+                    p.seq = seq;
+                }
+                self.inactive.insert(seq, k);
+            }
+            let victim = self
+                .inactive
+                .values()
+                .chain(self.active.values())
+                .copied()
+                .find(|k| self.pages.get(k).is_some_and(|p| p.pending.is_none()));
+            match victim {
+                Some(k) => {
+                    self.remove_page(k);
+                    self.stats.evicted_pages += 1;
+                }
+                None => break, // everything is in flight: over capacity until reads finish
+            }
+        }
+    }
+
+    /// Reads pages `[start, start + n)` not yet cached (kernel `page_cache_ra_unbounded`):
+    /// each run of absent pages becomes one read sent down; the page `marker` (if a newly
+    /// added one) gets `PG_readahead`.
+    fn read_pages(
+        &mut self,
+        sk: StreamKey,
+        start: u64,
+        n: u64,
+        marker: Option<u64>,
+        ctx: &mut Ctx,
+    ) {
+        let base = self.streams.get(&sk).map_or(0, |s| s.base_lba);
+        let mut run: Option<(u64, u64)> = None; // (first, count)
+        let flush = |this: &mut PageCache, run: &mut Option<(u64, u64)>, ctx: &mut Ctx| {
+            if let Some((first, count)) = run.take() {
+                let id = CHILD_ID_BIT | this.next_child;
+                this.next_child += 1;
+                let lba = base + (first * SECTORS_PER_PAGE) as i64;
+                let req = Request {
+                    id,
+                    arrival: ctx.now(),
+                    dev: sk.dev,
+                    lba: lba.max(0) as u64,
+                    sectors: (count * SECTORS_PER_PAGE) as u32,
+                    op: Op::Read,
+                    flags: Default::default(),
+                    file: None,
+                };
+                this.children.insert(
+                    id,
+                    (first..first + count)
+                        .map(|index| PageKey { stream: sk, index })
+                        .collect(),
+                );
+                for index in first..first + count {
+                    if let Some(p) = this.pages.get_mut(&PageKey { stream: sk, index }) {
+                        p.pending = Some(id);
+                    }
+                }
+                this.stats.reads_down += 1;
+                ctx.down(req);
+            }
+        };
+        for index in start..start + n {
+            let k = PageKey { stream: sk, index };
+            if self.pages.contains_key(&k) {
+                flush(self, &mut run, ctx);
+                continue;
+            }
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            self.pages.insert(
+                k,
+                Page {
+                    list: List::Inactive,
+                    seq,
+                    referenced: false,
+                    marker: marker == Some(index),
+                    pending: None,
+                },
+            );
+            self.inactive.insert(seq, k);
+            self.stats.readahead_pages += 1; // corrected for the requested pages by the caller
+            run = match run {
+                Some((first, count)) if first + count == index && count < u32::MAX as u64 / 8 => {
+                    Some((first, count + 1))
+                }
+                other => {
+                    let mut r = other;
+                    flush(self, &mut r, ctx);
+                    Some((index, 1))
+                }
+            };
+        }
+        flush(self, &mut run, ctx);
+    }
+
+    /// The common tail of the kernel's on-demand read-ahead (`readit:`): if the read at
+    /// `index` would hit the marker of its own window at once, merge the next window in;
+    /// then read the window with the marker at `start + size - async_size`.
+    fn readit(&mut self, sk: StreamKey, index: u64, max: u64, ctx: &mut Ctx) {
+        let s = self.stream_mut(sk);
+        let mut ra = s.ra;
+        if index == ra.start && ra.size == ra.async_size {
+            let add = next_ra_size(ra.size, max);
+            if ra.size + add <= max {
+                ra.async_size = add;
+                ra.size += add;
+            } else {
+                ra.size = max;
+                ra.async_size = max / 2;
+            }
+        }
+        s.ra = ra;
+        let marker = (ra.async_size > 0).then(|| ra.start + ra.size - ra.async_size);
+        self.read_pages(sk, ra.start, ra.size, marker, ctx);
+    }
+
+    /// A read of `req` pages missed at `index` (kernel `page_cache_sync_ra`).
+    fn sync_ra(&mut self, sk: StreamKey, index: u64, req: u64, ctx: &mut Ctx) {
+        let s = self.stream_mut(sk);
+        let advice = s.advice;
+        let prev_index = s.prev_pos.map(|p| p / PAGE);
+        let max = {
+            let s = &self.streams[&sk];
+            self.max_pages(s)
+        };
+        if advice == Advice::Random || max == 0 {
+            // "be dumb": exactly the requested pages.
+            self.read_pages(sk, index, req, None, ctx);
+            return;
+        }
+        let sequential = prev_index.is_some_and(|p| index >= p && index - p <= 1);
+        if index == 0 || req > max || sequential {
+            let size = init_ra_size(req, max);
+            let s = self.stream_mut(sk);
+            s.ra = RaState {
+                start: index,
+                size,
+                async_size: if size > req { size - req } else { size },
+            };
+            self.readit(sk, index, max, ctx);
+            return;
+        }
+        // Context read-ahead: a run of cached pages just before `index` (another stream of
+        // an interleaved pair left it) longer than the request means a sequential stream.
+        let mut contig = 0;
+        while contig < max
+            && index > contig
+            && self.is_cached(sk.dev, file_of(sk), index - 1 - contig)
+        {
+            contig += 1;
+        }
+        if contig <= req {
+            // A random read: read as is, leave the window alone.
+            self.read_pages(sk, index, req, None, ctx);
+            return;
+        }
+        if contig == index {
+            // Cached from the start of the file: a long stream, be generous.
+            contig *= 2;
+        }
+        let s = self.stream_mut(sk);
+        s.ra = RaState {
+            start: index,
+            size: (contig + req).min(max),
+            async_size: 1,
+        };
+        self.readit(sk, index, max, ctx);
+    }
+
+    /// A read of `req` pages reached the marked page `index` (kernel `page_cache_async_ra`).
+    fn async_ra(&mut self, sk: StreamKey, index: u64, req: u64, ctx: &mut Ctx) {
+        let (max, ra, advice) = {
+            let s = &self.streams[&sk];
+            (self.max_pages(s), s.ra, s.advice)
+        };
+        if advice == Advice::Random || max == 0 {
+            return;
+        }
+        let expected = ra.start + ra.size - ra.async_size;
+        if index == expected || index == ra.start + ra.size {
+            // The expected marker: push the window forward, ramped up.
+            let size = next_ra_size(ra.size, max);
+            self.stream_mut(sk).ra = RaState {
+                start: ra.start + ra.size,
+                size,
+                async_size: size,
+            };
+            self.readit(sk, index, max, ctx);
+            return;
+        }
+        // A marker from a window this state no longer describes (interleaved reads): the
+        // pages cached after it stand for the old async size.
+        let mut next_miss = index + 1;
+        while next_miss - index <= max && self.is_cached(sk.dev, file_of(sk), next_miss) {
+            next_miss += 1;
+        }
+        if next_miss - index > max {
+            return;
+        }
+        let size = next_ra_size(next_miss - index + req, max);
+        self.stream_mut(sk).ra = RaState {
+            start: next_miss,
+            size,
+            async_size: size,
+        };
+        self.readit(sk, index, max, ctx);
+    }
+
+    fn buffered_read(&mut self, req: Request, ctx: &mut Ctx) {
+        let (sk, offset) = match req.file {
+            Some(f) => (key(req.dev, Some(f.file)), f.offset),
+            None => (key(req.dev, None), req.lba * SECTOR),
+        };
+        let base = req.lba as i64 - (offset / SECTOR) as i64;
+        self.stream_mut(sk).base_lba = base;
+        let first = offset / PAGE;
+        let end = offset + req.bytes().max(1);
+        let last = end.div_ceil(PAGE); // exclusive
+        let prev_pos = self.streams[&sk].prev_pos;
+        let ra_before = self.stats.readahead_pages;
+        let first_new_child = CHILD_ID_BIT | self.next_child;
+        let mut missed = 0u64;
+        let mut children = BTreeSet::new();
+        for index in first..last {
+            let k = PageKey { stream: sk, index };
+            match self.pages.get_mut(&k) {
+                None => self.sync_ra(sk, index, last - index, ctx),
+                Some(p) if p.marker => {
+                    p.marker = false;
+                    self.async_ra(sk, index, last - index, ctx);
+                }
+                Some(_) => {}
+            }
+            if let Some(p) = self.pages.get(&k) {
+                if let Some(c) = p.pending {
+                    children.insert(c);
+                    if c >= first_new_child {
+                        missed += 1; // read from the device by this request
+                    }
+                }
+            }
+            // A read continuing inside the page the previous one ended in does not count
+            // as a new access to it (kernel filemap_read).
+            let same_page =
+                index == first && prev_pos.is_some_and(|p| p > 0 && (p - 1) / PAGE == first);
+            if !same_page {
+                self.mark_accessed(k);
+            }
+        }
+        let requested = last - first;
+        // read_pages counted every new page as read-ahead; the requested ones are not.
+        self.stats.readahead_pages = self
+            .stats
+            .readahead_pages
+            .saturating_sub(missed)
+            .max(ra_before);
+        self.stats.miss_pages += missed;
+        self.stats.hit_pages += requested - missed;
+        self.stream_mut(sk).prev_pos = Some(end);
+        self.shrink();
+        if children.is_empty() {
+            let now = ctx.now();
+            let rec = Record {
+                arrival: req.arrival,
+                device_start: now,
+                cache: CacheOutcome::Hit,
+                completion: now,
+                ..Default::default()
+            };
+            ctx.up(Completion { req, rec });
+            return;
+        }
+        let outcome = if missed == requested {
+            CacheOutcome::Miss
+        } else {
+            CacheOutcome::Partial
+        };
+        for &c in &children {
+            self.waiters.entry(c).or_default().push(req.id);
+        }
+        self.waiting.insert(
+            req.id,
+            Waiting {
+                outstanding: children.len(),
+                req,
+                outcome,
+            },
+        );
+    }
+}
+
+fn key(dev: u32, file: Option<u32>) -> StreamKey {
+    StreamKey {
+        dev,
+        file: file.unwrap_or(u32::MAX),
+    }
+}
+
+fn file_of(sk: StreamKey) -> Option<u32> {
+    (sk.file != u32::MAX).then_some(sk.file)
+}
+
+impl Component for PageCache {
+    fn name(&self) -> &str {
+        "pagecache"
+    }
+
+    fn submit(&mut self, req: Request, ctx: &mut Ctx) {
+        let direct = req.flags.contains(crate::request::Flags::DIRECT);
+        if req.op == Op::Read && !direct && req.sectors > 0 {
+            self.buffered_read(req, ctx);
+            return;
+        }
+        // Writes and O_DIRECT: passed down unchanged; the cached pages they cover are
+        // dropped (O_DIRECT invalidates; buffered writes are write-through for now).
+        if req.op != Op::Flush && req.sectors > 0 {
+            let (sk, offset) = match req.file {
+                Some(f) => (key(req.dev, Some(f.file)), f.offset),
+                None => (key(req.dev, None), req.lba * SECTOR),
+            };
+            let first = offset / PAGE;
+            let last = (offset + req.bytes()).div_ceil(PAGE);
+            for index in first..last {
+                let k = PageKey { stream: sk, index };
+                if self.pages.get(&k).is_some_and(|p| p.pending.is_none()) {
+                    self.remove_page(k);
+                }
+            }
+        }
+        ctx.down(req);
+    }
+
+    fn complete(&mut self, done: Completion, ctx: &mut Ctx) {
+        let Some(pages) = self.children.remove(&done.req.id) else {
+            ctx.up(done); // a write or O_DIRECT read passed through
+            return;
+        };
+        for k in pages {
+            if let Some(p) = self.pages.get_mut(&k) {
+                if p.pending == Some(done.req.id) {
+                    p.pending = None;
+                }
+            }
+        }
+        self.shrink();
+        for parent in self.waiters.remove(&done.req.id).unwrap_or_default() {
+            let finished = match self.waiting.get_mut(&parent) {
+                Some(w) => {
+                    w.outstanding -= 1;
+                    w.outstanding == 0
+                }
+                None => false,
+            };
+            if finished {
+                if let Some(w) = self.waiting.remove(&parent) {
+                    let rec = Record {
+                        arrival: w.req.arrival,
+                        cache: w.outcome,
+                        completion: ctx.now(),
+                        ..done.rec
+                    };
+                    ctx.up(Completion { req: w.req, rec });
+                }
+            }
+        }
+    }
+
+    fn stats(&self) -> Vec<(String, f64)> {
+        let s = self.stats;
+        vec![
+            ("pagecache hit pages".into(), s.hit_pages as f64),
+            ("pagecache miss pages".into(), s.miss_pages as f64),
+            ("pagecache readahead pages".into(), s.readahead_pages as f64),
+            ("pagecache evicted pages".into(), s.evicted_pages as f64),
+            ("pagecache reads down".into(), s.reads_down as f64),
+        ]
+    }
+}
+
+/// The page-cache capacity, in pages, of a process on this machine: the smallest of the
+/// memory cgroup limit (v2 `memory.max`, v1 `memory.limit_in_bytes`) and `MemTotal`.
+pub fn capacity_pages_from_system() -> std::io::Result<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo")?;
+    let mut bytes = parse_memtotal(&meminfo).ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "no MemTotal in /proc/meminfo",
+        )
+    })?;
+    for path in [
+        "/sys/fs/cgroup/memory.max",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ] {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            if let Some(limit) = parse_cgroup_limit(&text) {
+                bytes = bytes.min(limit);
+            }
+        }
+    }
+    Ok(bytes / PAGE)
+}
+
+/// `MemTotal:  16384 kB` → bytes.
+pub fn parse_memtotal(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let mut it = line["MemTotal:".len()..].split_whitespace();
+    let n: u64 = it.next()?.parse().ok()?;
+    match it.next() {
+        Some("kB") => n.checked_mul(1024),
+        None => Some(n),
+        _ => None,
+    }
+}
+
+/// A cgroup memory limit file (`max` in v2, a byte count in both; v1 says "no limit" with a
+/// huge number, which `min` with MemTotal absorbs) → bytes, `None` for no limit.
+pub fn parse_cgroup_limit(text: &str) -> Option<u64> {
+    let t = text.trim();
+    if t == "max" {
+        return None;
+    }
+    t.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{Pending, Simulator, VecSource, When};
+    use crate::request::{FileRef, Flags};
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    /// Lets a test look at the page cache after the engine ran it.
+    struct Shared(Rc<RefCell<PageCache>>);
+    impl Component for Shared {
+        fn name(&self) -> &str {
+            "pagecache"
+        }
+        fn submit(&mut self, req: Request, ctx: &mut Ctx) {
+            self.0.borrow_mut().submit(req, ctx)
+        }
+        fn complete(&mut self, done: Completion, ctx: &mut Ctx) {
+            self.0.borrow_mut().complete(done, ctx)
+        }
+    }
+
+    /// A device that logs what reaches it, as (first page, pages), and serves in 1 ms.
+    struct Recorder {
+        log: Rc<RefCell<Vec<(u64, u64)>>>,
+        busy: HashMap<u64, Request>,
+    }
+    impl Component for Recorder {
+        fn name(&self) -> &str {
+            "recorder"
+        }
+        fn submit(&mut self, req: Request, ctx: &mut Ctx) {
+            self.log.borrow_mut().push((
+                req.lba / SECTORS_PER_PAGE,
+                u64::from(req.sectors) / SECTORS_PER_PAGE,
+            ));
+            ctx.wake_at(ctx.now() + 1.0, req.id);
+            self.busy.insert(req.id, req);
+        }
+        fn wake(&mut self, token: u64, ctx: &mut Ctx) {
+            let req = self.busy.remove(&token).unwrap();
+            let rec = Record {
+                arrival: req.arrival,
+                device_start: req.arrival,
+                completion: ctx.now(),
+                ..Default::default()
+            };
+            ctx.up(Completion { req, rec });
+        }
+    }
+
+    struct Rig {
+        pc: Rc<RefCell<PageCache>>,
+        log: Rc<RefCell<Vec<(u64, u64)>>>,
+        sim: Simulator,
+    }
+
+    fn rig(capacity_pages: u64, read_ahead_kb: u64) -> Rig {
+        let pc = Rc::new(RefCell::new(PageCache::new(PageCacheConfig {
+            capacity_pages,
+            read_ahead_kb,
+        })));
+        let log = Rc::new(RefCell::new(Vec::new()));
+        let sim = Simulator::new(vec![
+            Box::new(Shared(pc.clone())),
+            Box::new(Recorder {
+                log: log.clone(),
+                busy: HashMap::new(),
+            }),
+        ]);
+        Rig { pc, log, sim }
+    }
+
+    /// One-page reads of file 0 (laid out from sector 0), one after another (closed loop).
+    fn read_pages_seq(r: &mut Rig, pages: &[u64]) -> Vec<Completion> {
+        let items = pages
+            .iter()
+            .map(|&p| Pending {
+                when: When::AfterCompletion { think: 0.5 },
+                req: Request {
+                    id: 0,
+                    arrival: 0.0,
+                    dev: 0,
+                    lba: p * SECTORS_PER_PAGE,
+                    sectors: SECTORS_PER_PAGE as u32,
+                    op: Op::Read,
+                    flags: Flags::default(),
+                    file: Some(FileRef {
+                        file: 0,
+                        offset: p * PAGE,
+                    }),
+                },
+            })
+            .collect();
+        let mut out = Vec::new();
+        r.sim
+            .run(&mut VecSource::new(items), &mut |c| out.push(c.clone()))
+            .unwrap();
+        out
+    }
+
+    #[test]
+    fn window_sizes_follow_the_kernel_formulas() {
+        // read_ahead_kb = 128 → max 32 pages.
+        assert_eq!(init_ra_size(1, 32), 4); // 1 ≤ 32/32: ×4
+        assert_eq!(init_ra_size(3, 32), 8); // 4 ≤ 32/4: ×2
+        assert_eq!(init_ra_size(8, 32), 16);
+        assert_eq!(init_ra_size(9, 32), 32); // 16 > 32/4: max
+                                             // This machine's vda: read_ahead_kb = 8192 → max 2048 pages. Ramp from a 4 KiB read:
+                                             // 4 (×4: 4 < 128), 16, 64 (×4 while < 2048/16 = 128), 256, 512, 1024 (×2 while
+                                             // ≤ 1024), then 2048 for good.
+        let mut w = vec![init_ra_size(1, 2048)];
+        while w.len() < 8 {
+            w.push(next_ra_size(*w.last().unwrap(), 2048));
+        }
+        assert_eq!(w, vec![4, 16, 64, 256, 512, 1024, 2048, 2048]);
+    }
+
+    /// Sequential 4 KiB reads, read_ahead_kb = 128 (max 32 pages), derived from
+    /// mm/readahead.c:
+    /// * read of page 0 misses: sync read-ahead, index 0 → initial window
+    ///   `get_init_ra_size(1, 32)` = 4 pages (16 KiB), `async_size = 4 - 1 = 3`: pages 0–3,
+    ///   marker on page 0 + 4 - 3 = 1;
+    /// * read of page 1 hits the marker: `start = 4`, `size = get_next_ra_size(4)` = 8
+    ///   (4 ≥ 32/16, ≤ 32/2: ×2), `async_size = 8`: pages 4–11, marker on 4;
+    /// * page 4 → pages 12–27 (16), marker 12; page 12 → 28–59 (32), marker 28;
+    /// * page 28 → 60–91 (32 = max), page 60 → 92–123, page 92 → 124–155, and so on.
+    ///
+    /// So the device sees 16, 32, 64, 128, 128, 128, 128 KiB for pages 0–99: the kernel's
+    /// ramp-up, each window read when the reader reaches the first page of the previous one.
+    #[test]
+    fn sequential_reads_ramp_the_window_like_linux() {
+        let mut r = rig(1 << 20, 128);
+        let pages: Vec<u64> = (0..100).collect();
+        let out = read_pages_seq(&mut r, &pages);
+        assert_eq!(
+            *r.log.borrow(),
+            vec![
+                (0, 4),
+                (4, 8),
+                (12, 16),
+                (28, 32),
+                (60, 32),
+                (92, 32),
+                (124, 32)
+            ]
+        );
+        assert_eq!(out.len(), 100);
+        assert_eq!(out[0].rec.cache, CacheOutcome::Miss);
+        // Every later read was a hit served at once: read-ahead kept ahead of the reader.
+        for c in &out[1..] {
+            assert_eq!(c.rec.cache, CacheOutcome::Hit, "page {}", c.req.lba / 8);
+            assert_eq!(c.rec.completion, c.rec.arrival);
+        }
+        let s = r.pc.borrow().counters();
+        assert_eq!((s.miss_pages, s.hit_pages), (1, 99));
+        assert_eq!(s.readahead_pages, 156 - 1);
+        assert_eq!(
+            r.pc.borrow().ra_state(0, Some(0)),
+            RaState {
+                start: 124,
+                size: 32,
+                async_size: 32
+            }
+        );
+    }
+
+    #[test]
+    fn a_page_read_ahead_is_a_hit() {
+        let mut r = rig(1 << 20, 128);
+        let out = read_pages_seq(&mut r, &[0, 2]);
+        // Page 2 came with page 0's initial window (pages 0–3) and needed no device read.
+        assert_eq!(*r.log.borrow(), vec![(0, 4)]);
+        assert_eq!(out[1].rec.cache, CacheOutcome::Hit);
+        assert_eq!(out[1].response(), 0.0);
+        assert!(out[0].response() > 0.0);
+    }
+
+    /// A random read is read as is (no window) and leaves the state; a read continuing from
+    /// it starts a new stream with the initial window again.
+    #[test]
+    fn a_random_read_resets_the_window() {
+        let mut r = rig(1 << 20, 128);
+        let seq: Vec<u64> = (0..40).collect();
+        read_pages_seq(&mut r, &seq);
+        let ramped = r.pc.borrow().ra_state(0, Some(0));
+        assert_eq!(ramped.size, 32);
+        r.log.borrow_mut().clear();
+        read_pages_seq(&mut r, &[1000]);
+        assert_eq!(*r.log.borrow(), vec![(1000, 1)]);
+        assert_eq!(r.pc.borrow().ra_state(0, Some(0)), ramped);
+        read_pages_seq(&mut r, &[1001]);
+        assert_eq!(*r.log.borrow(), vec![(1000, 1), (1001, 4)]);
+        assert_eq!(
+            r.pc.borrow().ra_state(0, Some(0)),
+            RaState {
+                start: 1001,
+                size: 4,
+                async_size: 3
+            }
+        );
+    }
+
+    #[test]
+    fn fadvise_random_reads_only_what_is_asked_and_sequential_doubles_the_window() {
+        let mut r = rig(1 << 20, 128);
+        r.pc.borrow_mut().fadvise(0, Some(0), Advice::Random);
+        read_pages_seq(&mut r, &[0, 1, 2]);
+        assert_eq!(*r.log.borrow(), vec![(0, 1), (1, 1), (2, 1)]);
+
+        let mut r = rig(1 << 20, 128);
+        r.pc.borrow_mut().fadvise(0, Some(0), Advice::Sequential);
+        let pages: Vec<u64> = (0..80).collect();
+        read_pages_seq(&mut r, &pages);
+        // max 64 pages: init 4 (1 ≤ 64/32: ×4), then 8 (4 ≥ 64/16: ×2), 16, 32, 64, 64;
+        // page 60 (the marker of the 60–123 window) reads 124–187.
+        assert_eq!(
+            *r.log.borrow(),
+            vec![(0, 4), (4, 8), (12, 16), (28, 32), (60, 64), (124, 64)]
+        );
+    }
+
+    /// Capacity 4 pages, no read-ahead: pages enter the inactive list, a second read
+    /// promotes to active, reclaim takes the oldest inactive page first.
+    #[test]
+    fn lru_evicts_the_oldest_inactive_page_and_spares_the_active_one() {
+        let mut r = rig(4, 0);
+        read_pages_seq(&mut r, &[0, 1, 2, 3]);
+        assert!(!r.pc.borrow().is_active(0, Some(0), 0));
+        read_pages_seq(&mut r, &[0]); // second access: promoted
+        assert!(r.pc.borrow().is_active(0, Some(0), 0));
+        read_pages_seq(&mut r, &[4, 5]);
+        let pc = r.pc.borrow();
+        let cached: Vec<u64> = (0..6).filter(|&p| pc.is_cached(0, Some(0), p)).collect();
+        assert_eq!(cached, vec![0, 3, 4, 5]);
+        assert_eq!(pc.counters().evicted_pages, 2);
+        assert_eq!(pc.len(), 4);
+        drop(pc);
+        // Page 0 was cached: reading it again costs no device read.
+        r.log.borrow_mut().clear();
+        let out = read_pages_seq(&mut r, &[0]);
+        assert!(r.log.borrow().is_empty());
+        assert_eq!(out[0].rec.cache, CacheOutcome::Hit);
+    }
+
+    #[test]
+    fn direct_reads_bypass_and_invalidate() {
+        let mut r = rig(1 << 20, 0);
+        read_pages_seq(&mut r, &[7]);
+        assert!(r.pc.borrow().is_cached(0, Some(0), 7));
+        let req = Request {
+            id: 0,
+            arrival: 0.0,
+            dev: 0,
+            lba: 7 * 8,
+            sectors: 8,
+            op: Op::Read,
+            flags: Flags::DIRECT,
+            file: Some(FileRef {
+                file: 0,
+                offset: 7 * PAGE,
+            }),
+        };
+        let mut out = Vec::new();
+        r.sim
+            .run(
+                &mut VecSource::new(vec![Pending {
+                    when: When::At(0.0),
+                    req,
+                }]),
+                &mut |c| out.push(c.clone()),
+            )
+            .unwrap();
+        assert_eq!(out.len(), 1);
+        assert_eq!(*r.log.borrow(), vec![(7, 1), (7, 1)]);
+        assert!(!r.pc.borrow().is_cached(0, Some(0), 7));
+    }
+
+    #[test]
+    fn memory_limits_parse() {
+        assert_eq!(
+            parse_memtotal("MemFree: 1 kB\nMemTotal:       16316412 kB\n"),
+            Some(16316412 * 1024)
+        );
+        assert_eq!(parse_memtotal("nothing"), None);
+        assert_eq!(parse_cgroup_limit("max\n"), None);
+        assert_eq!(parse_cgroup_limit("268435456\n"), Some(268435456));
+        assert_eq!(parse_cgroup_limit("junk"), None);
+        assert!(capacity_pages_from_system().unwrap() > 0);
+    }
+}
