@@ -126,18 +126,23 @@ impl Shape {
     }
 }
 
-/// Parses a rate as tc writes it: `100mbit`, `1gbit`, `500kbit`, `12500000` (bit/s),
-/// `10mbps` (bytes/s, as tc reads it). Decimal prefixes, as tc uses.
-pub fn parse_rate(s: &str) -> anyhow::Result<u64> {
+/// Splits `12.5mbit` into its number and its lower-cased unit (`12.5`, `"mbit"`); `None` when
+/// the leading number does not parse.
+fn number_and_unit(s: &str) -> Option<(f64, String)> {
     let t = s.trim().to_ascii_lowercase();
     let num_end = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(num_end);
-    let v: f64 = num
-        .parse()
-        .map_err(|_| anyhow::anyhow!("rate {s:?}: expected a number and a unit like 100mbit"))?;
-    let mult = match unit {
+    Some((num.parse().ok()?, unit.to_string()))
+}
+
+/// Parses a rate as tc writes it: `100mbit`, `1gbit`, `500kbit`, `12500000` (bit/s),
+/// `10mbps` (bytes/s, as tc reads it). Decimal prefixes, as tc uses.
+pub fn parse_rate(s: &str) -> anyhow::Result<u64> {
+    let (v, unit) = number_and_unit(s)
+        .ok_or_else(|| anyhow::anyhow!("rate {s:?}: expected a number and a unit like 100mbit"))?;
+    let mult = match unit.as_str() {
         "" | "bit" => 1.0,
         "kbit" | "k" => 1e3,
         "mbit" | "m" => 1e6,
@@ -157,15 +162,9 @@ pub fn parse_rate(s: &str) -> anyhow::Result<u64> {
 
 /// Parses a duration like `10ms`, `250us`, `1s`, `1.5ms`.
 pub fn parse_duration(s: &str) -> anyhow::Result<Duration> {
-    let t = s.trim().to_ascii_lowercase();
-    let num_end = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(num_end);
-    let v: f64 = num
-        .parse()
-        .map_err(|_| anyhow::anyhow!("duration {s:?}: expected a number and a unit like 10ms"))?;
-    let secs = match unit {
+    let (v, unit) = number_and_unit(s)
+        .ok_or_else(|| anyhow::anyhow!("duration {s:?}: expected a number and a unit like 10ms"))?;
+    let secs = match unit.as_str() {
         "s" => v,
         "ms" => v / 1e3,
         "us" => v / 1e6,
