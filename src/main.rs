@@ -64,7 +64,7 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     init_logging(cli.verbose);
-    match cli.command {
+    let result = match cli.command {
         Command::Serve(a) => iolab_servers::cli::serve(a),
         Command::Models(a) => iolab_stats::cli::models(a),
         Command::Stats(a) => iolab_stats::cli::stats(a),
@@ -75,5 +75,11 @@ fn main() -> anyhow::Result<()> {
         Command::Seed(a) => iolab_seeder::cli::seed(a),
         Command::Tracker(a) => iolab_seeder::cli::tracker(a),
         Command::Disksim(a) => iolab_disksim::cli::run(a),
+    };
+    if result.is_err() {
+        // A failure caused by a signal's teardown is not the outcome: the handler exits with
+        // 128 + the signal once everything is removed.
+        iolab_netns::wait_if_tearing_down();
     }
+    result
 }

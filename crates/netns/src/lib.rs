@@ -45,6 +45,7 @@ static OWNED: Mutex<Vec<Owned>> = Mutex::new(Vec::new());
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 static EXTERNAL_SIGNALS: AtomicBool = AtomicBool::new(false);
 static HANDLER: Once = Once::new();
+static TEARING_DOWN: AtomicBool = AtomicBool::new(false);
 
 /// A guard over the namespaces and veths it created: all are removed on drop.
 #[derive(Debug)]
@@ -374,6 +375,28 @@ pub fn external_signal_handling() {
     EXTERNAL_SIGNALS.store(true, Ordering::SeqCst);
 }
 
+/// Records that a signal handler has begun tearing the process down and will exit with
+/// 128 + the signal number. Called by our handler and by programs with their own.
+pub fn note_signal() {
+    TEARING_DOWN.store(true, Ordering::SeqCst);
+}
+
+/// Whether a signal handler is tearing the process down. The teardown (servers killed,
+/// links removed, reads interrupted) makes the main thread's work fail; that failure is an
+/// echo of the signal, not the result, so the main thread should wait for the handler's
+/// exit instead of reporting it (see [`wait_if_tearing_down`]).
+pub fn tearing_down() -> bool {
+    TEARING_DOWN.load(Ordering::SeqCst)
+}
+
+/// If a signal handler is tearing the process down, blocks forever: the handler exits with
+/// 128 + the signal. Otherwise returns at once.
+pub fn wait_if_tearing_down() {
+    while tearing_down() {
+        std::thread::park();
+    }
+}
+
 /// Installs the process-wide handler (once): on SIGINT or SIGTERM it removes everything the
 /// process owns, then exits with 128 + the signal number (130, 143).
 pub fn install_signal_handler() -> anyhow::Result<()> {
@@ -392,6 +415,7 @@ pub fn install_signal_handler() -> anyhow::Result<()> {
             .name("netns-signals".into())
             .spawn(move || {
                 if let Some(sig) = signals.forever().next() {
+                    note_signal();
                     cleanup_all();
                     std::process::exit(128 + sig);
                 }
