@@ -30,6 +30,76 @@ pub enum DisksimCommand {
     Run(RunArgs),
     /// Measure the simulator's speed: 1,000,000 requests, random and sequential.
     Bench(BenchArgs),
+    /// Measure a real device through a file created in DIR (O_DIRECT, fio): latency and
+    /// throughput by size, read/write, sequential/random, queue depth; seek profile;
+    /// write-cache behaviour; host settings. Writes a measured-device config for `run`.
+    Calibrate(CalibrateArgs),
+    /// Run real fio (in a memory cgroup) and the simulator on the same jobs and compare them
+    /// job by job: throughput, mean/p50/p99 latency, demerit, simulation speed.
+    Validate(LinuxValidateArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct LinuxValidateArgs {
+    /// Directory on the device to test (files are created there and removed at the end).
+    #[arg(long, default_value = ".")]
+    pub dir: PathBuf,
+    /// Measured-device config from an earlier `calibrate --out` (default: run
+    /// `calibrate` first, separately from the validation runs).
+    #[arg(long)]
+    pub calibration: Option<PathBuf>,
+    /// Smaller suite (32 and 512 KiB, 3 runs, 1 s jobs, 64 MiB cgroup): about 5 minutes.
+    #[arg(long)]
+    pub quick: bool,
+    /// Only the jobs whose name contains one of these (comma-separated), e.g. randread-32k.
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// Runs of each job (default 3 with --quick, 5 without).
+    #[arg(long)]
+    pub runs: Option<u32>,
+    /// Seconds per job (default 1 with --quick, 3 without).
+    #[arg(long)]
+    pub runtime: Option<f64>,
+    /// Cold-case file size (fio size syntax; default 96m with --quick, 256m without).
+    #[arg(long)]
+    pub file_size: Option<String>,
+    /// Memory cgroup limit (fio size syntax; default 64m with --quick, 128m without).
+    #[arg(long)]
+    pub mem: Option<String>,
+    /// Parent directory of the cgroup (default: the memory controller's root).
+    #[arg(long)]
+    pub cgroup_root: Option<PathBuf>,
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// HTML report (table, throughput bars, latency CDFs).
+    #[arg(long)]
+    pub html: Option<PathBuf>,
+    /// Fail if the mean throughput error exceeds the value recorded in this JSON
+    /// ({"mean_abs_error_pct": X, "spread_pct": S}) by more than the run-to-run spread.
+    #[arg(long)]
+    pub check: Option<PathBuf>,
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct CalibrateArgs {
+    /// Directory on the device to measure (a file is created there and removed at the end).
+    #[arg(long, default_value = ".")]
+    pub dir: PathBuf,
+    /// Fewer points and shorter runs: under 2 minutes (512 MiB file, 250 ms per point).
+    #[arg(long)]
+    pub quick: bool,
+    /// Write the measured-device config (TOML) here (refuses to replace a file it did not
+    /// write).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Write every figure as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
 }
 
 #[derive(Args, Debug)]
@@ -58,8 +128,26 @@ pub struct RunArgs {
     #[arg(long)]
     pub config: PathBuf,
     /// Trace to replay (default: the config's [workload] generator).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "fio")]
     pub trace: Option<PathBuf>,
+    /// fio job file to simulate (rw, rwmixread, bs, bsrange, size, io_size, filesize,
+    /// nrfiles, iodepth, ioengine, direct, sync, fadvise_hint, numjobs, runtime, time_based,
+    /// rate, thinktime, norandommap, randseed, invalidate, filename): through this host's
+    /// page cache over the configured device; prints per-job results as fio does.
+    #[arg(long)]
+    pub fio: Option<PathBuf>,
+    /// With --fio: simulate despite options the simulator does not model (each is listed as
+    /// a warning); without it they are an error.
+    #[arg(long, requires = "fio")]
+    pub allow_unknown: bool,
+    /// With --fio: page-cache capacity in bytes (fio's size syntax, e.g. 256m; default: this
+    /// machine's memory cgroup limit or RAM).
+    #[arg(long, requires = "fio")]
+    pub mem: Option<String>,
+    /// With --fio: the device's read_ahead_kb (default: /sys/block/DEV/queue/read_ahead_kb of
+    /// the device holding the current directory, else 128).
+    #[arg(long, requires = "fio")]
+    pub read_ahead_kb: Option<u64>,
     /// Trace format: validate, ascii, fio, blkparse, msr, iolab (default: guessed).
     #[arg(long)]
     pub format: Option<String>,
@@ -89,10 +177,157 @@ pub fn run(a: DisksimArgs) -> Result<()> {
         DisksimCommand::ValidateDisksim(v) => validate_disksim(v),
         DisksimCommand::Run(r) => run_cmd(r),
         DisksimCommand::Bench(b) => bench(b),
+        DisksimCommand::Calibrate(c) => calibrate_cmd(c),
+        DisksimCommand::Validate(v) => linux_validate_cmd(v),
     }
 }
 
-fn machine() -> String {
+/// Refuses to replace a file this tool did not write (its first line must start with
+/// `marker`).
+pub fn check_replaceable(p: &Path, marker: &str) -> Result<()> {
+    if p.exists() {
+        let head = std::fs::read(p).unwrap_or_default();
+        if !head.starts_with(marker.as_bytes()) {
+            bail!(
+                "{} exists and was not written by iolab disksim: refusing to replace it (choose another path)",
+                p.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+fn progress_bar(quiet: bool) -> indicatif::ProgressBar {
+    if quiet {
+        return indicatif::ProgressBar::hidden();
+    }
+    let b = indicatif::ProgressBar::new(1);
+    b.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} [{elapsed_precise}] {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    b
+}
+
+fn linux_validate_cmd(a: LinuxValidateArgs) -> Result<()> {
+    let mut settings = crate::linuxval::Settings::new(a.quick);
+    if let Some(r) = a.runs {
+        if r == 0 || r > 100 {
+            bail!("--runs must be within 1..=100");
+        }
+        settings.runs = r;
+    }
+    if let Some(t) = a.runtime {
+        if !(t > 0.0 && t <= 3600.0) {
+            bail!("--runtime must be within (0, 3600] seconds");
+        }
+        settings.runtime_ms = (t * 1000.0) as u64;
+    }
+    let size = |s: &str, what: &str| {
+        crate::fio::parse_size(s).map_err(|e| anyhow::anyhow!("{what} {s}: {e}"))
+    };
+    if let Some(m) = &a.mem {
+        settings.cgroup_limit = size(m, "--mem")?.max(16 << 20);
+        settings.warm_file = settings.cgroup_limit * 3 / 8;
+    }
+    if let Some(f) = &a.file_size {
+        settings.cold_file = size(f, "--file-size")?.max(1 << 20);
+    }
+    if let Some(p) = &a.json {
+        check_replaceable(p, "{")?;
+    }
+    let flag = crate::calibrate::install_interrupt_flag()?;
+    let bar = progress_bar(a.quiet);
+    let _cal_dir;
+    let cal_path = match &a.calibration {
+        Some(p) => p.clone(),
+        None => {
+            println!("no --calibration: calibrating first (a separate run; --quick)");
+            let c = crate::calibrate::calibrate(&a.dir, true, &flag, &mut |d, t, w| {
+                bar.set_length(t);
+                bar.set_position(d);
+                bar.set_message(format!("calibrate: {w}"));
+            })?;
+            print!("{}", crate::calibrate::table(&c));
+            let d = crate::calibrate::tempdir("validate-cal")?;
+            let p = d.path.join("calibration.toml");
+            std::fs::write(&p, crate::calibrate::config_toml(&c))?;
+            _cal_dir = d;
+            p
+        }
+    };
+    let model = crate::linuxval::Model::load(&cal_path)?;
+    let r = crate::linuxval::validate(
+        &a.dir,
+        &model,
+        settings,
+        a.cgroup_root.as_deref(),
+        &a.only,
+        &flag,
+        &mut |d, t, w| {
+            bar.set_length(t);
+            bar.set_position(d);
+            bar.set_message(w.to_string());
+        },
+    );
+    bar.finish_and_clear();
+    let r = r?;
+    print!("{}", crate::linuxval::table(&r));
+    if let Some(p) = &a.json {
+        std::fs::write(p, serde_json::to_string_pretty(&r)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    if let Some(p) = &a.html {
+        check_replaceable(p, "<!doctype html>")?;
+        std::fs::write(p, crate::linuxval::html(&r))
+            .with_context(|| format!("writing {}", p.display()))?;
+        println!("report: {}", p.display());
+    }
+    if let Some(p) = &a.check {
+        let text =
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        let b: crate::linuxval::Baseline =
+            serde_json::from_str(&text).with_context(|| format!("{}", p.display()))?;
+        println!("{}", crate::linuxval::check(&r, &b)?);
+    }
+    Ok(())
+}
+
+fn calibrate_cmd(a: CalibrateArgs) -> Result<()> {
+    const MARK: &str = "# Written by `iolab disksim calibrate";
+    if let Some(p) = &a.out {
+        check_replaceable(p, MARK)?;
+    }
+    if let Some(p) = &a.json {
+        check_replaceable(p, "{")?;
+    }
+    let flag = crate::calibrate::install_interrupt_flag()?;
+    let bar = progress_bar(a.quiet);
+    let c = crate::calibrate::calibrate(&a.dir, a.quick, &flag, &mut |done, total, what| {
+        bar.set_length(total);
+        bar.set_position(done);
+        bar.set_message(what.to_string());
+    });
+    bar.finish_and_clear();
+    let c = c?;
+    print!("{}", crate::calibrate::table(&c));
+    if let Some(p) = &a.out {
+        std::fs::write(p, crate::calibrate::config_toml(&c))
+            .with_context(|| format!("writing {}", p.display()))?;
+        println!(
+            "config: {} (iolab disksim run --config {} ...)",
+            p.display(),
+            p.display()
+        );
+    }
+    if let Some(p) = &a.json {
+        std::fs::write(p, serde_json::to_string_pretty(&c)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}
+
+pub fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {
@@ -268,6 +503,9 @@ fn open_trace(path: &Path, format: Option<&str>) -> Result<Box<dyn Source>> {
 }
 
 fn run_cmd(a: RunArgs) -> Result<()> {
+    if let Some(job) = &a.fio {
+        return run_fio(&a, job);
+    }
     let cfg = Config::load(&a.config)?;
     let dev = cfg.device(&a.config)?;
     let mut source: Box<dyn Source> = match &a.trace {
@@ -419,6 +657,89 @@ fn run_cmd(a: RunArgs) -> Result<()> {
     );
     if let Some(p) = &a.json {
         std::fs::write(p, serde_json::to_string_pretty(&rep)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// `read_ahead_kb` of the block device holding `path` (its whole-disk queue), if readable.
+pub fn read_ahead_kb_of(path: &Path) -> Option<u64> {
+    let disk = crate::calibrate::disk_of(path).ok()?;
+    std::fs::read_to_string(format!("/sys/block/{disk}/queue/read_ahead_kb"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn run_fio(a: &RunArgs, job: &Path) -> Result<()> {
+    let text =
+        std::fs::read_to_string(job).with_context(|| format!("reading {}", job.display()))?;
+    let jf =
+        crate::fio::parse(&text, a.allow_unknown).with_context(|| format!("{}", job.display()))?;
+    for w in &jf.warnings {
+        eprintln!("warning: {}: {w}", job.display());
+    }
+    let cfg = Config::load(&a.config)?;
+    let dev = cfg.device(&a.config)?;
+    let mut src = crate::fio::FioSource::new(&jf, 0, dev.blocks)?;
+    let capacity_pages = match &a.mem {
+        Some(m) => {
+            crate::fio::parse_size(m).map_err(|e| anyhow::anyhow!("--mem {m}: {e}"))?
+                / crate::pagecache::PAGE
+        }
+        None => crate::pagecache::capacity_pages_from_system()?,
+    };
+    let ra = a
+        .read_ahead_kb
+        .or_else(|| read_ahead_kb_of(Path::new(".")))
+        .unwrap_or(128);
+    println!("device      {}", dev.description);
+    println!(
+        "host        page cache {} MiB, read_ahead_kb {ra}",
+        capacity_pages * 4 / 1024
+    );
+    let mut stats = crate::fio::JobStats::new(&src);
+    let cpu = cfg.host_cpu.clone().unwrap_or_default();
+    cpu.validate()?;
+    let chain = crate::fio::linux_chain(dev.component, &src.files, capacity_pages, ra, cpu);
+    let mut sim = Simulator::new(chain);
+    let bar = if a.quiet {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new_spinner()
+    };
+    let mut n = 0u64;
+    let t0 = Instant::now();
+    let totals = sim.run(&mut src, &mut |c| {
+        stats.add(c);
+        n += 1;
+        if n % 65536 == 0 {
+            bar.set_position(n);
+        }
+    })?;
+    bar.finish_and_clear();
+    let wall = t0.elapsed().as_secs_f64().max(1e-9);
+    let results = stats.results();
+    print!("{}", crate::fio::job_table(&results));
+    println!(
+        "simulated   {} requests, {:.3} s simulated in {:.3} s wall ({:.0}x real time)",
+        totals.requests,
+        totals.sim_end / 1000.0,
+        wall,
+        totals.sim_end / 1000.0 / wall
+    );
+    if let Some(p) = &a.json {
+        let v = serde_json::json!({
+            "device": dev.description,
+            "page_cache_pages": capacity_pages,
+            "read_ahead_kb": ra,
+            "jobs": results,
+            "requests": totals.requests,
+            "sim_time_ms": totals.sim_end,
+            "wall_s": wall,
+        });
+        std::fs::write(p, serde_json::to_string_pretty(&v)?)
             .with_context(|| format!("writing {}", p.display()))?;
     }
     Ok(())

@@ -22,6 +22,9 @@ pub struct Config {
     pub measured: Option<crate::measured::MeasuredSpec>,
     #[serde(default)]
     pub workload: Option<WorkloadSpec>,
+    /// CPU cost of buffered system calls (written by `calibrate`; used with `run --fio`).
+    #[serde(default)]
+    pub host_cpu: Option<crate::fio::HostCpu>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -85,6 +85,10 @@ pub enum When {
     At(f64),
     /// `think` ms after the next completion (closed loop; DiskSim's validate traces).
     AfterCompletion { think: f64 },
+    /// At `at` (ms), as a request of `stream`, one of several independent closed loops (fio's
+    /// `numjobs` × `iodepth`): when it completes, the engine asks the source for that
+    /// stream's next request with [`Source::next_in_stream`]. `at` before now means now.
+    Stream { stream: u32, at: f64 },
 }
 
 /// A request template from a workload (the engine assigns `id` and `arrival`).
@@ -102,7 +106,16 @@ pub trait Source {
     fn len_hint(&self) -> Option<u64> {
         None
     }
+    /// The next request of `stream` after one of its requests completed at `now` (ms); only
+    /// called for sources that issue [`When::Stream`] requests. `Ok(None)`: the stream ends
+    /// (or idles: it gets no further call until another of its requests completes).
+    fn next_in_stream(&mut self, _stream: u32, _now: f64) -> anyhow::Result<Option<Pending>> {
+        Ok(None)
+    }
 }
+
+/// Marks an issued request that belongs to no stream.
+const NO_STREAM: u32 = u32::MAX;
 
 #[derive(Debug)]
 enum Kind {
@@ -118,8 +131,8 @@ enum Kind {
         level: usize,
         token: u64,
     },
-    /// The source's next request is due.
-    Issue(Request),
+    /// The source's next request is due (with its stream, or `NO_STREAM`).
+    Issue(Request, u32),
 }
 
 struct Timed {
@@ -167,6 +180,8 @@ pub struct Simulator {
     in_flight: u64,
     /// Closed-loop issues waiting for a completion (think times, FIFO).
     waiting_for_completion: VecDeque<(f64, Request)>,
+    /// Stream of each in-flight request issued with [`When::Stream`], by request id.
+    stream_of: std::collections::HashMap<u64, u32>,
     events: u64,
 }
 
@@ -183,6 +198,7 @@ impl Simulator {
             next_id: 0,
             in_flight: 0,
             waiting_for_completion: VecDeque::new(),
+            stream_of: std::collections::HashMap::new(),
             events: 0,
         }
     }
@@ -220,13 +236,14 @@ impl Simulator {
                         } else {
                             self.now
                         };
-                        self.push(at, Kind::Issue(p.req));
+                        self.push(at, Kind::Issue(p.req, NO_STREAM));
                     }
+                    When::Stream { stream, at } => self.push_stream(stream, at, p.req),
                     When::AfterCompletion { think } => {
                         if self.in_flight == 0 && self.waiting_for_completion.is_empty() {
                             // Nothing to wait for: the think time runs from now.
                             let at = self.now + think.max(0.0);
-                            self.push(at, Kind::Issue(p.req));
+                            self.push(at, Kind::Issue(p.req, NO_STREAM));
                         } else {
                             self.waiting_for_completion
                                 .push_back((think.max(0.0), p.req));
@@ -236,6 +253,17 @@ impl Simulator {
                 Ok(true)
             }
         }
+    }
+
+    /// Schedules a [`When::Stream`] request (the stream number `NO_STREAM` is taken as the
+    /// last valid one's neighbour: it is mapped to `NO_STREAM - 1`).
+    fn push_stream(&mut self, stream: u32, at: f64, req: Request) {
+        let at = if at.is_finite() {
+            at.max(self.now)
+        } else {
+            self.now
+        };
+        self.push(at, Kind::Issue(req, stream.min(NO_STREAM - 1)));
     }
 
     /// Runs `source` to the end, calling `observe` for every completed request in completion
@@ -265,11 +293,14 @@ impl Simulator {
             self.events += 1;
             ctx.now = self.now;
             let level = match kind {
-                Kind::Issue(mut req) => {
+                Kind::Issue(mut req, stream) => {
                     req.id = self.next_id;
                     self.next_id += 1;
                     req.arrival = self.now;
                     self.in_flight += 1;
+                    if stream != NO_STREAM {
+                        self.stream_of.insert(req.id, stream);
+                    }
                     if more {
                         more = self.pull(source)?;
                     }
@@ -308,16 +339,26 @@ impl Simulator {
                             self.in_flight -= 1;
                             done_count += 1;
                             observe(&done);
-                            if let Some((think, req)) = self.waiting_for_completion.pop_front() {
+                            if let Some(stream) = self.stream_of.remove(&done.req.id) {
+                                if let Some(p) = source.next_in_stream(stream, self.now)? {
+                                    let at = match p.when {
+                                        When::At(t) | When::Stream { at: t, .. } => t,
+                                        When::AfterCompletion { think } => self.now + think,
+                                    };
+                                    self.push_stream(stream, at, p.req);
+                                }
+                            } else if let Some((think, req)) =
+                                self.waiting_for_completion.pop_front()
+                            {
                                 let at = self.now + think;
                                 if at <= self.now {
-                                    self.now_queue.push_back(Kind::Issue(req));
+                                    self.now_queue.push_back(Kind::Issue(req, NO_STREAM));
                                 } else {
                                     self.seq += 1;
                                     self.heap.push(Timed {
                                         at,
                                         seq: self.seq,
-                                        kind: Kind::Issue(req),
+                                        kind: Kind::Issue(req, NO_STREAM),
                                     });
                                 }
                             }

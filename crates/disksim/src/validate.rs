@@ -260,7 +260,8 @@ Goal: demerit ≤ DiskSim 4.0's own and mean within 5%.</p>\n",
     h
 }
 
-fn esc(s: &str) -> String {
+/// Escapes text for HTML.
+pub fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
@@ -268,12 +269,30 @@ fn esc(s: &str) -> String {
 }
 
 fn cdf_svg(r: &DiskResult) -> String {
+    let caption = format!(
+        "{} ({}): demerit {:.3} ms ({:.2}% of the real mean), mean {:.3} vs {:.3} ms",
+        esc(&r.disk),
+        esc(&r.model),
+        r.demerit_ms,
+        r.demerit_pct,
+        r.real_mean_ms,
+        r.sim_mean_ms
+    );
+    cdf_figure(&r.disk, &r.real_cdf, &r.sim_cdf, &caption)
+}
+
+/// One response-time CDF figure (inline SVG): real (solid) and simulated (dashed) quantiles
+/// at 0, 1, ..., 100 %, in ms. `key` goes in the figure's `data-disk`; `caption_html` is
+/// already escaped. Also used by the Linux validation (`linuxval.rs`).
+pub fn cdf_figure(key: &str, real_cdf: &[f64], sim_cdf: &[f64], caption_html: &str) -> String {
     let (w, hgt, ml, mb, mt, mr) = (480.0, 300.0, 50.0, 40.0, 12.0, 12.0);
+    let p99 = |c: &[f64]| c.get(99).or(c.last()).copied().unwrap_or(0.0);
     // x axis up to the 99th percentile of either (the tail would squash the body).
-    let xmax = r.real_cdf[99].max(r.sim_cdf[99]).max(1e-3) * 1.1;
+    let xmax = p99(real_cdf).max(p99(sim_cdf)).max(1e-3) * 1.1;
+    let (len_r, len_s) = (real_cdf.len().max(2) - 1, sim_cdf.len().max(2) - 1);
     let x = |v: f64| ml + (v.min(xmax) / xmax) * (w - ml - mr);
     let y = |p: f64| mt + (1.0 - p) * (hgt - mt - mb);
-    let path = |c: &[f64]| {
+    let path = |c: &[f64], n: usize| {
         c.iter()
             .enumerate()
             .map(|(k, v)| {
@@ -281,7 +300,7 @@ fn cdf_svg(r: &DiskResult) -> String {
                     "{}{:.1},{:.1}",
                     if k == 0 { "M" } else { "L" },
                     x(*v),
-                    y(k as f64 / 100.0)
+                    y(k as f64 / n as f64)
                 )
             })
             .collect::<Vec<_>>()
@@ -289,7 +308,7 @@ fn cdf_svg(r: &DiskResult) -> String {
     };
     let mut s = format!(
         "<figure class=\"cdf\" data-disk=\"{}\"><svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{hgt}\" viewBox=\"0 0 {w} {hgt}\">",
-        esc(&r.disk)
+        esc(key)
     );
     s.push_str(&format!(
         "<rect x=\"{ml}\" y=\"{mt}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#999\"/>",
@@ -319,11 +338,11 @@ fn cdf_svg(r: &DiskResult) -> String {
     ));
     s.push_str(&format!(
         "<path d=\"{}\" fill=\"none\" stroke=\"#222\" stroke-width=\"2\"/>",
-        path(&r.real_cdf)
+        path(real_cdf, len_r)
     ));
     s.push_str(&format!(
         "<path d=\"{}\" fill=\"none\" stroke=\"#d62\" stroke-width=\"2\" stroke-dasharray=\"5,3\"/>",
-        path(&r.sim_cdf)
+        path(sim_cdf, len_s)
     ));
     s.push_str(&format!(
         "<text x=\"{}\" y=\"{}\" font-size=\"12\" fill=\"#222\">— real</text><text x=\"{}\" y=\"{}\" font-size=\"12\" fill=\"#d62\">- - simulated</text>",
@@ -334,13 +353,7 @@ fn cdf_svg(r: &DiskResult) -> String {
     ));
     s.push_str("</svg>");
     s.push_str(&format!(
-        "<figcaption>{} ({}): demerit {:.3} ms ({:.2}% of the real mean), mean {:.3} vs {:.3} ms</figcaption></figure>\n",
-        esc(&r.disk),
-        esc(&r.model),
-        r.demerit_ms,
-        r.demerit_pct,
-        r.real_mean_ms,
-        r.sim_mean_ms
+        "<figcaption>{caption_html}</figcaption></figure>\n"
     ));
     s
 }

@@ -1,4 +1,4 @@
-//! Fuzzes every trace reader and the DiskSim parameter parser. Beyond "never panics", it
+//! Fuzzes every trace reader, the DiskSim parameter parser and the fio job reader. Beyond "never panics", it
 //! checks that what a reader accepts is within the documented limits (sizes, addresses,
 //! times), and replays accepted requests through the HDD model (which must finish, with
 //! completions after arrivals).
@@ -14,7 +14,50 @@ const FORMATS: [Format; 6] = [Format::Validate, Format::Ascii, Format::Fio, Form
 
 fuzz_target!(|data: &[u8]| {
     let Some((&sel, rest)) = data.split_first() else { return };
-    if sel as usize % 7 == 6 {
+    if sel as usize % 8 == 7 {
+        // fio job files: parse (strict and lenient); what is accepted must lay out and
+        // simulate through the page cache without a panic, every request within its file.
+        let Ok(text) = std::str::from_utf8(rest) else { return };
+        let _ = iolab_disksim::fio::parse(text, false);
+        let Ok(jf) = iolab_disksim::fio::parse(text, true) else { return };
+        let Ok(mut src) = iolab_disksim::fio::FioSource::new(&jf, 0, 1 << 24) else { return };
+        let files = src.files.clone();
+        let chain = iolab_disksim::fio::linux_chain(
+            Box::new(iolab_disksim::engine::ConstantDevice::new(0.1)),
+            &files,
+            256,
+            128,
+            Default::default(),
+        );
+        let mut sim = Simulator::new(chain);
+        let mut n = 0u64;
+        let budget = 20_000u64;
+        // Bounded: stop pulling after the budget (time_based jobs would run their runtime).
+        struct Capped<'a>(&'a mut iolab_disksim::fio::FioSource, u64);
+        impl iolab_disksim::engine::Source for Capped<'_> {
+            fn next(&mut self) -> anyhow::Result<Option<iolab_disksim::engine::Pending>> {
+                if self.1 == 0 { return Ok(None) }
+                self.1 -= 1;
+                self.0.next()
+            }
+            fn next_in_stream(&mut self, s: u32, now: f64) -> anyhow::Result<Option<iolab_disksim::engine::Pending>> {
+                if self.1 == 0 { return Ok(None) }
+                self.1 -= 1;
+                self.0.next_in_stream(s, now)
+            }
+        }
+        sim.run(&mut Capped(&mut src, budget), &mut |c| {
+            let f = c.req.file.expect("fio requests carry their file");
+            let file = &files[f.file as usize];
+            assert!(f.offset + c.req.bytes() <= file.bytes.div_ceil(512) * 512 + 4096);
+            assert!(c.rec.completion >= c.rec.arrival);
+            n += 1;
+        })
+        .unwrap();
+        assert!(n <= budget);
+        return;
+    }
+    if sel as usize % 8 == 6 {
         // DiskSim parameter syntax (no includes can resolve: the path is fictitious).
         if let Ok(text) = std::str::from_utf8(rest) {
             let _ = iolab_disksim::hdd::params::parse_str(text, Path::new("/nonexistent/fuzz.parv"));
@@ -22,7 +65,7 @@ fuzz_target!(|data: &[u8]| {
         }
         return;
     }
-    let fmt = FORMATS[sel as usize % 7];
+    let fmt = FORMATS[sel as usize % 8];
     let Ok(reqs) = read_all(rest, fmt) else { return };
     for p in &reqs {
         let r = &p.req;

@@ -1,0 +1,878 @@
+//! `iolab disksim calibrate`: measures a real device through a file this tool creates on it,
+//! with O_DIRECT, and writes a measured-device config (`measured.rs`) the simulator reads.
+//!
+//! What it measures (each with fio, Debian package `fio`, `ioengine=libaio`, `direct=1`, on
+//! the file it created, time-bounded):
+//! * mean latency and throughput by request size (4 KiB–4 MiB), read/write, sequential and
+//!   random, queue depth 1–64: the `[measured]` table;
+//! * the seek profile: 4 KiB reads at growing distances (fio's `rw=read:SKIP` stride); "flat"
+//!   when the slowest distance is within 25% of the fastest (SSDs, virtual disks);
+//! * write-cache behaviour: 4 KiB writes plain, each followed by fsync (a cache flush), and
+//!   with O_DSYNC (FUA, or a flush where the device has no FUA);
+//! * and it reads the settings that matter: `/sys/block/DEV/queue/*`, `/proc/sys/vm/dirty_*`,
+//!   MemTotal and the memory cgroup limit.
+//!
+//! Safety: the only file written is the one it creates (`O_CREAT|O_EXCL`, a name with
+//! `iolab-disksim-calib` and the pid), removed at the end, on error and on Ctrl-C. A
+//! filesystem that refuses O_DIRECT is one clear error (and the file is removed).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+
+/// The whole-disk name (`vda`) of the block device holding `path`.
+pub fn disk_of(path: &Path) -> Result<String> {
+    let md = std::fs::metadata(path).with_context(|| format!("stat {}", path.display()))?;
+    let dev = if md.file_type().is_block_device() {
+        md.rdev()
+    } else {
+        md.dev()
+    };
+    let (maj, min) = (libc::major(dev), libc::minor(dev));
+    if maj == 0 {
+        bail!(
+            "{} is not on a block device (device {maj}:{min}: tmpfs, overlay or another virtual filesystem)",
+            path.display()
+        );
+    }
+    let sys = std::fs::canonicalize(format!("/sys/dev/block/{maj}:{min}"))
+        .with_context(|| format!("no /sys/dev/block/{maj}:{min} for {}", path.display()))?;
+    let whole = if sys.join("partition").exists() {
+        sys.parent().map(Path::to_path_buf).unwrap_or(sys)
+    } else {
+        sys
+    };
+    whole
+        .file_name()
+        .and_then(|n| n.to_str())
+        .map(str::to_string)
+        .context("unnamed block device")
+}
+
+/// The host settings the simulation depends on.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct HostSettings {
+    pub disk: Option<String>,
+    /// `/sys/block/DEV/queue/*` (single-line files).
+    pub queue: BTreeMap<String, String>,
+    /// `/proc/sys/vm/dirty_*`.
+    pub vm: BTreeMap<String, String>,
+    pub mem_total_bytes: Option<u64>,
+    /// Memory cgroup limit of this process (v2 memory.max or v1 limit_in_bytes), if any.
+    pub cgroup_limit_bytes: Option<u64>,
+    /// Device size, bytes (`/sys/block/DEV/size` × 512).
+    pub device_bytes: Option<u64>,
+}
+
+pub fn read_host_settings(disk: Option<&str>) -> HostSettings {
+    let mut h = HostSettings {
+        disk: disk.map(str::to_string),
+        ..Default::default()
+    };
+    if let Some(d) = disk {
+        if let Ok(rd) = std::fs::read_dir(format!("/sys/block/{d}/queue")) {
+            for e in rd.flatten() {
+                let p = e.path();
+                if let Ok(t) = std::fs::read_to_string(&p) {
+                    let t = t.trim();
+                    if !t.contains('\n') && t.len() < 200 {
+                        h.queue
+                            .insert(e.file_name().to_string_lossy().into_owned(), t.into());
+                    }
+                }
+            }
+        }
+        h.device_bytes = std::fs::read_to_string(format!("/sys/block/{d}/size"))
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .map(|s| s * 512);
+    }
+    if let Ok(rd) = std::fs::read_dir("/proc/sys/vm") {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with("dirty") {
+                if let Ok(t) = std::fs::read_to_string(e.path()) {
+                    h.vm.insert(name, t.trim().into());
+                }
+            }
+        }
+    }
+    h.mem_total_bytes = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| crate::pagecache::parse_memtotal(&m));
+    for p in [
+        "/sys/fs/cgroup/memory.max",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ] {
+        if let Some(l) = std::fs::read_to_string(p)
+            .ok()
+            .and_then(|t| crate::pagecache::parse_cgroup_limit(&t))
+        {
+            if h.mem_total_bytes.is_none_or(|m| l < m) {
+                h.cgroup_limit_bytes = Some(l);
+            }
+        }
+    }
+    h
+}
+
+/// Fails with the package name when fio is missing.
+pub fn require_fio() -> Result<String> {
+    match Command::new("fio").arg("--version").output() {
+        Ok(o) if o.status.success() => Ok(String::from_utf8_lossy(&o.stdout).trim().to_string()),
+        _ => bail!("fio is not installed (Debian package: fio; scripts/install-deps installs it)"),
+    }
+}
+
+/// Ctrl-C / SIGTERM seen (set by the handler [`install_interrupt_flag`] registers).
+pub fn install_interrupt_flag() -> Result<Arc<AtomicBool>> {
+    let flag = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, flag.clone()).context("installing a signal handler")?;
+    }
+    Ok(flag)
+}
+
+/// Runs fio on a job file and returns its JSON output. `cmd_prefix` runs fio under another
+/// program (e.g. `cgexec`), empty for none.
+pub fn run_fio_json(
+    jobfile: &Path,
+    extra: &[String],
+    interrupted: &AtomicBool,
+) -> Result<serde_json::Value> {
+    let out = Command::new("fio")
+        .arg("--output-format=json")
+        .args(extra)
+        .arg(jobfile)
+        .output()
+        .context("running fio (Debian package: fio)")?;
+    if interrupted.load(Ordering::Relaxed) {
+        bail!("interrupted");
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        bail!(
+            "fio failed on {}: {}{}",
+            jobfile.display(),
+            String::from_utf8_lossy(&out.stderr).trim(),
+            text.trim()
+        );
+    }
+    // fio may print notes before the JSON object.
+    let start = text.find('{').context("fio printed no JSON")?;
+    serde_json::from_str(&text[start..]).context("reading fio's JSON output")
+}
+
+/// A file created by this tool, removed when dropped.
+pub struct OwnedFile {
+    pub path: PathBuf,
+}
+
+impl Drop for OwnedFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// A 4096-aligned buffer of `len` bytes (for O_DIRECT), filled with a non-repeating pattern.
+fn aligned_buffer(len: usize) -> (Vec<u8>, usize) {
+    let mut v = vec![0u8; len + 4096];
+    let off = v.as_ptr().align_offset(4096);
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    for b in v[off..off + len].iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    (v, off)
+}
+
+/// Creates `dir/iolab-disksim-<tag>-<pid>.dat` (never an existing file), checks that it can be
+/// opened with O_DIRECT, and fills `bytes` of it with O_DIRECT writes (so every block is
+/// allocated and written: reads of unwritten extents would never reach the device).
+pub fn create_direct_file(dir: &Path, tag: &str, bytes: u64) -> Result<OwnedFile> {
+    let md = std::fs::metadata(dir).with_context(|| format!("{}", dir.display()))?;
+    if !md.is_dir() {
+        bail!("{} is not a directory", dir.display());
+    }
+    let path = dir.join(format!("iolab-disksim-{tag}-{}.dat", std::process::id()));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    let owned = OwnedFile { path };
+    let mut f = match std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&owned.path)
+    {
+        Ok(f) => f,
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => bail!(
+            "the filesystem of {} refuses O_DIRECT (open: {e}); calibrate measures the device without the page cache, so it needs a directory on a filesystem that supports O_DIRECT (ext4, xfs, btrfs...)",
+            dir.display()
+        ),
+        Err(e) => return Err(e).with_context(|| format!("opening {} with O_DIRECT", owned.path.display())),
+    };
+    const CHUNK: usize = 1 << 20;
+    let (buf, off) = aligned_buffer(CHUNK);
+    let mut done = 0u64;
+    while done < bytes {
+        let n = (bytes - done).min(CHUNK as u64) as usize;
+        let n = n.div_ceil(4096) * 4096;
+        match f.write(&buf[off..off + n]) {
+            Ok(w) if w > 0 => done += w as u64,
+            Ok(_) => bail!("writing {}: no progress", owned.path.display()),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => bail!(
+                "the filesystem of {} refuses O_DIRECT writes ({e})",
+                dir.display()
+            ),
+            Err(e) => return Err(e).with_context(|| format!("writing {}", owned.path.display())),
+        }
+    }
+    f.sync_all()?;
+    Ok(owned)
+}
+
+/// One measured point (op, pattern, size, queue depth).
+#[derive(Clone, Debug, Serialize)]
+pub struct CalPoint {
+    pub op: String,
+    pub pattern: String,
+    pub size_kib: u64,
+    pub qd: u32,
+    pub mean_us: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub mb_s: f64,
+    pub iops: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SeekPoint {
+    pub distance_kib: u64,
+    pub mean_us: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct WriteCache {
+    /// 4 KiB random O_DIRECT write, QD1.
+    pub write_us: f64,
+    /// Same, each followed by fsync: the write plus the flush.
+    pub write_fsync_us: f64,
+    /// With O_DSYNC (FUA, or write + flush without FUA).
+    pub write_dsync_us: f64,
+    pub volatile_cache: Option<String>,
+    pub fua: Option<String>,
+    pub verdict: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Calibration {
+    pub target: String,
+    pub file_bytes: u64,
+    pub fio: String,
+    pub quick: bool,
+    pub seconds: f64,
+    pub host: HostSettings,
+    pub points: Vec<CalPoint>,
+    pub seek: Vec<SeekPoint>,
+    pub seek_verdict: String,
+    pub write_cache: WriteCache,
+    /// Cached buffered reads: cost per call and per KiB.
+    pub host_cpu: crate::fio::HostCpu,
+}
+
+/// Calibration plan.
+pub struct Plan {
+    pub sizes_kib: Vec<u64>,
+    pub qds: Vec<u32>,
+    pub runtime_ms: u64,
+    pub file_bytes: u64,
+    pub seek_kib: Vec<u64>,
+}
+
+impl Plan {
+    pub fn new(quick: bool) -> Plan {
+        if quick {
+            Plan {
+                sizes_kib: vec![4, 16, 64, 256, 1024, 4096],
+                qds: vec![1, 4, 16, 64],
+                runtime_ms: 250,
+                file_bytes: 512 << 20,
+                seek_kib: vec![0, 64, 1024, 16 << 10, 256 << 10],
+            }
+        } else {
+            Plan {
+                sizes_kib: vec![4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096],
+                qds: vec![1, 2, 4, 8, 16, 32, 64],
+                runtime_ms: 1000,
+                file_bytes: 2 << 30,
+                seek_kib: vec![
+                    0,
+                    16,
+                    64,
+                    256,
+                    1024,
+                    4 << 10,
+                    16 << 10,
+                    64 << 10,
+                    256 << 10,
+                    1 << 20,
+                ],
+            }
+        }
+    }
+}
+
+fn lat_us(dir: &serde_json::Value, what: &str) -> f64 {
+    let v = &dir["lat_ns"];
+    match what {
+        "mean" => v["mean"].as_f64().unwrap_or(f64::NAN) / 1000.0,
+        p => v["percentile"][p].as_f64().unwrap_or(f64::NAN) / 1000.0,
+    }
+}
+
+/// The read or write half of a job of fio's JSON, whichever did I/O.
+fn active_dir(job: &serde_json::Value) -> &serde_json::Value {
+    if job["write"]["io_bytes"].as_u64().unwrap_or(0)
+        > job["read"]["io_bytes"].as_u64().unwrap_or(0)
+    {
+        &job["write"]
+    } else {
+        &job["read"]
+    }
+}
+
+/// Runs the plan on a file created in `dir`. `progress(done, total, what)`.
+pub fn calibrate(
+    dir: &Path,
+    quick: bool,
+    interrupted: &AtomicBool,
+    progress: &mut dyn FnMut(u64, u64, &str),
+) -> Result<Calibration> {
+    let fio = require_fio()?;
+    let t0 = Instant::now();
+    let plan = Plan::new(quick);
+    let disk = disk_of(dir).ok();
+    let host = read_host_settings(disk.as_deref());
+    let combos = [
+        ("read", "seq"),
+        ("read", "rand"),
+        ("write", "seq"),
+        ("write", "rand"),
+    ];
+    let total = (combos.len() * plan.sizes_kib.len()) as u64 + 3;
+    progress(0, total, "creating the test file");
+    let file = create_direct_file(dir, "calib", plan.file_bytes)?;
+    let work = tempdir("calib")?;
+    let fname = file.path.to_string_lossy().replace(':', "\\:");
+    let head = format!(
+        "[global]\nfilename={fname}\nsize={}\ndirect=1\nioengine=libaio\nruntime={}ms\ntime_based\nramp_time=0\nrandrepeat=0\ninvalidate=1\nstonewall\n",
+        plan.file_bytes, plan.runtime_ms
+    );
+    let mut points = Vec::new();
+    let mut step = 0u64;
+    for (op, pat) in combos {
+        for &kib in &plan.sizes_kib {
+            if interrupted.load(Ordering::Relaxed) {
+                bail!("interrupted");
+            }
+            progress(step, total, &format!("{op} {pat} {kib} KiB"));
+            let rw = match (op, pat) {
+                ("read", "seq") => "read",
+                ("read", _) => "randread",
+                ("write", "seq") => "write",
+                _ => "randwrite",
+            };
+            let mut text = head.clone();
+            for &qd in &plan.qds {
+                // Big requests at high depth only measure the same bandwidth limit longer.
+                if kib >= 1024 && qd > 16 {
+                    continue;
+                }
+                text.push_str(&format!("[p{qd}]\nrw={rw}\nbs={kib}k\niodepth={qd}\n"));
+            }
+            let jf = work.path.join("cal.fio");
+            std::fs::write(&jf, &text)?;
+            let v = run_fio_json(&jf, &[], interrupted)?;
+            for job in v["jobs"].as_array().into_iter().flatten() {
+                let qd: u32 = job["jobname"].as_str().unwrap_or("p1")[1..]
+                    .parse()
+                    .unwrap_or(1);
+                let d = active_dir(job);
+                points.push(CalPoint {
+                    op: op.into(),
+                    pattern: if pat == "seq" { "sequential" } else { "random" }.into(),
+                    size_kib: kib,
+                    qd,
+                    mean_us: lat_us(d, "mean"),
+                    p50_us: lat_us(d, "50.000000"),
+                    p99_us: lat_us(d, "99.000000"),
+                    mb_s: d["bw_bytes"].as_f64().unwrap_or(0.0) / 1e6,
+                    iops: d["iops"].as_f64().unwrap_or(0.0),
+                });
+            }
+            step += 1;
+        }
+    }
+    // Seek profile: 4 KiB reads, QD1, with SKIP bytes between them.
+    progress(step, total, "seek profile");
+    let mut text = head.clone();
+    for &d in &plan.seek_kib {
+        let rw = if d == 0 {
+            "read".to_string()
+        } else {
+            format!("read:{d}k")
+        };
+        text.push_str(&format!("[s{d}]\nrw={rw}\nbs=4k\niodepth=1\n"));
+    }
+    let jf = work.path.join("seek.fio");
+    std::fs::write(&jf, &text)?;
+    let v = run_fio_json(&jf, &[], interrupted)?;
+    let mut seek = Vec::new();
+    for job in v["jobs"].as_array().into_iter().flatten() {
+        let d: u64 = job["jobname"].as_str().unwrap_or("s0")[1..]
+            .parse()
+            .unwrap_or(0);
+        seek.push(SeekPoint {
+            distance_kib: d,
+            mean_us: lat_us(&job["read"], "mean"),
+        });
+    }
+    seek.sort_by_key(|p| p.distance_kib);
+    let seek_verdict = seek_verdict(&seek);
+    step += 1;
+    // Write cache: plain, fsync after each write, O_DSYNC.
+    progress(step, total, "write cache");
+    let text = format!(
+        "{head}[plain]\nrw=randwrite\nbs=4k\niodepth=1\n[fsync]\nrw=randwrite\nbs=4k\niodepth=1\nfsync=1\n[dsync]\nrw=randwrite\nbs=4k\niodepth=1\nsync=dsync\n"
+    );
+    let jf = work.path.join("wc.fio");
+    std::fs::write(&jf, &text)?;
+    let v = run_fio_json(&jf, &[], interrupted)?;
+    let jobs = v["jobs"].as_array().cloned().unwrap_or_default();
+    let get = |name: &str| -> (f64, f64) {
+        jobs.iter()
+            .find(|j| j["jobname"] == name)
+            .map(|j| {
+                let w = lat_us(&j["write"], "mean");
+                let s = j["sync"]["lat_ns"]["mean"].as_f64().unwrap_or(0.0) / 1000.0;
+                (w, s)
+            })
+            .unwrap_or((f64::NAN, 0.0))
+    };
+    let (plain, _) = get("plain");
+    let (fw, fs) = get("fsync");
+    let (dsync, _) = get("dsync");
+    let volatile = host.queue.get("write_cache").cloned();
+    let fua = host.queue.get("fua").cloned();
+    let verdict = if fw + fs > plain * 1.5 || dsync > plain * 1.5 {
+        format!(
+            "volatile write cache: a flush costs {:.0} µs over a plain write ({plain:.0} µs); O_DSYNC writes take {dsync:.0} µs",
+            (fw + fs - plain).max(0.0)
+        )
+    } else {
+        format!(
+            "flushes are cheap: plain {plain:.0} µs, with fsync {:.0} µs, O_DSYNC {dsync:.0} µs (write-through or a battery-backed cache)",
+            fw + fs
+        )
+    };
+    step += 1;
+    // System-call cost of buffered reads served by the page cache: the first 16 MiB, read
+    // once to warm them, then read at each size (one pass each).
+    progress(step, total, "page-cache copy cost");
+    let cpu_sizes = [4u64, 16, 64, 128, 256, 512, 1024, 4096];
+    let mut text = format!(
+        "[global]\nfilename={fname}\nsize=16m\nioengine=psync\ndirect=0\nstonewall\n[warm]\nrw=read\nbs=1m\ninvalidate=1\n"
+    );
+    for k in cpu_sizes {
+        text.push_str(&format!("[c{k}]\nrw=read\nbs={k}k\ninvalidate=0\n"));
+    }
+    let jf = work.path.join("cpu.fio");
+    std::fs::write(&jf, &text)?;
+    let v = run_fio_json(&jf, &[], interrupted)?;
+    let jobs = v["jobs"].as_array().cloned().unwrap_or_default();
+    let mut cached_read_us = Vec::new();
+    for k in cpu_sizes {
+        if let Some(j) = jobs
+            .iter()
+            .find(|j| j["jobname"] == format!("c{k}").as_str())
+        {
+            let us = lat_us(&j["read"], "mean");
+            if us.is_finite() && us >= 0.0 {
+                cached_read_us.push([k as f64, us]);
+            }
+        }
+    }
+    let host_cpu = crate::fio::HostCpu { cached_read_us };
+    step += 1;
+    progress(step, total, "done");
+    Ok(Calibration {
+        target: file.path.display().to_string(),
+        file_bytes: plan.file_bytes,
+        fio,
+        quick,
+        seconds: t0.elapsed().as_secs_f64(),
+        host,
+        points,
+        seek,
+        seek_verdict,
+        write_cache: WriteCache {
+            write_us: plain,
+            write_fsync_us: fw + fs,
+            write_dsync_us: dsync,
+            volatile_cache: volatile,
+            fua,
+            verdict,
+        },
+        host_cpu,
+    })
+}
+
+/// "flat" when the farther half of the distances is not slower than the nearer half by more
+/// than 25% (no mechanical seek: SSDs, virtual disks); else the near and far latencies.
+pub fn seek_verdict(seek: &[SeekPoint]) -> String {
+    if seek.len() < 2 {
+        return "not measured".into();
+    }
+    let half = seek.len() / 2;
+    let mean = |s: &[SeekPoint]| s.iter().map(|p| p.mean_us).sum::<f64>() / s.len() as f64;
+    let (near, far) = (mean(&seek[..half]), mean(&seek[seek.len() - half..]));
+    let lo = seek.iter().map(|s| s.mean_us).fold(f64::INFINITY, f64::min);
+    let hi = seek.iter().map(|s| s.mean_us).fold(0.0, f64::max);
+    if far <= near * 1.25 {
+        format!("flat: 4 KiB reads take {lo:.0}–{hi:.0} µs at every distance, the far ones no slower than the near ones (no mechanical seek: an SSD or a virtual disk)")
+    } else {
+        format!("distance-dependent: {near:.0} µs near, {far:.0} µs far (a seek cost)")
+    }
+}
+
+/// Median of a list (NaN if empty).
+fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Robust affine fit `latency = a + b × KiB` (Theil–Sen: the median of the pairwise slopes,
+/// the median intercept) of points of one operation, pattern and queue depth: on a shared
+/// machine one point in five can be several times too slow, and a table would keep it. The
+/// fit is what the simulator gets; the raw points stay in the JSON.
+pub fn fit_affine(pts: &[(f64, f64)]) -> Option<(f64, f64)> {
+    if pts.len() < 3 {
+        return None;
+    }
+    let mut slopes = Vec::new();
+    for i in 0..pts.len() {
+        for j in i + 1..pts.len() {
+            let dx = pts[j].0 - pts[i].0;
+            if dx.abs() > 1e-12 {
+                slopes.push((pts[j].1 - pts[i].1) / dx);
+            }
+        }
+    }
+    let b = median(&mut slopes).max(0.0);
+    let mut icpt: Vec<f64> = pts.iter().map(|(x, y)| y - b * x).collect();
+    let a = median(&mut icpt);
+    (a.is_finite() && b.is_finite()).then_some((a.max(1.0), b))
+}
+
+/// The points the simulator gets: per (op, pattern, qd), the affine fit at each measured
+/// size (or the raw point when there are fewer than 3 sizes).
+pub fn fitted_points(points: &[CalPoint]) -> Vec<CalPoint> {
+    let mut out = Vec::new();
+    for p in points {
+        if !(p.mean_us.is_finite() && p.mean_us > 0.0) {
+            continue;
+        }
+        let group: Vec<(f64, f64)> = points
+            .iter()
+            .filter(|q| q.op == p.op && q.pattern == p.pattern && q.qd == p.qd)
+            .filter(|q| q.mean_us.is_finite() && q.mean_us > 0.0)
+            .map(|q| (q.size_kib as f64, q.mean_us))
+            .collect();
+        let mut f = p.clone();
+        if let Some((a, b)) = fit_affine(&group) {
+            f.mean_us = a + b * p.size_kib as f64;
+        }
+        out.push(f);
+    }
+    out
+}
+
+/// The measured-device config (TOML) `run --config` reads.
+pub fn config_toml(c: &Calibration) -> String {
+    let mut s = String::new();
+    s.push_str(&format!(
+        "# Written by `iolab disksim calibrate{}` ({:.0} s) on {} ({}).\n",
+        if c.quick { " --quick" } else { "" },
+        c.seconds,
+        c.host.disk.as_deref().unwrap_or("unknown device"),
+        c.fio
+    ));
+    s.push_str(&format!(
+        "# seek profile: {}\n# write cache: {}\n",
+        c.seek_verdict, c.write_cache.verdict
+    ));
+    s.push_str("# host settings (the simulator reads these from the machine it runs on; recorded here for reference):\n");
+    for k in [
+        "scheduler",
+        "rotational",
+        "read_ahead_kb",
+        "max_sectors_kb",
+        "nr_requests",
+        "write_cache",
+        "fua",
+    ] {
+        if let Some(v) = c.host.queue.get(k) {
+            s.push_str(&format!("#   queue/{k} = {v}\n"));
+        }
+    }
+    for (k, v) in &c.host.vm {
+        s.push_str(&format!("#   vm.{k} = {v}\n"));
+    }
+    if let Some(m) = c.host.mem_total_bytes {
+        s.push_str(&format!("#   MemTotal = {m} bytes\n"));
+    }
+    let qd = c.points.iter().map(|p| p.qd).max().unwrap_or(1);
+    let gib = c.host.device_bytes.map(|b| (b >> 30).max(1)).unwrap_or(64);
+    s.push_str(&format!(
+        "\n# latency_us: a robust affine fit in size of the measured means per op, pattern and queue\n# depth (Theil-Sen; the raw means are in the --json output and the printed table).\n[device]\nkind = \"measured\"\n\n[measured]\nqueue_depth = {qd}\ncapacity_gib = {gib}\npoints = [\n"
+    ));
+    for p in &fitted_points(&c.points) {
+        s.push_str(&format!(
+            "  {{ op = \"{}\", pattern = \"{}\", size_kib = {}, qd = {}, latency_us = {:.1} }},\n",
+            p.op, p.pattern, p.size_kib, p.qd, p.mean_us
+        ));
+    }
+    s.push_str("]\n");
+    s.push_str("\n# buffered reads served by the page cache: [KiB, mean µs]\n[host_cpu]\ncached_read_us = [");
+    s.push_str(
+        &c.host_cpu
+            .cached_read_us
+            .iter()
+            .map(|[k, us]| format!("[{k}, {us:.2}]"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    s.push_str("]\n");
+    s
+}
+
+/// The table `calibrate` prints.
+pub fn table(c: &Calibration) -> String {
+    let mut s = String::new();
+    s.push_str(&format!(
+        "target {} ({} MiB, {}), {:.0} s\n",
+        c.target,
+        c.file_bytes >> 20,
+        c.host.disk.as_deref().unwrap_or("?"),
+        c.seconds
+    ));
+    let qds: Vec<u32> = {
+        let mut v: Vec<u32> = c.points.iter().map(|p| p.qd).collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    s.push_str(&format!("{:<6} {:<10} {:>8}", "op", "pattern", "size KiB"));
+    for q in &qds {
+        s.push_str(&format!(" {:>17}", format!("QD{q} µs | MB/s")));
+    }
+    s.push('\n');
+    let mut keys: Vec<(String, String, u64)> = c
+        .points
+        .iter()
+        .map(|p| (p.op.clone(), p.pattern.clone(), p.size_kib))
+        .collect();
+    keys.dedup();
+    for (op, pat, kib) in keys {
+        s.push_str(&format!("{op:<6} {pat:<10} {kib:>8}"));
+        for q in &qds {
+            match c
+                .points
+                .iter()
+                .find(|p| p.op == op && p.pattern == pat && p.size_kib == kib && p.qd == *q)
+            {
+                Some(p) => s.push_str(&format!(" {:>9.0} | {:>5.0}", p.mean_us, p.mb_s)),
+                None => s.push_str(&format!(" {:>17}", "-")),
+            }
+        }
+        s.push('\n');
+    }
+    s.push_str("seek (4 KiB reads, QD1): ");
+    s.push_str(
+        &c.seek
+            .iter()
+            .map(|p| format!("{} KiB {:.0} µs", p.distance_kib, p.mean_us))
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    s.push_str(&format!("\n  {}\n", c.seek_verdict));
+    s.push_str(&format!(
+        "write cache: {} (queue/write_cache = {}, fua = {})\n",
+        c.write_cache.verdict,
+        c.write_cache.volatile_cache.as_deref().unwrap_or("?"),
+        c.write_cache.fua.as_deref().unwrap_or("?")
+    ));
+    s.push_str("buffered read from the page cache (µs by size): ");
+    s.push_str(
+        &c.host_cpu
+            .cached_read_us
+            .iter()
+            .map(|[k, us]| format!("{k} KiB {us:.1}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    s.push('\n');
+    let q = |k: &str| c.host.queue.get(k).map(String::as_str).unwrap_or("?");
+    s.push_str(&format!(
+        "settings: scheduler {}, rotational {}, read_ahead_kb {}, max_sectors_kb {}, nr_requests {}; ",
+        q("scheduler"),
+        q("rotational"),
+        q("read_ahead_kb"),
+        q("max_sectors_kb"),
+        q("nr_requests")
+    ));
+    s.push_str(
+        &c.host
+            .vm
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    s.push_str(&format!(
+        "; MemTotal {} MiB{}\n",
+        c.host.mem_total_bytes.unwrap_or(0) >> 20,
+        c.host
+            .cgroup_limit_bytes
+            .map(|l| format!(", cgroup limit {} MiB", l >> 20))
+            .unwrap_or_default()
+    ));
+    s
+}
+
+/// A private temporary directory (name with the tag and pid), removed when dropped.
+pub struct TempDir {
+    pub path: PathBuf,
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+pub fn tempdir(tag: &str) -> Result<TempDir> {
+    let path = std::env::temp_dir().join(format!("iolab-disksim-{tag}-{}", std::process::id()));
+    if path.exists() {
+        std::fs::remove_dir_all(&path)?; // our own pid: a leftover of this very process
+    }
+    std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
+    Ok(TempDir { path })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_disk_of_this_directory_or_says_why_not() {
+        match disk_of(Path::new(env!("CARGO_MANIFEST_DIR"))) {
+            Ok(d) => assert!(
+                std::path::Path::new(&format!("/sys/block/{d}")).exists(),
+                "{d}"
+            ),
+            Err(e) => assert!(e.to_string().contains("block device"), "{e}"),
+        }
+        let e = disk_of(Path::new("/proc/self")).unwrap_err().to_string();
+        assert!(e.contains("not on a block device"), "{e}");
+    }
+
+    #[test]
+    fn affine_fit_ignores_an_outlier() {
+        let pts = [
+            (4.0, 160.0),
+            (16.0, 1242.0),
+            (64.0, 240.0),
+            (256.0, 600.0),
+            (1024.0, 2000.0),
+            (4096.0, 7500.0),
+        ];
+        let (a, b) = fit_affine(&pts).unwrap();
+        // The five regular points lie near 150 + 1.8 × KiB; the 16 KiB one is 1000 µs off.
+        assert!((100.0..250.0).contains(&a), "{a}");
+        assert!((1.6..2.0).contains(&b), "{b}");
+        assert!(fit_affine(&pts[..2]).is_none());
+    }
+
+    #[test]
+    fn seek_profile_verdict() {
+        let p = |d, us| SeekPoint {
+            distance_kib: d,
+            mean_us: us,
+        };
+        let flat = seek_verdict(&[p(0, 220.0), p(64, 200.0), p(1024, 160.0), p(16384, 150.0)]);
+        assert!(flat.starts_with("flat"), "{flat}");
+        let hdd = seek_verdict(&[p(0, 100.0), p(64, 300.0), p(1024, 4000.0), p(16384, 9000.0)]);
+        assert!(hdd.starts_with("distance-dependent"), "{hdd}");
+    }
+
+    #[test]
+    fn config_from_points_loads_as_a_measured_device() {
+        let c = Calibration {
+            target: "t".into(),
+            file_bytes: 1 << 20,
+            fio: "fio-3.33".into(),
+            quick: true,
+            seconds: 1.0,
+            host: HostSettings::default(),
+            points: vec![CalPoint {
+                op: "read".into(),
+                pattern: "random".into(),
+                size_kib: 4,
+                qd: 1,
+                mean_us: 150.0,
+                p50_us: 140.0,
+                p99_us: 300.0,
+                mb_s: 27.0,
+                iops: 6600.0,
+            }],
+            seek: vec![],
+            seek_verdict: "flat".into(),
+            write_cache: WriteCache {
+                write_us: 1.0,
+                write_fsync_us: 1.0,
+                write_dsync_us: 1.0,
+                volatile_cache: None,
+                fua: None,
+                verdict: "v".into(),
+            },
+            host_cpu: Default::default(),
+        };
+        let text = config_toml(&c);
+        let cfg: crate::config::Config = toml::from_str(&text).unwrap();
+        let d = cfg.device(Path::new("x.toml")).unwrap();
+        assert!(d.blocks > 0);
+        assert!(table(&c).contains("QD1"));
+    }
+}
