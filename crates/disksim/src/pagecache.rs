@@ -49,17 +49,10 @@ const SECTORS_PER_PAGE: u64 = PAGE / SECTOR;
 /// Ids of the reads this component sends down have this bit set, so they never collide with
 /// the engine's ids of workload requests.
 const CHILD_ID_BIT: u64 = 1 << 63;
+/// Timer tokens of delayed completions (CPU costs, throttling) carry this bit.
+const DELAY_TOKEN_BIT: u64 = 1 << 62;
 
-/// `posix_fadvise` advice for a file.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Advice {
-    #[default]
-    Normal,
-    /// `POSIX_FADV_SEQUENTIAL`: twice the device's read-ahead maximum.
-    Sequential,
-    /// `POSIX_FADV_RANDOM`: no read-ahead.
-    Random,
-}
+pub use crate::request::Advice;
 
 /// The first window of a new read-ahead stream, in pages (kernel `get_init_ra_size`): the
 /// request rounded up to a power of two, ×4 when small (≤ max/32), ×2 when medium (≤ max/4),
@@ -146,13 +139,98 @@ struct Waiting {
     outcome: CacheOutcome,
 }
 
+/// A dirty-memory threshold: `vm.dirty_*_ratio` (percent of dirtyable memory) or
+/// `vm.dirty_*_bytes` (the kernel uses the bytes form when it is non-zero).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Threshold {
+    /// Percent of the dirtyable memory ([`DirtyConfig::dirtyable_pages`]).
+    Ratio(u32),
+    /// Bytes.
+    Bytes(u64),
+}
+
+impl Threshold {
+    /// The threshold in pages for `dirtyable` pages of dirtyable memory.
+    pub fn pages(self, dirtyable: u64) -> u64 {
+        match self {
+            Threshold::Ratio(pct) => dirtyable * u64::from(pct.min(100)) / 100,
+            Threshold::Bytes(b) => b.div_ceil(PAGE),
+        }
+    }
+}
+
+/// Write-back parameters, in the kernel's own units (`/proc/sys/vm/dirty_*`).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct DirtyConfig {
+    /// `dirty_background_ratio` / `dirty_background_bytes`: above it the flusher writes
+    /// back in the background, the writer is not slowed.
+    pub background: Threshold,
+    /// `dirty_ratio` / `dirty_bytes`: at it a writer is throttled (balance_dirty_pages).
+    pub limit: Threshold,
+    /// `dirty_expire_centisecs` (1/100 s): a page dirty for longer is written by the next
+    /// flusher run, whatever the thresholds.
+    pub expire_centisecs: u32,
+    /// `dirty_writeback_centisecs` (1/100 s): the flusher's period; 0 turns periodic
+    /// write-back off (only the thresholds and fsync write).
+    pub writeback_centisecs: u32,
+    /// Memory the ratios apply to, in pages ("dirtyable memory": free plus file pages; the
+    /// kernel's `global_dirtyable_memory`, or the memory cgroup's under cgroup v2).
+    pub dirtyable_pages: u64,
+}
+
+impl DirtyConfig {
+    /// The kernel defaults (10 %, 20 %, 30 s, 5 s) over `dirtyable_pages`.
+    pub fn linux_defaults(dirtyable_pages: u64) -> Self {
+        DirtyConfig {
+            background: Threshold::Ratio(10),
+            limit: Threshold::Ratio(20),
+            expire_centisecs: 3000,
+            writeback_centisecs: 500,
+            dirtyable_pages,
+        }
+    }
+}
+
 /// Page-cache parameters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct PageCacheConfig {
     /// Capacity in 4 KiB pages (see [`capacity_pages_from_system`]).
     pub capacity_pages: u64,
     /// The device's `queue/read_ahead_kb`; 0 turns read-ahead off.
     pub read_ahead_kb: u64,
+    /// Dirty pages and write-back.
+    pub dirty: DirtyConfig,
+    /// CPU time of one system call through the page cache (entry, lookup, exit), ms: the
+    /// whole cost of a cache hit besides the copy. 0 = free.
+    pub syscall_ms: f64,
+    /// Memory copy rate between the cache and the user buffer, MB/s (10^6 B/s);
+    /// 0 = infinitely fast.
+    pub copy_mb_s: f64,
+}
+
+impl PageCacheConfig {
+    /// `capacity_pages` and `read_ahead_kb`, the kernel's dirty defaults over the whole
+    /// capacity, and free system calls and copies (the unit tests' baseline).
+    pub fn new(capacity_pages: u64, read_ahead_kb: u64) -> Self {
+        PageCacheConfig {
+            capacity_pages,
+            read_ahead_kb,
+            dirty: DirtyConfig::linux_defaults(capacity_pages),
+            syscall_ms: 0.0,
+            copy_mb_s: 0.0,
+        }
+    }
+
+    /// CPU time the calling thread spends on `bytes` through the cache, ms.
+    pub fn cpu_ms(&self, bytes: u64) -> f64 {
+        let copy = if self.copy_mb_s > 0.0 {
+            bytes as f64 / (self.copy_mb_s * 1000.0)
+        } else {
+            0.0
+        };
+        self.syscall_ms + copy
+    }
 }
 
 /// Counters for the summary.
@@ -163,6 +241,8 @@ pub struct PageCacheStats {
     /// Pages read that no request had asked for (read-ahead beyond the request).
     pub readahead_pages: u64,
     pub evicted_pages: u64,
+    /// Pages dropped by `POSIX_FADV_DONTNEED`.
+    pub dropped_pages: u64,
     pub reads_down: u64,
 }
 
@@ -180,6 +260,9 @@ pub struct PageCache {
     /// Which waiting workload reads each child read holds up.
     waiters: HashMap<u64, Vec<u64>>,
     waiting: HashMap<u64, Waiting>,
+    /// Completions held until their time (timer token → completion).
+    delayed: HashMap<u64, Completion>,
+    next_delay: u64,
     stats: PageCacheStats,
 }
 
@@ -196,13 +279,19 @@ impl PageCache {
             children: HashMap::new(),
             waiters: HashMap::new(),
             waiting: HashMap::new(),
+            delayed: HashMap::new(),
+            next_delay: 0,
             stats: PageCacheStats::default(),
         }
     }
 
     /// `posix_fadvise(fd, 0, 0, advice)` on `file` of `dev` (`None`: the raw device).
+    /// Only the whole-file modes (NORMAL, SEQUENTIAL, RANDOM) are kept per file; the range
+    /// advice (DONTNEED, WILLNEED) needs a range: send an `Op::Advise` request.
     pub fn fadvise(&mut self, dev: u32, file: Option<u32>, advice: Advice) {
-        self.stream_mut(key(dev, file)).advice = advice;
+        if matches!(advice, Advice::Normal | Advice::Sequential | Advice::Random) {
+            self.stream_mut(key(dev, file)).advice = advice;
+        }
     }
 
     /// The read-ahead state of a file (for tests and reports).
@@ -513,6 +602,66 @@ impl PageCache {
         self.readit(sk, index, max, ctx);
     }
 
+    /// Completes `done` at `done.rec.completion` (a later instant) through a timer.
+    fn later(&mut self, done: Completion, ctx: &mut Ctx) {
+        let token = DELAY_TOKEN_BIT | self.next_delay;
+        self.next_delay += 1;
+        ctx.wake_at(done.rec.completion, token);
+        self.delayed.insert(token, done);
+    }
+
+    /// The file (stream) and byte range of a request; `sectors == 0` on an `Advise` means
+    /// "to the end of the file".
+    fn range_of(req: &Request) -> (StreamKey, u64, Option<u64>) {
+        let (sk, offset) = match req.file {
+            Some(f) => (key(req.dev, Some(f.file)), f.offset),
+            None => (key(req.dev, None), req.lba * SECTOR),
+        };
+        let end = (req.sectors > 0).then(|| offset + req.bytes());
+        (sk, offset, end)
+    }
+
+    /// `posix_fadvise` on the request's range (`mm/fadvise.c`).
+    fn advise(&mut self, req: &Request, advice: Advice, ctx: &mut Ctx) {
+        let (sk, offset, end) = Self::range_of(req);
+        if req.file.is_some() {
+            let base = req.lba as i64 - (offset / SECTOR) as i64;
+            self.stream_mut(sk).base_lba = base;
+        }
+        match advice {
+            Advice::Normal | Advice::Sequential | Advice::Random => {
+                self.stream_mut(sk).advice = advice;
+            }
+            Advice::DontNeed => {
+                // Whole pages inside the range only (the kernel rounds the start up and the
+                // end down); pages in flight stay.
+                let first = offset.div_ceil(PAGE);
+                let last = end.map_or(u64::MAX, |e| e / PAGE);
+                let victims: Vec<PageKey> = self
+                    .pages
+                    .iter()
+                    .filter(|(k, p)| {
+                        k.stream == sk && (first..last).contains(&k.index) && p.pending.is_none()
+                    })
+                    .map(|(k, _)| *k)
+                    .collect();
+                for k in victims {
+                    self.remove_page(k);
+                    self.stats.dropped_pages += 1;
+                }
+            }
+            Advice::WillNeed => {
+                // force_page_cache_readahead: read the range now, nobody waits.
+                let first = offset / PAGE;
+                let last = end.map_or(first, |e| e.div_ceil(PAGE));
+                if last > first {
+                    self.read_pages(sk, first, last - first, None, ctx);
+                    self.shrink();
+                }
+            }
+        }
+    }
+
     fn buffered_read(&mut self, req: Request, ctx: &mut Ctx) {
         let (sk, offset) = match req.file {
             Some(f) => (key(req.dev, Some(f.file)), f.offset),
@@ -614,6 +763,22 @@ impl Component for PageCache {
 
     fn submit(&mut self, req: Request, ctx: &mut Ctx) {
         let direct = req.flags.contains(crate::request::Flags::DIRECT);
+        if let Op::Advise(advice) = req.op {
+            self.advise(&req, advice, ctx);
+            let now = ctx.now();
+            let rec = Record {
+                arrival: req.arrival,
+                device_start: now,
+                completion: now + self.cfg.syscall_ms,
+                ..Default::default()
+            };
+            if self.cfg.syscall_ms > 0.0 {
+                self.later(Completion { req, rec }, ctx);
+            } else {
+                ctx.up(Completion { req, rec });
+            }
+            return;
+        }
         if req.op == Op::Read && !direct && req.sectors > 0 {
             self.buffered_read(req, ctx);
             return;
@@ -669,6 +834,12 @@ impl Component for PageCache {
                     ctx.up(Completion { req: w.req, rec });
                 }
             }
+        }
+    }
+
+    fn wake(&mut self, token: u64, ctx: &mut Ctx) {
+        if let Some(done) = self.delayed.remove(&token) {
+            ctx.up(done);
         }
     }
 
@@ -787,10 +958,10 @@ mod tests {
     }
 
     fn rig(capacity_pages: u64, read_ahead_kb: u64) -> Rig {
-        let pc = Rc::new(RefCell::new(PageCache::new(PageCacheConfig {
+        let pc = Rc::new(RefCell::new(PageCache::new(PageCacheConfig::new(
             capacity_pages,
             read_ahead_kb,
-        })));
+        ))));
         let log = Rc::new(RefCell::new(Vec::new()));
         let sim = Simulator::new(vec![
             Box::new(Shared(pc.clone())),
