@@ -49,7 +49,13 @@ impl RawSocket {
     /// Needs CAP_NET_RAW in the socket's network namespace (the calling thread's).
     pub fn new() -> io::Result<RawSocket> {
         // SAFETY: socket(2) with constant arguments; the result is checked.
-        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::IPPROTO_RAW) };
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_INET,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                libc::IPPROTO_RAW,
+            )
+        };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -159,7 +165,11 @@ impl Transfer {
         }
         while self.nxt < limit {
             let end = (self.nxt + self.flow.mss).min(limit);
-            let flags = if end == self.payload.len() { ACK | PSH } else { ACK };
+            let flags = if end == self.payload.len() {
+                ACK | PSH
+            } else {
+                ACK
+            };
             let seq = self.flow.seq.wrapping_add(self.nxt as u32);
             out.emit(&self.flow, seq, &self.payload[self.nxt..end], flags)?;
             self.segments += 1;
@@ -247,17 +257,27 @@ mod tests {
         let mut t = Transfer::new(flow(u32::MAX - 1500), Bytes::from(vec![7u8; 10_000]), 3000);
         let mut r = Record::default();
         t.pump(&mut r).unwrap();
-        assert_eq!(r.0.len(), 3, "3,000 bytes of window: three 1,000-byte segments");
+        assert_eq!(
+            r.0.len(),
+            3,
+            "3,000 bytes of window: three 1,000-byte segments"
+        );
         assert_eq!(r.0[0].0, u32::MAX - 1500);
-        assert_eq!(r.0[2].0, (u32::MAX - 1500).wrapping_add(2000), "wraps modulo 2^32");
+        assert_eq!(
+            r.0[2].0,
+            (u32::MAX - 1500).wrapping_add(2000),
+            "wraps modulo 2^32"
+        );
         r.0.clear();
         // 2,000 acknowledged, window still 3,000: two more segments.
-        t.on_ack((u32::MAX - 1500).wrapping_add(2000), 3000, &mut r).unwrap();
+        t.on_ack((u32::MAX - 1500).wrapping_add(2000), 3000, &mut r)
+            .unwrap();
         assert_eq!(r.0.len(), 2);
         assert_eq!(t.acked(), 2000);
         // A zero window stops everything but a one-byte probe's worth.
         r.0.clear();
-        t.on_ack((u32::MAX - 1500).wrapping_add(5000), 0, &mut r).unwrap();
+        t.on_ack((u32::MAX - 1500).wrapping_add(5000), 0, &mut r)
+            .unwrap();
         assert_eq!(r.0.iter().map(|s| s.1).sum::<usize>(), 1);
     }
 
@@ -275,7 +295,11 @@ mod tests {
         }
         assert_eq!(t.retransmits, 1);
         let seqs: Vec<u32> = r.0.iter().map(|s| s.0).collect();
-        assert_eq!(seqs, [3000, 4000, 5000], "everything from the hole is resent");
+        assert_eq!(
+            seqs,
+            [3000, 4000, 5000],
+            "everything from the hole is resent"
+        );
         r.0.clear();
         // Nothing acked for 200 ms: everything from una again, and the timer doubles.
         let later = Instant::now() + RTO_INITIAL;
