@@ -18,7 +18,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,35 +27,6 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
-
-/// The whole-disk name (`vda`) of the block device holding `path`.
-pub fn disk_of(path: &Path) -> Result<String> {
-    let md = std::fs::metadata(path).with_context(|| format!("stat {}", path.display()))?;
-    let dev = if md.file_type().is_block_device() {
-        md.rdev()
-    } else {
-        md.dev()
-    };
-    let (maj, min) = (libc::major(dev), libc::minor(dev));
-    if maj == 0 {
-        bail!(
-            "{} is not on a block device (device {maj}:{min}: tmpfs, overlay or another virtual filesystem)",
-            path.display()
-        );
-    }
-    let sys = std::fs::canonicalize(format!("/sys/dev/block/{maj}:{min}"))
-        .with_context(|| format!("no /sys/dev/block/{maj}:{min} for {}", path.display()))?;
-    let whole = if sys.join("partition").exists() {
-        sys.parent().map(Path::to_path_buf).unwrap_or(sys)
-    } else {
-        sys
-    };
-    whole
-        .file_name()
-        .and_then(|n| n.to_str())
-        .map(str::to_string)
-        .context("unnamed block device")
-}
 
 /// The host settings the simulation depends on.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -108,19 +79,10 @@ pub fn read_host_settings(disk: Option<&str>) -> HostSettings {
     h.mem_total_bytes = std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|m| crate::pagecache::parse_memtotal(&m));
-    for p in [
-        "/sys/fs/cgroup/memory.max",
-        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
-    ] {
-        if let Some(l) = std::fs::read_to_string(p)
-            .ok()
-            .and_then(|t| crate::pagecache::parse_cgroup_limit(&t))
-        {
-            if h.mem_total_bytes.is_none_or(|m| l < m) {
-                h.cgroup_limit_bytes = Some(l);
-            }
-        }
-    }
+    h.cgroup_limit_bytes = crate::host::read_memory()
+        .ok()
+        .and_then(|m| m.cgroup_limit)
+        .map(|(l, _)| l);
     h
 }
 
@@ -364,7 +326,7 @@ pub fn calibrate(
     let fio = require_fio()?;
     let t0 = Instant::now();
     let plan = Plan::new(quick);
-    let disk = disk_of(dir).ok();
+    let disk = crate::host::resolve_disk(&dir.to_string_lossy()).ok();
     let host = read_host_settings(disk.as_deref());
     let combos = [
         ("read", "seq"),
@@ -794,19 +756,6 @@ pub fn tempdir(tag: &str) -> Result<TempDir> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn finds_the_disk_of_this_directory_or_says_why_not() {
-        match disk_of(Path::new(env!("CARGO_MANIFEST_DIR"))) {
-            Ok(d) => assert!(
-                std::path::Path::new(&format!("/sys/block/{d}")).exists(),
-                "{d}"
-            ),
-            Err(e) => assert!(e.to_string().contains("block device"), "{e}"),
-        }
-        let e = disk_of(Path::new("/proc/self")).unwrap_err().to_string();
-        assert!(e.contains("not on a block device"), "{e}");
-    }
 
     #[test]
     fn affine_fit_ignores_an_outlier() {

@@ -144,8 +144,8 @@ pub struct RunArgs {
     /// machine's memory cgroup limit or RAM).
     #[arg(long, requires = "fio")]
     pub mem: Option<String>,
-    /// With --fio: the device's read_ahead_kb (default: /sys/block/DEV/queue/read_ahead_kb of
-    /// the device holding the current directory, else 128).
+    /// With --fio: the device's read_ahead_kb (default: this machine's, for the device
+    /// holding the current directory; the other host settings come from there too).
     #[arg(long, requires = "fio")]
     pub read_ahead_kb: Option<u64>,
     /// Trace format: validate, ascii, fio, blkparse, msr, iolab (default: guessed).
@@ -256,7 +256,7 @@ fn linux_validate_cmd(a: LinuxValidateArgs) -> Result<()> {
             p
         }
     };
-    let model = crate::linuxval::Model::load(&cal_path)?;
+    let model = crate::linuxval::Model::load(&cal_path, &a.dir)?;
     let r = crate::linuxval::validate(
         &a.dir,
         &model,
@@ -662,16 +662,6 @@ fn run_cmd(a: RunArgs) -> Result<()> {
     Ok(())
 }
 
-/// `read_ahead_kb` of the block device holding `path` (its whole-disk queue), if readable.
-pub fn read_ahead_kb_of(path: &Path) -> Option<u64> {
-    let disk = crate::calibrate::disk_of(path).ok()?;
-    std::fs::read_to_string(format!("/sys/block/{disk}/queue/read_ahead_kb"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
-}
-
 fn run_fio(a: &RunArgs, job: &Path) -> Result<()> {
     let text =
         std::fs::read_to_string(job).with_context(|| format!("reading {}", job.display()))?;
@@ -683,26 +673,40 @@ fn run_fio(a: &RunArgs, job: &Path) -> Result<()> {
     let cfg = Config::load(&a.config)?;
     let dev = cfg.device(&a.config)?;
     let mut src = crate::fio::FioSource::new(&jf, 0, dev.blocks)?;
-    let capacity_pages = match &a.mem {
-        Some(m) => {
-            crate::fio::parse_size(m).map_err(|e| anyhow::anyhow!("--mem {m}: {e}"))?
-                / crate::pagecache::PAGE
+    let mut host = match crate::host::HostParams::from_system(".") {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("warning: this machine's settings ({e:#}); using Linux's defaults");
+            crate::host::HostParams::linux_defaults()
         }
-        None => crate::pagecache::capacity_pages_from_system()?,
     };
-    let ra = a
-        .read_ahead_kb
-        .or_else(|| read_ahead_kb_of(Path::new(".")))
-        .unwrap_or(128);
+    if let Some(m) = &a.mem {
+        host.page_cache.capacity_pages = crate::fio::parse_size(m)
+            .map_err(|e| anyhow::anyhow!("--mem {m}: {e}"))?
+            / crate::pagecache::PAGE;
+    }
+    if let Some(ra) = a.read_ahead_kb {
+        host.page_cache.read_ahead_kb = ra;
+    }
+    let capacity_pages = host.page_cache.capacity_pages;
+    let ra = host.page_cache.read_ahead_kb;
     println!("device      {}", dev.description);
     println!(
-        "host        page cache {} MiB, read_ahead_kb {ra}",
-        capacity_pages * 4 / 1024
+        "host        {}",
+        host.describe()
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
+    if let Some(c) = &cfg.host_cpu {
+        println!(
+            "host cpu    buffered-read cost table from the calibration (µs by KiB): {:?}",
+            c.cached_read_us
+        );
+    }
     let mut stats = crate::fio::JobStats::new(&src);
-    let cpu = cfg.host_cpu.clone().unwrap_or_default();
-    cpu.validate()?;
-    let chain = crate::fio::linux_chain(dev.component, &src.files, capacity_pages, ra, cpu);
+    let chain = crate::fio::host_chain(dev.component, &host, cfg.host_cpu.as_ref())?;
     let mut sim = Simulator::new(chain);
     let bar = if a.quiet {
         indicatif::ProgressBar::hidden()

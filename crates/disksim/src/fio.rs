@@ -29,7 +29,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
 use crate::engine::{Pending, Source, When};
-use crate::pagecache::Advice;
+use crate::request::Advice;
 use crate::request::{FileRef, Flags, Op, Request, SECTOR};
 
 /// Largest size accepted anywhere (1 PiB): beyond it is a typo, not a workload.
@@ -719,6 +719,18 @@ struct Stream {
     /// Bytes per op for the rate cap.
     rate_bytes: [u64; 2],
     done: bool,
+    /// `posix_fadvise` calls made before the first I/O (fio's `invalidate` and
+    /// `fadvise_hint`), still to hand out.
+    prelude: Vec<Request>,
+    /// Completions of prelude calls still to come: they free no I/O slot.
+    prelude_pending: u64,
+}
+
+fn streams_files_dedup(ids: &[u32]) -> Vec<u32> {
+    let mut v = ids.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    v
 }
 
 /// A job file as a workload.
@@ -797,7 +809,7 @@ impl FioSource {
                 let sid = streams.len() as u32;
                 streams.push(Stream {
                     job: ji,
-                    files: ids,
+                    files: ids.clone(),
                     region,
                     rng: ChaCha8Rng::seed_from_u64(seed),
                     pos: 0,
@@ -807,8 +819,39 @@ impl FioSource {
                     issued_bytes: 0,
                     rate_bytes: [0, 0],
                     done: false,
+                    prelude: Vec::new(),
+                    prelude_pending: 0,
                 });
-                initial.push((sid, job.effective_depth()));
+                let mut prelude = Vec::new();
+                for &id in &streams_files_dedup(&ids) {
+                    let f = &files[id as usize];
+                    let advise = |a: Advice| Request {
+                        id: 0,
+                        arrival: 0.0,
+                        dev: 0,
+                        lba: f.lba,
+                        sectors: 0,
+                        op: Op::Advise(a),
+                        flags: Flags::default(),
+                        file: Some(FileRef {
+                            file: id,
+                            offset: 0,
+                        }),
+                    };
+                    if job.invalidate {
+                        prelude.push(advise(Advice::DontNeed));
+                    }
+                    if let Some(a) = job.advice() {
+                        prelude.push(advise(a));
+                    }
+                }
+                let np = prelude.len() as u64;
+                if let Some(s) = streams.last_mut() {
+                    let s: &mut Stream = s;
+                    s.prelude = prelude;
+                    s.prelude_pending = np;
+                }
+                initial.push((sid, job.effective_depth() + np));
             }
         }
         Ok(FioSource {
@@ -829,6 +872,16 @@ impl FioSource {
     /// The next request of a stream at `now` ms (None: the stream is finished).
     fn make(&mut self, sid: u32, now: f64, first: bool) -> Option<Pending> {
         let s = self.streams.get_mut(sid as usize)?;
+        if !s.prelude.is_empty() {
+            let req = s.prelude.remove(0);
+            return Some(Pending {
+                when: When::Stream {
+                    stream: sid,
+                    at: now,
+                },
+                req,
+            });
+        }
         if s.done {
             return None;
         }
@@ -910,8 +963,13 @@ impl FioSource {
         if job.direct {
             flags = flags.with(Flags::DIRECT);
         }
-        if job.sync != SyncMode::None && !read {
-            flags = flags.with(Flags::SYNC);
+        if !read {
+            flags = match job.sync {
+                SyncMode::None => flags,
+                SyncMode::Dsync => flags.with(Flags::DSYNC),
+                // Linux's O_SYNC is __O_SYNC | O_DSYNC.
+                SyncMode::Sync => flags.with(Flags::OSYNC).with(Flags::DSYNC),
+            };
         }
         Some(Pending {
             when: When::Stream { stream: sid, at },
@@ -946,6 +1004,14 @@ impl Source for FioSource {
         Ok(None)
     }
     fn next_in_stream(&mut self, stream: u32, now: f64) -> Result<Option<Pending>> {
+        // A completed prelude call (fadvise) frees no I/O slot. The prelude is issued first
+        // and completes at once, so its completions come before any I/O's.
+        if let Some(s) = self.streams.get_mut(stream as usize) {
+            if s.prelude_pending > 0 {
+                s.prelude_pending -= 1;
+                return Ok(None);
+            }
+        }
         Ok(self.make(stream, now, false))
     }
     fn len_hint(&self) -> Option<u64> {
@@ -1063,26 +1129,26 @@ impl crate::engine::Component for Syscalls {
     }
 }
 
-/// The Linux host stack over `device` for a job file: system calls ([`HostCpu`]), the page
-/// cache (capacity in 4 KiB pages, the device's `read_ahead_kb`) with each file's
-/// `fadvise_hint` applied.
-pub fn linux_chain(
+/// The host stack over `device` for a job file: the system-call level with a measured
+/// [`HostCpu`] table (when a calibration gives one: the page cache's own affine CPU costs are
+/// then zeroed, so the cost is counted once) above `host`'s page cache and block layer.
+/// fio's `fadvise_hint` and `invalidate` reach the page cache as `Advise` requests made by
+/// [`FioSource`] before each stream's first I/O.
+pub fn host_chain(
     device: Box<dyn crate::engine::Component>,
-    files: &[SimFile],
-    capacity_pages: u64,
-    read_ahead_kb: u64,
-    cpu: HostCpu,
-) -> Vec<Box<dyn crate::engine::Component>> {
-    let mut pc = crate::pagecache::PageCache::new(crate::pagecache::PageCacheConfig {
-        capacity_pages,
-        read_ahead_kb,
-    });
-    for (i, f) in files.iter().enumerate() {
-        if let Some(a) = f.advice {
-            pc.fadvise(0, Some(i as u32), a);
-        }
+    host: &crate::host::HostParams,
+    cpu: Option<&HostCpu>,
+) -> Result<Vec<Box<dyn crate::engine::Component>>> {
+    let mut host = *host;
+    let mut chain: Vec<Box<dyn crate::engine::Component>> = Vec::new();
+    if let Some(c) = cpu.filter(|c| !c.cached_read_us.is_empty()) {
+        c.validate()?;
+        host.page_cache.syscall_ms = 0.0;
+        host.page_cache.copy_mb_s = 0.0;
+        chain.push(Box::new(Syscalls::new(c.clone())));
     }
-    vec![Box::new(Syscalls::new(cpu)), Box::new(pc), device]
+    chain.extend(host.stack_on(device)?);
+    Ok(chain)
 }
 
 /// Per-job results of a simulated job file, as fio reports them: bandwidth over the job's
@@ -1141,6 +1207,9 @@ impl JobStats {
     }
 
     pub fn add(&mut self, c: &crate::request::Completion) {
+        if !matches!(c.req.op, Op::Read | Op::Write) {
+            return;
+        }
         let Some(f) = c.req.file else { return };
         let Some(&j) = self.job_of_file.get(f.file as usize) else {
             return;
@@ -1302,8 +1371,11 @@ mod tests {
         assert!(parse("[global]\nsize=1m\n", false).is_err(), "no job");
     }
 
+    /// Runs a job on a constant-time device (no host stack): fio's fadvise calls are turned
+    /// off, they would take the device's service time here.
     fn run(text: &str, service_ms: f64) -> Vec<crate::request::Completion> {
-        let jf = parse(text, false).unwrap();
+        let text = format!("[global]\ninvalidate=0\nfadvise_hint=0\n{text}");
+        let jf = parse(&text, false).unwrap();
         let mut src = FioSource::new(&jf, 0, 1 << 30).unwrap();
         let mut sim = Simulator::new(vec![Box::new(ConstantDevice::new(service_ms))]);
         let mut out = Vec::new();
@@ -1326,6 +1398,48 @@ mod tests {
         }
         .validate()
         .is_err());
+    }
+
+    #[test]
+    fn invalidate_and_fadvise_hint_are_advise_calls_before_the_first_io() {
+        let jf = parse(
+            "[j]\nrw=randread\nsize=64k\nioengine=libaio\ndirect=1\niodepth=2\n",
+            false,
+        )
+        .unwrap();
+        let mut src = FioSource::new(&jf, 0, 1 << 30).unwrap();
+        let ops: Vec<Op> = (0..4)
+            .map(|_| src.next().unwrap().unwrap().req.op)
+            .collect();
+        assert_eq!(
+            ops,
+            [
+                Op::Advise(Advice::DontNeed),
+                Op::Advise(Advice::Random),
+                Op::Read,
+                Op::Read
+            ]
+        );
+        assert!(
+            src.next().unwrap().is_none(),
+            "two advise calls and iodepth 2 reads"
+        );
+        // The advise calls' completions free no slot; the reads' do.
+        assert!(src.next_in_stream(0, 0.0).unwrap().is_none());
+        assert!(src.next_in_stream(0, 0.0).unwrap().is_none());
+        assert_eq!(
+            src.next_in_stream(0, 1.0).unwrap().unwrap().req.op,
+            Op::Read
+        );
+        // Through the host stack: the job completes, every read counted once.
+        let host = crate::host::HostParams::linux_defaults();
+        let chain = host_chain(Box::new(ConstantDevice::new(0.1)), &host, None).unwrap();
+        let mut src = FioSource::new(&jf, 0, 1 << 30).unwrap();
+        let mut stats = JobStats::new(&src);
+        Simulator::new(chain)
+            .run(&mut src, &mut |c| stats.add(c))
+            .unwrap();
+        assert_eq!(stats.results()[0].read.ios, 16);
     }
 
     #[test]

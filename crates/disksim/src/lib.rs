@@ -16,12 +16,14 @@
 //! `engine` owns time and events; components exchange requests and completions only through
 //! it. See README.md for the architecture and who owns which module.
 
+pub mod blocklayer;
 pub mod calibrate;
 pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod fio;
 pub mod hdd;
+pub mod host;
 pub mod linuxval;
 pub mod measured;
 pub mod pagecache;

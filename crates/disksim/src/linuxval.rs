@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use crate::calibrate::TempDir;
 use crate::config::Config;
 use crate::engine::Simulator;
-use crate::fio::{FioSource, HostCpu, JobStats};
+use crate::fio::{FioSource, JobStats};
 use crate::validate::{demerit, esc, quantile};
 
 /// A memory cgroup this tool created; removed when dropped.
@@ -315,26 +315,24 @@ pub struct Report {
 pub struct Model {
     pub config: PathBuf,
     pub cfg: Config,
-    pub read_ahead_kb: u64,
+    /// This machine's host settings (the device holding the test directory).
+    pub host: crate::host::HostParams,
 }
 
 impl Model {
-    pub fn load(path: &Path) -> Result<Model> {
+    pub fn load(path: &Path, dir: &Path) -> Result<Model> {
         let cfg = Config::load(path)?;
         cfg.device(path)?; // fails early on a bad device section
         if let Some(c) = &cfg.host_cpu {
             c.validate()?;
         }
-        let read_ahead_kb = crate::cli::read_ahead_kb_of(Path::new(".")).unwrap_or(128);
+        let host = crate::host::HostParams::from_system(&dir.to_string_lossy())
+            .with_context(|| format!("reading the host settings for {}", dir.display()))?;
         Ok(Model {
             config: path.to_path_buf(),
             cfg,
-            read_ahead_kb,
+            host,
         })
-    }
-
-    fn cpu(&self) -> HostCpu {
-        self.cfg.host_cpu.clone().unwrap_or_default()
     }
 
     /// Simulates `job` (after `warmup`, if any, in the same cache) with a page cache of
@@ -348,13 +346,9 @@ impl Model {
         let dev = self.cfg.device(&self.config)?;
         let jf = crate::fio::parse(job, false)?;
         let mut src = FioSource::new(&jf, 0, dev.blocks)?;
-        let chain = crate::fio::linux_chain(
-            dev.component,
-            &src.files,
-            capacity_pages,
-            self.read_ahead_kb,
-            self.cpu(),
-        );
+        let mut host = self.host;
+        host.page_cache.capacity_pages = capacity_pages;
+        let chain = crate::fio::host_chain(dev.component, &host, self.cfg.host_cpu.as_ref())?;
         let mut sim = Simulator::new(chain);
         let mut start = 0.0;
         if let Some(w) = warmup {

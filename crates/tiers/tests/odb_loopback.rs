@@ -34,14 +34,8 @@ fn place() -> (Ipv4Addr, u16) {
     }
 }
 
-fn tmpdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("iolab-tiers-test-{}-{tag}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn config(tag: &str, root: &Path, odb: bool, memory_mib: u64) -> StackConfig {
+/// A stack's directory inside the test's scratch directory (removed with it).
+fn config(scratch: &ScratchDir, tag: &str, root: &Path, odb: bool, memory_mib: u64) -> StackConfig {
     let (net, port) = place();
     let o = net.octets();
     let at = |h: u8| Place {
@@ -53,7 +47,7 @@ fn config(tag: &str, root: &Path, odb: bool, memory_mib: u64) -> StackConfig {
         is: at(12),
         be: at(13),
         port,
-        dir: tmpdir(tag),
+        dir: scratch.join(tag),
         root: root.to_path_buf(),
         odb: odb.then(|| {
             let (lib, agent) = odb_artifacts().expect("ODB artefacts");
@@ -100,10 +94,13 @@ fn sizes() -> Vec<usize> {
     v
 }
 
-fn root_with(sizes: &[usize]) -> PathBuf {
-    let root = std::env::temp_dir().join(format!("iolab-tiers-test-{}-www", std::process::id()));
+/// The test's scratch directory (removed when the test ends, also when it fails) and the
+/// BE's root in it with the payload files.
+fn scratch_with(tag: &str, sizes: &[usize]) -> (ScratchDir, PathBuf) {
+    let scratch = scratch_dir(tag).unwrap();
+    let root = scratch.join("www");
     write_payloads(&root, sizes).unwrap();
-    root
+    (scratch, root)
 }
 
 fn fe(cfg: &StackConfig) -> SocketAddrV4 {
@@ -116,9 +113,9 @@ fn every_size_is_identical_with_and_without_odb() {
         return;
     }
     let sizes = sizes();
-    let root = root_with(&sizes);
-    let vanilla = Stack::start(config("van", &root, false, 0), None).unwrap();
-    let odb = Stack::start(config("odb", &root, true, 256), None).unwrap();
+    let (scratch, root) = scratch_with("every", &sizes);
+    let vanilla = Stack::start(config(&scratch, "van", &root, false, 0), None).unwrap();
+    let odb = Stack::start(config(&scratch, "odb", &root, true, 256), None).unwrap();
     for st in [&vanilla, &odb] {
         let mut keep = Client::connect(fe(&st.cfg)).unwrap();
         for &s in &sizes {
@@ -174,8 +171,8 @@ fn head_404_chunked_pipelined_through_odb() {
         return;
     }
     let sizes = [100usize, 70_000, 300_000];
-    let root = root_with(&sizes);
-    let st = Stack::start(config("misc", &root, true, 256), None).unwrap();
+    let (scratch, root) = scratch_with("misc", &sizes);
+    let st = Stack::start(config(&scratch, "misc", &root, true, 256), None).unwrap();
     let mut c = Client::connect(fe(&st.cfg)).unwrap();
     let h = c.request("HEAD", "/f300000").unwrap();
     assert_eq!(
@@ -204,8 +201,8 @@ fn agent_restart_under_load_loses_nothing() {
         return;
     }
     let sizes = [65536usize, 1 << 20];
-    let root = root_with(&sizes);
-    let mut st = Stack::start(config("rst", &root, true, 256), None).unwrap();
+    let (scratch, root) = scratch_with("rst", &sizes);
+    let mut st = Stack::start(config(&scratch, "rst", &root, true, 256), None).unwrap();
     let addr = fe(&st.cfg);
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
@@ -237,9 +234,9 @@ fn killed_agent_and_full_agent_fall_back_or_fail_cleanly() {
         return;
     }
     let sizes = [1usize << 24, 1 << 20];
-    let root = root_with(&sizes);
+    let (scratch, root) = scratch_with("kill", &sizes);
     // a 1 MiB agent cannot hold a 16 MiB body: every store is refused, bytes are copied
-    let mut small = Stack::start(config("oom", &root, true, 1), None).unwrap();
+    let mut small = Stack::start(config(&scratch, "oom", &root, true, 1), None).unwrap();
     let mut c = Client::connect(fe(&small.cfg)).unwrap();
     for _ in 0..3 {
         let r = c
@@ -257,7 +254,7 @@ fn killed_agent_and_full_agent_fall_back_or_fail_cleanly() {
 
     // killed mid-transfer: the response in flight is complete or cut short (a clean error),
     // never wrong; later requests are served by copying until a new agent is up
-    let mut st = Stack::start(config("kill", &root, true, 256), None).unwrap();
+    let mut st = Stack::start(config(&scratch, "kill", &root, true, 256), None).unwrap();
     let addr = fe(&st.cfg);
     let t = std::thread::spawn(move || {
         let mut c = Client::connect(addr).unwrap();
@@ -298,8 +295,8 @@ fn forged_and_malformed_references_are_clean_errors() {
         return;
     }
     use iolab_odb::proto;
-    let root = root_with(&[1]);
-    let mut cfg = config("forge", &root, true, 16);
+    let (scratch, root) = scratch_with("forge", &[1]);
+    let mut cfg = config(&scratch, "forge", &root, true, 16);
     cfg.skip_be = true;
     let st = Stack::start(cfg, None).unwrap();
     // our own "BE": answers every request with a header (R frame) and a forged V frame
@@ -337,5 +334,50 @@ fn forged_and_malformed_references_are_clean_errors() {
             Ok(r) => eprintln!("forged reference: clean error: status {}", r.status),
             Err(e) => eprintln!("forged reference: clean error: {e:#}"),
         }
+    }
+}
+
+/// The 16 MiB case alone, many times (the stall hunt): keep-alive and new connections
+/// alternate. `IOLAB_ODB_LOOP=30 cargo test -p iolab-tiers --test odb_loopback
+/// sixteen_mib_in_a_loop -- --ignored --nocapture` (run it beside a CPU hog).
+#[test]
+#[ignore = "long: a loop for stress runs"]
+fn sixteen_mib_in_a_loop() {
+    if !have_nginx() {
+        return;
+    }
+    let rounds: usize = std::env::var("IOLAB_ODB_LOOP")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
+    let size = 1usize << 24;
+    let (scratch, root) = scratch_with("loop", &[size]);
+    let st = Stack::start(config(&scratch, "loop", &root, true, 256), None).unwrap();
+    let want = payload(size);
+    let mut keep = Client::connect(fe(&st.cfg)).unwrap();
+    for i in 0..rounds {
+        let t0 = std::time::Instant::now();
+        let r = if i % 2 == 0 {
+            keep.request("GET", "/f16777216")
+        } else {
+            Client::connect(fe(&st.cfg))
+                .unwrap()
+                .request("GET", "/f16777216")
+        };
+        let r = r.unwrap_or_else(|e| {
+            let keepdir = std::env::temp_dir().join(format!("odb-stall-{}", std::process::id()));
+            let _ = std::process::Command::new("cp")
+                .args(["-r"])
+                .arg(scratch.path())
+                .arg(&keepdir)
+                .status();
+            panic!(
+                "round {i}: {e:#} (logs copied to {})\n{}",
+                keepdir.display(),
+                queues(&st.cfg)
+            )
+        });
+        assert!(r.body == want, "round {i}: body differs");
+        eprintln!("round {i}: ok in {:?}", t0.elapsed());
     }
 }

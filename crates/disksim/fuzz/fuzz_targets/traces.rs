@@ -22,13 +22,13 @@ fuzz_target!(|data: &[u8]| {
         let Ok(jf) = iolab_disksim::fio::parse(text, true) else { return };
         let Ok(mut src) = iolab_disksim::fio::FioSource::new(&jf, 0, 1 << 24) else { return };
         let files = src.files.clone();
-        let chain = iolab_disksim::fio::linux_chain(
+        let mut host = iolab_disksim::host::HostParams::linux_defaults();
+        host.page_cache.capacity_pages = 256;
+        let Ok(chain) = iolab_disksim::fio::host_chain(
             Box::new(iolab_disksim::engine::ConstantDevice::new(0.1)),
-            &files,
-            256,
-            128,
-            Default::default(),
-        );
+            &host,
+            None,
+        ) else { return };
         let mut sim = Simulator::new(chain);
         let mut n = 0u64;
         let budget = 20_000u64;
@@ -47,7 +47,7 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         sim.run(&mut Capped(&mut src, budget), &mut |c| {
-            let f = c.req.file.expect("fio requests carry their file");
+            let Some(f) = c.req.file else { return };
             let file = &files[f.file as usize];
             assert!(f.offset + c.req.bytes() <= file.bytes.div_ceil(512) * 512 + 4096);
             assert!(c.rec.completion >= c.rec.arrival);
