@@ -477,7 +477,25 @@ pub fn calibrate(
             }
         }
     }
-    let host_cpu = crate::fio::HostCpu { cached_read_us };
+    // fio's own time per I/O: the 4 KiB job's run time per I/O beyond its latency.
+    let app_gap_us = jobs
+        .iter()
+        .find(|j| j["jobname"] == "c4")
+        .map(|j| {
+            let d = &j["read"];
+            let ios = d["total_ios"].as_f64().unwrap_or(0.0);
+            let runtime_us = d["runtime"].as_f64().unwrap_or(0.0) * 1000.0;
+            if ios > 0.0 {
+                (runtime_us / ios - lat_us(d, "mean")).max(0.0)
+            } else {
+                0.0
+            }
+        })
+        .unwrap_or(0.0);
+    let host_cpu = crate::fio::HostCpu {
+        cached_read_us,
+        app_gap_us,
+    };
     step += 1;
     progress(step, total, "done");
     Ok(Calibration {
@@ -635,7 +653,10 @@ pub fn config_toml(c: &Calibration) -> String {
             .collect::<Vec<_>>()
             .join(", "),
     );
-    s.push_str("]\n");
+    s.push_str(&format!(
+        "]\n# fio's own time between a completion and its next request (µs)\napp_gap_us = {:.2}\n",
+        c.host_cpu.app_gap_us
+    ));
     s
 }
 
@@ -704,7 +725,10 @@ pub fn table(c: &Calibration) -> String {
             .collect::<Vec<_>>()
             .join(", "),
     );
-    s.push('\n');
+    s.push_str(&format!(
+        "; fio's time between I/Os {:.1} µs\n",
+        c.host_cpu.app_gap_us
+    ));
     let q = |k: &str| c.host.queue.get(k).map(String::as_str).unwrap_or("?");
     s.push_str(&format!(
         "settings: scheduler {}, rotational {}, read_ahead_kb {}, max_sectors_kb {}, nr_requests {}; ",

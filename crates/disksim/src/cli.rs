@@ -672,7 +672,8 @@ fn run_fio(a: &RunArgs, job: &Path) -> Result<()> {
     }
     let cfg = Config::load(&a.config)?;
     let dev = cfg.device(&a.config)?;
-    let mut src = crate::fio::FioSource::new(&jf, 0, dev.blocks)?;
+    let gap = cfg.host_cpu.as_ref().map_or(0.0, |c| c.app_gap_us);
+    let mut src = crate::fio::FioSource::new(&jf, 0, dev.blocks)?.with_app_gap_us(gap);
     let mut host = match crate::host::HostParams::from_system(".") {
         Ok(h) => h,
         Err(e) => {

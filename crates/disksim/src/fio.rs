@@ -491,6 +491,9 @@ fn apply(job: &mut FioJob, k: &str, v: Option<&str>, n: usize) -> Result<()> {
                     return Err(err("a range of block sizes goes in bsrange="));
                 }
                 let b = parse_size(p).map_err(|e| err(&e))?;
+                if b == 0 || b > MAX_BS {
+                    return Err(err("a block size must be within 1 byte..=1 GiB"));
+                }
                 vals[i] = Some(b);
             }
             if let Some(r) = vals[0] {
@@ -510,6 +513,9 @@ fn apply(job: &mut FioJob, k: &str, v: Option<&str>, n: usize) -> Result<()> {
             job.bs = [r, r];
             if let Some(p) = parts.get(1).filter(|p| !p.is_empty()) {
                 job.bs[1] = parse_range(p).map_err(|e| err(&e))?;
+            }
+            if job.bs.iter().any(|&(_, hi)| hi > MAX_BS) {
+                return Err(err("a block size must be within 1 byte..=1 GiB"));
             }
         }
         "size" => {
@@ -743,6 +749,8 @@ pub struct FioSource {
     initial_i: usize,
     /// Simulated time the jobs start at (ms): runtime and rate count from here.
     start: f64,
+    /// The application's time between a completion and its next request, ms.
+    gap: f64,
 }
 
 impl FioSource {
@@ -755,6 +763,13 @@ impl FioSource {
 
     pub fn start(&self) -> f64 {
         self.start
+    }
+
+    /// The application's own time between a completion and its next request, µs (fio's
+    /// per-I/O loop: [`HostCpu::app_gap_us`]).
+    pub fn with_app_gap_us(mut self, us: f64) -> FioSource {
+        self.gap = (us / 1000.0).max(0.0);
+        self
     }
 
     /// Lays out the files from sector `first_lba` and checks they fit `capacity` sectors.
@@ -861,6 +876,7 @@ impl FioSource {
             initial,
             initial_i: 0,
             start: 0.0,
+            gap: 0.0,
         })
     }
 
@@ -945,7 +961,7 @@ impl FioSource {
         let mut at = if first {
             now
         } else {
-            now + job.thinktime_us / 1000.0
+            now + self.gap + job.thinktime_us / 1000.0
         };
         if let Some(rate) = job.rate[slot] {
             let due = self.start + s.rate_bytes[slot] as f64 / rate as f64 * 1000.0;
@@ -1038,6 +1054,10 @@ impl Source for FioSource {
 #[serde(deny_unknown_fields)]
 pub struct HostCpu {
     pub cached_read_us: Vec<[f64; 2]>,
+    /// The application's own time between a completion and its next request (fio's loop,
+    /// µs): measured as (run time / I/Os) − mean latency on cached 4 KiB reads.
+    #[serde(default)]
+    pub app_gap_us: f64,
 }
 
 impl HostCpu {
@@ -1066,11 +1086,30 @@ impl HostCpu {
         }
     }
 
+    /// The affine part `(syscall µs, µs per KiB)`: a robust fit of the table up to 128 KiB,
+    /// where the cost is a copy. The page cache charges it to every buffered call, reads and
+    /// writes; [`Syscalls`] adds what reads cost beyond it.
+    pub fn affine(&self) -> (f64, f64) {
+        let pts: Vec<(f64, f64)> = self
+            .cached_read_us
+            .iter()
+            .filter(|p| p[0] <= 128.0)
+            .map(|p| (p[0], p[1]))
+            .collect();
+        match crate::calibrate::fit_affine(&pts) {
+            Some((a, b)) => (a.min(self.cost_us(4.0)), b),
+            None => (self.cost_us(4.0), 0.0),
+        }
+    }
+
+    /// Extra cost of a buffered read beyond the affine part, ms.
     fn cost_ms(&self, req: &Request) -> f64 {
-        if req.flags.contains(Flags::DIRECT) || req.op == Op::Flush {
+        if req.flags.contains(Flags::DIRECT) || req.op != Op::Read {
             return 0.0;
         }
-        self.cost_us(req.bytes() as f64 / 1024.0) / 1000.0
+        let kib = req.bytes() as f64 / 1024.0;
+        let (a, b) = self.affine();
+        (self.cost_us(kib) - (a + b * kib)).max(0.0) / 1000.0
     }
 
     /// Checks the table: sizes ascending and positive, costs finite and >= 0.
@@ -1081,6 +1120,9 @@ impl HostCpu {
                 bail!("host_cpu.cached_read_us: [KiB, µs] pairs with KiB ascending and µs >= 0");
             }
             prev = *k;
+        }
+        if !(self.app_gap_us.is_finite() && (0.0..1e6).contains(&self.app_gap_us)) {
+            bail!("host_cpu.app_gap_us must be within 0..1000000");
         }
         Ok(())
     }
@@ -1129,9 +1171,10 @@ impl crate::engine::Component for Syscalls {
     }
 }
 
-/// The host stack over `device` for a job file: the system-call level with a measured
-/// [`HostCpu`] table (when a calibration gives one: the page cache's own affine CPU costs are
-/// then zeroed, so the cost is counted once) above `host`'s page cache and block layer.
+/// The host stack over `device` for a job file: when a calibration gives a [`HostCpu`]
+/// table, the page cache's affine CPU costs come from its affine part and the system-call
+/// level above adds what buffered reads cost beyond it; then `host`'s page cache and block
+/// layer.
 /// fio's `fadvise_hint` and `invalidate` reach the page cache as `Advise` requests made by
 /// [`FioSource`] before each stream's first I/O.
 pub fn host_chain(
@@ -1143,8 +1186,10 @@ pub fn host_chain(
     let mut chain: Vec<Box<dyn crate::engine::Component>> = Vec::new();
     if let Some(c) = cpu.filter(|c| !c.cached_read_us.is_empty()) {
         c.validate()?;
-        host.page_cache.syscall_ms = 0.0;
-        host.page_cache.copy_mb_s = 0.0;
+        let (a, b) = c.affine();
+        host.page_cache.syscall_ms = a / 1000.0;
+        // b µs per KiB = 1024 / b bytes per µs = MB/s; 0 means free copies.
+        host.page_cache.copy_mb_s = if b > 1e-9 { 1024.0 / b } else { 0.0 };
         chain.push(Box::new(Syscalls::new(c.clone())));
     }
     chain.extend(host.stack_on(device)?);
@@ -1364,6 +1409,7 @@ mod tests {
             ("[j]\nsize=1m\nioengine=mmap\n", "line 3", "engines"),
             ("[j]\nsize=1m\nruntime=5y\n", "line 3", "time unit"),
             ("[j]\nsize=1m\ntime_based\n", "line 1", "needs a runtime"),
+            ("[j]\nsize=2m\nbs=0k\n", "line 3", "block size must be"),
         ] {
             let e = parse(text, false).unwrap_err().to_string();
             assert!(e.contains(line) && e.contains(what), "{text:?}: {e}");
@@ -1387,6 +1433,7 @@ mod tests {
     fn host_cpu_table_interpolates_in_log_size() {
         let c = HostCpu {
             cached_read_us: vec![[4.0, 2.0], [16.0, 6.0], [64.0, 10.0]],
+            app_gap_us: 0.0,
         };
         assert_eq!(c.cost_us(4.0), 2.0);
         assert_eq!(c.cost_us(1.0), 2.0);
@@ -1394,10 +1441,18 @@ mod tests {
         assert!((c.cost_us(128.0) - 20.0).abs() < 1e-9);
         assert_eq!(HostCpu::default().cost_us(100.0), 0.0);
         assert!(HostCpu {
-            cached_read_us: vec![[4.0, 1.0], [2.0, 1.0]]
+            cached_read_us: vec![[4.0, 1.0], [2.0, 1.0]],
+            app_gap_us: 0.0
         }
         .validate()
         .is_err());
+        // The affine part of a table that jumps at 512 KiB (this VM) is the small-size copy.
+        let vm = HostCpu {
+            cached_read_us: vec![[4.0, 2.5], [32.0, 9.0], [128.0, 9.0], [512.0, 700.0]],
+            app_gap_us: 0.0,
+        };
+        let (a, b) = vm.affine();
+        assert!(a <= 2.5 && b < 0.3, "{a} {b}");
     }
 
     #[test]

@@ -297,7 +297,9 @@ pub fn cgroup_memory_limit(proc_self_cgroup: &str, root: &Path) -> Option<(u64, 
 /// The whole-disk name in /sys/block for a name, a device node or a file on a device.
 pub fn resolve_disk(device: &str) -> Result<String> {
     let name = device.trim_start_matches("/dev/");
-    if !name.contains('/') && Path::new("/sys/block").join(name).exists() {
+    // "." and ".." are paths (the current directory), never disk names.
+    if !name.contains('/') && !name.starts_with('.') && Path::new("/sys/block").join(name).exists()
+    {
         return Ok(name.to_string());
     }
     let path = Path::new(device);
@@ -370,6 +372,17 @@ fn read_num(path: &Path) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dot_is_the_current_directory_not_a_disk_name() {
+        // /sys/block/. exists; "." must still resolve as a path.
+        let cwd = std::env::current_dir().unwrap();
+        match (resolve_disk("."), resolve_disk(&cwd.to_string_lossy())) {
+            (Ok(a), Ok(b)) => assert_eq!(a, b),
+            (Err(_), Err(_)) => {}
+            (a, b) => panic!("'.' gave {a:?}, the same directory by name {b:?}"),
+        }
+    }
 
     #[test]
     fn vm_dirty_bytes_win_over_ratios() {

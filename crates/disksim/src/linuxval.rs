@@ -345,7 +345,8 @@ impl Model {
     ) -> Result<(Vec<f64>, Figures, f64, f64)> {
         let dev = self.cfg.device(&self.config)?;
         let jf = crate::fio::parse(job, false)?;
-        let mut src = FioSource::new(&jf, 0, dev.blocks)?;
+        let gap = self.cfg.host_cpu.as_ref().map_or(0.0, |c| c.app_gap_us);
+        let mut src = FioSource::new(&jf, 0, dev.blocks)?.with_app_gap_us(gap);
         let mut host = self.host;
         host.page_cache.capacity_pages = capacity_pages;
         let chain = crate::fio::host_chain(dev.component, &host, self.cfg.host_cpu.as_ref())?;
@@ -353,7 +354,7 @@ impl Model {
         let mut start = 0.0;
         if let Some(w) = warmup {
             let wj = crate::fio::parse(w, false)?;
-            let mut ws = FioSource::new(&wj, 0, dev.blocks)?;
+            let mut ws = FioSource::new(&wj, 0, dev.blocks)?.with_app_gap_us(gap);
             let t = sim.run(&mut ws, &mut |_| {})?;
             start = t.sim_end;
             src = src.start_at(start);
