@@ -16,6 +16,7 @@
 //! `engine` owns time and events; components exchange requests and completions only through
 //! it. See README.md for the architecture and who owns which module.
 
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod config;
 pub mod engine;
