@@ -112,7 +112,7 @@ static __always_inline void rewrite32(struct __sk_buff *skb, __u32 ihl, __u32 fi
 	bpf_skb_store_bytes(skb, at + field, &new, sizeof(new), 0);
 }
 
-SEC("tc")
+SEC("classifier")
 int disc_egress(struct __sk_buff *skb)
 {
 	struct iphdr *ip;
@@ -151,7 +151,7 @@ int disc_egress(struct __sk_buff *skb)
 	return TC_ACT_OK;
 }
 
-SEC("tc")
+SEC("classifier")
 int disc_ingress(struct __sk_buff *skb)
 {
 	struct iphdr *ip;
