@@ -199,3 +199,34 @@ fn an_unreachable_dp_falls_back_to_the_normal_path() {
     assert_eq!(claimed, 0, "no FE could reach DP: every one was re-asked");
     c.stop().unwrap();
 }
+
+#[test]
+fn disc_direct_dp_sends_on_the_clients_connection() {
+    if !ready() {
+        return;
+    }
+    if !iolab_disc::bpf::available() {
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("built without the eBPF programs (clang, libbpf-dev)");
+        }
+        eprintln!("skipping the direct-mode chain test: built without clang/libbpf-dev");
+        return;
+    }
+    let dir = TempDir::new("direct");
+    let root = dir.0.join("www");
+    write_payloads(&root, &SIZES).unwrap();
+    let c = chain(&root, DiscMode::Direct, false);
+    // One keep-alive connection for all sizes: every head after the first payload goes
+    // through the FE's shifted sequence space.
+    assert_identical(&c, &dir.0);
+    let big = SIZES.iter().filter(|&&n| n >= 16384).count() as u64;
+    let store = c.store.clone().unwrap();
+    assert_eq!(
+        store.counts(),
+        (big, big),
+        "every big payload was sent by DP"
+    );
+    check_pipelined(&c, &root);
+    assert_eq!(store.counts(), (big + 2, big + 2));
+    c.stop().unwrap();
+}
