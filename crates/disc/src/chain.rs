@@ -35,6 +35,9 @@ pub struct ChainConfig {
     pub threshold: u64,
     /// Advertise a DP address where nothing listens (tests the FE's fallback).
     pub broken_dp: bool,
+    /// Drop this % of the TCP packets in and out of the client's interfaces
+    /// ([`crate::bpf::Lossy`], the netem substitute); 0: none.
+    pub loss_pct: f64,
 }
 
 pub struct Chain {
@@ -56,6 +59,8 @@ pub struct Chain {
     pub client_if: String,
     /// DP's store (None without DISC): its counts show which path the payloads took.
     pub store: Option<Arc<crate::dp::Store>>,
+    /// The loss injector on the client's interfaces, if any.
+    pub lossy: Option<crate::bpf::Lossy>,
     stops: Vec<Arc<Stop>>,
     threads: Vec<std::thread::JoinHandle<anyhow::Result<()>>>,
     net: Option<iolab_netns::Net>,
@@ -86,6 +91,7 @@ impl Chain {
             links.push((0, 3, 4));
         }
         let mut ifaces = Vec::new();
+        let links_used = links.clone();
         for (l, r, sub) in links {
             let (il, ir) = net.veth(Some(&ns[l]), Some(&ns[r]))?;
             il.add_addr(&format!("{}/27", a(sub, 1)))?;
@@ -118,6 +124,27 @@ impl Chain {
             }
         }
         let names: Vec<String> = ns.iter().map(|n| n.name().to_string()).collect();
+        let lossy = if cfg.loss_pct > 0.0 {
+            let pct = cfg.loss_pct;
+            let client_ifs: Vec<String> = ifaces
+                .iter()
+                .zip(&links_used)
+                .filter(|(_, (l, _, _))| *l == 0)
+                .map(|(i, _)| i.0.name.clone())
+                .collect();
+            let l = crate::netns::spawn_in(Some(names[0].clone()), "lossy", move || {
+                let mut l = crate::bpf::Lossy::load(pct)?;
+                for i in &client_ifs {
+                    l.attach(i)?;
+                }
+                Ok(l)
+            })
+            .join()
+            .map_err(|_| anyhow::anyhow!("lossy thread panicked"))??;
+            Some(l)
+        } else {
+            None
+        };
         let fe = SocketAddr::from((a(0, 2), 8080));
         let is = SocketAddr::from((a(1, 2), 8080));
         let be = SocketAddr::from((a(2, 2), 8080));
@@ -178,6 +205,7 @@ impl Chain {
             fe_if: ifaces[0].1.name.clone(),
             client_if: ifaces[0].0.name.clone(),
             store,
+            lossy,
             stops,
             threads,
             net: Some(net),

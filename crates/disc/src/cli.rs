@@ -146,6 +146,7 @@ fn check(disc: DiscMode, sizes: &[u64]) -> anyhow::Result<()> {
         disc,
         threshold: crate::proto::DEFAULT_THRESHOLD,
         broken_dp: false,
+        loss_pct: 0.0,
     })?;
     println!(
         "chain up: client {} -> FE {} -> IS {} -> BE {} (DP {}), DISC {:?}",
