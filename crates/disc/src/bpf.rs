@@ -192,6 +192,60 @@ impl Hooks {
     }
 }
 
+pub const LOSSY: &str = "disc_lossy";
+
+/// The netem substitute for tests (this kernel has no sch_netem): `disc_lossy` attached at
+/// TC ingress and egress drops each IPv4 TCP packet with a given probability, drawn in
+/// the kernel with `bpf_get_prandom_u32`.
+pub struct Lossy {
+    ebpf: Ebpf,
+}
+
+impl Lossy {
+    /// Loads the program with a drop probability of `percent` %.
+    pub fn load(percent: f64) -> anyhow::Result<Lossy> {
+        if !available() {
+            bail!("iolab-disc was built without its eBPF programs");
+        }
+        if !(0.0..=100.0).contains(&percent) {
+            bail!("loss must be 0..=100 %, not {percent}");
+        }
+        let mut ebpf = Ebpf::load(OBJECT).context("loading disc.bpf.o")?;
+        let p: &mut SchedClassifier = ebpf
+            .program_mut(LOSSY)
+            .context("no program disc_lossy")?
+            .try_into()?;
+        p.load().context("the kernel refused disc_lossy")?;
+        let threshold = ((percent / 100.0) * 4_294_967_295.0) as u32;
+        let mut m: aya::maps::Array<_, u32> =
+            aya::maps::Array::try_from(ebpf.map_mut("disc_loss").context("no map disc_loss")?)?;
+        m.set(0, threshold, 0)?;
+        Ok(Lossy { ebpf })
+    }
+
+    /// Attaches to both directions of `iface` (the calling thread's namespace).
+    pub fn attach(&mut self, iface: &str) -> anyhow::Result<()> {
+        let _ = aya::programs::tc::qdisc_add_clsact(iface);
+        let p: &mut SchedClassifier = self
+            .ebpf
+            .program_mut(LOSSY)
+            .context("no program disc_lossy")?
+            .try_into()?;
+        for at in [TcAttachType::Egress, TcAttachType::Ingress] {
+            p.attach(iface, at)
+                .with_context(|| format!("attaching disc_lossy to {iface}"))?;
+        }
+        Ok(())
+    }
+
+    /// (TCP packets seen, dropped).
+    pub fn counts(&self) -> anyhow::Result<(u32, u32)> {
+        let m: aya::maps::Array<_, u32> =
+            aya::maps::Array::try_from(self.ebpf.map("disc_loss").context("no map disc_loss")?)?;
+        Ok((m.get(&1, 0)?, m.get(&2, 0)?))
+    }
+}
+
 /// The result of one `BPF_PROG_TEST_RUN`.
 #[derive(Debug)]
 pub struct TestRun {

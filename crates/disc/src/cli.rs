@@ -49,6 +49,9 @@ pub enum DiscCommand {
         /// DISC participation.
         #[arg(long, value_enum, default_value_t = DiscMode::Off)]
         disc: DiscMode,
+        /// The FE's client-side interface for the eBPF hooks (`--disc direct --first`).
+        #[arg(long)]
+        hook_iface: Option<String>,
     },
     /// Builds a client/FE/IS/BE chain in network namespaces (root), fetches 1 B .. 64 MiB
     /// through it and straight from the BE, and compares the bytes.
@@ -93,6 +96,7 @@ pub fn run(args: DiscArgs) -> anyhow::Result<()> {
             upstream,
             first,
             disc,
+            hook_iface,
         } => {
             let stop = crate::stop::Stop::new()?;
             hook_signals(&stop)?;
@@ -103,6 +107,7 @@ pub fn run(args: DiscArgs) -> anyhow::Result<()> {
                     upstreams: upstream,
                     first,
                     disc,
+                    hook_iface,
                 },
                 stop,
             )?;
@@ -141,6 +146,7 @@ fn check(disc: DiscMode, sizes: &[u64]) -> anyhow::Result<()> {
         disc,
         threshold: crate::proto::DEFAULT_THRESHOLD,
         broken_dp: false,
+        loss_pct: 0.0,
     })?;
     println!(
         "chain up: client {} -> FE {} -> IS {} -> BE {} (DP {}), DISC {:?}",
