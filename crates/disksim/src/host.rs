@@ -218,6 +218,7 @@ impl HostParams {
 }
 
 /// The host flags of `iolab disksim run` (and of any command simulating file I/O).
+#[cfg(feature = "cli")]
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct HostArgs {
     /// Host I/O stack above the device: `linux` (page cache + block layer), `windows-xp`
@@ -269,6 +270,7 @@ pub struct HostArgs {
     pub no_plug: bool,
 }
 
+#[cfg(feature = "cli")]
 impl HostArgs {
     /// The parameters these flags ask for; `None` for `--host none`.
     pub fn params(&self) -> Result<Option<HostParams>> {
@@ -651,6 +653,7 @@ mod tests {
             .any(|(k, v)| k == "pagecache hit pages" && *v == 1.0));
     }
 
+    #[cfg(feature = "cli")]
     #[test]
     fn flags_override_the_defaults_and_bad_values_are_refused() {
         let none = HostArgs {
