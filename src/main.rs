@@ -59,6 +59,8 @@ enum Command {
     Tracker(iolab_seeder::cli::TrackerArgs),
     /// Disk I/O simulator: validate-disksim, run, bench (trace-driven, discrete-event).
     Disksim(iolab_disksim::cli::DisksimArgs),
+    /// DISC (seed 004 ch. 3): our FE/IS/BE tiers and the BE's shortcut to the client: be, proxy, check.
+    Disc(iolab_disc::cli::DiscArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -75,6 +77,7 @@ fn main() -> anyhow::Result<()> {
         Command::Seed(a) => iolab_seeder::cli::seed(a),
         Command::Tracker(a) => iolab_seeder::cli::tracker(a),
         Command::Disksim(a) => iolab_disksim::cli::run(a),
+        Command::Disc(a) => iolab_disc::cli::run(a),
     };
     if result.is_err() {
         // A failure caused by a signal's teardown is not the outcome: the handler exits with

@@ -16,10 +16,12 @@
 //! `engine` owns time and events; components exchange requests and completions only through
 //! it. See README.md for the architecture and who owns which module.
 
+pub mod blocklayer;
 pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod hdd;
+pub mod host;
 pub mod measured;
 pub mod pagecache;
 pub mod request;

@@ -200,7 +200,7 @@ impl MeasuredDevice {
             Pattern::Random
         };
         self.last_end[slot] = Some(req.end());
-        let lat_ms = if req.op == Op::Flush {
+        let lat_ms = if matches!(req.op, Op::Flush | Op::Advise(_)) {
             0.0
         } else {
             self.tables.lookup(

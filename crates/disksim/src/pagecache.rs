@@ -1,5 +1,6 @@
-//! The Linux page cache, read path: 4 KiB pages, the two-list (active/inactive) LRU and the
-//! on-demand read-ahead of `mm/readahead.c`, as an [`engine::Component`](crate::engine).
+//! The Linux page cache: 4 KiB pages, the two-list (active/inactive) LRU, the on-demand
+//! read-ahead of `mm/readahead.c`, dirty pages with write-back, throttling, the flusher and
+//! fsync, as an [`engine::Component`](crate::engine).
 //!
 //! What is modelled (our own code, written from the kernel's documented behaviour):
 //!
@@ -30,10 +31,46 @@
 //!   (`ctx.up`, cache outcome `hit`); otherwise it waits for the page-aligned reads it or an
 //!   earlier read-ahead sent down (`ctx.down`) and completes as `miss` or `partial`.
 //!
-//! Not modelled yet (issue 12, next steps): dirty pages and write-back (buffered writes are
-//! passed down unchanged, write-through, and drop the cached pages they cover, as `O_DIRECT`
-//! does), `POSIX_FADV_DONTNEED`, the `io_pages` (max_sectors_kb) enlargement of the window for
-//! very large reads, large folios, and the workingset refault detection.
+//! * **Write path** (`mm/page-writeback.c`, `fs/fs-writeback.c`): a buffered write dirties
+//!   its pages (created without reading: a partial page is taken as whole) and returns after
+//!   its CPU time ([`PageCacheConfig::cpu_ms`]). The file remembers when it went from clean
+//!   to dirty (`dirtied_when`). Thresholds ([`PageCache::thresholds`]): `background` and
+//!   `limit` from the `vm.dirty_*` ratios (of [`DirtyConfig::dirtyable_pages`]) or bytes, the
+//!   limit capped by the cache's capacity, a background threshold at or above the limit
+//!   halved (`domain_dirty_limits`).
+//!   - **Background write-back**: whenever more pages are dirty than `background`, the file
+//!     dirtied longest ago is written, 1024 pages (4 MiB, `MAX_WRITEBACK_PAGES`) at most per
+//!     round, resuming at its `writeback_index`, rounds repeated until the dirty count is
+//!     under the threshold. Checked after each write and each write-back completion.
+//!   - **Periodic flusher**: armed `dirty_writeback_centisecs` after the first page is
+//!     dirtied and re-armed while dirty pages remain; each run writes every file dirtied more
+//!     than `dirty_expire_centisecs` ago, whole. Below the background threshold nothing
+//!     else writes.
+//!   - **Throttling** (`balance_dirty_pages`), *simplified*: the kernel (3.2+, IO-less
+//!     throttling) pauses a writer in proportion to how far dirty + write-back pages are
+//!     above the setpoint `(freerun + limit) / 2`, `freerun = (background + limit) / 2`, so
+//!     that the count settles at the setpoint and writers go at the device's write-back
+//!     rate. Here a write that leaves dirty + write-back above the setpoint is held until
+//!     write-back completions bring the count back to it (oldest writer first): the same
+//!     steady state and rate, with the pauses bunched at write-back completions rather than
+//!     spread as the kernel's (≤ 200 ms) pauses are.
+//!   - **fsync / fdatasync** (`Op::Flush` with a file): the file's dirty pages are written
+//!     (a `SYNC` write per run of consecutive pages), the call waits for them and for the
+//!     file's pages already under write-back (not for pages dirtied after the call), then a
+//!     device flush is sent; the call returns after the flush. fsync and fdatasync are the
+//!     same here: the file system's journal commit (ext4 metadata) is not modelled.
+//!   - **O_DSYNC / O_SYNC writes**: the write, then `vfs_fsync_range` on its range.
+//!   - **POSIX_FADV_DONTNEED**: write-back of the range's dirty pages starts, its clean pages
+//!     not under I/O are dropped. WILLNEED reads the range now.
+//!   - **O_DIRECT**: the range's dirty pages are sent down first (ahead of the direct
+//!     request, which does not wait for them: the kernel waits), the clean ones dropped; a
+//!     direct write drops the range again when it completes.
+//!   - **Reclaim** never takes a dirty page or one under write-back.
+//!
+//! Not modelled: the `io_pages` (max_sectors_kb) enlargement of the read-ahead window for
+//! very large reads, large folios, workingset refault detection, the read of a partial page
+//! before a write, per-device (bdi) write-back bandwidth estimation and cgroup v2 writeback
+//! domains, the journal.
 //!
 //! Units: time in ms, addresses in 512-byte sectors (see `request.rs`), page indices in
 //! 4 KiB pages.
@@ -41,7 +78,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::engine::{Component, Ctx};
-use crate::request::{CacheOutcome, Completion, Op, Record, Request, SECTOR};
+use crate::request::{CacheOutcome, Completion, Flags, Op, Record, Request, SECTOR};
 
 /// Page size in bytes.
 pub const PAGE: u64 = 4096;
@@ -49,17 +86,16 @@ const SECTORS_PER_PAGE: u64 = PAGE / SECTOR;
 /// Ids of the reads this component sends down have this bit set, so they never collide with
 /// the engine's ids of workload requests.
 const CHILD_ID_BIT: u64 = 1 << 63;
+/// Timer tokens of delayed completions (CPU costs, throttling) carry this bit.
+const DELAY_TOKEN_BIT: u64 = 1 << 62;
+/// The flusher's periodic timer.
+const FLUSH_TOKEN: u64 = 1 << 61;
+/// Pages in one write-back write (the kernel's `MAX_WRITEBACK_PAGES`, 4 MiB; the block layer
+/// splits it at `max_sectors_kb`), and the least background write-back writes of a file in
+/// one go (`MIN_WRITEBACK_PAGES`, also 4 MiB).
+const WB_CHUNK_PAGES: u64 = 1024;
 
-/// `posix_fadvise` advice for a file.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Advice {
-    #[default]
-    Normal,
-    /// `POSIX_FADV_SEQUENTIAL`: twice the device's read-ahead maximum.
-    Sequential,
-    /// `POSIX_FADV_RANDOM`: no read-ahead.
-    Random,
-}
+pub use crate::request::Advice;
 
 /// The first window of a new read-ahead stream, in pages (kernel `get_init_ra_size`): the
 /// request rounded up to a power of two, ×4 when small (≤ max/32), ×2 when medium (≤ max/4),
@@ -119,6 +155,12 @@ struct Stream {
     advice: Advice,
     /// Sector of the file's byte 0 (files are taken as laid out contiguously).
     base_lba: i64,
+    /// When the file went from clean to dirty (kernel `inode->dirtied_when`), ms.
+    dirtied_when: Option<f64>,
+    /// Indices of the file's dirty pages.
+    dirty: BTreeSet<u64>,
+    /// Where background write-back resumes in this file (kernel `writeback_index`).
+    wb_index: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,6 +179,26 @@ struct Page {
     marker: bool,
     /// The read filling this page, while in flight.
     pending: Option<u64>,
+    /// `PG_dirty`: written by the workload, not yet sent to the device.
+    dirty: bool,
+    /// `PG_writeback`: the latest write sending this page down, while in flight.
+    wb: Option<u64>,
+}
+
+/// A request waiting for write-back (fsync, an O_DSYNC write, ...) and then, if `flush`,
+/// for a device cache flush.
+struct SyncWait {
+    req: Request,
+    outstanding: BTreeSet<u64>,
+    flush: bool,
+    cache: CacheOutcome,
+}
+
+impl Page {
+    /// Reclaim may take it: uptodate, clean, not under write-back.
+    fn reclaimable(&self) -> bool {
+        self.pending.is_none() && !self.dirty && self.wb.is_none()
+    }
 }
 
 /// A workload read waiting for pages in flight.
@@ -146,24 +208,132 @@ struct Waiting {
     outcome: CacheOutcome,
 }
 
+/// A dirty-memory threshold: `vm.dirty_*_ratio` (percent of dirtyable memory) or
+/// `vm.dirty_*_bytes` (the kernel uses the bytes form when it is non-zero).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Threshold {
+    /// Percent of the dirtyable memory ([`DirtyConfig::dirtyable_pages`]).
+    Ratio(u32),
+    /// Bytes.
+    Bytes(u64),
+}
+
+impl Threshold {
+    /// The threshold in pages for `dirtyable` pages of dirtyable memory.
+    pub fn pages(self, dirtyable: u64) -> u64 {
+        match self {
+            Threshold::Ratio(pct) => dirtyable * u64::from(pct.min(100)) / 100,
+            Threshold::Bytes(b) => b.div_ceil(PAGE),
+        }
+    }
+}
+
+/// Write-back parameters, in the kernel's own units (`/proc/sys/vm/dirty_*`).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct DirtyConfig {
+    /// `dirty_background_ratio` / `dirty_background_bytes`: above it the flusher writes
+    /// back in the background, the writer is not slowed.
+    pub background: Threshold,
+    /// `dirty_ratio` / `dirty_bytes`: at it a writer is throttled (balance_dirty_pages).
+    pub limit: Threshold,
+    /// `dirty_expire_centisecs` (1/100 s): a page dirty for longer is written by the next
+    /// flusher run, whatever the thresholds.
+    pub expire_centisecs: u32,
+    /// `dirty_writeback_centisecs` (1/100 s): the flusher's period; 0 turns periodic
+    /// write-back off (only the thresholds and fsync write).
+    pub writeback_centisecs: u32,
+    /// Memory the ratios apply to, in pages ("dirtyable memory": free plus file pages; the
+    /// kernel's `global_dirtyable_memory`, or the memory cgroup's under cgroup v2).
+    pub dirtyable_pages: u64,
+}
+
+impl DirtyConfig {
+    /// The kernel defaults (10 %, 20 %, 30 s, 5 s) over `dirtyable_pages`.
+    pub fn linux_defaults(dirtyable_pages: u64) -> Self {
+        DirtyConfig {
+            background: Threshold::Ratio(10),
+            limit: Threshold::Ratio(20),
+            expire_centisecs: 3000,
+            writeback_centisecs: 500,
+            dirtyable_pages,
+        }
+    }
+}
+
 /// Page-cache parameters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct PageCacheConfig {
     /// Capacity in 4 KiB pages (see [`capacity_pages_from_system`]).
     pub capacity_pages: u64,
     /// The device's `queue/read_ahead_kb`; 0 turns read-ahead off.
     pub read_ahead_kb: u64,
+    /// Dirty pages and write-back.
+    pub dirty: DirtyConfig,
+    /// CPU time of one system call through the page cache (entry, lookup, exit), ms: the
+    /// whole cost of a cache hit besides the copy. 0 = free.
+    pub syscall_ms: f64,
+    /// Memory copy rate between the cache and the user buffer, MB/s (10^6 B/s);
+    /// 0 = infinitely fast.
+    pub copy_mb_s: f64,
+}
+
+impl PageCacheConfig {
+    /// `capacity_pages` and `read_ahead_kb`, the kernel's dirty defaults over the whole
+    /// capacity, and free system calls and copies (the unit tests' baseline).
+    pub fn new(capacity_pages: u64, read_ahead_kb: u64) -> Self {
+        PageCacheConfig {
+            capacity_pages,
+            read_ahead_kb,
+            dirty: DirtyConfig::linux_defaults(capacity_pages),
+            syscall_ms: 0.0,
+            copy_mb_s: 0.0,
+        }
+    }
+
+    /// CPU time the calling thread spends on `bytes` through the cache, ms.
+    pub fn cpu_ms(&self, bytes: u64) -> f64 {
+        let copy = if self.copy_mb_s > 0.0 {
+            bytes as f64 / (self.copy_mb_s * 1000.0)
+        } else {
+            0.0
+        };
+        self.syscall_ms + copy
+    }
 }
 
 /// Counters for the summary.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct PageCacheStats {
     pub hit_pages: u64,
     pub miss_pages: u64,
     /// Pages read that no request had asked for (read-ahead beyond the request).
     pub readahead_pages: u64,
     pub evicted_pages: u64,
+    /// Pages dropped by `POSIX_FADV_DONTNEED`.
+    pub dropped_pages: u64,
     pub reads_down: u64,
+    /// Pages made dirty (clean → dirty transitions) by buffered writes.
+    pub dirtied_pages: u64,
+    /// Pages sent to the device by write-back (flusher, fsync, O_DSYNC, DONTNEED).
+    pub written_pages: u64,
+    /// Write requests sent down by write-back.
+    pub writes_down: u64,
+    /// Largest number of dirty pages at once.
+    pub max_dirty_pages: u64,
+    /// Largest number of dirty plus under-write-back pages at once.
+    pub max_dirty_writeback_pages: u64,
+    /// Buffered writes the dirty throttle held, and their total wait, ms.
+    pub throttled_writes: u64,
+    pub throttled_ms: f64,
+    /// Flusher runs that wrote expired pages (`dirty_expire_centisecs`).
+    pub expire_runs: u64,
+    /// Background write-back rounds (dirty pages above the background threshold).
+    pub background_runs: u64,
+    /// fsync / fdatasync calls, O_DSYNC/O_SYNC writes, device flushes sent down.
+    pub fsyncs: u64,
+    pub dsync_writes: u64,
+    pub flushes_down: u64,
 }
 
 /// The page cache component.
@@ -180,6 +350,23 @@ pub struct PageCache {
     /// Which waiting workload reads each child read holds up.
     waiters: HashMap<u64, Vec<u64>>,
     waiting: HashMap<u64, Waiting>,
+    /// Completions held until their time (timer token → completion).
+    delayed: HashMap<u64, Completion>,
+    next_delay: u64,
+    /// Pages dirty, and pages under write-back (kernel NR_FILE_DIRTY, NR_WRITEBACK).
+    nr_dirty: u64,
+    nr_writeback: u64,
+    /// Writes sent down by write-back: the pages they carry.
+    wb_children: HashMap<u64, Vec<PageKey>>,
+    /// Device flushes sent down, and the sync each one finishes.
+    flush_children: HashMap<u64, u64>,
+    /// Which syncs each write-back write holds up.
+    sync_waiters: HashMap<u64, Vec<u64>>,
+    syncs: HashMap<u64, SyncWait>,
+    /// Buffered writes held by the dirty throttle (with the time they started waiting).
+    throttled: std::collections::VecDeque<(Completion, f64)>,
+    /// The flusher's next periodic run, when armed.
+    flusher_at: Option<f64>,
     stats: PageCacheStats,
 }
 
@@ -196,13 +383,27 @@ impl PageCache {
             children: HashMap::new(),
             waiters: HashMap::new(),
             waiting: HashMap::new(),
+            delayed: HashMap::new(),
+            next_delay: 0,
+            nr_dirty: 0,
+            nr_writeback: 0,
+            wb_children: HashMap::new(),
+            flush_children: HashMap::new(),
+            sync_waiters: HashMap::new(),
+            syncs: HashMap::new(),
+            throttled: Default::default(),
+            flusher_at: None,
             stats: PageCacheStats::default(),
         }
     }
 
     /// `posix_fadvise(fd, 0, 0, advice)` on `file` of `dev` (`None`: the raw device).
+    /// Only the whole-file modes (NORMAL, SEQUENTIAL, RANDOM) are kept per file; the range
+    /// advice (DONTNEED, WILLNEED) needs a range: send an `Op::Advise` request.
     pub fn fadvise(&mut self, dev: u32, file: Option<u32>, advice: Advice) {
-        self.stream_mut(key(dev, file)).advice = advice;
+        if matches!(advice, Advice::Normal | Advice::Sequential | Advice::Random) {
+            self.stream_mut(key(dev, file)).advice = advice;
+        }
     }
 
     /// The read-ahead state of a file (for tests and reports).
@@ -263,8 +464,10 @@ impl PageCache {
         }
     }
 
+    /// Removes a page (callers remove only clean pages not under write-back).
     fn remove_page(&mut self, k: PageKey) {
         if let Some(p) = self.pages.remove(&k) {
+            debug_assert!(!p.dirty && p.wb.is_none());
             self.list_mut(p.list).remove(&p.seq);
         }
     }
@@ -312,13 +515,15 @@ impl PageCache {
                 .values()
                 .chain(self.active.values())
                 .copied()
-                .find(|k| self.pages.get(k).is_some_and(|p| p.pending.is_none()));
+                .find(|k| self.pages.get(k).is_some_and(Page::reclaimable));
             match victim {
                 Some(k) => {
                     self.remove_page(k);
                     self.stats.evicted_pages += 1;
                 }
-                None => break, // everything is in flight: over capacity until reads finish
+                // Everything is in flight, dirty or under write-back: over capacity until
+                // reads finish and write-back (see `throttle_pages`) cleans pages.
+                None => break,
             }
         }
     }
@@ -382,6 +587,8 @@ impl PageCache {
                     referenced: false,
                     marker: marker == Some(index),
                     pending: None,
+                    dirty: false,
+                    wb: None,
                 },
             );
             self.inactive.insert(seq, k);
@@ -513,6 +720,77 @@ impl PageCache {
         self.readit(sk, index, max, ctx);
     }
 
+    /// Completes `done` at `done.rec.completion` (a later instant) through a timer.
+    fn later(&mut self, done: Completion, ctx: &mut Ctx) {
+        let token = DELAY_TOKEN_BIT | self.next_delay;
+        self.next_delay += 1;
+        ctx.wake_at(done.rec.completion, token);
+        self.delayed.insert(token, done);
+    }
+
+    /// The file (stream) and byte range of a request; `sectors == 0` on an `Advise` means
+    /// "to the end of the file".
+    fn range_of(req: &Request) -> (StreamKey, u64, Option<u64>) {
+        let (sk, offset) = match req.file {
+            Some(f) => (key(req.dev, Some(f.file)), f.offset),
+            None => (key(req.dev, None), req.lba * SECTOR),
+        };
+        let end = (req.sectors > 0).then(|| offset + req.bytes());
+        (sk, offset, end)
+    }
+
+    /// `posix_fadvise` on the request's range (`mm/fadvise.c`).
+    fn advise(&mut self, req: &Request, advice: Advice, ctx: &mut Ctx) {
+        let (sk, offset, end) = Self::range_of(req);
+        if req.file.is_some() {
+            let base = req.lba as i64 - (offset / SECTOR) as i64;
+            self.stream_mut(sk).base_lba = base;
+        }
+        match advice {
+            Advice::Normal | Advice::Sequential | Advice::Random => {
+                self.stream_mut(sk).advice = advice;
+            }
+            Advice::DontNeed => {
+                // Whole pages inside the range only (the kernel rounds the start up and the
+                // end down); pages in flight stay.
+                let first = offset.div_ceil(PAGE);
+                let last = end.map_or(u64::MAX, |e| e / PAGE);
+                // Dirty pages of the range start write-back (WB_SYNC_NONE, nobody waits)
+                // and stay, as pages under write-back do.
+                let dirty: Vec<u64> = self
+                    .streams
+                    .get(&sk)
+                    .map(|s| {
+                        let hi = end.map_or(u64::MAX, |e| e.div_ceil(PAGE));
+                        s.dirty.range(offset / PAGE..hi).copied().collect()
+                    })
+                    .unwrap_or_default();
+                self.write_back(sk, &dirty, false, ctx);
+                let victims: Vec<PageKey> = self
+                    .pages
+                    .iter()
+                    .filter(|(k, p)| {
+                        k.stream == sk && (first..last).contains(&k.index) && p.reclaimable()
+                    })
+                    .map(|(k, _)| *k)
+                    .collect();
+                for k in victims {
+                    self.remove_page(k);
+                    self.stats.dropped_pages += 1;
+                }
+            }
+            Advice::WillNeed => {
+                // force_page_cache_readahead: read the range now, nobody waits.
+                let first = offset / PAGE;
+                let last = end.map_or(first, |e| e.div_ceil(PAGE));
+                if last > first {
+                    self.read_pages(sk, first, last - first, None, ctx);
+                    self.shrink();
+                }
+            }
+        }
+    }
+
     fn buffered_read(&mut self, req: Request, ctx: &mut Ctx) {
         let (sk, offset) = match req.file {
             Some(f) => (key(req.dev, Some(f.file)), f.offset),
@@ -571,10 +849,10 @@ impl PageCache {
                 arrival: req.arrival,
                 device_start: now,
                 cache: CacheOutcome::Hit,
-                completion: now,
+                completion: now + self.cfg.cpu_ms(req.bytes()),
                 ..Default::default()
             };
-            ctx.up(Completion { req, rec });
+            self.deliver(Completion { req, rec }, ctx);
             return;
         }
         let outcome = if missed == requested {
@@ -596,6 +874,450 @@ impl PageCache {
     }
 }
 
+/// The write path: dirty pages, write-back, throttling, fsync.
+impl PageCache {
+    /// Dirty pages now, and dirty plus under write-back.
+    pub fn dirty_pages(&self) -> (u64, u64) {
+        (self.nr_dirty, self.nr_dirty + self.nr_writeback)
+    }
+
+    /// Whether page `index` of the file is dirty.
+    pub fn is_dirty(&self, dev: u32, file: Option<u32>, index: u64) -> bool {
+        self.pages
+            .get(&PageKey {
+                stream: key(dev, file),
+                index,
+            })
+            .is_some_and(|p| p.dirty)
+    }
+
+    /// The background threshold and the dirty limit in pages, after the kernel's
+    /// `domain_dirty_limits` (a background threshold at or above the limit becomes half the
+    /// limit), the limit capped by the cache's capacity (a memory cgroup full of dirty pages
+    /// makes its writers wait for write-back, whatever the global ratios say).
+    pub fn thresholds(&self) -> (u64, u64) {
+        let d = self.cfg.dirty;
+        let limit = d
+            .limit
+            .pages(d.dirtyable_pages)
+            .min(self.cfg.capacity_pages);
+        let mut bg = d.background.pages(d.dirtyable_pages);
+        if bg >= limit {
+            bg = limit / 2;
+        }
+        (bg, limit)
+    }
+
+    /// The dirty (+ write-back) level above which writers are held: the setpoint of the
+    /// kernel's IO-less throttling, `(freerun + limit) / 2` with
+    /// `freerun = (background + limit) / 2`.
+    pub fn throttle_pages(&self) -> u64 {
+        let (bg, limit) = self.thresholds();
+        let freerun = (bg + limit) / 2;
+        (freerun + limit) / 2
+    }
+
+    fn arm_flusher(&mut self, ctx: &mut Ctx) {
+        let period = f64::from(self.cfg.dirty.writeback_centisecs) * 10.0;
+        if self.flusher_at.is_none() && period > 0.0 && self.nr_dirty > 0 {
+            let at = ctx.now() + period;
+            self.flusher_at = Some(at);
+            ctx.wake_at(at, FLUSH_TOKEN);
+        }
+    }
+
+    fn note_levels(&mut self) {
+        self.stats.max_dirty_pages = self.stats.max_dirty_pages.max(self.nr_dirty);
+        self.stats.max_dirty_writeback_pages = self
+            .stats
+            .max_dirty_writeback_pages
+            .max(self.nr_dirty + self.nr_writeback);
+    }
+
+    /// Marks the pages of `[first, last)` dirty, creating those not cached (a partial page
+    /// is taken as whole: no read before the write, see the module notes).
+    fn dirty_range(&mut self, sk: StreamKey, first: u64, last: u64, now: f64) {
+        for index in first..last {
+            let k = PageKey { stream: sk, index };
+            if !self.pages.contains_key(&k) {
+                let seq = self.next_seq;
+                self.next_seq += 1;
+                self.pages.insert(
+                    k,
+                    Page {
+                        list: List::Inactive,
+                        seq,
+                        referenced: false,
+                        marker: false,
+                        pending: None,
+                        dirty: false,
+                        wb: None,
+                    },
+                );
+                self.inactive.insert(seq, k);
+            }
+            self.mark_accessed(k);
+            let p = self.pages.get_mut(&k).expect("inserted above");
+            if !p.dirty {
+                p.dirty = true;
+                self.nr_dirty += 1;
+                self.stats.dirtied_pages += 1;
+                let s = self.streams.entry(sk).or_default();
+                s.dirty.insert(index);
+                s.dirtied_when.get_or_insert(now);
+            }
+        }
+        self.note_levels();
+    }
+
+    /// The file dirtied longest ago (ties: the lowest key).
+    fn oldest_dirty_file(&self) -> Option<StreamKey> {
+        self.streams
+            .iter()
+            .filter_map(|(k, s)| s.dirtied_when.map(|t| (t, *k)))
+            .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)))
+            .map(|(_, k)| k)
+    }
+
+    /// Sends the given dirty pages of a file (sorted indices) to the device, one write per
+    /// run of consecutive pages (at most `WB_CHUNK_PAGES`); returns the writes' ids.
+    fn write_back(
+        &mut self,
+        sk: StreamKey,
+        indices: &[u64],
+        sync: bool,
+        ctx: &mut Ctx,
+    ) -> Vec<u64> {
+        let base = self.streams.get(&sk).map_or(0, |s| s.base_lba);
+        let mut ids = Vec::new();
+        let mut i = 0;
+        while i < indices.len() {
+            let first = indices[i];
+            let mut n = 1u64;
+            while i + (n as usize) < indices.len()
+                && indices[i + n as usize] == first + n
+                && n < WB_CHUNK_PAGES
+            {
+                n += 1;
+            }
+            i += n as usize;
+            let id = CHILD_ID_BIT | self.next_child;
+            self.next_child += 1;
+            let mut keys = Vec::with_capacity(n as usize);
+            for index in first..first + n {
+                let k = PageKey { stream: sk, index };
+                let Some(p) = self.pages.get_mut(&k) else {
+                    continue;
+                };
+                if p.dirty {
+                    p.dirty = false;
+                    self.nr_dirty -= 1;
+                }
+                if p.wb.is_none() {
+                    self.nr_writeback += 1;
+                }
+                p.wb = Some(id);
+                keys.push(k);
+                if let Some(s) = self.streams.get_mut(&sk) {
+                    s.dirty.remove(&index);
+                }
+            }
+            if let Some(s) = self.streams.get_mut(&sk) {
+                if s.dirty.is_empty() {
+                    s.dirtied_when = None;
+                }
+            }
+            self.stats.written_pages += keys.len() as u64;
+            self.stats.writes_down += 1;
+            self.wb_children.insert(id, keys);
+            let lba = base + (first * SECTORS_PER_PAGE) as i64;
+            ctx.down(Request {
+                id,
+                arrival: ctx.now(),
+                dev: sk.dev,
+                lba: lba.max(0) as u64,
+                sectors: (n * SECTORS_PER_PAGE) as u32,
+                op: Op::Write,
+                flags: if sync { Flags::SYNC } else { Flags::default() },
+                file: None,
+            });
+            ids.push(id);
+        }
+        self.note_levels();
+        ids
+    }
+
+    /// Background write-back (`wb_start_background_writeback`): while more pages are dirty
+    /// than the background threshold, write the file dirtied longest ago, up to
+    /// `WB_CHUNK_PAGES` of it per round, resuming where its last round stopped.
+    fn background(&mut self, ctx: &mut Ctx) {
+        let (bg, _) = self.thresholds();
+        let mut rounds = 0;
+        while self.nr_dirty > bg {
+            let Some(sk) = self.oldest_dirty_file() else {
+                break;
+            };
+            let s = &self.streams[&sk];
+            let from = s.wb_index;
+            let mut pick: Vec<u64> = s
+                .dirty
+                .range(from..)
+                .take(WB_CHUNK_PAGES as usize)
+                .copied()
+                .collect();
+            if (pick.len() as u64) < WB_CHUNK_PAGES {
+                let more = WB_CHUNK_PAGES as usize - pick.len();
+                let mut wrapped: Vec<u64> = s.dirty.range(..from).take(more).copied().collect();
+                wrapped.append(&mut pick);
+                pick = wrapped;
+                pick.sort_unstable();
+            }
+            let next = pick.iter().rev().find(|&&i| i >= from).or(pick.last());
+            if let Some(&last) = next {
+                self.streams.get_mut(&sk).expect("exists").wb_index = last + 1;
+            }
+            self.write_back(sk, &pick, false, ctx);
+            rounds += 1;
+        }
+        if rounds > 0 {
+            self.stats.background_runs += 1;
+        }
+    }
+
+    /// The flusher's periodic run (`wb_check_old_data_flush`): every file dirty for longer
+    /// than `dirty_expire_centisecs` is written whole; then the background check.
+    fn flusher_run(&mut self, ctx: &mut Ctx) {
+        let expire = f64::from(self.cfg.dirty.expire_centisecs) * 10.0;
+        let cutoff = ctx.now() - expire;
+        let mut expired: Vec<(f64, StreamKey)> = self
+            .streams
+            .iter()
+            .filter_map(|(k, s)| s.dirtied_when.filter(|&t| t <= cutoff).map(|t| (t, *k)))
+            .collect();
+        expired.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        if !expired.is_empty() {
+            self.stats.expire_runs += 1;
+        }
+        for (_, sk) in expired {
+            let pages: Vec<u64> = self.streams[&sk].dirty.iter().copied().collect();
+            self.write_back(sk, &pages, false, ctx);
+        }
+        self.background(ctx);
+    }
+
+    /// Holds a buffered write's completion while dirty + write-back pages are above the
+    /// throttle level, or completes it after its CPU time.
+    fn finish_write(&mut self, done: Completion, ctx: &mut Ctx) {
+        self.background(ctx);
+        if self.nr_dirty + self.nr_writeback > self.throttle_pages() {
+            self.stats.throttled_writes += 1;
+            if self.nr_writeback == 0 {
+                // Nothing in flight would ever release it: write the oldest file now.
+                if let Some(sk) = self.oldest_dirty_file() {
+                    let pages: Vec<u64> = self.streams[&sk].dirty.iter().copied().collect();
+                    self.write_back(sk, &pages, false, ctx);
+                }
+            }
+            self.throttled.push_back((done, ctx.now()));
+            return;
+        }
+        self.deliver(done, ctx);
+    }
+
+    /// Sends a completion up at `rec.completion` (now, or later through a timer).
+    fn deliver(&mut self, done: Completion, ctx: &mut Ctx) {
+        if done.rec.completion > ctx.now() {
+            self.later(done, ctx);
+        } else {
+            ctx.up(done);
+        }
+    }
+
+    /// Releases the throttled writers the dirty level now allows, oldest first.
+    fn release_throttled(&mut self, ctx: &mut Ctx) {
+        while !self.throttled.is_empty()
+            && self.nr_dirty + self.nr_writeback <= self.throttle_pages()
+        {
+            let (mut done, since) = self.throttled.pop_front().expect("not empty");
+            let now = ctx.now();
+            self.stats.throttled_ms += now - since;
+            done.rec.queue_wait += now - since;
+            done.rec.completion = now + self.cfg.cpu_ms(done.req.bytes());
+            self.deliver(done, ctx);
+        }
+    }
+
+    /// A buffered write (with `O_DSYNC`/`O_SYNC`: written through, then a device flush).
+    fn buffered_write(&mut self, req: Request, ctx: &mut Ctx) {
+        let (sk, offset, end) = Self::range_of(&req);
+        let end = end.unwrap_or(offset);
+        self.stream_mut(sk).base_lba = req.lba as i64 - (offset / SECTOR) as i64;
+        let first = offset / PAGE;
+        let last = end.div_ceil(PAGE);
+        let now = ctx.now();
+        self.dirty_range(sk, first, last, now);
+        self.shrink();
+        if req.flags.contains(Flags::DSYNC) || req.flags.contains(Flags::OSYNC) {
+            // generic_write_sync → vfs_fsync_range on the written range.
+            self.stats.dsync_writes += 1;
+            self.sync_range(req, sk, first, last, CacheOutcome::Miss, ctx);
+            return;
+        }
+        self.arm_flusher(ctx);
+        let rec = Record {
+            arrival: req.arrival,
+            device_start: now,
+            cache: CacheOutcome::WriteBack,
+            completion: now + self.cfg.cpu_ms(req.bytes()),
+            ..Default::default()
+        };
+        self.finish_write(Completion { req, rec }, ctx);
+    }
+
+    /// `vfs_fsync_range`: writes the dirty pages of `[first, last)`, waits for them and for
+    /// the range's pages already under write-back, then flushes the device cache; `req`
+    /// completes after the flush.
+    fn sync_range(
+        &mut self,
+        req: Request,
+        sk: StreamKey,
+        first: u64,
+        last: u64,
+        cache: CacheOutcome,
+        ctx: &mut Ctx,
+    ) {
+        let mut outstanding: BTreeSet<u64> = self
+            .pages
+            .iter()
+            .filter(|(k, _)| k.stream == sk && (first..last).contains(&k.index))
+            .filter_map(|(_, p)| p.wb)
+            .collect();
+        let dirty: Vec<u64> = self
+            .streams
+            .get(&sk)
+            .map(|s| s.dirty.range(first..last).copied().collect())
+            .unwrap_or_default();
+        outstanding.extend(self.write_back(sk, &dirty, true, ctx));
+        let id = req.id;
+        for &c in &outstanding {
+            self.sync_waiters.entry(c).or_default().push(id);
+        }
+        let empty = outstanding.is_empty();
+        self.syncs.insert(
+            id,
+            SyncWait {
+                req,
+                outstanding,
+                flush: true,
+                cache,
+            },
+        );
+        if empty {
+            self.sync_done(id, ctx);
+        }
+    }
+
+    /// Every write a sync waited for is done: flush the device, or, after the flush, finish.
+    fn sync_done(&mut self, id: u64, ctx: &mut Ctx) {
+        let Some(w) = self.syncs.get_mut(&id) else {
+            return;
+        };
+        if w.flush {
+            w.flush = false;
+            let child = CHILD_ID_BIT | self.next_child;
+            self.next_child += 1;
+            self.flush_children.insert(child, id);
+            self.stats.flushes_down += 1;
+            let dev = w.req.dev;
+            ctx.down(Request {
+                id: child,
+                arrival: ctx.now(),
+                dev,
+                lba: 0,
+                sectors: 0,
+                op: Op::Flush,
+                flags: Flags::SYNC,
+                file: None,
+            });
+            return;
+        }
+        let w = self.syncs.remove(&id).expect("present");
+        let now = ctx.now();
+        let bytes = if w.req.op == Op::Write {
+            w.req.bytes()
+        } else {
+            0
+        };
+        let rec = Record {
+            arrival: w.req.arrival,
+            device_start: w.req.arrival,
+            cache: w.cache,
+            completion: now + self.cfg.cpu_ms(bytes),
+            ..Default::default()
+        };
+        self.deliver(Completion { req: w.req, rec }, ctx);
+    }
+
+    /// `fsync` / `fdatasync` of the request's file (the whole file).
+    fn fsync(&mut self, req: Request, ctx: &mut Ctx) {
+        self.stats.fsyncs += 1;
+        let sk = match req.file {
+            Some(f) => key(req.dev, Some(f.file)),
+            None => key(req.dev, None),
+        };
+        self.sync_range(req, sk, 0, u64::MAX, CacheOutcome::None, ctx);
+    }
+
+    /// A write-back write finished: its pages are clean (unless dirtied again meanwhile).
+    fn writeback_done(&mut self, id: u64, pages: Vec<PageKey>, ctx: &mut Ctx) {
+        for k in pages {
+            if let Some(p) = self.pages.get_mut(&k) {
+                if p.wb == Some(id) {
+                    p.wb = None;
+                    self.nr_writeback -= 1;
+                }
+            }
+        }
+        for sync in self.sync_waiters.remove(&id).unwrap_or_default() {
+            let finished = match self.syncs.get_mut(&sync) {
+                Some(w) => {
+                    w.outstanding.remove(&id);
+                    w.outstanding.is_empty()
+                }
+                None => false,
+            };
+            if finished {
+                self.sync_done(sync, ctx);
+            }
+        }
+        self.release_throttled(ctx);
+        self.background(ctx);
+        self.shrink();
+    }
+
+    /// `O_DIRECT`: the range's dirty pages are written back first (sent down ahead of the
+    /// direct request, not waited for), its clean pages dropped, the request passed down.
+    fn direct(&mut self, req: Request, ctx: &mut Ctx) {
+        let (sk, offset, end) = Self::range_of(&req);
+        let end = end.unwrap_or(offset);
+        let first = offset / PAGE;
+        let last = end.div_ceil(PAGE);
+        let dirty: Vec<u64> = self
+            .streams
+            .get(&sk)
+            .map(|s| s.dirty.range(first..last).copied().collect())
+            .unwrap_or_default();
+        self.write_back(sk, &dirty, true, ctx);
+        for index in first..last {
+            let k = PageKey { stream: sk, index };
+            if self.pages.get(&k).is_some_and(Page::reclaimable) {
+                self.remove_page(k);
+            }
+        }
+        ctx.down(req);
+    }
+}
+
 fn key(dev: u32, file: Option<u32>) -> StreamKey {
     StreamKey {
         dev,
@@ -614,32 +1336,55 @@ impl Component for PageCache {
 
     fn submit(&mut self, req: Request, ctx: &mut Ctx) {
         let direct = req.flags.contains(crate::request::Flags::DIRECT);
-        if req.op == Op::Read && !direct && req.sectors > 0 {
-            self.buffered_read(req, ctx);
+        if let Op::Advise(advice) = req.op {
+            self.advise(&req, advice, ctx);
+            let now = ctx.now();
+            let rec = Record {
+                arrival: req.arrival,
+                device_start: now,
+                completion: now + self.cfg.syscall_ms,
+                ..Default::default()
+            };
+            if self.cfg.syscall_ms > 0.0 {
+                self.later(Completion { req, rec }, ctx);
+            } else {
+                ctx.up(Completion { req, rec });
+            }
             return;
         }
-        // Writes and O_DIRECT: passed down unchanged; the cached pages they cover are
-        // dropped (O_DIRECT invalidates; buffered writes are write-through for now).
-        if req.op != Op::Flush && req.sectors > 0 {
-            let (sk, offset) = match req.file {
-                Some(f) => (key(req.dev, Some(f.file)), f.offset),
-                None => (key(req.dev, None), req.lba * SECTOR),
-            };
-            let first = offset / PAGE;
-            let last = (offset + req.bytes()).div_ceil(PAGE);
-            for index in first..last {
-                let k = PageKey { stream: sk, index };
-                if self.pages.get(&k).is_some_and(|p| p.pending.is_none()) {
-                    self.remove_page(k);
-                }
-            }
+        match req.op {
+            Op::Read if !direct && req.sectors > 0 => self.buffered_read(req, ctx),
+            Op::Write if !direct && req.sectors > 0 => self.buffered_write(req, ctx),
+            Op::Flush if req.file.is_some() => self.fsync(req, ctx),
+            Op::Read | Op::Write if direct && req.sectors > 0 => self.direct(req, ctx),
+            // A raw device flush, an empty request.
+            _ => ctx.down(req),
         }
-        ctx.down(req);
     }
 
     fn complete(&mut self, done: Completion, ctx: &mut Ctx) {
+        if let Some(pages) = self.wb_children.remove(&done.req.id) {
+            self.writeback_done(done.req.id, pages, ctx);
+            return;
+        }
+        if let Some(sync) = self.flush_children.remove(&done.req.id) {
+            self.sync_done(sync, ctx);
+            return;
+        }
         let Some(pages) = self.children.remove(&done.req.id) else {
-            ctx.up(done); // a write or O_DIRECT read passed through
+            // An O_DIRECT request or a raw flush passed through. After a direct write the
+            // kernel invalidates the range again (pages read into it meanwhile are stale).
+            if done.req.op == Op::Write && done.req.flags.contains(Flags::DIRECT) {
+                let (sk, offset, end) = Self::range_of(&done.req);
+                let (first, last) = (offset / PAGE, end.unwrap_or(offset).div_ceil(PAGE));
+                for index in first..last {
+                    let k = PageKey { stream: sk, index };
+                    if self.pages.get(&k).is_some_and(Page::reclaimable) {
+                        self.remove_page(k);
+                    }
+                }
+            }
+            ctx.up(done);
             return;
         };
         for k in pages {
@@ -663,12 +1408,24 @@ impl Component for PageCache {
                     let rec = Record {
                         arrival: w.req.arrival,
                         cache: w.outcome,
-                        completion: ctx.now(),
+                        completion: ctx.now() + self.cfg.cpu_ms(w.req.bytes()),
                         ..done.rec
                     };
-                    ctx.up(Completion { req: w.req, rec });
+                    self.deliver(Completion { req: w.req, rec }, ctx);
                 }
             }
+        }
+    }
+
+    fn wake(&mut self, token: u64, ctx: &mut Ctx) {
+        if token == FLUSH_TOKEN {
+            self.flusher_at = None;
+            self.flusher_run(ctx);
+            self.arm_flusher(ctx);
+            return;
+        }
+        if let Some(done) = self.delayed.remove(&token) {
+            ctx.up(done);
         }
     }
 
@@ -680,6 +1437,37 @@ impl Component for PageCache {
             ("pagecache readahead pages".into(), s.readahead_pages as f64),
             ("pagecache evicted pages".into(), s.evicted_pages as f64),
             ("pagecache reads down".into(), s.reads_down as f64),
+            (
+                "pagecache dropped pages (DONTNEED)".into(),
+                s.dropped_pages as f64,
+            ),
+            ("pagecache dirtied pages".into(), s.dirtied_pages as f64),
+            (
+                "pagecache written-back pages".into(),
+                s.written_pages as f64,
+            ),
+            ("pagecache write-back writes".into(), s.writes_down as f64),
+            ("pagecache max dirty pages".into(), s.max_dirty_pages as f64),
+            (
+                "pagecache max dirty+writeback pages".into(),
+                s.max_dirty_writeback_pages as f64,
+            ),
+            (
+                "pagecache throttled writes".into(),
+                s.throttled_writes as f64,
+            ),
+            ("pagecache throttled ms".into(), s.throttled_ms),
+            (
+                "pagecache expired-page flusher runs".into(),
+                s.expire_runs as f64,
+            ),
+            (
+                "pagecache background write-back runs".into(),
+                s.background_runs as f64,
+            ),
+            ("pagecache fsyncs".into(), s.fsyncs as f64),
+            ("pagecache O_DSYNC writes".into(), s.dsync_writes as f64),
+            ("pagecache device flushes".into(), s.flushes_down as f64),
         ]
     }
 }
@@ -749,6 +1537,9 @@ mod tests {
         fn complete(&mut self, done: Completion, ctx: &mut Ctx) {
             self.0.borrow_mut().complete(done, ctx)
         }
+        fn wake(&mut self, token: u64, ctx: &mut Ctx) {
+            self.0.borrow_mut().wake(token, ctx)
+        }
     }
 
     /// A device that logs what reaches it, as (first page, pages), and serves in 1 ms.
@@ -787,10 +1578,10 @@ mod tests {
     }
 
     fn rig(capacity_pages: u64, read_ahead_kb: u64) -> Rig {
-        let pc = Rc::new(RefCell::new(PageCache::new(PageCacheConfig {
+        let pc = Rc::new(RefCell::new(PageCache::new(PageCacheConfig::new(
             capacity_pages,
             read_ahead_kb,
-        })));
+        ))));
         let log = Rc::new(RefCell::new(Vec::new()));
         let sim = Simulator::new(vec![
             Box::new(Shared(pc.clone())),
@@ -1005,6 +1796,317 @@ mod tests {
         assert_eq!(out.len(), 1);
         assert_eq!(*r.log.borrow(), vec![(7, 1), (7, 1)]);
         assert!(!r.pc.borrow().is_cached(0, Some(0), 7));
+    }
+
+    /// What a test device saw: (time, op letter, first page, pages).
+    type DevLog = Rc<RefCell<Vec<(f64, char, u64, u64)>>>;
+
+    /// A device that logs (time, op letter, first page, pages) and serves each request in
+    /// `service` ms, one at a time (FCFS).
+    struct SerialDevice {
+        log: DevLog,
+        service: f64,
+        queue: std::collections::VecDeque<Request>,
+        busy: Option<Request>,
+    }
+    impl SerialDevice {
+        fn start(&mut self, req: Request, ctx: &mut Ctx) {
+            self.log.borrow_mut().push((
+                ctx.now(),
+                req.op.letter(),
+                req.lba / SECTORS_PER_PAGE,
+                u64::from(req.sectors) / SECTORS_PER_PAGE,
+            ));
+            ctx.wake_at(ctx.now() + self.service, 0);
+            self.busy = Some(req);
+        }
+    }
+    impl Component for SerialDevice {
+        fn name(&self) -> &str {
+            "serial"
+        }
+        fn submit(&mut self, req: Request, ctx: &mut Ctx) {
+            if self.busy.is_some() {
+                self.queue.push_back(req);
+            } else {
+                self.start(req, ctx);
+            }
+        }
+        fn wake(&mut self, _token: u64, ctx: &mut Ctx) {
+            let req = self.busy.take().unwrap();
+            let rec = Record {
+                arrival: req.arrival,
+                completion: ctx.now(),
+                ..Default::default()
+            };
+            ctx.up(Completion { req, rec });
+            if let Some(next) = self.queue.pop_front() {
+                self.start(next, ctx);
+            }
+        }
+    }
+
+    struct WRig {
+        pc: Rc<RefCell<PageCache>>,
+        log: DevLog,
+        sim: Simulator,
+    }
+
+    /// Page cache with the given dirty thresholds (bytes), no read-ahead, over a serial
+    /// device of `service` ms per request.
+    fn wrig(bg_bytes: u64, limit_bytes: u64, service: f64) -> WRig {
+        let mut cfg = PageCacheConfig::new(1 << 20, 0);
+        cfg.dirty.background = Threshold::Bytes(bg_bytes);
+        cfg.dirty.limit = Threshold::Bytes(limit_bytes);
+        let pc = Rc::new(RefCell::new(PageCache::new(cfg)));
+        let log = Rc::new(RefCell::new(Vec::new()));
+        let sim = Simulator::new(vec![
+            Box::new(Shared(pc.clone())),
+            Box::new(SerialDevice {
+                log: log.clone(),
+                service,
+                queue: Default::default(),
+                busy: None,
+            }),
+        ]);
+        WRig { pc, log, sim }
+    }
+
+    /// A file request: file `file` laid out from page `file * 2^20`.
+    fn freq(when: When, op: Op, flags: Flags, file: u32, page: u64, pages: u64) -> Pending {
+        let base = u64::from(file) << 20;
+        Pending {
+            when,
+            req: Request {
+                id: 0,
+                arrival: 0.0,
+                dev: 0,
+                lba: (base + page) * SECTORS_PER_PAGE,
+                sectors: (pages * SECTORS_PER_PAGE) as u32,
+                op,
+                flags,
+                file: Some(FileRef {
+                    file,
+                    offset: page * PAGE,
+                }),
+            },
+        }
+    }
+
+    fn run_items(sim: &mut Simulator, items: Vec<Pending>) -> Vec<Completion> {
+        let mut out = Vec::new();
+        sim.run(&mut VecSource::new(items), &mut |c| out.push(c.clone()))
+            .unwrap();
+        out
+    }
+
+    const NOW: When = When::AfterCompletion { think: 0.0 };
+
+    /// Under the background threshold nothing is written until the pages are older than
+    /// `dirty_expire_centisecs` (30 s): the flusher wakes every 5 s from the first dirtying
+    /// and writes them at its 30 s run, in one write.
+    #[test]
+    fn below_the_background_threshold_nothing_is_written_until_expiry() {
+        let mut r = wrig(1 << 20, 4 << 20, 1.0);
+        let out = run_items(
+            &mut r.sim,
+            vec![freq(NOW, Op::Write, Flags::default(), 0, 0, 16)],
+        );
+        assert_eq!(out[0].rec.completion, 0.0);
+        assert_eq!(out[0].rec.cache, CacheOutcome::WriteBack);
+        assert_eq!(*r.log.borrow(), vec![(30_000.0, 'W', 0, 16)]);
+        let pc = r.pc.borrow();
+        assert_eq!(pc.dirty_pages(), (0, 0));
+        assert!(pc.is_cached(0, Some(0), 3) && !pc.is_dirty(0, Some(0), 3));
+        assert_eq!(pc.counters().expire_runs, 1);
+    }
+
+    /// Above the background threshold (16 pages) the flusher writes at once, the oldest
+    /// file first, until the dirty count is back under it; what stays under it waits for
+    /// expiry.
+    #[test]
+    fn above_the_background_threshold_the_flusher_starts() {
+        let mut r = wrig(16 * PAGE, 1 << 20, 1.0);
+        let items = (0..8)
+            .map(|i| freq(NOW, Op::Write, Flags::default(), 0, i * 4, 4))
+            .collect();
+        run_items(&mut r.sim, items);
+        // The 5th write made 20 dirty pages > 16: pages 0–19 go down at t=0; 20–31 (12) wait
+        // for the 30 s run.
+        assert_eq!(
+            *r.log.borrow(),
+            vec![(0.0, 'W', 0, 20), (30_000.0, 'W', 20, 12)]
+        );
+        assert_eq!(r.pc.borrow().counters().background_runs, 1);
+    }
+
+    /// bg 16 pages, limit 64: freerun 40, setpoint 52. One-page writes at memory speed: the
+    /// first 52 complete at once, the 53rd waits for write-back; dirty + write-back never
+    /// exceeds 53; afterwards the writer goes at the device's pace.
+    #[test]
+    fn at_the_dirty_limit_the_writer_is_throttled() {
+        let mut r = wrig(16 * PAGE, 64 * PAGE, 10.0);
+        assert_eq!(r.pc.borrow().thresholds(), (16, 64));
+        assert_eq!(r.pc.borrow().throttle_pages(), 52);
+        let items = (0..200)
+            .map(|i| freq(NOW, Op::Write, Flags::default(), 0, i, 1))
+            .collect();
+        let out = run_items(&mut r.sim, items);
+        assert_eq!(out.len(), 200);
+        let at_once = out.iter().filter(|c| c.rec.completion == 0.0).count();
+        assert_eq!(at_once, 52);
+        let pc = r.pc.borrow();
+        let s = pc.counters();
+        assert_eq!(s.max_dirty_writeback_pages, 53);
+        assert!(s.throttled_writes > 0 && s.throttled_ms > 0.0);
+        assert_eq!(s.written_pages, 200);
+        // Every throttled write was released by a write-back completion (a device instant).
+        let device_done: Vec<f64> = r.log.borrow().iter().map(|e| e.0 + 10.0).collect();
+        for c in out.iter().filter(|c| c.rec.completion > 0.0) {
+            assert!(
+                device_done.contains(&c.rec.completion),
+                "released at {}",
+                c.rec.completion
+            );
+        }
+    }
+
+    /// fsync writes exactly the file's dirty pages, then flushes the device, and returns
+    /// after the flush; the other file's dirty pages wait for expiry.
+    #[test]
+    fn fsync_waits_for_exactly_the_files_dirty_pages() {
+        let mut r = wrig(1 << 20, 4 << 20, 1.0);
+        let out = run_items(
+            &mut r.sim,
+            vec![
+                freq(When::At(0.0), Op::Write, Flags::default(), 0, 0, 8),
+                freq(When::At(0.0), Op::Write, Flags::default(), 1, 0, 8),
+                freq(When::At(1.0), Op::Flush, Flags::default(), 0, 0, 0),
+            ],
+        );
+        let fsync = out.iter().find(|c| c.req.op == Op::Flush).unwrap();
+        assert_eq!((fsync.rec.arrival, fsync.rec.completion), (1.0, 3.0));
+        assert_eq!(
+            *r.log.borrow(),
+            vec![
+                (1.0, 'W', 0, 8),
+                (2.0, 'F', 0, 0),
+                (30_000.0, 'W', 1 << 20, 8)
+            ]
+        );
+        assert_eq!(r.pc.borrow().counters().fsyncs, 1);
+    }
+
+    /// fsync waits for the file's pages already under write-back too, and for no write of
+    /// pages dirtied after it was called.
+    #[test]
+    fn fsync_waits_for_write_back_in_flight() {
+        let mut r = wrig(16 * PAGE, 1 << 20, 10.0);
+        let out = run_items(
+            &mut r.sim,
+            vec![
+                // 20 pages: background write-back of 0–19 starts at t=0 (done at 10).
+                freq(When::At(0.0), Op::Write, Flags::default(), 0, 0, 20),
+                freq(When::At(1.0), Op::Flush, Flags::DATASYNC, 0, 0, 0),
+            ],
+        );
+        let fsync = out.iter().find(|c| c.req.op == Op::Flush).unwrap();
+        // Nothing dirty at t=1: it waits for the write in flight (10), then the flush (20).
+        assert_eq!(fsync.rec.completion, 20.0);
+        assert_eq!(*r.log.borrow(), vec![(0.0, 'W', 0, 20), (10.0, 'F', 0, 0)]);
+    }
+
+    /// O_DSYNC: the write's pages go down at once, a flush follows, the call returns after
+    /// it; nothing stays dirty.
+    #[test]
+    fn o_dsync_writes_go_through_and_flush() {
+        let mut r = wrig(1 << 20, 4 << 20, 1.0);
+        let out = run_items(
+            &mut r.sim,
+            vec![freq(NOW, Op::Write, Flags::DSYNC, 0, 4, 4)],
+        );
+        assert_eq!(out[0].rec.completion, 2.0);
+        assert_eq!(*r.log.borrow(), vec![(0.0, 'W', 4, 4), (1.0, 'F', 0, 0)]);
+        assert_eq!(r.pc.borrow().dirty_pages(), (0, 0));
+        assert!(r.pc.borrow().is_cached(0, Some(0), 4));
+    }
+
+    /// DONTNEED drops the range's clean pages and starts write-back of its dirty ones,
+    /// which stay cached while under write-back.
+    #[test]
+    fn dontneed_drops_clean_pages_and_writes_dirty_ones() {
+        let mut r = wrig(1 << 20, 4 << 20, 1.0);
+        let out = run_items(
+            &mut r.sim,
+            vec![
+                freq(When::At(0.0), Op::Read, Flags::default(), 0, 0, 4),
+                freq(When::At(5.0), Op::Write, Flags::default(), 0, 4, 4),
+                freq(
+                    When::At(6.0),
+                    Op::Advise(Advice::DontNeed),
+                    Flags::default(),
+                    0,
+                    0,
+                    0,
+                ),
+            ],
+        );
+        assert_eq!(out.len(), 3);
+        assert_eq!(*r.log.borrow(), vec![(0.0, 'R', 0, 4), (6.0, 'W', 4, 4)]);
+        let pc = r.pc.borrow();
+        assert!(!pc.is_cached(0, Some(0), 0));
+        assert!(pc.is_cached(0, Some(0), 4) && !pc.is_dirty(0, Some(0), 4));
+        assert_eq!(pc.counters().dropped_pages, 4);
+    }
+
+    /// O_DIRECT write over dirty cached pages: they are written first, then the direct
+    /// write, and the range is dropped from the cache.
+    #[test]
+    fn direct_writes_write_back_then_invalidate() {
+        let mut r = wrig(1 << 20, 4 << 20, 1.0);
+        run_items(
+            &mut r.sim,
+            vec![
+                freq(When::At(0.0), Op::Write, Flags::default(), 0, 0, 4),
+                freq(When::At(1.0), Op::Write, Flags::DIRECT, 0, 0, 4),
+            ],
+        );
+        assert_eq!(*r.log.borrow(), vec![(1.0, 'W', 0, 4), (2.0, 'W', 0, 4)]);
+        assert!(!r.pc.borrow().is_cached(0, Some(0), 0));
+        assert_eq!(r.pc.borrow().dirty_pages(), (0, 0));
+    }
+
+    /// A memory limit tighter than the dirty limit: writers wait at the cache's capacity
+    /// instead (memory cgroup full of dirty pages), and every page is written.
+    #[test]
+    fn a_small_cache_bounds_the_dirty_pages() {
+        let mut cfg = PageCacheConfig::new(64, 0);
+        cfg.dirty.dirtyable_pages = 1 << 20; // global ratios far above the cgroup
+        let pc = Rc::new(RefCell::new(PageCache::new(cfg)));
+        assert_eq!(pc.borrow().thresholds(), (32, 64));
+        let log = Rc::new(RefCell::new(Vec::new()));
+        let mut sim = Simulator::new(vec![
+            Box::new(Shared(pc.clone())),
+            Box::new(SerialDevice {
+                log: log.clone(),
+                service: 1.0,
+                queue: Default::default(),
+                busy: None,
+            }),
+        ]);
+        let items = (0..500)
+            .map(|i| freq(NOW, Op::Write, Flags::default(), 0, i, 1))
+            .collect();
+        let out = run_items(&mut sim, items);
+        assert_eq!(out.len(), 500);
+        let s = pc.borrow().counters();
+        assert!(
+            s.max_dirty_writeback_pages <= 57,
+            "{}",
+            s.max_dirty_writeback_pages
+        );
+        assert_eq!(s.written_pages, 500);
+        assert!(pc.borrow().len() <= 64);
     }
 
     #[test]

@@ -9,14 +9,61 @@ use serde::Serialize;
 /// Bytes in one sector, the unit of `lba` and `sectors`.
 pub const SECTOR: u64 = 512;
 
-/// What a request asks the device to do.
+/// What a request asks the device (or, for file-level requests, the host) to do.
+///
+/// File-level meaning (a request with `file: Some(..)` entering a host stack, see
+/// [`crate::host`]):
+///
+/// | request | system call it stands for |
+/// |---|---|
+/// | `Read`, `Write` | `pread`/`pwrite` of `sectors * 512` bytes at `file.offset`; buffered unless [`Flags::DIRECT`]; a write with [`Flags::DSYNC`] / [`Flags::OSYNC`] is an `O_DSYNC` / `O_SYNC` write |
+/// | `Flush` with a file | `fsync(fd)`; with [`Flags::DATASYNC`] `fdatasync(fd)`: the file's dirty pages are written, then the device's cache is flushed (`lba` = the file's first sector, `sectors` 0) |
+/// | `Flush` without a file | a raw device cache flush (`REQ_PREFLUSH`, what DiskSim-style traces mean) |
+/// | `Advise(a)` | `posix_fadvise(fd, file.offset, sectors * 512, a)`; `sectors == 0` means "to the end of the file", as `len == 0` does |
+///
+/// Devices see only `Read`, `Write` and `Flush`; an `Advise` reaching a device (no host
+/// stack) completes at once and does nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Op {
     Read,
     Write,
     /// Cache flush (SYNCHRONIZE CACHE / FLUSH): every dirty sector reaches the media.
+    /// With a file at a host stack: `fsync` / `fdatasync` (see the table above).
     Flush,
+    /// `posix_fadvise` on a file range (no I/O by itself; DONTNEED may start write-back).
+    Advise(Advice),
+}
+
+/// `posix_fadvise` advice (`<fcntl.h>` `POSIX_FADV_*`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Advice {
+    /// `POSIX_FADV_NORMAL`: the device's read-ahead window.
+    #[default]
+    Normal,
+    /// `POSIX_FADV_SEQUENTIAL`: Linux doubles the file's maximum read-ahead window.
+    Sequential,
+    /// `POSIX_FADV_RANDOM`: no read-ahead (only the requested pages are read).
+    Random,
+    /// `POSIX_FADV_DONTNEED`: start write-back of the range's dirty pages and drop its clean,
+    /// unmapped pages (pages still dirty or under write-back stay).
+    DontNeed,
+    /// `POSIX_FADV_WILLNEED`: read the range into the cache now (asynchronously).
+    WillNeed,
+}
+
+impl Advice {
+    pub fn parse(s: &str) -> Option<Advice> {
+        Some(match s.to_ascii_lowercase().as_str() {
+            "normal" => Advice::Normal,
+            "sequential" => Advice::Sequential,
+            "random" => Advice::Random,
+            "dontneed" => Advice::DontNeed,
+            "willneed" => Advice::WillNeed,
+            _ => return None,
+        })
+    }
 }
 
 impl Op {
@@ -28,6 +75,7 @@ impl Op {
             Op::Read => 'R',
             Op::Write => 'W',
             Op::Flush => 'F',
+            Op::Advise(_) => 'A',
         }
     }
 }
@@ -43,6 +91,16 @@ impl Flags {
     pub const DIRECT: Flags = Flags(2);
     /// Force unit access: the device reports completion only once the data is on the media.
     pub const FUA: Flags = Flags(4);
+    /// `O_DSYNC` (file-level write): the write returns once its data (and the metadata
+    /// needed to read it back) is on stable storage: written through the page cache, then a
+    /// device flush (or FUA when the device has no volatile cache).
+    pub const DSYNC: Flags = Flags(8);
+    /// `O_SYNC` (file-level write): as `DSYNC`, plus all of the inode's metadata. Linux's
+    /// `O_SYNC` is `__O_SYNC | O_DSYNC`; set both bits (`Flags::OSYNC.with(Flags::DSYNC)`) or
+    /// just this one, the host treats them alike except for the metadata write.
+    pub const OSYNC: Flags = Flags(16);
+    /// With `Op::Flush` and a file: `fdatasync` rather than `fsync` (no inode-only metadata).
+    pub const DATASYNC: Flags = Flags(32);
 
     pub fn contains(self, other: Flags) -> bool {
         self.0 & other.0 == other.0
@@ -52,8 +110,9 @@ impl Flags {
     }
 }
 
-/// A file-level address, for components above the block layer (the page cache of the next
-/// issue). Devices only look at `Request::lba`.
+/// A file-level address, for components above the block layer (the page cache, see
+/// [`crate::host`]). Devices only look at `Request::lba`, which for a file-level request is
+/// the file's first sector plus `offset / 512` (files are laid out contiguously).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct FileRef {
     pub file: u32,

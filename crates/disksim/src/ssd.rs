@@ -203,6 +203,10 @@ impl Ssd {
                 rec.overhead = t0 - now;
                 rec.completion = end;
             }
+            // Host-level advice (no host stack above): no device work.
+            Op::Advise(_) => {
+                rec.completion = now;
+            }
             Op::Write | Op::Flush => {
                 let host_start = t0.max(self.host_free);
                 let mut in_buffer = host_start + host_ms;

@@ -477,7 +477,11 @@ pub fn run_foreground(cfg: AgentConfig) -> io::Result<AgentStats> {
     );
     use std::io::Write as _;
     let _ = io::stdout().flush();
-    agent.serve(listener, stop)?;
+    let served = agent.serve(listener, stop);
+    // A connection thread may still hold the agent (and the arena) when this process
+    // exits: the file goes now, the mapping with the process.
+    let _ = std::fs::remove_file(&agent.arena.path);
+    served?;
     Ok(agent.stats())
 }
 
@@ -530,7 +534,22 @@ pub mod client {
 mod tests {
     use super::*;
 
-    fn start(arena: u64, lifetime: Duration) -> (Arc<Agent>, Arc<AtomicBool>) {
+    /// Stops the agent and removes its arena file when the test ends (also on failure):
+    /// the serving thread may outlive the test process's last test.
+    struct Running(Arc<AtomicBool>, PathBuf);
+    impl Running {
+        fn store(&self, v: bool, o: Ordering) {
+            self.0.store(v, o)
+        }
+    }
+    impl Drop for Running {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+            let _ = std::fs::remove_file(&self.1);
+        }
+    }
+
+    fn start(arena: u64, lifetime: Duration) -> (Arc<Agent>, Running) {
         let cfg = AgentConfig {
             arena_bytes: arena,
             lifetime,
@@ -541,7 +560,24 @@ mod tests {
         let stop = Arc::new(AtomicBool::new(false));
         let (a2, s2) = (a.clone(), stop.clone());
         std::thread::spawn(move || a2.serve(l, s2));
-        (a, stop)
+        let path = a.arena.path.clone();
+        (a, Running(stop, path))
+    }
+
+    #[test]
+    fn a_test_agent_leaves_no_arena_file() {
+        let path;
+        {
+            let (a, _stop) = start(4096, Duration::from_secs(30));
+            path = a.arena.path.clone();
+            assert_eq!(
+                client::alloc(a.addr(), 4096).unwrap().0,
+                ST_OK,
+                "a live buffer"
+            );
+            assert!(path.exists());
+        }
+        assert!(!path.exists(), "{} left behind", path.display());
     }
 
     #[test]

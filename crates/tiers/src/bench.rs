@@ -214,6 +214,18 @@ fn m(v: &Value, k: &str) -> f64 {
     v[k]["median"].as_f64().unwrap_or(f64::NAN)
 }
 
+/// Set by the command's SIGINT/SIGTERM handler: the bench stops after the run in progress
+/// and returns an error, so its guards (stacks, cgroups, directories) remove what it made.
+pub static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Removes a directory tree when dropped (the bench's stack directories).
+struct RemoveDir(std::path::PathBuf);
+impl Drop for RemoveDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// Runs the bench against a testbed that is up; returns the JSON result.
 pub fn run(state: &State, o: &BenchOpts, progress: &dyn Fn(&str)) -> anyhow::Result<Value> {
     let base = state.up.port + 100;
@@ -225,6 +237,11 @@ pub fn run(state: &State, o: &BenchOpts, progress: &dyn Fn(&str)) -> anyhow::Res
             o.tier_cpus.clone(),
         )
     };
+    // declared first, dropped last: after the stacks have stopped
+    let _dirs = [
+        RemoveDir(state.dir.join("bench-vanilla")),
+        RemoveDir(state.dir.join("bench-odb")),
+    ];
     let cg_v = crate::cpu::Cgroups::new("bv", &crate::stack::TIERS)?;
     let cg_o = crate::cpu::Cgroups::new("bo", &crate::stack::TIERS)?;
     let vanilla = Stack::start(mk("vanilla", base, None), Some(&cg_v))
@@ -260,6 +277,9 @@ pub fn run(state: &State, o: &BenchOpts, progress: &dyn Fn(&str)) -> anyhow::Res
                 [(&odb, &cg_o, true), (&vanilla, &cg_v, false)]
             };
             for (st, cg, is_odb) in order {
+                if INTERRUPTED.load(std::sync::atomic::Ordering::Relaxed) {
+                    bail!("interrupted");
+                }
                 let r = one_run(state, st, cg, size, o)?;
                 progress(&format!(
                     "  {:>8} B  {:<7} rep {}: {:>8.0} req/s  IS {:>6.1} us/req  IS bytes/req {:>9.0}  p99 {:.2} ms",

@@ -375,6 +375,16 @@ fn bench(b: BenchArgs) -> anyhow::Result<()> {
         opts.repeats,
         opts.seconds
     );
+    // Ctrl-C: finish the run in progress, then stop the stacks and remove what the bench
+    // made (wrk, in the same process group, stops at once)
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic (async-signal-safe).
+        unsafe {
+            signal_hook::low_level::register(sig, || {
+                crate::bench::INTERRUPTED.store(true, std::sync::atomic::Ordering::Relaxed)
+            })?;
+        }
+    }
     let v = crate::bench::run(&state, &opts, &|l| println!("{l}"))?;
     println!("\n{}", crate::bench::table(&v));
     std::fs::write(&b.json, serde_json::to_string_pretty(&v)? + "\n")

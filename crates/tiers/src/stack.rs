@@ -104,6 +104,45 @@ pub fn enter_cgroup(cmd: &mut Command, cg: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The child gets SIGTERM when the thread that started it dies (`PR_SET_PDEATHSIG`): a test
+/// or command killed by Ctrl-C or SIGKILL, which runs no destructor, does not leave nginx
+/// or agent processes behind (nginx's master stops its workers on SIGTERM, the agent drains
+/// and removes its arena). Hence a `Stack` is owned by the thread that starts it.
+pub fn die_with_parent(cmd: &mut Command) {
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: runs in the forked child before exec; prctl, getppid and raise are
+    // async-signal-safe and nothing is allocated.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // the parent died between fork and prctl: no signal will come
+            if libc::getppid() != parent {
+                libc::raise(libc::SIGTERM);
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Removes the arena files an agent process left (`iolab-tiers-odb-<pid>-*` in /dev/shm and
+/// the temp dir) once it has exited: a SIGKILLed agent cannot remove its own.
+fn remove_arena_files(agent_pid: u32) {
+    for dir in [PathBuf::from("/dev/shm"), std::env::temp_dir()] {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        let prefix = format!("{}{agent_pid}-", crate::testutil::ARENA_PREFIX);
+        for e in rd.flatten() {
+            if e.file_name().to_string_lossy().starts_with(&prefix) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
 pub fn which(prog: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
@@ -228,6 +267,7 @@ impl Stack {
             if let Some(cg) = cgroups {
                 enter_cgroup(&mut c, &cg.dir("be"))?;
             }
+            die_with_parent(&mut c);
             let mut child = c.spawn().context("starting the ODB agent")?;
             wait_listening(
                 cfg.agent_addr(),
@@ -251,6 +291,7 @@ impl Stack {
                     "IOLAB_ODB_AGENT",
                     "IOLAB_ODB_THRESHOLD",
                     "IOLAB_ODB_STATS_DIR",
+                    "IOLAB_ODB_TRACE",
                 ]
                 .iter()
                 .map(|s| s.to_string())
@@ -286,6 +327,10 @@ impl Stack {
                     .env("IOLAB_ODB_DOMAIN", cfg.domain())
                     .env("IOLAB_ODB_THRESHOLD", odb.threshold.to_string())
                     .env("IOLAB_ODB_STATS_DIR", odb_dir.join(tier));
+                // a call trace for debugging, when the caller asks for one (see the library)
+                if let Some(t) = std::env::var_os("IOLAB_ODB_TRACE") {
+                    c.env("IOLAB_ODB_TRACE", t);
+                }
                 if tier == "be" {
                     c.env("IOLAB_ODB_AGENT", cfg.agent_addr().to_string());
                 }
@@ -296,6 +341,7 @@ impl Stack {
             if let Some(cg) = cgroups {
                 enter_cgroup(&mut c, &cg.dir(tier))?;
             }
+            die_with_parent(&mut c);
             let mut child = c
                 .spawn()
                 .with_context(|| format!("starting nginx ({tier})"))?;
@@ -325,6 +371,7 @@ impl Stack {
             let (_, mut c) = self.procs.remove(i);
             let _ = c.kill();
             let _ = c.wait();
+            remove_arena_files(c.id());
         }
     }
 
@@ -338,6 +385,7 @@ impl Stack {
             // SAFETY: kill(2) on our own child's pid.
             unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
             let _ = c.wait();
+            remove_arena_files(c.id());
         }
         let mut c = Command::new(&odb.agent[0]);
         c.args(&odb.agent[1..])
@@ -350,6 +398,7 @@ impl Stack {
         if let Some(ns) = &self.cfg.be.ns {
             enter_ns(&mut c, ns)?;
         }
+        die_with_parent(&mut c);
         let mut child = c.spawn()?;
         wait_listening(
             self.cfg.agent_addr(),
@@ -367,13 +416,19 @@ impl Stack {
     }
 
     pub fn stop(&mut self) {
-        // FE first: nothing new arrives at the tiers behind it.
-        for (_, c) in self.procs.iter_mut().rev() {
-            // SAFETY: kill(2) on our own child's pid (nginx: SIGTERM is a fast shutdown).
-            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        // FE first: nothing new arrives at the tiers behind it. The agent goes last, at
+        // once: with every nginx gone nobody can fetch what its drain would wait for.
+        for (name, c) in self.procs.iter_mut().rev() {
+            if name != "agent" {
+                // SAFETY: kill(2) on our own child's pid (nginx: SIGTERM is a fast shutdown).
+                unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            }
         }
         let t0 = Instant::now();
-        for (_, c) in self.procs.iter_mut() {
+        for (name, c) in self.procs.iter_mut() {
+            if name == "agent" {
+                continue;
+            }
             while c.try_wait().ok().flatten().is_none() {
                 if t0.elapsed() > Duration::from_secs(5) {
                     let _ = c.kill();
@@ -383,6 +438,7 @@ impl Stack {
                 std::thread::sleep(Duration::from_millis(10));
             }
         }
+        self.kill_agent();
         self.procs.clear();
     }
 }

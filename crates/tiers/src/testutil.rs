@@ -180,3 +180,104 @@ pub fn write_payloads(root: &Path, sizes: &[usize]) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Prefix of the scratch directories tests and runs make in the temp dir:
+/// `iolab-tiers-test-<pid>-<tag>`.
+pub const SCRATCH_PREFIX: &str = "iolab-tiers-test-";
+
+/// A directory in the temp dir owned by this process, removed with everything in it when
+/// the guard is dropped (also while a failing test unwinds). A process killed before that
+/// (Ctrl-C of `cargo test`, SIGKILL) leaves it behind: `cleanup_stale_scratch`, called by
+/// `scratch_dir`, removes those of dead pids at the next run.
+#[derive(Debug)]
+pub struct ScratchDir(PathBuf);
+
+impl ScratchDir {
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+    pub fn join(&self, p: impl AsRef<Path>) -> PathBuf {
+        self.0.join(p)
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A fresh `iolab-tiers-test-<pid>-<tag>` directory (emptied if it exists), after removing
+/// the scratch directories of dead processes.
+pub fn scratch_dir(tag: &str) -> anyhow::Result<ScratchDir> {
+    cleanup_stale_scratch();
+    let d = std::env::temp_dir().join(format!("{SCRATCH_PREFIX}{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+    Ok(ScratchDir(d))
+}
+
+/// Removes `iolab-tiers-test-<pid>-*` directories (temp dir) and `iolab-tiers-odb-<pid>-*`
+/// arena files (temp dir and /dev/shm) whose pid is dead; returns what it removed. Never
+/// touches another live process's files or names without our prefixes.
+pub fn cleanup_stale_scratch() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for (dir, prefix) in [
+        (std::env::temp_dir(), SCRATCH_PREFIX),
+        (std::env::temp_dir(), ARENA_PREFIX),
+        (PathBuf::from("/dev/shm"), ARENA_PREFIX),
+    ] {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            let Some(pid) = n
+                .strip_prefix(prefix)
+                .and_then(|r| r.split('-').next())
+                .and_then(|p| p.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if crate::testbed::pid_alive(pid) {
+                continue;
+            }
+            let p = e.path();
+            let gone = if e.file_type().is_ok_and(|t| t.is_dir()) {
+                std::fs::remove_dir_all(&p).is_ok()
+            } else {
+                std::fs::remove_file(&p).is_ok()
+            };
+            if gone {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// Prefix of the agent's arena files (`iolab-tiers-odb-<agent pid>-<n>`).
+pub const ARENA_PREFIX: &str = "iolab-tiers-odb-";
+
+/// Everything in the temp dir and /dev/shm whose name carries one of our prefixes and
+/// `pid` (what a process with that pid left behind).
+pub fn leftovers_of(pid: u32) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for dir in [std::env::temp_dir(), PathBuf::from("/dev/shm")] {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            for prefix in [SCRATCH_PREFIX, ARENA_PREFIX] {
+                if n.strip_prefix(prefix)
+                    .and_then(|r| r.split('-').next())
+                    .is_some_and(|p| p == pid.to_string())
+                {
+                    out.push(e.path());
+                }
+            }
+        }
+    }
+    out
+}

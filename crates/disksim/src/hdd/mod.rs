@@ -692,6 +692,8 @@ impl Hdd {
                 rec.overhead = per_req + completion;
                 rec.completion = free.max(self.busy_until) + per_req + completion;
             }
+            // Host-level advice is no device work (submit answers it before this).
+            Op::Advise(_) => rec.completion = t,
         }
         self.stats.busy_ms += rec.completion - t;
         rec
@@ -718,7 +720,10 @@ impl Component for Hdd {
     }
 
     fn submit(&mut self, req: Request, ctx: &mut Ctx) {
-        if req.end() > self.spec.blocks() || (req.sectors == 0 && req.op != Op::Flush) {
+        if req.end() > self.spec.blocks()
+            || (req.sectors == 0 && req.op != Op::Flush)
+            || matches!(req.op, Op::Advise(_))
+        {
             // Out of range: complete with no service so the run goes on; the trace readers
             // reject such lines before they get here.
             let rec = Record {

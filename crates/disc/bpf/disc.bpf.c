@@ -1,0 +1,238 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0
+//
+// DISC's kHook on the FE (seed 004 §3.5.2), TC part: one sequence space on the client's
+// connection while the BE's DP writes payload bytes into it.
+//
+// For each client connection the FE owns (key: client ip/port, FE ip/port, network order),
+// user space writes one epoch into `disc_conns`: `boundary`, the FE stack's sequence number
+// at which the BE's payload was inserted; `off_lo`, the shift of the FE's bytes before it;
+// `off_hi` = off_lo + the payload's length, the shift of the FE's bytes from `boundary` on.
+// The payload occupies [boundary + off_lo, boundary + off_hi) in the client's view.
+//
+// - disc_egress (TC egress of the FE's client-side interface): the FE's segments get
+//   seq += off_lo or off_hi (retransmissions of bytes before the boundary keep off_lo).
+// - disc_ingress (TC ingress, same interface): the client's cumulative ACK is translated
+//   back to the FE's view (an ACK inside the payload range acknowledges the FE up to
+//   `boundary`); an ACK at or past the payload's start is recorded for DP (last ack,
+//   window, count); a pure ACK strictly inside the payload range concerns DP alone and is
+//   dropped, so the FE's stack never sees duplicate ACKs caused by bytes it did not send.
+//
+// Checksums are updated incrementally with bpf_l4_csum_replace (it leaves a
+// CHECKSUM_PARTIAL packet to the offload, which sums the rewritten header itself).
+//
+// Limits of this first version (documented in the crate README): one epoch per
+// connection (a new payload may be registered once the previous one is acknowledged);
+// SACK blocks are not translated (the FE disables SACK on DISC connections); IPv4 only.
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/pkt_cls.h>
+#include <linux/tcp.h>
+#include <stddef.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+
+struct conn_key {
+	__u32 client_ip;
+	__u32 fe_ip;
+	__u16 client_port;
+	__u16 fe_port;
+};
+
+struct conn_state {
+	__u32 boundary;
+	__u32 off_lo;
+	__u32 off_hi;
+	/* written by disc_ingress, read by the ack forwarder */
+	__u32 last_ack;
+	__u32 last_win;
+	__u32 acks;
+	__u32 dp_acks;
+	__u32 dropped;
+	/* written by disc_egress: the FE stack's own view, before any shift */
+	__u32 shifted;
+	__u32 fe_nxt;	/* highest seq + length the FE sent */
+	__u32 fe_ack;	/* the FE's latest ACK (the client's next byte) */
+	__u32 fe_win;	/* the FE's latest raw window field */
+	__u32 fe_seen;	/* FE segments seen */
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct conn_key);
+	__type(value, struct conn_state);
+} disc_conns SEC(".maps");
+
+static __always_inline int seq_before(__u32 a, __u32 b)
+{
+	return (__s32)(a - b) < 0;
+}
+
+static __always_inline int seq_after(__u32 a, __u32 b)
+{
+	return (__s32)(b - a) < 0;
+}
+
+/* Ethernet + IPv4 + TCP headers in the linear data; the IP header length, or -1. */
+static __always_inline int parse(struct __sk_buff *skb, struct iphdr **ipp, struct tcphdr **tcpp)
+{
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *ip;
+	struct tcphdr *tcp;
+	__u32 ihl;
+
+	if ((void *)(eth + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP))
+		return -1;
+	ip = (void *)(eth + 1);
+	if ((void *)(ip + 1) > end || ip->protocol != IPPROTO_TCP || ip->ihl < 5)
+		return -1;
+	if (ip->frag_off & bpf_htons(0x3fff))
+		return -1;
+	ihl = ip->ihl * 4;
+	tcp = (void *)ip + ihl;
+	if ((void *)(tcp + 1) > end)
+		return -1;
+	*ipp = ip;
+	*tcpp = tcp;
+	return ihl;
+}
+
+static __always_inline void rewrite32(struct __sk_buff *skb, __u32 ihl, __u32 field,
+				      __be32 old, __be32 new)
+{
+	__u32 at = sizeof(struct ethhdr) + ihl;
+
+	bpf_l4_csum_replace(skb, at + offsetof(struct tcphdr, check), old, new, sizeof(new));
+	bpf_skb_store_bytes(skb, at + field, &new, sizeof(new), 0);
+}
+
+SEC("classifier")
+int disc_egress(struct __sk_buff *skb)
+{
+	struct iphdr *ip;
+	struct tcphdr *tcp;
+	struct conn_state *s;
+	int ihl = parse(skb, &ip, &tcp);
+	__u32 seq, off, len;
+	__be32 old;
+
+	if (ihl < 0)
+		return TC_ACT_OK;
+	struct conn_key k = {
+		.client_ip = ip->daddr,
+		.fe_ip = ip->saddr,
+		.client_port = tcp->dest,
+		.fe_port = tcp->source,
+	};
+	s = bpf_map_lookup_elem(&disc_conns, &k);
+	if (!s)
+		return TC_ACT_OK;
+	old = tcp->seq;
+	seq = bpf_ntohl(old);
+	len = bpf_ntohs(ip->tot_len) - ihl - tcp->doff * 4 + tcp->syn + tcp->fin;
+	if (!s->fe_seen || seq_after(seq + len, s->fe_nxt))
+		s->fe_nxt = seq + len;
+	if (tcp->ack) {
+		s->fe_ack = bpf_ntohl(tcp->ack_seq);
+		s->fe_win = bpf_ntohs(tcp->window);
+	}
+	__sync_fetch_and_add(&s->fe_seen, 1);
+	off = seq_before(seq, s->boundary) ? s->off_lo : s->off_hi;
+	if (!off)
+		return TC_ACT_OK;
+	rewrite32(skb, ihl, offsetof(struct tcphdr, seq), old, bpf_htonl(seq + off));
+	__sync_fetch_and_add(&s->shifted, 1);
+	return TC_ACT_OK;
+}
+
+SEC("classifier")
+int disc_ingress(struct __sk_buff *skb)
+{
+	struct iphdr *ip;
+	struct tcphdr *tcp;
+	struct conn_state *s;
+	int ihl = parse(skb, &ip, &tcp);
+	__u32 ack, d0, d1, fe_ack, payload;
+	__be32 old;
+
+	if (ihl < 0)
+		return TC_ACT_OK;
+	struct conn_key k = {
+		.client_ip = ip->saddr,
+		.fe_ip = ip->daddr,
+		.client_port = tcp->source,
+		.fe_port = tcp->dest,
+	};
+	s = bpf_map_lookup_elem(&disc_conns, &k);
+	if (!s || !tcp->ack)
+		return TC_ACT_OK;
+	__sync_fetch_and_add(&s->acks, 1);
+	old = tcp->ack_seq;
+	ack = bpf_ntohl(old);
+	d0 = s->boundary + s->off_lo;
+	d1 = s->boundary + s->off_hi;
+	if (s->off_hi != s->off_lo && seq_after(ack, d0)) {
+		s->last_ack = ack;
+		s->last_win = bpf_ntohs(tcp->window);
+		__sync_fetch_and_add(&s->dp_acks, 1);
+	}
+	if (!seq_after(ack, d0)) {
+		fe_ack = ack - s->off_lo;
+	} else if (seq_before(ack, d1)) {
+		fe_ack = s->boundary;
+		payload = bpf_ntohs(ip->tot_len) - ihl - tcp->doff * 4;
+		if (payload == 0 && !tcp->syn && !tcp->fin && !tcp->rst) {
+			__sync_fetch_and_add(&s->dropped, 1);
+			return TC_ACT_SHOT;
+		}
+	} else {
+		fe_ack = ack - s->off_hi;
+	}
+	if (fe_ack != ack)
+		rewrite32(skb, ihl, offsetof(struct tcphdr, ack_seq), old, bpf_htonl(fe_ack));
+	return TC_ACT_OK;
+}
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
+
+/*
+ * The netem substitute (this kernel has no sch_netem): attached at TC ingress and egress of
+ * the client's interfaces in tests, drops each IPv4 TCP packet with probability
+ * disc_loss[0] / 2^32, drawn with bpf_get_prandom_u32. Counters in disc_loss[1] (seen) and
+ * disc_loss[2] (dropped).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 3);
+	__type(key, __u32);
+	__type(value, __u32);
+} disc_loss SEC(".maps");
+
+SEC("classifier")
+int disc_lossy(struct __sk_buff *skb)
+{
+	struct iphdr *ip;
+	struct tcphdr *tcp;
+	__u32 k0 = 0, k1 = 1, k2 = 2;
+	__u32 *p, *seen, *dropped;
+
+	if (parse(skb, &ip, &tcp) < 0)
+		return TC_ACT_OK;
+	p = bpf_map_lookup_elem(&disc_loss, &k0);
+	seen = bpf_map_lookup_elem(&disc_loss, &k1);
+	dropped = bpf_map_lookup_elem(&disc_loss, &k2);
+	if (!p || !seen || !dropped)
+		return TC_ACT_OK;
+	__sync_fetch_and_add(seen, 1);
+	if (*p && bpf_get_prandom_u32() < *p) {
+		__sync_fetch_and_add(dropped, 1);
+		return TC_ACT_SHOT;
+	}
+	return TC_ACT_OK;
+}

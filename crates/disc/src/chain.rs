@@ -1,0 +1,357 @@
+//! A self-contained chain of our tiers in network namespaces (tests, `iolab disc check`):
+//!
+//! ```text
+//!  client ──A── FE ──B── IS ──C── BE        A..E: /27 subnets of one free /24
+//!    │          └────────D────────┘  │      D: the FE reaches DP on the BE
+//!    └───────────────E───────────────┘      E (direct mode): DP's path to the client
+//! ```
+//!
+//! Direct mode also sets, on the server side only: TCP timestamps, SACK and window scaling
+//! off in the FE's namespace (DP writes no TCP options yet), and in the client's namespace
+//! rp_filter 0 (the FE's address arrives on link E, as on a flat datacenter network).
+//!
+//! The same shape as iolab-tiers' testbed (whose namespaces run nginx); here each tier is a
+//! thread of this process inside its namespace, so a test needs no binary and no daemon.
+//! Names carry the tag `dsc` and this process's pid (iolab-netns); everything is removed when
+//! the [`Chain`] is dropped, and a dead owner's leftovers by `iolab_netns::cleanup_stale`.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use crate::be::BeDisc;
+use crate::proxy::{DiscMode, ProxyConfig};
+use crate::stop::Stop;
+
+pub const TAG: &str = "dsc";
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct ChainConfig {
+    pub root: PathBuf,
+    pub disc: DiscMode,
+    pub threshold: u64,
+    /// Advertise a DP address where nothing listens (tests the FE's fallback).
+    pub broken_dp: bool,
+    /// Drop this % of the TCP packets in and out of the client's interfaces
+    /// ([`crate::bpf::Lossy`], the netem substitute); 0: none.
+    pub loss_pct: f64,
+}
+
+pub struct Chain {
+    /// The client's namespace (run curl, wrk, iolab load there).
+    pub client_ns: String,
+    pub fe_ns: String,
+    pub is_ns: String,
+    pub be_ns: String,
+    /// The FE's client-facing listener.
+    pub fe: SocketAddr,
+    pub is: SocketAddr,
+    /// The BE's HTTP listener (on link C).
+    pub be: SocketAddr,
+    /// DP's control endpoint (on link D).
+    pub dp: SocketAddr,
+    pub client_addr: Ipv4Addr,
+    /// The FE's and client's interfaces on link A.
+    pub fe_if: String,
+    pub client_if: String,
+    /// DP's store (None without DISC): its counts show which path the payloads took.
+    pub store: Option<Arc<crate::dp::Store>>,
+    /// The loss injector on the client's interfaces, if any.
+    pub lossy: Option<crate::bpf::Lossy>,
+    stops: Vec<Arc<Stop>>,
+    threads: Vec<std::thread::JoinHandle<anyhow::Result<()>>>,
+    net: Option<iolab_netns::Net>,
+}
+
+fn bind_in(ns: &str, addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
+    let ns = ns.to_string();
+    crate::netns::spawn_in(Some(ns), "bind", move || {
+        std::net::TcpListener::bind(addr).with_context(|| format!("binding {addr}"))
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("bind thread panicked"))?
+}
+
+impl Chain {
+    pub fn start(cfg: &ChainConfig) -> anyhow::Result<Chain> {
+        let _ = iolab_netns::cleanup_stale(TAG);
+        let mut net = iolab_netns::Net::new(TAG)?;
+        let mut ns = Vec::new();
+        for _ in 0..4 {
+            ns.push(net.namespace()?);
+        }
+        let [x, y, z] = iolab_netns::free_subnet()?;
+        let a = |sub: u8, host: u8| Ipv4Addr::new(x, y, z, sub * 32 + host);
+        let direct = cfg.disc == DiscMode::Direct;
+        let mut links = vec![(0usize, 1usize, 0u8), (1, 2, 1), (2, 3, 2), (1, 3, 3)];
+        if direct {
+            links.push((0, 3, 4));
+        }
+        let mut ifaces = Vec::new();
+        let links_used = links.clone();
+        for (l, r, sub) in links {
+            let (il, ir) = net.veth(Some(&ns[l]), Some(&ns[r]))?;
+            il.add_addr(&format!("{}/27", a(sub, 1)))?;
+            ir.add_addr(&format!("{}/27", a(sub, 2)))?;
+            il.up()?;
+            ir.up()?;
+            ifaces.push((il, ir));
+        }
+        if direct {
+            ns[3].run(
+                "ip",
+                &[
+                    "route",
+                    "add",
+                    &format!("{}/27", a(0, 0)),
+                    "via",
+                    &a(4, 1).to_string(),
+                ],
+            )?;
+            for kv in [
+                "net.ipv4.tcp_timestamps=0",
+                "net.ipv4.tcp_sack=0",
+                "net.ipv4.tcp_window_scaling=0",
+            ] {
+                ns[1].run("sysctl", &["-q", "-w", kv])?;
+            }
+            let e = format!("net.ipv4.conf.{}.rp_filter=0", ifaces[4].0.name);
+            for kv in ["net.ipv4.conf.all.rp_filter=0", e.as_str()] {
+                ns[0].run("sysctl", &["-q", "-w", kv])?;
+            }
+        }
+        let names: Vec<String> = ns.iter().map(|n| n.name().to_string()).collect();
+        let lossy = if cfg.loss_pct > 0.0 {
+            let pct = cfg.loss_pct;
+            let client_ifs: Vec<String> = ifaces
+                .iter()
+                .zip(&links_used)
+                .filter(|(_, (l, _, _))| *l == 0)
+                .map(|(i, _)| i.0.name.clone())
+                .collect();
+            let l = crate::netns::spawn_in(Some(names[0].clone()), "lossy", move || {
+                let mut l = crate::bpf::Lossy::load(pct)?;
+                for i in &client_ifs {
+                    l.attach(i)?;
+                }
+                Ok(l)
+            })
+            .join()
+            .map_err(|_| anyhow::anyhow!("lossy thread panicked"))??;
+            Some(l)
+        } else {
+            None
+        };
+        let fe = SocketAddr::from((a(0, 2), 8080));
+        let is = SocketAddr::from((a(1, 2), 8080));
+        let be = SocketAddr::from((a(2, 2), 8080));
+        let dp = SocketAddr::from((a(3, 2), 8081));
+        let fe_l = bind_in(&names[1], fe)?;
+        let is_l = bind_in(&names[2], is)?;
+        let be_l = bind_in(&names[3], be)?;
+        let dp_l = bind_in(&names[3], dp)?;
+        let site = iolab_http::Site::new(&cfg.root, iolab_http::Limits::default())?;
+        let mut stops = Vec::new();
+        let mut threads = Vec::new();
+        let store = (cfg.disc != DiscMode::Off).then(crate::dp::Store::new);
+        let be_disc = store.clone().map(|store| BeDisc {
+            store,
+            advertise: if cfg.broken_dp {
+                SocketAddr::from((a(3, 2), 9))
+            } else {
+                dp
+            },
+            policy: crate::proto::Policy {
+                threshold: cfg.threshold,
+            },
+        });
+        let s = Stop::new()?;
+        stops.push(s.clone());
+        // Each tier runs inside its namespace: the sockets it opens (upstream, DP) live there.
+        threads.push(crate::netns::spawn_in(
+            Some(names[3].clone()),
+            "disc-be",
+            move || crate::be::run(be_l, Some(dp_l), site, be_disc, s).map_err(Into::into),
+        ));
+        let fe_iface = ifaces[0].1.name.clone();
+        for (l, up, first, ns) in [(is_l, be, false, &names[2]), (fe_l, is, true, &names[1])] {
+            let s = Stop::new()?;
+            stops.push(s.clone());
+            let pc = ProxyConfig {
+                upstreams: vec![up],
+                first,
+                disc: cfg.disc,
+                hook_iface: first.then(|| fe_iface.clone()),
+            };
+            threads.push(crate::netns::spawn_in(
+                Some(ns.clone()),
+                "disc-proxy",
+                move || crate::proxy::run(l, pc, s).map_err(Into::into),
+            ));
+        }
+        Ok(Chain {
+            client_ns: names[0].clone(),
+            fe_ns: names[1].clone(),
+            is_ns: names[2].clone(),
+            be_ns: names[3].clone(),
+            fe,
+            is,
+            be,
+            dp,
+            client_addr: a(0, 1),
+            fe_if: ifaces[0].1.name.clone(),
+            client_if: ifaces[0].0.name.clone(),
+            store,
+            lossy,
+            stops,
+            threads,
+            net: Some(net),
+        })
+    }
+
+    /// Stops the tiers and removes the namespaces, reporting errors.
+    pub fn stop(mut self) -> anyhow::Result<()> {
+        self.stop_all()
+    }
+
+    fn stop_all(&mut self) -> anyhow::Result<()> {
+        for s in &self.stops {
+            s.trigger();
+        }
+        let mut first_err = None;
+        for t in self.threads.drain(..) {
+            match t.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    first_err.get_or_insert(e);
+                }
+                Err(_) => {
+                    first_err.get_or_insert(anyhow::anyhow!("a tier thread panicked"));
+                }
+            }
+        }
+        if let Some(net) = self.net.take() {
+            net.remove()?;
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for Chain {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop_all() {
+            tracing::warn!("disc chain: {e:#}");
+        }
+    }
+}
+
+/// Writes `f<size>.bin` for each size into `root` (deterministic bytes, position-dependent
+/// so a shifted or repeated segment shows).
+pub fn write_payloads(root: &std::path::Path, sizes: &[u64]) -> anyhow::Result<()> {
+    std::fs::create_dir_all(root)?;
+    for &n in sizes {
+        let data: Vec<u8> = (0..n)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8 ^ (i % 251) as u8)
+            .collect();
+        std::fs::write(root.join(format!("f{n}.bin")), data)?;
+    }
+    Ok(())
+}
+
+/// `curl -sS ARGS...` inside namespace `ns` (several URLs: one keep-alive
+/// connection). Returns curl's stderr on failure.
+pub fn curl_in(ns: &str, args: &[String]) -> anyhow::Result<()> {
+    let out = std::process::Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            ns,
+            "curl",
+            "-sS",
+            "--noproxy",
+            "*",
+            "--max-time",
+            "120",
+        ])
+        .args(args)
+        .output()
+        .context("running curl (Debian package curl)")?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "curl {}: {}: {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// One size fetched through the chain and straight from the BE.
+#[derive(Debug, Clone)]
+pub struct Compared {
+    pub size: u64,
+    pub identical: bool,
+    pub via_chain_bytes: u64,
+    /// The head received through the chain (`Date` removed), for a report on a mismatch.
+    pub via_head: String,
+    pub direct_head: String,
+}
+
+/// Fetches every `f<size>.bin` through the FE (from the client's namespace, all on one
+/// keep-alive connection) and straight from the BE (from the IS's namespace), and compares
+/// the bodies and the heads (less `Date`, which may tick).
+pub fn compare_sizes(
+    chain: &Chain,
+    sizes: &[u64],
+    scratch: &std::path::Path,
+) -> anyhow::Result<Vec<Compared>> {
+    let mut via = Vec::new();
+    let mut direct = Vec::new();
+    for (dir, ns, addr, tag) in [
+        (&mut via, &chain.client_ns, chain.fe, "via"),
+        (&mut direct, &chain.is_ns, chain.be, "direct"),
+    ] {
+        let mut args = Vec::new();
+        for &n in sizes {
+            let file = scratch.join(format!("{tag}-{n}.out"));
+            args.extend([
+                "-i".to_string(),
+                "-o".into(),
+                file.display().to_string(),
+                format!("http://{addr}/f{n}.bin"),
+            ]);
+            dir.push((n, file));
+        }
+        curl_in(ns, &args)?;
+    }
+    // (head less `Date`, body)
+    let split = |b: Vec<u8>| -> (Vec<u8>, Vec<u8>) {
+        let end = crate::http1::find_head_end(&b, 0).unwrap_or(b.len());
+        let head = b[..end]
+            .split_inclusive(|&c| c == b'\n')
+            .filter(|l| !l.to_ascii_lowercase().starts_with(b"date:"))
+            .flatten()
+            .copied()
+            .collect();
+        (head, b[end..].to_vec())
+    };
+    let mut out = Vec::new();
+    for ((n, vf), (_, df)) in via.into_iter().zip(direct) {
+        let (hv, v) = split(std::fs::read(&vf)?);
+        let (hd, d) = split(std::fs::read(&df)?);
+        out.push(Compared {
+            size: n,
+            identical: v == d && hv == hd && v.len() as u64 == n,
+            via_chain_bytes: v.len() as u64,
+            via_head: String::from_utf8_lossy(&hv).into_owned(),
+            direct_head: String::from_utf8_lossy(&hd).into_owned(),
+        });
+        let _ = std::fs::remove_file(vf);
+        let _ = std::fs::remove_file(df);
+    }
+    Ok(out)
+}

@@ -1,0 +1,189 @@
+//! `iolab disc ...`: run our tiers (BE, proxy as FE or IS) and check a chain end to end.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+
+use crate::proxy::{DiscMode, ProxyConfig};
+
+#[derive(Debug, Args)]
+#[command(
+    about = "DISC (seed 004 ch. 3): our FE/IS/BE tiers and the back end's shortcut to the client"
+)]
+pub struct DiscArgs {
+    #[command(subcommand)]
+    pub command: DiscCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DiscCommand {
+    /// The BE: a static file server (iolab-http's answers) with beHook and DP.
+    Be {
+        /// HTTP listen address.
+        #[arg(long)]
+        listen: SocketAddr,
+        /// Directory served.
+        #[arg(long)]
+        root: PathBuf,
+        /// DP's control endpoint (enables the shortcut).
+        #[arg(long)]
+        dp: Option<SocketAddr>,
+        /// Address the FE reaches DP at, written in X-Disc (default: --dp).
+        #[arg(long)]
+        dp_advertise: Option<SocketAddr>,
+        /// Smallest payload shortcut, in bytes.
+        #[arg(long, default_value_t = crate::proto::DEFAULT_THRESHOLD)]
+        threshold: u64,
+    },
+    /// FE or IS: a reverse proxy (keep-alive on both sides, round robin over upstreams).
+    Proxy {
+        #[arg(long)]
+        listen: SocketAddr,
+        /// Upstream address (repeat for several: round robin per client connection).
+        #[arg(long, required = true)]
+        upstream: Vec<SocketAddr>,
+        /// This tier holds the clients' connections (the FE): it writes X-Disc-Path.
+        #[arg(long)]
+        first: bool,
+        /// DISC participation.
+        #[arg(long, value_enum, default_value_t = DiscMode::Off)]
+        disc: DiscMode,
+        /// The FE's client-side interface for the eBPF hooks (`--disc direct --first`).
+        #[arg(long)]
+        hook_iface: Option<String>,
+    },
+    /// Builds a client/FE/IS/BE chain in network namespaces (root), fetches 1 B .. 64 MiB
+    /// through it and straight from the BE, and compares the bytes.
+    Check {
+        #[arg(long, value_enum, default_value_t = DiscMode::Relay)]
+        disc: DiscMode,
+        /// Sizes in bytes, comma separated.
+        #[arg(long, value_delimiter = ',', default_values_t = [1u64, 16383, 16384, 65536, 1 << 20, 64 << 20])]
+        sizes: Vec<u64>,
+    },
+}
+
+pub fn run(args: DiscArgs) -> anyhow::Result<()> {
+    match args.command {
+        DiscCommand::Be {
+            listen,
+            root,
+            dp,
+            dp_advertise,
+            threshold,
+        } => {
+            let stop = crate::stop::Stop::new()?;
+            hook_signals(&stop)?;
+            let site = iolab_http::Site::new(&root, iolab_http::Limits::default())?;
+            let l = std::net::TcpListener::bind(listen)?;
+            let (dpl, disc) = match dp {
+                Some(d) => (
+                    Some(std::net::TcpListener::bind(d)?),
+                    Some(crate::be::BeDisc {
+                        store: crate::dp::Store::new(),
+                        advertise: dp_advertise.unwrap_or(d),
+                        policy: crate::proto::Policy { threshold },
+                    }),
+                ),
+                None => (None, None),
+            };
+            crate::be::run(l, dpl, site, disc, stop)?;
+            Ok(())
+        }
+        DiscCommand::Proxy {
+            listen,
+            upstream,
+            first,
+            disc,
+            hook_iface,
+        } => {
+            let stop = crate::stop::Stop::new()?;
+            hook_signals(&stop)?;
+            let l = std::net::TcpListener::bind(listen)?;
+            crate::proxy::run(
+                l,
+                ProxyConfig {
+                    upstreams: upstream,
+                    first,
+                    disc,
+                    hook_iface,
+                },
+                stop,
+            )?;
+            Ok(())
+        }
+        DiscCommand::Check { disc, sizes } => check(disc, &sizes),
+    }
+}
+
+fn hook_signals(stop: &std::sync::Arc<crate::stop::Stop>) -> anyhow::Result<()> {
+    let s = stop.clone();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let mut sigs = match signal_hook::iterator::Signals::new([
+                signal_hook::consts::SIGINT,
+                signal_hook::consts::SIGTERM,
+            ]) {
+                Ok(s) => s,
+                Err(_) => return,
+            };
+            if sigs.forever().next().is_some() {
+                s.trigger();
+            }
+        })?;
+    Ok(())
+}
+
+fn check(disc: DiscMode, sizes: &[u64]) -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("iolab-disc-check-{}", std::process::id()));
+    let _guard = RemoveDir(dir.clone());
+    let root = dir.join("www");
+    crate::chain::write_payloads(&root, sizes)?;
+    let chain = crate::chain::Chain::start(&crate::chain::ChainConfig {
+        root,
+        disc,
+        threshold: crate::proto::DEFAULT_THRESHOLD,
+        broken_dp: false,
+        loss_pct: 0.0,
+    })?;
+    println!(
+        "chain up: client {} -> FE {} -> IS {} -> BE {} (DP {}), DISC {:?}",
+        chain.client_addr, chain.fe, chain.is, chain.be, chain.dp, disc
+    );
+    let rows = crate::chain::compare_sizes(&chain, sizes, &dir)?;
+    if let Some(s) = &chain.store {
+        let (kept, claimed) = s.counts();
+        println!("DP: {kept} payloads kept back by the BE, {claimed} claimed by the FE");
+    }
+    let mut bad = 0;
+    println!("{:>12}  {:>12}  result", "size", "received");
+    for r in &rows {
+        println!(
+            "{:>12}  {:>12}  {}",
+            r.size,
+            r.via_chain_bytes,
+            if r.identical {
+                "identical"
+            } else {
+                "DIFFERENT"
+            }
+        );
+        bad += usize::from(!r.identical);
+    }
+    chain.stop()?;
+    if bad > 0 {
+        anyhow::bail!("{bad} of {} sizes differ", rows.len());
+    }
+    println!("all {} sizes identical to the BE's own answers", rows.len());
+    Ok(())
+}
+
+struct RemoveDir(PathBuf);
+
+impl Drop for RemoveDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

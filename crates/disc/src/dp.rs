@@ -1,0 +1,295 @@
+//! DP, the BE's direct payload sender (seed 004 §3.5.4): the store of payloads the BE kept
+//! back (a job per payload, named by its payload id), and its control endpoint, a TCP
+//! listener the FE role talks to.
+//!
+//! Control protocol (one command per line, several per connection):
+//! - `FETCH <id>\r\n` → `OK <size>\r\n` and the payload's bytes, or `ERR <why>\r\n`. The
+//!   relay mode: the FE writes the payload on the client connection itself. It exercises
+//!   the whole header path and the store without any packet forging.
+//! - `CHECK <id>\r\n` → `OK <size>\r\n` or `ERR`: the direct mode's first step, before the
+//!   FE writes anything of the answer (so that it can still fall back).
+//! - `SEND <id> <client ip:port> <fe ip:port> <seq> <ack> <window>\r\n` → `OK <size>\r\n`:
+//!   DP sends the payload on the client's connection as the FE (a sender thread with a raw
+//!   socket, [`crate::sender`]), starting at client-view sequence `seq`, carrying `ack` and
+//!   the raw `window` field; then `ACK <ack> <window bytes>\r\n` lines (the FE's ack
+//!   forwarder) feed its go-back-N. One transfer per control connection at a time.
+//!
+//! Limits: at most [`MAX_JOBS`] jobs and [`MAX_BYTES`] bytes held; a job not claimed within
+//! [`JOB_TTL`] is dropped (the FE died or fell back). A BE whose store is full answers on the
+//! normal path (no shortcut), so a slow or absent FE never makes the BE hold more.
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use iolab_runtime::net::{TcpListener, TcpStream};
+
+use crate::http1::{write_all, Conn};
+
+pub const MAX_JOBS: usize = 4096;
+pub const MAX_BYTES: u64 = 1 << 30;
+pub const JOB_TTL: Duration = Duration::from_secs(30);
+
+struct Job {
+    body: Bytes,
+    created: Instant,
+}
+
+#[derive(Default)]
+struct Inner {
+    next_id: u64,
+    taken: u64,
+    jobs: HashMap<u64, Job>,
+    bytes: u64,
+}
+
+/// The payloads held for the FE.
+#[derive(Default)]
+pub struct Store {
+    inner: Mutex<Inner>,
+}
+
+impl Store {
+    pub fn new() -> Arc<Store> {
+        Arc::new(Store::default())
+    }
+
+    /// Keeps `body`; its payload id, or None when the store is full.
+    pub fn insert(&self, body: Bytes) -> Option<u64> {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        let expired: Vec<u64> = g
+            .jobs
+            .iter()
+            .filter(|(_, j)| now.duration_since(j.created) > JOB_TTL)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in expired {
+            if let Some(j) = g.jobs.remove(&id) {
+                g.bytes -= j.body.len() as u64;
+            }
+        }
+        if g.jobs.len() >= MAX_JOBS || g.bytes + body.len() as u64 > MAX_BYTES {
+            return None;
+        }
+        g.next_id += 1;
+        let id = g.next_id;
+        g.bytes += body.len() as u64;
+        g.jobs.insert(id, Job { body, created: now });
+        Some(id)
+    }
+
+    /// The size of payload `id`, if held.
+    pub fn size(&self, id: u64) -> Option<u64> {
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        g.jobs.get(&id).map(|j| j.body.len() as u64)
+    }
+
+    /// Removes and returns the payload `id`.
+    pub fn take(&self, id: u64) -> Option<Bytes> {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let j = g.jobs.remove(&id)?;
+        g.bytes -= j.body.len() as u64;
+        g.taken += 1;
+        Some(j.body)
+    }
+
+    /// Payloads kept so far (ids handed out) and payloads claimed by an FE.
+    pub fn counts(&self) -> (u64, u64) {
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        (g.next_id, g.taken)
+    }
+
+    /// (jobs, bytes) held now.
+    pub fn usage(&self) -> (usize, u64) {
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        (g.jobs.len(), g.bytes)
+    }
+}
+
+/// Serves the control endpoint until `stop`.
+pub async fn serve(listener: TcpListener, store: Arc<Store>, stop: iolab_runtime::Cond) {
+    loop {
+        let stream = match listener.accept_or_cancel(&stop).await {
+            Ok((s, _)) => s,
+            Err(e) if iolab_runtime::Cancelled::is(&e) => return,
+            Err(e) => {
+                tracing::warn!("dp accept: {e}");
+                iolab_runtime::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let store = store.clone();
+        iolab_runtime::spawn(async move {
+            if let Err(e) = control(stream, &store).await {
+                tracing::debug!("dp control connection: {e}");
+            }
+        });
+    }
+}
+
+async fn control(stream: TcpStream, store: &Store) -> io::Result<()> {
+    let _ = stream.set_nodelay(true);
+    let mut conn = Conn::new(stream);
+    // The running transfer's ACK channel.
+    let mut acks: Option<std::sync::mpsc::Sender<(u32, usize)>> = None;
+    loop {
+        let line = match conn.read_line(256).await {
+            Ok(l) => l,
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let text = String::from_utf8_lossy(&line[..line.len() - 2]).into_owned();
+        let mut words = text.split_ascii_whitespace();
+        match (
+            words.next(),
+            words.next().and_then(|w| w.parse::<u64>().ok()),
+        ) {
+            (Some("CHECK"), Some(id)) => {
+                let line = match store.size(id) {
+                    Some(n) => format!("OK {n}\r\n"),
+                    None => "ERR unknown payload\r\n".to_string(),
+                };
+                write_all(&conn.stream, line.into_bytes()).await?;
+            }
+            (Some("SEND"), Some(id)) => {
+                let reply = match parse_send(&mut words) {
+                    None => "ERR bad SEND\r\n".to_string(),
+                    Some(flow) => match store.take(id) {
+                        Some(body) => {
+                            let n = body.len();
+                            acks = Some(start_sender(flow, body));
+                            format!("OK {n}\r\n")
+                        }
+                        None => "ERR unknown payload\r\n".to_string(),
+                    },
+                };
+                write_all(&conn.stream, reply.into_bytes()).await?;
+            }
+            (Some("ACK"), Some(ack)) => {
+                let win = words
+                    .next()
+                    .and_then(|w| w.parse::<usize>().ok())
+                    .unwrap_or(0);
+                if let Some(tx) = &acks {
+                    if tx.send((ack as u32, win)).is_err() {
+                        acks = None; // the transfer is over
+                    }
+                }
+            }
+            (Some("FETCH"), Some(id)) => match store.take(id) {
+                Some(body) => {
+                    write_all(&conn.stream, format!("OK {}\r\n", body.len()).into_bytes()).await?;
+                    write_all(&conn.stream, body.to_vec()).await?;
+                }
+                None => write_all(&conn.stream, b"ERR unknown payload\r\n".to_vec()).await?,
+            },
+            _ => {
+                write_all(&conn.stream, b"ERR bad command\r\n".to_vec()).await?;
+                return Ok(());
+            }
+        }
+    }
+}
+
+fn parse_send<'a>(w: &mut impl Iterator<Item = &'a str>) -> Option<crate::sender::Flow> {
+    let client: std::net::SocketAddrV4 = w.next()?.parse().ok()?;
+    let fe: std::net::SocketAddrV4 = w.next()?.parse().ok()?;
+    let seq: u32 = w.next()?.parse().ok()?;
+    let ack: u32 = w.next()?.parse().ok()?;
+    let window: u16 = w.next()?.parse().ok()?;
+    Some(crate::sender::Flow {
+        fe,
+        client,
+        seq,
+        ack,
+        window,
+        mss: SEND_MSS,
+    })
+}
+
+/// Payload bytes per segment DP sends (an Ethernet MTU less IP and TCP headers, rounded
+/// down for the options DP does not write).
+pub const SEND_MSS: usize = 1400;
+/// The client's window DP assumes until its first ACK (no window scaling on DISC
+/// connections yet).
+pub const INITIAL_WINDOW: usize = 65535;
+/// A transfer without any progress for this long is abandoned (the FE closes the
+/// connection on its side).
+pub const STALL: Duration = Duration::from_secs(30);
+
+/// A sender thread for one transfer (it inherits the calling thread's network namespace);
+/// ACKs go in through the returned channel.
+fn start_sender(flow: crate::sender::Flow, body: Bytes) -> std::sync::mpsc::Sender<(u32, usize)> {
+    let (tx, rx) = std::sync::mpsc::channel::<(u32, usize)>();
+    let spawned = std::thread::Builder::new()
+        .name("disc-dp".into())
+        .spawn(move || {
+            let run = || -> io::Result<(u64, u64)> {
+                let mut raw = crate::sender::RawSocket::new()?;
+                let mut t = crate::sender::Transfer::new(flow, body, INITIAL_WINDOW);
+                t.pump(&mut raw)?;
+                let mut progress = (Instant::now(), 0);
+                while !t.done() {
+                    match rx.recv_timeout(Duration::from_millis(10)) {
+                        Ok((ack, win)) => t.on_ack(ack, win, &mut raw)?,
+                        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                            t.on_tick(Instant::now(), &mut raw)?
+                        }
+                        Err(_) => break, // the FE's control connection ended
+                    }
+                    if t.acked() != progress.1 {
+                        progress = (Instant::now(), t.acked());
+                    } else if progress.0.elapsed() > STALL {
+                        return Err(io::Error::new(io::ErrorKind::TimedOut, "no progress"));
+                    }
+                }
+                Ok((t.segments, t.retransmits))
+            };
+            match run() {
+                Ok((segs, rtx)) => {
+                    tracing::debug!("dp: sent in {segs} segments, {rtx} go-back-N rounds")
+                }
+                Err(e) => tracing::warn!("dp transfer to {}: {e}", flow.client),
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("dp: cannot start a sender thread: {e}");
+    }
+    tx
+}
+
+/// The FE side: asks DP at the other end of `conn` for payload `id`; Ok(size) once DP has
+/// answered OK (the payload's bytes follow on `conn`), Err before any payload byte.
+pub async fn fetch(conn: &mut Conn, id: u64) -> io::Result<u64> {
+    write_all(&conn.stream, format!("FETCH {id}\r\n").into_bytes()).await?;
+    let line = conn.read_line(256).await?;
+    let text = String::from_utf8_lossy(&line[..line.len() - 2]).into_owned();
+    match text.strip_prefix("OK ").and_then(|n| n.parse::<u64>().ok()) {
+        Some(n) => Ok(n),
+        None => Err(io::Error::other(format!("DP answered `{text}`"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_store_is_bounded_and_ids_are_single_use() {
+        let s = Store::new();
+        let a = s.insert(Bytes::from_static(b"abc")).unwrap();
+        let b = s.insert(Bytes::from_static(b"de")).unwrap();
+        assert_ne!(a, b);
+        assert_eq!(s.usage(), (2, 5));
+        assert_eq!(&s.take(a).unwrap()[..], b"abc");
+        assert!(s.take(a).is_none());
+        assert_eq!(s.usage(), (1, 2));
+        for _ in 1..MAX_JOBS {
+            assert!(s.insert(Bytes::new()).is_some());
+        }
+        assert!(s.insert(Bytes::new()).is_none(), "MAX_JOBS is a bound");
+    }
+}

@@ -1,0 +1,439 @@
+//! HTTP/1.1 message framing for the proxy tiers: a buffered reader over an iolab-runtime
+//! `TcpStream`, request and response heads (parsed with `httparse`), and bodies relayed by
+//! their framing (`Content-Length`, chunked, or until close) without being interpreted.
+//!
+//! Limits: a head is at most [`MAX_HEAD`] bytes and [`MAX_FIELDS`] fields; a chunk-size line
+//! at most 4 KiB. Beyond them the message is refused (400 / 502 by the caller).
+
+use std::io;
+
+use iolab_runtime::net::TcpStream;
+
+/// Largest request or response head accepted.
+pub const MAX_HEAD: usize = 64 * 1024;
+/// Most header fields in a head.
+pub const MAX_FIELDS: usize = 128;
+/// Size of one read.
+pub const READ: usize = 64 * 1024;
+
+fn bad(msg: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg.into())
+}
+
+/// A stream with the bytes read but not consumed yet.
+pub struct Conn {
+    pub stream: TcpStream,
+    buf: Vec<u8>,
+    pos: usize,
+}
+
+impl Conn {
+    pub fn new(stream: TcpStream) -> Conn {
+        Conn {
+            stream,
+            buf: Vec::new(),
+            pos: 0,
+        }
+    }
+
+    /// Bytes buffered and not consumed.
+    pub fn buffered(&self) -> &[u8] {
+        &self.buf[self.pos..]
+    }
+
+    pub fn consume(&mut self, n: usize) {
+        self.pos += n;
+        debug_assert!(self.pos <= self.buf.len());
+        if self.pos == self.buf.len() {
+            self.buf.clear();
+            self.pos = 0;
+        }
+    }
+
+    /// Reads once more; Ok(0) at end of stream.
+    pub async fn fill(&mut self) -> io::Result<usize> {
+        if self.pos > 0 && self.pos * 2 >= self.buf.len() {
+            self.buf.drain(..self.pos);
+            self.pos = 0;
+        }
+        let chunk = vec![0u8; READ];
+        let (r, chunk) = self.stream.read(chunk).await;
+        let n = r?;
+        self.buf.extend_from_slice(&chunk[..n]);
+        Ok(n)
+    }
+
+    /// Waits for a complete head (through the empty line); returns its length, or None if
+    /// the stream ended cleanly before any byte of it.
+    pub async fn read_head(&mut self) -> io::Result<Option<usize>> {
+        let mut scanned = 0;
+        loop {
+            let b = self.buffered();
+            if let Some(i) = find_head_end(b, scanned) {
+                return Ok(Some(i));
+            }
+            scanned = b.len().saturating_sub(3);
+            if b.len() > MAX_HEAD {
+                return Err(bad("head larger than 64 KiB"));
+            }
+            if self.fill().await? == 0 {
+                return if self.buffered().is_empty() {
+                    Ok(None)
+                } else {
+                    Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "stream ended inside a head",
+                    ))
+                };
+            }
+        }
+    }
+
+    /// Reads one CRLF-terminated line (returned with its CRLF) of at most `max` bytes.
+    pub async fn read_line(&mut self, max: usize) -> io::Result<Vec<u8>> {
+        loop {
+            let b = self.buffered();
+            if let Some(i) = b.windows(2).position(|w| w == b"\r\n") {
+                let line = b[..i + 2].to_vec();
+                self.consume(i + 2);
+                return Ok(line);
+            }
+            if b.len() > max {
+                return Err(bad("line too long"));
+            }
+            if self.fill().await? == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "stream ended inside a line",
+                ));
+            }
+        }
+    }
+}
+
+/// End of the head (index after "\r\n\r\n") in `b`, searching from `from`.
+pub fn find_head_end(b: &[u8], from: usize) -> Option<usize> {
+    b.get(from..)?
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|i| from + i + 4)
+}
+
+/// Writes all of `data`.
+pub async fn write_all(stream: &TcpStream, data: Vec<u8>) -> io::Result<()> {
+    if data.is_empty() {
+        return Ok(());
+    }
+    stream.write_all(data).await.0
+}
+
+/// How a body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    None,
+    Length(u64),
+    Chunked,
+    /// Until the sender closes (responses only).
+    Close,
+}
+
+/// What the proxy needs of a request head.
+#[derive(Debug, Clone)]
+pub struct RequestHead {
+    pub method: String,
+    pub http10: bool,
+    pub framing: Framing,
+    /// The client wants the connection kept after the answer.
+    pub keep_alive: bool,
+}
+
+fn framing_fields(headers: &[httparse::Header<'_>]) -> io::Result<(Option<u64>, bool)> {
+    let mut length: Option<u64> = None;
+    let mut chunked = false;
+    for h in headers {
+        if h.name.eq_ignore_ascii_case("content-length") {
+            let v = std::str::from_utf8(h.value)
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .ok_or_else(|| bad("bad Content-Length"))?;
+            if length.is_some_and(|l| l != v) {
+                return Err(bad("conflicting Content-Length"));
+            }
+            length = Some(v);
+        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            let last = h.value.rsplit(|&b| b == b',').next().unwrap_or(b"");
+            if last.trim_ascii().eq_ignore_ascii_case(b"chunked") {
+                chunked = true;
+            } else {
+                return Err(bad("unsupported Transfer-Encoding"));
+            }
+        }
+    }
+    if chunked && length.is_some() {
+        return Err(bad("both Content-Length and Transfer-Encoding"));
+    }
+    Ok((length, chunked))
+}
+
+fn connection_keep_alive(http10: bool, headers: &[httparse::Header<'_>]) -> bool {
+    iolab_http::direct::keep_alive(
+        http10,
+        headers
+            .iter()
+            .filter(|h| h.name.eq_ignore_ascii_case("connection"))
+            .map(|h| h.value),
+    )
+}
+
+/// Parses a complete request head.
+pub fn parse_request(head: &[u8]) -> io::Result<RequestHead> {
+    let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
+    let mut req = httparse::Request::new(&mut fields);
+    match req.parse(head) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) => return Err(bad("incomplete request head")),
+        Err(e) => return Err(bad(format!("request head: {e}"))),
+    }
+    let http10 = req.version == Some(0);
+    let (length, chunked) = framing_fields(req.headers)?;
+    Ok(RequestHead {
+        method: req.method.unwrap_or("").to_string(),
+        http10,
+        framing: if chunked {
+            Framing::Chunked
+        } else {
+            match length {
+                Some(0) | None => Framing::None,
+                Some(n) => Framing::Length(n),
+            }
+        },
+        keep_alive: connection_keep_alive(http10, req.headers),
+    })
+}
+
+/// What the proxy needs of a response head.
+#[derive(Debug, Clone)]
+pub struct ResponseHead {
+    pub status: u16,
+    pub framing: Framing,
+    /// The sender keeps the connection after this response.
+    pub keep_alive: bool,
+    /// Value of the `X-Disc` field, if any.
+    pub disc: Option<Vec<u8>>,
+}
+
+/// Parses a complete response head to a request of method `method`.
+pub fn parse_response(head: &[u8], method: &str) -> io::Result<ResponseHead> {
+    let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
+    let mut res = httparse::Response::new(&mut fields);
+    match res.parse(head) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) => return Err(bad("incomplete response head")),
+        Err(e) => return Err(bad(format!("response head: {e}"))),
+    }
+    let status = res.code.unwrap_or(0);
+    let http10 = res.version == Some(0);
+    let (length, chunked) = framing_fields(res.headers)?;
+    let disc = res
+        .headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case(crate::proto::DISC_FIELD))
+        .map(|h| h.value.to_vec());
+    let no_body = method == "HEAD" || (100..200).contains(&status) || matches!(status, 204 | 304);
+    let framing = if no_body {
+        Framing::None
+    } else if chunked {
+        Framing::Chunked
+    } else {
+        match length {
+            Some(0) => Framing::None,
+            Some(n) => Framing::Length(n),
+            None => Framing::Close,
+        }
+    };
+    Ok(ResponseHead {
+        status,
+        framing,
+        keep_alive: connection_keep_alive(http10, res.headers) && framing != Framing::Close,
+        disc,
+    })
+}
+
+/// `head` with every field named `name` removed and `extra` lines (each ending in CRLF)
+/// added before the empty line.
+pub fn rewrite_head(head: &[u8], name: &str, extra: &[String]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(head.len() + 64);
+    let body = &head[..head.len() - 2]; // drop the final empty line's CRLF
+    let mut first = true;
+    for line in body.split_inclusive(|&b| b == b'\n') {
+        if !first {
+            if let Some(colon) = line.iter().position(|&b| b == b':') {
+                if line[..colon]
+                    .trim_ascii()
+                    .eq_ignore_ascii_case(name.as_bytes())
+                {
+                    continue;
+                }
+            }
+        }
+        first = false;
+        out.extend_from_slice(line);
+    }
+    for e in extra {
+        out.extend_from_slice(e.as_bytes());
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// The value of the first field `name` of a head.
+pub fn field<'h>(head: &'h [u8], name: &str) -> Option<&'h [u8]> {
+    for line in head.split(|&b| b == b'\n').skip(1) {
+        if let Some(colon) = line.iter().position(|&b| b == b':') {
+            if line[..colon]
+                .trim_ascii()
+                .eq_ignore_ascii_case(name.as_bytes())
+            {
+                return Some(line[colon + 1..].trim_ascii());
+            }
+        }
+    }
+    None
+}
+
+/// Relays a body framed by `framing` from `from` to `to` (bytes as they are, chunk framing
+/// included). With `to` None the body is read and dropped.
+pub async fn relay_body(
+    from: &mut Conn,
+    to: Option<&TcpStream>,
+    framing: Framing,
+) -> io::Result<()> {
+    match framing {
+        Framing::None => Ok(()),
+        Framing::Length(n) => relay_exact(from, to, n).await,
+        Framing::Close => loop {
+            if !from.buffered().is_empty() {
+                let data = from.buffered().to_vec();
+                from.consume(data.len());
+                if let Some(to) = to {
+                    write_all(to, data).await?;
+                }
+            }
+            if from.fill().await? == 0 {
+                return Ok(());
+            }
+        },
+        Framing::Chunked => loop {
+            let line = from.read_line(4096).await?;
+            let size_text = line[..line.len() - 2]
+                .split(|&b| b == b';')
+                .next()
+                .unwrap_or(b"");
+            let size = std::str::from_utf8(size_text)
+                .ok()
+                .and_then(|s| u64::from_str_radix(s.trim(), 16).ok())
+                .ok_or_else(|| bad("bad chunk size"))?;
+            if let Some(to) = to {
+                write_all(to, line).await?;
+            }
+            if size == 0 {
+                // trailers, then the empty line
+                loop {
+                    let l = from.read_line(MAX_HEAD).await?;
+                    let end = l == b"\r\n";
+                    if let Some(to) = to {
+                        write_all(to, l).await?;
+                    }
+                    if end {
+                        return Ok(());
+                    }
+                }
+            }
+            relay_exact(from, to, size).await?;
+            let crlf = from.read_line(2).await?;
+            if crlf != b"\r\n" {
+                return Err(bad("chunk not followed by CRLF"));
+            }
+            if let Some(to) = to {
+                write_all(to, crlf).await?;
+            }
+        },
+    }
+}
+
+/// Relays exactly `n` bytes.
+pub async fn relay_exact(from: &mut Conn, to: Option<&TcpStream>, mut n: u64) -> io::Result<()> {
+    while n > 0 {
+        if from.buffered().is_empty() && from.fill().await? == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "stream ended inside a body",
+            ));
+        }
+        let take = (from.buffered().len() as u64).min(n) as usize;
+        let data = from.buffered()[..take].to_vec();
+        from.consume(take);
+        n -= take as u64;
+        if let Some(to) = to {
+            write_all(to, data).await?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heads_are_framed() {
+        let r = parse_request(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        assert_eq!(r.framing, Framing::None);
+        assert!(r.keep_alive);
+        let r = parse_request(b"POST /a HTTP/1.0\r\nContent-Length: 5\r\n\r\n").unwrap();
+        assert_eq!(r.framing, Framing::Length(5));
+        assert!(!r.keep_alive);
+        assert!(
+            parse_request(b"GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n")
+                .is_err()
+        );
+        assert!(parse_request(b"GET / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n").is_err());
+        let s = parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n", "HEAD").unwrap();
+        assert_eq!(s.framing, Framing::None);
+        let s = parse_response(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "GET",
+        )
+        .unwrap();
+        assert_eq!(s.framing, Framing::Chunked);
+        let s = parse_response(b"HTTP/1.1 200 OK\r\n\r\n", "GET").unwrap();
+        assert_eq!(s.framing, Framing::Close);
+        assert!(!s.keep_alive);
+        let s = parse_response(
+            b"HTTP/1.1 304 Not Modified\r\nContent-Length: 10\r\n\r\n",
+            "GET",
+        )
+        .unwrap();
+        assert_eq!(s.framing, Framing::None);
+        let s = parse_response(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\nX-Disc: id=1\r\n\r\n",
+            "GET",
+        )
+        .unwrap();
+        assert_eq!(s.disc.as_deref(), Some(&b"id=1"[..]));
+    }
+
+    #[test]
+    fn fields_are_replaced() {
+        let h = b"GET / HTTP/1.1\r\nHost: a\r\nx-disc-path: nb=9;bypass=1\r\nAccept: */*\r\n\r\n";
+        let out = rewrite_head(h, "X-Disc-Path", &["X-Disc-Path: nb=1;bypass=1\r\n".into()]);
+        assert_eq!(
+            out,
+            b"GET / HTTP/1.1\r\nHost: a\r\nAccept: */*\r\nX-Disc-Path: nb=1;bypass=1\r\n\r\n"
+        );
+        assert_eq!(field(&out, "x-disc-path"), Some(&b"nb=1;bypass=1"[..]));
+        assert_eq!(field(&out, "host"), Some(&b"a"[..]));
+        assert_eq!(field(&out, "none"), None);
+        assert_eq!(find_head_end(&out, 0), Some(out.len()));
+    }
+}

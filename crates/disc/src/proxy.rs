@@ -1,0 +1,477 @@
+//! FE and IS: one reverse proxy on iolab-runtime. Each client connection gets its own
+//! upstream connection (kept alive across requests, reopened when the upstream closes it;
+//! with several upstreams, round robin per client connection — the IS as a load balancer).
+//! Requests are forwarded one at a time as they were received (pipelined requests wait in
+//! the buffer), so the upstream's answer is the answer a direct fetch gets, byte for byte.
+//!
+//! DISC (seed 004 §3.4): the first tier removes any `X-Disc-Path` the client sent and writes
+//! its own; the others update it ([`crate::proto`]). A response carrying `X-Disc` has no
+//! body on this hop: a tier after the FE role relays the head alone; the tier named FE by
+//! the BE removes the field and gets the payload from DP — in [`DiscMode::Relay`] by
+//! fetching it over DP's control connection and writing it itself. If DP cannot be reached
+//! or refuses, nothing of the answer has been written yet: the request is sent again with
+//! this tier's bit cleared and answered on the normal path (the fallback).
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use iolab_runtime::net::{TcpListener, TcpStream};
+use iolab_runtime::{Cancelled, Runtime};
+
+use crate::http1::{
+    parse_request, parse_response, relay_body, relay_exact, rewrite_head, write_all, Conn, Framing,
+};
+use crate::proto::{Disc, PathInfo, DISC_FIELD, PATH_FIELD};
+use crate::stop::Stop;
+
+/// How a tier takes part in DISC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DiscMode {
+    /// No DISC fields written or acted on (fields from upstream pass through).
+    Off,
+    /// Accept the bypass; as FE role fetch the payload from DP and write it ourselves.
+    Relay,
+    /// Accept the bypass; as FE role have DP send the payload on the client's connection
+    /// (the FE's eBPF hooks on `hook_iface` keep one sequence space).
+    Direct,
+}
+
+#[derive(Debug, Clone)]
+pub struct ProxyConfig {
+    pub upstreams: Vec<SocketAddr>,
+    /// This tier holds the client's connection (it writes `X-Disc-Path`).
+    pub first: bool,
+    pub disc: DiscMode,
+    /// The FE's client-side interface, for the eBPF hooks (direct mode, first tier).
+    pub hook_iface: Option<String>,
+}
+
+type SharedHooks = Option<std::rc::Rc<std::cell::RefCell<crate::bpf::Hooks>>>;
+
+/// Serves `listener` until `stop` on a single-loop runtime on the calling thread.
+pub fn run(listener: std::net::TcpListener, cfg: ProxyConfig, stop: Arc<Stop>) -> io::Result<()> {
+    if cfg.upstreams.is_empty() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "no upstream"));
+    }
+    let rt = Runtime::builder().workers(1).build()?;
+    let cfg = Arc::new(cfg);
+    let next = Arc::new(AtomicUsize::new(0));
+    rt.block_on(async move {
+        let (_flag, cond) = stop.watch();
+        let listener = TcpListener::from_std(listener)?;
+        let hooks: SharedHooks =
+            match (&cfg.hook_iface, cfg.first && cfg.disc == DiscMode::Direct) {
+                (Some(iface), true) => {
+                    let mut h = crate::bpf::Hooks::load().map_err(io::Error::other)?;
+                    h.attach(iface).map_err(io::Error::other)?;
+                    Some(std::rc::Rc::new(std::cell::RefCell::new(h)))
+                }
+                (None, true) => return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "direct mode on the first tier needs the client-side interface for the hooks",
+                )),
+                _ => None,
+            };
+        loop {
+            let stream = match listener.accept_or_cancel(&cond).await {
+                Ok((s, _)) => s,
+                Err(e) if Cancelled::is(&e) => return Ok(()),
+                Err(e) => {
+                    tracing::warn!("proxy accept: {e}");
+                    iolab_runtime::sleep(std::time::Duration::from_millis(10)).await;
+                    continue;
+                }
+            };
+            let (cfg, hooks) = (cfg.clone(), hooks.clone());
+            let up = cfg.upstreams[next.fetch_add(1, Ordering::Relaxed) % cfg.upstreams.len()];
+            iolab_runtime::spawn(async move {
+                if let Err(e) = connection(stream, up, &cfg, hooks).await {
+                    tracing::debug!("proxy connection: {e}");
+                }
+            });
+        }
+    })
+}
+
+const BAD_REQUEST: &[u8] =
+    b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+const BAD_GATEWAY: &[u8] =
+    b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+
+struct Upstream {
+    addr: SocketAddr,
+    conn: Option<Conn>,
+    /// The connection has carried a request before (a failure may be a keep-alive race).
+    reused: bool,
+}
+
+impl Upstream {
+    async fn get(&mut self) -> io::Result<&mut Conn> {
+        if self.conn.is_none() {
+            let s = TcpStream::connect(self.addr).await?;
+            let _ = s.set_nodelay(true);
+            self.conn = Some(Conn::new(s));
+            self.reused = false;
+        }
+        Ok(self.conn.as_mut().expect("just set"))
+    }
+}
+
+/// The request head as this tier sends it on, and this tier's index in the path.
+fn outgoing_head(head: &[u8], cfg: &ProxyConfig, offer: bool) -> (Vec<u8>, Option<u32>) {
+    if cfg.first {
+        // A client's own X-Disc-Path is never trusted.
+        if cfg.disc == DiscMode::Off {
+            return (rewrite_head(head, PATH_FIELD, &[]), None);
+        }
+        let p = PathInfo::first(offer);
+        let line = format!("{PATH_FIELD}: {}\r\n", p.value());
+        return (rewrite_head(head, PATH_FIELD, &[line]), Some(0));
+    }
+    let incoming = crate::http1::field(head, PATH_FIELD).map(PathInfo::parse);
+    match incoming {
+        None => (head.to_vec(), None),
+        Some(Err(_)) => (rewrite_head(head, PATH_FIELD, &[]), None),
+        Some(Ok(p)) => {
+            let me = p.nb_tier;
+            match p.forward(offer && cfg.disc != DiscMode::Off) {
+                Some(next) => {
+                    let line = format!("{PATH_FIELD}: {}\r\n", next.value());
+                    (rewrite_head(head, PATH_FIELD, &[line]), Some(me))
+                }
+                None => (rewrite_head(head, PATH_FIELD, &[]), None),
+            }
+        }
+    }
+}
+
+/// A client connection registered with the hooks; removed from their map when dropped.
+struct Registered {
+    hooks: std::rc::Rc<std::cell::RefCell<crate::bpf::Hooks>>,
+    key: crate::bpf::ConnKey,
+    client: std::net::SocketAddrV4,
+    fe: std::net::SocketAddrV4,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        let _ = self.hooks.borrow_mut().remove(&self.key);
+    }
+}
+
+fn register(stream: &TcpStream, hooks: &SharedHooks) -> io::Result<Option<Registered>> {
+    let Some(h) = hooks else { return Ok(None) };
+    let (SocketAddr::V4(client), SocketAddr::V4(fe)) = (stream.peer_addr()?, stream.local_addr()?)
+    else {
+        return Ok(None); // IPv6: no shortcut (the hooks are IPv4)
+    };
+    let key = crate::bpf::ConnKey::new(*client.ip(), client.port(), *fe.ip(), fe.port());
+    h.borrow_mut()
+        .set(key, crate::bpf::ConnState::default())
+        .map_err(io::Error::other)?;
+    Ok(Some(Registered {
+        hooks: h.clone(),
+        key,
+        client,
+        fe,
+    }))
+}
+
+async fn connection(
+    stream: TcpStream,
+    up_addr: SocketAddr,
+    cfg: &ProxyConfig,
+    hooks: SharedHooks,
+) -> io::Result<()> {
+    let _ = stream.set_nodelay(true);
+    let reg = register(&stream, &hooks)?;
+    let mut client = Conn::new(stream);
+    let mut up = Upstream {
+        addr: up_addr,
+        conn: None,
+        reused: false,
+    };
+    // DP control connection (FE role, relay mode), kept per client connection.
+    let mut dp: Option<(SocketAddr, Conn)> = None;
+    loop {
+        let Some(h) = (match client.read_head().await {
+            Ok(h) => h,
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                let _ = write_all(&client.stream, BAD_REQUEST.to_vec()).await;
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        }) else {
+            return Ok(());
+        };
+        let head = client.buffered()[..h].to_vec();
+        client.consume(h);
+        let req = match parse_request(&head) {
+            Ok(r) if r.framing != Framing::Chunked => r,
+            _ => {
+                let _ = write_all(&client.stream, BAD_REQUEST.to_vec()).await;
+                return Ok(());
+            }
+        };
+        let idempotent = matches!(req.method.as_str(), "GET" | "HEAD");
+        let mut offer = cfg.disc != DiscMode::Off && idempotent;
+        let mut attempts = 0;
+        // Loops again only to resend: a stale keep-alive upstream, or the DISC fallback.
+        let keep = loop {
+            attempts += 1;
+            let (out, me) = outgoing_head(&head, cfg, offer);
+            let reused = up.reused && up.conn.is_some();
+            let sent = send_request(&mut up, &mut client, out, req.framing).await;
+            let res = match sent {
+                Ok(()) => read_response_head(&mut up, &req.method).await,
+                Err(e) => Err(e),
+            };
+            let (rhead, res) = match res {
+                Ok(x) => x,
+                Err(e) => {
+                    up.conn = None;
+                    if reused && idempotent && attempts < 3 {
+                        continue;
+                    }
+                    let _ = write_all(&client.stream, BAD_GATEWAY.to_vec()).await;
+                    return Err(e);
+                }
+            };
+            up.reused = true;
+            let disc = match res.disc.as_deref().map(Disc::parse) {
+                None => None,
+                Some(Ok(d)) if me.is_some_and(|m| m >= d.fe) => Some(d),
+                Some(_) => {
+                    // A shortcut this tier never offered, or a malformed field.
+                    up.conn = None;
+                    let _ = write_all(&client.stream, BAD_GATEWAY.to_vec()).await;
+                    return Ok(());
+                }
+            };
+            let Some(d) = disc else {
+                write_all(&client.stream, rhead).await?;
+                if let Err(e) = relay_body(
+                    up.conn.as_mut().expect("connected"),
+                    Some(&client.stream),
+                    res.framing,
+                )
+                .await
+                {
+                    up.conn = None;
+                    return Err(e);
+                }
+                if !res.keep_alive {
+                    up.conn = None;
+                }
+                break res.keep_alive;
+            };
+            if !res.keep_alive {
+                up.conn = None;
+            }
+            if me != Some(d.fe) {
+                // IS role: the head alone goes on.
+                write_all(&client.stream, rhead).await?;
+                break res.keep_alive;
+            }
+            // FE role.
+            let out_head = rewrite_head(&rhead, DISC_FIELD, &[]);
+            if let (DiscMode::Direct, Some(reg)) = (cfg.disc, &reg) {
+                match fe_check(&mut dp, d).await {
+                    Ok(()) => {
+                        let (_, c) = dp.as_mut().expect("connected");
+                        write_all(&client.stream, out_head).await?;
+                        // From here on the head is out: a failure closes the connection.
+                        fe_direct(reg, &client.stream, c, d).await?;
+                        break res.keep_alive;
+                    }
+                    Err(e) => {
+                        tracing::info!("DISC fallback (DP {}: {e}): normal path", d.last);
+                        dp = None;
+                        offer = false;
+                        continue;
+                    }
+                }
+            }
+            match fe_relay(&mut dp, d).await {
+                Ok(()) => {
+                    let (_, c) = dp.as_mut().expect("connected");
+                    write_all(&client.stream, out_head).await?;
+                    relay_exact(c, Some(&client.stream), d.size).await?;
+                    break res.keep_alive;
+                }
+                Err(e) => {
+                    tracing::info!("DISC fallback (DP {}: {e}): normal path", d.last);
+                    dp = None;
+                    offer = false;
+                    continue;
+                }
+            }
+        };
+        if !keep || !req.keep_alive {
+            return Ok(());
+        }
+    }
+}
+
+/// Writes the request head and relays its body.
+async fn send_request(
+    up: &mut Upstream,
+    client: &mut Conn,
+    head: Vec<u8>,
+    framing: Framing,
+) -> io::Result<()> {
+    let c = up.get().await?;
+    write_all(&c.stream, head).await?;
+    relay_body(client, Some(&c.stream), framing).await
+}
+
+async fn read_response_head(
+    up: &mut Upstream,
+    method: &str,
+) -> io::Result<(Vec<u8>, crate::http1::ResponseHead)> {
+    let c = up.conn.as_mut().expect("connected");
+    let Some(h) = c.read_head().await? else {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "upstream closed before answering",
+        ));
+    };
+    let head = c.buffered()[..h].to_vec();
+    c.consume(h);
+    let res = parse_response(&head, method)?;
+    Ok((head, res))
+}
+
+async fn dp_conn(dp: &mut Option<(SocketAddr, Conn)>, at: SocketAddr) -> io::Result<&mut Conn> {
+    if dp.as_ref().is_some_and(|(a, _)| *a != at) {
+        *dp = None;
+    }
+    if dp.is_none() {
+        let s = TcpStream::connect(at).await?;
+        let _ = s.set_nodelay(true);
+        *dp = Some((at, Conn::new(s)));
+    }
+    Ok(&mut dp.as_mut().expect("connected").1)
+}
+
+async fn dp_line(c: &mut Conn, line: String) -> io::Result<String> {
+    write_all(&c.stream, line.into_bytes()).await?;
+    let l = c.read_line(256).await?;
+    Ok(String::from_utf8_lossy(&l[..l.len() - 2]).into_owned())
+}
+
+/// Direct mode, before anything of the answer is written: DP holds the payload.
+async fn fe_check(dp: &mut Option<(SocketAddr, Conn)>, d: Disc) -> io::Result<()> {
+    let c = dp_conn(dp, d.last).await?;
+    let answer = dp_line(c, format!("CHECK {}\r\n", d.id)).await?;
+    if answer != format!("OK {}", d.size) {
+        return Err(io::Error::other(format!("DP answered `{answer}`")));
+    }
+    Ok(())
+}
+
+/// Bytes written on `s` and not yet acknowledged by the peer (SIOCOUTQ).
+fn unacked(s: &TcpStream) -> io::Result<i32> {
+    use std::os::fd::AsRawFd;
+    let mut n: libc::c_int = 0;
+    // SAFETY: ioctl(SIOCOUTQ) writes one int into `n`, alive for the call.
+    if unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &mut n) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n)
+}
+
+/// How long the FE waits for any progress of the shortcut before closing the connection.
+const DIRECT_STALL: std::time::Duration = std::time::Duration::from_secs(30);
+/// The ack forwarder's polling period.
+const ACK_POLL: std::time::Duration = std::time::Duration::from_micros(200);
+
+/// Direct mode, the head written: once the client has acknowledged everything the FE sent,
+/// the payload gets the next `size` sequence numbers (the hooks' new epoch), DP sends it
+/// as the FE, and the client's ACKs for it are forwarded to DP until the last byte is
+/// acknowledged. Then the FE's stack writes again (its bytes shifted past the payload).
+async fn fe_direct(reg: &Registered, client: &TcpStream, c: &mut Conn, d: Disc) -> io::Result<()> {
+    let t0 = std::time::Instant::now();
+    while unacked(client)? > 0 {
+        if t0.elapsed() > DIRECT_STALL {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "head not acknowledged",
+            ));
+        }
+        iolab_runtime::sleep(ACK_POLL).await;
+    }
+    let get = || -> io::Result<crate::bpf::ConnState> {
+        reg.hooks
+            .borrow_mut()
+            .get(&reg.key)
+            .map_err(io::Error::other)?
+            .ok_or_else(|| io::Error::other("connection not registered"))
+    };
+    let st = get()?;
+    let size = u32::try_from(d.size).map_err(|_| io::Error::other("payload over 4 GiB"))?;
+    let (boundary, off_lo) = (st.fe_nxt, st.off_hi);
+    let off_hi = off_lo.wrapping_add(size);
+    reg.hooks
+        .borrow_mut()
+        .set_epoch(reg.key, boundary, off_lo, off_hi)
+        .map_err(io::Error::other)?;
+    let seq = boundary.wrapping_add(off_lo);
+    let answer = dp_line(
+        c,
+        format!(
+            "SEND {} {} {} {seq} {} {}\r\n",
+            d.id, reg.client, reg.fe, st.fe_ack, st.fe_win
+        ),
+    )
+    .await?;
+    if answer != format!("OK {}", d.size) {
+        return Err(io::Error::other(format!("DP answered `{answer}`")));
+    }
+    let end = seq.wrapping_add(size);
+    let (mut last, mut progress) = (seq, std::time::Instant::now());
+    while last != end {
+        let s = get()?;
+        if (s.last_ack.wrapping_sub(last) as i32) > 0 {
+            last = s.last_ack;
+            progress = std::time::Instant::now();
+            write_all(
+                &c.stream,
+                format!("ACK {last} {}\r\n", s.last_win).into_bytes(),
+            )
+            .await?;
+        } else if progress.elapsed() > DIRECT_STALL {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the payload stalled",
+            ));
+        } else {
+            iolab_runtime::sleep(ACK_POLL).await;
+        }
+    }
+    Ok(())
+}
+
+/// FE role in relay mode: DP at `d.last` has answered OK for payload `d.id` (its bytes
+/// follow on the DP connection). Errors come before any payload byte.
+async fn fe_relay(dp: &mut Option<(SocketAddr, Conn)>, d: Disc) -> io::Result<()> {
+    if dp.as_ref().is_some_and(|(a, _)| *a != d.last) {
+        *dp = None;
+    }
+    if dp.is_none() {
+        let s = TcpStream::connect(d.last).await?;
+        let _ = s.set_nodelay(true);
+        *dp = Some((d.last, Conn::new(s)));
+    }
+    let (_, c) = dp.as_mut().expect("connected");
+    let size = crate::dp::fetch(c, d.id).await?;
+    if size != d.size {
+        return Err(io::Error::other(format!(
+            "DP holds {size} bytes, the head announced {}",
+            d.size
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,318 @@
+//! DP's payload sender (seed 004 §3.5.4, payload_sender): TCP segments on the client's
+//! connection as the FE — the FE's address and port as source, the sequence numbers the
+//! FE's kHook reserved, the ACK of the client's last byte and the FE's window — built here
+//! and sent through a raw IPv4 socket (`IPPROTO_RAW`, the IP header ours; the kernel routes
+//! it and resolves the next hop). AF_XDP is the seed's choice; the raw socket is the first
+//! step (see the README).
+//!
+//! [`Transfer`] is the reliability: every segment's bytes stay in the payload until
+//! acknowledged (the payload is the frame store), go-back-N from the first unacknowledged
+//! byte on a 200 ms retransmission timer (doubling, at most 3.2 s) or on three duplicate
+//! ACKs, and never more in flight than the client's window allows.
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::packet::{self, Segment, ACK, PSH};
+
+/// Where and as whom DP sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flow {
+    /// The FE's address and port (the segments' source).
+    pub fe: SocketAddrV4,
+    pub client: SocketAddrV4,
+    /// Client-view sequence number of the payload's first byte.
+    pub seq: u32,
+    /// The client's next byte (the ACK DP's segments carry).
+    pub ack: u32,
+    /// The raw window field DP's segments carry (the FE's last one).
+    pub window: u16,
+    /// Largest payload per segment.
+    pub mss: usize,
+}
+
+/// Something that emits one segment (the raw socket; a recorder in tests).
+pub trait Emit {
+    fn emit(&mut self, flow: &Flow, seq: u32, data: &[u8], flags: u8) -> io::Result<()>;
+}
+
+/// A raw IPv4 socket sending our own IP + TCP headers.
+pub struct RawSocket {
+    fd: OwnedFd,
+}
+
+impl RawSocket {
+    /// Needs CAP_NET_RAW in the socket's network namespace (the calling thread's).
+    pub fn new() -> io::Result<RawSocket> {
+        // SAFETY: socket(2) with constant arguments; the result is checked.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_INET,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                libc::IPPROTO_RAW,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(RawSocket {
+            // SAFETY: a new descriptor we own.
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+}
+
+impl Emit for RawSocket {
+    fn emit(&mut self, flow: &Flow, seq: u32, data: &[u8], flags: u8) -> io::Result<()> {
+        let f = packet::frame(
+            &Segment {
+                src_mac: [0; 6],
+                dst_mac: [0; 6],
+                src: *flow.fe.ip(),
+                dst: *flow.client.ip(),
+                sport: flow.fe.port(),
+                dport: flow.client.port(),
+                seq,
+                ack: flow.ack,
+                flags,
+                window: flow.window,
+            },
+            data,
+        );
+        let ip = &f[packet::ETH_HLEN..];
+        let dst = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: 0,
+            sin_addr: libc::in_addr {
+                s_addr: u32::from_ne_bytes(flow.client.ip().octets()),
+            },
+            sin_zero: [0; 8],
+        };
+        // SAFETY: sendto(2) reads `ip` (alive for the call) and a valid sockaddr_in.
+        let n = unsafe {
+            libc::sendto(
+                self.fd.as_raw_fd(),
+                ip.as_ptr().cast(),
+                ip.len(),
+                0,
+                (&dst as *const libc::sockaddr_in).cast(),
+                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+pub const RTO_INITIAL: Duration = Duration::from_millis(200);
+pub const RTO_MAX: Duration = Duration::from_millis(3200);
+
+/// One payload being sent: go-back-N.
+pub struct Transfer {
+    pub flow: Flow,
+    payload: Bytes,
+    /// Offset of the first unacknowledged byte.
+    una: usize,
+    /// Offset of the next byte to send.
+    nxt: usize,
+    /// The client's window in bytes (already scaled).
+    window: usize,
+    dupacks: u32,
+    rto: Duration,
+    /// When the oldest unacknowledged byte was (re)sent or last acknowledged.
+    armed: Instant,
+    pub retransmits: u64,
+    pub segments: u64,
+}
+
+impl Transfer {
+    /// `window`: the client's receive window in bytes when the transfer starts.
+    pub fn new(flow: Flow, payload: Bytes, window: usize) -> Transfer {
+        Transfer {
+            flow,
+            payload,
+            una: 0,
+            nxt: 0,
+            window,
+            dupacks: 0,
+            rto: RTO_INITIAL,
+            armed: Instant::now(),
+            retransmits: 0,
+            segments: 0,
+        }
+    }
+
+    pub fn done(&self) -> bool {
+        self.una == self.payload.len()
+    }
+
+    /// Bytes acknowledged so far.
+    pub fn acked(&self) -> usize {
+        self.una
+    }
+
+    /// Sends what the window allows.
+    pub fn pump(&mut self, out: &mut impl Emit) -> io::Result<()> {
+        let limit = (self.una + self.window.max(1)).min(self.payload.len());
+        if self.nxt == self.una {
+            self.armed = Instant::now();
+        }
+        while self.nxt < limit {
+            let end = (self.nxt + self.flow.mss).min(limit);
+            let flags = if end == self.payload.len() {
+                ACK | PSH
+            } else {
+                ACK
+            };
+            let seq = self.flow.seq.wrapping_add(self.nxt as u32);
+            out.emit(&self.flow, seq, &self.payload[self.nxt..end], flags)?;
+            self.segments += 1;
+            self.nxt = end;
+        }
+        Ok(())
+    }
+
+    /// A client ACK (client view) with its window in bytes.
+    pub fn on_ack(&mut self, ack: u32, window: usize, out: &mut impl Emit) -> io::Result<()> {
+        let off = ack.wrapping_sub(self.flow.seq) as usize;
+        if off > self.payload.len() {
+            // Before the payload (an old ACK) or not ours: ignored.
+            return Ok(());
+        }
+        self.window = window;
+        if off > self.una {
+            self.una = off;
+            self.nxt = self.nxt.max(off);
+            self.dupacks = 0;
+            self.rto = RTO_INITIAL;
+            self.armed = Instant::now();
+        } else if off == self.una && self.nxt > self.una {
+            self.dupacks += 1;
+            if self.dupacks == 3 {
+                self.go_back();
+            }
+        }
+        self.pump(out)
+    }
+
+    /// Call periodically: go back to the first unacknowledged byte after the timeout.
+    pub fn on_tick(&mut self, now: Instant, out: &mut impl Emit) -> io::Result<()> {
+        if self.nxt > self.una && now.duration_since(self.armed) >= self.rto {
+            self.go_back();
+            self.rto = (self.rto * 2).min(RTO_MAX);
+            self.armed = now;
+        }
+        self.pump(out)
+    }
+
+    fn go_back(&mut self) {
+        self.retransmits += 1;
+        self.nxt = self.una;
+    }
+}
+
+/// The client's window in bytes from a raw window field and the client's window scale.
+pub fn window_bytes(raw: u32, scale: u8) -> usize {
+    (raw as usize) << scale.min(14)
+}
+
+/// Client-view address helpers for tests and the CLI.
+pub fn v4(ip: Ipv4Addr, port: u16) -> SocketAddrV4 {
+    SocketAddrV4::new(ip, port)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Record(Vec<(u32, usize, u8)>);
+
+    impl Emit for Record {
+        fn emit(&mut self, _: &Flow, seq: u32, data: &[u8], flags: u8) -> io::Result<()> {
+            self.0.push((seq, data.len(), flags));
+            Ok(())
+        }
+    }
+
+    fn flow(seq: u32) -> Flow {
+        Flow {
+            fe: v4(Ipv4Addr::new(10, 0, 0, 2), 8080),
+            client: v4(Ipv4Addr::new(10, 0, 0, 1), 40000),
+            seq,
+            ack: 1,
+            window: 100,
+            mss: 1000,
+        }
+    }
+
+    #[test]
+    fn the_window_bounds_what_is_in_flight() {
+        let mut t = Transfer::new(flow(u32::MAX - 1500), Bytes::from(vec![7u8; 10_000]), 3000);
+        let mut r = Record::default();
+        t.pump(&mut r).unwrap();
+        assert_eq!(
+            r.0.len(),
+            3,
+            "3,000 bytes of window: three 1,000-byte segments"
+        );
+        assert_eq!(r.0[0].0, u32::MAX - 1500);
+        assert_eq!(
+            r.0[2].0,
+            (u32::MAX - 1500).wrapping_add(2000),
+            "wraps modulo 2^32"
+        );
+        r.0.clear();
+        // 2,000 acknowledged, window still 3,000: two more segments.
+        t.on_ack((u32::MAX - 1500).wrapping_add(2000), 3000, &mut r)
+            .unwrap();
+        assert_eq!(r.0.len(), 2);
+        assert_eq!(t.acked(), 2000);
+        // A zero window stops everything but a one-byte probe's worth.
+        r.0.clear();
+        t.on_ack((u32::MAX - 1500).wrapping_add(5000), 0, &mut r)
+            .unwrap();
+        assert_eq!(r.0.iter().map(|s| s.1).sum::<usize>(), 1);
+    }
+
+    #[test]
+    fn go_back_n_on_timeout_and_on_three_duplicate_acks() {
+        let mut t = Transfer::new(flow(1000), Bytes::from(vec![1u8; 5000]), 1 << 20);
+        let mut r = Record::default();
+        t.pump(&mut r).unwrap();
+        assert_eq!(r.0.len(), 5);
+        assert_eq!(r.0[4], (5000, 1000, ACK | PSH), "the last segment pushes");
+        r.0.clear();
+        // Segment 2 lost: the client acks 2000 four times (one new, three duplicates).
+        for _ in 0..4 {
+            t.on_ack(3000, 1 << 20, &mut r).unwrap();
+        }
+        assert_eq!(t.retransmits, 1);
+        let seqs: Vec<u32> = r.0.iter().map(|s| s.0).collect();
+        assert_eq!(
+            seqs,
+            [3000, 4000, 5000],
+            "everything from the hole is resent"
+        );
+        r.0.clear();
+        // Nothing acked for 200 ms: everything from una again, and the timer doubles.
+        let later = Instant::now() + RTO_INITIAL;
+        t.on_tick(later, &mut r).unwrap();
+        assert_eq!(r.0.len(), 3);
+        assert_eq!(t.retransmits, 2);
+        r.0.clear();
+        t.on_tick(later + RTO_INITIAL, &mut r).unwrap();
+        assert!(r.0.is_empty(), "the second timeout is 400 ms");
+        t.on_ack(6000, 1 << 20, &mut r).unwrap();
+        assert!(t.done());
+        // Late and foreign ACKs change nothing.
+        t.on_ack(10, 1 << 20, &mut r).unwrap();
+        assert!(t.done() && r.0.is_empty());
+    }
+}

@@ -1,0 +1,520 @@
+//! The host I/O stack above a device: the operating system's page cache and block layer,
+//! built from one set of parameters. **This is the entry point for simulating file I/O**
+//! (fio jobs, recorded applications).
+//!
+//! # Contract
+//!
+//! ```text
+//!   workload (fio job, recorded trace) ── file-level Requests
+//!      │
+//!   HostParams::stack_on(device)  =  [ page cache , block layer , device ]
+//! ```
+//!
+//! * Build: `let chain = params.stack_on(device)?; let sim = Simulator::new(chain);`, or
+//!   `params.chain()?` for the components alone (top first) to put above a device yourself.
+//!   [`HostPolicy::None`] gives no components: the requests reach the device as they are
+//!   (today's `disksim run`).
+//! * Parameters: [`HostParams::linux_defaults`] (the kernel's defaults), or
+//!   [`HostParams::from_system`] (this machine: `/sys/block/<dev>/queue/*`,
+//!   `/proc/sys/vm/dirty_*`, the memory limit of this process's memory cgroup, v1 or v2, or
+//!   the RAM). Every field is public and documented with its unit; override what a flag or a
+//!   calibration file says.
+//! * Requests (see [`crate::request::Op`] for the table of system calls):
+//!   - a file-level request has `file: Some(FileRef { file, offset })` with `offset` in
+//!     bytes, and `lba` = the sector where the file's byte `offset` lives: files are laid out
+//!     contiguously, `lba = file_base_lba + offset / 512`, each file at its own base. The
+//!     page cache reads and writes back whole 4 KiB pages at `file_base_lba + page * 8`.
+//!   - `Read` / `Write`: buffered `pread` / `pwrite`; [`Flags::DIRECT`](crate::request::Flags)
+//!     is `O_DIRECT` (bypasses the cache; a direct write first writes back and then drops
+//!     the cached pages it covers, as the kernel's `invalidate_inode_pages2_range`);
+//!     `Flags::DSYNC` / `Flags::OSYNC` on a write are `O_DSYNC` / `O_SYNC`.
+//!   - `Flush` with a file is `fsync`, with `Flags::DATASYNC` `fdatasync`: it completes
+//!     once every page of that file dirty at the call is written and the device flushed.
+//!   - `Advise(advice)` is `posix_fadvise` on `[offset, offset + sectors*512)` (0 sectors:
+//!     to the end of the file). Set `fadvise_hint` (fio) by sending an `Advise` on the
+//!     whole file before the first I/O; `invalidate=1` (fio's default) is an
+//!     `Advise(DontNeed)` on the whole file.
+//!   - A request's completion is the system call's return: a buffered write completes when
+//!     copied into the cache (later if the writer is throttled), a buffered read when its
+//!     pages are ready, plus the CPU costs in [`PageCacheConfig`].
+//!   - Requests without a file (block-level traces) use the block device's own page cache
+//!     (as reads of `/dev/vda` would) when buffered, and go straight down when `DIRECT`.
+//! * Statistics: every component's `Component::stats()` (page-cache hits, misses,
+//!   read-ahead pages, dirty and write-back pages, throttled time; block-layer merges and
+//!   splits) for the summary.
+//! * The simulation ends when the workload's requests are all complete; write-back still
+//!   pending then (dirty pages not yet expired) is not run — call `fsync` (a `Flush` with the
+//!   file) at the end of a job to include it, as fio's `end_fsync=1` does.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+
+use crate::blocklayer::{BlockConfig, BlockLayer, IoScheduler};
+use crate::engine::Component;
+use crate::pagecache::{DirtyConfig, PageCache, PageCacheConfig, Threshold, PAGE};
+
+/// Which operating system's caching policy sits above the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HostPolicy {
+    /// No host stack: requests go to the device as they are.
+    None,
+    /// Linux: page cache (LRU, on-demand read-ahead, dirty throttling, flusher) and blk-mq.
+    Linux,
+    /// Windows XP's cache manager as seed 002 describes it (64 KB views, read-ahead after
+    /// three sequential requests, lazy writer).
+    WindowsXp,
+}
+
+impl HostPolicy {
+    pub fn parse(s: &str) -> Result<HostPolicy> {
+        Ok(match s.to_ascii_lowercase().as_str() {
+            "none" => HostPolicy::None,
+            "linux" => HostPolicy::Linux,
+            "windows-xp" | "windowsxp" | "xp" => HostPolicy::WindowsXp,
+            _ => bail!("unknown host '{s}' (linux, windows-xp, none)"),
+        })
+    }
+}
+
+/// Everything the host stack needs. Serialize it to print the configuration with results.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct HostParams {
+    pub policy: HostPolicy,
+    pub page_cache: PageCacheConfig,
+    pub block: BlockConfig,
+}
+
+impl HostParams {
+    /// Linux defaults: a 1 GiB page cache (dirty ratios over the same), `read_ahead_kb`
+    /// 128, dirty 10 % / 20 %, expiry 30 s, flusher every 5 s, the block layer of
+    /// [`BlockConfig::linux_defaults`], 1 µs per system call and 4,000 MB/s copies.
+    pub fn linux_defaults() -> Self {
+        let pages = (1u64 << 30) / PAGE;
+        HostParams {
+            policy: HostPolicy::Linux,
+            page_cache: PageCacheConfig {
+                syscall_ms: 0.001,
+                copy_mb_s: 4000.0,
+                ..PageCacheConfig::new(pages, 128)
+            },
+            block: BlockConfig::linux_defaults(),
+        }
+    }
+
+    /// This machine's settings for `device`: a block device name (`vda`), its node
+    /// (`/dev/vda`, `/dev/vda1`), or any file or directory (the device holding it; a
+    /// partition maps to its disk).
+    ///
+    /// Reads `/sys/block/<disk>/queue/{read_ahead_kb,max_sectors_kb,nr_requests,scheduler}`
+    /// and the hardware queue depth (`mq/*/nr_tags` summed, else `device/queue_depth`),
+    /// `/proc/sys/vm/dirty_*` (`_bytes` wins over `_ratio` when non-zero, as in the kernel),
+    /// and the memory: page-cache capacity = the memory cgroup limit of this process (v2
+    /// `memory.max` or v1 `memory.limit_in_bytes`, the smallest up the hierarchy) if any,
+    /// else `MemAvailable`; the dirty ratios apply to `MemAvailable` (the kernel's global
+    /// dirtyable memory; under cgroup v2 the cgroup's limit caps it, under v1 the global
+    /// figure stands, as in the kernel, where v1 memory cgroups have no dirty limits of
+    /// their own). The CPU costs stay at the defaults (calibration measures them).
+    pub fn from_system(device: &str) -> Result<Self> {
+        let disk = resolve_disk(device)?;
+        let q = Path::new("/sys/block").join(&disk).join("queue");
+        let mut p = HostParams::linux_defaults();
+        p.page_cache.read_ahead_kb = read_num(&q.join("read_ahead_kb"))?;
+        p.block.max_sectors_kb = read_num(&q.join("max_sectors_kb"))?;
+        p.block.nr_requests = read_num(&q.join("nr_requests"))? as u32;
+        let sched = read_text(&q.join("scheduler"))?;
+        p.block.scheduler = IoScheduler::from_sysfs(&sched)
+            .with_context(|| format!("{}", q.join("scheduler").display()))?;
+        if let Some(qd) = queue_depth(&Path::new("/sys/block").join(&disk)) {
+            p.block.queue_depth = qd;
+        }
+        let mem = read_memory()?;
+        p.page_cache.capacity_pages = mem.cache_bytes / PAGE;
+        p.page_cache.dirty = read_vm_dirty(Path::new("/proc/sys/vm"), mem.dirtyable_bytes / PAGE)?;
+        Ok(p)
+    }
+
+    /// The host components, top first (empty for [`HostPolicy::None`]).
+    pub fn chain(&self) -> Result<Vec<Box<dyn Component>>> {
+        Ok(match self.policy {
+            HostPolicy::None => Vec::new(),
+            HostPolicy::Linux => vec![
+                Box::new(PageCache::new(self.page_cache)),
+                Box::new(BlockLayer::new(self.block)),
+            ],
+            HostPolicy::WindowsXp => {
+                bail!("--host windows-xp is not built yet (issue 12)")
+            }
+        })
+    }
+
+    /// The whole chain: the host components over `device`, ready for `Simulator::new`.
+    pub fn stack_on(&self, device: Box<dyn Component>) -> Result<Vec<Box<dyn Component>>> {
+        let mut chain = self.chain()?;
+        chain.push(device);
+        Ok(chain)
+    }
+
+    /// One line per parameter, for printing the configuration next to results.
+    pub fn describe(&self) -> Vec<(String, String)> {
+        let pc = &self.page_cache;
+        let d = &pc.dirty;
+        let th = |t: Threshold| match t {
+            Threshold::Ratio(r) => {
+                format!("{r} % ({} MiB)", (t.pages(d.dirtyable_pages) * PAGE) >> 20)
+            }
+            Threshold::Bytes(b) => format!("{} MiB", b >> 20),
+        };
+        vec![
+            ("host".into(), format!("{:?}", self.policy)),
+            (
+                "page cache".into(),
+                format!("{} MiB", (pc.capacity_pages * PAGE) >> 20),
+            ),
+            ("read_ahead_kb".into(), pc.read_ahead_kb.to_string()),
+            ("dirty_background".into(), th(d.background)),
+            ("dirty_limit".into(), th(d.limit)),
+            (
+                "dirtyable memory".into(),
+                format!("{} MiB", (d.dirtyable_pages * PAGE) >> 20),
+            ),
+            (
+                "dirty_expire_centisecs".into(),
+                d.expire_centisecs.to_string(),
+            ),
+            (
+                "dirty_writeback_centisecs".into(),
+                d.writeback_centisecs.to_string(),
+            ),
+            ("syscall µs".into(), format!("{}", pc.syscall_ms * 1000.0)),
+            ("copy MB/s".into(), format!("{}", pc.copy_mb_s)),
+            (
+                "max_sectors_kb".into(),
+                self.block.max_sectors_kb.to_string(),
+            ),
+            ("nr_requests".into(), self.block.nr_requests.to_string()),
+            ("scheduler".into(), self.block.scheduler.name()),
+            ("queue depth".into(), self.block.queue_depth.to_string()),
+        ]
+    }
+}
+
+/// `/proc/sys/vm/dirty_*` in `dir` → the dirty configuration over `dirtyable_pages`.
+pub fn read_vm_dirty(dir: &Path, dirtyable_pages: u64) -> Result<DirtyConfig> {
+    let num = |name: &str| read_num(&dir.join(name));
+    let pick = |bytes: u64, ratio: u64| {
+        if bytes > 0 {
+            Threshold::Bytes(bytes)
+        } else {
+            Threshold::Ratio(ratio.min(100) as u32)
+        }
+    };
+    Ok(DirtyConfig {
+        background: pick(
+            num("dirty_background_bytes")?,
+            num("dirty_background_ratio")?,
+        ),
+        limit: pick(num("dirty_bytes")?, num("dirty_ratio")?),
+        expire_centisecs: num("dirty_expire_centisecs")?.min(u64::from(u32::MAX)) as u32,
+        writeback_centisecs: num("dirty_writeback_centisecs")?.min(u64::from(u32::MAX)) as u32,
+        dirtyable_pages,
+    })
+}
+
+/// Memory figures of this process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Memory {
+    /// What the page cache may hold (cgroup limit, else MemAvailable), bytes.
+    pub cache_bytes: u64,
+    /// What the dirty ratios apply to, bytes.
+    pub dirtyable_bytes: u64,
+    /// The memory cgroup limit, if any (bytes), and whether it is cgroup v2.
+    pub cgroup_limit: Option<(u64, bool)>,
+}
+
+/// Reads `/proc/meminfo`, `/proc/self/cgroup` and the cgroup's limit files.
+pub fn read_memory() -> Result<Memory> {
+    let meminfo = read_text(Path::new("/proc/meminfo"))?;
+    let field = |name: &str| -> Option<u64> {
+        let line = meminfo.lines().find(|l| l.starts_with(name))?;
+        let kb: u64 = line[name.len()..].split_whitespace().next()?.parse().ok()?;
+        kb.checked_mul(1024)
+    };
+    let total = field("MemTotal:").context("no MemTotal in /proc/meminfo")?;
+    let available = field("MemAvailable:").unwrap_or(total);
+    let cg = read_text(Path::new("/proc/self/cgroup")).unwrap_or_default();
+    let limit = cgroup_memory_limit(&cg, Path::new("/sys/fs/cgroup"));
+    let (cache_bytes, dirtyable_bytes) = match limit {
+        Some((l, v2)) => (l.min(total), if v2 { available.min(l) } else { available }),
+        None => (available, available),
+    };
+    Ok(Memory {
+        cache_bytes,
+        dirtyable_bytes,
+        cgroup_limit: limit,
+    })
+}
+
+/// The effective memory limit of the cgroup named in `proc_self_cgroup` (the text of
+/// `/proc/self/cgroup`) under the cgroup mount `root`: the smallest limit from the cgroup up
+/// to the root, and whether it is v2. `None` when there is no limit.
+pub fn cgroup_memory_limit(proc_self_cgroup: &str, root: &Path) -> Option<(u64, bool)> {
+    for line in proc_self_cgroup.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let rel = path.trim_start_matches('/');
+        let (base, file, v2) = if controllers.split(',').any(|c| c == "memory") {
+            (root.join("memory"), "memory.limit_in_bytes", false)
+        } else if controllers.is_empty() && root.join("cgroup.controllers").exists() {
+            (root.to_path_buf(), "memory.max", true)
+        } else {
+            continue;
+        };
+        let mut dir: PathBuf = base.join(rel);
+        let mut best: Option<u64> = None;
+        loop {
+            if let Ok(text) = std::fs::read_to_string(dir.join(file)) {
+                if let Some(l) = crate::pagecache::parse_cgroup_limit(&text) {
+                    // v1 writes "no limit" as a page-rounded i64::MAX.
+                    if l < 1 << 60 {
+                        best = Some(best.map_or(l, |b| b.min(l)));
+                    }
+                }
+            }
+            if dir == base || !dir.pop() {
+                break;
+            }
+        }
+        if let Some(b) = best {
+            return Some((b, v2));
+        }
+    }
+    None
+}
+
+/// The whole-disk name in /sys/block for a name, a device node or a file on a device.
+pub fn resolve_disk(device: &str) -> Result<String> {
+    let name = device.trim_start_matches("/dev/");
+    if !name.contains('/') && Path::new("/sys/block").join(name).exists() {
+        return Ok(name.to_string());
+    }
+    let path = Path::new(device);
+    let meta = std::fs::metadata(path).with_context(|| {
+        format!("'{device}' is neither a block device in /sys/block nor a path")
+    })?;
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let dev = if meta.file_type().is_block_device() {
+        meta.rdev()
+    } else {
+        meta.dev()
+    };
+    let (major, minor) = (libc_major(dev), libc_minor(dev));
+    let sys = PathBuf::from(format!("/sys/dev/block/{major}:{minor}"));
+    let real = std::fs::canonicalize(&sys).with_context(|| {
+        format!("'{device}' is on device {major}:{minor}, which has no {} (not a block device: tmpfs, overlay?)", sys.display())
+    })?;
+    // A partition's directory sits inside its disk's and has a `partition` file.
+    let disk_dir = if real.join("partition").exists() {
+        real.parent().map(Path::to_path_buf).unwrap_or(real)
+    } else {
+        real
+    };
+    let name = disk_dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .context("unnamed block device")?
+        .to_string();
+    if !Path::new("/sys/block").join(&name).join("queue").exists() {
+        bail!("'{device}' is on {name}, which has no queue settings in /sys/block (a device-mapper or virtual device: name the disk under it)");
+    }
+    Ok(name)
+}
+
+// Linux's dev_t encoding (glibc's gnu_dev_major / gnu_dev_minor).
+fn libc_major(dev: u64) -> u64 {
+    ((dev >> 32) & 0xffff_f000) | ((dev >> 8) & 0x0000_0fff)
+}
+fn libc_minor(dev: u64) -> u64 {
+    ((dev >> 12) & 0xffff_ff00) | (dev & 0x0000_00ff)
+}
+
+/// The hardware queue depth: the tags of every hardware queue, else the SCSI queue depth.
+fn queue_depth(disk_dir: &Path) -> Option<u32> {
+    let mut total = 0u64;
+    if let Ok(rd) = std::fs::read_dir(disk_dir.join("mq")) {
+        for e in rd.flatten() {
+            if let Ok(n) = read_num(&e.path().join("nr_tags")) {
+                total += n;
+            }
+        }
+    }
+    if total == 0 {
+        total = read_num(&disk_dir.join("device/queue_depth")).ok()?;
+    }
+    (total > 0).then(|| total.min(u64::from(u32::MAX)) as u32)
+}
+
+fn read_text(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+}
+
+fn read_num(path: &Path) -> Result<u64> {
+    let t = read_text(path)?;
+    t.trim()
+        .parse()
+        .with_context(|| format!("{}: '{}' is not a number", path.display(), t.trim()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vm_dirty_bytes_win_over_ratios() {
+        let dir = std::env::temp_dir().join(format!("iolab-dlmodel-vm-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        struct Rm(PathBuf);
+        impl Drop for Rm {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+        let _rm = Rm(dir.clone());
+        for (f, v) in [
+            ("dirty_background_bytes", "0"),
+            ("dirty_background_ratio", "10"),
+            ("dirty_bytes", "67108864"),
+            ("dirty_ratio", "20"),
+            ("dirty_expire_centisecs", "3000"),
+            ("dirty_writeback_centisecs", "500"),
+        ] {
+            std::fs::write(dir.join(f), format!("{v}\n")).unwrap();
+        }
+        let d = read_vm_dirty(&dir, 1000).unwrap();
+        assert_eq!(d.background, Threshold::Ratio(10));
+        assert_eq!(d.limit, Threshold::Bytes(64 << 20));
+        assert_eq!(d.background.pages(1000), 100);
+        assert_eq!(d.limit.pages(1000), (64 << 20) / PAGE);
+        assert_eq!((d.expire_centisecs, d.writeback_centisecs), (3000, 500));
+        std::fs::write(dir.join("dirty_ratio"), "x\n").unwrap();
+        std::fs::write(dir.join("dirty_bytes"), "0\n").unwrap();
+        let e = read_vm_dirty(&dir, 1000).unwrap_err();
+        assert!(format!("{e:#}").contains("dirty_ratio"), "{e:#}");
+    }
+
+    #[test]
+    fn cgroup_limits_take_the_smallest_up_the_tree() {
+        let root = std::env::temp_dir().join(format!("iolab-dlmodel-cg-{}", std::process::id()));
+        struct Rm(PathBuf);
+        impl Drop for Rm {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+        let _rm = Rm(root.clone());
+        let leaf = root.join("memory/a/b");
+        std::fs::create_dir_all(&leaf).unwrap();
+        std::fs::write(
+            root.join("memory/memory.limit_in_bytes"),
+            "9223372036854771712\n",
+        )
+        .unwrap();
+        std::fs::write(root.join("memory/a/memory.limit_in_bytes"), "268435456\n").unwrap();
+        std::fs::write(leaf.join("memory.limit_in_bytes"), "9223372036854771712\n").unwrap();
+        let cg = "9:name=systemd:/\n4:memory:/a/b\n0::/\n";
+        assert_eq!(cgroup_memory_limit(cg, &root), Some((256 << 20, false)));
+        assert_eq!(cgroup_memory_limit("4:memory:/\n", &root), None);
+    }
+
+    #[test]
+    fn this_machine_reads() {
+        // Any machine with a /sys/block disk: the root filesystem's device resolves and its
+        // settings parse (a container on overlayfs may have none: then the error names why).
+        match HostParams::from_system("/") {
+            Ok(p) => {
+                assert!(p.page_cache.capacity_pages > 0);
+                assert!(p.block.max_sectors_kb > 0);
+                assert!(p.block.queue_depth > 0);
+                let chain = p.chain().unwrap();
+                assert_eq!(chain.len(), 2);
+            }
+            Err(e) => eprintln!("skipping: {e:#}"),
+        }
+        assert!(HostParams::from_system("/nonexistent/x").is_err());
+    }
+
+    /// The contract end to end: a file read twice is a miss then a hit; after
+    /// `Advise(DontNeed)` on the file it is a miss again.
+    #[test]
+    fn a_stack_serves_file_requests() {
+        use crate::engine::{ConstantDevice, Pending, Simulator, VecSource, When};
+        use crate::request::{Advice, CacheOutcome, FileRef, Flags, Op, Request};
+        let params = HostParams::linux_defaults();
+        let mut sim = Simulator::new(params.stack_on(Box::new(ConstantDevice::new(1.0))).unwrap());
+        let base = 1 << 20; // the file's first sector
+        let file_req = |op: Op, offset: u64, sectors: u32| Pending {
+            when: When::AfterCompletion { think: 0.0 },
+            req: Request {
+                id: 0,
+                arrival: 0.0,
+                dev: 0,
+                lba: base + offset / 512,
+                sectors,
+                op,
+                flags: Flags::default(),
+                file: Some(FileRef { file: 3, offset }),
+            },
+        };
+        let items = vec![
+            file_req(Op::Read, 0, 8),
+            file_req(Op::Read, 0, 8),
+            file_req(Op::Advise(Advice::DontNeed), 0, 0),
+            file_req(Op::Read, 0, 8),
+        ];
+        let mut out = Vec::new();
+        sim.run(&mut VecSource::new(items), &mut |c| {
+            out.push((c.req.op, c.rec.cache))
+        })
+        .unwrap();
+        assert_eq!(
+            out,
+            vec![
+                (Op::Read, CacheOutcome::Miss),
+                (Op::Read, CacheOutcome::Hit),
+                (Op::Advise(Advice::DontNeed), CacheOutcome::None),
+                (Op::Read, CacheOutcome::Miss),
+            ]
+        );
+        let stats = sim.components()[0].stats();
+        assert!(stats
+            .iter()
+            .any(|(k, v)| k == "pagecache hit pages" && *v == 1.0));
+    }
+
+    #[test]
+    fn policies_parse() {
+        assert_eq!(HostPolicy::parse("linux").unwrap(), HostPolicy::Linux);
+        assert_eq!(
+            HostPolicy::parse("windows-xp").unwrap(),
+            HostPolicy::WindowsXp
+        );
+        assert!(HostPolicy::parse("beos").is_err());
+        assert_eq!(
+            IoScheduler::from_sysfs("none [mq-deadline] kyber bfq\n").unwrap(),
+            IoScheduler::MqDeadline
+        );
+        assert_eq!(
+            IoScheduler::from_sysfs("[none] mq-deadline\n").unwrap(),
+            IoScheduler::None
+        );
+        assert!(IoScheduler::from_sysfs("none mq-deadline [bfq]").is_err());
+        assert!(HostParams::linux_defaults().chain().unwrap().len() == 2);
+        let none = HostParams {
+            policy: HostPolicy::None,
+            ..HostParams::linux_defaults()
+        };
+        assert!(none.chain().unwrap().is_empty());
+    }
+}
