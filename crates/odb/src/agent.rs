@@ -669,7 +669,6 @@ mod tests {
             .collect();
         let big = alloc(16 * 4096);
         let small = alloc(4096);
-        drop(alloc);
         assert_eq!(big.0, ST_FULL, "nothing fetched yet: nothing may go");
         assert_eq!(small.0, ST_FULL);
         for id in &ids {
