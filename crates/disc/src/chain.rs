@@ -61,6 +61,8 @@ pub struct Chain {
     pub store: Option<Arc<crate::dp::Store>>,
     /// The loss injector on the client's interfaces, if any.
     pub lossy: Option<crate::bpf::Lossy>,
+    /// (tier, namespace, interface) of every tier-side veth end.
+    pub tier_ifaces: Vec<(String, String, String)>,
     stops: Vec<Arc<Stop>>,
     threads: Vec<std::thread::JoinHandle<anyhow::Result<()>>>,
     net: Option<iolab_netns::Net>,
@@ -177,6 +179,12 @@ impl Chain {
             move || crate::be::run(be_l, Some(dp_l), site, be_disc, s).map_err(Into::into),
         ));
         let fe_iface = ifaces[0].1.name.clone();
+        let tiers = ["client", "fe", "is", "be"];
+        let mut tier_ifaces = Vec::new();
+        for ((il, ir), (l, r, _)) in ifaces.iter().zip(&links_used) {
+            tier_ifaces.push((tiers[*l].to_string(), names[*l].clone(), il.name.clone()));
+            tier_ifaces.push((tiers[*r].to_string(), names[*r].clone(), ir.name.clone()));
+        }
         for (l, up, first, ns) in [(is_l, be, false, &names[2]), (fe_l, is, true, &names[1])] {
             let s = Stop::new()?;
             stops.push(s.clone());
@@ -206,6 +214,7 @@ impl Chain {
             client_if: ifaces[0].0.name.clone(),
             store,
             lossy,
+            tier_ifaces,
             stops,
             threads,
             net: Some(net),
@@ -354,4 +363,66 @@ pub fn compare_sizes(
         let _ = std::fs::remove_file(df);
     }
     Ok(out)
+}
+
+/// Bytes received + sent on every interface of `tier`, read with `ip -s` in its namespace.
+pub fn tier_bytes(chain: &Chain, tier: &str) -> anyhow::Result<u64> {
+    let mut total = 0;
+    for (t, ns, iface) in &chain.tier_ifaces {
+        if t != tier {
+            continue;
+        }
+        for dir in ["rx_bytes", "tx_bytes"] {
+            let p = std::process::Command::new("ip")
+                .args(["netns", "exec", ns, "cat"])
+                .arg(format!("/sys/class/net/{iface}/statistics/{dir}"))
+                .output()?;
+            total += String::from_utf8_lossy(&p.stdout)
+                .trim()
+                .parse::<u64>()
+                .with_context(|| format!("reading {dir} of {iface}"))?;
+        }
+    }
+    Ok(total)
+}
+
+/// One size measured through the chain: `n` GETs on one keep-alive connection (curl).
+#[derive(Debug, Clone)]
+pub struct Measured {
+    pub size: u64,
+    pub requests: u64,
+    pub seconds: f64,
+    /// Bytes in + out of the FE's and IS's interfaces, per request.
+    pub fe_bytes: f64,
+    pub is_bytes: f64,
+}
+
+pub fn measure(
+    chain: &Chain,
+    size: u64,
+    n: u64,
+    scratch: &std::path::Path,
+) -> anyhow::Result<Measured> {
+    let out = scratch.join(format!("m-{size}.out"));
+    let mut args = Vec::new();
+    for _ in 0..n {
+        args.extend([
+            "-o".to_string(),
+            out.display().to_string(),
+            format!("http://{}/f{size}.bin", chain.fe),
+        ]);
+    }
+    let (fe0, is0) = (tier_bytes(chain, "fe")?, tier_bytes(chain, "is")?);
+    let t0 = std::time::Instant::now();
+    curl_in(&chain.client_ns, &args)?;
+    let seconds = t0.elapsed().as_secs_f64();
+    let (fe1, is1) = (tier_bytes(chain, "fe")?, tier_bytes(chain, "is")?);
+    let _ = std::fs::remove_file(&out);
+    Ok(Measured {
+        size,
+        requests: n,
+        seconds,
+        fe_bytes: (fe1 - fe0) as f64 / n as f64,
+        is_bytes: (is1 - is0) as f64 / n as f64,
+    })
 }

@@ -372,12 +372,17 @@ async fn fe_check(dp: &mut Option<(SocketAddr, Conn)>, d: Disc) -> io::Result<()
     Ok(())
 }
 
-/// Bytes written on `s` and not yet acknowledged by the peer (SIOCOUTQ).
-fn unacked(s: &TcpStream) -> io::Result<i32> {
+/// SIOCOUTQNSD (linux/sockios.h): bytes in the send queue not yet sent.
+const SIOCOUTQNSD: libc::c_ulong = 0x894B;
+
+/// Bytes written on `s` that its stack has not sent yet (SIOCOUTQNSD). Once 0, every byte
+/// went through the TC egress hook (which runs in the transmit path, before any qdisc), so
+/// the map's `fe_nxt` is the FE's next sequence number.
+fn unsent(s: &TcpStream) -> io::Result<i32> {
     use std::os::fd::AsRawFd;
     let mut n: libc::c_int = 0;
-    // SAFETY: ioctl(SIOCOUTQ) writes one int into `n`, alive for the call.
-    if unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &mut n) } != 0 {
+    // SAFETY: ioctl(SIOCOUTQNSD) writes one int into `n`, alive for the call.
+    if unsafe { libc::ioctl(s.as_raw_fd(), SIOCOUTQNSD, &mut n) } != 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(n)
@@ -388,18 +393,16 @@ const DIRECT_STALL: std::time::Duration = std::time::Duration::from_secs(30);
 /// The ack forwarder's polling period.
 const ACK_POLL: std::time::Duration = std::time::Duration::from_micros(200);
 
-/// Direct mode, the head written: once the client has acknowledged everything the FE sent,
-/// the payload gets the next `size` sequence numbers (the hooks' new epoch), DP sends it
+/// Direct mode, the head written: once the FE's stack has sent it (not necessarily
+/// acknowledged: a retransmission keeps its old shift), the payload gets the next `size`
+/// sequence numbers (the hooks' new epoch), DP sends it
 /// as the FE, and the client's ACKs for it are forwarded to DP until the last byte is
 /// acknowledged. Then the FE's stack writes again (its bytes shifted past the payload).
 async fn fe_direct(reg: &Registered, client: &TcpStream, c: &mut Conn, d: Disc) -> io::Result<()> {
     let t0 = std::time::Instant::now();
-    while unacked(client)? > 0 {
+    while unsent(client)? > 0 {
         if t0.elapsed() > DIRECT_STALL {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "head not acknowledged",
-            ));
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "head not sent"));
         }
         iolab_runtime::sleep(ACK_POLL).await;
     }

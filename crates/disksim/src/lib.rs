@@ -17,6 +17,7 @@
 //! it. See README.md for the architecture and who owns which module.
 
 pub mod blocklayer;
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod config;
 pub mod engine;

@@ -87,6 +87,8 @@ extern "C" fn init() {
         conns: Conns::new(),
     });
     regions::install();
+    // SAFETY: registers a handler that only stores to an atomic (fork-safe).
+    unsafe { libc::pthread_atfork(None, None, Some(sys::forget_pid)) };
     ACTIVE.store(true, Relaxed);
 }
 
@@ -374,6 +376,12 @@ fn odb_recv(
         return Ok(0);
     }
     let mut produced = 0usize;
+    // The last peek saw the whole kernel queue (fewer bytes than its window) and every byte
+    // of it is consumed: the queue was drained then, and anything that arrived since has
+    // raised an epoll edge of its own (it joined the ready list when it arrived; nginx,
+    // single-threaded, is inside this call and cannot have collected it). So a short return
+    // needs no further peek — which came back EAGAIN on most calls (a third system call).
+    let mut seen_all = false;
     let mut scratch = Vec::with_capacity(iov.len() + 1);
     // Ends a call: with bytes, report them (the error, if any, comes back next time).
     macro_rules! finish {
@@ -441,6 +449,7 @@ fn odb_recv(
                     }
                 }
             }
+            InFrame::None if seen_all && produced > 0 => return Ok(produced),
             InFrame::None => {
                 // Peek a window: every complete R frame in it that fits is taken with one
                 // recvmsg (headers into scratch, data into the application's buffer).
@@ -519,11 +528,10 @@ fn odb_recv(
                             }
                         }
                         if short {
-                            // the kernel held no more than what we took: drained. (Not
-                            // inferred from the peek: bytes may arrive between the peek and
-                            // the read, and returning early then loses nginx's wake-up.)
+                            // the kernel held no more than what we took: drained
                             return Ok(produced);
                         }
+                        seen_all = n < PEEK && pos == n && got == n;
                     }
                     Ok(Some((Header::Virtual(r), hl))) => {
                         fs.framed_seen = true;
@@ -532,6 +540,7 @@ fn odb_recv(
                             finish!(Err(libc::ECONNRESET));
                         }
                         fs.in_frame = InFrame::Virt(r, r.len as usize);
+                        seen_all = n < PEEK && hl == n;
                     }
                     Ok(None) => {
                         // A header cut short: take its bytes out of the kernel into the
