@@ -30,6 +30,7 @@ pub mod sched;
 pub mod ssd;
 pub mod trace;
 pub mod validate;
+pub mod wincache;
 pub mod workload;
 
 /// The validation data shipped with the crate (DiskSim 4.0's real-disk traces).
