@@ -350,6 +350,30 @@ fn closed_by_peer(s: &mut TcpStream, within: Duration) -> bool {
 
 /// A client socket whose receive buffer is `rcvbuf` bytes, set before connecting so that the
 /// TCP window it advertises stays that small.
+/// Bytes received but not yet read by the server on its socket of the connection from
+/// `client` (IPv4 loopback), from /proc/net/tcp; None when no such socket is listed.
+fn server_rx_queue(server: SocketAddr, client: SocketAddr) -> Option<u64> {
+    let hex = |a: SocketAddr| match a {
+        SocketAddr::V4(v4) => format!(
+            "{:08X}:{:04X}",
+            u32::from_le_bytes(v4.ip().octets()),
+            v4.port()
+        ),
+        SocketAddr::V6(_) => panic!("IPv4 only"),
+    };
+    let (local, remote) = (hex(server), hex(client));
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    table.lines().skip(1).find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() > 4 && f[1] == local && f[2] == remote {
+            let (_, rx) = f[4].split_once(':')?;
+            u64::from_str_radix(rx, 16).ok()
+        } else {
+            None
+        }
+    })
+}
+
 fn connect_small_rcvbuf(addr: SocketAddr, rcvbuf: i32) -> TcpStream {
     use std::os::fd::FromRawFd;
     let SocketAddr::V4(v4) = addr else {
@@ -717,6 +741,44 @@ mod cases {
             "{model}: peak RSS grew by {grew} KiB (bound {PIPELINE_RSS_BOUND_KIB} KiB)"
         );
         assert!(exited, "{model}: still running 2 s after SIGTERM");
+        drop(hog);
+    }
+
+    /// `--read-buf` is honoured: with a 1000-byte read buffer, a client that pipelines
+    /// 7,000 bytes of requests for a file it never reads gets exactly one read of at most
+    /// 1000 bytes from the server (the first answer then streams forever, so the server
+    /// reads nothing more): the rest stays in the server socket's receive queue, seen in
+    /// /proc/net/tcp. With the default 16 KiB buffer the one read would take it all.
+    pub fn read_buf_is_honoured(model: Variant) {
+        let srv = start(model, &["--read-buf", "1000", "--workers", "1"]);
+        let huge = srv.site.root.join("huge.bin");
+        std::fs::File::create(&huge)
+            .unwrap()
+            .set_len(64 << 20)
+            .unwrap();
+        let mut hog = connect_small_rcvbuf(srv.addr, 4096);
+        let requests = "GET /huge.bin HTTP/1.1\r\nHost: t\r\n\r\n".repeat(200);
+        hog.write_all(requests.as_bytes()).unwrap();
+        let client = hog.local_addr().unwrap();
+        let total = requests.len() as u64;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let unread = loop {
+            let unread = server_rx_queue(srv.addr, client);
+            // Everything arrived and the server did its one read (it then streams).
+            if unread.is_some_and(|q| q < total) || Instant::now() > deadline {
+                break unread;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        // Let a model that would (wrongly) read again do so before the check.
+        std::thread::sleep(Duration::from_millis(200));
+        let unread = server_rx_queue(srv.addr, client).or(unread);
+        let unread = unread.expect("the server's socket in /proc/net/tcp");
+        assert!(
+            unread < total && unread >= total - 1000,
+            "{model}: the server read {} of {total} bytes (at most --read-buf 1000 expected)",
+            total - unread
+        );
         drop(hog);
     }
 
@@ -1307,6 +1369,7 @@ macro_rules! suite {
             #[test] fn curl_ranges_resume_and_conditionals() { super::cases::curl_ranges_resume_and_conditionals(M) }
             #[test] fn same_answers_as_nginx() { super::cases::same_answers_as_nginx(M) }
             #[test] fn pipelined_huge_files_stay_bounded() { super::cases::pipelined_huge_files_stay_bounded(M) }
+            #[test] fn read_buf_is_honoured() { super::cases::read_buf_is_honoured(M) }
         }
     )*};
 }

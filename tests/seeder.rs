@@ -790,3 +790,69 @@ fn tracker_over_http() {
     let bad = get("/announce?info_hash=short");
     assert!(bad.windows(14).any(|w| w == b"failure reason"));
 }
+
+/// `iolab seed bench` with libtorrent: every leecher of the swarm connects to libtorrent's
+/// seeder too (both profiles) and downloads from it, and the JSON has a summary per seeder.
+/// Before, libtorrent's torrent was still paused by its session queue when the swarm
+/// arrived, and every leecher was turned away (0 connected).
+#[test]
+fn bench_swarm_connects_to_libtorrent_and_hekate() {
+    let _g = lock();
+    if !Client::Libtorrent.available() {
+        return;
+    }
+    let fx = Fixture::new("bench");
+    let json = fx.dir.join("bench.json");
+    let out = Command::new(BIN)
+        .args([
+            "seed",
+            "bench",
+            "--peers",
+            "6",
+            "--secs",
+            "0.5",
+            "--repeats",
+            "1",
+        ])
+        .args([
+            "--size-mib",
+            "2",
+            "--piece-length",
+            "64K",
+            "--warm-only",
+            "--disks",
+            "mmap",
+        ])
+        .arg("--dir")
+        .arg(fx.dir.join("data"))
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    let seeders: Vec<&str> = rows.iter().map(|r| r["seeder"].as_str().unwrap()).collect();
+    assert_eq!(
+        seeders,
+        ["hekate-mmap", "libtorrent-default", "libtorrent-hps"],
+        "{text}"
+    );
+    for r in rows {
+        assert_eq!(r["connected"], 6, "{r}");
+        assert!(r["bytes"].as_u64().unwrap() > 0, "{r}");
+        assert!(r["distinct_bytes"].as_u64().unwrap() > 0, "{r}");
+    }
+    assert_eq!(v["summary"].as_array().unwrap().len(), 3);
+    // The libtorrent configuration is printed with the results and kept in the JSON.
+    assert!(text.contains("peer_turnover"), "{text}");
+    assert_eq!(
+        v["libtorrent_settings"]["libtorrent-hps"]["peer_turnover"],
+        0
+    );
+}

@@ -112,7 +112,7 @@ static __always_inline void rewrite32(struct __sk_buff *skb, __u32 ihl, __u32 fi
 	bpf_skb_store_bytes(skb, at + field, &new, sizeof(new), 0);
 }
 
-SEC("tc")
+SEC("classifier")
 int disc_egress(struct __sk_buff *skb)
 {
 	struct iphdr *ip;
@@ -151,7 +151,7 @@ int disc_egress(struct __sk_buff *skb)
 	return TC_ACT_OK;
 }
 
-SEC("tc")
+SEC("classifier")
 int disc_ingress(struct __sk_buff *skb)
 {
 	struct iphdr *ip;
@@ -200,3 +200,39 @@ int disc_ingress(struct __sk_buff *skb)
 }
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
+
+/*
+ * The netem substitute (this kernel has no sch_netem): attached at TC ingress and egress of
+ * the client's interfaces in tests, drops each IPv4 TCP packet with probability
+ * disc_loss[0] / 2^32, drawn with bpf_get_prandom_u32. Counters in disc_loss[1] (seen) and
+ * disc_loss[2] (dropped).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 3);
+	__type(key, __u32);
+	__type(value, __u32);
+} disc_loss SEC(".maps");
+
+SEC("classifier")
+int disc_lossy(struct __sk_buff *skb)
+{
+	struct iphdr *ip;
+	struct tcphdr *tcp;
+	__u32 k0 = 0, k1 = 1, k2 = 2;
+	__u32 *p, *seen, *dropped;
+
+	if (parse(skb, &ip, &tcp) < 0)
+		return TC_ACT_OK;
+	p = bpf_map_lookup_elem(&disc_loss, &k0);
+	seen = bpf_map_lookup_elem(&disc_loss, &k1);
+	dropped = bpf_map_lookup_elem(&disc_loss, &k2);
+	if (!p || !seen || !dropped)
+		return TC_ACT_OK;
+	__sync_fetch_and_add(seen, 1);
+	if (*p && bpf_get_prandom_u32() < *p) {
+		__sync_fetch_and_add(dropped, 1);
+		return TC_ACT_SHOT;
+	}
+	return TC_ACT_OK;
+}

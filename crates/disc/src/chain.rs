@@ -1,9 +1,14 @@
 //! A self-contained chain of our tiers in network namespaces (tests, `iolab disc check`):
 //!
 //! ```text
-//!  client ──A── FE ──B── IS ──C── BE        A, B, C, D: /26 subnets of one free /24
-//!               └────────D────────┘         D: the FE reaches DP on the BE
+//!  client ──A── FE ──B── IS ──C── BE        A..E: /27 subnets of one free /24
+//!    │          └────────D────────┘  │      D: the FE reaches DP on the BE
+//!    └───────────────E───────────────┘      E (direct mode): DP's path to the client
 //! ```
+//!
+//! Direct mode also sets, on the server side only: TCP timestamps, SACK and window scaling
+//! off in the FE's namespace (DP writes no TCP options yet), and in the client's namespace
+//! rp_filter 0 (the FE's address arrives on link E, as on a flat datacenter network).
 //!
 //! The same shape as iolab-tiers' testbed (whose namespaces run nginx); here each tier is a
 //! thread of this process inside its namespace, so a test needs no binary and no daemon.
@@ -30,6 +35,9 @@ pub struct ChainConfig {
     pub threshold: u64,
     /// Advertise a DP address where nothing listens (tests the FE's fallback).
     pub broken_dp: bool,
+    /// Drop this % of the TCP packets in and out of the client's interfaces
+    /// ([`crate::bpf::Lossy`], the netem substitute); 0: none.
+    pub loss_pct: f64,
 }
 
 pub struct Chain {
@@ -51,6 +59,10 @@ pub struct Chain {
     pub client_if: String,
     /// DP's store (None without DISC): its counts show which path the payloads took.
     pub store: Option<Arc<crate::dp::Store>>,
+    /// The loss injector on the client's interfaces, if any.
+    pub lossy: Option<crate::bpf::Lossy>,
+    /// (tier, namespace, interface) of every tier-side veth end.
+    pub tier_ifaces: Vec<(String, String, String)>,
     stops: Vec<Arc<Stop>>,
     threads: Vec<std::thread::JoinHandle<anyhow::Result<()>>>,
     net: Option<iolab_netns::Net>,
@@ -74,17 +86,67 @@ impl Chain {
             ns.push(net.namespace()?);
         }
         let [x, y, z] = iolab_netns::free_subnet()?;
-        let a = |sub: u8, host: u8| Ipv4Addr::new(x, y, z, sub * 64 + host);
+        let a = |sub: u8, host: u8| Ipv4Addr::new(x, y, z, sub * 32 + host);
+        let direct = cfg.disc == DiscMode::Direct;
+        let mut links = vec![(0usize, 1usize, 0u8), (1, 2, 1), (2, 3, 2), (1, 3, 3)];
+        if direct {
+            links.push((0, 3, 4));
+        }
         let mut ifaces = Vec::new();
-        for (l, r, sub) in [(0usize, 1usize, 0u8), (1, 2, 1), (2, 3, 2), (1, 3, 3)] {
+        let links_used = links.clone();
+        for (l, r, sub) in links {
             let (il, ir) = net.veth(Some(&ns[l]), Some(&ns[r]))?;
-            il.add_addr(&format!("{}/26", a(sub, 1)))?;
-            ir.add_addr(&format!("{}/26", a(sub, 2)))?;
+            il.add_addr(&format!("{}/27", a(sub, 1)))?;
+            ir.add_addr(&format!("{}/27", a(sub, 2)))?;
             il.up()?;
             ir.up()?;
             ifaces.push((il, ir));
         }
+        if direct {
+            ns[3].run(
+                "ip",
+                &[
+                    "route",
+                    "add",
+                    &format!("{}/27", a(0, 0)),
+                    "via",
+                    &a(4, 1).to_string(),
+                ],
+            )?;
+            for kv in [
+                "net.ipv4.tcp_timestamps=0",
+                "net.ipv4.tcp_sack=0",
+                "net.ipv4.tcp_window_scaling=0",
+            ] {
+                ns[1].run("sysctl", &["-q", "-w", kv])?;
+            }
+            let e = format!("net.ipv4.conf.{}.rp_filter=0", ifaces[4].0.name);
+            for kv in ["net.ipv4.conf.all.rp_filter=0", e.as_str()] {
+                ns[0].run("sysctl", &["-q", "-w", kv])?;
+            }
+        }
         let names: Vec<String> = ns.iter().map(|n| n.name().to_string()).collect();
+        let lossy = if cfg.loss_pct > 0.0 {
+            let pct = cfg.loss_pct;
+            let client_ifs: Vec<String> = ifaces
+                .iter()
+                .zip(&links_used)
+                .filter(|(_, (l, _, _))| *l == 0)
+                .map(|(i, _)| i.0.name.clone())
+                .collect();
+            let l = crate::netns::spawn_in(Some(names[0].clone()), "lossy", move || {
+                let mut l = crate::bpf::Lossy::load(pct)?;
+                for i in &client_ifs {
+                    l.attach(i)?;
+                }
+                Ok(l)
+            })
+            .join()
+            .map_err(|_| anyhow::anyhow!("lossy thread panicked"))??;
+            Some(l)
+        } else {
+            None
+        };
         let fe = SocketAddr::from((a(0, 2), 8080));
         let is = SocketAddr::from((a(1, 2), 8080));
         let be = SocketAddr::from((a(2, 2), 8080));
@@ -116,6 +178,13 @@ impl Chain {
             "disc-be",
             move || crate::be::run(be_l, Some(dp_l), site, be_disc, s).map_err(Into::into),
         ));
+        let fe_iface = ifaces[0].1.name.clone();
+        let tiers = ["client", "fe", "is", "be"];
+        let mut tier_ifaces = Vec::new();
+        for ((il, ir), (l, r, _)) in ifaces.iter().zip(&links_used) {
+            tier_ifaces.push((tiers[*l].to_string(), names[*l].clone(), il.name.clone()));
+            tier_ifaces.push((tiers[*r].to_string(), names[*r].clone(), ir.name.clone()));
+        }
         for (l, up, first, ns) in [(is_l, be, false, &names[2]), (fe_l, is, true, &names[1])] {
             let s = Stop::new()?;
             stops.push(s.clone());
@@ -123,6 +192,7 @@ impl Chain {
                 upstreams: vec![up],
                 first,
                 disc: cfg.disc,
+                hook_iface: first.then(|| fe_iface.clone()),
             };
             threads.push(crate::netns::spawn_in(
                 Some(ns.clone()),
@@ -143,6 +213,8 @@ impl Chain {
             fe_if: ifaces[0].1.name.clone(),
             client_if: ifaces[0].0.name.clone(),
             store,
+            lossy,
+            tier_ifaces,
             stops,
             threads,
             net: Some(net),
@@ -291,4 +363,66 @@ pub fn compare_sizes(
         let _ = std::fs::remove_file(df);
     }
     Ok(out)
+}
+
+/// Bytes received + sent on every interface of `tier`, read with `ip -s` in its namespace.
+pub fn tier_bytes(chain: &Chain, tier: &str) -> anyhow::Result<u64> {
+    let mut total = 0;
+    for (t, ns, iface) in &chain.tier_ifaces {
+        if t != tier {
+            continue;
+        }
+        for dir in ["rx_bytes", "tx_bytes"] {
+            let p = std::process::Command::new("ip")
+                .args(["netns", "exec", ns, "cat"])
+                .arg(format!("/sys/class/net/{iface}/statistics/{dir}"))
+                .output()?;
+            total += String::from_utf8_lossy(&p.stdout)
+                .trim()
+                .parse::<u64>()
+                .with_context(|| format!("reading {dir} of {iface}"))?;
+        }
+    }
+    Ok(total)
+}
+
+/// One size measured through the chain: `n` GETs on one keep-alive connection (curl).
+#[derive(Debug, Clone)]
+pub struct Measured {
+    pub size: u64,
+    pub requests: u64,
+    pub seconds: f64,
+    /// Bytes in + out of the FE's and IS's interfaces, per request.
+    pub fe_bytes: f64,
+    pub is_bytes: f64,
+}
+
+pub fn measure(
+    chain: &Chain,
+    size: u64,
+    n: u64,
+    scratch: &std::path::Path,
+) -> anyhow::Result<Measured> {
+    let out = scratch.join(format!("m-{size}.out"));
+    let mut args = Vec::new();
+    for _ in 0..n {
+        args.extend([
+            "-o".to_string(),
+            out.display().to_string(),
+            format!("http://{}/f{size}.bin", chain.fe),
+        ]);
+    }
+    let (fe0, is0) = (tier_bytes(chain, "fe")?, tier_bytes(chain, "is")?);
+    let t0 = std::time::Instant::now();
+    curl_in(&chain.client_ns, &args)?;
+    let seconds = t0.elapsed().as_secs_f64();
+    let (fe1, is1) = (tier_bytes(chain, "fe")?, tier_bytes(chain, "is")?);
+    let _ = std::fs::remove_file(&out);
+    Ok(Measured {
+        size,
+        requests: n,
+        seconds,
+        fe_bytes: (fe1 - fe0) as f64 / n as f64,
+        is_bytes: (is1 - is0) as f64 / n as f64,
+    })
 }

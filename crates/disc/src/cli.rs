@@ -49,6 +49,9 @@ pub enum DiscCommand {
         /// DISC participation.
         #[arg(long, value_enum, default_value_t = DiscMode::Off)]
         disc: DiscMode,
+        /// The FE's client-side interface for the eBPF hooks (`--disc direct --first`).
+        #[arg(long)]
+        hook_iface: Option<String>,
     },
     /// Builds a client/FE/IS/BE chain in network namespaces (root), fetches 1 B .. 64 MiB
     /// through it and straight from the BE, and compares the bytes.
@@ -58,6 +61,18 @@ pub enum DiscCommand {
         /// Sizes in bytes, comma separated.
         #[arg(long, value_delimiter = ',', default_values_t = [1u64, 16383, 16384, 65536, 1 << 20, 64 << 20])]
         sizes: Vec<u64>,
+    },
+    /// A first side-by-side measurement (root): for each mode (off, relay, direct) a chain in
+    /// namespaces, N GETs per size on one keep-alive connection with curl; requests/s and
+    /// bytes through the FE's and IS's interfaces per request. Not yet `tiers bench --disc`
+    /// (no nginx chain, no CPU per tier, no latency percentiles).
+    Measure {
+        /// Sizes in bytes, comma separated.
+        #[arg(long, value_delimiter = ',', default_values_t = [1024u64, 65536, 1 << 20])]
+        sizes: Vec<u64>,
+        /// GETs per size and mode.
+        #[arg(long, default_value_t = 50)]
+        requests: u64,
     },
 }
 
@@ -93,6 +108,7 @@ pub fn run(args: DiscArgs) -> anyhow::Result<()> {
             upstream,
             first,
             disc,
+            hook_iface,
         } => {
             let stop = crate::stop::Stop::new()?;
             hook_signals(&stop)?;
@@ -103,12 +119,14 @@ pub fn run(args: DiscArgs) -> anyhow::Result<()> {
                     upstreams: upstream,
                     first,
                     disc,
+                    hook_iface,
                 },
                 stop,
             )?;
             Ok(())
         }
         DiscCommand::Check { disc, sizes } => check(disc, &sizes),
+        DiscCommand::Measure { sizes, requests } => measure(&sizes, requests),
     }
 }
 
@@ -141,6 +159,7 @@ fn check(disc: DiscMode, sizes: &[u64]) -> anyhow::Result<()> {
         disc,
         threshold: crate::proto::DEFAULT_THRESHOLD,
         broken_dp: false,
+        loss_pct: 0.0,
     })?;
     println!(
         "chain up: client {} -> FE {} -> IS {} -> BE {} (DP {}), DISC {:?}",
@@ -171,6 +190,43 @@ fn check(disc: DiscMode, sizes: &[u64]) -> anyhow::Result<()> {
         anyhow::bail!("{bad} of {} sizes differ", rows.len());
     }
     println!("all {} sizes identical to the BE's own answers", rows.len());
+    Ok(())
+}
+
+fn measure(sizes: &[u64], requests: u64) -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("iolab-disc-measure-{}", std::process::id()));
+    let _guard = RemoveDir(dir.clone());
+    let root = dir.join("www");
+    crate::chain::write_payloads(&root, sizes)?;
+    println!(
+        "{:>8}  {:>9}  {:>10}  {:>14}  {:>14}",
+        "mode", "size", "req/s", "FE bytes/req", "IS bytes/req"
+    );
+    for mode in [DiscMode::Off, DiscMode::Relay, DiscMode::Direct] {
+        let chain = crate::chain::Chain::start(&crate::chain::ChainConfig {
+            root: root.clone(),
+            disc: mode,
+            threshold: crate::proto::DEFAULT_THRESHOLD,
+            broken_dp: false,
+            loss_pct: 0.0,
+        })?;
+        for &size in sizes {
+            let m = crate::chain::measure(&chain, size, requests, &dir)?;
+            println!(
+                "{:>8}  {:>9}  {:>10.0}  {:>14.0}  {:>14.0}",
+                format!("{mode:?}").to_lowercase(),
+                size,
+                m.requests as f64 / m.seconds,
+                m.fe_bytes,
+                m.is_bytes
+            );
+        }
+        chain.stop()?;
+    }
+    println!(
+        "(one curl per size and mode on one keep-alive connection; tiers are threads of this \
+         process in their namespaces; debug builds and a shared machine: compare within a run)"
+    );
     Ok(())
 }
 

@@ -6,6 +6,13 @@
 //! - `FETCH <id>\r\n` → `OK <size>\r\n` and the payload's bytes, or `ERR <why>\r\n`. The
 //!   relay mode: the FE writes the payload on the client connection itself. It exercises
 //!   the whole header path and the store without any packet forging.
+//! - `CHECK <id>\r\n` → `OK <size>\r\n` or `ERR`: the direct mode's first step, before the
+//!   FE writes anything of the answer (so that it can still fall back).
+//! - `SEND <id> <client ip:port> <fe ip:port> <seq> <ack> <window>\r\n` → `OK <size>\r\n`:
+//!   DP sends the payload on the client's connection as the FE (a sender thread with a raw
+//!   socket, [`crate::sender`]), starting at client-view sequence `seq`, carrying `ack` and
+//!   the raw `window` field; then `ACK <ack> <window bytes>\r\n` lines (the FE's ack
+//!   forwarder) feed its go-back-N. One transfer per control connection at a time.
 //!
 //! Limits: at most [`MAX_JOBS`] jobs and [`MAX_BYTES`] bytes held; a job not claimed within
 //! [`JOB_TTL`] is dropped (the FE died or fell back). A BE whose store is full answers on the
@@ -74,6 +81,12 @@ impl Store {
         Some(id)
     }
 
+    /// The size of payload `id`, if held.
+    pub fn size(&self, id: u64) -> Option<u64> {
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        g.jobs.get(&id).map(|j| j.body.len() as u64)
+    }
+
     /// Removes and returns the payload `id`.
     pub fn take(&self, id: u64) -> Option<Bytes> {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
@@ -120,6 +133,8 @@ pub async fn serve(listener: TcpListener, store: Arc<Store>, stop: iolab_runtime
 async fn control(stream: TcpStream, store: &Store) -> io::Result<()> {
     let _ = stream.set_nodelay(true);
     let mut conn = Conn::new(stream);
+    // The running transfer's ACK channel.
+    let mut acks: Option<std::sync::mpsc::Sender<(u32, usize)>> = None;
     loop {
         let line = match conn.read_line(256).await {
             Ok(l) => l,
@@ -132,6 +147,38 @@ async fn control(stream: TcpStream, store: &Store) -> io::Result<()> {
             words.next(),
             words.next().and_then(|w| w.parse::<u64>().ok()),
         ) {
+            (Some("CHECK"), Some(id)) => {
+                let line = match store.size(id) {
+                    Some(n) => format!("OK {n}\r\n"),
+                    None => "ERR unknown payload\r\n".to_string(),
+                };
+                write_all(&conn.stream, line.into_bytes()).await?;
+            }
+            (Some("SEND"), Some(id)) => {
+                let reply = match parse_send(&mut words) {
+                    None => "ERR bad SEND\r\n".to_string(),
+                    Some(flow) => match store.take(id) {
+                        Some(body) => {
+                            let n = body.len();
+                            acks = Some(start_sender(flow, body));
+                            format!("OK {n}\r\n")
+                        }
+                        None => "ERR unknown payload\r\n".to_string(),
+                    },
+                };
+                write_all(&conn.stream, reply.into_bytes()).await?;
+            }
+            (Some("ACK"), Some(ack)) => {
+                let win = words
+                    .next()
+                    .and_then(|w| w.parse::<usize>().ok())
+                    .unwrap_or(0);
+                if let Some(tx) = &acks {
+                    if tx.send((ack as u32, win)).is_err() {
+                        acks = None; // the transfer is over
+                    }
+                }
+            }
             (Some("FETCH"), Some(id)) => match store.take(id) {
                 Some(body) => {
                     write_all(&conn.stream, format!("OK {}\r\n", body.len()).into_bytes()).await?;
@@ -145,6 +192,73 @@ async fn control(stream: TcpStream, store: &Store) -> io::Result<()> {
             }
         }
     }
+}
+
+fn parse_send<'a>(w: &mut impl Iterator<Item = &'a str>) -> Option<crate::sender::Flow> {
+    let client: std::net::SocketAddrV4 = w.next()?.parse().ok()?;
+    let fe: std::net::SocketAddrV4 = w.next()?.parse().ok()?;
+    let seq: u32 = w.next()?.parse().ok()?;
+    let ack: u32 = w.next()?.parse().ok()?;
+    let window: u16 = w.next()?.parse().ok()?;
+    Some(crate::sender::Flow {
+        fe,
+        client,
+        seq,
+        ack,
+        window,
+        mss: SEND_MSS,
+    })
+}
+
+/// Payload bytes per segment DP sends (an Ethernet MTU less IP and TCP headers, rounded
+/// down for the options DP does not write).
+pub const SEND_MSS: usize = 1400;
+/// The client's window DP assumes until its first ACK (no window scaling on DISC
+/// connections yet).
+pub const INITIAL_WINDOW: usize = 65535;
+/// A transfer without any progress for this long is abandoned (the FE closes the
+/// connection on its side).
+pub const STALL: Duration = Duration::from_secs(30);
+
+/// A sender thread for one transfer (it inherits the calling thread's network namespace);
+/// ACKs go in through the returned channel.
+fn start_sender(flow: crate::sender::Flow, body: Bytes) -> std::sync::mpsc::Sender<(u32, usize)> {
+    let (tx, rx) = std::sync::mpsc::channel::<(u32, usize)>();
+    let spawned = std::thread::Builder::new()
+        .name("disc-dp".into())
+        .spawn(move || {
+            let run = || -> io::Result<(u64, u64)> {
+                let mut raw = crate::sender::RawSocket::new()?;
+                let mut t = crate::sender::Transfer::new(flow, body, INITIAL_WINDOW);
+                t.pump(&mut raw)?;
+                let mut progress = (Instant::now(), 0);
+                while !t.done() {
+                    match rx.recv_timeout(Duration::from_millis(10)) {
+                        Ok((ack, win)) => t.on_ack(ack, win, &mut raw)?,
+                        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                            t.on_tick(Instant::now(), &mut raw)?
+                        }
+                        Err(_) => break, // the FE's control connection ended
+                    }
+                    if t.acked() != progress.1 {
+                        progress = (Instant::now(), t.acked());
+                    } else if progress.0.elapsed() > STALL {
+                        return Err(io::Error::new(io::ErrorKind::TimedOut, "no progress"));
+                    }
+                }
+                Ok((t.segments, t.retransmits))
+            };
+            match run() {
+                Ok((segs, rtx)) => {
+                    tracing::debug!("dp: sent in {segs} segments, {rtx} go-back-N rounds")
+                }
+                Err(e) => tracing::warn!("dp transfer to {}: {e}", flow.client),
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("dp: cannot start a sender thread: {e}");
+    }
+    tx
 }
 
 /// The FE side: asks DP at the other end of `conn` for payload `id`; Ok(size) once DP has

@@ -12,6 +12,7 @@
 //! - `cli`: `iolab disc ...`.
 
 pub mod be;
+pub mod bpf;
 pub mod chain;
 pub mod cli;
 pub mod dp;

@@ -33,6 +33,9 @@ pub enum DiscMode {
     Off,
     /// Accept the bypass; as FE role fetch the payload from DP and write it ourselves.
     Relay,
+    /// Accept the bypass; as FE role have DP send the payload on the client's connection
+    /// (the FE's eBPF hooks on `hook_iface` keep one sequence space).
+    Direct,
 }
 
 #[derive(Debug, Clone)]
@@ -41,7 +44,11 @@ pub struct ProxyConfig {
     /// This tier holds the client's connection (it writes `X-Disc-Path`).
     pub first: bool,
     pub disc: DiscMode,
+    /// The FE's client-side interface, for the eBPF hooks (direct mode, first tier).
+    pub hook_iface: Option<String>,
 }
+
+type SharedHooks = Option<std::rc::Rc<std::cell::RefCell<crate::bpf::Hooks>>>;
 
 /// Serves `listener` until `stop` on a single-loop runtime on the calling thread.
 pub fn run(listener: std::net::TcpListener, cfg: ProxyConfig, stop: Arc<Stop>) -> io::Result<()> {
@@ -54,6 +61,19 @@ pub fn run(listener: std::net::TcpListener, cfg: ProxyConfig, stop: Arc<Stop>) -
     rt.block_on(async move {
         let (_flag, cond) = stop.watch();
         let listener = TcpListener::from_std(listener)?;
+        let hooks: SharedHooks =
+            match (&cfg.hook_iface, cfg.first && cfg.disc == DiscMode::Direct) {
+                (Some(iface), true) => {
+                    let mut h = crate::bpf::Hooks::load().map_err(io::Error::other)?;
+                    h.attach(iface).map_err(io::Error::other)?;
+                    Some(std::rc::Rc::new(std::cell::RefCell::new(h)))
+                }
+                (None, true) => return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "direct mode on the first tier needs the client-side interface for the hooks",
+                )),
+                _ => None,
+            };
         loop {
             let stream = match listener.accept_or_cancel(&cond).await {
                 Ok((s, _)) => s,
@@ -64,10 +84,10 @@ pub fn run(listener: std::net::TcpListener, cfg: ProxyConfig, stop: Arc<Stop>) -
                     continue;
                 }
             };
-            let cfg = cfg.clone();
+            let (cfg, hooks) = (cfg.clone(), hooks.clone());
             let up = cfg.upstreams[next.fetch_add(1, Ordering::Relaxed) % cfg.upstreams.len()];
             iolab_runtime::spawn(async move {
-                if let Err(e) = connection(stream, up, &cfg).await {
+                if let Err(e) = connection(stream, up, &cfg, hooks).await {
                     tracing::debug!("proxy connection: {e}");
                 }
             });
@@ -127,8 +147,46 @@ fn outgoing_head(head: &[u8], cfg: &ProxyConfig, offer: bool) -> (Vec<u8>, Optio
     }
 }
 
-async fn connection(stream: TcpStream, up_addr: SocketAddr, cfg: &ProxyConfig) -> io::Result<()> {
+/// A client connection registered with the hooks; removed from their map when dropped.
+struct Registered {
+    hooks: std::rc::Rc<std::cell::RefCell<crate::bpf::Hooks>>,
+    key: crate::bpf::ConnKey,
+    client: std::net::SocketAddrV4,
+    fe: std::net::SocketAddrV4,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        let _ = self.hooks.borrow_mut().remove(&self.key);
+    }
+}
+
+fn register(stream: &TcpStream, hooks: &SharedHooks) -> io::Result<Option<Registered>> {
+    let Some(h) = hooks else { return Ok(None) };
+    let (SocketAddr::V4(client), SocketAddr::V4(fe)) = (stream.peer_addr()?, stream.local_addr()?)
+    else {
+        return Ok(None); // IPv6: no shortcut (the hooks are IPv4)
+    };
+    let key = crate::bpf::ConnKey::new(*client.ip(), client.port(), *fe.ip(), fe.port());
+    h.borrow_mut()
+        .set(key, crate::bpf::ConnState::default())
+        .map_err(io::Error::other)?;
+    Ok(Some(Registered {
+        hooks: h.clone(),
+        key,
+        client,
+        fe,
+    }))
+}
+
+async fn connection(
+    stream: TcpStream,
+    up_addr: SocketAddr,
+    cfg: &ProxyConfig,
+    hooks: SharedHooks,
+) -> io::Result<()> {
     let _ = stream.set_nodelay(true);
+    let reg = register(&stream, &hooks)?;
     let mut client = Conn::new(stream);
     let mut up = Upstream {
         addr: up_addr,
@@ -219,6 +277,23 @@ async fn connection(stream: TcpStream, up_addr: SocketAddr, cfg: &ProxyConfig) -
             }
             // FE role.
             let out_head = rewrite_head(&rhead, DISC_FIELD, &[]);
+            if let (DiscMode::Direct, Some(reg)) = (cfg.disc, &reg) {
+                match fe_check(&mut dp, d).await {
+                    Ok(()) => {
+                        let (_, c) = dp.as_mut().expect("connected");
+                        write_all(&client.stream, out_head).await?;
+                        // From here on the head is out: a failure closes the connection.
+                        fe_direct(reg, &client.stream, c, d).await?;
+                        break res.keep_alive;
+                    }
+                    Err(e) => {
+                        tracing::info!("DISC fallback (DP {}: {e}): normal path", d.last);
+                        dp = None;
+                        offer = false;
+                        continue;
+                    }
+                }
+            }
             match fe_relay(&mut dp, d).await {
                 Ok(()) => {
                     let (_, c) = dp.as_mut().expect("connected");
@@ -267,6 +342,119 @@ async fn read_response_head(
     c.consume(h);
     let res = parse_response(&head, method)?;
     Ok((head, res))
+}
+
+async fn dp_conn(dp: &mut Option<(SocketAddr, Conn)>, at: SocketAddr) -> io::Result<&mut Conn> {
+    if dp.as_ref().is_some_and(|(a, _)| *a != at) {
+        *dp = None;
+    }
+    if dp.is_none() {
+        let s = TcpStream::connect(at).await?;
+        let _ = s.set_nodelay(true);
+        *dp = Some((at, Conn::new(s)));
+    }
+    Ok(&mut dp.as_mut().expect("connected").1)
+}
+
+async fn dp_line(c: &mut Conn, line: String) -> io::Result<String> {
+    write_all(&c.stream, line.into_bytes()).await?;
+    let l = c.read_line(256).await?;
+    Ok(String::from_utf8_lossy(&l[..l.len() - 2]).into_owned())
+}
+
+/// Direct mode, before anything of the answer is written: DP holds the payload.
+async fn fe_check(dp: &mut Option<(SocketAddr, Conn)>, d: Disc) -> io::Result<()> {
+    let c = dp_conn(dp, d.last).await?;
+    let answer = dp_line(c, format!("CHECK {}\r\n", d.id)).await?;
+    if answer != format!("OK {}", d.size) {
+        return Err(io::Error::other(format!("DP answered `{answer}`")));
+    }
+    Ok(())
+}
+
+/// SIOCOUTQNSD (linux/sockios.h): bytes in the send queue not yet sent.
+const SIOCOUTQNSD: libc::c_ulong = 0x894B;
+
+/// Bytes written on `s` that its stack has not sent yet (SIOCOUTQNSD). Once 0, every byte
+/// went through the TC egress hook (which runs in the transmit path, before any qdisc), so
+/// the map's `fe_nxt` is the FE's next sequence number.
+fn unsent(s: &TcpStream) -> io::Result<i32> {
+    use std::os::fd::AsRawFd;
+    let mut n: libc::c_int = 0;
+    // SAFETY: ioctl(SIOCOUTQNSD) writes one int into `n`, alive for the call.
+    if unsafe { libc::ioctl(s.as_raw_fd(), SIOCOUTQNSD, &mut n) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n)
+}
+
+/// How long the FE waits for any progress of the shortcut before closing the connection.
+const DIRECT_STALL: std::time::Duration = std::time::Duration::from_secs(30);
+/// The ack forwarder's polling period.
+const ACK_POLL: std::time::Duration = std::time::Duration::from_micros(200);
+
+/// Direct mode, the head written: once the FE's stack has sent it (not necessarily
+/// acknowledged: a retransmission keeps its old shift), the payload gets the next `size`
+/// sequence numbers (the hooks' new epoch), DP sends it
+/// as the FE, and the client's ACKs for it are forwarded to DP until the last byte is
+/// acknowledged. Then the FE's stack writes again (its bytes shifted past the payload).
+async fn fe_direct(reg: &Registered, client: &TcpStream, c: &mut Conn, d: Disc) -> io::Result<()> {
+    let t0 = std::time::Instant::now();
+    while unsent(client)? > 0 {
+        if t0.elapsed() > DIRECT_STALL {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "head not sent"));
+        }
+        iolab_runtime::sleep(ACK_POLL).await;
+    }
+    let get = || -> io::Result<crate::bpf::ConnState> {
+        reg.hooks
+            .borrow_mut()
+            .get(&reg.key)
+            .map_err(io::Error::other)?
+            .ok_or_else(|| io::Error::other("connection not registered"))
+    };
+    let st = get()?;
+    let size = u32::try_from(d.size).map_err(|_| io::Error::other("payload over 4 GiB"))?;
+    let (boundary, off_lo) = (st.fe_nxt, st.off_hi);
+    let off_hi = off_lo.wrapping_add(size);
+    reg.hooks
+        .borrow_mut()
+        .set_epoch(reg.key, boundary, off_lo, off_hi)
+        .map_err(io::Error::other)?;
+    let seq = boundary.wrapping_add(off_lo);
+    let answer = dp_line(
+        c,
+        format!(
+            "SEND {} {} {} {seq} {} {}\r\n",
+            d.id, reg.client, reg.fe, st.fe_ack, st.fe_win
+        ),
+    )
+    .await?;
+    if answer != format!("OK {}", d.size) {
+        return Err(io::Error::other(format!("DP answered `{answer}`")));
+    }
+    let end = seq.wrapping_add(size);
+    let (mut last, mut progress) = (seq, std::time::Instant::now());
+    while last != end {
+        let s = get()?;
+        if (s.last_ack.wrapping_sub(last) as i32) > 0 {
+            last = s.last_ack;
+            progress = std::time::Instant::now();
+            write_all(
+                &c.stream,
+                format!("ACK {last} {}\r\n", s.last_win).into_bytes(),
+            )
+            .await?;
+        } else if progress.elapsed() > DIRECT_STALL {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the payload stalled",
+            ));
+        } else {
+            iolab_runtime::sleep(ACK_POLL).await;
+        }
+    }
+    Ok(())
 }
 
 /// FE role in relay mode: DP at `d.last` has answered OK for payload `d.id` (its bytes

@@ -76,6 +76,7 @@ fn chain(root: &Path, disc: DiscMode, broken_dp: bool) -> Chain {
         disc,
         threshold: iolab_disc::proto::DEFAULT_THRESHOLD,
         broken_dp,
+        loss_pct: 0.0,
     })
     .expect("starting the chain")
 }
@@ -198,4 +199,84 @@ fn an_unreachable_dp_falls_back_to_the_normal_path() {
     );
     assert_eq!(claimed, 0, "no FE could reach DP: every one was re-asked");
     c.stop().unwrap();
+}
+
+#[test]
+fn disc_direct_dp_sends_on_the_clients_connection() {
+    if !ready() {
+        return;
+    }
+    if !iolab_disc::bpf::available() {
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("built without the eBPF programs (clang, libbpf-dev)");
+        }
+        eprintln!("skipping the direct-mode chain test: built without clang/libbpf-dev");
+        return;
+    }
+    let dir = TempDir::new("direct");
+    let root = dir.0.join("www");
+    write_payloads(&root, &SIZES).unwrap();
+    let c = chain(&root, DiscMode::Direct, false);
+    // One keep-alive connection for all sizes: every head after the first payload goes
+    // through the FE's shifted sequence space.
+    assert_identical(&c, &dir.0);
+    let big = SIZES.iter().filter(|&&n| n >= 16384).count() as u64;
+    let store = c.store.clone().unwrap();
+    assert_eq!(
+        store.counts(),
+        (big, big),
+        "every big payload was sent by DP"
+    );
+    check_pipelined(&c, &root);
+    assert_eq!(store.counts(), (big + 2, big + 2));
+    c.stop().unwrap();
+}
+
+/// Direct mode with packets dropped in and out of the client's interfaces (the netem
+/// substitute, `disc_lossy`): DP's go-back-N, the FE's stack and the hooks recover, and
+/// the client still gets exactly the BE's bytes.
+fn direct_under_loss(pct: f64) {
+    if !ready() || !iolab_disc::bpf::available() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "built without eBPF"
+        );
+        return;
+    }
+    const LOSS_SIZES: [u64; 5] = [1, 16384, 65536, 1 << 20, (1 << 20) + 1];
+    let dir = TempDir::new(&format!("loss{pct}"));
+    let root = dir.0.join("www");
+    write_payloads(&root, &LOSS_SIZES).unwrap();
+    let c = Chain::start(&ChainConfig {
+        root: root.clone(),
+        disc: DiscMode::Direct,
+        threshold: iolab_disc::proto::DEFAULT_THRESHOLD,
+        broken_dp: false,
+        loss_pct: pct,
+    })
+    .expect("starting the chain");
+    let rows = compare_sizes(&c, &LOSS_SIZES, &dir.0).expect("fetching");
+    for r in &rows {
+        assert!(
+            r.identical,
+            "{pct}% loss, size {}: differs\n{}",
+            r.size, r.via_head
+        );
+    }
+    let (seen, dropped) = c.lossy.as_ref().unwrap().counts().unwrap();
+    assert!(dropped > 0, "{pct}%: no packet was dropped ({seen} seen)");
+    let big = LOSS_SIZES.iter().filter(|&&n| n >= 16384).count() as u64;
+    assert_eq!(c.store.clone().unwrap().counts(), (big, big));
+    eprintln!("{pct}% loss: {dropped} of {seen} TCP packets dropped on the client's links; bytes identical");
+    c.stop().unwrap();
+}
+
+#[test]
+fn disc_direct_under_one_percent_loss() {
+    direct_under_loss(1.0);
+}
+
+#[test]
+fn disc_direct_under_five_percent_loss() {
+    direct_under_loss(5.0);
 }

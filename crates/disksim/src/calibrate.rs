@@ -538,43 +538,6 @@ pub fn seek_verdict(seek: &[SeekPoint]) -> String {
     }
 }
 
-/// Median of a list (NaN if empty).
-fn median(v: &mut [f64]) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
-/// Robust affine fit `latency = a + b × KiB` (Theil–Sen: the median of the pairwise slopes,
-/// the median intercept) of points of one operation, pattern and queue depth: on a shared
-/// machine one point in five can be several times too slow, and a table would keep it. The
-/// fit is what the simulator gets; the raw points stay in the JSON.
-pub fn fit_affine(pts: &[(f64, f64)]) -> Option<(f64, f64)> {
-    if pts.len() < 3 {
-        return None;
-    }
-    let mut slopes = Vec::new();
-    for i in 0..pts.len() {
-        for j in i + 1..pts.len() {
-            let dx = pts[j].0 - pts[i].0;
-            if dx.abs() > 1e-12 {
-                slopes.push((pts[j].1 - pts[i].1) / dx);
-            }
-        }
-    }
-    let b = median(&mut slopes).max(0.0);
-    let mut icpt: Vec<f64> = pts.iter().map(|(x, y)| y - b * x).collect();
-    let a = median(&mut icpt);
-    (a.is_finite() && b.is_finite()).then_some((a.max(1.0), b))
-}
-
 /// The points the simulator gets: per (op, pattern, qd), the affine fit at each measured
 /// size (or the raw point when there are fewer than 3 sizes).
 pub fn fitted_points(points: &[CalPoint]) -> Vec<CalPoint> {
@@ -590,7 +553,7 @@ pub fn fitted_points(points: &[CalPoint]) -> Vec<CalPoint> {
             .map(|q| (q.size_kib as f64, q.mean_us))
             .collect();
         let mut f = p.clone();
-        if let Some((a, b)) = fit_affine(&group) {
+        if let Some((a, b)) = crate::fio::fit_affine(&group) {
             f.mean_us = a + b * p.size_kib as f64;
         }
         out.push(f);
@@ -791,11 +754,11 @@ mod tests {
             (1024.0, 2000.0),
             (4096.0, 7500.0),
         ];
-        let (a, b) = fit_affine(&pts).unwrap();
+        let (a, b) = crate::fio::fit_affine(&pts).unwrap();
         // The five regular points lie near 150 + 1.8 × KiB; the 16 KiB one is 1000 µs off.
         assert!((100.0..250.0).contains(&a), "{a}");
         assert!((1.6..2.0).contains(&b), "{b}");
-        assert!(fit_affine(&pts[..2]).is_none());
+        assert!(crate::fio::fit_affine(&pts[..2]).is_none());
     }
 
     #[test]

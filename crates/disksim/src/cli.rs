@@ -22,6 +22,8 @@ pub struct DisksimArgs {
 }
 
 #[derive(Subcommand, Debug)]
+// Parsed once per process: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum DisksimCommand {
     /// Replay DiskSim's real-disk validation traces on our disk models and score them
     /// (demerit figure, mean response time, simulation speed).
@@ -160,6 +162,9 @@ pub struct RunArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// The host stack (page cache, block layer) above the device.
+    #[command(flatten)]
+    pub host: crate::host::HostArgs,
 }
 
 #[derive(Args, Debug)]
@@ -476,6 +481,10 @@ struct RunReport {
     rotation_share: f64,
     transfer_share: f64,
     device_stats: Vec<(String, f64)>,
+    /// The host stack's parameters (None: `--host none`).
+    host: Option<Vec<(String, String)>>,
+    /// Page-cache and block-layer counters.
+    host_stats: Vec<(String, f64)>,
 }
 
 fn open_trace(path: &Path, format: Option<&str>) -> Result<Box<dyn Source>> {
@@ -545,7 +554,11 @@ fn run_cmd(a: RunArgs) -> Result<()> {
         b
     };
     let description = dev.description.clone();
-    let mut sim = Simulator::new(vec![dev.component]);
+    let host = a.host.params()?;
+    let mut sim = Simulator::new(match &host {
+        Some(h) => h.stack_on(dev.component)?,
+        None => vec![dev.component],
+    });
     let mut sum = Summary::new();
     let mut log_err: Option<std::io::Error> = None;
     let t0 = Instant::now();
@@ -600,6 +613,11 @@ fn run_cmd(a: RunArgs) -> Result<()> {
         .last()
         .map(|c| c.stats())
         .unwrap_or_default();
+    let comps = sim.components();
+    let host_stats: Vec<(String, f64)> = comps[..comps.len() - 1]
+        .iter()
+        .flat_map(|c| c.stats())
+        .collect();
     let rep = RunReport {
         device: description,
         requests: totals.requests,
@@ -625,6 +643,8 @@ fn run_cmd(a: RunArgs) -> Result<()> {
         rotation_share: sum.rotation / sum.sum_resp.max(1e-12),
         transfer_share: sum.transfer / sum.sum_resp.max(1e-12),
         device_stats,
+        host: host.map(|h| h.describe()),
+        host_stats,
     };
     println!("device      {}", rep.device);
     println!(
@@ -655,6 +675,7 @@ fn run_cmd(a: RunArgs) -> Result<()> {
         rep.rotation_share * 100.0,
         rep.transfer_share * 100.0
     );
+    crate::host::print_host(rep.host.as_deref(), &rep.host_stats);
     if let Some(p) = &a.json {
         std::fs::write(p, serde_json::to_string_pretty(&rep)?)
             .with_context(|| format!("writing {}", p.display()))?;

@@ -1096,7 +1096,7 @@ impl HostCpu {
             .filter(|p| p[0] <= 128.0)
             .map(|p| (p[0], p[1]))
             .collect();
-        match crate::calibrate::fit_affine(&pts) {
+        match fit_affine(&pts) {
             Some((a, b)) => (a.min(self.cost_us(4.0)), b),
             None => (self.cost_us(4.0), 0.0),
         }
@@ -1319,6 +1319,43 @@ pub fn job_table(results: &[JobResult]) -> String {
         }
     }
     s
+}
+
+/// Median of a list (NaN if empty).
+fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Robust affine fit `latency = a + b × KiB` (Theil–Sen: the median of the pairwise slopes,
+/// the median intercept) of points of one operation, pattern and queue depth: on a shared
+/// machine one point in five can be several times too slow, and a table would keep it. The
+/// fit is what the simulator gets; the raw points stay in the JSON.
+pub fn fit_affine(pts: &[(f64, f64)]) -> Option<(f64, f64)> {
+    if pts.len() < 3 {
+        return None;
+    }
+    let mut slopes = Vec::new();
+    for i in 0..pts.len() {
+        for j in i + 1..pts.len() {
+            let dx = pts[j].0 - pts[i].0;
+            if dx.abs() > 1e-12 {
+                slopes.push((pts[j].1 - pts[i].1) / dx);
+            }
+        }
+    }
+    let b = median(&mut slopes).max(0.0);
+    let mut icpt: Vec<f64> = pts.iter().map(|(x, y)| y - b * x).collect();
+    let a = median(&mut icpt);
+    (a.is_finite() && b.is_finite()).then_some((a.max(1.0), b))
 }
 
 #[cfg(test)]

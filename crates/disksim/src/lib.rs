@@ -17,13 +17,16 @@
 //! it. See README.md for the architecture and who owns which module.
 
 pub mod blocklayer;
+#[cfg(feature = "cli")]
 pub mod calibrate;
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod fio;
 pub mod hdd;
 pub mod host;
+#[cfg(feature = "cli")]
 pub mod linuxval;
 pub mod measured;
 pub mod pagecache;
@@ -32,6 +35,7 @@ pub mod sched;
 pub mod ssd;
 pub mod trace;
 pub mod validate;
+pub mod wincache;
 pub mod workload;
 
 /// The validation data shipped with the crate (DiskSim 4.0's real-disk traces).

@@ -79,6 +79,25 @@ impl<T> Scheduler<T> {
         self.items.push_back((pos, item));
     }
 
+    /// Removes the first item `pick` selects (the block layer: a request merged into
+    /// another), keeping the others' order.
+    pub fn remove_where(&mut self, mut pick: impl FnMut(&T) -> bool) -> Option<T> {
+        let i = self.items.iter().position(|(_, t)| pick(t))?;
+        self.items.remove(i).map(|(_, t)| t)
+    }
+
+    /// Moves the first item `pick` selects to position `pos` (a front merge moves a
+    /// request's start), keeping its place in arrival order.
+    pub fn reposition(&mut self, pos: u64, mut pick: impl FnMut(&T) -> bool) -> bool {
+        match self.items.iter_mut().find(|(_, t)| pick(t)) {
+            Some(item) => {
+                item.0 = pos;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Removes and returns the next item to serve with the head at `head`.
     pub fn pop(&mut self, head: u64) -> Option<T> {
         if self.items.is_empty() {

@@ -160,6 +160,11 @@ pub fn answer(site: &Site, target: &[u8], key: &mut Vec<u8>) -> Answer {
                     Ok(b) => b,
                     Err(_) => return text(500, Vec::new()),
                 },
+                // `lookup` reads a cache miss whole; this keeps the match total.
+                crate::site::Body::Load(load) => match read_whole(&load.file, file.len) {
+                    Ok(b) => b,
+                    Err(_) => return text(500, Vec::new()),
+                },
             };
             Answer {
                 status: 200,

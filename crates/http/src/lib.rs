@@ -7,6 +7,12 @@
 //! once [`Session::should_close`] is true and nothing is pending.
 //! Every model therefore serves exactly the same bytes and counts exactly the same statuses.
 //!
+//! File bytes not in memory (a cache miss, the chunks of a large file) are read by the
+//! session itself, blocking the caller's thread ([`Session::new`], [`FileReads::Blocking`]),
+//! or by the model: with [`FileReads::Caller`], the model first asks [`Session::file_read`]
+//! for the read the session waits for, does it (through io_uring, on a thread pool) and
+//! hands the bytes to [`Session::file_read_done`], before writing what is pending.
+//!
 //! ```no_run
 //! # fn serve(mut sock: std::net::TcpStream) -> std::io::Result<()> {
 //! use std::io::{Read, Write};
@@ -44,7 +50,7 @@ mod response;
 mod session;
 mod site;
 
-pub use session::Session;
+pub use session::{FileRead, FileReads, Session};
 pub use site::CacheConfig;
 
 /// Size of the chunks a file too large for the cache is read and sent in: what one
@@ -136,6 +142,18 @@ impl Site {
     /// Number of files in the cache and their total size in bytes.
     pub fn cache_usage(&self) -> (usize, u64) {
         self.files.cache_usage()
+    }
+
+    /// Test hook: from now on every read of a file's bytes (a cache miss, a chunk of a
+    /// streamed file) takes at least `delay` more — a slow disk. A read done on the caller's
+    /// thread sleeps first ([`FileRead::read_blocking`], [`FileReads::Blocking`]); a model
+    /// that reads through io_uring links a timeout of [`FileRead::injected_delay`] before its
+    /// `IORING_OP_READ`. Used by the tests that check a slow read does not hold up other
+    /// connections; `iolab serve` sets it from `IOLAB_TEST_READ_DELAY_MS` in debug builds
+    /// only. Zero (the default) turns it off.
+    #[doc(hidden)]
+    pub fn inject_read_delay(&self, delay: std::time::Duration) {
+        self.files.set_read_delay(delay);
     }
 
     pub(crate) fn files(&self) -> &site::Files {

@@ -3,13 +3,15 @@
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Buf, Bytes};
 
 use crate::response::{error_body, head};
-use crate::site::{Body as FileBody, FileRef, Lookup};
+use crate::site::{read_at_blocking, Body as FileBody, FileRef, Load, Lookup};
 use crate::{Site, STREAM_CHUNK};
 
 /// Longest chunk-size line (size plus extensions) of a chunked body; longer is a 400.
@@ -73,11 +75,13 @@ struct Conditions<'a> {
 enum Payload {
     None,
     Memory(Bytes),
-    /// `len` bytes of `file` from `offset`, read in chunks as they are sent.
+    /// `len` bytes of `file` from `offset`, read in chunks as they are sent; `fill`: the
+    /// whole of a cache miss, read in one piece and then cached.
     Disk {
         file: Arc<File>,
         offset: u64,
         len: u64,
+        fill: Option<Arc<Load>>,
     },
 }
 
@@ -100,6 +104,74 @@ struct Stream {
     file: Arc<File>,
     offset: u64,
     left: u64,
+    /// A cache miss read whole (one read of `left` bytes), then cached.
+    fill: Option<Arc<Load>>,
+}
+
+impl Stream {
+    /// Bytes the next read asks for: the whole rest of a cache miss, else one chunk.
+    fn next_len(&self) -> usize {
+        let chunk = if self.fill.is_some() {
+            self.left
+        } else {
+            self.left.min(STREAM_CHUNK as u64)
+        };
+        usize::try_from(chunk).unwrap_or(usize::MAX)
+    }
+}
+
+/// Who reads the bytes of a file that are not in memory: a cache miss (read whole, then
+/// cached) and the [`STREAM_CHUNK`] chunks of a file too large to cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileReads {
+    /// The session itself, on the caller's thread, with `pread` — blocking that thread
+    /// ([`Session::new`]): the thread and readiness models.
+    Blocking,
+    /// The caller: the session says what it needs ([`Session::file_read`]) and stays paused
+    /// until the bytes come back ([`Session::file_read_done`]): the models that read files
+    /// through io_uring or a thread pool, so that a slow disk never stalls their loop.
+    Caller,
+}
+
+/// A read of a file that a [`FileReads::Caller`] session waits for: `len` bytes at `offset`
+/// of the descriptor [`FileRead::fd`], which stays open as long as this value lives (keep it
+/// until the read completes).
+pub struct FileRead {
+    file: Arc<File>,
+    offset: u64,
+    len: usize,
+    delay: Duration,
+}
+
+impl FileRead {
+    pub fn fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The delay a test injects before this read ([`crate::Site::inject_read_delay`]);
+    /// zero otherwise. A model reading through the ring applies it itself (a linked
+    /// timeout); [`FileRead::read_blocking`] sleeps it.
+    pub fn injected_delay(&self) -> Duration {
+        self.delay
+    }
+
+    /// Performs the read on this thread (`pread` until `len` bytes or end of file), for a
+    /// model that runs it on a thread pool. Fewer bytes than asked means end of file.
+    pub fn read_blocking(&self) -> io::Result<Vec<u8>> {
+        read_at_blocking(&self.file, self.offset, self.len, self.delay)
+    }
 }
 
 /// Per-connection HTTP state: incremental parser plus the queue of response bytes to send.
@@ -117,13 +189,22 @@ pub struct Session {
     out_len: usize,
     /// A file body still on disk, sent after `out`; parsing pauses while it is there.
     stream: Option<Stream>,
+    reads: FileReads,
+    /// [`FileReads::Caller`]: a read was handed out by `file_read` and is not done.
+    reading: bool,
     closing: bool,
     /// Scratch for the decoded request path, reused across requests.
     key: Vec<u8>,
 }
 
 impl Session {
+    /// A session that reads files itself, blocking ([`FileReads::Blocking`]).
     pub fn new(site: Arc<Site>) -> Session {
+        Session::with_file_reads(site, FileReads::Blocking)
+    }
+
+    /// A session whose file reads are done by `reads`.
+    pub fn with_file_reads(site: Arc<Site>, reads: FileReads) -> Session {
         Session {
             site,
             buf: Vec::new(),
@@ -134,6 +215,8 @@ impl Session {
             out: VecDeque::new(),
             out_len: 0,
             stream: None,
+            reads,
+            reading: false,
             closing: false,
             key: Vec::new(),
         }
@@ -187,9 +270,10 @@ impl Session {
     }
 
     /// Response bytes ready to be written, in order, as cheap `Bytes` chunks (usable as
-    /// iovecs). A streamed file appears here one chunk at a time: after `advance`, the next
-    /// chunk is read from disk (a blocking `pread` of at most [`STREAM_CHUNK`] bytes, on the
-    /// caller's thread).
+    /// iovecs). A file body not in memory appears here one read at a time: with
+    /// [`FileReads::Blocking`], after `advance` the next chunk is read from disk (a blocking
+    /// `pread` of at most [`STREAM_CHUNK`] bytes, or a whole cache miss, on the caller's
+    /// thread); with [`FileReads::Caller`], once the caller has done [`Session::file_read`].
     pub fn pending(&self) -> &VecDeque<Bytes> {
         &self.out
     }
@@ -236,44 +320,81 @@ impl Session {
         self.stream.is_some() || self.out_len >= self.site.limits().max_queued
     }
 
-    /// Keeps at least one chunk of a streamed file in `out` while the file has bytes left.
-    /// A read error or a file that shrank ends the connection after what was queued: the
-    /// head announced a length that can no longer be honoured.
+    /// Keeps at least one chunk of a streamed file in `out` while the file has bytes left
+    /// ([`FileReads::Blocking`]; a `Caller` session waits for [`Session::file_read`]).
     fn refill(&mut self) {
+        if self.reads == FileReads::Caller {
+            return;
+        }
+        let delay = self.site.files().read_delay();
         while self.out_len < STREAM_CHUNK {
-            let Some(stream) = &mut self.stream else {
+            let Some(stream) = &self.stream else {
                 return;
             };
-            let want = stream.left.min(STREAM_CHUNK as u64) as usize;
-            let mut chunk = vec![0u8; want];
-            let mut got = 0;
-            while got < want {
-                match stream
-                    .file
-                    .read_at(&mut chunk[got..], stream.offset + got as u64)
-                {
-                    Ok(0) => break,
-                    Ok(k) => got += k,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(_) => break,
-                }
-            }
-            chunk.truncate(got);
-            stream.offset += got as u64;
-            stream.left -= got as u64;
-            let (short, done) = (got < want, stream.left == 0);
-            if short || done {
-                self.stream = None;
-            }
-            if short {
-                self.closing = true;
-                self.buf.clear();
-            }
-            self.push(Bytes::from(chunk));
-            if short {
-                return;
+            let data = read_at_blocking(&stream.file, stream.offset, stream.next_len(), delay)
+                .unwrap_or_default();
+            self.take_read(data);
+        }
+    }
+
+    /// The file read this session needs now, if any ([`FileReads::Caller`] only): at most
+    /// one at a time, and only while less than a [`STREAM_CHUNK`] is pending. The session
+    /// stays paused (answers nothing more) until [`Session::file_read_done`]. Call it before
+    /// looking at [`Session::pending`]: the bytes it brings usually go out in the same send.
+    pub fn file_read(&mut self) -> Option<FileRead> {
+        if self.reads != FileReads::Caller || self.reading || self.out_len >= STREAM_CHUNK {
+            return None;
+        }
+        let stream = self.stream.as_ref()?;
+        self.reading = true;
+        Some(FileRead {
+            file: Arc::clone(&stream.file),
+            offset: stream.offset,
+            len: stream.next_len(),
+            delay: self.site.files().read_delay(),
+        })
+    }
+
+    /// The outcome of the read [`Session::file_read`] handed out: its bytes (fewer than asked
+    /// is fine; none, or an error, ends the connection after what is queued). Then answers
+    /// what the read held back, as [`Session::resume`] does.
+    pub fn file_read_done(&mut self, result: io::Result<Vec<u8>>, on_response: impl FnMut(u16)) {
+        if !std::mem::take(&mut self.reading) {
+            return;
+        }
+        self.take_read(result.unwrap_or_default());
+        self.resume(on_response);
+    }
+
+    /// Queues bytes read at the stream's offset. No bytes (end of file before the announced
+    /// length, or a read error) ends the connection after what was queued: the head
+    /// announced a length that can no longer be honoured. A cache miss read whole is cached.
+    fn take_read(&mut self, mut data: Vec<u8>) {
+        let Some(stream) = &mut self.stream else {
+            return;
+        };
+        let want = stream.next_len();
+        data.truncate(want);
+        if data.is_empty() {
+            self.stream = None;
+            self.closing = true;
+            self.buf.clear();
+            return;
+        }
+        let got = data.len();
+        let chunk = Bytes::from(data);
+        stream.offset += got as u64;
+        stream.left -= got as u64;
+        // A partial read of a miss is not cached: the rest is streamed in chunks.
+        if let Some(load) = stream.fill.take() {
+            if got == want {
+                self.site.files().finish_load(&load, chunk.clone());
             }
         }
+        if stream.left == 0 {
+            self.stream = None;
+        }
+        self.push(chunk);
     }
 
     /// True once the connection must close after the pending bytes are flushed
@@ -495,12 +616,18 @@ impl Session {
         match reply.payload {
             Payload::None => {}
             Payload::Memory(b) => self.push(b),
-            Payload::Disk { file, offset, len } => {
+            Payload::Disk {
+                file,
+                offset,
+                len,
+                fill,
+            } => {
                 if len > 0 {
                     self.stream = Some(Stream {
                         file,
                         offset,
                         left: len,
+                        fill,
                     });
                     self.refill();
                 }
@@ -516,7 +643,7 @@ impl Session {
     fn serve(&mut self, req: &Request<'_>) -> Reply {
         let keep_alive = req.keep_alive;
         let lookup = match normalise_target(req.target, &mut self.key) {
-            Ok(query) => match self.site.files().lookup(&self.key) {
+            Ok(query) => match self.site.files().lookup_deferred(&self.key) {
                 Lookup::Redirect(mut location) => {
                     if let Some(q) = query {
                         location.push(b'?');
@@ -849,6 +976,14 @@ fn serve_file(
             file: f.clone(),
             offset,
             len: n,
+            fill: None,
+        },
+        // A miss: cached only when read whole.
+        FileBody::Load(load) => Payload::Disk {
+            file: Arc::clone(&load.file),
+            offset,
+            len: n,
+            fill: (offset == 0 && n == len).then(|| Arc::clone(load)),
         },
     };
     const ACCEPT_RANGES: &[u8] = b"Accept-Ranges: bytes\r\n";

@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::{File, Metadata};
-use std::io::{self, Read};
+use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
@@ -83,6 +83,22 @@ pub(crate) enum Body {
     /// Too large to cache: read from this open descriptor in bounded chunks as the response
     /// is sent, so that a response never holds the whole file.
     Disk(Arc<File>),
+    /// A cache miss on a file small enough to cache: opened and checked, not read yet. The
+    /// session reads it whole (itself, or through the model: [`crate::FileReads`]) and hands
+    /// the bytes to [`Files::finish_load`], which caches them.
+    Load(Arc<Load>),
+}
+
+/// A file opened on a cache miss, waiting for its bytes to be read and cached.
+pub(crate) struct Load {
+    pub(crate) file: Arc<File>,
+    key: Box<[u8]>,
+    fs_path: PathBuf,
+    id: FileId,
+    content_type: Bytes,
+    validators: Bytes,
+    etag: Bytes,
+    mtime: Option<u64>,
 }
 
 /// Identity and version of a file: any change means the cached bytes may be stale.
@@ -137,6 +153,9 @@ pub(crate) struct Files {
     cache: RwLock<Cache>,
     epoch: Instant,
     revalidate_ns: u64,
+    /// Test hook ([`crate::Site::inject_read_delay`]): every read of a file's bytes takes at
+    /// least this long, in nanoseconds; 0 (always, unless a test sets it) for none.
+    read_delay_ns: AtomicU64,
 }
 
 impl Files {
@@ -147,6 +166,7 @@ impl Files {
             config,
             cache: RwLock::new(Cache::default()),
             epoch: Instant::now(),
+            read_delay_ns: AtomicU64::new(0),
         }
     }
 
@@ -164,9 +184,63 @@ impl Files {
         (cache.map.len(), cache.bytes)
     }
 
-    /// `key` is a normalised, percent-decoded path: starts with `/`, no empty, `.` or `..`
-    /// segment, no NUL; ends with `/` only when the request named a directory.
+    /// See [`crate::Site::inject_read_delay`].
+    pub(crate) fn set_read_delay(&self, delay: Duration) {
+        let ns = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
+        self.read_delay_ns.store(ns, Ordering::Relaxed);
+    }
+
+    pub(crate) fn read_delay(&self) -> Duration {
+        Duration::from_nanos(self.read_delay_ns.load(Ordering::Relaxed))
+    }
+
+    /// As [`Files::lookup_deferred`], with a cache miss read at once on this thread (for
+    /// callers that need the whole body now: `direct`).
     pub(crate) fn lookup(&self, key: &[u8]) -> Lookup {
+        match self.lookup_deferred(key) {
+            Lookup::File(mut file) => {
+                if let Body::Load(load) = &file.body {
+                    let len = usize::try_from(file.len).unwrap_or(usize::MAX);
+                    let data = match read_at_blocking(&load.file, 0, len, self.read_delay()) {
+                        Ok(data) if data.len() == len => Bytes::from(data),
+                        // A short read: the file changed while read; nothing true to serve.
+                        _ => return Lookup::Status(500),
+                    };
+                    self.finish_load(load, data.clone());
+                    file.body = Body::Memory(data);
+                }
+                Lookup::File(file)
+            }
+            other => other,
+        }
+    }
+
+    /// Caches the bytes read for `load`, unless the file changed size meanwhile.
+    pub(crate) fn finish_load(&self, load: &Load, body: Bytes) {
+        if body.len() as u64 != load.id.len {
+            return;
+        }
+        self.insert(
+            &load.key,
+            Entry {
+                fs_path: load.fs_path.clone(),
+                id: load.id,
+                content_type: load.content_type.clone(),
+                validators: load.validators.clone(),
+                etag: load.etag.clone(),
+                mtime: load.mtime,
+                body,
+                checked: AtomicU64::new(self.now_ns()),
+            },
+        );
+    }
+
+    /// `key` is a normalised, percent-decoded path: starts with `/`, no empty, `.` or `..`
+    /// segment, no NUL; ends with `/` only when the request named a directory. A hit is
+    /// answered from memory; a miss opens and checks the file (on this thread: `open`,
+    /// `fstat`, the root check) but leaves its bytes unread ([`Body::Load`] or
+    /// [`Body::Disk`]).
+    pub(crate) fn lookup_deferred(&self, key: &[u8]) -> Lookup {
         let hit = {
             let cache = self.cache.read().unwrap_or_else(|e| e.into_inner());
             cache.map.get(key).cloned()
@@ -257,35 +331,22 @@ impl Files {
                 body: Body::Disk(Arc::new(file)),
             });
         }
-        let mut data = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
-        if file.read_to_end(&mut data).is_err() {
-            return Lookup::Status(500);
-        }
-        let body = Bytes::from(data);
-        // A size mismatch means the file changed while being read: serve what was read
-        // (with its own length) but do not cache it.
-        if body.len() as u64 == len {
-            self.insert(
-                key,
-                Entry {
-                    fs_path: path,
-                    id: FileId::of(&meta),
-                    content_type: content_type.clone(),
-                    validators: validators.clone(),
-                    etag: etag.clone(),
-                    mtime,
-                    body: body.clone(),
-                    checked: AtomicU64::new(self.now_ns()),
-                },
-            );
-        }
         Lookup::File(FileRef {
-            content_type,
-            validators,
-            etag,
+            content_type: content_type.clone(),
+            validators: validators.clone(),
+            etag: etag.clone(),
             mtime,
-            len: body.len() as u64,
-            body: Body::Memory(body),
+            len,
+            body: Body::Load(Arc::new(Load {
+                file: Arc::new(file),
+                key: key.into(),
+                fs_path: path,
+                id: FileId::of(&meta),
+                content_type,
+                validators,
+                etag,
+                mtime,
+            })),
         })
     }
 
@@ -359,6 +420,35 @@ fn entity_tag(mtime: i64, len: u64) -> Bytes {
 fn push_http_date(out: &mut Vec<u8>, secs: u64) {
     let t = std::time::UNIX_EPOCH + Duration::from_secs(secs);
     out.extend_from_slice(httpdate::fmt_http_date(t).as_bytes());
+}
+
+/// Reads up to `len` bytes of `file` at `offset` on this thread (`pread` until `len` or end
+/// of file), after sleeping `delay` (the test hook; zero otherwise). The one place where the
+/// bytes of a file are read synchronously: by the session in [`crate::FileReads::Blocking`]
+/// mode, by [`crate::FileRead::read_blocking`] on a model's thread pool, and by `direct`.
+pub(crate) fn read_at_blocking(
+    file: &File,
+    offset: u64,
+    len: usize,
+    delay: Duration,
+) -> io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    if !delay.is_zero() {
+        std::thread::sleep(delay);
+    }
+    let mut data = vec![0u8; len];
+    let mut got = 0;
+    while got < len {
+        match file.read_at(&mut data[got..], offset + got as u64) {
+            Ok(0) => break,
+            Ok(k) => got += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if got == 0 => return Err(e),
+            Err(_) => break,
+        }
+    }
+    data.truncate(got);
+    Ok(data)
 }
 
 fn open_error_status(e: &io::Error) -> u16 {

@@ -355,3 +355,89 @@ fn root_given_through_a_symlink_works() {
     });
     assert_eq!(st, vec![200]);
 }
+
+/// Runs a `FileReads::Caller` session to the end of its output, doing each file read it asks
+/// for with `read` (offset, len) and writing everything; returns the bytes and the reads.
+fn drain_caller(
+    s: &mut iolab_http::Session,
+    mut read: impl FnMut(&iolab_http::FileRead) -> std::io::Result<Vec<u8>>,
+) -> (Vec<u8>, Vec<(u64, usize)>) {
+    let (mut out, mut reads) = (Vec::new(), Vec::new());
+    loop {
+        if let Some(job) = s.file_read() {
+            assert!(s.file_read().is_none(), "one read at a time");
+            reads.push((job.offset(), job.len()));
+            let r = read(&job);
+            s.file_read_done(r, |_| {});
+        } else if let Some(chunk) = s.pending().front() {
+            let n = chunk.len();
+            out.extend_from_slice(chunk);
+            s.advance(n);
+            s.resume(|_| {});
+        } else {
+            return (out, reads);
+        }
+    }
+}
+
+#[test]
+fn caller_file_reads_serve_the_same_bytes_and_fill_the_cache() {
+    use iolab_http::{FileReads, Session};
+    let dir = tempfile::tempdir().unwrap();
+    let small: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
+    let big: Vec<u8> = (0..200_000u32).map(|i| (i % 253) as u8).collect();
+    std::fs::write(dir.path().join("small"), &small).unwrap();
+    std::fs::write(dir.path().join("big"), &big).unwrap();
+    let cache = CacheConfig {
+        max_cached_file: 64 * 1024,
+        revalidate_after: Duration::from_secs(3600),
+        ..CacheConfig::default()
+    };
+    let site = Site::with_cache(dir.path(), Limits::default(), cache).unwrap();
+    let request = |path: &str| format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n");
+    // A miss: nothing read by the session itself; one read of the whole file, then cached.
+    let mut s = Session::with_file_reads(site.clone(), FileReads::Caller);
+    s.feed(request("/small").as_bytes(), |st| assert_eq!(st, 200));
+    let (out, reads) = drain_caller(&mut s, |j| j.read_blocking());
+    assert!(out.ends_with(&small), "miss served exactly");
+    assert_eq!(reads, [(0, 3000)]);
+    assert_eq!(site.cache_usage(), (1, 3000));
+    // A hit: no read at all.
+    s.feed(request("/small").as_bytes(), |_| {});
+    let (out, reads) = drain_caller(&mut s, |j| j.read_blocking());
+    assert!(out.ends_with(&small) && reads.is_empty(), "{reads:?}");
+    // A file too large to cache: STREAM_CHUNK reads, answered in pieces (short reads are
+    // fine), pipelined requests held until it is done; same bytes as a Blocking session.
+    let mut s = Session::with_file_reads(site.clone(), FileReads::Caller);
+    s.feed((request("/big") + &request("/small")).as_bytes(), |_| {});
+    let (out, reads) = drain_caller(&mut s, |j| {
+        let mut data = j.read_blocking()?;
+        data.truncate(50_000);
+        Ok(data)
+    });
+    let mut blocking = Session::new(site.clone());
+    blocking.feed((request("/big") + &request("/small")).as_bytes(), |_| {});
+    assert!(
+        out == drain(&mut blocking),
+        "caller and blocking reads differ"
+    );
+    assert_eq!(reads.len(), 4, "{reads:?}");
+    assert!(reads
+        .iter()
+        .all(|&(_, len)| len <= iolab_http::STREAM_CHUNK));
+    assert_eq!(
+        site.cache_usage(),
+        (1, 3000),
+        "the streamed file is not cached"
+    );
+    // A failed read ends the connection after what was queued.
+    let mut s = Session::with_file_reads(site.clone(), FileReads::Caller);
+    s.feed(request("/big").as_bytes(), |_| {});
+    let (_, reads) = drain_caller(&mut s, |_| Err(std::io::Error::other("disk gone")));
+    assert_eq!(reads.len(), 1);
+    assert!(s.should_close());
+    // A Blocking session never asks.
+    let mut s = Session::new(site.clone());
+    s.feed(request("/big").as_bytes(), |_| {});
+    assert!(s.file_read().is_none());
+}

@@ -602,6 +602,15 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
     };
     let (mut settings, warnings) =
         crate::settings::assess(&machine, &demand, (server_cpu, client_cpu));
+    // The lab runs every model with `iolab serve`'s default buffers (the same for all).
+    settings.insert(
+        "read buffer, every model".into(),
+        format!("{} B", iolab_stats::models::DEFAULT_READ_BUF),
+    );
+    settings.insert(
+        "iovecs per send, every model".into(),
+        iolab_stats::models::DEFAULT_MAX_IOV.to_string(),
+    );
     if nofile_after != nofile_before {
         settings.insert(
             "ulimit -n".into(),

@@ -419,6 +419,14 @@ pub fn run(
         "models: --workers N (epoll, uring-fixed: N loops or rings; runtime: N worker threads); nginx: worker_processes N; tokio: --workers N runtime threads".into(),
     );
     method.insert("listen backlog".into(), opts.backlog.to_string());
+    method.insert(
+        "read buffer and iovecs per send, every model".into(),
+        format!(
+            "{} B, {}",
+            iolab_stats::models::DEFAULT_READ_BUF,
+            iolab_stats::models::DEFAULT_MAX_IOV
+        ),
+    );
     let mut settings = BTreeMap::new();
     settings.insert("server CPUs".into(), cpu_list(&scpus));
     settings.insert("client CPUs".into(), cpu_list(&ccpus));

@@ -109,8 +109,7 @@ impl Conns {
     }
 
     fn get(&mut self, addr: SocketAddrV4) -> Result<usize, c_int> {
-        // SAFETY: getpid has no preconditions.
-        let pid = unsafe { libc::getpid() };
+        let pid = sys::pid();
         let mut free = None;
         for (i, s) in self.slots.iter_mut().enumerate() {
             match s {
@@ -180,14 +179,11 @@ impl Conns {
             }
             sys::send_all_blocking(c.fd, &req[..jobs.len() * FETCH_REQ])?;
             for (r, d) in jobs {
-                let mut st = 0u8;
-                sys::recv_exact(c.fd, &mut st, 1)?;
-                match st {
+                match sys::recv_status_and(c.fd, ST_OK, *d, r.len as usize)? {
                     ST_OK => {}
                     ST_DELIVERED => return Err(libc::EALREADY),
                     _ => return Err(libc::ESTALE),
                 }
-                sys::recv_exact(c.fd, *d, r.len as usize)?;
             }
             Ok(())
         })();
@@ -225,14 +221,11 @@ impl Conns {
             }
             let res = (|| {
                 sys::send_all_blocking(c.fd, &fetch_request(r.buf_id, r.offset, r.len))?;
-                let mut st = 0u8;
-                sys::recv_exact(c.fd, &mut st, 1)?;
-                match st {
-                    ST_OK => {}
-                    ST_DELIVERED => return Err(libc::EALREADY),
-                    _ => return Err(libc::ESTALE),
+                match sys::recv_status_and(c.fd, ST_OK, dst, r.len as usize)? {
+                    ST_OK => Ok(()),
+                    ST_DELIVERED => Err(libc::EALREADY),
+                    _ => Err(libc::ESTALE),
                 }
-                sys::recv_exact(c.fd, dst, r.len as usize)
             })();
             match res {
                 Ok(()) => {
@@ -401,6 +394,5 @@ impl Store {
 }
 
 fn unsafe_getpid() -> i32 {
-    // SAFETY: getpid has no preconditions.
-    unsafe { libc::getpid() }
+    sys::pid()
 }

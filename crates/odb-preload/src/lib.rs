@@ -87,6 +87,8 @@ extern "C" fn init() {
         conns: Conns::new(),
     });
     regions::install();
+    // SAFETY: registers a handler that only stores to an atomic (fork-safe).
+    unsafe { libc::pthread_atfork(None, None, Some(sys::forget_pid)) };
     ACTIVE.store(true, Relaxed);
 }
 
@@ -139,6 +141,12 @@ struct FdState {
     in_frame: InFrame,
     out_pending: Vec<u8>,
     out_frame: OutFrame,
+    /// The first bytes of a frame header whose rest has not arrived, taken out of the
+    /// kernel: left there, they would pin a socket buffer whose size the kernel charges to
+    /// the receive window (a 3-byte remainder of a 64 KiB segment holds ~120 KiB), and with
+    /// the window closed the rest of the header never comes (the 16 MiB stall).
+    hdr_stash: [u8; proto::V_HDR],
+    hdr_stash_len: usize,
 }
 
 impl FdState {
@@ -150,6 +158,8 @@ impl FdState {
             in_frame: InFrame::None,
             out_pending: Vec::new(),
             out_frame: OutFrame::None,
+            hdr_stash: [0; proto::V_HDR],
+            hdr_stash_len: 0,
         }
     }
 }
@@ -366,6 +376,12 @@ fn odb_recv(
         return Ok(0);
     }
     let mut produced = 0usize;
+    // The last peek saw the whole kernel queue (fewer bytes than its window) and every byte
+    // of it is consumed: the queue was drained then, and anything that arrived since has
+    // raised an epoll edge of its own (it joined the ready list when it arrived; nginx,
+    // single-threaded, is inside this call and cannot have collected it). So a short return
+    // needs no further peek — which came back EAGAIN on most calls (a third system call).
+    let mut seen_all = false;
     let mut scratch = Vec::with_capacity(iov.len() + 1);
     // Ends a call: with bytes, report them (the error, if any, comes back next time).
     macro_rules! finish {
@@ -394,6 +410,46 @@ fn odb_recv(
             }
         }
         match fs.in_frame {
+            InFrame::None if fs.hdr_stash_len > 0 => {
+                // complete the stashed header from the kernel (consumed, never peeked)
+                let have = fs.hdr_stash_len;
+                let need = proto::header_len(fs.hdr_stash[0]).unwrap_or(proto::V_HDR);
+                if have < need {
+                    match sys::recv(fd, fs.hdr_stash[have..].as_mut_ptr(), need - have, fl) {
+                        Ok(0) => {
+                            // the peer closed inside a header
+                            fs.broken = true;
+                            finish!(Err(libc::ECONNRESET));
+                        }
+                        Ok(k) => fs.hdr_stash_len += k,
+                        Err(e) => finish!(Err(e)),
+                    }
+                    if fs.hdr_stash_len < need {
+                        continue; // blocking: wait for the rest; else the next recv says EAGAIN
+                    }
+                }
+                let n = fs.hdr_stash_len;
+                fs.hdr_stash_len = 0;
+                fs.framed_seen = true;
+                match proto::parse_header(&fs.hdr_stash[..n]) {
+                    Ok(Some((Header::Real(l), hl))) if hl == n => {
+                        fs.in_frame = if l == 0 {
+                            InFrame::None
+                        } else {
+                            InFrame::Real(l as usize)
+                        };
+                    }
+                    Ok(Some((Header::Virtual(r), hl))) if hl == n => {
+                        fs.in_frame = InFrame::Virt(r, r.len as usize);
+                    }
+                    _ => {
+                        fs.broken = true;
+                        stats::PROTO_ERRORS.fetch_add(1, Relaxed);
+                        finish!(Err(libc::ECONNRESET));
+                    }
+                }
+            }
+            InFrame::None if seen_all && produced > 0 => return Ok(produced),
             InFrame::None => {
                 // Peek a window: every complete R frame in it that fits is taken with one
                 // recvmsg (headers into scratch, data into the application's buffer).
@@ -472,11 +528,10 @@ fn odb_recv(
                             }
                         }
                         if short {
-                            // the kernel held no more than what we took: drained. (Not
-                            // inferred from the peek: bytes may arrive between the peek and
-                            // the read, and returning early then loses nginx's wake-up.)
+                            // the kernel held no more than what we took: drained
                             return Ok(produced);
                         }
+                        seen_all = n < PEEK && pos == n && got == n;
                     }
                     Ok(Some((Header::Virtual(r), hl))) => {
                         fs.framed_seen = true;
@@ -485,20 +540,18 @@ fn odb_recv(
                             finish!(Err(libc::ECONNRESET));
                         }
                         fs.in_frame = InFrame::Virt(r, r.len as usize);
+                        seen_all = n < PEEK && hl == n;
                     }
                     Ok(None) => {
-                        if produced == 0 && !is_nonblocking(fd) && flags & libc::MSG_DONTWAIT == 0 {
-                            // blocking socket: wait for the whole header
-                            let need = proto::header_len(h[0]).unwrap_or(proto::V_HDR);
-                            sys::recv(
-                                fd,
-                                h.as_mut_ptr(),
-                                need,
-                                libc::MSG_PEEK | libc::MSG_WAITALL,
-                            )?;
-                            continue;
+                        // A header cut short: take its bytes out of the kernel into the
+                        // stash (see `hdr_stash`); the branch above completes it.
+                        match sys::recv(fd, fs.hdr_stash.as_mut_ptr(), n_h, fl) {
+                            Ok(k) if k == n_h => fs.hdr_stash_len = k,
+                            _ => {
+                                fs.broken = true;
+                                finish!(Err(libc::ECONNRESET));
+                            }
                         }
-                        finish!(Err(libc::EAGAIN));
                     }
                     Err(ProtoError::NotFramed) if !fs.framed_seen => {
                         fs.raw = true;
@@ -1003,15 +1056,75 @@ fn domain_recv(fd: c_int, iov: &[iovec], flags: c_int) -> Option<ssize_t> {
     if flags & libc::MSG_PEEK != 0 {
         return None; // liveness checks only: answered by the kernel
     }
-    let r = with_fd(fd, |st, fs| odb_recv(st, fs, fd, iov, flags))?;
+    let r = with_fd(fd, |st, fs| {
+        let r = odb_recv(st, fs, fd, iov, flags);
+        trace::call("recv", fd, iov_total(iov), &r, fs);
+        r
+    })?;
     dump_stats();
     Some(done(r))
 }
 
 fn domain_send(fd: c_int, iov: &[iovec], flags: c_int) -> Option<ssize_t> {
-    let r = with_fd(fd, |st, fs| odb_send(st, fs, fd, iov, flags))?;
+    let r = with_fd(fd, |st, fs| {
+        let r = odb_send(st, fs, fd, iov, flags);
+        trace::call("send", fd, iov_total(iov), &r, fs);
+        r
+    })?;
     dump_stats();
     Some(done(r))
+}
+
+/// `IOLAB_ODB_TRACE=DIR`: one line per intercepted call on a domain socket, in
+/// `DIR/trace-<pid>.log` (for hunting lost bytes and wake-ups; costly, off by default).
+mod trace {
+    use super::*;
+    static FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-2);
+
+    fn fd() -> c_int {
+        let f = FD.load(Relaxed);
+        if f != -2 {
+            return f;
+        }
+        let mut out = -1;
+        if let Some(dir) = std::env::var_os("IOLAB_ODB_TRACE") {
+            // SAFETY: getpid has no preconditions.
+            let pid = unsafe { libc::getpid() };
+            let p = std::path::Path::new(&dir).join(format!("trace-{pid}.log"));
+            if let Ok(c) = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()) {
+                // SAFETY: a NUL-terminated path; the fd is kept for the process's life.
+                out = unsafe {
+                    libc::open(
+                        c.as_ptr(),
+                        libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC,
+                        0o666,
+                    )
+                };
+            }
+        }
+        FD.store(out, Relaxed);
+        out
+    }
+
+    pub(crate) fn line(s: &str) {
+        let f = fd();
+        if f >= 0 {
+            // SAFETY: writes our own buffer to our own fd.
+            unsafe { libc::write(f, s.as_ptr().cast(), s.len()) };
+        }
+    }
+
+    pub(crate) fn call(op: &str, fd_: c_int, asked: usize, r: &Result<usize, c_int>, fs: &FdState) {
+        if FD.load(Relaxed) == -1 {
+            return;
+        }
+        line(&format!(
+            "{op} fd={fd_} asked={asked} -> {r:?} in={:?} out={:?} pending={}\n",
+            fs.in_frame,
+            fs.out_frame,
+            fs.out_pending.len()
+        ));
+    }
 }
 
 /// Before the kernel writes into application memory (any fd): protected pages there must go.
@@ -1248,7 +1361,11 @@ pub unsafe extern "C" fn sendfile64(
     count: size_t,
 ) -> ssize_t {
     if is_domain(out) {
-        if let Some(r) = with_fd(out, |st, fs| odb_sendfile(st, fs, out, inp, off, count)) {
+        if let Some(r) = with_fd(out, |st, fs| {
+            let r = odb_sendfile(st, fs, out, inp, off, count);
+            trace::call("sendfile", out, count, &r, fs);
+            r
+        }) {
             dump_stats();
             return done(r);
         }
@@ -1338,54 +1455,30 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     }
 }
 
-/// The bytes the application can read now: nginx trusts FIONREAD to the byte (it stops
-/// reading when its count reaches zero, and edge-triggered epoll raises no new event for
-/// bytes already queued), so a V header in the kernel must count as the bytes it stands for.
-/// Walks the frame headers in (at most 256 KiB of) the queue; where it cannot see, it
-/// over-counts, which is safe (a short read then tells nginx the socket is drained), where
-/// under-counting stalls the connection.
-fn readable_app_bytes(fs: &FdState, fd: c_int, kernel: usize) -> usize {
+/// What FIONREAD reports on a domain socket. nginx (1.17.5+, `ngx_readv_chain` and
+/// `ngx_unix_recv`) asks FIONREAD after a read that filled its buffer, then subtracts every
+/// read from that count; when the count goes negative it concludes that bytes arrived after
+/// the FIONREAD, clears `ready` and waits for the epoll edge of those bytes. That reasoning
+/// holds for plain bytes, not for references: the 47-byte V header of a 2 MiB reference
+/// that arrives after the FIONREAD is taken out of the kernel by the library, and nginx
+/// then reads megabytes past its count, clears `ready`, and waits — with the rest of that
+/// reference held here and nothing in the kernel to raise an edge (the 16 MiB stall; see
+/// the test `a_reference_arriving_after_fionread_is_still_read`).
+///
+/// So the answer is an over-count whenever the application can read anything: nginx then
+/// reads until a read comes back short, and the library returns short only when the kernel
+/// queue is drained (the invariant of `odb_recv`), so the next byte that arrives raises an
+/// edge. Zero only when the library holds nothing and the kernel queue is empty. Also
+/// cheaper than walking the queued frame headers on every call.
+fn readable_app_bytes(fs: &FdState, kernel: usize) -> usize {
     if fs.raw {
         return kernel;
     }
-    let (mut pos, mut app) = match fs.in_frame {
-        InFrame::Real(left) => (left, left.min(kernel)),
-        InFrame::Virt(_, left) => (0, left),
-        InFrame::None => (0, 0),
-    };
-    if kernel <= pos {
-        return app;
+    match fs.in_frame {
+        InFrame::Virt(_, left) if left > 0 => i32::MAX as usize,
+        _ if kernel > 0 => i32::MAX as usize,
+        _ => 0,
     }
-    let mut buf = vec![0u8; kernel.min(256 << 10)];
-    let n = sys::recv(
-        fd,
-        buf.as_mut_ptr(),
-        buf.len(),
-        libc::MSG_PEEK | libc::MSG_DONTWAIT,
-    )
-    .unwrap_or(0);
-    loop {
-        if pos >= kernel {
-            return app.max(1);
-        }
-        if pos >= n {
-            break;
-        }
-        match proto::parse_header(&buf[pos..n]) {
-            Ok(Some((Header::Real(l), hl))) => {
-                app += (l as usize).min(kernel.saturating_sub(pos + hl));
-                pos += hl + l as usize;
-            }
-            Ok(Some((Header::Virtual(r), hl))) => {
-                app += r.len as usize;
-                pos += hl;
-            }
-            _ => break,
-        }
-    }
-    // Queued bytes not walked (beyond the peek, or a header cut short): they may hold V
-    // headers standing for far more. Over-count: a short read then tells nginx the truth.
-    usize::MAX / 2
 }
 
 /// # Safety
@@ -1399,7 +1492,12 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: libc::c_ulong, arg: *mut c_void) 
     if r == 0 && req == libc::FIONREAD && !arg.is_null() && is_domain(fd) {
         // SAFETY: FIONREAD's argument is an int the kernel just wrote.
         let kernel = unsafe { *(arg as *mut c_int) }.max(0) as usize;
-        let app = with_fd(fd, |_, fs| readable_app_bytes(fs, fd, kernel)).unwrap_or(kernel);
+        let app = with_fd(fd, |_, fs| {
+            let app = readable_app_bytes(fs, kernel);
+            trace::call("fionread", fd, kernel, &Ok(app), fs);
+            app
+        })
+        .unwrap_or(kernel);
         // SAFETY: as above.
         unsafe { *(arg as *mut c_int) = app.min(i32::MAX as usize) as c_int };
         return r;

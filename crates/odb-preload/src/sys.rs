@@ -83,6 +83,61 @@ pub fn send_all_blocking(fd: c_int, mut b: &[u8]) -> Result<(), c_int> {
 }
 
 /// Reads exactly `len` bytes into `dst` (blocking fd).
+/// A fetch reply: the status byte and, for ST_OK, `len` bytes into `dst`, with one
+/// recvmsg in the common case (status and data arrive together). Returns the status; for
+/// any other status nothing after it is read (the agent sends nothing more for a failed
+/// request on that connection).
+pub fn recv_status_and(fd: c_int, ok: u8, dst: *mut u8, len: usize) -> Result<u8, c_int> {
+    let mut st = 0u8;
+    let n = loop {
+        let v = [
+            iovec {
+                iov_base: (&mut st as *mut u8).cast(),
+                iov_len: 1,
+            },
+            iovec {
+                iov_base: dst.cast(),
+                iov_len: len,
+            },
+        ];
+        match recvmsg(fd, &v, 0) {
+            Ok(0) => return Err(libc::ECONNRESET),
+            Ok(n) => break n,
+            Err(libc::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+    };
+    if st != ok {
+        return Ok(st);
+    }
+    let got = n - 1;
+    if got < len {
+        // SAFETY: got < len: dst+got..dst+len is the rest of the caller's writable range.
+        recv_exact(fd, unsafe { dst.add(got) }, len - got)?;
+    }
+    Ok(st)
+}
+
+/// This process's pid, without a system call after the first: the library's fork handler
+/// (`forget_pid`, registered with pthread_atfork) clears it in a child.
+pub fn pid() -> i32 {
+    let p = PID.load(std::sync::atomic::Ordering::Relaxed);
+    if p != 0 {
+        return p;
+    }
+    // SAFETY: getpid has no preconditions.
+    let p = unsafe { libc::getpid() };
+    PID.store(p, std::sync::atomic::Ordering::Relaxed);
+    p
+}
+
+static PID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// The fork handler (in the child): the cached pid is the parent's.
+pub extern "C" fn forget_pid() {
+    PID.store(0, std::sync::atomic::Ordering::Relaxed);
+}
+
 pub fn recv_exact(fd: c_int, dst: *mut u8, len: usize) -> Result<(), c_int> {
     let mut got = 0;
     while got < len {
@@ -142,7 +197,7 @@ pub fn readable(addr: usize) -> bool {
     let r = unsafe {
         libc::syscall(
             libc::SYS_process_vm_readv,
-            libc::getpid(),
+            pid(),
             &local as *const iovec,
             1,
             &remote as *const iovec,

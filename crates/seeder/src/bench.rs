@@ -22,8 +22,8 @@ use crate::swarm::SwarmResult;
 
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "The quick run (--quick) uses 10 and 100 peers, 5 s per run, a 64 MiB \
-torrent: under 5 minutes. The full run: 10, 100, 1000 and 10000 peers, 10 s per run, 256 MiB. \
+    after_help = "The quick run (--quick) uses 10 and 100 peers, 2 s per run, a 64 MiB \
+torrent, 3 repeats: under 5 minutes. The full run: 10, 100, 1000 and 10000 peers, 10 s per run, 256 MiB. \
 10,000 peers need 10,000+ descriptors in the seeder: the bench raises RLIMIT_NOFILE (as root \
 up to fs.nr_open) and splits the swarm over processes of at most 2,500 peers.\n\nExample:\n  \
 iolab seed bench --quick --json bench.json"
@@ -35,7 +35,7 @@ pub struct BenchArgs {
     /// Peer counts (comma-separated); default 10,100,1000,10000 (quick: 10,100).
     #[arg(long, value_delimiter = ',')]
     pub peers: Vec<usize>,
-    /// Seconds of downloading per run (default 10, quick 5).
+    /// Seconds of downloading per run (default 10, quick 2).
     #[arg(long)]
     pub secs: Option<f64>,
     /// Torrent size in MiB (default 256, quick 64).
@@ -54,6 +54,10 @@ pub struct BenchArgs {
     /// Requests outstanding per leecher.
     #[arg(long, default_value_t = 16)]
     pub pipeline: usize,
+    /// Runs per (seeder, peers, cache) point; the table shows medians and min–max. The
+    /// seeders' order is rotated between repeats.
+    #[arg(long, default_value_t = 3)]
+    pub repeats: usize,
     /// Skip libtorrent.
     #[arg(long)]
     pub no_libtorrent: bool,
@@ -79,7 +83,14 @@ pub struct Row {
     pub cpu_s_per_gb: Option<f64>,
     pub rss_base_kib: u64,
     pub rss_per_idle_peer_bytes: Option<f64>,
+    /// Disk bytes read / bytes sent.
     pub read_amplification: Option<f64>,
+    /// Distinct bytes the swarm received (each 16 KiB block counted once).
+    pub distinct_bytes: u64,
+    /// Disk bytes read / distinct bytes sent: the read-once figure (≤ 1.05 cold is the goal;
+    /// it is 0 warm, and can be below 1 cold only if something else read the data in).
+    pub read_amplification_distinct: Option<f64>,
+    pub repeat: usize,
     pub lat_p50_ms: f64,
     pub lat_p99_ms: f64,
     pub bytes: u64,
@@ -88,35 +99,96 @@ pub struct Row {
     pub dropped: usize,
 }
 
+/// libtorrent's seeder. Two profiles:
+/// - `default`: `lt.default_settings()`, changed only where a loopback swarm needs it;
+/// - `hps`: `lt.high_performance_seed()` tuned as its expert users tune a seed with many
+///   peers (libtorrent's tuning guide): every connection allowed, no peer turnover, a deep
+///   accept backlog, large send buffers, disk threads, suggest from the read cache, the
+///   fastest-upload seed choker.
+///
+/// Common to both (the swarm is many peers on 127.0.0.1, TCP only): DHT/LSD/UPnP/NAT-PMP
+/// off, uTP off, `allow_multiple_connections_per_ip`, `connections_limit` twice the swarm
+/// (it admits only about 2/3 of it as incoming peers), `max_peerlist_size` ≥ the swarm,
+/// `listen_queue_size` ≥ the swarm (capped by somaxconn), `unchoke_slots_limit` = ours,
+/// RLIMIT_NOFILE soft limit raised to the hard one. The torrent is added in seed mode,
+/// not auto-managed and not paused, and "listening" is printed only once it is started and
+/// seeding: a torrent still paused by the session's queue turns incoming peers away (the
+/// cause of the 0 connections seen before).
 const LIBTORRENT_SEEDER: &str = r#"
-import sys, json, time, libtorrent as lt
+import sys, json, time, resource, libtorrent as lt
 torrent, data, mode, slots, conns = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
-s = lt.high_performance_seed() if mode == 'hps' else lt.default_settings()
+# libtorrent caps connections_limit at a share of RLIMIT_NOFILE: every descriptor allowed.
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+try:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+except (ValueError, OSError):
+    pass
+try:
+    somaxconn = int(open('/proc/sys/net/core/somaxconn').read())
+except OSError:
+    somaxconn = 4096
+s = lt.default_settings()
+if mode == 'hps':
+    s.update(lt.high_performance_seed())
 changes = {'listen_interfaces': '127.0.0.1:0', 'enable_dht': False, 'enable_lsd': False,
            'enable_upnp': False, 'enable_natpmp': False,
-           # the swarm's peers all come from 127.0.0.1:
+           'enable_incoming_utp': False, 'enable_outgoing_utp': False,
            'allow_multiple_connections_per_ip': True,
-           'connections_limit': max(s.get('connections_limit', 200), conns),
-           'unchoke_slots_limit': slots if slots > 0 else -1}
+           # libtorrent let in only about 2/3 of connections_limit as incoming peers
+           # (10,100 -> 6,743 of a 10,000-peer swarm): twice the swarm.
+           'connections_limit': max(s['connections_limit'], 2 * conns),
+           'max_peerlist_size': max(s['max_peerlist_size'], conns),
+           'listen_queue_size': max(s['listen_queue_size'], min(conns, somaxconn)),
+           'unchoke_slots_limit': slots if slots > 0 else -1,
+           'alert_mask': 0}
+if mode == 'hps':
+    changes.update({
+        # never disconnect peers to make room (turnover starts at 90% of connections_limit)
+        'peer_turnover': 0,
+        'seed_choking_algorithm': lt.seed_choking_algorithm_t.fastest_upload,
+        'choking_algorithm': lt.choking_algorithm_t.fixed_slots_choker,
+        'suggest_mode': lt.suggest_mode_t.suggest_read_cache,
+        'send_buffer_watermark': max(s['send_buffer_watermark'], 3 << 20),
+        'send_buffer_low_watermark': max(s['send_buffer_low_watermark'], 1 << 20),
+        'send_buffer_watermark_factor': max(s['send_buffer_watermark_factor'], 150),
+        'max_queued_disk_bytes': max(s['max_queued_disk_bytes'], 7 << 20),
+        'aio_threads': max(s['aio_threads'], 8),
+        'max_allowed_in_request_queue': max(s['max_allowed_in_request_queue'], 2000),
+        'file_pool_size': max(s['file_pool_size'], 500),
+        'close_redundant_connections': False,
+        'inactivity_timeout': 600, 'peer_timeout': 120,
+    })
 s.update(changes)
 ses = lt.session(s)
 p = lt.add_torrent_params()
 p.ti = lt.torrent_info(torrent)
 p.save_path = data
 p.flags |= lt.torrent_flags.seed_mode
+p.flags &= ~lt.torrent_flags.auto_managed
+p.flags &= ~lt.torrent_flags.paused
 h = ses.add_torrent(p)
-# Peers that arrive before the torrent is added and seeding are turned away: wait for it.
-for _ in range(400):
-    if ses.listen_port() and h.status().is_seeding:
+h.resume()
+for _ in range(600):
+    st = h.status()
+    if ses.listen_port() and st.is_seeding and not (st.flags & lt.torrent_flags.paused) \
+            and st.state == lt.torrent_status.seeding:
         break
     time.sleep(0.05)
+else:
+    print('not seeding after 30 s', file=sys.stderr, flush=True)
+    sys.exit(1)
 print('listening', ses.listen_port(), flush=True)
-keys = ['connections_limit', 'unchoke_slots_limit', 'choking_algorithm', 'seed_choking_algorithm',
-        'max_queued_disk_bytes', 'send_buffer_watermark', 'send_buffer_low_watermark',
-        'send_buffer_watermark_factor', 'cache_size' if 'cache_size' in s else 'max_queued_disk_bytes',
-        'aio_threads', 'listen_queue_size', 'max_allowed_in_request_queue', 'allow_multiple_connections_per_ip',
-        'suggest_mode', 'file_pool_size', 'mixed_mode_algorithm']
-print(json.dumps({k: s[k] for k in keys if k in s}), flush=True)
+got = ses.get_settings()
+keys = ['connections_limit', 'max_peerlist_size', 'listen_queue_size', 'unchoke_slots_limit',
+        'choking_algorithm', 'seed_choking_algorithm', 'num_optimistic_unchoke_slots',
+        'peer_turnover', 'peer_turnover_cutoff', 'suggest_mode', 'send_buffer_watermark',
+        'send_buffer_low_watermark', 'send_buffer_watermark_factor', 'max_queued_disk_bytes',
+        'aio_threads', 'hashing_threads', 'max_allowed_in_request_queue', 'file_pool_size',
+        'allow_multiple_connections_per_ip', 'enable_incoming_utp', 'close_redundant_connections']
+out = {k: got[k] for k in keys if k in got}
+out['version'] = lt.__version__
+out['disk_io'] = 'mmap (libtorrent 2.0 default)'
+print(json.dumps(out), flush=True)
 while True:
     time.sleep(1)
 "#;
@@ -275,7 +347,7 @@ fn one_run(
             .args(["seed", "swarm", "--target", &addr.to_string()])
             .arg("--torrent")
             .arg(torrent)
-            .args(["--peers", &n.to_string(), "--idle-secs", "1.5"])
+            .args(["--peers", &n.to_string(), "--idle-secs", "1.0"])
             .args([
                 "--secs",
                 &secs.to_string(),
@@ -342,6 +414,21 @@ fn one_run(
         m
     };
     let lat99 = results.iter().map(|r| r.lat_p99_us).max().unwrap_or(0);
+    let mut seen: Vec<u8> = Vec::new();
+    for r in &results {
+        let m = crate::swarm::bitmap_from_hex(&r.blocks_seen);
+        if seen.len() < m.len() {
+            seen.resize(m.len(), 0);
+        }
+        for (a, b) in seen.iter_mut().zip(m) {
+            *a |= b;
+        }
+    }
+    let block = crate::wire::MAX_BLOCK as u64;
+    let distinct: u64 = (0..seen.len() as u64 * 8)
+        .filter(|i| seen[(i / 8) as usize] & (0x80 >> (i % 8)) != 0)
+        .map(|i| block.min(meta.total.saturating_sub(i * block)))
+        .sum();
     let gb = bytes as f64 / 1e9;
     let row = Row {
         seeder: kind.to_string(),
@@ -364,6 +451,12 @@ fn one_run(
             (Some(a), Some(b)) if bytes > 0 => Some((b - a) as f64 / bytes as f64),
             _ => None,
         },
+        distinct_bytes: distinct,
+        read_amplification_distinct: match (io0, io1) {
+            (Some(a), Some(b)) if distinct > 0 => Some((b - a) as f64 / distinct as f64),
+            _ => None,
+        },
+        repeat: 0,
         lat_p50_ms: lat50 as f64 / 1000.0,
         lat_p99_ms: lat99 as f64 / 1000.0,
         bytes,
@@ -408,10 +501,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     } else {
         vec![10, 100, 1000, 10_000]
     };
-    let secs = args.secs.unwrap_or(if args.quick { 5.0 } else { 10.0 });
+    let secs = args.secs.unwrap_or(if args.quick { 2.0 } else { 10.0 });
     let size = args.size_mib.unwrap_or(if args.quick { 64 } else { 256 }) << 20;
     let max_peers = peers.iter().copied().max().unwrap_or(0);
-    let limit = crate::swarm::raise_nofile(max_peers as u64 + 1024);
+    // Inherited by the seeders: libtorrent keeps only part of its descriptors for peers, so
+    // twice the swarm (the hard limit can be raised only with CAP_SYS_RESOURCE, up to
+    // fs.nr_open; here it stays at 20,000).
+    let limit = crate::swarm::raise_nofile(max_peers as u64 * 2 + 1024);
     if (limit as usize) < max_peers.min(2500) + 64 {
         bail!("open-file limit {limit} is too low for {max_peers} peers");
     }
@@ -481,54 +577,61 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         vec![true, false]
     };
     let started = Instant::now();
-    let mut rows = Vec::new();
+    let mut rows: Vec<Row> = Vec::new();
+    let mut summary: Vec<Summary> = Vec::new();
     let mut lt_settings = serde_json::Map::new();
-    println!(
-        "{:<20} {:>6} {:>5} {:>6} {:>9} {:>9} {:>10} {:>8} {:>8} {:>9}",
-        "seeder",
-        "peers",
-        "cache",
-        "conn",
-        "MB/s",
-        "CPU s/GB",
-        "B/idle pr",
-        "rd amp",
-        "p50 ms",
-        "p99 ms"
+    let repeats = args.repeats.max(1);
+    eprintln!(
+        "bench: {} seeders x {} peer counts x {} caches x {repeats} repeats, {secs} s each",
+        kinds.len(),
+        peers.len(),
+        caches.len()
     );
     for &n in &peers {
         for &cold in &caches {
-            for kind in &kinds {
-                match one_run(kind, n, cold, &meta, &torrent, &dir, &args, secs) {
-                    Ok((row, settings)) => {
-                        if let Some(s) = settings {
-                            lt_settings.insert(kind.clone(), s);
+            let first = rows.len();
+            for r in 0..repeats {
+                // Rotate the order so no seeder always runs first (or right after another).
+                for j in 0..kinds.len() {
+                    let kind = &kinds[(j + r) % kinds.len()];
+                    match one_run(kind, n, cold, &meta, &torrent, &dir, &args, secs) {
+                        Ok((mut row, settings)) => {
+                            if let Some(s) = settings {
+                                lt_settings.insert(kind.clone(), s);
+                            }
+                            row.repeat = r;
+                            eprintln!(
+                                "  run {}/{repeats} {kind:<19} {n:>6} peers {:<4}: {} connected, {:.1} MB/s",
+                                r + 1,
+                                row.cache,
+                                row.connected,
+                                row.upload_mb_s
+                            );
+                            rows.push(row);
                         }
-                        let opt = |v: Option<f64>, p: usize| {
-                            v.map(|x| format!("{x:.p$}")).unwrap_or_else(|| "-".into())
-                        };
-                        println!(
-                            "{:<20} {:>6} {:>5} {:>6} {:>9.1} {:>9} {:>10} {:>8} {:>8.2} {:>9.2}",
-                            row.seeder,
-                            row.peers,
-                            row.cache,
-                            row.connected,
-                            row.upload_mb_s,
-                            opt(row.cpu_s_per_gb, 2),
-                            opt(row.rss_per_idle_peer_bytes, 0),
-                            opt(row.read_amplification, 3),
-                            row.lat_p50_ms,
-                            row.lat_p99_ms
-                        );
-                        rows.push(row);
+                        Err(e) => eprintln!("bench: {kind} with {n} peers failed: {e:#}"),
                     }
-                    Err(e) => eprintln!("bench: {kind} with {n} peers failed: {e:#}"),
+                }
+            }
+            for kind in &kinds {
+                let runs: Vec<&Row> = rows[first..].iter().filter(|r| &r.seeder == kind).collect();
+                if let Some(s) = Summary::of(&runs) {
+                    summary.push(s);
                 }
             }
         }
     }
+    println!(
+        "medians of {repeats} runs [min-max]; seeder on CPU 0, swarm on CPU 1; {} MiB torrent, {} KiB pieces, {} s per run, {} upload slots, pipeline {}",
+        meta.total >> 20,
+        meta.piece_length >> 10,
+        secs,
+        args.slots,
+        args.pipeline
+    );
+    print_summary(&summary);
     if !lt_settings.is_empty() {
-        println!("libtorrent settings (after ours: loopback swarm needs allow_multiple_connections_per_ip):");
+        println!("libtorrent settings (as read back from the session):");
         for (k, v) in &lt_settings {
             println!("  {k}: {v}");
         }
@@ -543,12 +646,116 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                 "pipeline": args.pipeline, "block": 16384,
             },
             "libtorrent_settings": lt_settings,
+            "summary": summary,
             "rows": rows,
         });
         std::fs::write(j, serde_json::to_string_pretty(&v)?)
             .with_context(|| format!("writing {}", j.display()))?;
     }
     Ok(())
+}
+
+/// One (seeder, peers, cache) point over its repeats: medians, and min–max where the
+/// spread matters.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub seeder: String,
+    pub peers: usize,
+    pub cache: &'static str,
+    pub runs: usize,
+    /// The fewest peers connected in any run.
+    pub connected_min: usize,
+    pub upload_mb_s: f64,
+    pub upload_mb_s_min: f64,
+    pub upload_mb_s_max: f64,
+    pub cpu_s_per_gb: Option<f64>,
+    pub cpu_s_per_gb_min: Option<f64>,
+    pub cpu_s_per_gb_max: Option<f64>,
+    pub rss_per_idle_peer_bytes: Option<f64>,
+    pub read_amplification: Option<f64>,
+    pub read_amplification_distinct: Option<f64>,
+    pub lat_p50_ms: f64,
+    pub lat_p99_ms: f64,
+}
+
+/// The median of `v` (the upper one of an even count) and its min and max.
+fn median(mut v: Vec<f64>) -> Option<(f64, f64, f64)> {
+    v.retain(|x| x.is_finite());
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    Some((v[v.len() / 2], v[0], v[v.len() - 1]))
+}
+
+impl Summary {
+    fn of(runs: &[&Row]) -> Option<Summary> {
+        let first = runs.first()?;
+        let m =
+            |f: &dyn Fn(&Row) -> Option<f64>| median(runs.iter().filter_map(|r| f(r)).collect());
+        let up = m(&|r| Some(r.upload_mb_s))?;
+        let cpu = m(&|r| r.cpu_s_per_gb);
+        Some(Summary {
+            seeder: first.seeder.clone(),
+            peers: first.peers,
+            cache: first.cache,
+            runs: runs.len(),
+            connected_min: runs.iter().map(|r| r.connected).min().unwrap_or(0),
+            upload_mb_s: up.0,
+            upload_mb_s_min: up.1,
+            upload_mb_s_max: up.2,
+            cpu_s_per_gb: cpu.map(|c| c.0),
+            cpu_s_per_gb_min: cpu.map(|c| c.1),
+            cpu_s_per_gb_max: cpu.map(|c| c.2),
+            rss_per_idle_peer_bytes: m(&|r| r.rss_per_idle_peer_bytes).map(|x| x.0),
+            read_amplification: m(&|r| r.read_amplification).map(|x| x.0),
+            read_amplification_distinct: m(&|r| r.read_amplification_distinct).map(|x| x.0),
+            lat_p50_ms: m(&|r| Some(r.lat_p50_ms)).map_or(0.0, |x| x.0),
+            lat_p99_ms: m(&|r| Some(r.lat_p99_ms)).map_or(0.0, |x| x.0),
+        })
+    }
+}
+
+fn print_summary(summary: &[Summary]) {
+    println!(
+        "{:<19} {:>6} {:>5} {:>6} {:>17} {:>17} {:>9} {:>7} {:>7} {:>7} {:>8}",
+        "seeder",
+        "peers",
+        "cache",
+        "conn",
+        "MB/s [min-max]",
+        "CPU s/GB [min-max]",
+        "B/idle pr",
+        "rd/sent",
+        "rd/dist",
+        "p50 ms",
+        "p99 ms"
+    );
+    let opt =
+        |v: Option<f64>, p: usize| v.map(|x| format!("{x:.p$}")).unwrap_or_else(|| "-".into());
+    for s in summary {
+        let cpu = match (s.cpu_s_per_gb, s.cpu_s_per_gb_min, s.cpu_s_per_gb_max) {
+            (Some(c), Some(a), Some(b)) => format!("{c:.2} [{a:.2}-{b:.2}]"),
+            _ => "-".into(),
+        };
+        println!(
+            "{:<19} {:>6} {:>5} {:>6} {:>17} {:>17} {:>9} {:>7} {:>7} {:>7.2} {:>8.2}",
+            s.seeder,
+            s.peers,
+            s.cache,
+            s.connected_min,
+            format!(
+                "{:.0} [{:.0}-{:.0}]",
+                s.upload_mb_s, s.upload_mb_s_min, s.upload_mb_s_max
+            ),
+            cpu,
+            opt(s.rss_per_idle_peer_bytes, 0),
+            opt(s.read_amplification, 3),
+            opt(s.read_amplification_distinct, 3),
+            s.lat_p50_ms,
+            s.lat_p99_ms
+        );
+    }
 }
 
 struct CleanDir(Option<PathBuf>);

@@ -272,7 +272,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let tracker_url = args.tracker.clone().or_else(|| meta.announce.clone());
     rt.block_on(async move {
-        let listener = TcpListener::bind(args.listen).map_err(|e| {
+        // A deep accept queue (capped by net.core.somaxconn): a swarm arriving at once is
+        // not made to wait for SYN retransmissions.
+        let listener = TcpListener::builder(args.listen).backlog(4096).bind().map_err(|e| {
             if e.kind() == std::io::ErrorKind::AddrInUse {
                 anyhow::anyhow!("cannot listen on {}: the address is in use (another seeder?)", args.listen)
             } else {

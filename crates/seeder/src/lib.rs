@@ -9,11 +9,21 @@
 //! checking ([`metainfo`], bencode by `lava_torrent`) and a swarm benchmark against
 //! libtorrent ([`bench`]).
 
+//!
+//! Without the default `engine` feature only the parsers of outside data are built
+//! ([`wire`], [`metainfo`] loading, [`tracker`] requests and replies): the fuzz targets'
+//! build (crates/seeder/fuzz).
+
+#[cfg(feature = "engine")]
 pub mod bench;
+#[cfg(feature = "engine")]
 pub mod cli;
+#[cfg(feature = "engine")]
 pub mod disk;
 pub mod metainfo;
+#[cfg(feature = "engine")]
 pub mod seed;
+#[cfg(feature = "engine")]
 pub mod swarm;
 pub mod tracker;
 pub mod wire;

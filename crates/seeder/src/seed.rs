@@ -9,12 +9,15 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use iolab_runtime::net::{TcpListener, TcpStream};
@@ -373,9 +376,11 @@ impl Seeder {
                     wire::encode(&Message::Unchoke, &mut out);
                 }
             }
-            // 3. Serve up to `batch` queued blocks in one send.
+            // 3. Serve up to `batch` queued blocks in one send. Their reads run together
+            // (with io_uring, one submission for all of them), not one after the other.
             let mut served = 0;
-            while served < self.cfg.batch {
+            let mut batch = Vec::new();
+            while batch.len() < self.cfg.batch {
                 let Some(r) = queue.front().copied() else {
                     break;
                 };
@@ -383,8 +388,15 @@ impl Seeder {
                     break;
                 }
                 queue.pop_front();
+                batch.push(r);
+            }
+            let reads = batch.iter().map(|r| {
                 let off = r.index as u64 * self.meta.piece_length + r.begin as u64;
-                match self.storage.read(off, r.length as usize).await {
+                self.storage.read(off, r.length as usize)
+            });
+            let datas = join_all(reads.collect()).await;
+            for (r, data) in batch.into_iter().zip(datas) {
+                match data {
                     Ok(data) => {
                         out.extend_from_slice(&wire::piece_header(r.index, r.begin, r.length));
                         out.extend_from_slice(&data);
@@ -729,4 +741,28 @@ impl std::fmt::Debug for DebugMsg<'_, '_> {
             m => write!(f, "{m:?}"),
         }
     }
+}
+
+/// Runs the futures together and returns their outputs in order (a small `join_all`).
+async fn join_all<F: Future>(futs: Vec<F>) -> Vec<F::Output> {
+    let mut futs: Vec<Pin<Box<F>>> = futs.into_iter().map(Box::pin).collect();
+    let mut out: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (f, o) in futs.iter_mut().zip(out.iter_mut()) {
+            if o.is_none() {
+                match f.as_mut().poll(cx) {
+                    Poll::Ready(v) => *o = Some(v),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().flatten().collect()
 }

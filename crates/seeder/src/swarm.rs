@@ -70,10 +70,41 @@ pub struct SwarmResult {
     pub lat_count: u64,
     /// Serialized histogram quantiles (for merging across processes): (quantile, value).
     pub lat_samples: Vec<(f64, u64)>,
+    /// The distinct 16 KiB blocks received (bit i = the block at byte offset i × 16 KiB of
+    /// the torrent), hex, for the bench's read amplification: disk bytes read / distinct
+    /// bytes sent.
+    #[serde(default)]
+    pub blocks_seen: String,
+}
+
+/// Sets bit `i` of a bitmap (most significant bit first, as a BitTorrent bitfield).
+fn set_bit(map: &mut [u8], i: u64) {
+    if let Some(b) = map.get_mut((i / 8) as usize) {
+        *b |= 0x80 >> (i % 8);
+    }
+}
+
+/// Encodes a bitmap as hex.
+pub fn bitmap_hex(map: &[u8]) -> String {
+    map.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Decodes [`bitmap_hex`]'s output (malformed pairs read as 0).
+pub fn bitmap_from_hex(s: &str) -> Vec<u8> {
+    s.as_bytes()
+        .chunks(2)
+        .map(|c| {
+            std::str::from_utf8(c)
+                .ok()
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .unwrap_or(0)
+        })
+        .collect()
 }
 
 struct Shared {
     hist: Histogram<u64>,
+    seen: Vec<u8>,
     res: SwarmResult,
     go: bool,
 }
@@ -122,6 +153,7 @@ pub fn run(args: SwarmArgs) -> anyhow::Result<()> {
     let rt = Runtime::builder().workers(1).build()?;
     let shared = Rc::new(RefCell::new(Shared {
         hist: Histogram::new_with_bounds(1, 60_000_000, 3)?,
+        seen: vec![0u8; (meta.total.div_ceil(wire::MAX_BLOCK as u64)).div_ceil(8) as usize],
         res: SwarmResult {
             peers: args.peers,
             ..Default::default()
@@ -174,6 +206,7 @@ pub fn run(args: SwarmArgs) -> anyhow::Result<()> {
     res.lat_p50_us = s.hist.value_at_quantile(0.5);
     res.lat_p99_us = s.hist.value_at_quantile(0.99);
     res.lat_count = s.hist.len();
+    res.blocks_seen = bitmap_hex(&s.seen);
     res.lat_samples = [0.5, 0.9, 0.99, 0.999]
         .iter()
         .map(|q| (*q, s.hist.value_at_quantile(*q)))
@@ -352,6 +385,8 @@ async fn leecher(
                             let _ = s.hist.record(us.min(60_000_000));
                             s.res.bytes += len as u64;
                             s.res.blocks += 1;
+                            let off = idx as u64 * meta.piece_length + begin as u64;
+                            set_bit(&mut s.seen, off / wire::MAX_BLOCK as u64);
                         }
                     }
                 }

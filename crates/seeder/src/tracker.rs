@@ -7,15 +7,22 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+#[cfg(feature = "engine")]
 use std::io;
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+#[cfg(feature = "engine")]
+use std::net::ToSocketAddrs;
+use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "engine")]
 use iolab_runtime::net::{TcpListener, TcpStream};
+#[cfg(feature = "engine")]
 use iolab_runtime::{spawn, timeout};
 use lava_torrent::bencode::BencodeElem;
-use percent_encoding::{percent_decode, percent_encode, NON_ALPHANUMERIC};
+use percent_encoding::percent_decode;
+#[cfg(feature = "engine")]
+use percent_encoding::{percent_encode, NON_ALPHANUMERIC};
 
 pub const MAX_REQUEST: usize = 8 * 1024;
 pub const MAX_NUMWANT: usize = 200;
@@ -305,6 +312,7 @@ impl Tracker {
     }
 
     /// Serves forever (inside the runtime).
+    #[cfg(feature = "engine")]
     pub async fn serve(self: Rc<Self>, listener: TcpListener) -> io::Result<()> {
         loop {
             let (stream, addr) = match listener.accept().await {
@@ -322,6 +330,7 @@ impl Tracker {
         }
     }
 
+    #[cfg(feature = "engine")]
     async fn connection(&self, stream: TcpStream, addr: SocketAddr) {
         let mut req = Vec::new();
         loop {
@@ -402,6 +411,7 @@ pub fn parse_http_url(url: &str) -> anyhow::Result<(String, u16, String)> {
 }
 
 /// One announce over HTTP.
+#[cfg(feature = "engine")]
 pub async fn announce(
     url: &str,
     info_hash: &[u8; 20],
@@ -451,6 +461,16 @@ pub async fn announce(
     .await
     .map_err(|_| anyhow::anyhow!("tracker {url} did not answer within 15 s"))?
     .map_err(|e| anyhow::anyhow!("tracker {url}: {e}"))?;
+    parse_announce_reply(url, &body)
+}
+
+/// The longest re-announce interval a tracker can ask of us (a day).
+pub const MAX_REANNOUNCE_SECS: u64 = 86_400;
+
+/// A tracker's HTTP reply to an announce (status line, headers, bencoded body) from `url`:
+/// its interval and compact IPv4 peers, or why it is not usable (a `failure reason`, not
+/// bencode, not a dictionary). Outside data: fuzzed (crates/seeder/fuzz, target tracker).
+pub fn parse_announce_reply(url: &str, body: &[u8]) -> anyhow::Result<AnnounceReply> {
     let split = body
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
@@ -464,8 +484,12 @@ pub async fn announce(
     if let Some(BencodeElem::String(r)) = d.get("failure reason") {
         anyhow::bail!("tracker {url} refused: {r}");
     }
+    // Bounded: the next announce is scheduled at now + interval, and an Instant that far
+    // out overflows (a panic); a tracker asking for more than a day gets a day.
     let interval = match d.get("interval") {
-        Some(BencodeElem::Integer(i)) if *i > 0 => Duration::from_secs(*i as u64),
+        Some(BencodeElem::Integer(i)) if *i > 0 => {
+            Duration::from_secs((*i as u64).min(MAX_REANNOUNCE_SECS))
+        }
         _ => Duration::from_secs(1800),
     };
     let mut peers = Vec::new();
@@ -486,6 +510,25 @@ mod tests {
 
     fn q(s: &str) -> Vec<(String, Vec<u8>)> {
         parse_query(s)
+    }
+
+    #[test]
+    fn announce_reply_interval_is_bounded_and_peers_parsed() {
+        let url = "http://t/announce";
+        // i64::MAX seconds: scheduling now + interval used to overflow Instant (a panic).
+        let r = parse_announce_reply(
+            url,
+            b"HTTP/1.1 200 OK\r\n\r\nd8:intervali9223372036854775807e5:peers6:\x7f\x00\x00\x01\x1a\xe1e",
+        )
+        .unwrap();
+        assert_eq!(r.interval, Duration::from_secs(MAX_REANNOUNCE_SECS));
+        assert!(std::time::Instant::now().checked_add(r.interval).is_some());
+        assert_eq!(r.peers, vec!["127.0.0.1:6881".parse().unwrap()]);
+        let e = parse_announce_reply(url, b"HTTP/1.1 200 OK\r\n\r\nd14:failure reason2:noe")
+            .unwrap_err();
+        assert!(e.to_string().contains("refused: no"), "{e}");
+        assert!(parse_announce_reply(url, b"no header end").is_err());
+        assert!(parse_announce_reply(url, b"\r\n\r\nli1ee").is_err());
     }
 
     #[test]

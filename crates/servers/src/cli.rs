@@ -71,6 +71,14 @@ pub struct ServeArgs {
     /// connection hold. Files too large for the cache are streamed in 64 KiB chunks.
     #[arg(long, default_value_t = iolab_http::Limits::default().max_queued)]
     pub max_queued: usize,
+    /// Bytes of a connection read at once (each connection's receive buffer), the same in
+    /// every model (1 to 16 MiB).
+    #[arg(long, default_value_t = crate::READ_BUF)]
+    pub read_buf: usize,
+    /// Most response chunks handed to one writev/sendmsg, the same in every model (1 to
+    /// 1024).
+    #[arg(long, default_value_t = crate::MAX_IOV)]
+    pub max_iov: usize,
 }
 
 fn parse_secs(s: &str) -> Result<f64, String> {
@@ -100,6 +108,10 @@ impl ServeArgs {
                 max_queued: self.max_queued,
             },
             accept: self.accept,
+            buffers: crate::Buffers {
+                read_buf: self.read_buf,
+                max_iov: self.max_iov,
+            },
         }
     }
 }
@@ -124,6 +136,7 @@ fn workers_line(model: Model, config: &Config) -> String {
 
 pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let config = args.config();
+    config.buffers.check().map_err(anyhow::Error::msg)?;
     let model = args.model;
     // Thousands of connections need descriptors; failure is not fatal (the soft limit stays).
     if let Err(e) = iolab_sys::raise_nofile_limit() {
@@ -145,6 +158,18 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let ctx =
         Ctx::new(config, stats).with_context(|| format!("cannot serve {}", args.root.display()))?;
+
+    // Test hook, debug builds only: a slow disk (every file read takes this much longer),
+    // to watch by hand which models keep serving other connections meanwhile.
+    if cfg!(debug_assertions) {
+        if let Ok(v) = std::env::var("IOLAB_TEST_READ_DELAY_MS") {
+            let ms: u64 = v
+                .parse()
+                .with_context(|| format!("IOLAB_TEST_READ_DELAY_MS={v:?}: not milliseconds"))?;
+            tracing::warn!("test hook: every file read takes {ms} ms longer");
+            ctx.site.inject_read_delay(Duration::from_millis(ms));
+        }
+    }
 
     let shutdown = ctx.shutdown.clone();
     let mut signals = signal_hook::iterator::Signals::new([

@@ -135,7 +135,7 @@ fn event_loop(ctx: &Ctx, listener: TcpListener, held: &AtomicUsize) -> io::Resul
     let conn_events = (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
     let mut conns: slab::Slab<Conn> = slab::Slab::new();
     let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; EVENTS];
-    let mut buf = vec![0u8; net::READ_BUF];
+    let mut buf = vec![0u8; ctx.config.buffers.read_buf];
     let sweep = idle.map(sweep_interval);
     let mut next_sweep = sweep.map(|s| Instant::now() + s);
 
@@ -178,7 +178,11 @@ fn event_loop(ctx: &Ctx, listener: TcpListener, held: &AtomicUsize) -> io::Resul
             }
             // Data often arrives with the connection: registering an already readable
             // socket queues its first event, so `progress` runs from the event loop.
-            entry.insert(Conn::new(stream, ctx.site.clone()));
+            entry.insert(Conn::new(
+                stream,
+                ctx.site.clone(),
+                ctx.config.buffers.max_iov,
+            ));
         }
     };
     let mut accept_retry: Option<Instant> = None;

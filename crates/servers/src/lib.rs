@@ -11,27 +11,37 @@
 //! socket error or idle timeout that ended it. [`net`] holds the socket plumbing the thread
 //! and readiness models share (listeners, `Conn::progress`, `serve_blocking`, `Registry`).
 //!
-//! Same sizes everywhere: every model reads into buffers of [`READ_BUF`] bytes and hands at
-//! most [`MAX_IOV`] response chunks to one vectored send, so that differences come from the
-//! I/O model alone (the io_uring models used 8 KiB and 8 iovecs, the others 16 KiB and 64).
+//! Same sizes everywhere: every model reads a connection into a buffer of
+//! `Config::buffers.read_buf` bytes and hands at most `Config::buffers.max_iov` response
+//! chunks to one vectored send ([`Buffers`]; defaults [`READ_BUF`] and [`MAX_IOV`], set by
+//! `iolab serve --read-buf --max-iov`), so that differences come from the I/O model alone
+//! (the io_uring models used to have 8 KiB and 8 iovecs, the others 16 KiB and 64).
 //!
 //! Bounded work per connection (every model, through `iolab_http::Session`): a model reads
 //! only when nothing is pending and calls `Session::resume` after each `advance`, so a
 //! connection holds at most `Limits::max_queued` of responses plus two 64 KiB chunks of a
 //! streamed file, whatever the client pipelines.
 //!
-//! Where file reads happen (a cache miss: open, `fstat`, the `/proc/self/fd` check and, for a
-//! file up to `CacheConfig::max_cached_file`, one read of the whole file; and the 64 KiB
-//! `pread` of each chunk of a larger, streamed file):
+//! Where file reads happen (the table in the crate's README.md says the same). A cache
+//! miss costs `open`, `fstat` and the `/proc/self/fd` check — always on the thread that
+//! parses the request (metadata, usually in the dentry cache) — then one read of the whole
+//! file if it is cacheable (up to `CacheConfig::max_cached_file`), or one 64 KiB read per
+//! chunk of a larger, streamed file. Those reads are done:
 //! - `threads`, `thread-pool`: on the connection's own thread, which blocks; other
 //!   connections are not affected — that is the point of these models.
-//! - `select`, `poll`, `epoll`: on the event loop, synchronously; a read that misses the page
-//!   cache stalls every connection of that loop (as nginx without `aio threads`).
-//! - `uring-accept-sync`, `uring`, `uring-fixed`, `uring-callback`: on the ring's worker
-//!   thread, synchronously — not yet through the ring (an `IORING_OP_READ` per chunk is the
-//!   planned change); same stall as the readiness models.
-//! - `runtime`: inside the connection's task on its loop thread, synchronously — not yet on
-//!   the blocking pool (`iolab_runtime::detach`); same stall.
+//! - `select`, `poll`, `epoll`: on the event loop, synchronously (`FileReads::Blocking`); a
+//!   read that misses the page cache stalls every connection of that loop, as in seed 000's
+//!   servers and nginx without `aio threads`. Kept on purpose: it is what the seed measured.
+//! - `uring-accept-sync`, `uring`, `uring-fixed`, `uring-callback`: through the ring
+//!   (`FileReads::Caller`, one `IORING_OP_READ` on the file's descriptor,
+//!   `uring_common::file_read_entries`); the connection waits in a `ReadingFile` step (or
+//!   its routine), the loop serves the others.
+//! - `runtime`: on the runtime's blocking pool (`iolab_runtime::detach`), the connection's
+//!   task waiting; the same on the epoll driver.
+//!
+//! Tested by `slow_file_reads_hold_up_only_their_connection` in each of the last two groups:
+//! with a disk made 400 ms slower (`Site::inject_read_delay`; `IOLAB_TEST_READ_DELAY_MS` for
+//! `iolab serve` in debug builds), another client keeps being answered during a slow read.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -58,10 +68,54 @@ pub mod uring_fixed;
 
 pub use shutdown::Shutdown;
 
-/// Size of the buffer every model reads a connection's bytes into.
-pub const READ_BUF: usize = 16 * 1024;
-/// Most response chunks every model hands to one `writev`/`sendmsg`.
-pub const MAX_IOV: usize = 64;
+/// Default size of the buffer every model reads a connection's bytes into.
+pub const READ_BUF: usize = iolab_stats::models::DEFAULT_READ_BUF;
+/// Default most response chunks every model hands to one `writev`/`sendmsg`.
+pub const MAX_IOV: usize = iolab_stats::models::DEFAULT_MAX_IOV;
+/// Largest `read_buf` accepted (one receive's length is a `u32` in io_uring).
+pub const MAX_READ_BUF: usize = 16 << 20;
+/// Largest `max_iov` accepted: the kernel's `IOV_MAX`.
+pub const IOV_MAX: usize = 1024;
+
+/// The buffer sizes every model uses, one value for all of them, so that differences come
+/// from the I/O model alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Buffers {
+    /// Bytes of a connection read at once: the size of each connection's receive buffer
+    /// (`uring-fixed`: of each slot of its registered arena), 1 to [`MAX_READ_BUF`].
+    pub read_buf: usize,
+    /// Most response chunks (a head, a body, the next pipelined response...) handed to one
+    /// `writev`/`sendmsg`, 1 to [`IOV_MAX`].
+    pub max_iov: usize,
+}
+
+impl Default for Buffers {
+    fn default() -> Self {
+        Buffers {
+            read_buf: READ_BUF,
+            max_iov: MAX_IOV,
+        }
+    }
+}
+
+impl Buffers {
+    /// Checks the bounds; the error says which value is out of range.
+    pub fn check(&self) -> Result<(), String> {
+        if !(1..=MAX_READ_BUF).contains(&self.read_buf) {
+            return Err(format!(
+                "read buffer of {} bytes: must be 1 to {MAX_READ_BUF}",
+                self.read_buf
+            ));
+        }
+        if !(1..=IOV_MAX).contains(&self.max_iov) {
+            return Err(format!(
+                "{} iovecs per send: must be 1 to {IOV_MAX}",
+                self.max_iov
+            ));
+        }
+        Ok(())
+    }
+}
 pub use stats::Stats;
 
 /// How `uring-callback` accepts connections (seed 000's CR vs CR-iocp).
@@ -85,6 +139,8 @@ pub struct Config {
     pub idle_timeout: Duration,
     pub limits: iolab_http::Limits,
     pub accept: AcceptMode,
+    /// Receive buffer and iovec count, the same for every model.
+    pub buffers: Buffers,
 }
 
 impl Default for Config {
@@ -98,6 +154,7 @@ impl Default for Config {
             idle_timeout: Duration::from_secs(60),
             limits: iolab_http::Limits::default(),
             accept: AcceptMode::Async,
+            buffers: Buffers::default(),
         }
     }
 }
@@ -114,6 +171,10 @@ impl Ctx {
     /// A context for `config`: opens the site (errors name the root), a fresh stop request,
     /// and the given counters (`Stats::private()` or `Stats::create(path)`).
     pub fn new(config: Config, stats: Stats) -> std::io::Result<Ctx> {
+        config
+            .buffers
+            .check()
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let site = iolab_http::Site::new(config.root.clone(), config.limits.clone())?;
         Ok(Ctx {
             config,

@@ -17,7 +17,7 @@ use iolab_http::Session;
 
 use crate::stats::{ErrorKind, Stats};
 
-pub use crate::{MAX_IOV, READ_BUF};
+pub use crate::{Buffers, MAX_IOV, READ_BUF};
 
 /// A listening TCP socket with SO_REUSEADDR (restarts don't wait out TIME_WAIT, seed 000
 /// annex E.1), optionally SO_REUSEPORT (several listeners on one port, one per loop).
@@ -187,8 +187,9 @@ pub fn write_pending(
     stream: &mut TcpStream,
     session: &mut Session,
     stats: &Stats,
+    max_iov: usize,
 ) -> io::Result<usize> {
-    let n = writev(stream, session.pending())?;
+    let n = writev(stream, session.pending(), max_iov)?;
     if n > 0 {
         session.advance(n);
         session.resume(|status| stats.response(status));
@@ -196,13 +197,21 @@ pub fn write_pending(
     Ok(n)
 }
 
-fn writev(stream: &mut TcpStream, pending: &VecDeque<Bytes>) -> io::Result<usize> {
-    if pending.len() == 1 {
-        return stream.write(&pending[0]);
+fn writev(stream: &mut TcpStream, pending: &VecDeque<Bytes>, max_iov: usize) -> io::Result<usize> {
+    if pending.len() == 1 || max_iov == 1 {
+        return pending.front().map_or(Ok(0), |c| stream.write(c));
     }
-    let mut iov: [IoSlice<'_>; MAX_IOV] = [IoSlice::new(&[]); MAX_IOV];
+    // On the stack up to the default count (the thread models run on small stacks).
+    let mut small: [IoSlice<'_>; MAX_IOV] = [IoSlice::new(&[]); MAX_IOV];
+    let mut large = Vec::new();
+    let iov: &mut [IoSlice<'_>] = if max_iov <= MAX_IOV {
+        &mut small[..max_iov]
+    } else {
+        large.resize(max_iov, IoSlice::new(&[]));
+        &mut large
+    };
     let mut k = 0;
-    for chunk in pending.iter().filter(|c| !c.is_empty()).take(MAX_IOV) {
+    for chunk in pending.iter().filter(|c| !c.is_empty()).take(iov.len()) {
         iov[k] = IoSlice::new(chunk);
         k += 1;
     }
@@ -222,6 +231,7 @@ pub fn serve_blocking(
     site: &std::sync::Arc<iolab_http::Site>,
     stats: &Stats,
     idle: Option<Duration>,
+    buffers: Buffers,
 ) {
     if stream
         .set_read_timeout(idle)
@@ -233,10 +243,10 @@ pub fn serve_blocking(
     }
     let mut session = Session::new(site.clone());
     // On the heap: the thread models run on small stacks.
-    let mut buf = vec![0u8; READ_BUF];
+    let mut buf = vec![0u8; buffers.read_buf];
     loop {
         while session.has_pending() {
-            match write_pending(stream, &mut session, stats) {
+            match write_pending(stream, &mut session, stats, buffers.max_iov) {
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return stats.io_error(&e),
@@ -342,14 +352,17 @@ pub struct Conn {
     session: Session,
     /// Last time bytes moved either way; the idle timeout counts from here.
     pub last_active: Instant,
+    max_iov: usize,
 }
 
 impl Conn {
-    pub fn new(stream: TcpStream, site: std::sync::Arc<iolab_http::Site>) -> Conn {
+    /// A connection whose sends hand at most `max_iov` chunks to one `writev`.
+    pub fn new(stream: TcpStream, site: std::sync::Arc<iolab_http::Site>, max_iov: usize) -> Conn {
         Conn {
             stream,
             session: Session::new(site),
             last_active: Instant::now(),
+            max_iov,
         }
     }
 
@@ -363,7 +376,7 @@ impl Conn {
     pub fn progress(&mut self, buf: &mut [u8], stats: &Stats) -> Want {
         loop {
             while self.session.has_pending() {
-                match write_pending(&mut self.stream, &mut self.session, stats) {
+                match write_pending(&mut self.stream, &mut self.session, stats, self.max_iov) {
                     Ok(_) => self.last_active = Instant::now(),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Want::Write,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

@@ -43,7 +43,7 @@ pub fn run(ctx: &Ctx) -> io::Result<()> {
     ];
     // conns[i] goes with pollfds[FIRST_CONN + i].
     let mut conns: Vec<Conn> = Vec::new();
-    let mut buf = vec![0u8; net::READ_BUF];
+    let mut buf = vec![0u8; ctx.config.buffers.read_buf];
     // Set after an accept failure like EMFILE: the listener is not watched until then.
     let mut accept_paused: Option<Instant> = None;
 
@@ -139,7 +139,7 @@ fn accept_all(
             continue;
         }
         stats.conn_opened();
-        let mut conn = Conn::new(stream, ctx.site.clone());
+        let mut conn = Conn::new(stream, ctx.site.clone(), ctx.config.buffers.max_iov);
         match conn.progress(buf, stats) {
             Want::Close => stats.conn_closed(),
             want => {

@@ -11,6 +11,11 @@
 //! a stop request wakes every loop through the shutdown eventfd (`wait_readable`) and is
 //! broadcast on a `Cond` that cancels every accept, read and write in flight.
 //! `max_conns` is server-wide (one atomic count over all loops).
+//!
+//! File bytes (a cache miss, the chunks of a large file) are read on the runtime's blocking
+//! pool (`detach`), the task waiting meanwhile: CPC's way of running a blocking call off the
+//! loop. A slow disk holds up only the connection waiting for it, on either driver (the
+//! runtime's `File::read_at` would run on the loop under the epoll fallback).
 
 use std::cell::Cell;
 use std::io;
@@ -20,13 +25,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use iolab_http::Session;
+use iolab_http::{FileReads, Session};
 use iolab_runtime::net::{TcpListener, TcpStream};
 use iolab_runtime::{
-    cancellable, sleep, spawn, timeout_with, wait_readable, Cancelled, Cond, IoBuf, Runtime, Sleep,
+    cancellable, detach, sleep, spawn, timeout_with, wait_readable, Cancelled, Cond, IoBuf,
+    Runtime, Sleep,
 };
 
-use crate::net::{self, MAX_IOV, READ_BUF};
+use crate::net;
 use crate::stats::ErrorKind;
 use crate::{Ctx, Shutdown, Stats};
 
@@ -56,6 +62,7 @@ struct Env {
     held: Arc<AtomicUsize>,
     max_conns: usize,
     idle: Option<Duration>,
+    buffers: crate::Buffers,
 }
 
 /// The stop state of one loop: a flag for tasks that are running, a Cond for those waiting.
@@ -77,6 +84,7 @@ pub fn run(ctx: &Ctx) -> io::Result<()> {
         held: Arc::new(AtomicUsize::new(0)),
         max_conns: cfg.max_conns,
         idle: net::idle(cfg),
+        buffers: cfg.buffers,
     };
     let rt = Runtime::builder().workers(n).build()?;
     rt.block_on(async {
@@ -208,19 +216,27 @@ async fn serve(stream: &TcpStream, env: &Env, stop: &Stop) {
     if stream.set_nodelay(true).is_err() {
         return stats.error(ErrorKind::Io);
     }
-    let mut session = Session::new(env.site.clone());
-    let mut buf = vec![0u8; READ_BUF];
+    let mut session = Session::with_file_reads(env.site.clone(), FileReads::Caller);
+    let read_buf = env.buffers.read_buf;
+    let mut buf = vec![0u8; read_buf];
     let mut idle = env.idle.map(|limit| Idle {
         limit,
         timer: sleep(limit),
     });
     loop {
-        while session.has_pending() {
+        if let Some(job) = session.file_read() {
+            // Not raced against the idle timer: a disk read is not the client being idle.
+            // A stop waits for it (bounded by the disk), then ends the connection.
+            let result = detach(move || job.read_blocking()).await;
+            session.file_read_done(result, |status| stats.response(status));
+            continue;
+        }
+        if session.has_pending() {
             let chunks: Vec<Chunk> = session
                 .pending()
                 .iter()
                 .filter(|c| !c.is_empty())
-                .take(MAX_IOV)
+                .take(env.buffers.max_iov)
                 .map(|c| Chunk(c.clone()))
                 .collect();
             match wait(&mut idle, stop, stream.writev(chunks)).await {
@@ -234,11 +250,12 @@ async fn serve(stream: &TcpStream, env: &Env, stop: &Stop) {
                 Waited::TimedOut => return stats.error(ErrorKind::Timeout),
                 Waited::Stopped => return,
             }
+            continue;
         }
         if session.should_close() {
             return;
         }
-        buf.resize(READ_BUF, 0);
+        buf.resize(read_buf, 0);
         match wait(&mut idle, stop, stream.read(buf)).await {
             Waited::Done((r, b)) => {
                 buf = b;
@@ -253,5 +270,16 @@ async fn serve(stream: &TcpStream, env: &Env, stop: &Stop) {
             Waited::TimedOut => return stats.error(ErrorKind::Timeout),
             Waited::Stopped => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn slow_file_reads_hold_up_only_their_connection() {
+        crate::uring_common::slow_disk::slow_reads_hold_up_only_their_connection(
+            super::run,
+            crate::AcceptMode::Async,
+        );
     }
 }

@@ -69,7 +69,7 @@ pub fn run(ctx: &Ctx) -> io::Result<()> {
     // Indexed by descriptor number: select speaks in descriptor numbers anyway.
     let mut slots: Vec<Option<Slot>> = (0..FD_SETSIZE).map(|_| None).collect();
     let mut held = 0usize;
-    let mut buf = vec![0u8; net::READ_BUF];
+    let mut buf = vec![0u8; ctx.config.buffers.read_buf];
     // Set after an accept failure like EMFILE: the listener is left out until then.
     let mut accept_paused: Option<Instant> = None;
 
@@ -189,7 +189,7 @@ fn accept_all(
             continue;
         }
         stats.conn_opened();
-        let mut conn = Conn::new(stream, ctx.site.clone());
+        let mut conn = Conn::new(stream, ctx.site.clone(), ctx.config.buffers.max_iov);
         match conn.progress(buf, stats) {
             Want::Close => stats.conn_closed(),
             want => {

@@ -50,7 +50,9 @@ pub fn run(ctx: &Ctx) -> std::io::Result<()> {
             {
                 stats.conn_opened();
                 match net::prepare(&stream, false) {
-                    Ok(()) => net::serve_blocking(&mut stream, site, stats, idle),
+                    Ok(()) => {
+                        net::serve_blocking(&mut stream, site, stats, idle, ctx.config.buffers)
+                    }
                     Err(_) => stats.error(ErrorKind::Io),
                 }
                 // Unregister before closing, so `close_all` never sees a reused number.

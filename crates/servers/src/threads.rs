@@ -53,7 +53,7 @@ pub fn run(ctx: &Ctx) -> std::io::Result<()> {
             let spawned = thread::Builder::new()
                 .stack_size(STACK)
                 .spawn_scoped(scope, move || {
-                    net::serve_blocking(&mut stream, site, stats, idle);
+                    net::serve_blocking(&mut stream, site, stats, idle, ctx.config.buffers);
                     // Unregister before the descriptor is closed, so `close_all` never shuts
                     // down a reused number.
                     registry.remove(key);

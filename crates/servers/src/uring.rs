@@ -14,7 +14,10 @@
 //!   pointers into it while an operation is in flight);
 //! - the `OVERLAPPED` pointer is the SQE's `user_data`: (slab key, operation);
 //! - "the next function to run" is `Step`, the one thing each connection waits for, set
-//!   where the operation is submitted and matched when it completes.
+//!   where the operation is submitted and matched when it completes;
+//! - file bytes (a cache miss, the chunks of a large file) are read with `IORING_OP_READ`
+//!   into a buffer the connection owns (`Step::ReadingFile`), as an iocp server read files
+//!   with `ReadFile` on the same port: a slow disk holds up only the connection waiting.
 //!
 //! `uring-accept-sync` (iocp1) reuses this worker unchanged except for where sockets come
 //! from (`Source::Handoff`): exactly the one difference between iocp1 and iocp2.
@@ -27,11 +30,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, types, IoUring};
-use iolab_http::Session;
+use iolab_http::{FileRead, FileReads, Session};
 use slab::Slab;
 
 use crate::stats::ErrorKind;
-use crate::uring_common::{self as common, Gate, StartLine, MAX_IOV, READ_BUF};
+use crate::uring_common::{self as common, Gate, StartLine};
 use crate::Ctx;
 
 /// Accepts kept in flight on each worker's listener, as iocp2 kept `AcceptEx` calls posted.
@@ -69,10 +72,12 @@ pub(crate) enum Op {
     Handoff,
     /// The accept thread has stopped: no more `Handoff` will come.
     HandoffEnd,
+    /// A read of file bytes the connection's session waits for.
+    ReadFile,
 }
 
 impl Op {
-    const ALL: [Op; 9] = [
+    const ALL: [Op; 10] = [
         Op::Accept,
         Op::Recv,
         Op::Send,
@@ -82,6 +87,7 @@ impl Op {
         Op::Cancel,
         Op::Handoff,
         Op::HandoffEnd,
+        Op::ReadFile,
     ];
 }
 
@@ -114,6 +120,8 @@ enum Step {
     Receiving,
     /// A send of the pending response bytes is in flight; its completion advances them.
     Sending,
+    /// A read of file bytes is in flight; its completion hands them to the session.
+    ReadingFile,
     /// The close is in flight; its completion frees the connection.
     Closing,
 }
@@ -124,8 +132,12 @@ struct Conn {
     step: Step,
     session: Session,
     buf: Box<[u8]>,
-    iov: [libc::iovec; MAX_IOV],
+    iov: Box<[libc::iovec]>,
     msg: libc::msghdr,
+    /// The file read in flight and the buffer it reads into (both kept until it completes).
+    file: Option<(FileRead, Vec<u8>)>,
+    /// The test hook's delay before a file read (see `uring_common::file_read_entries`).
+    delay: types::Timespec,
     /// When its last operation completed (for the idle timeout).
     last_io: Instant,
     /// The socket was shut down by the worker (idle timeout or stop): no second shutdown.
@@ -234,6 +246,7 @@ impl<'a> Worker<'a> {
             }
             Op::Recv => self.on_recv(key, res),
             Op::Send => self.on_send(key, res),
+            Op::ReadFile => self.on_file_read(key, res),
             Op::Close => {
                 self.on_closed(key);
                 Ok(())
@@ -314,10 +327,12 @@ impl<'a> Worker<'a> {
         let key = self.conns.insert(Box::new(Conn {
             fd,
             step: Step::Receiving,
-            session: Session::new(Arc::clone(&self.ctx.site)),
-            buf: vec![0u8; READ_BUF].into_boxed_slice(),
-            iov: common::empty_iovecs(),
+            session: Session::with_file_reads(Arc::clone(&self.ctx.site), FileReads::Caller),
+            buf: vec![0u8; self.ctx.config.buffers.read_buf].into_boxed_slice(),
+            iov: common::empty_iovecs(self.ctx.config.buffers.max_iov),
             msg: common::empty_msghdr(),
+            file: None,
+            delay: types::Timespec::new(),
             last_io: self.now,
             shut: false,
             fault: None,
@@ -356,6 +371,20 @@ impl<'a> Worker<'a> {
         self.submit(e)
     }
 
+    /// Step → ReadingFile: the read the session waits for, into a buffer of its size.
+    fn read_file(&mut self, key: usize, job: FileRead) -> io::Result<()> {
+        let c = &mut self.conns[key];
+        c.step = Step::ReadingFile;
+        let buf = vec![0u8; job.len()];
+        let (job, buf) = c.file.insert((job, buf));
+        // The buffer and the job (which holds the descriptor open) stay in the boxed
+        // connection until the read's completion; `delay` lives there too.
+        common::file_read_entries(job, buf, &mut c.delay)
+            .push(&mut self.ring, token(key, Op::ReadFile))?;
+        self.in_flight += 1;
+        Ok(())
+    }
+
     /// Step → Closing.
     fn close(&mut self, key: usize) -> io::Result<()> {
         let c = &mut self.conns[key];
@@ -366,12 +395,15 @@ impl<'a> Worker<'a> {
         self.submit(e)
     }
 
-    /// After a receive or a send: send what is pending, else close if the session is over,
-    /// else receive the next request.
+    /// After a receive, a send or a file read: read the file bytes the session waits for,
+    /// else send what is pending, else close if the session is over, else receive the next
+    /// request.
     fn next_step(&mut self, key: usize) -> io::Result<()> {
-        let c = &self.conns[key];
+        let c = &mut self.conns[key];
         if self.stopping {
             self.close(key)
+        } else if let Some(job) = c.session.file_read() {
+            self.read_file(key, job)
         } else if c.session.has_pending() {
             self.send(key)
         } else if c.session.should_close() {
@@ -416,6 +448,24 @@ impl<'a> Worker<'a> {
         c.session.advance(res as usize);
         // The requests held back while the queue was full (backpressure) are answered now.
         c.session.resume(|status| stats.response(status));
+        self.next_step(key)
+    }
+
+    fn on_file_read(&mut self, key: usize, res: i32) -> io::Result<()> {
+        let stats = &*self.ctx.stats;
+        let c = &mut self.conns[key];
+        debug_assert_eq!(c.step, Step::ReadingFile);
+        let Some((_, mut buf)) = c.file.take() else {
+            return self.close(key);
+        };
+        let result = if res < 0 {
+            Err(io::Error::from_raw_os_error(-res))
+        } else {
+            buf.truncate(res as usize);
+            Ok(buf)
+        };
+        c.session
+            .file_read_done(result, |status| stats.response(status));
         self.next_step(key)
     }
 
@@ -514,5 +564,13 @@ mod serve_tests {
     #[test]
     fn serves_two_workers() {
         exercise(super::run, 2, AcceptMode::Async);
+    }
+
+    #[test]
+    fn slow_file_reads_hold_up_only_their_connection() {
+        crate::uring_common::slow_disk::slow_reads_hold_up_only_their_connection(
+            super::run,
+            AcceptMode::Async,
+        );
     }
 }

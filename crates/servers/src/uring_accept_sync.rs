@@ -236,4 +236,12 @@ mod serve_tests {
     fn serves_two_workers() {
         exercise(super::run, 2, AcceptMode::Async);
     }
+
+    #[test]
+    fn slow_file_reads_hold_up_only_their_connection() {
+        crate::uring_common::slow_disk::slow_reads_hold_up_only_their_connection(
+            super::run,
+            AcceptMode::Async,
+        );
+    }
 }

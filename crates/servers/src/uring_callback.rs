@@ -23,6 +23,9 @@
 //!   [`uring::ACCEPTS_AHEAD`] accepts are posted with a plain tag instead of a callback, and
 //!   the loop handles them itself; everything else runs by callback.
 //!
+//! File bytes (a cache miss, the chunks of a large file) are read with `IORING_OP_READ` and
+//! a completion routine too, like any client I/O: a slow disk delays only its connection.
+//!
 //! The idle timeout, the stop request, and the accept-side events are the loop's own
 //! plumbing (tagged `user_data`, or callbacks on the loop); every client I/O is a callback.
 //! Idle timeout and shutdown: see [`crate::uring_common`] (a registry of open sockets per
@@ -34,12 +37,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
-use iolab_http::{Session, Site};
+use iolab_http::{FileRead, FileReads, Session, Site};
 use slab::Slab;
 
 use crate::stats::{ErrorKind, Stats};
 use crate::uring;
-use crate::uring_common::{self as common, Gate, StartLine, MAX_IOV, READ_BUF};
+use crate::uring_common::{self as common, Gate, StartLine};
 use crate::{AcceptMode, Ctx, Shutdown};
 
 pub fn run(ctx: &Ctx) -> io::Result<()> {
@@ -88,8 +91,10 @@ struct Conn {
     key: usize,
     session: Session,
     buf: Box<[u8]>,
-    iov: [libc::iovec; MAX_IOV],
+    iov: Box<[libc::iovec]>,
     msg: libc::msghdr,
+    /// The test hook's delay before a file read (see `uring_common::file_read_entries`).
+    delay: types::Timespec,
 }
 
 pub struct Loop {
@@ -98,6 +103,7 @@ pub struct Loop {
     mode: AcceptMode,
     backlog: u32,
     site: Arc<Site>,
+    buffers: crate::Buffers,
     stats: Arc<Stats>,
     shutdown: Arc<Shutdown>,
     gate: Arc<Gate>,
@@ -123,6 +129,7 @@ impl Loop {
             mode: ctx.config.accept,
             backlog: ctx.config.backlog,
             site: Arc::clone(&ctx.site),
+            buffers: ctx.config.buffers,
             stats: Arc::clone(&ctx.stats),
             shutdown: Arc::clone(&ctx.shutdown),
             gate,
@@ -149,6 +156,24 @@ impl Loop {
         let user_data = ptr as u64;
         if let Err(e) = common::push(&mut self.ring, &entry.user_data(user_data)) {
             // SAFETY: ptr came from Box::into_raw just above and the entry was not queued.
+            drop(unsafe { Box::from_raw(ptr) });
+            return Err(e);
+        }
+        self.in_flight += 1;
+        Ok(user_data)
+    }
+
+    /// As [`Loop::submit`], for a file read (possibly two linked entries).
+    fn submit_with(
+        &mut self,
+        entries: common::FileReadEntries,
+        routine: impl FnOnce(&mut Loop, i32) -> io::Result<()> + 'static,
+    ) -> io::Result<u64> {
+        let routine: Box<Routine> = Box::new(Box::new(routine));
+        let ptr = Box::into_raw(routine);
+        let user_data = ptr as u64;
+        if let Err(e) = entries.push(&mut self.ring, user_data) {
+            // SAFETY: ptr came from Box::into_raw just above and the read was not queued.
             drop(unsafe { Box::from_raw(ptr) });
             return Err(e);
         }
@@ -196,6 +221,9 @@ impl Loop {
                     LISTENER_READY => {
                         self.listener_armed = false;
                         self.accept_sync()?;
+                    }
+                    common::NO_COMPLETION => {
+                        return Err(io::Error::other("a completion that must not come"));
                     }
                     ptr => {
                         // SAFETY: every other user_data is a pointer made by `submit` with
@@ -294,10 +322,11 @@ impl Loop {
         let conn = Box::new(Conn {
             fd,
             key,
-            session: Session::new(Arc::clone(&self.site)),
-            buf: vec![0u8; READ_BUF].into_boxed_slice(),
-            iov: common::empty_iovecs(),
+            session: Session::with_file_reads(Arc::clone(&self.site), FileReads::Caller),
+            buf: vec![0u8; self.buffers.read_buf].into_boxed_slice(),
+            iov: common::empty_iovecs(self.buffers.max_iov),
             msg: common::empty_msghdr(),
+            delay: types::Timespec::new(),
         });
         receive(self, conn)
     }
@@ -340,11 +369,13 @@ fn on_received(lp: &mut Loop, mut conn: Box<Conn>, res: i32) -> io::Result<()> {
     next(lp, conn)
 }
 
-/// After a receive or a send: send what is pending, else close if the session is over, else
-/// receive the next request.
-fn next(lp: &mut Loop, conn: Box<Conn>) -> io::Result<()> {
+/// After a receive, a send or a file read: read the file bytes the session waits for, else
+/// send what is pending, else close if the session is over, else receive the next request.
+fn next(lp: &mut Loop, mut conn: Box<Conn>) -> io::Result<()> {
     if lp.stopping {
         close(lp, conn)
+    } else if let Some(job) = conn.session.file_read() {
+        read_file(lp, conn, job)
     } else if conn.session.has_pending() {
         send(lp, conn)
     } else if conn.session.should_close() {
@@ -368,6 +399,37 @@ fn send(lp: &mut Loop, mut conn: Box<Conn>) -> io::Result<()> {
         .build();
     lp.submit(e, move |lp, res| on_sent(lp, conn, res))?;
     Ok(())
+}
+
+fn read_file(lp: &mut Loop, mut conn: Box<Conn>, job: FileRead) -> io::Result<()> {
+    let mut buf = vec![0u8; job.len()];
+    // The routine owns the buffer's heap block and the job (the open descriptor) until the
+    // read completes; `delay` is in the boxed Conn, which does not move when the box does.
+    let entries = common::file_read_entries(&job, &mut buf, &mut conn.delay);
+    lp.submit_with(entries, move |lp, res| {
+        on_file_read(lp, conn, job, buf, res)
+    })?;
+    Ok(())
+}
+
+fn on_file_read(
+    lp: &mut Loop,
+    mut conn: Box<Conn>,
+    job: FileRead,
+    mut buf: Vec<u8>,
+    res: i32,
+) -> io::Result<()> {
+    drop(job);
+    let result = if res < 0 {
+        Err(io::Error::from_raw_os_error(-res))
+    } else {
+        buf.truncate(res as usize);
+        Ok(buf)
+    };
+    let stats = &lp.stats;
+    conn.session
+        .file_read_done(result, |status| stats.response(status));
+    next(lp, conn)
 }
 
 fn on_sent(lp: &mut Loop, mut conn: Box<Conn>, res: i32) -> io::Result<()> {
@@ -462,6 +524,13 @@ mod serve_tests {
     fn serves_with_synchronous_accept_cr() {
         exercise(super::run, 1, AcceptMode::Sync);
         exercise(super::run, 2, AcceptMode::Sync);
+    }
+
+    #[test]
+    fn slow_file_reads_hold_up_only_their_connection() {
+        use crate::uring_common::slow_disk::slow_reads_hold_up_only_their_connection as check;
+        check(super::run, AcceptMode::Sync);
+        check(super::run, AcceptMode::Async);
     }
 
     #[test]

@@ -25,13 +25,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use io_uring::{cqueue, squeue, IoUring};
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
 use crate::stats::ErrorKind;
 use crate::{Ctx, Shutdown};
-
-/// Receive buffer and scatter list sizes: the same in every model (see the crate root).
-pub use crate::{MAX_IOV, READ_BUF};
 
 /// Submission queue size of each ring; the completion queue is four times as large so that
 /// a burst of completions (one per connection) rarely overflows it (and when it does, the
@@ -189,6 +186,71 @@ pub fn push(ring: &mut IoUring, entry: &squeue::Entry) -> io::Result<()> {
     }
 }
 
+/// `user_data` of an entry that must never complete visibly (the linked delay of
+/// [`file_read_entries`]); every model treats a completion carrying it as an error.
+pub const NO_COMPLETION: u64 = 0;
+
+/// The entries that read `job` into `buf`: one `IORING_OP_READ` on the file's descriptor at
+/// its offset. The file reads of every io_uring model go through the ring, so a slow disk
+/// holds up the one connection waiting for it, not the loop.
+///
+/// When a test injects a read delay (`iolab_http::Site::inject_read_delay`), the read is
+/// linked after an `IORING_OP_TIMEOUT` of that length, which counts as success
+/// (`ETIME_SUCCESS`) and posts no completion (`CQE_SKIP_SUCCESS`): the disk looks slow to
+/// the ring exactly as the blocking path's sleep makes it look slow to a thread. `delay`
+/// must stay in place until the entries are submitted (the kernel copies it then).
+///
+/// `buf` must stay alive and unmoved until the read's completion is reaped (moving the `Vec`
+/// does not move its bytes); `job` keeps the descriptor open and must be kept as long.
+pub fn file_read_entries(
+    job: &iolab_http::FileRead,
+    buf: &mut [u8],
+    delay: &mut types::Timespec,
+) -> FileReadEntries {
+    let read = opcode::Read::new(
+        types::Fd(job.fd()),
+        buf.as_mut_ptr(),
+        u32::try_from(buf.len()).unwrap_or(u32::MAX),
+    )
+    .offset(job.offset())
+    .build();
+    let injected = job.injected_delay();
+    let wait = (!injected.is_zero()).then(|| {
+        *delay = injected.into();
+        opcode::Timeout::new(delay)
+            .flags(types::TimeoutFlags::ETIME_SUCCESS)
+            .build()
+            .flags(squeue::Flags::IO_LINK | squeue::Flags::SKIP_SUCCESS)
+            .user_data(NO_COMPLETION)
+    });
+    FileReadEntries { wait, read }
+}
+
+/// See [`file_read_entries`].
+pub struct FileReadEntries {
+    wait: Option<squeue::Entry>,
+    read: squeue::Entry,
+}
+
+impl FileReadEntries {
+    /// Queues the entries; the read completes with `user_data` (the delay never completes
+    /// visibly).
+    pub fn push(self, ring: &mut IoUring, user_data: u64) -> io::Result<()> {
+        if let Some(wait) = &self.wait {
+            // A link ends with the submission batch: make room for both entries first.
+            let room = {
+                let sq = ring.submission();
+                sq.capacity() - sq.len()
+            };
+            if room < 2 {
+                submit(ring)?;
+            }
+            push(ring, wait)?;
+        }
+        push(ring, &self.read.user_data(user_data))
+    }
+}
+
 /// Submits what is queued without waiting.
 pub fn submit(ring: &mut IoUring) -> io::Result<()> {
     loop {
@@ -272,15 +334,12 @@ impl Gate {
     }
 }
 
-/// Fills `iov` with the first pending response chunks; returns how many.
-pub fn fill_iovecs(session: &iolab_http::Session, iov: &mut [libc::iovec; MAX_IOV]) -> usize {
+/// Fills `iov` with the first pending response chunks (at most `iov.len()`); returns how
+/// many.
+pub fn fill_iovecs(session: &iolab_http::Session, iov: &mut [libc::iovec]) -> usize {
     let mut n = 0;
-    for chunk in session
-        .pending()
-        .iter()
-        .filter(|c| !c.is_empty())
-        .take(MAX_IOV)
-    {
+    let max = iov.len();
+    for chunk in session.pending().iter().filter(|c| !c.is_empty()).take(max) {
         iov[n] = libc::iovec {
             iov_base: chunk.as_ptr() as *mut libc::c_void,
             iov_len: chunk.len(),
@@ -296,12 +355,17 @@ pub fn empty_msghdr() -> libc::msghdr {
     unsafe { std::mem::zeroed() }
 }
 
-/// A zeroed iovec array.
-pub fn empty_iovecs() -> [libc::iovec; MAX_IOV] {
-    [libc::iovec {
-        iov_base: std::ptr::null_mut(),
-        iov_len: 0,
-    }; MAX_IOV]
+/// A zeroed array of `n` iovecs (`Buffers::max_iov`), on the heap: it does not move when
+/// the connection that owns it does.
+pub fn empty_iovecs(n: usize) -> Box<[libc::iovec]> {
+    vec![
+        libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        };
+        n
+    ]
+    .into_boxed_slice()
 }
 
 /// Flags for every send: no SIGPIPE when the peer has gone (the error comes back as EPIPE).
@@ -443,6 +507,26 @@ mod tests {
         assert!(idle_expired(later, t0, Duration::from_secs(5)));
         assert!(!idle_expired(later, t0, Duration::from_secs(6)));
         assert!(!idle_expired(later, t0, Duration::ZERO), "0 = no timeout");
+    }
+
+    #[test]
+    fn a_send_takes_at_most_max_iov_chunks() {
+        let dir = std::env::temp_dir().join(format!("iolab-iov-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("a"), b"abc").unwrap();
+        let site = iolab_http::Site::new(&dir, iolab_http::Limits::default()).unwrap();
+        let mut session = iolab_http::Session::new(site);
+        session.feed(&b"GET /a HTTP/1.1\r\nHost: t\r\n\r\n".repeat(10), |_| {});
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            session.pending().len() >= 20,
+            "a head and a body per response"
+        );
+        for max in [1, 3, 64] {
+            let mut iov = empty_iovecs(max);
+            let n = fill_iovecs(&session, &mut iov);
+            assert_eq!(n, max.min(session.pending().len()));
+        }
     }
 
     #[test]
@@ -639,5 +723,163 @@ pub(crate) mod testing {
             (0, 2, 6, 0),
             "{s:?}"
         );
+    }
+}
+
+/// The check that a slow file read holds up only the connection waiting for it, shared by
+/// the models that read files through the ring or the blocking pool (the io_uring models and
+/// `runtime`).
+#[cfg(test)]
+pub(crate) mod slow_disk {
+    use std::io::{self, Read, Write};
+    use std::net::{SocketAddr, TcpStream};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use crate::{AcceptMode, Config, Ctx, Shutdown, Stats};
+
+    /// The disk's injected slowness: every file read takes this much longer.
+    const DELAY: Duration = Duration::from_millis(400);
+
+    fn get(s: &mut TcpStream, path: &str) -> Vec<u8> {
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
+            .unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            s.read_exact(&mut byte).expect("response head");
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8(head).unwrap();
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{path}: {head}");
+        let len: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("Content-Length: "))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("Content-Length");
+        let mut body = vec![0u8; len];
+        s.read_exact(&mut body).expect("response body");
+        body
+    }
+
+    /// One loop (`workers` 1), a site whose files over 64 KiB are streamed, and a disk made
+    /// slow by [`DELAY`] once a small file is cached. A client asks for a file not cached (one
+    /// slow read), then for a streamed file (two slow chunk reads); meanwhile another client
+    /// keeps asking for the cached file on its keep-alive connection. Whatever the machine's
+    /// load, the other client must get several answers while the first waits (a model that
+    /// read on its loop would answer it at most once: its loop sleeps through each read), and
+    /// the slow answers must be exact and take at least the injected delay (the hook is
+    /// active).
+    pub(crate) fn slow_reads_hold_up_only_their_connection(
+        run: fn(&Ctx) -> io::Result<()>,
+        accept: AcceptMode,
+    ) {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "iolab-slow-disk-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        struct Cleanup(std::path::PathBuf);
+        impl Drop for Cleanup {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+        std::fs::create_dir_all(&dir).unwrap();
+        let _cleanup = Cleanup(dir.clone());
+        let cached = b"<html>cached</html>\n".to_vec();
+        let miss: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let big: Vec<u8> = (0..100_000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+            .collect();
+        std::fs::write(dir.join("cached.html"), &cached).unwrap();
+        std::fs::write(dir.join("miss.bin"), &miss).unwrap();
+        std::fs::write(dir.join("big.bin"), &big).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let config = Config {
+            root: dir.clone(),
+            addr,
+            workers: 1,
+            accept,
+            ..Config::default()
+        };
+        let cache = iolab_http::CacheConfig {
+            max_cached_file: 64 * 1024,
+            revalidate_after: Duration::from_secs(3600),
+            ..iolab_http::CacheConfig::default()
+        };
+        let ctx = Ctx {
+            site: iolab_http::Site::with_cache(&dir, config.limits.clone(), cache).unwrap(),
+            config,
+            stats: Arc::new(Stats::private()),
+            shutdown: Shutdown::new().unwrap(),
+        };
+        /// Stops the server however the check ends, so that a failed assertion fails the
+        /// test instead of waiting forever for the server thread.
+        struct StopOnDrop<'a>(&'a Shutdown);
+        impl Drop for StopOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.trigger();
+            }
+        }
+        let result = std::thread::scope(|s| {
+            let server = s.spawn(|| run(&ctx));
+            let stop = StopOnDrop(&ctx.shutdown);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let mut fast = loop {
+                match TcpStream::connect(addr) {
+                    Ok(c) => break c,
+                    Err(e) => {
+                        assert!(Instant::now() < deadline, "server not up: {e}");
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                }
+            };
+            fast.set_read_timeout(Some(Duration::from_secs(30)))
+                .unwrap();
+            assert_eq!(get(&mut fast, "/cached.html"), cached);
+            ctx.site.inject_read_delay(DELAY);
+            for (path, want) in [("/miss.bin", &miss), ("/big.bin", &big)] {
+                let done = Arc::new(AtomicBool::new(false));
+                let slow_done = Arc::clone(&done);
+                let slow = s.spawn(move || {
+                    let mut c = TcpStream::connect(addr).unwrap();
+                    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                    let t0 = Instant::now();
+                    let body = get(&mut c, path);
+                    let took = t0.elapsed();
+                    slow_done.store(true, Ordering::SeqCst);
+                    (body, took)
+                });
+                let mut answered_meanwhile = 0;
+                while !done.load(Ordering::SeqCst) {
+                    assert_eq!(get(&mut fast, "/cached.html"), cached);
+                    if !done.load(Ordering::SeqCst) {
+                        answered_meanwhile += 1;
+                    }
+                }
+                let (body, took) = slow.join().unwrap();
+                assert!(body == *want, "{path}: bytes differ");
+                assert!(
+                    took >= DELAY,
+                    "{path} took {took:?}: the delay was not applied"
+                );
+                assert!(
+                    answered_meanwhile >= 3,
+                    "{path}: the cached file was answered only {answered_meanwhile} times in \
+                     the {took:?} a slow read took: the read stalled the loop"
+                );
+            }
+            drop(stop);
+            server.join().expect("server thread panicked")
+        });
+        result.expect("model returned an error");
     }
 }

@@ -15,14 +15,16 @@
 //!   beyond it a connection is closed at once and counted as refused;
 //! - the arena is registered with the ring (`IORING_REGISTER_BUFFERS`, one buffer) and read
 //!   into with `IORING_OP_READ_FIXED`, so the kernel does not map the buffer on each receive.
-//!   Registration pins the arena in memory (`max_conns` x 16 KiB per worker: 160 MB at the
-//!   default 10,000); above [`MAX_REGISTERED`], or if registration fails (memory-lock
+//!   Registration pins the arena in memory (`max_conns` x `read_buf` per worker: 160 MB at
+//!   the default 10,000 and 16 KiB); above [`MAX_REGISTERED`], or if registration fails (memory-lock
 //!   limit), the worker says so once and uses plain `IORING_OP_RECV` into the same arena.
 //!   Sockets are not registered as fixed files.
 //!
-//! Nothing is allocated on the request path by this module: the completion batch vector is
-//! allocated once, the slot's iovecs and msghdr are in the slot, and the response bytes are
-//! the session's shared `Bytes`. The `iolab_http::Session` of a slot is created when a
+//! Nothing is allocated on the request path of a cached file by this module: the completion
+//! batch vector is allocated once, the slot's iovecs and msghdr are in the slot, and the
+//! response bytes are the session's shared `Bytes`. File bytes (a cache miss, the chunks of a
+//! large file) are read with `IORING_OP_READ` into a buffer allocated for that read, as in
+//! [`crate::uring`]. The `iolab_http::Session` of a slot is created when a
 //! connection opens (its own allocations are per connection, not per request).
 //!
 //! Idle timeout and shutdown: see [`crate::uring_common`].
@@ -33,11 +35,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, types, IoUring};
-use iolab_http::Session;
+use iolab_http::{FileRead, FileReads, Session};
 
 use crate::stats::ErrorKind;
 use crate::uring::{self, token, Op};
-use crate::uring_common::{self as common, Gate, StartLine, MAX_IOV, READ_BUF};
+use crate::uring_common::{self as common, Gate, StartLine};
 use crate::Ctx;
 
 /// Largest receive arena registered (pinned) per worker.
@@ -65,18 +67,24 @@ enum Step {
     Receiving,
     /// A send of the pending response bytes is in flight; its completion advances them.
     Sending,
+    /// A read of file bytes is in flight; its completion hands them to the session.
+    ReadingFile,
     /// The close is in flight; its completion returns the slot to the free list.
     Closing,
 }
 
-/// One pre-allocated client environment. Its receive buffer is `READ_BUF` bytes of the
-/// worker's arena at offset `index * READ_BUF`.
+/// One pre-allocated client environment. Its receive buffer is `read_buf` bytes of the
+/// worker's arena at offset `index * read_buf` (`Buffers::read_buf`).
 struct Slot {
     fd: RawFd,
     step: Step,
     session: Option<Session>,
-    iov: [libc::iovec; MAX_IOV],
+    iov: Box<[libc::iovec]>,
     msg: libc::msghdr,
+    /// The file read in flight and its buffer, kept until it completes.
+    file: Option<(FileRead, Vec<u8>)>,
+    /// The test hook's delay before a file read (see `uring_common::file_read_entries`).
+    delay: types::Timespec,
     last_io: Instant,
     shut: bool,
     fault: Option<ErrorKind>,
@@ -95,6 +103,8 @@ struct Worker<'a> {
     arena: Box<[u8]>,
     /// The arena is registered with the ring as fixed buffer 0.
     registered: bool,
+    /// Bytes of each slot's receive buffer.
+    read_buf: usize,
     in_flight: usize,
     accepts: usize,
     stopping: bool,
@@ -107,20 +117,23 @@ impl<'a> Worker<'a> {
     fn new(ctx: &'a Ctx, gate: &'a Gate, listener: OwnedFd, n: usize) -> io::Result<Worker<'a>> {
         let ring = common::ring()?;
         let now = Instant::now();
+        let read_buf = ctx.config.buffers.read_buf;
         let slots: Box<[Slot]> = (0..n)
             .map(|_| Slot {
                 fd: -1,
                 step: Step::Free,
                 session: None,
-                iov: common::empty_iovecs(),
+                iov: common::empty_iovecs(ctx.config.buffers.max_iov),
                 msg: common::empty_msghdr(),
+                file: None,
+                delay: types::Timespec::new(),
                 last_io: now,
                 shut: false,
                 fault: None,
             })
             .collect();
         let len = n
-            .checked_mul(READ_BUF)
+            .checked_mul(read_buf)
             .ok_or_else(|| io::Error::other("too many slots"))?;
         let mut arena = vec![0u8; len].into_boxed_slice();
         let iov = libc::iovec {
@@ -155,6 +168,7 @@ impl<'a> Worker<'a> {
             free: (0..n as u32).rev().collect(),
             arena,
             registered,
+            read_buf,
             in_flight: 0,
             accepts: 0,
             stopping: false,
@@ -198,6 +212,7 @@ impl<'a> Worker<'a> {
             x if x == Op::Accept as u64 => self.on_accept(res),
             x if x == Op::Recv as u64 => self.on_recv(slot, res),
             x if x == Op::Send as u64 => self.on_send(slot, res),
+            x if x == Op::ReadFile as u64 => self.on_file_read(slot, res),
             x if x == Op::Close as u64 => {
                 self.on_closed(slot);
                 Ok(())
@@ -252,7 +267,10 @@ impl<'a> Worker<'a> {
         self.ctx.stats.conn_opened();
         let s = &mut self.slots[slot];
         s.fd = res;
-        s.session = Some(Session::new(Arc::clone(&self.ctx.site)));
+        s.session = Some(Session::with_file_reads(
+            Arc::clone(&self.ctx.site),
+            FileReads::Caller,
+        ));
         s.last_io = self.now;
         s.shut = false;
         s.fault = None;
@@ -265,12 +283,13 @@ impl<'a> Worker<'a> {
     fn receive(&mut self, slot: usize) -> io::Result<()> {
         let s = &mut self.slots[slot];
         s.step = Step::Receiving;
-        let buf = self.arena[slot * READ_BUF..(slot + 1) * READ_BUF].as_mut_ptr();
+        let rb = self.read_buf;
+        let buf = self.arena[slot * rb..(slot + 1) * rb].as_mut_ptr();
         // The arena is owned by the worker and outlives every operation (see serve).
         let e = if self.registered {
-            opcode::ReadFixed::new(types::Fd(s.fd), buf, READ_BUF as u32, 0).build()
+            opcode::ReadFixed::new(types::Fd(s.fd), buf, rb as u32, 0).build()
         } else {
-            opcode::Recv::new(types::Fd(s.fd), buf, READ_BUF as u32).build()
+            opcode::Recv::new(types::Fd(s.fd), buf, rb as u32).build()
         };
         self.submit(e.user_data(token(slot, Op::Recv)))
     }
@@ -297,6 +316,19 @@ impl<'a> Worker<'a> {
         self.submit(e)
     }
 
+    /// Step → ReadingFile: the read the session waits for, into a buffer of its size.
+    fn read_file(&mut self, slot: usize, job: FileRead) -> io::Result<()> {
+        let s = &mut self.slots[slot];
+        s.step = Step::ReadingFile;
+        let buf = vec![0u8; job.len()];
+        let (job, buf) = s.file.insert((job, buf));
+        // Buffer, job (the open descriptor) and delay stay in the slot until the completion.
+        common::file_read_entries(job, buf, &mut s.delay)
+            .push(&mut self.ring, token(slot, Op::ReadFile))?;
+        self.in_flight += 1;
+        Ok(())
+    }
+
     /// Step → Closing.
     fn close(&mut self, slot: usize) -> io::Result<()> {
         let s = &mut self.slots[slot];
@@ -308,11 +340,13 @@ impl<'a> Worker<'a> {
     }
 
     fn next_step(&mut self, slot: usize) -> io::Result<()> {
-        let Some(session) = &self.slots[slot].session else {
+        let Some(session) = &mut self.slots[slot].session else {
             return self.close(slot);
         };
         if self.stopping {
             self.close(slot)
+        } else if let Some(job) = session.file_read() {
+            self.read_file(slot, job)
         } else if session.has_pending() {
             self.send(slot)
         } else if session.should_close() {
@@ -333,7 +367,8 @@ impl<'a> Worker<'a> {
             }
             return self.close(slot);
         }
-        let data = &self.arena[slot * READ_BUF..slot * READ_BUF + res as usize];
+        let at = slot * self.read_buf;
+        let data = &self.arena[at..at + res as usize];
         if let Some(session) = &mut s.session {
             session.feed(data, |status| stats.response(status));
         }
@@ -360,6 +395,23 @@ impl<'a> Worker<'a> {
             // The requests held back while the queue was full (backpressure) are answered now.
             session.resume(|status| stats.response(status));
         }
+        self.next_step(slot)
+    }
+
+    fn on_file_read(&mut self, slot: usize, res: i32) -> io::Result<()> {
+        let stats = &*self.ctx.stats;
+        let s = &mut self.slots[slot];
+        debug_assert_eq!(s.step, Step::ReadingFile);
+        let (Some((_, mut buf)), Some(session)) = (s.file.take(), &mut s.session) else {
+            return self.close(slot);
+        };
+        let result = if res < 0 {
+            Err(io::Error::from_raw_os_error(-res))
+        } else {
+            buf.truncate(res as usize);
+            Ok(buf)
+        };
+        session.file_read_done(result, |status| stats.response(status));
         self.next_step(slot)
     }
 
@@ -445,5 +497,13 @@ mod serve_tests {
     #[test]
     fn serves_two_workers() {
         exercise(super::run, 2, AcceptMode::Async);
+    }
+
+    #[test]
+    fn slow_file_reads_hold_up_only_their_connection() {
+        crate::uring_common::slow_disk::slow_reads_hold_up_only_their_connection(
+            super::run,
+            AcceptMode::Async,
+        );
     }
 }

@@ -70,6 +70,15 @@ pub const MODELS: [ModelInfo; 10] = [
     },
 ];
 
+/// Default size of the buffer every model reads a connection into (`iolab serve
+/// --read-buf`; `iolab_servers::Buffers`). Here, not in the servers, so that the lab records
+/// it without linking them.
+pub const DEFAULT_READ_BUF: usize = 16 * 1024;
+
+/// Default most response chunks every model hands to one vectored send (`iolab serve
+/// --max-iov`).
+pub const DEFAULT_MAX_IOV: usize = 64;
+
 /// The model names, in table order.
 pub fn names() -> impl Iterator<Item = &'static str> {
     MODELS.iter().map(|m| m.name)

@@ -311,6 +311,9 @@ pub fn run(state: &State, o: &BenchOpts, progress: &dyn Fn(&str)) -> anyhow::Res
             "p99_ratio": ratio("p99_ms"),
         }));
     }
+    // the agent's own view (allocations refused as full, evictions, live buffers): why
+    // stores fell back, when they did
+    let agent_stats = crate::cli::agent_stats_in(odb.cfg.be.ns.as_deref(), odb.cfg.agent_addr());
     let counters = odb.odb_counters();
     drop(odb);
     drop(vanilla);
@@ -326,6 +329,7 @@ pub fn run(state: &State, o: &BenchOpts, progress: &dyn Fn(&str)) -> anyhow::Res
         "nginx_configs": state.configs.iter().map(|(t, c)| json!({"tier": t, "config": c})).collect::<Vec<_>>(),
         "sizes": sizes_out,
         "odb_counters_last_run": counters,
+        "agent_stats_last_run": agent_stats,
     }))
 }
 

@@ -27,6 +27,17 @@ pub enum TiersCmd {
     Bench(BenchArgs),
     /// Run the ODB buffer agent in the foreground (what `up` starts on the BE).
     Agent(AgentArgs),
+    /// Measure ODB's two page-fetch-on-fault paths in this process: SIGSEGV on a PROT_NONE
+    /// page (the default) and userfaultfd (SIGBUS mode, UFFDIO_COPY); says whether
+    /// userfaultfd is allowed here.
+    Faults {
+        /// Pages per round.
+        #[arg(long, default_value_t = 4096)]
+        pages: usize,
+        /// Rounds (the median is reported).
+        #[arg(long, default_value_t = 9)]
+        rounds: usize,
+    },
     #[command(hide = true)]
     Supervise(UpArgs),
 }
@@ -189,6 +200,11 @@ pub fn run(args: TiersArgs) -> anyhow::Result<()> {
         }
         TiersCmd::Status { json } => status(json),
         TiersCmd::Bench(b) => bench(b),
+        TiersCmd::Faults { pages, rounds } => {
+            let v = crate::faults::measure(pages.max(1), rounds.max(1))?;
+            println!("{}", serde_json::to_string_pretty(&v)?);
+            Ok(())
+        }
         TiersCmd::Agent(a) => {
             let mut cfg = iolab_odb::agent::AgentConfig {
                 listen: a

@@ -27,7 +27,14 @@ fn head(dir: &Path, c: &Common) -> String {
     let _ = writeln!(s, "worker_processes {};", c.workers);
     let _ = writeln!(s, "daemon off;");
     let _ = writeln!(s, "pid {d}/nginx.pid;");
-    let _ = writeln!(s, "error_log {d}/error.log warn;");
+    // IOLAB_TIERS_NGINX_LOG: the error_log level (default warn; `info` shows why
+    // connections closed)
+    let level = std::env::var("IOLAB_TIERS_NGINX_LOG").unwrap_or_else(|_| "warn".into());
+    let level = match level.as_str() {
+        "debug" | "info" | "notice" | "warn" | "error" | "crit" => level,
+        _ => "warn".into(),
+    };
+    let _ = writeln!(s, "error_log {d}/error.log {level};");
     for e in &c.env {
         let _ = writeln!(s, "env {e};");
     }

@@ -291,6 +291,7 @@ impl Stack {
                     "IOLAB_ODB_AGENT",
                     "IOLAB_ODB_THRESHOLD",
                     "IOLAB_ODB_STATS_DIR",
+                    "IOLAB_ODB_TRACE",
                 ]
                 .iter()
                 .map(|s| s.to_string())
@@ -326,6 +327,10 @@ impl Stack {
                     .env("IOLAB_ODB_DOMAIN", cfg.domain())
                     .env("IOLAB_ODB_THRESHOLD", odb.threshold.to_string())
                     .env("IOLAB_ODB_STATS_DIR", odb_dir.join(tier));
+                // a call trace for debugging, when the caller asks for one (see the library)
+                if let Some(t) = std::env::var_os("IOLAB_ODB_TRACE") {
+                    c.env("IOLAB_ODB_TRACE", t);
+                }
                 if tier == "be" {
                     c.env("IOLAB_ODB_AGENT", cfg.agent_addr().to_string());
                 }

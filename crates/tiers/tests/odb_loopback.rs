@@ -72,7 +72,7 @@ fn queues(cfg: &StackConfig) -> String {
     let net = cfg.fe.addr.octets();
     let out = std::process::Command::new("ss")
         .args([
-            "-tn",
+            "-tnim",
             &format!(
                 "( src {}.{}.{}.0/24 or dst {}.{}.{}.0/24 )",
                 net[0], net[1], net[2], net[0], net[1], net[2]
@@ -371,8 +371,27 @@ fn sixteen_mib_in_a_loop() {
                 .arg(scratch.path())
                 .arg(&keepdir)
                 .status();
+            let mut procs = String::new();
+            for (name, c) in &st.procs {
+                let kids =
+                    std::fs::read_to_string(format!("/proc/{}/task/{}/children", c.id(), c.id()))
+                        .unwrap_or_default();
+                for pid in std::iter::once(c.id().to_string())
+                    .chain(kids.split_whitespace().map(String::from))
+                {
+                    let rd = |f: &str| {
+                        std::fs::read_to_string(format!("/proc/{pid}/{f}")).unwrap_or_default()
+                    };
+                    procs.push_str(&format!(
+                        "{name} pid {pid}: wchan {} syscall {} state {}\n",
+                        rd("wchan"),
+                        rd("syscall").trim(),
+                        rd("stat").split(' ').nth(2).unwrap_or("")
+                    ));
+                }
+            }
             panic!(
-                "round {i}: {e:#} (logs copied to {})\n{}",
+                "round {i}: {e:#} (logs copied to {})\n{}\n{procs}",
                 keepdir.display(),
                 queues(&st.cfg)
             )
@@ -380,4 +399,182 @@ fn sixteen_mib_in_a_loop() {
         assert!(r.body == want, "round {i}: body differs");
         eprintln!("round {i}: ok in {:?}", t0.elapsed());
     }
+}
+
+/// Regression (the 16 MiB stall): a BE whose last reference arrives after the IS has asked
+/// FIONREAD. nginx subtracts what it reads from the FIONREAD count and, when that goes
+/// negative, waits for an epoll edge; the library used to report the exact bytes behind the
+/// headers queued *then*, so the bytes of a reference that came later (already taken out of
+/// the kernel, held by the library) were read past the count and the IS waited for an edge
+/// that never came. Our own BE: a header, seven 2 MiB references at once, a pause, the
+/// eighth; repeated on keep-alive and new connections.
+#[test]
+fn a_reference_arriving_after_fionread_is_still_read() {
+    if !have_nginx() {
+        return;
+    }
+    use iolab_odb::proto;
+    use std::io::{Read, Write};
+    use std::os::unix::fs::FileExt;
+    const PART: usize = 2 << 20;
+    const PARTS: usize = 8;
+    let size = PART * PARTS;
+    let (scratch, root) = scratch_with("late", &[1]);
+    let mut cfg = config(&scratch, "late", &root, true, 256);
+    cfg.skip_be = true;
+    let st = Stack::start(cfg, None).unwrap();
+    let agent = st.cfg.agent_addr();
+    let arena_path = PathBuf::from(format!(
+        "/dev/shm/{}{}-0",
+        ARENA_PREFIX,
+        st.agent_pid().unwrap()
+    ));
+    let be = TcpListener::bind(st.cfg.listen("be")).unwrap();
+    std::thread::spawn(move || {
+        let arena = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&arena_path)
+            .unwrap();
+        let want = payload(size);
+        for s in be.incoming() {
+            let Ok(mut s) = s else { continue };
+            let arena = arena.try_clone().unwrap();
+            let want = want.clone();
+            std::thread::spawn(move || loop {
+                // one request per read (the IS sends each in one write)
+                let mut buf = [0u8; 4096];
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+                let mut frames = Vec::new();
+                for k in 0..PARTS {
+                    let (stt, off, id) =
+                        iolab_odb::agent::client::alloc(agent, PART as u32).unwrap();
+                    assert_eq!(stt, proto::ST_OK);
+                    arena
+                        .write_all_at(&want[k * PART..(k + 1) * PART], off)
+                        .unwrap();
+                    let r = proto::Ref {
+                        len: PART as u32,
+                        agent_id: 0,
+                        agent,
+                        offset: 0,
+                        buf_id: id,
+                    };
+                    frames.push(r);
+                }
+                // the agent id, as the agent announces it
+                let id = agent_id(agent);
+                let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {size}\r\n\r\n");
+                let mut out = proto::encode_r(head.len() as u32).to_vec();
+                out.extend_from_slice(head.as_bytes());
+                for r in &frames[..PARTS - 1] {
+                    out.extend_from_slice(&proto::Ref { agent_id: id, ..*r }.encode());
+                }
+                if s.write_all(&out).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(300));
+                let last = proto::Ref {
+                    agent_id: id,
+                    ..frames[PARTS - 1]
+                };
+                if s.write_all(&last.encode()).is_err() {
+                    return;
+                }
+            });
+        }
+    });
+    let want = payload(size);
+    let mut keep = Client::connect(fe(&st.cfg)).unwrap();
+    for i in 0..4 {
+        let r = if i % 2 == 0 {
+            keep.request("GET", "/late")
+        } else {
+            Client::connect(fe(&st.cfg))
+                .unwrap()
+                .request("GET", "/late")
+        };
+        let r = r.unwrap_or_else(|e| panic!("round {i}: {e:#}\n{}", queues(&st.cfg)));
+        assert!(r.body == want, "round {i}: body differs");
+    }
+}
+
+/// The agent's id (HELLO reply).
+fn agent_id(addr: SocketAddrV4) -> u64 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(&[iolab_odb::proto::OP_HELLO]).unwrap();
+    let mut h = [0u8; iolab_odb::proto::HELLO_REP_FIXED];
+    s.read_exact(&mut h).unwrap();
+    iolab_odb::proto::parse_hello(&h).unwrap().agent_id
+}
+
+/// Regression (the other 16 MiB stall): a frame header cut short must not stay in the
+/// kernel. The library used to peek and wait for the rest; the few bytes left kept the
+/// whole socket buffer they arrived in charged to the receive window (seen: 3 bytes holding
+/// 122,688 of a 131,072-byte buffer, window closed, the sender's rest of the header stuck
+/// behind it for good). A Python socket client with the library preloaded (the library in
+/// a real process, outside nginx) receives 3 bytes of an R header: its read says EAGAIN and
+/// FIONREAD then says 0, so the bytes left the kernel; the rest of the header and the data
+/// then arrive intact.
+#[test]
+fn a_partial_header_is_taken_out_of_the_kernel() {
+    if iolab_sys::testing::require_tool("python3", "python3").is_none() {
+        return;
+    }
+    use std::io::{BufRead, Write};
+    let (lib, _) = odb_artifacts().expect("ODB artefacts");
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let script = format!(
+        r#"
+import socket, sys, fcntl, termios, struct
+s = socket.create_connection(("127.0.0.1", {port}))
+s.setblocking(False)
+sys.stdin.readline()
+try:
+    print("data", s.recv(100), flush=True)
+except BlockingIOError:
+    print("EAGAIN", flush=True)
+n = struct.unpack("i", fcntl.ioctl(s.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
+print("fionread", n, flush=True)
+sys.stdin.readline()
+s.setblocking(True)
+print("data", s.recv(100).decode(), flush=True)
+"#
+    );
+    let mut py = std::process::Command::new("python3")
+        .args(["-c", &script])
+        .env("LD_PRELOAD", &lib)
+        .env("IOLAB_ODB_DOMAIN", "127.0.0.1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (mut peer, _) = l.accept().unwrap();
+    let hdr = iolab_odb::proto::encode_r(5);
+    peer.write_all(&hdr[..3]).unwrap();
+    std::thread::sleep(Duration::from_millis(200)); // the 3 bytes are at the receiver
+    let mut stdin = py.stdin.take().unwrap();
+    let mut out = std::io::BufReader::new(py.stdout.take().unwrap());
+    let mut line = || {
+        let mut s = String::new();
+        out.read_line(&mut s).unwrap();
+        s.trim().to_string()
+    };
+    stdin.write_all(b"go\n").unwrap();
+    assert_eq!(line(), "EAGAIN", "3 bytes of a header are no data");
+    assert_eq!(
+        line(),
+        "fionread 0",
+        "the 3 bytes are out of the kernel (and no data is pending)"
+    );
+    peer.write_all(&hdr[3..]).unwrap();
+    peer.write_all(b"hello").unwrap();
+    stdin.write_all(b"go\n").unwrap();
+    assert_eq!(line(), "data hello");
+    assert!(py.wait().unwrap().success());
 }

@@ -19,9 +19,10 @@ pub enum Sparing {
     None,
     /// 1: whole spare tracks at the end of each zone; slips are zone-relative track numbers.
     Track,
-    /// 2 (4 when slips go to the end of the disk): `spares` sectors at the end of each
-    /// cylinder; slips are zone-relative physical sectors.
-    PerCylinder { slip_to_end: bool },
+    /// 2 (4 when slips go to the end of the zone): `spares` sectors at the end of each
+    /// cylinder — 5 and 6: at its front; slips are zone-relative physical sectors. A slip
+    /// uses a spare of its own cylinder, or (slip to end) shifts every later block by one.
+    PerCylinder { slip_to_end: bool, at_front: bool },
     /// 3: `spares` sectors at the end of each track.
     PerTrack,
     /// 7: spares at the end of the disk; each slip shifts every later sector by one.
@@ -37,9 +38,23 @@ impl Sparing {
         Ok(match scheme {
             0 => Sparing::None,
             1 => Sparing::Track,
-            2 => Sparing::PerCylinder { slip_to_end: false },
+            2 => Sparing::PerCylinder {
+                slip_to_end: false,
+                at_front: false,
+            },
             3 => Sparing::PerTrack,
-            4 => Sparing::PerCylinder { slip_to_end: true },
+            4 => Sparing::PerCylinder {
+                slip_to_end: true,
+                at_front: false,
+            },
+            5 => Sparing::PerCylinder {
+                slip_to_end: false,
+                at_front: true,
+            },
+            6 => Sparing::PerCylinder {
+                slip_to_end: true,
+                at_front: true,
+            },
             7 => Sparing::AtEnd,
             8 => {
                 if rangesize == 0 {
@@ -51,9 +66,6 @@ impl Sparing {
             }
             9 => Sparing::PerZone { slip_to_end: false },
             10 => Sparing::PerZone { slip_to_end: true },
-            5 | 6 => bail!(
-                "sparing scheme {scheme} (spares at the front of each cylinder) is not supported"
-            ),
             _ => bail!("unknown sparing scheme {scheme} (DiskSim knows 0..=10)"),
         })
     }
@@ -78,6 +90,10 @@ pub struct Zone {
     pub spares: u64,
     /// Slipped defects, sorted: zone-relative physical sectors (tracks for track sparing).
     pub slips: Vec<u64>,
+    /// Remapped defects: (defective sector, replacement sector), zone-relative physical
+    /// sectors, sorted by defect. The block the layout puts on the defective sector lives on
+    /// the replacement (normally a spare) instead; its neighbours do not move.
+    pub remaps: Vec<(u64, u64)>,
     /// First LBA of the zone and number of LBAs it holds (computed).
     pub first_lba: u64,
     pub blocks: u64,
@@ -163,10 +179,12 @@ impl Layout {
                 + match sparing {
                     Sparing::None => 0,
                     Sparing::Track => z.spares * per_track,
-                    Sparing::PerCylinder { slip_to_end: false } => z.spares * cyls,
-                    Sparing::PerCylinder { slip_to_end: true } => {
-                        z.spares * cyls + z.slips.len() as u64
-                    }
+                    Sparing::PerCylinder {
+                        slip_to_end: false, ..
+                    } => z.spares * cyls,
+                    Sparing::PerCylinder {
+                        slip_to_end: true, ..
+                    } => z.spares * cyls + z.slips.len() as u64,
                     Sparing::PerTrack => z.spares * cyls * u64::from(surfaces),
                     Sparing::AtEnd => z.slips.len() as u64,
                     Sparing::PerRange { cylinders } => z.spares * (cyls / u64::from(cylinders)),
@@ -194,17 +212,89 @@ impl Layout {
                     );
                 }
             }
+            if let Sparing::PerCylinder {
+                slip_to_end: false, ..
+            } = sparing
+            {
+                // A slip takes a spare of its own cylinder.
+                let percyl = per_track * u64::from(surfaces);
+                let mut k = 0;
+                while k < z.slips.len() {
+                    let c = z.slips[k] / percyl;
+                    let n = z.slips[k..]
+                        .iter()
+                        .take_while(|&&s| s / percyl == c)
+                        .count();
+                    if n as u64 > z.spares {
+                        bail!(
+                            "zone {i}: {n} slips on cylinder {} but {} spares per cylinder",
+                            u64::from(z.first_cyl) + c,
+                            z.spares
+                        );
+                    }
+                    k += n;
+                }
+            }
+            if z.slips.last().is_some_and(|&s| s >= phys) && sparing != Sparing::Track {
+                bail!("zone {i}: slip past the zone's {phys} sectors");
+            }
+            z.remaps.sort_unstable();
+            for w in z.remaps.windows(2) {
+                if w[0].0 == w[1].0 {
+                    bail!("zone {i}: sector {} remapped twice", w[0].0);
+                }
+            }
+            let mut targets: Vec<u64> = z.remaps.iter().map(|r| r.1).collect();
+            targets.sort_unstable();
+            if targets.windows(2).any(|w| w[0] == w[1]) {
+                bail!("zone {i}: two defects remapped to the same sector");
+            }
+            if let Some(&(d, r)) = z
+                .remaps
+                .iter()
+                .find(|&&(d, r)| d >= phys || r >= phys || d == r)
+            {
+                bail!("zone {i}: defect {d} -> replacement {r}: outside the zone's {phys} sectors or to itself");
+            }
             z.first_lba = lba;
             z.blocks = phys - taken;
             lba += z.blocks;
         }
-        Ok(Layout {
+        let layout = Layout {
             surfaces,
             cylinders,
             sparing,
             zones,
             blocks: lba,
-        })
+        };
+        // A replacement must be a sector no block uses (a spare), and a defect one some
+        // block would use. `phys` increases with the block, so a binary search finds them.
+        for (i, z) in layout.zones.iter().enumerate() {
+            let holder = |p: u64| {
+                let (lo, hi) = (z.deadspace, z.deadspace + z.blocks);
+                let (mut a, mut b) = (lo, hi);
+                while a < b {
+                    let m = a + (b - a) / 2;
+                    if layout.phys(z, m) < p {
+                        a = m + 1;
+                    } else {
+                        b = m;
+                    }
+                }
+                (a < hi && layout.phys(z, a) == p).then_some(a - z.deadspace)
+            };
+            for &(d, r) in &z.remaps {
+                if let Some(b) = holder(r) {
+                    bail!("zone {i}: defect {d} remapped to sector {r}, which holds block {b} of the zone (not a spare)");
+                }
+                if holder(d).is_none() {
+                    bail!(
+                        "zone {i}: defect {d} is not a sector the layout uses (a spare or a slip)"
+                    );
+                }
+            }
+        }
+        Ok(layout)
     }
 
     /// A single-zone layout without spares (tests, synthetic disks).
@@ -225,6 +315,7 @@ impl Layout {
             deadspace: 0,
             spares: 0,
             slips: Vec::new(),
+            remaps: Vec::new(),
             first_lba: 0,
             blocks: 0,
         };
@@ -249,10 +340,12 @@ impl Layout {
             Sparing::None => l,
             Sparing::Track => {
                 let mut track = l / spt;
+                // Slips are sorted: once one lies past the position, all later ones do.
                 for &s in &z.slips {
-                    if s <= track {
-                        track += 1;
+                    if s > track {
+                        break;
                     }
+                    track += 1;
                 }
                 track * spt + l % spt
             }
@@ -262,38 +355,66 @@ impl Layout {
                 let mut r = l % per;
                 let first = track * spt;
                 let mut slips = 0;
-                for &s in &z.slips {
-                    if s >= first && s - first <= r + slips {
-                        slips += 1;
+                for &s in &z.slips[z.slips.partition_point(|&s| s < first)..] {
+                    if s - first > r + slips {
+                        break;
                     }
+                    slips += 1;
                 }
                 r += slips;
                 track * spt + r
             }
-            Sparing::PerCylinder { slip_to_end } => {
+            Sparing::PerCylinder {
+                slip_to_end,
+                at_front,
+            } => {
                 let percyl = spt * surf;
                 let per = percyl - z.spares;
-                let mut cyl = l / per;
-                let mut r = l % per;
-                let first = cyl * percyl;
-                let mut slips = 0;
-                for &s in &z.slips {
-                    if (slip_to_end && s / percyl < cyl) || (s >= first && s - first <= r + slips) {
-                        slips += 1;
+                let front = if at_front { z.spares } else { 0 };
+                if slip_to_end {
+                    // Data fill the non-spare sectors in order, skipping every slip: a slip
+                    // shifts all later blocks of the zone by one. `d` counts data positions
+                    // (spares excluded); a slip on a spare sector takes nothing.
+                    let data_index = |s: u64| {
+                        let (c, q) = (s / percyl, s % percyl);
+                        let q = q.checked_sub(front)?;
+                        (q < per).then_some(c * per + q)
+                    };
+                    let mut d = l;
+                    for s in z.slips.iter().filter_map(|&s| data_index(s)) {
+                        if s <= d {
+                            d += 1;
+                        }
                     }
+                    (d / per) * percyl + front + d % per
+                } else {
+                    // A slip uses a spare of its own cylinder (at most `spares` per cylinder:
+                    // checked in `new`): with spares at the end the blocks after it move one
+                    // sector on; with spares at the front the cylinder's data start one
+                    // sector earlier per slip.
+                    let cyl = l / per;
+                    let first = cyl * percyl;
+                    let from = z.slips.partition_point(|&s| s < first);
+                    let on_cyl = z.slips[from..].partition_point(|&s| s < first + percyl) as u64;
+                    let mut q = front.saturating_sub(on_cyl) + l % per;
+                    for &s in &z.slips[from..] {
+                        if s - first <= q {
+                            q += 1;
+                        } else {
+                            break;
+                        }
+                    }
+                    first + q
                 }
-                r += slips;
-                cyl += r / per;
-                r %= per;
-                cyl * percyl + r
             }
             Sparing::AtEnd | Sparing::PerZone { .. } => {
                 // Each slip at or before the (shifted) position pushes the block one further.
                 let mut p = l;
                 for &s in &z.slips {
-                    if s <= p {
-                        p += 1;
+                    if s > p {
+                        break;
                     }
+                    p += 1;
                 }
                 p
             }
@@ -304,10 +425,11 @@ impl Layout {
                 let r = l % per;
                 let first = range * perrange;
                 let mut slips = 0;
-                for &s in &z.slips {
-                    if s >= first && s - first <= r + slips {
-                        slips += 1;
+                for &s in &z.slips[z.slips.partition_point(|&s| s < first)..] {
+                    if s - first > r + slips {
+                        break;
                     }
+                    slips += 1;
                 }
                 range * perrange + r + slips
             }
@@ -331,6 +453,16 @@ impl Layout {
         let z = &self.zones[zi];
         let l = lba - z.first_lba + z.deadspace;
         let p = self.phys(z, l);
+        if !z.remaps.is_empty() {
+            if let Ok(i) = z.remaps.binary_search_by_key(&p, |r| r.0) {
+                // A remapped defect: the block is alone on its replacement sector.
+                return Some(Mapped {
+                    pbn: self.pbn_of(z, z.remaps[i].1),
+                    zone: zi,
+                    run: 1,
+                });
+            }
+        }
         let pbn = self.pbn_of(z, p);
         // Longest k with phys(l + k - 1) == p + k - 1 on the same track (phys is strictly
         // increasing, so equality means no gap in between).
@@ -351,6 +483,13 @@ impl Layout {
                 }
             }
             lo
+        };
+        // A remapped defect inside the run ends it (the sectors after it do not move, so
+        // the test above cannot see it).
+        let next_defect = z.remaps.partition_point(|r| r.0 <= p);
+        let run = match z.remaps.get(next_defect) {
+            Some(&(d, _)) if d < p + run => d - p,
+            _ => run,
         };
         Some(Mapped {
             pbn,
@@ -374,6 +513,7 @@ impl Layout {
             self.sparing,
             Sparing::PerCylinder { .. } | Sparing::PerTrack
         ) {
+            // (Remapped defects do not move the skew.)
             let mut tracks = c * u64::from(self.surfaces);
             if self.sparing == Sparing::PerTrack {
                 tracks += u64::from(pbn.head);
@@ -413,9 +553,141 @@ mod tests {
             deadspace: 0,
             spares,
             slips,
+            remaps: Vec::new(),
             first_lba: 0,
             blocks: 0,
         }
+    }
+
+    /// Every LBA maps to a distinct sector that is neither a slip nor a remapped defect, and
+    /// runs cover consecutive LBAs on consecutive sectors of one track.
+    fn check_bijective(l: &Layout) {
+        let mut seen = std::collections::HashSet::new();
+        for lba in 0..l.blocks {
+            let m = l.map(lba).unwrap();
+            let z = &l.zones[m.zone];
+            let spt = u64::from(z.spt);
+            let p = u64::from(m.pbn.cyl - z.first_cyl) * spt * u64::from(l.surfaces)
+                + u64::from(m.pbn.head) * spt
+                + u64::from(m.pbn.sector);
+            assert!(seen.insert((m.zone, p)), "LBA {lba}: sector {p} used twice");
+            assert!(!z.slips.contains(&p), "LBA {lba} on slipped sector {p}");
+            assert!(
+                !z.remaps.iter().any(|r| r.0 == p),
+                "LBA {lba} on defect {p}"
+            );
+            for k in 1..u64::from(m.run) {
+                let n = l.map(lba + k).unwrap().pbn;
+                assert_eq!(
+                    (n.cyl, n.head, n.sector),
+                    (m.pbn.cyl, m.pbn.head, m.pbn.sector + k as u32),
+                    "run of LBA {lba}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn spares_at_the_front_of_each_cylinder() {
+        // 2 surfaces x 10 spt = 20 sectors per cylinder, the first 2 spare (scheme 5).
+        let s5 = Sparing::from_disksim(5, 1).unwrap();
+        let l = Layout::new(2, 4, s5, vec![zone(0, 3, 10, 2, vec![])]).unwrap();
+        assert_eq!(l.blocks, 4 * 18);
+        let at = |lba| {
+            let p = l.map(lba).unwrap().pbn;
+            (p.cyl, p.head, p.sector)
+        };
+        assert_eq!(
+            at(0),
+            (0, 0, 2),
+            "the cylinder's first two sectors are spares"
+        );
+        assert_eq!(l.map(0).unwrap().run, 8);
+        assert_eq!(at(8), (0, 1, 0));
+        assert_eq!(at(17), (0, 1, 9));
+        assert_eq!(at(18), (1, 0, 2));
+        check_bijective(&l);
+        // A slip on sector 5 of cylinder 1 (zone sector 25) uses a spare of cylinder 1: its
+        // data start one sector earlier and skip the slip; cylinder 2 does not move.
+        let l = Layout::new(2, 4, s5, vec![zone(0, 3, 10, 2, vec![25])]).unwrap();
+        assert_eq!(l.blocks, 4 * 18);
+        let at = |lba| {
+            let p = l.map(lba).unwrap().pbn;
+            (p.cyl, p.head, p.sector)
+        };
+        assert_eq!(at(18), (1, 0, 1));
+        assert_eq!(at(18 + 3), (1, 0, 4));
+        assert_eq!(at(18 + 4), (1, 0, 6));
+        assert_eq!(at(35), (1, 1, 9));
+        assert_eq!(at(36), (2, 0, 2));
+        check_bijective(&l);
+        // Slip to the end (scheme 6): the same slip shifts every later block; the zone
+        // holds one block less.
+        let s6 = Sparing::from_disksim(6, 1).unwrap();
+        let l = Layout::new(2, 4, s6, vec![zone(0, 3, 10, 2, vec![25])]).unwrap();
+        assert_eq!(l.blocks, 4 * 18 - 1);
+        let at = |lba| {
+            let p = l.map(lba).unwrap().pbn;
+            (p.cyl, p.head, p.sector)
+        };
+        assert_eq!(at(21), (1, 0, 6));
+        assert_eq!(
+            at(35),
+            (2, 0, 2),
+            "the last block of cylinder 1 moved to cylinder 2"
+        );
+        check_bijective(&l);
+        // More slips on a cylinder than it has spares is refused.
+        assert!(Layout::new(2, 4, s5, vec![zone(0, 3, 10, 2, vec![21, 22, 23])]).is_err());
+    }
+
+    #[test]
+    fn spares_at_the_end_of_each_cylinder_keep_slips_on_their_cylinder() {
+        let s2 = Sparing::from_disksim(2, 1).unwrap();
+        // Slip on the last data sector's neighbour: cylinder 0 sector 17 (of 18 data).
+        let l = Layout::new(2, 4, s2, vec![zone(0, 3, 10, 2, vec![17])]).unwrap();
+        let p = l.map(17).unwrap().pbn;
+        assert_eq!(
+            (p.cyl, p.head, p.sector),
+            (0, 1, 8),
+            "the slip uses cylinder 0's spare"
+        );
+        let p = l.map(18).unwrap().pbn;
+        assert_eq!((p.cyl, p.head, p.sector), (1, 0, 0));
+        check_bijective(&l);
+    }
+
+    #[test]
+    fn remapped_defects_move_one_block_to_its_spare() {
+        // Spares at the end of each cylinder (scheme 2, 2 per cylinder: sectors 18, 19 of
+        // each); sector 5 is bad and remapped to spare 18.
+        let s2 = Sparing::from_disksim(2, 1).unwrap();
+        let mut z = zone(0, 3, 10, 2, vec![]);
+        z.remaps = vec![(5, 18)];
+        let l = Layout::new(2, 4, s2, vec![z]).unwrap();
+        assert_eq!(l.blocks, 4 * 18, "remapping takes no extra capacity");
+        let m = l.map(5).unwrap();
+        assert_eq!((m.pbn.cyl, m.pbn.head, m.pbn.sector), (0, 1, 8));
+        assert_eq!(m.run, 1);
+        // The neighbours keep their places; a run stops before the defect.
+        assert_eq!(l.map(4).unwrap().pbn.sector, 4);
+        assert_eq!(l.map(6).unwrap().pbn.sector, 6);
+        assert_eq!(l.map(0).unwrap().run, 5);
+        assert_eq!(l.map(6).unwrap().run, 4);
+        check_bijective(&l);
+        // Reading across the defect costs an extra trip: see hdd::tests.
+        let mut z = zone(0, 3, 10, 2, vec![]);
+        z.remaps = vec![(5, 18), (6, 18)];
+        assert!(
+            Layout::new(2, 4, s2, vec![z]).is_err(),
+            "two defects, one spare sector"
+        );
+        let mut z = zone(0, 3, 10, 2, vec![]);
+        z.remaps = vec![(5, 500)];
+        assert!(
+            Layout::new(2, 4, s2, vec![z]).is_err(),
+            "replacement outside the zone"
+        );
     }
 
     #[test]

@@ -929,6 +929,45 @@ mod tests {
     }
 
     #[test]
+    fn a_read_across_a_remapped_defect_detours_to_the_spare() {
+        use super::layout::{Sparing, Zone};
+        // 2 spares at the end of each cylinder (scheme 2); sector 5 of cylinder 0 is bad
+        // and remapped to the cylinder's first spare (head 1, sector 98).
+        let disk = |remaps: Vec<(u64, u64)>| {
+            let mut s = spec(false);
+            let z = Zone {
+                first_cyl: 0,
+                last_cyl: 999,
+                spt: 100,
+                first_offset: 0.0,
+                track_skew: 6.0,
+                cyl_skew: 10.0,
+                deadspace: 0,
+                spares: 2,
+                slips: Vec::new(),
+                remaps,
+                first_lba: 0,
+                blocks: 0,
+            };
+            s.layout = Layout::new(2, 1000, Sparing::from_disksim(2, 1).unwrap(), vec![z]).unwrap();
+            s
+        };
+        let plain = &run(disk(vec![]), &[(0.0, 0, 10, Op::Read)])[0];
+        let remapped = &run(disk(vec![(5, 198)]), &[(0.0, 0, 10, Op::Read)])[0];
+        // Without the defect: 10 sectors in one sweep, 1 ms from angle 0.
+        assert!((plain.rec.transfer - 1.0).abs() < 1e-9, "{:?}", plain.rec);
+        // With it: sectors 0-4, a head switch to the spare, then back for 6-9: the spindle
+        // must come round again (more than half a revolution more).
+        let media = |c: &Completion| c.rec.transfer + c.rec.rotation;
+        assert!(media(remapped) > media(plain) + 5.0, "{:?}", remapped.rec);
+        assert!(
+            media(remapped) < media(plain) + 2.0 * 10.0 + 1.0,
+            "{:?}",
+            remapped.rec
+        );
+    }
+
+    #[test]
     fn write_back_reports_early_and_a_write_into_a_segment_drops_it() {
         let mut s = spec(true);
         s.cache.fast_write = 2;

@@ -220,12 +220,11 @@ impl HddSpec {
                     z.file.display()
                 );
             }
-            if defects.chunks(2).any(|p| p[0] != p[1]) {
-                bail!(
-                    "{}: zone {i}: remapped defects are not supported (slips are)",
-                    z.file.display()
-                );
-            }
+            let remaps = defects
+                .chunks(2)
+                .filter(|p| p[0] != p[1])
+                .map(|p| (p[0], p[1]))
+                .collect();
             zones.push(Zone {
                 first_cyl: count(z, "First cylinder number", 1e7)? as u32,
                 last_cyl: count(z, "Last cylinder number", 1e7)? as u32,
@@ -236,6 +235,7 @@ impl HddSpec {
                 deadspace: count(z, "Empty space at zone front", 1e12)?,
                 spares: count(z, "Number of spares", 1e12)?,
                 slips: nums("slips")?,
+                remaps,
                 first_lba: 0,
                 blocks: 0,
             });

@@ -1,0 +1,317 @@
+//! The FE's eBPF programs (bpf/disc.bpf.c, compiled by build.rs with clang) loaded with aya:
+//! `disc_egress` shifts the FE's sequence numbers past the BE's bytes, `disc_ingress`
+//! translates the client's ACKs back and records those for DP. State lives in the hash
+//! map `disc_conns` ([`ConnKey`] → [`ConnState`]).
+//!
+//! Why C + clang + aya: the programs are C against the kernel's own uapi headers and
+//! libbpf's `bpf_helpers.h`, compiled by Debian's clang (no nightly Rust, no bpf-linker);
+//! aya loads the object in pure Rust (no libbpf C build in the workspace), does the map
+//! relocations, and attaches TC programs (TCX links on this kernel). The one thing aya does
+//! not offer, `BPF_PROG_TEST_RUN`, is a single `bpf(2)` call here ([`test_run`]).
+
+use std::net::Ipv4Addr;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+
+use anyhow::{bail, Context};
+use aya::maps::HashMap;
+use aya::programs::{SchedClassifier, TcAttachType};
+use aya::Ebpf;
+
+/// The compiled object (empty when the crate was built without clang), 8-byte aligned as
+/// the ELF parser requires.
+pub const OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/disc.bpf.o"));
+
+pub const EGRESS: &str = "disc_egress";
+pub const INGRESS: &str = "disc_ingress";
+pub const MAP: &str = "disc_conns";
+
+/// TC verdicts.
+pub const TC_ACT_OK: u32 = 0;
+pub const TC_ACT_SHOT: u32 = 2;
+
+/// Whether the programs were compiled into this build.
+pub fn available() -> bool {
+    !OBJECT.is_empty()
+}
+
+/// A client connection as the FE sees it (all fields in network byte order in the map).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnKey {
+    pub client_ip: u32,
+    pub fe_ip: u32,
+    pub client_port: u16,
+    pub fe_port: u16,
+}
+
+impl ConnKey {
+    pub fn new(client: Ipv4Addr, client_port: u16, fe: Ipv4Addr, fe_port: u16) -> ConnKey {
+        ConnKey {
+            client_ip: u32::from_ne_bytes(client.octets()),
+            fe_ip: u32::from_ne_bytes(fe.octets()),
+            client_port: client_port.to_be(),
+            fe_port: fe_port.to_be(),
+        }
+    }
+}
+
+/// One epoch of a connection (see bpf/disc.bpf.c) and the programs' records.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnState {
+    /// The FE stack's sequence number where the BE's payload was inserted.
+    pub boundary: u32,
+    /// Shift of the FE's bytes before `boundary`.
+    pub off_lo: u32,
+    /// Shift from `boundary` on: off_lo + the payload's length.
+    pub off_hi: u32,
+    /// Latest client ACK at or past the payload's start (client view), for DP.
+    pub last_ack: u32,
+    /// Its raw window field.
+    pub last_win: u32,
+    pub acks: u32,
+    pub dp_acks: u32,
+    /// Pure ACKs inside the payload range, kept from the FE's stack.
+    pub dropped: u32,
+    /// FE segments whose sequence number was shifted.
+    pub shifted: u32,
+    /// Highest sequence number + length the FE's stack sent (its own view).
+    pub fe_nxt: u32,
+    /// The FE's latest ACK: the client's next byte.
+    pub fe_ack: u32,
+    /// The FE's latest raw window field.
+    pub fe_win: u32,
+    /// FE segments seen.
+    pub fe_seen: u32,
+    pub pad: u32,
+}
+
+// SAFETY: both are repr(C) structs of plain integers with no padding (4+4+2+2 and 14×4
+// bytes), so every bit pattern is valid and they match the C structs byte for byte.
+unsafe impl aya::Pod for ConnKey {}
+// SAFETY: as above.
+unsafe impl aya::Pod for ConnState {}
+
+/// The loaded programs and their map.
+pub struct Hooks {
+    ebpf: Ebpf,
+}
+
+impl Hooks {
+    /// Loads both programs (the verifier runs here). Needs CAP_BPF.
+    pub fn load() -> anyhow::Result<Hooks> {
+        if !available() {
+            bail!(
+                "iolab-disc was built without its eBPF programs (install clang and \
+                 libbpf-dev: scripts/install-deps, then rebuild)"
+            );
+        }
+        let mut ebpf = Ebpf::load(OBJECT).context("loading disc.bpf.o")?;
+        for name in [EGRESS, INGRESS] {
+            let p: &mut SchedClassifier = ebpf
+                .program_mut(name)
+                .with_context(|| format!("no program {name} in the object"))?
+                .try_into()?;
+            p.load()
+                .with_context(|| format!("the kernel refused {name}"))?;
+        }
+        Ok(Hooks { ebpf })
+    }
+
+    /// A program's descriptor (for [`test_run`]).
+    pub fn prog_fd(&self, name: &str) -> anyhow::Result<BorrowedFd<'_>> {
+        let p: &SchedClassifier = self
+            .ebpf
+            .program(name)
+            .with_context(|| format!("no program {name}"))?
+            .try_into()?;
+        Ok(p.fd()?.as_fd())
+    }
+
+    /// Attaches egress and ingress to `iface` in the calling thread's network namespace
+    /// (TCX on kernels ≥ 6.6; the attachments end when `self` is dropped).
+    pub fn attach(&mut self, iface: &str) -> anyhow::Result<()> {
+        // Only needed for netlink attachment (older kernels); TCX needs no qdisc.
+        let _ = aya::programs::tc::qdisc_add_clsact(iface);
+        for (name, at) in [
+            (EGRESS, TcAttachType::Egress),
+            (INGRESS, TcAttachType::Ingress),
+        ] {
+            let p: &mut SchedClassifier = self
+                .ebpf
+                .program_mut(name)
+                .with_context(|| format!("no program {name}"))?
+                .try_into()?;
+            p.attach(iface, at)
+                .with_context(|| format!("attaching {name} to {iface}"))?;
+        }
+        Ok(())
+    }
+
+    fn map(&mut self) -> anyhow::Result<HashMap<&mut aya::maps::MapData, ConnKey, ConnState>> {
+        Ok(HashMap::try_from(
+            self.ebpf.map_mut(MAP).context("no map disc_conns")?,
+        )?)
+    }
+
+    /// Writes a connection's whole state (registration: all zero).
+    pub fn set(&mut self, key: ConnKey, state: ConnState) -> anyhow::Result<()> {
+        self.map()?.insert(key, state, 0)?;
+        Ok(())
+    }
+
+    /// Sets a registered connection's epoch, keeping what the programs recorded.
+    pub fn set_epoch(
+        &mut self,
+        key: ConnKey,
+        boundary: u32,
+        off_lo: u32,
+        off_hi: u32,
+    ) -> anyhow::Result<()> {
+        let mut s = self.get(&key)?.context("connection not registered")?;
+        s.boundary = boundary;
+        s.off_lo = off_lo;
+        s.off_hi = off_hi;
+        self.set(key, s)
+    }
+
+    /// A connection's state, if registered.
+    pub fn get(&mut self, key: &ConnKey) -> anyhow::Result<Option<ConnState>> {
+        match self.map()?.get(key, 0) {
+            Ok(s) => Ok(Some(s)),
+            Err(aya::maps::MapError::KeyNotFound) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub fn remove(&mut self, key: &ConnKey) -> anyhow::Result<()> {
+        match self.map()?.remove(key) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+pub const LOSSY: &str = "disc_lossy";
+
+/// The netem substitute for tests (this kernel has no sch_netem): `disc_lossy` attached at
+/// TC ingress and egress drops each IPv4 TCP packet with a given probability, drawn in
+/// the kernel with `bpf_get_prandom_u32`.
+pub struct Lossy {
+    ebpf: Ebpf,
+}
+
+impl Lossy {
+    /// Loads the program with a drop probability of `percent` %.
+    pub fn load(percent: f64) -> anyhow::Result<Lossy> {
+        if !available() {
+            bail!("iolab-disc was built without its eBPF programs");
+        }
+        if !(0.0..=100.0).contains(&percent) {
+            bail!("loss must be 0..=100 %, not {percent}");
+        }
+        let mut ebpf = Ebpf::load(OBJECT).context("loading disc.bpf.o")?;
+        let p: &mut SchedClassifier = ebpf
+            .program_mut(LOSSY)
+            .context("no program disc_lossy")?
+            .try_into()?;
+        p.load().context("the kernel refused disc_lossy")?;
+        let threshold = ((percent / 100.0) * 4_294_967_295.0) as u32;
+        let mut m: aya::maps::Array<_, u32> =
+            aya::maps::Array::try_from(ebpf.map_mut("disc_loss").context("no map disc_loss")?)?;
+        m.set(0, threshold, 0)?;
+        Ok(Lossy { ebpf })
+    }
+
+    /// Attaches to both directions of `iface` (the calling thread's namespace).
+    pub fn attach(&mut self, iface: &str) -> anyhow::Result<()> {
+        let _ = aya::programs::tc::qdisc_add_clsact(iface);
+        let p: &mut SchedClassifier = self
+            .ebpf
+            .program_mut(LOSSY)
+            .context("no program disc_lossy")?
+            .try_into()?;
+        for at in [TcAttachType::Egress, TcAttachType::Ingress] {
+            p.attach(iface, at)
+                .with_context(|| format!("attaching disc_lossy to {iface}"))?;
+        }
+        Ok(())
+    }
+
+    /// (TCP packets seen, dropped).
+    pub fn counts(&self) -> anyhow::Result<(u32, u32)> {
+        let m: aya::maps::Array<_, u32> =
+            aya::maps::Array::try_from(self.ebpf.map("disc_loss").context("no map disc_loss")?)?;
+        Ok((m.get(&1, 0)?, m.get(&2, 0)?))
+    }
+}
+
+/// The result of one `BPF_PROG_TEST_RUN`.
+#[derive(Debug)]
+pub struct TestRun {
+    pub retval: u32,
+    /// The packet as the program left it.
+    pub data: Vec<u8>,
+    /// Mean run time per repetition, in ns (the kernel's measure).
+    pub duration_ns: u32,
+}
+
+/// `union bpf_attr`'s `test` member (include/uapi/linux/bpf.h), the fields up to
+/// `batch_size`.
+#[repr(C)]
+#[derive(Default)]
+struct TestAttr {
+    prog_fd: u32,
+    retval: u32,
+    data_size_in: u32,
+    data_size_out: u32,
+    data_in: u64,
+    data_out: u64,
+    repeat: u32,
+    duration: u32,
+    ctx_size_in: u32,
+    ctx_size_out: u32,
+    ctx_in: u64,
+    ctx_out: u64,
+    flags: u32,
+    cpu: u32,
+    batch_size: u32,
+    _pad: u32,
+}
+
+const BPF_PROG_TEST_RUN: libc::c_long = 10;
+
+/// Runs program `fd` `repeat` times on a copy of `packet` (an Ethernet frame) in the
+/// kernel, without any network: what the program returns and the packet it leaves.
+pub fn test_run(fd: BorrowedFd<'_>, packet: &[u8], repeat: u32) -> anyhow::Result<TestRun> {
+    let mut out = vec![0u8; packet.len() + 256];
+    let mut attr = TestAttr {
+        prog_fd: fd.as_raw_fd() as u32,
+        data_size_in: packet.len() as u32,
+        data_size_out: out.len() as u32,
+        data_in: packet.as_ptr() as u64,
+        data_out: out.as_mut_ptr() as u64,
+        repeat,
+        ..TestAttr::default()
+    };
+    // SAFETY: bpf(BPF_PROG_TEST_RUN) reads `packet` (data_size_in bytes) and writes at most
+    // data_size_out bytes into `out`, both alive for the call; `attr` is a valid, zeroed
+    // prefix of union bpf_attr whose size we pass.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_PROG_TEST_RUN,
+            &mut attr as *mut TestAttr,
+            std::mem::size_of::<TestAttr>() as u32,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error()).context("BPF_PROG_TEST_RUN");
+    }
+    out.truncate(attr.data_size_out as usize);
+    Ok(TestRun {
+        retval: attr.retval,
+        data: out,
+        duration_ns: attr.duration,
+    })
+}
