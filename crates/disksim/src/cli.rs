@@ -142,14 +142,6 @@ pub struct RunArgs {
     /// a warning); without it they are an error.
     #[arg(long, requires = "fio")]
     pub allow_unknown: bool,
-    /// With --fio: page-cache capacity in bytes (fio's size syntax, e.g. 256m; default: this
-    /// machine's memory cgroup limit or RAM).
-    #[arg(long, requires = "fio")]
-    pub mem: Option<String>,
-    /// With --fio: the device's read_ahead_kb (default: this machine's, for the device
-    /// holding the current directory; the other host settings come from there too).
-    #[arg(long, requires = "fio")]
-    pub read_ahead_kb: Option<u64>,
     /// Trace format: validate, ascii, fio, blkparse, msr, iolab (default: guessed).
     #[arg(long)]
     pub format: Option<String>,
@@ -695,21 +687,18 @@ fn run_fio(a: &RunArgs, job: &Path) -> Result<()> {
     let dev = cfg.device(&a.config)?;
     let gap = cfg.host_cpu.as_ref().map_or(0.0, |c| c.app_gap_us);
     let mut src = crate::fio::FioSource::new(&jf, 0, dev.blocks)?.with_app_gap_us(gap);
-    let mut host = match crate::host::HostParams::from_system(".") {
-        Ok(h) => h,
-        Err(e) => {
-            eprintln!("warning: this machine's settings ({e:#}); using Linux's defaults");
-            crate::host::HostParams::linux_defaults()
-        }
+    // --fio simulates file I/O, so a host stack is always there: the one the --host flags
+    // ask for, or else this machine's (the device holding the current directory).
+    let host = match a.host.params()? {
+        Some(h) => h,
+        None => match crate::host::HostParams::from_system(".") {
+            Ok(h) => h,
+            Err(e) => {
+                eprintln!("warning: this machine's settings ({e:#}); using Linux's defaults");
+                crate::host::HostParams::linux_defaults()
+            }
+        },
     };
-    if let Some(m) = &a.mem {
-        host.page_cache.capacity_pages = crate::fio::parse_size(m)
-            .map_err(|e| anyhow::anyhow!("--mem {m}: {e}"))?
-            / crate::pagecache::PAGE;
-    }
-    if let Some(ra) = a.read_ahead_kb {
-        host.page_cache.read_ahead_kb = ra;
-    }
     let capacity_pages = host.page_cache.capacity_pages;
     let ra = host.page_cache.read_ahead_kb;
     println!("device      {}", dev.description);
