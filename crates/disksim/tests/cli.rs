@@ -5,25 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn iolab() -> Command {
-    // The workspace binary (built by `cargo test --workspace`, or on demand here).
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let exe = std::env::var_os("CARGO_BIN_EXE_iolab")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let st = Command::new(env!("CARGO"))
-                .args(["build", "-q", "-p", "iolab"])
-                .current_dir(&root)
-                .status()
-                .unwrap();
-            assert!(st.success(), "building iolab");
-            let target = std::env::var_os("CARGO_TARGET_DIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| root.join("target"));
-            target.join("debug/iolab")
-        });
-    Command::new(exe)
-}
+mod common;
+use common::iolab;
 
 fn tempdir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("iolab-disksim-{tag}-{}", std::process::id()));
