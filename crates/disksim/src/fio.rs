@@ -1182,6 +1182,17 @@ pub fn host_chain(
     host: &crate::host::HostParams,
     cpu: Option<&HostCpu>,
 ) -> Result<Vec<Box<dyn crate::engine::Component>>> {
+    host_chain_with_files(device, host, cpu, &[])
+}
+
+/// [`host_chain`] with the workload's file sizes (file id, bytes) given to the page cache:
+/// read-ahead stops at the end of each file, as the kernel's does.
+pub fn host_chain_with_files(
+    device: Box<dyn crate::engine::Component>,
+    host: &crate::host::HostParams,
+    cpu: Option<&HostCpu>,
+    files: &[(u32, u64)],
+) -> Result<Vec<Box<dyn crate::engine::Component>>> {
     let mut host = *host;
     let mut chain: Vec<Box<dyn crate::engine::Component>> = Vec::new();
     if let Some(c) = cpu.filter(|c| !c.cached_read_us.is_empty()) {
@@ -1192,7 +1203,8 @@ pub fn host_chain(
         host.page_cache.copy_mb_s = if b > 1e-9 { 1024.0 / b } else { 0.0 };
         chain.push(Box::new(Syscalls::new(c.clone())));
     }
-    chain.extend(host.stack_on(device)?);
+    chain.extend(host.chain_with_files(files)?);
+    chain.push(device);
     Ok(chain)
 }
 

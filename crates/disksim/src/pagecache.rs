@@ -367,10 +367,24 @@ pub struct PageCache {
     throttled: std::collections::VecDeque<(Completion, f64)>,
     /// The flusher's next periodic run, when armed.
     flusher_at: Option<f64>,
+    /// Files' sizes in pages where the workload told them ([`PageCache::with_file_sizes`]):
+    /// read-ahead stops at the end of the file, as the kernel's `do_page_cache_ra` does
+    /// (`i_size`). Unknown files: no limit.
+    file_pages: HashMap<StreamKey, u64>,
     stats: PageCacheStats,
 }
 
 impl PageCache {
+    /// The sizes (bytes) of the files of `dev` (file id, size): read-ahead is clipped at
+    /// each file's last page.
+    pub fn with_file_sizes(mut self, dev: u32, sizes: &[(u32, u64)]) -> Self {
+        for &(file, bytes) in sizes {
+            self.file_pages
+                .insert(key(dev, Some(file)), bytes.div_ceil(PAGE));
+        }
+        self
+    }
+
     pub fn new(cfg: PageCacheConfig) -> Self {
         PageCache {
             cfg,
@@ -393,6 +407,7 @@ impl PageCache {
             syncs: HashMap::new(),
             throttled: Default::default(),
             flusher_at: None,
+            file_pages: HashMap::new(),
             stats: PageCacheStats::default(),
         }
     }
@@ -540,6 +555,11 @@ impl PageCache {
         ctx: &mut Ctx,
     ) {
         let base = self.streams.get(&sk).map_or(0, |s| s.base_lba);
+        // Nothing past the end of the file (a read of the file's own pages is always inside).
+        let n = match self.file_pages.get(&sk) {
+            Some(&eof) => n.min(eof.saturating_sub(start)),
+            None => n,
+        };
         let mut run: Option<(u64, u64)> = None; // (first, count)
         let flush = |this: &mut PageCache, run: &mut Option<(u64, u64)>, ctx: &mut Ctx| {
             if let Some((first, count)) = run.take() {
@@ -1685,6 +1705,24 @@ mod tests {
                 async_size: 32
             }
         );
+    }
+
+    /// The same ramp on a file of 20 pages (80 KiB) whose size the workload gave: the
+    /// windows stop at its last page (`do_page_cache_ra` clips at `i_size`), where without
+    /// the size the third window would read pages 12–27, 8 of them past the end.
+    #[test]
+    fn read_ahead_stops_at_the_end_of_the_file() {
+        let mut r = rig(1 << 20, 128);
+        let pc = std::mem::replace(
+            &mut *r.pc.borrow_mut(),
+            PageCache::new(PageCacheConfig::new(1, 0)),
+        );
+        *r.pc.borrow_mut() = pc.with_file_sizes(0, &[(0, 20 * PAGE - 100)]);
+        let pages: Vec<u64> = (0..20).collect();
+        let out = read_pages_seq(&mut r, &pages);
+        assert_eq!(*r.log.borrow(), vec![(0, 4), (4, 8), (12, 8)]);
+        assert_eq!(out.len(), 20);
+        assert_eq!(r.pc.borrow().counters().readahead_pages, 20 - 1);
     }
 
     #[test]
