@@ -13,9 +13,12 @@
 //! Calls intercepted (what nginx 1.22 imports and uses on the body paths, found with strace
 //! and `nm -D`): recv, recvfrom, read, readv, write, writev, send, sendto, sendfile64 on
 //! sockets; accept, accept4, connect, close to follow connections; pread64, pwrite64,
-//! pwritev64 so that file I/O never meets a protected page.
+//! pwritev64 so that file I/O never meets a protected page; malloc, free, realloc so that
+//! buffers of whole pages are page-aligned and freed ones lose their protected pages
+//! (`alloc`).
 
 mod agentconn;
+mod alloc;
 mod regions;
 mod stats;
 mod sys;
@@ -225,6 +228,54 @@ pub(crate) fn with_state_in_handler<R>(f: impl FnOnce(&mut Reg) -> R) -> Option<
         }
     }
     None
+}
+
+/// `free(p)` of a block of `n` usable bytes: its protected pages are given up unfetched
+/// (regions are whole pages inside the buffers they were read into, so a freed block holds
+/// whole regions or none of one). The registry lock is never held while freeing (see `Reg`),
+/// so waiting for it cannot be waiting for ourselves; bounded anyway (another thread holding
+/// it for long is a bug elsewhere): give up and let the pages fault and be fetched instead.
+pub(crate) fn forget_pages(p: usize, n: usize) {
+    use regions::{round_down, round_up};
+    let (a, b) = (round_up(p), round_down(p + n));
+    if a >= b {
+        return;
+    }
+    for _ in 0..100_000 {
+        match REG.try_lock() {
+            Ok(mut g) => {
+                if let Some(st) = g.as_mut() {
+                    if st.regions.overlaps(a, b) {
+                        let before = st.regions.v.len();
+                        let _ = st.regions.take(a, b, false, &mut st.conns);
+                        stats::FREED_REGIONS
+                            .fetch_add((before - st.regions.v.len()) as u64, Relaxed);
+                    }
+                    REGION_COUNT.store(st.regions.v.len(), Relaxed);
+                }
+                return;
+            }
+            Err(std::sync::TryLockError::Poisoned(_)) => return,
+            Err(std::sync::TryLockError::WouldBlock) => std::hint::spin_loop(),
+        }
+    }
+}
+
+/// `realloc(p)` of a block of `n` usable bytes: its protected pages are fetched (glibc copies
+/// the block and frees it without our `free`).
+pub(crate) fn fetch_pages(p: usize, n: usize) -> Result<(), c_int> {
+    with_reg(|st| {
+        if st.regions.overlaps(p, p + n) {
+            st.regions.take(
+                regions::round_up(p),
+                regions::round_down(p + n),
+                true,
+                &mut st.conns,
+            )
+        } else {
+            Ok(())
+        }
+    })
 }
 
 fn is_domain(fd: c_int) -> bool {
@@ -624,15 +675,10 @@ fn classify(pieces: &[iovec], segs: &mut Vec<Seg>) {
         let (mut a, e) = (pc.iov_base as usize, pc.iov_base as usize + pc.iov_len);
         while a < e {
             // one short registry section per step; the pushes (allocation) happen outside
-            let found = with_reg(|r| loop {
+            let found = with_reg(|r| {
                 if let Some(i) = r.regions.find(a) {
-                    let g = r.regions.v[i];
-                    if sys::readable(g.start) {
-                        // stale: the memory was unmapped and mapped again behind our back
-                        r.regions.v.swap_remove(i);
-                        continue;
-                    }
-                    break Found::Virt(g);
+                    // no stale-page check: see the invariants of `alloc`
+                    return Found::Virt(r.regions.v[i]);
                 }
                 let next = r
                     .regions
@@ -642,7 +688,7 @@ fn classify(pieces: &[iovec], segs: &mut Vec<Seg>) {
                     .map(|g| g.start)
                     .min()
                     .unwrap_or(e);
-                break Found::Real(next);
+                Found::Real(next)
             });
             match found {
                 Found::Virt(g) => {
@@ -1160,33 +1206,77 @@ fn iov_slice<'a>(iov: *const iovec, cnt: c_int) -> Option<&'a [iovec]> {
 
 // ---------------------------------------------------------------- exported symbols
 
+/// The one receive path of `recv`, `recvfrom`, `read`, `readv`, `pread64`: a domain socket
+/// (`odb`: the call may carry ODB frames) goes through ODB; otherwise protected pages in the
+/// destination are dropped or fetched and `kernel` makes the call. With no ODB fd and no
+/// protected page anywhere, this is two relaxed loads before the system call.
+fn recv_path(
+    fd: c_int,
+    iov: &[iovec],
+    flags: c_int,
+    odb: bool,
+    kernel: impl FnOnce() -> Result<usize, c_int>,
+) -> ssize_t {
+    if odb && is_domain(fd) {
+        if let Some(r) = domain_recv(fd, iov, flags) {
+            return r;
+        }
+    }
+    for x in iov {
+        if let Err(e) = before_kernel_writes(x.iov_base, x.iov_len) {
+            return fail(e);
+        }
+    }
+    done(kernel())
+}
+
+/// The one send path of `send`, `sendto`, `write`, `writev`, `pwrite64`, `pwritev64` (see
+/// `recv_path`): protected pages in the source are fetched before the kernel reads them.
+fn send_path(
+    fd: c_int,
+    iov: &[iovec],
+    flags: c_int,
+    odb: bool,
+    kernel: impl FnOnce() -> Result<usize, c_int>,
+) -> ssize_t {
+    if odb && is_domain(fd) {
+        if let Some(r) = domain_send(fd, iov, flags) {
+            return r;
+        }
+    }
+    for x in iov {
+        if let Err(e) = before_kernel_reads(x.iov_base, x.iov_len) {
+            return fail(e);
+        }
+    }
+    done(kernel())
+}
+
+/// One iovec for the single-buffer calls.
+fn one(buf: *const c_void, len: size_t) -> [iovec; 1] {
+    [iovec {
+        iov_base: buf as *mut c_void,
+        iov_len: len,
+    }]
+}
+
+/// An application's iovec array; an invalid one (null, count out of range) is passed to
+/// the kernel untouched, which reports the error.
+fn iovs<'a>(iov: *const iovec, cnt: c_int) -> (&'a [iovec], bool) {
+    match iov_slice(iov, cnt) {
+        Some(v) => (v, true),
+        None => (&[], false),
+    }
+}
+
 /// # Safety
 /// libc's `recv` contract.
 #[no_mangle]
 pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> ssize_t {
-    if is_domain(fd) {
-        if let Some(r) = domain_recv(
-            fd,
-            &[iovec {
-                iov_base: buf,
-                iov_len: len,
-            }],
-            flags,
-        ) {
-            return r;
-        }
-    }
-    if let Err(e) = before_kernel_writes(buf, len) {
-        return fail(e);
-    }
-    done(sys::recvfrom(
-        fd,
-        buf,
-        len,
-        flags,
-        std::ptr::null_mut(),
-        std::ptr::null_mut(),
-    ))
+    let null = std::ptr::null_mut();
+    recv_path(fd, &one(buf, len), flags, true, || {
+        sys::recvfrom(fd, buf, len, flags, null, null.cast())
+    })
 }
 
 /// # Safety
@@ -1200,126 +1290,48 @@ pub unsafe extern "C" fn recvfrom(
     addr: *mut libc::sockaddr,
     alen: *mut libc::socklen_t,
 ) -> ssize_t {
-    if is_domain(fd) && addr.is_null() {
-        if let Some(r) = domain_recv(
-            fd,
-            &[iovec {
-                iov_base: buf,
-                iov_len: len,
-            }],
-            flags,
-        ) {
-            return r;
-        }
-    }
-    if let Err(e) = before_kernel_writes(buf, len) {
-        return fail(e);
-    }
-    done(sys::recvfrom(fd, buf, len, flags, addr, alen))
+    recv_path(fd, &one(buf, len), flags, addr.is_null(), || {
+        sys::recvfrom(fd, buf, len, flags, addr, alen)
+    })
 }
 
 /// # Safety
 /// libc's `read` contract.
 #[no_mangle]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t {
-    if is_domain(fd) {
-        if let Some(r) = domain_recv(
-            fd,
-            &[iovec {
-                iov_base: buf,
-                iov_len: len,
-            }],
-            0,
-        ) {
-            return r;
-        }
-    }
-    if let Err(e) = before_kernel_writes(buf, len) {
-        return fail(e);
-    }
-    done(sys::read(fd, buf, len))
+    recv_path(fd, &one(buf, len), 0, true, || sys::read(fd, buf, len))
 }
 
 /// # Safety
 /// libc's `readv` contract.
 #[no_mangle]
 pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
-    if let Some(v) = iov_slice(iov, cnt) {
-        if is_domain(fd) {
-            if let Some(r) = domain_recv(fd, v, 0) {
-                return r;
-            }
-        }
-        for x in v {
-            if let Err(e) = before_kernel_writes(x.iov_base, x.iov_len) {
-                return fail(e);
-            }
-        }
-    }
-    done(sys::readv(fd, iov, cnt))
+    let (v, ok) = iovs(iov, cnt);
+    recv_path(fd, v, 0, ok, || sys::readv(fd, iov, cnt))
 }
 
 /// # Safety
 /// libc's `write` contract.
 #[no_mangle]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t {
-    if is_domain(fd) {
-        if let Some(r) = domain_send(
-            fd,
-            &[iovec {
-                iov_base: buf as *mut c_void,
-                iov_len: len,
-            }],
-            0,
-        ) {
-            return r;
-        }
-    }
-    if let Err(e) = before_kernel_reads(buf, len) {
-        return fail(e);
-    }
-    done(sys::write(fd, buf, len))
+    send_path(fd, &one(buf, len), 0, true, || sys::write(fd, buf, len))
 }
 
 /// # Safety
 /// libc's `writev` contract.
 #[no_mangle]
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
-    if let Some(v) = iov_slice(iov, cnt) {
-        if is_domain(fd) {
-            if let Some(r) = domain_send(fd, v, 0) {
-                return r;
-            }
-        }
-        for x in v {
-            if let Err(e) = before_kernel_reads(x.iov_base, x.iov_len) {
-                return fail(e);
-            }
-        }
-    }
-    done(sys::writev(fd, iov, cnt))
+    let (v, ok) = iovs(iov, cnt);
+    send_path(fd, v, 0, ok, || sys::writev(fd, iov, cnt))
 }
 
 /// # Safety
 /// libc's `send` contract.
 #[no_mangle]
 pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, len: size_t, flags: c_int) -> ssize_t {
-    if is_domain(fd) {
-        if let Some(r) = domain_send(
-            fd,
-            &[iovec {
-                iov_base: buf as *mut c_void,
-                iov_len: len,
-            }],
-            flags,
-        ) {
-            return r;
-        }
-    }
-    if let Err(e) = before_kernel_reads(buf, len) {
-        return fail(e);
-    }
-    done(sys::sendto(fd, buf, len, flags, std::ptr::null(), 0))
+    send_path(fd, &one(buf, len), flags, true, || {
+        sys::sendto(fd, buf, len, flags, std::ptr::null(), 0)
+    })
 }
 
 /// # Safety
@@ -1333,22 +1345,9 @@ pub unsafe extern "C" fn sendto(
     addr: *const libc::sockaddr,
     alen: libc::socklen_t,
 ) -> ssize_t {
-    if is_domain(fd) && addr.is_null() {
-        if let Some(r) = domain_send(
-            fd,
-            &[iovec {
-                iov_base: buf as *mut c_void,
-                iov_len: len,
-            }],
-            flags,
-        ) {
-            return r;
-        }
-    }
-    if let Err(e) = before_kernel_reads(buf, len) {
-        return fail(e);
-    }
-    done(sys::sendto(fd, buf, len, flags, addr, alen))
+    send_path(fd, &one(buf, len), flags, addr.is_null(), || {
+        sys::sendto(fd, buf, len, flags, addr, alen)
+    })
 }
 
 /// # Safety
@@ -1509,32 +1508,26 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: libc::c_ulong, arg: *mut c_void) 
 /// libc's `pread64` contract.
 #[no_mangle]
 pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, len: size_t, off: i64) -> ssize_t {
-    if let Err(e) = before_kernel_writes(buf, len) {
-        return fail(e);
-    }
-    done(sys::pread(fd, buf, len, off))
+    recv_path(fd, &one(buf, len), 0, false, || {
+        sys::pread(fd, buf, len, off)
+    })
 }
 
 /// # Safety
 /// libc's `pwrite64` contract.
 #[no_mangle]
 pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, len: size_t, off: i64) -> ssize_t {
-    if let Err(e) = before_kernel_reads(buf, len) {
-        return fail(e);
-    }
-    done(sys::pwrite(fd, buf, len, off))
+    send_path(fd, &one(buf, len), 0, false, || {
+        sys::pwrite(fd, buf, len, off)
+    })
 }
 
 /// # Safety
 /// libc's `pwritev64` contract.
 #[no_mangle]
 pub unsafe extern "C" fn pwritev64(fd: c_int, iov: *const iovec, cnt: c_int, off: i64) -> ssize_t {
-    if let Some(v) = iov_slice(iov, cnt) {
-        for x in v {
-            if let Err(e) = before_kernel_reads(x.iov_base, x.iov_len) {
-                return fail(e);
-            }
-        }
-    }
-    done(sys::pwritev(fd, iov, cnt, off as libc::c_long, 0))
+    let (v, _) = iovs(iov, cnt);
+    send_path(fd, v, 0, false, || {
+        sys::pwritev(fd, iov, cnt, off as libc::c_long, 0)
+    })
 }

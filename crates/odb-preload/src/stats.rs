@@ -33,7 +33,9 @@ counters!(
     RAW_CONNS,
     PROTO_ERRORS,
     DOMAIN_CONNS,
-    GONE_PAGES
+    GONE_PAGES,
+    ALIGNED_ALLOCS,
+    FREED_REGIONS
 );
 
 static LAST_MS: AtomicU64 = AtomicU64::new(0);
