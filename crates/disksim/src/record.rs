@@ -58,6 +58,9 @@ pub const TRACE_SET: &str = "trace=open,openat,creat,close,read,write,pread64,pw
 /// Largest size of one event (bytes) and offset accepted.
 pub const MAX_EVENT_BYTES: u64 = 1 << 31;
 pub const MAX_OFFSET: u64 = 1 << 50;
+/// Largest event time (ms from the first event) and duration (ms) a file trace holds.
+pub const MAX_TIME_MS: f64 = 1e12;
+pub const MAX_DUR_MS: f64 = 1e9;
 
 /// What an event does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -172,8 +175,8 @@ impl FileTrace {
                     if id != t.files.len() {
                         bail!("file ids must be 0, 1, 2... in order (got {id})");
                     }
-                    if extent > MAX_OFFSET {
-                        bail!("file bytes {extent} > 2^50");
+                    if extent > MAX_OFFSET + MAX_EVENT_BYTES {
+                        bail!("file bytes {extent} > 2^50 + 2^31");
                     }
                     t.files.push(TraceFile { path, extent });
                     return Ok(());
@@ -192,10 +195,10 @@ impl FileTrace {
                 }
                 let time_ms: f64 = f[0].parse().context("TIME_MS")?;
                 let dur_ms: f64 = f[1].parse().context("DUR_MS")?;
-                if !(time_ms.is_finite() && (0.0..=1e12).contains(&time_ms)) {
+                if !(time_ms.is_finite() && (0.0..=MAX_TIME_MS).contains(&time_ms)) {
                     bail!("TIME_MS must be within 0..1e12");
                 }
-                if !(dur_ms.is_finite() && (0.0..=1e9).contains(&dur_ms)) {
+                if !(dur_ms.is_finite() && (0.0..=MAX_DUR_MS).contains(&dur_ms)) {
                     bail!("DUR_MS must be within 0..1e9");
                 }
                 if time_ms + 1e-9 < last_time {
@@ -629,6 +632,12 @@ impl StraceParser {
     #[allow(clippy::too_many_arguments)]
     fn push(&mut self, pid: u32, t: f64, dur: f64, f: &Fd, op: EventOp, offset: u64, bytes: u64) {
         let t0 = *self.t0.get_or_insert(t);
+        let (time_ms, dur_ms) = (((t - t0) * 1000.0).max(0.0), dur * 1000.0);
+        if !(time_ms <= MAX_TIME_MS && dur_ms <= MAX_DUR_MS) {
+            // Outside what a file trace holds (a corrupt timestamp or duration).
+            self.skipped += 1;
+            return;
+        }
         let flags = match op {
             EventOp::Write => f.flags,
             _ if f.flags.contains(Flags::DIRECT) => Flags::DIRECT,
@@ -641,8 +650,8 @@ impl StraceParser {
         // strace prints calls in completion order for concurrent processes: keep the
         // events sorted by start when writing.
         self.trace.events.push(Event {
-            time_ms: ((t - t0) * 1000.0).max(0.0),
-            dur_ms: dur * 1000.0,
+            time_ms,
+            dur_ms,
             pid,
             file: f.file,
             op,
@@ -875,6 +884,18 @@ garbage line
             Some(&1)
         );
         assert_eq!(skipped, 1); // "garbage line"
+    }
+
+    /// Found by the fuzzer: a timestamp without its dot (17000000008000500 s) made an event
+    /// the file trace cannot hold; such lines are skipped and the output always reads back.
+    #[test]
+    fn corrupt_timestamps_are_skipped_and_the_output_reads_back() {
+        let text = "1 1700000000.000100 read(4</f>, \"\"..., 10) = 10 <0.000001>\n1 17000000008000500 read(4</f>, \"\"..., 10) = 10 <0.000001>\n1 1700000000.000200 read(4</f>, \"\"..., 10) = 10 <99999999999.0>\n";
+        let (t, _, _, skipped) = parse_strace(text, vec![]).finish();
+        assert_eq!((t.events.len(), skipped), (1, 2));
+        FileTrace::parse(&t.to_text()).unwrap();
+        let far = format!("file 0 {} /f\n", MAX_OFFSET + 10);
+        FileTrace::parse(&far).unwrap();
     }
 
     #[test]
