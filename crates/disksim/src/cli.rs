@@ -769,7 +769,12 @@ fn run_fio(a: &RunArgs, job: &Path) -> Result<()> {
         );
     }
     let mut stats = crate::fio::JobStats::new(&src);
-    let chain = crate::fio::host_chain(dev.component, &host, cfg.host_cpu.as_ref())?;
+    let chain = crate::fio::host_chain_with_files(
+        dev.component,
+        &host,
+        cfg.host_cpu.as_ref(),
+        &src.file_sizes(),
+    )?;
     let mut sim = Simulator::new(chain);
     let bar = if a.quiet {
         indicatif::ProgressBar::hidden()

@@ -1003,6 +1003,18 @@ impl FioSource {
     }
 }
 
+impl FioSource {
+    /// The jobs' files as (file id, bytes), for the page cache's end-of-file read-ahead
+    /// limit ([`host_chain_with_files`]).
+    pub fn file_sizes(&self) -> Vec<(u32, u64)> {
+        self.files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (i as u32, f.bytes))
+            .collect()
+    }
+}
+
 impl Source for FioSource {
     fn next(&mut self) -> Result<Option<Pending>> {
         // The first `depth` requests of every stream, at time 0.

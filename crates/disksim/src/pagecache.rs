@@ -777,15 +777,8 @@ impl PageCache {
                 let last = end.map_or(u64::MAX, |e| e / PAGE);
                 // Dirty pages of the range start write-back (WB_SYNC_NONE, nobody waits)
                 // and stay, as pages under write-back do.
-                let dirty: Vec<u64> = self
-                    .streams
-                    .get(&sk)
-                    .map(|s| {
-                        let hi = end.map_or(u64::MAX, |e| e.div_ceil(PAGE));
-                        s.dirty.range(offset / PAGE..hi).copied().collect()
-                    })
-                    .unwrap_or_default();
-                self.write_back(sk, &dirty, false, ctx);
+                let hi = end.map_or(u64::MAX, |e| e.div_ceil(PAGE));
+                self.start_writeback(sk, offset / PAGE..hi, false, ctx);
                 let victims: Vec<PageKey> = self
                     .pages
                     .iter()
@@ -999,6 +992,27 @@ impl PageCache {
             .map(|(_, k)| k)
     }
 
+    /// Starts write-back of the file's dirty pages with indices in `range` (every site that
+    /// writes a range: flusher expiry, throttling with nothing in flight, DONTNEED, fsync,
+    /// O_DSYNC, O_DIRECT); returns the writes' ids.
+    fn start_writeback(
+        &mut self,
+        sk: StreamKey,
+        range: std::ops::Range<u64>,
+        sync: bool,
+        ctx: &mut Ctx,
+    ) -> Vec<u64> {
+        if range.start >= range.end {
+            return Vec::new();
+        }
+        let dirty: Vec<u64> = self
+            .streams
+            .get(&sk)
+            .map(|s| s.dirty.range(range).copied().collect())
+            .unwrap_or_default();
+        self.write_back(sk, &dirty, sync, ctx)
+    }
+
     /// Sends the given dirty pages of a file (sorted indices) to the device, one write per
     /// run of consecutive pages (at most `WB_CHUNK_PAGES`); returns the writes' ids.
     fn write_back(
@@ -1119,8 +1133,7 @@ impl PageCache {
             self.stats.expire_runs += 1;
         }
         for (_, sk) in expired {
-            let pages: Vec<u64> = self.streams[&sk].dirty.iter().copied().collect();
-            self.write_back(sk, &pages, false, ctx);
+            self.start_writeback(sk, 0..u64::MAX, false, ctx);
         }
         self.background(ctx);
     }
@@ -1134,8 +1147,7 @@ impl PageCache {
             if self.nr_writeback == 0 {
                 // Nothing in flight would ever release it: write the oldest file now.
                 if let Some(sk) = self.oldest_dirty_file() {
-                    let pages: Vec<u64> = self.streams[&sk].dirty.iter().copied().collect();
-                    self.write_back(sk, &pages, false, ctx);
+                    self.start_writeback(sk, 0..u64::MAX, false, ctx);
                 }
             }
             self.throttled.push_back((done, ctx.now()));
@@ -1212,12 +1224,7 @@ impl PageCache {
             .filter(|(k, _)| k.stream == sk && (first..last).contains(&k.index))
             .filter_map(|(_, p)| p.wb)
             .collect();
-        let dirty: Vec<u64> = self
-            .streams
-            .get(&sk)
-            .map(|s| s.dirty.range(first..last).copied().collect())
-            .unwrap_or_default();
-        outstanding.extend(self.write_back(sk, &dirty, true, ctx));
+        outstanding.extend(self.start_writeback(sk, first..last, true, ctx));
         let id = req.id;
         for &c in &outstanding {
             self.sync_waiters.entry(c).or_default().push(id);
@@ -1322,12 +1329,7 @@ impl PageCache {
         let end = end.unwrap_or(offset);
         let first = offset / PAGE;
         let last = end.div_ceil(PAGE);
-        let dirty: Vec<u64> = self
-            .streams
-            .get(&sk)
-            .map(|s| s.dirty.range(first..last).copied().collect())
-            .unwrap_or_default();
-        self.write_back(sk, &dirty, true, ctx);
+        self.start_writeback(sk, first..last, true, ctx);
         for index in first..last {
             let k = PageKey { stream: sk, index };
             if self.pages.get(&k).is_some_and(Page::reclaimable) {

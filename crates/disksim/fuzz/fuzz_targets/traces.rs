@@ -26,7 +26,11 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(back.events.len(), t.events.len());
         let parsed = iolab_disksim::record::FileTrace::parse(&text);
         for t in [Some(back), parsed.ok()].into_iter().flatten() {
-            if t.events.len() > 256 {
+            // Bounded work per input: a replay costs time in proportion to its pages and
+            // to the flusher's periodic wake-ups over the simulated span.
+            let bytes: u64 = t.events.iter().map(|e| e.bytes).sum();
+            let span = t.events.last().map_or(0.0, |e| e.time_ms + e.dur_ms);
+            if t.events.len() > 256 || bytes > 16 << 20 || span > 1e6 {
                 continue;
             }
             let Ok(mut src) = iolab_disksim::record::FileTraceSource::new(&t, 1 << 40) else { continue };
