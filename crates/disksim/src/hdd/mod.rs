@@ -965,6 +965,48 @@ mod tests {
     }
 
     #[test]
+    fn multi_track_read_ahead_is_worked_out_as_time_reaches_each_track() {
+        // Read 0..8 at t = 0 (track 0 of 100 sectors, 10 ms a revolution): the media is done
+        // at 0.8 ms, then read-ahead (up to the 200-sector segment) runs 8..100 until 10 ms,
+        // switches head (skew 6 sectors: 0.6 ms) and reads track 1 (100..200) from 10.6 to
+        // 20.6 ms. Its tracks are computed lazily: requests must see the same timeline.
+        // At 17 ms sectors up to 164 are buffered: 150..158 is a hit (bus only, 8 x 0.01).
+        // At 30 ms the whole segment (to 200) is there: 190..198 hits too.
+        let out = run(
+            spec(true),
+            &[
+                (0.0, 0, 8, Op::Read),
+                (17.0, 150, 8, Op::Read),
+                (30.0, 190, 8, Op::Read),
+            ],
+        );
+        assert_eq!(out[0].rec.cache, CacheOutcome::Miss);
+        assert!((out[0].rec.transfer - 0.8).abs() < 1e-9, "{:?}", out[0].rec);
+        assert_eq!(out[1].rec.cache, CacheOutcome::Hit, "{:?}", out[1].rec);
+        assert!(
+            (out[1].response() - 0.08).abs() < 1e-9,
+            "{}",
+            out[1].response()
+        );
+        assert_eq!(out[2].rec.cache, CacheOutcome::Hit, "{:?}", out[2].rec);
+        // At 12 ms track 1 is only read up to sector 114: 150..158 misses. The read-ahead
+        // finishes the sector under the head (114, until 12.1 ms) and stops; the head is
+        // already on track 1, so no seek: sector 150 comes round at 15.6 ms (3.6 ms of
+        // waiting from 12 ms), then 0.8 ms of transfer.
+        let out = run(
+            spec(true),
+            &[(0.0, 0, 8, Op::Read), (12.0, 150, 8, Op::Read)],
+        );
+        assert_eq!(out[1].rec.cache, CacheOutcome::Miss, "{:?}", out[1].rec);
+        assert!(out[1].rec.seek == 0.0, "{:?}", out[1].rec);
+        assert!(
+            (out[1].rec.rotation - 3.6).abs() < 1e-6 && (out[1].rec.transfer - 0.8).abs() < 1e-6,
+            "{:?}",
+            out[1].rec
+        );
+    }
+
+    #[test]
     fn read_ahead_fills_the_segment_and_serves_the_next_read() {
         // Read 8 sectors at 1000, then (after read-ahead had time) 8 at 1008: a hit served
         // by the bus alone (8 x 0.01 ms); a read far away misses; then the first again hits.
