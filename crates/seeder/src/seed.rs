@@ -38,6 +38,10 @@ pub struct Config {
     /// Connections held at once; more are closed at accept.
     pub max_peers: usize,
     /// Requests queued per peer (advertised as BEP 10 `reqq`); beyond, rejected/ignored.
+    /// A peer without the fast extension cannot be told that a request was dropped: it
+    /// waits for the block forever. ctorrent asks for whole pieces at once (256 blocks of
+    /// a 4 MiB piece, more than one piece at a time) and stalled at the old 250; 2000 is
+    /// libtorrent's default (`max_allowed_in_request_queue`): 24 KB of queue at most.
     pub max_queue: usize,
     /// Time a new connection has to send its handshake.
     pub handshake_timeout: Duration,
@@ -61,7 +65,7 @@ impl Default for Config {
         Config {
             slots: 8,
             max_peers: 20_000,
-            max_queue: 250,
+            max_queue: 2000,
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(300),
             send_timeout: Duration::from_secs(60),
