@@ -25,7 +25,9 @@
 //!   them, `realloc` fetches them first (glibc copies and frees inside, out of our sight).
 //!   So glibc can never return a registered page to the kernel (trim, munmap) and hand it
 //!   out again readable: the registry needs no "stale page" check (it made six
-//!   process_vm_readv calls per 64 KiB response on the IS);
+//!   process_vm_readv calls per 64 KiB response on the IS). Not covered (documented as a
+//!   limit): a program that `munmap`s, or frees through glibc-internal paths
+//!   (`reallocarray`), memory it read references into — nginx does neither;
 //! - before the library is active (`ACTIVE` false), both are glibc's, unchanged.
 
 use crate::regions::PAGE;

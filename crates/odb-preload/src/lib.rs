@@ -150,6 +150,9 @@ struct FdState {
     /// the window closed the rest of the header never comes (the 16 MiB stall).
     hdr_stash: [u8; proto::V_HDR],
     hdr_stash_len: usize,
+    /// Application bytes sent since a read last returned bytes (the start of a response,
+    /// for a server): where the receiver's buffer pages begin (see `odb_sendfile`).
+    out_since_in: usize,
 }
 
 impl FdState {
@@ -163,6 +166,7 @@ impl FdState {
             out_frame: OutFrame::None,
             hdr_stash: [0; proto::V_HDR],
             hdr_stash_len: 0,
+            out_since_in: 0,
         }
     }
 }
@@ -1004,55 +1008,143 @@ fn odb_sendfile(
         }
         OutFrame::None => {}
     }
+    // Stream alignment: the receiver reads a response into a fresh page-aligned buffer
+    // (nginx's header buffer, then its proxy buffers: see `alloc`) starting with the first
+    // byte sent since the request came in. Real bytes up to the next page boundary of that
+    // stream, then a reference of whole pages, then the tail (less than a page) as real
+    // bytes: the reference lands on whole pages there and the receiver (the IS) fetches
+    // nothing — it moves the page holding the response header as real bytes instead of
+    // fetching its body part from the agent (a blocking round trip). Costs nothing when the
+    // receiver's buffers are laid out otherwise: it then fetches partial pages as before.
     let th = CONFIG.get().map_or(usize::MAX, |c| c.threshold);
     const MAX_V: usize = 4 << 20;
-    if count >= th {
-        if let Some(store) = st.store.as_mut() {
-            let len = count.min(MAX_V);
-            match store.alloc(len as u32) {
-                Ok((dst, r)) => {
-                    let mut got = 0;
-                    while got < len {
-                        match sys::pread(
-                            inp,
-                            // SAFETY: got < len and dst..dst+len is our reservation in the
-                            // arena, so dst+got stays inside it.
-                            unsafe { dst.add(got) }.cast(),
-                            len - got,
-                            pos + got as i64,
-                        ) {
-                            Ok(0) => break,
-                            Ok(n) => got += n,
-                            Err(libc::EINTR) => {}
-                            Err(e) => return Err(e),
-                        }
-                    }
-                    if got > 0 {
-                        let r = r.slice(0, got as u32);
-                        let hdr = r.encode();
-                        stats::STORED_BYTES.fetch_add(got as u64, Relaxed);
-                        let v = [iovec {
-                            iov_base: hdr.as_ptr() as *mut c_void,
-                            iov_len: hdr.len(),
-                        }];
-                        let n = sys::sendmsg(out, &v, 0)?;
-                        stats::V_OUT_BYTES.fetch_add(got as u64, Relaxed);
-                        stats::V_OUT_FRAMES.fetch_add(1, Relaxed);
-                        if n == hdr.len() {
-                            advance(got)?;
-                            return Ok(got);
-                        }
-                        fs.out_pending.extend_from_slice(&hdr[n..]);
-                        fs.out_frame = OutFrame::Virt(got);
-                        return Err(libc::EAGAIN);
+    use regions::{round_down, PAGE};
+    let mis = fs.out_since_in % PAGE;
+    let head = if mis != 0 && st.store.is_some() && count >= PAGE - mis + th {
+        PAGE - mis
+    } else {
+        0
+    };
+    let mut sent = 0usize;
+    if head > 0 {
+        let n = sendfile_r(fs, out, inp, pos, head)?;
+        if n < head {
+            advance(n)?;
+            return Ok(n);
+        }
+        sent = n;
+        stats::ALIGN_PADS.fetch_add(1, Relaxed);
+    }
+    let rest = count - sent;
+    let vlen = if mis == 0 || head > 0 {
+        round_down(rest.min(MAX_V))
+    } else {
+        rest.min(MAX_V)
+    };
+    if vlen >= th {
+        match sendfile_v(st, fs, out, inp, pos + sent as i64, vlen) {
+            Ok(Some(got)) => {
+                sent += got;
+                let tail = count - sent;
+                if got == vlen && tail > 0 && tail < PAGE {
+                    if let Ok(n) = sendfile_r(fs, out, inp, pos + sent as i64, tail) {
+                        sent += n;
                     }
                 }
-                Err(_) => {
-                    stats::STORE_FALLBACKS.fetch_add(1, Relaxed);
+                advance(sent)?;
+                return Ok(sent);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                if sent > 0 {
+                    advance(sent)?;
+                    return Ok(sent);
                 }
+                return Err(e);
             }
         }
     }
+    match sendfile_r(fs, out, inp, pos + sent as i64, rest) {
+        Ok(n) => {
+            advance(sent + n)?;
+            Ok(sent + n)
+        }
+        Err(_) if sent > 0 => {
+            advance(sent)?;
+            Ok(sent)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Sends `len` bytes of file `inp` from `pos` as a reference stored at the local agent.
+/// Ok(None): no agent or no room (the caller sends them as real bytes). Ok(Some(n)): the
+/// frame is out and stands for n bytes; Err(EAGAIN) with `out_frame` set when its header
+/// went out only in part (the application offers those bytes again).
+fn sendfile_v(
+    st: &mut State,
+    fs: &mut FdState,
+    out: c_int,
+    inp: c_int,
+    pos: i64,
+    len: usize,
+) -> Result<Option<usize>, c_int> {
+    let Some(store) = st.store.as_mut() else {
+        return Ok(None);
+    };
+    let (dst, r) = match store.alloc(len as u32) {
+        Ok(x) => x,
+        Err(_) => {
+            stats::STORE_FALLBACKS.fetch_add(1, Relaxed);
+            return Ok(None);
+        }
+    };
+    let mut got = 0;
+    while got < len {
+        match sys::pread(
+            inp,
+            // SAFETY: got < len and dst..dst+len is our reservation in the arena, so
+            // dst+got stays inside it.
+            unsafe { dst.add(got) }.cast(),
+            len - got,
+            pos + got as i64,
+        ) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(libc::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    if got == 0 {
+        return Ok(None);
+    }
+    let r = r.slice(0, got as u32);
+    let hdr = r.encode();
+    stats::STORED_BYTES.fetch_add(got as u64, Relaxed);
+    let v = [iovec {
+        iov_base: hdr.as_ptr() as *mut c_void,
+        iov_len: hdr.len(),
+    }];
+    let n = sys::sendmsg(out, &v, 0)?;
+    stats::V_OUT_BYTES.fetch_add(got as u64, Relaxed);
+    stats::V_OUT_FRAMES.fetch_add(1, Relaxed);
+    if n == hdr.len() {
+        return Ok(Some(got));
+    }
+    fs.out_pending.extend_from_slice(&hdr[n..]);
+    fs.out_frame = OutFrame::Virt(got);
+    Err(libc::EAGAIN)
+}
+
+/// Sends up to `count` bytes of file `inp` from `pos` as an R frame (sendfile for the data).
+/// Returns the data bytes sent; a short send leaves `out_frame` saying what is owed.
+fn sendfile_r(
+    fs: &mut FdState,
+    out: c_int,
+    inp: c_int,
+    pos: i64,
+    count: usize,
+) -> Result<usize, c_int> {
     let len = count.min(proto::MAX_FRAME as usize);
     let hdr = proto::encode_r(len as u32);
     let v = [iovec {
@@ -1068,7 +1160,6 @@ fn odb_sendfile(
     let mut p = pos;
     match sys::sendfile(out, inp, &mut p, len) {
         Ok(n) => {
-            advance(n)?;
             stats::R_OUT_BYTES.fetch_add(n as u64, Relaxed);
             fs.out_frame = if n == len {
                 OutFrame::None
@@ -1104,6 +1195,9 @@ fn domain_recv(fd: c_int, iov: &[iovec], flags: c_int) -> Option<ssize_t> {
     }
     let r = with_fd(fd, |st, fs| {
         let r = odb_recv(st, fs, fd, iov, flags);
+        if matches!(r, Ok(n) if n > 0) {
+            fs.out_since_in = 0;
+        }
         trace::call("recv", fd, iov_total(iov), &r, fs);
         r
     })?;
@@ -1114,6 +1208,9 @@ fn domain_recv(fd: c_int, iov: &[iovec], flags: c_int) -> Option<ssize_t> {
 fn domain_send(fd: c_int, iov: &[iovec], flags: c_int) -> Option<ssize_t> {
     let r = with_fd(fd, |st, fs| {
         let r = odb_send(st, fs, fd, iov, flags);
+        if let Ok(n) = r {
+            fs.out_since_in += n;
+        }
         trace::call("send", fd, iov_total(iov), &r, fs);
         r
     })?;
@@ -1362,6 +1459,9 @@ pub unsafe extern "C" fn sendfile64(
     if is_domain(out) {
         if let Some(r) = with_fd(out, |st, fs| {
             let r = odb_sendfile(st, fs, out, inp, off, count);
+            if let Ok(n) = r {
+                fs.out_since_in += n;
+            }
             trace::call("sendfile", out, count, &r, fs);
             r
         }) {

@@ -35,7 +35,8 @@ counters!(
     DOMAIN_CONNS,
     GONE_PAGES,
     ALIGNED_ALLOCS,
-    FREED_REGIONS
+    FREED_REGIONS,
+    ALIGN_PADS
 );
 
 static LAST_MS: AtomicU64 = AtomicU64::new(0);
