@@ -277,7 +277,7 @@ pub fn parse_hook_stats(json: &str, ids: &[u64]) -> Option<[(u64, u64); 2]> {
 
 /// One configuration while it runs.
 enum Peers {
-    Nginx(Stack),
+    Nginx(Box<Stack>),
     Ours {
         procs: Vec<(String, Child)>,
         fe_if: Option<(String, String)>,
@@ -409,7 +409,10 @@ fn our_tiers(net: &Net, o: &DiscOpts, disc: bool) -> Vec<(&'static str, Vec<Stri
 
 fn start(config: &str, net: &Net, o: &DiscOpts, cg: &crate::cpu::Cgroups) -> anyhow::Result<Peers> {
     if config == "nginx" {
-        return Ok(Peers::Nginx(Stack::start(nginx_config(net, o), Some(cg))?));
+        return Ok(Peers::Nginx(Box::new(Stack::start(
+            nginx_config(net, o),
+            Some(cg),
+        )?)));
     }
     let disc = config == "disc";
     let dir = o.dir.join(config);
