@@ -28,7 +28,9 @@ fn init_logging(verbose: u8) {
         2 => "debug",
         _ => "trace",
     };
-    let rust_log = std::env::var("RUST_LOG").ok().filter(|s| !s.trim().is_empty());
+    let rust_log = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|s| !s.trim().is_empty());
     let diagnostics_filter = EnvFilter::new(rust_log.as_deref().unwrap_or(level))
         // The progress layer below prints those; not twice.
         .add_directive("progress=off".parse().expect("a valid directive"));

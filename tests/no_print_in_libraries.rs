@@ -14,10 +14,22 @@ use std::path::{Path, PathBuf};
 
 /// Files that print a command's result on stdout (not diagnostics), with why.
 const STDOUT_RESULTS: &[(&str, &str)] = &[
-    ("crates/micro/src/table.rs", "Table::print: the micro tables"),
-    ("crates/disksim/src/host.rs", "print_host: part of `disksim run`'s summary"),
-    ("crates/odb/src/agent.rs", "run_foreground: the agent's address, read by its launcher"),
-    ("crates/seeder/src/swarm.rs", "the leecher process's JSON result, read by `seed bench`"),
+    (
+        "crates/micro/src/table.rs",
+        "Table::print: the micro tables",
+    ),
+    (
+        "crates/disksim/src/host.rs",
+        "print_host: part of `disksim run`'s summary",
+    ),
+    (
+        "crates/odb/src/agent.rs",
+        "run_foreground: the agent's address, read by its launcher",
+    ),
+    (
+        "crates/seeder/src/swarm.rs",
+        "the leecher process's JSON result, read by `seed bench`",
+    ),
     ("crates/seeder/src/bench.rs", "`seed bench`'s result table"),
 ];
 
@@ -182,7 +194,12 @@ fn c() { println!("after"); }
 "#;
     assert_eq!(
         prints(src),
-        vec![(3, "eprintln!"), (6, "eprint!"), (16, "dbg!"), (22, "println!")]
+        vec![
+            (3, "eprintln!"),
+            (6, "eprint!"),
+            (16, "dbg!"),
+            (22, "println!")
+        ]
     );
     assert!(exempt("crates/lab/src/cli.rs"));
     assert!(exempt("crates/odb/src/bin/odb-agent.rs"));

@@ -3,7 +3,6 @@
 //! format, bench, and clear errors on bad input.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 mod common;
 use common::iolab;

@@ -657,7 +657,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
                 + 2.0 * targets.len() as f64)
         }
     };
-    tracing::info!(target: "progress", 
+    tracing::info!(target: "progress",
         "iolab lab --profile {}: {} servers x {} points x {} repeat(s) = {total} runs, {} micro(s); estimate {est}; output in {}",
         opts.profile.name(),
         targets.len(),
@@ -955,7 +955,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
     results.seed_vs_iolab = crate::seedtable::build(&results);
     results.elapsed_s = t0.elapsed().as_secs_f64();
     write_outputs(&results, out)?;
-    tracing::info!(target: "progress", 
+    tracing::info!(target: "progress",
         "iolab lab: done in {}; report: {}",
         hms(results.elapsed_s),
         out.join("index.html").display()
@@ -1055,7 +1055,7 @@ fn efficiency_pass(
                     if proc_stat_only {
                         e.cpu_source = "/proc/PID/stat utime + stime of each process of the server's group (clock ticks; the CPU clock was not readable)".into();
                     }
-                    tracing::info!(target: "progress", 
+                    tracing::info!(target: "progress",
                         "efficiency {} {mode} at {rate:.0} req/s: {:.1} us CPU per request ({:.1}..{:.1})",
                         t.name, row.us_per_request, row.spread[0], row.spread[1]
                     );

@@ -107,7 +107,7 @@ impl Link {
         iolab_netns::external_signal_handling();
         iolab_netns::preflight().context("--link needs a network namespace")?;
         match iolab_netns::cleanup_stale(TAG) {
-            Ok(v) if !v.is_empty() => tracing::info!(target: "progress", 
+            Ok(v) if !v.is_empty() => tracing::info!(target: "progress",
                 "iolab lab: removed {} stale namespace(s)/veth(s) of killed runs: {}",
                 v.len(),
                 v.join(", ")

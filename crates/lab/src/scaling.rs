@@ -298,7 +298,7 @@ pub fn run(
         tracing::warn!("peer skipped: {s}");
     }
     let total = targets.len() * workers.len();
-    tracing::info!(target: "progress", 
+    tracing::info!(target: "progress",
         "iolab lab --scaling --profile {}: {} servers x {} worker counts x 2 modes x {} repeat(s) of {} s; {note}",
         opts.profile.name(),
         targets.len(),
@@ -447,7 +447,7 @@ pub fn run(
     results.scaling = Some(sc);
     results.elapsed_s = t0.elapsed().as_secs_f64();
     write_outputs(&results, out)?;
-    tracing::info!(target: "progress", 
+    tracing::info!(target: "progress",
         "iolab lab --scaling: done in {}; report: {}",
         hms(results.elapsed_s),
         out.join("index.html").display()

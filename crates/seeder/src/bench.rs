@@ -581,7 +581,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut summary: Vec<Summary> = Vec::new();
     let mut lt_settings = serde_json::Map::new();
     let repeats = args.repeats.max(1);
-    tracing::info!(target: "progress", 
+    tracing::info!(target: "progress",
         "bench: {} seeders x {} peer counts x {} caches x {repeats} repeats, {secs} s each",
         kinds.len(),
         peers.len(),
@@ -600,7 +600,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                                 lt_settings.insert(kind.clone(), s);
                             }
                             row.repeat = r;
-                            tracing::info!(target: "progress", 
+                            tracing::info!(target: "progress",
                                 "  run {}/{repeats} {kind:<19} {n:>6} peers {:<4}: {} connected, {:.1} MB/s",
                                 r + 1,
                                 row.cache,

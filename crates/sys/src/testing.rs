@@ -94,7 +94,10 @@ pub fn require(ok: bool, reason: &str) -> bool {
 /// `chromium`); `None` once the skip line is printed, a failure under CI (see
 /// [`require_any_tool`]).
 pub fn chromium() -> Option<PathBuf> {
-    require_any_tool(&["chromium", "chromium-browser", "google-chrome"], "chromium")
+    require_any_tool(
+        &["chromium", "chromium-browser", "google-chrome"],
+        "chromium",
+    )
 }
 
 /// Runs headless `chromium` on the local file `page` with extra `args` (`--dump-dom`,
