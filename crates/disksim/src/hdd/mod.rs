@@ -25,6 +25,7 @@ pub mod spec;
 use crate::engine::{Component, Ctx};
 use crate::request::{CacheOutcome, Completion, Op, Record, Request};
 use crate::sched::Scheduler;
+use layout::{Mapped, Pbn};
 pub use spec::HddSpec;
 
 /// A contiguous range of sectors in one buffer segment.
@@ -96,6 +97,16 @@ impl Media {
     }
 }
 
+/// The last run of LBAs `Layout::map` returned (consecutive sectors of one track): read-ahead
+/// continues on the track the request ended on, so most media steps map an LBA of the run
+/// mapped just before. Inside a run the answer follows from its first LBA's.
+#[derive(Clone, Copy, Debug)]
+struct RunMemo {
+    lba: u64,
+    end: u64,
+    mapped: Mapped,
+}
+
 /// Counters for the summary.
 #[derive(Clone, Debug, Default)]
 pub struct HddStats {
@@ -125,6 +136,8 @@ pub struct Hdd {
     prefetch: Option<Prefetch>,
     /// End LBA of the last write (for appends that join the running destage).
     last_write_end: Option<u64>,
+    /// See [`RunMemo`] (a `Cell`: mapping is a query, done from `&self`).
+    memo: std::cell::Cell<Option<RunMemo>>,
     /// Chunk buffers kept for reuse (no allocation per media access or read-ahead).
     spare_chunks: Vec<Chunk>,
     spare_prefetch: Vec<Chunk>,
@@ -150,6 +163,7 @@ impl Hdd {
             clock: 0,
             prefetch: None,
             last_write_end: None,
+            memo: std::cell::Cell::new(None),
             spare_chunks: Vec::with_capacity(8),
             spare_prefetch: Vec::with_capacity(8),
             last_read_track: None,
@@ -209,6 +223,30 @@ impl Hdd {
         }
     }
 
+    /// `Layout::map`, answered from the last run mapped when `lba` lies in it.
+    fn map(&self, lba: u64) -> Option<Mapped> {
+        if let Some(m) = self.memo.get() {
+            if m.lba <= lba && lba < m.end {
+                let k = lba - m.lba;
+                return Some(Mapped {
+                    pbn: Pbn {
+                        sector: m.mapped.pbn.sector + k as u32,
+                        ..m.mapped.pbn
+                    },
+                    zone: m.mapped.zone,
+                    run: (m.end - lba) as u32,
+                });
+            }
+        }
+        let mapped = self.spec.layout.map(lba)?;
+        self.memo.set(Some(RunMemo {
+            lba,
+            end: lba + u64::from(mapped.run),
+            mapped,
+        }));
+        Some(mapped)
+    }
+
     /// Computes the next track of a media access; false when nothing is left.
     fn media_step(&self, out: &mut Media) -> bool {
         if out.left == 0 {
@@ -216,7 +254,7 @@ impl Hdd {
         }
         let l = &self.spec.layout;
         let m = &self.spec.mech;
-        let Some(mp) = l.map(out.lba) else {
+        let Some(mp) = self.map(out.lba) else {
             out.left = 0;
             return false;
         };
@@ -1038,6 +1076,38 @@ mod tests {
             &[(0.0, 1000, 8, Op::Read), (50.0, 1008, 8, Op::Read)],
         );
         assert_eq!(out[1].rec.cache, CacheOutcome::Miss);
+    }
+
+    #[test]
+    fn mapping_from_the_last_run_agrees_with_the_layout() {
+        use super::layout::{Sparing, Zone};
+        // Slips and a remapped defect end runs early: every LBA mapped through the memo
+        // (forwards, which hits it, then backwards, which misses it) matches Layout::map.
+        let mut s = spec(false);
+        let z = Zone {
+            first_cyl: 0,
+            last_cyl: 9,
+            spt: 20,
+            first_offset: 0.0,
+            track_skew: 6.0,
+            cyl_skew: 10.0,
+            deadspace: 0,
+            spares: 3,
+            slips: vec![7, 45],
+            remaps: vec![(13, 38)],
+            first_lba: 0,
+            blocks: 0,
+        };
+        s.layout = Layout::new(2, 10, Sparing::from_disksim(2, 1).unwrap(), vec![z]).unwrap();
+        let l = s.layout.clone();
+        let hdd = Hdd::new(s);
+        let lbas: Vec<u64> = (0..l.blocks).chain((0..l.blocks).rev()).collect();
+        for lba in lbas {
+            assert_eq!(hdd.map(lba), l.map(lba), "lba {lba}");
+        }
+        assert_eq!(hdd.map(l.blocks), None);
+        // (Runs are longer than one sector, so the forward pass answers from the memo.)
+        assert!(l.map(0).unwrap().run > 1);
     }
 
     #[test]
