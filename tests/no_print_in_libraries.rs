@@ -31,6 +31,10 @@ const STDOUT_RESULTS: &[(&str, &str)] = &[
         "the leecher process's JSON result, read by `seed bench`",
     ),
     ("crates/seeder/src/bench.rs", "`seed bench`'s result table"),
+    (
+        "crates/tiers/src/disc_bench.rs",
+        "report: `tiers bench --disc`'s table and files written",
+    ),
 ];
 
 /// Print macros in `src` outside `#[cfg(test)]` items and comments: (line number, macro).
