@@ -640,12 +640,11 @@ fn a_client_with_a_full_disk_does_not_stop_the_others() {
         .get_args()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    let script = format!(
-        "mount -t tmpfs -o size=8m iolab-seeder-full \"$1\" && shift && exec aria2c \"$@\""
-    );
+    let script =
+        "mount -t tmpfs -o size=8m iolab-seeder-full \"$1\" && shift && exec aria2c \"$@\"";
     let full = fx.spawn(
         Command::new("unshare")
-            .args(["-m", "--propagation", "private", "sh", "-c", &script, "sh"])
+            .args(["-m", "--propagation", "private", "sh", "-c", script, "sh"])
             .arg(&small)
             .args(&args)
             .stdin(Stdio::null())
