@@ -201,7 +201,7 @@ impl Drop for Net {
     fn drop(&mut self) {
         if let Some(n) = self.net.take() {
             if let Err(e) = n.remove() {
-                eprintln!("disc bench: removing namespaces: {e:#}");
+                tracing::warn!("disc bench: removing namespaces: {e:#}");
             }
         }
     }
