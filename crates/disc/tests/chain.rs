@@ -177,10 +177,16 @@ fn an_unreachable_dp_falls_back_to_the_normal_path() {
     }
     let dir = TempDir::new("fallback");
     let root = dir.0.join("www");
-    write_payloads(&root, &SIZES).unwrap();
+    // Every size but 64 MiB: a fallback answers on the normal path, which the test without
+    // DISC already runs at 64 MiB; generating and fetching it twice here cost CI seconds.
+    let sizes = &SIZES[..SIZES.len() - 1];
+    write_payloads(&root, sizes).unwrap();
     let c = chain(&root, DiscMode::Relay, true);
-    assert_identical(&c, &dir.0);
-    let big = SIZES.iter().filter(|&&n| n >= 16384).count() as u64;
+    let rows = compare_sizes(&c, sizes, &dir.0).expect("fetching");
+    for r in &rows {
+        assert!(r.identical, "{} B differ after the fallback", r.size);
+    }
+    let big = sizes.iter().filter(|&&n| n >= 16384).count() as u64;
     let (kept, claimed) = c.store.clone().unwrap().counts();
     assert_eq!(
         kept, big,

@@ -339,7 +339,13 @@ impl Simulator {
                             self.in_flight -= 1;
                             done_count += 1;
                             observe(&done);
-                            if let Some(stream) = self.stream_of.remove(&done.req.id) {
+                            // (Most runs have no streams: skip the hash then.)
+                            let stream = if self.stream_of.is_empty() {
+                                None
+                            } else {
+                                self.stream_of.remove(&done.req.id)
+                            };
+                            if let Some(stream) = stream {
                                 if let Some(p) = source.next_in_stream(stream, self.now)? {
                                     let at = match p.when {
                                         When::At(t) | When::Stream { at: t, .. } => t,

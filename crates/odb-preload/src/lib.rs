@@ -13,9 +13,12 @@
 //! Calls intercepted (what nginx 1.22 imports and uses on the body paths, found with strace
 //! and `nm -D`): recv, recvfrom, read, readv, write, writev, send, sendto, sendfile64 on
 //! sockets; accept, accept4, connect, close to follow connections; pread64, pwrite64,
-//! pwritev64 so that file I/O never meets a protected page.
+//! pwritev64 so that file I/O never meets a protected page; malloc, free, realloc so that
+//! buffers of whole pages are page-aligned and freed ones lose their protected pages
+//! (`alloc`).
 
 mod agentconn;
+mod alloc;
 mod regions;
 mod stats;
 mod sys;
@@ -147,6 +150,9 @@ struct FdState {
     /// the window closed the rest of the header never comes (the 16 MiB stall).
     hdr_stash: [u8; proto::V_HDR],
     hdr_stash_len: usize,
+    /// Application bytes sent since a read last returned bytes (the start of a response,
+    /// for a server): where the receiver's buffer pages begin (see `odb_sendfile`).
+    out_since_in: usize,
 }
 
 impl FdState {
@@ -160,6 +166,7 @@ impl FdState {
             out_frame: OutFrame::None,
             hdr_stash: [0; proto::V_HDR],
             hdr_stash_len: 0,
+            out_since_in: 0,
         }
     }
 }
@@ -225,6 +232,54 @@ pub(crate) fn with_state_in_handler<R>(f: impl FnOnce(&mut Reg) -> R) -> Option<
         }
     }
     None
+}
+
+/// `free(p)` of a block of `n` usable bytes: its protected pages are given up unfetched
+/// (regions are whole pages inside the buffers they were read into, so a freed block holds
+/// whole regions or none of one). The registry lock is never held while freeing (see `Reg`),
+/// so waiting for it cannot be waiting for ourselves; bounded anyway (another thread holding
+/// it for long is a bug elsewhere): give up and let the pages fault and be fetched instead.
+pub(crate) fn forget_pages(p: usize, n: usize) {
+    use regions::{round_down, round_up};
+    let (a, b) = (round_up(p), round_down(p + n));
+    if a >= b {
+        return;
+    }
+    for _ in 0..100_000 {
+        match REG.try_lock() {
+            Ok(mut g) => {
+                if let Some(st) = g.as_mut() {
+                    if st.regions.overlaps(a, b) {
+                        let before = st.regions.v.len();
+                        let _ = st.regions.take(a, b, false, &mut st.conns);
+                        stats::FREED_REGIONS
+                            .fetch_add((before - st.regions.v.len()) as u64, Relaxed);
+                    }
+                    REGION_COUNT.store(st.regions.v.len(), Relaxed);
+                }
+                return;
+            }
+            Err(std::sync::TryLockError::Poisoned(_)) => return,
+            Err(std::sync::TryLockError::WouldBlock) => std::hint::spin_loop(),
+        }
+    }
+}
+
+/// `realloc(p)` of a block of `n` usable bytes: its protected pages are fetched (glibc copies
+/// the block and frees it without our `free`).
+pub(crate) fn fetch_pages(p: usize, n: usize) -> Result<(), c_int> {
+    with_reg(|st| {
+        if st.regions.overlaps(p, p + n) {
+            st.regions.take(
+                regions::round_up(p),
+                regions::round_down(p + n),
+                true,
+                &mut st.conns,
+            )
+        } else {
+            Ok(())
+        }
+    })
 }
 
 fn is_domain(fd: c_int) -> bool {
@@ -624,15 +679,10 @@ fn classify(pieces: &[iovec], segs: &mut Vec<Seg>) {
         let (mut a, e) = (pc.iov_base as usize, pc.iov_base as usize + pc.iov_len);
         while a < e {
             // one short registry section per step; the pushes (allocation) happen outside
-            let found = with_reg(|r| loop {
+            let found = with_reg(|r| {
                 if let Some(i) = r.regions.find(a) {
-                    let g = r.regions.v[i];
-                    if sys::readable(g.start) {
-                        // stale: the memory was unmapped and mapped again behind our back
-                        r.regions.v.swap_remove(i);
-                        continue;
-                    }
-                    break Found::Virt(g);
+                    // no stale-page check: see the invariants of `alloc`
+                    return Found::Virt(r.regions.v[i]);
                 }
                 let next = r
                     .regions
@@ -642,7 +692,7 @@ fn classify(pieces: &[iovec], segs: &mut Vec<Seg>) {
                     .map(|g| g.start)
                     .min()
                     .unwrap_or(e);
-                break Found::Real(next);
+                Found::Real(next)
             });
             match found {
                 Found::Virt(g) => {
@@ -958,55 +1008,143 @@ fn odb_sendfile(
         }
         OutFrame::None => {}
     }
+    // Stream alignment: the receiver reads a response into a fresh page-aligned buffer
+    // (nginx's header buffer, then its proxy buffers: see `alloc`) starting with the first
+    // byte sent since the request came in. Real bytes up to the next page boundary of that
+    // stream, then a reference of whole pages, then the tail (less than a page) as real
+    // bytes: the reference lands on whole pages there and the receiver (the IS) fetches
+    // nothing — it moves the page holding the response header as real bytes instead of
+    // fetching its body part from the agent (a blocking round trip). Costs nothing when the
+    // receiver's buffers are laid out otherwise: it then fetches partial pages as before.
     let th = CONFIG.get().map_or(usize::MAX, |c| c.threshold);
     const MAX_V: usize = 4 << 20;
-    if count >= th {
-        if let Some(store) = st.store.as_mut() {
-            let len = count.min(MAX_V);
-            match store.alloc(len as u32) {
-                Ok((dst, r)) => {
-                    let mut got = 0;
-                    while got < len {
-                        match sys::pread(
-                            inp,
-                            // SAFETY: got < len and dst..dst+len is our reservation in the
-                            // arena, so dst+got stays inside it.
-                            unsafe { dst.add(got) }.cast(),
-                            len - got,
-                            pos + got as i64,
-                        ) {
-                            Ok(0) => break,
-                            Ok(n) => got += n,
-                            Err(libc::EINTR) => {}
-                            Err(e) => return Err(e),
-                        }
-                    }
-                    if got > 0 {
-                        let r = r.slice(0, got as u32);
-                        let hdr = r.encode();
-                        stats::STORED_BYTES.fetch_add(got as u64, Relaxed);
-                        let v = [iovec {
-                            iov_base: hdr.as_ptr() as *mut c_void,
-                            iov_len: hdr.len(),
-                        }];
-                        let n = sys::sendmsg(out, &v, 0)?;
-                        stats::V_OUT_BYTES.fetch_add(got as u64, Relaxed);
-                        stats::V_OUT_FRAMES.fetch_add(1, Relaxed);
-                        if n == hdr.len() {
-                            advance(got)?;
-                            return Ok(got);
-                        }
-                        fs.out_pending.extend_from_slice(&hdr[n..]);
-                        fs.out_frame = OutFrame::Virt(got);
-                        return Err(libc::EAGAIN);
+    use regions::{round_down, PAGE};
+    let mis = fs.out_since_in % PAGE;
+    let head = if mis != 0 && st.store.is_some() && count >= PAGE - mis + th {
+        PAGE - mis
+    } else {
+        0
+    };
+    let mut sent = 0usize;
+    if head > 0 {
+        let n = sendfile_r(fs, out, inp, pos, head)?;
+        if n < head {
+            advance(n)?;
+            return Ok(n);
+        }
+        sent = n;
+        stats::ALIGN_PADS.fetch_add(1, Relaxed);
+    }
+    let rest = count - sent;
+    let vlen = if mis == 0 || head > 0 {
+        round_down(rest.min(MAX_V))
+    } else {
+        rest.min(MAX_V)
+    };
+    if vlen >= th {
+        match sendfile_v(st, fs, out, inp, pos + sent as i64, vlen) {
+            Ok(Some(got)) => {
+                sent += got;
+                let tail = count - sent;
+                if got == vlen && tail > 0 && tail < PAGE {
+                    if let Ok(n) = sendfile_r(fs, out, inp, pos + sent as i64, tail) {
+                        sent += n;
                     }
                 }
-                Err(_) => {
-                    stats::STORE_FALLBACKS.fetch_add(1, Relaxed);
+                advance(sent)?;
+                return Ok(sent);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                if sent > 0 {
+                    advance(sent)?;
+                    return Ok(sent);
                 }
+                return Err(e);
             }
         }
     }
+    match sendfile_r(fs, out, inp, pos + sent as i64, rest) {
+        Ok(n) => {
+            advance(sent + n)?;
+            Ok(sent + n)
+        }
+        Err(_) if sent > 0 => {
+            advance(sent)?;
+            Ok(sent)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Sends `len` bytes of file `inp` from `pos` as a reference stored at the local agent.
+/// Ok(None): no agent or no room (the caller sends them as real bytes). Ok(Some(n)): the
+/// frame is out and stands for n bytes; Err(EAGAIN) with `out_frame` set when its header
+/// went out only in part (the application offers those bytes again).
+fn sendfile_v(
+    st: &mut State,
+    fs: &mut FdState,
+    out: c_int,
+    inp: c_int,
+    pos: i64,
+    len: usize,
+) -> Result<Option<usize>, c_int> {
+    let Some(store) = st.store.as_mut() else {
+        return Ok(None);
+    };
+    let (dst, r) = match store.alloc(len as u32) {
+        Ok(x) => x,
+        Err(_) => {
+            stats::STORE_FALLBACKS.fetch_add(1, Relaxed);
+            return Ok(None);
+        }
+    };
+    let mut got = 0;
+    while got < len {
+        match sys::pread(
+            inp,
+            // SAFETY: got < len and dst..dst+len is our reservation in the arena, so
+            // dst+got stays inside it.
+            unsafe { dst.add(got) }.cast(),
+            len - got,
+            pos + got as i64,
+        ) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(libc::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    if got == 0 {
+        return Ok(None);
+    }
+    let r = r.slice(0, got as u32);
+    let hdr = r.encode();
+    stats::STORED_BYTES.fetch_add(got as u64, Relaxed);
+    let v = [iovec {
+        iov_base: hdr.as_ptr() as *mut c_void,
+        iov_len: hdr.len(),
+    }];
+    let n = sys::sendmsg(out, &v, 0)?;
+    stats::V_OUT_BYTES.fetch_add(got as u64, Relaxed);
+    stats::V_OUT_FRAMES.fetch_add(1, Relaxed);
+    if n == hdr.len() {
+        return Ok(Some(got));
+    }
+    fs.out_pending.extend_from_slice(&hdr[n..]);
+    fs.out_frame = OutFrame::Virt(got);
+    Err(libc::EAGAIN)
+}
+
+/// Sends up to `count` bytes of file `inp` from `pos` as an R frame (sendfile for the data).
+/// Returns the data bytes sent; a short send leaves `out_frame` saying what is owed.
+fn sendfile_r(
+    fs: &mut FdState,
+    out: c_int,
+    inp: c_int,
+    pos: i64,
+    count: usize,
+) -> Result<usize, c_int> {
     let len = count.min(proto::MAX_FRAME as usize);
     let hdr = proto::encode_r(len as u32);
     let v = [iovec {
@@ -1022,7 +1160,6 @@ fn odb_sendfile(
     let mut p = pos;
     match sys::sendfile(out, inp, &mut p, len) {
         Ok(n) => {
-            advance(n)?;
             stats::R_OUT_BYTES.fetch_add(n as u64, Relaxed);
             fs.out_frame = if n == len {
                 OutFrame::None
@@ -1058,6 +1195,9 @@ fn domain_recv(fd: c_int, iov: &[iovec], flags: c_int) -> Option<ssize_t> {
     }
     let r = with_fd(fd, |st, fs| {
         let r = odb_recv(st, fs, fd, iov, flags);
+        if matches!(r, Ok(n) if n > 0) {
+            fs.out_since_in = 0;
+        }
         trace::call("recv", fd, iov_total(iov), &r, fs);
         r
     })?;
@@ -1068,6 +1208,9 @@ fn domain_recv(fd: c_int, iov: &[iovec], flags: c_int) -> Option<ssize_t> {
 fn domain_send(fd: c_int, iov: &[iovec], flags: c_int) -> Option<ssize_t> {
     let r = with_fd(fd, |st, fs| {
         let r = odb_send(st, fs, fd, iov, flags);
+        if let Ok(n) = r {
+            fs.out_since_in += n;
+        }
         trace::call("send", fd, iov_total(iov), &r, fs);
         r
     })?;
@@ -1160,33 +1303,77 @@ fn iov_slice<'a>(iov: *const iovec, cnt: c_int) -> Option<&'a [iovec]> {
 
 // ---------------------------------------------------------------- exported symbols
 
+/// The one receive path of `recv`, `recvfrom`, `read`, `readv`, `pread64`: a domain socket
+/// (`odb`: the call may carry ODB frames) goes through ODB; otherwise protected pages in the
+/// destination are dropped or fetched and `kernel` makes the call. With no ODB fd and no
+/// protected page anywhere, this is two relaxed loads before the system call.
+fn recv_path(
+    fd: c_int,
+    iov: &[iovec],
+    flags: c_int,
+    odb: bool,
+    kernel: impl FnOnce() -> Result<usize, c_int>,
+) -> ssize_t {
+    if odb && is_domain(fd) {
+        if let Some(r) = domain_recv(fd, iov, flags) {
+            return r;
+        }
+    }
+    for x in iov {
+        if let Err(e) = before_kernel_writes(x.iov_base, x.iov_len) {
+            return fail(e);
+        }
+    }
+    done(kernel())
+}
+
+/// The one send path of `send`, `sendto`, `write`, `writev`, `pwrite64`, `pwritev64` (see
+/// `recv_path`): protected pages in the source are fetched before the kernel reads them.
+fn send_path(
+    fd: c_int,
+    iov: &[iovec],
+    flags: c_int,
+    odb: bool,
+    kernel: impl FnOnce() -> Result<usize, c_int>,
+) -> ssize_t {
+    if odb && is_domain(fd) {
+        if let Some(r) = domain_send(fd, iov, flags) {
+            return r;
+        }
+    }
+    for x in iov {
+        if let Err(e) = before_kernel_reads(x.iov_base, x.iov_len) {
+            return fail(e);
+        }
+    }
+    done(kernel())
+}
+
+/// One iovec for the single-buffer calls.
+fn one(buf: *const c_void, len: size_t) -> [iovec; 1] {
+    [iovec {
+        iov_base: buf as *mut c_void,
+        iov_len: len,
+    }]
+}
+
+/// An application's iovec array; an invalid one (null, count out of range) is passed to
+/// the kernel untouched, which reports the error.
+fn iovs<'a>(iov: *const iovec, cnt: c_int) -> (&'a [iovec], bool) {
+    match iov_slice(iov, cnt) {
+        Some(v) => (v, true),
+        None => (&[], false),
+    }
+}
+
 /// # Safety
 /// libc's `recv` contract.
 #[no_mangle]
 pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> ssize_t {
-    if is_domain(fd) {
-        if let Some(r) = domain_recv(
-            fd,
-            &[iovec {
-                iov_base: buf,
-                iov_len: len,
-            }],
-            flags,
-        ) {
-            return r;
-        }
-    }
-    if let Err(e) = before_kernel_writes(buf, len) {
-        return fail(e);
-    }
-    done(sys::recvfrom(
-        fd,
-        buf,
-        len,
-        flags,
-        std::ptr::null_mut(),
-        std::ptr::null_mut(),
-    ))
+    let null = std::ptr::null_mut();
+    recv_path(fd, &one(buf, len), flags, true, || {
+        sys::recvfrom(fd, buf, len, flags, null, null.cast())
+    })
 }
 
 /// # Safety
@@ -1200,126 +1387,48 @@ pub unsafe extern "C" fn recvfrom(
     addr: *mut libc::sockaddr,
     alen: *mut libc::socklen_t,
 ) -> ssize_t {
-    if is_domain(fd) && addr.is_null() {
-        if let Some(r) = domain_recv(
-            fd,
-            &[iovec {
-                iov_base: buf,
-                iov_len: len,
-            }],
-            flags,
-        ) {
-            return r;
-        }
-    }
-    if let Err(e) = before_kernel_writes(buf, len) {
-        return fail(e);
-    }
-    done(sys::recvfrom(fd, buf, len, flags, addr, alen))
+    recv_path(fd, &one(buf, len), flags, addr.is_null(), || {
+        sys::recvfrom(fd, buf, len, flags, addr, alen)
+    })
 }
 
 /// # Safety
 /// libc's `read` contract.
 #[no_mangle]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t {
-    if is_domain(fd) {
-        if let Some(r) = domain_recv(
-            fd,
-            &[iovec {
-                iov_base: buf,
-                iov_len: len,
-            }],
-            0,
-        ) {
-            return r;
-        }
-    }
-    if let Err(e) = before_kernel_writes(buf, len) {
-        return fail(e);
-    }
-    done(sys::read(fd, buf, len))
+    recv_path(fd, &one(buf, len), 0, true, || sys::read(fd, buf, len))
 }
 
 /// # Safety
 /// libc's `readv` contract.
 #[no_mangle]
 pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
-    if let Some(v) = iov_slice(iov, cnt) {
-        if is_domain(fd) {
-            if let Some(r) = domain_recv(fd, v, 0) {
-                return r;
-            }
-        }
-        for x in v {
-            if let Err(e) = before_kernel_writes(x.iov_base, x.iov_len) {
-                return fail(e);
-            }
-        }
-    }
-    done(sys::readv(fd, iov, cnt))
+    let (v, ok) = iovs(iov, cnt);
+    recv_path(fd, v, 0, ok, || sys::readv(fd, iov, cnt))
 }
 
 /// # Safety
 /// libc's `write` contract.
 #[no_mangle]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t {
-    if is_domain(fd) {
-        if let Some(r) = domain_send(
-            fd,
-            &[iovec {
-                iov_base: buf as *mut c_void,
-                iov_len: len,
-            }],
-            0,
-        ) {
-            return r;
-        }
-    }
-    if let Err(e) = before_kernel_reads(buf, len) {
-        return fail(e);
-    }
-    done(sys::write(fd, buf, len))
+    send_path(fd, &one(buf, len), 0, true, || sys::write(fd, buf, len))
 }
 
 /// # Safety
 /// libc's `writev` contract.
 #[no_mangle]
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
-    if let Some(v) = iov_slice(iov, cnt) {
-        if is_domain(fd) {
-            if let Some(r) = domain_send(fd, v, 0) {
-                return r;
-            }
-        }
-        for x in v {
-            if let Err(e) = before_kernel_reads(x.iov_base, x.iov_len) {
-                return fail(e);
-            }
-        }
-    }
-    done(sys::writev(fd, iov, cnt))
+    let (v, ok) = iovs(iov, cnt);
+    send_path(fd, v, 0, ok, || sys::writev(fd, iov, cnt))
 }
 
 /// # Safety
 /// libc's `send` contract.
 #[no_mangle]
 pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, len: size_t, flags: c_int) -> ssize_t {
-    if is_domain(fd) {
-        if let Some(r) = domain_send(
-            fd,
-            &[iovec {
-                iov_base: buf as *mut c_void,
-                iov_len: len,
-            }],
-            flags,
-        ) {
-            return r;
-        }
-    }
-    if let Err(e) = before_kernel_reads(buf, len) {
-        return fail(e);
-    }
-    done(sys::sendto(fd, buf, len, flags, std::ptr::null(), 0))
+    send_path(fd, &one(buf, len), flags, true, || {
+        sys::sendto(fd, buf, len, flags, std::ptr::null(), 0)
+    })
 }
 
 /// # Safety
@@ -1333,22 +1442,9 @@ pub unsafe extern "C" fn sendto(
     addr: *const libc::sockaddr,
     alen: libc::socklen_t,
 ) -> ssize_t {
-    if is_domain(fd) && addr.is_null() {
-        if let Some(r) = domain_send(
-            fd,
-            &[iovec {
-                iov_base: buf as *mut c_void,
-                iov_len: len,
-            }],
-            flags,
-        ) {
-            return r;
-        }
-    }
-    if let Err(e) = before_kernel_reads(buf, len) {
-        return fail(e);
-    }
-    done(sys::sendto(fd, buf, len, flags, addr, alen))
+    send_path(fd, &one(buf, len), flags, addr.is_null(), || {
+        sys::sendto(fd, buf, len, flags, addr, alen)
+    })
 }
 
 /// # Safety
@@ -1363,6 +1459,9 @@ pub unsafe extern "C" fn sendfile64(
     if is_domain(out) {
         if let Some(r) = with_fd(out, |st, fs| {
             let r = odb_sendfile(st, fs, out, inp, off, count);
+            if let Ok(n) = r {
+                fs.out_since_in += n;
+            }
             trace::call("sendfile", out, count, &r, fs);
             r
         }) {
@@ -1509,32 +1608,26 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: libc::c_ulong, arg: *mut c_void) 
 /// libc's `pread64` contract.
 #[no_mangle]
 pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, len: size_t, off: i64) -> ssize_t {
-    if let Err(e) = before_kernel_writes(buf, len) {
-        return fail(e);
-    }
-    done(sys::pread(fd, buf, len, off))
+    recv_path(fd, &one(buf, len), 0, false, || {
+        sys::pread(fd, buf, len, off)
+    })
 }
 
 /// # Safety
 /// libc's `pwrite64` contract.
 #[no_mangle]
 pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, len: size_t, off: i64) -> ssize_t {
-    if let Err(e) = before_kernel_reads(buf, len) {
-        return fail(e);
-    }
-    done(sys::pwrite(fd, buf, len, off))
+    send_path(fd, &one(buf, len), 0, false, || {
+        sys::pwrite(fd, buf, len, off)
+    })
 }
 
 /// # Safety
 /// libc's `pwritev64` contract.
 #[no_mangle]
 pub unsafe extern "C" fn pwritev64(fd: c_int, iov: *const iovec, cnt: c_int, off: i64) -> ssize_t {
-    if let Some(v) = iov_slice(iov, cnt) {
-        for x in v {
-            if let Err(e) = before_kernel_reads(x.iov_base, x.iov_len) {
-                return fail(e);
-            }
-        }
-    }
-    done(sys::pwritev(fd, iov, cnt, off as libc::c_long, 0))
+    let (v, _) = iovs(iov, cnt);
+    send_path(fd, v, 0, false, || {
+        sys::pwritev(fd, iov, cnt, off as libc::c_long, 0)
+    })
 }

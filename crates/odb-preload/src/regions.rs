@@ -51,6 +51,10 @@ impl Registry {
         self.v.push(Region { start, end, r });
     }
 
+    pub fn overlaps(&self, a: usize, b: usize) -> bool {
+        self.v.iter().any(|g| g.start < b && a < g.end)
+    }
+
     pub fn find(&self, addr: usize) -> Option<usize> {
         self.v.iter().position(|g| g.start <= addr && addr < g.end)
     }
@@ -69,33 +73,13 @@ impl Registry {
                 continue;
             }
             let (cs, ce) = (g.start.max(a), g.end.min(b));
-            // Stale pages: glibc may have given memory back to the kernel (heap trim,
-            // munmap of a freed chunk) and taken it again for something else; such a page
-            // is readable now and must not receive payload bytes. Both ends checked (a
-            // trim cuts a suffix, munmap a whole chunk); if either is readable, page by page.
-            let stale = sys::readable(cs) || sys::readable(ce - PAGE);
-            if !stale {
-                let _ = sys::mprotect(cs as *mut _, ce - cs, libc::PROT_READ | libc::PROT_WRITE);
-                if fetch {
-                    let r = g.r.slice((cs - g.start) as u64, (ce - cs) as u32);
-                    if let Err(e) = conns.fetch(&r, cs as *mut u8) {
-                        err = err.and(Err(e));
-                    }
-                }
-            } else {
-                let mut pg = cs;
-                while pg < ce {
-                    if !sys::readable(pg) {
-                        let _ =
-                            sys::mprotect(pg as *mut _, PAGE, libc::PROT_READ | libc::PROT_WRITE);
-                        if fetch {
-                            let r = g.r.slice((pg - g.start) as u64, PAGE as u32);
-                            if let Err(e) = conns.fetch(&r, pg as *mut u8) {
-                                err = err.and(Err(e));
-                            }
-                        }
-                    }
-                    pg += PAGE;
+            // No stale-page check (memory unmapped and mapped again readable): `alloc`
+            // keeps registered pages out of memory glibc could give back.
+            let _ = sys::mprotect(cs as *mut _, ce - cs, libc::PROT_READ | libc::PROT_WRITE);
+            if fetch {
+                let r = g.r.slice((cs - g.start) as u64, (ce - cs) as u32);
+                if let Err(e) = conns.fetch(&r, cs as *mut u8) {
+                    err = err.and(Err(e));
                 }
             }
             let left = (g.start < cs).then(|| Region {

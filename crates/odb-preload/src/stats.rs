@@ -33,7 +33,10 @@ counters!(
     RAW_CONNS,
     PROTO_ERRORS,
     DOMAIN_CONNS,
-    GONE_PAGES
+    GONE_PAGES,
+    ALIGNED_ALLOCS,
+    FREED_REGIONS,
+    ALIGN_PADS
 );
 
 static LAST_MS: AtomicU64 = AtomicU64::new(0);

@@ -181,33 +181,6 @@ raw!(getpeername(fd: c_int, a: *mut libc::sockaddr, al: *mut libc::socklen_t) = 
 raw!(setsockopt(fd: c_int, l: c_int, o: c_int, v: *const c_void, vl: libc::socklen_t) = libc::SYS_setsockopt);
 raw!(lseek(fd: c_int, off: i64, wh: c_int) = libc::SYS_lseek);
 
-/// Is `addr` readable right now? (1 byte, via process_vm_readv on ourselves: EFAULT means
-/// no — how a stale record of a protected page is told from one still protected.)
-pub fn readable(addr: usize) -> bool {
-    let mut b = 0u8;
-    let local = iovec {
-        iov_base: (&mut b as *mut u8).cast(),
-        iov_len: 1,
-    };
-    let remote = iovec {
-        iov_base: addr as *mut c_void,
-        iov_len: 1,
-    };
-    // SAFETY: the kernel checks the remote address; the local one is our stack byte.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_process_vm_readv,
-            pid(),
-            &local as *const iovec,
-            1,
-            &remote as *const iovec,
-            1,
-            0,
-        )
-    };
-    r == 1
-}
-
 pub fn stderr(msg: &str) {
     let _ = write(2, msg.as_ptr().cast(), msg.len());
 }

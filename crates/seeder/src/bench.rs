@@ -61,6 +61,9 @@ pub struct BenchArgs {
     /// Skip libtorrent.
     #[arg(long)]
     pub no_libtorrent: bool,
+    /// Run our seeders with the kernel's read-ahead on (`iolab seed --read-ahead`).
+    #[arg(long)]
+    pub read_ahead: bool,
     /// Only warm-cache runs (cold runs drop the page cache of the torrent's files first).
     #[arg(long)]
     pub warm_only: bool,
@@ -283,6 +286,9 @@ fn start_seeder(
             ])
             .args(["--disk", disk, "--slots", &args.slots.to_string()])
             .args(["--max-peers", &(peers + 100).to_string()]);
+        if args.read_ahead {
+            cmd.arg("--read-ahead");
+        }
     }
     let mut child = cmd
         .stdout(Stdio::piped())
@@ -622,12 +628,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         }
     }
     println!(
-        "medians of {repeats} runs [min-max]; seeder on CPU 0, swarm on CPU 1; {} MiB torrent, {} KiB pieces, {} s per run, {} upload slots, pipeline {}",
+        "medians of {repeats} runs [min-max]; seeder on CPU 0, swarm on CPU 1; {} MiB torrent, {} KiB pieces, {} s per run, {} upload slots, pipeline {}, read-ahead {}",
         meta.total >> 20,
         meta.piece_length >> 10,
         secs,
         args.slots,
-        args.pipeline
+        args.pipeline,
+        if args.read_ahead { "on" } else { "off" }
     );
     print_summary(&summary);
     if !lt_settings.is_empty() {
@@ -643,7 +650,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             "config": {
                 "peers": peers, "secs": secs, "size_bytes": meta.total,
                 "piece_length": meta.piece_length, "slots": args.slots,
-                "pipeline": args.pipeline, "block": 16384,
+                "pipeline": args.pipeline, "block": 16384, "read_ahead": args.read_ahead,
             },
             "libtorrent_settings": lt_settings,
             "summary": summary,

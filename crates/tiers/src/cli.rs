@@ -84,6 +84,12 @@ pub struct BenchArgs {
     /// Skip the Chromium check of the report.
     #[arg(long)]
     pub no_chromium: bool,
+    /// DISC instead of ODB: the nginx chain, our tiers without DISC and our tiers with DISC
+    /// (direct mode) side by side, in namespaces of the bench's own with a client-BE link
+    /// (sizes 1 KiB..1 MiB; --quick: 3 sizes, 3 repeats of 1 s; JSON and HTML default to
+    /// tiers-disc-bench.*). See crates/tiers/README.md.
+    #[arg(long)]
+    pub disc: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -362,6 +368,9 @@ fn bench(b: BenchArgs) -> anyhow::Result<()> {
     let Some(state) = crate::testbed::load_state() else {
         anyhow::bail!("no testbed up: run `iolab tiers up` first");
     };
+    if b.disc {
+        return disc_bench(&state, b);
+    }
     let quick = b.quick;
     let sizes = b.sizes.clone().unwrap_or_else(|| {
         if quick {
@@ -413,6 +422,72 @@ fn bench(b: BenchArgs) -> anyhow::Result<()> {
         println!("report rendered in headless Chromium: {}", png.display());
     }
     Ok(())
+}
+
+fn disc_bench(state: &crate::testbed::State, b: BenchArgs) -> anyhow::Result<()> {
+    let sizes = b.sizes.clone().unwrap_or_else(|| {
+        if b.quick {
+            crate::disc_bench::QUICK_SIZES.to_vec()
+        } else {
+            crate::disc_bench::FULL_SIZES.to_vec()
+        }
+    });
+    for &s in &sizes {
+        if !state.root.join(format!("f{s}")).exists() {
+            crate::testutil::write_payloads(&state.root, &[s])?;
+        }
+    }
+    let repeats = b.repeats.unwrap_or(3).max(1);
+    if repeats < 3 {
+        eprintln!("note: {repeats} repeat(s): no spread (use at least 3 for a result)");
+    }
+    let seconds = b
+        .seconds
+        .unwrap_or(if b.quick { 1.0 } else { 5.0 })
+        .round()
+        .max(1.0) as u64;
+    let opts = crate::disc_bench::DiscOpts {
+        sizes,
+        repeats,
+        seconds,
+        connections: b.connections,
+        root: state.root.clone(),
+        dir: state.dir.join(format!("disc-bench-{}", std::process::id())),
+        exe: std::env::current_exe()?,
+        tier_cpus: "0".into(),
+        client_cpus: "1".into(),
+    };
+    println!(
+        "tiers bench --disc: {} sizes x {} repeats x 3 configurations x {} s (tiers on CPU 0, wrk on CPU 1)",
+        opts.sizes.len(),
+        opts.repeats,
+        opts.seconds
+    );
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic (async-signal-safe).
+        unsafe {
+            signal_hook::low_level::register(sig, || {
+                crate::bench::INTERRUPTED.store(true, std::sync::atomic::Ordering::Relaxed)
+            })?;
+        }
+    }
+    // the namespaces' guard removes them on our own signal handling: keep iolab-netns off
+    // the signals (the bench stops after the run in progress)
+    iolab_netns::external_signal_handling();
+    let v = crate::disc_bench::run(&opts, &|l| println!("{l}"))?;
+    let default = |p: &std::path::Path, ext: &str| {
+        if p == std::path::Path::new(&format!("tiers-bench.{ext}")) {
+            PathBuf::from(format!("tiers-disc-bench.{ext}"))
+        } else {
+            p.to_path_buf()
+        }
+    };
+    crate::disc_bench::report(
+        &v,
+        &default(&b.json, "json"),
+        &default(&b.html, "html"),
+        !b.no_chromium,
+    )
 }
 
 /// The agent's STATS, asked from inside its namespace (a thread that enters it).

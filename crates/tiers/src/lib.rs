@@ -9,6 +9,7 @@
 pub mod bench;
 pub mod cli;
 pub mod cpu;
+pub mod disc_bench;
 pub mod faults;
 pub mod nginx;
 pub mod stack;

@@ -203,7 +203,7 @@ impl StackConfig {
     }
 }
 
-fn wait_listening(
+pub fn wait_listening(
     addr: SocketAddrV4,
     ns: Option<&str>,
     child: &mut Child,

@@ -165,6 +165,50 @@ fn every_size_is_identical_with_and_without_odb() {
     assert_eq!(c["fe"]["proto_errors"].as_u64(), Some(0), "{c}");
 }
 
+/// nginx's proxy buffers are page-aligned under ODB (the library's `malloc`) and the BE
+/// sends real bytes up to the page boundary after the response header, then a reference of
+/// whole pages, then the tail as real bytes (`odb_sendfile`): a 64 KiB response costs the
+/// IS no fetch at all; and a freed buffer's protected pages are dropped unfetched, so
+/// malloc's own writes never fault. Before: two partial pages per buffer (12 KiB fetched
+/// per response here), then (aligned buffers only) one page and the tail (4 KiB).
+#[test]
+fn a_64k_response_costs_the_is_no_fetch() {
+    if !have_nginx() {
+        return;
+    }
+    const N: u64 = 32;
+    let (scratch, root) = scratch_with("align", &[65536]);
+    let mut st = Stack::start(config(&scratch, "align", &root, true, 64), None).unwrap();
+    let want = payload(65536);
+    let mut keep = Client::connect(fe(&st.cfg)).unwrap();
+    for i in 0..N {
+        let r = keep.request("GET", "/f65536").unwrap();
+        assert!(r.status == 200 && r.body == want, "response {i} differs");
+    }
+    st.stop();
+    let c = st.odb_counters();
+    let n = |t: &str, k: &str| c[t][k].as_u64().unwrap_or(u64::MAX);
+    assert!(
+        n("is", "v_in_bytes") >= N * 60_000,
+        "references reached the IS: {c}"
+    );
+    assert_eq!(
+        n("is", "fetch_bytes"),
+        0,
+        "IS fetched bytes for {N} responses of 64 KiB: {c}"
+    );
+    assert_eq!(
+        n("is", "faults"),
+        0,
+        "IS faulted on pages it never reads: {c}"
+    );
+    assert!(n("is", "aligned_allocs") > 0, "page-aligned buffers: {c}");
+    assert!(
+        n("be", "align_pads") >= N,
+        "the BE aligned its references: {c}"
+    );
+}
+
 #[test]
 fn head_404_chunked_pipelined_through_odb() {
     if !have_nginx() {

@@ -25,6 +25,7 @@ pub mod spec;
 use crate::engine::{Component, Ctx};
 use crate::request::{CacheOutcome, Completion, Op, Record, Request};
 use crate::sched::Scheduler;
+use layout::{Mapped, Pbn};
 pub use spec::HddSpec;
 
 /// A contiguous range of sectors in one buffer segment.
@@ -44,11 +45,10 @@ impl Segment {
     }
 }
 
-/// Sectors transferred by the media on one track: `n` sectors from `lba`, the first starting
-/// at `t0`, one every `ms`.
+/// Sectors transferred by the media on one track: `n` sectors, the first starting at `t0`,
+/// one every `ms`.
 #[derive(Clone, Copy, Debug)]
 struct Chunk {
-    lba: u64,
     n: u32,
     t0: f64,
     ms: f64,
@@ -56,21 +56,55 @@ struct Chunk {
     head: u32,
 }
 
-/// Read-ahead running in the background into segment `seg`.
+/// Read-ahead running in the background into segment `seg`. Its tracks are computed lazily
+/// (`extend_prefetch`): a read-ahead is usually stopped by the next request within its first
+/// track, so the later ones are only worked out when time reaches them.
 #[derive(Clone, Debug)]
 struct Prefetch {
     seg: usize,
-    chunks: Vec<Chunk>,
+    /// First LBA read ahead.
+    first: u64,
+    media: Media,
 }
 
-/// Outcome of a media access.
+/// A media access, computed one track at a time (`Hdd::media_step`): the chunks done so far,
+/// the time split, and where the transfer stands.
+#[derive(Clone, Debug, Default)]
 struct Media {
     chunks: Vec<Chunk>,
     seek: f64,
     rotation: f64,
     transfer: f64,
+    /// When the last chunk ends (the mechanism is free).
     end: f64,
+    /// Arm position after the last chunk.
     pos: (u32, u32),
+    /// Next LBA to transfer and sectors left.
+    lba: u64,
+    left: u64,
+    write: bool,
+    /// The first sector may not start before this.
+    not_before: f64,
+}
+
+impl Media {
+    /// When the chunks computed so far end (the start if none yet).
+    fn last_end(&self) -> f64 {
+        self.chunks
+            .last()
+            .map(|c| c.t0 + f64::from(c.n) * c.ms)
+            .unwrap_or(f64::NEG_INFINITY)
+    }
+}
+
+/// The last run of LBAs `Layout::map` returned (consecutive sectors of one track): read-ahead
+/// continues on the track the request ended on, so most media steps map an LBA of the run
+/// mapped just before. Inside a run the answer follows from its first LBA's.
+#[derive(Clone, Copy, Debug)]
+struct RunMemo {
+    lba: u64,
+    end: u64,
+    mapped: Mapped,
 }
 
 /// Counters for the summary.
@@ -102,8 +136,11 @@ pub struct Hdd {
     prefetch: Option<Prefetch>,
     /// End LBA of the last write (for appends that join the running destage).
     last_write_end: Option<u64>,
-    /// A chunk buffer kept for reuse (no allocation per media access).
+    /// See [`RunMemo`] (a `Cell`: mapping is a query, done from `&self`).
+    memo: std::cell::Cell<Option<RunMemo>>,
+    /// Chunk buffers kept for reuse (no allocation per media access or read-ahead).
     spare_chunks: Vec<Chunk>,
+    spare_prefetch: Vec<Chunk>,
     /// (cylinder, head) of the last sector of the previous read.
     last_read_track: Option<(u32, u32)>,
     /// The read being served started on the track after the previous read's last track.
@@ -126,7 +163,9 @@ impl Hdd {
             clock: 0,
             prefetch: None,
             last_write_end: None,
+            memo: std::cell::Cell::new(None),
             spare_chunks: Vec::with_capacity(8),
+            spare_prefetch: Vec::with_capacity(8),
             last_read_track: None,
             prev_read_on_previous_track: false,
             stats: HddStats::default(),
@@ -142,7 +181,8 @@ impl Hdd {
     }
 
     /// Reads or writes `n` sectors from `lba`, the mechanism free at `t` at `pos`; the first
-    /// sector may not start before `not_before`.
+    /// sector may not start before `not_before`. `buf` is reused for the chunks.
+    #[allow(clippy::too_many_arguments)]
     fn media(
         &self,
         t: f64,
@@ -151,65 +191,125 @@ impl Hdd {
         n: u64,
         write: bool,
         not_before: f64,
+        buf: Vec<Chunk>,
     ) -> Media {
-        let l = &self.spec.layout;
-        let m = &self.spec.mech;
-        let period = m.period();
-        let mut out = Media {
-            chunks: Vec::new(),
+        let mut m = Self::media_start(t, pos, lba, n, write, not_before, buf);
+        while self.media_step(&mut m) {}
+        m
+    }
+
+    /// A media access not started yet (no chunk computed).
+    fn media_start(
+        t: f64,
+        pos: (u32, u32),
+        lba: u64,
+        n: u64,
+        write: bool,
+        not_before: f64,
+        mut buf: Vec<Chunk>,
+    ) -> Media {
+        buf.clear();
+        Media {
+            chunks: buf,
             seek: 0.0,
             rotation: 0.0,
             transfer: 0.0,
             end: t,
             pos,
-        };
-        let mut t = t;
-        let mut cur = pos;
-        let mut lba = lba;
-        let mut left = n;
-        let mut first = true;
-        while left > 0 {
-            let Some(mp) = l.map(lba) else { break };
-            let k = u64::from(mp.run).min(left);
-            let to = (mp.pbn.cyl, mp.pbn.head);
-            let p = m.position(cur, to, write);
-            t += p;
-            let ready = if first { t.max(not_before) } else { t };
-            let w = m.wait_for(ready, l.angle(mp.zone, mp.pbn));
-            if first {
-                out.seek += p;
-                out.rotation += ready - t + w;
-            } else {
-                // Track and cylinder switches of a multi-track transfer count as transfer.
-                out.transfer += p;
-                out.rotation += w;
-            }
-            t = ready + w;
-            let ms = period / f64::from(l.zones[mp.zone].spt);
-            out.chunks.push(Chunk {
-                lba,
-                n: k as u32,
-                t0: t,
-                ms,
-                cyl: to.0,
-                head: to.1,
-            });
-            t += k as f64 * ms;
-            out.transfer += k as f64 * ms;
-            cur = to;
-            lba += k;
-            left -= k;
-            first = false;
+            lba,
+            left: n,
+            write,
+            not_before,
         }
-        out.end = t;
-        out.pos = cur;
-        out
+    }
+
+    /// `Layout::map`, answered from the last run mapped when `lba` lies in it.
+    fn map(&self, lba: u64) -> Option<Mapped> {
+        if let Some(m) = self.memo.get() {
+            if m.lba <= lba && lba < m.end {
+                let k = lba - m.lba;
+                return Some(Mapped {
+                    pbn: Pbn {
+                        sector: m.mapped.pbn.sector + k as u32,
+                        ..m.mapped.pbn
+                    },
+                    zone: m.mapped.zone,
+                    run: (m.end - lba) as u32,
+                });
+            }
+        }
+        let mapped = self.spec.layout.map(lba)?;
+        self.memo.set(Some(RunMemo {
+            lba,
+            end: lba + u64::from(mapped.run),
+            mapped,
+        }));
+        Some(mapped)
+    }
+
+    /// Computes the next track of a media access; false when nothing is left.
+    fn media_step(&self, out: &mut Media) -> bool {
+        if out.left == 0 {
+            return false;
+        }
+        let l = &self.spec.layout;
+        let m = &self.spec.mech;
+        let Some(mp) = self.map(out.lba) else {
+            out.left = 0;
+            return false;
+        };
+        let first = out.chunks.is_empty();
+        let k = u64::from(mp.run).min(out.left);
+        let to = (mp.pbn.cyl, mp.pbn.head);
+        let p = m.position(out.pos, to, out.write);
+        let mut t = out.end + p;
+        let ready = if first { t.max(out.not_before) } else { t };
+        let w = m.wait_for(ready, l.angle(mp.zone, mp.pbn));
+        if first {
+            out.seek += p;
+            out.rotation += ready - t + w;
+        } else {
+            // Track and cylinder switches of a multi-track transfer count as transfer.
+            out.transfer += p;
+            out.rotation += w;
+        }
+        t = ready + w;
+        let ms = m.period() / f64::from(l.zones[mp.zone].spt);
+        out.chunks.push(Chunk {
+            n: k as u32,
+            t0: t,
+            ms,
+            cyl: to.0,
+            head: to.1,
+        });
+        out.end = t + k as f64 * ms;
+        out.transfer += k as f64 * ms;
+        out.pos = to;
+        out.lba += k;
+        out.left -= k;
+        true
+    }
+
+    /// Computes the running read-ahead's tracks up to the one in progress at `t`.
+    fn extend_prefetch(&self, p: &mut Prefetch, t: f64) {
+        while p.media.left > 0 && p.media.last_end() <= t {
+            if !self.media_step(&mut p.media) {
+                break;
+            }
+        }
+    }
+
+    /// Keeps a finished read-ahead's chunk buffer for the next one.
+    fn recycle(&mut self, p: Prefetch) {
+        if p.media.chunks.capacity() > self.spare_prefetch.capacity() {
+            self.spare_prefetch = p.media.chunks;
+        }
     }
 
     /// Sectors of the running read-ahead done by `t`, and whether it is finished.
     fn prefetch_progress(p: &Prefetch, t: f64) -> (u64, bool) {
         let mut done = 0u64;
-        for c in &p.chunks {
+        for c in &p.media.chunks {
             if t >= c.t0 + f64::from(c.n) * c.ms {
                 done += u64::from(c.n);
             } else {
@@ -219,18 +319,21 @@ impl Hdd {
                 return (done, false);
             }
         }
-        (done, true)
+        (done, p.media.left == 0)
     }
 
     /// Moves read-ahead data done by `t` into its segment (the read-ahead keeps running).
     fn advance_prefetch(&mut self, t: f64) {
-        let Some(p) = &self.prefetch else { return };
-        let (done, finished) = Self::prefetch_progress(p, t);
-        let first = p.chunks.first().map(|c| c.lba).unwrap_or(0);
-        let seg = p.seg;
-        self.fill(seg, first + done);
+        let Some(mut p) = self.prefetch.take() else {
+            return;
+        };
+        self.extend_prefetch(&mut p, t);
+        let (done, finished) = Self::prefetch_progress(&p, t);
+        self.fill(p.seg, p.first + done);
         if finished {
-            self.prefetch = None;
+            self.recycle(p);
+        } else {
+            self.prefetch = Some(p);
         }
     }
 
@@ -251,14 +354,15 @@ impl Hdd {
     /// Stops the read-ahead when the mechanism is wanted at `t`: returns when and where the
     /// mechanism is free (at the end of the sector under the head).
     fn stop_prefetch(&mut self, t: f64) -> (f64, (u32, u32)) {
-        let Some(p) = self.prefetch.take() else {
+        let Some(mut p) = self.prefetch.take() else {
             return (t.max(self.busy_until), self.pos);
         };
-        let first = p.chunks.first().map(|c| c.lba).unwrap_or(0);
+        self.extend_prefetch(&mut p, t);
+        let first = p.first;
         let mut done = 0u64;
         let mut free = t;
         let mut pos = self.pos;
-        for c in &p.chunks {
+        for c in &p.media.chunks {
             let end = c.t0 + f64::from(c.n) * c.ms;
             if t >= end {
                 done += u64::from(c.n);
@@ -280,6 +384,7 @@ impl Hdd {
             break;
         }
         self.fill(p.seg, first + done);
+        self.recycle(p);
         (free, pos)
     }
 
@@ -408,10 +513,11 @@ impl Hdd {
         if limit <= from {
             return;
         }
-        let m = self.media(t, pos, from, limit - from, false, t);
+        let buf = std::mem::take(&mut self.spare_prefetch);
         self.prefetch = Some(Prefetch {
             seg,
-            chunks: m.chunks,
+            first: from,
+            media: Self::media_start(t, pos, from, limit - from, false, t, buf),
         });
     }
 
@@ -528,7 +634,8 @@ impl Hdd {
                             CacheOutcome::Miss
                         };
                         let from = req.lba + hit;
-                        let m = self.media(free, pos, from, n - hit, false, free);
+                        let buf = std::mem::take(&mut self.spare_chunks);
+                        let m = self.media(free, pos, from, n - hit, false, free, buf);
                         // Bus: reconnect at the water mark, then each sector once read.
                         let need = ((self.spec.cache.read_watermark * (n - hit) as f64).ceil()
                             as u64)
@@ -632,7 +739,8 @@ impl Hdd {
                 if !sequential {
                     not_before = not_before.max(t_cmd + self.oh(o.min_seek_delay));
                 }
-                let m = self.media(free, pos, req.lba, n, true, not_before);
+                let buf = std::mem::take(&mut self.spare_chunks);
+                let m = self.media(free, pos, req.lba, n, true, not_before, buf);
                 self.stats.seek_ms += m.seek;
                 self.stats.rotation_ms += m.rotation;
                 self.stats.transfer_ms += m.transfer;
@@ -895,6 +1003,48 @@ mod tests {
     }
 
     #[test]
+    fn multi_track_read_ahead_is_worked_out_as_time_reaches_each_track() {
+        // Read 0..8 at t = 0 (track 0 of 100 sectors, 10 ms a revolution): the media is done
+        // at 0.8 ms, then read-ahead (up to the 200-sector segment) runs 8..100 until 10 ms,
+        // switches head (skew 6 sectors: 0.6 ms) and reads track 1 (100..200) from 10.6 to
+        // 20.6 ms. Its tracks are computed lazily: requests must see the same timeline.
+        // At 17 ms sectors up to 164 are buffered: 150..158 is a hit (bus only, 8 x 0.01).
+        // At 30 ms the whole segment (to 200) is there: 190..198 hits too.
+        let out = run(
+            spec(true),
+            &[
+                (0.0, 0, 8, Op::Read),
+                (17.0, 150, 8, Op::Read),
+                (30.0, 190, 8, Op::Read),
+            ],
+        );
+        assert_eq!(out[0].rec.cache, CacheOutcome::Miss);
+        assert!((out[0].rec.transfer - 0.8).abs() < 1e-9, "{:?}", out[0].rec);
+        assert_eq!(out[1].rec.cache, CacheOutcome::Hit, "{:?}", out[1].rec);
+        assert!(
+            (out[1].response() - 0.08).abs() < 1e-9,
+            "{}",
+            out[1].response()
+        );
+        assert_eq!(out[2].rec.cache, CacheOutcome::Hit, "{:?}", out[2].rec);
+        // At 12 ms track 1 is only read up to sector 114: 150..158 misses. The read-ahead
+        // finishes the sector under the head (114, until 12.1 ms) and stops; the head is
+        // already on track 1, so no seek: sector 150 comes round at 15.6 ms (3.6 ms of
+        // waiting from 12 ms), then 0.8 ms of transfer.
+        let out = run(
+            spec(true),
+            &[(0.0, 0, 8, Op::Read), (12.0, 150, 8, Op::Read)],
+        );
+        assert_eq!(out[1].rec.cache, CacheOutcome::Miss, "{:?}", out[1].rec);
+        assert!(out[1].rec.seek == 0.0, "{:?}", out[1].rec);
+        assert!(
+            (out[1].rec.rotation - 3.6).abs() < 1e-6 && (out[1].rec.transfer - 0.8).abs() < 1e-6,
+            "{:?}",
+            out[1].rec
+        );
+    }
+
+    #[test]
     fn read_ahead_fills_the_segment_and_serves_the_next_read() {
         // Read 8 sectors at 1000, then (after read-ahead had time) 8 at 1008: a hit served
         // by the bus alone (8 x 0.01 ms); a read far away misses; then the first again hits.
@@ -926,6 +1076,38 @@ mod tests {
             &[(0.0, 1000, 8, Op::Read), (50.0, 1008, 8, Op::Read)],
         );
         assert_eq!(out[1].rec.cache, CacheOutcome::Miss);
+    }
+
+    #[test]
+    fn mapping_from_the_last_run_agrees_with_the_layout() {
+        use super::layout::{Sparing, Zone};
+        // Slips and a remapped defect end runs early: every LBA mapped through the memo
+        // (forwards, which hits it, then backwards, which misses it) matches Layout::map.
+        let mut s = spec(false);
+        let z = Zone {
+            first_cyl: 0,
+            last_cyl: 9,
+            spt: 20,
+            first_offset: 0.0,
+            track_skew: 6.0,
+            cyl_skew: 10.0,
+            deadspace: 0,
+            spares: 3,
+            slips: vec![7, 45],
+            remaps: vec![(13, 38)],
+            first_lba: 0,
+            blocks: 0,
+        };
+        s.layout = Layout::new(2, 10, Sparing::from_disksim(2, 1).unwrap(), vec![z]).unwrap();
+        let l = s.layout.clone();
+        let hdd = Hdd::new(s);
+        let lbas: Vec<u64> = (0..l.blocks).chain((0..l.blocks).rev()).collect();
+        for lba in lbas {
+            assert_eq!(hdd.map(lba), l.map(lba), "lba {lba}");
+        }
+        assert_eq!(hdd.map(l.blocks), None);
+        // (Runs are longer than one sector, so the forward pass answers from the memo.)
+        assert!(l.map(0).unwrap().run > 1);
     }
 
     #[test]
