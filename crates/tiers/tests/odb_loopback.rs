@@ -64,6 +64,7 @@ fn config(scratch: &ScratchDir, tag: &str, root: &Path, odb: bool, memory_mib: u
         fe_listen: None,
         domain: None,
         cpus: None,
+        php: false,
     }
 }
 
