@@ -78,7 +78,14 @@ fn php_payloads_are_identical_with_and_without_odb() {
             let r = keep
                 .request("GET", &path)
                 .unwrap_or_else(|e| panic!("size {s}: {e:#} (logs in {})", st.cfg.dir.display()));
-            assert_eq!(r.status, 200, "size {s} (odb: {})", st.cfg.odb.is_some());
+            assert_eq!(
+                r.status,
+                200,
+                "size {s} (odb: {}): BE log {}\nphp-fpm log {}",
+                st.cfg.odb.is_some(),
+                std::fs::read_to_string(st.cfg.dir.join("be/error.log")).unwrap_or_default(),
+                std::fs::read_to_string(st.cfg.dir.join("php/php-fpm.log")).unwrap_or_default()
+            );
             assert!(
                 r.body == want,
                 "size {s}: body differs (odb: {}, {} bytes)",
