@@ -4,7 +4,7 @@
 //! a subdirectory), one real client downloading it through the tracker, and every
 //! downloaded file compared byte for byte with the original.
 //!
-//! Clients: aria2c, transmission-cli, python3-libtorrent (Debian's /usr/bin/python3),
+//! Clients: aria2c, transmission-daemon (the engine of transmission-cli), python3-libtorrent (Debian's /usr/bin/python3),
 //! ctorrent, rtorrent, qbittorrent-nox; and a torrent made by mktorrent, seeded by us. A
 //! missing client skips its case with one line naming the Debian package, except under
 //! `CI=true` where it fails. The default matrix gives each client one piece size (16 KiB
@@ -65,6 +65,8 @@ fn random_bytes(n: usize, mut seed: u64) -> Vec<u8> {
 struct Fixture {
     dir: PathBuf,
     children: Vec<Child>,
+    /// The address the tracker and the seeder listen on.
+    ip: String,
 }
 
 impl Drop for Fixture {
@@ -88,6 +90,7 @@ impl Fixture {
         Fixture {
             dir,
             children: Vec::new(),
+            ip: "127.0.0.1".into(),
         }
     }
 
@@ -116,7 +119,8 @@ impl Fixture {
     fn tracker(&mut self) -> String {
         let i = self.spawn(
             Command::new(BIN)
-                .args(["tracker", "--listen", "127.0.0.1:0", "--interval", "5"])
+                .args(["tracker", "--listen", &format!("{}:0", self.ip)])
+                .args(["--interval", "5"])
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null()),
         );
@@ -133,7 +137,7 @@ impl Fixture {
             Command::new(BIN)
                 .arg("seed")
                 .args(args)
-                .args(["--listen", "127.0.0.1:0", "--status-every", "2"])
+                .args(["--listen", &format!("{}:0", self.ip), "--status-every", "2"])
                 .stdout(Stdio::piped())
                 .stderr(log),
         );
@@ -164,6 +168,20 @@ fn first_line(c: &mut Child) -> String {
     line.trim().to_string()
 }
 
+/// This host's first global IPv4 address (`ip -4 -o addr show scope global`), if any.
+fn host_ipv4() -> Option<String> {
+    let out = Command::new("ip")
+        .args(["-4", "-o", "addr", "show", "scope", "global"])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let addr = text
+        .split_whitespace()
+        .skip_while(|w| *w != "inet")
+        .nth(1)?;
+    Some(addr.split('/').next()?.to_string())
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -191,12 +209,22 @@ fn files_of(src: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// The files of `src` a client must write: all of them, or without the 0-byte ones for a
+/// client that never creates those (`skip_empty`).
+fn files_to_check(src: &Path, skip_empty: bool) -> Vec<PathBuf> {
+    let mut v = files_of(src);
+    if skip_empty {
+        v.retain(|r| std::fs::metadata(src.join(r)).is_ok_and(|m| m.len() > 0));
+    }
+    v
+}
+
 /// True when `got` holds exactly the data of `src` (same relative files, same bytes).
-fn same_data(src: &Path, got: &Path) -> bool {
+fn same_data(src: &Path, got: &Path, skip_empty: bool) -> bool {
     if src.is_file() {
         return std::fs::read(got).ok().as_deref() == Some(std::fs::read(src).unwrap().as_slice());
     }
-    files_of(src).iter().all(|rel| {
+    files_to_check(src, skip_empty).iter().all(|rel| {
         let a = std::fs::read(src.join(rel)).unwrap();
         std::fs::read(got.join(rel)).ok() == Some(a)
     })
@@ -204,22 +232,28 @@ fn same_data(src: &Path, got: &Path) -> bool {
 
 /// Waits until `got` matches `src` byte for byte (sizes first, then contents once a
 /// second), or the client exits, or the deadline.
-fn wait_complete(src: &Path, got: &Path, client: &mut Child, limit: Duration) -> bool {
+fn wait_complete(
+    src: &Path,
+    got: &Path,
+    client: &mut Child,
+    limit: Duration,
+    skip_empty: bool,
+) -> bool {
     let deadline = Instant::now() + limit;
     let want_size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).ok();
     while Instant::now() < deadline {
         let sizes_ok = if src.is_file() {
             want_size(got) == want_size(src)
         } else {
-            files_of(src)
+            files_to_check(src, skip_empty)
                 .iter()
                 .all(|r| want_size(&got.join(r)) == want_size(&src.join(r)))
         };
-        if sizes_ok && same_data(src, got) {
+        if sizes_ok && same_data(src, got, skip_empty) {
             return true;
         }
         if let Ok(Some(_)) = client.try_wait() {
-            return same_data(src, got);
+            return same_data(src, got, skip_empty);
         }
         std::thread::sleep(Duration::from_millis(1000));
     }
@@ -240,7 +274,7 @@ impl Client {
     fn tool(self) -> (&'static str, &'static str) {
         match self {
             Client::Aria2 => ("aria2c", "aria2"),
-            Client::Transmission => ("transmission-cli", "transmission-cli"),
+            Client::Transmission => ("transmission-daemon", "transmission-daemon"),
             Client::Libtorrent => ("/usr/bin/python3", "python3-libtorrent"),
             Client::Ctorrent => ("ctorrent", "ctorrent"),
             Client::Rtorrent => ("rtorrent", "rtorrent"),
@@ -297,13 +331,27 @@ impl Client {
                     .arg(torrent);
             }
             Client::Transmission => {
-                c = Command::new("transmission-cli");
-                c.arg("-w")
-                    .arg(dl)
+                // transmission-daemon (the engine of transmission-cli, which in 3.00 leaves
+                // a torrent added on its command line paused): the torrent is dropped in
+                // its watch directory and starts at once.
+                let watch = home.join("watch");
+                std::fs::create_dir_all(&watch).unwrap();
+                std::fs::copy(torrent, watch.join("t.torrent")).unwrap();
+                std::fs::write(
+                    home.join("settings.json"),
+                    "{\"utp-enabled\": false, \"pex-enabled\": false, \"rpc-bind-address\": \"127.0.0.1\", \"start-added-torrents\": true, \"download-queue-enabled\": false}\n",
+                )
+                .unwrap();
+                c = Command::new("transmission-daemon");
+                c.arg("-f")
                     .arg("-g")
                     .arg(&home)
-                    .args(["-p", &port, "-et", "-M"])
-                    .arg(torrent);
+                    .arg("-w")
+                    .arg(dl)
+                    .arg("-c")
+                    .arg(&watch)
+                    .args(["-P", &port, "-p", &free_port().to_string()])
+                    .args(["--no-dht", "--no-lpd", "-M", "-et"]);
             }
             Client::Libtorrent => {
                 c = Command::new("/usr/bin/python3");
@@ -389,6 +437,18 @@ fn interop(client: Client, single: bool, piece: &str) {
         return;
     }
     let mut fx = Fixture::new(&format!("{client:?}").to_lowercase());
+    if let Client::Transmission = client {
+        // Transmission drops every peer in 127.0.0.0/8 that a tracker gives it (it counts
+        // loopback as a "martian" address), so its swarm runs on this host's own address.
+        match host_ipv4() {
+            Some(ip) => fx.ip = ip,
+            None if ci() => panic!("transmission needs a non-loopback IPv4 address on this host"),
+            None => {
+                eprintln!("SKIPPED: transmission needs a non-loopback IPv4 address on this host");
+                return;
+            }
+        }
+    }
     let data = fx.data();
     let src = if single {
         data.join("single.bin")
@@ -417,7 +477,16 @@ fn interop(client: Client, single: bool, piece: &str) {
             .stderr(Stdio::null()),
     );
     let got = dl.join(src.file_name().unwrap());
-    let ok = wait_complete(&src, &got, &mut fx.children[i], Duration::from_secs(150));
+    // Transmission 3.00 never creates a file of 0 bytes (its known limitation, not ours:
+    // the file has no piece to write); every other file is compared.
+    let skip_empty = matches!(client, Client::Transmission);
+    let ok = wait_complete(
+        &src,
+        &got,
+        &mut fx.children[i],
+        Duration::from_secs(150),
+        skip_empty,
+    );
     let secs = t0.elapsed().as_secs_f64();
     assert!(
         ok,
@@ -453,13 +522,10 @@ fn interop_aria2c() {
     matrix(Client::Aria2, "16K", false);
 }
 
-/// Ignored: transmission-cli 3.00 (Debian 12) never sends its `started` announce to the
-/// loopback tracker here (a fake tracker sees only the `stopped` announce at exit), so it
-/// never learns of any peer; run it with `--ignored` to retry.
+/// transmission-daemon, on this host's non-loopback address (see `interop`).
 #[test]
-#[ignore]
 fn interop_transmission() {
-    matrix(Client::Transmission, "4M", false);
+    matrix(Client::Transmission, "64K", false);
 }
 
 #[test]
@@ -469,7 +535,8 @@ fn interop_libtorrent() {
 
 #[test]
 fn interop_ctorrent() {
-    matrix(Client::Ctorrent, "64K", false);
+    // 4 MiB pieces, multi-file: ctorrent stalled here when a peer's request queue was 250.
+    matrix(Client::Ctorrent, "4M", false);
 }
 
 #[test]
@@ -515,6 +582,7 @@ fn mktorrent_torrent_seeded() {
         &dl.join("multi"),
         &mut fx.children[i],
         Duration::from_secs(120),
+        false,
     );
     assert!(
         ok,
@@ -762,7 +830,8 @@ fn tracker_over_http() {
     let get = |path: &str| {
         let mut s = TcpStream::connect(base).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+            .unwrap();
         let mut b = Vec::new();
         s.read_to_end(&mut b).unwrap();
         b

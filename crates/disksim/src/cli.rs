@@ -39,6 +39,11 @@ pub enum DisksimCommand {
     /// Run real fio (in a memory cgroup) and the simulator on the same jobs and compare them
     /// job by job: throughput, mean/p50/p99 latency, demerit, simulation speed.
     Validate(LinuxValidateArgs),
+    /// Run a command under strace and write its file I/O (read/write/pread/pwrite/readv/
+    /// writev, lseek, fsync/fdatasync, fadvise, with sizes and offsets per file) as an iolab
+    /// file trace; `run --trace T --format files` replays it; `--compare N --config CAL`
+    /// also times the command N times without strace and compares with the replay.
+    Record(crate::recordcli::RecordArgs),
 }
 
 #[derive(Args, Debug)]
@@ -142,7 +147,7 @@ pub struct RunArgs {
     /// a warning); without it they are an error.
     #[arg(long, requires = "fio")]
     pub allow_unknown: bool,
-    /// Trace format: validate, ascii, fio, blkparse, msr, iolab (default: guessed).
+    /// Trace format: validate, ascii, fio, blkparse, msr, iolab, files (`record`'s file trace, replayed through the host stack) (default: guessed).
     #[arg(long)]
     pub format: Option<String>,
     /// Write the summary as JSON here.
@@ -176,6 +181,7 @@ pub fn run(a: DisksimArgs) -> Result<()> {
         DisksimCommand::Bench(b) => bench(b),
         DisksimCommand::Calibrate(c) => calibrate_cmd(c),
         DisksimCommand::Validate(v) => linux_validate_cmd(v),
+        DisksimCommand::Record(r) => crate::recordcli::record_cmd(r),
     }
 }
 
@@ -507,6 +513,17 @@ fn run_cmd(a: RunArgs) -> Result<()> {
     if let Some(job) = &a.fio {
         return run_fio(&a, job);
     }
+    if let Some(t) = &a.trace {
+        let is_files = match a.format.as_deref() {
+            Some(f) => f.eq_ignore_ascii_case("files"),
+            None => std::fs::read(t)
+                .map(|b| b.starts_with(b"# iolab file trace"))
+                .unwrap_or(false),
+        };
+        if is_files {
+            return run_file_trace(&a, t);
+        }
+    }
     let cfg = Config::load(&a.config)?;
     let dev = cfg.device(&a.config)?;
     let mut source: Box<dyn Source> = match &a.trace {
@@ -675,6 +692,41 @@ fn run_cmd(a: RunArgs) -> Result<()> {
     Ok(())
 }
 
+/// Replays a file trace of `record` through the host stack (this machine's settings) over
+/// the configured device.
+fn run_file_trace(a: &RunArgs, path: &Path) -> Result<()> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let t =
+        crate::record::FileTrace::parse(&text).with_context(|| format!("{}", path.display()))?;
+    let rp = crate::recordcli::replay(&t, &a.config)?;
+    let (sim_s, wall) = (rp.sim_s, rp.wall_s);
+    crate::host::print_host(Some(&[]), &rp.host_stats);
+    let r = t.bytes(crate::record::EventOp::Read);
+    let w = t.bytes(crate::record::EventOp::Write);
+    println!(
+        "replayed    {}: {} calls on {} files, {:.1} MiB read, {:.1} MiB written",
+        path.display(),
+        t.events.len(),
+        t.files.len(),
+        r as f64 / 1048576.0,
+        w as f64 / 1048576.0
+    );
+    println!(
+        "simulated   {:.3} s from the first call to the last completion ({:.1} MB/s), in {:.3} s wall",
+        sim_s,
+        if sim_s > 0.0 { (r + w) as f64 / sim_s / 1e6 } else { 0.0 },
+        wall
+    );
+    if let Some(p) = &a.json {
+        let v = serde_json::json!({"calls": t.events.len(), "files": t.files.len(),
+            "read_bytes": r, "write_bytes": w, "sim_s": sim_s, "wall_s": wall});
+        std::fs::write(p, serde_json::to_string_pretty(&v)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}
+
 fn run_fio(a: &RunArgs, job: &Path) -> Result<()> {
     let text =
         std::fs::read_to_string(job).with_context(|| format!("reading {}", job.display()))?;
@@ -717,7 +769,12 @@ fn run_fio(a: &RunArgs, job: &Path) -> Result<()> {
         );
     }
     let mut stats = crate::fio::JobStats::new(&src);
-    let chain = crate::fio::host_chain(dev.component, &host, cfg.host_cpu.as_ref())?;
+    let chain = crate::fio::host_chain_with_files(
+        dev.component,
+        &host,
+        cfg.host_cpu.as_ref(),
+        &src.file_sizes(),
+    )?;
     let mut sim = Simulator::new(chain);
     let bar = if a.quiet {
         indicatif::ProgressBar::hidden()

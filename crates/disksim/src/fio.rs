@@ -1003,6 +1003,18 @@ impl FioSource {
     }
 }
 
+impl FioSource {
+    /// The jobs' files as (file id, bytes), for the page cache's end-of-file read-ahead
+    /// limit ([`host_chain_with_files`]).
+    pub fn file_sizes(&self) -> Vec<(u32, u64)> {
+        self.files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (i as u32, f.bytes))
+            .collect()
+    }
+}
+
 impl Source for FioSource {
     fn next(&mut self) -> Result<Option<Pending>> {
         // The first `depth` requests of every stream, at time 0.
@@ -1182,6 +1194,17 @@ pub fn host_chain(
     host: &crate::host::HostParams,
     cpu: Option<&HostCpu>,
 ) -> Result<Vec<Box<dyn crate::engine::Component>>> {
+    host_chain_with_files(device, host, cpu, &[])
+}
+
+/// [`host_chain`] with the workload's file sizes (file id, bytes) given to the page cache:
+/// read-ahead stops at the end of each file, as the kernel's does.
+pub fn host_chain_with_files(
+    device: Box<dyn crate::engine::Component>,
+    host: &crate::host::HostParams,
+    cpu: Option<&HostCpu>,
+    files: &[(u32, u64)],
+) -> Result<Vec<Box<dyn crate::engine::Component>>> {
     let mut host = *host;
     let mut chain: Vec<Box<dyn crate::engine::Component>> = Vec::new();
     if let Some(c) = cpu.filter(|c| !c.cached_read_us.is_empty()) {
@@ -1192,7 +1215,8 @@ pub fn host_chain(
         host.page_cache.copy_mb_s = if b > 1e-9 { 1024.0 / b } else { 0.0 };
         chain.push(Box::new(Syscalls::new(c.clone())));
     }
-    chain.extend(host.stack_on(device)?);
+    chain.extend(host.chain_with_files(files)?);
+    chain.push(device);
     Ok(chain)
 }
 

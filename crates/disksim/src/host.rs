@@ -139,10 +139,16 @@ impl HostParams {
 
     /// The host components, top first (empty for [`HostPolicy::None`]).
     pub fn chain(&self) -> Result<Vec<Box<dyn Component>>> {
+        self.chain_with_files(&[])
+    }
+
+    /// [`HostParams::chain`] with the workload's file sizes (file id, bytes) known to the
+    /// Linux page cache: read-ahead stops at each file's end.
+    pub fn chain_with_files(&self, files: &[(u32, u64)]) -> Result<Vec<Box<dyn Component>>> {
         Ok(match self.policy {
             HostPolicy::None => Vec::new(),
             HostPolicy::Linux => vec![
-                Box::new(PageCache::new(self.page_cache)),
+                Box::new(PageCache::new(self.page_cache).with_file_sizes(0, files)),
                 Box::new(BlockLayer::new(self.block)),
             ],
             HostPolicy::WindowsXp => {

@@ -30,6 +30,9 @@ pub mod host;
 pub mod linuxval;
 pub mod measured;
 pub mod pagecache;
+pub mod record;
+#[cfg(feature = "cli")]
+pub mod recordcli;
 pub mod request;
 pub mod sched;
 pub mod ssd;

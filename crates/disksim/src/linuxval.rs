@@ -50,7 +50,7 @@ impl Drop for MemCgroup {
             }
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
-        eprintln!(
+        tracing::warn!(
             "warning: could not remove the cgroup {}",
             self.dir.display()
         );
@@ -349,7 +349,12 @@ impl Model {
         let mut src = FioSource::new(&jf, 0, dev.blocks)?.with_app_gap_us(gap);
         let mut host = self.host;
         host.page_cache.capacity_pages = capacity_pages;
-        let chain = crate::fio::host_chain(dev.component, &host, self.cfg.host_cpu.as_ref())?;
+        let chain = crate::fio::host_chain_with_files(
+            dev.component,
+            &host,
+            self.cfg.host_cpu.as_ref(),
+            &src.file_sizes(),
+        )?;
         let mut sim = Simulator::new(chain);
         let mut start = 0.0;
         if let Some(w) = warmup {

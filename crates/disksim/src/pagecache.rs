@@ -367,10 +367,24 @@ pub struct PageCache {
     throttled: std::collections::VecDeque<(Completion, f64)>,
     /// The flusher's next periodic run, when armed.
     flusher_at: Option<f64>,
+    /// Files' sizes in pages where the workload told them ([`PageCache::with_file_sizes`]):
+    /// read-ahead stops at the end of the file, as the kernel's `do_page_cache_ra` does
+    /// (`i_size`). Unknown files: no limit.
+    file_pages: HashMap<StreamKey, u64>,
     stats: PageCacheStats,
 }
 
 impl PageCache {
+    /// The sizes (bytes) of the files of `dev` (file id, size): read-ahead is clipped at
+    /// each file's last page.
+    pub fn with_file_sizes(mut self, dev: u32, sizes: &[(u32, u64)]) -> Self {
+        for &(file, bytes) in sizes {
+            self.file_pages
+                .insert(key(dev, Some(file)), bytes.div_ceil(PAGE));
+        }
+        self
+    }
+
     pub fn new(cfg: PageCacheConfig) -> Self {
         PageCache {
             cfg,
@@ -393,6 +407,7 @@ impl PageCache {
             syncs: HashMap::new(),
             throttled: Default::default(),
             flusher_at: None,
+            file_pages: HashMap::new(),
             stats: PageCacheStats::default(),
         }
     }
@@ -540,6 +555,11 @@ impl PageCache {
         ctx: &mut Ctx,
     ) {
         let base = self.streams.get(&sk).map_or(0, |s| s.base_lba);
+        // Nothing past the end of the file (a read of the file's own pages is always inside).
+        let n = match self.file_pages.get(&sk) {
+            Some(&eof) => n.min(eof.saturating_sub(start)),
+            None => n,
+        };
         let mut run: Option<(u64, u64)> = None; // (first, count)
         let flush = |this: &mut PageCache, run: &mut Option<(u64, u64)>, ctx: &mut Ctx| {
             if let Some((first, count)) = run.take() {
@@ -757,15 +777,8 @@ impl PageCache {
                 let last = end.map_or(u64::MAX, |e| e / PAGE);
                 // Dirty pages of the range start write-back (WB_SYNC_NONE, nobody waits)
                 // and stay, as pages under write-back do.
-                let dirty: Vec<u64> = self
-                    .streams
-                    .get(&sk)
-                    .map(|s| {
-                        let hi = end.map_or(u64::MAX, |e| e.div_ceil(PAGE));
-                        s.dirty.range(offset / PAGE..hi).copied().collect()
-                    })
-                    .unwrap_or_default();
-                self.write_back(sk, &dirty, false, ctx);
+                let hi = end.map_or(u64::MAX, |e| e.div_ceil(PAGE));
+                self.start_writeback(sk, offset / PAGE..hi, false, ctx);
                 let victims: Vec<PageKey> = self
                     .pages
                     .iter()
@@ -979,6 +992,27 @@ impl PageCache {
             .map(|(_, k)| k)
     }
 
+    /// Starts write-back of the file's dirty pages with indices in `range` (every site that
+    /// writes a range: flusher expiry, throttling with nothing in flight, DONTNEED, fsync,
+    /// O_DSYNC, O_DIRECT); returns the writes' ids.
+    fn start_writeback(
+        &mut self,
+        sk: StreamKey,
+        range: std::ops::Range<u64>,
+        sync: bool,
+        ctx: &mut Ctx,
+    ) -> Vec<u64> {
+        if range.start >= range.end {
+            return Vec::new();
+        }
+        let dirty: Vec<u64> = self
+            .streams
+            .get(&sk)
+            .map(|s| s.dirty.range(range).copied().collect())
+            .unwrap_or_default();
+        self.write_back(sk, &dirty, sync, ctx)
+    }
+
     /// Sends the given dirty pages of a file (sorted indices) to the device, one write per
     /// run of consecutive pages (at most `WB_CHUNK_PAGES`); returns the writes' ids.
     fn write_back(
@@ -1099,8 +1133,7 @@ impl PageCache {
             self.stats.expire_runs += 1;
         }
         for (_, sk) in expired {
-            let pages: Vec<u64> = self.streams[&sk].dirty.iter().copied().collect();
-            self.write_back(sk, &pages, false, ctx);
+            self.start_writeback(sk, 0..u64::MAX, false, ctx);
         }
         self.background(ctx);
     }
@@ -1114,8 +1147,7 @@ impl PageCache {
             if self.nr_writeback == 0 {
                 // Nothing in flight would ever release it: write the oldest file now.
                 if let Some(sk) = self.oldest_dirty_file() {
-                    let pages: Vec<u64> = self.streams[&sk].dirty.iter().copied().collect();
-                    self.write_back(sk, &pages, false, ctx);
+                    self.start_writeback(sk, 0..u64::MAX, false, ctx);
                 }
             }
             self.throttled.push_back((done, ctx.now()));
@@ -1192,12 +1224,7 @@ impl PageCache {
             .filter(|(k, _)| k.stream == sk && (first..last).contains(&k.index))
             .filter_map(|(_, p)| p.wb)
             .collect();
-        let dirty: Vec<u64> = self
-            .streams
-            .get(&sk)
-            .map(|s| s.dirty.range(first..last).copied().collect())
-            .unwrap_or_default();
-        outstanding.extend(self.write_back(sk, &dirty, true, ctx));
+        outstanding.extend(self.start_writeback(sk, first..last, true, ctx));
         let id = req.id;
         for &c in &outstanding {
             self.sync_waiters.entry(c).or_default().push(id);
@@ -1302,12 +1329,7 @@ impl PageCache {
         let end = end.unwrap_or(offset);
         let first = offset / PAGE;
         let last = end.div_ceil(PAGE);
-        let dirty: Vec<u64> = self
-            .streams
-            .get(&sk)
-            .map(|s| s.dirty.range(first..last).copied().collect())
-            .unwrap_or_default();
-        self.write_back(sk, &dirty, true, ctx);
+        self.start_writeback(sk, first..last, true, ctx);
         for index in first..last {
             let k = PageKey { stream: sk, index };
             if self.pages.get(&k).is_some_and(Page::reclaimable) {
@@ -1685,6 +1707,24 @@ mod tests {
                 async_size: 32
             }
         );
+    }
+
+    /// The same ramp on a file of 20 pages (80 KiB) whose size the workload gave: the
+    /// windows stop at its last page (`do_page_cache_ra` clips at `i_size`), where without
+    /// the size the third window would read pages 12–27, 8 of them past the end.
+    #[test]
+    fn read_ahead_stops_at_the_end_of_the_file() {
+        let mut r = rig(1 << 20, 128);
+        let pc = std::mem::replace(
+            &mut *r.pc.borrow_mut(),
+            PageCache::new(PageCacheConfig::new(1, 0)),
+        );
+        *r.pc.borrow_mut() = pc.with_file_sizes(0, &[(0, 20 * PAGE - 100)]);
+        let pages: Vec<u64> = (0..20).collect();
+        let out = read_pages_seq(&mut r, &pages);
+        assert_eq!(*r.log.borrow(), vec![(0, 4), (4, 8), (12, 8)]);
+        assert_eq!(out.len(), 20);
+        assert_eq!(r.pc.borrow().counters().readahead_pages, 20 - 1);
     }
 
     #[test]

@@ -91,3 +91,220 @@ fn run_with_a_host_reports_its_counters() {
         assert!(err.contains(says), "{bad:?}: {err}");
     }
 }
+
+/// Whether an external tool is there; outside CI a missing one skips with its package named,
+/// under `CI=true` it is a failure.
+fn have(tool: &str, package: &str) -> bool {
+    let ok = std::process::Command::new(tool)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{tool} is missing (Debian package: {package})"
+        );
+        eprintln!("SKIPPED: {tool} not installed (Debian package: {package})");
+    }
+    ok
+}
+
+/// `record` of a real `tar` over a tree we create: the trace holds every byte tar read from
+/// the tree and wrote to the archive, with the archive's offsets in order; `--compare`
+/// times tar without strace and replays the trace; `run --trace` replays the file.
+#[test]
+fn record_tar_of_a_tree_and_replay_it() {
+    if !have("strace", "strace") || !have("tar", "tar") {
+        return;
+    }
+    let dir =
+        TempDir(std::env::temp_dir().join(format!("iolab-dlinux-rec-{}", std::process::id())));
+    let tree = dir.0.join("tree");
+    std::fs::create_dir_all(&tree).unwrap();
+    for i in 0..10u64 {
+        std::fs::write(tree.join(format!("f{i}")), vec![i as u8; 40960]).unwrap();
+    }
+    let trace = dir.0.join("t.trace");
+    let json = dir.0.join("r.json");
+    let cal = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/calibration-vda-quick.toml");
+    let out = iolab()
+        .args(["disksim", "record", "--compare", "1", "--config"])
+        .arg(&cal)
+        .arg("--only-under")
+        .arg(&dir.0)
+        .arg("--out")
+        .arg(&trace)
+        .arg("--json")
+        .arg(&json)
+        .arg("--")
+        .args(["tar", "-cf"])
+        .arg(dir.0.join("out.tar"))
+        .arg("-C")
+        .arg(&dir.0)
+        .arg("tree")
+        .output()
+        .unwrap();
+    let (o, e) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{o}\n{e}");
+    assert!(o.contains("recorded") && o.contains("compare"), "{o}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["read_bytes"], 10 * 40960, "{v}");
+    // The archive: a 512-byte header per file and the data, in 10240-byte records.
+    let archive = std::fs::metadata(dir.0.join("out.tar")).unwrap().len();
+    assert_eq!(v["write_bytes"].as_u64(), Some(archive), "{v}");
+    assert!(v["compare"]["sim_s"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(v["compare"]["real_wall_s"].as_f64().unwrap() > 0.0, "{v}");
+    let text = std::fs::read_to_string(&trace).unwrap();
+    assert!(text.starts_with("# iolab file trace"));
+    let archive_path = format!(" {}", dir.0.join("out.tar").display());
+    let aid = text
+        .lines()
+        .find(|l| l.starts_with("file ") && l.ends_with(&archive_path))
+        .and_then(|l| l.split(' ').nth(1))
+        .expect("the archive is a file of the trace")
+        .to_string();
+    let offsets: Vec<u64> = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with("file ") && !l.starts_with("overhead"))
+        .map(|l| l.split(' ').collect::<Vec<_>>())
+        .filter(|f| f[3] == aid && f[4] == "W")
+        .map(|f| f[5].parse().unwrap())
+        .collect();
+    assert!(
+        offsets.windows(2).all(|w| w[0] < w[1]) && offsets[0] == 0,
+        "{offsets:?}"
+    );
+    let out = iolab()
+        .args(["disksim", "run", "--config"])
+        .arg(&cal)
+        .arg("--trace")
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let o = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && o.contains("replayed") && o.contains("simulated"),
+        "{o}"
+    );
+    // A bad line in a file trace is one error naming the line.
+    std::fs::write(
+        &trace,
+        "# iolab file trace v1\nfile 0 10 /x\n0 0 1 0 Q 0 10 -\n",
+    )
+    .unwrap();
+    let out = iolab()
+        .args(["disksim", "run", "--config"])
+        .arg(&cal)
+        .arg("--trace")
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && e.contains("line 3") && e.contains("unknown OP"),
+        "{e}"
+    );
+    // A path that is not ours is never replaced.
+    std::fs::write(dir.0.join("mine.txt"), "not a trace").unwrap();
+    let out = iolab()
+        .args(["disksim", "record", "--out"])
+        .arg(dir.0.join("mine.txt"))
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert_eq!(
+        std::fs::read_to_string(dir.0.join("mine.txt")).unwrap(),
+        "not a trace"
+    );
+}
+
+/// Missing files (job file, trace, calibration) each give one clear error naming the path.
+#[test]
+fn missing_files_give_one_clear_error() {
+    let cal = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/sata-ssd.toml");
+    let missing = "/nonexistent/iolab-dlinux/x";
+    for args in [
+        vec![
+            "disksim",
+            "run",
+            "--config",
+            cal.to_str().unwrap(),
+            "--fio",
+            missing,
+        ],
+        vec![
+            "disksim",
+            "run",
+            "--config",
+            cal.to_str().unwrap(),
+            "--trace",
+            missing,
+        ],
+        vec!["disksim", "run", "--config", missing, "--fio", missing],
+        vec![
+            "disksim",
+            "validate",
+            "--calibration",
+            missing,
+            "--dir",
+            "/nonexistent/iolab-dlinux",
+        ],
+    ] {
+        let out = iolab()
+            .args(&args)
+            .env_remove("RUST_BACKTRACE")
+            .env_remove("RUST_LIB_BACKTRACE")
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            e.contains(missing) || e.contains("/nonexistent/iolab-dlinux"),
+            "{args:?}: {e}"
+        );
+        assert!(!e.contains("panicked"), "{e}");
+        // "Error: ...", and the cause ("Caused by: ... No such file or directory").
+        assert!(
+            e.lines().filter(|l| !l.trim().is_empty()).count() <= 4,
+            "{args:?}: {e}"
+        );
+    }
+}
+
+/// A filesystem that refuses O_DIRECT (ramfs, mounted in a private mount namespace so that
+/// nothing outside sees it): `calibrate` stops with one clear error and leaves nothing.
+#[test]
+fn calibrate_on_a_filesystem_refusing_o_direct_is_one_clear_error() {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root || !have("unshare", "util-linux") {
+        eprintln!("SKIPPED: needs root and unshare (mount namespace)");
+        return;
+    }
+    let dir =
+        TempDir(std::env::temp_dir().join(format!("iolab-dlinux-ramfs-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let exe = iolab().get_program().to_owned();
+    let script = format!(
+        "mount -t ramfs iolab-dlinux {d} && {exe} disksim calibrate --quick --quiet --dir {d}; rc=$?; ls -A {d}; exit $rc",
+        d = dir.0.display(),
+        exe = Path::new(&exe).display()
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let (o, e) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(!out.status.success(), "{o}\n{e}");
+    assert!(e.contains("refuses O_DIRECT"), "{e}");
+    assert!(!e.contains("panicked"), "{e}");
+    assert_eq!(o.trim(), "", "calibrate left files: {o}");
+}

@@ -94,9 +94,29 @@ pub struct LabArgs {
     /// Do not run anything: validate DIR/results.json and the SVGs of DIR/index.html.
     #[arg(long, value_name = "DIR", conflicts_with = "render")]
     pub check: Option<PathBuf>,
-    /// Do not run anything: rewrite DIR/index.html from DIR/results.json.
+    /// Do not run anything: rewrite DIR/index.html from DIR/results.json (with the
+    /// seeder section from DIR/seed-bench.json when that file is there).
     #[arg(long, value_name = "DIR")]
     pub render: Option<PathBuf>,
+    /// Add the BitTorrent seeder section: the JSON written by `iolab seed bench --json
+    /// FILE` (Hekate and libtorrent against peers), kept in results.json.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["scaling", "check"])]
+    pub seed_bench: Option<PathBuf>,
+}
+
+/// The seeder bench JSON of `path`: an object with a `summary` list, or a clear error.
+pub fn read_seed_bench(path: &std::path::Path) -> anyhow::Result<serde_json::Value> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    if !v.get("summary").is_some_and(serde_json::Value::is_array) {
+        bail!(
+            "{} is not the JSON of `iolab seed bench --json` (no \"summary\" list)",
+            path.display()
+        );
+    }
+    Ok(v)
 }
 
 fn list(s: &str) -> Vec<String> {
@@ -185,6 +205,13 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
             serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))?;
         // The seed table is a function of the results: rebuilt with this version's notes.
         r.seed_vs_iolab = crate::seedtable::build(&r);
+        let bench = args
+            .seed_bench
+            .clone()
+            .unwrap_or(dir.join("seed-bench.json"));
+        if args.seed_bench.is_some() || bench.exists() {
+            r.seed_bench = Some(read_seed_bench(&bench)?);
+        }
         crate::lab::write_outputs(&r, dir)?;
         println!("{}", dir.join("index.html").display());
         return Ok(());
@@ -262,7 +289,16 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
     if opts.models.is_empty() && opts.peers.is_empty() {
         bail!("nothing to measure: --models none and --peers none");
     }
-    let results = crate::lab::run(&opts)?;
+    let seed_bench = args
+        .seed_bench
+        .as_deref()
+        .map(read_seed_bench)
+        .transpose()?;
+    let mut results = crate::lab::run(&opts)?;
+    if let Some(b) = seed_bench {
+        results.seed_bench = Some(b);
+        crate::lab::write_outputs(&results, &opts.out)?;
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&results)?);
     } else {

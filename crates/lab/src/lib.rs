@@ -12,6 +12,7 @@ pub mod micro;
 pub mod report;
 pub mod results;
 pub mod scaling;
+pub mod seedbench;
 pub mod seedtable;
 pub mod server;
 pub mod settings;

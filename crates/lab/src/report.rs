@@ -632,6 +632,9 @@ pub fn render(r: &Results) -> String {
             esc(e)
         );
     }
+    if let Some(b) = &r.seed_bench {
+        out.push_str(&crate::seedbench::section(b, &mut num));
+    }
     out.push_str(r#"<h2 id="machine">Machine and settings</h2>"#);
     out.push_str(&kv_table("Settings that decide the result", &r.settings));
     out.push_str(&kv_table("Method", &r.method));

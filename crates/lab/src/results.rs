@@ -130,6 +130,9 @@ pub struct Results {
     /// `--scaling`: requests/s against server workers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scaling: Option<crate::scaling::Scaling>,
+    /// `iolab seed bench --json` results, as that command wrote them (`--seed-bench`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed_bench: Option<serde_json::Value>,
 }
 
 /// Median of values (mean of the middle two when even); 0 for none.

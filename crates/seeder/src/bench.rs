@@ -61,6 +61,9 @@ pub struct BenchArgs {
     /// Skip libtorrent.
     #[arg(long)]
     pub no_libtorrent: bool,
+    /// Run our seeders with the kernel's read-ahead on (`iolab seed --read-ahead`).
+    #[arg(long)]
+    pub read_ahead: bool,
     /// Only warm-cache runs (cold runs drop the page cache of the torrent's files first).
     #[arg(long)]
     pub warm_only: bool,
@@ -283,6 +286,9 @@ fn start_seeder(
             ])
             .args(["--disk", disk, "--slots", &args.slots.to_string()])
             .args(["--max-peers", &(peers + 100).to_string()]);
+        if args.read_ahead {
+            cmd.arg("--read-ahead");
+        }
     }
     let mut child = cmd
         .stdout(Stdio::piped())
@@ -532,7 +538,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let file = dir.join("bench.bin");
     let want = size + 4321;
     if std::fs::metadata(&file).map(|m| m.len()).ok() != Some(want) {
-        eprintln!("bench: writing {} MiB of data", want >> 20);
+        tracing::info!(target: "progress", "bench: writing {} MiB of data", want >> 20);
         let mut f = std::io::BufWriter::new(std::fs::File::create(&file)?);
         let mut x = 0x9E37_79B9_7F4A_7C15u64;
         let mut buf = vec![0u8; 1 << 20];
@@ -563,7 +569,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut kinds: Vec<String> = args.disks.iter().map(|d| format!("hekate-{d}")).collect();
     let lt = !args.no_libtorrent && libtorrent_available();
     if !args.no_libtorrent && !lt {
-        eprintln!(
+        tracing::warn!(
             "bench: /usr/bin/python3 cannot import libtorrent (python3-libtorrent): ours only"
         );
     }
@@ -581,7 +587,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut summary: Vec<Summary> = Vec::new();
     let mut lt_settings = serde_json::Map::new();
     let repeats = args.repeats.max(1);
-    eprintln!(
+    tracing::info!(target: "progress",
         "bench: {} seeders x {} peer counts x {} caches x {repeats} repeats, {secs} s each",
         kinds.len(),
         peers.len(),
@@ -600,7 +606,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                                 lt_settings.insert(kind.clone(), s);
                             }
                             row.repeat = r;
-                            eprintln!(
+                            tracing::info!(target: "progress",
                                 "  run {}/{repeats} {kind:<19} {n:>6} peers {:<4}: {} connected, {:.1} MB/s",
                                 r + 1,
                                 row.cache,
@@ -609,7 +615,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                             );
                             rows.push(row);
                         }
-                        Err(e) => eprintln!("bench: {kind} with {n} peers failed: {e:#}"),
+                        Err(e) => tracing::warn!("bench: {kind} with {n} peers failed: {e:#}"),
                     }
                 }
             }
@@ -622,12 +628,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         }
     }
     println!(
-        "medians of {repeats} runs [min-max]; seeder on CPU 0, swarm on CPU 1; {} MiB torrent, {} KiB pieces, {} s per run, {} upload slots, pipeline {}",
+        "medians of {repeats} runs [min-max]; seeder on CPU 0, swarm on CPU 1; {} MiB torrent, {} KiB pieces, {} s per run, {} upload slots, pipeline {}, read-ahead {}",
         meta.total >> 20,
         meta.piece_length >> 10,
         secs,
         args.slots,
-        args.pipeline
+        args.pipeline,
+        if args.read_ahead { "on" } else { "off" }
     );
     print_summary(&summary);
     if !lt_settings.is_empty() {
@@ -643,7 +650,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             "config": {
                 "peers": peers, "secs": secs, "size_bytes": meta.total,
                 "piece_length": meta.piece_length, "slots": args.slots,
-                "pipeline": args.pipeline, "block": 16384,
+                "pipeline": args.pipeline, "block": 16384, "read_ahead": args.read_ahead,
             },
             "libtorrent_settings": lt_settings,
             "summary": summary,

@@ -72,8 +72,12 @@ pub struct Storage {
 }
 
 impl Storage {
-    /// Opens every file of the torrent read-only (nothing is ever written).
-    pub fn open(meta: Arc<Meta>, mode: DiskMode) -> io::Result<Storage> {
+    /// Opens every file of the torrent read-only (nothing is ever written). Without
+    /// `read_ahead`, each file gets the random-access hint (POSIX_FADV_RANDOM, or
+    /// MADV_RANDOM on its mapping): the kernel then reads exactly the pages asked for.
+    /// A swarm asks for pieces scattered over the torrent, so read-ahead mostly reads
+    /// pages no peer wants yet (measured: crates/seeder/README.md, "Read-ahead").
+    pub fn open(meta: Arc<Meta>, mode: DiskMode, read_ahead: bool) -> io::Result<Storage> {
         let mut files = Vec::with_capacity(meta.files.len());
         for f in &meta.files {
             if f.length == 0 {
@@ -83,6 +87,9 @@ impl Storage {
             let fh = fs::File::open(&f.disk_path).map_err(|e| {
                 io::Error::new(e.kind(), format!("opening {}: {e}", f.disk_path.display()))
             })?;
+            if !read_ahead && mode != DiskMode::Mmap {
+                advise_random(&fh)?;
+            }
             files.push(match mode {
                 DiskMode::Uring => Backing::Uring(iolab_runtime::fs::File::from_std(fh)),
                 DiskMode::Pread => Backing::Pread(Arc::new(fh)),
@@ -92,6 +99,9 @@ impl Storage {
                     // the same contract every mmap-based seeder has; data files are ours to
                     // serve, and their sizes were checked at start.
                     let m = unsafe { Mmap::map(&fh)? };
+                    if !read_ahead {
+                        m.advise(memmap2::Advice::Random)?;
+                    }
                     Backing::Mmap(Arc::new(m))
                 }
             });
@@ -238,6 +248,17 @@ fn resident(m: &Mmap, off: usize, len: usize) -> bool {
         )
     };
     r == 0 && vec[..pages].iter().all(|b| b & 1 == 1)
+}
+
+/// The random-access hint on an open file: no read-ahead on its reads.
+fn advise_random(fh: &fs::File) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: plain advisory call on a descriptor we own.
+    let r = unsafe { libc::posix_fadvise(fh.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
+    if r != 0 {
+        return Err(io::Error::from_raw_os_error(r));
+    }
+    Ok(())
 }
 
 /// Drops the page cache of the torrent's files (posix_fadvise DONTNEED): a cold start for

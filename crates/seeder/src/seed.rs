@@ -38,6 +38,10 @@ pub struct Config {
     /// Connections held at once; more are closed at accept.
     pub max_peers: usize,
     /// Requests queued per peer (advertised as BEP 10 `reqq`); beyond, rejected/ignored.
+    /// A peer without the fast extension cannot be told that a request was dropped: it
+    /// waits for the block forever. ctorrent asks for whole pieces at once (256 blocks of
+    /// a 4 MiB piece, more than one piece at a time) and stalled at the old 250; 2000 is
+    /// libtorrent's default (`max_allowed_in_request_queue`): 24 KB of queue at most.
     pub max_queue: usize,
     /// Time a new connection has to send its handshake.
     pub handshake_timeout: Duration,
@@ -52,6 +56,8 @@ pub struct Config {
     /// Allowed-fast pieces offered to fast-extension peers (BEP 6).
     pub allowed_fast: usize,
     pub disk: DiskMode,
+    /// Keep the kernel's read-ahead on the data files (default off: random access hint).
+    pub read_ahead: bool,
 }
 
 impl Default for Config {
@@ -59,7 +65,7 @@ impl Default for Config {
         Config {
             slots: 8,
             max_peers: 20_000,
-            max_queue: 250,
+            max_queue: 2000,
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(300),
             send_timeout: Duration::from_secs(60),
@@ -67,6 +73,7 @@ impl Default for Config {
             choke_interval: Duration::from_secs(10),
             allowed_fast: 10,
             disk: DiskMode::Uring,
+            read_ahead: false,
         }
     }
 }
@@ -121,6 +128,27 @@ struct Swarm {
     unchoked: usize,
 }
 
+impl Swarm {
+    /// The one place a peer's choke state changes: keeps `unchoked` and the `unchoked_now`
+    /// counter in step, and wakes the peer's task so that it tells the peer.
+    fn set_choked(&mut self, key: usize, choked: bool, unchoked_now: &AtomicU64) {
+        let p = &mut self.peers[key];
+        if p.choked == choked {
+            return;
+        }
+        p.choked = choked;
+        p.wake.broadcast();
+        if choked {
+            p.optimistic = false;
+            self.unchoked -= 1;
+            unchoked_now.fetch_sub(1, Ordering::Relaxed);
+        } else {
+            self.unchoked += 1;
+            unchoked_now.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
 pub struct Seeder {
     pub meta: Arc<Meta>,
     pub storage: Storage,
@@ -156,7 +184,7 @@ impl From<WireError> for End {
 
 impl Seeder {
     pub fn new(meta: Arc<Meta>, cfg: Config) -> io::Result<Rc<Seeder>> {
-        let storage = Storage::open(meta.clone(), cfg.disk)?;
+        let storage = Storage::open(meta.clone(), cfg.disk, cfg.read_ahead)?;
         let limits = Limits::for_pieces(meta.num_pieces());
         Ok(Rc::new(Seeder {
             meta,
@@ -201,7 +229,7 @@ impl Seeder {
                 let end = me.clone().peer(&stream, addr).await;
                 me.counters.peers_now.fetch_sub(1, Ordering::Relaxed);
                 if debug_peers() {
-                    eprintln!("seed: peer {addr} ended: {end:?}");
+                    tracing::info!(target: "progress", "seed: peer {addr} ended: {end:?}");
                 }
                 match end {
                     End::Closed => {}
@@ -308,11 +336,8 @@ impl Seeder {
             .run_peer(stream, key, &wake, fast, &allowed, inbuf)
             .await;
         let mut sw = self.swarm.borrow_mut();
-        let slot = sw.peers.remove(key);
-        if !slot.choked {
-            sw.unchoked -= 1;
-            self.counters.unchoked_now.fetch_sub(1, Ordering::Relaxed);
-        }
+        sw.set_choked(key, true, &self.counters.unchoked_now);
+        sw.peers.remove(key);
         end
     }
 
@@ -341,7 +366,7 @@ impl Seeder {
                 };
                 pos += n;
                 if debug_peers() && !matches!(msg, Message::Request { .. }) {
-                    eprintln!("seed: peer {key}: {:?}", DebugMsg(&msg));
+                    tracing::info!(target: "progress", "seed: peer {key}: {:?}", DebugMsg(&msg));
                 }
                 if let Err(e) = self.on_message(key, msg, fast, allowed, &mut queue, &mut out) {
                     return e;
@@ -602,22 +627,14 @@ impl Seeder {
 
     fn set_interested(&self, key: usize, on: bool) {
         let mut sw = self.swarm.borrow_mut();
-        let slots = self.cfg.slots;
-        let unchoked = sw.unchoked;
-        let p = &mut sw.peers[key];
-        if p.interested == on {
+        if sw.peers[key].interested == on {
             return;
         }
-        p.interested = on;
-        if on && p.choked && (slots == 0 || unchoked < slots) {
-            p.choked = false;
-            sw.unchoked += 1;
-            self.counters.unchoked_now.fetch_add(1, Ordering::Relaxed);
-        } else if !on && !p.choked {
-            p.choked = true;
-            p.optimistic = false;
-            sw.unchoked -= 1;
-            self.counters.unchoked_now.fetch_sub(1, Ordering::Relaxed);
+        sw.peers[key].interested = on;
+        let free_slot = self.cfg.slots == 0 || sw.unchoked < self.cfg.slots;
+        if !on || free_slot {
+            // Interested with a slot free: unchoked now, not at the next round.
+            sw.set_choked(key, !on, &self.counters.unchoked_now);
         }
     }
 
@@ -658,22 +675,12 @@ impl Seeder {
                     unchoke.push(k);
                 }
             }
-            let mut n = 0;
-            for (k, p) in sw.peers.iter_mut() {
+            let keys: Vec<usize> = sw.peers.iter().map(|(k, _)| k).collect();
+            for k in keys {
                 let want = unchoke.contains(&k);
-                p.optimistic = Some(k) == optimistic && want;
-                if want == p.choked {
-                    p.choked = !want;
-                    p.wake.broadcast();
-                }
-                if want {
-                    n += 1;
-                }
+                sw.set_choked(k, !want, &self.counters.unchoked_now);
+                sw.peers[k].optimistic = Some(k) == optimistic && want;
             }
-            sw.unchoked = n;
-            self.counters
-                .unchoked_now
-                .store(n as u64, Ordering::Relaxed);
         }
     }
 
@@ -765,4 +772,43 @@ async fn join_all<F: Future>(futs: Vec<F>) -> Vec<F::Output> {
     })
     .await;
     out.into_iter().flatten().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot() -> PeerSlot {
+        PeerSlot {
+            interested: true,
+            choked: true,
+            optimistic: false,
+            uploaded: 0,
+            uploaded_last_round: 0,
+            wake: Cond::new(),
+        }
+    }
+
+    #[test]
+    fn set_choked_keeps_the_unchoked_count_in_step() {
+        let counter = AtomicU64::new(0);
+        let mut sw = Swarm {
+            peers: Slab::new(),
+            unchoked: 0,
+        };
+        let a = sw.peers.insert(slot());
+        let b = sw.peers.insert(slot());
+        sw.set_choked(a, false, &counter);
+        sw.set_choked(a, false, &counter); // no change: counted once
+        sw.set_choked(b, false, &counter);
+        assert_eq!((sw.unchoked, counter.load(Ordering::Relaxed)), (2, 2));
+        sw.peers[b].optimistic = true;
+        sw.set_choked(b, true, &counter);
+        assert!(
+            !sw.peers[b].optimistic,
+            "a choked peer holds no optimistic slot"
+        );
+        sw.set_choked(b, true, &counter);
+        assert_eq!((sw.unchoked, counter.load(Ordering::Relaxed)), (1, 1));
+    }
 }

@@ -78,6 +78,8 @@ pub struct Run {
     pub repeat: usize,
     /// The bytes of one GET before the run were those of the file.
     pub bytes_ok: bool,
+    /// What the check's GET received instead, when it was wrong.
+    pub bytes_error: Option<String>,
     pub requests: u64,
     pub rps: f64,
     pub p50_ms: f64,
@@ -199,7 +201,7 @@ impl Drop for Net {
     fn drop(&mut self) {
         if let Some(n) = self.net.take() {
             if let Err(e) = n.remove() {
-                eprintln!("disc bench: removing namespaces: {e:#}");
+                tracing::warn!("disc bench: removing namespaces: {e:#}");
             }
         }
     }
@@ -449,13 +451,39 @@ fn start(config: &str, net: &Net, o: &DiscOpts, cg: &crate::cpu::Cgroups) -> any
     Ok(peers)
 }
 
-/// GETs `url` once from the client's namespace (never through a proxy).
-fn fetch(net: &Net, url: &str) -> Option<Vec<u8>> {
+/// GETs `url` once from the client's namespace (never through a proxy); what went wrong
+/// when the bytes are not the file's.
+fn check_bytes(net: &Net, url: &str, want: &[u8]) -> Option<String> {
     let mut c = Command::new("curl");
-    c.args(["-s", "-f", "--noproxy", "*", "-m", "20", url]);
-    enter_ns(&mut c, &net.ns[0]).ok()?;
-    let out = c.output().ok()?;
-    out.status.success().then_some(out.stdout)
+    c.args(["-s", "-S", "--noproxy", "*", "-m", "20", url]);
+    if let Err(e) = enter_ns(&mut c, &net.ns[0]) {
+        return Some(format!("{e:#}"));
+    }
+    let t0 = Instant::now();
+    let out = match c.output() {
+        Ok(o) => o,
+        Err(e) => return Some(format!("running curl: {e}")),
+    };
+    if !out.status.success() {
+        return Some(format!(
+            "curl: {} after {:.1} s with {} of {} bytes: {}",
+            out.status,
+            t0.elapsed().as_secs_f64(),
+            out.stdout.len(),
+            want.len(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    if out.stdout != want {
+        let first = out.stdout.iter().zip(want).position(|(a, b)| a != b);
+        return Some(format!(
+            "{} bytes received ({} expected), first difference at {:?}",
+            out.stdout.len(),
+            want.len(),
+            first
+        ));
+    }
+    None
 }
 
 /// Socket-error timeouts in wrk's output.
@@ -518,7 +546,7 @@ fn one_run(
 ) -> anyhow::Result<Run> {
     let url = fe_url(net, config, size);
     let want = crate::testutil::payload(size);
-    let bytes_ok = fetch(net, &url).is_some_and(|b| b == want);
+    let bytes_error = check_bytes(net, &url, &want);
     let ids = peers
         .fe_pid()
         .filter(|_| config == "disc")
@@ -539,7 +567,8 @@ fn one_run(
         config: config.to_string(),
         size,
         repeat,
-        bytes_ok,
+        bytes_ok: bytes_error.is_none(),
+        bytes_error,
         requests,
         rps: requests as f64 / o.seconds as f64,
         p50_ms: p50,
@@ -682,7 +711,7 @@ pub fn run(o: &DiscOpts, progress: &dyn Fn(&str)) -> anyhow::Result<Value> {
                     r.cpu_s[2] * 1e6 / req,
                     r.fe_bytes as f64 / req,
                     r.p99_ms,
-                    if r.bytes_ok { "" } else { "  WRONG BYTES" },
+                    r.bytes_error.as_ref().map(|e| format!("  WRONG BYTES: {e}")).unwrap_or_default(),
                     if r.stalled > 0 { format!("  stalled {}", r.stalled) } else { String::new() },
                 ));
                 runs.push(r);
@@ -873,7 +902,13 @@ fn chart(v: &Value, key: &str, title: &str) -> String {
         .flat_map(|x| CONFIGS.map(|c| m(&x[c], key)))
         .filter(|x| x.is_finite())
         .fold(1e-9, f64::max);
-    let (w, h, pad) = (140.0 * sizes.len().max(1) as f64 + 80.0, 260.0, 40.0);
+    let (w, h, pad) = (
+        (140.0 * sizes.len().max(1) as f64 + 80.0).max(620.0),
+        290.0,
+        52.0,
+    );
+    // log scale: 1 KiB and 1 MiB differ by orders of magnitude
+    let scale = |v: f64| (h - 2.0 * pad) * (1.0 + v).ln() / (1.0 + max).ln();
     let mut svg = format!("<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' role='img' aria-label='{}'>", esc(title));
     svg.push_str(&format!(
         "<line x1='{pad}' y1='{}' x2='{}' y2='{}' stroke='#333'/>",
@@ -885,17 +920,18 @@ fn chart(v: &Value, key: &str, title: &str) -> String {
         let x0 = pad + 20.0 + i as f64 * 140.0;
         for (j, c) in CONFIGS.iter().enumerate() {
             let val = m(&x[*c], key);
-            let bh = if val.is_finite() {
-                (h - 2.0 * pad) * val / max
-            } else {
-                0.0
-            };
+            let bh = if val.is_finite() { scale(val) } else { 0.0 };
             svg.push_str(&format!(
                 "<rect x='{:.1}' y='{:.1}' width='36' height='{bh:.1}' fill='{}'><title>{}: {val:.1}</title></rect>",
                 x0 + j as f64 * 38.0,
                 h - pad - bh,
                 COLOURS[j],
                 config_label(c)
+            ));
+            svg.push_str(&format!(
+                "<text x='{:.1}' y='{:.1}' font-size='9' text-anchor='middle'>{val:.0}</text>",
+                x0 + j as f64 * 38.0 + 18.0,
+                h - pad - bh - 3.0
             ));
         }
         svg.push_str(&format!(
@@ -906,8 +942,8 @@ fn chart(v: &Value, key: &str, title: &str) -> String {
         ));
     }
     svg.push_str(&format!(
-        "<text x='{pad}' y='16' font-size='12'>{} (max {max:.1}); grey: nginx chain, amber: our tiers, blue: DISC</text></svg>",
-        esc(title)
+        "<text x='{pad}' y='16' font-size='12'>{} (log scale, max {max:.1})</text><text x='{pad}' y='32' font-size='11'><tspan fill='{}'>■ nginx chain</tspan> <tspan fill='{}'>■ our tiers, DISC off</tspan> <tspan fill='{}'>■ our tiers, DISC direct</tspan></text></svg>",
+        esc(title), COLOURS[0], COLOURS[1], COLOURS[2]
     ));
     svg
 }
@@ -996,6 +1032,7 @@ mod tests {
             size,
             repeat: 0,
             bytes_ok: ok,
+            bytes_error: (!ok).then(|| "x".into()),
             requests: rps as u64,
             rps,
             p50_ms: 1.0,

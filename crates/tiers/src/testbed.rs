@@ -297,7 +297,7 @@ pub fn up(exe: &Path, args: &[String]) -> anyhow::Result<State> {
         );
     }
     for line in cleanup_stale() {
-        eprintln!("removed stale: {line}");
+        tracing::info!(target: "progress", "removed stale: {line}");
     }
     std::fs::create_dir_all(state_dir())?;
     let log = state_dir().join("supervisor.log");

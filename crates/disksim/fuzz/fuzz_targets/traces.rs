@@ -1,4 +1,5 @@
-//! Fuzzes every trace reader, the DiskSim parameter parser and the fio job reader. Beyond "never panics", it
+//! Fuzzes every trace reader, the DiskSim parameter parser, the fio job reader and `record`'s
+//! strace parser and file trace reader. Beyond "never panics", it
 //! checks that what a reader accepts is within the documented limits (sizes, addresses,
 //! times), and replays accepted requests through the HDD model (which must finish, with
 //! completions after arrivals).
@@ -14,6 +15,47 @@ const FORMATS: [Format; 6] = [Format::Validate, Format::Ascii, Format::Fio, Form
 
 fuzz_target!(|data: &[u8]| {
     let Some((&sel, rest)) = data.split_first() else { return };
+    if sel % 16 == 15 {
+        // `record`: strace's output (outside data) and the file trace text. Whatever the
+        // strace parser accepts must write a file trace that reads back, lays out and
+        // replays through the page cache.
+        let text = String::from_utf8_lossy(rest);
+        let (t, ..) = iolab_disksim::record::parse_strace(&text, vec![]).finish();
+        let back = iolab_disksim::record::FileTrace::parse(&t.to_text())
+            .expect("the parser's own output reads back");
+        assert_eq!(back.events.len(), t.events.len());
+        let parsed = iolab_disksim::record::FileTrace::parse(&text);
+        for t in [Some(back), parsed.ok()].into_iter().flatten() {
+            // Bounded work per input: a replay costs time in proportion to its pages and
+            // to the flusher's periodic wake-ups over the simulated span.
+            let bytes: u64 = t.events.iter().map(|e| e.bytes).sum();
+            let span = t.events.last().map_or(0.0, |e| e.time_ms + e.dur_ms);
+            if t.events.len() > 256 || bytes > 16 << 20 || span > 1e6 {
+                continue;
+            }
+            let Ok(mut src) = iolab_disksim::record::FileTraceSource::new(&t, 1 << 40) else { continue };
+            let mut host = iolab_disksim::host::HostParams::linux_defaults();
+            host.page_cache.capacity_pages = 256;
+            let sizes: Vec<(u32, u64)> =
+                t.files.iter().enumerate().map(|(i, f)| (i as u32, f.extent)).collect();
+            let chain = iolab_disksim::fio::host_chain_with_files(
+                Box::new(iolab_disksim::engine::ConstantDevice::new(0.1)),
+                &host,
+                None,
+                &sizes,
+            )
+            .unwrap();
+            let mut n = 0;
+            Simulator::new(chain)
+                .run(&mut src, &mut |c| {
+                    assert!(c.rec.completion >= c.rec.arrival);
+                    n += 1;
+                })
+                .unwrap();
+            assert_eq!(n, t.events.len());
+        }
+        return;
+    }
     if sel as usize % 8 == 7 {
         // fio job files: parse (strict and lenient); what is accepted must lay out and
         // simulate through the page cache without a panic, every request within its file.

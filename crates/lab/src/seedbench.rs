@@ -1,0 +1,188 @@
+//! The report's BitTorrent seeder section: the JSON of `iolab seed bench --json FILE`
+//! (Hekate's disk paths and libtorrent side by side against the number of peers), given to
+//! `iolab lab --seed-bench FILE` or found as DIR/seed-bench.json by `iolab lab --render DIR`.
+//! Two figures (upload rate and seeder CPU per GB against peers, one curve per seeder and
+//! cache state) and the table of every point. The JSON is kept as it is (the seeder's own
+//! convention, like the micro results): this module only reads its `summary` rows.
+
+use std::fmt::Write;
+
+use serde_json::Value;
+
+use crate::svg::{esc, line_chart, LineChart, Series};
+
+/// One `summary` row of the bench JSON (fields missing or null read as absent).
+struct Row<'a> {
+    seeder: &'a str,
+    peers: f64,
+    cache: &'a str,
+    v: &'a Value,
+}
+
+impl Row<'_> {
+    fn num(&self, k: &str) -> Option<f64> {
+        self.v
+            .get(k)
+            .and_then(Value::as_f64)
+            .filter(|x| x.is_finite())
+    }
+}
+
+fn rows(bench: &Value) -> Vec<Row<'_>> {
+    let Some(list) = bench.get("summary").and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    list.iter()
+        .filter_map(|v| {
+            Some(Row {
+                seeder: v.get("seeder")?.as_str()?,
+                peers: v.get("peers")?.as_f64()?,
+                cache: v.get("cache").and_then(Value::as_str).unwrap_or("?"),
+                v,
+            })
+        })
+        .collect()
+}
+
+/// One curve per (seeder, cache) of `key` against peers.
+fn series(rows: &[Row], key: &str) -> Vec<Series> {
+    let mut out: Vec<Series> = Vec::new();
+    for r in rows {
+        let Some(y) = r.num(key) else { continue };
+        let name = format!("{} ({})", r.seeder, r.cache);
+        match out.iter_mut().find(|s| s.name == name) {
+            Some(s) => s.points.push((r.peers, y)),
+            None => out.push(Series {
+                name,
+                points: vec![(r.peers, y)],
+            }),
+        }
+    }
+    for s in &mut out {
+        s.points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    out
+}
+
+/// The section's HTML (heading included); `num` is the next figure number.
+pub fn section(bench: &Value, num: &mut usize) -> String {
+    let mut out = String::from(r#"<h2 id="seeder">BitTorrent seeder: Hekate and libtorrent</h2>"#);
+    let rows = rows(bench);
+    if rows.is_empty() {
+        out.push_str("<p class=\"warn\">The seeder bench JSON has no summary rows.</p>");
+        return out;
+    }
+    let cfg = bench.get("config").cloned().unwrap_or(Value::Null);
+    let c = |k: &str| {
+        cfg.get(k)
+            .map(|v| v.to_string())
+            .unwrap_or_else(|| "?".into())
+    };
+    let _ = write!(
+        out,
+        "<p>From <code>iolab seed bench</code>: a swarm of leechers of our own on loopback \
+         downloads one torrent ({} bytes, pieces of {} bytes, {} s per run, {} upload slots, \
+         pipeline {}, read-ahead {}) from each seeder in turn; medians over the repeats. \
+         <i>rd/dist</i> is the disk bytes read per distinct byte sent (1.0 = every byte read \
+         once; 0 when the cache was warm).</p>",
+        esc(&c("size_bytes")),
+        esc(&c("piece_length")),
+        esc(&c("secs")),
+        esc(&c("slots")),
+        esc(&c("pipeline")),
+        esc(&c("read_ahead")),
+    );
+    for (key, title, y_label, log_y) in [
+        (
+            "upload_mb_s",
+            "Upload rate against peers",
+            "upload MB/s",
+            false,
+        ),
+        (
+            "cpu_s_per_gb",
+            "Seeder CPU per GB sent against peers",
+            "CPU s per GB sent",
+            true,
+        ),
+    ] {
+        let chart = LineChart {
+            title: title.into(),
+            x_label: "peers (leechers connected at once)".into(),
+            y_label: y_label.into(),
+            log_x: true,
+            log_y,
+            series: series(&rows, key),
+        };
+        let _ = write!(
+            out,
+            "<figure><figcaption>Figure {num}: {}, one curve per seeder and cache state (median of the repeats).</figcaption>{}</figure>",
+            esc(title),
+            line_chart(&chart)
+        );
+        *num += 1;
+    }
+    out.push_str("<table><caption>Every point (medians; [min-max] over the repeats)</caption><tr><th>seeder</th><th>peers</th><th>cache</th><th>connected (fewest)</th><th>upload MB/s</th><th>CPU s/GB</th><th>RSS per idle peer (B)</th><th>rd/dist</th><th>latency p50 / p99 (ms)</th></tr>");
+    let f = |v: Option<f64>, p: usize| v.map(|x| format!("{x:.p$}")).unwrap_or("-".into());
+    for r in &rows {
+        let range = |k: &str, p: usize| match (
+            r.num(k),
+            r.num(&format!("{k}_min")),
+            r.num(&format!("{k}_max")),
+        ) {
+            (Some(m), Some(a), Some(b)) => format!("{m:.p$} [{a:.p$}-{b:.p$}]"),
+            (m, _, _) => f(m, p),
+        };
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} / {}</td></tr>",
+            esc(r.seeder),
+            r.peers,
+            esc(r.cache),
+            f(r.num("connected_min"), 0),
+            range("upload_mb_s", 0),
+            range("cpu_s_per_gb", 2),
+            f(r.num("rss_per_idle_peer_bytes"), 0),
+            f(r.num("read_amplification_distinct"), 3),
+            f(r.num("lat_p50_ms"), 2),
+            f(r.num("lat_p99_ms"), 2),
+        );
+    }
+    out.push_str("</table>");
+    if let Some(m) = bench.get("machine") {
+        let _ = write!(
+            out,
+            "<p class=\"note\">Machine of the seeder bench: <code>{}</code></p>",
+            esc(&m.to_string())
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figures_and_table_from_the_summary() {
+        let bench = serde_json::json!({
+            "config": {"size_bytes": 1, "piece_length": 2, "secs": 3, "slots": 8, "pipeline": 16, "read_ahead": false},
+            "summary": [
+                {"seeder": "hekate-pread", "peers": 100, "cache": "cold", "upload_mb_s": 500.0, "upload_mb_s_min": 400.0, "upload_mb_s_max": 600.0, "cpu_s_per_gb": 1.2, "read_amplification_distinct": 1.001, "lat_p50_ms": 1.0, "lat_p99_ms": 9.0, "connected_min": 100},
+                {"seeder": "hekate-pread", "peers": 10, "cache": "cold", "upload_mb_s": 300.0, "cpu_s_per_gb": null, "lat_p50_ms": 1.0, "lat_p99_ms": 2.0},
+                {"seeder": "libtorrent-hps", "peers": 10, "cache": "warm", "upload_mb_s": 200.0, "cpu_s_per_gb": 1.5, "lat_p50_ms": 1.0, "lat_p99_ms": 2.0}
+            ]
+        });
+        let mut num = 7;
+        let html = section(&bench, &mut num);
+        assert_eq!(num, 9, "two figures");
+        let marks = crate::validate::svg_marks(&html).unwrap();
+        assert_eq!(marks.svgs, 2);
+        assert!(html.contains("400-600"), "the spread is shown");
+        assert!(html.contains("hekate-pread (cold)") && html.contains("libtorrent-hps (warm)"));
+        // The ascending-peer curve of hekate-pread cold: 10 then 100.
+        let s = series(&rows(&bench), "upload_mb_s");
+        assert_eq!(s[0].points, vec![(10.0, 300.0), (100.0, 500.0)]);
+        assert!(section(&serde_json::json!({}), &mut num).contains("no summary rows"));
+    }
+}
