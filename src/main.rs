@@ -15,25 +15,45 @@ struct Cli {
 }
 
 /// Libraries log through `tracing`; the binary decides where it goes: stderr, at the level
-/// -v/-vv/-vvv ask for, or as RUST_LOG says.
+/// -v/-vv/-vvv ask for, or as RUST_LOG says. Progress of long work (events with target
+/// `progress`, at info: the lab's `[ 3/40 0:01:12] ...` lines, micro's and `seed bench`'s)
+/// is always shown, as the bare message: it is what a user watches, not a diagnostic.
+/// `RUST_LOG=progress=off` silences it.
 fn init_logging(verbose: u8) {
-    use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::{fmt, prelude::*, EnvFilter};
     let level = match verbose {
         0 => "warn",
         1 => "info",
         2 => "debug",
         _ => "trace",
     };
-    let filter = match std::env::var("RUST_LOG") {
-        Ok(s) if !s.trim().is_empty() => EnvFilter::new(s),
-        _ => EnvFilter::new(level),
+    let rust_log = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|s| !s.trim().is_empty());
+    let diagnostics_filter = EnvFilter::new(rust_log.as_deref().unwrap_or(level))
+        // The progress layer below prints those; not twice.
+        .add_directive("progress=off".parse().expect("a valid directive"));
+    let progress_level = match rust_log.as_deref() {
+        Some(s) if s.split(',').any(|d| d.trim() == "progress=off") => LevelFilter::OFF,
+        _ => LevelFilter::INFO,
     };
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let progress = fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_level(false)
+        .with_target(false)
+        .without_time()
+        .with_filter(Targets::new().with_target("progress", progress_level));
+    let diagnostics = fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .without_time()
+        .with_filter(diagnostics_filter);
+    let _ = tracing_subscriber::registry()
+        .with(progress)
+        .with(diagnostics)
         .try_init();
 }
 

@@ -193,31 +193,6 @@ fn index_html_figures_parse() {
     done();
 }
 
-/// Headless Chromium, under whichever name the distribution installs it.
-fn chromium() -> Option<PathBuf> {
-    iolab_sys::testing::require_any_tool(
-        &["chromium", "chromium-browser", "google-chrome"],
-        "chromium",
-    )
-}
-
-fn headless(chromium: &Path, args: &[&str], page: &Path) -> std::process::Output {
-    let profile = tempdir("chromium-profile");
-    Command::new(chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--hide-scrollbars",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .args(args)
-        .arg(format!("file://{}", page.display()))
-        .output()
-        .expect("running chromium")
-}
-
 fn tempdir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("iolab-lab-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
@@ -226,17 +201,13 @@ fn tempdir(tag: &str) -> PathBuf {
 
 #[test]
 fn chromium_renders_the_figures() {
-    let Some(chromium) = chromium() else { return };
     let dir = report();
     let page = dir.join("index.html");
     // The DOM after load: Chromium parsed every figure as SVG with its marks.
-    let out = headless(&chromium, &["--dump-dom"], &page);
-    assert!(
-        out.status.success(),
-        "chromium --dump-dom failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let dom = String::from_utf8_lossy(&out.stdout);
+    let Some(dom) = iolab_sys::testing::chromium_renders(&page) else {
+        return;
+    };
+    let chromium = iolab_sys::testing::chromium().expect("found just now");
     let marks = iolab_lab::validate::svg_marks(&dom).expect("SVGs in the rendered DOM parse");
     let source = iolab_lab::validate::svg_marks(&std::fs::read_to_string(&page).unwrap()).unwrap();
     assert_eq!(marks.svgs, source.svgs, "every figure reached the DOM");
@@ -249,18 +220,13 @@ fn chromium_renders_the_figures() {
     std::fs::write(&blank, "<!DOCTYPE html><html><body></body></html>").unwrap();
     let size = |page: &Path, name: &str| {
         let png = shots.join(name);
-        let o = headless(
+        iolab_sys::testing::headless_chromium(
             &chromium,
             &[
                 &format!("--screenshot={}", png.display()),
                 "--window-size=1300,2400",
             ],
             page,
-        );
-        assert!(
-            o.status.success(),
-            "chromium --screenshot failed: {}",
-            String::from_utf8_lossy(&o.stderr)
         );
         std::fs::metadata(&png).map(|m| m.len()).unwrap_or(0)
     };
@@ -272,7 +238,6 @@ fn chromium_renders_the_figures() {
         "the report renders almost blank: {report_size} vs blank {blank_size} bytes"
     );
     let _ = std::fs::remove_dir_all(&shots);
-    let _ = std::fs::remove_dir_all(tempdir("chromium-profile"));
     done();
 }
 

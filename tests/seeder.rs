@@ -830,7 +830,8 @@ fn tracker_over_http() {
     let get = |path: &str| {
         let mut s = TcpStream::connect(base).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+            .unwrap();
         let mut b = Vec::new();
         s.read_to_end(&mut b).unwrap();
         b

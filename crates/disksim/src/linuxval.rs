@@ -50,7 +50,7 @@ impl Drop for MemCgroup {
             }
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
-        eprintln!(
+        tracing::warn!(
             "warning: could not remove the cgroup {}",
             self.dir.display()
         );

@@ -181,7 +181,7 @@ impl Progress {
         } else {
             String::new()
         };
-        eprintln!("[{:>3}/{} {}{eta}] {msg}", self.done, self.total, hms(el));
+        tracing::info!(target: "progress", "[{:>3}/{} {}{eta}] {msg}", self.done, self.total, hms(el));
     }
 }
 
@@ -565,7 +565,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
             let mut l = crate::link::Link::create(spec, opts.backlog)?;
             l.info.seed_conditions = opts.seed_conditions;
             l.measure()?;
-            eprintln!("iolab lab: {}", l.describe());
+            tracing::info!(target: "progress", "iolab lab: {}", l.describe());
             Some(l)
         }
         None => None,
@@ -618,12 +618,12 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
         );
     }
     for w in &warnings {
-        eprintln!("warning: {w}");
+        tracing::warn!("{w}");
     }
 
     let (targets, skipped) = targets(&opts.models, &opts.peers);
     for s in &skipped {
-        eprintln!("note: peer {} skipped: {}", s.name, s.failures.join("; "));
+        tracing::warn!("peer {} skipped: {}", s.name, s.failures.join("; "));
     }
     let points = plan.points();
     let total = targets.len() * points.len() * plan.repeats;
@@ -657,7 +657,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
                 + 2.0 * targets.len() as f64)
         }
     };
-    eprintln!(
+    tracing::info!(target: "progress",
         "iolab lab --profile {}: {} servers x {} points x {} repeat(s) = {total} runs, {} micro(s); estimate {est}; output in {}",
         opts.profile.name(),
         targets.len(),
@@ -687,13 +687,13 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
             .map(|e| e.saturating_duration_since(Instant::now()))
             .unwrap_or(Duration::from_secs(1800))
             .max(Duration::from_secs(10));
-        eprintln!("micro {name} (limit {})", hms(limit.as_secs_f64()));
+        tracing::info!(target: "progress", "micro {name} (limit {})", hms(limit.as_secs_f64()));
         match crate::micro::run_one(name, &opts.out, opts.profile != Profile::Full, limit) {
             Ok(v) => {
                 results.micro.insert(name.clone(), v);
             }
             Err(e) => {
-                eprintln!("micro {name} failed: {e:#}");
+                tracing::warn!("micro {name} failed: {e:#}");
                 results
                     .micro_failures
                     .insert(name.clone(), format!("{e:#}"));
@@ -955,7 +955,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
     results.seed_vs_iolab = crate::seedtable::build(&results);
     results.elapsed_s = t0.elapsed().as_secs_f64();
     write_outputs(&results, out)?;
-    eprintln!(
+    tracing::info!(target: "progress",
         "iolab lab: done in {}; report: {}",
         hms(results.elapsed_s),
         out.join("index.html").display()
@@ -1008,7 +1008,7 @@ fn efficiency_pass(
         }
     }
     e.rate_basis = basis.join("; ");
-    eprintln!("efficiency: server CPU per request at {}", e.rate_basis);
+    tracing::info!(target: "progress", "efficiency: server CPU per request at {}", e.rate_basis);
     for t in targets {
         let launch = match make_launch(t) {
             Ok(l) => l,
@@ -1055,7 +1055,7 @@ fn efficiency_pass(
                     if proc_stat_only {
                         e.cpu_source = "/proc/PID/stat utime + stime of each process of the server's group (clock ticks; the CPU clock was not readable)".into();
                     }
-                    eprintln!(
+                    tracing::info!(target: "progress",
                         "efficiency {} {mode} at {rate:.0} req/s: {:.1} us CPU per request ({:.1}..{:.1})",
                         t.name, row.us_per_request, row.spread[0], row.spread[1]
                     );

@@ -107,13 +107,13 @@ impl Link {
         iolab_netns::external_signal_handling();
         iolab_netns::preflight().context("--link needs a network namespace")?;
         match iolab_netns::cleanup_stale(TAG) {
-            Ok(v) if !v.is_empty() => eprintln!(
+            Ok(v) if !v.is_empty() => tracing::info!(target: "progress",
                 "iolab lab: removed {} stale namespace(s)/veth(s) of killed runs: {}",
                 v.len(),
                 v.join(", ")
             ),
             Ok(_) => {}
-            Err(e) => eprintln!("warning: stale link cleanup failed: {e:#}"),
+            Err(e) => tracing::warn!("stale link cleanup failed: {e:#}"),
         }
         let mut net = iolab_netns::Net::new(TAG)?;
         let ns = net.namespace()?;

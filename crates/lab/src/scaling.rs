@@ -280,7 +280,7 @@ pub fn run(
         Some(spec) => {
             let mut l = crate::link::Link::create(spec, opts.backlog)?;
             l.measure()?;
-            eprintln!("iolab lab --scaling: {}", l.describe());
+            tracing::info!(target: "progress", "iolab lab --scaling: {}", l.describe());
             Some(l)
         }
         None => None,
@@ -295,10 +295,10 @@ pub fn run(
     };
     let (targets, skipped) = targets(opts);
     for s in &skipped {
-        eprintln!("note: peer skipped: {s}");
+        tracing::warn!("peer skipped: {s}");
     }
     let total = targets.len() * workers.len();
-    eprintln!(
+    tracing::info!(target: "progress",
         "iolab lab --scaling --profile {}: {} servers x {} worker counts x 2 modes x {} repeat(s) of {} s; {note}",
         opts.profile.name(),
         targets.len(),
@@ -342,7 +342,7 @@ pub fn run(
                 Ok(s) => s,
                 Err(e) => {
                     let msg = format!("{} with {w} workers failed to start: {e:#}", t.name);
-                    eprintln!("[{done}/{total}] {msg}");
+                    tracing::info!(target: "progress", "[{done}/{total}] {msg}");
                     sc.failures.push(msg);
                     continue;
                 }
@@ -395,7 +395,7 @@ pub fn run(
                 );
                 sc.rows.push(row);
             }
-            eprintln!("{line}");
+            tracing::info!(target: "progress", "{line}");
             srv.stop();
         }
     }
@@ -447,7 +447,7 @@ pub fn run(
     results.scaling = Some(sc);
     results.elapsed_s = t0.elapsed().as_secs_f64();
     write_outputs(&results, out)?;
-    eprintln!(
+    tracing::info!(target: "progress",
         "iolab lab --scaling: done in {}; report: {}",
         hms(results.elapsed_s),
         out.join("index.html").display()

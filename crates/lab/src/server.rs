@@ -60,7 +60,7 @@ pub fn install_signal_handler() -> anyhow::Result<()> {
         .spawn(move || {
             if let Some(sig) = signals.forever().next() {
                 iolab_netns::note_signal();
-                eprintln!("\niolab lab: interrupted; stopping the servers");
+                tracing::warn!("iolab lab: interrupted; stopping the servers");
                 kill_all();
                 // Then the link (--link), once nothing runs inside its namespace.
                 iolab_netns::cleanup_all();

@@ -842,9 +842,7 @@ pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
                         status: format!("failed: {e:#}"),
                         ..Default::default()
                     });
-                if std::env::var_os("IOLAB_MICRO_DEBUG").is_some() {
-                    eprintln!("echo {} {n} {size}: {r:?}", model.name());
-                }
+                tracing::debug!("echo {} {n} {size}: {r:?}", model.name());
                 let held_prev = max_held
                     .get(model.name())
                     .and_then(Value::as_u64)

@@ -564,7 +564,7 @@ pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
         machine.summary()
     ));
     t.print();
-    println!("(took {:.1} s)", t_start.elapsed().as_secs_f64());
+    tracing::info!(target: "progress", "(took {:.1} s)", t_start.elapsed().as_secs_f64());
 
     Ok(json!({
         "machine": machine,

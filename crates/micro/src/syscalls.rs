@@ -325,9 +325,7 @@ impl RingRun {
     /// them ensures the kernel no longer references our buffers when they are freed.
     fn finish(&mut self, p: &Pair) {
         let _ = p.tx.shutdown(std::net::Shutdown::Write);
-        if std::env::var_os("IOLAB_MICRO_DEBUG").is_some() {
-            eprintln!("finish: {} in ring", self.in_ring);
-        }
+        tracing::debug!("finish: {} in ring", self.in_ring);
         let t0 = Instant::now();
         while self.in_ring > 0 && t0.elapsed() < Duration::from_secs(2) {
             let _ = self.ring.submit_and_wait(1);
@@ -453,9 +451,7 @@ pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
                 };
                 let secs = t0.elapsed().as_secs_f64();
                 let cpu_secs = (crate::osutil::thread_cpu_ns() - c0).max(1) as f64 / 1e9;
-                if std::env::var_os("IOLAB_MICRO_DEBUG").is_some() {
-                    eprintln!("syscalls: {name} window {w}: {r:?} in {secs:.3} s");
-                }
+                tracing::debug!("syscalls: {name} window {w}: {r:?} in {secs:.3} s");
                 let slot = &mut best[vi][wi];
                 match r {
                     Ok((ops, subs)) => {

@@ -538,7 +538,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let file = dir.join("bench.bin");
     let want = size + 4321;
     if std::fs::metadata(&file).map(|m| m.len()).ok() != Some(want) {
-        eprintln!("bench: writing {} MiB of data", want >> 20);
+        tracing::info!(target: "progress", "bench: writing {} MiB of data", want >> 20);
         let mut f = std::io::BufWriter::new(std::fs::File::create(&file)?);
         let mut x = 0x9E37_79B9_7F4A_7C15u64;
         let mut buf = vec![0u8; 1 << 20];
@@ -569,7 +569,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut kinds: Vec<String> = args.disks.iter().map(|d| format!("hekate-{d}")).collect();
     let lt = !args.no_libtorrent && libtorrent_available();
     if !args.no_libtorrent && !lt {
-        eprintln!(
+        tracing::warn!(
             "bench: /usr/bin/python3 cannot import libtorrent (python3-libtorrent): ours only"
         );
     }
@@ -587,7 +587,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut summary: Vec<Summary> = Vec::new();
     let mut lt_settings = serde_json::Map::new();
     let repeats = args.repeats.max(1);
-    eprintln!(
+    tracing::info!(target: "progress",
         "bench: {} seeders x {} peer counts x {} caches x {repeats} repeats, {secs} s each",
         kinds.len(),
         peers.len(),
@@ -606,7 +606,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                                 lt_settings.insert(kind.clone(), s);
                             }
                             row.repeat = r;
-                            eprintln!(
+                            tracing::info!(target: "progress",
                                 "  run {}/{repeats} {kind:<19} {n:>6} peers {:<4}: {} connected, {:.1} MB/s",
                                 r + 1,
                                 row.cache,
@@ -615,7 +615,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                             );
                             rows.push(row);
                         }
-                        Err(e) => eprintln!("bench: {kind} with {n} peers failed: {e:#}"),
+                        Err(e) => tracing::warn!("bench: {kind} with {n} peers failed: {e:#}"),
                     }
                 }
             }

@@ -229,7 +229,7 @@ impl Seeder {
                 let end = me.clone().peer(&stream, addr).await;
                 me.counters.peers_now.fetch_sub(1, Ordering::Relaxed);
                 if debug_peers() {
-                    eprintln!("seed: peer {addr} ended: {end:?}");
+                    tracing::info!(target: "progress", "seed: peer {addr} ended: {end:?}");
                 }
                 match end {
                     End::Closed => {}
@@ -366,7 +366,7 @@ impl Seeder {
                 };
                 pos += n;
                 if debug_peers() && !matches!(msg, Message::Request { .. }) {
-                    eprintln!("seed: peer {key}: {:?}", DebugMsg(&msg));
+                    tracing::info!(target: "progress", "seed: peer {key}: {:?}", DebugMsg(&msg));
                 }
                 if let Err(e) = self.on_message(key, msg, fast, allowed, &mut queue, &mut out) {
                     return e;

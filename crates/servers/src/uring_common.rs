@@ -631,20 +631,63 @@ pub(crate) mod testing {
         (head, body)
     }
 
+    /// Triggers the server's shutdown when dropped: also when the client side panics (a
+    /// failed assertion), so the scoped server thread ends and the test fails at once instead
+    /// of waiting forever for a server nobody stops.
+    struct StopOnDrop<'a>(&'a crate::Shutdown);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.trigger();
+        }
+    }
+
     /// Serves a temp root with `run` (`workers` rings, `accept` mode), drives real requests
     /// through it, stops it, and checks the answers and the counters.
     pub(crate) fn exercise(run: fn(&Ctx) -> io::Result<()>, workers: usize, accept: AcceptMode) {
+        let ctx = serve_and(run, workers, accept, client);
+        let s = ctx.stats.snapshot();
+        assert_eq!(
+            (s.open, s.accepted, s.requests, s.refused),
+            (0, 2, 6, 0),
+            "{s:?}"
+        );
+    }
+
+    /// The files `serve_and` serves: small.html and the 700 KB big.bin.
+    fn files() -> (Vec<u8>, Vec<u8>) {
+        let small = b"<html>uring unit</html>\n".to_vec();
+        let big: Vec<u8> = (0..700_000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+            .collect();
+        (small, big)
+    }
+
+    /// Serves a temp root holding `files()` with `run` while `client` runs against it (given
+    /// the first connection, made once the server is up, and the address), then
+    /// stops the server (also when `client` panics: the panic then ends the call promptly)
+    /// and returns the context, for its counters.
+    fn serve_and(
+        run: fn(&Ctx) -> io::Result<()>,
+        workers: usize,
+        accept: AcceptMode,
+        client: impl FnOnce(TcpStream, SocketAddr, &Ctx),
+    ) -> Ctx {
         static N: AtomicUsize = AtomicUsize::new(0);
         let dir = std::env::temp_dir().join(format!(
             "iolab-uring-unit-{}-{}",
             std::process::id(),
             N.fetch_add(1, Ordering::Relaxed)
         ));
+        // Removes the temp root however the call ends.
+        struct RemoveDir(std::path::PathBuf);
+        impl Drop for RemoveDir {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
         std::fs::create_dir_all(&dir).unwrap();
-        let small = b"<html>uring unit</html>\n".to_vec();
-        let big: Vec<u8> = (0..700_000u32)
-            .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
-            .collect();
+        let _remove = RemoveDir(dir.clone());
+        let (small, big) = files();
         std::fs::write(dir.join("small.html"), &small).unwrap();
         std::fs::write(dir.join("big.bin"), &big).unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -663,8 +706,9 @@ pub(crate) mod testing {
         let ctx = Ctx::new(config, Stats::private()).unwrap();
         let result = std::thread::scope(|s| {
             let server = s.spawn(|| run(&ctx));
+            let stop = StopOnDrop(&ctx.shutdown);
             let deadline = Instant::now() + Duration::from_secs(10);
-            let mut c = loop {
+            let first = loop {
                 match TcpStream::connect(addr) {
                     Ok(c) => break c,
                     Err(e) => {
@@ -676,53 +720,83 @@ pub(crate) mod testing {
                     }
                 }
             };
-            c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-            // Keep-alive: three requests on one connection.
-            for _ in 0..3 {
-                c.write_all(b"GET /small.html HTTP/1.1\r\nHost: t\r\n\r\n")
-                    .unwrap();
-                let (head, body) = response(&mut c);
-                assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
-                assert_eq!(body, small);
-            }
-            // Two pipelined requests in one write, answered in order.
-            c.write_all(
-                b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\nGET /nope HTTP/1.1\r\nHost: t\r\n\r\n",
-            )
-            .unwrap();
-            let (head, body) = response(&mut c);
-            assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
-            assert!(body == big, "700 KB body differs");
-            let (head, _) = response(&mut c);
-            assert!(head.starts_with("HTTP/1.1 404 "), "{head}");
-            // A client gone in the middle of the 700 KB response.
-            let mut d = TcpStream::connect(addr).unwrap();
-            d.write_all(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n")
-                .unwrap();
-            let mut some = [0u8; 100];
-            d.read_exact(&mut some).unwrap();
-            drop(d);
-            drop(c);
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while ctx.stats.snapshot().open != 0 {
-                assert!(
-                    Instant::now() < deadline,
-                    "connections still open: {:?}",
-                    ctx.stats.snapshot()
-                );
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            ctx.shutdown.trigger();
+            client(first, addr, &ctx);
+            drop(stop);
             server.join().expect("server thread panicked")
         });
-        let _ = std::fs::remove_dir_all(&dir);
         result.expect("model returned an error");
-        let s = ctx.stats.snapshot();
-        assert_eq!(
-            (s.open, s.accepted, s.requests, s.refused),
-            (0, 2, 6, 0),
-            "{s:?}"
-        );
+        ctx
+    }
+
+    /// The requests `exercise` makes: keep-alive, pipelining, a client gone mid-response.
+    fn client(mut c: TcpStream, addr: SocketAddr, ctx: &Ctx) {
+        let (small, big) = files();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        // Keep-alive: three requests on one connection.
+        for _ in 0..3 {
+            c.write_all(b"GET /small.html HTTP/1.1\r\nHost: t\r\n\r\n")
+                .unwrap();
+            let (head, body) = response(&mut c);
+            assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+            assert_eq!(body, small);
+        }
+        // Two pipelined requests in one write, answered in order.
+        c.write_all(
+            b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\nGET /nope HTTP/1.1\r\nHost: t\r\n\r\n",
+        )
+        .unwrap();
+        let (head, body) = response(&mut c);
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+        assert!(body == big, "700 KB body differs");
+        let (head, _) = response(&mut c);
+        assert!(head.starts_with("HTTP/1.1 404 "), "{head}");
+        // A client gone in the middle of the 700 KB response.
+        let mut d = TcpStream::connect(addr).unwrap();
+        d.write_all(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+        let mut some = [0u8; 100];
+        d.read_exact(&mut some).unwrap();
+        drop(d);
+        drop(c);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while ctx.stats.snapshot().open != 0 {
+            assert!(
+                Instant::now() < deadline,
+                "connections still open: {:?}",
+                ctx.stats.snapshot()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// A failing assertion on the client side ends the test promptly: the server is stopped
+    /// and the panic reaches the caller. (Before, the scoped server thread was never told to
+    /// stop and the test hung.) Run in a thread so a regression fails by a generous bound
+    /// instead of hanging the suite.
+    #[test]
+    fn a_failing_client_assertion_ends_the_test() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let outcome = std::panic::catch_unwind(|| {
+                serve_and(crate::uring::run, 1, AcceptMode::Async, |c, _, _| {
+                    // The connection stays open while the panic unwinds, as in a failing test.
+                    let _c = c;
+                    panic!("intentional client failure");
+                });
+            });
+            let _ = tx.send(outcome);
+        });
+        let outcome = rx
+            .recv_timeout(Duration::from_secs(120))
+            .expect("the failing exercise did not end within 120 s: the server was not stopped");
+        let err = outcome.expect_err("the client's panic must reach the caller");
+        let msg = err
+            .downcast_ref::<&str>()
+            .copied()
+            .map(str::to_owned)
+            .or_else(|| err.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        assert!(msg.contains("intentional client failure"), "{msg}");
     }
 }
 

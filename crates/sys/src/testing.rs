@@ -90,6 +90,59 @@ pub fn require(ok: bool, reason: &str) -> bool {
     false
 }
 
+/// Headless Chromium, under whichever name the distribution installs it (Debian package
+/// `chromium`); `None` once the skip line is printed, a failure under CI (see
+/// [`require_any_tool`]).
+pub fn chromium() -> Option<PathBuf> {
+    require_any_tool(
+        &["chromium", "chromium-browser", "google-chrome"],
+        "chromium",
+    )
+}
+
+/// Runs headless `chromium` on the local file `page` with extra `args` (`--dump-dom`,
+/// `--screenshot=PATH`, `--window-size=W,H`, ...) in a fresh profile directory, removed
+/// afterwards; returns its stdout. Panics with chromium's stderr if it fails.
+pub fn headless_chromium(chromium: &Path, args: &[&str], page: &Path) -> Vec<u8> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let profile = std::env::temp_dir().join(format!(
+        "iolab-chromium-profile-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let out = std::process::Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--hide-scrollbars",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(args)
+        .arg(format!("file://{}", page.display()))
+        .output();
+    let _ = std::fs::remove_dir_all(&profile);
+    let out = out.unwrap_or_else(|e| panic!("running {}: {e}", chromium.display()));
+    assert!(
+        out.status.success(),
+        "chromium {args:?} {} failed: {}",
+        page.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// The DOM of the local HTML file `page` after headless Chromium loaded it (scripts run,
+/// inline SVG parsed): `None` when chromium is missing outside CI (the test skips, see
+/// [`chromium`]). Panics if chromium fails.
+pub fn chromium_renders(page: &Path) -> Option<String> {
+    let chromium = chromium()?;
+    let dom = headless_chromium(&chromium, &["--dump-dom"], page);
+    Some(String::from_utf8_lossy(&dom).into_owned())
+}
+
 /// `let path = require_tool!("nginx", "nginx");` — the tool's path, or the enclosing test
 /// returns (skips) outside CI / fails under CI (see [`require_tool`]).
 #[macro_export]

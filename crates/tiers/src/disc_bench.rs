@@ -201,7 +201,7 @@ impl Drop for Net {
     fn drop(&mut self) {
         if let Some(n) = self.net.take() {
             if let Err(e) = n.remove() {
-                eprintln!("disc bench: removing namespaces: {e:#}");
+                tracing::warn!("disc bench: removing namespaces: {e:#}");
             }
         }
     }
@@ -362,6 +362,7 @@ fn nginx_config(net: &Net, o: &DiscOpts) -> StackConfig {
         fe_listen: Some(net.fe_client),
         domain: None,
         cpus: Some(o.tier_cpus.clone()),
+        php: false,
     }
 }
 

@@ -91,6 +91,7 @@ impl State {
             fe_listen: Some(self.fe_client),
             domain: Some(self.domain.clone()),
             cpus,
+            php: false,
         }
     }
 }
@@ -296,7 +297,7 @@ pub fn up(exe: &Path, args: &[String]) -> anyhow::Result<State> {
         );
     }
     for line in cleanup_stale() {
-        eprintln!("removed stale: {line}");
+        tracing::info!(target: "progress", "removed stale: {line}");
     }
     std::fs::create_dir_all(state_dir())?;
     let log = state_dir().join("supervisor.log");
