@@ -8,6 +8,12 @@ use std::sync::OnceLock;
 
 const MODELS: [&str; 2] = ["threads", "epoll"];
 const TESTS: usize = 3;
+/// A real `iolab seed bench --json` output (crates/lab/testdata/README.md says how it was
+/// made): the report's BitTorrent seeder section.
+const SEED_BENCH: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/crates/lab/testdata/seed-bench.json"
+);
 static DONE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// The last test to pass removes the report (a failing one leaves it for inspection).
@@ -33,6 +39,8 @@ fn report() -> &'static Path {
                 "--peers",
                 "none",
                 "--no-micro",
+                "--seed-bench",
+                SEED_BENCH,
                 "--out",
             ])
             .arg(&dir)
@@ -170,8 +178,8 @@ fn index_html_figures_parse() {
     let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
     let marks = iolab_lab::validate::svg_marks(&html).expect("every SVG parses");
     // Figures 1 and 3 (curves), 1b (CPU per request), 2 and 4 (one panel per model),
-    // keep-alive. No micro section here (--no-micro).
-    assert_eq!(marks.svgs, 2 + 1 + 2 * MODELS.len() + 1, "SVG count");
+    // keep-alive, the seeder's two (--seed-bench). No micro section here (--no-micro).
+    assert_eq!(marks.svgs, 2 + 1 + 2 * MODELS.len() + 1 + 2, "SVG count");
     // Small enough to open (a quick run over every server stays under 1 MB too: see the
     // report's unit tests).
     assert!(html.len() < 1_000_000, "index.html is {} bytes", html.len());
@@ -187,6 +195,9 @@ fn index_html_figures_parse() {
         "Seed 000 next to iolab",
         "why ours differs",
         "Machine and settings",
+        "BitTorrent seeder: Hekate and libtorrent",
+        "Upload rate against peers",
+        "hekate-pread (cold)",
     ] {
         assert!(html.contains(s), "index.html lacks {s:?}");
     }

@@ -591,6 +591,127 @@ fn mktorrent_torrent_seeded() {
     );
 }
 
+/// A client whose disk fills up (aria2c writing into an 8 MiB tmpfs mounted in its own
+/// private mount namespace, `unshare -m`) fails with its own clear error, while a second
+/// aria2c started at the same time downloads everything byte for byte: the seeder keeps
+/// serving the others and is still up and accepting afterwards.
+#[test]
+fn a_client_with_a_full_disk_does_not_stop_the_others() {
+    let _g = lock();
+    if !Client::Aria2.available() || !have("unshare", "util-linux") {
+        return;
+    }
+    // Root is needed for the mount namespace.
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.trim_ascii() == b"0");
+    if !root {
+        assert!(
+            !ci(),
+            "the full-disk test needs root (unshare -m, mount tmpfs)"
+        );
+        eprintln!("SKIPPED: the full-disk test needs root (unshare -m, mount tmpfs)");
+        return;
+    }
+    let mut fx = Fixture::new("fulldisk");
+    let data = fx.data();
+    let src = data.join("single.bin");
+    let torrent = fx.dir.join("t.torrent");
+    let url = fx.tracker();
+    let seed = fx.seed(&[
+        src.to_str().unwrap(),
+        "--torrent",
+        torrent.to_str().unwrap(),
+        "--tracker",
+        &url,
+        "--piece-length",
+        "256K",
+        "--slots",
+        "0",
+    ]);
+    let small = fx.dir.join("small");
+    let dl = fx.dir.join("dl");
+    std::fs::create_dir_all(&small).unwrap();
+    std::fs::create_dir_all(&dl).unwrap();
+    // The tmpfs exists only in the client's namespace: it goes with the client.
+    let aria = Client::Aria2.start(&fx, &torrent, &small);
+    let args: Vec<String> = aria
+        .get_args()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let script =
+        "mount -t tmpfs -o size=8m iolab-seeder-full \"$1\" && shift && exec aria2c \"$@\"";
+    let full = fx.spawn(
+        Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sh", "-c", script, "sh"])
+            .arg(&small)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped()) // aria2c's console, where its errors go
+            .stderr(Stdio::piped()),
+    );
+    let ok = fx.spawn(
+        Client::Aria2
+            .start(&fx, &torrent, &dl)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    let got = dl.join("single.bin");
+    let complete = wait_complete(
+        &src,
+        &got,
+        &mut fx.children[ok],
+        Duration::from_secs(150),
+        false,
+    );
+    assert!(
+        complete,
+        "the second client did not complete; seed log:\n{}",
+        fx.seed_log()
+    );
+    // The full-disk client stops with an error of its own (ENOSPC), never with all data.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(st) = fx.children[full].try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the full-disk client never stopped"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let mut err = String::new();
+    let _ = fx.children[full]
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut err);
+    let _ = fx.children[full]
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err);
+    assert!(!status.success(), "the full-disk client succeeded?\n{err}");
+    assert!(
+        err.contains("No space left") || err.contains("space"),
+        "the full-disk client's error is not about space: {err}"
+    );
+    // Never mounted outside its namespace: nothing landed in `small` here.
+    assert!(std::fs::read_dir(&small).unwrap().next().is_none());
+    // The seeder is still up and accepting.
+    assert!(
+        fx.children[1].try_wait().unwrap().is_none(),
+        "the seeder exited"
+    );
+    assert!(
+        TcpStream::connect(seed).is_ok(),
+        "the seeder stopped accepting"
+    );
+    assert!(!fx.seed_log().contains("panicked"));
+}
+
 // ------------------------------------------------------------------ bad input
 
 fn small_fixture(tag: &str) -> (Fixture, PathBuf, PathBuf) {

@@ -11,6 +11,7 @@
 
 use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use aya::maps::HashMap;
@@ -36,7 +37,7 @@ pub fn available() -> bool {
 
 /// A client connection as the FE sees it (all fields in network byte order in the map).
 #[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ConnKey {
     pub client_ip: u32,
     pub fe_ip: u32,
@@ -95,7 +96,22 @@ unsafe impl aya::Pod for ConnState {}
 /// The loaded programs and their map.
 pub struct Hooks {
     ebpf: Ebpf,
+    /// Closed connections whose entries stay in the map for [`LINGER`] (oldest first), and
+    /// when each key was last retired (a key registered again meanwhile is not here).
+    closing: std::collections::VecDeque<(Instant, ConnKey)>,
+    closing_since: std::collections::HashMap<ConnKey, Instant>,
 }
+
+/// How long a closed connection keeps its map entry. The FE's stack goes on sending on a
+/// closed connection (its FIN, retransmitted until acknowledged; the ACK of the client's
+/// FIN; TIME_WAIT's answers): those segments must still be shifted past DP's bytes and the
+/// client's ACKs translated, or the client sees sequence numbers from another space (found
+/// by the capture check: the FE's FIN retransmitted unshifted once the entry was removed at
+/// close, so its FIN was never acknowledged in its own space). 60 s is Linux's
+/// TIME_WAIT and default `tcp_fin_timeout`.
+pub const LINGER: Duration = Duration::from_secs(60);
+/// At most this many closed connections linger (the map holds 65,536): beyond, the oldest go.
+pub const MAX_CLOSING: usize = 32768;
 
 impl Hooks {
     /// Loads both programs (the verifier runs here). Needs CAP_BPF.
@@ -115,7 +131,11 @@ impl Hooks {
             p.load()
                 .with_context(|| format!("the kernel refused {name}"))?;
         }
-        Ok(Hooks { ebpf })
+        Ok(Hooks {
+            ebpf,
+            closing: Default::default(),
+            closing_since: Default::default(),
+        })
     }
 
     /// A program's descriptor (for [`test_run`]).
@@ -160,7 +180,50 @@ impl Hooks {
         Ok(())
     }
 
-    /// Sets a registered connection's epoch, keeping what the programs recorded.
+    /// Registers a new client connection (no epoch yet).
+    pub fn register(&mut self, key: ConnKey) -> anyhow::Result<()> {
+        self.closing_since.remove(&key);
+        self.reap(Instant::now());
+        self.set(key, ConnState::default())
+    }
+
+    /// The connection was closed by the FE: its entry goes after [`LINGER`].
+    pub fn retire(&mut self, key: ConnKey) {
+        let now = Instant::now();
+        self.closing_since.insert(key, now);
+        self.closing.push_back((now, key));
+        self.reap(now);
+    }
+
+    /// Removes the entries of connections retired [`LINGER`] before `now` (and the oldest
+    /// beyond [`MAX_CLOSING`]), unless registered again since.
+    pub fn reap(&mut self, now: Instant) {
+        while let Some(&(t, k)) = self.closing.front() {
+            if now.saturating_duration_since(t) < LINGER && self.closing.len() <= MAX_CLOSING {
+                break;
+            }
+            self.closing.pop_front();
+            if self.closing_since.get(&k) == Some(&t) {
+                self.closing_since.remove(&k);
+                let _ = self.remove(&k);
+            }
+        }
+    }
+
+    /// Sets a registered connection's epoch, keeping what the programs recorded of the FE,
+    /// and starts DP's ACK record at the new payload's first byte.
+    ///
+    /// The stall of pipelined requests in direct mode (issue 15, found with a capture):
+    /// `last_ack` used to keep its old value, 0 on a connection's first payload. The ACK
+    /// forwarder compares ACKs modulo 2^32, and when the payload's first sequence number was
+    /// 2^31 or more away from 0 (half of all initial sequence numbers) a `last_ack` of 0
+    /// read before the client's first ACK arrived looked like progress *past* every real
+    /// ACK: the forwarder sent DP `ACK 0`, then ignored every real ACK as old, DP resent its
+    /// first window every RTO while the client acked the same bytes, and after 30 s the FE
+    /// gave up with the connection's bytes short (the client waited for its 60 s timeout).
+    /// A race (the forwarder's first read before the first ACK) times a coin toss: about one
+    /// run in three. Now `last_ack` starts at the payload's start, and the forwarder also
+    /// takes only ACKs inside the payload ([`dp_progress`]).
     pub fn set_epoch(
         &mut self,
         key: ConnKey,
@@ -172,6 +235,8 @@ impl Hooks {
         s.boundary = boundary;
         s.off_lo = off_lo;
         s.off_hi = off_hi;
+        s.last_ack = boundary.wrapping_add(off_lo);
+        s.last_win = 0;
         self.set(key, s)
     }
 
@@ -190,6 +255,30 @@ impl Hooks {
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// What the ACK forwarder tells DP, if anything: the client's latest ACK recorded by
+/// `disc_ingress` (`state`), for a payload at client-view sequence `seq` of `size` bytes, of
+/// which the forwarder last reported `reported` bytes acknowledged with window field
+/// `reported_win`. Only an ACK inside the payload, `seq < ack <= seq + size`, counts
+/// (anything else is stale: an earlier epoch's or the map's initial 0, see
+/// [`Hooks::set_epoch`]); it is reported when it acknowledges more, or the same with another
+/// window (a window update after a zero window). Returns (bytes acknowledged, raw window).
+pub fn dp_progress(
+    state: &ConnState,
+    seq: u32,
+    size: u32,
+    reported: u32,
+    reported_win: u32,
+) -> Option<(u32, u32)> {
+    let acked = state.last_ack.wrapping_sub(seq);
+    if acked == 0 || acked > size {
+        return None;
+    }
+    if acked > reported || (acked == reported && state.last_win != reported_win) {
+        return Some((acked, state.last_win));
+    }
+    None
 }
 
 pub const LOSSY: &str = "disc_lossy";
@@ -314,4 +403,54 @@ pub fn test_run(fd: BorrowedFd<'_>, packet: &[u8], repeat: u32) -> anyhow::Resul
         data: out,
         duration_ns: attr.duration,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn acked_at(last_ack: u32, last_win: u32) -> ConnState {
+        ConnState {
+            last_ack,
+            last_win,
+            ..ConnState::default()
+        }
+    }
+
+    /// The pipelined stall's regression test: a payload starting at 2^31 or more, and the
+    /// map's `last_ack` still 0 (no client ACK yet): nothing to forward. With the old modulo
+    /// comparison this was taken as progress and every later real ACK looked old.
+    #[test]
+    fn a_stale_ack_is_never_progress() {
+        let seq = 3_675_287_051u32;
+        assert_eq!(dp_progress(&acked_at(0, 0), seq, 65536, 0, 0), None);
+        // An earlier payload's last ACK (at or before this one's start).
+        assert_eq!(dp_progress(&acked_at(seq, 500), seq, 65536, 0, 0), None);
+        assert_eq!(
+            dp_progress(&acked_at(seq - 10, 500), seq, 65536, 0, 0),
+            None
+        );
+        // Past the payload's end: not this payload's (cannot be DP's progress).
+        assert_eq!(
+            dp_progress(&acked_at(seq + 65537, 9), seq, 65536, 0, 0),
+            None
+        );
+    }
+
+    #[test]
+    fn acks_inside_the_payload_are_forwarded_once_and_window_updates_too() {
+        let seq = u32::MAX - 100; // the payload wraps around 2^32
+        let s = acked_at(seq.wrapping_add(1400), 300);
+        assert_eq!(dp_progress(&s, seq, 65536, 0, 0), Some((1400, 300)));
+        assert_eq!(dp_progress(&s, seq, 65536, 1400, 300), None, "already told");
+        assert_eq!(
+            dp_progress(&acked_at(seq.wrapping_add(1400), 0), seq, 65536, 1400, 300),
+            Some((1400, 0)),
+            "same ACK, window closed: DP must know"
+        );
+        let end = acked_at(seq.wrapping_add(65536), 1);
+        assert_eq!(dp_progress(&end, seq, 65536, 1400, 300), Some((65536, 1)));
+        // An older ACK arriving late is not a step back.
+        assert_eq!(dp_progress(&s, seq, 65536, 65536, 1), None);
+    }
 }

@@ -157,7 +157,8 @@ struct Registered {
 
 impl Drop for Registered {
     fn drop(&mut self) {
-        let _ = self.hooks.borrow_mut().remove(&self.key);
+        // Not removed yet: the FE's stack still sends on a closed connection (Hooks::LINGER).
+        self.hooks.borrow_mut().retire(self.key);
     }
 }
 
@@ -168,9 +169,11 @@ fn register(stream: &TcpStream, hooks: &SharedHooks) -> io::Result<Option<Regist
         return Ok(None); // IPv6: no shortcut (the hooks are IPv4)
     };
     let key = crate::bpf::ConnKey::new(*client.ip(), client.port(), *fe.ip(), fe.port());
-    h.borrow_mut()
-        .set(key, crate::bpf::ConnState::default())
-        .map_err(io::Error::other)?;
+    if let Err(e) = h.borrow_mut().register(key) {
+        // No shortcut on this connection: its answers take the normal path.
+        tracing::warn!("DISC hooks: cannot register {client}: {e}");
+        return Ok(None);
+    }
     Ok(Some(Registered {
         hooks: h.clone(),
         key,
@@ -433,16 +436,17 @@ async fn fe_direct(reg: &Registered, client: &TcpStream, c: &mut Conn, d: Disc) 
     if answer != format!("OK {}", d.size) {
         return Err(io::Error::other(format!("DP answered `{answer}`")));
     }
-    let end = seq.wrapping_add(size);
-    let (mut last, mut progress) = (seq, std::time::Instant::now());
-    while last != end {
+    // The ACK forwarder. Only ACKs inside this payload count (crate::bpf::dp_progress: a
+    // stale `last_ack` compared modulo 2^32 was the pipelined stall, see Hooks::set_epoch).
+    let (mut acked, mut win, mut progress) = (0u32, 0u32, std::time::Instant::now());
+    while acked != size {
         let s = get()?;
-        if (s.last_ack.wrapping_sub(last) as i32) > 0 {
-            last = s.last_ack;
+        if let Some((a, w)) = crate::bpf::dp_progress(&s, seq, size, acked, win) {
+            (acked, win) = (a, w);
             progress = std::time::Instant::now();
             write_all(
                 &c.stream,
-                format!("ACK {last} {}\r\n", s.last_win).into_bytes(),
+                format!("ACK {} {w}\r\n", seq.wrapping_add(a)).into_bytes(),
             )
             .await?;
         } else if progress.elapsed() > DIRECT_STALL {

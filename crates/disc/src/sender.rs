@@ -185,6 +185,8 @@ impl Transfer {
             // Before the payload (an old ACK) or not ours: ignored.
             return Ok(());
         }
+        // A window update (same ACK, another window) is not a duplicate ACK.
+        let update = window != self.window;
         self.window = window;
         if off > self.una {
             self.una = off;
@@ -192,7 +194,7 @@ impl Transfer {
             self.dupacks = 0;
             self.rto = RTO_INITIAL;
             self.armed = Instant::now();
-        } else if off == self.una && self.nxt > self.una {
+        } else if off == self.una && self.nxt > self.una && !update {
             self.dupacks += 1;
             if self.dupacks == 3 {
                 self.go_back();

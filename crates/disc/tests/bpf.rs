@@ -2,6 +2,8 @@
 //! network, no namespace. Needs root (CAP_BPF) and a build with clang; otherwise skips with
 //! one line (a failure under CI=true).
 
+mod common;
+
 use std::net::Ipv4Addr;
 
 use iolab_disc::bpf::{
@@ -15,22 +17,7 @@ const CPORT: u16 = 40000;
 const FPORT: u16 = 8080;
 
 fn ready() -> bool {
-    let why = if !iolab_disc::bpf::available() {
-        "iolab-disc was built without clang/libbpf-dev (scripts/deps/disc)"
-    } else if !std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-    {
-        "needs root (CAP_BPF)"
-    } else {
-        return true;
-    };
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("disc eBPF tests: {why}");
-    }
-    eprintln!("skipping the disc eBPF tests: {why}");
-    false
+    common::bpf_ready("the disc eBPF tests", "CAP_BPF")
 }
 
 fn from_fe(seq: u32, payload: &[u8]) -> Vec<u8> {
@@ -226,4 +213,30 @@ fn hook_cost_per_packet() {
         e.duration_ns, i.duration_ns
     );
     assert!(e.duration_ns > 0 && i.duration_ns > 0);
+}
+
+/// A closed connection keeps its entry for `LINGER` (the FE's FIN and last ACKs are still
+/// shifted), unless the same 4-tuple is registered again meanwhile.
+#[test]
+fn closed_connections_linger_then_go() {
+    if !ready() {
+        return;
+    }
+    let mut h = Hooks::load().unwrap();
+    let (k1, k2) = (key(), ConnKey::new(CLIENT, CPORT + 1, FE, FPORT));
+    h.register(k1).unwrap();
+    h.register(k2).unwrap();
+    h.set_epoch(k1, 1000, 0, 500).unwrap();
+    h.retire(k1);
+    h.retire(k2);
+    assert!(h.get(&k1).unwrap().is_some(), "still shifted after close");
+    h.register(k2).unwrap(); // the 4-tuple reused by a new connection
+    let later = std::time::Instant::now() + iolab_disc::bpf::LINGER;
+    h.reap(later);
+    assert!(h.get(&k1).unwrap().is_none(), "gone after LINGER");
+    assert!(
+        h.get(&k2).unwrap().is_some(),
+        "the new connection keeps its entry"
+    );
+    h.remove(&k2).unwrap();
 }

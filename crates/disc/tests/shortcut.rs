@@ -14,6 +14,8 @@
 //! read the SYN's), and the client's namespace accepts the FE's address arriving on link E
 //! (rp_filter 0, as a flat datacenter network would). Needs root and clang; skips otherwise.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::os::fd::AsRawFd;
@@ -25,22 +27,7 @@ use iolab_disc::bpf::{ConnKey, ConnState, Hooks};
 use iolab_disc::sender::{Flow, RawSocket, Transfer};
 
 fn ready() -> bool {
-    let why = if !iolab_disc::bpf::available() {
-        "iolab-disc was built without clang/libbpf-dev (scripts/deps/disc)"
-    } else if !std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-    {
-        "needs root (namespaces, CAP_BPF, raw sockets)"
-    } else {
-        return true;
-    };
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("disc shortcut test: {why}");
-    }
-    eprintln!("skipping the disc shortcut test: {why}");
-    false
+    common::bpf_ready("the disc shortcut test", "namespaces, CAP_BPF, raw sockets")
 }
 
 fn sysctl(ns: &iolab_netns::Namespace, kv: &str) {
@@ -171,20 +158,17 @@ fn dp_sends_on_the_fes_connection_and_the_fe_continues_after_it() {
             mss: 1400,
         })?;
         // The ack forwarder: the client's ACKs for DP, as the ingress program saw them.
-        let (mut last, t0) = (0u32, Instant::now());
-        let end = st.fe_nxt.wrapping_add(n);
-        loop {
+        let t0 = Instant::now();
+        let (mut acked, mut win) = (0u32, 0u32);
+        while acked != n {
             anyhow::ensure!(
                 t0.elapsed() < Duration::from_secs(60),
                 "payload not acknowledged"
             );
             let s2 = hooks.get(&key)?.expect("registered");
-            if s2.dp_acks > 0 && s2.last_ack != last {
-                last = s2.last_ack;
-                let _ = ack_tx.send((last, s2.last_win as usize));
-            }
-            if s2.dp_acks > 0 && last == end {
-                break;
+            if let Some((a, w)) = iolab_disc::bpf::dp_progress(&s2, st.fe_nxt, n, acked, win) {
+                (acked, win) = (a, w);
+                let _ = ack_tx.send((st.fe_nxt.wrapping_add(a), w as usize));
             }
             std::thread::sleep(Duration::from_micros(200));
         }

@@ -32,6 +32,21 @@ pub struct BenchOpts {
     /// CPUs for the tiers and for the client (taskset lists).
     pub tier_cpus: Option<String>,
     pub client_cpus: Option<String>,
+    /// The payloads come from PHP (php-fpm on the BE, `/payload.php?n=SIZE`) instead of
+    /// static files.
+    pub php: bool,
+}
+
+/// The path a size is requested at, and the bytes it answers.
+pub fn target(php: bool, size: usize) -> (String, Vec<u8>) {
+    if php {
+        (
+            format!("/payload.php?n={size}"),
+            crate::nginx::php_payload(size),
+        )
+    } else {
+        (format!("/f{size}"), crate::testutil::payload(size))
+    }
 }
 
 /// One wrk run's figures.
@@ -142,7 +157,7 @@ fn one_run(
     size: usize,
     o: &BenchOpts,
 ) -> anyhow::Result<Run> {
-    let url = format!("http://{}/f{size}", stack.cfg.listen("fe"));
+    let url = format!("http://{}{}", stack.cfg.listen("fe"), target(o.php, size).0);
     let cpu0: Vec<f64> = crate::stack::TIERS
         .iter()
         .map(|t| cg.cpu_seconds(t))
@@ -230,12 +245,14 @@ impl Drop for RemoveDir {
 pub fn run(state: &State, o: &BenchOpts, progress: &dyn Fn(&str)) -> anyhow::Result<Value> {
     let base = state.up.port + 100;
     let mk = |name: &str, port: u16, odb: Option<Odb>| {
-        state.stack_config(
+        let mut c = state.stack_config(
             port,
             state.dir.join(format!("bench-{name}")),
             odb,
             o.tier_cpus.clone(),
-        )
+        );
+        c.php = o.php;
+        c
     };
     // declared first, dropped last: after the stacks have stopped
     let _dirs = [
@@ -251,10 +268,9 @@ pub fn run(state: &State, o: &BenchOpts, progress: &dyn Fn(&str)) -> anyhow::Res
     let mut sizes_out = Vec::new();
     for &size in &o.sizes {
         // correctness gate and warm-up: both stacks serve the same bytes
-        let want = crate::testutil::payload(size);
+        let (path, want) = target(o.php, size);
         for st in [&vanilla, &odb] {
-            let body =
-                fetch_in_client_ns(state, &format!("http://{}/f{size}", st.cfg.listen("fe")))?;
+            let body = fetch_in_client_ns(state, &format!("http://{}{path}", st.cfg.listen("fe")))?;
             if body != want {
                 bail!(
                     "{} bytes from the {} stack differ from the file",
@@ -315,6 +331,11 @@ pub fn run(state: &State, o: &BenchOpts, progress: &dyn Fn(&str)) -> anyhow::Res
     // stores fell back, when they did
     let agent_stats = crate::cli::agent_stats_in(odb.cfg.be.ns.as_deref(), odb.cfg.agent_addr());
     let counters = odb.odb_counters();
+    let php_fpm_config = odb
+        .configs
+        .iter()
+        .find(|(n, _)| n == "php-fpm")
+        .map(|(_, c)| c.clone());
     drop(odb);
     drop(vanilla);
     Ok(json!({
@@ -323,10 +344,12 @@ pub fn run(state: &State, o: &BenchOpts, progress: &dyn Fn(&str)) -> anyhow::Res
         "method": {
             "repeats": o.repeats, "seconds": o.seconds, "connections": o.connections,
             "client": "wrk -t1 (client namespace)", "tier_cpus": o.tier_cpus, "client_cpus": o.client_cpus,
+            "payloads": if o.php { "php-fpm /payload.php" } else { "static files" },
             "odb_threshold": o.odb.threshold, "agent_memory_mib": o.odb.agent_memory_mib,
             "rate_bps": state.up.rate_bps, "delay_us": state.up.delay_us,
         },
         "nginx_configs": state.configs.iter().map(|(t, c)| json!({"tier": t, "config": c})).collect::<Vec<_>>(),
+        "php_fpm_config": php_fpm_config,
         "sizes": sizes_out,
         "odb_counters_last_run": counters,
         "agent_stats_last_run": agent_stats,

@@ -90,6 +90,10 @@ pub struct BenchArgs {
     /// tiers-disc-bench.*). See crates/tiers/README.md.
     #[arg(long)]
     pub disc: bool,
+    /// Payloads from PHP through php-fpm on the BE (`/payload.php?n=SIZE`, FastCGI over a
+    /// unix socket) instead of static files; ODB on the nginx tiers.
+    #[arg(long)]
+    pub php: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -393,9 +397,11 @@ fn bench(b: BenchArgs) -> anyhow::Result<()> {
         odb: odb_for_this_build()?,
         tier_cpus: Some("0".into()),
         client_cpus: Some("1".into()),
+        php: b.php,
     };
     println!(
-        "tiers bench: {} sizes x {} repeats x 2 modes x {} s (tiers on CPU 0, wrk on CPU 1)",
+        "tiers bench{}: {} sizes x {} repeats x 2 modes x {} s (tiers on CPU 0, wrk on CPU 1)",
+        if opts.php { " --php" } else { "" },
         opts.sizes.len(),
         opts.repeats,
         opts.seconds

@@ -362,6 +362,7 @@ fn nginx_config(net: &Net, o: &DiscOpts) -> StackConfig {
         fe_listen: Some(net.fe_client),
         domain: None,
         cpus: Some(o.tier_cpus.clone()),
+        php: false,
     }
 }
 

@@ -47,6 +47,10 @@ pub struct StackConfig {
     pub domain: Option<String>,
     /// CPUs the tiers run on (taskset list, e.g. "0"); None: anywhere.
     pub cpus: Option<String>,
+    /// php-fpm beside the BE nginx (its namespace, cgroup and lifetime), serving
+    /// `/payload.php?n=SIZE` (written into `root`). ODB is preloaded into the nginx tiers
+    /// only: php-fpm talks to the BE nginx over a unix socket, outside the ODB domain.
+    pub php: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -141,6 +145,25 @@ fn remove_arena_files(agent_pid: u32) {
             }
         }
     }
+}
+
+/// Debian's php-fpm binary (`php-fpm8.2` on bookworm: versioned name, in /usr/sbin).
+pub fn php_fpm_bin() -> Option<PathBuf> {
+    if let Some(p) = which("php-fpm") {
+        return Some(p);
+    }
+    let mut v: Vec<PathBuf> = std::fs::read_dir("/usr/sbin")
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("php-fpm"))
+        })
+        .collect();
+    v.sort();
+    v.pop()
 }
 
 pub fn which(prog: &str) -> Option<PathBuf> {
@@ -277,6 +300,10 @@ impl Stack {
             )?;
             st.procs.push(("agent".into(), child));
         }
+        let php_sock = cfg.dir.join("be").join("php.sock");
+        if cfg.php {
+            st.start_php(cgroups, &php_sock)?;
+        }
         // BE first, then IS, then FE: each finds its upstream listening.
         for tier in ["be", "is", "fe"] {
             if tier == "be" && cfg.skip_be {
@@ -305,7 +332,13 @@ impl Stack {
             };
             let bind = cfg.loopback.then(|| cfg.place(tier).addr);
             let text = match tier {
-                "be" => nginx::be(&tdir, &common, cfg.listen("be"), &cfg.root),
+                "be" => nginx::be(
+                    &tdir,
+                    &common,
+                    cfg.listen("be"),
+                    &cfg.root,
+                    cfg.php.then_some(php_sock.as_path()),
+                ),
                 "is" => nginx::proxy(&tdir, &common, cfg.listen("is"), &[cfg.listen("be")], bind),
                 _ => nginx::proxy(&tdir, &common, cfg.listen("fe"), &[cfg.listen("is")], bind),
             };
@@ -355,6 +388,58 @@ impl Stack {
             st.procs.push((tier.to_string(), child));
         }
         Ok(st)
+    }
+
+    /// php-fpm (master in the foreground, a static pool) in the BE's namespace and cgroup,
+    /// stopped with the stack and by `PR_SET_PDEATHSIG` when its starter dies.
+    fn start_php(
+        &mut self,
+        cgroups: Option<&crate::cpu::Cgroups>,
+        sock: &Path,
+    ) -> anyhow::Result<()> {
+        let cfg = self.cfg.clone();
+        let bin = php_fpm_bin().context("php-fpm not found (Debian package php-fpm)")?;
+        let dir = cfg.dir.join("php");
+        std::fs::create_dir_all(&dir)?;
+        std::fs::create_dir_all(sock.parent().unwrap())?;
+        std::fs::create_dir_all(&cfg.root)?;
+        std::fs::write(cfg.root.join("payload.php"), nginx::PHP_SCRIPT)?;
+        // SAFETY: geteuid has no preconditions.
+        let root_user = unsafe { libc::geteuid() } == 0;
+        let text = nginx::php_fpm(&dir, sock, 4, root_user.then_some(WORKER_USER));
+        let conf = dir.join("php-fpm.conf");
+        std::fs::write(&conf, &text)?;
+        self.configs.push(("php-fpm".into(), text));
+        let mut c = cfg.command(bin.as_os_str());
+        c.arg("-F").arg("-y").arg(&conf).arg("-p").arg(&dir);
+        c.stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("stderr.log"))?);
+        c.env_clear().env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+        if let Some(ns) = &cfg.be.ns {
+            enter_ns(&mut c, ns)?;
+        }
+        if let Some(cg) = cgroups {
+            enter_cgroup(&mut c, &cg.dir("be"))?;
+        }
+        die_with_parent(&mut c);
+        let mut child = c.spawn().context("starting php-fpm")?;
+        let t0 = Instant::now();
+        while !sock.exists() {
+            if let Some(st) = child.try_wait()? {
+                bail!(
+                    "php-fpm exited at start ({st}): {}",
+                    std::fs::read_to_string(dir.join("php-fpm.log")).unwrap_or_default()
+                );
+            }
+            if t0.elapsed() > Duration::from_secs(10) {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("php-fpm made no socket at {} in 10 s", sock.display());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.procs.push(("php".into(), child));
+        Ok(())
     }
 
     /// The agent's pid (ODB runs only).

@@ -91,6 +91,7 @@ impl State {
             fe_listen: Some(self.fe_client),
             domain: Some(self.domain.clone()),
             cpus,
+            php: false,
         }
     }
 }

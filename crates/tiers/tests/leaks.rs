@@ -49,6 +49,7 @@ fn config(scratch: &ScratchDir, root: &Path) -> StackConfig {
         fe_listen: None,
         domain: None,
         cpus: None,
+        php: false,
     }
 }
 
