@@ -184,26 +184,14 @@ fn one_run(
     })
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.retain(|x| x.is_finite());
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
-/// (median, min, max)
-fn stats(v: Vec<f64>) -> Value {
-    let m = median(v.clone());
-    let lo = v.iter().cloned().fold(f64::INFINITY, f64::min);
-    let hi = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-    json!({"median": m, "min": lo, "max": hi})
+/// (median, min, max) of the finite values, each NaN (JSON null) when there is none; shared
+/// by the ODB and DISC benches.
+pub(crate) fn stats(v: Vec<f64>) -> Value {
+    let f: Vec<f64> = v.into_iter().filter(|x| x.is_finite()).collect();
+    let median = iolab_sys::percentile::median_mean_of_middle(&f).unwrap_or(f64::NAN);
+    let lo = f.iter().copied().reduce(f64::min).unwrap_or(f64::NAN);
+    let hi = f.iter().copied().reduce(f64::max).unwrap_or(f64::NAN);
+    json!({"median": median, "min": lo, "max": hi})
 }
 
 fn summarize(runs: &[Run]) -> Value {

@@ -30,7 +30,7 @@
 //! after), `bpftool prog show --json` before and after each DISC run: run_time_ns/run_cnt of
 //! the FE process's `disc_egress` and `disc_ingress` programs.
 
-use crate::bench::{check_in_chromium, machine, parse_wrk};
+use crate::bench::{check_in_chromium, machine, parse_wrk, stats};
 use crate::stack::{die_with_parent, enter_cgroup, enter_ns, Place, Stack, StackConfig};
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
@@ -593,27 +593,6 @@ fn shuffled(seed: &mut u64) -> [&'static str; 3] {
         c.swap(i, (*seed % (i as u64 + 1)) as usize);
     }
     c
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.retain(|x| x.is_finite());
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
-fn stats(v: Vec<f64>) -> Value {
-    let f: Vec<f64> = v.iter().cloned().filter(|x| x.is_finite()).collect();
-    let lo = f.iter().cloned().fold(f64::INFINITY, f64::min);
-    let hi = f.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-    json!({"median": median(v), "min": if f.is_empty() { f64::NAN } else { lo }, "max": if f.is_empty() { f64::NAN } else { hi }})
 }
 
 fn summarize(runs: &[&Run]) -> Value {
