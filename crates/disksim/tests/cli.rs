@@ -7,10 +7,12 @@ use std::path::{Path, PathBuf};
 mod common;
 use common::iolab;
 
-fn tempdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("iolab-disksim-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A scratch directory removed when the guard drops, also when the test fails or returns early.
+fn tempdir(tag: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("iolab-disksim-{tag}-"))
+        .tempdir()
+        .unwrap()
 }
 
 fn configs() -> PathBuf {
@@ -19,7 +21,8 @@ fn configs() -> PathBuf {
 
 #[test]
 fn validate_disksim_table_json_html_in_chromium() {
-    let dir = tempdir("validate");
+    let tmp = tempdir("validate");
+    let dir = tmp.path();
     let (json, html) = (dir.join("v.json"), dir.join("v.html"));
     let out = iolab()
         .args(["disksim", "validate-disksim", "--json"])
@@ -58,12 +61,12 @@ fn validate_disksim_table_json_html_in_chromium() {
     assert_eq!(dom.matches("<svg").count(), 5, "five CDF figures rendered");
     assert_eq!(dom.matches("<path").count(), 10, "two curves per figure");
     assert!(dom.contains("id=\"results\""));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn run_with_each_example_config_and_a_trace() {
-    let dir = tempdir("run");
+    let tmp = tempdir("run");
+    let dir = tmp.path();
     for cfg in [
         "hdd-7200.toml",
         "sata-ssd.toml",
@@ -132,7 +135,6 @@ fn run_with_each_example_config_and_a_trace() {
     assert!(!out.status.success());
     assert!(err.contains("line 2"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
