@@ -31,7 +31,7 @@
 //! the FE process's `disc_egress` and `disc_ingress` programs.
 
 use crate::bench::{check_in_chromium, machine, parse_wrk, stats};
-use crate::stack::{die_with_parent, enter_cgroup, enter_ns, Place, Stack, StackConfig};
+use crate::stack::{die_with_parent, enter_cgroup, enter_ns, reap_by, Place, Stack, StackConfig};
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -302,16 +302,9 @@ impl Drop for Peers {
                 // SAFETY: kill(2) on our own child.
                 unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
             }
-            let t0 = Instant::now();
+            let deadline = Instant::now() + Duration::from_secs(5);
             for (_, c) in procs.iter_mut() {
-                while c.try_wait().ok().flatten().is_none() {
-                    if t0.elapsed() > Duration::from_secs(5) {
-                        let _ = c.kill();
-                        let _ = c.wait();
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(10));
-                }
+                reap_by(c, deadline);
             }
             // the hooks go with the FE's process; the qdisc it attached them to must too, so
             // the next configuration meets a plain interface
@@ -595,6 +588,30 @@ fn shuffled(seed: &mut u64) -> [&'static str; 3] {
     c
 }
 
+/// One size's row of the result: each configuration's summary and the ratios between them.
+fn size_row(runs: &[Run], size: usize) -> Value {
+    let mut x = serde_json::Map::new();
+    x.insert("size".into(), size.into());
+    for c in CONFIGS {
+        let rs: Vec<&Run> = runs
+            .iter()
+            .filter(|r| r.size == size && r.config == c)
+            .collect();
+        x.insert(c.into(), summarize(&rs));
+    }
+    let r = |a: &str, b: &str, k: &str| m(&x[a], k) / m(&x[b], k);
+    let ratios = json!({
+        "cpu_disc_vs_nginx": r("disc", "nginx", "cpu_us_per_req"),
+        "cpu_disc_vs_ours": r("disc", "ours", "cpu_us_per_req"),
+        "rps_disc_vs_nginx": r("disc", "nginx", "rps"),
+        "rps_ours_vs_nginx": r("ours", "nginx", "rps"),
+        "p99_disc_vs_nginx": r("disc", "nginx", "p99_ms"),
+        "p99_disc_vs_ours": r("disc", "ours", "p99_ms"),
+    });
+    x.insert("ratios".into(), ratios);
+    Value::Object(x)
+}
+
 fn summarize(runs: &[&Run]) -> Value {
     let per_req = |f: &dyn Fn(&Run) -> f64| -> Vec<f64> {
         runs.iter()
@@ -698,29 +715,7 @@ pub fn run(o: &DiscOpts, progress: &dyn Fn(&str)) -> anyhow::Result<Value> {
             drop(peers);
         }
     }
-    let mut sizes_out = Vec::new();
-    for &size in &o.sizes {
-        let mut x = serde_json::Map::new();
-        x.insert("size".into(), size.into());
-        for c in CONFIGS {
-            let rs: Vec<&Run> = runs
-                .iter()
-                .filter(|r| r.size == size && r.config == c)
-                .collect();
-            x.insert(c.into(), summarize(&rs));
-        }
-        let r = |a: &str, b: &str, k: &str| m(&x[a], k) / m(&x[b], k);
-        let ratios = json!({
-            "cpu_disc_vs_nginx": r("disc", "nginx", "cpu_us_per_req"),
-            "cpu_disc_vs_ours": r("disc", "ours", "cpu_us_per_req"),
-            "rps_disc_vs_nginx": r("disc", "nginx", "rps"),
-            "rps_ours_vs_nginx": r("ours", "nginx", "rps"),
-            "p99_disc_vs_nginx": r("disc", "nginx", "p99_ms"),
-            "p99_disc_vs_ours": r("disc", "ours", "p99_ms"),
-        });
-        x.insert("ratios".into(), ratios);
-        sizes_out.push(Value::Object(x));
-    }
+    let sizes_out: Vec<Value> = o.sizes.iter().map(|&size| size_row(&runs, size)).collect();
     let ours: Vec<Value> = [false, true]
         .iter()
         .map(|&d| {
@@ -1030,22 +1025,7 @@ mod tests {
     fn result(runs: Vec<Run>) -> Value {
         let sizes: Vec<Value> = [1024usize, 65536]
             .iter()
-            .map(|&size| {
-                let mut x = serde_json::Map::new();
-                x.insert("size".into(), size.into());
-                for c in CONFIGS {
-                    let rs: Vec<&Run> = runs
-                        .iter()
-                        .filter(|r| r.size == size && r.config == c)
-                        .collect();
-                    x.insert(c.into(), summarize(&rs));
-                }
-                x.insert(
-                    "ratios".into(),
-                    json!({"rps_disc_vs_nginx": m(&x["disc"], "rps") / m(&x["nginx"], "rps")}),
-                );
-                Value::Object(x)
-            })
+            .map(|&size| size_row(&runs, size))
             .collect();
         json!({
             "method": {"repeats": 1, "seconds": 1, "connections": 4, "orders": [], "sysctls": ["FE: x=0"]},

@@ -509,19 +509,12 @@ impl Stack {
                 unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
             }
         }
-        let t0 = Instant::now();
+        let deadline = Instant::now() + Duration::from_secs(5);
         for (name, c) in self.procs.iter_mut() {
             if name == "agent" {
                 continue;
             }
-            while c.try_wait().ok().flatten().is_none() {
-                if t0.elapsed() > Duration::from_secs(5) {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            reap_by(c, deadline);
         }
         self.kill_agent();
         self.procs.clear();
@@ -531,5 +524,18 @@ impl Stack {
 impl Drop for Stack {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// Waits for a child already asked to stop (SIGTERM) until `deadline`, then kills it; either
+/// way it is reaped, so no zombie is left. One deadline serves a group stopped together.
+pub(crate) fn reap_by(c: &mut Child, deadline: Instant) {
+    while c.try_wait().ok().flatten().is_none() {
+        if Instant::now() > deadline {
+            let _ = c.kill();
+            let _ = c.wait();
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
