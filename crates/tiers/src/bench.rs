@@ -405,10 +405,27 @@ pub fn table(v: &Value) -> String {
     s
 }
 
-fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
+}
+
+/// The printed nginx configurations of a result (`nginx_configs`), one heading and block per
+/// tier; `prefix` goes before each tier's name.
+pub(crate) fn nginx_configs_html(v: &Value, prefix: &str) -> String {
+    v["nginx_configs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            format!(
+                "<h4>{prefix}{}</h4><pre>{}</pre>",
+                esc(c["tier"].as_str().unwrap_or("")),
+                esc(c["config"].as_str().unwrap_or(""))
+            )
+        })
+        .collect()
 }
 
 /// The report section (a self-contained HTML page with an SVG figure).
@@ -476,18 +493,7 @@ pub fn html(v: &Value) -> String {
         ));
     }
     svg.push_str(&format!("<text x='{pad}' y='16' font-size='12'>IS CPU µs per request (max {maxc:.0}); grey: vanilla, blue: ODB</text></svg>"));
-    let configs: String = v["nginx_configs"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|c| {
-            format!(
-                "<h4>{}</h4><pre>{}</pre>",
-                esc(c["tier"].as_str().unwrap_or("")),
-                esc(c["config"].as_str().unwrap_or(""))
-            )
-        })
-        .collect();
+    let configs = nginx_configs_html(v, "");
     format!(
         "<!doctype html><html><head><meta charset='utf-8'><title>iolab tiers: ODB across nginx</title>\
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}pre{{background:#f6f6f6;padding:6px;font-size:11px}}</style></head><body>\

@@ -406,16 +406,7 @@ fn bench(b: BenchArgs) -> anyhow::Result<()> {
         opts.repeats,
         opts.seconds
     );
-    // Ctrl-C: finish the run in progress, then stop the stacks and remove what the bench
-    // made (wrk, in the same process group, stops at once)
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        // SAFETY: the handler only stores to an atomic (async-signal-safe).
-        unsafe {
-            signal_hook::low_level::register(sig, || {
-                crate::bench::INTERRUPTED.store(true, std::sync::atomic::Ordering::Relaxed)
-            })?;
-        }
-    }
+    finish_run_on_signals()?;
     let v = crate::bench::run(&state, &opts, &|l| println!("{l}"))?;
     println!("\n{}", crate::bench::table(&v));
     std::fs::write(&b.json, serde_json::to_string_pretty(&v)? + "\n")
@@ -469,14 +460,7 @@ fn disc_bench(state: &crate::testbed::State, b: BenchArgs) -> anyhow::Result<()>
         opts.repeats,
         opts.seconds
     );
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        // SAFETY: the handler only stores to an atomic (async-signal-safe).
-        unsafe {
-            signal_hook::low_level::register(sig, || {
-                crate::bench::INTERRUPTED.store(true, std::sync::atomic::Ordering::Relaxed)
-            })?;
-        }
-    }
+    finish_run_on_signals()?;
     // the namespaces' guard removes them on our own signal handling: keep iolab-netns off
     // the signals (the bench stops after the run in progress)
     iolab_netns::external_signal_handling();
@@ -513,4 +497,18 @@ pub fn agent_stats_in(ns: Option<&str>, addr: std::net::SocketAddrV4) -> Option<
     .join()
     .ok()
     .flatten()
+}
+
+/// Ctrl-C or SIGTERM during a bench: finish the run in progress, then stop the stacks and
+/// remove what the bench made (wrk, in the same process group, stops at once).
+fn finish_run_on_signals() -> anyhow::Result<()> {
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic (async-signal-safe).
+        unsafe {
+            signal_hook::low_level::register(sig, || {
+                crate::bench::INTERRUPTED.store(true, std::sync::atomic::Ordering::Relaxed)
+            })?;
+        }
+    }
+    Ok(())
 }

@@ -30,7 +30,7 @@
 //! after), `bpftool prog show --json` before and after each DISC run: run_time_ns/run_cnt of
 //! the FE process's `disc_egress` and `disc_ingress` programs.
 
-use crate::bench::{check_in_chromium, machine, parse_wrk, stats};
+use crate::bench::{check_in_chromium, esc, machine, nginx_configs_html, parse_wrk, stats};
 use crate::stack::{die_with_parent, enter_cgroup, enter_ns, reap_by, Place, Stack, StackConfig};
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
@@ -857,12 +857,6 @@ pub fn table(v: &Value) -> String {
     s
 }
 
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
-
 const COLOURS: [&str; 3] = ["#8a8a8a", "#d69e2e", "#2b6cb0"];
 
 /// A grouped bar chart: one group per size, one bar per configuration.
@@ -937,18 +931,7 @@ pub fn html(v: &Value) -> String {
             ));
         }
     }
-    let configs: String = v["nginx_configs"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|c| {
-            format!(
-                "<h4>nginx {}</h4><pre>{}</pre>",
-                esc(c["tier"].as_str().unwrap_or("")),
-                esc(c["config"].as_str().unwrap_or(""))
-            )
-        })
-        .collect();
+    let configs = nginx_configs_html(v, "nginx ");
     let text = table(v);
     format!(
         "<!doctype html><html><head><meta charset='utf-8'><title>iolab tiers: DISC against the nginx chain</title>\
