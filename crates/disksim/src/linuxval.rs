@@ -30,7 +30,7 @@ use crate::calibrate::TempDir;
 use crate::config::Config;
 use crate::engine::Simulator;
 use crate::fio::{FioSource, JobStats};
-use crate::validate::{demerit, esc, quantile};
+use crate::validate::{cdf, demerit, esc, quantile};
 
 /// A memory cgroup this tool created; removed when dropped.
 pub struct MemCgroup {
@@ -497,21 +497,6 @@ fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
     quantile(&s, 0.5)
-}
-
-fn cdf(sorted: &[f64]) -> Vec<f64> {
-    if sorted.is_empty() {
-        return vec![0.0; 101];
-    }
-    (0..=100)
-        .map(|k| {
-            if k == 0 {
-                sorted[0]
-            } else {
-                quantile(sorted, k as f64 / 100.0)
-            }
-        })
-        .collect()
 }
 
 /// Runs the suite. `only`: case names containing any of these (empty: all).

@@ -49,6 +49,23 @@ pub struct DiskResult {
     pub sim_cdf: Vec<f64>,
 }
 
+/// The 101 points (minimum, then each percentile) of a response-time CDF figure, from
+/// ascending-sorted values; zeros when there are none.
+pub(crate) fn cdf(sorted: &[f64]) -> Vec<f64> {
+    if sorted.is_empty() {
+        return vec![0.0; 101];
+    }
+    (0..=100)
+        .map(|k| {
+            if k == 0 {
+                sorted[0]
+            } else {
+                quantile(sorted, k as f64 / 100.0)
+            }
+        })
+        .collect()
+}
+
 /// Value of a sorted sample at cumulative fraction `p` (0 < p ≤ 1), interpolating linearly
 /// between order statistics (the i-th smallest of n sits at i/n).
 pub fn quantile(sorted: &[f64], p: f64) -> f64 {
@@ -142,17 +159,6 @@ pub fn run_disk(name: &str, parv: &Path, trace: &Path) -> Result<DiskResult> {
     real.sort_by(f64::total_cmp);
     simv.sort_by(f64::total_cmp);
     let d = demerit(&real, &simv);
-    let cdf = |v: &[f64]| {
-        (0..=100)
-            .map(|k| {
-                if k == 0 {
-                    v[0]
-                } else {
-                    quantile(v, k as f64 / 100.0)
-                }
-            })
-            .collect::<Vec<_>>()
-    };
     Ok(DiskResult {
         disk: name.to_string(),
         model,
