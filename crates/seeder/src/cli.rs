@@ -241,6 +241,7 @@ fn write_json(
         "disk_bytes": disk.bytes.load(Ordering::Relaxed),
         "mmap_resident": disk.resident.load(Ordering::Relaxed),
         "mmap_resident_after_yield": disk.resident_after_yield.load(Ordering::Relaxed),
+        "mmap_prefetched": disk.prefetched.load(Ordering::Relaxed),
         "detached": disk.detached.load(Ordering::Relaxed),
     });
     let tmp = path.with_extension("json.tmp");

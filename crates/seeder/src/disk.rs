@@ -51,6 +51,8 @@ pub struct DiskStats {
     pub resident: AtomicU64,
     /// mmap: blocks resident after one yield.
     pub resident_after_yield: AtomicU64,
+    /// mmap: blocks found missing whose read was started at once (MADV_WILLNEED).
+    pub prefetched: AtomicU64,
     /// mmap and pread: copies/reads run on the blocking pool.
     pub detached: AtomicU64,
     pub errors: AtomicU64,
@@ -197,7 +199,14 @@ impl Storage {
                     self.stats.resident.fetch_add(1, Ordering::Relaxed);
                     return Ok(m[off as usize..end].to_vec());
                 }
-                // Hekate: give the loop a turn, then ask again before paying for a thread.
+                // Missing pages: ask the kernel to read the whole block now, in one request
+                // (MADV_WILLNEED starts the reads and returns without waiting for them;
+                // MADV_RANDOM would otherwise have the copy fault in one page per read).
+                // Then, as Hekate does, give the loop a turn and ask again before paying
+                // for a thread; a thread that still has to copy waits on reads in flight.
+                if m.advise_range(memmap2::Advice::WillNeed, off as usize, len).is_ok() {
+                    self.stats.prefetched.fetch_add(1, Ordering::Relaxed);
+                }
                 iolab_runtime::yield_now().await;
                 if resident(m, off as usize, len) {
                     self.stats
