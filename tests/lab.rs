@@ -198,6 +198,8 @@ fn index_html_figures_parse() {
         "BitTorrent seeder: Hekate and libtorrent",
         "Upload rate against peers",
         "hekate-pread (cold)",
+        "libtorrent-hps (cold)",
+        "libtorrent-default (warm)",
     ] {
         assert!(html.contains(s), "index.html lacks {s:?}");
     }
