@@ -835,6 +835,76 @@ pub fn check(r: &Report, b: &Baseline) -> Result<String> {
 mod tests {
     use super::*;
 
+    /// The validation report as a person opens it: the table, one bar pair per job and one
+    /// CDF per job, every figure reaching headless Chromium's DOM as SVG.
+    #[test]
+    fn the_html_report_renders_in_chromium() {
+        let cases: Vec<Case> = suite(&[32, 512]).into_iter().take(3).collect();
+        let fig = |mb_s: f64, ms: f64| Figures {
+            mb_s,
+            mean_ms: ms,
+            p50_ms: ms * 0.9,
+            p99_ms: ms * 3.0,
+        };
+        let cdf = |scale: f64| (0..=100).map(|k| scale * (1.0 + k as f64 / 25.0)).collect();
+        let results: Vec<CaseResult> = cases
+            .into_iter()
+            .enumerate()
+            .map(|(i, case)| CaseResult {
+                case,
+                real: fig(100.0 + i as f64, 0.5),
+                runs_mb_s: vec![99.0, 100.0, 103.0],
+                spread_pct: 4.0,
+                sim: fig(95.0, 0.55),
+                error_pct: -5.0,
+                p99_error_pct: 10.0,
+                demerit_ms: 0.05,
+                real_wall_s: 1.0,
+                sim_wall_s: 0.001,
+                sim_per_wall: 1000.0,
+                real_cdf: cdf(0.5),
+                sim_cdf: cdf(0.55),
+            })
+            .collect();
+        let r = Report {
+            machine: "test <machine>".into(),
+            fio: "fio-3.33".into(),
+            calibration: "cal.toml".into(),
+            settings: Settings::new(true),
+            cgroup: "v1 memory, 64 MiB".into(),
+            results,
+            mean_abs_error_pct: 5.0,
+            max_abs_error_pct: 5.0,
+            mean_spread_pct: 4.0,
+            min_sim_per_wall: 1000.0,
+        };
+        let page = html(&r);
+        assert!(page.contains("test &lt;machine&gt;"), "text is escaped");
+        assert_eq!(
+            page.matches("<svg").count(),
+            1 + 3,
+            "bars and one CDF per job"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("validate.html");
+        std::fs::write(&path, &page).unwrap();
+        let Some(dom) = iolab_sys::testing::chromium_renders(&path) else {
+            return;
+        };
+        assert_eq!(
+            dom.matches("<svg").count(),
+            4,
+            "every figure reached the DOM"
+        );
+        assert_eq!(dom.matches("<path").count(), 6, "two curves per CDF");
+        assert_eq!(
+            dom.matches("<tr>").count(),
+            1 + 3,
+            "the table: a header and a row per job"
+        );
+        assert!(dom.contains("id=\"summary\""));
+    }
+
     #[test]
     fn suite_covers_patterns_sizes_modes_and_cache_states() {
         let s = suite(&[32, 512]);
