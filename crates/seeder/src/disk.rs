@@ -65,6 +65,71 @@ enum Backing {
     Mmap(Arc<Mmap>),
 }
 
+/// A block's bytes, as the disk path produced them: a buffer of ours, or (mmap) the block's
+/// pages in the file's mapping, sent from there with no copy in user space.
+pub enum Block {
+    Owned(Vec<u8>),
+    Mapped {
+        map: Arc<Mmap>,
+        off: usize,
+        len: usize,
+    },
+}
+
+impl std::ops::Deref for Block {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Block::Owned(v) => v,
+            Block::Mapped { map, off, len } => &map[*off..*off + *len],
+        }
+    }
+}
+
+/// A piece of a gathered send: a block, or protocol bytes, minus what a partial send
+/// already took (`skip`).
+pub struct Chunk {
+    block: Block,
+    skip: usize,
+}
+
+impl Chunk {
+    pub fn new(block: Block) -> Chunk {
+        Chunk { block, skip: 0 }
+    }
+}
+
+// SAFETY: an Owned block's heap buffer does not move when the value moves; a Mapped block
+// holds an Arc of the read-only mapping, which stays mapped (and unmoved) while the Arc lives,
+// and [off, off + len) was checked against the mapping's length when the block was made.
+// `skip` never exceeds the block's length (`advance` keeps it so) and is not changed while
+// the kernel holds the chunk (an operation owns its buffers).
+unsafe impl iolab_runtime::IoBuf for Chunk {
+    fn stable_ptr(&self) -> *const u8 {
+        // SAFETY: skip <= len, so the pointer stays within (or one past) the block.
+        unsafe { self.block.as_ptr().add(self.skip) }
+    }
+    fn len(&self) -> usize {
+        self.block.len() - self.skip
+    }
+}
+
+/// Drops the first `n` bytes of `chunks` (what a partial gathered send took).
+pub fn advance(chunks: &mut Vec<Chunk>, mut n: usize) {
+    let mut done = 0;
+    for c in chunks.iter_mut() {
+        let left = c.block.len() - c.skip;
+        if n >= left {
+            n -= left;
+            done += 1;
+        } else {
+            c.skip += n;
+            break;
+        }
+    }
+    chunks.drain(..done);
+}
+
 /// The torrent's files, opened for one disk path. Lives on one loop (not `Send`).
 pub struct Storage {
     meta: Arc<Meta>,
@@ -117,7 +182,7 @@ impl Storage {
     }
 
     /// Reads `len` bytes at `off` in the torrent's byte stream.
-    pub async fn read(&self, off: u64, len: usize) -> io::Result<Vec<u8>> {
+    pub async fn read(&self, off: u64, len: usize) -> io::Result<Block> {
         let segs = self.meta.segments(off, len as u64);
         let r = if segs.len() == 1 {
             let (fi, foff, n) = segs[0];
@@ -134,7 +199,7 @@ impl Storage {
                     }
                 }
             }
-            res.map(|_| out)
+            res.map(|_| Block::Owned(out))
         };
         match &r {
             Ok(v) if v.len() == len => {
@@ -156,9 +221,9 @@ impl Storage {
         }
     }
 
-    async fn read_file(&self, fi: usize, off: u64, len: usize) -> io::Result<Vec<u8>> {
+    async fn read_file(&self, fi: usize, off: u64, len: usize) -> io::Result<Block> {
         match &self.files[fi] {
-            Backing::Empty => Ok(Vec::new()),
+            Backing::Empty => Ok(Block::Owned(Vec::new())),
             Backing::Uring(f) => {
                 let (r, mut buf) = f.read_at(vec![0u8; len], off).await;
                 let n = r?;
@@ -176,14 +241,14 @@ impl Storage {
                         got += k;
                     }
                 }
-                Ok(buf)
+                Ok(Block::Owned(buf))
             }
             Backing::Pread(f) => {
                 let f = f.clone();
                 self.stats.detached.fetch_add(1, Ordering::Relaxed);
                 iolab_runtime::detach(move || {
                     let mut buf = vec![0u8; len];
-                    f.read_exact_at(&mut buf, off).map(|_| buf)
+                    f.read_exact_at(&mut buf, off).map(|_| Block::Owned(buf))
                 })
                 .await
             }
@@ -195,15 +260,24 @@ impl Storage {
                         "read past the end of a mapped file",
                     ));
                 }
+                let mapped = || Block::Mapped {
+                    map: m.clone(),
+                    off: off as usize,
+                    len,
+                };
+                // Resident pages are sent straight from the mapping (the kernel copies them
+                // into the socket; no copy of ours). Evicted between this check and the send,
+                // a page would be read back in by that copy, on the loop: rare, and the price
+                // of no copy.
                 if resident(m, off as usize, len) {
                     self.stats.resident.fetch_add(1, Ordering::Relaxed);
-                    return Ok(m[off as usize..end].to_vec());
+                    return Ok(mapped());
                 }
                 // Missing pages: ask the kernel to read the whole block now, in one request
                 // (MADV_WILLNEED starts the reads and returns without waiting for them;
                 // MADV_RANDOM would otherwise have the copy fault in one page per read).
                 // Then, as Hekate does, give the loop a turn and ask again before paying
-                // for a thread; a thread that still has to copy waits on reads in flight.
+                // for a thread; a thread that still has to wait waits on reads in flight.
                 if m.advise_range(memmap2::Advice::WillNeed, off as usize, len)
                     .is_ok()
                 {
@@ -214,11 +288,23 @@ impl Storage {
                     self.stats
                         .resident_after_yield
                         .fetch_add(1, Ordering::Relaxed);
-                    return Ok(m[off as usize..end].to_vec());
+                    return Ok(mapped());
                 }
                 self.stats.detached.fetch_add(1, Ordering::Relaxed);
-                let m = m.clone();
-                Ok(iolab_runtime::detach(move || m[off as usize..end].to_vec()).await)
+                let map = m.clone();
+                // The thread faults the pages in (one read of a byte per page) and the loop
+                // sends them from the mapping.
+                iolab_runtime::detach(move || {
+                    let ps = page_size();
+                    let b = &map[off as usize..end];
+                    let mut sum = 0u8;
+                    for i in (0..b.len()).step_by(ps).chain(std::iter::once(b.len() - 1)) {
+                        sum = sum.wrapping_add(b[i]);
+                    }
+                    std::hint::black_box(sum);
+                })
+                .await;
+                Ok(mapped())
             }
         }
     }
@@ -331,8 +417,49 @@ mod tests {
         }
         let rt = iolab_runtime::Runtime::new().unwrap();
         let got = rt.block_on(async { storage.read(off as u64, len).await.unwrap() });
-        assert_eq!(got, bytes[off..off + len]);
+        assert!(matches!(got, Block::Mapped { .. }), "sent from the mapping");
+        assert_eq!(*got, bytes[off..off + len]);
         assert_eq!(storage.stats.prefetched.load(Ordering::Relaxed), 1);
         assert!(resident(m, off, len));
+    }
+
+    fn chunks(parts: &[&[u8]]) -> Vec<Chunk> {
+        parts
+            .iter()
+            .map(|p| Chunk::new(Block::Owned(p.to_vec())))
+            .collect()
+    }
+
+    fn bytes_of(c: &[Chunk]) -> Vec<u8> {
+        use iolab_runtime::IoBuf;
+        c.iter()
+            .flat_map(|c| {
+                // SAFETY: stable_ptr/len describe initialised bytes of the chunk.
+                unsafe { std::slice::from_raw_parts(c.stable_ptr(), c.len()) }.to_vec()
+            })
+            .collect()
+    }
+
+    /// A partial gathered send: what is left is exactly the bytes not yet sent, whatever
+    /// chunk boundary the kernel stopped at.
+    #[test]
+    fn advance_leaves_exactly_the_unsent_bytes() {
+        let parts: [&[u8]; 3] = [b"head", b"", b"0123456789"];
+        let all = bytes_of(&chunks(&parts));
+        for n in 0..=all.len() {
+            let mut c = chunks(&parts);
+            advance(&mut c, n);
+            assert_eq!(bytes_of(&c), all[n..], "after {n} bytes");
+            // and again, from the partially sent state
+            for m in 0..=(all.len() - n) {
+                let mut d = chunks(&parts);
+                advance(&mut d, n);
+                advance(&mut d, m);
+                assert_eq!(bytes_of(&d), all[n + m..]);
+            }
+        }
+        let mut c = chunks(&parts);
+        advance(&mut c, all.len());
+        assert!(c.is_empty(), "nothing left once all is sent");
     }
 }

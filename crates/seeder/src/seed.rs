@@ -25,7 +25,7 @@ use iolab_runtime::{sleep, spawn, timeout, wait_readable_or_cancel, Cancelled, C
 use serde::Serialize;
 use slab::Slab;
 
-use crate::disk::{DiskMode, Storage};
+use crate::disk::{advance, Block, Chunk, DiskMode, Storage};
 use crate::metainfo::Meta;
 use crate::wire::{self, Handshake, Limits, Message, WireError};
 
@@ -420,11 +420,15 @@ impl Seeder {
                 self.storage.read(off, r.length as usize)
             });
             let datas = join_all(reads.collect()).await;
+            // One gathered send: protocol bytes from `out`, blocks as the disk gave them
+            // (no copy into one buffer; from the mapping itself on the mmap path).
+            let mut chunks: Vec<Chunk> = Vec::new();
             for (r, data) in batch.into_iter().zip(datas) {
                 match data {
                     Ok(data) => {
                         out.extend_from_slice(&wire::piece_header(r.index, r.begin, r.length));
-                        out.extend_from_slice(&data);
+                        chunks.push(Chunk::new(Block::Owned(std::mem::take(&mut out))));
+                        chunks.push(Chunk::new(data));
                         served += 1;
                     }
                     Err(_) => {
@@ -446,8 +450,11 @@ impl Seeder {
                 queue = VecDeque::new();
             }
             if !out.is_empty() {
-                let bytes = out.len();
-                if let Err(e) = self.send(stream, std::mem::take(&mut out)).await {
+                chunks.push(Chunk::new(Block::Owned(std::mem::take(&mut out))));
+            }
+            if !chunks.is_empty() {
+                let bytes: usize = chunks.iter().map(iolab_runtime::IoBuf::len).sum();
+                if let Err(e) = self.send_chunks(stream, chunks).await {
                     return End::Io(e);
                 }
                 if served > 0 {
@@ -681,6 +688,25 @@ impl Seeder {
                 sw.set_choked(k, !want, &self.counters.unchoked_now);
                 sw.peers[k].optimistic = Some(k) == optimistic && want;
             }
+        }
+    }
+
+    /// Sends every byte of `chunks` (gathered sends until done), within the send timeout.
+    async fn send_chunks(&self, stream: &TcpStream, mut chunks: Vec<Chunk>) -> io::Result<()> {
+        let all = async {
+            while !chunks.is_empty() {
+                let (r, back) = stream.writev(chunks).await;
+                chunks = back;
+                match r? {
+                    0 => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+                    n => advance(&mut chunks, n),
+                }
+            }
+            Ok(())
+        };
+        match timeout(self.cfg.send_timeout, all).await {
+            Ok(r) => r,
+            Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "send timed out")),
         }
     }
 
