@@ -458,6 +458,12 @@ fn interop(client: Client, single: bool, piece: &str) {
     };
     let torrent = fx.dir.join("t.torrent");
     let url = fx.tracker();
+    // Every disk path is proven by real clients: each client downloads from one of them.
+    let disk = match client {
+        Client::Aria2 | Client::Qbittorrent => "mmap",
+        Client::Libtorrent | Client::Ctorrent => "pread",
+        _ => "uring",
+    };
     let seed = fx.seed(&[
         src.to_str().unwrap(),
         "--torrent",
@@ -466,6 +472,8 @@ fn interop(client: Client, single: bool, piece: &str) {
         &url,
         "--piece-length",
         piece,
+        "--disk",
+        disk,
     ]);
     assert!(TcpStream::connect(seed).is_ok());
     let dl = fx.dir.join("dl");
@@ -496,7 +504,7 @@ fn interop(client: Client, single: bool, piece: &str) {
         fx.seed_log()
     );
     eprintln!(
-        "interop: {client:?} downloaded {} ({}, piece {piece}) byte for byte in {secs:.1} s",
+        "interop: {client:?} downloaded {} ({}, piece {piece}, our disk path {disk}) byte for byte in {secs:.1} s",
         src.file_name().unwrap().to_string_lossy(),
         if single { "single-file" } else { "multi-file" }
     );
