@@ -83,8 +83,18 @@ struct Media {
     lba: u64,
     left: u64,
     write: bool,
-    /// The first sector may not start before this.
+    /// The next sector may not start before this.
     not_before: f64,
+    /// A write's data: sector `i` of the request can be written from `max(enough_at,
+    /// data_at + i * data_per)`: once the bus has brought it, and not before the drive holds
+    /// enough of the request to start (`enough_at`, see [`Hdd::write_start_blocks`]). The
+    /// media writes a sector only if it can when the head reaches it; otherwise that sector
+    /// waits for the next revolution.
+    enough_at: f64,
+    data_at: f64,
+    data_per: f64,
+    /// Sectors of the access done in chunks before the current one.
+    done: u64,
 }
 
 impl Media {
@@ -220,6 +230,10 @@ impl Hdd {
             left: n,
             write,
             not_before,
+            enough_at: f64::NEG_INFINITY,
+            data_at: f64::NEG_INFINITY,
+            data_per: 0.0,
+            done: 0,
         }
     }
 
@@ -263,18 +277,40 @@ impl Hdd {
         let to = (mp.pbn.cyl, mp.pbn.head);
         let p = m.position(out.pos, to, out.write);
         let mut t = out.end + p;
-        let ready = if first { t.max(out.not_before) } else { t };
-        let w = m.wait_for(ready, l.angle(mp.zone, mp.pbn));
+        let ms = m.period() / f64::from(l.zones[mp.zone].spt);
+        let angle = l.angle(mp.zone, mp.pbn);
+        let mut ready = t.max(out.not_before);
+        let mut w = m.wait_for(ready, angle);
+        // Data of this chunk's first sector late under the head: wait for it, then for the
+        // sector to come round again.
+        let linear = out.data_at + out.done as f64 * out.data_per;
+        let first_data = linear.max(out.enough_at);
+        if first_data > ready + w {
+            ready = first_data;
+            w = m.wait_for(ready, angle);
+        }
         if first {
             out.seek += p;
             out.rotation += ready - t + w;
         } else {
-            // Track and cylinder switches of a multi-track transfer count as transfer.
+            // Track and cylinder switches of a multi-track transfer count as transfer; a wait
+            // for late write data counts as rotation.
             out.transfer += p;
-            out.rotation += w;
+            out.rotation += ready - t + w;
         }
         t = ready + w;
-        let ms = m.period() / f64::from(l.zones[mp.zone].spt);
+        out.not_before = f64::NEG_INFINITY;
+        // The bus slower than the media: the head overtakes the data at sector `j`, which is
+        // written one revolution (or more) later.
+        let mut k = k;
+        if out.data_per > ms {
+            let gap0 = linear - t;
+            let j = (-gap0 / (out.data_per - ms)).floor() as i64 + 1;
+            if j >= 1 && (j as u64) < k {
+                k = j as u64;
+                out.not_before = out.data_at + (out.done + k) as f64 * out.data_per;
+            }
+        }
         out.chunks.push(Chunk {
             n: k as u32,
             t0: t,
@@ -287,6 +323,7 @@ impl Hdd {
         out.pos = to;
         out.lba += k;
         out.left -= k;
+        out.done += k;
         true
     }
 
@@ -371,10 +408,17 @@ impl Hdd {
                 continue;
             }
             if t > c.t0 {
-                // Finish the sector under the head.
-                let k = (((t - c.t0) / c.ms).floor() as u64 + 1).min(u64::from(c.n));
-                done += k;
-                free = c.t0 + k as f64 * c.ms;
+                let whole = ((t - c.t0) / c.ms).floor() as u64;
+                if self.spec.cache.stop_prefetch_in_sector {
+                    // Abandon the sector under the head: free now.
+                    done += whole.min(u64::from(c.n));
+                    free = t;
+                } else {
+                    // Finish the sector under the head.
+                    let k = (whole + 1).min(u64::from(c.n));
+                    done += k;
+                    free = c.t0 + k as f64 * c.ms;
+                }
                 pos = (c.cyl, c.head);
             } else {
                 // Between tracks or waiting for the first sector: the arm is (going) there.
@@ -470,8 +514,12 @@ impl Hdd {
         }
     }
 
-    /// Starts read-ahead after a media read that ended at `t` at `pos`, at `from`.
-    fn start_prefetch(&mut self, seg: usize, from: u64, t: f64, pos: (u32, u32)) {
+    /// Starts read-ahead at `from` for the read that ended at LBA `req_end`, the mechanism
+    /// free at `t` at `pos`. The minimum and maximum read-ahead count from the end of the
+    /// request, not from `from`: a read-ahead resumed after a hit (`from` past the request)
+    /// stays within "Maximum read-ahead" of what the host has asked for, so it never slides
+    /// the segment past data not yet read.
+    fn start_prefetch(&mut self, seg: usize, from: u64, req_end: u64, t: f64, pos: (u32, u32)) {
         let c = &self.spec.cache;
         if !c.enabled || c.prefetch == 0 || c.max_readahead == 0 {
             return;
@@ -504,8 +552,8 @@ impl Hdd {
             _ => u64::MAX,
         };
         limit = limit
-            .min(from + c.max_readahead)
-            .max(from + c.min_readahead);
+            .min(req_end + c.max_readahead)
+            .max(req_end + c.min_readahead);
         if !c.readahead_over_requested {
             limit = limit.min(self.segs[seg].start + c.segment_sectors);
         }
@@ -519,6 +567,21 @@ impl Hdd {
             first: from,
             media: Self::media_start(t, pos, from, limit - from, false, t, buf),
         });
+    }
+
+    /// Sectors of an `n`-sector write the buffer must hold before the media starts on it.
+    /// Drives with "Extra write disconnect" (the HP C22xx family) wait for a share of the
+    /// request, as DiskSim 4.0 models them: all of it up to 10 sectors, 10 sectors for
+    /// requests under 45, 15 from 45. Others start on the first sector.
+    fn write_start_blocks(&self, n: u64) -> u64 {
+        if self.spec.overheads.extra_write_disconnect.is_none() {
+            return 1;
+        }
+        if n < 45 {
+            n.min(10)
+        } else {
+            15
+        }
     }
 
     /// Serves `req` starting at `now`; returns its record (completion time set).
@@ -594,7 +657,7 @@ impl Hdd {
                     if self.prefetch.is_none() && self.spec.cache.readahead_on_idle_hit {
                         let from = self.segs[seg].end;
                         let free = (t + oh).max(self.busy_until);
-                        self.start_prefetch(seg, from, free, self.pos);
+                        self.start_prefetch(seg, from, req.end(), free, self.pos);
                     }
                 } else {
                     let t_mech = t + oh;
@@ -625,7 +688,7 @@ impl Hdd {
                         rec.completion = bus_done + completion;
                         self.release_returned(seg, req.end());
                         self.pos = pos;
-                        self.start_prefetch(seg, self.segs[seg].end, free, pos);
+                        self.start_prefetch(seg, self.segs[seg].end, req.end(), free, pos);
                     } else {
                         rec.cache = if hit > 0 {
                             self.stats.read_partial += 1;
@@ -683,7 +746,7 @@ impl Hdd {
                         self.release_returned(seg, req.end());
                         let (end, mpos) = (m.end, m.pos);
                         self.spare_chunks = m.chunks;
-                        self.start_prefetch(seg, req.end(), end, mpos);
+                        self.start_prefetch(seg, req.end(), req.end(), end, mpos);
                     }
                 }
                 self.last_read = true;
@@ -725,22 +788,27 @@ impl Hdd {
                 } else {
                     free
                 };
-                // The media may not write a sector before it is in the buffer.
-                let period = self.spec.mech.period();
-                let ms = self
-                    .spec
-                    .layout
-                    .spt_at(req.lba)
-                    .map(|s| period / f64::from(s))
-                    .unwrap_or(0.0);
-                let mut not_before =
-                    (bus_start + bt).max(bus_end - (n.saturating_sub(1)) as f64 * ms);
-                let sequential = self.last_write_end == Some(req.lba);
-                if !sequential {
-                    not_before = not_before.max(t_cmd + self.oh(o.min_seek_delay));
+                let mut not_before = f64::NEG_INFINITY;
+                // The minimum seek delay spares only a write that joins a media write still
+                // in progress (a stream the drive is already writing); a write arriving
+                // after the previous one finished positions anew, even to the next sector.
+                let streaming = appending && self.busy_until > t_cmd;
+                if !streaming {
+                    not_before = not_before.max(free + self.oh(o.min_seek_delay));
                 }
-                let buf = std::mem::take(&mut self.spare_chunks);
-                let m = self.media(free, pos, req.lba, n, true, not_before, buf);
+                let mut m = Self::media_start(
+                    free,
+                    pos,
+                    req.lba,
+                    n,
+                    true,
+                    not_before,
+                    std::mem::take(&mut self.spare_chunks),
+                );
+                m.enough_at = bus_start + self.write_start_blocks(n) as f64 * bt;
+                m.data_at = bus_start + bt;
+                m.data_per = bt;
+                while self.media_step(&mut m) {}
                 self.stats.seek_ms += m.seek;
                 self.stats.rotation_ms += m.rotation;
                 self.stats.transfer_ms += m.transfer;
@@ -924,6 +992,7 @@ mod tests {
                 max_readahead: 200,
                 readahead_over_requested: false,
                 readahead_on_idle_hit: false,
+                stop_prefetch_in_sector: false,
                 read_any_free_blocks: false,
                 fast_write: 0,
                 read_hits_on_write_data: true,
@@ -1169,5 +1238,99 @@ mod tests {
         );
         // The write landed inside the read-ahead segment [1000, 1208): the segment is dropped.
         assert_eq!(out[2].rec.cache, CacheOutcome::Miss);
+    }
+
+    /// Completion time of each request (ms).
+    fn ends(out: &[Completion]) -> Vec<f64> {
+        out.iter().map(|c| c.rec.completion).collect()
+    }
+
+    #[test]
+    fn read_ahead_resumed_on_an_idle_hit_stays_within_reach_of_the_request() {
+        // Max read-ahead 20 past the request, a 40-sector segment that read-ahead may slide
+        // over data already sent. A sequential stream of 10-sector reads, each a hit: each
+        // hit resumes read-ahead to its own end + 20, so the segment always still holds the
+        // next request. (Counting the 20 from the segment's end instead ran 20 further per
+        // hit and slid the segment past the stream's next request by the fourth.)
+        let mut sp = spec(true);
+        sp.cache.max_readahead = 20;
+        sp.cache.segment_sectors = 40;
+        sp.cache.readahead_over_requested = true;
+        sp.cache.readahead_on_idle_hit = true;
+        let reqs: Vec<_> = (0..8)
+            .map(|i| (i as f64 * 50.0, i * 10, 10, Op::Read))
+            .collect();
+        let out = run(sp, &reqs);
+        assert_eq!(out[0].rec.cache, CacheOutcome::Miss);
+        for c in &out[1..] {
+            assert_eq!(c.rec.cache, CacheOutcome::Hit, "{:?}", c.rec);
+        }
+    }
+
+    #[test]
+    fn stop_prefetch_in_sector_abandons_the_sector_under_the_head() {
+        // Read-ahead after 0..8 reaches track 1 (sector 100 from 10.6 ms, 0.1 ms a sector);
+        // at 12.05 ms it is inside sector 114 when a read of 150 stops it. Finishing the
+        // sector keeps 114 in the buffer (a later read of it hits); stopping in the sector
+        // keeps only up to 113 (it misses).
+        let reqs = [
+            (0.0, 0, 8, Op::Read),
+            (12.05, 150, 8, Op::Read),
+            (60.0, 114, 1, Op::Read),
+        ];
+        let out = run(spec(true), &reqs);
+        assert_eq!(out[2].rec.cache, CacheOutcome::Hit, "{:?}", out[2].rec);
+        let mut sp = spec(true);
+        sp.cache.stop_prefetch_in_sector = true;
+        let out = run(sp, &reqs);
+        assert_eq!(out[2].rec.cache, CacheOutcome::Miss, "{:?}", out[2].rec);
+    }
+
+    #[test]
+    fn a_drive_with_extra_write_disconnect_writes_once_enough_data_is_buffered() {
+        // 20 sectors at LBA 1 at t = 0, bus 0.02 ms a sector: sector 1 passes under the head
+        // at 0.1 ms. An ordinary drive holds the first sector's data by then (0.02 ms) and
+        // writes on: 0.1 + 20 x 0.1 = 2.1 ms. A drive with extra write disconnect starts only
+        // with 10 sectors buffered (0.2 ms): sector 1 comes round again at 10.1 ms, done at
+        // 12.1 ms.
+        let mut sp = spec(false);
+        sp.bus_write_ms = 0.02;
+        let w = [(0.0, 1, 20, Op::Write)];
+        let e = ends(&run(sp.clone(), &w));
+        assert!((e[0] - 2.1).abs() < 1e-9, "{e:?}");
+        sp.overheads.extra_write_disconnect = Some((0.0, 0.0, 0.0));
+        let e = ends(&run(sp, &w));
+        assert!((e[0] - 12.1).abs() < 1e-9, "{e:?}");
+    }
+
+    #[test]
+    fn the_head_overtaking_a_writes_data_waits_a_revolution_for_the_rest() {
+        // Bus 0.2 ms a sector, media 0.1: 10 sectors from LBA 8, written from 0.8 ms when
+        // sector 8 passes. Sector 8 + i is under the head at 0.8 + 0.1 i and its data is in
+        // at 0.2 (i + 1): from i = 7 (LBA 15: head at 1.5, data at 1.6) the data is late,
+        // so 8..15 are written at once and 15..18 one revolution later, 11.5 to 11.8 ms: 1 ms
+        // of transfer, 0.8 + 10 ms of rotation.
+        let mut sp = spec(false);
+        sp.bus_write_ms = 0.2;
+        let out = run(sp, &[(0.0, 8, 10, Op::Write)]);
+        let r = &out[0].rec;
+        assert!((r.completion - 11.8).abs() < 1e-9, "{r:?}");
+        assert!((r.transfer - 1.0).abs() < 1e-9, "{r:?}");
+        assert!((r.rotation - 10.8).abs() < 1e-9, "{r:?}");
+    }
+
+    #[test]
+    fn a_sequential_write_after_idle_time_still_pays_the_minimum_seek_delay() {
+        // Minimum seek delay 0.6 ms. 10..20 written at 1..2 ms; 20..30 arrives at 11.9 ms,
+        // 0.1 ms before sector 20 comes round: although it follows the last write, the
+        // drive positions anew and is ready at 12.5 ms, so it waits a revolution (22..23 ms).
+        let mut sp = spec(false);
+        sp.overheads.min_seek_delay = 0.6;
+        let e = ends(&run(
+            sp,
+            &[(0.0, 10, 10, Op::Write), (11.9, 20, 10, Op::Write)],
+        ));
+        assert!((e[0] - 2.0).abs() < 1e-9, "{e:?}");
+        assert!((e[1] - 23.0).abs() < 1e-9, "{e:?}");
     }
 }

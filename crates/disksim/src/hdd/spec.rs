@@ -67,6 +67,9 @@ pub struct CacheSpec {
     pub readahead_over_requested: bool,
     /// Start read-ahead after a full hit when the mechanism is idle [Read-ahead on idle hit].
     pub readahead_on_idle_hit: bool,
+    /// A request stops a running read-ahead at once, in the middle of a sector, instead of
+    /// at the end of the sector under the head [Stop prefetch in sector].
+    pub stop_prefetch_in_sector: bool,
     /// Read sectors that pass under the head before the requested ones [Read any free blocks].
     /// Parsed but without effect: the IBM 18ES trace, whose drive sets it, shows no cache hits
     /// on such sectors (backward re-reads all miss), so they are not kept.
@@ -381,6 +384,7 @@ impl HddSpec {
             max_readahead: count(d, "Maximum read-ahead (blks)", 1e9)?,
             readahead_over_requested: flag(d, "Read-ahead over requested")?,
             readahead_on_idle_hit: flag(d, "Read-ahead on idle hit")?,
+            stop_prefetch_in_sector: flag(d, "Stop prefetch in sector")?,
             read_any_free_blocks: flag(d, "Read any free blocks")?,
             fast_write: count(d, "Fast write level", 2.0)? as u8,
             read_hits_on_write_data: flag(d, "Allow read hits on write data")?,
