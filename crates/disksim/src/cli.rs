@@ -127,6 +127,11 @@ pub struct ValidateArgs {
     /// ({"disk": max_demerit_ms, ...}).
     #[arg(long)]
     pub check: Option<PathBuf>,
+    /// Write DIR/DISK.csv per disk: each request's real and simulated response time (ms),
+    /// the drive's own hit/miss label, ours, and the simulated overhead/seek/rotation/
+    /// transfer/bus split. The directory is created if missing.
+    #[arg(long, value_name = "DIR")]
+    pub per_request: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -352,7 +357,22 @@ fn validate_disksim(a: ValidateArgs) -> Result<()> {
         if !a.disks.is_empty() && !a.disks.contains(&name) {
             continue;
         }
-        results.push(validate::run_disk(&name, &parv, &trace)?);
+        let r = match &a.per_request {
+            Some(d) => {
+                std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+                let p = d.join(format!("{name}.csv"));
+                check_replaceable(&p, validate::PER_REQUEST_HEADER)?;
+                let f = std::fs::File::create(&p)
+                    .with_context(|| format!("creating {}", p.display()))?;
+                let mut w = std::io::BufWriter::new(f);
+                let r = validate::run_disk_logged(&name, &parv, &trace, Some(&mut w))?;
+                std::io::Write::flush(&mut w)
+                    .with_context(|| format!("writing {}", p.display()))?;
+                r
+            }
+            None => validate::run_disk(&name, &parv, &trace)?,
+        };
+        results.push(r);
     }
     if results.is_empty() {
         bail!(

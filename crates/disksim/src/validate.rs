@@ -7,6 +7,7 @@
 //! differences is reported, in ms and as a percentage of the real mean.
 
 use std::io::BufReader;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -125,8 +126,24 @@ pub fn find_disks(dir: &Path) -> Result<Vec<(String, PathBuf, PathBuf)>> {
     Ok(out)
 }
 
+/// First line of the per-request CSV (`run_disk_logged`); also the marker that lets a rerun
+/// replace a file it wrote.
+pub const PER_REQUEST_HEADER: &str = "index,op,lba,sectors,real_outcome,real_ms,sim_ms,diff_ms,sim_outcome,overhead_ms,seek_ms,rotation_ms,transfer_ms,bus_ms";
+
 /// Replays one disk's trace.
 pub fn run_disk(name: &str, parv: &Path, trace: &Path) -> Result<DiskResult> {
+    run_disk_logged(name, parv, trace, None)
+}
+
+/// Replays one disk's trace; with `per_request`, writes one CSV line per request there
+/// (real and simulated response time and the simulated time split), to see which requests a
+/// model gets wrong rather than only how the distributions differ.
+pub fn run_disk_logged(
+    name: &str,
+    parv: &Path,
+    trace: &Path,
+    mut per_request: Option<&mut dyn std::io::Write>,
+) -> Result<DiskResult> {
     let spec =
         HddSpec::from_disksim(parv, None).with_context(|| format!("loading {}", parv.display()))?;
     let model = spec.name.clone();
@@ -137,11 +154,42 @@ pub fn run_disk(name: &str, parv: &Path, trace: &Path) -> Result<DiskResult> {
     let mut real = Vec::new();
     let mut simv = Vec::new();
     let mut hits = 0u64;
+    let mut write_err: Option<std::io::Error> = None;
+    if let Some(w) = per_request.as_mut() {
+        writeln!(w, "{PER_REQUEST_HEADER}")?;
+    }
     let t0 = Instant::now();
     let totals = sim
         .run(&mut src, &mut |c| {
             let m = q.borrow_mut().pop_front();
             if let Some(m) = m {
+                if let (Some(w), None) = (per_request.as_mut(), &write_err) {
+                    let r = &c.rec;
+                    let op = match c.req.op {
+                        crate::request::Op::Read => "R",
+                        crate::request::Op::Write => "W",
+                        _ => "-",
+                    };
+                    if let Err(e) = writeln!(
+                        w,
+                        "{},{op},{},{},{},{:.4},{:.4},{:+.4},{:?},{:.4},{:.4},{:.4},{:.4},{:.4}",
+                        real.len(),
+                        c.req.lba,
+                        c.req.sectors,
+                        m.outcome,
+                        m.service_ms,
+                        c.response(),
+                        c.response() - m.service_ms,
+                        r.cache,
+                        r.overhead,
+                        r.seek,
+                        r.rotation,
+                        r.transfer,
+                        r.bus,
+                    ) {
+                        write_err = Some(e);
+                    }
+                }
                 real.push(m.service_ms);
                 simv.push(c.response());
                 if c.rec.cache == crate::request::CacheOutcome::Hit {
@@ -151,6 +199,9 @@ pub fn run_disk(name: &str, parv: &Path, trace: &Path) -> Result<DiskResult> {
         })
         .with_context(|| format!("replaying {}", trace.display()))?;
     let wall = t0.elapsed().as_secs_f64().max(1e-9);
+    if let Some(e) = write_err {
+        return Err(e).context("writing the per-request CSV");
+    }
     if real.is_empty() {
         bail!("{}: no requests", trace.display());
     }

@@ -64,6 +64,68 @@ fn validate_disksim_table_json_html_in_chromium() {
 }
 
 #[test]
+fn validate_disksim_per_request_csv_matches_the_table() {
+    // One line per request; its sim_ms column averages to the table's simulated mean; a
+    // rerun replaces its own file, and a file the tool did not write is never replaced.
+    let tmp = tempdir("perreq");
+    let dir = tmp.path().join("per");
+    let json = tmp.path().join("v.json");
+    let run = || {
+        iolab()
+            .args([
+                "disksim",
+                "validate-disksim",
+                "--disks",
+                "hp_c2247a",
+                "--per-request",
+            ])
+            .arg(&dir)
+            .arg("--json")
+            .arg(&json)
+            .output()
+            .unwrap()
+    };
+    for _ in 0..2 {
+        let out = run();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let (reqs, sim_mean) = (
+        v[0]["requests"].as_u64().unwrap() as usize,
+        v[0]["sim_mean_ms"].as_f64().unwrap(),
+    );
+    let csv = std::fs::read_to_string(dir.join("hp_c2247a.csv")).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<_> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let (sim, real, op) = (col("sim_ms"), col("real_ms"), col("op"));
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), reqs);
+    let mean = rows
+        .iter()
+        .map(|r| r[sim].parse::<f64>().unwrap())
+        .sum::<f64>()
+        / reqs as f64;
+    assert!((mean - sim_mean).abs() < 1e-3, "{mean} vs {sim_mean}");
+    assert!(rows.iter().all(|r| r[real].parse::<f64>().unwrap() > 0.0));
+    assert!(rows.iter().any(|r| r[op] == "W") && rows.iter().any(|r| r[op] == "R"));
+
+    std::fs::write(dir.join("hp_c2247a.csv"), "precious\n").unwrap();
+    let out = run();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("refusing to replace"));
+    assert_eq!(
+        std::fs::read_to_string(dir.join("hp_c2247a.csv")).unwrap(),
+        "precious\n"
+    );
+}
+
+#[test]
 fn run_with_each_example_config_and_a_trace() {
     let tmp = tempdir("run");
     let dir = tmp.path();
