@@ -744,46 +744,14 @@ impl Component for BlockLayer {
 mod tests {
     use super::*;
     use crate::engine::{Pending, Simulator, VecSource, When};
-    use std::cell::RefCell;
-    use std::rc::Rc;
+    use crate::testdev::{Log, TestDev};
 
     fn ns(t: f64) -> f64 {
         (t * 1e6).round() / 1e6
     }
 
     /// What the device saw: (time, op letter, lba, sectors).
-    type DevLog = Rc<RefCell<Vec<(f64, char, u64, u32)>>>;
-
-    /// A device serving `depth` requests at once, each in `service` ms, logging them.
-    struct Dev {
-        log: DevLog,
-        service: f64,
-        busy: HashMap<u64, Request>,
-    }
-    impl Component for Dev {
-        fn name(&self) -> &str {
-            "dev"
-        }
-        fn submit(&mut self, req: Request, ctx: &mut Ctx) {
-            // Plugged requests leave one representable instant (`next_up`) after they came:
-            // times are logged to the nanosecond.
-            self.log
-                .borrow_mut()
-                .push((ns(ctx.now()), req.op.letter(), req.lba, req.sectors));
-            ctx.wake_at(ctx.now() + self.service, req.id);
-            self.busy.insert(req.id, req);
-        }
-        fn wake(&mut self, token: u64, ctx: &mut Ctx) {
-            let req = self.busy.remove(&token).unwrap();
-            let rec = Record {
-                arrival: req.arrival,
-                device_start: req.arrival,
-                completion: ctx.now(),
-                ..Default::default()
-            };
-            ctx.up(Completion { req, rec });
-        }
-    }
+    type DevLog = Log<(f64, char, u64, u32)>;
 
     struct Rig {
         sim: Simulator,
@@ -794,11 +762,14 @@ mod tests {
         let log: DevLog = Default::default();
         let sim = Simulator::new(vec![
             Box::new(BlockLayer::new(cfg)),
-            Box::new(Dev {
-                log: log.clone(),
+            // Plugged requests leave one representable instant (`next_up`) after they came:
+            // times are logged to the nanosecond.
+            Box::new(TestDev::new(
+                &log,
+                |t, r| (ns(t), r.op.letter(), r.lba, r.sectors),
                 service,
-                busy: HashMap::new(),
-            }),
+                false,
+            )),
         ]);
         Rig { sim, log }
     }

@@ -76,6 +76,7 @@ pub struct LinuxValidateArgs {
     /// Parent directory of the cgroup (default: the memory controller's root).
     #[arg(long)]
     pub cgroup_root: Option<PathBuf>,
+    /// Write every job's real and simulated figures (and the machine) as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
     /// HTML report (table, throughput bars, latency CDFs).
@@ -85,6 +86,7 @@ pub struct LinuxValidateArgs {
     /// ({"mean_abs_error_pct": X, "spread_pct": S}) by more than the run-to-run spread.
     #[arg(long)]
     pub check: Option<PathBuf>,
+    /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
 }
@@ -190,6 +192,15 @@ pub fn run(a: DisksimArgs) -> Result<()> {
     }
 }
 
+/// Writes `value` as pretty JSON to `path` when one was asked for (`--json`).
+pub fn write_json(path: Option<&Path>, value: &impl Serialize) -> Result<()> {
+    if let Some(p) = path {
+        std::fs::write(p, serde_json::to_string_pretty(value)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}
+
 /// Refuses to replace a file this tool did not write (its first line must start with
 /// `marker`).
 pub fn check_replaceable(p: &Path, marker: &str) -> Result<()> {
@@ -281,10 +292,7 @@ fn linux_validate_cmd(a: LinuxValidateArgs) -> Result<()> {
     bar.finish_and_clear();
     let r = r?;
     print!("{}", crate::linuxval::table(&r));
-    if let Some(p) = &a.json {
-        std::fs::write(p, serde_json::to_string_pretty(&r)?)
-            .with_context(|| format!("writing {}", p.display()))?;
-    }
+    write_json(a.json.as_deref(), &r)?;
     if let Some(p) = &a.html {
         check_replaceable(p, "<!doctype html>")?;
         std::fs::write(p, crate::linuxval::html(&r))
@@ -328,10 +336,7 @@ fn calibrate_cmd(a: CalibrateArgs) -> Result<()> {
             p.display()
         );
     }
-    if let Some(p) = &a.json {
-        std::fs::write(p, serde_json::to_string_pretty(&c)?)
-            .with_context(|| format!("writing {}", p.display()))?;
-    }
+    write_json(a.json.as_deref(), &c)?;
     Ok(())
 }
 
@@ -386,10 +391,7 @@ fn validate_disksim(a: ValidateArgs) -> Result<()> {
     }
     print!("{}", validate::table(&results));
     println!("demerit: RMS of real vs simulated response-time distributions at 10,000 percentiles; goal: <= DiskSim's and |mean| <= 5%");
-    if let Some(p) = &a.json {
-        std::fs::write(p, serde_json::to_string_pretty(&results)?)
-            .with_context(|| format!("writing {}", p.display()))?;
-    }
+    write_json(a.json.as_deref(), &results)?;
     if let Some(p) = &a.html {
         std::fs::write(p, validate::html(&results, &machine()))
             .with_context(|| format!("writing {}", p.display()))?;
@@ -705,10 +707,7 @@ fn run_cmd(a: RunArgs) -> Result<()> {
         rep.transfer_share * 100.0
     );
     crate::host::print_host(rep.host.as_deref(), &rep.host_stats);
-    if let Some(p) = &a.json {
-        std::fs::write(p, serde_json::to_string_pretty(&rep)?)
-            .with_context(|| format!("writing {}", p.display()))?;
-    }
+    write_json(a.json.as_deref(), &rep)?;
     Ok(())
 }
 
@@ -741,8 +740,7 @@ fn run_file_trace(a: &RunArgs, path: &Path) -> Result<()> {
     if let Some(p) = &a.json {
         let v = serde_json::json!({"calls": t.events.len(), "files": t.files.len(),
             "read_bytes": r, "write_bytes": w, "sim_s": sim_s, "wall_s": wall});
-        std::fs::write(p, serde_json::to_string_pretty(&v)?)
-            .with_context(|| format!("writing {}", p.display()))?;
+        write_json(Some(p), &v)?;
     }
     Ok(())
 }
@@ -831,8 +829,7 @@ fn run_fio(a: &RunArgs, job: &Path) -> Result<()> {
             "sim_time_ms": totals.sim_end,
             "wall_s": wall,
         });
-        std::fs::write(p, serde_json::to_string_pretty(&v)?)
-            .with_context(|| format!("writing {}", p.display()))?;
+        write_json(Some(p), &v)?;
     }
     Ok(())
 }
@@ -940,13 +937,9 @@ fn bench(a: BenchArgs) -> Result<()> {
         );
         out.push(r);
     }
-    if let Some(p) = &a.json {
-        std::fs::write(
-            p,
-            serde_json::to_string_pretty(
-                &serde_json::json!({"machine": machine(), "results": out}),
-            )?,
-        )?;
-    }
+    write_json(
+        a.json.as_deref(),
+        &serde_json::json!({"machine": machine(), "results": out}),
+    )?;
     Ok(())
 }

@@ -36,6 +36,8 @@ pub mod recordcli;
 pub mod request;
 pub mod sched;
 pub mod ssd;
+#[cfg(test)]
+pub(crate) mod testdev;
 pub mod trace;
 pub mod validate;
 pub mod wincache;

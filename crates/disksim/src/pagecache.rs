@@ -1544,6 +1544,7 @@ mod tests {
     use super::*;
     use crate::engine::{Pending, Simulator, VecSource, When};
     use crate::request::{FileRef, Flags};
+    use crate::testdev::{Log, TestDev};
     use std::cell::RefCell;
     use std::rc::Rc;
 
@@ -1564,33 +1565,12 @@ mod tests {
         }
     }
 
-    /// A device that logs what reaches it, as (first page, pages), and serves in 1 ms.
-    struct Recorder {
-        log: Rc<RefCell<Vec<(u64, u64)>>>,
-        busy: HashMap<u64, Request>,
-    }
-    impl Component for Recorder {
-        fn name(&self) -> &str {
-            "recorder"
-        }
-        fn submit(&mut self, req: Request, ctx: &mut Ctx) {
-            self.log.borrow_mut().push((
-                req.lba / SECTORS_PER_PAGE,
-                u64::from(req.sectors) / SECTORS_PER_PAGE,
-            ));
-            ctx.wake_at(ctx.now() + 1.0, req.id);
-            self.busy.insert(req.id, req);
-        }
-        fn wake(&mut self, token: u64, ctx: &mut Ctx) {
-            let req = self.busy.remove(&token).unwrap();
-            let rec = Record {
-                arrival: req.arrival,
-                device_start: req.arrival,
-                completion: ctx.now(),
-                ..Default::default()
-            };
-            ctx.up(Completion { req, rec });
-        }
+    /// What the device saw, as (first page, pages); it serves each request in 1 ms.
+    fn pages_log(_t: f64, r: &Request) -> (u64, u64) {
+        (
+            r.lba / SECTORS_PER_PAGE,
+            u64::from(r.sectors) / SECTORS_PER_PAGE,
+        )
     }
 
     struct Rig {
@@ -1607,10 +1587,7 @@ mod tests {
         let log = Rc::new(RefCell::new(Vec::new()));
         let sim = Simulator::new(vec![
             Box::new(Shared(pc.clone())),
-            Box::new(Recorder {
-                log: log.clone(),
-                busy: HashMap::new(),
-            }),
+            Box::new(TestDev::new(&log, pages_log, 1.0, false)),
         ]);
         Rig { pc, log, sim }
     }
@@ -1839,51 +1816,24 @@ mod tests {
     }
 
     /// What a test device saw: (time, op letter, first page, pages).
-    type DevLog = Rc<RefCell<Vec<(f64, char, u64, u64)>>>;
+    type DevLog = Log<(f64, char, u64, u64)>;
 
     /// A device that logs (time, op letter, first page, pages) and serves each request in
     /// `service` ms, one at a time (FCFS).
-    struct SerialDevice {
-        log: DevLog,
-        service: f64,
-        queue: std::collections::VecDeque<Request>,
-        busy: Option<Request>,
-    }
-    impl SerialDevice {
-        fn start(&mut self, req: Request, ctx: &mut Ctx) {
-            self.log.borrow_mut().push((
-                ctx.now(),
-                req.op.letter(),
-                req.lba / SECTORS_PER_PAGE,
-                u64::from(req.sectors) / SECTORS_PER_PAGE,
-            ));
-            ctx.wake_at(ctx.now() + self.service, 0);
-            self.busy = Some(req);
-        }
-    }
-    impl Component for SerialDevice {
-        fn name(&self) -> &str {
-            "serial"
-        }
-        fn submit(&mut self, req: Request, ctx: &mut Ctx) {
-            if self.busy.is_some() {
-                self.queue.push_back(req);
-            } else {
-                self.start(req, ctx);
-            }
-        }
-        fn wake(&mut self, _token: u64, ctx: &mut Ctx) {
-            let req = self.busy.take().unwrap();
-            let rec = Record {
-                arrival: req.arrival,
-                completion: ctx.now(),
-                ..Default::default()
-            };
-            ctx.up(Completion { req, rec });
-            if let Some(next) = self.queue.pop_front() {
-                self.start(next, ctx);
-            }
-        }
+    fn serial_device(log: &DevLog, service: f64) -> TestDev<(f64, char, u64, u64)> {
+        TestDev::new(
+            log,
+            |t, r| {
+                (
+                    t,
+                    r.op.letter(),
+                    r.lba / SECTORS_PER_PAGE,
+                    u64::from(r.sectors) / SECTORS_PER_PAGE,
+                )
+            },
+            service,
+            true,
+        )
     }
 
     struct WRig {
@@ -1902,12 +1852,7 @@ mod tests {
         let log = Rc::new(RefCell::new(Vec::new()));
         let sim = Simulator::new(vec![
             Box::new(Shared(pc.clone())),
-            Box::new(SerialDevice {
-                log: log.clone(),
-                service,
-                queue: Default::default(),
-                busy: None,
-            }),
+            Box::new(serial_device(&log, service)),
         ]);
         WRig { pc, log, sim }
     }
@@ -2127,12 +2072,7 @@ mod tests {
         let log = Rc::new(RefCell::new(Vec::new()));
         let mut sim = Simulator::new(vec![
             Box::new(Shared(pc.clone())),
-            Box::new(SerialDevice {
-                log: log.clone(),
-                service: 1.0,
-                queue: Default::default(),
-                busy: None,
-            }),
+            Box::new(serial_device(&log, 1.0)),
         ]);
         let items = (0..500)
             .map(|i| freq(NOW, Op::Write, Flags::default(), 0, i, 1))

@@ -345,9 +345,6 @@ pub fn record_cmd(a: RecordArgs) -> Result<()> {
         println!("            (the real time includes the process's start and exit, the simulation starts at its first traced call)");
         s.compare = Some(cmp);
     }
-    if let Some(p) = &a.json {
-        std::fs::write(p, serde_json::to_string_pretty(&s)?)
-            .with_context(|| format!("writing {}", p.display()))?;
-    }
+    crate::cli::write_json(a.json.as_deref(), &s)?;
     Ok(())
 }

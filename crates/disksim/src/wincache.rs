@@ -849,63 +849,22 @@ mod tests {
     use super::*;
     use crate::engine::{Pending, Simulator, VecSource, When};
     use crate::request::FileRef;
-    use std::cell::RefCell;
-    use std::rc::Rc;
+    use crate::testdev::{Log, TestDev};
 
     /// What the disk saw: (time, op letter, 64 KB block number).
-    type DevLog = Rc<RefCell<Vec<(f64, char, u64)>>>;
+    type DevLog = Log<(f64, char, u64)>;
 
-    /// One request at a time, FCFS, `service` ms each.
-    struct Disk {
-        log: DevLog,
-        service: f64,
-        queue: VecDeque<Request>,
-        busy: Option<Request>,
-    }
-    impl Disk {
-        fn start(&mut self, req: Request, ctx: &mut Ctx) {
-            self.log
-                .borrow_mut()
-                .push((ctx.now(), req.op.letter(), req.lba / SECTORS_PER_BLOCK));
-            ctx.wake_at(ctx.now() + self.service, 0);
-            self.busy = Some(req);
-        }
-    }
-    impl Component for Disk {
-        fn name(&self) -> &str {
-            "disk"
-        }
-        fn submit(&mut self, req: Request, ctx: &mut Ctx) {
-            if self.busy.is_some() {
-                self.queue.push_back(req);
-            } else {
-                self.start(req, ctx);
-            }
-        }
-        fn wake(&mut self, _t: u64, ctx: &mut Ctx) {
-            let req = self.busy.take().unwrap();
-            let rec = Record {
-                arrival: req.arrival,
-                completion: ctx.now(),
-                ..Default::default()
-            };
-            ctx.up(Completion { req, rec });
-            if let Some(n) = self.queue.pop_front() {
-                self.start(n, ctx);
-            }
-        }
-    }
-
+    /// Replays `items` over a disk serving one request at a time, FCFS, 1 ms each.
     fn run(cfg: WinXpConfig, items: Vec<Pending>) -> (Vec<Completion>, DevLog, WinXpStats) {
         let log: DevLog = Default::default();
         let mut sim = Simulator::new(vec![
             Box::new(WinXpCache::new(cfg)),
-            Box::new(Disk {
-                log: log.clone(),
-                service: 1.0,
-                queue: VecDeque::new(),
-                busy: None,
-            }),
+            Box::new(TestDev::new(
+                &log,
+                |t, r| (t, r.op.letter(), r.lba / SECTORS_PER_BLOCK),
+                1.0,
+                true,
+            )),
         ]);
         let mut out = Vec::new();
         sim.run(&mut VecSource::new(items), &mut |c| out.push(c.clone()))
