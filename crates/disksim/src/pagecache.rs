@@ -507,6 +507,26 @@ impl PageCache {
         }
     }
 
+    /// Adds a clean page, not yet read, at the young end of the inactive list (where the
+    /// kernel's `add_to_page_cache_lru` puts a new page); `marker` sets its read-ahead mark.
+    fn insert_page(&mut self, k: PageKey, marker: bool) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.pages.insert(
+            k,
+            Page {
+                list: List::Inactive,
+                seq,
+                referenced: false,
+                marker,
+                pending: None,
+                dirty: false,
+                wb: None,
+            },
+        );
+        self.inactive.insert(seq, k);
+    }
+
     /// Reclaims until the cache fits its capacity (pages in flight are skipped).
     fn shrink(&mut self) {
         while self.pages.len() as u64 > self.cfg.capacity_pages {
@@ -597,21 +617,7 @@ impl PageCache {
                 flush(self, &mut run, ctx);
                 continue;
             }
-            let seq = self.next_seq;
-            self.next_seq += 1;
-            self.pages.insert(
-                k,
-                Page {
-                    list: List::Inactive,
-                    seq,
-                    referenced: false,
-                    marker: marker == Some(index),
-                    pending: None,
-                    dirty: false,
-                    wb: None,
-                },
-            );
-            self.inactive.insert(seq, k);
+            self.insert_page(k, marker == Some(index));
             self.stats.readahead_pages += 1; // corrected for the requested pages by the caller
             run = match run {
                 Some((first, count)) if first + count == index && count < u32::MAX as u64 / 8 => {
@@ -953,21 +959,7 @@ impl PageCache {
         for index in first..last {
             let k = PageKey { stream: sk, index };
             if !self.pages.contains_key(&k) {
-                let seq = self.next_seq;
-                self.next_seq += 1;
-                self.pages.insert(
-                    k,
-                    Page {
-                        list: List::Inactive,
-                        seq,
-                        referenced: false,
-                        marker: false,
-                        pending: None,
-                        dirty: false,
-                        wb: None,
-                    },
-                );
-                self.inactive.insert(seq, k);
+                self.insert_page(k, false);
             }
             self.mark_accessed(k);
             let p = self.pages.get_mut(&k).expect("inserted above");

@@ -815,27 +815,10 @@ mod tests {
     }
 
     fn run(reqs: Vec<(f64, u64, u32, Op)>) -> Vec<f64> {
-        let mut sim = Simulator::new(vec![Box::new(Ssd::new(spec()).unwrap())]);
-        let items = reqs
-            .into_iter()
-            .map(|(t, lba, n, op)| Pending {
-                when: When::At(t),
-                req: Request {
-                    id: 0,
-                    arrival: 0.0,
-                    dev: 0,
-                    lba,
-                    sectors: n,
-                    op,
-                    flags: Flags::default(),
-                    file: None,
-                },
-            })
-            .collect();
-        let mut out = Vec::new();
-        sim.run(&mut VecSource::new(items), &mut |c| out.push(c.response()))
-            .unwrap();
-        out
+        crate::testdev::run_at(Box::new(Ssd::new(spec()).unwrap()), &reqs)
+            .iter()
+            .map(|c| c.response())
+            .collect()
     }
 
     #[test]

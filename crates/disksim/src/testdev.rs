@@ -6,8 +6,8 @@ use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 
-use crate::engine::{Component, Ctx};
-use crate::request::{Completion, Record, Request};
+use crate::engine::{Component, Ctx, Pending, Simulator, VecSource, When};
+use crate::request::{Completion, Flags, Op, Record, Request};
 
 /// What the device saw, one entry per request it started.
 pub type Log<T> = Rc<RefCell<Vec<T>>>;
@@ -67,4 +67,30 @@ impl<T> Component for TestDev<T> {
             self.start(next, ctx);
         }
     }
+}
+
+/// Runs `(arrival ms, lba, sectors, op)` requests, each arriving at its time, on `device`
+/// alone; returns the completions in completion order.
+pub fn run_at(device: Box<dyn Component>, reqs: &[(f64, u64, u32, Op)]) -> Vec<Completion> {
+    let items = reqs
+        .iter()
+        .map(|&(t, lba, sectors, op)| Pending {
+            when: When::At(t),
+            req: Request {
+                id: 0,
+                arrival: 0.0,
+                dev: 0,
+                lba,
+                sectors,
+                op,
+                flags: Flags::default(),
+                file: None,
+            },
+        })
+        .collect();
+    let mut sim = Simulator::new(vec![device]);
+    let mut out = Vec::new();
+    sim.run(&mut VecSource::new(items), &mut |c| out.push(c.clone()))
+        .expect("a test run");
+    out
 }

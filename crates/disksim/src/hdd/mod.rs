@@ -959,8 +959,6 @@ mod tests {
     use super::mech::{Mech, SeekCurve};
     use super::spec::{CacheSpec, HddSpec, Overheads};
     use super::*;
-    use crate::engine::{Pending, Simulator, VecSource, When};
-    use crate::request::Flags;
     use crate::sched::Policy;
 
     /// 6,000 rpm (10 ms per revolution), 2 surfaces, 100 sectors per track, head switch 0.5 ms
@@ -1006,27 +1004,7 @@ mod tests {
     }
 
     fn run(spec: HddSpec, reqs: &[(f64, u64, u32, Op)]) -> Vec<Completion> {
-        let items = reqs
-            .iter()
-            .map(|&(t, lba, n, op)| Pending {
-                when: When::At(t),
-                req: Request {
-                    id: 0,
-                    arrival: 0.0,
-                    dev: 0,
-                    lba,
-                    sectors: n,
-                    op,
-                    flags: Flags::default(),
-                    file: None,
-                },
-            })
-            .collect();
-        let mut sim = Simulator::new(vec![Box::new(Hdd::new(spec))]);
-        let mut out = Vec::new();
-        sim.run(&mut VecSource::new(items), &mut |c| out.push(c.clone()))
-            .unwrap();
-        out
+        crate::testdev::run_at(Box::new(Hdd::new(spec)), reqs)
     }
 
     #[test]
