@@ -743,7 +743,7 @@ impl Component for BlockLayer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{Pending, Simulator, VecSource, When};
+    use crate::engine::{Pending, Simulator, VecSource};
     use crate::testdev::{Log, TestDev};
 
     fn ns(t: f64) -> f64 {
@@ -775,19 +775,7 @@ mod tests {
     }
 
     fn req(at: f64, op: Op, lba: u64, sectors: u32) -> Pending {
-        Pending {
-            when: When::At(at),
-            req: Request {
-                id: 0,
-                arrival: 0.0,
-                dev: 0,
-                lba,
-                sectors,
-                op,
-                flags: Flags::default(),
-                file: None,
-            },
-        }
+        crate::testdev::pending_at(at, op, lba, sectors)
     }
 
     fn run(r: &mut Rig, items: Vec<Pending>) -> (Vec<Completion>, BlockStats) {

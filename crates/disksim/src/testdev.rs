@@ -74,23 +74,28 @@ impl<T> Component for TestDev<T> {
 pub fn run_at(device: Box<dyn Component>, reqs: &[(f64, u64, u32, Op)]) -> Vec<Completion> {
     let items = reqs
         .iter()
-        .map(|&(t, lba, sectors, op)| Pending {
-            when: When::At(t),
-            req: Request {
-                id: 0,
-                arrival: 0.0,
-                dev: 0,
-                lba,
-                sectors,
-                op,
-                flags: Flags::default(),
-                file: None,
-            },
-        })
+        .map(|&(t, lba, sectors, op)| pending_at(t, op, lba, sectors))
         .collect();
     let mut sim = Simulator::new(vec![device]);
     let mut out = Vec::new();
     sim.run(&mut VecSource::new(items), &mut |c| out.push(c.clone()))
         .expect("a test run");
     out
+}
+
+/// A request of `sectors` from `lba` arriving at `t` ms.
+pub fn pending_at(t: f64, op: Op, lba: u64, sectors: u32) -> Pending {
+    Pending {
+        when: When::At(t),
+        req: Request {
+            id: 0,
+            arrival: 0.0,
+            dev: 0,
+            lba,
+            sectors,
+            op,
+            flags: Flags::default(),
+            file: None,
+        },
+    }
 }
