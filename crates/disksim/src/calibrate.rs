@@ -492,8 +492,46 @@ pub fn calibrate(
             }
         })
         .unwrap_or(0.0);
+    // Buffered writes into new pages (the cost `write` jobs pay before write-back): one fresh
+    // file per size, created here (never a file already there) and removed after, 16 MiB
+    // each, well under the dirty thresholds so nothing waits for the device.
+    let mut wfiles = Vec::new();
+    let mut text = String::from("[global]\nsize=16m\nioengine=psync\ndirect=0\nstonewall\n");
+    for k in cpu_sizes {
+        let path = dir.join(format!("iolab-disksim-wcost{k}-{}.dat", std::process::id()));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .with_context(|| format!("creating {}", path.display()))?;
+        let owned = OwnedFile { path };
+        text.push_str(&format!(
+            "[w{k}]\nfilename={}\nrw=write\nbs={k}k\n",
+            owned.path.to_string_lossy().replace(':', "\\:")
+        ));
+        wfiles.push(owned);
+    }
+    let jf = work.path.join("wcost.fio");
+    std::fs::write(&jf, &text)?;
+    let v = run_fio_json(&jf, &[], interrupted)?;
+    drop(wfiles);
+    let wjobs = v["jobs"].as_array().cloned().unwrap_or_default();
+    let mut cached_write_us = Vec::new();
+    for k in cpu_sizes {
+        if let Some(j) = wjobs
+            .iter()
+            .find(|j| j["jobname"] == format!("w{k}").as_str())
+        {
+            let us = lat_us(&j["write"], "mean");
+            if us.is_finite() && us >= 0.0 {
+                cached_write_us.push([k as f64, us]);
+            }
+        }
+    }
     let host_cpu = crate::fio::HostCpu {
         cached_read_us,
+        cached_write_us,
         app_gap_us,
     };
     step += 1;
@@ -616,6 +654,17 @@ pub fn config_toml(c: &Calibration) -> String {
             .collect::<Vec<_>>()
             .join(", "),
     );
+    s.push_str(
+        "]\n# buffered writes into new page-cache pages: [KiB, mean µs]\ncached_write_us = [",
+    );
+    s.push_str(
+        &c.host_cpu
+            .cached_write_us
+            .iter()
+            .map(|[k, us]| format!("[{k}, {us:.2}]"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
     s.push_str(&format!(
         "]\n# fio's own time between a completion and its next request (µs)\napp_gap_us = {:.2}\n",
         c.host_cpu.app_gap_us
@@ -683,6 +732,15 @@ pub fn table(c: &Calibration) -> String {
     s.push_str(
         &c.host_cpu
             .cached_read_us
+            .iter()
+            .map(|[k, us]| format!("{k} KiB {us:.1}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    s.push_str("\nbuffered write into new pages (µs by size): ");
+    s.push_str(
+        &c.host_cpu
+            .cached_write_us
             .iter()
             .map(|[k, us]| format!("{k} KiB {us:.1}"))
             .collect::<Vec<_>>()

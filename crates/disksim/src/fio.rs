@@ -1066,6 +1066,11 @@ impl Source for FioSource {
 #[serde(deny_unknown_fields)]
 pub struct HostCpu {
     pub cached_read_us: Vec<[f64; 2]>,
+    /// Buffered writes into new page-cache pages, (KiB, µs) as `cached_read_us`: the copy
+    /// plus page allocation and dirtying, about twice a cached read's cost. Empty (older
+    /// calibrations): writes cost the affine part of the read table.
+    #[serde(default)]
+    pub cached_write_us: Vec<[f64; 2]>,
     /// The application's own time between a completion and its next request (fio's loop,
     /// µs): measured as (run time / I/Os) − mean latency on cached 4 KiB reads.
     #[serde(default)]
@@ -1073,34 +1078,19 @@ pub struct HostCpu {
 }
 
 impl HostCpu {
-    /// Cost (µs) of a buffered call of `kib` KiB.
+    /// Cost (µs) of a buffered read of `kib` KiB.
     pub fn cost_us(&self, kib: f64) -> f64 {
-        let t = &self.cached_read_us;
-        if t.is_empty() {
-            return 0.0;
-        }
-        let i = t.partition_point(|p| p[0] < kib);
-        let v = if i == 0 {
-            t[0][1]
-        } else if i >= t.len() {
-            let [k, us] = t[t.len() - 1];
-            us * kib / k.max(1e-9)
-        } else {
-            let ([k0, u0], [k1, u1]) = (t[i - 1], t[i]);
-            let f = (kib.max(1e-9).log2() - k0.max(1e-9).log2())
-                / (k1.max(1e-9).log2() - k0.max(1e-9).log2()).max(1e-12);
-            u0 + f * (u1 - u0)
-        };
-        if v.is_finite() {
-            v.max(0.0)
-        } else {
-            0.0
-        }
+        table_us(&self.cached_read_us, kib)
+    }
+
+    /// Cost (µs) of a buffered write of `kib` KiB into new pages (0 without a write table).
+    pub fn write_cost_us(&self, kib: f64) -> f64 {
+        table_us(&self.cached_write_us, kib)
     }
 
     /// The affine part `(syscall µs, µs per KiB)`: a robust fit of the table up to 128 KiB,
     /// where the cost is a copy. The page cache charges it to every buffered call, reads and
-    /// writes; [`Syscalls`] adds what reads cost beyond it.
+    /// writes; [`Syscalls`] adds what reads (and, with a write table, writes) cost beyond it.
     pub fn affine(&self) -> (f64, f64) {
         let pts: Vec<(f64, f64)> = self
             .cached_read_us
@@ -1114,29 +1104,65 @@ impl HostCpu {
         }
     }
 
-    /// Extra cost of a buffered read beyond the affine part, ms.
+    /// Extra cost of a buffered read or write beyond the affine part (which the page cache
+    /// charges), ms.
     fn cost_ms(&self, req: &Request) -> f64 {
-        if req.flags.contains(Flags::DIRECT) || req.op != Op::Read {
+        if req.flags.contains(Flags::DIRECT) {
             return 0.0;
         }
         let kib = req.bytes() as f64 / 1024.0;
+        let table = match req.op {
+            Op::Read => self.cost_us(kib),
+            Op::Write if !self.cached_write_us.is_empty() => self.write_cost_us(kib),
+            _ => return 0.0,
+        };
         let (a, b) = self.affine();
-        (self.cost_us(kib) - (a + b * kib)).max(0.0) / 1000.0
+        (table - (a + b * kib)).max(0.0) / 1000.0
     }
 
     /// Checks the table: sizes ascending and positive, costs finite and >= 0.
     pub fn validate(&self) -> Result<()> {
-        let mut prev = 0.0;
-        for [k, us] in &self.cached_read_us {
-            if !(k.is_finite() && *k > prev && us.is_finite() && *us >= 0.0) {
-                bail!("host_cpu.cached_read_us: [KiB, µs] pairs with KiB ascending and µs >= 0");
+        for (name, t) in [
+            ("cached_read_us", &self.cached_read_us),
+            ("cached_write_us", &self.cached_write_us),
+        ] {
+            let mut prev = 0.0;
+            for [k, us] in t {
+                if !(k.is_finite() && *k > prev && us.is_finite() && *us >= 0.0) {
+                    bail!("host_cpu.{name}: [KiB, µs] pairs with KiB ascending and µs >= 0");
+                }
+                prev = *k;
             }
-            prev = *k;
         }
         if !(self.app_gap_us.is_finite() && (0.0..1e6).contains(&self.app_gap_us)) {
             bail!("host_cpu.app_gap_us must be within 0..1000000");
         }
         Ok(())
+    }
+}
+
+/// A (KiB, µs) table's value at `kib`: linear in log2(size) between points, the first
+/// point's below them, in proportion to the size beyond the last; 0 for an empty table.
+fn table_us(t: &[[f64; 2]], kib: f64) -> f64 {
+    if t.is_empty() {
+        return 0.0;
+    }
+    let i = t.partition_point(|p| p[0] < kib);
+    let v = if i == 0 {
+        t[0][1]
+    } else if i >= t.len() {
+        let [k, us] = t[t.len() - 1];
+        us * kib / k.max(1e-9)
+    } else {
+        let ([k0, u0], [k1, u1]) = (t[i - 1], t[i]);
+        let f = (kib.max(1e-9).log2() - k0.max(1e-9).log2())
+            / (k1.max(1e-9).log2() - k0.max(1e-9).log2()).max(1e-12);
+        u0 + f * (u1 - u0)
+    };
+    if v.is_finite() {
+        v.max(0.0)
+    } else {
+        0.0
     }
 }
 
@@ -1150,6 +1176,7 @@ impl Syscalls {
     pub fn new(cpu: HostCpu) -> Syscalls {
         let mut cpu = cpu;
         cpu.cached_read_us.sort_by(|a, b| a[0].total_cmp(&b[0]));
+        cpu.cached_write_us.sort_by(|a, b| a[0].total_cmp(&b[0]));
         Syscalls {
             cpu,
             held: HashMap::new(),
@@ -1494,7 +1521,7 @@ mod tests {
     fn host_cpu_table_interpolates_in_log_size() {
         let c = HostCpu {
             cached_read_us: vec![[4.0, 2.0], [16.0, 6.0], [64.0, 10.0]],
-            app_gap_us: 0.0,
+            ..Default::default()
         };
         assert_eq!(c.cost_us(4.0), 2.0);
         assert_eq!(c.cost_us(1.0), 2.0);
@@ -1503,14 +1530,21 @@ mod tests {
         assert_eq!(HostCpu::default().cost_us(100.0), 0.0);
         assert!(HostCpu {
             cached_read_us: vec![[4.0, 1.0], [2.0, 1.0]],
-            app_gap_us: 0.0
+            ..Default::default()
+        }
+        .validate()
+        .is_err());
+        assert!(HostCpu {
+            cached_read_us: vec![[4.0, 1.0]],
+            cached_write_us: vec![[4.0, -1.0]],
+            ..Default::default()
         }
         .validate()
         .is_err());
         // The affine part of a table that jumps at 512 KiB (this VM) is the small-size copy.
         let vm = HostCpu {
             cached_read_us: vec![[4.0, 2.5], [32.0, 9.0], [128.0, 9.0], [512.0, 700.0]],
-            app_gap_us: 0.0,
+            ..Default::default()
         };
         let (a, b) = vm.affine();
         assert!(a <= 2.5 && b < 0.3, "{a} {b}");
@@ -1556,6 +1590,54 @@ mod tests {
             .run(&mut src, &mut |c| stats.add(c))
             .unwrap();
         assert_eq!(stats.results()[0].read.ios, 16);
+    }
+
+    #[test]
+    fn a_write_table_prices_buffered_writes_not_direct_ones() {
+        // Read table: affine 1 µs + 0.25 µs/KiB up to 128 KiB. Write table: 40 µs at 32 KiB.
+        // A buffered 32 KiB write then costs the write table's 40 µs in all (9 µs of it the
+        // page cache's affine part); without a write table, the affine 9 µs alone; an O_DIRECT
+        // write costs no CPU here (the device's measured latency holds its system call).
+        let cpu = HostCpu {
+            cached_read_us: vec![[4.0, 2.0], [32.0, 9.0], [128.0, 33.0]],
+            cached_write_us: vec![[4.0, 6.0], [32.0, 40.0]],
+            ..Default::default()
+        };
+        let host = crate::host::HostParams::linux_defaults();
+        let one = |cpu: &HostCpu, direct: bool| {
+            let text = format!(
+                "[j]\nrw=write\nsize=32k\nbs=32k\ndirect={}\n",
+                u8::from(direct)
+            );
+            let jf = parse(&text, false).unwrap();
+            let chain = host_chain(Box::new(ConstantDevice::new(1.0)), &host, Some(cpu)).unwrap();
+            let mut src = FioSource::new(&jf, 0, 1 << 30).unwrap();
+            let mut out = Vec::new();
+            Simulator::new(chain)
+                .run(&mut src, &mut |c| {
+                    if c.req.op == Op::Write {
+                        out.push(c.response())
+                    }
+                })
+                .unwrap();
+            assert_eq!(out.len(), 1);
+            out[0]
+        };
+        assert!(
+            (one(&cpu, false) - 0.040).abs() < 1e-6,
+            "{}",
+            one(&cpu, false)
+        );
+        let no_table = HostCpu {
+            cached_write_us: vec![],
+            ..cpu.clone()
+        };
+        assert!(
+            (one(&no_table, false) - 0.009).abs() < 1e-6,
+            "{}",
+            one(&no_table, false)
+        );
+        assert!((one(&cpu, true) - 1.0).abs() < 1e-6, "{}", one(&cpu, true));
     }
 
     #[test]
