@@ -133,6 +133,23 @@ pub fn run_fio_json(
     serde_json::from_str(&text[start..]).context("reading fio's JSON output")
 }
 
+/// Writes a regular file's dirty pages to the device and waits, then drops its cached
+/// pages: the file starts cold and no write-back of it is left running. Opens read-only, so
+/// nothing is written but what was already written to the file; errors are ignored (a file
+/// that vanished has no cache).
+pub fn drop_file_cache(path: &Path) {
+    use std::os::unix::io::AsRawFd;
+    if let Ok(file) = std::fs::File::open(path) {
+        if file.metadata().is_ok_and(|m| m.is_file()) {
+            let _ = file.sync_all();
+            // SAFETY: a valid descriptor owned by `file` for the whole call.
+            unsafe {
+                libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
+            }
+        }
+    }
+}
+
 /// A file created by this tool, removed when dropped.
 pub struct OwnedFile {
     pub path: PathBuf,
@@ -237,6 +254,19 @@ pub struct WriteCache {
     pub volatile_cache: Option<String>,
     pub fua: Option<String>,
     pub verdict: String,
+}
+
+impl WriteCache {
+    /// What a cache flush costs the device (µs): the fsync'd write less the plain one (0 when
+    /// a measurement failed).
+    pub fn flush_us(&self) -> f64 {
+        let d = self.write_fsync_us - self.write_us;
+        if d.is_finite() {
+            d.max(0.0)
+        } else {
+            0.0
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -635,8 +665,9 @@ pub fn config_toml(c: &Calibration) -> String {
     }
     let qd = c.points.iter().map(|p| p.qd).max().unwrap_or(1);
     let gib = c.host.device_bytes.map(|b| (b >> 30).max(1)).unwrap_or(64);
+    let flush = c.write_cache.flush_us();
     s.push_str(&format!(
-        "\n# latency_us: a robust affine fit in size of the measured means per op, pattern and queue\n# depth (Theil-Sen; the raw means are in the --json output and the printed table).\n[device]\nkind = \"measured\"\n\n[measured]\nqueue_depth = {qd}\ncapacity_gib = {gib}\npoints = [\n"
+        "\n# latency_us: a robust affine fit in size of the measured means per op, pattern and queue\n# depth (Theil-Sen; the raw means are in the --json output and the printed table).\n[device]\nkind = \"measured\"\n\n[measured]\nqueue_depth = {qd}\ncapacity_gib = {gib}\n# a cache flush: a 4 KiB write followed by fsync, less the plain write (µs)\nflush_us = {flush:.1}\npoints = [\n"
     ));
     for p in &fitted_points(&c.points) {
         s.push_str(&format!(

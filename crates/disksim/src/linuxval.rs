@@ -540,6 +540,7 @@ pub fn validate(
         let warm_text = c.warm.then(|| warmup_text(file, bytes));
         let r = run_case(
             c,
+            file,
             &text,
             warm_text.as_deref(),
             &settings,
@@ -587,6 +588,7 @@ const FIO_RSS: u64 = 8 << 20;
 #[allow(clippy::too_many_arguments)]
 fn run_case(
     c: &Case,
+    file: &Path,
     text: &str,
     warmup: Option<&str>,
     settings: &Settings,
@@ -601,6 +603,12 @@ fn run_case(
     let mut all_lat = Vec::new();
     let mut figs = Vec::new();
     for _ in 0..settings.runs {
+        if !c.warm {
+            // Cold as simulated: none of the file cached, none of it dirty or still being
+            // written back by an earlier run (fio's `invalidate` cannot drop dirty pages, so
+            // a write run would otherwise start in a cgroup full of the last run's).
+            crate::calibrate::drop_file_cache(file);
+        }
         if let Some(w) = warmup {
             run_real(cg, &work.path, w, false, interrupted)?;
         }

@@ -51,6 +51,11 @@ pub struct MeasuredSpec {
     /// Capacity (GiB).
     pub capacity_gib: u64,
     pub points: Vec<Point>,
+    /// A cache flush (`fsync`, `O_DSYNC` without FUA), µs: what `calibrate` measures as a
+    /// write followed by `fsync` less the plain write. 0 (the default): flushes are free, as
+    /// behind a write-through or battery-backed cache.
+    #[serde(default)]
+    pub flush_us: f64,
 }
 
 type Key = (bool, Pattern); // (is_read, pattern)
@@ -178,6 +183,9 @@ impl MeasuredDevice {
         if spec.capacity_gib == 0 || spec.capacity_gib > 1 << 20 {
             bail!("measured.capacity_gib must be within 1..=1048576");
         }
+        if !(spec.flush_us.is_finite() && (0.0..1e7).contains(&spec.flush_us)) {
+            bail!("measured.flush_us must be within 0..1e7 (µs)");
+        }
         let tables = Tables::build(&spec.points)?;
         Ok(MeasuredDevice {
             spec,
@@ -202,7 +210,9 @@ impl MeasuredDevice {
             Pattern::Random
         };
         self.last_end[slot] = Some(req.end());
-        let lat_ms = if matches!(req.op, Op::Flush | Op::Advise(_)) {
+        let lat_ms = if req.op == Op::Flush {
+            self.spec.flush_us / 1000.0
+        } else if matches!(req.op, Op::Advise(_)) {
             0.0
         } else {
             self.tables.lookup(
@@ -282,6 +292,29 @@ mod tests {
         assert_eq!(t.lookup(k, 1.0, 64.0), 200.0);
         // A write with no write table falls back to what exists.
         assert!(t.lookup((false, Pattern::Sequential), 4.0, 1.0) > 0.0);
+    }
+
+    #[test]
+    fn a_flush_costs_the_measured_flush_time() {
+        let spec = |flush_us: f64| MeasuredSpec {
+            queue_depth: 1,
+            capacity_gib: 1,
+            points: vec![p("write", Pattern::Random, 4.0, 1, 100.0)],
+            flush_us,
+        };
+        let reqs = [(0.0, 0, 8, Op::Write), (1.0, 0, 0, Op::Flush)];
+        let out =
+            crate::testdev::run_at(Box::new(MeasuredDevice::new(spec(250.0)).unwrap()), &reqs);
+        assert!((out[0].response() - 0.100).abs() < 1e-9);
+        assert!(
+            (out[1].response() - 0.250).abs() < 1e-9,
+            "{}",
+            out[1].response()
+        );
+        let out = crate::testdev::run_at(Box::new(MeasuredDevice::new(spec(0.0)).unwrap()), &reqs);
+        assert_eq!(out[1].response(), 0.0);
+        assert!(MeasuredDevice::new(spec(-1.0)).is_err());
+        assert!(MeasuredDevice::new(spec(f64::NAN)).is_err());
     }
 
     #[test]

@@ -323,8 +323,10 @@ pub struct PageCacheStats {
     pub max_dirty_pages: u64,
     /// Largest number of dirty plus under-write-back pages at once.
     pub max_dirty_writeback_pages: u64,
-    /// Buffered writes the dirty throttle held, and their total wait, ms.
+    /// Buffered writes the dirty throttle or a full cache held, and their total wait, ms.
     pub throttled_writes: u64,
+    /// Times reclaim found the cache full of dirty pages and started writing them all.
+    pub reclaim_writebacks: u64,
     pub throttled_ms: f64,
     /// Flusher runs that wrote expired pages (`dirty_expire_centisecs`).
     pub expire_runs: u64,
@@ -912,14 +914,13 @@ impl PageCache {
 
     /// The background threshold and the dirty limit in pages, after the kernel's
     /// `domain_dirty_limits` (a background threshold at or above the limit becomes half the
-    /// limit), the limit capped by the cache's capacity (a memory cgroup full of dirty pages
-    /// makes its writers wait for write-back, whatever the global ratios say).
+    /// limit), over the dirtyable memory: the cgroup's under cgroup v2, the whole machine's
+    /// under v1, whose memory cgroups have no dirty limits of their own. A cache full of
+    /// dirty pages below those limits makes its writers wait in reclaim instead
+    /// ([`PageCache::reclaim_writeback`]).
     pub fn thresholds(&self) -> (u64, u64) {
         let d = self.cfg.dirty;
-        let limit = d
-            .limit
-            .pages(d.dirtyable_pages)
-            .min(self.cfg.capacity_pages);
+        let limit = d.limit.pages(d.dirtyable_pages);
         let mut bg = d.background.pages(d.dirtyable_pages);
         if bg >= limit {
             bg = limit / 2;
@@ -1130,11 +1131,39 @@ impl PageCache {
         self.background(ctx);
     }
 
+    /// More pages than the capacity after reclaim: the rest are dirty, under write-back or
+    /// being read.
+    fn over_capacity(&self) -> bool {
+        self.pages.len() as u64 > self.cfg.capacity_pages
+    }
+
+    /// Reclaim found the cache (a memory cgroup) full of pages it cannot drop: as the
+    /// kernel's `shrink_folio_list` does on dirty file pages it wakes the flusher for every
+    /// dirty page (`WB_REASON_VMSCAN`), oldest file first, and the allocating writer waits
+    /// until write-back has cleaned pages it can reclaim.
+    fn reclaim_writeback(&mut self, ctx: &mut Ctx) {
+        self.stats.reclaim_writebacks += 1;
+        let mut files: Vec<(f64, StreamKey)> = self
+            .streams
+            .iter()
+            .filter_map(|(k, s)| s.dirtied_when.map(|t| (t, *k)))
+            .collect();
+        files.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        for (_, sk) in files {
+            self.start_writeback(sk, 0..u64::MAX, false, ctx);
+        }
+    }
+
     /// Holds a buffered write's completion while dirty + write-back pages are above the
-    /// throttle level, or completes it after its CPU time.
+    /// throttle level or the cache is full of pages reclaim cannot take, or completes it
+    /// after its CPU time.
     fn finish_write(&mut self, done: Completion, ctx: &mut Ctx) {
         self.background(ctx);
-        if self.nr_dirty + self.nr_writeback > self.throttle_pages() {
+        let full = self.over_capacity();
+        if full && self.nr_dirty > 0 {
+            self.reclaim_writeback(ctx);
+        }
+        if full || self.nr_dirty + self.nr_writeback > self.throttle_pages() {
             self.stats.throttled_writes += 1;
             if self.nr_writeback == 0 {
                 // Nothing in flight would ever release it: write the oldest file now.
@@ -1159,8 +1188,10 @@ impl PageCache {
 
     /// Releases the throttled writers the dirty level now allows, oldest first.
     fn release_throttled(&mut self, ctx: &mut Ctx) {
+        self.shrink();
         while !self.throttled.is_empty()
             && self.nr_dirty + self.nr_writeback <= self.throttle_pages()
+            && !self.over_capacity()
         {
             let (mut done, since) = self.throttled.pop_front().expect("not empty");
             let now = ctx.now();
@@ -1471,6 +1502,10 @@ impl Component for PageCache {
                 s.throttled_writes as f64,
             ),
             ("pagecache throttled ms".into(), s.throttled_ms),
+            (
+                "pagecache reclaim write-backs (cache full of dirty pages)".into(),
+                s.reclaim_writebacks as f64,
+            ),
             (
                 "pagecache expired-page flusher runs".into(),
                 s.expire_runs as f64,
@@ -2053,14 +2088,16 @@ mod tests {
         assert_eq!(r.pc.borrow().dirty_pages(), (0, 0));
     }
 
-    /// A memory limit tighter than the dirty limit: writers wait at the cache's capacity
-    /// instead (memory cgroup full of dirty pages), and every page is written.
+    /// A memory cgroup under v1: the dirty ratios are the whole machine's, far above the
+    /// cgroup, so nothing is written back while the cache fills; the write that overfills
+    /// it makes reclaim write every dirty page and wait for clean ones. Every page is
+    /// written and the cache stays within its capacity plus the page being written.
     #[test]
     fn a_small_cache_bounds_the_dirty_pages() {
         let mut cfg = PageCacheConfig::new(64, 0);
         cfg.dirty.dirtyable_pages = 1 << 20; // global ratios far above the cgroup
         let pc = Rc::new(RefCell::new(PageCache::new(cfg)));
-        assert_eq!(pc.borrow().thresholds(), (32, 64));
+        assert_eq!(pc.borrow().thresholds(), (104_857, 209_715));
         let log = Rc::new(RefCell::new(Vec::new()));
         let mut sim = Simulator::new(vec![
             Box::new(Shared(pc.clone())),
@@ -2072,13 +2109,16 @@ mod tests {
         let out = run_items(&mut sim, items);
         assert_eq!(out.len(), 500);
         let s = pc.borrow().counters();
+        // The first device write is the 65 pages dirty when the 65th write overfilled it.
+        assert_eq!(log.borrow()[0], (0.0, 'W', 0, 65));
         assert!(
-            s.max_dirty_writeback_pages <= 57,
+            s.max_dirty_writeback_pages <= 65,
             "{}",
             s.max_dirty_writeback_pages
         );
+        assert!(s.reclaim_writebacks > 0 && s.throttled_writes > 0);
         assert_eq!(s.written_pages, 500);
-        assert!(pc.borrow().len() <= 64);
+        assert!(pc.borrow().len() <= 65);
     }
 
     #[test]

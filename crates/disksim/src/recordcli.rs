@@ -141,17 +141,8 @@ fn strace_overhead_ms(dir: &Path) -> Result<f64> {
 /// Drops the cached pages of the trace's files that exist (written ones are synced first, so
 /// that the drop is complete). Opens read-only: nothing is written but what the command wrote.
 fn drop_cached(t: &FileTrace) {
-    use std::os::unix::io::AsRawFd;
     for f in &t.files {
-        if let Ok(file) = std::fs::File::open(&f.path) {
-            if file.metadata().is_ok_and(|m| m.is_file()) {
-                let _ = file.sync_all();
-                // SAFETY: a valid descriptor owned by `file` for the whole call.
-                unsafe {
-                    libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
-                }
-            }
-        }
+        crate::calibrate::drop_file_cache(std::path::Path::new(&f.path));
     }
 }
 
