@@ -155,6 +155,20 @@ pub struct OwnedFile {
     pub path: PathBuf,
 }
 
+impl OwnedFile {
+    /// Creates the empty file `DIR/iolab-disksim-TAG-PID.dat` (never one already there: O_EXCL).
+    pub fn create_new(dir: &Path, tag: &str) -> Result<OwnedFile> {
+        let path = dir.join(format!("iolab-disksim-{tag}-{}.dat", std::process::id()));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .with_context(|| format!("creating {}", path.display()))?;
+        Ok(OwnedFile { path })
+    }
+}
+
 impl Drop for OwnedFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
@@ -183,14 +197,7 @@ pub fn create_direct_file(dir: &Path, tag: &str, bytes: u64) -> Result<OwnedFile
     if !md.is_dir() {
         bail!("{} is not a directory", dir.display());
     }
-    let path = dir.join(format!("iolab-disksim-{tag}-{}.dat", std::process::id()));
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)
-        .with_context(|| format!("creating {}", path.display()))?;
-    let owned = OwnedFile { path };
+    let owned = OwnedFile::create_new(dir, tag)?;
     let mut f = match std::fs::OpenOptions::new()
         .write(true)
         .custom_flags(libc::O_DIRECT)
@@ -333,6 +340,24 @@ fn lat_us(dir: &serde_json::Value, what: &str) -> f64 {
         "mean" => v["mean"].as_f64().unwrap_or(f64::NAN) / 1000.0,
         p => v["percentile"][p].as_f64().unwrap_or(f64::NAN) / 1000.0,
     }
+}
+
+/// A (KiB, mean µs) table from fio jobs named PREFIX + size in KiB (`dir`: "read" or
+/// "write"); sizes whose job is missing or failed are left out.
+fn cost_table(jobs: &[serde_json::Value], prefix: &str, dir: &str, sizes: &[u64]) -> Vec<[f64; 2]> {
+    let mut t = Vec::new();
+    for &k in sizes {
+        if let Some(j) = jobs
+            .iter()
+            .find(|j| j["jobname"] == format!("{prefix}{k}").as_str())
+        {
+            let us = lat_us(&j[dir], "mean");
+            if us.is_finite() && us >= 0.0 {
+                t.push([k as f64, us]);
+            }
+        }
+    }
+    t
 }
 
 /// The read or write half of a job of fio's JSON, whichever did I/O.
@@ -495,18 +520,7 @@ pub fn calibrate(
     std::fs::write(&jf, &text)?;
     let v = run_fio_json(&jf, &[], interrupted)?;
     let jobs = v["jobs"].as_array().cloned().unwrap_or_default();
-    let mut cached_read_us = Vec::new();
-    for k in cpu_sizes {
-        if let Some(j) = jobs
-            .iter()
-            .find(|j| j["jobname"] == format!("c{k}").as_str())
-        {
-            let us = lat_us(&j["read"], "mean");
-            if us.is_finite() && us >= 0.0 {
-                cached_read_us.push([k as f64, us]);
-            }
-        }
-    }
+    let cached_read_us = cost_table(&jobs, "c", "read", &cpu_sizes);
     // fio's own time per I/O: the 4 KiB job's run time per I/O beyond its latency.
     let app_gap_us = jobs
         .iter()
@@ -528,14 +542,7 @@ pub fn calibrate(
     let mut wfiles = Vec::new();
     let mut text = String::from("[global]\nsize=16m\nioengine=psync\ndirect=0\nstonewall\n");
     for k in cpu_sizes {
-        let path = dir.join(format!("iolab-disksim-wcost{k}-{}.dat", std::process::id()));
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-            .with_context(|| format!("creating {}", path.display()))?;
-        let owned = OwnedFile { path };
+        let owned = OwnedFile::create_new(dir, &format!("wcost{k}"))?;
         text.push_str(&format!(
             "[w{k}]\nfilename={}\nrw=write\nbs={k}k\n",
             owned.path.to_string_lossy().replace(':', "\\:")
@@ -547,18 +554,7 @@ pub fn calibrate(
     let v = run_fio_json(&jf, &[], interrupted)?;
     drop(wfiles);
     let wjobs = v["jobs"].as_array().cloned().unwrap_or_default();
-    let mut cached_write_us = Vec::new();
-    for k in cpu_sizes {
-        if let Some(j) = wjobs
-            .iter()
-            .find(|j| j["jobname"] == format!("w{k}").as_str())
-        {
-            let us = lat_us(&j["write"], "mean");
-            if us.is_finite() && us >= 0.0 {
-                cached_write_us.push([k as f64, us]);
-            }
-        }
-    }
+    let cached_write_us = cost_table(&wjobs, "w", "write", &cpu_sizes);
     let host_cpu = crate::fio::HostCpu {
         cached_read_us,
         cached_write_us,
@@ -676,31 +672,28 @@ pub fn config_toml(c: &Calibration) -> String {
         ));
     }
     s.push_str("]\n");
-    s.push_str("\n# buffered reads served by the page cache: [KiB, mean µs]\n[host_cpu]\ncached_read_us = [");
-    s.push_str(
-        &c.host_cpu
-            .cached_read_us
-            .iter()
-            .map(|[k, us]| format!("[{k}, {us:.2}]"))
-            .collect::<Vec<_>>()
-            .join(", "),
-    );
-    s.push_str(
-        "]\n# buffered writes into new page-cache pages: [KiB, mean µs]\ncached_write_us = [",
-    );
-    s.push_str(
-        &c.host_cpu
-            .cached_write_us
-            .iter()
-            .map(|[k, us]| format!("[{k}, {us:.2}]"))
-            .collect::<Vec<_>>()
-            .join(", "),
-    );
+    let toml = |t: &[[f64; 2]]| join_table(t, |k, us| format!("[{k}, {us:.2}]"));
     s.push_str(&format!(
-        "]\n# fio's own time between a completion and its next request (µs)\napp_gap_us = {:.2}\n",
+        "\n# buffered reads served by the page cache: [KiB, mean µs]\n[host_cpu]\ncached_read_us = [{}]\n",
+        toml(&c.host_cpu.cached_read_us)
+    ));
+    s.push_str(&format!(
+        "# buffered writes into new page-cache pages: [KiB, mean µs]\ncached_write_us = [{}]\n",
+        toml(&c.host_cpu.cached_write_us)
+    ));
+    s.push_str(&format!(
+        "# fio's own time between a completion and its next request (µs)\napp_gap_us = {:.2}\n",
         c.host_cpu.app_gap_us
     ));
     s
+}
+
+/// A (KiB, µs) table's entries as `item` formats them, comma-separated.
+fn join_table(t: &[[f64; 2]], item: impl Fn(f64, f64) -> String) -> String {
+    t.iter()
+        .map(|[k, us]| item(*k, *us))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The table `calibrate` prints.
@@ -759,26 +752,11 @@ pub fn table(c: &Calibration) -> String {
         c.write_cache.volatile_cache.as_deref().unwrap_or("?"),
         c.write_cache.fua.as_deref().unwrap_or("?")
     ));
-    s.push_str("buffered read from the page cache (µs by size): ");
-    s.push_str(
-        &c.host_cpu
-            .cached_read_us
-            .iter()
-            .map(|[k, us]| format!("{k} KiB {us:.1}"))
-            .collect::<Vec<_>>()
-            .join(", "),
-    );
-    s.push_str("\nbuffered write into new pages (µs by size): ");
-    s.push_str(
-        &c.host_cpu
-            .cached_write_us
-            .iter()
-            .map(|[k, us]| format!("{k} KiB {us:.1}"))
-            .collect::<Vec<_>>()
-            .join(", "),
-    );
+    let text = |t: &[[f64; 2]]| join_table(t, |k, us| format!("{k} KiB {us:.1}"));
     s.push_str(&format!(
-        "; fio's time between I/Os {:.1} µs\n",
+        "buffered read from the page cache (µs by size): {}\nbuffered write into new pages (µs by size): {}; fio's time between I/Os {:.1} µs\n",
+        text(&c.host_cpu.cached_read_us),
+        text(&c.host_cpu.cached_write_us),
         c.host_cpu.app_gap_us
     ));
     let q = |k: &str| c.host.queue.get(k).map(String::as_str).unwrap_or("?");
