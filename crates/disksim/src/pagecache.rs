@@ -77,6 +77,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+/// The page cache's hash maps: keyed by pages, files and request ids, looked up for every page
+/// of every request.
+type Map<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
+
 use crate::engine::{Component, Ctx};
 use crate::request::{CacheOutcome, Completion, Flags, Op, Record, Request, SECTOR};
 
@@ -341,30 +345,30 @@ pub struct PageCacheStats {
 /// The page cache component.
 pub struct PageCache {
     cfg: PageCacheConfig,
-    streams: HashMap<StreamKey, Stream>,
-    pages: HashMap<PageKey, Page>,
+    streams: Map<StreamKey, Stream>,
+    pages: Map<PageKey, Page>,
     inactive: BTreeMap<u64, PageKey>,
     active: BTreeMap<u64, PageKey>,
     next_seq: u64,
     next_child: u64,
     /// Reads sent down: the pages they fill.
-    children: HashMap<u64, Vec<PageKey>>,
+    children: Map<u64, Vec<PageKey>>,
     /// Which waiting workload reads each child read holds up.
-    waiters: HashMap<u64, Vec<u64>>,
-    waiting: HashMap<u64, Waiting>,
+    waiters: Map<u64, Vec<u64>>,
+    waiting: Map<u64, Waiting>,
     /// Completions held until their time (timer token → completion).
-    delayed: HashMap<u64, Completion>,
+    delayed: Map<u64, Completion>,
     next_delay: u64,
     /// Pages dirty, and pages under write-back (kernel NR_FILE_DIRTY, NR_WRITEBACK).
     nr_dirty: u64,
     nr_writeback: u64,
     /// Writes sent down by write-back: the pages they carry.
-    wb_children: HashMap<u64, Vec<PageKey>>,
+    wb_children: Map<u64, Vec<PageKey>>,
     /// Device flushes sent down, and the sync each one finishes.
-    flush_children: HashMap<u64, u64>,
+    flush_children: Map<u64, u64>,
     /// Which syncs each write-back write holds up.
-    sync_waiters: HashMap<u64, Vec<u64>>,
-    syncs: HashMap<u64, SyncWait>,
+    sync_waiters: Map<u64, Vec<u64>>,
+    syncs: Map<u64, SyncWait>,
     /// Buffered writes held by the dirty throttle (with the time they started waiting).
     throttled: std::collections::VecDeque<(Completion, f64)>,
     /// The flusher's next periodic run, when armed.
@@ -372,7 +376,7 @@ pub struct PageCache {
     /// Files' sizes in pages where the workload told them ([`PageCache::with_file_sizes`]):
     /// read-ahead stops at the end of the file, as the kernel's `do_page_cache_ra` does
     /// (`i_size`). Unknown files: no limit.
-    file_pages: HashMap<StreamKey, u64>,
+    file_pages: Map<StreamKey, u64>,
     stats: PageCacheStats,
 }
 
@@ -390,26 +394,26 @@ impl PageCache {
     pub fn new(cfg: PageCacheConfig) -> Self {
         PageCache {
             cfg,
-            streams: HashMap::new(),
-            pages: HashMap::new(),
+            streams: Map::default(),
+            pages: Map::default(),
             inactive: BTreeMap::new(),
             active: BTreeMap::new(),
             next_seq: 0,
             next_child: 0,
-            children: HashMap::new(),
-            waiters: HashMap::new(),
-            waiting: HashMap::new(),
-            delayed: HashMap::new(),
+            children: Map::default(),
+            waiters: Map::default(),
+            waiting: Map::default(),
+            delayed: Map::default(),
             next_delay: 0,
             nr_dirty: 0,
             nr_writeback: 0,
-            wb_children: HashMap::new(),
-            flush_children: HashMap::new(),
-            sync_waiters: HashMap::new(),
-            syncs: HashMap::new(),
+            wb_children: Map::default(),
+            flush_children: Map::default(),
+            sync_waiters: Map::default(),
+            syncs: Map::default(),
             throttled: Default::default(),
             flusher_at: None,
-            file_pages: HashMap::new(),
+            file_pages: Map::default(),
             stats: PageCacheStats::default(),
         }
     }
@@ -837,19 +841,27 @@ impl PageCache {
                 }
                 Some(_) => {}
             }
-            if let Some(p) = self.pages.get(&k) {
+            // A read continuing inside the page the previous one ended in does not count
+            // as a new access to it (kernel filemap_read).
+            let same_page =
+                index == first && prev_pos.is_some_and(|p| p > 0 && (p - 1) / PAGE == first);
+            let mut promote = false;
+            if let Some(p) = self.pages.get_mut(&k) {
                 if let Some(c) = p.pending {
                     children.insert(c);
                     if c >= first_new_child {
                         missed += 1; // read from the device by this request
                     }
                 }
+                // `mark_accessed` in place, but for the move to the active list.
+                if !same_page {
+                    match (p.list, p.referenced) {
+                        (List::Inactive, true) => promote = true,
+                        _ => p.referenced = true,
+                    }
+                }
             }
-            // A read continuing inside the page the previous one ended in does not count
-            // as a new access to it (kernel filemap_read).
-            let same_page =
-                index == first && prev_pos.is_some_and(|p| p > 0 && (p - 1) / PAGE == first);
-            if !same_page {
+            if promote {
                 self.mark_accessed(k);
             }
         }
