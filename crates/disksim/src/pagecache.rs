@@ -1253,12 +1253,21 @@ impl PageCache {
         cache: CacheOutcome,
         ctx: &mut Ctx,
     ) {
-        let mut outstanding: BTreeSet<u64> = self
-            .pages
-            .iter()
-            .filter(|(k, _)| k.stream == sk && (first..last).contains(&k.index))
-            .filter_map(|(_, p)| p.wb)
-            .collect();
+        // The range's own pages when it is the smaller set (an O_DSYNC write's few pages),
+        // else one pass over the cache (an fsync of a whole file): never both.
+        let mut outstanding: BTreeSet<u64> =
+            if last.saturating_sub(first) <= self.pages.len() as u64 {
+                (first..last)
+                    .filter_map(|index| self.pages.get(&PageKey { stream: sk, index }))
+                    .filter_map(|p| p.wb)
+                    .collect()
+            } else {
+                self.pages
+                    .iter()
+                    .filter(|(k, _)| k.stream == sk && (first..last).contains(&k.index))
+                    .filter_map(|(_, p)| p.wb)
+                    .collect()
+            };
         outstanding.extend(self.start_writeback(sk, first..last, true, ctx));
         let id = req.id;
         for &c in &outstanding {
