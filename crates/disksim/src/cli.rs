@@ -559,16 +559,7 @@ fn run_cmd(a: RunArgs) -> Result<()> {
         },
     };
     let total = source.len_hint();
-    let mut log = match &a.log {
-        Some(p) => {
-            let mut w = BufWriter::new(
-                std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
-            );
-            writeln!(w, "id,op,lba,sectors,arrival_ms,queue_wait_ms,device_start_ms,cache,overhead_ms,seek_ms,rotation_ms,transfer_ms,bus_ms,completion_ms,response_ms")?;
-            Some(w)
-        }
-        None => None,
-    };
+    let mut log = RequestLog::create(a.log.as_deref())?;
     let bar = if a.quiet {
         indicatif::ProgressBar::hidden()
     } else {
@@ -591,45 +582,20 @@ fn run_cmd(a: RunArgs) -> Result<()> {
         None => vec![dev.component],
     });
     let mut sum = Summary::new();
-    let mut log_err: Option<std::io::Error> = None;
     let t0 = Instant::now();
     let totals = sim.run(source.as_mut(), &mut |c| {
         sum.add(c);
         if sum.n % 65536 == 0 {
             bar.set_position(sum.n);
         }
-        if let Some(w) = &mut log {
-            let r = &c.rec;
-            if let Err(e) = writeln!(
-                w,
-                "{},{},{},{},{:.6},{:.6},{:.6},{},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6}",
-                c.req.id,
-                c.req.op.letter(),
-                c.req.lba,
-                c.req.sectors,
-                r.arrival,
-                r.queue_wait,
-                r.device_start,
-                r.cache.name(),
-                r.overhead,
-                r.seek,
-                r.rotation,
-                r.transfer,
-                r.bus,
-                r.completion,
-                c.response()
-            ) {
-                log_err.get_or_insert(e);
-            }
+        if let Some(l) = &mut log {
+            l.write(c);
         }
     })?;
     bar.finish_and_clear();
     let wall = t0.elapsed().as_secs_f64().max(1e-9);
-    if let Some(e) = log_err {
-        bail!("writing the request log: {e}");
-    }
-    if let Some(mut w) = log {
-        w.flush()?;
+    if let Some(l) = log {
+        l.finish()?;
     }
     let span = (sum.last_completion - sum.first_arrival.unwrap_or(0.0)).max(1e-9);
     let n = sum.n.max(1) as f64;
@@ -714,6 +680,9 @@ fn run_cmd(a: RunArgs) -> Result<()> {
 /// Replays a file trace of `record` through the host stack (this machine's settings) over
 /// the configured device.
 fn run_file_trace(a: &RunArgs, path: &Path) -> Result<()> {
+    if a.log.is_some() {
+        bail!("--log is not available for file traces (`record`'s format): their calls are replayed through the host stack as a whole; use --json for the summary");
+    }
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let t =
@@ -743,6 +712,68 @@ fn run_file_trace(a: &RunArgs, path: &Path) -> Result<()> {
         write_json(Some(p), &v)?;
     }
     Ok(())
+}
+
+/// `--log`: one CSV line per completed request.
+struct RequestLog {
+    out: BufWriter<std::fs::File>,
+    path: PathBuf,
+    /// The first write error (reported once the run is over).
+    err: Option<std::io::Error>,
+}
+
+impl RequestLog {
+    fn create(path: Option<&Path>) -> Result<Option<RequestLog>> {
+        let Some(p) = path else {
+            return Ok(None);
+        };
+        let mut out = BufWriter::new(
+            std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
+        );
+        writeln!(out, "id,op,lba,sectors,arrival_ms,queue_wait_ms,device_start_ms,cache,overhead_ms,seek_ms,rotation_ms,transfer_ms,bus_ms,completion_ms,response_ms")?;
+        Ok(Some(RequestLog {
+            out,
+            path: p.to_path_buf(),
+            err: None,
+        }))
+    }
+
+    fn write(&mut self, c: &Completion) {
+        if self.err.is_some() {
+            return;
+        }
+        let r = &c.rec;
+        if let Err(e) = writeln!(
+            self.out,
+            "{},{},{},{},{:.6},{:.6},{:.6},{},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6}",
+            c.req.id,
+            c.req.op.letter(),
+            c.req.lba,
+            c.req.sectors,
+            r.arrival,
+            r.queue_wait,
+            r.device_start,
+            r.cache.name(),
+            r.overhead,
+            r.seek,
+            r.rotation,
+            r.transfer,
+            r.bus,
+            r.completion,
+            c.response()
+        ) {
+            self.err = Some(e);
+        }
+    }
+
+    fn finish(mut self) -> Result<()> {
+        if let Some(e) = self.err.take() {
+            bail!("writing the request log {}: {e}", self.path.display());
+        }
+        self.out
+            .flush()
+            .with_context(|| format!("writing the request log {}", self.path.display()))
+    }
 }
 
 fn run_fio(a: &RunArgs, job: &Path) -> Result<()> {
@@ -799,10 +830,14 @@ fn run_fio(a: &RunArgs, job: &Path) -> Result<()> {
     } else {
         indicatif::ProgressBar::new_spinner()
     };
+    let mut log = RequestLog::create(a.log.as_deref())?;
     let mut n = 0u64;
     let t0 = Instant::now();
     let totals = sim.run(&mut src, &mut |c| {
         stats.add(c);
+        if let Some(l) = &mut log {
+            l.write(c);
+        }
         n += 1;
         if n % 65536 == 0 {
             bar.set_position(n);
@@ -810,6 +845,9 @@ fn run_fio(a: &RunArgs, job: &Path) -> Result<()> {
     })?;
     bar.finish_and_clear();
     let wall = t0.elapsed().as_secs_f64().max(1e-9);
+    if let Some(l) = log {
+        l.finish()?;
+    }
     let results = stats.results();
     print!("{}", crate::fio::job_table(&results));
     println!(

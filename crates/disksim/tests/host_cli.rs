@@ -223,6 +223,59 @@ fn record_tar_of_a_tree_and_replay_it() {
     );
 }
 
+/// `run --fio --log` writes one CSV line per request, like `run --trace --log` (it used to
+/// accept the flag and write nothing).
+#[test]
+fn a_fio_run_writes_its_request_log() {
+    let dir = TempDir(std::env::temp_dir().join(format!("iolab-fio-log-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let job = dir.0.join("j.fio");
+    std::fs::write(
+        &job,
+        "[j]\nfilename=/nonexistent/iolab-fio-log/f\nsize=1m\nrw=randwrite\nbs=32k\nsync=1\n",
+    )
+    .unwrap();
+    let log = dir.0.join("log.csv");
+    let cal = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/sata-ssd.toml");
+    let out = iolab()
+        .args(["disksim", "run", "--quiet", "--host", "linux", "--config"])
+        .arg(&cal)
+        .arg("--fio")
+        .arg(&job)
+        .arg("--log")
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&log).expect("the log is written");
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].starts_with("id,op,lba,sectors,arrival_ms"),
+        "{}",
+        lines[0]
+    );
+    // 1 MiB in 32 KiB O_SYNC writes: 32 write requests, each logged once (besides the
+    // job's fadvise calls, op `A`).
+    let writes: Vec<&str> = lines[1..]
+        .iter()
+        .copied()
+        .filter(|l| l.split(',').nth(1) == Some("W"))
+        .collect();
+    assert_eq!(writes.len(), 32, "{text}");
+    let response: Vec<f64> = writes
+        .iter()
+        .map(|l| l.rsplit(',').next().unwrap().parse().unwrap())
+        .collect();
+    assert!(
+        response.iter().all(|&r| r > 0.0),
+        "a synchronous write takes time: {response:?}"
+    );
+}
+
 /// Missing files (job file, trace, calibration) each give one clear error naming the path.
 #[test]
 fn missing_files_give_one_clear_error() {
