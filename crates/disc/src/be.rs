@@ -29,6 +29,8 @@ pub struct BeDisc {
     /// What `last` says (the DP control endpoint as the FE reaches it).
     pub advertise: SocketAddr,
     pub policy: Policy,
+    /// How DP sends.
+    pub send: crate::dp::SendPath,
 }
 
 /// Serves `listener` (and DP's control endpoint on `dp_listener`, when DISC is on) until
@@ -46,7 +48,7 @@ pub fn run(
         let listener = TcpListener::from_std(listener)?;
         if let (Some(l), Some(d)) = (dp_listener, &disc) {
             let l = TcpListener::from_std(l)?;
-            iolab_runtime::spawn(crate::dp::serve(l, d.store.clone(), cond.clone()));
+            iolab_runtime::spawn(crate::dp::serve(l, d.store.clone(), d.send, cond.clone()));
         }
         loop {
             let stream = match listener.accept_or_cancel(&cond).await {

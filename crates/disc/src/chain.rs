@@ -38,6 +38,8 @@ pub struct ChainConfig {
     /// Drop this % of the TCP packets in and out of the client's interfaces
     /// ([`crate::bpf::Lossy`], the netem substitute); 0: none.
     pub loss_pct: f64,
+    /// How DP sends (direct mode).
+    pub dp_send: crate::dp::SendPath,
 }
 
 pub struct Chain {
@@ -169,6 +171,7 @@ impl Chain {
             policy: crate::proto::Policy {
                 threshold: cfg.threshold,
             },
+            send: cfg.dp_send,
         });
         let s = Stop::new()?;
         stops.push(s.clone());

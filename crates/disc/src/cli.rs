@@ -35,6 +35,11 @@ pub enum DiscCommand {
         /// Smallest payload shortcut, in bytes.
         #[arg(long, default_value_t = crate::proto::DEFAULT_THRESHOLD)]
         threshold: u64,
+        /// How DP puts the payload on the wire: `gso` (a packet socket, one send per up to
+        /// 64 KiB, segmented by the kernel) or `raw` (a raw IPv4 socket, one send per
+        /// segment).
+        #[arg(long, value_enum, default_value_t = crate::dp::SendPath::Gso)]
+        dp_send: crate::dp::SendPath,
     },
     /// FE or IS: a reverse proxy (keep-alive on both sides, round robin over upstreams).
     Proxy {
@@ -84,6 +89,7 @@ pub fn run(args: DiscArgs) -> anyhow::Result<()> {
             dp,
             dp_advertise,
             threshold,
+            dp_send,
         } => {
             let stop = crate::stop::Stop::new()?;
             hook_signals(&stop)?;
@@ -96,6 +102,7 @@ pub fn run(args: DiscArgs) -> anyhow::Result<()> {
                         store: crate::dp::Store::new(),
                         advertise: dp_advertise.unwrap_or(d),
                         policy: crate::proto::Policy { threshold },
+                        send: dp_send,
                     }),
                 ),
                 None => (None, None),
@@ -160,6 +167,7 @@ fn check(disc: DiscMode, sizes: &[u64]) -> anyhow::Result<()> {
         threshold: crate::proto::DEFAULT_THRESHOLD,
         broken_dp: false,
         loss_pct: 0.0,
+        dp_send: Default::default(),
     })?;
     println!(
         "chain up: client {} -> FE {} -> IS {} -> BE {} (DP {}), DISC {:?}",
@@ -209,6 +217,7 @@ fn measure(sizes: &[u64], requests: u64) -> anyhow::Result<()> {
             threshold: crate::proto::DEFAULT_THRESHOLD,
             broken_dp: false,
             loss_pct: 0.0,
+            dp_send: Default::default(),
         })?;
         for &size in sizes {
             let m = crate::chain::measure(&chain, size, requests, &dir)?;

@@ -43,6 +43,9 @@ struct Inner {
     taken: u64,
     jobs: HashMap<u64, Job>,
     bytes: u64,
+    /// Transfers DP sent through the GSO packet socket and through the raw socket.
+    gso_sends: u64,
+    raw_sends: u64,
 }
 
 /// The payloads held for the FE.
@@ -102,6 +105,21 @@ impl Store {
         (g.next_id, g.taken)
     }
 
+    /// Direct-mode transfers sent (through the GSO packet socket, through the raw socket).
+    pub fn send_paths(&self) -> (u64, u64) {
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        (g.gso_sends, g.raw_sends)
+    }
+
+    fn count_send(&self, gso: bool) {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if gso {
+            g.gso_sends += 1;
+        } else {
+            g.raw_sends += 1;
+        }
+    }
+
     /// (jobs, bytes) held now.
     pub fn usage(&self) -> (usize, u64) {
         let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
@@ -110,7 +128,12 @@ impl Store {
 }
 
 /// Serves the control endpoint until `stop`.
-pub async fn serve(listener: TcpListener, store: Arc<Store>, stop: iolab_runtime::Cond) {
+pub async fn serve(
+    listener: TcpListener,
+    store: Arc<Store>,
+    send: SendPath,
+    stop: iolab_runtime::Cond,
+) {
     loop {
         let stream = match listener.accept_or_cancel(&stop).await {
             Ok((s, _)) => s,
@@ -123,14 +146,14 @@ pub async fn serve(listener: TcpListener, store: Arc<Store>, stop: iolab_runtime
         };
         let store = store.clone();
         iolab_runtime::spawn(async move {
-            if let Err(e) = control(stream, &store).await {
+            if let Err(e) = control(stream, store, send).await {
                 tracing::debug!("dp control connection: {e}");
             }
         });
     }
 }
 
-async fn control(stream: TcpStream, store: &Store) -> io::Result<()> {
+async fn control(stream: TcpStream, store: Arc<Store>, send: SendPath) -> io::Result<()> {
     let _ = stream.set_nodelay(true);
     let mut conn = Conn::new(stream);
     // The running transfer's ACK channel.
@@ -160,7 +183,7 @@ async fn control(stream: TcpStream, store: &Store) -> io::Result<()> {
                     Some(flow) => match store.take(id) {
                         Some(body) => {
                             let n = body.len();
-                            acks = Some(start_sender(flow, body));
+                            acks = Some(start_sender(flow, body, send, store.clone()));
                             format!("OK {n}\r\n")
                         }
                         None => "ERR unknown payload\r\n".to_string(),
@@ -220,15 +243,84 @@ pub const INITIAL_WINDOW: usize = 65535;
 /// connection on its side).
 pub const STALL: Duration = Duration::from_secs(30);
 
+/// How DP puts segments on the wire.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum SendPath {
+    /// A packet socket with GSO: one send per up to 64 KiB ([`crate::gso`]); the raw
+    /// socket while the client's next hop is not resolved.
+    #[default]
+    Gso,
+    /// A raw IPv4 socket: one `sendto` per segment ([`crate::sender::RawSocket`]).
+    Raw,
+}
+
+/// Either sender, chosen per transfer.
+enum Wire {
+    Gso(crate::gso::GsoSocket),
+    Raw(crate::sender::RawSocket),
+}
+
+impl Wire {
+    fn name(&self) -> &'static str {
+        match self {
+            Wire::Gso(_) => "gso",
+            Wire::Raw(_) => "raw",
+        }
+    }
+}
+
+impl crate::sender::Emit for Wire {
+    fn burst(&self, mss: usize) -> usize {
+        match self {
+            Wire::Gso(g) => g.burst(mss),
+            Wire::Raw(r) => r.burst(mss),
+        }
+    }
+    fn emit(
+        &mut self,
+        flow: &crate::sender::Flow,
+        seq: u32,
+        data: &[u8],
+        flags: u8,
+    ) -> io::Result<()> {
+        match self {
+            Wire::Gso(g) => g.emit(flow, seq, data, flags),
+            Wire::Raw(r) => r.emit(flow, seq, data, flags),
+        }
+    }
+}
+
+fn open_sender(send: SendPath, client: std::net::Ipv4Addr) -> io::Result<Wire> {
+    if send == SendPath::Gso {
+        match crate::gso::Neighbour::resolve(client) {
+            Ok(Some(n)) => match crate::gso::GsoSocket::new(n) {
+                Ok(g) => return Ok(Wire::Gso(g)),
+                Err(e) => {
+                    tracing::warn!("dp: no packet socket ({e}); sending through a raw socket")
+                }
+            },
+            Ok(None) => tracing::debug!("dp: next hop to {client} not resolved yet: raw socket"),
+            Err(e) => tracing::warn!("dp: reading the route to {client}: {e}; raw socket"),
+        }
+    }
+    Ok(Wire::Raw(crate::sender::RawSocket::new()?))
+}
+
 /// A sender thread for one transfer (it inherits the calling thread's network namespace);
 /// ACKs go in through the returned channel.
-fn start_sender(flow: crate::sender::Flow, body: Bytes) -> std::sync::mpsc::Sender<(u32, usize)> {
+fn start_sender(
+    flow: crate::sender::Flow,
+    body: Bytes,
+    send: SendPath,
+    store: Arc<Store>,
+) -> std::sync::mpsc::Sender<(u32, usize)> {
     let (tx, rx) = std::sync::mpsc::channel::<(u32, usize)>();
     let spawned = std::thread::Builder::new()
         .name("disc-dp".into())
         .spawn(move || {
-            let run = || -> io::Result<(u64, u64)> {
-                let mut raw = crate::sender::RawSocket::new()?;
+            let run = || -> io::Result<(u64, u64, u64, &'static str)> {
+                let mut raw = open_sender(send, *flow.client.ip())?;
+                store.count_send(matches!(raw, Wire::Gso(_)));
                 let mut t = crate::sender::Transfer::new(flow, body, INITIAL_WINDOW);
                 t.pump(&mut raw)?;
                 let mut progress = (Instant::now(), 0);
@@ -246,11 +338,13 @@ fn start_sender(flow: crate::sender::Flow, body: Bytes) -> std::sync::mpsc::Send
                         return Err(io::Error::new(io::ErrorKind::TimedOut, "no progress"));
                     }
                 }
-                Ok((t.segments, t.retransmits))
+                Ok((t.segments, t.emits, t.retransmits, raw.name()))
             };
             match run() {
-                Ok((segs, rtx)) => {
-                    tracing::debug!("dp: sent in {segs} segments, {rtx} go-back-N rounds")
+                Ok((segs, emits, rtx, path)) => {
+                    tracing::debug!(
+                        "dp: sent in {segs} segments by {emits} {path} sends, {rtx} go-back-N rounds"
+                    )
                 }
                 Err(e) => tracing::warn!("dp transfer to {}: {e}", flow.client),
             }

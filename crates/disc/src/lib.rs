@@ -16,6 +16,7 @@ pub mod bpf;
 pub mod chain;
 pub mod cli;
 pub mod dp;
+pub mod gso;
 pub mod http1;
 pub mod netns;
 pub mod packet;

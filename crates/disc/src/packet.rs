@@ -51,23 +51,22 @@ fn fold(mut acc: u32) -> u16 {
 
 /// The TCP checksum of `tcp` (header + payload) between `src` and `dst`.
 pub fn tcp_checksum(src: Ipv4Addr, dst: Ipv4Addr, tcp: &[u8]) -> u16 {
-    let mut pseudo = [0u8; 12];
-    pseudo[..4].copy_from_slice(&src.octets());
-    pseudo[4..8].copy_from_slice(&dst.octets());
-    pseudo[9] = 6;
-    pseudo[10..12].copy_from_slice(&(tcp.len() as u16).to_be_bytes());
-    fold(sum16(tcp, sum16(&pseudo, 0)))
+    fold(sum16(tcp, pseudo_sum(src, dst, tcp.len())))
 }
 
-/// A complete frame carrying `payload`.
-pub fn frame(s: &Segment, payload: &[u8]) -> Vec<u8> {
-    let total = IP_HLEN + TCP_HLEN + payload.len();
-    let mut f = Vec::with_capacity(ETH_HLEN + total);
-    f.extend_from_slice(&s.dst_mac);
-    f.extend_from_slice(&s.src_mac);
-    f.extend_from_slice(&0x0800u16.to_be_bytes());
+/// Ethernet + IPv4 + TCP headers without options.
+pub const HDRS_LEN: usize = TCP_OFF + TCP_HLEN;
+
+/// The headers of a segment carrying `payload_len` bytes; the TCP checksum field holds the
+/// pseudo-header's sum (see [`frame`] and [`headers_offloaded`]).
+fn headers(s: &Segment, payload_len: usize) -> [u8; HDRS_LEN] {
+    let total = IP_HLEN + TCP_HLEN + payload_len;
+    let mut h = [0u8; HDRS_LEN];
+    h[0..6].copy_from_slice(&s.dst_mac);
+    h[6..12].copy_from_slice(&s.src_mac);
+    h[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
     // IPv4: no options, DF, TTL 64.
-    let mut ip = [0u8; IP_HLEN];
+    let ip = &mut h[ETH_HLEN..TCP_OFF];
     ip[0] = 0x45;
     ip[2..4].copy_from_slice(&(total as u16).to_be_bytes());
     ip[6] = 0x40;
@@ -75,22 +74,53 @@ pub fn frame(s: &Segment, payload: &[u8]) -> Vec<u8> {
     ip[9] = 6;
     ip[12..16].copy_from_slice(&s.src.octets());
     ip[16..20].copy_from_slice(&s.dst.octets());
-    let c = fold(sum16(&ip, 0));
+    let c = fold(sum16(ip, 0));
     ip[10..12].copy_from_slice(&c.to_be_bytes());
-    f.extend_from_slice(&ip);
-    let mut tcp = Vec::with_capacity(TCP_HLEN + payload.len());
-    tcp.extend_from_slice(&s.sport.to_be_bytes());
-    tcp.extend_from_slice(&s.dport.to_be_bytes());
-    tcp.extend_from_slice(&s.seq.to_be_bytes());
-    tcp.extend_from_slice(&s.ack.to_be_bytes());
-    tcp.push(5 << 4);
-    tcp.push(s.flags);
-    tcp.extend_from_slice(&s.window.to_be_bytes());
-    tcp.extend_from_slice(&[0, 0, 0, 0]);
-    tcp.extend_from_slice(payload);
-    let c = tcp_checksum(s.src, s.dst, &tcp);
-    tcp[16..18].copy_from_slice(&c.to_be_bytes());
-    f.extend_from_slice(&tcp);
+    let tcp = &mut h[TCP_OFF..];
+    tcp[0..2].copy_from_slice(&s.sport.to_be_bytes());
+    tcp[2..4].copy_from_slice(&s.dport.to_be_bytes());
+    tcp[4..8].copy_from_slice(&s.seq.to_be_bytes());
+    tcp[8..12].copy_from_slice(&s.ack.to_be_bytes());
+    tcp[12] = 5 << 4;
+    tcp[13] = s.flags;
+    tcp[14..16].copy_from_slice(&s.window.to_be_bytes());
+    let partial = !fold(pseudo_sum(s.src, s.dst, TCP_HLEN + payload_len));
+    tcp[16..18].copy_from_slice(&partial.to_be_bytes());
+    h
+}
+
+fn pseudo_sum(src: Ipv4Addr, dst: Ipv4Addr, tcp_len: usize) -> u32 {
+    let mut pseudo = [0u8; 12];
+    pseudo[..4].copy_from_slice(&src.octets());
+    pseudo[4..8].copy_from_slice(&dst.octets());
+    pseudo[9] = 6;
+    pseudo[10..12].copy_from_slice(&(tcp_len as u16).to_be_bytes());
+    sum16(&pseudo, 0)
+}
+
+/// The headers of a segment (or a GSO burst) of `payload_len` bytes whose TCP checksum the
+/// kernel finishes (CHECKSUM_PARTIAL): the checksum field holds the pseudo-header's folded
+/// sum, not complemented, as the kernel's own offloaded segments carry it; segmentation
+/// adjusts it per segment.
+pub fn headers_offloaded(s: &Segment, payload_len: usize) -> [u8; HDRS_LEN] {
+    headers(s, payload_len)
+}
+
+/// A complete frame carrying `payload`, both checksums computed.
+pub fn frame(s: &Segment, payload: &[u8]) -> Vec<u8> {
+    let mut h = headers(s, payload.len());
+    h[TCP_OFF + 16..TCP_OFF + 18].fill(0);
+    let sum = sum16(
+        payload,
+        sum16(
+            &h[TCP_OFF..],
+            pseudo_sum(s.src, s.dst, TCP_HLEN + payload.len()),
+        ),
+    );
+    h[TCP_OFF + 16..TCP_OFF + 18].copy_from_slice(&fold(sum).to_be_bytes());
+    let mut f = Vec::with_capacity(HDRS_LEN + payload.len());
+    f.extend_from_slice(&h);
+    f.extend_from_slice(payload);
     f
 }
 
@@ -165,6 +195,36 @@ mod tests {
             if !payload.is_empty() {
                 assert!(!parse(&bad).unwrap().2, "a flipped bit breaks the checksum");
             }
+        }
+    }
+
+    /// What a device does with CHECKSUM_PARTIAL (sum from csum_start to the end, store the
+    /// complement at csum_offset) must give the checksum [`frame`] computes itself.
+    #[test]
+    fn an_offloaded_checksum_finishes_to_the_full_one() {
+        let s = Segment {
+            src_mac: [2, 0, 0, 0, 0, 1],
+            dst_mac: [2, 0, 0, 0, 0, 2],
+            src: Ipv4Addr::new(10, 1, 2, 3),
+            dst: Ipv4Addr::new(192, 168, 200, 4),
+            sport: 8080,
+            dport: 40000,
+            seq: 0x89abcdef,
+            ack: 0x01234567,
+            flags: ACK,
+            window: 65535,
+        };
+        for len in [0usize, 1, 2, 1399, 1400, 64_400] {
+            let payload: Vec<u8> = (0..len).map(|i| (i * 131 + 7) as u8).collect();
+            let full = frame(&s, &payload);
+            let h = headers_offloaded(&s, len);
+            assert_eq!(h[..TCP_OFF + 16], full[..TCP_OFF + 16], "same headers");
+            let mut device = h.to_vec();
+            device.extend_from_slice(&payload);
+            let c = fold(sum16(&device[TCP_OFF..], 0));
+            device[TCP_OFF + 16..TCP_OFF + 18].copy_from_slice(&c.to_be_bytes());
+            assert_eq!(device, full, "{len} bytes");
+            assert!(parse(&device).unwrap().2);
         }
     }
 }

@@ -35,8 +35,16 @@ pub struct Flow {
     pub mss: usize,
 }
 
-/// Something that emits one segment (the raw socket; a recorder in tests).
+/// Something that emits segments (the raw socket, the GSO packet socket; a recorder in
+/// tests).
 pub trait Emit {
+    /// Most payload bytes one [`Emit::emit`] call takes for segments of `mss` bytes: `mss`
+    /// when each call is one segment on the wire.
+    fn burst(&self, mss: usize) -> usize {
+        mss
+    }
+    /// Sends `data` (at most [`Emit::burst`] bytes) from sequence number `seq`, as segments of
+    /// at most `flow.mss` bytes; `flags` (PSH) belong to the last one.
     fn emit(&mut self, flow: &Flow, seq: u32, data: &[u8], flags: u8) -> io::Result<()>;
 }
 
@@ -128,7 +136,9 @@ pub struct Transfer {
     /// When the oldest unacknowledged byte was (re)sent or last acknowledged.
     armed: Instant,
     pub retransmits: u64,
+    /// Segments on the wire, and the send calls that carried them.
     pub segments: u64,
+    pub emits: u64,
 }
 
 impl Transfer {
@@ -145,6 +155,7 @@ impl Transfer {
             armed: Instant::now(),
             retransmits: 0,
             segments: 0,
+            emits: 0,
         }
     }
 
@@ -163,8 +174,9 @@ impl Transfer {
         if self.nxt == self.una {
             self.armed = Instant::now();
         }
+        let burst = out.burst(self.flow.mss).max(1);
         while self.nxt < limit {
-            let end = (self.nxt + self.flow.mss).min(limit);
+            let end = (self.nxt + burst).min(limit);
             let flags = if end == self.payload.len() {
                 ACK | PSH
             } else {
@@ -172,7 +184,8 @@ impl Transfer {
             };
             let seq = self.flow.seq.wrapping_add(self.nxt as u32);
             out.emit(&self.flow, seq, &self.payload[self.nxt..end], flags)?;
-            self.segments += 1;
+            self.segments += (end - self.nxt).div_ceil(self.flow.mss.max(1)) as u64;
+            self.emits += 1;
             self.nxt = end;
         }
         Ok(())

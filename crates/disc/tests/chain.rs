@@ -63,6 +63,7 @@ fn chain(root: &Path, disc: DiscMode, broken_dp: bool) -> Chain {
         threshold: iolab_disc::proto::DEFAULT_THRESHOLD,
         broken_dp,
         loss_pct: 0.0,
+        dp_send: Default::default(),
     })
     .expect("starting the chain")
 }
@@ -222,6 +223,11 @@ fn disc_direct_dp_sends_on_the_clients_connection() {
         (big, big),
         "every big payload was sent by DP"
     );
+    // The first transfer finds the client's link address unresolved (raw socket, whose
+    // first packet resolves it); the others go as GSO bursts.
+    let (gso, raw) = store.send_paths();
+    assert_eq!(gso + raw, big);
+    assert!(raw <= 1 && gso >= big - 1, "gso {gso}, raw {raw}");
     c.stop().unwrap();
 }
 
@@ -287,7 +293,7 @@ fn disc_direct_pipelined_requests_make_one_tcp_stream() {
 /// Direct mode with packets dropped in and out of the client's interfaces (the netem
 /// substitute, `disc_lossy`): DP's go-back-N, the FE's stack and the hooks recover, and
 /// the client still gets exactly the BE's bytes.
-fn direct_under_loss(pct: f64) {
+fn direct_under_loss(pct: f64, dp_send: iolab_disc::dp::SendPath) {
     if !ready() || !iolab_disc::bpf::available() {
         assert!(
             std::env::var("CI").as_deref() != Ok("true"),
@@ -305,6 +311,7 @@ fn direct_under_loss(pct: f64) {
         threshold: iolab_disc::proto::DEFAULT_THRESHOLD,
         broken_dp: false,
         loss_pct: pct,
+        dp_send,
     })
     .expect("starting the chain");
     let rows = compare_sizes(&c, &LOSS_SIZES, &dir.0).expect("fetching");
@@ -318,17 +325,23 @@ fn direct_under_loss(pct: f64) {
     let (seen, dropped) = c.lossy.as_ref().unwrap().counts().unwrap();
     assert!(dropped > 0, "{pct}%: no packet was dropped ({seen} seen)");
     let big = LOSS_SIZES.iter().filter(|&&n| n >= 16384).count() as u64;
-    assert_eq!(c.store.clone().unwrap().counts(), (big, big));
+    let store = c.store.clone().unwrap();
+    assert_eq!(store.counts(), (big, big));
+    let (gso, raw) = store.send_paths();
+    match dp_send {
+        iolab_disc::dp::SendPath::Raw => assert_eq!((gso, raw), (0, big)),
+        iolab_disc::dp::SendPath::Gso => assert!(gso >= big - 1, "gso {gso}, raw {raw}"),
+    }
     eprintln!("{pct}% loss: {dropped} of {seen} TCP packets dropped on the client's links; bytes identical");
     c.stop().unwrap();
 }
 
 #[test]
 fn disc_direct_under_one_percent_loss() {
-    direct_under_loss(1.0);
+    direct_under_loss(1.0, iolab_disc::dp::SendPath::Gso);
 }
 
 #[test]
 fn disc_direct_under_five_percent_loss() {
-    direct_under_loss(5.0);
+    direct_under_loss(5.0, iolab_disc::dp::SendPath::Raw);
 }

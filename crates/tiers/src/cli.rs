@@ -90,6 +90,10 @@ pub struct BenchArgs {
     /// tiers-disc-bench.*). See crates/tiers/README.md.
     #[arg(long)]
     pub disc: bool,
+    /// With --disc: how DP sends the payload: `gso` (a packet socket, one send per up to
+    /// 64 KiB, segmented by the kernel) or `raw` (a raw IPv4 socket, one send per segment).
+    #[arg(long, default_value = "gso", value_parser = ["gso", "raw"])]
+    pub dp_send: String,
     /// Payloads from PHP through php-fpm on the BE (`/payload.php?n=SIZE`, FastCGI over a
     /// unix socket) instead of static files; ODB on the nginx tiers.
     #[arg(long)]
@@ -453,6 +457,7 @@ fn disc_bench(state: &crate::testbed::State, b: BenchArgs) -> anyhow::Result<()>
         exe: std::env::current_exe()?,
         tier_cpus: "0".into(),
         client_cpus: "1".into(),
+        dp_send: b.dp_send.clone(),
     };
     println!(
         "tiers bench --disc: {} sizes x {} repeats x 3 configurations x {} s (tiers on CPU 0, wrk on CPU 1)",

@@ -68,6 +68,8 @@ pub struct DiscOpts {
     pub exe: PathBuf,
     pub tier_cpus: String,
     pub client_cpus: String,
+    /// DP's send path (`iolab disc be --dp-send`): gso or raw.
+    pub dp_send: String,
 }
 
 /// One wrk run of one configuration at one size.
@@ -375,7 +377,12 @@ fn our_tiers(net: &Net, o: &DiscOpts, disc: bool) -> Vec<(&'static str, Vec<Stri
         o.root.display().to_string(),
     ];
     if disc {
-        be_args.extend(["--dp".into(), SocketAddrV4::new(net.dp, p + 3).to_string()]);
+        be_args.extend([
+            "--dp".into(),
+            SocketAddrV4::new(net.dp, p + 3).to_string(),
+            "--dp-send".into(),
+            o.dp_send.clone(),
+        ]);
     }
     let proxy = |listen: SocketAddrV4, up: SocketAddrV4, first: bool| {
         let mut v: Vec<String> = vec![
