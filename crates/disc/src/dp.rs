@@ -9,7 +9,8 @@
 //! - `CHECK <id>\r\n` → `OK <size>\r\n` or `ERR`: the direct mode's first step, before the
 //!   FE writes anything of the answer (so that it can still fall back).
 //! - `SEND <id> <client ip:port> <fe ip:port> <seq> <ack> <window>\r\n` → `OK <size>\r\n`:
-//!   DP sends the payload on the client's connection as the FE (a sender thread with a raw
+//!   DP sends the payload on the client's connection as the FE (the control connection's
+//!   sender thread: GSO bursts on a packet socket, [`crate::gso`], or segments on a raw
 //!   socket, [`crate::sender`]), starting at client-view sequence `seq`, carrying `ack` and
 //!   the raw `window` field; then `ACK <ack> <window bytes>\r\n` lines (the FE's ack
 //!   forwarder) feed its go-back-N. One transfer per control connection at a time.
@@ -156,8 +157,8 @@ pub async fn serve(
 async fn control(stream: TcpStream, store: Arc<Store>, send: SendPath) -> io::Result<()> {
     let _ = stream.set_nodelay(true);
     let mut conn = Conn::new(stream);
-    // The running transfer's ACK channel.
-    let mut acks: Option<std::sync::mpsc::Sender<(u32, usize)>> = None;
+    // The connection's sender thread, started with its first SEND.
+    let mut sender: Option<std::sync::mpsc::Sender<Cmd>> = None;
     loop {
         let line = match conn.read_line(256).await {
             Ok(l) => l,
@@ -178,13 +179,24 @@ async fn control(stream: TcpStream, store: Arc<Store>, send: SendPath) -> io::Re
                 write_all(&conn.stream, line.into_bytes()).await?;
             }
             (Some("SEND"), Some(id)) => {
-                let reply = match parse_send(&mut words) {
-                    None => "ERR bad SEND\r\n".to_string(),
-                    Some(flow) => match store.take(id) {
+                if sender.is_none() {
+                    match start_sender(send, store.clone()) {
+                        Ok(tx) => sender = Some(tx),
+                        Err(e) => tracing::warn!("dp: cannot start a sender thread: {e}"),
+                    }
+                }
+                let reply = match (parse_send(&mut words), &sender) {
+                    (None, _) => "ERR bad SEND\r\n".to_string(),
+                    (_, None) => "ERR no sender\r\n".to_string(),
+                    (Some(flow), Some(tx)) => match store.take(id) {
                         Some(body) => {
                             let n = body.len();
-                            acks = Some(start_sender(flow, body, send, store.clone()));
-                            format!("OK {n}\r\n")
+                            if tx.send(Cmd::Send(flow, body)).is_ok() {
+                                format!("OK {n}\r\n")
+                            } else {
+                                sender = None;
+                                "ERR no sender\r\n".to_string()
+                            }
                         }
                         None => "ERR unknown payload\r\n".to_string(),
                     },
@@ -196,9 +208,9 @@ async fn control(stream: TcpStream, store: Arc<Store>, send: SendPath) -> io::Re
                     .next()
                     .and_then(|w| w.parse::<usize>().ok())
                     .unwrap_or(0);
-                if let Some(tx) = &acks {
-                    if tx.send((ack as u32, win)).is_err() {
-                        acks = None; // the transfer is over
+                if let Some(tx) = &sender {
+                    if tx.send(Cmd::Ack(ack as u32, win)).is_err() {
+                        sender = None; // the thread is gone
                     }
                 }
             }
@@ -306,53 +318,102 @@ fn open_sender(send: SendPath, client: std::net::Ipv4Addr) -> io::Result<Wire> {
     Ok(Wire::Raw(crate::sender::RawSocket::new()?))
 }
 
-/// A sender thread for one transfer (it inherits the calling thread's network namespace);
-/// ACKs go in through the returned channel.
-fn start_sender(
-    flow: crate::sender::Flow,
-    body: Bytes,
-    send: SendPath,
-    store: Arc<Store>,
-) -> std::sync::mpsc::Sender<(u32, usize)> {
-    let (tx, rx) = std::sync::mpsc::channel::<(u32, usize)>();
-    let spawned = std::thread::Builder::new()
+/// What a control connection tells its sender thread.
+enum Cmd {
+    Send(crate::sender::Flow, Bytes),
+    /// A client ACK and its window in bytes (the FE's ack forwarder).
+    Ack(u32, usize),
+}
+
+/// The sender thread of one control connection (it inherits the calling thread's network
+/// namespace). It lives as long as the connection, sends its transfers one after the
+/// other, and keeps its socket between them: per transfer it costs a channel message, not
+/// a thread, a socket and a route lookup.
+fn start_sender(send: SendPath, store: Arc<Store>) -> io::Result<std::sync::mpsc::Sender<Cmd>> {
+    let (tx, rx) = std::sync::mpsc::channel::<Cmd>();
+    std::thread::Builder::new()
         .name("disc-dp".into())
         .spawn(move || {
-            let run = || -> io::Result<(u64, u64, u64, &'static str)> {
-                let mut raw = open_sender(send, *flow.client.ip())?;
-                store.count_send(matches!(raw, Wire::Gso(_)));
-                let mut t = crate::sender::Transfer::new(flow, body, INITIAL_WINDOW);
-                t.pump(&mut raw)?;
-                let mut progress = (Instant::now(), 0);
-                while !t.done() {
-                    match rx.recv_timeout(Duration::from_millis(10)) {
-                        Ok((ack, win)) => t.on_ack(ack, win, &mut raw)?,
-                        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                            t.on_tick(Instant::now(), &mut raw)?
+            // The socket and the client it was opened for.
+            let mut wire: Option<(std::net::Ipv4Addr, Wire)> = None;
+            let mut next = None;
+            loop {
+                let (flow, body) = match next.take() {
+                    Some(job) => job,
+                    None => match rx.recv() {
+                        Ok(Cmd::Send(f, b)) => (f, b),
+                        Ok(Cmd::Ack(..)) => continue, // late, for a finished transfer
+                        Err(_) => return,             // the control connection ended
+                    },
+                };
+                let client = *flow.client.ip();
+                // A raw socket chosen while the next hop was unresolved is retried.
+                let reuse = wire.as_ref().is_some_and(|(ip, w)| {
+                    *ip == client && (send == SendPath::Raw || matches!(w, Wire::Gso(_)))
+                });
+                if !reuse {
+                    match open_sender(send, client) {
+                        Ok(w) => wire = Some((client, w)),
+                        Err(e) => {
+                            tracing::warn!("dp: no socket to send to {client}: {e}");
+                            continue;
                         }
-                        Err(_) => break, // the FE's control connection ended
-                    }
-                    if t.acked() != progress.1 {
-                        progress = (Instant::now(), t.acked());
-                    } else if progress.0.elapsed() > STALL {
-                        return Err(io::Error::new(io::ErrorKind::TimedOut, "no progress"));
                     }
                 }
-                Ok((t.segments, t.emits, t.retransmits, raw.name()))
-            };
-            match run() {
-                Ok((segs, emits, rtx, path)) => {
-                    tracing::debug!(
-                        "dp: sent in {segs} segments by {emits} {path} sends, {rtx} go-back-N rounds"
-                    )
+                let Some((_, out)) = wire.as_mut() else {
+                    continue;
+                };
+                store.count_send(matches!(out, Wire::Gso(_)));
+                match transfer(flow, body, out, &rx) {
+                    Ok((t, after)) => {
+                        tracing::debug!(
+                            "dp: sent in {} segments by {} {} sends, {} go-back-N rounds",
+                            t.segments,
+                            t.emits,
+                            out.name(),
+                            t.retransmits
+                        );
+                        next = after;
+                    }
+                    Err(e) => tracing::warn!("dp transfer to {}: {e}", flow.client),
                 }
-                Err(e) => tracing::warn!("dp transfer to {}: {e}", flow.client),
             }
-        });
-    if let Err(e) = spawned {
-        tracing::warn!("dp: cannot start a sender thread: {e}");
+        })?;
+    Ok(tx)
+}
+
+/// Sends one payload until the client has acknowledged it all; returns it with the next
+/// job if one came in first (the FE gave this one up).
+#[allow(clippy::type_complexity)]
+fn transfer(
+    flow: crate::sender::Flow,
+    body: Bytes,
+    out: &mut Wire,
+    rx: &std::sync::mpsc::Receiver<Cmd>,
+) -> io::Result<(
+    crate::sender::Transfer,
+    Option<(crate::sender::Flow, Bytes)>,
+)> {
+    let mut t = crate::sender::Transfer::new(flow, body, INITIAL_WINDOW);
+    t.pump(out)?;
+    let mut progress = (Instant::now(), 0);
+    while !t.done() {
+        match rx.recv_timeout(Duration::from_millis(10)) {
+            Ok(Cmd::Ack(ack, win)) => t.on_ack(ack, win, out)?,
+            Ok(Cmd::Send(f, b)) => {
+                tracing::warn!("dp: a new payload before the last was acknowledged");
+                return Ok((t, Some((f, b))));
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => t.on_tick(Instant::now(), out)?,
+            Err(_) => break, // the FE's control connection ended
+        }
+        if t.acked() != progress.1 {
+            progress = (Instant::now(), t.acked());
+        } else if progress.0.elapsed() > STALL {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "no progress"));
+        }
     }
-    tx
+    Ok((t, None))
 }
 
 /// The FE side: asks DP at the other end of `conn` for payload `id`; Ok(size) once DP has
