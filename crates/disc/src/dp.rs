@@ -8,11 +8,13 @@
 //!   the whole header path and the store without any packet forging.
 //! - `CHECK <id>\r\n` → `OK <size>\r\n` or `ERR`: the direct mode's first step, before the
 //!   FE writes anything of the answer (so that it can still fall back).
-//! - `SEND <id> <client ip:port> <fe ip:port> <seq> <ack> <window>\r\n` → `OK <size>\r\n`:
+//! - `SEND <id> <client ip:port> <fe ip:port> <seq> <ack> <window> [<client window>]\r\n`
+//!   → `OK <size>\r\n`:
 //!   DP sends the payload on the client's connection as the FE (the control connection's
 //!   sender thread: GSO bursts on a packet socket, [`crate::gso`], or segments on a raw
 //!   socket, [`crate::sender`]), starting at client-view sequence `seq`, carrying `ack` and
-//!   the raw `window` field; then `ACK <ack> <window bytes>\r\n` lines (the FE's ack
+//!   the raw `window` field, within `client window` bytes (the FE's TCP_INFO; default
+//!   [`INITIAL_WINDOW`]); then `ACK <ack> <window bytes>\r\n` lines (the FE's ack
 //!   forwarder) feed its go-back-N. One transfer per control connection at a time.
 //!
 //! Limits: at most [`MAX_JOBS`] jobs and [`MAX_BYTES`] bytes held; a job not claimed within
@@ -188,10 +190,10 @@ async fn control(stream: TcpStream, store: Arc<Store>, send: SendPath) -> io::Re
                 let reply = match (parse_send(&mut words), &sender) {
                     (None, _) => "ERR bad SEND\r\n".to_string(),
                     (_, None) => "ERR no sender\r\n".to_string(),
-                    (Some(flow), Some(tx)) => match store.take(id) {
+                    (Some((flow, wnd)), Some(tx)) => match store.take(id) {
                         Some(body) => {
                             let n = body.len();
-                            if tx.send(Cmd::Send(flow, body)).is_ok() {
+                            if tx.send(Cmd::Send(flow, body, wnd)).is_ok() {
                                 format!("OK {n}\r\n")
                             } else {
                                 sender = None;
@@ -229,27 +231,34 @@ async fn control(stream: TcpStream, store: Arc<Store>, send: SendPath) -> io::Re
     }
 }
 
-fn parse_send<'a>(w: &mut impl Iterator<Item = &'a str>) -> Option<crate::sender::Flow> {
+/// SEND's fields; the last (the client's window in bytes, 0 = unknown) is optional.
+fn parse_send<'a>(w: &mut impl Iterator<Item = &'a str>) -> Option<(crate::sender::Flow, usize)> {
     let client: std::net::SocketAddrV4 = w.next()?.parse().ok()?;
     let fe: std::net::SocketAddrV4 = w.next()?.parse().ok()?;
     let seq: u32 = w.next()?.parse().ok()?;
     let ack: u32 = w.next()?.parse().ok()?;
     let window: u16 = w.next()?.parse().ok()?;
-    Some(crate::sender::Flow {
-        fe,
-        client,
-        seq,
-        ack,
-        window,
-        mss: SEND_MSS,
-    })
+    let client_window = match w.next() {
+        None => 0,
+        Some(x) => x.parse::<u32>().ok()? as usize,
+    };
+    Some((
+        crate::sender::Flow {
+            fe,
+            client,
+            seq,
+            ack,
+            window,
+            mss: SEND_MSS,
+        },
+        client_window,
+    ))
 }
 
 /// Payload bytes per segment DP sends (an Ethernet MTU less IP and TCP headers, rounded
 /// down for the options DP does not write).
 pub const SEND_MSS: usize = 1400;
-/// The client's window DP assumes until its first ACK (no window scaling on DISC
-/// connections yet).
+/// The client's window DP assumes until its first ACK when the FE could not tell it.
 pub const INITIAL_WINDOW: usize = 65535;
 /// A transfer without any progress for this long is abandoned (the FE closes the
 /// connection on its side).
@@ -320,7 +329,8 @@ fn open_sender(send: SendPath, client: std::net::Ipv4Addr) -> io::Result<Wire> {
 
 /// What a control connection tells its sender thread.
 enum Cmd {
-    Send(crate::sender::Flow, Bytes),
+    /// A payload, and the client's window in bytes when the FE knows it (else 0).
+    Send(crate::sender::Flow, Bytes, usize),
     /// A client ACK and its window in bytes (the FE's ack forwarder).
     Ack(u32, usize),
 }
@@ -338,10 +348,10 @@ fn start_sender(send: SendPath, store: Arc<Store>) -> io::Result<std::sync::mpsc
             let mut wire: Option<(std::net::Ipv4Addr, Wire)> = None;
             let mut next = None;
             loop {
-                let (flow, body) = match next.take() {
+                let (flow, body, wnd) = match next.take() {
                     Some(job) => job,
                     None => match rx.recv() {
-                        Ok(Cmd::Send(f, b)) => (f, b),
+                        Ok(Cmd::Send(f, b, w)) => (f, b, w),
                         Ok(Cmd::Ack(..)) => continue, // late, for a finished transfer
                         Err(_) => return,             // the control connection ended
                     },
@@ -364,7 +374,7 @@ fn start_sender(send: SendPath, store: Arc<Store>) -> io::Result<std::sync::mpsc
                     continue;
                 };
                 store.count_send(matches!(out, Wire::Gso(_)));
-                match transfer(flow, body, out, &rx) {
+                match transfer(flow, body, wnd, out, &rx) {
                     Ok((t, after)) => {
                         tracing::debug!(
                             "dp: sent in {} segments by {} {} sends, {} go-back-N rounds",
@@ -382,27 +392,28 @@ fn start_sender(send: SendPath, store: Arc<Store>) -> io::Result<std::sync::mpsc
     Ok(tx)
 }
 
+/// A payload to send: its flow, its bytes, the client's window in bytes (0: unknown).
+type Pending = (crate::sender::Flow, Bytes, usize);
+
 /// Sends one payload until the client has acknowledged it all; returns it with the next
 /// job if one came in first (the FE gave this one up).
-#[allow(clippy::type_complexity)]
 fn transfer(
     flow: crate::sender::Flow,
     body: Bytes,
+    wnd: usize,
     out: &mut Wire,
     rx: &std::sync::mpsc::Receiver<Cmd>,
-) -> io::Result<(
-    crate::sender::Transfer,
-    Option<(crate::sender::Flow, Bytes)>,
-)> {
-    let mut t = crate::sender::Transfer::new(flow, body, INITIAL_WINDOW);
+) -> io::Result<(crate::sender::Transfer, Option<Pending>)> {
+    let window = if wnd > 0 { wnd } else { INITIAL_WINDOW };
+    let mut t = crate::sender::Transfer::new(flow, body, window);
     t.pump(out)?;
     let mut progress = (Instant::now(), 0);
     while !t.done() {
         match rx.recv_timeout(Duration::from_millis(10)) {
             Ok(Cmd::Ack(ack, win)) => t.on_ack(ack, win, out)?,
-            Ok(Cmd::Send(f, b)) => {
+            Ok(Cmd::Send(f, b, w)) => {
                 tracing::warn!("dp: a new payload before the last was acknowledged");
-                return Ok((t, Some((f, b))));
+                return Ok((t, Some((f, b, w))));
             }
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => t.on_tick(Instant::now(), out)?,
             Err(_) => break, // the FE's control connection ended

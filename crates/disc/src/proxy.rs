@@ -391,6 +391,48 @@ fn unsent(s: &TcpStream) -> io::Result<i32> {
     Ok(n)
 }
 
+/// What the FE's stack knows of the client's receive window (TCP_INFO): the client's
+/// window scale (the shift its window fields take) and its last window in bytes (0 when
+/// the kernel does not report it: `tcpi_snd_wnd` came with Linux 5.19).
+fn client_window(s: &TcpStream) -> io::Result<(u8, u32)> {
+    use std::os::fd::AsRawFd;
+    // struct tcp_info: tcpi_snd_wscale is the low nibble of byte 6, tcpi_snd_wnd the u32 at
+    // byte 236 (include/uapi/linux/tcp.h); read as bytes so that older kernels (shorter
+    // structs) are told apart by the returned length.
+    const SND_WND: usize = 236;
+    let mut buf = [0u8; 512];
+    let mut len = buf.len() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `buf` and the length into `len`,
+    // both alive for the call.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            buf.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let len = len as usize;
+    if len < 8 {
+        return Err(io::Error::other("TCP_INFO too short"));
+    }
+    let wnd = if len >= SND_WND + 4 {
+        u32::from_ne_bytes([
+            buf[SND_WND],
+            buf[SND_WND + 1],
+            buf[SND_WND + 2],
+            buf[SND_WND + 3],
+        ])
+    } else {
+        0
+    };
+    Ok((buf[6] & 0x0f, wnd))
+}
+
 /// How long the FE waits for any progress of the shortcut before closing the connection.
 const DIRECT_STALL: std::time::Duration = std::time::Duration::from_secs(30);
 /// The ack forwarder's polling period.
@@ -425,10 +467,12 @@ async fn fe_direct(reg: &Registered, client: &TcpStream, c: &mut Conn, d: Disc) 
         .set_epoch(reg.key, boundary, off_lo, off_hi)
         .map_err(io::Error::other)?;
     let seq = boundary.wrapping_add(off_lo);
+    // The client's window fields are scaled by its window scale; DP counts in bytes.
+    let (wscale, wnd) = client_window(client)?;
     let answer = dp_line(
         c,
         format!(
-            "SEND {} {} {} {seq} {} {}\r\n",
+            "SEND {} {} {} {seq} {} {} {wnd}\r\n",
             d.id, reg.client, reg.fe, st.fe_ack, st.fe_win
         ),
     )
@@ -446,7 +490,12 @@ async fn fe_direct(reg: &Registered, client: &TcpStream, c: &mut Conn, d: Disc) 
             progress = std::time::Instant::now();
             write_all(
                 &c.stream,
-                format!("ACK {} {w}\r\n", seq.wrapping_add(a)).into_bytes(),
+                format!(
+                    "ACK {} {}\r\n",
+                    seq.wrapping_add(a),
+                    crate::sender::window_bytes(w, wscale)
+                )
+                .into_bytes(),
             )
             .await?;
         } else if progress.elapsed() > DIRECT_STALL {

@@ -9,9 +9,9 @@
 //!  client ──A── FE        BE ──E── client     (E: DP's path to the client)
 //! ```
 //!
-//! Today's limits, set on the FE's side only (the client is untouched): the FE's namespace
-//! has TCP timestamps, SACK and window scaling off (DP does not yet write TCP options nor
-//! read the SYN's), and the client's namespace accepts the FE's address arriving on link E
+//! Set on the FE's side only (the client is untouched): the FE's namespace has TCP
+//! timestamps, SACK and window scaling off (this test feeds DP raw window fields; the
+//! chain tests run with timestamps and window scaling on), and the client's namespace accepts the FE's address arriving on link E
 //! (rp_filter 0, as a flat datacenter network would). Needs root and clang; skips otherwise.
 
 mod common;

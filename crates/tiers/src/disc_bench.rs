@@ -11,8 +11,8 @@
 //!    └───────────────E─────────────┘        E: DP's segments to the client
 //! ```
 //!
-//! The FE's namespace has TCP timestamps, SACK and window scaling off (what crates/disc's
-//! direct mode supports today); the client has reverse-path filtering off (DP's segments
+//! The FE's namespace has TCP SACK off (crates/disc's hooks do not translate SACK blocks
+//! yet; timestamps and window scaling are on, the Linux defaults); the client has reverse-path filtering off (DP's segments
 //! carry the FE's address and arrive on E). Every configuration runs in these same
 //! namespaces under the same settings, so the nginx chain meets the same TCP.
 //!
@@ -157,14 +157,10 @@ impl Net {
             }
         }
         let mut sysctls = Vec::new();
-        for kv in [
-            "net.ipv4.tcp_timestamps=0",
-            "net.ipv4.tcp_sack=0",
-            "net.ipv4.tcp_window_scaling=0",
-        ] {
-            ns[1].run("sysctl", &["-q", "-w", kv])?;
-            sysctls.push(format!("FE: {kv}"));
-        }
+        // SACK blocks are not translated by DISC's hooks yet: off on the FE's side.
+        let kv = "net.ipv4.tcp_sack=0";
+        ns[1].run("sysctl", &["-q", "-w", kv])?;
+        sysctls.push(format!("FE: {kv}"));
         let e = format!("net.ipv4.conf.{}.rp_filter=0", ifs[4].0.name);
         for kv in ["net.ipv4.conf.all.rp_filter=0", e.as_str()] {
             ns[0].run("sysctl", &["-q", "-w", kv])?;
