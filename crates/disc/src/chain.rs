@@ -41,6 +41,10 @@ pub struct ChainConfig {
     pub loss_pct: f64,
     /// How DP sends (direct mode).
     pub dp_send: crate::dp::SendPath,
+    /// Delay and reorder the client's links (A, and E in direct mode) with a user-space
+    /// line ([`iolab_netns::delayline`], the netem substitute) in a namespace between the
+    /// client and the other end.
+    pub line: Option<iolab_netns::delayline::LineParams>,
 }
 
 pub struct Chain {
@@ -66,6 +70,8 @@ pub struct Chain {
     pub lossy: Option<crate::bpf::Lossy>,
     /// (tier, namespace, interface) of every tier-side veth end.
     pub tier_ifaces: Vec<(String, String, String)>,
+    /// The delay lines on the client's links, if any.
+    pub lines: Vec<iolab_netns::delayline::DelayLine>,
     stops: Vec<Arc<Stop>>,
     threads: Vec<std::thread::JoinHandle<anyhow::Result<()>>>,
     net: Option<iolab_netns::Net>,
@@ -97,8 +103,29 @@ impl Chain {
         }
         let mut ifaces = Vec::new();
         let links_used = links.clone();
+        let wire = match cfg.line {
+            Some(_) => Some(net.namespace()?),
+            None => None,
+        };
+        let mut lines = Vec::new();
         for (l, r, sub) in links {
-            let (il, ir) = net.veth(Some(&ns[l]), Some(&ns[r]))?;
+            let (il, ir) = match (&wire, cfg.line) {
+                // client ⇄ wire ⇄ other end: the line forwards between the middle ends.
+                (Some(w), Some(p)) if l == 0 => {
+                    let (il, wl) = net.veth(Some(&ns[l]), Some(w))?;
+                    let (wr, ir) = net.veth(Some(w), Some(&ns[r]))?;
+                    wl.up()?;
+                    wr.up()?;
+                    lines.push(iolab_netns::delayline::DelayLine::start(
+                        Some(w.name()),
+                        &wl.name,
+                        &wr.name,
+                        p,
+                    )?);
+                    (il, ir)
+                }
+                _ => net.veth(Some(&ns[l]), Some(&ns[r]))?,
+            };
             il.add_addr(&format!("{}/27", a(sub, 1)))?;
             ir.add_addr(&format!("{}/27", a(sub, 2)))?;
             il.up()?;
@@ -215,6 +242,7 @@ impl Chain {
             store,
             lossy,
             tier_ifaces,
+            lines,
             stops,
             threads,
             net: Some(net),
@@ -240,6 +268,11 @@ impl Chain {
                 Err(_) => {
                     first_err.get_or_insert(anyhow::anyhow!("a tier thread panicked"));
                 }
+            }
+        }
+        for l in self.lines.drain(..) {
+            if let Err(e) = l.stop() {
+                first_err.get_or_insert(anyhow::anyhow!("delay line: {e}"));
             }
         }
         if let Some(net) = self.net.take() {

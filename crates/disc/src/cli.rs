@@ -168,6 +168,7 @@ fn check(disc: DiscMode, sizes: &[u64]) -> anyhow::Result<()> {
         broken_dp: false,
         loss_pct: 0.0,
         dp_send: Default::default(),
+        line: None,
     })?;
     println!(
         "chain up: client {} -> FE {} -> IS {} -> BE {} (DP {}), DISC {:?}",
@@ -218,6 +219,7 @@ fn measure(sizes: &[u64], requests: u64) -> anyhow::Result<()> {
             broken_dp: false,
             loss_pct: 0.0,
             dp_send: Default::default(),
+            line: None,
         })?;
         for &size in sizes {
             let m = crate::chain::measure(&chain, size, requests, &dir)?;

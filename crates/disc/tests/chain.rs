@@ -64,6 +64,7 @@ fn chain(root: &Path, disc: DiscMode, broken_dp: bool) -> Chain {
         broken_dp,
         loss_pct: 0.0,
         dp_send: Default::default(),
+        line: None,
     })
     .expect("starting the chain")
 }
@@ -312,6 +313,7 @@ fn direct_under_loss(pct: f64, dp_send: iolab_disc::dp::SendPath) {
         broken_dp: false,
         loss_pct: pct,
         dp_send,
+        line: None,
     })
     .expect("starting the chain");
     // GSO bursts make few packets (a 1 MiB payload is ~25): the sizes are fetched again
@@ -353,4 +355,85 @@ fn disc_direct_under_one_percent_loss() {
 #[test]
 fn disc_direct_under_five_percent_loss() {
     direct_under_loss(5.0, iolab_disc::dp::SendPath::Gso);
+}
+
+/// Direct mode with the client's links delayed (2 ms each way) and a quarter of the frames
+/// overtaking the others (the netem substitute: `iolab_netns::delayline`, a user-space line
+/// in a namespace of its own between the client and the FE, and between the client and
+/// DP): the client still gets exactly the BE's bytes, on one keep-alive connection.
+#[test]
+fn disc_direct_under_delay_and_reordering() {
+    if !ready() || !iolab_disc::bpf::available() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "built without eBPF"
+        );
+        return;
+    }
+    const SIZES: [u64; 5] = [1, 16384, 65536, 1 << 20, (1 << 20) + 1];
+    let dir = TempDir::new("reorder");
+    let root = dir.0.join("www");
+    write_payloads(&root, &SIZES).unwrap();
+    let c = Chain::start(&ChainConfig {
+        root: root.clone(),
+        disc: DiscMode::Direct,
+        threshold: iolab_disc::proto::DEFAULT_THRESHOLD,
+        broken_dp: false,
+        loss_pct: 0.0,
+        dp_send: Default::default(),
+        line: Some(iolab_netns::delayline::LineParams {
+            delay: std::time::Duration::from_millis(2),
+            reorder_pct: 25.0,
+            seed: 7,
+        }),
+    })
+    .expect("starting the chain");
+    let t0 = std::time::Instant::now();
+    let rows = compare_sizes(&c, &SIZES, &dir.0).expect("fetching");
+    let took = t0.elapsed();
+    for r in &rows {
+        assert!(r.identical, "size {}: differs\n{}", r.size, r.via_head);
+    }
+    let big = SIZES.iter().filter(|&&n| n >= 16384).count() as u64;
+    assert_eq!(c.store.clone().unwrap().counts(), (big, big));
+    let (mut fwd, mut reordered) = (0, 0);
+    for l in &c.lines {
+        fwd += l
+            .counts
+            .forwarded
+            .load(std::sync::atomic::Ordering::Relaxed);
+        reordered += l
+            .counts
+            .reordered
+            .load(std::sync::atomic::Ordering::Relaxed);
+    }
+    assert_eq!(c.lines.len(), 2, "links A and E");
+    // The delay is there: a connect takes a round trip, 4 ms unless the SYN or the SYN-ACK
+    // was one of the frames sent at once (each way 1 in 4): the longest of 10 is >= 4 ms
+    // but for a chance of 0.4375^10 (0.03 %).
+    let fe = c.fe;
+    let rtts = iolab_disc::netns::spawn_in(Some(c.client_ns.clone()), "rtt", move || {
+        let mut v = Vec::new();
+        for _ in 0..10 {
+            let t = std::time::Instant::now();
+            let s = std::net::TcpStream::connect(fe)?;
+            v.push(t.elapsed());
+            drop(s);
+        }
+        Ok(v)
+    })
+    .join()
+    .unwrap()
+    .unwrap();
+    let longest = rtts.iter().max().unwrap();
+    assert!(
+        *longest >= std::time::Duration::from_micros(3900),
+        "no connect took the delayed round trip: {rtts:?}"
+    );
+    assert!(
+        fwd > 100 && reordered > 10,
+        "{fwd} frames forwarded, {reordered} sent at once"
+    );
+    eprintln!("delay 2 ms, 25% reordered: {fwd} frames forwarded, {reordered} overtook; bytes identical ({took:.1?})");
+    c.stop().unwrap();
 }

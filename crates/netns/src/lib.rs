@@ -14,6 +14,7 @@
 //! runs inside a namespace through `setns(2)` in a `pre_exec` hook ([`Namespace::enter`]), so
 //! the child's pid is the program's own (killable, waitable) with no `ip netns exec` between.
 
+pub mod delayline;
 pub mod names;
 pub mod shape;
 
