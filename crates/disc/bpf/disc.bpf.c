@@ -22,7 +22,8 @@
 //
 // Limits of this first version (documented in the crate README): one epoch per
 // connection (a new payload may be registered once the previous one is acknowledged);
-// SACK blocks are not translated (the FE disables SACK on DISC connections); IPv4 only.
+// SACK blocks are not translated but stripped (made NOPs) once the connection has a
+// shift; IPv4 only.
 
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -57,7 +58,7 @@ struct conn_state {
 	__u32 fe_ack;	/* the FE's latest ACK (the client's next byte) */
 	__u32 fe_win;	/* the FE's latest raw window field */
 	__u32 fe_seen;	/* FE segments seen */
-	__u32 pad;
+	__u32 sack_stripped;	/* client ACKs whose SACK blocks were made NOPs */
 };
 
 struct {
@@ -151,6 +152,98 @@ int disc_egress(struct __sk_buff *skb)
 	return TC_ACT_OK;
 }
 
+#define MAX_OPTS 40
+
+/* Makes the option bytes [from, to) of the TCP header at `tcp_at` NOPs, one aligned
+ * 4-byte word at a time (each with its checksum update). A global function: the verifier
+ * checks it once, not once per option of its caller's loop. */
+__attribute__((noinline)) int disc_nop_out(struct __sk_buff *skb, __u32 tcp_at, __u32 from,
+					   __u32 to)
+{
+	__u32 w, b;
+
+	for (w = 0; w < MAX_OPTS / 4; w++) {
+		__u32 at = sizeof(struct tcphdr) + w * 4;
+		__u8 word[4], was[4];
+
+		if (at + 4 <= from)
+			continue;
+		if (at >= to)
+			break;
+		if (bpf_skb_load_bytes(skb, tcp_at + at, word, 4) < 0)
+			return 0;
+		__builtin_memcpy(was, word, 4);
+		for (b = 0; b < 4; b++)
+			if (at + b >= from && at + b < to)
+				word[b] = 1;
+		bpf_l4_csum_replace(skb, tcp_at + offsetof(struct tcphdr, check),
+				    *(__u32 *)was, *(__u32 *)word, 4);
+		bpf_skb_store_bytes(skb, tcp_at + at, word, 4, 0);
+	}
+	return 1;
+}
+
+/* The option walk's state, shared with its bpf_loop callback. */
+struct opt_walk {
+	struct __sk_buff *skb;
+	__u32 tcp_at;
+	__u32 i;	/* offset in the TCP header of the next option */
+	__u32 end;	/* the header's length */
+	__u32 changed;
+};
+
+/* One option: a NOP is skipped, a SACK made NOPs, anything else stepped over; 1 ends the
+ * walk (end of options, malformed, or past the header). */
+static long opt_step(__u32 n, void *ctx)
+{
+	struct opt_walk *w = ctx;
+	__u8 kind, len;
+	__u32 i = w->i;
+
+	if (i >= w->end || i >= sizeof(struct tcphdr) + MAX_OPTS)
+		return 1;
+	if (bpf_skb_load_bytes(w->skb, w->tcp_at + i, &kind, 1) < 0 || kind == 0)
+		return 1;
+	if (kind == 1) {
+		w->i = i + 1;
+		return 0;
+	}
+	if (i + 1 >= w->end || bpf_skb_load_bytes(w->skb, w->tcp_at + i + 1, &len, 1) < 0)
+		return 1;
+	if (len < 2 || i + len > w->end)
+		return 1;
+	if (kind == 5) {
+		disc_nop_out(w->skb, w->tcp_at, i, i + len);
+		w->changed = 1;
+	}
+	w->i = i + len;
+	return 0;
+}
+
+/*
+ * The client's SACK blocks are in its view of the sequence space; once the connection has
+ * a shift, the FE's stack would read them as its own and could mark bytes as received that
+ * the client never had. They are not translated: every SACK option (kind 5) becomes NOPs,
+ * the FE's stack sees ACKs without SACK (legal: SACK is advisory) and recovers on
+ * duplicate ACKs and its timer. The walk is a bpf_loop callback (verified once) reading
+ * one byte at a time with bpf_skb_load_bytes. Returns nonzero when it rewrote something.
+ */
+static __always_inline int strip_sack(struct __sk_buff *skb, __u32 ihl, __u32 doff)
+{
+	struct opt_walk w = {
+		.skb = skb,
+		.tcp_at = sizeof(struct ethhdr) + ihl,
+		.i = sizeof(struct tcphdr),
+		.end = doff * 4,
+		.changed = 0,
+	};
+
+	if (w.end > sizeof(struct tcphdr) + MAX_OPTS)
+		return 0;
+	bpf_loop(MAX_OPTS, opt_step, &w, 0);
+	return w.changed;
+}
+
 SEC("classifier")
 int disc_ingress(struct __sk_buff *skb)
 {
@@ -194,6 +287,8 @@ int disc_ingress(struct __sk_buff *skb)
 	} else {
 		fe_ack = ack - s->off_hi;
 	}
+	if (tcp->doff > 5 && (s->off_lo || s->off_hi) && strip_sack(skb, ihl, tcp->doff))
+		__sync_fetch_and_add(&s->sack_stripped, 1);
 	if (fe_ack != ack)
 		rewrite32(skb, ihl, offsetof(struct tcphdr, ack_seq), old, bpf_htonl(fe_ack));
 	return TC_ACT_OK;

@@ -84,7 +84,8 @@ pub struct ConnState {
     pub fe_win: u32,
     /// FE segments seen.
     pub fe_seen: u32,
-    pub pad: u32,
+    /// Client ACKs whose SACK blocks `disc_ingress` made NOPs (the connection had a shift).
+    pub sack_stripped: u32,
 }
 
 // SAFETY: both are repr(C) structs of plain integers with no padding (4+4+2+2 and 14×4

@@ -6,10 +6,10 @@
 //!    └───────────────E───────────────┘      E (direct mode): DP's path to the client
 //! ```
 //!
-//! Direct mode also sets, on the server side only: TCP SACK off in the FE's namespace (the
-//! hooks do not translate SACK blocks yet; timestamps and window scaling stay on: DP's
-//! segments carry no options, which Linux clients accept, and DP counts the client's window
-//! in bytes from the FE's TCP_INFO), and in the client's namespace rp_filter 0 (the FE's address arrives on link E, as on a flat datacenter network).
+//! TCP runs with Linux's defaults on both sides (timestamps, window scaling, SACK: DP's
+//! segments carry no options, which Linux clients accept; DP counts the client's window in
+//! bytes from the FE's TCP_INFO; the FE's ingress hook makes the client's SACK blocks NOPs
+//! once the connection is shifted). Direct mode sets, on the client's side, rp_filter 0 (the FE's address arrives on link E, as on a flat datacenter network).
 //!
 //! The same shape as iolab-tiers' testbed (whose namespaces run nginx); here each tier is a
 //! thread of this process inside its namespace, so a test needs no binary and no daemon.
@@ -143,9 +143,6 @@ impl Chain {
                     &a(4, 1).to_string(),
                 ],
             )?;
-            // SACK blocks are not translated by the hooks yet (the FE's stack would read
-            // the client's view of the sequence space): off on the FE's side.
-            ns[1].run("sysctl", &["-q", "-w", "net.ipv4.tcp_sack=0"])?;
             let e = format!("net.ipv4.conf.{}.rp_filter=0", ifaces[4].0.name);
             for kv in ["net.ipv4.conf.all.rp_filter=0", e.as_str()] {
                 ns[0].run("sysctl", &["-q", "-w", kv])?;

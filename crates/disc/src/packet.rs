@@ -124,6 +124,24 @@ pub fn frame(s: &Segment, payload: &[u8]) -> Vec<u8> {
     f
 }
 
+/// A complete frame whose TCP header carries `options` (a multiple of 4 bytes, at most 40),
+/// both checksums computed.
+pub fn frame_with_options(s: &Segment, options: &[u8], payload: &[u8]) -> Vec<u8> {
+    assert!(
+        options.len() % 4 == 0 && options.len() <= 40,
+        "TCP options: 4-byte words, <= 40"
+    );
+    let mut body = options.to_vec();
+    body.extend_from_slice(payload);
+    let mut f = frame(s, &body);
+    // Longer header, same bytes: data offset up, checksum again.
+    f[TCP_OFF + 12] = ((TCP_HLEN + options.len()) as u8 / 4) << 4;
+    f[TCP_OFF + 16..TCP_OFF + 18].fill(0);
+    let c = tcp_checksum(s.src, s.dst, &f[TCP_OFF..]);
+    f[TCP_OFF + 16..TCP_OFF + 18].copy_from_slice(&c.to_be_bytes());
+    f
+}
+
 /// Reads back a frame built by [`frame`] (or any IPv4 TCP frame without IP options): the
 /// segment, the payload, and whether both checksums are right.
 pub fn parse(f: &[u8]) -> Option<(Segment, &[u8], bool)> {

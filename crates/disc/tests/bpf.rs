@@ -9,7 +9,7 @@ use std::net::Ipv4Addr;
 use iolab_disc::bpf::{
     test_run, ConnKey, ConnState, Hooks, EGRESS, INGRESS, TC_ACT_OK, TC_ACT_SHOT,
 };
-use iolab_disc::packet::{frame, parse, Segment, ACK, PSH, SYN};
+use iolab_disc::packet::{frame, frame_with_options, parse, Segment, ACK, PSH, SYN, TCP_OFF};
 
 const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 250, 0, 1);
 const FE: Ipv4Addr = Ipv4Addr::new(10, 250, 0, 2);
@@ -186,6 +186,73 @@ fn ingress_translates_acks_and_gives_dp_its_own() {
     let pkt = from_client(0, SYN, b"", 64240);
     let (v, out, _, _) = run(&h, INGRESS, &pkt);
     assert_eq!((v, out), (TC_ACT_OK, pkt));
+}
+
+/// A client ACK carrying `options` (timestamps, SACK blocks, ...).
+fn from_client_with(ack: u32, options: &[u8]) -> Vec<u8> {
+    frame_with_options(
+        &Segment {
+            src_mac: [2, 0, 0, 0, 0, 1],
+            dst_mac: [2, 0, 0, 0, 0, 2],
+            src: CLIENT,
+            dst: FE,
+            sport: CPORT,
+            dport: FPORT,
+            seq: 777,
+            ack,
+            flags: ACK,
+            window: 300,
+        },
+        options,
+        b"",
+    )
+}
+
+/// SACK blocks in the client's view would mislead the FE's stack once the connection has a
+/// shift: they become NOPs, the checksum stays right, the other options are untouched; a
+/// connection without a shift keeps them.
+#[test]
+fn ingress_strips_sack_blocks_once_the_connection_is_shifted() {
+    if !ready() {
+        return;
+    }
+    let mut h = Hooks::load().unwrap();
+    // NOP NOP TS(10) | NOP NOP SACK(2 blocks: 18) = 32 bytes.
+    let mut opts = vec![1, 1, 8, 10, 0, 0, 0, 42, 0, 0, 0, 7, 1, 1, 5, 18];
+    for edge in [7000u32, 8000, 9000, 9500] {
+        opts.extend_from_slice(&edge.to_be_bytes());
+    }
+    assert_eq!(opts.len(), 32);
+    let pkt = from_client_with(6500, &opts);
+
+    // No shift yet (first response, no payload inserted): untouched.
+    h.set(key(), epoch(1000, 0, 0)).unwrap();
+    let (v, out, _, ok) = run(&h, INGRESS, &pkt);
+    assert_eq!((v, &out, ok), (TC_ACT_OK, &pkt, true));
+
+    // A 5,000-byte payload at [1000, 6000): the SACK option becomes NOPs, TS stays.
+    h.set(key(), epoch(1000, 0, 5000)).unwrap();
+    let (v, out, seg, ok) = run(&h, INGRESS, &pkt);
+    assert_eq!(
+        (v, seg.ack, ok),
+        (TC_ACT_OK, 1500, true),
+        "ACK shifted back, checksum valid"
+    );
+    let o = &out[TCP_OFF + 20..TCP_OFF + 52];
+    assert_eq!(&o[..14], &opts[..14], "NOPs and timestamps untouched");
+    assert!(o[14..].iter().all(|&b| b == 1), "SACK made NOPs: {o:?}");
+    assert_eq!(h.get(&key()).unwrap().unwrap().sack_stripped, 1);
+
+    // Options without SACK, or malformed ones, are left as they are.
+    let ts_only = from_client_with(6500, &opts[..12]);
+    let (_, out, _, ok) = run(&h, INGRESS, &ts_only);
+    assert!(ok);
+    assert_eq!(out[TCP_OFF + 20..TCP_OFF + 32], opts[..12]);
+    let bad = from_client_with(6500, &[5, 60, 0, 0]);
+    let (_, out, _, ok) = run(&h, INGRESS, &bad);
+    assert!(ok);
+    assert_eq!(out[TCP_OFF + 20..TCP_OFF + 24], [5, 60, 0, 0]);
+    assert_eq!(h.get(&key()).unwrap().unwrap().sack_stripped, 1);
 }
 
 #[test]

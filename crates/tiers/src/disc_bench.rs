@@ -11,8 +11,8 @@
 //!    └───────────────E─────────────┘        E: DP's segments to the client
 //! ```
 //!
-//! The FE's namespace has TCP SACK off (crates/disc's hooks do not translate SACK blocks
-//! yet; timestamps and window scaling are on, the Linux defaults); the client has reverse-path filtering off (DP's segments
+//! TCP runs with Linux's defaults (timestamps, window scaling, SACK) everywhere; the
+//! client has reverse-path filtering off (DP's segments
 //! carry the FE's address and arrive on E). Every configuration runs in these same
 //! namespaces under the same settings, so the nginx chain meets the same TCP.
 //!
@@ -157,10 +157,6 @@ impl Net {
             }
         }
         let mut sysctls = Vec::new();
-        // SACK blocks are not translated by DISC's hooks yet: off on the FE's side.
-        let kv = "net.ipv4.tcp_sack=0";
-        ns[1].run("sysctl", &["-q", "-w", kv])?;
-        sysctls.push(format!("FE: {kv}"));
         let e = format!("net.ipv4.conf.{}.rp_filter=0", ifs[4].0.name);
         for kv in ["net.ipv4.conf.all.rp_filter=0", e.as_str()] {
             ns[0].run("sysctl", &["-q", "-w", kv])?;
