@@ -16,7 +16,7 @@ use std::io;
 use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use crate::packet::{self, Segment, HDRS_LEN, TCP_OFF};
+use crate::packet::{self, HDRS_LEN, TCP_OFF};
 use crate::sender::{Emit, Flow};
 
 /// `struct virtio_net_hdr` (legacy layout, host byte order: what packet sockets read).
@@ -191,21 +191,7 @@ impl GsoSocket {
     /// Needs CAP_NET_RAW in the calling thread's network namespace. Protocol 0: the
     /// socket receives nothing, so nothing queues up on it.
     pub fn new(to: Neighbour) -> io::Result<GsoSocket> {
-        let fd = socket(libc::AF_PACKET, libc::SOCK_RAW, 0)?;
-        let on: libc::c_int = 1;
-        // SAFETY: setsockopt reads one int, alive for the call.
-        let r = unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_PACKET,
-                libc::PACKET_VNET_HDR,
-                (&on as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if r != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let fd = iolab_netns::delayline::vnet_packet_socket(0)?;
         Ok(GsoSocket { fd, to })
     }
 }
@@ -223,18 +209,7 @@ impl Emit for GsoSocket {
         let mut head = [0u8; VNET_HDR_LEN + HDRS_LEN];
         head[..VNET_HDR_LEN].copy_from_slice(&vnet_hdr(data.len(), flow.mss));
         head[VNET_HDR_LEN..].copy_from_slice(&packet::headers_offloaded(
-            &Segment {
-                src_mac: self.to.src_mac,
-                dst_mac: self.to.dst_mac,
-                src: *flow.fe.ip(),
-                dst: *flow.client.ip(),
-                sport: flow.fe.port(),
-                dport: flow.client.port(),
-                seq,
-                ack: flow.ack,
-                flags,
-                window: flow.window,
-            },
+            &flow.segment(seq, flags, self.to.src_mac, self.to.dst_mac),
             data.len(),
         ));
         // SAFETY: an all-zero sockaddr_ll is valid; the fields that matter are set below.

@@ -188,20 +188,31 @@ pub fn parse(f: &[u8]) -> Option<(Segment, &[u8], bool)> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn frames_round_trip_with_valid_checksums() {
-        let s = Segment {
+    /// A segment from 10.1.2.3:8080 to `dst`:40000.
+    fn segment(dst: Ipv4Addr, seq: u32, ack: u32, flags: u8, window: u16) -> Segment {
+        Segment {
             src_mac: [2, 0, 0, 0, 0, 1],
             dst_mac: [2, 0, 0, 0, 0, 2],
             src: Ipv4Addr::new(10, 1, 2, 3),
-            dst: Ipv4Addr::new(10, 1, 2, 4),
+            dst,
             sport: 8080,
             dport: 40000,
-            seq: 0xfffffff0,
-            ack: 12345,
-            flags: ACK | PSH,
-            window: 501,
-        };
+            seq,
+            ack,
+            flags,
+            window,
+        }
+    }
+
+    #[test]
+    fn frames_round_trip_with_valid_checksums() {
+        let s = segment(
+            Ipv4Addr::new(10, 1, 2, 4),
+            0xfffffff0,
+            12345,
+            ACK | PSH,
+            501,
+        );
         for payload in [&b""[..], b"x", b"hello, world"] {
             let f = frame(&s, payload);
             let (back, p, ok) = parse(&f).unwrap();
@@ -220,18 +231,13 @@ mod tests {
     /// complement at csum_offset) must give the checksum [`frame`] computes itself.
     #[test]
     fn an_offloaded_checksum_finishes_to_the_full_one() {
-        let s = Segment {
-            src_mac: [2, 0, 0, 0, 0, 1],
-            dst_mac: [2, 0, 0, 0, 0, 2],
-            src: Ipv4Addr::new(10, 1, 2, 3),
-            dst: Ipv4Addr::new(192, 168, 200, 4),
-            sport: 8080,
-            dport: 40000,
-            seq: 0x89abcdef,
-            ack: 0x01234567,
-            flags: ACK,
-            window: 65535,
-        };
+        let s = segment(
+            Ipv4Addr::new(192, 168, 200, 4),
+            0x89abcdef,
+            0x01234567,
+            ACK,
+            65535,
+        );
         for len in [0usize, 1, 2, 1399, 1400, 64_400] {
             let payload: Vec<u8> = (0..len).map(|i| (i * 131 + 7) as u8).collect();
             let full = frame(&s, &payload);

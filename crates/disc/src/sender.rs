@@ -35,6 +35,25 @@ pub struct Flow {
     pub mss: usize,
 }
 
+impl Flow {
+    /// The header fields of DP's segment from `seq` with `flags`, between these link
+    /// addresses (zero when the kernel routes it).
+    pub fn segment(&self, seq: u32, flags: u8, src_mac: [u8; 6], dst_mac: [u8; 6]) -> Segment {
+        Segment {
+            src_mac,
+            dst_mac,
+            src: *self.fe.ip(),
+            dst: *self.client.ip(),
+            sport: self.fe.port(),
+            dport: self.client.port(),
+            seq,
+            ack: self.ack,
+            flags,
+            window: self.window,
+        }
+    }
+}
+
 /// Something that emits segments (the raw socket, the GSO packet socket; a recorder in
 /// tests).
 pub trait Emit {
@@ -76,21 +95,7 @@ impl RawSocket {
 
 impl Emit for RawSocket {
     fn emit(&mut self, flow: &Flow, seq: u32, data: &[u8], flags: u8) -> io::Result<()> {
-        let f = packet::frame(
-            &Segment {
-                src_mac: [0; 6],
-                dst_mac: [0; 6],
-                src: *flow.fe.ip(),
-                dst: *flow.client.ip(),
-                sport: flow.fe.port(),
-                dport: flow.client.port(),
-                seq,
-                ack: flow.ack,
-                flags,
-                window: flow.window,
-            },
-            data,
-        );
+        let f = packet::frame(&flow.segment(seq, flags, [0; 6], [0; 6]), data);
         let ip = &f[packet::ETH_HLEN..];
         let dst = libc::sockaddr_in {
             sin_family: libc::AF_INET as libc::sa_family_t,

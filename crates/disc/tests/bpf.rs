@@ -38,22 +38,23 @@ fn from_fe(seq: u32, payload: &[u8]) -> Vec<u8> {
     )
 }
 
+fn client_segment(ack: u32, flags: u8, window: u16) -> Segment {
+    Segment {
+        src_mac: [2, 0, 0, 0, 0, 1],
+        dst_mac: [2, 0, 0, 0, 0, 2],
+        src: CLIENT,
+        dst: FE,
+        sport: CPORT,
+        dport: FPORT,
+        seq: 777,
+        ack,
+        flags,
+        window,
+    }
+}
+
 fn from_client(ack: u32, flags: u8, payload: &[u8], window: u16) -> Vec<u8> {
-    frame(
-        &Segment {
-            src_mac: [2, 0, 0, 0, 0, 1],
-            dst_mac: [2, 0, 0, 0, 0, 2],
-            src: CLIENT,
-            dst: FE,
-            sport: CPORT,
-            dport: FPORT,
-            seq: 777,
-            ack,
-            flags,
-            window,
-        },
-        payload,
-    )
+    frame(&client_segment(ack, flags, window), payload)
 }
 
 fn key() -> ConnKey {
@@ -190,22 +191,7 @@ fn ingress_translates_acks_and_gives_dp_its_own() {
 
 /// A client ACK carrying `options` (timestamps, SACK blocks, ...).
 fn from_client_with(ack: u32, options: &[u8]) -> Vec<u8> {
-    frame_with_options(
-        &Segment {
-            src_mac: [2, 0, 0, 0, 0, 1],
-            dst_mac: [2, 0, 0, 0, 0, 2],
-            src: CLIENT,
-            dst: FE,
-            sport: CPORT,
-            dport: FPORT,
-            seq: 777,
-            ack,
-            flags: ACK,
-            window: 300,
-        },
-        options,
-        b"",
-    )
+    frame_with_options(&client_segment(ack, ACK, 300), options, b"")
 }
 
 /// SACK blocks in the client's view would mislead the FE's stack once the connection has a

@@ -136,20 +136,16 @@ fn enter(ns: &str) -> io::Result<()> {
     Ok(())
 }
 
-/// A packet socket with vnet headers bound to `ifname`: receiving every frame (`rx`), or
-/// sending only (protocol 0: nothing is queued on it).
-fn open(ifname: &str, rx: bool) -> io::Result<OwnedFd> {
-    let proto = if rx {
-        (libc::ETH_P_ALL as u16).to_be()
-    } else {
-        0
-    };
+/// An `AF_PACKET` raw socket of `protocol` (network order; 0 receives nothing) whose
+/// frames start with a `virtio_net_hdr` (`PACKET_VNET_HDR`): GSO and checksum offload
+/// pass through it. Needs CAP_NET_RAW in the calling thread's namespace.
+pub fn vnet_packet_socket(protocol: u16) -> io::Result<OwnedFd> {
     // SAFETY: socket(2) with plain integer arguments; the result is checked.
     let fd = unsafe {
         libc::socket(
             libc::AF_PACKET,
             libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            i32::from(proto),
+            i32::from(protocol),
         )
     };
     if fd < 0 {
@@ -171,6 +167,18 @@ fn open(ifname: &str, rx: bool) -> io::Result<OwnedFd> {
     {
         return Err(io::Error::last_os_error());
     }
+    Ok(fd)
+}
+
+/// A packet socket with vnet headers bound to `ifname`: receiving every frame (`rx`), or
+/// sending only (protocol 0: nothing is queued on it).
+fn open(ifname: &str, rx: bool) -> io::Result<OwnedFd> {
+    let proto = if rx {
+        (libc::ETH_P_ALL as u16).to_be()
+    } else {
+        0
+    };
+    let fd = vnet_packet_socket(proto)?;
     let name = std::ffi::CString::new(ifname).map_err(io::Error::other)?;
     // SAFETY: if_nametoindex reads a NUL-terminated string alive for the call.
     let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
