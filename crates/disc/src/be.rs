@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use iolab_http::{Session, Site};
 use iolab_runtime::net::{TcpListener, TcpStream};
-use iolab_runtime::{Cancelled, Runtime};
+use iolab_runtime::Runtime;
 
 use crate::dp::Store;
 use crate::http1::{find_head_end, parse_request, write_all, Conn, Framing, MAX_HEAD};
@@ -44,16 +44,16 @@ pub fn run(
 ) -> io::Result<()> {
     let rt = Runtime::builder().workers(1).build()?;
     rt.block_on(async move {
-        let (_flag, cond) = stop.watch();
+        let watch = std::rc::Rc::new(stop.watch());
         let listener = TcpListener::from_std(listener)?;
         if let (Some(l), Some(d)) = (dp_listener, &disc) {
             let l = TcpListener::from_std(l)?;
-            iolab_runtime::spawn(crate::dp::serve(l, d.store.clone(), d.send, cond.clone()));
+            iolab_runtime::spawn(crate::dp::serve(l, d.store.clone(), d.send, watch.clone()));
         }
         loop {
-            let stream = match listener.accept_or_cancel(&cond).await {
-                Ok((s, _)) => s,
-                Err(e) if Cancelled::is(&e) => return Ok(()),
+            let stream = match watch.accept(&listener).await {
+                Ok(Some((s, _))) => s,
+                Ok(None) => return Ok(()),
                 Err(e) => {
                     tracing::warn!("be accept: {e}");
                     iolab_runtime::sleep(std::time::Duration::from_millis(10)).await;

@@ -135,12 +135,12 @@ pub async fn serve(
     listener: TcpListener,
     store: Arc<Store>,
     send: SendPath,
-    stop: iolab_runtime::Cond,
+    stop: std::rc::Rc<crate::stop::Watch>,
 ) {
     loop {
-        let stream = match listener.accept_or_cancel(&stop).await {
-            Ok((s, _)) => s,
-            Err(e) if iolab_runtime::Cancelled::is(&e) => return,
+        let stream = match stop.accept(&listener).await {
+            Ok(Some((s, _))) => s,
+            Ok(None) => return,
             Err(e) => {
                 tracing::warn!("dp accept: {e}");
                 iolab_runtime::sleep(Duration::from_millis(10)).await;

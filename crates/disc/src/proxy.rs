@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use iolab_runtime::net::{TcpListener, TcpStream};
-use iolab_runtime::{Cancelled, Runtime};
+use iolab_runtime::Runtime;
 
 use crate::http1::{
     parse_request, parse_response, relay_body, relay_exact, rewrite_head, write_all, Conn, Framing,
@@ -59,7 +59,7 @@ pub fn run(listener: std::net::TcpListener, cfg: ProxyConfig, stop: Arc<Stop>) -
     let cfg = Arc::new(cfg);
     let next = Arc::new(AtomicUsize::new(0));
     rt.block_on(async move {
-        let (_flag, cond) = stop.watch();
+        let watch = stop.watch();
         let listener = TcpListener::from_std(listener)?;
         let hooks: SharedHooks =
             match (&cfg.hook_iface, cfg.first && cfg.disc == DiscMode::Direct) {
@@ -75,9 +75,9 @@ pub fn run(listener: std::net::TcpListener, cfg: ProxyConfig, stop: Arc<Stop>) -
                 _ => None,
             };
         loop {
-            let stream = match listener.accept_or_cancel(&cond).await {
-                Ok((s, _)) => s,
-                Err(e) if Cancelled::is(&e) => return Ok(()),
+            let stream = match watch.accept(&listener).await {
+                Ok(Some((s, _))) => s,
+                Ok(None) => return Ok(()),
                 Err(e) => {
                     tracing::warn!("proxy accept: {e}");
                     iolab_runtime::sleep(std::time::Duration::from_millis(10)).await;
