@@ -57,9 +57,11 @@ pub fn tcp_checksum(src: Ipv4Addr, dst: Ipv4Addr, tcp: &[u8]) -> u16 {
 /// Ethernet + IPv4 + TCP headers without options.
 pub const HDRS_LEN: usize = TCP_OFF + TCP_HLEN;
 
-/// The headers of a segment carrying `payload_len` bytes; the TCP checksum field holds the
-/// pseudo-header's sum (see [`frame`] and [`headers_offloaded`]).
-fn headers(s: &Segment, payload_len: usize) -> [u8; HDRS_LEN] {
+/// The headers of a segment (or a GSO burst) of `payload_len` bytes whose TCP checksum the
+/// kernel finishes (CHECKSUM_PARTIAL): the checksum field holds the pseudo-header's folded
+/// sum, not complemented, as the kernel's own offloaded segments carry it; segmentation
+/// adjusts it per segment. [`frame`] starts from these and completes the checksum.
+pub fn headers_offloaded(s: &Segment, payload_len: usize) -> [u8; HDRS_LEN] {
     let total = IP_HLEN + TCP_HLEN + payload_len;
     let mut h = [0u8; HDRS_LEN];
     h[0..6].copy_from_slice(&s.dst_mac);
@@ -98,17 +100,9 @@ fn pseudo_sum(src: Ipv4Addr, dst: Ipv4Addr, tcp_len: usize) -> u32 {
     sum16(&pseudo, 0)
 }
 
-/// The headers of a segment (or a GSO burst) of `payload_len` bytes whose TCP checksum the
-/// kernel finishes (CHECKSUM_PARTIAL): the checksum field holds the pseudo-header's folded
-/// sum, not complemented, as the kernel's own offloaded segments carry it; segmentation
-/// adjusts it per segment.
-pub fn headers_offloaded(s: &Segment, payload_len: usize) -> [u8; HDRS_LEN] {
-    headers(s, payload_len)
-}
-
 /// A complete frame carrying `payload`, both checksums computed.
 pub fn frame(s: &Segment, payload: &[u8]) -> Vec<u8> {
-    let mut h = headers(s, payload.len());
+    let mut h = headers_offloaded(s, payload.len());
     h[TCP_OFF + 16..TCP_OFF + 18].fill(0);
     let sum = sum16(
         payload,

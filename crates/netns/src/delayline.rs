@@ -72,7 +72,7 @@ impl DelayLine {
                     .spawn(move || {
                         let opened = (|| {
                             if let Some(ns) = &ns {
-                                enter(ns)?;
+                                crate::enter_thread(ns)?;
                             }
                             Ok::<_, io::Error>((open(&from, true)?, open(&to, false)?))
                         })();
@@ -125,15 +125,6 @@ impl Drop for DelayLine {
     fn drop(&mut self) {
         let _ = self.halt();
     }
-}
-
-fn enter(ns: &str) -> io::Result<()> {
-    let f = std::fs::File::open(format!("/var/run/netns/{ns}"))?;
-    // SAFETY: setns(2) on a descriptor we hold open; it moves only the calling thread.
-    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// An `AF_PACKET` raw socket of `protocol` (network order; 0 receives nothing) whose

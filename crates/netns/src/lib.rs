@@ -254,14 +254,10 @@ impl Namespace {
         &self,
         addr: std::net::SocketAddr,
     ) -> anyhow::Result<std::net::TcpListener> {
-        let path = format!("/var/run/netns/{}", self.name);
-        let f = File::open(&path).with_context(|| format!("opening {path}"))?;
+        let name = self.name.clone();
+        // The thread does nothing but enter, bind and end.
         std::thread::spawn(move || -> anyhow::Result<std::net::TcpListener> {
-            // SAFETY: setns(2) on an fd we own changes the network namespace of this thread
-            // only; the thread does nothing but bind and then ends.
-            if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                return Err(std::io::Error::last_os_error()).context("setns");
-            }
+            enter_thread(&name).with_context(|| format!("entering namespace {name}"))?;
             std::net::TcpListener::bind(addr).with_context(|| format!("binding {addr}"))
         })
         .join()
@@ -579,6 +575,17 @@ pub fn free_subnet() -> anyhow::Result<[u8; 3]> {
         }
     }
     bail!("no free /24 in 10.150.0.0 .. 10.249.255.0")
+}
+
+/// Moves the calling thread into namespace `name` (`/var/run/netns/<name>`); `setns(2)`
+/// changes this thread only, and every socket it creates afterwards lives there.
+pub fn enter_thread(name: &str) -> std::io::Result<()> {
+    let f = File::open(format!("/var/run/netns/{name}"))?;
+    // SAFETY: setns(2) on a descriptor we hold open; it moves only the calling thread.
+    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// True if the kernel has the netem qdisc (probed once, on a throwaway namespace's loopback).

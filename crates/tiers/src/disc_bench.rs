@@ -12,8 +12,8 @@
 //! ```
 //!
 //! TCP runs with Linux's defaults (timestamps, window scaling, SACK) everywhere; the
-//! client has reverse-path filtering off (DP's segments
-//! carry the FE's address and arrive on E). Every configuration runs in these same
+//! client has reverse-path filtering off (DP's segments carry the FE's address and arrive
+//! on E). Every configuration runs in these same
 //! namespaces under the same settings, so the nginx chain meets the same TCP.
 //!
 //! Each tier is its own process (nginx master + worker; `iolab disc be|proxy`), started in
