@@ -162,47 +162,57 @@ impl Conns {
             }
             return Ok(());
         }
-        let i = self.get(agent)?;
-        let c = self.slots[i].unwrap();
-        if c.agent_id != jobs[0].0.agent_id {
-            // not this agent: the one-by-one path reconnects and decides
-            for (r, d) in jobs {
-                self.fetch(r, *d)?;
+        let mut last = libc::EIO;
+        // one retry on a fresh connection, as `fetch` does: the cached one may have been
+        // closed by the agent (replies half read into the destinations are simply read again)
+        for _ in 0..2 {
+            let i = self.get(agent)?;
+            let c = self.slots[i].unwrap();
+            if c.agent_id != jobs[0].0.agent_id {
+                // not this agent: the one-by-one path reconnects and decides
+                for (r, d) in jobs {
+                    self.fetch(r, *d)?;
+                }
+                return Ok(());
             }
-            return Ok(());
-        }
-        let res = (|| {
-            let mut req = [0u8; FETCH_REQ * 8];
-            for (k, (r, _)) in jobs.iter().enumerate() {
-                req[k * FETCH_REQ..(k + 1) * FETCH_REQ]
-                    .copy_from_slice(&fetch_request(r.buf_id, r.offset, r.len));
-            }
-            sys::send_all_blocking(c.fd, &req[..jobs.len() * FETCH_REQ])?;
-            for (r, d) in jobs {
-                match sys::recv_status_and(c.fd, ST_OK, *d, r.len as usize)? {
-                    ST_OK => {}
-                    ST_DELIVERED => return Err(libc::EALREADY),
-                    _ => return Err(libc::ESTALE),
+            let res = (|| {
+                let mut req = [0u8; FETCH_REQ * 8];
+                for (k, (r, _)) in jobs.iter().enumerate() {
+                    req[k * FETCH_REQ..(k + 1) * FETCH_REQ]
+                        .copy_from_slice(&fetch_request(r.buf_id, r.offset, r.len));
+                }
+                sys::send_all_blocking(c.fd, &req[..jobs.len() * FETCH_REQ])?;
+                for (r, d) in jobs {
+                    match sys::recv_status_and(c.fd, ST_OK, *d, r.len as usize)? {
+                        ST_OK => {}
+                        ST_DELIVERED => return Err(libc::EALREADY),
+                        _ => return Err(libc::ESTALE),
+                    }
+                }
+                Ok(())
+            })();
+            match res {
+                Ok(()) => {
+                    crate::stats::FETCHES
+                        .fetch_add(jobs.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                    crate::stats::FETCH_BYTES.fetch_add(
+                        jobs.iter().map(|(r, _)| r.len as u64).sum(),
+                        std::sync::atomic::Ordering::Relaxed,
+                    );
+                    return Ok(());
+                }
+                Err(e) => {
+                    // the stream may hold replies we did not read: never reuse it
+                    self.drop_slot(i);
+                    crate::stats::FETCH_ERRORS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if matches!(e, libc::ESTALE | libc::EALREADY) {
+                        return Err(e);
+                    }
+                    last = e;
                 }
             }
-            Ok(())
-        })();
-        match res {
-            Ok(()) => {
-                crate::stats::FETCHES
-                    .fetch_add(jobs.len() as u64, std::sync::atomic::Ordering::Relaxed);
-                crate::stats::FETCH_BYTES.fetch_add(
-                    jobs.iter().map(|(r, _)| r.len as u64).sum(),
-                    std::sync::atomic::Ordering::Relaxed,
-                );
-                Ok(())
-            }
-            Err(e) => {
-                self.drop_slot(i);
-                crate::stats::FETCH_ERRORS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                Err(e)
-            }
         }
+        Err(last)
     }
 
     /// Fetches `r` into `dst` (which must be writable for `r.len` bytes).

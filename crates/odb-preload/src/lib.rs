@@ -126,6 +126,14 @@ enum InFrame {
     Virt(Ref, usize),
 }
 
+/// A frame taken by one batched receive: (frame length, header length, bytes taken) for R;
+/// (reference, header length, bytes of it placed) for V.
+#[derive(Clone, Copy, Debug)]
+enum Taken {
+    Real(usize, usize, usize),
+    Virt(Ref, usize, usize),
+}
+
 #[derive(Clone, Copy, Debug)]
 enum OutFrame {
     None,
@@ -438,6 +446,10 @@ fn odb_recv(
     // needs no further peek — which came back EAGAIN on most calls (a third system call).
     let mut seen_all = false;
     let mut scratch = Vec::with_capacity(iov.len() + 1);
+    // The window a receive peeks at to see the frame headers ahead: a page and a bit, so
+    // that an R frame filling a page (a response's header and head bytes, see
+    // `odb_sendfile`) and the V header behind it come in one receive.
+    const PEEK: usize = 4096 + 256;
     // Ends a call: with bytes, report them (the error, if any, comes back next time).
     macro_rules! finish {
         ($e:expr) => {
@@ -505,10 +517,36 @@ fn odb_recv(
                 }
             }
             InFrame::None if seen_all && produced > 0 => return Ok(produced),
-            InFrame::None => {
-                // Peek a window: every complete R frame in it that fits is taken with one
-                // recvmsg (headers into scratch, data into the application's buffer).
-                const PEEK: usize = 4096;
+            // A frame running past the peek window, or filling the buffer: read it direct.
+            InFrame::Real(left) if left >= PEEK || total - produced <= left => {
+                let k = left.min(total - produced);
+                sub_iov(iov, produced, k, &mut scratch);
+                match sys::recvmsg(fd, &scratch, fl) {
+                    Ok(0) => finish!(Ok(0)),
+                    Ok(n) => {
+                        produced += n;
+                        stats::R_IN_BYTES.fetch_add(n as u64, Relaxed);
+                        let left = left - n;
+                        fs.in_frame = if left == 0 {
+                            InFrame::None
+                        } else {
+                            InFrame::Real(left)
+                        };
+                        if n < k {
+                            return Ok(produced); // the socket is drained
+                        }
+                    }
+                    Err(e) => finish!(Err(e)),
+                }
+            }
+            InFrame::None | InFrame::Real(_) => {
+                // Peek a window: the rest of the current R frame (if it ends inside the
+                // window and the buffer has room past it) and every complete frame after it
+                // that fits are taken with one recvmsg.
+                let cont = match fs.in_frame {
+                    InFrame::Real(l) => l,
+                    _ => 0,
+                };
                 let mut pk = [0u8; PEEK];
                 let mut h = [0u8; proto::V_HDR];
                 let n = match sys::recv(fd, pk.as_mut_ptr(), PEEK, fl | libc::MSG_PEEK) {
@@ -518,36 +556,70 @@ fn odb_recv(
                 };
                 h[..n.min(proto::V_HDR)].copy_from_slice(&pk[..n.min(proto::V_HDR)]);
                 let n_h = n.min(proto::V_HDR);
-                match proto::parse_header(&h[..n_h]) {
-                    Ok(Some((Header::Real(_), _))) => {
+                let first = if cont > 0 {
+                    Ok(Some(())) // inside a frame: the window starts with its data
+                } else {
+                    proto::parse_header(&h[..n_h]).map(|o| o.map(|_| ()))
+                };
+                match first {
+                    Ok(Some(())) => {
+                        // Every complete frame in the window that fits is taken with one
+                        // recvmsg: headers into scratch, R data into the application's
+                        // buffer, V frames placed after it (a response's head bytes, its
+                        // reference and its tail: one call, not a peek and a read each).
                         fs.framed_seen = true;
-                        let mut junk = [0u8; proto::V_HDR];
-                        // (frame length, header length, data taken) of each frame taken
-                        let mut taken: [(usize, usize, usize); 32] = [(0, 0, 0); 32];
+                        let mut junk = [0u8; 32 * proto::V_HDR];
+                        let mut junk_at = 0;
+                        let mut taken: [Taken; 32] = [Taken::Real(0, 0, 0); 32];
                         let mut nt = 0;
                         let mut pos = 0;
                         let mut want_app = 0;
                         scratch.clear();
                         let mut piece = Vec::new();
-                        while nt < taken.len() && produced + want_app < total {
-                            let Ok(Some((Header::Real(l), hl))) = proto::parse_header(&pk[pos..n])
-                            else {
+                        if cont > 0 {
+                            // the guard above: cont < PEEK and the buffer has room past it
+                            sub_iov(iov, produced, cont, &mut piece);
+                            scratch.extend_from_slice(&piece);
+                            taken[0] = Taken::Real(cont, 0, cont);
+                            nt = 1;
+                            want_app = cont;
+                            pos = cont;
+                        }
+                        while pos <= n && nt < taken.len() && produced + want_app < total {
+                            let Ok(Some((hdr, hl))) = proto::parse_header(&pk[pos..n]) else {
                                 break;
                             };
-                            let l = l as usize;
-                            let k = l.min(total - produced - want_app);
                             scratch.push(iovec {
-                                iov_base: junk.as_mut_ptr().cast(),
+                                // SAFETY: junk_at + hl <= 32 * V_HDR (at most 32 headers).
+                                iov_base: unsafe { junk.as_mut_ptr().add(junk_at) }.cast(),
                                 iov_len: hl,
                             });
-                            sub_iov(iov, produced + want_app, k, &mut piece);
-                            scratch.extend_from_slice(&piece);
-                            taken[nt] = (l, hl, k);
-                            nt += 1;
-                            want_app += k;
-                            pos += hl + l;
-                            if k < l || pos > n {
-                                break; // the rest of this frame is not in the window
+                            junk_at += hl;
+                            let room = total - produced - want_app;
+                            match hdr {
+                                Header::Real(l) => {
+                                    let l = l as usize;
+                                    let k = l.min(room);
+                                    sub_iov(iov, produced + want_app, k, &mut piece);
+                                    scratch.extend_from_slice(&piece);
+                                    taken[nt] = Taken::Real(l, hl, k);
+                                    nt += 1;
+                                    want_app += k;
+                                    pos += hl + l;
+                                    if k < l || pos > n {
+                                        break; // the rest of this frame is not in the window
+                                    }
+                                }
+                                Header::Virtual(r) => {
+                                    let k = (r.len as usize).min(room);
+                                    taken[nt] = Taken::Virt(r, hl, k);
+                                    nt += 1;
+                                    want_app += k;
+                                    pos += hl;
+                                    if k < r.len as usize {
+                                        break; // the buffer ends inside the reference
+                                    }
+                                }
                             }
                         }
                         let got = match sys::recvmsg(fd, &scratch, fl) {
@@ -561,25 +633,48 @@ fn odb_recv(
                         // frame's data may be short
                         let mut left_bytes = got;
                         let mut short = false;
-                        for &(l, hl, k) in &taken[..nt] {
+                        for &t in &taken[..nt] {
+                            let hl = match t {
+                                Taken::Real(_, hl, _) | Taken::Virt(_, hl, _) => hl,
+                            };
                             if left_bytes < hl {
                                 fs.broken = true;
                                 finish!(Err(libc::ECONNRESET));
                             }
                             left_bytes -= hl;
-                            let d = left_bytes.min(k);
-                            left_bytes -= d;
-                            produced += d;
-                            stats::R_IN_BYTES.fetch_add(d as u64, Relaxed);
-                            let rem = l - d;
-                            fs.in_frame = if rem == 0 {
-                                InFrame::None
-                            } else {
-                                InFrame::Real(rem)
-                            };
-                            if d < k {
-                                short = true;
-                                break;
+                            match t {
+                                Taken::Real(l, _, k) => {
+                                    let d = left_bytes.min(k);
+                                    left_bytes -= d;
+                                    produced += d;
+                                    stats::R_IN_BYTES.fetch_add(d as u64, Relaxed);
+                                    let rem = l - d;
+                                    fs.in_frame = if rem == 0 {
+                                        InFrame::None
+                                    } else {
+                                        InFrame::Real(rem)
+                                    };
+                                    if d < k {
+                                        short = true;
+                                        break;
+                                    }
+                                }
+                                Taken::Virt(r, _, k) => {
+                                    sub_iov(iov, produced, k, &mut piece);
+                                    if with_reg(|g| place_virtual(g, &piece, r.slice(0, k as u32)))
+                                        .is_err()
+                                    {
+                                        // as below: never hand out wrong bytes
+                                        fs.broken = true;
+                                        return Err(libc::ECONNRESET);
+                                    }
+                                    produced += k;
+                                    fs.in_frame = if k == r.len as usize {
+                                        InFrame::None
+                                    } else {
+                                        InFrame::Virt(r, r.len as usize - k)
+                                    };
+                                }
                             }
                         }
                         if short {
@@ -587,15 +682,6 @@ fn odb_recv(
                             return Ok(produced);
                         }
                         seen_all = n < PEEK && pos == n && got == n;
-                    }
-                    Ok(Some((Header::Virtual(r), hl))) => {
-                        fs.framed_seen = true;
-                        if sys::recv(fd, h.as_mut_ptr(), hl, fl) != Ok(hl) {
-                            fs.broken = true;
-                            finish!(Err(libc::ECONNRESET));
-                        }
-                        fs.in_frame = InFrame::Virt(r, r.len as usize);
-                        seen_all = n < PEEK && hl == n;
                     }
                     Ok(None) => {
                         // A header cut short: take its bytes out of the kernel into the
@@ -617,27 +703,6 @@ fn odb_recv(
                         stats::PROTO_ERRORS.fetch_add(1, Relaxed);
                         finish!(Err(libc::ECONNRESET));
                     }
-                }
-            }
-            InFrame::Real(left) => {
-                let k = left.min(total - produced);
-                sub_iov(iov, produced, k, &mut scratch);
-                match sys::recvmsg(fd, &scratch, fl) {
-                    Ok(0) => finish!(Ok(0)),
-                    Ok(n) => {
-                        produced += n;
-                        stats::R_IN_BYTES.fetch_add(n as u64, Relaxed);
-                        let left = left - n;
-                        fs.in_frame = if left == 0 {
-                            InFrame::None
-                        } else {
-                            InFrame::Real(left)
-                        };
-                        if n < k {
-                            return Ok(produced); // the socket is drained
-                        }
-                    }
-                    Err(e) => finish!(Err(e)),
                 }
             }
             InFrame::Virt(r, left) => {
@@ -776,13 +841,7 @@ fn odb_send(
 ) -> Result<usize, c_int> {
     let total = iov_total(iov);
     if fs.raw {
-        for v in iov {
-            with_reg(|r| {
-                r.regions
-                    .materialize(v.iov_base as usize, v.iov_len, &mut r.conns)
-            })
-            .map_err(|_| libc::EIO)?;
-        }
+        before_kernel_reads(iov)?;
         return sys::sendmsg(fd, iov, flags);
     }
     if !flush_pending(fs, fd, flags)? {
@@ -795,13 +854,7 @@ fn odb_send(
         OutFrame::Real(left) => {
             let k = left.min(total);
             sub_iov(iov, 0, k, &mut scratch);
-            for v in &scratch {
-                with_reg(|r| {
-                    r.regions
-                        .materialize(v.iov_base as usize, v.iov_len, &mut r.conns)
-                })
-                .map_err(|_| libc::EIO)?;
-            }
+            before_kernel_reads(&scratch)?;
             let n = sys::sendmsg(fd, &scratch, flags)?;
             stats::R_OUT_BYTES.fetch_add(n as u64, Relaxed);
             fs.out_frame = if n == left {
@@ -1025,6 +1078,11 @@ fn odb_sendfile(
     } else {
         0
     };
+    if let Some(n) = sendfile_whole(st, fs, out, inp, pos, count, head, th) {
+        let n = n?;
+        advance(n)?;
+        return Ok(n);
+    }
     let mut sent = 0usize;
     if head > 0 {
         let n = sendfile_r(fs, out, inp, pos, head)?;
@@ -1075,6 +1133,143 @@ fn odb_sendfile(
         }
         Err(e) => Err(e),
     }
+}
+
+/// The common case in one read and one send: real head bytes (up to the page boundary),
+/// a reference of whole pages, and a tail of less than a page. `preadv` reads the head and
+/// tail into the stack and the middle straight into the agent's arena; one `sendmsg`
+/// carries the three frames (before: a send and a `sendfile` per R frame, a send for the
+/// V header, and the receiver woke for the head before the store's round trip let the
+/// rest go). None: not this case, or no room at the agent (the caller's general path).
+/// Some(Ok(n)): n application bytes are accounted for (`out_frame`/`out_pending` say
+/// what a short send still owes, as the general path does).
+#[allow(clippy::too_many_arguments)]
+fn sendfile_whole(
+    st: &mut State,
+    fs: &mut FdState,
+    out: c_int,
+    inp: c_int,
+    pos: i64,
+    count: usize,
+    head: usize,
+    th: usize,
+) -> Option<Result<usize, c_int>> {
+    use regions::{round_down, PAGE};
+    if fs.out_since_in % PAGE != 0 && head == 0 {
+        return None; // misaligned and too short to pad: the general path decides
+    }
+    let vlen = round_down(count - head);
+    let tail = count - head - vlen;
+    if vlen < th || vlen > (4 << 20) {
+        return None;
+    }
+    let store = st.store.as_mut()?;
+    let (dst, r) = match store.alloc(vlen as u32) {
+        Ok(x) => x,
+        Err(_) => {
+            stats::STORE_FALLBACKS.fetch_add(1, Relaxed);
+            return None;
+        }
+    };
+    let mut hb = [0u8; PAGE];
+    let mut tb = [0u8; PAGE];
+    let rd = [
+        iovec {
+            iov_base: hb.as_mut_ptr().cast(),
+            iov_len: head,
+        },
+        iovec {
+            iov_base: dst.cast(),
+            iov_len: vlen,
+        },
+        iovec {
+            iov_base: tb.as_mut_ptr().cast(),
+            iov_len: tail,
+        },
+    ];
+    // SAFETY (of the arena iovec): dst..dst+vlen is our reservation in the arena.
+    match sys::preadv(inp, rd.as_ptr(), 3, pos, 0) {
+        Ok(n) if n == count => {}
+        // a file that changed under us: the reservation expires at the agent unused
+        _ => {
+            stats::STORE_WASTED.fetch_add(1, Relaxed);
+            return None;
+        }
+    }
+    let rh = proto::encode_r(head as u32);
+    let vh = r.slice(0, vlen as u32).encode();
+    let th_ = proto::encode_r(tail as u32);
+    let parts: [&[u8]; 5] = [
+        if head > 0 { &rh } else { &[] },
+        &hb[..head],
+        &vh,
+        if tail > 0 { &th_ } else { &[] },
+        &tb[..tail],
+    ];
+    let mut iov = [iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; 5];
+    let mut k = 0;
+    for p in parts.iter().filter(|p| !p.is_empty()) {
+        iov[k] = iovec {
+            iov_base: p.as_ptr() as *mut c_void,
+            iov_len: p.len(),
+        };
+        k += 1;
+    }
+    let n = match sys::sendmsg(out, &iov[..k], 0) {
+        Ok(n) => n,
+        Err(e) => {
+            stats::STORE_WASTED.fetch_add(1, Relaxed);
+            return Some(Err(e));
+        }
+    };
+    stats::STORED_BYTES.fetch_add(vlen as u64, Relaxed);
+    if head > 0 {
+        stats::ALIGN_PADS.fetch_add(1, Relaxed);
+    }
+    // What the n bytes sent cover, part by part: application bytes consumed, and what is
+    // owed (the rest of a header goes first next time; the application offers its bytes
+    // again from where the count stops).
+    let mut left = n;
+    let mut app = 0usize;
+    let real = |fs: &mut FdState, hdr: &[u8], data: usize, left: &mut usize, app: &mut usize| {
+        if *left < hdr.len() {
+            fs.out_pending.extend_from_slice(&hdr[*left..]);
+            fs.out_frame = OutFrame::Real(data);
+            *left = 0;
+            return false;
+        }
+        *left -= hdr.len();
+        let d = (*left).min(data);
+        *left -= d;
+        *app += d;
+        stats::R_OUT_BYTES.fetch_add(d as u64, Relaxed);
+        fs.out_frame = if d == data {
+            OutFrame::None
+        } else {
+            OutFrame::Real(data - d)
+        };
+        d == data
+    };
+    if head > 0 && !real(fs, &rh, head, &mut left, &mut app) {
+        return Some(if app > 0 { Ok(app) } else { Err(libc::EAGAIN) });
+    }
+    if left < vh.len() {
+        fs.out_pending.extend_from_slice(&vh[left..]);
+        fs.out_frame = OutFrame::Virt(vlen);
+        return Some(if app > 0 { Ok(app) } else { Err(libc::EAGAIN) });
+    }
+    left -= vh.len();
+    app += vlen;
+    stats::V_OUT_BYTES.fetch_add(vlen as u64, Relaxed);
+    stats::V_OUT_FRAMES.fetch_add(1, Relaxed);
+    fs.out_frame = OutFrame::None;
+    if tail > 0 {
+        real(fs, &th_, tail, &mut left, &mut app);
+    }
+    Some(Ok(app))
 }
 
 /// Sends `len` bytes of file `inp` from `pos` as a reference stored at the local agent.
@@ -1280,13 +1475,14 @@ fn before_kernel_writes(p: *const c_void, len: usize) -> Result<(), c_int> {
 }
 
 /// Before the kernel reads application memory for a non-domain destination: fetch.
-fn before_kernel_reads(p: *const c_void, len: usize) -> Result<(), c_int> {
+fn before_kernel_reads(iov: &[iovec]) -> Result<(), c_int> {
     if REGION_COUNT.load(Relaxed) == 0 || !ACTIVE.load(Relaxed) {
         return Ok(());
     }
     with_reg(|st| {
         let before = stats::FETCH_BYTES.load(Relaxed);
-        let r = st.regions.materialize(p as usize, len, &mut st.conns);
+        let ranges = iov.iter().map(|x| (x.iov_base as usize, x.iov_len));
+        let r = st.regions.materialize(ranges, &mut st.conns);
         stats::MATERIALIZED.fetch_add(stats::FETCH_BYTES.load(Relaxed) - before, Relaxed);
         r
     })
@@ -1341,10 +1537,8 @@ fn send_path(
             return r;
         }
     }
-    for x in iov {
-        if let Err(e) = before_kernel_reads(x.iov_base, x.iov_len) {
-            return fail(e);
-        }
+    if let Err(e) = before_kernel_reads(iov) {
+        return fail(e);
     }
     done(kernel())
 }

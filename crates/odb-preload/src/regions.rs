@@ -64,6 +64,20 @@ impl Registry {
     /// but its bytes are not the payload's: the caller must fail the operation).
     /// No allocation (remainders reuse the slot and the reserved capacity).
     pub fn take(&mut self, a: usize, b: usize, fetch: bool, conns: &mut Conns) -> Result<(), i32> {
+        let mut jobs = Fetches::new();
+        let r = self.take_into(a, b, fetch.then_some(&mut jobs), conns);
+        r.and(jobs.flush(conns))
+    }
+
+    /// `take`, with the fetches queued in `jobs` (sent as pipelined batches: one round trip
+    /// to the agent for the pieces of several ranges) instead of one round trip each.
+    pub fn take_into(
+        &mut self,
+        a: usize,
+        b: usize,
+        mut jobs: Option<&mut Fetches>,
+        conns: &mut Conns,
+    ) -> Result<(), i32> {
         let mut err = Ok(());
         let mut i = 0;
         while i < self.v.len() {
@@ -76,9 +90,9 @@ impl Registry {
             // No stale-page check (memory unmapped and mapped again readable): `alloc`
             // keeps registered pages out of memory glibc could give back.
             let _ = sys::mprotect(cs as *mut _, ce - cs, libc::PROT_READ | libc::PROT_WRITE);
-            if fetch {
+            if let Some(j) = jobs.as_deref_mut() {
                 let r = g.r.slice((cs - g.start) as u64, (ce - cs) as u32);
-                if let Err(e) = conns.fetch(&r, cs as *mut u8) {
+                if let Err(e) = j.push(r, cs as *mut u8, conns) {
                     err = err.and(Err(e));
                 }
             }
@@ -139,12 +153,64 @@ impl Registry {
         r
     }
 
-    /// Before the kernel reads [p, p+len) for a destination outside the domain: fetch it.
-    pub fn materialize(&mut self, p: usize, len: usize, conns: &mut Conns) -> Result<(), i32> {
-        if self.v.is_empty() || len == 0 {
+    /// Before the kernel reads the ranges (p, len) for a destination outside the domain:
+    /// fetch them, every piece of every range in pipelined batches (nginx's `writev` of a
+    /// response to the client names its header buffer and its proxy buffers: their
+    /// references were fetched one round trip each).
+    pub fn materialize(
+        &mut self,
+        ranges: impl Iterator<Item = (usize, usize)>,
+        conns: &mut Conns,
+    ) -> Result<(), i32> {
+        if self.v.is_empty() {
             return Ok(());
         }
-        self.take(round_down(p), round_up(p + len), true, conns)
+        let mut jobs = Fetches::new();
+        let mut err = Ok(());
+        for (p, len) in ranges.filter(|r| r.1 > 0) {
+            err = err.and(self.take_into(round_down(p), round_up(p + len), Some(&mut jobs), conns));
+        }
+        err.and(jobs.flush(conns))
+    }
+}
+
+/// Fetches queued for one pipelined request per agent batch (fixed size: usable from the
+/// signal handler, no allocation).
+pub struct Fetches {
+    jobs: [(Ref, *mut u8); 8],
+    n: usize,
+}
+
+impl Fetches {
+    pub fn new() -> Fetches {
+        let none = Ref {
+            len: 0,
+            agent_id: 0,
+            agent: std::net::SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0),
+            offset: 0,
+            buf_id: 0,
+        };
+        Fetches {
+            jobs: [(none, std::ptr::null_mut()); 8],
+            n: 0,
+        }
+    }
+
+    /// Queues a fetch of `r` into `dst` (unprotected, writable for `r.len` bytes); a full
+    /// queue is sent first.
+    fn push(&mut self, r: Ref, dst: *mut u8, conns: &mut Conns) -> Result<(), i32> {
+        let mut res = Ok(());
+        if self.n == self.jobs.len() {
+            res = self.flush(conns);
+        }
+        self.jobs[self.n] = (r, dst);
+        self.n += 1;
+        res
+    }
+
+    pub fn flush(&mut self, conns: &mut Conns) -> Result<(), i32> {
+        let n = std::mem::take(&mut self.n);
+        conns.fetch_many(&self.jobs[..n])
     }
 }
 

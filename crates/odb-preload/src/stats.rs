@@ -22,6 +22,7 @@ counters!(
     V_OUT_FRAMES,
     STORED_BYTES,
     STORE_FALLBACKS,
+    STORE_WASTED,
     R_IN_BYTES,
     V_IN_BYTES,
     PROTECTED_BYTES,

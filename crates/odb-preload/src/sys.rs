@@ -138,11 +138,14 @@ pub extern "C" fn forget_pid() {
     PID.store(0, std::sync::atomic::Ordering::Relaxed);
 }
 
+/// Reads exactly `len` bytes from a blocking socket. MSG_WAITALL lets the kernel gather a
+/// reply that arrives in several segments in one call (a 60 KiB fetch took up to ten
+/// `recv`s, each a sleep and a wake); a timeout or a signal ends it short and we go on.
 pub fn recv_exact(fd: c_int, dst: *mut u8, len: usize) -> Result<(), c_int> {
     let mut got = 0;
     while got < len {
         // SAFETY: dst..dst+len is writable memory owned by the caller.
-        match recv(fd, unsafe { dst.add(got) }, len - got, 0) {
+        match recv(fd, unsafe { dst.add(got) }, len - got, libc::MSG_WAITALL) {
             Ok(0) => return Err(libc::ECONNRESET),
             Ok(n) => got += n,
             Err(libc::EINTR) => {}
@@ -167,6 +170,8 @@ raw!(write(fd: c_int, buf: *const c_void, n: usize) = libc::SYS_write);
 raw!(readv(fd: c_int, iov: *const iovec, cnt: c_int) = libc::SYS_readv);
 raw!(writev(fd: c_int, iov: *const iovec, cnt: c_int) = libc::SYS_writev);
 raw!(pread(fd: c_int, buf: *mut c_void, n: usize, off: i64) = libc::SYS_pread64);
+// preadv's offset is passed as two longs (low, high); on x86-64 the high half is ignored.
+raw!(preadv(fd: c_int, iov: *const iovec, cnt: c_int, off: i64, off_hi: i64) = libc::SYS_preadv);
 raw!(pwrite(fd: c_int, buf: *const c_void, n: usize, off: i64) = libc::SYS_pwrite64);
 raw!(pwritev(fd: c_int, iov: *const iovec, cnt: c_int, lo: c_long, hi: c_long) = libc::SYS_pwritev);
 raw!(recvfrom(fd: c_int, buf: *mut c_void, n: usize, fl: c_int, a: *mut libc::sockaddr, al: *mut libc::socklen_t) = libc::SYS_recvfrom);

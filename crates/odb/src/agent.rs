@@ -394,13 +394,44 @@ impl Agent {
         Ok((base + off, len))
     }
 
+    /// One connection: requests are read in batches (a pipelined FETCH batch or the next
+    /// request arrives with one read, not two per request) and each reply goes out with
+    /// one write: with TCP_NODELAY a status byte written alone is a segment of its own,
+    /// and the receiver wakes once for it and again for the data.
     fn conn(&self, mut s: TcpStream) -> io::Result<()> {
-        let mut op = [0u8; 1];
+        let mut inbuf = [0u8; 4096];
+        let (mut have, mut at) = (0usize, 0usize);
         loop {
-            if s.read(&mut op)? == 0 {
-                return Ok(());
+            let Some(&op) = inbuf[at..have].first() else {
+                at = 0;
+                match s.read(&mut inbuf)? {
+                    0 => return Ok(()),
+                    n => have = n,
+                }
+                continue;
+            };
+            let need = match op {
+                OP_HELLO | OP_STATS => 1,
+                OP_ALLOC => ALLOC_REQ,
+                OP_FETCH => FETCH_REQ,
+                _ => {
+                    let _ = s.write_all(&[ST_BAD_REQUEST]);
+                    return Ok(());
+                }
+            };
+            if have - at < need {
+                // a request cut by the read: move its start down and read the rest
+                inbuf.copy_within(at..have, 0);
+                (have, at) = (have - at, 0);
+                match s.read(&mut inbuf[have..])? {
+                    0 => return Ok(()),
+                    n => have += n,
+                }
+                continue;
             }
-            match op[0] {
+            let r = &inbuf[at + 1..at + need];
+            at += need;
+            match op {
                 OP_HELLO => {
                     let path = self.arena.path.to_string_lossy().into_owned();
                     let mut b = Vec::with_capacity(HELLO_REP_FIXED + path.len());
@@ -414,9 +445,8 @@ impl Agent {
                     s.write_all(&b)?;
                 }
                 OP_ALLOC => {
-                    let mut r = [0u8; ALLOC_REQ - 1];
-                    s.read_exact(&mut r)?;
-                    let (st, off, id) = self.alloc(u32::from_le_bytes(r) as u64);
+                    let (st, off, id) =
+                        self.alloc(u32::from_le_bytes(r.try_into().unwrap()) as u64);
                     let mut b = [0u8; ALLOC_REP];
                     b[0] = st;
                     b[1..9].copy_from_slice(&off.to_le_bytes());
@@ -424,32 +454,41 @@ impl Agent {
                     s.write_all(&b)?;
                 }
                 OP_FETCH => {
-                    let mut r = [0u8; FETCH_REQ - 1];
-                    s.read_exact(&mut r)?;
                     let id = u128::from_le_bytes(r[0..16].try_into().unwrap());
                     let off = u64::from_le_bytes(r[16..24].try_into().unwrap());
                     let len = u32::from_le_bytes(r[24..28].try_into().unwrap()) as u64;
                     match self.check_fetch(id, off, len) {
                         Ok((a, l)) => {
-                            s.write_all(&[ST_OK])?;
                             // SAFETY: check_fetch bounded (a, l) inside a committed buffer.
-                            s.write_all(unsafe { self.arena.slice(a, l) })?;
+                            let data = unsafe { self.arena.slice(a, l) };
+                            write_all_vectored(&mut s, &[&[ST_OK], data])?
                         }
                         Err(st) => s.write_all(&[st])?,
                     }
                 }
-                OP_STATS => {
-                    let j = serde_json::to_vec(&self.stats()).unwrap_or_default();
-                    s.write_all(&(j.len() as u32).to_le_bytes())?;
-                    s.write_all(&j)?;
-                }
                 _ => {
-                    let _ = s.write_all(&[ST_BAD_REQUEST]);
-                    return Ok(());
+                    let j = serde_json::to_vec(&self.stats()).unwrap_or_default();
+                    write_all_vectored(&mut s, &[&(j.len() as u32).to_le_bytes(), &j])?;
                 }
             }
         }
     }
+}
+
+/// `write_all` over several slices with as few writes as the socket allows.
+fn write_all_vectored(s: &mut TcpStream, parts: &[&[u8]]) -> io::Result<()> {
+    let mut slices: Vec<io::IoSlice> = parts.iter().map(|p| io::IoSlice::new(p)).collect();
+    let mut left = &mut slices[..];
+    io::IoSlice::advance_slices(&mut left, 0);
+    while !left.is_empty() {
+        match s.write_vectored(left) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => io::IoSlice::advance_slices(&mut left, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// The uid of a user name (for `--arena-user`).
@@ -601,6 +640,46 @@ mod tests {
             None,
             "forged id"
         );
+        stop.store(true, Ordering::SeqCst);
+    }
+
+    /// Requests arrive as the stream cuts them: several in one segment (a pipelined
+    /// FETCH batch), or one spread over several reads. Each gets its own reply, in order.
+    #[test]
+    fn pipelined_and_cut_requests_are_each_answered() {
+        let (a, stop) = start(1 << 20, Duration::from_secs(30));
+        let (st, off, id) = client::alloc(a.addr(), 300).unwrap();
+        assert_eq!(st, ST_OK);
+        for i in 0..300 {
+            // SAFETY: the test writes the range it was just given, before any fetch.
+            unsafe { *a.arena.ptr.add(off as usize + i) = i as u8 };
+        }
+        let mut s = TcpStream::connect(a.addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut batch = Vec::new();
+        for (o, l) in [(0u64, 10u32), (100, 200), (290, 10)] {
+            batch.extend_from_slice(&fetch_request(id, o, l));
+        }
+        batch.extend_from_slice(&fetch_request(id ^ 1, 0, 1)); // forged: status only
+        s.write_all(&batch).unwrap();
+        for (o, l) in [(0usize, 10usize), (100, 200), (290, 10)] {
+            let mut b = vec![0u8; 1 + l];
+            s.read_exact(&mut b).unwrap();
+            assert_eq!(b[0], ST_OK);
+            assert!(b[1..].iter().enumerate().all(|(i, &v)| v == (o + i) as u8));
+        }
+        let mut st = [0u8; 1];
+        s.read_exact(&mut st).unwrap();
+        assert_eq!(st[0], ST_UNKNOWN);
+        // one request, a byte per write, with the stream idle between them
+        s.set_nodelay(true).unwrap();
+        for byte in fetch_request(id, 5, 3) {
+            s.write_all(&[byte]).unwrap();
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let mut b = [0u8; 4];
+        s.read_exact(&mut b).unwrap();
+        assert_eq!(b, [ST_OK, 5, 6, 7]);
         stop.store(true, Ordering::SeqCst);
     }
 

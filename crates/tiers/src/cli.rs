@@ -127,16 +127,28 @@ pub fn odb_for_this_build() -> anyhow::Result<Odb> {
         Some(l) => PathBuf::from(l),
         None => {
             let lib = dir.join("libiolab_odb.so");
-            if !lib.exists() {
-                eprintln!("building libiolab_odb.so (cargo build -p iolab-odb-preload) ...");
+            // In a cargo target directory the library is (re)built with this binary's
+            // profile: `cargo build` of the workspace does not rebuild the cdylib, and a
+            // stale one would be preloaded into nginx unnoticed.
+            let in_target = dir.ends_with("target/release") || dir.ends_with("target/debug");
+            if in_target || !lib.exists() {
                 let mut c = std::process::Command::new("cargo");
                 c.args(["build", "-q", "-p", "iolab-odb-preload"]);
                 if dir.ends_with("release") {
                     c.arg("--release");
                 }
+                if let Some(ws) = dir.parent().and_then(|t| t.parent()) {
+                    c.current_dir(ws);
+                }
                 let ok = c.status().map(|s| s.success()).unwrap_or(false);
-                if !ok || !lib.exists() {
+                if !ok && !lib.exists() {
                     anyhow::bail!("{} is missing; build it with `cargo build --release -p iolab-odb-preload` (or set IOLAB_ODB_LIB)", lib.display());
+                }
+                if !ok {
+                    eprintln!(
+                        "warning: could not rebuild {}; using it as it is",
+                        lib.display()
+                    );
                 }
             }
             lib

@@ -7,7 +7,8 @@ use std::net::{SocketAddrV4, TcpStream};
 use std::path::{Path, PathBuf};
 
 /// `libiolab_odb.so` and the agent program, next to the running executable (target/<profile>
-/// or target/<profile>/deps), built with cargo if missing (tests run from a fresh clone).
+/// or target/<profile>/deps), built with cargo first (a fresh clone has none; an existing
+/// one may be older than the source under test).
 pub fn odb_artifacts() -> anyhow::Result<(PathBuf, Vec<std::ffi::OsString>)> {
     let exe = std::env::current_exe()?;
     let mut dir = exe.parent().context("exe dir")?.to_path_buf();
@@ -18,8 +19,10 @@ pub fn odb_artifacts() -> anyhow::Result<(PathBuf, Vec<std::ffi::OsString>)> {
         return Ok((lib.into(), agent_cmd(&dir)));
     }
     let lib = dir.join("libiolab_odb.so");
-    let agent = dir.join("iolab-odb-agent");
-    if !lib.exists() || !agent.exists() {
+    // Always through cargo (a no-op when up to date): a library left from an earlier build
+    // would be preloaded into the tests' nginx while they claim to test this source.
+    // (`cargo build` of the workspace does not rebuild the cdylib.)
+    {
         let release = dir.ends_with("release");
         let mut c = std::process::Command::new(std::env::var_os("CARGO").unwrap_or("cargo".into()));
         c.args(["build", "-q", "-p", "iolab-odb", "-p", "iolab-odb-preload"]);
@@ -31,7 +34,7 @@ pub fn odb_artifacts() -> anyhow::Result<(PathBuf, Vec<std::ffi::OsString>)> {
             .context("running cargo build for the ODB library")?;
         if !st.success() || !lib.exists() {
             bail!(
-                "{} not found and cargo build did not make it",
+                "cargo build of the ODB library failed (or made no {})",
                 lib.display()
             );
         }
