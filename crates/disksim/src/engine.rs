@@ -33,6 +33,10 @@ pub enum Action {
     Down(Request),
     /// Report a finished request to the component above (or to the source).
     Up(Completion),
+    /// The same at the completion's own `rec.completion` instant, when that is later: a
+    /// component's CPU cost on the way up, without a timer and a table of held completions
+    /// in the component.
+    UpAt(Completion),
     /// Wake this component at `at` (ms) with `token`.
     Wake { at: f64, token: u64 },
 }
@@ -52,6 +56,11 @@ impl Ctx {
     }
     pub fn up(&mut self, done: Completion) {
         self.actions.push(Action::Up(done));
+    }
+    /// Reports `done` to the level above at `done.rec.completion` (ms; before now is taken
+    /// as now). Events run in the order a timer set now and firing then would have given.
+    pub fn up_at(&mut self, done: Completion) {
+        self.actions.push(Action::UpAt(done));
     }
     /// Sets a timer; `at` before now is treated as now.
     pub fn wake_at(&mut self, at: f64, token: u64) {
@@ -131,6 +140,11 @@ enum Kind {
         level: usize,
         token: u64,
     },
+    /// An `up_at` falling due: the completion goes up from `level` now.
+    Up {
+        level: usize,
+        done: Completion,
+    },
     /// The source's next request is due (with its stream, or `NO_STREAM`).
     Issue(Request, u32),
 }
@@ -181,7 +195,7 @@ pub struct Simulator {
     /// Closed-loop issues waiting for a completion (think times, FIFO).
     waiting_for_completion: VecDeque<(f64, Request)>,
     /// Stream of each in-flight request issued with [`When::Stream`], by request id.
-    stream_of: std::collections::HashMap<u64, u32>,
+    stream_of: std::collections::HashMap<u64, u32, foldhash::fast::FixedState>,
     events: u64,
 }
 
@@ -198,7 +212,7 @@ impl Simulator {
             next_id: 0,
             in_flight: 0,
             waiting_for_completion: VecDeque::new(),
-            stream_of: std::collections::HashMap::new(),
+            stream_of: Default::default(),
             events: 0,
         }
     }
@@ -319,6 +333,10 @@ impl Simulator {
                     self.chain[level].wake(token, &mut ctx);
                     level
                 }
+                Kind::Up { level, done } => {
+                    ctx.actions.push(Action::Up(done));
+                    level
+                }
             };
             for a in ctx.actions.drain(..) {
                 match a {
@@ -375,18 +393,12 @@ impl Simulator {
                             });
                         }
                     }
+                    // (`max` also takes a NaN time as now)
                     Action::Wake { at, token } => {
-                        let at = at.max(self.now);
-                        if at <= self.now {
-                            self.now_queue.push_back(Kind::Wake { level, token });
-                        } else {
-                            self.seq += 1;
-                            self.heap.push(Timed {
-                                at,
-                                seq: self.seq,
-                                kind: Kind::Wake { level, token },
-                            });
-                        }
+                        self.push(at.max(self.now), Kind::Wake { level, token })
+                    }
+                    Action::UpAt(done) => {
+                        self.push(done.rec.completion.max(self.now), Kind::Up { level, done })
                     }
                 }
             }
@@ -533,6 +545,72 @@ mod tests {
         assert_eq!(t.requests, 3);
         // Served back to back: 2, 4, 6 ms.
         assert_eq!(out, vec![(0, 0.0, 2.0), (1, 0.5, 4.0), (2, 1.0, 6.0)]);
+    }
+
+    /// Holds each completion `cost` ms on its way up, by timer (`by_timer`) or `up_at`.
+    struct Cpu {
+        cost: f64,
+        by_timer: bool,
+        held: std::collections::HashMap<u64, Completion>,
+    }
+    impl Component for Cpu {
+        fn name(&self) -> &str {
+            "cpu"
+        }
+        fn submit(&mut self, req: Request, ctx: &mut Ctx) {
+            ctx.down(req);
+        }
+        fn complete(&mut self, mut done: Completion, ctx: &mut Ctx) {
+            done.rec.completion = ctx.now() + self.cost;
+            if self.by_timer {
+                ctx.wake_at(done.rec.completion, done.req.id);
+                self.held.insert(done.req.id, done);
+            } else {
+                ctx.up_at(done);
+            }
+        }
+        fn wake(&mut self, token: u64, ctx: &mut Ctx) {
+            ctx.up(self.held.remove(&token).unwrap());
+        }
+    }
+
+    /// `up_at` delivers at the completion's time, in the order a timer would have: the same
+    /// run both ways, event for event, with ties (costs 0 and equal times) included.
+    #[test]
+    fn up_at_is_a_timer_without_the_table() {
+        let run = |by_timer: bool, cost: f64| {
+            let mut sim = Simulator::new(vec![
+                Box::new(Cpu {
+                    cost,
+                    by_timer,
+                    held: Default::default(),
+                }),
+                Box::new(Cpu {
+                    cost: cost / 2.0,
+                    by_timer,
+                    held: Default::default(),
+                }),
+                Box::new(ConstantDevice::new(1.0)),
+            ]);
+            let items = (0..6)
+                .map(|i| Pending {
+                    when: When::At(0.25 * (i / 2) as f64),
+                    req: req(i),
+                })
+                .collect();
+            let mut out = Vec::new();
+            let t = sim
+                .run(&mut VecSource::new(items), &mut |c| {
+                    out.push((c.req.id, c.rec.completion))
+                })
+                .unwrap();
+            (out, t.sim_end)
+        };
+        for cost in [0.0, 0.5, 1.0] {
+            let (timer, end) = run(true, cost);
+            assert_eq!(run(false, cost), (timer.clone(), end), "cost {cost}");
+            assert_eq!(end, 6.0 + 1.5 * cost, "cost {cost}");
+        }
     }
 
     #[test]

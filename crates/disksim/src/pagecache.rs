@@ -90,8 +90,6 @@ const SECTORS_PER_PAGE: u64 = PAGE / SECTOR;
 /// Ids of the reads this component sends down have this bit set, so they never collide with
 /// the engine's ids of workload requests.
 const CHILD_ID_BIT: u64 = 1 << 63;
-/// Timer tokens of delayed completions (CPU costs, throttling) carry this bit.
-const DELAY_TOKEN_BIT: u64 = 1 << 62;
 /// The flusher's periodic timer.
 const FLUSH_TOKEN: u64 = 1 << 61;
 /// Pages in one write-back write (the kernel's `MAX_WRITEBACK_PAGES`, 4 MiB; the block layer
@@ -356,9 +354,6 @@ pub struct PageCache {
     /// Which waiting workload reads each child read holds up.
     waiters: Map<u64, Vec<u64>>,
     waiting: Map<u64, Waiting>,
-    /// Completions held until their time (timer token → completion).
-    delayed: Map<u64, Completion>,
-    next_delay: u64,
     /// Pages dirty, and pages under write-back (kernel NR_FILE_DIRTY, NR_WRITEBACK).
     nr_dirty: u64,
     nr_writeback: u64,
@@ -403,8 +398,6 @@ impl PageCache {
             children: Map::default(),
             waiters: Map::default(),
             waiting: Map::default(),
-            delayed: Map::default(),
-            next_delay: 0,
             nr_dirty: 0,
             nr_writeback: 0,
             wb_children: Map::default(),
@@ -752,12 +745,9 @@ impl PageCache {
         self.readit(sk, index, max, ctx);
     }
 
-    /// Completes `done` at `done.rec.completion` (a later instant) through a timer.
+    /// Completes `done` at `done.rec.completion` (a later instant).
     fn later(&mut self, done: Completion, ctx: &mut Ctx) {
-        let token = DELAY_TOKEN_BIT | self.next_delay;
-        self.next_delay += 1;
-        ctx.wake_at(done.rec.completion, token);
-        self.delayed.insert(token, done);
+        ctx.up_at(done);
     }
 
     /// The file (stream) and byte range of a request; `sectors == 0` on an `Advise` means
@@ -1488,10 +1478,6 @@ impl Component for PageCache {
             self.flusher_at = None;
             self.flusher_run(ctx);
             self.arm_flusher(ctx);
-            return;
-        }
-        if let Some(done) = self.delayed.remove(&token) {
-            ctx.up(done);
         }
     }
 
