@@ -1099,7 +1099,12 @@ fn odb_sendfile(
     } else {
         rest.min(MAX_V)
     };
-    if vlen >= th {
+    // A reference pays only for the whole pages it leaves at the receiver: the partial
+    // pages at its ends are fetched at once. Too short to pad to a page boundary, a 4 KiB
+    // body behind a 257-byte header spans two partial pages and nothing else: sent by
+    // reference, it cost the IS two fetches and bypassed nothing (`whole_pages_at`).
+    let whole = whole_pages_at((fs.out_since_in + sent) % PAGE, vlen);
+    if vlen >= th && whole >= th {
         match sendfile_v(st, fs, out, inp, pos + sent as i64, vlen) {
             Ok(Some(got)) => {
                 sent += got;
@@ -1133,6 +1138,12 @@ fn odb_sendfile(
         }
         Err(e) => Err(e),
     }
+}
+
+/// Bytes of whole pages in a range of `len` bytes starting `at` bytes into a page.
+fn whole_pages_at(at: usize, len: usize) -> usize {
+    use regions::{round_down, round_up};
+    round_down(at + len).saturating_sub(round_up(at))
 }
 
 /// The common case in one read and one send: real head bytes (up to the page boundary),

@@ -271,6 +271,8 @@ pub fn run(state: &State, o: &BenchOpts, progress: &dyn Fn(&str)) -> anyhow::Res
                 );
             }
         }
+        let odb_url = format!("http://{}{path}", odb.cfg.listen("fe"));
+        let before = is_counters_fresh(state, &odb, &odb_url)?;
         let mut runs_v = Vec::new();
         let mut runs_o = Vec::new();
         for rep in 0..o.repeats {
@@ -302,6 +304,21 @@ pub fn run(state: &State, o: &BenchOpts, progress: &dyn Fn(&str)) -> anyhow::Res
                 }
             }
         }
+        let after = is_counters_fresh(state, &odb, &odb_url)?;
+        let delta = |tier: &str, k: &str| {
+            after[tier][k].as_u64().unwrap_or(0) as f64
+                - before[tier][k].as_u64().unwrap_or(0) as f64
+        };
+        // Responses between the snapshots, as the BE's library saw them: each one a
+        // reference (one per 4 MiB) or a copy fallback. wrk's count would miss the requests
+        // in flight when each of its runs stopped (up to one per connection), which the
+        // tiers served all the same.
+        let per_response = (size as f64 / (4u64 << 20) as f64).ceil().max(1.0);
+        let responses =
+            (delta("be", "v_out_frames") / per_response + delta("be", "store_fallbacks")).max(1.0);
+        let by_ref_pct = (delta("is", "v_in_bytes") - delta("is", "fetch_bytes")).max(0.0)
+            / (responses * size as f64)
+            * 100.0;
         let sv = summarize(&runs_v);
         let so = summarize(&runs_o);
         let ratio = |k: &str| m(&so, k) / m(&sv, k);
@@ -311,6 +328,7 @@ pub fn run(state: &State, o: &BenchOpts, progress: &dyn Fn(&str)) -> anyhow::Res
             "odb": so,
             "is_cpu_ratio": ratio("is_cpu_us_per_req"),
             "is_bytes_bypass_pct": (1.0 - ratio("is_bytes_per_req")) * 100.0,
+            "is_payload_by_reference_pct": by_ref_pct,
             "rps_ratio": ratio("rps"),
             "p99_ratio": ratio("p99_ms"),
         }));
@@ -342,6 +360,17 @@ pub fn run(state: &State, o: &BenchOpts, progress: &dyn Fn(&str)) -> anyhow::Res
         "odb_counters_last_run": counters,
         "agent_stats_last_run": agent_stats,
     }))
+}
+
+/// The tiers' ODB counters, fresh: the library writes them at most once a second, after a
+/// call, so wait a second and make one request (each tier's first call for it writes the
+/// file; its response comes after the snapshot and counts with the next one, at every
+/// tier alike).
+fn is_counters_fresh(state: &State, stack: &Stack, url: &str) -> anyhow::Result<Value> {
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    fetch_in_client_ns(state, url)?;
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    Ok(stack.odb_counters())
 }
 
 fn fetch_in_client_ns(state: &State, url: &str) -> anyhow::Result<Vec<u8>> {
@@ -382,11 +411,11 @@ pub fn machine() -> Value {
 /// The result as a plain-text table (what the closing note pastes).
 pub fn table(v: &Value) -> String {
     let mut s = String::new();
-    s.push_str("size      | IS CPU us/req van → odb (ratio) | IS bytes/req van → odb (bypass) | req/s van → odb | p50 ms van → odb | p99 ms van → odb\n");
+    s.push_str("size      | IS CPU us/req van → odb (ratio) | IS bytes/req van → odb (bypass) | payload by ref | req/s van → odb | p50 ms van → odb | p99 ms van → odb\n");
     for x in v["sizes"].as_array().into_iter().flatten() {
         let (sv, so) = (&x["vanilla"], &x["odb"]);
         s.push_str(&format!(
-            "{:>9} | {:>7.1} → {:>7.1} ({:>5.2}x) | {:>9.0} → {:>9.0} ({:>5.1}%) | {:>7.0} → {:>7.0} | {:>6.2} → {:>6.2} | {:>6.2} → {:>6.2}\n",
+            "{:>9} | {:>7.1} → {:>7.1} ({:>5.2}x) | {:>9.0} → {:>9.0} ({:>5.1}%) | {:>13.2}% | {:>7.0} → {:>7.0} | {:>6.2} → {:>6.2} | {:>6.2} → {:>6.2}\n",
             x["size"].as_u64().unwrap_or(0),
             m(sv, "is_cpu_us_per_req"),
             m(so, "is_cpu_us_per_req"),
@@ -394,6 +423,7 @@ pub fn table(v: &Value) -> String {
             m(sv, "is_bytes_per_req"),
             m(so, "is_bytes_per_req"),
             x["is_bytes_bypass_pct"].as_f64().unwrap_or(f64::NAN),
+            x["is_payload_by_reference_pct"].as_f64().unwrap_or(f64::NAN),
             m(sv, "rps"),
             m(so, "rps"),
             m(sv, "p50_ms"),
@@ -445,10 +475,11 @@ pub fn html(v: &Value) -> String {
             )
         };
         rows.push_str(&format!(
-            "<tr><td>{}</td><td>{:.1} <small>({})</small></td><td>{:.1} <small>({})</small></td><td>{:.2}×</td><td>{:.0}</td><td>{:.0}</td><td>{:.1}%</td><td>{:.0}</td><td>{:.0}</td><td>{:.2} / {:.2}</td><td>{:.2} / {:.2}</td></tr>\n",
+            "<tr><td>{}</td><td>{:.1} <small>({})</small></td><td>{:.1} <small>({})</small></td><td>{:.2}×</td><td>{:.0}</td><td>{:.0}</td><td>{:.1}%</td><td>{:.2}%</td><td>{:.0}</td><td>{:.0}</td><td>{:.2} / {:.2}</td><td>{:.2} / {:.2}</td></tr>\n",
             x["size"], m(sv, "is_cpu_us_per_req"), spread(sv, "is_cpu_us_per_req"), m(so, "is_cpu_us_per_req"), spread(so, "is_cpu_us_per_req"),
             x["is_cpu_ratio"].as_f64().unwrap_or(f64::NAN), m(sv, "is_bytes_per_req"), m(so, "is_bytes_per_req"),
-            x["is_bytes_bypass_pct"].as_f64().unwrap_or(f64::NAN), m(sv, "rps"), m(so, "rps"),
+            x["is_bytes_bypass_pct"].as_f64().unwrap_or(f64::NAN),
+            x["is_payload_by_reference_pct"].as_f64().unwrap_or(f64::NAN), m(sv, "rps"), m(so, "rps"),
             m(sv, "p50_ms"), m(so, "p50_ms"), m(sv, "p99_ms"), m(so, "p99_ms")
         ));
     }
@@ -498,8 +529,8 @@ pub fn html(v: &Value) -> String {
         "<!doctype html><html><head><meta charset='utf-8'><title>iolab tiers: ODB across nginx</title>\
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}pre{{background:#f6f6f6;padding:6px;font-size:11px}}</style></head><body>\
 <section id='tiers'><h2>ODB (on-demand buffers) across three nginx tiers</h2>\
-<p>client → FE → IS → BE, each tier unmodified Debian nginx in its own network namespace; ODB by <code>LD_PRELOAD</code>. Medians of {} repeats of {} s (min–max in brackets), wrk with {} connections. Goals (seed 004): IS CPU −50% from 64 KiB, ≥93.75% of bytes bypassing the IS at 64 KiB, ≤5% overhead below 4 KiB, no throughput loss.</p>\
-<table><tr><th>size B</th><th>IS µs/req vanilla</th><th>IS µs/req ODB</th><th>ratio</th><th>IS bytes/req vanilla</th><th>IS bytes/req ODB</th><th>bypass</th><th>req/s vanilla</th><th>req/s ODB</th><th>p50 ms</th><th>p99 ms</th></tr>\n{rows}</table>\
+<p>client → FE → IS → BE, each tier unmodified Debian nginx in its own network namespace; ODB by <code>LD_PRELOAD</code>. Medians of {} repeats of {} s (min–max in brackets), wrk with {} connections. Goals (seed 004): IS CPU −50% from 64 KiB, ≥93.75% of bytes bypassing the IS at 64 KiB, ≤5% overhead below 4 KiB, no throughput loss. Two bypass figures: <em>interface bytes</em> counts every byte in and out of the IS (headers, frame headers, the page of real bytes around the response header, the tail); <em>payload by reference</em> is the seed's own measure (60 of 64 KB: 93.75%), the body bytes the IS received as references and never fetched, from its library's counters, per response.</p>\
+<table><tr><th>size B</th><th>IS µs/req vanilla</th><th>IS µs/req ODB</th><th>ratio</th><th>IS bytes/req vanilla</th><th>IS bytes/req ODB</th><th>bypass (interface bytes)</th><th>payload by reference</th><th>req/s vanilla</th><th>req/s ODB</th><th>p50 ms</th><th>p99 ms</th></tr>\n{rows}</table>\
 <figure>{svg}</figure><p>Machine: {}</p><details><summary>nginx configurations</summary>{configs}</details></section></body></html>\n",
         v["method"]["repeats"], v["method"]["seconds"], v["method"]["connections"], esc(&v["machine"].to_string())
     )

@@ -215,6 +215,39 @@ fn a_64k_response_costs_the_is_no_fetch() {
     );
 }
 
+/// A body that cannot be padded to a page boundary and holds no whole page where the
+/// receiver's buffer puts it (4 KiB behind a ~250-byte response header: two partial pages)
+/// goes as real bytes: by reference it cost the IS a fetch of both pages and bypassed
+/// nothing (fails without `whole_pages_at`: 8 KiB fetched per response).
+#[test]
+fn a_4k_response_is_not_sent_by_reference_to_be_fetched_back() {
+    if !have_nginx() {
+        return;
+    }
+    const N: u64 = 16;
+    let (scratch, root) = scratch_with("partial", &[4096]);
+    let mut st = Stack::start(config(&scratch, "partial", &root, true, 64), None).unwrap();
+    let want = payload(4096);
+    let mut keep = Client::connect(fe(&st.cfg)).unwrap();
+    for i in 0..N {
+        let r = keep.request("GET", "/f4096").unwrap();
+        assert!(r.status == 200 && r.body == want, "response {i} differs");
+    }
+    st.stop();
+    let c = st.odb_counters();
+    let n = |t: &str, k: &str| c[t][k].as_u64().unwrap_or(u64::MAX);
+    assert_eq!(
+        n("be", "v_out_frames"),
+        0,
+        "4 KiB bodies went by reference: {c}"
+    );
+    assert_eq!(n("is", "fetch_bytes"), 0, "the IS fetched: {c}");
+    assert!(
+        n("is", "r_in_bytes") >= N * 4096,
+        "the bodies came as bytes: {c}"
+    );
+}
+
 #[test]
 fn head_404_chunked_pipelined_through_odb() {
     if !have_nginx() {
