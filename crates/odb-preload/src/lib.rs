@@ -126,14 +126,6 @@ enum InFrame {
     Virt(Ref, usize),
 }
 
-/// A frame taken by one batched receive: (frame length, header length, bytes taken) for R;
-/// (reference, header length, bytes of it placed) for V.
-#[derive(Clone, Copy, Debug)]
-enum Taken {
-    Real(usize, usize, usize),
-    Virt(Ref, usize, usize),
-}
-
 #[derive(Clone, Copy, Debug)]
 enum OutFrame {
     None,
@@ -152,12 +144,14 @@ struct FdState {
     in_frame: InFrame,
     out_pending: Vec<u8>,
     out_frame: OutFrame,
-    /// The first bytes of a frame header whose rest has not arrived, taken out of the
+    /// Bytes read from the kernel and not yet consumed: `rbuf[rpos..rlen]` (headers, short
+    /// frames, and the first bytes of a header whose rest has not arrived — taken out of the
     /// kernel: left there, they would pin a socket buffer whose size the kernel charges to
     /// the receive window (a 3-byte remainder of a 64 KiB segment holds ~120 KiB), and with
-    /// the window closed the rest of the header never comes (the 16 MiB stall).
-    hdr_stash: [u8; proto::V_HDR],
-    hdr_stash_len: usize,
+    /// the window closed the rest of the header never comes: the 16 MiB stall).
+    rbuf: Box<[u8; RBUF]>,
+    rpos: usize,
+    rlen: usize,
     /// Application bytes sent since a read last returned bytes (the start of a response,
     /// for a server): where the receiver's buffer pages begin (see `odb_sendfile`).
     out_since_in: usize,
@@ -172,8 +166,9 @@ impl FdState {
             in_frame: InFrame::None,
             out_pending: Vec::new(),
             out_frame: OutFrame::None,
-            hdr_stash: [0; proto::V_HDR],
-            hdr_stash_len: 0,
+            rbuf: Box::new([0; RBUF]),
+            rpos: 0,
+            rlen: 0,
             out_since_in: 0,
         }
     }
@@ -439,27 +434,26 @@ fn odb_recv(
         return Ok(0);
     }
     let mut produced = 0usize;
-    // The last peek saw the whole kernel queue (fewer bytes than its window) and every byte
-    // of it is consumed: the queue was drained then, and anything that arrived since has
-    // raised an epoll edge of its own (it joined the ready list when it arrived; nginx,
-    // single-threaded, is inside this call and cannot have collected it). So a short return
-    // needs no further peek — which came back EAGAIN on most calls (a third system call).
+    // The last read into the stream buffer came back short: the kernel queue was drained
+    // then, and anything that arrived since has raised an epoll edge of its own (it joined
+    // the ready list when it arrived; nginx, single-threaded, is inside this call and cannot
+    // have collected it). So once the buffer is used up, a short return needs no further
+    // read — which would come back EAGAIN.
     let mut seen_all = false;
     let mut scratch = Vec::with_capacity(iov.len() + 1);
-    // The window a receive peeks at to see the frame headers ahead: a page and a bit, so
-    // that an R frame filling a page (a response's header and head bytes, see
-    // `odb_sendfile`) and the V header behind it come in one receive.
-    const PEEK: usize = 4096 + 256;
     // Ends a call: with bytes, report them (the error, if any, comes back next time).
     macro_rules! finish {
         ($e:expr) => {
             return if produced > 0 { Ok(produced) } else { $e }
         };
     }
-    // Invariant (edge-triggered epoll): no byte the application could read is ever held
-    // back in user space. Headers are peeked and consumed exactly; when a call returns less
-    // than asked, the kernel holds nothing readable (or only part of a header, whose rest
-    // will raise a new edge).
+    // Invariant (edge-triggered epoll): a call returns less than asked only when the kernel
+    // queue is drained and the stream buffer holds no byte the application could read (at
+    // most part of a frame header, whose rest will raise a new edge). Bytes are read from
+    // the kernel into the stream buffer (`FdState::rbuf`): one read brings the headers and
+    // the small frames behind them, as nginx's own single `recv` does (a peek to see the
+    // header, then a read, was two calls per frame). The data of a frame longer than the
+    // buffer goes straight into the application's memory.
     loop {
         if produced == total {
             return Ok(produced);
@@ -469,7 +463,15 @@ fn odb_recv(
         } else {
             flags
         };
+        let buffered = fs.rlen - fs.rpos;
         if fs.raw {
+            if buffered > 0 {
+                let k = buffered.min(total - produced);
+                copy_to_iov(iov, produced, &fs.rbuf[fs.rpos..fs.rpos + k]);
+                fs.rpos += k;
+                produced += k;
+                continue;
+            }
             sub_iov(iov, produced, total - produced, &mut scratch);
             match sys::recvmsg(fd, &scratch, fl) {
                 Ok(n) => return Ok(produced + n),
@@ -477,234 +479,6 @@ fn odb_recv(
             }
         }
         match fs.in_frame {
-            InFrame::None if fs.hdr_stash_len > 0 => {
-                // complete the stashed header from the kernel (consumed, never peeked)
-                let have = fs.hdr_stash_len;
-                let need = proto::header_len(fs.hdr_stash[0]).unwrap_or(proto::V_HDR);
-                if have < need {
-                    match sys::recv(fd, fs.hdr_stash[have..].as_mut_ptr(), need - have, fl) {
-                        Ok(0) => {
-                            // the peer closed inside a header
-                            fs.broken = true;
-                            finish!(Err(libc::ECONNRESET));
-                        }
-                        Ok(k) => fs.hdr_stash_len += k,
-                        Err(e) => finish!(Err(e)),
-                    }
-                    if fs.hdr_stash_len < need {
-                        continue; // blocking: wait for the rest; else the next recv says EAGAIN
-                    }
-                }
-                let n = fs.hdr_stash_len;
-                fs.hdr_stash_len = 0;
-                fs.framed_seen = true;
-                match proto::parse_header(&fs.hdr_stash[..n]) {
-                    Ok(Some((Header::Real(l), hl))) if hl == n => {
-                        fs.in_frame = if l == 0 {
-                            InFrame::None
-                        } else {
-                            InFrame::Real(l as usize)
-                        };
-                    }
-                    Ok(Some((Header::Virtual(r), hl))) if hl == n => {
-                        fs.in_frame = InFrame::Virt(r, r.len as usize);
-                    }
-                    _ => {
-                        fs.broken = true;
-                        stats::PROTO_ERRORS.fetch_add(1, Relaxed);
-                        finish!(Err(libc::ECONNRESET));
-                    }
-                }
-            }
-            InFrame::None if seen_all && produced > 0 => return Ok(produced),
-            // A frame running past the peek window, or filling the buffer: read it direct.
-            InFrame::Real(left) if left >= PEEK || total - produced <= left => {
-                let k = left.min(total - produced);
-                sub_iov(iov, produced, k, &mut scratch);
-                match sys::recvmsg(fd, &scratch, fl) {
-                    Ok(0) => finish!(Ok(0)),
-                    Ok(n) => {
-                        produced += n;
-                        stats::R_IN_BYTES.fetch_add(n as u64, Relaxed);
-                        let left = left - n;
-                        fs.in_frame = if left == 0 {
-                            InFrame::None
-                        } else {
-                            InFrame::Real(left)
-                        };
-                        if n < k {
-                            return Ok(produced); // the socket is drained
-                        }
-                    }
-                    Err(e) => finish!(Err(e)),
-                }
-            }
-            InFrame::None | InFrame::Real(_) => {
-                // Peek a window: the rest of the current R frame (if it ends inside the
-                // window and the buffer has room past it) and every complete frame after it
-                // that fits are taken with one recvmsg.
-                let cont = match fs.in_frame {
-                    InFrame::Real(l) => l,
-                    _ => 0,
-                };
-                let mut pk = [0u8; PEEK];
-                let mut h = [0u8; proto::V_HDR];
-                let n = match sys::recv(fd, pk.as_mut_ptr(), PEEK, fl | libc::MSG_PEEK) {
-                    Ok(0) => finish!(Ok(0)),
-                    Ok(n) => n,
-                    Err(e) => finish!(Err(e)),
-                };
-                h[..n.min(proto::V_HDR)].copy_from_slice(&pk[..n.min(proto::V_HDR)]);
-                let n_h = n.min(proto::V_HDR);
-                let first = if cont > 0 {
-                    Ok(Some(())) // inside a frame: the window starts with its data
-                } else {
-                    proto::parse_header(&h[..n_h]).map(|o| o.map(|_| ()))
-                };
-                match first {
-                    Ok(Some(())) => {
-                        // Every complete frame in the window that fits is taken with one
-                        // recvmsg: headers into scratch, R data into the application's
-                        // buffer, V frames placed after it (a response's head bytes, its
-                        // reference and its tail: one call, not a peek and a read each).
-                        fs.framed_seen = true;
-                        let mut junk = [0u8; 32 * proto::V_HDR];
-                        let mut junk_at = 0;
-                        let mut taken: [Taken; 32] = [Taken::Real(0, 0, 0); 32];
-                        let mut nt = 0;
-                        let mut pos = 0;
-                        let mut want_app = 0;
-                        scratch.clear();
-                        let mut piece = Vec::new();
-                        if cont > 0 {
-                            // the guard above: cont < PEEK and the buffer has room past it
-                            sub_iov(iov, produced, cont, &mut piece);
-                            scratch.extend_from_slice(&piece);
-                            taken[0] = Taken::Real(cont, 0, cont);
-                            nt = 1;
-                            want_app = cont;
-                            pos = cont;
-                        }
-                        while pos <= n && nt < taken.len() && produced + want_app < total {
-                            let Ok(Some((hdr, hl))) = proto::parse_header(&pk[pos..n]) else {
-                                break;
-                            };
-                            scratch.push(iovec {
-                                // SAFETY: junk_at + hl <= 32 * V_HDR (at most 32 headers).
-                                iov_base: unsafe { junk.as_mut_ptr().add(junk_at) }.cast(),
-                                iov_len: hl,
-                            });
-                            junk_at += hl;
-                            let room = total - produced - want_app;
-                            match hdr {
-                                Header::Real(l) => {
-                                    let l = l as usize;
-                                    let k = l.min(room);
-                                    sub_iov(iov, produced + want_app, k, &mut piece);
-                                    scratch.extend_from_slice(&piece);
-                                    taken[nt] = Taken::Real(l, hl, k);
-                                    nt += 1;
-                                    want_app += k;
-                                    pos += hl + l;
-                                    if k < l || pos > n {
-                                        break; // the rest of this frame is not in the window
-                                    }
-                                }
-                                Header::Virtual(r) => {
-                                    let k = (r.len as usize).min(room);
-                                    taken[nt] = Taken::Virt(r, hl, k);
-                                    nt += 1;
-                                    want_app += k;
-                                    pos += hl;
-                                    if k < r.len as usize {
-                                        break; // the buffer ends inside the reference
-                                    }
-                                }
-                            }
-                        }
-                        let got = match sys::recvmsg(fd, &scratch, fl) {
-                            Ok(g) => g,
-                            Err(_) => {
-                                fs.broken = true;
-                                finish!(Err(libc::ECONNRESET));
-                            }
-                        };
-                        // walk what arrived: headers in the window always do; only the last
-                        // frame's data may be short
-                        let mut left_bytes = got;
-                        let mut short = false;
-                        for &t in &taken[..nt] {
-                            let hl = match t {
-                                Taken::Real(_, hl, _) | Taken::Virt(_, hl, _) => hl,
-                            };
-                            if left_bytes < hl {
-                                fs.broken = true;
-                                finish!(Err(libc::ECONNRESET));
-                            }
-                            left_bytes -= hl;
-                            match t {
-                                Taken::Real(l, _, k) => {
-                                    let d = left_bytes.min(k);
-                                    left_bytes -= d;
-                                    produced += d;
-                                    stats::R_IN_BYTES.fetch_add(d as u64, Relaxed);
-                                    let rem = l - d;
-                                    fs.in_frame = if rem == 0 {
-                                        InFrame::None
-                                    } else {
-                                        InFrame::Real(rem)
-                                    };
-                                    if d < k {
-                                        short = true;
-                                        break;
-                                    }
-                                }
-                                Taken::Virt(r, _, k) => {
-                                    sub_iov(iov, produced, k, &mut piece);
-                                    if with_reg(|g| place_virtual(g, &piece, r.slice(0, k as u32)))
-                                        .is_err()
-                                    {
-                                        // as below: never hand out wrong bytes
-                                        fs.broken = true;
-                                        return Err(libc::ECONNRESET);
-                                    }
-                                    produced += k;
-                                    fs.in_frame = if k == r.len as usize {
-                                        InFrame::None
-                                    } else {
-                                        InFrame::Virt(r, r.len as usize - k)
-                                    };
-                                }
-                            }
-                        }
-                        if short {
-                            // the kernel held no more than what we took: drained
-                            return Ok(produced);
-                        }
-                        seen_all = n < PEEK && pos == n && got == n;
-                    }
-                    Ok(None) => {
-                        // A header cut short: take its bytes out of the kernel into the
-                        // stash (see `hdr_stash`); the branch above completes it.
-                        match sys::recv(fd, fs.hdr_stash.as_mut_ptr(), n_h, fl) {
-                            Ok(k) if k == n_h => fs.hdr_stash_len = k,
-                            _ => {
-                                fs.broken = true;
-                                finish!(Err(libc::ECONNRESET));
-                            }
-                        }
-                    }
-                    Err(ProtoError::NotFramed) if !fs.framed_seen => {
-                        fs.raw = true;
-                        stats::RAW_CONNS.fetch_add(1, Relaxed);
-                    }
-                    Err(_) => {
-                        fs.broken = true;
-                        stats::PROTO_ERRORS.fetch_add(1, Relaxed);
-                        finish!(Err(libc::ECONNRESET));
-                    }
-                }
-            }
             InFrame::Virt(r, left) => {
                 let k = left.min(total - produced);
                 sub_iov(iov, produced, k, &mut scratch);
@@ -723,7 +497,131 @@ fn odb_recv(
                     InFrame::Virt(r, left)
                 };
             }
+            InFrame::Real(left) if buffered > 0 => {
+                let k = left.min(buffered).min(total - produced);
+                copy_to_iov(iov, produced, &fs.rbuf[fs.rpos..fs.rpos + k]);
+                fs.rpos += k;
+                produced += k;
+                stats::R_IN_BYTES.fetch_add(k as u64, Relaxed);
+                fs.in_frame = if left == k {
+                    InFrame::None
+                } else {
+                    InFrame::Real(left - k)
+                };
+            }
+            // A frame's data longer than the buffer, or filling the application's: read it
+            // straight into the application's memory.
+            InFrame::Real(left) if left >= RBUF || left >= total - produced => {
+                let k = left.min(total - produced);
+                sub_iov(iov, produced, k, &mut scratch);
+                match sys::recvmsg(fd, &scratch, fl) {
+                    Ok(0) => finish!(Ok(0)),
+                    Ok(n) => {
+                        produced += n;
+                        stats::R_IN_BYTES.fetch_add(n as u64, Relaxed);
+                        fs.in_frame = if left == n {
+                            InFrame::None
+                        } else {
+                            InFrame::Real(left - n)
+                        };
+                        if n < k {
+                            return Ok(produced); // the socket is drained
+                        }
+                    }
+                    Err(e) => finish!(Err(e)),
+                }
+            }
+            InFrame::None if buffered > 0 => {
+                match proto::parse_header(&fs.rbuf[fs.rpos..fs.rlen]) {
+                    Ok(Some((h, hl))) => {
+                        fs.framed_seen = true;
+                        fs.rpos += hl;
+                        fs.in_frame = match h {
+                            Header::Real(l) => InFrame::Real(l as usize),
+                            Header::Virtual(r) => InFrame::Virt(r, r.len as usize),
+                        };
+                    }
+                    Ok(None) => {
+                        // part of a header: keep it at the front and read the rest
+                        fs.rbuf.copy_within(fs.rpos..fs.rlen, 0);
+                        (fs.rlen, fs.rpos) = (buffered, 0);
+                        if seen_all && produced > 0 {
+                            return Ok(produced);
+                        }
+                        match read_stream(fs, fd, fl) {
+                            Ok(0) => {
+                                // the peer closed inside a header
+                                fs.broken = true;
+                                finish!(Err(libc::ECONNRESET));
+                            }
+                            Ok(n) => seen_all = n < RBUF - buffered,
+                            Err(e) => finish!(Err(e)),
+                        }
+                    }
+                    Err(ProtoError::NotFramed) if !fs.framed_seen => {
+                        // a peer that does not speak ODB: these bytes and all later ones
+                        // are the application's as they are
+                        fs.raw = true;
+                        stats::RAW_CONNS.fetch_add(1, Relaxed);
+                    }
+                    Err(_) => {
+                        fs.broken = true;
+                        stats::PROTO_ERRORS.fetch_add(1, Relaxed);
+                        finish!(Err(libc::ECONNRESET));
+                    }
+                }
+            }
+            // Nothing buffered, at a frame boundary or inside a short R frame: read.
+            InFrame::None | InFrame::Real(_) => {
+                if seen_all && produced > 0 {
+                    return Ok(produced);
+                }
+                (fs.rlen, fs.rpos) = (0, 0);
+                match read_stream(fs, fd, fl) {
+                    Ok(0) => {
+                        if matches!(fs.in_frame, InFrame::Real(_)) {
+                            fs.broken = true; // the peer closed inside a frame
+                            finish!(Err(libc::ECONNRESET));
+                        }
+                        finish!(Ok(0))
+                    }
+                    Ok(n) => seen_all = n < RBUF,
+                    Err(e) => finish!(Err(e)),
+                }
+            }
         }
+    }
+}
+
+/// Size of a connection's stream buffer: two pages, so that an R frame filling a page (a
+/// response's header and head bytes, see `odb_sendfile`), the V header behind it and the
+/// tail frame (under a page) come in one read.
+const RBUF: usize = 8192;
+
+/// Reads from the kernel into the free end of the stream buffer; returns the bytes read.
+fn read_stream(fs: &mut FdState, fd: c_int, fl: c_int) -> Result<usize, c_int> {
+    let free = RBUF - fs.rlen;
+    let n = sys::recv(fd, fs.rbuf[fs.rlen..].as_mut_ptr(), free, fl)?;
+    fs.rlen += n;
+    Ok(n)
+}
+
+/// Copies `src` into the application's iovecs starting `at` bytes into them.
+fn copy_to_iov(iov: &[iovec], mut at: usize, mut src: &[u8]) {
+    for v in iov {
+        if src.is_empty() {
+            return;
+        }
+        if at >= v.iov_len {
+            at -= v.iov_len;
+            continue;
+        }
+        let k = (v.iov_len - at).min(src.len());
+        // SAFETY: the application's buffer: iov_base..iov_base+iov_len is writable memory it
+        // handed to recv (prepare_overwrite made any protected page of it writable).
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), (v.iov_base as *mut u8).add(at), k) };
+        src = &src[k..];
+        at = 0;
     }
 }
 
@@ -1776,12 +1674,20 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 /// cheaper than walking the queued frame headers on every call.
 fn readable_app_bytes(fs: &FdState, kernel: usize) -> usize {
     if fs.raw {
-        return kernel;
+        return kernel + (fs.rlen - fs.rpos);
     }
-    match fs.in_frame {
-        InFrame::Virt(_, left) if left > 0 => i32::MAX as usize,
-        _ if kernel > 0 => i32::MAX as usize,
-        _ => 0,
+    // Readable: a reference being placed, R data buffered, a complete header buffered, or
+    // anything in the kernel. Part of a header alone is not.
+    let buffered = &fs.rbuf[fs.rpos..fs.rlen];
+    let readable = match fs.in_frame {
+        InFrame::Virt(_, left) => left > 0,
+        InFrame::Real(_) => !buffered.is_empty(),
+        InFrame::None => matches!(proto::parse_header(buffered), Ok(Some(_)) | Err(_)),
+    };
+    if readable || kernel > 0 {
+        i32::MAX as usize
+    } else {
+        0
     }
 }
 
