@@ -259,6 +259,24 @@ impl Conns {
     }
 }
 
+/// Arena space the agent leased to this process (see `proto`'s LEASE): buffers are cut
+/// from it here, no round trip each.
+#[derive(Clone, Copy)]
+struct Lease {
+    no: u32,
+    key: [u8; 16],
+    /// Arena offset of the lease.
+    base: u64,
+    size: u32,
+    used: u32,
+    /// No buffer is cut from it from this instant on (ms since boot).
+    until_ms: u64,
+}
+
+/// Size of a lease: ~16 responses of 64 KiB per round trip to the agent, and an unused tail
+/// of at most this much per process (released at the next lease).
+const LEASE_BYTES: u32 = 1 << 20;
+
 /// The local agent this process stores into (sender side): connection + mapped arena.
 pub struct Store {
     pub addr: SocketAddrV4,
@@ -270,6 +288,7 @@ pub struct Store {
     /// After a failure, no attempt before this instant (ms since boot): a down agent costs
     /// one failed connect per second, not one per write.
     retry_after_ms: u64,
+    lease: Option<Lease>,
 }
 
 // SAFETY: the arena pointer is only used under the library's global lock.
@@ -295,6 +314,7 @@ impl Store {
             arena: std::ptr::null_mut(),
             arena_size: 0,
             retry_after_ms: 0,
+            lease: None,
         }
     }
 
@@ -309,6 +329,7 @@ impl Store {
         self.fd = -1;
         self.hello = None;
         self.arena = std::ptr::null_mut();
+        self.lease = None;
         if backoff {
             self.retry_after_ms = now_ms() + 1000;
         }
@@ -320,8 +341,10 @@ impl Store {
         }
         if self.fd >= 0 {
             // inherited from the parent: forget it without closing the parent's stream
+            // (and its lease: the parent cuts buffers from it)
             self.fd = -1;
             self.arena = std::ptr::null_mut();
+            self.lease = None;
         }
         if now_ms() < self.retry_after_ms {
             return Err(libc::EAGAIN);
@@ -362,12 +385,51 @@ impl Store {
     }
 
     /// Reserves `len` bytes; returns (arena pointer, reference). The caller fills the bytes
-    /// before sending the reference anywhere.
+    /// before sending the reference anywhere. Cut from this process's lease; a new lease
+    /// (one round trip, releasing the old one) when it is used up or too old.
     pub fn alloc(&mut self, len: u32) -> Result<(*mut u8, Ref), c_int> {
         self.connect()?;
+        if len == 0 || len > MAX_LEASE {
+            return Err(libc::ENOSPC);
+        }
+        let now = now_ms();
+        let fits = |l: &Lease| l.size - l.used >= len && now < l.until_ms;
+        if !self.lease.as_ref().is_some_and(fits) {
+            self.new_lease(len.max(LEASE_BYTES), now)?;
+            if !self.lease.as_ref().is_some_and(fits) {
+                return Err(libc::ENOSPC); // larger than the arena
+            }
+        }
+        let h = self.hello.unwrap();
+        let l = self.lease.as_mut().expect("a lease");
+        let off = l.used;
+        // 64-byte steps: each buffer starts on its own cache line
+        l.used = (off + len).next_multiple_of(64).min(l.size);
+        let id = lease_buf_id(l.no, off, len, &l.key);
+        // SAFETY: base + off + len <= base + size, inside the arena (checked in new_lease).
+        let p = unsafe { self.arena.add((l.base + off as u64) as usize) };
+        Ok((
+            p,
+            Ref {
+                len,
+                agent_id: h.agent_id,
+                agent: h.addr,
+                offset: 0,
+                buf_id: id,
+            },
+        ))
+    }
+
+    /// Asks for a lease of `size` bytes, releasing the current one.
+    fn new_lease(&mut self, size: u32, now: u64) -> Result<(), c_int> {
+        let size = size
+            .min(MAX_LEASE)
+            .min(self.arena_size.min(u32::MAX as u64) as u32);
+        let (rel_no, rel_used) = self.lease.map_or((NO_LEASE, 0), |l| (l.no, l.used));
+        self.lease = None;
         let res = (|| {
-            sys::send_all_blocking(self.fd, &alloc_request(len))?;
-            let mut b = [0u8; ALLOC_REP];
+            sys::send_all_blocking(self.fd, &lease_request(size, rel_no, rel_used))?;
+            let mut b = [0u8; LEASE_REP];
             sys::recv_exact(self.fd, b.as_mut_ptr(), b.len())?;
             Ok(b)
         })();
@@ -381,25 +443,23 @@ impl Store {
         if b[0] != ST_OK {
             return Err(libc::ENOSPC); // full or draining: copy this one
         }
-        let off = u64::from_le_bytes(b[1..9].try_into().unwrap());
-        let id = u128::from_le_bytes(b[9..25].try_into().unwrap());
-        let h = self.hello.unwrap();
-        if off + len as u64 > self.arena_size {
+        let base = u64::from_le_bytes(b[1..9].try_into().unwrap());
+        let no = u32::from_le_bytes(b[9..13].try_into().unwrap());
+        let valid_ms = u32::from_le_bytes(b[29..33].try_into().unwrap());
+        if base + size as u64 > self.arena_size || no >= LEASE_NOS {
             self.reset(true);
             return Err(libc::EPROTO);
         }
-        // SAFETY: off + len is inside the arena mapping (checked above).
-        let p = unsafe { self.arena.add(off as usize) };
-        Ok((
-            p,
-            Ref {
-                len,
-                agent_id: h.agent_id,
-                agent: h.addr,
-                offset: 0,
-                buf_id: id,
-            },
-        ))
+        self.lease = Some(Lease {
+            no,
+            key: b[13..29].try_into().unwrap(),
+            base,
+            size,
+            used: 0,
+            // `now` was taken before asking: the agent's clock for the lease started later
+            until_ms: now + valid_ms as u64,
+        });
+        Ok(())
     }
 }
 

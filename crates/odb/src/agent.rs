@@ -1,8 +1,9 @@
 //! The buffer agent (the seed's RAB, "remotely accessible buffers"), run on the BE side.
 //!
-//! Local senders (the preload library in the BE's processes) ask for room with ALLOC and copy
-//! the payload straight into a shared arena (a file in /dev/shm that the agent created and
-//! both map), then send a V reference downstream. Any tier fetches byte ranges with FETCH over
+//! Local senders (the preload library in the BE's processes) ask for room with ALLOC, or for a
+//! lease of room to cut many buffers from (LEASE, see `proto`), and copy the payload straight
+//! into a shared arena (a file in /dev/shm that the agent created and both map), then send a
+//! V reference downstream. Any tier fetches byte ranges with FETCH over
 //! TCP. Limits, all explicit:
 //! - memory: the arena size (`arena_bytes`), fixed at start; nothing else grows with payloads;
 //! - a buffer lives until every byte of it was fetched at least once, or until `lifetime`
@@ -57,6 +58,15 @@ struct Entry {
     created: Instant,
     /// Byte ranges fetched so far, sorted and merged.
     fetched: Vec<(u64, u64)>,
+    /// The lease this range is, when it is one (LEASE): its buffers are cut by the sender.
+    lease: Option<u32>,
+}
+
+/// A lease's key and place (its range is an [`Entry`] of the ring at `base`).
+struct Lease {
+    key: [u8; 16],
+    base: u64,
+    size: u64,
 }
 
 impl Entry {
@@ -80,6 +90,7 @@ impl Entry {
 #[derive(Default, serde::Serialize, Clone, Debug)]
 pub struct AgentStats {
     pub allocs: u64,
+    pub leases: u64,
     pub alloc_bytes: u64,
     pub alloc_full: u64,
     pub alloc_draining: u64,
@@ -169,6 +180,12 @@ impl Arena {
 struct Table {
     by_off: BTreeMap<u64, Entry>,
     by_id: HashMap<u128, u64>,
+    leases: HashMap<u32, Lease>,
+    next_lease: u32,
+    /// Keys of leases evicted after full delivery (bounded: the last TOMBSTONES), so a
+    /// buffer cut from one answers DELIVERED, as an ALLOC buffer does.
+    delivered_leases: HashMap<u32, [u8; 16]>,
+    delivered_leases_order: std::collections::VecDeque<u32>,
     /// Ids of buffers evicted after full delivery (bounded: the last TOMBSTONES).
     delivered: std::collections::HashSet<u128>,
     delivered_order: std::collections::VecDeque<u128>,
@@ -214,6 +231,10 @@ impl Agent {
             table: Mutex::new(Table {
                 by_off: BTreeMap::new(),
                 by_id: HashMap::new(),
+                leases: HashMap::new(),
+                next_lease: 0,
+                delivered_leases: HashMap::new(),
+                delivered_leases_order: Default::default(),
                 delivered: Default::default(),
                 delivered_order: Default::default(),
                 next: 0,
@@ -295,6 +316,61 @@ impl Agent {
             return (ST_DRAINING, 0, 0);
         }
         let mut t = self.table.lock().unwrap();
+        self.alloc_locked(&mut t, len)
+    }
+
+    /// LEASE: releases the sender's previous lease (the bytes past `release_used` need no
+    /// fetch), then cuts a new one of `size` bytes from the ring. Returns (status, arena
+    /// offset, lease number, key, ms the sender may cut buffers from it).
+    fn lease(
+        &self,
+        size: u32,
+        release_no: u32,
+        release_used: u32,
+    ) -> (u8, u64, u32, [u8; 16], u32) {
+        let mut t = self.table.lock().unwrap();
+        if let Some(base) = t.leases.get(&release_no).map(|l| l.base) {
+            if let Some(e) = t.by_off.get_mut(&base) {
+                let used = (release_used as u64).min(e.len);
+                if used < e.len {
+                    e.mark(used, e.len);
+                }
+            }
+        }
+        let none = |st: u8| (st, 0, 0, [0u8; 16], 0);
+        if self.draining.load(Ordering::SeqCst) {
+            t.stats.alloc_draining += 1;
+            return none(ST_DRAINING);
+        }
+        if size == 0 || size > MAX_LEASE || t.leases.len() as u32 >= LEASE_NOS {
+            t.stats.alloc_full += 1;
+            return none(ST_FULL);
+        }
+        let (st, base, _) = self.alloc_locked(&mut t, size as u64);
+        if st != ST_OK {
+            return none(st);
+        }
+        let mut no = t.next_lease;
+        while t.leases.contains_key(&no) {
+            no = (no + 1) % LEASE_NOS;
+        }
+        t.next_lease = (no + 1) % LEASE_NOS;
+        let key = random_u128().to_le_bytes();
+        t.leases.insert(
+            no,
+            Lease {
+                key,
+                base,
+                size: size as u64,
+            },
+        );
+        t.by_off.get_mut(&base).expect("just placed").lease = Some(no);
+        t.stats.leases += 1;
+        let valid_ms = (self.cfg.lifetime.as_millis() / 4).clamp(1, u32::MAX as u128) as u32;
+        (ST_OK, base, no, key, valid_ms)
+    }
+
+    fn alloc_locked(&self, t: &mut Table, len: u64) -> (u8, u64, u128) {
         if len == 0 || len > self.arena.size {
             t.stats.alloc_full += 1;
             return (ST_FULL, 0, 0);
@@ -342,6 +418,17 @@ impl Agent {
             }
             let e = t.by_off.remove(&o).unwrap();
             t.by_id.remove(&e.id);
+            let lease = e
+                .lease
+                .and_then(|no| t.leases.remove(&no).map(|l| (no, l.key)));
+            if let (true, Some((no, key))) = (e.done(), lease) {
+                t.delivered_leases.insert(no, key);
+                t.delivered_leases_order.push_back(no);
+                if t.delivered_leases_order.len() > TOMBSTONES {
+                    let old = t.delivered_leases_order.pop_front().unwrap();
+                    t.delivered_leases.remove(&old);
+                }
+            }
             if e.done() {
                 t.stats.evicted_done += 1;
                 t.delivered.insert(e.id);
@@ -355,7 +442,8 @@ impl Agent {
             }
         };
         let end = start + len;
-        let id = random_u128();
+        // (the top bit marks the ids of buffers cut from leases)
+        let id = random_u128() >> 1;
         t.by_off.insert(
             start,
             Entry {
@@ -363,6 +451,7 @@ impl Agent {
                 len,
                 created: now,
                 fetched: Vec::new(),
+                lease: None,
             },
         );
         t.by_id.insert(id, start);
@@ -375,6 +464,9 @@ impl Agent {
     /// Checks a fetch and returns the arena range to send.
     fn check_fetch(&self, id: u128, off: u64, len: u64) -> Result<(u64, u64), u8> {
         let mut t = self.table.lock().unwrap();
+        if let Some((no, boff, blen)) = lease_id_parts(id) {
+            return self.check_lease_fetch(&mut t, id, (no, boff as u64, blen as u64), off, len);
+        }
         let Some(&base) = t.by_id.get(&id) else {
             t.stats.fetch_unknown += 1;
             return Err(if t.delivered.contains(&id) {
@@ -392,6 +484,36 @@ impl Agent {
         t.stats.fetches += 1;
         t.stats.fetch_bytes += len;
         Ok((base + off, len))
+    }
+
+    /// A fetch of a buffer cut from a lease: the id's MAC under the lease's key, then the
+    /// buffer's bounds inside the lease and the fetch's inside the buffer.
+    fn check_lease_fetch(
+        &self,
+        t: &mut Table,
+        id: u128,
+        (no, boff, blen): (u32, u64, u64),
+        off: u64,
+        len: u64,
+    ) -> Result<(u64, u64), u8> {
+        let Some(l) = t.leases.get(&no).filter(|l| lease_id_valid(id, &l.key)) else {
+            t.stats.fetch_unknown += 1;
+            let delivered = t
+                .delivered_leases
+                .get(&no)
+                .is_some_and(|k| lease_id_valid(id, k));
+            return Err(if delivered { ST_DELIVERED } else { ST_UNKNOWN });
+        };
+        let base = l.base;
+        if boff + blen > l.size || len == 0 || off.checked_add(len).is_none_or(|e| e > blen) {
+            t.stats.fetch_unknown += 1;
+            return Err(ST_UNKNOWN);
+        }
+        let e = t.by_off.get_mut(&base).expect("a lease's entry");
+        e.mark(boff + off, boff + off + len);
+        t.stats.fetches += 1;
+        t.stats.fetch_bytes += len;
+        Ok((base + boff + off, len))
     }
 
     /// One connection: requests are read in batches (a pipelined FETCH batch or the next
@@ -413,6 +535,7 @@ impl Agent {
             let need = match op {
                 OP_HELLO | OP_STATS => 1,
                 OP_ALLOC => ALLOC_REQ,
+                OP_LEASE => LEASE_REQ,
                 OP_FETCH => FETCH_REQ,
                 _ => {
                     let _ = s.write_all(&[ST_BAD_REQUEST]);
@@ -451,6 +574,17 @@ impl Agent {
                     b[0] = st;
                     b[1..9].copy_from_slice(&off.to_le_bytes());
                     b[9..25].copy_from_slice(&id.to_le_bytes());
+                    s.write_all(&b)?;
+                }
+                OP_LEASE => {
+                    let word = |i: usize| u32::from_le_bytes(r[i..i + 4].try_into().unwrap());
+                    let (st, off, no, key, valid) = self.lease(word(0), word(4), word(8));
+                    let mut b = [0u8; LEASE_REP];
+                    b[0] = st;
+                    b[1..9].copy_from_slice(&off.to_le_bytes());
+                    b[9..13].copy_from_slice(&no.to_le_bytes());
+                    b[13..29].copy_from_slice(&key);
+                    b[29..33].copy_from_slice(&valid.to_le_bytes());
                     s.write_all(&b)?;
                 }
                 OP_FETCH => {
@@ -553,6 +687,25 @@ pub mod client {
         ))
     }
 
+    /// LEASE on a connection of the caller's: (status, arena offset, lease no, key, valid ms).
+    pub fn lease(
+        s: &mut TcpStream,
+        size: u32,
+        release: Option<(u32, u32)>,
+    ) -> io::Result<(u8, u64, u32, [u8; 16], u32)> {
+        let (no, used) = release.unwrap_or((NO_LEASE, 0));
+        s.write_all(&lease_request(size, no, used))?;
+        let mut b = [0u8; LEASE_REP];
+        s.read_exact(&mut b)?;
+        Ok((
+            b[0],
+            u64::from_le_bytes(b[1..9].try_into().unwrap()),
+            u32::from_le_bytes(b[9..13].try_into().unwrap()),
+            b[13..29].try_into().unwrap(),
+            u32::from_le_bytes(b[29..33].try_into().unwrap()),
+        ))
+    }
+
     pub fn stats(addr: SocketAddrV4) -> io::Result<serde_json::Value> {
         let mut s = TcpStream::connect(addr)?;
         s.set_read_timeout(Some(Duration::from_secs(2)))?;
@@ -640,6 +793,76 @@ mod tests {
             None,
             "forged id"
         );
+        stop.store(true, Ordering::SeqCst);
+    }
+
+    /// A lease: buffers cut by the sender are fetched by their ids alone, bounded each to
+    /// its own bytes; a forged or foreign id is refused; the lease's unused tail needs no
+    /// fetch once released, and a fully fetched, released lease is evicted for room (its
+    /// ids then answer DELIVERED).
+    #[test]
+    fn lease_buffers_are_fetched_bounded_and_evicted_when_delivered() {
+        let (a, stop) = start(3 * 4096, Duration::from_secs(40));
+        let mut s = TcpStream::connect(a.addr()).unwrap();
+        let (st, base, no, key, valid) = client::lease(&mut s, 8192, None).unwrap();
+        assert_eq!((st, valid), (ST_OK, 10_000), "a quarter of the lifetime");
+        for i in 0..8192 {
+            // SAFETY: the test writes the lease it was just given, before any fetch.
+            unsafe { *a.arena.ptr.add(base as usize + i) = (i / 100) as u8 };
+        }
+        let b1 = lease_buf_id(no, 0, 300, &key);
+        let b2 = lease_buf_id(no, 300, 500, &key);
+        let want = |o: usize, n: usize| (o..o + n).map(|i| (i / 100) as u8).collect::<Vec<_>>();
+        assert_eq!(
+            client::fetch(a.addr(), b1, 0, 300).unwrap(),
+            Some(want(0, 300))
+        );
+        assert_eq!(
+            client::fetch(a.addr(), b2, 100, 400).unwrap(),
+            Some(want(400, 400))
+        );
+        assert_eq!(
+            client::fetch(a.addr(), b2, 100, 401).unwrap(),
+            None,
+            "past its end"
+        );
+        // (bytes 300..400 of the lease are still unfetched: the lease stays live)
+        assert_eq!(
+            client::fetch(a.addr(), b1 ^ 1, 0, 1).unwrap(),
+            None,
+            "forged MAC"
+        );
+        let wider = lease_buf_id(no, 0, 8192, &[0u8; 16]);
+        assert_eq!(
+            client::fetch(a.addr(), wider, 0, 8192).unwrap(),
+            None,
+            "foreign key"
+        );
+        // the ring is full (8 KiB lease + nothing else fits 8 KiB more) while the lease lives
+        assert_eq!(client::alloc(a.addr(), 8192).unwrap().0, ST_FULL);
+        // release it having used 800 bytes: live until all of them are fetched
+        let (st2, _, no2, _, _) = client::lease(&mut s, 4096, Some((no, 800))).unwrap();
+        assert_eq!(st2, ST_OK);
+        assert_ne!(no2, no);
+        assert_eq!(
+            client::alloc(a.addr(), 8192).unwrap().0,
+            ST_FULL,
+            "300..400 unfetched"
+        );
+        assert_eq!(
+            client::fetch(a.addr(), b2, 0, 100).unwrap(),
+            Some(want(300, 100))
+        );
+        assert_eq!(
+            client::alloc(a.addr(), 8192).unwrap().0,
+            ST_OK,
+            "delivered: evicted"
+        );
+        let mut c = TcpStream::connect(a.addr()).unwrap();
+        c.write_all(&fetch_request(b1, 0, 1)).unwrap();
+        let mut st3 = [0u8; 1];
+        c.read_exact(&mut st3).unwrap();
+        assert_eq!(st3[0], ST_DELIVERED);
         stop.store(true, Ordering::SeqCst);
     }
 

@@ -144,11 +144,24 @@ pub fn parse_header(b: &[u8]) -> Result<Option<(Header, usize)>, ProtoError> {
 // ALLOC  : op=2, len u32                     -> status u8, arena_off u64, buf_id u128
 // FETCH  : op=3, buf_id u128, off u64, len u32 -> status u8, then len bytes if status == OK
 // STATS  : op=4                              -> json_len u32, json bytes
+// LEASE  : op=5, size u32, release_no u32, release_used u32
+//                                            -> status u8, arena_off u64, lease_no u32,
+//                                               key [16], valid_ms u32
+//
+// A LEASE gives a sender `size` bytes of arena to cut buffers from itself, with no round trip
+// per buffer: the id of a buffer cut from lease `no` at `off` (bytes into the lease) for
+// `len` bytes is `lease_buf_id(no, off, len, key)` — the numbers and a 64-bit SipHash of them
+// under the lease's random key, which only the agent and that sender know. Knowing one
+// reference does not let anyone name another buffer. The sender uses a lease for at most
+// `valid_ms` (a quarter of the agent's buffer lifetime, so every buffer cut from it keeps
+// three quarters of its lifetime), and releases it with its next LEASE, saying how many
+// bytes it used (`release_no` u32::MAX: none).
 
 pub const OP_HELLO: u8 = 1;
 pub const OP_ALLOC: u8 = 2;
 pub const OP_FETCH: u8 = 3;
 pub const OP_STATS: u8 = 4;
+pub const OP_LEASE: u8 = 5;
 
 pub const ST_OK: u8 = 0;
 /// No room: every byte of the arena belongs to a live buffer (sender falls back to copying).
@@ -166,6 +179,61 @@ pub const FETCH_REQ: usize = 1 + 16 + 8 + 4;
 pub const ALLOC_REQ: usize = 1 + 4;
 pub const ALLOC_REP: usize = 1 + 8 + 16;
 pub const HELLO_REP_FIXED: usize = 1 + 8 + 4 + 2 + 8 + 2;
+pub const LEASE_REQ: usize = 1 + 4 + 4 + 4;
+pub const LEASE_REP: usize = 1 + 8 + 4 + 16 + 4;
+/// Largest lease, and so largest buffer cut from one (24-bit offsets and lengths in the id).
+pub const MAX_LEASE: u32 = (1 << 24) - 1;
+/// Lease numbers are 15 bits in a buffer id.
+pub const LEASE_NOS: u32 = 1 << 15;
+/// No lease to release (`release_no`).
+pub const NO_LEASE: u32 = u32::MAX;
+
+/// Marks a buffer id cut from a lease (ALLOC's ids have this bit clear).
+const LEASE_BIT: u128 = 1 << 127;
+
+pub fn lease_request(size: u32, release_no: u32, release_used: u32) -> [u8; LEASE_REQ] {
+    let mut b = [0u8; LEASE_REQ];
+    b[0] = OP_LEASE;
+    b[1..5].copy_from_slice(&size.to_le_bytes());
+    b[5..9].copy_from_slice(&release_no.to_le_bytes());
+    b[9..13].copy_from_slice(&release_used.to_le_bytes());
+    b
+}
+
+fn lease_mac(no: u32, off: u32, len: u32, key: &[u8; 16]) -> u64 {
+    use std::hash::Hasher;
+    let mut h = siphasher::sip::SipHasher24::new_with_key(key);
+    h.write_u32(no);
+    h.write_u32(off);
+    h.write_u32(len);
+    h.finish()
+}
+
+/// The id of the buffer of `len` bytes at `off` in lease `no` (all checked by the caller:
+/// `no < LEASE_NOS`, `off, len <= MAX_LEASE`).
+pub fn lease_buf_id(no: u32, off: u32, len: u32, key: &[u8; 16]) -> u128 {
+    debug_assert!(no < LEASE_NOS && off <= MAX_LEASE && len <= MAX_LEASE);
+    LEASE_BIT
+        | (no as u128) << 112
+        | (off as u128) << 88
+        | (len as u128) << 64
+        | lease_mac(no, off, len, key) as u128
+}
+
+/// The (lease, offset, length) a lease buffer id names, if it is one; the MAC is checked
+/// with [`lease_id_valid`] once the lease's key is known.
+pub fn lease_id_parts(id: u128) -> Option<(u32, u32, u32)> {
+    (id & LEASE_BIT != 0).then_some((
+        (id >> 112) as u32 & (LEASE_NOS - 1),
+        (id >> 88) as u32 & MAX_LEASE,
+        (id >> 64) as u32 & MAX_LEASE,
+    ))
+}
+
+/// Whether `id` is the genuine id of its (lease, offset, length) under `key`.
+pub fn lease_id_valid(id: u128, key: &[u8; 16]) -> bool {
+    lease_id_parts(id).is_some_and(|(no, off, len)| lease_buf_id(no, off, len, key) == id)
+}
 
 pub fn fetch_request(buf_id: u128, off: u64, len: u32) -> [u8; FETCH_REQ] {
     let mut b = [0u8; FETCH_REQ];
@@ -254,6 +322,22 @@ mod tests {
             parse_header(b"GET / HTTP/1.1\r\n"),
             Err(ProtoError::NotFramed)
         );
+    }
+
+    #[test]
+    fn lease_ids_name_one_buffer_and_cannot_be_forged() {
+        let key = [7u8; 16];
+        let id = lease_buf_id(12, 4096, 61440, &key);
+        assert_eq!(lease_id_parts(id), Some((12, 4096, 61440)));
+        assert!(lease_id_valid(id, &key));
+        assert!(!lease_id_valid(id, &[8u8; 16]), "another lease's key");
+        for bit in 0..128 {
+            assert!(!lease_id_valid(id ^ (1 << bit), &key), "bit {bit} flipped");
+        }
+        // another buffer of the same lease needs its own MAC
+        let other = (id & !((MAX_LEASE as u128) << 88)) | (8192u128 << 88);
+        assert!(!lease_id_valid(other, &key));
+        assert_eq!(lease_id_parts(0x1234), None, "ALLOC ids have the bit clear");
     }
 
     #[test]
