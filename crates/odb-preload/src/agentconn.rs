@@ -323,8 +323,8 @@ impl Store {
             let _ = sys::close(self.fd);
         }
         if !self.arena.is_null() {
-            // SAFETY: the mapping made in `connect`, of arena_size bytes.
-            unsafe { libc::munmap(self.arena.cast(), self.arena_size as usize) };
+            // SAFETY: the mapping made in `connect`, of arena_size bytes and the header.
+            unsafe { libc::munmap(self.arena.cast(), (self.arena_size + ARENA_HEADER) as usize) };
         }
         self.fd = -1;
         self.hello = None;
@@ -365,7 +365,7 @@ impl Store {
             }
             let p = libc::mmap(
                 std::ptr::null_mut(),
-                hello.arena_size as usize,
+                (hello.arena_size + ARENA_HEADER) as usize,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED,
                 afd,
@@ -390,6 +390,13 @@ impl Store {
     pub fn alloc(&mut self, len: u32) -> Result<(*mut u8, Ref), c_int> {
         self.connect()?;
         if len == 0 || len > MAX_LEASE {
+            return Err(libc::ENOSPC);
+        }
+        if self.draining() {
+            // the agent stops: release the lease (so its drain need not wait for it) and copy
+            if self.lease.is_some() {
+                let _ = self.new_lease(0, now_ms());
+            }
             return Err(libc::ENOSPC);
         }
         let now = now_ms();
@@ -420,7 +427,17 @@ impl Store {
         ))
     }
 
-    /// Asks for a lease of `size` bytes, releasing the current one.
+    /// Whether the agent drains (the arena header's flag).
+    fn draining(&self) -> bool {
+        // SAFETY: the header's first byte, inside our mapping of the arena and its header,
+        // written by the agent atomically.
+        let flag = unsafe {
+            std::sync::atomic::AtomicU8::from_ptr(self.arena.add(self.arena_size as usize))
+        };
+        flag.load(std::sync::atomic::Ordering::Relaxed) != 0
+    }
+
+    /// Asks for a lease of `size` bytes (0: none, a release only), releasing the current one.
     fn new_lease(&mut self, size: u32, now: u64) -> Result<(), c_int> {
         let size = size
             .min(MAX_LEASE)

@@ -119,8 +119,8 @@ unsafe impl Sync for Arena {}
 
 impl Drop for Arena {
     fn drop(&mut self) {
-        // SAFETY: ptr/size are the mapping made in `Arena::create`, unmapped once.
-        unsafe { libc::munmap(self.ptr.cast(), self.size as usize) };
+        // SAFETY: ptr/size(+header) are the mapping made in `Arena::create`, unmapped once.
+        unsafe { libc::munmap(self.ptr.cast(), (self.size + ARENA_HEADER) as usize) };
         let _ = std::fs::remove_file(&self.path);
     }
 }
@@ -139,18 +139,19 @@ impl Arena {
             .write(true)
             .create_new(true)
             .open(&path)?;
-        f.set_len(size)?;
+        f.set_len(size + ARENA_HEADER)?;
         use std::os::fd::AsRawFd;
         use std::os::unix::fs::PermissionsExt;
         f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
         if let Some(uid) = uid {
             std::os::unix::fs::fchown(&f, Some(uid), None)?;
         }
-        // SAFETY: a fresh shared mapping of a file we sized to `size`; checked for failure.
+        // SAFETY: a fresh shared mapping of a file we sized to `size` + the header; checked
+        // for failure.
         let ptr = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                size as usize,
+                (size + ARENA_HEADER) as usize,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED,
                 f.as_raw_fd(),
@@ -167,6 +168,15 @@ impl Arena {
             size,
             path,
         })
+    }
+
+    /// Tells the senders, through the header after the buffers, that no new buffer may be
+    /// cut (they stop using their leases and copy).
+    fn set_draining(&self) {
+        // SAFETY: the header's first byte, inside the mapping, only ever accessed atomically.
+        let flag =
+            unsafe { std::sync::atomic::AtomicU8::from_ptr(self.ptr.add(self.size as usize)) };
+        flag.store(1, Ordering::SeqCst);
     }
 
     /// # Safety
@@ -280,6 +290,7 @@ impl Agent {
         loop {
             if stop.load(Ordering::Relaxed) && drain_start.is_none() {
                 self.draining.store(true, Ordering::SeqCst);
+                self.arena.set_draining();
                 drain_start = Some(Instant::now());
             }
             if let Some(t) = drain_start {

@@ -179,6 +179,9 @@ pub const FETCH_REQ: usize = 1 + 16 + 8 + 4;
 pub const ALLOC_REQ: usize = 1 + 4;
 pub const ALLOC_REP: usize = 1 + 8 + 16;
 pub const HELLO_REP_FIXED: usize = 1 + 8 + 4 + 2 + 8 + 2;
+/// The arena file holds `arena_size` bytes of buffers, then this header: its first byte is
+/// 1 once the agent drains (senders then cut no more buffers from their leases).
+pub const ARENA_HEADER: u64 = 4096;
 pub const LEASE_REQ: usize = 1 + 4 + 4 + 4;
 pub const LEASE_REP: usize = 1 + 8 + 4 + 16 + 4;
 /// Largest lease, and so largest buffer cut from one (24-bit offsets and lengths in the id).

@@ -311,6 +311,33 @@ fn agent_restart_under_load_loses_nothing() {
     assert!(n > 10, "only {n} requests");
 }
 
+/// Senders cut buffers from leases without asking the agent each time, so a draining agent
+/// tells them through its arena's header. An idle BE holds a lease with room when its agent
+/// is replaced; its next response must not be cut from that lease (the old agent is gone:
+/// the FE's fetch would fail) but go to the new agent or be copied. Fails without the flag.
+#[test]
+fn a_lease_of_a_drained_agent_is_not_used() {
+    if !have_nginx() {
+        return;
+    }
+    let (scratch, root) = scratch_with("drain", &[65536]);
+    let mut st = Stack::start(config(&scratch, "drain", &root, true, 256), None).unwrap();
+    let mut c = Client::connect(fe(&st.cfg)).unwrap();
+    let r = c.request("GET", "/f65536").unwrap();
+    assert!(r.status == 200 && r.body == payload(65536));
+    // nobody fetches or releases meanwhile: the old agent drains to its limit (5 s)
+    st.restart_agent().unwrap();
+    for i in 0..3 {
+        let r = c
+            .request("GET", "/f65536")
+            .unwrap_or_else(|e| panic!("response {i} after the restart: {e:#}"));
+        assert!(
+            r.status == 200 && r.body == payload(65536),
+            "response {i} differs"
+        );
+    }
+}
+
 #[test]
 fn killed_agent_and_full_agent_fall_back_or_fail_cleanly() {
     if !have_nginx() {
