@@ -502,12 +502,7 @@ fn odb_recv(
                 copy_to_iov(iov, produced, &fs.rbuf[fs.rpos..fs.rpos + k]);
                 fs.rpos += k;
                 produced += k;
-                stats::R_IN_BYTES.fetch_add(k as u64, Relaxed);
-                fs.in_frame = if left == k {
-                    InFrame::None
-                } else {
-                    InFrame::Real(left - k)
-                };
+                took_real(fs, left, k);
             }
             // A frame's data longer than the buffer, or filling the application's: read it
             // straight into the application's memory.
@@ -518,12 +513,7 @@ fn odb_recv(
                     Ok(0) => finish!(Ok(0)),
                     Ok(n) => {
                         produced += n;
-                        stats::R_IN_BYTES.fetch_add(n as u64, Relaxed);
-                        fs.in_frame = if left == n {
-                            InFrame::None
-                        } else {
-                            InFrame::Real(left - n)
-                        };
+                        took_real(fs, left, n);
                         if n < k {
                             return Ok(produced); // the socket is drained
                         }
@@ -591,6 +581,16 @@ fn odb_recv(
             }
         }
     }
+}
+
+/// `n` bytes of the current R frame, of which `left` remained, went to the application.
+fn took_real(fs: &mut FdState, left: usize, n: usize) {
+    stats::R_IN_BYTES.fetch_add(n as u64, Relaxed);
+    fs.in_frame = if left == n {
+        InFrame::None
+    } else {
+        InFrame::Real(left - n)
+    };
 }
 
 /// Size of a connection's stream buffer: two pages, so that an R frame filling a page (a
