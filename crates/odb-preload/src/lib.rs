@@ -599,9 +599,16 @@ fn took_real(fs: &mut FdState, left: usize, n: usize) {
 const RBUF: usize = 8192;
 
 /// Reads from the kernel into the free end of the stream buffer; returns the bytes read.
+/// (An application's MSG_WAITALL would wait for the buffer's size, not for its own: the
+/// receive loop asks again instead.)
 fn read_stream(fs: &mut FdState, fd: c_int, fl: c_int) -> Result<usize, c_int> {
     let free = RBUF - fs.rlen;
-    let n = sys::recv(fd, fs.rbuf[fs.rlen..].as_mut_ptr(), free, fl)?;
+    let n = sys::recv(
+        fd,
+        fs.rbuf[fs.rlen..].as_mut_ptr(),
+        free,
+        fl & !libc::MSG_WAITALL,
+    )?;
     fs.rlen += n;
     Ok(n)
 }
