@@ -67,6 +67,9 @@ struct Lease {
     key: [u8; 16],
     base: u64,
     size: u64,
+    /// The connection it was granted on: only that one may release it (another sender
+    /// releasing it would let the ring reuse bytes its owner still writes).
+    owner: u64,
 }
 
 impl Entry {
@@ -335,12 +338,14 @@ impl Agent {
     /// offset, lease number, key, ms the sender may cut buffers from it).
     fn lease(
         &self,
+        conn: u64,
         size: u32,
         release_no: u32,
         release_used: u32,
     ) -> (u8, u64, u32, [u8; 16], u32) {
         let mut t = self.table.lock().unwrap();
-        if let Some(base) = t.leases.get(&release_no).map(|l| l.base) {
+        let owned = t.leases.get(&release_no).filter(|l| l.owner == conn);
+        if let Some(base) = owned.map(|l| l.base) {
             if let Some(e) = t.by_off.get_mut(&base) {
                 let used = (release_used as u64).min(e.len);
                 if used < e.len {
@@ -373,6 +378,7 @@ impl Agent {
                 key,
                 base,
                 size: size as u64,
+                owner: conn,
             },
         );
         t.by_off.get_mut(&base).expect("just placed").lease = Some(no);
@@ -532,6 +538,8 @@ impl Agent {
     /// one write: with TCP_NODELAY a status byte written alone is a segment of its own,
     /// and the receiver wakes once for it and again for the data.
     fn conn(&self, mut s: TcpStream) -> io::Result<()> {
+        static CONNS: AtomicU64 = AtomicU64::new(0);
+        let me = CONNS.fetch_add(1, Ordering::Relaxed);
         let mut inbuf = [0u8; 4096];
         let (mut have, mut at) = (0usize, 0usize);
         loop {
@@ -589,7 +597,7 @@ impl Agent {
                 }
                 OP_LEASE => {
                     let word = |i: usize| u32::from_le_bytes(r[i..i + 4].try_into().unwrap());
-                    let (st, off, no, key, valid) = self.lease(word(0), word(4), word(8));
+                    let (st, off, no, key, valid) = self.lease(me, word(0), word(4), word(8));
                     let mut b = [0u8; LEASE_REP];
                     b[0] = st;
                     b[1..9].copy_from_slice(&off.to_le_bytes());
@@ -851,6 +859,16 @@ mod tests {
         );
         // the ring is full (8 KiB lease + nothing else fits 8 KiB more) while the lease lives
         assert_eq!(client::alloc(a.addr(), 8192).unwrap().0, ST_FULL);
+        // a release from another connection is not the owner's: ignored (the lease stays
+        // live: nothing of it may be reused)
+        let mut other = TcpStream::connect(a.addr()).unwrap();
+        let (st_o, ..) = client::lease(&mut other, 0, Some((no, 0))).unwrap();
+        assert_eq!(st_o, ST_FULL, "a release only");
+        assert_eq!(
+            client::alloc(a.addr(), 8192).unwrap().0,
+            ST_FULL,
+            "still live"
+        );
         // release it having used 800 bytes: live until all of them are fetched
         let (st2, _, no2, _, _) = client::lease(&mut s, 4096, Some((no, 800))).unwrap();
         assert_eq!(st2, ST_OK);
