@@ -748,3 +748,150 @@ fn php(mut c: StackConfig) -> StackConfig {
     c.php = true;
     c
 }
+
+/// The receive path against arbitrary frame streams from a peer in the domain, cut into
+/// arbitrary pieces: a Python client with the library preloaded reads each connection with
+/// read sizes from 1 byte to 64 KiB. A valid stream of R frames arrives exactly (length and
+/// CRC of every byte); a stream that turns invalid (garbage, a zero length, a corrupt or
+/// unfetchable reference) ends in an error after a prefix of the valid bytes — never a
+/// wrong byte, never a crash. (`IOLAB_ODB_FUZZ_SEED=N` for other streams.)
+#[test]
+fn arbitrary_frame_streams_read_exactly_or_fail_cleanly() {
+    if iolab_sys::testing::require_tool("python3", "python3").is_none() {
+        return;
+    }
+    use rand::{Rng, SeedableRng};
+    use std::io::{BufRead, Write};
+    const CONNS: usize = 40;
+    let (lib, _) = odb_artifacts().expect("ODB artefacts");
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let script = format!(
+        r#"
+import socket, zlib
+sizes = [1, 7, 100, 4096, 5000, 65536]
+for c in range({CONNS}):
+    s = socket.create_connection(("127.0.0.1", {port}))
+    got = bytearray()
+    i = c
+    res = "eof"
+    try:
+        while True:
+            b = s.recv(sizes[i % len(sizes)])
+            i += 1
+            if not b:
+                break
+            got += b
+    except OSError as e:
+        res = "err"
+    print(res, len(got), zlib.crc32(bytes(got)), flush=True)
+    s.close()
+"#
+    );
+    let mut py = std::process::Command::new("python3")
+        .args(["-c", &script])
+        .env("LD_PRELOAD", &lib)
+        .env("IOLAB_ODB_DOMAIN", "127.0.0.1")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(py.stdout.take().unwrap());
+    // IOLAB_ODB_FUZZ_SEED=N runs another sequence of streams
+    let seed = std::env::var("IOLAB_ODB_FUZZ_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x0DB5_7EA1);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    for c in 0..CONNS {
+        let (mut peer, _) = l.accept().unwrap();
+        // the frames, and the application bytes they carry
+        let mut stream = Vec::new();
+        let mut data = Vec::new();
+        // many short frames: headers cut by the writes (and so by the reads) are the
+        // interesting case
+        for _ in 0..rng.random_range(1..40) {
+            let n = match rng.random_range(0..10) {
+                0..5 => rng.random_range(1..50),
+                5..8 => rng.random_range(1..2_000),
+                _ => rng.random_range(1..30_000),
+            };
+            let d: Vec<u8> = (0..n).map(|_| rng.random()).collect();
+            stream.extend_from_slice(&iolab_odb::proto::encode_r(n as u32));
+            stream.extend_from_slice(&d);
+            data.extend_from_slice(&d);
+        }
+        let bad = c % 3 == 2;
+        if bad {
+            match c % 4 {
+                0 => stream.extend_from_slice(&[0xD1, 0, 0, 0, 0, 1, 2, 3]), // zero length
+                1 => {
+                    // a reference to an agent that is not there
+                    let r = iolab_odb::proto::Ref {
+                        len: 8192,
+                        agent_id: 1,
+                        agent: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 1),
+                        offset: 0,
+                        buf_id: 7,
+                    };
+                    stream.extend_from_slice(&r.encode());
+                }
+                2 => {
+                    let mut h = iolab_odb::proto::Ref {
+                        len: 100,
+                        agent_id: 1,
+                        agent: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 1),
+                        offset: 0,
+                        buf_id: 7,
+                    }
+                    .encode();
+                    h[20] ^= 1; // corrupt: the crc no longer matches
+                    stream.extend_from_slice(&h);
+                }
+                _ => stream.extend((0..100).map(|_| rng.random_range(0..0xD0u8))), // garbage
+            }
+        }
+        let mut at = 0;
+        peer.set_nodelay(true).unwrap();
+        while at < stream.len() {
+            let k = if rng.random_bool(0.5) {
+                rng.random_range(1..=60)
+            } else {
+                rng.random_range(1..=10_000)
+            }
+            .min(stream.len() - at);
+            if peer.write_all(&stream[at..at + k]).is_err() {
+                break; // the reader gave up on a bad stream
+            }
+            at += k;
+            if rng.random_bool(0.3) {
+                std::thread::sleep(Duration::from_micros(300));
+            }
+        }
+        drop(peer);
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let f: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(f.len(), 3, "connection {c}: reader said `{line}`");
+        let n: usize = f[1].parse().unwrap();
+        let crc: u32 = f[2].parse().unwrap();
+        assert!(
+            n <= data.len(),
+            "connection {c}: {n} bytes, more than the {} sent",
+            data.len()
+        );
+        assert_eq!(
+            crc,
+            crc32fast::hash(&data[..n]),
+            "connection {c}: wrong bytes"
+        );
+        if bad {
+            assert_eq!(
+                f[0], "err",
+                "connection {c}: a bad stream must end in an error"
+            );
+        } else {
+            assert_eq!((f[0], n), ("eof", data.len()), "connection {c}: all of it");
+        }
+    }
+    assert!(py.wait().unwrap().success(), "the reader crashed");
+}
