@@ -975,7 +975,6 @@ fn odb_sendfile(
     // fetching its body part from the agent (a blocking round trip). Costs nothing when the
     // receiver's buffers are laid out otherwise: it then fetches partial pages as before.
     let th = CONFIG.get().map_or(usize::MAX, |c| c.threshold);
-    const MAX_V: usize = 4 << 20;
     use regions::{round_down, PAGE};
     let mis = fs.out_since_in % PAGE;
     let head = if mis != 0 && st.store.is_some() && count >= PAGE - mis + th {
@@ -1045,6 +1044,9 @@ fn odb_sendfile(
     }
 }
 
+/// Largest reference one `sendfile` call makes (a larger file goes as several).
+const MAX_V: usize = 4 << 20;
+
 /// Bytes of whole pages in a range of `len` bytes starting `at` bytes into a page.
 fn whole_pages_at(at: usize, len: usize) -> usize {
     use regions::{round_down, round_up};
@@ -1056,7 +1058,7 @@ fn whole_pages_at(at: usize, len: usize) -> usize {
 /// tail into the stack and the middle straight into the agent's arena; one `sendmsg`
 /// carries the three frames (before: a send and a `sendfile` per R frame, a send for the
 /// V header, and the receiver woke for the head before the store's round trip let the
-/// rest go). None: not this case, or no room at the agent (the caller's general path).
+/// rest go). None: not this case (the caller's general path).
 /// Some(Ok(n)): n application bytes are accounted for (`out_frame`/`out_pending` say
 /// what a short send still owes, as the general path does).
 #[allow(clippy::too_many_arguments)]
@@ -1076,15 +1078,17 @@ fn sendfile_whole(
     }
     let vlen = round_down(count - head);
     let tail = count - head - vlen;
-    if vlen < th || vlen > (4 << 20) {
+    if vlen < th || vlen > MAX_V {
         return None;
     }
     let store = st.store.as_mut()?;
+    // No room (or a file that changed under us, below): the bytes go as they are, here —
+    // the general path would ask the agent for room a second time for the same response.
     let (dst, r) = match store.alloc(vlen as u32) {
         Ok(x) => x,
         Err(_) => {
             stats::STORE_FALLBACKS.fetch_add(1, Relaxed);
-            return None;
+            return Some(sendfile_r(fs, out, inp, pos, count));
         }
     };
     let mut hb = [0u8; PAGE];
@@ -1109,7 +1113,7 @@ fn sendfile_whole(
         // a file that changed under us: the reservation expires at the agent unused
         _ => {
             stats::STORE_WASTED.fetch_add(1, Relaxed);
-            return None;
+            return Some(sendfile_r(fs, out, inp, pos, count));
         }
     }
     let rh = proto::encode_r(head as u32);
