@@ -141,12 +141,15 @@ impl Registry {
         }
         let q = p + len;
         let mut r = Ok(());
+        // the two partial pages' fetches go in one pipelined request, as `materialize`'s do
+        let mut jobs = Fetches::new();
         if p % PAGE != 0 {
-            r = r.and(self.take(round_down(p), round_down(p) + PAGE, true, conns));
+            r = r.and(self.take_into(round_down(p), round_down(p) + PAGE, Some(&mut jobs), conns));
         }
         if q % PAGE != 0 && round_down(q) >= round_up(p) {
-            r = r.and(self.take(round_down(q), round_down(q) + PAGE, true, conns));
+            r = r.and(self.take_into(round_down(q), round_down(q) + PAGE, Some(&mut jobs), conns));
         }
+        r = r.and(jobs.flush(conns));
         if round_up(p) < round_down(q) {
             r = r.and(self.take(round_up(p), round_down(q), false, conns));
         }
