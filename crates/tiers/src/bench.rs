@@ -272,7 +272,7 @@ pub fn run(state: &State, o: &BenchOpts, progress: &dyn Fn(&str)) -> anyhow::Res
             }
         }
         let odb_url = format!("http://{}{path}", odb.cfg.listen("fe"));
-        let before = is_counters_fresh(state, &odb, &odb_url)?;
+        let before = odb_counters_fresh(state, &odb, &odb_url)?;
         let mut runs_v = Vec::new();
         let mut runs_o = Vec::new();
         for rep in 0..o.repeats {
@@ -304,7 +304,7 @@ pub fn run(state: &State, o: &BenchOpts, progress: &dyn Fn(&str)) -> anyhow::Res
                 }
             }
         }
-        let after = is_counters_fresh(state, &odb, &odb_url)?;
+        let after = odb_counters_fresh(state, &odb, &odb_url)?;
         let delta = |tier: &str, k: &str| {
             after[tier][k].as_u64().unwrap_or(0) as f64
                 - before[tier][k].as_u64().unwrap_or(0) as f64
@@ -366,7 +366,7 @@ pub fn run(state: &State, o: &BenchOpts, progress: &dyn Fn(&str)) -> anyhow::Res
 /// call, so wait a second and make one request (each tier's first call for it writes the
 /// file; its response comes after the snapshot and counts with the next one, at every
 /// tier alike).
-fn is_counters_fresh(state: &State, stack: &Stack, url: &str) -> anyhow::Result<Value> {
+fn odb_counters_fresh(state: &State, stack: &Stack, url: &str) -> anyhow::Result<Value> {
     std::thread::sleep(std::time::Duration::from_millis(1100));
     fetch_in_client_ns(state, url)?;
     std::thread::sleep(std::time::Duration::from_millis(100));
