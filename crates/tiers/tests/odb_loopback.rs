@@ -177,22 +177,28 @@ fn every_size_is_identical_with_and_without_odb() {
 /// IS no fetch at all; and a freed buffer's protected pages are dropped unfetched, so
 /// malloc's own writes never fault. Before: two partial pages per buffer (12 KiB fetched
 /// per response here), then (aligned buffers only) one page and the tail (4 KiB).
+/// `n` keep-alive responses of `size` bytes through an ODB stack, each checked; then the
+/// tiers' ODB counters (written at exit).
+fn keep_alive_counters(tag: &str, size: usize, n: u64) -> serde_json::Value {
+    let (scratch, root) = scratch_with(tag, &[size]);
+    let mut st = Stack::start(config(&scratch, tag, &root, true, 64), None).unwrap();
+    let want = payload(size);
+    let mut keep = Client::connect(fe(&st.cfg)).unwrap();
+    for i in 0..n {
+        let r = keep.request("GET", &format!("/f{size}")).unwrap();
+        assert!(r.status == 200 && r.body == want, "response {i} differs");
+    }
+    st.stop();
+    st.odb_counters()
+}
+
 #[test]
 fn a_64k_response_costs_the_is_no_fetch() {
     if !have_nginx() {
         return;
     }
     const N: u64 = 32;
-    let (scratch, root) = scratch_with("align", &[65536]);
-    let mut st = Stack::start(config(&scratch, "align", &root, true, 64), None).unwrap();
-    let want = payload(65536);
-    let mut keep = Client::connect(fe(&st.cfg)).unwrap();
-    for i in 0..N {
-        let r = keep.request("GET", "/f65536").unwrap();
-        assert!(r.status == 200 && r.body == want, "response {i} differs");
-    }
-    st.stop();
-    let c = st.odb_counters();
+    let c = keep_alive_counters("align", 65536, N);
     let n = |t: &str, k: &str| c[t][k].as_u64().unwrap_or(u64::MAX);
     assert!(
         n("is", "v_in_bytes") >= N * 60_000,
@@ -225,16 +231,7 @@ fn a_4k_response_is_not_sent_by_reference_to_be_fetched_back() {
         return;
     }
     const N: u64 = 16;
-    let (scratch, root) = scratch_with("partial", &[4096]);
-    let mut st = Stack::start(config(&scratch, "partial", &root, true, 64), None).unwrap();
-    let want = payload(4096);
-    let mut keep = Client::connect(fe(&st.cfg)).unwrap();
-    for i in 0..N {
-        let r = keep.request("GET", "/f4096").unwrap();
-        assert!(r.status == 200 && r.body == want, "response {i} differs");
-    }
-    st.stop();
-    let c = st.odb_counters();
+    let c = keep_alive_counters("partial", 4096, N);
     let n = |t: &str, k: &str| c[t][k].as_u64().unwrap_or(u64::MAX);
     assert_eq!(
         n("be", "v_out_frames"),
