@@ -117,13 +117,16 @@ async fn connection(stream: TcpStream, site: Arc<Site>, disc: Option<BeDisc>) ->
     }
 }
 
-/// Writes everything the session has queued (streamed files included).
+/// Writes everything the session has queued (streamed files included), each time all its
+/// pieces in one `sendmsg` (a head and its body: one call, no copy).
 async fn flush(stream: &TcpStream, session: &mut Session) -> io::Result<()> {
-    while let Some(front) = session.pending().front() {
-        let data = front.to_vec();
-        let n = data.len();
-        write_all(stream, data).await?;
-        session.advance(n);
+    while session.has_pending() {
+        let pieces: Vec<bytes::Bytes> = session.pending().iter().cloned().collect();
+        let (r, _) = stream.writev(pieces).await;
+        match r? {
+            0 => return Err(io::ErrorKind::WriteZero.into()),
+            n => session.advance(n),
+        }
         session.resume(|_| {});
     }
     Ok(())

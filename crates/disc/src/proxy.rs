@@ -254,14 +254,10 @@ async fn connection(
                 }
             };
             let Some(d) = disc else {
+                let upc = up.conn.as_mut().expect("connected");
+                let (rhead, framing) = with_buffered_body(rhead, upc, res.framing);
                 write_all(&client.stream, rhead).await?;
-                if let Err(e) = relay_body(
-                    up.conn.as_mut().expect("connected"),
-                    Some(&client.stream),
-                    res.framing,
-                )
-                .await
-                {
+                if let Err(e) = relay_body(upc, Some(&client.stream), framing).await {
                     up.conn = None;
                     return Err(e);
                 }
@@ -316,6 +312,32 @@ async fn connection(
             return Ok(());
         }
     }
+}
+
+/// Largest body sent in the same write as its head (copied behind it).
+const COALESCE: u64 = 16 * 1024;
+
+/// `head` followed by the start of its body when that is already buffered and short (one
+/// `send` for a small answer, as nginx's writev), and the framing of what is left.
+fn with_buffered_body(mut head: Vec<u8>, from: &mut Conn, framing: Framing) -> (Vec<u8>, Framing) {
+    let Framing::Length(n) = framing else {
+        return (head, framing);
+    };
+    if n > COALESCE {
+        return (head, framing);
+    }
+    let take = (from.buffered().len() as u64).min(n) as usize;
+    head.extend_from_slice(&from.buffered()[..take]);
+    from.consume(take);
+    let left = n - take as u64;
+    (
+        head,
+        if left == 0 {
+            Framing::None
+        } else {
+            Framing::Length(left)
+        },
+    )
 }
 
 /// Writes the request head and relays its body.

@@ -96,3 +96,91 @@ unsafe impl IoBuf for std::sync::Arc<[u8]> {
         <[u8]>::len(self)
     }
 }
+
+// SAFETY: a `Bytes` points to heap or static memory that does not move when the handle
+// moves and stays alive while the handle does (the response chunks of iolab-http).
+unsafe impl IoBuf for bytes::Bytes {
+    fn stable_ptr(&self) -> *const u8 {
+        self.as_ptr()
+    }
+    fn len(&self) -> usize {
+        bytes::Bytes::len(self)
+    }
+}
+
+/// A range of an owned buffer, itself an owned buffer: lets an operation read into the free
+/// tail of a buffer, or send part of it, without copying or giving up the rest. Get the
+/// buffer back with [`Slice::into_inner`].
+pub struct Slice<B> {
+    buf: B,
+    begin: usize,
+    end: usize,
+}
+
+impl<B: IoBuf> Slice<B> {
+    /// Bytes `[begin, end)` of `buf`.
+    ///
+    /// # Panics
+    /// If the range is not within `buf`'s length (a bug of the caller, as slice indexing).
+    pub fn new(buf: B, begin: usize, end: usize) -> Slice<B> {
+        assert!(
+            begin <= end && end <= buf.len(),
+            "slice {begin}..{end} of a buffer of {}",
+            buf.len()
+        );
+        Slice { buf, begin, end }
+    }
+
+    /// Where the range starts in the buffer.
+    pub fn begin(&self) -> usize {
+        self.begin
+    }
+
+    pub fn into_inner(self) -> B {
+        self.buf
+    }
+}
+
+// SAFETY: the range lies within the inner buffer's length (checked in `new`, and the inner
+// buffer cannot be reached to shrink it while the Slice owns it), whose bytes are stable.
+unsafe impl<B: IoBuf> IoBuf for Slice<B> {
+    fn stable_ptr(&self) -> *const u8 {
+        // In bounds: begin <= len.
+        self.buf.stable_ptr().wrapping_add(self.begin)
+    }
+    fn len(&self) -> usize {
+        self.end - self.begin
+    }
+}
+
+// SAFETY: as above; writes of `len` bytes stay within the inner buffer's range.
+unsafe impl<B: IoBufMut> IoBufMut for Slice<B> {
+    fn stable_mut_ptr(&mut self) -> *mut u8 {
+        self.buf.stable_mut_ptr().wrapping_add(self.begin)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slice_covers_its_range_and_gives_the_buffer_back() {
+        let v: Vec<u8> = (0..10).collect();
+        let base = v.as_ptr();
+        let mut s = Slice::new(v, 3, 7);
+        assert_eq!(s.len(), 4);
+        assert_eq!(s.stable_ptr(), base.wrapping_add(3));
+        // SAFETY: the pointer is valid for len() bytes (the slice's contract).
+        unsafe { *s.stable_mut_ptr() = 99 };
+        let v = s.into_inner();
+        assert_eq!(&v[..5], &[0, 1, 2, 99, 4]);
+        assert_eq!(Slice::new(v, 10, 10).len(), 0);
+    }
+
+    #[test]
+    #[should_panic(expected = "slice 4..11")]
+    fn a_slice_past_the_buffer_is_refused() {
+        let _ = Slice::new(vec![0u8; 10], 4, 11);
+    }
+}

@@ -137,7 +137,7 @@ pub mod sync;
 mod task;
 pub mod time;
 
-pub use buf::{IoBuf, IoBufMut};
+pub use buf::{IoBuf, IoBufMut, Slice};
 pub use cond::{cancellable, sleep_or_cancel, Cancelled, Cond, CondWait};
 pub use detach::{detach, MAX_DETACH_THREADS};
 pub use driver::{current_driver, driver, Driver};
