@@ -10,8 +10,7 @@
 //!   FE writes anything of the answer (so that it can still fall back).
 //! - `SEND <id> <client ip:port> <fe ip:port> <seq> <ack> <window> [<client window>]\r\n`
 //!   → `OK <size>\r\n`:
-//!   DP sends the payload on the client's connection as the FE (the control connection's
-//!   sender thread: GSO bursts on a packet socket, [`crate::gso`], or segments on a raw
+//!   DP sends the payload on the client's connection as the FE (from the BE's loop: GSO bursts on a packet socket, [`crate::gso`], or segments on a raw
 //!   socket, [`crate::sender`]), starting at client-view sequence `seq`, carrying `ack` and
 //!   the raw `window` field, within `client window` bytes (the FE's TCP_INFO; default
 //!   [`INITIAL_WINDOW`]); then `ACK <ack> <window bytes>\r\n` lines (the FE's ack
@@ -21,8 +20,10 @@
 //! [`JOB_TTL`] is dropped (the FE died or fell back). A BE whose store is full answers on the
 //! normal path (no shortcut), so a slow or absent FE never makes the BE hold more.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io;
+use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -159,8 +160,14 @@ pub async fn serve(
 async fn control(stream: TcpStream, store: Arc<Store>, send: SendPath) -> io::Result<()> {
     let _ = stream.set_nodelay(true);
     let mut conn = Conn::new(stream);
-    // The connection's sender thread, started with its first SEND.
-    let mut sender: Option<std::sync::mpsc::Sender<Cmd>> = None;
+    // The connection's sender, opened with its first SEND; shared with its timer task.
+    let sender = Rc::new(RefCell::new(Sender {
+        send,
+        store: store.clone(),
+        wire: None,
+        transfer: None,
+        timer: false,
+    }));
     loop {
         let line = match conn.read_line(256).await {
             Ok(l) => l,
@@ -181,23 +188,17 @@ async fn control(stream: TcpStream, store: Arc<Store>, send: SendPath) -> io::Re
                 write_all(&conn.stream, line.into_bytes()).await?;
             }
             (Some("SEND"), Some(id)) => {
-                if sender.is_none() {
-                    match start_sender(send, store.clone()) {
-                        Ok(tx) => sender = Some(tx),
-                        Err(e) => tracing::warn!("dp: cannot start a sender thread: {e}"),
-                    }
-                }
-                let reply = match (parse_send(&mut words), &sender) {
-                    (None, _) => "ERR bad SEND\r\n".to_string(),
-                    (_, None) => "ERR no sender\r\n".to_string(),
-                    (Some((flow, wnd)), Some(tx)) => match store.take(id) {
+                let reply = match parse_send(&mut words) {
+                    None => "ERR bad SEND\r\n".to_string(),
+                    Some((flow, wnd)) => match store.take(id) {
                         Some(body) => {
                             let n = body.len();
-                            if tx.send(Cmd::Send(flow, body, wnd)).is_ok() {
-                                format!("OK {n}\r\n")
-                            } else {
-                                sender = None;
-                                "ERR no sender\r\n".to_string()
+                            match Sender::start(&sender, flow, body, wnd) {
+                                Ok(()) => format!("OK {n}\r\n"),
+                                Err(e) => {
+                                    tracing::warn!("dp: cannot send to {}: {e}", flow.client);
+                                    "ERR no sender\r\n".to_string()
+                                }
                             }
                         }
                         None => "ERR unknown payload\r\n".to_string(),
@@ -210,16 +211,13 @@ async fn control(stream: TcpStream, store: Arc<Store>, send: SendPath) -> io::Re
                     .next()
                     .and_then(|w| w.parse::<usize>().ok())
                     .unwrap_or(0);
-                if let Some(tx) = &sender {
-                    if tx.send(Cmd::Ack(ack as u32, win)).is_err() {
-                        sender = None; // the thread is gone
-                    }
-                }
+                sender.borrow_mut().on_ack(ack as u32, win);
             }
             (Some("FETCH"), Some(id)) => match store.take(id) {
                 Some(body) => {
                     write_all(&conn.stream, format!("OK {}\r\n", body.len()).into_bytes()).await?;
-                    write_all(&conn.stream, body.to_vec()).await?;
+                    let (r, _) = conn.stream.write_all(body).await;
+                    r?;
                 }
                 None => write_all(&conn.stream, b"ERR unknown payload\r\n".to_vec()).await?,
             },
@@ -327,104 +325,120 @@ fn open_sender(send: SendPath, client: std::net::Ipv4Addr) -> io::Result<Wire> {
     Ok(Wire::Raw(crate::sender::RawSocket::new()?))
 }
 
-/// What a control connection tells its sender thread.
-enum Cmd {
-    /// A payload, and the client's window in bytes when the FE knows it (else 0).
-    Send(crate::sender::Flow, Bytes, usize),
-    /// A client ACK and its window in bytes (the FE's ack forwarder).
-    Ack(u32, usize),
+/// The sender of one control connection, on the BE's own loop: its transfers go out one
+/// after the other, each `SEND` pumping what the client's window allows at once and each
+/// forwarded `ACK` the rest, from the loop's thread (a sender thread per connection cost a
+/// futex wake and two context switches per message: three quarters of the BE's loop time
+/// at 64 KiB). The socket is kept between transfers; sends never block the loop
+/// (`MSG_DONTWAIT`: a full socket buffer leaves the rest to the next ACK or tick).
+struct Sender {
+    send: SendPath,
+    store: Arc<Store>,
+    /// The socket and the client it was opened for.
+    wire: Option<(std::net::Ipv4Addr, Wire)>,
+    /// The transfer in progress (at most one), and when it last progressed.
+    transfer: Option<(crate::sender::Transfer, Instant)>,
+    /// A timer task is running for this sender.
+    timer: bool,
 }
 
-/// The sender thread of one control connection (it inherits the calling thread's network
-/// namespace). It lives as long as the connection, sends its transfers one after the
-/// other, and keeps its socket between them: per transfer it costs a channel message, not
-/// a thread, a socket and a route lookup.
-fn start_sender(send: SendPath, store: Arc<Store>) -> io::Result<std::sync::mpsc::Sender<Cmd>> {
-    let (tx, rx) = std::sync::mpsc::channel::<Cmd>();
-    std::thread::Builder::new()
-        .name("disc-dp".into())
-        .spawn(move || {
-            // The socket and the client it was opened for.
-            let mut wire: Option<(std::net::Ipv4Addr, Wire)> = None;
-            let mut next = None;
-            loop {
-                let (flow, body, wnd) = match next.take() {
-                    Some(job) => job,
-                    None => match rx.recv() {
-                        Ok(Cmd::Send(f, b, w)) => (f, b, w),
-                        Ok(Cmd::Ack(..)) => continue, // late, for a finished transfer
-                        Err(_) => return,             // the control connection ended
-                    },
-                };
-                let client = *flow.client.ip();
-                // A raw socket chosen while the next hop was unresolved is retried.
-                let reuse = wire.as_ref().is_some_and(|(ip, w)| {
-                    *ip == client && (send == SendPath::Raw || matches!(w, Wire::Gso(_)))
-                });
-                if !reuse {
-                    match open_sender(send, client) {
-                        Ok(w) => wire = Some((client, w)),
-                        Err(e) => {
-                            tracing::warn!("dp: no socket to send to {client}: {e}");
-                            continue;
-                        }
-                    }
-                }
-                let Some((_, out)) = wire.as_mut() else {
-                    continue;
-                };
-                store.count_send(matches!(out, Wire::Gso(_)));
-                match transfer(flow, body, wnd, out, &rx) {
-                    Ok((t, after)) => {
-                        tracing::debug!(
-                            "dp: sent in {} segments by {} {} sends, {} go-back-N rounds",
-                            t.segments,
-                            t.emits,
-                            out.name(),
-                            t.retransmits
-                        );
-                        next = after;
-                    }
-                    Err(e) => tracing::warn!("dp transfer to {}: {e}", flow.client),
-                }
-            }
-        })?;
-    Ok(tx)
-}
+/// How often a transfer's retransmission timer is checked.
+const TICK: Duration = Duration::from_millis(10);
 
-/// A payload to send: its flow, its bytes, the client's window in bytes (0: unknown).
-type Pending = (crate::sender::Flow, Bytes, usize);
-
-/// Sends one payload until the client has acknowledged it all; returns it with the next
-/// job if one came in first (the FE gave this one up).
-fn transfer(
-    flow: crate::sender::Flow,
-    body: Bytes,
-    wnd: usize,
-    out: &mut Wire,
-    rx: &std::sync::mpsc::Receiver<Cmd>,
-) -> io::Result<(crate::sender::Transfer, Option<Pending>)> {
-    let window = if wnd > 0 { wnd } else { INITIAL_WINDOW };
-    let mut t = crate::sender::Transfer::new(flow, body, window);
-    t.pump(out)?;
-    let mut progress = (Instant::now(), 0);
-    while !t.done() {
-        match rx.recv_timeout(Duration::from_millis(10)) {
-            Ok(Cmd::Ack(ack, win)) => t.on_ack(ack, win, out)?,
-            Ok(Cmd::Send(f, b, w)) => {
-                tracing::warn!("dp: a new payload before the last was acknowledged");
-                return Ok((t, Some((f, b, w))));
-            }
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => t.on_tick(Instant::now(), out)?,
-            Err(_) => break, // the FE's control connection ended
+impl Sender {
+    fn start(
+        this: &Rc<RefCell<Sender>>,
+        flow: crate::sender::Flow,
+        body: Bytes,
+        wnd: usize,
+    ) -> io::Result<()> {
+        let mut s = this.borrow_mut();
+        if s.transfer.as_ref().is_some_and(|(t, _)| !t.done()) {
+            tracing::warn!("dp: a new payload before the last was acknowledged");
         }
-        if t.acked() != progress.1 {
-            progress = (Instant::now(), t.acked());
-        } else if progress.0.elapsed() > STALL {
-            return Err(io::Error::new(io::ErrorKind::TimedOut, "no progress"));
+        let client = *flow.client.ip();
+        // A raw socket chosen while the next hop was unresolved is retried.
+        let reuse = s.wire.as_ref().is_some_and(|(ip, w)| {
+            *ip == client && (s.send == SendPath::Raw || matches!(w, Wire::Gso(_)))
+        });
+        if !reuse {
+            s.wire = Some((client, open_sender(s.send, client)?));
+        }
+        let Sender {
+            wire,
+            store,
+            transfer,
+            ..
+        } = &mut *s;
+        let (_, out) = wire.as_mut().expect("just opened");
+        store.count_send(matches!(out, Wire::Gso(_)));
+        let window = if wnd > 0 { wnd } else { INITIAL_WINDOW };
+        let mut t = crate::sender::Transfer::new(flow, body, window);
+        t.pump(out)?;
+        *transfer = Some((t, Instant::now()));
+        if !s.timer {
+            s.timer = true;
+            let weak = Rc::downgrade(this);
+            iolab_runtime::spawn(async move { Sender::tick(weak).await });
+        }
+        Ok(())
+    }
+
+    fn on_ack(&mut self, ack: u32, win: usize) {
+        let (Some((t, progress)), Some((_, out))) = (self.transfer.as_mut(), self.wire.as_mut())
+        else {
+            return; // late, for a finished transfer
+        };
+        let before = t.acked();
+        if let Err(e) = t.on_ack(ack, win, out) {
+            tracing::warn!("dp transfer to {}: {e}", t.flow.client);
+            self.transfer = None;
+            return;
+        }
+        if t.acked() != before {
+            *progress = Instant::now();
+        }
+        if t.done() {
+            self.finish();
         }
     }
-    Ok((t, None))
+
+    fn finish(&mut self) {
+        if let Some((t, _)) = self.transfer.take() {
+            tracing::debug!(
+                "dp: sent in {} segments by {} {} sends, {} go-back-N rounds",
+                t.segments,
+                t.emits,
+                self.wire.as_ref().map_or("no", |(_, w)| w.name()),
+                t.retransmits
+            );
+        }
+    }
+
+    /// The retransmission timer, while a transfer is in progress; ends with the
+    /// connection (the sender dropped) or when no transfer is left.
+    async fn tick(this: std::rc::Weak<RefCell<Sender>>) {
+        loop {
+            iolab_runtime::sleep(TICK).await;
+            let Some(rc) = this.upgrade() else { return };
+            let mut s = rc.borrow_mut();
+            let s = &mut *s;
+            let (Some((t, progress)), Some((_, out))) = (s.transfer.as_mut(), s.wire.as_mut())
+            else {
+                s.timer = false;
+                return;
+            };
+            if progress.elapsed() > STALL {
+                tracing::warn!("dp transfer to {}: no progress", t.flow.client);
+                s.transfer = None;
+                continue;
+            }
+            if let Err(e) = t.on_tick(Instant::now(), out) {
+                tracing::warn!("dp transfer to {}: {e}", t.flow.client);
+                s.transfer = None;
+            }
+        }
+    }
 }
 
 /// The FE side: asks DP at the other end of `conn` for payload `id`; Ok(size) once DP has

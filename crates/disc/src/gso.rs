@@ -237,7 +237,7 @@ impl Emit for GsoSocket {
         msg.msg_iov = iov.as_mut_ptr();
         msg.msg_iovlen = iov.len();
         // SAFETY: see above.
-        let n = unsafe { libc::sendmsg(self.fd.as_raw_fd(), &msg, 0) };
+        let n = unsafe { libc::sendmsg(self.fd.as_raw_fd(), &msg, libc::MSG_DONTWAIT) };
         if n < 0 {
             return Err(io::Error::last_os_error());
         }

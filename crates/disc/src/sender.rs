@@ -111,7 +111,7 @@ impl Emit for RawSocket {
                 self.fd.as_raw_fd(),
                 ip.as_ptr().cast(),
                 ip.len(),
-                0,
+                libc::MSG_DONTWAIT,
                 (&dst as *const libc::sockaddr_in).cast(),
                 std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
             )
@@ -188,7 +188,12 @@ impl Transfer {
                 ACK
             };
             let seq = self.flow.seq.wrapping_add(self.nxt as u32);
-            out.emit(&self.flow, seq, &self.payload[self.nxt..end], flags)?;
+            match out.emit(&self.flow, seq, &self.payload[self.nxt..end], flags) {
+                Ok(()) => {}
+                // The socket's buffer is full: the rest goes with the next ACK or tick.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) => return Err(e),
+            }
             self.segments += (end - self.nxt).div_ceil(self.flow.mss.max(1)) as u64;
             self.emits += 1;
             self.nxt = end;
