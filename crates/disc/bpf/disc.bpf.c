@@ -59,6 +59,9 @@ struct conn_state {
 	__u32 fe_win;	/* the FE's latest raw window field */
 	__u32 fe_seen;	/* FE segments seen */
 	__u32 sack_stripped;	/* client ACKs whose SACK blocks were made NOPs */
+	/* set by user space with an epoch: the ACKs for DP also go to disc_acks until one
+	 * acknowledges the whole payload */
+	__u32 notify;
 };
 
 struct {
@@ -67,6 +70,19 @@ struct {
 	__type(key, struct conn_key);
 	__type(value, struct conn_state);
 } disc_conns SEC(".maps");
+
+/* An ACK for DP, as the ack forwarder reads it from disc_acks: it waits on the ring's
+ * descriptor instead of polling the map. */
+struct ack_event {
+	struct conn_key key;
+	__u32 ack;
+	__u32 win;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 18);
+} disc_acks SEC(".maps");
 
 static __always_inline int seq_before(__u32 a, __u32 b)
 {
@@ -274,6 +290,15 @@ int disc_ingress(struct __sk_buff *skb)
 		s->last_ack = ack;
 		s->last_win = bpf_ntohs(tcp->window);
 		__sync_fetch_and_add(&s->dp_acks, 1);
+		if (s->notify) {
+			struct ack_event ev = { .key = k, .ack = ack, .win = s->last_win };
+
+			if (!seq_before(ack, d1))
+				s->notify = 0;
+			/* A full ring loses the event: the forwarder also reads the map now
+			 * and then. */
+			bpf_ringbuf_output(&disc_acks, &ev, sizeof(ev), 0);
+		}
 	}
 	if (!seq_after(ack, d0)) {
 		fe_ack = ack - s->off_lo;

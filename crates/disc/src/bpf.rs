@@ -86,9 +86,42 @@ pub struct ConnState {
     pub fe_seen: u32,
     /// Client ACKs whose SACK blocks `disc_ingress` made NOPs (the connection had a shift).
     pub sack_stripped: u32,
+    /// Nonzero while the ACKs for DP also go to the ring [`ACKS`] (set with an epoch,
+    /// cleared by `disc_ingress` at the ACK of the payload's last byte).
+    pub notify: u32,
 }
 
-// SAFETY: both are repr(C) structs of plain integers with no padding (4+4+2+2 and 14×4
+/// An ACK for DP as `disc_ingress` puts it in the ring [`ACKS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AckEvent {
+    pub key: ConnKey,
+    /// The client's cumulative ACK (client view) and its raw window field.
+    pub ack: u32,
+    pub win: u32,
+}
+
+impl AckEvent {
+    /// Decodes a ring record (struct ack_event: the key, then ack and win); None if short.
+    pub fn parse(b: &[u8]) -> Option<AckEvent> {
+        let u32_at = |i: usize| -> Option<u32> { Some(u32::from_ne_bytes(b.get(i..i + 4)?.try_into().ok()?)) };
+        let u16_at = |i: usize| -> Option<u16> { Some(u16::from_ne_bytes(b.get(i..i + 2)?.try_into().ok()?)) };
+        Some(AckEvent {
+            key: ConnKey {
+                client_ip: u32_at(0)?,
+                fe_ip: u32_at(4)?,
+                client_port: u16_at(8)?,
+                fe_port: u16_at(10)?,
+            },
+            ack: u32_at(12)?,
+            win: u32_at(16)?,
+        })
+    }
+}
+
+/// The ring of ACKs for DP (BPF_MAP_TYPE_RINGBUF).
+pub const ACKS: &str = "disc_acks";
+
+// SAFETY: both are repr(C) structs of plain integers with no padding (4+4+2+2 and 15×4
 // bytes), so every bit pattern is valid and they match the C structs byte for byte.
 unsafe impl aya::Pod for ConnKey {}
 // SAFETY: as above.
@@ -232,13 +265,36 @@ impl Hooks {
         off_lo: u32,
         off_hi: u32,
     ) -> anyhow::Result<()> {
-        let mut s = self.get(&key)?.context("connection not registered")?;
+        let s = self.get(&key)?.context("connection not registered")?;
+        self.set_epoch_of(key, s, boundary, off_lo, off_hi)
+    }
+
+    /// [`Hooks::set_epoch`] from the connection's state `s` just read (one map access
+    /// less).
+    pub fn set_epoch_of(
+        &mut self,
+        key: ConnKey,
+        mut s: ConnState,
+        boundary: u32,
+        off_lo: u32,
+        off_hi: u32,
+    ) -> anyhow::Result<()> {
         s.boundary = boundary;
         s.off_lo = off_lo;
         s.off_hi = off_hi;
         s.last_ack = boundary.wrapping_add(off_lo);
         s.last_win = 0;
+        s.notify = u32::from(off_hi != off_lo);
         self.set(key, s)
+    }
+
+    /// The ring of ACKs for DP ([`AckEvent`]s), to be read by one task; None after the
+    /// first call.
+    pub fn take_acks(&mut self) -> anyhow::Result<Option<aya::maps::RingBuf<aya::maps::MapData>>> {
+        match self.ebpf.take_map(ACKS) {
+            Some(m) => Ok(Some(aya::maps::RingBuf::try_from(m)?)),
+            None => Ok(None),
+        }
     }
 
     /// A connection's state, if registered.

@@ -7,7 +7,7 @@ mod common;
 use std::net::Ipv4Addr;
 
 use iolab_disc::bpf::{
-    test_run, ConnKey, ConnState, Hooks, EGRESS, INGRESS, TC_ACT_OK, TC_ACT_SHOT,
+    test_run, AckEvent, ConnKey, ConnState, Hooks, EGRESS, INGRESS, TC_ACT_OK, TC_ACT_SHOT,
 };
 use iolab_disc::packet::{frame, frame_with_options, parse, Segment, ACK, PSH, SYN, TCP_OFF};
 
@@ -187,6 +187,41 @@ fn ingress_translates_acks_and_gives_dp_its_own() {
     let pkt = from_client(0, SYN, b"", 64240);
     let (v, out, _, _) = run(&h, INGRESS, &pkt);
     assert_eq!((v, out), (TC_ACT_OK, pkt));
+}
+
+/// The forwarder's ring: with an epoch set by `set_epoch`, each ACK for DP is also an event
+/// in `disc_acks`, up to and including the one that acknowledges the payload's last byte;
+/// none after it, and none without an epoch.
+#[test]
+fn acks_for_dp_go_to_the_ring_until_the_payload_is_acknowledged() {
+    if !ready() {
+        return;
+    }
+    let mut h = Hooks::load().unwrap();
+    let mut ring = h.take_acks().unwrap().expect("the ring is in the object");
+    let drain = |ring: &mut aya::maps::RingBuf<aya::maps::MapData>| {
+        let mut v = Vec::new();
+        while let Some(item) = ring.next() {
+            v.push(AckEvent::parse(&item).expect("a whole record"));
+        }
+        v
+    };
+    h.register(key()).unwrap();
+    run(&h, INGRESS, &from_client(1000, ACK, b"", 300));
+    assert_eq!(drain(&mut ring), vec![], "no epoch: no event");
+    h.set_epoch(key(), 1000, 0, 5000).unwrap();
+    assert_eq!(h.get(&key()).unwrap().unwrap().notify, 1);
+    run(&h, INGRESS, &from_client(1000, ACK, b"", 300)); // not past the payload's start
+    run(&h, INGRESS, &from_client(3000, ACK, b"", 301));
+    run(&h, INGRESS, &from_client(6000, ACK, b"", 302));
+    run(&h, INGRESS, &from_client(7000, ACK, b"", 303)); // the FE's later bytes
+    let ev = |ack, win| AckEvent {
+        key: key(),
+        ack,
+        win,
+    };
+    assert_eq!(drain(&mut ring), vec![ev(3000, 301), ev(6000, 302)]);
+    assert_eq!(h.get(&key()).unwrap().unwrap().notify, 0);
 }
 
 /// A client ACK carrying `options` (timestamps, SACK blocks, ...).
