@@ -7,9 +7,11 @@
 //!   relay mode: the FE writes the payload on the client connection itself. It exercises
 //!   the whole header path and the store without any packet forging.
 //! - `CHECK <id>\r\n` → `OK <size>\r\n` or `ERR`: the direct mode's first step, before the
-//!   FE writes anything of the answer (so that it can still fall back).
-//! - `SEND <id> <client ip:port> <fe ip:port> <seq> <ack> <window> [<client window>]\r\n`
-//!   → `OK <size>\r\n`:
+//!   FE writes anything of the answer (so that it can still fall back); the payload leaves
+//!   the store for this connection, to be sent by the next SEND.
+//! - `SEND <id> <client ip:port> <fe ip:port> <seq> <ack> <window> [<client window>]\r\n`,
+//!   no answer (the FE has written the head and does not wait; a SEND that cannot start —
+//!   not the payload just checked, no socket — ends the control connection instead):
 //!   DP sends the payload on the client's connection as the FE (from the BE's loop: GSO bursts on a packet socket, [`crate::gso`], or segments on a raw
 //!   socket, [`crate::sender`]), starting at client-view sequence `seq`, carrying `ack` and
 //!   the raw `window` field, within `client window` bytes (the FE's TCP_INFO; default
@@ -160,6 +162,8 @@ pub async fn serve(
 async fn control(stream: TcpStream, store: Arc<Store>, send: SendPath) -> io::Result<()> {
     let _ = stream.set_nodelay(true);
     let mut conn = Conn::new(stream);
+    // The payload of the last CHECK, held for the SEND that follows it.
+    let mut prepared: Option<(u64, Bytes)> = None;
     // The connection's sender, opened with its first SEND; shared with its timer task.
     let sender = Rc::new(RefCell::new(Sender {
         send,
@@ -181,30 +185,32 @@ async fn control(stream: TcpStream, store: Arc<Store>, send: SendPath) -> io::Re
             words.next().and_then(|w| w.parse::<u64>().ok()),
         ) {
             (Some("CHECK"), Some(id)) => {
-                let line = match store.size(id) {
-                    Some(n) => format!("OK {n}\r\n"),
+                prepared = store.take(id).map(|body| (id, body));
+                let line = match &prepared {
+                    Some((_, body)) => format!("OK {}\r\n", body.len()),
                     None => "ERR unknown payload\r\n".to_string(),
                 };
                 write_all(&conn.stream, line.into_bytes()).await?;
             }
             (Some("SEND"), Some(id)) => {
-                let reply = match parse_send(&mut words) {
-                    None => "ERR bad SEND\r\n".to_string(),
-                    Some((flow, wnd)) => match store.take(id) {
-                        Some(body) => {
-                            let n = body.len();
-                            match Sender::start(&sender, flow, body, wnd) {
-                                Ok(()) => format!("OK {n}\r\n"),
-                                Err(e) => {
-                                    tracing::warn!("dp: cannot send to {}: {e}", flow.client);
-                                    "ERR no sender\r\n".to_string()
-                                }
-                            }
-                        }
-                        None => "ERR unknown payload\r\n".to_string(),
-                    },
+                // No answer: the FE has written the head and goes on at once. A SEND that
+                // cannot start ends the control connection (the FE then closes the client's).
+                let body = match prepared.take() {
+                    Some((p, body)) if p == id => Some(body),
+                    _ => None,
                 };
-                write_all(&conn.stream, reply.into_bytes()).await?;
+                let Some((flow, wnd)) = parse_send(&mut words) else {
+                    tracing::warn!("dp: bad SEND `{text}`");
+                    return Ok(());
+                };
+                let Some(body) = body else {
+                    tracing::warn!("dp: SEND of payload {id}, not the one checked");
+                    return Ok(());
+                };
+                if let Err(e) = Sender::start(&sender, flow, body, wnd) {
+                    tracing::warn!("dp: cannot send to {}: {e}", flow.client);
+                    return Ok(());
+                }
             }
             (Some("ACK"), Some(ack)) => {
                 let win = words

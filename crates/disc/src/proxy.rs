@@ -548,17 +548,16 @@ async fn fe_direct(reg: &Registered, client: &TcpStream, c: &mut Conn, d: Disc) 
     let seq = boundary.wrapping_add(off_lo);
     // The client's window fields are scaled by its window scale; DP counts in bytes.
     let (wscale, wnd) = client_window(client)?;
-    let answer = dp_line(
-        c,
+    // No answer to wait for: DP, holding the payload since CHECK, starts at once.
+    write_all(
+        &c.stream,
         format!(
             "SEND {} {} {} {seq} {} {} {wnd}\r\n",
             d.id, reg.client, reg.fe, st.fe_ack, st.fe_win
-        ),
+        )
+        .into_bytes(),
     )
     .await?;
-    if answer != format!("OK {}", d.size) {
-        return Err(io::Error::other(format!("DP answered `{answer}`")));
-    }
     // The ACK forwarder: woken by read_acks, and every MAP_CHECK reading the map itself (a
     // full ring loses events). Only ACKs inside this payload count (crate::bpf::dp_progress:
     // a stale `last_ack` compared modulo 2^32 was the pipelined stall, see Hooks::set_epoch).
