@@ -59,10 +59,22 @@ struct conn_state {
 	__u32 fe_win;	/* the FE's latest raw window field */
 	__u32 fe_seen;	/* FE segments seen */
 	__u32 sack_stripped;	/* client ACKs whose SACK blocks were made NOPs */
-	/* set by user space with an epoch: the ACKs for DP also go to disc_acks until one
-	 * acknowledges the whole payload */
+	/* set by user space with an epoch (NOTIFY_*): where the ACKs for DP also go, until
+	 * one acknowledges the whole payload */
 	__u32 notify;
+	/* NOTIFY_CLONE: the FE's interface towards DP and its link address */
+	__u32 dp_ifindex;
+	__u8 dp_src_mac[6];
+	__u8 pad[2];
 };
+
+/* The ACK for DP also goes to the ring disc_acks (the FE's forwarder sends it on). */
+#define NOTIFY_RING 1
+/* The ACK for DP is cloned to DP's link as it came from the client (dp_ifindex), with
+ * the destination address DP_ACK_MAC: DP's tap takes it, DP's IP stack ignores it (not
+ * its address), and the FE's user space has nothing to do per ACK. */
+#define NOTIFY_CLONE 2
+static const __u8 DP_ACK_MAC[6] = { 0x02, 0xd1, 0x5c, 0x00, 0xac, 0x4b };
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -260,6 +272,23 @@ static __always_inline int strip_sack(struct __sk_buff *skb, __u32 ihl, __u32 do
 	return w.changed;
 }
 
+/* A copy of the client's segment to DP's link, addressed to DP_ACK_MAC. The packet's own
+ * link header is put back afterwards; every packet pointer is invalid after this. */
+static __always_inline void clone_to_dp(struct __sk_buff *skb, __u32 ifindex,
+					const __u8 *src_mac)
+{
+	__u8 was[12], mac[12];
+
+	if (bpf_skb_load_bytes(skb, 0, was, sizeof(was)) < 0)
+		return;
+	__builtin_memcpy(mac, DP_ACK_MAC, 6);
+	__builtin_memcpy(mac + 6, src_mac, 6);
+	if (bpf_skb_store_bytes(skb, 0, mac, sizeof(mac), 0) < 0)
+		return;
+	bpf_clone_redirect(skb, ifindex, 0);
+	bpf_skb_store_bytes(skb, 0, was, sizeof(was), 0);
+}
+
 SEC("classifier")
 int disc_ingress(struct __sk_buff *skb)
 {
@@ -267,7 +296,7 @@ int disc_ingress(struct __sk_buff *skb)
 	struct tcphdr *tcp;
 	struct conn_state *s;
 	int ihl = parse(skb, &ip, &tcp);
-	__u32 ack, d0, d1, fe_ack, payload;
+	__u32 ack, d0, d1, fe_ack, payload, doff, notify, bare;
 	__be32 old;
 
 	if (ihl < 0)
@@ -282,37 +311,43 @@ int disc_ingress(struct __sk_buff *skb)
 	if (!s || !tcp->ack)
 		return TC_ACT_OK;
 	__sync_fetch_and_add(&s->acks, 1);
+	/* Read now: clone_to_dp invalidates the packet pointers. */
 	old = tcp->ack_seq;
 	ack = bpf_ntohl(old);
+	doff = tcp->doff;
+	payload = bpf_ntohs(ip->tot_len) - ihl - doff * 4;
+	bare = payload == 0 && !tcp->syn && !tcp->fin && !tcp->rst;
 	d0 = s->boundary + s->off_lo;
 	d1 = s->boundary + s->off_hi;
 	if (s->off_hi != s->off_lo && seq_after(ack, d0)) {
 		s->last_ack = ack;
 		s->last_win = bpf_ntohs(tcp->window);
 		__sync_fetch_and_add(&s->dp_acks, 1);
-		if (s->notify) {
+		notify = s->notify;
+		if (notify && !seq_before(ack, d1))
+			s->notify = 0;
+		if (notify & NOTIFY_RING) {
 			struct ack_event ev = { .key = k, .ack = ack, .win = s->last_win };
 
-			if (!seq_before(ack, d1))
-				s->notify = 0;
 			/* A full ring loses the event: the forwarder also reads the map now
 			 * and then. */
 			bpf_ringbuf_output(&disc_acks, &ev, sizeof(ev), 0);
 		}
+		if ((notify & NOTIFY_CLONE) && s->dp_ifindex)
+			clone_to_dp(skb, s->dp_ifindex, s->dp_src_mac);
 	}
 	if (!seq_after(ack, d0)) {
 		fe_ack = ack - s->off_lo;
 	} else if (seq_before(ack, d1)) {
 		fe_ack = s->boundary;
-		payload = bpf_ntohs(ip->tot_len) - ihl - tcp->doff * 4;
-		if (payload == 0 && !tcp->syn && !tcp->fin && !tcp->rst) {
+		if (bare) {
 			__sync_fetch_and_add(&s->dropped, 1);
 			return TC_ACT_SHOT;
 		}
 	} else {
 		fe_ack = ack - s->off_hi;
 	}
-	if (tcp->doff > 5 && (s->off_lo || s->off_hi) && strip_sack(skb, ihl, tcp->doff))
+	if (doff > 5 && (s->off_lo || s->off_hi) && strip_sack(skb, ihl, doff))
 		__sync_fetch_and_add(&s->sack_stripped, 1);
 	if (fe_ack != ack)
 		rewrite32(skb, ihl, offsetof(struct tcphdr, ack_seq), old, bpf_htonl(fe_ack));

@@ -48,7 +48,14 @@ pub fn run(
         let listener = TcpListener::from_std(listener)?;
         if let (Some(l), Some(d)) = (dp_listener, &disc) {
             let l = TcpListener::from_std(l)?;
-            iolab_runtime::spawn(crate::dp::serve(l, d.store.clone(), d.send, watch.clone()));
+            let flows = crate::dp::start_tap();
+            iolab_runtime::spawn(crate::dp::serve(
+                l,
+                d.store.clone(),
+                d.send,
+                flows,
+                watch.clone(),
+            ));
         }
         loop {
             let stream = match watch.accept(&listener).await {

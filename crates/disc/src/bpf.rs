@@ -86,9 +86,30 @@ pub struct ConnState {
     pub fe_seen: u32,
     /// Client ACKs whose SACK blocks `disc_ingress` made NOPs (the connection had a shift).
     pub sack_stripped: u32,
-    /// Nonzero while the ACKs for DP also go to the ring [`ACKS`] (set with an epoch,
-    /// cleared by `disc_ingress` at the ACK of the payload's last byte).
+    /// Where the ACKs for DP also go ([`NOTIFY_RING`], [`NOTIFY_CLONE`]): set with an
+    /// epoch, cleared by `disc_ingress` at the ACK of the payload's last byte.
     pub notify: u32,
+    /// With [`NOTIFY_CLONE`]: the FE's interface towards DP and its link address.
+    pub dp_ifindex: u32,
+    pub dp_src_mac: [u8; 6],
+    pub _pad: [u8; 2],
+}
+
+/// The ACKs for DP also go to the ring [`ACKS`] (the FE's forwarder sends them on).
+pub const NOTIFY_RING: u32 = 1;
+/// The ACKs for DP are cloned, as the client sent them, to DP's link, addressed to
+/// [`DP_ACK_MAC`] (DP's tap, [`crate::dp::AckTap`], takes them; DP's IP stack ignores
+/// them). Needs DP on the FE's link (one hop).
+pub const NOTIFY_CLONE: u32 = 2;
+/// The link destination of the ACKs cloned to DP (locally administered, unicast).
+pub const DP_ACK_MAC: [u8; 6] = [0x02, 0xd1, 0x5c, 0x00, 0xac, 0x4b];
+
+/// Where the FE clones the ACKs for DP: its interface towards DP and that interface's
+/// link address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DpLink {
+    pub ifindex: u32,
+    pub src_mac: [u8; 6],
 }
 
 /// An ACK for DP as `disc_ingress` puts it in the ring [`ACKS`].
@@ -103,8 +124,12 @@ pub struct AckEvent {
 impl AckEvent {
     /// Decodes a ring record (struct ack_event: the key, then ack and win); None if short.
     pub fn parse(b: &[u8]) -> Option<AckEvent> {
-        let u32_at = |i: usize| -> Option<u32> { Some(u32::from_ne_bytes(b.get(i..i + 4)?.try_into().ok()?)) };
-        let u16_at = |i: usize| -> Option<u16> { Some(u16::from_ne_bytes(b.get(i..i + 2)?.try_into().ok()?)) };
+        let u32_at = |i: usize| -> Option<u32> {
+            Some(u32::from_ne_bytes(b.get(i..i + 4)?.try_into().ok()?))
+        };
+        let u16_at = |i: usize| -> Option<u16> {
+            Some(u16::from_ne_bytes(b.get(i..i + 2)?.try_into().ok()?))
+        };
         Some(AckEvent {
             key: ConnKey {
                 client_ip: u32_at(0)?,
@@ -121,7 +146,7 @@ impl AckEvent {
 /// The ring of ACKs for DP (BPF_MAP_TYPE_RINGBUF).
 pub const ACKS: &str = "disc_acks";
 
-// SAFETY: both are repr(C) structs of plain integers with no padding (4+4+2+2 and 15×4
+// SAFETY: both are repr(C) structs of plain integers with no padding (4+4+2+2 and 16×4+8
 // bytes), so every bit pattern is valid and they match the C structs byte for byte.
 unsafe impl aya::Pod for ConnKey {}
 // SAFETY: as above.
@@ -266,11 +291,11 @@ impl Hooks {
         off_hi: u32,
     ) -> anyhow::Result<()> {
         let s = self.get(&key)?.context("connection not registered")?;
-        self.set_epoch_of(key, s, boundary, off_lo, off_hi)
+        self.set_epoch_of(key, s, boundary, off_lo, off_hi, None)
     }
 
     /// [`Hooks::set_epoch`] from the connection's state `s` just read (one map access
-    /// less).
+    /// less); the ACKs for DP are cloned to `to_dp` if given, else put in the ring.
     pub fn set_epoch_of(
         &mut self,
         key: ConnKey,
@@ -278,13 +303,18 @@ impl Hooks {
         boundary: u32,
         off_lo: u32,
         off_hi: u32,
+        to_dp: Option<DpLink>,
     ) -> anyhow::Result<()> {
         s.boundary = boundary;
         s.off_lo = off_lo;
         s.off_hi = off_hi;
         s.last_ack = boundary.wrapping_add(off_lo);
         s.last_win = 0;
-        s.notify = u32::from(off_hi != off_lo);
+        (s.notify, s.dp_ifindex, s.dp_src_mac) = match (off_hi != off_lo, to_dp) {
+            (false, _) => (0, 0, [0; 6]),
+            (true, None) => (NOTIFY_RING, 0, [0; 6]),
+            (true, Some(l)) => (NOTIFY_CLONE, l.ifindex, l.src_mac),
+        };
         self.set(key, s)
     }
 

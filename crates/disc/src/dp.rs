@@ -25,7 +25,8 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io;
-use std::rc::Rc;
+use std::net::SocketAddrV4;
+use std::rc::{Rc, Weak};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -52,6 +53,9 @@ struct Inner {
     /// Transfers DP sent through the GSO packet socket and through the raw socket.
     gso_sends: u64,
     raw_sends: u64,
+    /// Client ACKs DP received from its tap, and as the FE's control lines.
+    tap_acks: u64,
+    line_acks: u64,
 }
 
 /// The payloads held for the FE.
@@ -126,6 +130,21 @@ impl Store {
         }
     }
 
+    /// Client ACKs DP received (from its tap, as the FE's control lines).
+    pub fn ack_sources(&self) -> (u64, u64) {
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        (g.tap_acks, g.line_acks)
+    }
+
+    fn count_ack(&self, tap: bool) {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if tap {
+            g.tap_acks += 1;
+        } else {
+            g.line_acks += 1;
+        }
+    }
+
     /// (jobs, bytes) held now.
     pub fn usage(&self) -> (usize, u64) {
         let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
@@ -134,10 +153,51 @@ impl Store {
 }
 
 /// Serves the control endpoint until `stop`.
+/// The flows DP is sending on, by (client, FE): where the ACK tap hands the client's ACKs.
+/// Each entry carries its sender's [`Sender::id`].
+pub type Flows = Rc<RefCell<HashMap<(SocketAddrV4, SocketAddrV4), (u64, Weak<RefCell<Sender>>)>>>;
+
+/// Opens DP's ACK tap ([`crate::tap`]) in the calling thread's namespace and starts the
+/// task that hands its ACKs to the flows' senders; None (the FE then forwards ACKs as
+/// control lines) if the socket cannot be opened.
+pub fn start_tap() -> Option<Flows> {
+    let tap = match crate::tap::AckTap::open() {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!("dp: no ACK tap ({e}): the FE forwards the ACKs");
+            return None;
+        }
+    };
+    let flows: Flows = Default::default();
+    let f = flows.clone();
+    iolab_runtime::spawn(async move {
+        let r = tap
+            .run(|a| {
+                // Out of the map before the call: a finished transfer removes its flow.
+                let sender = f
+                    .borrow()
+                    .get(&(a.client, a.fe))
+                    .and_then(|(_, w)| w.upgrade());
+                if let Some(sender) = sender {
+                    let mut s = sender.borrow_mut();
+                    let win = crate::sender::window_bytes(u32::from(a.window), s.wscale);
+                    s.store.count_ack(true);
+                    s.on_ack(a.ack, win);
+                }
+            })
+            .await;
+        if let Err(e) = r {
+            tracing::warn!("dp: the ACK tap failed: {e}");
+        }
+    });
+    Some(flows)
+}
+
 pub async fn serve(
     listener: TcpListener,
     store: Arc<Store>,
     send: SendPath,
+    flows: Option<Flows>,
     stop: std::rc::Rc<crate::stop::Watch>,
 ) {
     loop {
@@ -150,27 +210,39 @@ pub async fn serve(
                 continue;
             }
         };
-        let store = store.clone();
+        let (store, flows) = (store.clone(), flows.clone());
         iolab_runtime::spawn(async move {
-            if let Err(e) = control(stream, store, send).await {
+            if let Err(e) = control(stream, store, send, flows).await {
                 tracing::debug!("dp control connection: {e}");
             }
         });
     }
 }
 
-async fn control(stream: TcpStream, store: Arc<Store>, send: SendPath) -> io::Result<()> {
+async fn control(
+    stream: TcpStream,
+    store: Arc<Store>,
+    send: SendPath,
+    flows: Option<Flows>,
+) -> io::Result<()> {
     let _ = stream.set_nodelay(true);
     let mut conn = Conn::new(stream);
     // The payload of the last CHECK, held for the SEND that follows it.
     let mut prepared: Option<(u64, Bytes)> = None;
     // The connection's sender, opened with its first SEND; shared with its timer task.
+    let tap = flows.is_some();
     let sender = Rc::new(RefCell::new(Sender {
         send,
         store: store.clone(),
         wire: None,
         transfer: None,
         timer: false,
+        flows,
+        wscale: 0,
+        id: NEXT_SENDER.with(|n| {
+            n.set(n.get() + 1);
+            n.get()
+        }),
     }));
     loop {
         let line = match conn.read_line(256).await {
@@ -187,6 +259,8 @@ async fn control(stream: TcpStream, store: Arc<Store>, send: SendPath) -> io::Re
             (Some("CHECK"), Some(id)) => {
                 prepared = store.take(id).map(|body| (id, body));
                 let line = match &prepared {
+                    // `tap`: the FE may clone the client's ACKs to this DP.
+                    Some((_, body)) if tap => format!("OK {} tap\r\n", body.len()),
                     Some((_, body)) => format!("OK {}\r\n", body.len()),
                     None => "ERR unknown payload\r\n".to_string(),
                 };
@@ -199,7 +273,7 @@ async fn control(stream: TcpStream, store: Arc<Store>, send: SendPath) -> io::Re
                     Some((p, body)) if p == id => Some(body),
                     _ => None,
                 };
-                let Some((flow, wnd)) = parse_send(&mut words) else {
+                let Some((flow, wnd, wscale)) = parse_send(&mut words) else {
                     tracing::warn!("dp: bad SEND `{text}`");
                     return Ok(());
                 };
@@ -207,7 +281,7 @@ async fn control(stream: TcpStream, store: Arc<Store>, send: SendPath) -> io::Re
                     tracing::warn!("dp: SEND of payload {id}, not the one checked");
                     return Ok(());
                 };
-                if let Err(e) = Sender::start(&sender, flow, body, wnd) {
+                if let Err(e) = Sender::start(&sender, flow, body, wnd, wscale) {
                     tracing::warn!("dp: cannot send to {}: {e}", flow.client);
                     return Ok(());
                 }
@@ -217,6 +291,7 @@ async fn control(stream: TcpStream, store: Arc<Store>, send: SendPath) -> io::Re
                     .next()
                     .and_then(|w| w.parse::<usize>().ok())
                     .unwrap_or(0);
+                store.count_ack(false);
                 sender.borrow_mut().on_ack(ack as u32, win);
             }
             (Some("FETCH"), Some(id)) => match store.take(id) {
@@ -235,16 +310,23 @@ async fn control(stream: TcpStream, store: Arc<Store>, send: SendPath) -> io::Re
     }
 }
 
-/// SEND's fields; the last (the client's window in bytes, 0 = unknown) is optional.
-fn parse_send<'a>(w: &mut impl Iterator<Item = &'a str>) -> Option<(crate::sender::Flow, usize)> {
-    let client: std::net::SocketAddrV4 = w.next()?.parse().ok()?;
-    let fe: std::net::SocketAddrV4 = w.next()?.parse().ok()?;
+/// SEND's fields; the last two (the client's window in bytes, 0 = unknown; its window
+/// scale, for the ACKs the tap reads) are optional.
+fn parse_send<'a>(
+    w: &mut impl Iterator<Item = &'a str>,
+) -> Option<(crate::sender::Flow, usize, u8)> {
+    let client: SocketAddrV4 = w.next()?.parse().ok()?;
+    let fe: SocketAddrV4 = w.next()?.parse().ok()?;
     let seq: u32 = w.next()?.parse().ok()?;
     let ack: u32 = w.next()?.parse().ok()?;
     let window: u16 = w.next()?.parse().ok()?;
     let client_window = match w.next() {
         None => 0,
         Some(x) => x.parse::<u32>().ok()? as usize,
+    };
+    let wscale = match w.next() {
+        None => 0,
+        Some(x) => x.parse::<u8>().ok().filter(|s| *s <= 14)?,
     };
     Some((
         crate::sender::Flow {
@@ -256,6 +338,7 @@ fn parse_send<'a>(w: &mut impl Iterator<Item = &'a str>) -> Option<(crate::sende
             mss: SEND_MSS,
         },
         client_window,
+        wscale,
     ))
 }
 
@@ -337,7 +420,7 @@ fn open_sender(send: SendPath, client: std::net::Ipv4Addr) -> io::Result<Wire> {
 /// futex wake and two context switches per message: three quarters of the BE's loop time
 /// at 64 KiB). The socket is kept between transfers; sends never block the loop
 /// (`MSG_DONTWAIT`: a full socket buffer leaves the rest to the next ACK or tick).
-struct Sender {
+pub struct Sender {
     send: SendPath,
     store: Arc<Store>,
     /// The socket and the client it was opened for.
@@ -346,6 +429,22 @@ struct Sender {
     transfer: Option<(crate::sender::Transfer, Instant)>,
     /// A timer task is running for this sender.
     timer: bool,
+    /// The tap's registry (None: ACKs come as control lines).
+    flows: Option<Flows>,
+    /// The client's window scale (the tap's ACKs carry raw window fields).
+    wscale: u8,
+    /// Tells this sender's entries in `flows` from others'.
+    id: u64,
+}
+
+impl Drop for Sender {
+    fn drop(&mut self) {
+        self.unregister();
+    }
+}
+
+thread_local! {
+    static NEXT_SENDER: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// How often a transfer's retransmission timer is checked.
@@ -357,8 +456,11 @@ impl Sender {
         flow: crate::sender::Flow,
         body: Bytes,
         wnd: usize,
+        wscale: u8,
     ) -> io::Result<()> {
         let mut s = this.borrow_mut();
+        s.unregister();
+        s.wscale = wscale;
         if s.transfer.as_ref().is_some_and(|(t, _)| !t.done()) {
             tracing::warn!("dp: a new payload before the last was acknowledged");
         }
@@ -382,6 +484,10 @@ impl Sender {
         let mut t = crate::sender::Transfer::new(flow, body, window);
         t.pump(out)?;
         *transfer = Some((t, Instant::now()));
+        if let Some(f) = &s.flows {
+            f.borrow_mut()
+                .insert((flow.client, flow.fe), (s.id, Rc::downgrade(this)));
+        }
         if !s.timer {
             s.timer = true;
             let weak = Rc::downgrade(this);
@@ -409,7 +515,20 @@ impl Sender {
         }
     }
 
+    /// The tap no longer hands this sender ACKs for its last transfer's flow.
+    fn unregister(&mut self) {
+        if let (Some(f), Some((t, _))) = (&self.flows, &self.transfer) {
+            let key = (t.flow.client, t.flow.fe);
+            let mut f = f.borrow_mut();
+            // Only our own entry (another connection may send on the flow now).
+            if f.get(&key).is_some_and(|(id, _)| *id == self.id) {
+                f.remove(&key);
+            }
+        }
+    }
+
     fn finish(&mut self) {
+        self.unregister();
         if let Some((t, _)) = self.transfer.take() {
             tracing::debug!(
                 "dp: sent in {} segments by {} {} sends, {} go-back-N rounds",

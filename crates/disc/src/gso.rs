@@ -38,6 +38,8 @@ pub struct Neighbour {
     pub ifindex: i32,
     pub src_mac: [u8; 6],
     pub dst_mac: [u8; 6],
+    /// The destination itself is the next hop (no router between).
+    pub on_link: bool,
 }
 
 impl Neighbour {
@@ -63,6 +65,7 @@ impl Neighbour {
             ifname,
             ifindex: ifindex as i32,
             dst_mac,
+            on_link: hop == dst,
         }))
     }
 }
@@ -154,7 +157,11 @@ fn hw_addr(ifname: &str) -> io::Result<[u8; 6]> {
     Ok(mac)
 }
 
-fn socket(domain: libc::c_int, ty: libc::c_int, proto: libc::c_int) -> io::Result<OwnedFd> {
+pub(crate) fn socket(
+    domain: libc::c_int,
+    ty: libc::c_int,
+    proto: libc::c_int,
+) -> io::Result<OwnedFd> {
     // SAFETY: socket(2) with plain integer arguments; the result is checked.
     let fd = unsafe { libc::socket(domain, ty | libc::SOCK_CLOEXEC, proto) };
     if fd < 0 {

@@ -24,3 +24,4 @@ pub mod proto;
 pub mod proxy;
 pub mod sender;
 pub mod stop;
+pub mod tap;

@@ -58,10 +58,80 @@ struct FeHooks {
 
 /// The latest ACK for DP on one connection (client view, raw window) and the Cond its
 /// forwarder waits on.
-#[derive(Default)]
 struct AckSlot {
     latest: Cell<Option<(u32, u32)>>,
     cond: iolab_runtime::Cond,
+    /// A payload DP sends with the ACKs cloned to it, not yet known to be acknowledged: the
+    /// next epoch waits for it, the watchdog closes the connection if it stalls.
+    inflight: Cell<Option<Inflight>>,
+    /// The client connection's descriptor (the watchdog shuts it down; the slot goes before
+    /// the descriptor could be reused, see `connection`).
+    fd: std::os::fd::RawFd,
+}
+
+#[derive(Clone, Copy)]
+struct Inflight {
+    /// Client-view sequence number of the payload's first byte, and its size.
+    seq: u32,
+    size: u32,
+    /// Bytes acknowledged when last seen, and when they last grew.
+    acked: u32,
+    since: std::time::Instant,
+}
+
+impl Inflight {
+    /// Bytes of the payload acknowledged by the client's latest ACK for DP `last_ack`.
+    fn acked_by(&self, last_ack: u32) -> u32 {
+        let a = last_ack.wrapping_sub(self.seq);
+        if a < 1 << 31 {
+            a.min(self.size)
+        } else {
+            0
+        }
+    }
+}
+
+/// How often the watchdog looks at the payloads in flight.
+const WATCH: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Closes the client connections whose payload made no progress for [`DIRECT_STALL`] (DP
+/// died mid-payload: the client would wait for the rest forever); forgets those done.
+async fn watchdog(fe: std::rc::Weak<FeHooks>) {
+    loop {
+        iolab_runtime::sleep(WATCH).await;
+        let Some(fe) = fe.upgrade() else { return };
+        let slots: Vec<(crate::bpf::ConnKey, Rc<AckSlot>)> = fe
+            .slots
+            .borrow()
+            .iter()
+            .filter(|(_, s)| s.inflight.get().is_some())
+            .map(|(k, s)| (*k, s.clone()))
+            .collect();
+        for (key, slot) in slots {
+            let Some(mut inf) = slot.inflight.get() else {
+                continue;
+            };
+            let Ok(Some(st)) = fe.hooks.borrow_mut().get(&key) else {
+                continue;
+            };
+            let acked = inf.acked_by(st.last_ack);
+            if acked == inf.size {
+                slot.inflight.set(None);
+            } else if acked > inf.acked {
+                (inf.acked, inf.since) = (acked, std::time::Instant::now());
+                slot.inflight.set(Some(inf));
+            } else if inf.since.elapsed() > DIRECT_STALL {
+                tracing::warn!(
+                    "DISC: a payload stalled at {acked} of {} bytes: closing",
+                    inf.size
+                );
+                slot.inflight.set(None);
+                // SAFETY: shutdown(2) on the connection's descriptor, open while its slot is
+                // registered (the slot is removed before the descriptor can be reused).
+                unsafe { libc::shutdown(slot.fd, libc::SHUT_RDWR) };
+            }
+        }
+    }
 }
 
 type SharedHooks = Option<Rc<FeHooks>>;
@@ -113,6 +183,7 @@ pub fn run(listener: std::net::TcpListener, cfg: ProxyConfig, stop: Arc<Stop>) -
                     if let Some(ring) = ring {
                         iolab_runtime::spawn(read_acks(ring, fe.clone()));
                     }
+                    iolab_runtime::spawn(watchdog(Rc::downgrade(&fe)));
                     Some(fe)
                 }
                 (None, true) => return Err(io::Error::new(
@@ -223,7 +294,13 @@ fn register(stream: &TcpStream, hooks: &SharedHooks) -> io::Result<Option<Regist
         tracing::warn!("DISC hooks: cannot register {client}: {e}");
         return Ok(None);
     }
-    let slot = Rc::new(AckSlot::default());
+    use std::os::fd::AsRawFd;
+    let slot = Rc::new(AckSlot {
+        latest: Cell::new(None),
+        cond: iolab_runtime::Cond::new(),
+        inflight: Cell::new(None),
+        fd: stream.as_raw_fd(),
+    });
     h.slots.borrow_mut().insert(key, slot.clone());
     Ok(Some(Registered {
         hooks: h.clone(),
@@ -250,6 +327,8 @@ async fn connection(
     };
     // DP control connection (FE role, relay mode), kept per client connection.
     let mut dp: Option<(SocketAddr, Conn)> = None;
+    // Where the hooks clone the client's ACKs for DP (direct mode), per DP address.
+    let mut dp_link: Option<(SocketAddr, Option<crate::bpf::DpLink>)> = None;
     loop {
         let Some(h) = (match client.read_head().await {
             Ok(h) => h,
@@ -330,11 +409,15 @@ async fn connection(
             let out_head = rewrite_head(&rhead, DISC_FIELD, &[]);
             if let (DiscMode::Direct, Some(reg)) = (cfg.disc, &reg) {
                 match fe_check(&mut dp, d).await {
-                    Ok(()) => {
+                    Ok(tap) => {
+                        let link = match tap {
+                            true => link_to(&mut dp_link, d.last),
+                            false => None,
+                        };
                         let (_, c) = dp.as_mut().expect("connected");
                         write_all(&client.stream, out_head).await?;
                         // From here on the head is out: a failure closes the connection.
-                        fe_direct(reg, &client.stream, c, d).await?;
+                        fe_direct(reg, &client.stream, c, d, link).await?;
                         break res.keep_alive;
                     }
                     Err(e) => {
@@ -439,14 +522,43 @@ async fn dp_line(c: &mut Conn, line: String) -> io::Result<String> {
     Ok(String::from_utf8_lossy(&l[..l.len() - 2]).into_owned())
 }
 
-/// Direct mode, before anything of the answer is written: DP holds the payload.
-async fn fe_check(dp: &mut Option<(SocketAddr, Conn)>, d: Disc) -> io::Result<()> {
+/// Direct mode, before anything of the answer is written: DP holds the payload. Ok(true)
+/// when DP reads the client's ACKs from its tap (the hooks may clone them to it).
+async fn fe_check(dp: &mut Option<(SocketAddr, Conn)>, d: Disc) -> io::Result<bool> {
     let c = dp_conn(dp, d.last).await?;
     let answer = dp_line(c, format!("CHECK {}\r\n", d.id)).await?;
-    if answer != format!("OK {}", d.size) {
-        return Err(io::Error::other(format!("DP answered `{answer}`")));
+    let ok = format!("OK {}", d.size);
+    match answer.strip_prefix(&ok) {
+        Some("") => Ok(false),
+        Some(" tap") => Ok(true),
+        _ => Err(io::Error::other(format!("DP answered `{answer}`"))),
     }
-    Ok(())
+}
+
+/// The FE's interface towards DP at `dp` and its link address, when DP is one hop away
+/// (resolved once per DP address; None: the FE forwards the ACKs itself).
+fn link_to(
+    cache: &mut Option<(SocketAddr, Option<crate::bpf::DpLink>)>,
+    dp: SocketAddr,
+) -> Option<crate::bpf::DpLink> {
+    if let Some((at, link)) = cache {
+        if *at == dp {
+            return *link;
+        }
+    }
+    let link = match dp {
+        SocketAddr::V4(a) => match crate::gso::Neighbour::resolve(*a.ip()) {
+            // One hop: the next hop is DP itself (not a router).
+            Ok(Some(n)) if n.on_link => Some(crate::bpf::DpLink {
+                ifindex: n.ifindex as u32,
+                src_mac: n.src_mac,
+            }),
+            _ => None,
+        },
+        SocketAddr::V6(_) => None,
+    };
+    *cache = Some((dp, link));
+    link
 }
 
 /// SIOCOUTQNSD (linux/sockios.h): bytes in the send queue not yet sent.
@@ -519,7 +631,13 @@ const MAP_CHECK: std::time::Duration = std::time::Duration::from_millis(10);
 /// sequence numbers (the hooks' new epoch), DP sends it
 /// as the FE, and the client's ACKs for it are forwarded to DP until the last byte is
 /// acknowledged. Then the FE's stack writes again (its bytes shifted past the payload).
-async fn fe_direct(reg: &Registered, client: &TcpStream, c: &mut Conn, d: Disc) -> io::Result<()> {
+async fn fe_direct(
+    reg: &Registered,
+    client: &TcpStream,
+    c: &mut Conn,
+    d: Disc,
+    link: Option<crate::bpf::DpLink>,
+) -> io::Result<()> {
     let t0 = std::time::Instant::now();
     while unsent(client)? > 0 {
         if t0.elapsed() > DIRECT_STALL {
@@ -535,7 +653,22 @@ async fn fe_direct(reg: &Registered, client: &TcpStream, c: &mut Conn, d: Disc) 
             .map_err(io::Error::other)?
             .ok_or_else(|| io::Error::other("connection not registered"))
     };
-    let st = get()?;
+    let mut st = get()?;
+    // One epoch at a time: the previous payload (pipelined requests) must be acknowledged.
+    if let Some(prev) = reg.slot.inflight.get() {
+        let t0 = std::time::Instant::now();
+        while prev.acked_by(st.last_ack) != prev.size {
+            if t0.elapsed() > DIRECT_STALL {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the payload stalled",
+                ));
+            }
+            iolab_runtime::sleep(ACK_POLL).await;
+            st = get()?;
+        }
+        reg.slot.inflight.set(None);
+    }
     let size = u32::try_from(d.size).map_err(|_| io::Error::other("payload over 4 GiB"))?;
     let (boundary, off_lo) = (st.fe_nxt, st.off_hi);
     let off_hi = off_lo.wrapping_add(size);
@@ -543,7 +676,7 @@ async fn fe_direct(reg: &Registered, client: &TcpStream, c: &mut Conn, d: Disc) 
     reg.hooks
         .hooks
         .borrow_mut()
-        .set_epoch_of(reg.key, st, boundary, off_lo, off_hi)
+        .set_epoch_of(reg.key, st, boundary, off_lo, off_hi, link)
         .map_err(io::Error::other)?;
     let seq = boundary.wrapping_add(off_lo);
     // The client's window fields are scaled by its window scale; DP counts in bytes.
@@ -552,12 +685,23 @@ async fn fe_direct(reg: &Registered, client: &TcpStream, c: &mut Conn, d: Disc) 
     write_all(
         &c.stream,
         format!(
-            "SEND {} {} {} {seq} {} {} {wnd}\r\n",
+            "SEND {} {} {} {seq} {} {} {wnd} {wscale}\r\n",
             d.id, reg.client, reg.fe, st.fe_ack, st.fe_win
         )
         .into_bytes(),
     )
     .await?;
+    if link.is_some() {
+        // The hooks clone the client's ACKs to DP: nothing to forward. The next epoch (or
+        // the watchdog) checks that the payload arrived.
+        reg.slot.inflight.set(Some(Inflight {
+            seq,
+            size,
+            acked: 0,
+            since: std::time::Instant::now(),
+        }));
+        return Ok(());
+    }
     // The ACK forwarder: woken by read_acks, and every MAP_CHECK reading the map itself (a
     // full ring loses events). Only ACKs inside this payload count (crate::bpf::dp_progress:
     // a stale `last_ack` compared modulo 2^32 was the pipelined stall, see Hooks::set_epoch).

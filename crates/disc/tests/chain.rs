@@ -229,6 +229,13 @@ fn disc_direct_dp_sends_on_the_clients_connection() {
     let (gso, raw) = store.send_paths();
     assert_eq!(gso + raw, big);
     assert!(raw <= 1 && gso >= big - 1, "gso {gso}, raw {raw}");
+    // DP is on the FE's link: the hooks clone the client's ACKs to DP's tap, and the FE
+    // forwards none itself.
+    let (tap, lines) = store.ack_sources();
+    assert!(
+        tap >= big && lines == 0,
+        "ACKs from the tap {tap}, as lines {lines}"
+    );
     c.stop().unwrap();
 }
 

@@ -1,0 +1,138 @@
+//! DP's ACK tap: the client's ACKs for DP's bytes, cloned to DP's link by the FE's
+//! `disc_ingress` ([`crate::bpf::NOTIFY_CLONE`]) with the link destination
+//! [`crate::bpf::DP_ACK_MAC`], read here from a packet socket in the BE's namespace. The
+//! address is no interface's, so the BE's IP stack drops the copies; only this socket, whose
+//! classic BPF filter passes nothing else, sees them. Per ACK: no FE user-space work, no
+//! control-line message, no TCP on either side (the FE's ack forwarder did all three).
+
+use std::io;
+use std::net::SocketAddrV4;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use crate::bpf::DP_ACK_MAC;
+
+/// A packet socket receiving only frames addressed to [`DP_ACK_MAC`].
+pub struct AckTap {
+    fd: OwnedFd,
+}
+
+/// A client ACK as DP reads it: the flow (client, FE), the cumulative ACK (client view)
+/// and the raw window field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TapAck {
+    pub client: SocketAddrV4,
+    pub fe: SocketAddrV4,
+    pub ack: u32,
+    pub window: u16,
+}
+
+/// Largest frame read (an Ethernet MTU; only the headers matter).
+const FRAME: usize = 2048;
+
+impl AckTap {
+    /// Opens the tap on every interface of the calling thread's namespace (CAP_NET_RAW).
+    pub fn open() -> io::Result<AckTap> {
+        let fd = crate::gso::socket(
+            libc::AF_PACKET,
+            libc::SOCK_RAW | libc::SOCK_NONBLOCK,
+            i32::from((libc::ETH_P_IP as u16).to_be()),
+        )?;
+        let m = DP_ACK_MAC;
+        let word = u32::from_be_bytes([m[0], m[1], m[2], m[3]]);
+        let half = u32::from(u16::from_be_bytes([m[4], m[5]]));
+        // ld [0]; jeq word → next else drop; ldh [4]; jeq half → accept else drop.
+        let mut filter = [
+            bpf_stmt(0x20, 0),          // BPF_LD | BPF_W | BPF_ABS
+            bpf_jump(0x15, word, 0, 3), // BPF_JMP | BPF_JEQ | BPF_K
+            bpf_stmt(0x28, 4),          // BPF_LD | BPF_H | BPF_ABS
+            bpf_jump(0x15, half, 0, 1),
+            bpf_stmt(0x06, FRAME as u32), // BPF_RET | BPF_K: accept
+            bpf_stmt(0x06, 0),            // drop
+        ];
+        let prog = libc::sock_fprog {
+            len: filter.len() as u16,
+            filter: filter.as_mut_ptr(),
+        };
+        // SAFETY: SO_ATTACH_FILTER copies the program (`prog` and the array it points at,
+        // both alive for the call); the length passed is the struct's.
+        let r = unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_ATTACH_FILTER,
+                (&prog as *const libc::sock_fprog).cast(),
+                std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // Frames queued before the filter was attached passed no filter: drop them.
+        let tap = AckTap { fd };
+        let mut buf = vec![0u8; FRAME];
+        while tap.recv(&mut buf)?.is_some() {}
+        Ok(tap)
+    }
+
+    /// One frame, if one is queued (the socket never blocks).
+    fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        // SAFETY: recv(2) writes at most buf.len() bytes into `buf`, alive for the call.
+        let n = unsafe {
+            libc::recv(
+                self.fd.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::WouldBlock => Ok(None),
+                io::ErrorKind::Interrupted => self.recv(buf),
+                _ => Err(e),
+            };
+        }
+        Ok(Some(n as usize))
+    }
+
+    /// Calls `on_ack` for every ACK the tap receives, until an error on the socket.
+    pub async fn run(self, mut on_ack: impl FnMut(TapAck)) -> io::Result<()> {
+        let mut buf = vec![0u8; FRAME];
+        loop {
+            while let Some(n) = self.recv(&mut buf)? {
+                if let Some(a) = parse(&buf[..n]) {
+                    on_ack(a);
+                }
+            }
+            iolab_runtime::wait_readable(self.fd.as_raw_fd()).await?;
+        }
+    }
+}
+
+/// The ACK in a frame the tap read (anything else: None).
+pub fn parse(frame: &[u8]) -> Option<TapAck> {
+    let (seg, _, _) = crate::packet::parse(frame)?;
+    if seg.flags & crate::packet::ACK == 0 {
+        return None;
+    }
+    Some(TapAck {
+        client: SocketAddrV4::new(seg.src, seg.sport),
+        fe: SocketAddrV4::new(seg.dst, seg.dport),
+        ack: seg.ack,
+        window: seg.window,
+    })
+}
+
+fn bpf_stmt(code: u16, k: u32) -> libc::sock_filter {
+    libc::sock_filter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    }
+}
+
+fn bpf_jump(code: u16, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
+    libc::sock_filter { code, jt, jf, k }
+}
