@@ -356,8 +356,9 @@ pub fn compare_sizes(
         (&mut direct, &chain.is_ns, chain.be, "direct"),
     ] {
         let mut args = Vec::new();
-        for &n in sizes {
-            let file = scratch.join(format!("{tag}-{n}.out"));
+        // A size given twice is fetched twice (one output file per position).
+        for (i, &n) in sizes.iter().enumerate() {
+            let file = scratch.join(format!("{tag}-{i}-{n}.out"));
             args.extend([
                 "-i".to_string(),
                 "-o".into(),
