@@ -38,5 +38,14 @@ fn main() {
     println!(
         "cargo::warning=iolab-disc without eBPF programs: {why}; install clang and libbpf-dev"
     );
+    // Built again once clang and the headers are there (a missing file is always stale):
+    // an empty object must not outlive `scripts/install-deps`.
+    let path = if clang.contains('/') {
+        clang.clone()
+    } else {
+        format!("/usr/bin/{clang}")
+    };
+    println!("cargo::rerun-if-changed={path}");
+    println!("cargo::rerun-if-changed=/usr/include/bpf/bpf_helpers.h");
     std::fs::write(&out, b"").expect("writing an empty object");
 }
