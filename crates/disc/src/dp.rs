@@ -481,6 +481,11 @@ impl Sender {
         let (_, out) = wire.as_mut().expect("just opened");
         store.count_send(matches!(out, Wire::Gso(_)));
         let window = if wnd > 0 { wnd } else { INITIAL_WINDOW };
+        tracing::debug!(
+            "dp: {} bytes to {} in a window of {window}",
+            body.len(),
+            flow.client
+        );
         let mut t = crate::sender::Transfer::new(flow, body, window);
         t.pump(out)?;
         *transfer = Some((t, Instant::now()));

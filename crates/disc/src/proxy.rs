@@ -580,12 +580,13 @@ fn unsent(s: &TcpStream) -> io::Result<i32> {
 /// What the FE's stack knows of the client's receive window (TCP_INFO): the client's
 /// window scale (the shift its window fields take) and its last window in bytes (0 when
 /// the kernel does not report it: `tcpi_snd_wnd` came with Linux 5.19).
-fn client_window(s: &TcpStream) -> io::Result<(u8, u32)> {
-    use std::os::fd::AsRawFd;
+fn client_window(s: &impl std::os::fd::AsRawFd) -> io::Result<(u8, u32)> {
     // struct tcp_info: tcpi_snd_wscale is the low nibble of byte 6, tcpi_snd_wnd the u32 at
-    // byte 236 (include/uapi/linux/tcp.h); read as bytes so that older kernels (shorter
-    // structs) are told apart by the returned length.
-    const SND_WND: usize = 236;
+    // byte 228 (include/uapi/linux/tcp.h: after tcpi_rcv_ooopack; it was read at 236,
+    // tcpi_rehash, always 0 — DP then assumed a 64 KiB window and sent a 64 KiB answer in
+    // three bursts, one more wait for an ACK); read as bytes so that older kernels
+    // (shorter structs) are told apart by the returned length.
+    const SND_WND: usize = 228;
     let mut buf = [0u8; 512];
     let mut len = buf.len() as libc::socklen_t;
     // SAFETY: getsockopt writes at most `len` bytes into `buf` and the length into `len`,
@@ -769,4 +770,32 @@ async fn fe_relay(dp: &mut Option<(SocketAddr, Conn)>, d: Disc) -> io::Result<()
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The client's window as the FE reads it: a peer with Linux's default buffers
+    /// advertises more than 64 KiB once it has read some data, and its window scale.
+    #[test]
+    fn the_clients_window_is_read_from_tcp_info() {
+        use std::io::{Read, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut peer = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut fe, _) = l.accept().unwrap();
+        // Some traffic: the peer's window opens as its buffer autotunes.
+        let chunk = vec![7u8; 256 * 1024];
+        let mut got = vec![0u8; chunk.len()];
+        for _ in 0..4 {
+            fe.write_all(&chunk).unwrap();
+            peer.read_exact(&mut got).unwrap();
+        }
+        peer.write_all(b"x").unwrap(); // an ACK with the peer's current window
+        let mut one = [0u8; 1];
+        fe.read_exact(&mut one).unwrap();
+        let (wscale, wnd) = client_window(&fe).unwrap();
+        assert!(wscale > 0, "window scaling is on by default");
+        assert!(wnd > 64 * 1024, "window {wnd} bytes");
+    }
 }
