@@ -74,6 +74,9 @@ struct conn_state {
  * the destination address DP_ACK_MAC: DP's tap takes it, DP's IP stack ignores it (not
  * its address), and the FE's user space has nothing to do per ACK. */
 #define NOTIFY_CLONE 2
+/* With NOTIFY_CLONE: only the ACK of the payload's last byte and duplicate ACKs are
+ * cloned (DP sent the whole payload at once: the ACKs between tell it nothing). */
+#define NOTIFY_ENDS 4
 static const __u8 DP_ACK_MAC[6] = { 0x02, 0xd1, 0x5c, 0x00, 0xac, 0x4b };
 
 struct {
@@ -296,7 +299,7 @@ int disc_ingress(struct __sk_buff *skb)
 	struct tcphdr *tcp;
 	struct conn_state *s;
 	int ihl = parse(skb, &ip, &tcp);
-	__u32 ack, d0, d1, fe_ack, payload, doff, notify, bare;
+	__u32 ack, d0, d1, fe_ack, payload, doff, notify, bare, prev, last;
 	__be32 old;
 
 	if (ihl < 0)
@@ -320,11 +323,13 @@ int disc_ingress(struct __sk_buff *skb)
 	d0 = s->boundary + s->off_lo;
 	d1 = s->boundary + s->off_hi;
 	if (s->off_hi != s->off_lo && seq_after(ack, d0)) {
+		prev = s->last_ack;
 		s->last_ack = ack;
 		s->last_win = bpf_ntohs(tcp->window);
 		__sync_fetch_and_add(&s->dp_acks, 1);
 		notify = s->notify;
-		if (notify && !seq_before(ack, d1))
+		last = !seq_before(ack, d1);
+		if (notify && last)
 			s->notify = 0;
 		if (notify & NOTIFY_RING) {
 			struct ack_event ev = { .key = k, .ack = ack, .win = s->last_win };
@@ -333,7 +338,8 @@ int disc_ingress(struct __sk_buff *skb)
 			 * and then. */
 			bpf_ringbuf_output(&disc_acks, &ev, sizeof(ev), 0);
 		}
-		if ((notify & NOTIFY_CLONE) && s->dp_ifindex)
+		if ((notify & NOTIFY_CLONE) && s->dp_ifindex &&
+		    (!(notify & NOTIFY_ENDS) || last || ack == prev))
 			clone_to_dp(skb, s->dp_ifindex, s->dp_src_mac);
 	}
 	if (!seq_after(ack, d0)) {

@@ -101,6 +101,9 @@ pub const NOTIFY_RING: u32 = 1;
 /// [`DP_ACK_MAC`] (DP's tap, [`crate::dp::AckTap`], takes them; DP's IP stack ignores
 /// them). Needs DP on the FE's link (one hop).
 pub const NOTIFY_CLONE: u32 = 2;
+/// With [`NOTIFY_CLONE`]: only the ACK of the payload's last byte and duplicate ACKs are
+/// cloned (DP sends the whole payload at once: the client's window holds it).
+pub const NOTIFY_ENDS: u32 = 4;
 /// The link destination of the ACKs cloned to DP (locally administered, unicast).
 pub const DP_ACK_MAC: [u8; 6] = [0x02, 0xd1, 0x5c, 0x00, 0xac, 0x4b];
 
@@ -110,6 +113,8 @@ pub const DP_ACK_MAC: [u8; 6] = [0x02, 0xd1, 0x5c, 0x00, 0xac, 0x4b];
 pub struct DpLink {
     pub ifindex: u32,
     pub src_mac: [u8; 6],
+    /// Clone only the ends ([`NOTIFY_ENDS`]).
+    pub ends_only: bool,
 }
 
 /// An ACK for DP as `disc_ingress` puts it in the ring [`ACKS`].
@@ -313,7 +318,11 @@ impl Hooks {
         (s.notify, s.dp_ifindex, s.dp_src_mac) = match (off_hi != off_lo, to_dp) {
             (false, _) => (0, 0, [0; 6]),
             (true, None) => (NOTIFY_RING, 0, [0; 6]),
-            (true, Some(l)) => (NOTIFY_CLONE, l.ifindex, l.src_mac),
+            (true, Some(l)) => (
+                NOTIFY_CLONE | if l.ends_only { NOTIFY_ENDS } else { 0 },
+                l.ifindex,
+                l.src_mac,
+            ),
         };
         self.set(key, s)
     }

@@ -552,6 +552,7 @@ fn link_to(
             Ok(Some(n)) if n.on_link => Some(crate::bpf::DpLink {
                 ifindex: n.ifindex as u32,
                 src_mac: n.src_mac,
+                ends_only: false,
             }),
             _ => None,
         },
@@ -673,6 +674,14 @@ async fn fe_direct(
     let size = u32::try_from(d.size).map_err(|_| io::Error::other("payload over 4 GiB"))?;
     let (boundary, off_lo) = (st.fe_nxt, st.off_hi);
     let off_hi = off_lo.wrapping_add(size);
+    // The client's window fields are scaled by its window scale; DP counts in bytes.
+    let (wscale, wnd) = client_window(client)?;
+    // DP sends it all at once when the client's window holds it: then only the ACK of its
+    // last byte (and duplicates, on a loss) need reach DP.
+    let link = link.map(|l| crate::bpf::DpLink {
+        ends_only: u64::from(wnd) >= d.size,
+        ..l
+    });
     reg.slot.latest.set(None);
     reg.hooks
         .hooks
@@ -680,8 +689,6 @@ async fn fe_direct(
         .set_epoch_of(reg.key, st, boundary, off_lo, off_hi, link)
         .map_err(io::Error::other)?;
     let seq = boundary.wrapping_add(off_lo);
-    // The client's window fields are scaled by its window scale; DP counts in bytes.
-    let (wscale, wnd) = client_window(client)?;
     // No answer to wait for: DP, holding the payload since CHECK, starts at once.
     write_all(
         &c.stream,

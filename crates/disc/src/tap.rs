@@ -96,6 +96,17 @@ impl AckTap {
         Ok(Some(n as usize))
     }
 
+    /// The next ACK queued, if any (frames that are not ACKs are skipped).
+    pub fn try_recv(&self) -> io::Result<Option<TapAck>> {
+        let mut buf = vec![0u8; FRAME];
+        while let Some(n) = self.recv(&mut buf)? {
+            if let Some(a) = parse(&buf[..n]) {
+                return Ok(Some(a));
+            }
+        }
+        Ok(None)
+    }
+
     /// Calls `on_ack` for every ACK the tap receives, until an error on the socket.
     pub async fn run(self, mut on_ack: impl FnMut(TapAck)) -> io::Result<()> {
         let mut buf = vec![0u8; FRAME];

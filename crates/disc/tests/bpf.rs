@@ -224,6 +224,92 @@ fn acks_for_dp_go_to_the_ring_until_the_payload_is_acknowledged() {
     assert_eq!(h.get(&key()).unwrap().unwrap().notify, 0);
 }
 
+/// The ACK clone to DP: `disc_ingress` (run in a namespace whose veth leads to DP's) sends
+/// copies of the client's ACKs for DP, as the client sent them, to DP's link, where DP's
+/// tap reads them: every one with the whole transfer's ACKs, only the last byte's and
+/// duplicates with `ends_only`; none once the payload is acknowledged. The FE's stack still
+/// gets its own translated segment.
+#[test]
+fn acks_for_dp_are_cloned_to_dps_tap() {
+    if !ready() {
+        return;
+    }
+    let _ = iolab_netns::cleanup_stale("dbc");
+    let mut net = iolab_netns::Net::new("dbc").unwrap();
+    let fe_ns = net.namespace().unwrap();
+    let dp_ns = net.namespace().unwrap();
+    let (fe_if, dp_if) = net.veth(Some(&fe_ns), Some(&dp_ns)).unwrap();
+    fe_if.up().unwrap();
+    dp_if.up().unwrap();
+    let (fe_name, dp_name) = (fe_ns.name().to_string(), dp_ns.name().to_string());
+    let tap =
+        iolab_disc::netns::spawn_in(
+            Some(dp_name),
+            "tap",
+            || Ok(iolab_disc::tap::AckTap::open()?),
+        )
+        .join()
+        .unwrap()
+        .expect("opening the tap");
+    for ends_only in [false, true] {
+        let ifname = fe_if.name.clone();
+        let clones = iolab_disc::netns::spawn_in(Some(fe_name.clone()), "fe", move || {
+            let ifindex = nix_ifindex(&ifname);
+            let mut h = Hooks::load()?;
+            h.register(key())?;
+            let st = h.get(&key())?.unwrap();
+            let link = iolab_disc::bpf::DpLink {
+                ifindex,
+                src_mac: [2, 0, 0, 0, 0, 9],
+                ends_only,
+            };
+            // DP sends [1000, 6000) in the client's view.
+            h.set_epoch_of(key(), st, 1000, 0, 5000, Some(link))?;
+            let mut verdicts = Vec::new();
+            for ack in [3000, 3000, 6000, 7000] {
+                let (v, _, seg, ok) = run(&h, INGRESS, &from_client(ack, ACK, b"", 300));
+                verdicts.push((v, seg.ack, ok));
+            }
+            Ok(verdicts)
+        })
+        .join()
+        .unwrap()
+        .expect("running the hook");
+        // The FE's stack: the pure ACKs inside DP's range are dropped, the others translated.
+        assert_eq!(
+            clones,
+            vec![
+                (TC_ACT_SHOT, 3000, true),
+                (TC_ACT_SHOT, 3000, true),
+                (TC_ACT_OK, 1000, true),
+                (TC_ACT_OK, 2000, true),
+            ]
+        );
+        let mut got = Vec::new();
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < std::time::Duration::from_millis(300) {
+            match tap.try_recv().unwrap() {
+                Some(a) => got.push((a.client, a.fe, a.ack, a.window)),
+                None => std::thread::sleep(std::time::Duration::from_millis(5)),
+            }
+        }
+        let c = std::net::SocketAddrV4::new(CLIENT, CPORT);
+        let f = std::net::SocketAddrV4::new(FE, FPORT);
+        let want: Vec<_> = if ends_only {
+            vec![(c, f, 3000, 300), (c, f, 6000, 300)] // the duplicate and the last
+        } else {
+            vec![(c, f, 3000, 300), (c, f, 3000, 300), (c, f, 6000, 300)]
+        };
+        assert_eq!(got, want, "ends_only {ends_only}");
+    }
+}
+
+fn nix_ifindex(name: &str) -> u32 {
+    let c = std::ffi::CString::new(name).unwrap();
+    // SAFETY: if_nametoindex reads a NUL-terminated string alive for the call.
+    unsafe { libc::if_nametoindex(c.as_ptr()) }
+}
+
 /// A client ACK carrying `options` (timestamps, SACK blocks, ...).
 fn from_client_with(ack: u32, options: &[u8]) -> Vec<u8> {
     frame_with_options(&client_segment(ack, ACK, 300), options, b"")
