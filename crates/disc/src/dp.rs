@@ -122,12 +122,18 @@ impl Store {
     }
 
     fn count_send(&self, gso: bool) {
+        self.bump(|g| {
+            if gso {
+                &mut g.gso_sends
+            } else {
+                &mut g.raw_sends
+            }
+        });
+    }
+
+    fn bump(&self, counter: impl FnOnce(&mut Inner) -> &mut u64) {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if gso {
-            g.gso_sends += 1;
-        } else {
-            g.raw_sends += 1;
-        }
+        *counter(&mut g) += 1;
     }
 
     /// Client ACKs DP received (from its tap, as the FE's control lines).
@@ -137,12 +143,13 @@ impl Store {
     }
 
     fn count_ack(&self, tap: bool) {
-        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if tap {
-            g.tap_acks += 1;
-        } else {
-            g.line_acks += 1;
-        }
+        self.bump(|g| {
+            if tap {
+                &mut g.tap_acks
+            } else {
+                &mut g.line_acks
+            }
+        });
     }
 
     /// (jobs, bytes) held now.
