@@ -31,6 +31,9 @@ pub struct BeDisc {
     pub policy: Policy,
     /// How DP sends.
     pub send: crate::dp::SendPath,
+    /// DP reads the client's ACKs from its tap (the FE's hooks clone them to it); false:
+    /// the FE forwards them as control lines.
+    pub ack_tap: bool,
 }
 
 /// Serves `listener` (and DP's control endpoint on `dp_listener`, when DISC is on) until
@@ -48,7 +51,11 @@ pub fn run(
         let listener = TcpListener::from_std(listener)?;
         if let (Some(l), Some(d)) = (dp_listener, &disc) {
             let l = TcpListener::from_std(l)?;
-            let flows = crate::dp::start_tap();
+            let flows = if d.ack_tap {
+                crate::dp::start_tap()
+            } else {
+                None
+            };
             iolab_runtime::spawn(crate::dp::serve(
                 l,
                 d.store.clone(),

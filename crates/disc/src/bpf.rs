@@ -327,6 +327,20 @@ impl Hooks {
         self.set(key, s)
     }
 
+    /// Ends a payload DP will not finish at the `acked` bytes the client has (state `s`
+    /// just read): the FE's later bytes (its FIN) then follow them in the client's sequence
+    /// space instead of lying beyond a hole the client would wait to fill forever.
+    pub fn truncate_epoch(
+        &mut self,
+        key: ConnKey,
+        mut s: ConnState,
+        acked: u32,
+    ) -> anyhow::Result<()> {
+        s.off_hi = s.off_lo.wrapping_add(acked);
+        s.notify = 0;
+        self.set(key, s)
+    }
+
     /// The ring of ACKs for DP ([`AckEvent`]s), to be read by one task; None after the
     /// first call.
     pub fn take_acks(&mut self) -> anyhow::Result<Option<aya::maps::RingBuf<aya::maps::MapData>>> {

@@ -46,6 +46,10 @@ pub struct ChainConfig {
     /// line ([`iolab_netns::delayline`], the netem substitute) in a namespace between the
     /// client and the other end.
     pub line: Option<iolab_netns::delayline::LineParams>,
+    /// The FE's [`ProxyConfig::stall`] (None: the default).
+    pub stall: Option<std::time::Duration>,
+    /// DP without its ACK tap: the FE forwards the client's ACKs ([`BeDisc::ack_tap`]).
+    pub no_ack_tap: bool,
 }
 
 pub struct Chain {
@@ -194,6 +198,7 @@ impl Chain {
                 threshold: cfg.threshold,
             },
             send: cfg.dp_send,
+            ack_tap: !cfg.no_ack_tap,
         });
         let s = Stop::new()?;
         stops.push(s.clone());
@@ -218,6 +223,7 @@ impl Chain {
                 first,
                 disc: cfg.disc,
                 hook_iface: first.then(|| fe_iface.clone()),
+                stall: cfg.stall.unwrap_or(crate::proxy::DIRECT_STALL),
             };
             threads.push(crate::netns::spawn_in(
                 Some(ns.clone()),

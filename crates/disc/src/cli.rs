@@ -40,6 +40,10 @@ pub enum DiscCommand {
         /// segment).
         #[arg(long, value_enum, default_value_t = crate::dp::SendPath::Gso)]
         dp_send: crate::dp::SendPath,
+        /// DP takes no ACK from a tap: the FE forwards the client's ACKs as control lines
+        /// (the way when DP is not on the FE's link; for comparison).
+        #[arg(long)]
+        no_ack_tap: bool,
     },
     /// FE or IS: a reverse proxy (keep-alive on both sides, round robin over upstreams).
     Proxy {
@@ -57,6 +61,10 @@ pub enum DiscCommand {
         /// The FE's client-side interface for the eBPF hooks (`--disc direct --first`).
         #[arg(long)]
         hook_iface: Option<String>,
+        /// Direct mode: seconds a payload sent by DP may make no progress (no client ACK
+        /// for more of it) before the FE closes the client's connection.
+        #[arg(long, default_value_t = crate::proxy::DIRECT_STALL.as_secs())]
+        stall_secs: u64,
     },
     /// Builds a client/FE/IS/BE chain in network namespaces (root), fetches 1 B .. 64 MiB
     /// through it and straight from the BE, and compares the bytes.
@@ -90,6 +98,7 @@ pub fn run(args: DiscArgs) -> anyhow::Result<()> {
             dp_advertise,
             threshold,
             dp_send,
+            no_ack_tap,
         } => {
             let stop = crate::stop::Stop::new()?;
             hook_signals(&stop)?;
@@ -103,6 +112,7 @@ pub fn run(args: DiscArgs) -> anyhow::Result<()> {
                         advertise: dp_advertise.unwrap_or(d),
                         policy: crate::proto::Policy { threshold },
                         send: dp_send,
+                        ack_tap: !no_ack_tap,
                     }),
                 ),
                 None => (None, None),
@@ -116,6 +126,7 @@ pub fn run(args: DiscArgs) -> anyhow::Result<()> {
             first,
             disc,
             hook_iface,
+            stall_secs,
         } => {
             let stop = crate::stop::Stop::new()?;
             hook_signals(&stop)?;
@@ -127,6 +138,7 @@ pub fn run(args: DiscArgs) -> anyhow::Result<()> {
                     first,
                     disc,
                     hook_iface,
+                    stall: std::time::Duration::from_secs(stall_secs.max(1)),
                 },
                 stop,
             )?;
@@ -169,6 +181,8 @@ fn check(disc: DiscMode, sizes: &[u64]) -> anyhow::Result<()> {
         loss_pct: 0.0,
         dp_send: Default::default(),
         line: None,
+        stall: None,
+        no_ack_tap: false,
     })?;
     println!(
         "chain up: client {} -> FE {} -> IS {} -> BE {} (DP {}), DISC {:?}",
@@ -220,6 +234,8 @@ fn measure(sizes: &[u64], requests: u64) -> anyhow::Result<()> {
             loss_pct: 0.0,
             dp_send: Default::default(),
             line: None,
+            stall: None,
+            no_ack_tap: false,
         })?;
         for &size in sizes {
             let m = crate::chain::measure(&chain, size, requests, &dir)?;

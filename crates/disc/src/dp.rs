@@ -62,6 +62,8 @@ struct Inner {
 #[derive(Default)]
 pub struct Store {
     inner: Mutex<Inner>,
+    /// Tests: DP accepts SENDs and sends nothing (a DP that dies mid-payload).
+    hold_sends: std::sync::atomic::AtomicBool,
 }
 
 impl Store {
@@ -150,6 +152,12 @@ impl Store {
                 &mut g.line_acks
             }
         });
+    }
+
+    /// Tests: from now on DP accepts SENDs and sends nothing (`true`), or sends again.
+    pub fn hold_sends(&self, on: bool) {
+        self.hold_sends
+            .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// (jobs, bytes) held now.
@@ -288,6 +296,9 @@ async fn control(
                     tracing::warn!("dp: SEND of payload {id}, not the one checked");
                     return Ok(());
                 };
+                if store.hold_sends.load(std::sync::atomic::Ordering::Relaxed) {
+                    continue; // a DP that died after accepting the payload (tests)
+                }
                 if let Err(e) = Sender::start(&sender, flow, body, wnd, wscale) {
                     tracing::warn!("dp: cannot send to {}: {e}", flow.client);
                     return Ok(());

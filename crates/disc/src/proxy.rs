@@ -48,10 +48,15 @@ pub struct ProxyConfig {
     pub disc: DiscMode,
     /// The FE's client-side interface, for the eBPF hooks (direct mode, first tier).
     pub hook_iface: Option<String>,
+    /// How long a payload sent by DP may make no progress before the FE closes the
+    /// client's connection (direct mode; [`DIRECT_STALL`] by default).
+    pub stall: std::time::Duration,
 }
 
 /// The FE's hooks and, per registered connection, where the ACK forwarder's events land.
 struct FeHooks {
+    /// [`ProxyConfig::stall`].
+    stall: std::time::Duration,
     hooks: RefCell<crate::bpf::Hooks>,
     slots: RefCell<std::collections::HashMap<crate::bpf::ConnKey, Rc<AckSlot>>>,
 }
@@ -82,20 +87,40 @@ struct Inflight {
 impl Inflight {
     /// Bytes of the payload acknowledged by the client's latest ACK for DP `last_ack`.
     fn acked_by(&self, last_ack: u32) -> u32 {
-        let a = last_ack.wrapping_sub(self.seq);
-        if a < 1 << 31 {
-            a.min(self.size)
-        } else {
-            0
+        acked_by(self.seq, self.size, last_ack)
+    }
+}
+
+/// Bytes of a payload at client-view `seq` of `size` bytes that `last_ack` acknowledges.
+fn acked_by(seq: u32, size: u32, last_ack: u32) -> u32 {
+    let a = last_ack.wrapping_sub(seq);
+    if a < 1 << 31 {
+        a.min(size)
+    } else {
+        0
+    }
+}
+
+/// The payload at `seq` of `size` bytes stalled: its epoch ends at the bytes the client has
+/// ([`crate::bpf::Hooks::truncate_epoch`]: the FIN the connection's close sends must not lie
+/// beyond the payload's hole), and the error that closes the connection.
+fn stalled(reg: &Registered, seq: u32, size: u32) -> io::Error {
+    let mut h = reg.hooks.hooks.borrow_mut();
+    if let Ok(Some(st)) = h.get(&reg.key) {
+        let acked = acked_by(seq, size, st.last_ack);
+        if let Err(e) = h.truncate_epoch(reg.key, st, acked) {
+            tracing::warn!("DISC: cannot end the stalled payload's epoch: {e}");
         }
     }
+    io::Error::new(io::ErrorKind::TimedOut, "the payload stalled")
 }
 
 /// How often the watchdog looks at the payloads in flight.
 const WATCH: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Closes the client connections whose payload made no progress for [`DIRECT_STALL`] (DP
-/// died mid-payload: the client would wait for the rest forever); forgets those done.
+/// Closes the client connections whose payload made no progress for
+/// [`ProxyConfig::stall`] (DP died mid-payload: the client would wait for the rest
+/// forever); forgets those done.
 async fn watchdog(fe: std::rc::Weak<FeHooks>) {
     loop {
         iolab_runtime::sleep(WATCH).await;
@@ -120,12 +145,17 @@ async fn watchdog(fe: std::rc::Weak<FeHooks>) {
             } else if acked > inf.acked {
                 (inf.acked, inf.since) = (acked, std::time::Instant::now());
                 slot.inflight.set(Some(inf));
-            } else if inf.since.elapsed() > DIRECT_STALL {
+            } else if inf.since.elapsed() > fe.stall {
                 tracing::warn!(
                     "DISC: a payload stalled at {acked} of {} bytes: closing",
                     inf.size
                 );
                 slot.inflight.set(None);
+                // The FE's FIN must come right after the bytes the client has, or the client
+                // holds it behind the payload's hole and never sees the end.
+                if let Err(e) = fe.hooks.borrow_mut().truncate_epoch(key, st, acked) {
+                    tracing::warn!("DISC: cannot end the stalled payload's epoch: {e}");
+                }
                 // SAFETY: shutdown(2) on the connection's descriptor, open while its slot is
                 // registered (the slot is removed before the descriptor can be reused).
                 unsafe { libc::shutdown(slot.fd, libc::SHUT_RDWR) };
@@ -177,6 +207,7 @@ pub fn run(listener: std::net::TcpListener, cfg: ProxyConfig, stop: Arc<Stop>) -
                     h.attach(iface).map_err(io::Error::other)?;
                     let ring = h.take_acks().map_err(io::Error::other)?;
                     let fe = Rc::new(FeHooks {
+                        stall: cfg.stall,
                         hooks: RefCell::new(h),
                         slots: Default::default(),
                     });
@@ -318,6 +349,8 @@ async fn connection(
     hooks: SharedHooks,
 ) -> io::Result<()> {
     let _ = stream.set_nodelay(true);
+    // `reg` before `client`: dropped after it, with no await between, so the watchdog never
+    // sees a slot whose descriptor was closed (and maybe reused).
     let reg = register(&stream, &hooks)?;
     let mut client = Conn::new(stream);
     let mut up = Upstream {
@@ -621,8 +654,9 @@ fn client_window(s: &impl std::os::fd::AsRawFd) -> io::Result<(u8, u32)> {
     Ok((buf[6] & 0x0f, wnd))
 }
 
-/// How long the FE waits for any progress of the shortcut before closing the connection.
-const DIRECT_STALL: std::time::Duration = std::time::Duration::from_secs(30);
+/// How long the FE waits for any progress of the shortcut before closing the connection
+/// (the default of [`ProxyConfig::stall`]).
+pub const DIRECT_STALL: std::time::Duration = std::time::Duration::from_secs(30);
 /// How often the FE checks whether its stack has sent the head.
 const ACK_POLL: std::time::Duration = std::time::Duration::from_micros(200);
 /// How often an ack forwarder reads the map itself, should the ring have lost events.
@@ -642,7 +676,7 @@ async fn fe_direct(
 ) -> io::Result<()> {
     let t0 = std::time::Instant::now();
     while unsent(client)? > 0 {
-        if t0.elapsed() > DIRECT_STALL {
+        if t0.elapsed() > reg.hooks.stall {
             return Err(io::Error::new(io::ErrorKind::TimedOut, "head not sent"));
         }
         iolab_runtime::sleep(ACK_POLL).await;
@@ -660,11 +694,8 @@ async fn fe_direct(
     if let Some(prev) = reg.slot.inflight.get() {
         let t0 = std::time::Instant::now();
         while prev.acked_by(st.last_ack) != prev.size {
-            if t0.elapsed() > DIRECT_STALL {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "the payload stalled",
-                ));
+            if t0.elapsed() > reg.hooks.stall {
+                return Err(stalled(reg, prev.seq, prev.size));
             }
             iolab_runtime::sleep(ACK_POLL).await;
             st = get()?;
@@ -738,11 +769,8 @@ async fn fe_direct(
             .await?;
             continue;
         }
-        if progress.elapsed() > DIRECT_STALL {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "the payload stalled",
-            ));
+        if progress.elapsed() > reg.hooks.stall {
+            return Err(stalled(reg, seq, size));
         }
         if iolab_runtime::timeout(MAP_CHECK, reg.slot.cond.wait())
             .await

@@ -65,6 +65,8 @@ fn chain(root: &Path, disc: DiscMode, broken_dp: bool) -> Chain {
         loss_pct: 0.0,
         dp_send: Default::default(),
         line: None,
+        stall: None,
+        no_ack_tap: false,
     })
     .expect("starting the chain")
 }
@@ -327,6 +329,8 @@ fn direct_under_loss(pct: f64, dp_send: iolab_disc::dp::SendPath) {
         loss_pct: pct,
         dp_send,
         line: None,
+        stall: None,
+        no_ack_tap: false,
     })
     .expect("starting the chain");
     // GSO bursts make few packets (a 1 MiB payload is ~25): the sizes are fetched again
@@ -399,6 +403,8 @@ fn disc_direct_under_delay_and_reordering() {
             reorder_pct: 25.0,
             seed: 7,
         }),
+        stall: None,
+        no_ack_tap: false,
     })
     .expect("starting the chain");
     let t0 = std::time::Instant::now();
@@ -448,5 +454,84 @@ fn disc_direct_under_delay_and_reordering() {
         "{fwd} frames forwarded, {reordered} sent at once"
     );
     eprintln!("delay 2 ms, 25% reordered: {fwd} frames forwarded, {reordered} overtook; bytes identical ({took:.1?})");
+    c.stop().unwrap();
+}
+
+/// DP accepts a payload and then sends nothing (it died mid-payload): the head is out, the
+/// client waits for the body. The FE closes the client's connection once the payload made
+/// no progress for the FE's stall time (2 s here), with its FIN right after the bytes the
+/// client has (beyond the payload's hole the client would hold it and wait forever: the
+/// first version of this test hung until curl's own timeout); a DP that sends again serves
+/// the next connection. Both ways the ACKs reach DP: the tap (the FE's watchdog closes) and
+/// the FE's forwarder (the forwarder gives up).
+#[test]
+fn a_payload_dp_never_sends_closes_the_clients_connection() {
+    stalled_payload(false);
+    stalled_payload(true);
+}
+
+fn stalled_payload(no_ack_tap: bool) {
+    if !ready() || !iolab_disc::bpf::available() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "built without eBPF"
+        );
+        return;
+    }
+    let dir = TempDir::new("direct-stall");
+    let root = dir.0.join("www");
+    write_payloads(&root, &[65536]).unwrap();
+    let c = Chain::start(&ChainConfig {
+        root: root.clone(),
+        disc: DiscMode::Direct,
+        threshold: iolab_disc::proto::DEFAULT_THRESHOLD,
+        broken_dp: false,
+        loss_pct: 0.0,
+        dp_send: Default::default(),
+        line: None,
+        stall: Some(std::time::Duration::from_secs(2)),
+        no_ack_tap,
+    })
+    .expect("starting the chain");
+    let store = c.store.clone().unwrap();
+    let url = format!("http://{}/f65536.bin", c.fe);
+    let fetch = || {
+        let t0 = std::time::Instant::now();
+        let out = std::process::Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &c.client_ns,
+                "curl",
+                "-s",
+                "-m",
+                "30",
+                &url,
+            ])
+            .output()
+            .expect("running curl");
+        (out.status.code(), out.stdout, t0.elapsed())
+    };
+    store.hold_sends(true);
+    let (code, body, took) = fetch();
+    eprintln!(
+        "no_ack_tap {no_ack_tap}: curl {code:?} after {took:?}, {} bytes",
+        body.len()
+    );
+    assert_ne!(code, Some(0), "curl cannot have succeeded");
+    assert_ne!(
+        code,
+        Some(28),
+        "closed by the FE, not by curl's own timeout"
+    );
+    assert!(body.len() < 65536, "{} bytes", body.len());
+    assert!(
+        took >= std::time::Duration::from_secs(2) && took < std::time::Duration::from_secs(10),
+        "closed after {took:?}"
+    );
+    store.hold_sends(false);
+    let (code, body, _) = fetch();
+    assert_eq!(code, Some(0));
+    assert_eq!(body, std::fs::read(root.join("f65536.bin")).unwrap());
     c.stop().unwrap();
 }
