@@ -94,6 +94,11 @@ pub struct BenchArgs {
     /// 64 KiB, segmented by the kernel) or `raw` (a raw IPv4 socket, one send per segment).
     #[arg(long, default_value = "gso", value_parser = ["gso", "raw"])]
     pub dp_send: String,
+    /// With --disc: how the client's ACKs reach DP: `tap` (the FE's hooks clone them to
+    /// DP's packet-socket tap) or `forwarder` (the FE forwards them as control lines, woken
+    /// by a BPF ring: the way when DP is not on the FE's link).
+    #[arg(long, default_value = "tap", value_parser = ["tap", "forwarder"])]
+    pub dp_acks: String,
     /// Payloads from PHP through php-fpm on the BE (`/payload.php?n=SIZE`, FastCGI over a
     /// unix socket) instead of static files; ODB on the nginx tiers.
     #[arg(long)]
@@ -470,6 +475,7 @@ fn disc_bench(state: &crate::testbed::State, b: BenchArgs) -> anyhow::Result<()>
         tier_cpus: "0".into(),
         client_cpus: "1".into(),
         dp_send: b.dp_send.clone(),
+        dp_acks_forwarded: b.dp_acks == "forwarder",
     };
     println!(
         "tiers bench --disc: {} sizes x {} repeats x 3 configurations x {} s (tiers on CPU 0, wrk on CPU 1)",

@@ -70,6 +70,8 @@ pub struct DiscOpts {
     pub client_cpus: String,
     /// DP's send path (`iolab disc be --dp-send`): gso or raw.
     pub dp_send: String,
+    /// The FE forwards the client's ACKs to DP (`iolab disc be --no-ack-tap`).
+    pub dp_acks_forwarded: bool,
 }
 
 /// One wrk run of one configuration at one size.
@@ -375,6 +377,9 @@ fn our_tiers(net: &Net, o: &DiscOpts, disc: bool) -> Vec<(&'static str, Vec<Stri
             "--dp-send".into(),
             o.dp_send.clone(),
         ]);
+        if o.dp_acks_forwarded {
+            be_args.push("--no-ack-tap".into());
+        }
     }
     let proxy = |listen: SocketAddrV4, up: SocketAddrV4, first: bool| {
         let mut v: Vec<String> = vec![
