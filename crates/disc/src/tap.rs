@@ -26,6 +26,9 @@ pub struct TapAck {
     pub window: u16,
 }
 
+/// The tap's receive buffer, bytes.
+const TAP_BUFFER: libc::c_int = 4 << 20;
+
 /// Largest frame read (an Ethernet MTU; only the headers matter).
 const FRAME: usize = 2048;
 
@@ -67,6 +70,25 @@ impl AckTap {
         if r != 0 {
             return Err(io::Error::last_os_error());
         }
+        // Room for a burst of ACKs while the BE's loop is busy: a dropped ACK can hold a
+        // window-limited transfer until DP's retransmission timer (200 ms).
+        let room: libc::c_int = TAP_BUFFER;
+        // SAFETY: setsockopt reads one int, alive for the call. FORCE (root) may exceed
+        // rmem_max; if refused, the plain option is tried.
+        unsafe {
+            for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
+                if libc::setsockopt(
+                    fd.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    opt,
+                    (&room as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                ) == 0
+                {
+                    break;
+                }
+            }
+        }
         // Frames queued before the filter was attached passed no filter: drop them.
         let tap = AckTap { fd };
         let mut buf = vec![0u8; FRAME];
@@ -107,13 +129,49 @@ impl AckTap {
         Ok(None)
     }
 
-    /// Calls `on_ack` for every ACK the tap receives, until an error on the socket.
+    /// Frames the kernel dropped for want of room in the socket since the last call
+    /// (PACKET_STATISTICS, which resets the counts).
+    pub fn drops(&self) -> io::Result<u32> {
+        let mut st = libc::tpacket_stats {
+            tp_packets: 0,
+            tp_drops: 0,
+        };
+        let mut len = std::mem::size_of::<libc::tpacket_stats>() as libc::socklen_t;
+        // SAFETY: getsockopt writes at most `len` bytes into `st` and the length into `len`,
+        // both alive for the call.
+        let r = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_STATISTICS,
+                (&mut st as *mut libc::tpacket_stats).cast(),
+                &mut len,
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(st.tp_drops)
+    }
+
+    /// Calls `on_ack` for every ACK the tap receives, until an error on the socket; says
+    /// when the kernel dropped some (a lost ACK can hold a transfer until DP's timer).
     pub async fn run(self, mut on_ack: impl FnMut(TapAck)) -> io::Result<()> {
         let mut buf = vec![0u8; FRAME];
+        let mut since_check = 0u32;
         loop {
             while let Some(n) = self.recv(&mut buf)? {
                 if let Some(a) = parse(&buf[..n]) {
                     on_ack(a);
+                }
+                since_check += 1;
+            }
+            if since_check >= 1024 {
+                since_check = 0;
+                match self.drops() {
+                    Ok(0) => {}
+                    Ok(d) => tracing::warn!("dp: the ACK tap dropped {d} frames (socket full)"),
+                    Err(e) => tracing::debug!("dp: PACKET_STATISTICS: {e}"),
                 }
             }
             iolab_runtime::wait_readable(self.fd.as_raw_fd()).await?;
