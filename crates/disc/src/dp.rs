@@ -554,11 +554,12 @@ impl Sender {
         self.unregister();
         if let Some((t, _)) = self.transfer.take() {
             tracing::debug!(
-                "dp: sent in {} segments by {} {} sends, {} go-back-N rounds",
+                "dp: sent in {} segments by {} {} sends, {} go-back-N rounds, {} pauses on a full socket",
                 t.segments,
                 t.emits,
                 self.wire.as_ref().map_or("no", |(_, w)| w.name()),
-                t.retransmits
+                t.retransmits,
+                t.blocked
             );
         }
     }

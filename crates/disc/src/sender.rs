@@ -144,6 +144,8 @@ pub struct Transfer {
     /// Segments on the wire, and the send calls that carried them.
     pub segments: u64,
     pub emits: u64,
+    /// Pumps cut short by a full socket buffer.
+    pub blocked: u64,
 }
 
 impl Transfer {
@@ -161,6 +163,7 @@ impl Transfer {
             retransmits: 0,
             segments: 0,
             emits: 0,
+            blocked: 0,
         }
     }
 
@@ -191,7 +194,10 @@ impl Transfer {
             match out.emit(&self.flow, seq, &self.payload[self.nxt..end], flags) {
                 Ok(()) => {}
                 // The socket's buffer is full: the rest goes with the next ACK or tick.
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.blocked += 1;
+                    return Ok(());
+                }
                 Err(e) => return Err(e),
             }
             self.segments += (end - self.nxt).div_ceil(self.flow.mss.max(1)) as u64;
