@@ -56,6 +56,18 @@ impl Drop for TempDir {
     }
 }
 
+/// Direct mode needs the eBPF programs too (built with clang; a failure under CI=true).
+fn direct_ready() -> bool {
+    if !ready() {
+        return false;
+    }
+    assert!(
+        iolab_disc::bpf::available() || std::env::var("CI").as_deref() != Ok("true"),
+        "built without eBPF"
+    );
+    iolab_disc::bpf::available()
+}
+
 fn chain(root: &Path, disc: DiscMode, broken_dp: bool) -> Chain {
     Chain::start(&ChainConfig {
         root: root.to_path_buf(),
@@ -255,11 +267,7 @@ fn disc_direct_dp_sends_on_the_clients_connection() {
 /// `Hooks::set_epoch`): it runs in CI since.
 #[test]
 fn disc_direct_pipelined_requests_make_one_tcp_stream() {
-    if !ready() || !iolab_disc::bpf::available() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "built without eBPF"
-        );
+    if !direct_ready() {
         return;
     }
     let dir = TempDir::new("direct-pipelined");
@@ -310,11 +318,7 @@ fn disc_direct_pipelined_requests_make_one_tcp_stream() {
 /// substitute, `disc_lossy`): DP's go-back-N, the FE's stack and the hooks recover, and
 /// the client still gets exactly the BE's bytes.
 fn direct_under_loss(pct: f64, dp_send: iolab_disc::dp::SendPath) {
-    if !ready() || !iolab_disc::bpf::available() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "built without eBPF"
-        );
+    if !direct_ready() {
         return;
     }
     const LOSS_SIZES: [u64; 5] = [1, 16384, 65536, 1 << 20, (1 << 20) + 1];
@@ -380,11 +384,7 @@ fn disc_direct_under_five_percent_loss() {
 /// DP): the client still gets exactly the BE's bytes, on one keep-alive connection.
 #[test]
 fn disc_direct_under_delay_and_reordering() {
-    if !ready() || !iolab_disc::bpf::available() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "built without eBPF"
-        );
+    if !direct_ready() {
         return;
     }
     const SIZES: [u64; 5] = [1, 16384, 65536, 1 << 20, (1 << 20) + 1];
@@ -471,11 +471,7 @@ fn a_payload_dp_never_sends_closes_the_clients_connection() {
 }
 
 fn stalled_payload(no_ack_tap: bool) {
-    if !ready() || !iolab_disc::bpf::available() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "built without eBPF"
-        );
+    if !direct_ready() {
         return;
     }
     let dir = TempDir::new("direct-stall");
