@@ -131,11 +131,6 @@ impl<B: IoBuf> Slice<B> {
         Slice { buf, begin, end }
     }
 
-    /// Where the range starts in the buffer.
-    pub fn begin(&self) -> usize {
-        self.begin
-    }
-
     pub fn into_inner(self) -> B {
         self.buf
     }

@@ -28,8 +28,7 @@ use bytes::Bytes;
 use iolab_http::{FileReads, Session};
 use iolab_runtime::net::{TcpListener, TcpStream};
 use iolab_runtime::{
-    cancellable, detach, sleep, spawn, timeout_with, wait_readable, Cancelled, Cond, IoBuf,
-    Runtime, Sleep,
+    cancellable, detach, sleep, spawn, timeout_with, wait_readable, Cancelled, Cond, Runtime, Sleep,
 };
 
 use crate::net;
@@ -38,20 +37,6 @@ use crate::{Ctx, Shutdown, Stats};
 
 /// Accepts kept in flight per loop.
 const ACCEPTS: usize = 4;
-
-/// A response chunk as an owned buffer for the runtime.
-struct Chunk(Bytes);
-
-// SAFETY: a `Bytes` points to heap or static memory that does not move when the handle
-// moves and stays alive while the handle does.
-unsafe impl IoBuf for Chunk {
-    fn stable_ptr(&self) -> *const u8 {
-        self.0.as_ptr()
-    }
-    fn len(&self) -> usize {
-        self.0.len()
-    }
-}
 
 /// What every loop shares.
 #[derive(Clone)]
@@ -232,12 +217,12 @@ async fn serve(stream: &TcpStream, env: &Env, stop: &Stop) {
             continue;
         }
         if session.has_pending() {
-            let chunks: Vec<Chunk> = session
+            let chunks: Vec<Bytes> = session
                 .pending()
                 .iter()
                 .filter(|c| !c.is_empty())
                 .take(env.buffers.max_iov)
-                .map(|c| Chunk(c.clone()))
+                .cloned()
                 .collect();
             match wait(&mut idle, stop, stream.writev(chunks)).await {
                 Waited::Done((Ok(n), _)) => {
