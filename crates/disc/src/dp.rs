@@ -167,7 +167,6 @@ impl Store {
     }
 }
 
-/// Serves the control endpoint until `stop`.
 /// The flows DP is sending on, by (client, FE): where the ACK tap hands the client's ACKs.
 /// Each entry carries its sender's [`Sender::id`].
 pub type Flows = Rc<RefCell<HashMap<(SocketAddrV4, SocketAddrV4), (u64, Weak<RefCell<Sender>>)>>>;
@@ -208,6 +207,7 @@ pub fn start_tap() -> Option<Flows> {
     Some(flows)
 }
 
+/// Serves the control endpoint until `stop`.
 pub async fn serve(
     listener: TcpListener,
     store: Arc<Store>,
@@ -527,7 +527,7 @@ impl Sender {
         let before = t.acked();
         if let Err(e) = t.on_ack(ack, win, out) {
             tracing::warn!("dp transfer to {}: {e}", t.flow.client);
-            self.transfer = None;
+            self.abandon();
             return;
         }
         if t.acked() != before {
@@ -548,6 +548,12 @@ impl Sender {
                 f.remove(&key);
             }
         }
+    }
+
+    /// Drops the transfer in progress (failed or stalled), and its flow with it.
+    fn abandon(&mut self) {
+        self.unregister();
+        self.transfer = None;
     }
 
     fn finish(&mut self) {
@@ -579,12 +585,12 @@ impl Sender {
             };
             if progress.elapsed() > STALL {
                 tracing::warn!("dp transfer to {}: no progress", t.flow.client);
-                s.transfer = None;
+                s.abandon();
                 continue;
             }
             if let Err(e) = t.on_tick(Instant::now(), out) {
                 tracing::warn!("dp transfer to {}: {e}", t.flow.client);
-                s.transfer = None;
+                s.abandon();
             }
         }
     }
