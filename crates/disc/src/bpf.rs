@@ -98,7 +98,7 @@ pub struct ConnState {
 /// The ACKs for DP also go to the ring [`ACKS`] (the FE's forwarder sends them on).
 pub const NOTIFY_RING: u32 = 1;
 /// The ACKs for DP are cloned, as the client sent them, to DP's link, addressed to
-/// [`DP_ACK_MAC`] (DP's tap, [`crate::dp::AckTap`], takes them; DP's IP stack ignores
+/// [`DP_ACK_MAC`] (DP's tap, [`crate::tap::AckTap`], takes them; DP's IP stack ignores
 /// them). Needs DP on the FE's link (one hop).
 pub const NOTIFY_CLONE: u32 = 2;
 /// With [`NOTIFY_CLONE`]: only the ACK of the payload's last byte and duplicate ACKs are

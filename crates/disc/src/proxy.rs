@@ -102,17 +102,27 @@ fn acked_by(seq: u32, size: u32, last_ack: u32) -> u32 {
 }
 
 /// The payload at `seq` of `size` bytes stalled: its epoch ends at the bytes the client has
-/// ([`crate::bpf::Hooks::truncate_epoch`]: the FIN the connection's close sends must not lie
-/// beyond the payload's hole), and the error that closes the connection.
+/// ([`end_stalled_epoch`]), and the error that closes the connection.
 fn stalled(reg: &Registered, seq: u32, size: u32) -> io::Error {
     let mut h = reg.hooks.hooks.borrow_mut();
     if let Ok(Some(st)) = h.get(&reg.key) {
-        let acked = acked_by(seq, size, st.last_ack);
-        if let Err(e) = h.truncate_epoch(reg.key, st, acked) {
-            tracing::warn!("DISC: cannot end the stalled payload's epoch: {e}");
-        }
+        end_stalled_epoch(&mut h, reg.key, st, acked_by(seq, size, st.last_ack));
     }
     io::Error::new(io::ErrorKind::TimedOut, "the payload stalled")
+}
+
+/// Ends a stalled payload's epoch at the `acked` bytes the client has
+/// ([`crate::bpf::Hooks::truncate_epoch`]): the FIN the connection's close sends must not
+/// lie beyond the payload's hole, where the client would hold it and wait forever.
+fn end_stalled_epoch(
+    h: &mut crate::bpf::Hooks,
+    key: crate::bpf::ConnKey,
+    st: crate::bpf::ConnState,
+    acked: u32,
+) {
+    if let Err(e) = h.truncate_epoch(key, st, acked) {
+        tracing::warn!("DISC: cannot end the stalled payload's epoch: {e}");
+    }
 }
 
 /// How often the watchdog looks at the payloads in flight.
@@ -151,11 +161,7 @@ async fn watchdog(fe: std::rc::Weak<FeHooks>) {
                     inf.size
                 );
                 slot.inflight.set(None);
-                // The FE's FIN must come right after the bytes the client has, or the client
-                // holds it behind the payload's hole and never sees the end.
-                if let Err(e) = fe.hooks.borrow_mut().truncate_epoch(key, st, acked) {
-                    tracing::warn!("DISC: cannot end the stalled payload's epoch: {e}");
-                }
+                end_stalled_epoch(&mut fe.hooks.borrow_mut(), key, st, acked);
                 // SAFETY: shutdown(2) on the connection's descriptor, open while its slot is
                 // registered (the slot is removed before the descriptor can be reused).
                 unsafe { libc::shutdown(slot.fd, libc::SHUT_RDWR) };
@@ -358,7 +364,7 @@ async fn connection(
         conn: None,
         reused: false,
     };
-    // DP control connection (FE role, relay mode), kept per client connection.
+    // DP control connection (FE role, relay and direct modes), kept per client connection.
     let mut dp: Option<(SocketAddr, Conn)> = None;
     // Where the hooks clone the client's ACKs for DP (direct mode), per DP address.
     let mut dp_link: Option<(SocketAddr, Option<crate::bpf::DpLink>)> = None;
@@ -657,16 +663,19 @@ fn client_window(s: &impl std::os::fd::AsRawFd) -> io::Result<(u8, u32)> {
 /// How long the FE waits for any progress of the shortcut before closing the connection
 /// (the default of [`ProxyConfig::stall`]).
 pub const DIRECT_STALL: std::time::Duration = std::time::Duration::from_secs(30);
-/// How often the FE checks whether its stack has sent the head.
+/// How often the FE checks whether its stack has sent the head (and whether the previous
+/// payload is acknowledged).
 const ACK_POLL: std::time::Duration = std::time::Duration::from_micros(200);
 /// How often an ack forwarder reads the map itself, should the ring have lost events.
 const MAP_CHECK: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// Direct mode, the head written: once the FE's stack has sent it (not necessarily
-/// acknowledged: a retransmission keeps its old shift), the payload gets the next `size`
-/// sequence numbers (the hooks' new epoch), DP sends it
-/// as the FE, and the client's ACKs for it are forwarded to DP until the last byte is
-/// acknowledged. Then the FE's stack writes again (its bytes shifted past the payload).
+/// acknowledged: a retransmission keeps its old shift) and the previous payload is
+/// acknowledged, the payload gets the next `size` sequence numbers (the hooks' new epoch)
+/// and DP sends it as the FE. With `link` the hooks clone the client's ACKs to DP and this
+/// returns at once (the next epoch or the watchdog checks the payload's end); without, the
+/// client's ACKs for it are forwarded to DP until the last byte is acknowledged. The FE's
+/// later bytes are shifted past the payload.
 async fn fe_direct(
     reg: &Registered,
     client: &TcpStream,
