@@ -70,17 +70,26 @@ fn direct_ready() -> bool {
 
 fn chain(root: &Path, disc: DiscMode, broken_dp: bool) -> Chain {
     Chain::start(&ChainConfig {
+        broken_dp,
+        ..config(root, disc)
+    })
+    .expect("starting the chain")
+}
+
+/// A chain's settings as every test starts from: the default threshold, a reachable DP
+/// with its tap, no loss, no delay line, the default stall time.
+fn config(root: &Path, disc: DiscMode) -> ChainConfig {
+    ChainConfig {
         root: root.to_path_buf(),
         disc,
         threshold: iolab_disc::proto::DEFAULT_THRESHOLD,
-        broken_dp,
+        broken_dp: false,
         loss_pct: 0.0,
         dp_send: Default::default(),
         line: None,
         stall: None,
         no_ack_tap: false,
-    })
-    .expect("starting the chain")
+    }
 }
 
 fn assert_identical(chain: &Chain, scratch: &Path) {
@@ -326,15 +335,9 @@ fn direct_under_loss(pct: f64, dp_send: iolab_disc::dp::SendPath) {
     let root = dir.0.join("www");
     write_payloads(&root, &LOSS_SIZES).unwrap();
     let c = Chain::start(&ChainConfig {
-        root: root.clone(),
-        disc: DiscMode::Direct,
-        threshold: iolab_disc::proto::DEFAULT_THRESHOLD,
-        broken_dp: false,
         loss_pct: pct,
         dp_send,
-        line: None,
-        stall: None,
-        no_ack_tap: false,
+        ..config(&root, DiscMode::Direct)
     })
     .expect("starting the chain");
     // GSO bursts make few packets (a 1 MiB payload is ~25): the sizes are fetched again
@@ -392,19 +395,12 @@ fn disc_direct_under_delay_and_reordering() {
     let root = dir.0.join("www");
     write_payloads(&root, &SIZES).unwrap();
     let c = Chain::start(&ChainConfig {
-        root: root.clone(),
-        disc: DiscMode::Direct,
-        threshold: iolab_disc::proto::DEFAULT_THRESHOLD,
-        broken_dp: false,
-        loss_pct: 0.0,
-        dp_send: Default::default(),
         line: Some(iolab_netns::delayline::LineParams {
             delay: std::time::Duration::from_millis(2),
             reorder_pct: 25.0,
             seed: 7,
         }),
-        stall: None,
-        no_ack_tap: false,
+        ..config(&root, DiscMode::Direct)
     })
     .expect("starting the chain");
     let t0 = std::time::Instant::now();
@@ -478,15 +474,9 @@ fn stalled_payload(no_ack_tap: bool) {
     let root = dir.0.join("www");
     write_payloads(&root, &[65536]).unwrap();
     let c = Chain::start(&ChainConfig {
-        root: root.clone(),
-        disc: DiscMode::Direct,
-        threshold: iolab_disc::proto::DEFAULT_THRESHOLD,
-        broken_dp: false,
-        loss_pct: 0.0,
-        dp_send: Default::default(),
-        line: None,
         stall: Some(std::time::Duration::from_secs(2)),
         no_ack_tap,
+        ..config(&root, DiscMode::Direct)
     })
     .expect("starting the chain");
     let store = c.store.clone().unwrap();
