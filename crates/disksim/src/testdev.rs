@@ -36,6 +36,11 @@ impl<T> TestDev<T> {
         }
     }
 
+    /// The function that makes the log's entries (to build a device like another one).
+    pub fn entry(&self) -> fn(f64, &Request) -> T {
+        self.entry
+    }
+
     fn start(&mut self, req: Request, ctx: &mut Ctx) {
         self.log.borrow_mut().push((self.entry)(ctx.now(), &req));
         ctx.wake_at(ctx.now() + self.service, req.id);
