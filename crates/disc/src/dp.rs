@@ -6,14 +6,22 @@
 //! - `FETCH <id>\r\n` → `OK <size>\r\n` and the payload's bytes, or `ERR <why>\r\n`. The
 //!   relay mode: the FE writes the payload on the client connection itself. It exercises
 //!   the whole header path and the store without any packet forging.
-//! - `CHECK <id>\r\n` → `OK <size>\r\n` or `ERR`: the direct mode's first step, before the
-//!   FE writes anything of the answer (so that it can still fall back); the payload leaves
-//!   the store for this connection, to be sent by the next SEND.
-//! - `SEND <id> <client ip:port> <fe ip:port> <seq> <ack> <window> [<client window>]\r\n`,
-//!   no answer (the FE has written the head and does not wait; a SEND that cannot start —
-//!   not the payload just checked, no socket — ends the control connection instead):
-//!   DP sends the payload on the client's connection as the FE (from the BE's loop: GSO bursts on a packet socket, [`crate::gso`], or segments on a raw
-//!   socket, [`crate::sender`]), starting at client-view sequence `seq`, carrying `ack` and
+//! - `HELLO\r\n` → `OK tap\r\n` (DP reads the client's ACKs from its tap, so the FE's hooks
+//!   may clone them to it) or `OK\r\n`: once per control connection, before the FE writes
+//!   the head of its first direct answer (a DP that cannot be reached or answers otherwise
+//!   means the normal path).
+//! - `CHECK <id>\r\n` → `OK <size>\r\n` or `ERR`: the payload leaves the store for this
+//!   connection, to be sent by the next SEND (the FE's direct mode no longer asks: the BE
+//!   put the payload in the store as it wrote the head, on this same loop).
+//! - `SEND <id> <client ip:port> <fe ip:port> <seq> <ack> <window> [<client window>
+//!   [<wscale>]]\r\n`, no answer when it starts (the FE has written the head and does not
+//!   wait); a SEND that cannot start (payload unknown or expired, bad fields, no socket)
+//!   is answered `ERR <why>\r\n` and ends the control connection: the FE sees the control
+//!   connection readable or closed while its payload makes no progress and closes the
+//!   client's connection.
+//!   DP takes the payload from the store (or the one a CHECK set aside) and sends it on
+//!   the client's connection as the FE (from the BE's loop: GSO bursts on a packet socket,
+//!   [`crate::gso`], or segments on a raw socket, [`crate::sender`]), starting at client-view sequence `seq`, carrying `ack` and
 //!   the raw `window` field, within `client window` bytes (the FE's TCP_INFO; default
 //!   [`INITIAL_WINDOW`]); then `ACK <ack> <window bytes>\r\n` lines (the FE's ack
 //!   forwarder) feed its go-back-N. One transfer per control connection at a time.
@@ -62,8 +70,20 @@ struct Inner {
 #[derive(Default)]
 pub struct Store {
     inner: Mutex<Inner>,
-    /// Tests: DP accepts SENDs and sends nothing (a DP that dies mid-payload).
-    hold_sends: std::sync::atomic::AtomicBool,
+    /// Tests: a [`Fault`] DP shows its FEs.
+    fault: std::sync::atomic::AtomicU8,
+}
+
+/// Faults tests make DP show ([`Store::set_fault`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Fault {
+    None = 0,
+    /// DP accepts SENDs and sends nothing (a DP that dies mid-payload).
+    HoldSends = 1,
+    /// DP refuses every SEND as a payload it does not hold (one that expired, or a BE that
+    /// restarted at the same address).
+    RefuseSends = 2,
 }
 
 impl Store {
@@ -154,10 +174,18 @@ impl Store {
         });
     }
 
-    /// Tests: from now on DP accepts SENDs and sends nothing (`true`), or sends again.
-    pub fn hold_sends(&self, on: bool) {
-        self.hold_sends
-            .store(on, std::sync::atomic::Ordering::Relaxed);
+    /// Tests: the fault DP shows from now on.
+    pub fn set_fault(&self, f: Fault) {
+        self.fault
+            .store(f as u8, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn fault(&self) -> Fault {
+        match self.fault.load(std::sync::atomic::Ordering::Relaxed) {
+            1 => Fault::HoldSends,
+            2 => Fault::RefuseSends,
+            _ => Fault::None,
+        }
     }
 
     /// (jobs, bytes) held now.
@@ -281,27 +309,33 @@ async fn control(
                 };
                 write_all(&conn.stream, line.into_bytes()).await?;
             }
+            (Some("HELLO"), None) => {
+                let line: &[u8] = if tap { b"OK tap\r\n" } else { b"OK\r\n" };
+                write_all(&conn.stream, line.to_vec()).await?;
+            }
             (Some("SEND"), Some(id)) => {
                 // No answer: the FE has written the head and goes on at once. A SEND that
-                // cannot start ends the control connection (the FE then closes the client's).
+                // cannot start says why and ends the control connection (the FE then closes
+                // the client's).
                 let body = match prepared.take() {
                     Some((p, body)) if p == id => Some(body),
-                    _ => None,
-                };
+                    _ => store.take(id),
+                }
+                .filter(|_| store.fault() != Fault::RefuseSends);
                 let Some((flow, wnd, wscale)) = parse_send(&mut words) else {
                     tracing::warn!("dp: bad SEND `{text}`");
-                    return Ok(());
+                    return refuse(&conn, "bad SEND").await;
                 };
                 let Some(body) = body else {
-                    tracing::warn!("dp: SEND of payload {id}, not the one checked");
-                    return Ok(());
+                    tracing::warn!("dp: SEND of payload {id}, not held");
+                    return refuse(&conn, "unknown payload").await;
                 };
-                if store.hold_sends.load(std::sync::atomic::Ordering::Relaxed) {
+                if store.fault() == Fault::HoldSends {
                     continue; // a DP that died after accepting the payload (tests)
                 }
                 if let Err(e) = Sender::start(&sender, flow, body, wnd, wscale) {
                     tracing::warn!("dp: cannot send to {}: {e}", flow.client);
-                    return Ok(());
+                    return refuse(&conn, "cannot send").await;
                 }
             }
             (Some("ACK"), Some(ack)) => {
@@ -326,6 +360,11 @@ async fn control(
             }
         }
     }
+}
+
+/// Answers a SEND that cannot start and ends the control connection.
+async fn refuse(conn: &Conn, why: &str) -> io::Result<()> {
+    write_all(&conn.stream, format!("ERR {why}\r\n").into_bytes()).await
 }
 
 /// SEND's fields; the last two (the client's window in bytes, 0 = unknown; its window

@@ -72,6 +72,15 @@ struct AckSlot {
     /// The client connection's descriptor (the watchdog shuts it down; the slot goes before
     /// the descriptor could be reused, see `connection`).
     fd: std::os::fd::RawFd,
+    /// The control connection of DP sending `inflight` (see [`DpConn::watch`]).
+    dp_watch: RefCell<Option<Rc<std::os::fd::OwnedFd>>>,
+}
+
+impl AckSlot {
+    /// DP refused the payload in flight (it answers a SEND only to refuse it, then closes).
+    fn dp_refused(&self) -> bool {
+        self.dp_watch.borrow().as_deref().is_some_and(dp_refused)
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -152,10 +161,11 @@ async fn watchdog(fe: std::rc::Weak<FeHooks>) {
             let acked = inf.acked_by(st.last_ack);
             if acked == inf.size {
                 slot.inflight.set(None);
+                slot.dp_watch.take();
             } else if acked > inf.acked {
                 (inf.acked, inf.since) = (acked, std::time::Instant::now());
                 slot.inflight.set(Some(inf));
-            } else if inf.since.elapsed() > fe.stall {
+            } else if inf.since.elapsed() > fe.stall || slot.dp_refused() {
                 tracing::warn!(
                     "DISC: a payload stalled at {acked} of {} bytes: closing",
                     inf.size
@@ -337,6 +347,7 @@ fn register(stream: &TcpStream, hooks: &SharedHooks) -> io::Result<Option<Regist
         cond: iolab_runtime::Cond::new(),
         inflight: Cell::new(None),
         fd: stream.as_raw_fd(),
+        dp_watch: RefCell::new(None),
     });
     h.slots.borrow_mut().insert(key, slot.clone());
     Ok(Some(Registered {
@@ -365,7 +376,7 @@ async fn connection(
         reused: false,
     };
     // DP control connection (FE role, relay and direct modes), kept per client connection.
-    let mut dp: Option<(SocketAddr, Conn)> = None;
+    let mut dp: Option<DpConn> = None;
     // Where the hooks clone the client's ACKs for DP (direct mode), per DP address.
     let mut dp_link: Option<(SocketAddr, Option<crate::bpf::DpLink>)> = None;
     loop {
@@ -447,13 +458,13 @@ async fn connection(
             // FE role.
             let out_head = rewrite_head(&rhead, DISC_FIELD, &[]);
             if let (DiscMode::Direct, Some(reg)) = (cfg.disc, &reg) {
-                match fe_check(&mut dp, d).await {
+                match fe_hello(&mut dp, d.last).await {
                     Ok(tap) => {
                         let link = match tap {
                             true => link_to(&mut dp_link, d.last),
                             false => None,
                         };
-                        let (_, c) = dp.as_mut().expect("connected");
+                        let c = dp.as_mut().expect("connected");
                         write_all(&client.stream, out_head).await?;
                         // From here on the head is out: a failure closes the connection.
                         fe_direct(reg, &client.stream, c, d, link).await?;
@@ -469,7 +480,7 @@ async fn connection(
             }
             match fe_relay(&mut dp, d).await {
                 Ok(()) => {
-                    let (_, c) = dp.as_mut().expect("connected");
+                    let c = &mut dp.as_mut().expect("connected").conn;
                     write_all(&client.stream, out_head).await?;
                     relay_exact(c, Some(&client.stream), d.size).await?;
                     break res.keep_alive;
@@ -543,16 +554,49 @@ async fn read_response_head(
     Ok((head, res))
 }
 
-async fn dp_conn(dp: &mut Option<(SocketAddr, Conn)>, at: SocketAddr) -> io::Result<&mut Conn> {
-    if dp.as_ref().is_some_and(|(a, _)| *a != at) {
+/// The FE's control connection to one DP, kept per client connection.
+struct DpConn {
+    at: SocketAddr,
+    conn: Conn,
+    /// Direct mode: what DP answered HELLO (true: it reads the client's ACKs from its tap).
+    tap: Option<bool>,
+    /// Direct mode: a second descriptor of the connection, for the watchdog, which must see
+    /// that DP refused a payload (written why and closed) without owning the connection.
+    watch: Option<Rc<std::os::fd::OwnedFd>>,
+}
+
+async fn dp_conn(dp: &mut Option<DpConn>, at: SocketAddr) -> io::Result<&mut DpConn> {
+    if dp.as_ref().is_some_and(|c| c.at != at) {
         *dp = None;
     }
     if dp.is_none() {
         let s = TcpStream::connect(at).await?;
         let _ = s.set_nodelay(true);
-        *dp = Some((at, Conn::new(s)));
+        *dp = Some(DpConn {
+            at,
+            conn: Conn::new(s),
+            tap: None,
+            watch: None,
+        });
     }
-    Ok(&mut dp.as_mut().expect("connected").1)
+    Ok(dp.as_mut().expect("connected"))
+}
+
+/// Whether the control connection `fd` has anything to read or is closed: DP writes on it
+/// during a direct transfer only to refuse a SEND, and then closes it.
+fn dp_refused(fd: &std::os::fd::OwnedFd) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut b = 0u8;
+    // SAFETY: recv(MSG_PEEK) of at most one byte into `b`, alive for the call.
+    let r = unsafe {
+        libc::recv(
+            fd.as_raw_fd(),
+            (&mut b as *mut u8).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    r >= 0 || io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock
 }
 
 async fn dp_line(c: &mut Conn, line: String) -> io::Result<String> {
@@ -561,17 +605,25 @@ async fn dp_line(c: &mut Conn, line: String) -> io::Result<String> {
     Ok(String::from_utf8_lossy(&l[..l.len() - 2]).into_owned())
 }
 
-/// Direct mode, before anything of the answer is written: DP holds the payload. Ok(true)
-/// when DP reads the client's ACKs from its tap (the hooks may clone them to it).
-async fn fe_check(dp: &mut Option<(SocketAddr, Conn)>, d: Disc) -> io::Result<bool> {
-    let c = dp_conn(dp, d.last).await?;
-    let answer = dp_line(c, format!("CHECK {}\r\n", d.id)).await?;
-    let ok = format!("OK {}", d.size);
-    match answer.strip_prefix(&ok) {
-        Some("") => Ok(false),
-        Some(" tap") => Ok(true),
-        _ => Err(io::Error::other(format!("DP answered `{answer}`"))),
+/// Direct mode, before anything of the answer is written: DP at `at` can be reached (HELLO
+/// once per control connection; the BE put the payload in DP's store as it wrote the head,
+/// on the same loop, so the payload is not asked for). Ok(true) when DP reads the client's
+/// ACKs from its tap (the hooks may clone them to it).
+async fn fe_hello(dp: &mut Option<DpConn>, at: SocketAddr) -> io::Result<bool> {
+    let c = dp_conn(dp, at).await?;
+    if let Some(tap) = c.tap {
+        return Ok(tap);
     }
+    let answer = dp_line(&mut c.conn, "HELLO\r\n".into()).await?;
+    let tap = match answer.as_str() {
+        "OK" => false,
+        "OK tap" => true,
+        _ => return Err(io::Error::other(format!("DP answered `{answer}`"))),
+    };
+    use std::os::fd::AsFd;
+    c.watch = Some(Rc::new(c.conn.stream.as_fd().try_clone_to_owned()?));
+    c.tap = Some(tap);
+    Ok(tap)
 }
 
 /// The FE's interface towards DP at `dp` and its link address, when DP is one hop away
@@ -679,7 +731,7 @@ const MAP_CHECK: std::time::Duration = std::time::Duration::from_millis(10);
 async fn fe_direct(
     reg: &Registered,
     client: &TcpStream,
-    c: &mut Conn,
+    dp: &mut DpConn,
     d: Disc,
     link: Option<crate::bpf::DpLink>,
 ) -> io::Result<()> {
@@ -703,7 +755,7 @@ async fn fe_direct(
     if let Some(prev) = reg.slot.inflight.get() {
         let t0 = std::time::Instant::now();
         while prev.acked_by(st.last_ack) != prev.size {
-            if t0.elapsed() > reg.hooks.stall {
+            if t0.elapsed() > reg.hooks.stall || reg.slot.dp_refused() {
                 return Err(stalled(reg, prev.seq, prev.size));
             }
             iolab_runtime::sleep(ACK_POLL).await;
@@ -729,7 +781,9 @@ async fn fe_direct(
         .set_epoch_of(reg.key, st, boundary, off_lo, off_hi, link)
         .map_err(io::Error::other)?;
     let seq = boundary.wrapping_add(off_lo);
-    // No answer to wait for: DP, holding the payload since CHECK, starts at once.
+    // No answer to wait for: DP starts at once (it answers only to refuse).
+    *reg.slot.dp_watch.borrow_mut() = dp.watch.clone();
+    let c = &mut dp.conn;
     write_all(
         &c.stream,
         format!(
@@ -785,6 +839,9 @@ async fn fe_direct(
             .await
             .is_err()
         {
+            if reg.slot.dp_refused() {
+                return Err(stalled(reg, seq, size));
+            }
             let s = get()?;
             if crate::bpf::dp_progress(&s, seq, size, acked, win).is_some() {
                 reg.slot.latest.set(Some((s.last_ack, s.last_win)));
@@ -796,17 +853,9 @@ async fn fe_direct(
 
 /// FE role in relay mode: DP at `d.last` has answered OK for payload `d.id` (its bytes
 /// follow on the DP connection). Errors come before any payload byte.
-async fn fe_relay(dp: &mut Option<(SocketAddr, Conn)>, d: Disc) -> io::Result<()> {
-    if dp.as_ref().is_some_and(|(a, _)| *a != d.last) {
-        *dp = None;
-    }
-    if dp.is_none() {
-        let s = TcpStream::connect(d.last).await?;
-        let _ = s.set_nodelay(true);
-        *dp = Some((d.last, Conn::new(s)));
-    }
-    let (_, c) = dp.as_mut().expect("connected");
-    let size = crate::dp::fetch(c, d.id).await?;
+async fn fe_relay(dp: &mut Option<DpConn>, d: Disc) -> io::Result<()> {
+    let c = dp_conn(dp, d.last).await?;
+    let size = crate::dp::fetch(&mut c.conn, d.id).await?;
     if size != d.size {
         return Err(io::Error::other(format!(
             "DP holds {size} bytes, the head announced {}",

@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use iolab_disc::chain::{compare_sizes, write_payloads, Chain, ChainConfig};
+use iolab_disc::dp::Fault;
 use iolab_disc::proxy::DiscMode;
 
 mod common;
@@ -462,19 +463,30 @@ fn disc_direct_under_delay_and_reordering() {
 /// the FE's forwarder (the forwarder gives up).
 #[test]
 fn a_payload_dp_never_sends_closes_the_clients_connection() {
-    stalled_payload(false);
-    stalled_payload(true);
+    stalled_payload(false, Fault::HoldSends);
+    stalled_payload(true, Fault::HoldSends);
 }
 
-fn stalled_payload(no_ack_tap: bool) {
+/// DP refuses the SEND (it no longer holds the payload: it expired, or the BE restarted at
+/// the same address): the head is out, DP says why on the control connection and closes
+/// it. The FE closes the client's connection as soon as it looks (its watchdog, each
+/// second; the forwarder, each 10 ms), not after the stall time, which stays at its
+/// default (30 s) here; the next connection is served.
+#[test]
+fn a_payload_dp_refuses_closes_the_clients_connection_at_once() {
+    stalled_payload(false, Fault::RefuseSends);
+    stalled_payload(true, Fault::RefuseSends);
+}
+
+fn stalled_payload(no_ack_tap: bool, fault: Fault) {
     if !direct_ready() {
         return;
     }
-    let dir = TempDir::new("direct-stall");
+    let dir = TempDir::new(&format!("direct-{fault:?}-{no_ack_tap}"));
     let root = dir.0.join("www");
     write_payloads(&root, &[65536]).unwrap();
     let c = Chain::start(&ChainConfig {
-        stall: Some(std::time::Duration::from_secs(2)),
+        stall: (fault == Fault::HoldSends).then(|| std::time::Duration::from_secs(2)),
         no_ack_tap,
         ..config(&root, DiscMode::Direct)
     })
@@ -498,7 +510,7 @@ fn stalled_payload(no_ack_tap: bool) {
             .expect("running curl");
         (out.status.code(), out.stdout, t0.elapsed())
     };
-    store.hold_sends(true);
+    store.set_fault(fault);
     let (code, body, took) = fetch();
     eprintln!(
         "no_ack_tap {no_ack_tap}: curl {code:?} after {took:?}, {} bytes",
@@ -511,11 +523,18 @@ fn stalled_payload(no_ack_tap: bool) {
         "closed by the FE, not by curl's own timeout"
     );
     assert!(body.len() < 65536, "{} bytes", body.len());
+    // Held: after the stall time (2 s). Refused: the FE sees it in its next look (within
+    // its watchdog's second, at once for the forwarder), not after the stall time (30 s).
+    let (least, most) = match fault {
+        Fault::HoldSends => (2, 10),
+        _ => (0, 5),
+    };
     assert!(
-        took >= std::time::Duration::from_secs(2) && took < std::time::Duration::from_secs(10),
+        took >= std::time::Duration::from_secs(least)
+            && took < std::time::Duration::from_secs(most),
         "closed after {took:?}"
     );
-    store.hold_sends(false);
+    store.set_fault(Fault::None);
     let (code, body, _) = fetch();
     assert_eq!(code, Some(0));
     assert_eq!(body, std::fs::read(root.join("f65536.bin")).unwrap());
