@@ -66,6 +66,12 @@ struct conn_state {
 	__u32 dp_ifindex;
 	__u8 dp_src_mac[6];
 	__u8 pad[2];
+	/* written by disc_ingress: the client's latest raw window field (any ACK) */
+	__u32 cl_win;
+	/* set by user space with an epoch: the payload DP is to send once the FE's segment
+	 * ending at `boundary` (the answer's head) goes out; disc_egress then clones that
+	 * segment to DP's link (DP_START_MAC) and clears it */
+	__u32 start_id;
 };
 
 /* The ACK for DP also goes to the ring disc_acks (the FE's forwarder sends it on). */
@@ -78,6 +84,11 @@ struct conn_state {
  * cloned (DP sent the whole payload at once: the ACKs between tell it nothing). */
 #define NOTIFY_ENDS 4
 static const __u8 DP_ACK_MAC[6] = { 0x02, 0xd1, 0x5c, 0x00, 0xac, 0x4b };
+/* The link destination of the FE's head segment cloned to DP as its start signal: the
+ * source address carries the payload id (4 bytes, network order) and the client's raw
+ * window (2 bytes); the segment itself, shifted, tells DP where the payload starts and the
+ * FE's ACK and window. */
+static const __u8 DP_START_MAC[6] = { 0x02, 0xd1, 0x5c, 0x00, 0x5e, 0x0d };
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -144,6 +155,21 @@ static __always_inline void rewrite32(struct __sk_buff *skb, __u32 ihl, __u32 fi
 	bpf_skb_store_bytes(skb, at + field, &new, sizeof(new), 0);
 }
 
+/* A copy of the packet to DP's link with the link addresses `mac` (destination, source).
+ * The packet's own link header is put back afterwards; every packet pointer is invalid
+ * after this. */
+static __always_inline void clone_to_dp(struct __sk_buff *skb, __u32 ifindex, const __u8 *mac)
+{
+	__u8 was[12];
+
+	if (bpf_skb_load_bytes(skb, 0, was, sizeof(was)) < 0)
+		return;
+	if (bpf_skb_store_bytes(skb, 0, mac, 12, 0) < 0)
+		return;
+	bpf_clone_redirect(skb, ifindex, 0);
+	bpf_skb_store_bytes(skb, 0, was, sizeof(was), 0);
+}
+
 SEC("classifier")
 int disc_egress(struct __sk_buff *skb)
 {
@@ -151,7 +177,7 @@ int disc_egress(struct __sk_buff *skb)
 	struct tcphdr *tcp;
 	struct conn_state *s;
 	int ihl = parse(skb, &ip, &tcp);
-	__u32 seq, off, len;
+	__u32 seq, off, len, data;
 	__be32 old;
 
 	if (ihl < 0)
@@ -167,7 +193,8 @@ int disc_egress(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	old = tcp->seq;
 	seq = bpf_ntohl(old);
-	len = bpf_ntohs(ip->tot_len) - ihl - tcp->doff * 4 + tcp->syn + tcp->fin;
+	data = bpf_ntohs(ip->tot_len) - ihl - tcp->doff * 4;
+	len = data + tcp->syn + tcp->fin;
 	if (!s->fe_seen || seq_after(seq + len, s->fe_nxt))
 		s->fe_nxt = seq + len;
 	if (tcp->ack) {
@@ -176,10 +203,24 @@ int disc_egress(struct __sk_buff *skb)
 	}
 	__sync_fetch_and_add(&s->fe_seen, 1);
 	off = seq_before(seq, s->boundary) ? s->off_lo : s->off_hi;
-	if (!off)
-		return TC_ACT_OK;
-	rewrite32(skb, ihl, offsetof(struct tcphdr, seq), old, bpf_htonl(seq + off));
-	__sync_fetch_and_add(&s->shifted, 1);
+	if (off) {
+		rewrite32(skb, ihl, offsetof(struct tcphdr, seq), old, bpf_htonl(seq + off));
+		__sync_fetch_and_add(&s->shifted, 1);
+	}
+	/* The answer's head is out: DP starts the payload right behind it, in the client's
+	 * view (the clone is of the segment as shifted). Once: a retransmitted head does not
+	 * start DP again. */
+	if (s->start_id && data && seq + data == s->boundary && s->dp_ifindex) {
+		__u32 id = bpf_htonl(s->start_id);
+		__u16 win = bpf_htons((__u16)s->cl_win);
+		__u8 mac[12];
+
+		s->start_id = 0;
+		__builtin_memcpy(mac, DP_START_MAC, 6);
+		__builtin_memcpy(mac + 6, &id, 4);
+		__builtin_memcpy(mac + 10, &win, 2);
+		clone_to_dp(skb, s->dp_ifindex, mac);
+	}
 	return TC_ACT_OK;
 }
 
@@ -275,23 +316,6 @@ static __always_inline int strip_sack(struct __sk_buff *skb, __u32 ihl, __u32 do
 	return w.changed;
 }
 
-/* A copy of the client's segment to DP's link, addressed to DP_ACK_MAC. The packet's own
- * link header is put back afterwards; every packet pointer is invalid after this. */
-static __always_inline void clone_to_dp(struct __sk_buff *skb, __u32 ifindex,
-					const __u8 *src_mac)
-{
-	__u8 was[12], mac[12];
-
-	if (bpf_skb_load_bytes(skb, 0, was, sizeof(was)) < 0)
-		return;
-	__builtin_memcpy(mac, DP_ACK_MAC, 6);
-	__builtin_memcpy(mac + 6, src_mac, 6);
-	if (bpf_skb_store_bytes(skb, 0, mac, sizeof(mac), 0) < 0)
-		return;
-	bpf_clone_redirect(skb, ifindex, 0);
-	bpf_skb_store_bytes(skb, 0, was, sizeof(was), 0);
-}
-
 SEC("classifier")
 int disc_ingress(struct __sk_buff *skb)
 {
@@ -314,6 +338,7 @@ int disc_ingress(struct __sk_buff *skb)
 	if (!s || !tcp->ack)
 		return TC_ACT_OK;
 	__sync_fetch_and_add(&s->acks, 1);
+	s->cl_win = bpf_ntohs(tcp->window);
 	/* Read now: clone_to_dp invalidates the packet pointers. */
 	old = tcp->ack_seq;
 	ack = bpf_ntohl(old);
@@ -339,8 +364,13 @@ int disc_ingress(struct __sk_buff *skb)
 			bpf_ringbuf_output(&disc_acks, &ev, sizeof(ev), 0);
 		}
 		if ((notify & NOTIFY_CLONE) && s->dp_ifindex &&
-		    (!(notify & NOTIFY_ENDS) || last || ack == prev))
-			clone_to_dp(skb, s->dp_ifindex, s->dp_src_mac);
+		    (!(notify & NOTIFY_ENDS) || last || ack == prev)) {
+			__u8 mac[12];
+
+			__builtin_memcpy(mac, DP_ACK_MAC, 6);
+			__builtin_memcpy(mac + 6, s->dp_src_mac, 6);
+			clone_to_dp(skb, s->dp_ifindex, mac);
+		}
 	}
 	if (!seq_after(ack, d0)) {
 		fe_ack = ack - s->off_lo;

@@ -93,6 +93,12 @@ pub struct ConnState {
     pub dp_ifindex: u32,
     pub dp_src_mac: [u8; 6],
     pub _pad: [u8; 2],
+    /// The client's latest raw window field (any ACK; `disc_ingress`).
+    pub cl_win: u32,
+    /// The payload DP starts when the FE's segment ending at `boundary` (the answer's head)
+    /// goes out: `disc_egress` clones that segment to DP's link, addressed to
+    /// [`DP_START_MAC`], and clears this (0: none).
+    pub start_id: u32,
 }
 
 /// The ACKs for DP also go to the ring [`ACKS`] (the FE's forwarder sends them on).
@@ -106,6 +112,10 @@ pub const NOTIFY_CLONE: u32 = 2;
 pub const NOTIFY_ENDS: u32 = 4;
 /// The link destination of the ACKs cloned to DP (locally administered, unicast).
 pub const DP_ACK_MAC: [u8; 6] = [0x02, 0xd1, 0x5c, 0x00, 0xac, 0x4b];
+/// The link destination of the FE's head segment cloned to DP as the start of a payload
+/// ([`ConnState::start_id`]); the link source carries the payload id (4 bytes, network
+/// order) and the client's raw window (2 bytes).
+pub const DP_START_MAC: [u8; 6] = [0x02, 0xd1, 0x5c, 0x00, 0x5e, 0x0d];
 
 /// Where the FE clones the ACKs for DP: its interface towards DP and that interface's
 /// link address.
@@ -115,6 +125,21 @@ pub struct DpLink {
     pub src_mac: [u8; 6],
     /// Clone only the ends ([`NOTIFY_ENDS`]).
     pub ends_only: bool,
+}
+
+/// A connection's new epoch ([`Hooks::set_epoch_of`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Epoch {
+    /// The FE stack's sequence number where the payload goes.
+    pub boundary: u32,
+    /// The shift of the FE's bytes before `boundary` and from it on.
+    pub off_lo: u32,
+    pub off_hi: u32,
+    /// The ACKs for DP are cloned to DP's link if given, else put in the ring.
+    pub to_dp: Option<DpLink>,
+    /// With `to_dp`: the payload id (not 0) DP starts when the FE's segment ending at
+    /// `boundary` goes out ([`ConnState::start_id`]); 0: DP is started by a `SEND` line.
+    pub start: u32,
 }
 
 /// An ACK for DP as `disc_ingress` puts it in the ring [`ACKS`].
@@ -151,7 +176,7 @@ impl AckEvent {
 /// The ring of ACKs for DP (BPF_MAP_TYPE_RINGBUF).
 pub const ACKS: &str = "disc_acks";
 
-// SAFETY: both are repr(C) structs of plain integers with no padding (4+4+2+2 and 16×4+8
+// SAFETY: both are repr(C) structs of plain integers with no padding (4+4+2+2 and 16×4+8+2×4
 // bytes), so every bit pattern is valid and they match the C structs byte for byte.
 unsafe impl aya::Pod for ConnKey {}
 // SAFETY: as above.
@@ -246,9 +271,22 @@ impl Hooks {
 
     /// Registers a new client connection (no epoch yet).
     pub fn register(&mut self, key: ConnKey) -> anyhow::Result<()> {
+        self.register_with_window(key, 0)
+    }
+
+    /// Registers a new client connection whose client last advertised the raw window
+    /// field `cl_win` ([`ConnState::cl_win`]: its request may have passed the ingress hook
+    /// before the connection was registered).
+    pub fn register_with_window(&mut self, key: ConnKey, cl_win: u32) -> anyhow::Result<()> {
         self.closing_since.remove(&key);
         self.reap(Instant::now());
-        self.set(key, ConnState::default())
+        self.set(
+            key,
+            ConnState {
+                cl_win,
+                ..ConnState::default()
+            },
+        )
     }
 
     /// The connection was closed by the FE: its entry goes after [`LINGER`].
@@ -296,25 +334,35 @@ impl Hooks {
         off_hi: u32,
     ) -> anyhow::Result<()> {
         let s = self.get(&key)?.context("connection not registered")?;
-        self.set_epoch_of(key, s, boundary, off_lo, off_hi, None)
+        self.set_epoch_of(
+            key,
+            s,
+            Epoch {
+                boundary,
+                off_lo,
+                off_hi,
+                to_dp: None,
+                start: 0,
+            },
+        )
     }
 
     /// [`Hooks::set_epoch`] from the connection's state `s` just read (one map access
-    /// less); the ACKs for DP are cloned to `to_dp` if given, else put in the ring.
-    pub fn set_epoch_of(
-        &mut self,
-        key: ConnKey,
-        mut s: ConnState,
-        boundary: u32,
-        off_lo: u32,
-        off_hi: u32,
-        to_dp: Option<DpLink>,
-    ) -> anyhow::Result<()> {
+    /// less), with where the ACKs for DP go and DP's start signal ([`Epoch`]).
+    pub fn set_epoch_of(&mut self, key: ConnKey, mut s: ConnState, e: Epoch) -> anyhow::Result<()> {
+        let Epoch {
+            boundary,
+            off_lo,
+            off_hi,
+            to_dp,
+            start,
+        } = e;
         s.boundary = boundary;
         s.off_lo = off_lo;
         s.off_hi = off_hi;
         s.last_ack = boundary.wrapping_add(off_lo);
         s.last_win = 0;
+        s.start_id = if to_dp.is_some() { start } else { 0 };
         (s.notify, s.dp_ifindex, s.dp_src_mac) = match (off_hi != off_lo, to_dp) {
             (false, _) => (0, 0, [0; 6]),
             (true, None) => (NOTIFY_RING, 0, [0; 6]),
@@ -338,6 +386,7 @@ impl Hooks {
     ) -> anyhow::Result<()> {
         s.off_hi = s.off_lo.wrapping_add(acked);
         s.notify = 0;
+        s.start_id = 0;
         self.set(key, s)
     }
 

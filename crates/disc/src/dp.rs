@@ -6,10 +6,17 @@
 //! - `FETCH <id>\r\n` → `OK <size>\r\n` and the payload's bytes, or `ERR <why>\r\n`. The
 //!   relay mode: the FE writes the payload on the client connection itself. It exercises
 //!   the whole header path and the store without any packet forging.
-//! - `HELLO\r\n` → `OK tap\r\n` (DP reads the client's ACKs from its tap, so the FE's hooks
-//!   may clone them to it) or `OK\r\n`: once per control connection, before the FE writes
-//!   the head of its first direct answer (a DP that cannot be reached or answers otherwise
-//!   means the normal path).
+//! - `HELLO [<client ip:port> <fe ip:port> <wscale>]\r\n` → `OK tap\r\n` (DP reads the
+//!   client's ACKs from its tap, so the FE's hooks may clone them to it, and takes the
+//!   FE's head segment cloned to it as the signal to start a payload) or `OK\r\n`: once per
+//!   control connection, before the FE writes the head of its first direct answer (a DP
+//!   that cannot be reached or answers otherwise means the normal path). With the flow (the
+//!   client connection the control connection serves, and the client's window scale),
+//!   the tap's ACKs and starts for that flow go to this connection's sender.
+//! - The start signal (tap, no line): the FE's hooks clone the segment that carries an
+//!   answer's head to DP ([`crate::bpf::DP_START_MAC`]) with the payload id; DP sends that
+//!   payload right behind the head, carrying the head's ACK and window fields. A payload it
+//!   does not hold is refused as a SEND is (below).
 //! - `CHECK <id>\r\n` → `OK <size>\r\n` or `ERR`: the payload leaves the store for this
 //!   connection, to be sent by the next SEND (the FE's direct mode no longer asks: the BE
 //!   put the payload in the store as it wrote the head, on this same loop).
@@ -42,6 +49,7 @@ use bytes::Bytes;
 use iolab_runtime::net::{TcpListener, TcpStream};
 
 use crate::http1::{write_all, Conn};
+use crate::tap::{TapFrame, TapStart};
 
 pub const MAX_JOBS: usize = 4096;
 pub const MAX_BYTES: u64 = 1 << 30;
@@ -54,7 +62,10 @@ struct Job {
 
 #[derive(Default)]
 struct Inner {
-    next_id: u64,
+    /// The last payload id handed out (ids run 1..=u32::MAX and wrap: the FE's start signal
+    /// carries 32 bits; a job lives at most [`JOB_TTL`]).
+    last_id: u32,
+    kept: u64,
     taken: u64,
     jobs: HashMap<u64, Job>,
     bytes: u64,
@@ -64,6 +75,9 @@ struct Inner {
     /// Client ACKs DP received from its tap, and as the FE's control lines.
     tap_acks: u64,
     line_acks: u64,
+    /// Transfers started by the FE's start signal (from the tap), and by SEND lines.
+    signal_starts: u64,
+    line_starts: u64,
 }
 
 /// The payloads held for the FE.
@@ -109,8 +123,9 @@ impl Store {
         if g.jobs.len() >= MAX_JOBS || g.bytes + body.len() as u64 > MAX_BYTES {
             return None;
         }
-        g.next_id += 1;
-        let id = g.next_id;
+        g.last_id = g.last_id.checked_add(1).unwrap_or(1);
+        g.kept += 1;
+        let id = u64::from(g.last_id);
         g.bytes += body.len() as u64;
         g.jobs.insert(id, Job { body, created: now });
         Some(id)
@@ -134,7 +149,7 @@ impl Store {
     /// Payloads kept so far (ids handed out) and payloads claimed by an FE.
     pub fn counts(&self) -> (u64, u64) {
         let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        (g.next_id, g.taken)
+        (g.kept, g.taken)
     }
 
     /// Direct-mode transfers sent (through the GSO packet socket, through the raw socket).
@@ -162,6 +177,22 @@ impl Store {
     pub fn ack_sources(&self) -> (u64, u64) {
         let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         (g.tap_acks, g.line_acks)
+    }
+
+    /// Transfers started (by the FE's start signal from the tap, by SEND lines).
+    pub fn start_sources(&self) -> (u64, u64) {
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        (g.signal_starts, g.line_starts)
+    }
+
+    fn count_start(&self, signal: bool) {
+        self.bump(|g| {
+            if signal {
+                &mut g.signal_starts
+            } else {
+                &mut g.line_starts
+            }
+        });
     }
 
     fn count_ack(&self, tap: bool) {
@@ -195,8 +226,8 @@ impl Store {
     }
 }
 
-/// The flows DP is sending on, by (client, FE): where the ACK tap hands the client's ACKs.
-/// Each entry carries its sender's [`Sender::id`].
+/// The flows DP serves, by (client, FE): where the tap hands the client's ACKs and the
+/// FE's start signals. Each entry carries its sender's [`Sender::id`].
 pub type Flows = Rc<RefCell<HashMap<(SocketAddrV4, SocketAddrV4), (u64, Weak<RefCell<Sender>>)>>>;
 
 /// Opens DP's ACK tap ([`crate::tap`]) in the calling thread's namespace and starts the
@@ -215,16 +246,21 @@ pub fn start_tap() -> Option<Flows> {
     iolab_runtime::spawn(async move {
         let r = tap
             .run(|a| {
+                let flow = match a {
+                    TapFrame::Ack(a) => (a.client, a.fe),
+                    TapFrame::Start(s) => (s.client, s.fe),
+                };
                 // Out of the map before the call: a finished transfer removes its flow.
-                let sender = f
-                    .borrow()
-                    .get(&(a.client, a.fe))
-                    .and_then(|(_, w)| w.upgrade());
-                if let Some(sender) = sender {
-                    let mut s = sender.borrow_mut();
-                    let win = crate::sender::window_bytes(u32::from(a.window), s.wscale);
-                    s.store.count_ack(true);
-                    s.on_ack(a.ack, win);
+                let sender = f.borrow().get(&flow).and_then(|(_, w)| w.upgrade());
+                let Some(sender) = sender else { return };
+                match a {
+                    TapFrame::Ack(a) => {
+                        let mut s = sender.borrow_mut();
+                        let win = crate::sender::window_bytes(u32::from(a.window), s.wscale);
+                        s.store.count_ack(true);
+                        s.on_ack(a.ack, win);
+                    }
+                    TapFrame::Start(st) => Sender::on_start(&sender, st),
                 }
             })
             .await;
@@ -274,6 +310,7 @@ async fn control(
     let mut prepared: Option<(u64, Bytes)> = None;
     // The connection's sender, opened with its first SEND; shared with its timer task.
     let tap = flows.is_some();
+    use std::os::fd::AsRawFd;
     let sender = Rc::new(RefCell::new(Sender {
         send,
         store: store.clone(),
@@ -281,7 +318,10 @@ async fn control(
         transfer: None,
         timer: false,
         flows,
+        flow: None,
         wscale: 0,
+        started: 0,
+        control: conn.stream.as_raw_fd(),
         id: NEXT_SENDER.with(|n| {
             n.set(n.get() + 1);
             n.get()
@@ -310,6 +350,16 @@ async fn control(
                 write_all(&conn.stream, line.into_bytes()).await?;
             }
             (Some("HELLO"), None) => {
+                let mut rest = text.split_ascii_whitespace().skip(1);
+                if let (Some(client), Some(fe), Some(wscale)) = (
+                    rest.next().and_then(|w| w.parse::<SocketAddrV4>().ok()),
+                    rest.next().and_then(|w| w.parse::<SocketAddrV4>().ok()),
+                    rest.next()
+                        .and_then(|w| w.parse::<u8>().ok())
+                        .filter(|s| *s <= 14),
+                ) {
+                    Sender::serve_flow(&sender, (client, fe), wscale);
+                }
                 let line: &[u8] = if tap { b"OK tap\r\n" } else { b"OK\r\n" };
                 write_all(&conn.stream, line.to_vec()).await?;
             }
@@ -317,6 +367,9 @@ async fn control(
                 // No answer: the FE has written the head and goes on at once. A SEND that
                 // cannot start says why and ends the control connection (the FE then closes
                 // the client's).
+                if id == sender.borrow().started {
+                    continue; // started by the FE's start signal (this is the FE's resend)
+                }
                 let body = match prepared.take() {
                     Some((p, body)) if p == id => Some(body),
                     _ => store.take(id),
@@ -333,10 +386,11 @@ async fn control(
                 if store.fault() == Fault::HoldSends {
                     continue; // a DP that died after accepting the payload (tests)
                 }
-                if let Err(e) = Sender::start(&sender, flow, body, wnd, wscale) {
+                if let Err(e) = Sender::start(&sender, id, flow, body, wnd, wscale) {
                     tracing::warn!("dp: cannot send to {}: {e}", flow.client);
                     return refuse(&conn, "cannot send").await;
                 }
+                store.count_start(false);
             }
             (Some("ACK"), Some(ack)) => {
                 let win = words
@@ -488,8 +542,15 @@ pub struct Sender {
     timer: bool,
     /// The tap's registry (None: ACKs come as control lines).
     flows: Option<Flows>,
+    /// The flow this sender has in `flows` (HELLO's, or its last transfer's).
+    flow: Option<(SocketAddrV4, SocketAddrV4)>,
     /// The client's window scale (the tap's ACKs carry raw window fields).
     wscale: u8,
+    /// The id of the last payload started (a SEND for it is the FE's resend: ignored).
+    started: u64,
+    /// The control connection's descriptor (open while the sender lives: both belong to
+    /// the control connection's task), to refuse a start signal from the tap.
+    control: std::os::fd::RawFd,
     /// Tells this sender's entries in `flows` from others'.
     id: u64,
 }
@@ -508,16 +569,94 @@ thread_local! {
 const TICK: Duration = Duration::from_millis(10);
 
 impl Sender {
+    /// The tap's ACKs and start signals for `flow` come to this sender (HELLO).
+    fn serve_flow(this: &Rc<RefCell<Sender>>, flow: (SocketAddrV4, SocketAddrV4), wscale: u8) {
+        let mut s = this.borrow_mut();
+        s.wscale = wscale;
+        s.register(this, flow);
+    }
+
+    fn register(&mut self, this: &Rc<RefCell<Sender>>, flow: (SocketAddrV4, SocketAddrV4)) {
+        let Some(f) = self.flows.clone() else { return };
+        if self.flow != Some(flow) {
+            self.unregister();
+        }
+        self.flow = Some(flow);
+        f.borrow_mut().insert(flow, (self.id, Rc::downgrade(this)));
+    }
+
+    /// The FE's start signal for payload `st.id` (its head went out).
+    fn on_start(this: &Rc<RefCell<Sender>>, st: TapStart) {
+        let (store, started) = {
+            let s = this.borrow();
+            (s.store.clone(), s.started)
+        };
+        let id = u64::from(st.id);
+        if id == started {
+            return; // started already (by the FE's resent SEND)
+        }
+        let body = store
+            .take(id)
+            .filter(|_| store.fault() != Fault::RefuseSends);
+        let started = body.and_then(|body| {
+            if store.fault() == Fault::HoldSends {
+                return Some(());
+            }
+            let flow = crate::sender::Flow {
+                fe: st.fe,
+                client: st.client,
+                seq: st.seq,
+                ack: st.ack,
+                window: st.window,
+                mss: SEND_MSS,
+            };
+            let wscale = this.borrow().wscale;
+            let wnd = crate::sender::window_bytes(u32::from(st.client_window), wscale);
+            match Sender::start(this, id, flow, body, wnd, wscale) {
+                Ok(()) => {
+                    store.count_start(true);
+                    Some(())
+                }
+                Err(e) => {
+                    tracing::warn!("dp: cannot send to {}: {e}", st.client);
+                    None
+                }
+            }
+        });
+        if started.is_none() {
+            tracing::warn!("dp: start signal for payload {id}, not sent");
+            this.borrow().refuse_now("payload not sent");
+        }
+    }
+
+    /// Refuses a start signal as a refused SEND is: says why on the control connection and
+    /// shuts it down (its task then ends; the FE closes the client's connection).
+    fn refuse_now(&self, why: &str) {
+        let line = format!("ERR {why}\r\n");
+        // SAFETY: send(2) of `line` (alive for the call) and shutdown(2) on the control
+        // connection's descriptor, open while this sender lives (see `control`).
+        unsafe {
+            libc::send(
+                self.control,
+                line.as_ptr().cast(),
+                line.len(),
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            );
+            libc::shutdown(self.control, libc::SHUT_RDWR);
+        }
+    }
+
     fn start(
         this: &Rc<RefCell<Sender>>,
+        id: u64,
         flow: crate::sender::Flow,
         body: Bytes,
         wnd: usize,
         wscale: u8,
     ) -> io::Result<()> {
         let mut s = this.borrow_mut();
-        s.unregister();
         s.wscale = wscale;
+        s.started = id;
         if s.transfer.as_ref().is_some_and(|(t, _)| !t.done()) {
             tracing::warn!("dp: a new payload before the last was acknowledged");
         }
@@ -546,10 +685,7 @@ impl Sender {
         let mut t = crate::sender::Transfer::new(flow, body, window);
         t.pump(out)?;
         *transfer = Some((t, Instant::now()));
-        if let Some(f) = &s.flows {
-            f.borrow_mut()
-                .insert((flow.client, flow.fe), (s.id, Rc::downgrade(this)));
-        }
+        s.register(this, (flow.client, flow.fe));
         if !s.timer {
             s.timer = true;
             let weak = Rc::downgrade(this);
@@ -577,10 +713,9 @@ impl Sender {
         }
     }
 
-    /// The tap no longer hands this sender ACKs for its last transfer's flow.
+    /// The tap no longer hands this sender anything for its flow.
     fn unregister(&mut self) {
-        if let (Some(f), Some((t, _))) = (&self.flows, &self.transfer) {
-            let key = (t.flow.client, t.flow.fe);
+        if let (Some(f), Some(key)) = (&self.flows, self.flow.take()) {
             let mut f = f.borrow_mut();
             // Only our own entry (another connection may send on the flow now).
             if f.get(&key).is_some_and(|(id, _)| *id == self.id) {
@@ -589,14 +724,12 @@ impl Sender {
         }
     }
 
-    /// Drops the transfer in progress (failed or stalled), and its flow with it.
+    /// Drops the transfer in progress (failed or stalled).
     fn abandon(&mut self) {
-        self.unregister();
         self.transfer = None;
     }
 
     fn finish(&mut self) {
-        self.unregister();
         if let Some((t, _)) = self.transfer.take() {
             tracing::debug!(
                 "dp: sent in {} segments by {} {} sends, {} go-back-N rounds, {} pauses on a full socket",

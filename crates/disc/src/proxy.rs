@@ -74,12 +74,57 @@ struct AckSlot {
     fd: std::os::fd::RawFd,
     /// The control connection of DP sending `inflight` (see [`DpConn::watch`]).
     dp_watch: RefCell<Option<Rc<std::os::fd::OwnedFd>>>,
+    /// The connection: (client, FE).
+    flow: (std::net::SocketAddrV4, std::net::SocketAddrV4),
 }
 
 impl AckSlot {
     /// DP refused the payload in flight (it answers a SEND only to refuse it, then closes).
     fn dp_refused(&self) -> bool {
         self.dp_watch.borrow().as_deref().is_some_and(dp_refused)
+    }
+
+    /// Sends DP the `SEND` line of the payload in flight, whose start signal may have been
+    /// lost (DP ignores it for a payload it started). Never blocks: a line that does not
+    /// fit is not sent (the stall check then has the last word).
+    fn resend(&self, send: &SendLine) {
+        use std::os::fd::AsRawFd;
+        let Some(fd) = self.dp_watch.borrow().clone() else {
+            return;
+        };
+        let line = send.line(self.flow);
+        // SAFETY: send(2) of `line`, alive for the call, on the descriptor `fd` owns.
+        unsafe {
+            libc::send(
+                fd.as_raw_fd(),
+                line.as_ptr().cast(),
+                line.len(),
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
+    }
+}
+
+/// What DP needs to send a payload as the FE (the `SEND` line's fields).
+#[derive(Clone, Copy, Debug)]
+struct SendLine {
+    id: u64,
+    /// Client-view sequence number of the payload's first byte.
+    seq: u32,
+    /// The FE's ACK and raw window fields, for DP's segments.
+    fe_ack: u32,
+    fe_win: u32,
+    /// The client's window in bytes, and its window scale.
+    wnd: u32,
+    wscale: u8,
+}
+
+impl SendLine {
+    fn line(&self, (client, fe): (std::net::SocketAddrV4, std::net::SocketAddrV4)) -> String {
+        format!(
+            "SEND {} {client} {fe} {} {} {} {} {}\r\n",
+            self.id, self.seq, self.fe_ack, self.fe_win, self.wnd, self.wscale
+        )
     }
 }
 
@@ -91,6 +136,9 @@ struct Inflight {
     /// Bytes acknowledged when last seen, and when they last grew.
     acked: u32,
     since: std::time::Instant,
+    /// Started by the hooks' start signal: the `SEND` line the watchdog sends if no byte
+    /// is acknowledged within [`WATCH`] (the signal may have been lost), once.
+    send: Option<SendLine>,
 }
 
 impl Inflight {
@@ -175,6 +223,16 @@ async fn watchdog(fe: std::rc::Weak<FeHooks>) {
                 // SAFETY: shutdown(2) on the connection's descriptor, open while its slot is
                 // registered (the slot is removed before the descriptor can be reused).
                 unsafe { libc::shutdown(slot.fd, libc::SHUT_RDWR) };
+            } else if let Some(send) = inf.send.filter(|_| acked == 0) {
+                if inf.since.elapsed() >= WATCH {
+                    tracing::info!(
+                        "DISC: payload {} not started after {WATCH:?}: SEND",
+                        send.id
+                    );
+                    slot.resend(&send);
+                    inf.send = None;
+                    slot.inflight.set(Some(inf));
+                }
             }
         }
     }
@@ -319,6 +377,8 @@ struct Registered {
     key: crate::bpf::ConnKey,
     client: std::net::SocketAddrV4,
     fe: std::net::SocketAddrV4,
+    /// The client's window scale (the shift of its window fields).
+    wscale: u8,
 }
 
 impl Drop for Registered {
@@ -336,7 +396,16 @@ fn register(stream: &TcpStream, hooks: &SharedHooks) -> io::Result<Option<Regist
         return Ok(None); // IPv6: no shortcut (the hooks are IPv4)
     };
     let key = crate::bpf::ConnKey::new(*client.ip(), client.port(), *fe.ip(), fe.port());
-    if let Err(e) = h.hooks.borrow_mut().register(key) {
+    // The client's window scale (fixed at the handshake) and its window now.
+    let (wscale, wnd) = match client_window(stream) {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::warn!("DISC: TCP_INFO of {client}: {e}; no shortcut");
+            return Ok(None);
+        }
+    };
+    let raw = wnd.checked_shr(u32::from(wscale)).unwrap_or(0);
+    if let Err(e) = h.hooks.borrow_mut().register_with_window(key, raw) {
         // No shortcut on this connection: its answers take the normal path.
         tracing::warn!("DISC hooks: cannot register {client}: {e}");
         return Ok(None);
@@ -348,6 +417,7 @@ fn register(stream: &TcpStream, hooks: &SharedHooks) -> io::Result<Option<Regist
         inflight: Cell::new(None),
         fd: stream.as_raw_fd(),
         dp_watch: RefCell::new(None),
+        flow: (client, fe),
     });
     h.slots.borrow_mut().insert(key, slot.clone());
     Ok(Some(Registered {
@@ -356,6 +426,7 @@ fn register(stream: &TcpStream, hooks: &SharedHooks) -> io::Result<Option<Regist
         key,
         client,
         fe,
+        wscale,
     }))
 }
 
@@ -458,16 +529,15 @@ async fn connection(
             // FE role.
             let out_head = rewrite_head(&rhead, DISC_FIELD, &[]);
             if let (DiscMode::Direct, Some(reg)) = (cfg.disc, &reg) {
-                match fe_hello(&mut dp, d.last).await {
+                match fe_hello(&mut dp, d.last, reg).await {
                     Ok(tap) => {
                         let link = match tap {
                             true => link_to(&mut dp_link, d.last),
                             false => None,
                         };
                         let c = dp.as_mut().expect("connected");
-                        write_all(&client.stream, out_head).await?;
-                        // From here on the head is out: a failure closes the connection.
-                        fe_direct(reg, &client.stream, c, d, link).await?;
+                        let closing = !res.keep_alive || !req.keep_alive;
+                        fe_direct(reg, &client.stream, c, d, out_head, link, closing).await?;
                         break res.keep_alive;
                     }
                     Err(e) => {
@@ -606,15 +676,17 @@ async fn dp_line(c: &mut Conn, line: String) -> io::Result<String> {
 }
 
 /// Direct mode, before anything of the answer is written: DP at `at` can be reached (HELLO
-/// once per control connection; the BE put the payload in DP's store as it wrote the head,
-/// on the same loop, so the payload is not asked for). Ok(true) when DP reads the client's
-/// ACKs from its tap (the hooks may clone them to it).
-async fn fe_hello(dp: &mut Option<DpConn>, at: SocketAddr) -> io::Result<bool> {
+/// once per control connection, naming the client connection it serves; the BE put the
+/// payload in DP's store as it wrote the head, on the same loop, so the payload is not
+/// asked for). Ok(true) when DP reads the client's ACKs and the start signals from its tap
+/// (the hooks may clone them to it).
+async fn fe_hello(dp: &mut Option<DpConn>, at: SocketAddr, reg: &Registered) -> io::Result<bool> {
     let c = dp_conn(dp, at).await?;
     if let Some(tap) = c.tap {
         return Ok(tap);
     }
-    let answer = dp_line(&mut c.conn, "HELLO\r\n".into()).await?;
+    let hello = format!("HELLO {} {} {}\r\n", reg.client, reg.fe, reg.wscale);
+    let answer = dp_line(&mut c.conn, hello).await?;
     let tap = match answer.as_str() {
         "OK" => false,
         "OK tap" => true,
@@ -712,6 +784,18 @@ fn client_window(s: &impl std::os::fd::AsRawFd) -> io::Result<(u8, u32)> {
     Ok((buf[6] & 0x0f, wnd))
 }
 
+/// Waits until the FE's stack has sent everything written on `client` (through the egress
+/// hook, which runs in the transmit path before any qdisc).
+async fn wait_sent(client: &TcpStream, reg: &Registered, t0: std::time::Instant) -> io::Result<()> {
+    while unsent(client)? > 0 {
+        if t0.elapsed() > reg.hooks.stall {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "bytes not sent"));
+        }
+        iolab_runtime::sleep(ACK_POLL).await;
+    }
+    Ok(())
+}
+
 /// How long the FE waits for any progress of the shortcut before closing the connection
 /// (the default of [`ProxyConfig::stall`]).
 pub const DIRECT_STALL: std::time::Duration = std::time::Duration::from_secs(30);
@@ -721,27 +805,27 @@ const ACK_POLL: std::time::Duration = std::time::Duration::from_micros(200);
 /// How often an ack forwarder reads the map itself, should the ring have lost events.
 const MAP_CHECK: std::time::Duration = std::time::Duration::from_millis(10);
 
-/// Direct mode, the head written: once the FE's stack has sent it (not necessarily
-/// acknowledged: a retransmission keeps its old shift) and the previous payload is
-/// acknowledged, the payload gets the next `size` sequence numbers (the hooks' new epoch)
-/// and DP sends it as the FE. With `link` the hooks clone the client's ACKs to DP and this
-/// returns at once (the next epoch or the watchdog checks the payload's end); without, the
-/// client's ACKs for it are forwarded to DP until the last byte is acknowledged. The FE's
-/// later bytes are shifted past the payload.
+/// Direct mode, the answer's `head` not written yet: once everything the FE wrote before
+/// has gone through its egress hook (`fe_nxt` in the map is then the FE's next byte) and
+/// the previous payload is acknowledged, the payload gets the `size` sequence numbers after
+/// the head (the hooks' new epoch), the head is written and DP sends the payload as the FE.
+/// With `link` (DP on the FE's link, with a tap) the hooks clone the head's segment to DP
+/// as its start signal and the client's ACKs for the payload too, and this returns once
+/// the head is written (the next epoch or the watchdog checks the payload's end); without,
+/// a `SEND` line starts DP and the client's ACKs are forwarded to DP until the last byte
+/// is acknowledged. The FE's later bytes are shifted past the payload. `closing`: the FE
+/// closes the connection after this answer.
 async fn fe_direct(
     reg: &Registered,
     client: &TcpStream,
     dp: &mut DpConn,
     d: Disc,
+    head: Vec<u8>,
     link: Option<crate::bpf::DpLink>,
+    closing: bool,
 ) -> io::Result<()> {
     let t0 = std::time::Instant::now();
-    while unsent(client)? > 0 {
-        if t0.elapsed() > reg.hooks.stall {
-            return Err(io::Error::new(io::ErrorKind::TimedOut, "head not sent"));
-        }
-        iolab_runtime::sleep(ACK_POLL).await;
-    }
+    wait_sent(client, reg, t0).await?;
     let get = || -> io::Result<crate::bpf::ConnState> {
         reg.hooks
             .hooks
@@ -764,43 +848,85 @@ async fn fe_direct(
         reg.slot.inflight.set(None);
     }
     let size = u32::try_from(d.size).map_err(|_| io::Error::other("payload over 4 GiB"))?;
-    let (boundary, off_lo) = (st.fe_nxt, st.off_hi);
+    // The hooks have seen nothing the FE sent since the connection was registered (this is
+    // its first answer): its next sequence number is known only once the head has gone
+    // through them. Then the head goes first and a SEND line starts DP.
+    let first = st.fe_seen == 0;
+    let head_len = head.len() as u32;
+    let mut head = Some(head);
+    if first {
+        write_all(client, head.take().expect("not written")).await?;
+        wait_sent(client, reg, t0).await?;
+        st = get()?;
+    }
+    let boundary = match first {
+        true => st.fe_nxt,
+        false => st.fe_nxt.wrapping_add(head_len),
+    };
+    let (off_lo, wscale) = (st.off_hi, reg.wscale);
     let off_hi = off_lo.wrapping_add(size);
-    // The client's window fields are scaled by its window scale; DP counts in bytes.
-    let (wscale, wnd) = client_window(client)?;
+    // The client's window, in bytes (its latest window field, scaled).
+    let wnd = u32::try_from(crate::sender::window_bytes(st.cl_win, wscale)).unwrap_or(u32::MAX);
     // DP sends it all at once when the client's window holds it: then only the ACK of its
     // last byte (and duplicates, on a loss) need reach DP.
     let link = link.map(|l| crate::bpf::DpLink {
         ends_only: u64::from(wnd) >= d.size,
         ..l
     });
+    // Ids fit in 32 bits (crate::dp::Store): the start signal carries them.
+    let start = match (first || link.is_none(), u32::try_from(d.id)) {
+        (true, _) => 0,
+        (false, Ok(id)) => id,
+        (false, Err(_)) => return Err(io::Error::other("payload id over 32 bits")),
+    };
     reg.slot.latest.set(None);
     reg.hooks
         .hooks
         .borrow_mut()
-        .set_epoch_of(reg.key, st, boundary, off_lo, off_hi, link)
+        .set_epoch_of(
+            reg.key,
+            st,
+            crate::bpf::Epoch {
+                boundary,
+                off_lo,
+                off_hi,
+                to_dp: link,
+                start,
+            },
+        )
         .map_err(io::Error::other)?;
     let seq = boundary.wrapping_add(off_lo);
-    // No answer to wait for: DP starts at once (it answers only to refuse).
     *reg.slot.dp_watch.borrow_mut() = dp.watch.clone();
+    if let Some(head) = head {
+        // From here on the head goes out: a failure closes the connection.
+        write_all(client, head).await?;
+        if closing {
+            // The FIN must not ride on the head's segment (shifted as the head, it would
+            // come before the payload): the close waits until the head has gone.
+            wait_sent(client, reg, t0).await?;
+        }
+    }
+    let send = SendLine {
+        id: d.id,
+        seq,
+        fe_ack: st.fe_ack,
+        fe_win: st.fe_win,
+        wnd,
+        wscale,
+    };
     let c = &mut dp.conn;
-    write_all(
-        &c.stream,
-        format!(
-            "SEND {} {} {} {seq} {} {} {wnd} {wscale}\r\n",
-            d.id, reg.client, reg.fe, st.fe_ack, st.fe_win
-        )
-        .into_bytes(),
-    )
-    .await?;
+    if start == 0 {
+        write_all(&c.stream, send.line((reg.client, reg.fe)).into_bytes()).await?;
+    }
     if link.is_some() {
-        // The hooks clone the client's ACKs to DP: nothing to forward. The next epoch (or
-        // the watchdog) checks that the payload arrived.
+        // The hooks start DP (or the line did) and clone the client's ACKs to it: nothing
+        // to forward. The next epoch (or the watchdog) checks that the payload arrived.
         reg.slot.inflight.set(Some(Inflight {
             seq,
             size,
             acked: 0,
             since: std::time::Instant::now(),
+            send: (start != 0).then_some(send),
         }));
         return Ok(());
     }

@@ -4,14 +4,18 @@
 //! address is no interface's, so the BE's IP stack drops the copies; only this socket, whose
 //! classic BPF filter passes nothing else, sees them. Per ACK: no FE user-space work, no
 //! control-line message, no TCP on either side (the FE's ack forwarder did all three).
+//!
+//! The same way, `disc_egress` clones the FE's segment carrying an answer's head to
+//! [`crate::bpf::DP_START_MAC`] ([`crate::bpf::ConnState::start_id`]): DP's signal to start
+//! that answer's payload right behind it (it replaced a `SEND` line per payload).
 
 use std::io;
 use std::net::SocketAddrV4;
 use std::os::fd::{AsRawFd, OwnedFd};
 
-use crate::bpf::DP_ACK_MAC;
+use crate::bpf::{DP_ACK_MAC, DP_START_MAC};
 
-/// A packet socket receiving only frames addressed to [`DP_ACK_MAC`].
+/// A packet socket receiving only frames addressed to [`DP_ACK_MAC`] or [`DP_START_MAC`].
 pub struct AckTap {
     fd: OwnedFd,
 }
@@ -24,6 +28,27 @@ pub struct TapAck {
     pub fe: SocketAddrV4,
     pub ack: u32,
     pub window: u16,
+}
+
+/// The FE's head segment cloned as a payload's start: the flow, where the payload starts
+/// (client view: the byte after the head), the FE's ACK and raw window fields to carry, the
+/// payload id and the client's raw window field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TapStart {
+    pub client: SocketAddrV4,
+    pub fe: SocketAddrV4,
+    pub seq: u32,
+    pub ack: u32,
+    pub window: u16,
+    pub id: u32,
+    pub client_window: u16,
+}
+
+/// A frame the tap read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TapFrame {
+    Ack(TapAck),
+    Start(TapStart),
 }
 
 /// The tap's receive buffer, bytes.
@@ -40,15 +65,18 @@ impl AckTap {
             libc::SOCK_RAW | libc::SOCK_NONBLOCK,
             i32::from((libc::ETH_P_IP as u16).to_be()),
         )?;
-        let m = DP_ACK_MAC;
-        let word = u32::from_be_bytes([m[0], m[1], m[2], m[3]]);
-        let half = u32::from(u16::from_be_bytes([m[4], m[5]]));
-        // ld [0]; jeq word → next else drop; ldh [4]; jeq half → accept else drop.
+        let (a, s) = (DP_ACK_MAC, DP_START_MAC);
+        debug_assert_eq!(a[..4], s[..4]);
+        let word = u32::from_be_bytes([a[0], a[1], a[2], a[3]]);
+        let ack = u32::from(u16::from_be_bytes([a[4], a[5]]));
+        let start = u32::from(u16::from_be_bytes([s[4], s[5]]));
+        // ld [0]; jeq word → next else drop; ldh [4]; jeq ack or start → accept else drop.
         let mut filter = [
             bpf_stmt(0x20, 0),          // BPF_LD | BPF_W | BPF_ABS
-            bpf_jump(0x15, word, 0, 3), // BPF_JMP | BPF_JEQ | BPF_K
+            bpf_jump(0x15, word, 0, 4), // BPF_JMP | BPF_JEQ | BPF_K
             bpf_stmt(0x28, 4),          // BPF_LD | BPF_H | BPF_ABS
-            bpf_jump(0x15, half, 0, 1),
+            bpf_jump(0x15, ack, 1, 0),
+            bpf_jump(0x15, start, 0, 1),
             bpf_stmt(0x06, FRAME as u32), // BPF_RET | BPF_K: accept
             bpf_stmt(0x06, 0),            // drop
         ];
@@ -118,8 +146,8 @@ impl AckTap {
         Ok(Some(n as usize))
     }
 
-    /// The next ACK queued, if any (frames that are not ACKs are skipped).
-    pub fn try_recv(&self) -> io::Result<Option<TapAck>> {
+    /// The next frame queued, if any (frames that are neither are skipped).
+    pub fn try_recv(&self) -> io::Result<Option<TapFrame>> {
         let mut buf = vec![0u8; FRAME];
         while let Some(n) = self.recv(&mut buf)? {
             if let Some(a) = parse(&buf[..n]) {
@@ -154,15 +182,16 @@ impl AckTap {
         Ok(st.tp_drops)
     }
 
-    /// Calls `on_ack` for every ACK the tap receives, until an error on the socket; says
-    /// when the kernel dropped some (a lost ACK can hold a transfer until DP's timer).
-    pub async fn run(self, mut on_ack: impl FnMut(TapAck)) -> io::Result<()> {
+    /// Calls `on_frame` for every ACK and start the tap receives, until an error on the
+    /// socket; says when the kernel dropped some (a lost ACK can hold a transfer until DP's
+    /// timer, a lost start until the FE's watchdog sends it again).
+    pub async fn run(self, mut on_frame: impl FnMut(TapFrame)) -> io::Result<()> {
         let mut buf = vec![0u8; FRAME];
         let mut since_check = 0u32;
         loop {
             while let Some(n) = self.recv(&mut buf)? {
-                if let Some(a) = parse(&buf[..n]) {
-                    on_ack(a);
+                if let Some(f) = parse(&buf[..n]) {
+                    on_frame(f);
                 }
                 since_check += 1;
             }
@@ -179,18 +208,33 @@ impl AckTap {
     }
 }
 
-/// The ACK in a frame the tap read (anything else: None).
-pub fn parse(frame: &[u8]) -> Option<TapAck> {
-    let (seg, _, _) = crate::packet::parse(frame)?;
+/// The ACK or start in a frame the tap read (anything else: None).
+pub fn parse(frame: &[u8]) -> Option<TapFrame> {
+    let (seg, data, _) = crate::packet::parse(frame)?;
     if seg.flags & crate::packet::ACK == 0 {
         return None;
     }
-    Some(TapAck {
-        client: SocketAddrV4::new(seg.src, seg.sport),
-        fe: SocketAddrV4::new(seg.dst, seg.dport),
+    if seg.dst_mac == DP_ACK_MAC {
+        return Some(TapFrame::Ack(TapAck {
+            client: SocketAddrV4::new(seg.src, seg.sport),
+            fe: SocketAddrV4::new(seg.dst, seg.dport),
+            ack: seg.ack,
+            window: seg.window,
+        }));
+    }
+    if seg.dst_mac != DP_START_MAC || data.is_empty() {
+        return None;
+    }
+    let m = seg.src_mac;
+    Some(TapFrame::Start(TapStart {
+        client: SocketAddrV4::new(seg.dst, seg.dport),
+        fe: SocketAddrV4::new(seg.src, seg.sport),
+        seq: seg.seq.wrapping_add(data.len() as u32),
         ack: seg.ack,
         window: seg.window,
-    })
+        id: u32::from_be_bytes([m[0], m[1], m[2], m[3]]),
+        client_window: u16::from_be_bytes([m[4], m[5]]),
+    }))
 }
 
 fn bpf_stmt(code: u16, k: u32) -> libc::sock_filter {

@@ -7,9 +7,10 @@ mod common;
 use std::net::Ipv4Addr;
 
 use iolab_disc::bpf::{
-    test_run, AckEvent, ConnKey, ConnState, Hooks, EGRESS, INGRESS, TC_ACT_OK, TC_ACT_SHOT,
+    test_run, AckEvent, ConnKey, ConnState, Epoch, Hooks, EGRESS, INGRESS, TC_ACT_OK, TC_ACT_SHOT,
 };
 use iolab_disc::packet::{frame, frame_with_options, parse, Segment, ACK, PSH, SYN, TCP_OFF};
+use iolab_disc::tap::{TapFrame, TapStart};
 
 const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 250, 0, 1);
 const FE: Ipv4Addr = Ipv4Addr::new(10, 250, 0, 2);
@@ -264,7 +265,17 @@ fn acks_for_dp_are_cloned_to_dps_tap() {
                 ends_only,
             };
             // DP sends [1000, 6000) in the client's view.
-            h.set_epoch_of(key(), st, 1000, 0, 5000, Some(link))?;
+            h.set_epoch_of(
+                key(),
+                st,
+                Epoch {
+                    boundary: 1000,
+                    off_lo: 0,
+                    off_hi: 5000,
+                    to_dp: Some(link),
+                    start: 0,
+                },
+            )?;
             let mut verdicts = Vec::new();
             for ack in [3000, 3000, 6000, 7000] {
                 let (v, _, seg, ok) = run(&h, INGRESS, &from_client(ack, ACK, b"", 300));
@@ -289,7 +300,8 @@ fn acks_for_dp_are_cloned_to_dps_tap() {
         let t0 = std::time::Instant::now();
         while t0.elapsed() < std::time::Duration::from_millis(300) {
             match tap.try_recv().unwrap() {
-                Some(a) => got.push((a.client, a.fe, a.ack, a.window)),
+                Some(TapFrame::Ack(a)) => got.push((a.client, a.fe, a.ack, a.window)),
+                Some(f) => panic!("not an ACK: {f:?}"),
                 None => std::thread::sleep(std::time::Duration::from_millis(5)),
             }
         }
@@ -302,6 +314,63 @@ fn acks_for_dp_are_cloned_to_dps_tap() {
         };
         assert_eq!(got, want, "ends_only {ends_only}");
     }
+    // The start signal: the FE's segment ending at the boundary (the answer's head) is
+    // cloned once, as shifted, with the payload id and the client's latest window.
+    let ifname = fe_if.name.clone();
+    let shifted = iolab_disc::netns::spawn_in(Some(fe_name.clone()), "fe", move || {
+        let mut h = Hooks::load()?;
+        h.register(key())?;
+        run(&h, INGRESS, &from_client(900, ACK, b"", 345));
+        let st = h.get(&key())?.unwrap();
+        assert_eq!(st.cl_win, 345);
+        let link = iolab_disc::bpf::DpLink {
+            ifindex: nix_ifindex(&ifname),
+            src_mac: [2, 0, 0, 0, 0, 9],
+            ends_only: true,
+        };
+        h.set_epoch_of(
+            key(),
+            st,
+            Epoch {
+                boundary: 1000,
+                off_lo: 500,
+                off_hi: 5500,
+                to_dp: Some(link),
+                start: 0x0102_0304,
+            },
+        )?;
+        let mut seqs = Vec::new();
+        // Before the head, the head (twice: a retransmission), after it.
+        for (seq, len) in [(800, 100), (900, 100), (900, 100), (1000, 50)] {
+            let (v, _, seg, _) = run(&h, EGRESS, &from_fe(seq, &vec![b'h'; len]));
+            assert_eq!(v, TC_ACT_OK);
+            seqs.push(seg.seq);
+        }
+        assert_eq!(h.get(&key())?.unwrap().start_id, 0, "cleared once sent");
+        Ok(seqs)
+    })
+    .join()
+    .unwrap()
+    .expect("running the hook");
+    assert_eq!(shifted, vec![1300, 1400, 1400, 6500]);
+    let mut got = Vec::new();
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < std::time::Duration::from_millis(300) {
+        match tap.try_recv().unwrap() {
+            Some(f) => got.push(f),
+            None => std::thread::sleep(std::time::Duration::from_millis(5)),
+        }
+    }
+    let start = TapStart {
+        client: std::net::SocketAddrV4::new(CLIENT, CPORT),
+        fe: std::net::SocketAddrV4::new(FE, FPORT),
+        seq: 1500,
+        ack: 777,
+        window: 500,
+        id: 0x0102_0304,
+        client_window: 345,
+    };
+    assert_eq!(got, vec![TapFrame::Start(start)]);
 }
 
 fn nix_ifindex(name: &str) -> u32 {

@@ -266,6 +266,14 @@ fn disc_direct_dp_sends_on_the_clients_connection() {
         tap >= big && lines == 0,
         "ACKs from the tap {tap}, as lines {lines}"
     );
+    // The hooks clone each answer's head to DP as its start signal, but for a connection's
+    // first answer (the FE's next sequence number is known once its first bytes went
+    // through the hooks): a SEND line starts that one.
+    let (signal, line) = store.start_sources();
+    assert!(
+        line <= 1 && signal == big - line,
+        "started by the signal {signal}, by a line {line}"
+    );
     c.stop().unwrap();
 }
 
