@@ -98,6 +98,8 @@ pub enum Fault {
     /// DP refuses every SEND as a payload it does not hold (one that expired, or a BE that
     /// restarted at the same address).
     RefuseSends = 2,
+    /// DP never sees the FE's start signals (as if the tap's socket had dropped them).
+    LoseSignals = 3,
 }
 
 impl Store {
@@ -215,6 +217,7 @@ impl Store {
         match self.fault.load(std::sync::atomic::Ordering::Relaxed) {
             1 => Fault::HoldSends,
             2 => Fault::RefuseSends,
+            3 => Fault::LoseSignals,
             _ => Fault::None,
         }
     }
@@ -592,8 +595,8 @@ impl Sender {
             (s.store.clone(), s.started)
         };
         let id = u64::from(st.id);
-        if id == started {
-            return; // started already (by the FE's resent SEND)
+        if id == started || store.fault() == Fault::LoseSignals {
+            return; // started already (by the FE's resent SEND), or a test's lost signal
         }
         let body = store
             .take(id)

@@ -486,6 +486,52 @@ fn a_payload_dp_refuses_closes_the_clients_connection_at_once() {
     stalled_payload(true, Fault::RefuseSends);
 }
 
+/// The FE's start signal for a payload is lost (the tap's socket was full): no byte of it
+/// is acknowledged within the FE's watchdog's second, and the watchdog sends DP the payload's
+/// `SEND` line; the client gets every byte, a second or two late, on the same connection.
+#[test]
+fn a_lost_start_signal_is_made_good_by_a_send_line() {
+    if !direct_ready() {
+        return;
+    }
+    let dir = TempDir::new("direct-lost-signal");
+    let root = dir.0.join("www");
+    write_payloads(&root, &[65536]).unwrap();
+    let c = Chain::start(&config(&root, DiscMode::Direct)).expect("starting the chain");
+    let store = c.store.clone().unwrap();
+    store.set_fault(Fault::LoseSignals);
+    let url = format!("http://{}/f65536.bin", c.fe);
+    let t0 = std::time::Instant::now();
+    // Three answers on one connection: the first is started by a line (the connection's
+    // first), the others by signals, lost here.
+    let out = std::process::Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &c.client_ns,
+            "curl",
+            "-s",
+            "-m",
+            "20",
+            &url,
+            &url,
+            &url,
+        ])
+        .output()
+        .expect("running curl");
+    let took = t0.elapsed();
+    assert_eq!(out.status.code(), Some(0), "curl after {took:?}");
+    let one = std::fs::read(root.join("f65536.bin")).unwrap();
+    assert_eq!(out.stdout, [&one[..], &one[..], &one[..]].concat());
+    let (signal, line) = store.start_sources();
+    assert_eq!((signal, line), (0, 3), "after {took:?}");
+    assert!(
+        took >= std::time::Duration::from_millis(1000),
+        "the resends waited for the watchdog: {took:?}"
+    );
+    c.stop().unwrap();
+}
+
 fn stalled_payload(no_ack_tap: bool, fault: Fault) {
     if !direct_ready() {
         return;
