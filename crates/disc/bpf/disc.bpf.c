@@ -72,6 +72,11 @@ struct conn_state {
 	 * ending at `boundary` (the answer's head) goes out; disc_egress then clones that
 	 * segment to DP's link (DP_START_MAC) and clears it */
 	__u32 start_id;
+	/* written by disc_ingress: the ACK that carried cl_win (client view): the window's
+	 * right edge is cl_ack + (cl_win << cl_wscale) */
+	__u32 cl_ack;
+	/* set by user space at registration: the client's window scale */
+	__u32 cl_wscale;
 };
 
 /* The ACK for DP also goes to the ring disc_acks (the FE's forwarder sends it on). */
@@ -85,9 +90,10 @@ struct conn_state {
 #define NOTIFY_ENDS 4
 static const __u8 DP_ACK_MAC[6] = { 0x02, 0xd1, 0x5c, 0x00, 0xac, 0x4b };
 /* The link destination of the FE's head segment cloned to DP as its start signal: the
- * source address carries the payload id (4 bytes, network order) and the client's raw
- * window (2 bytes); the segment itself, shifted, tells DP where the payload starts and the
- * FE's ACK and window. */
+ * source address carries the payload id (4 bytes, network order) and the client's window
+ * from the payload's first byte to its window's right edge, as a raw (scaled) field (2
+ * bytes); the segment itself, shifted, tells DP where the payload starts and the FE's ACK
+ * and window. */
 static const __u8 DP_START_MAC[6] = { 0x02, 0xd1, 0x5c, 0x00, 0x5e, 0x0d };
 
 struct {
@@ -212,7 +218,15 @@ int disc_egress(struct __sk_buff *skb)
 	 * start DP again. */
 	if (s->start_id && data && seq + data == s->boundary && s->dp_ifindex) {
 		__u32 id = bpf_htonl(s->start_id);
-		__u16 win = bpf_htons((__u16)s->cl_win);
+		__u32 shift = s->cl_wscale & 15;
+		/* The client's window counts from the ACK that carried it, which may be before
+		 * the head: measured from the payload's start, it is shorter by the bytes in
+		 * between (a burst to the window DP was told once crossed the client's right
+		 * edge by the head's length, and Linux drops such a segment while its receive
+		 * queue holds data: a hole only DP's timer repaired). */
+		__s32 room = (__s32)(s->cl_ack + (s->cl_win << shift) - (seq + off + data));
+		__u32 raw = room > 0 ? (__u32)room >> shift : 0;
+		__u16 win = bpf_htons(raw > 0xffff ? 0xffff : (__u16)raw);
 		__u8 mac[12];
 
 		s->start_id = 0;
@@ -339,6 +353,7 @@ int disc_ingress(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	__sync_fetch_and_add(&s->acks, 1);
 	s->cl_win = bpf_ntohs(tcp->window);
+	s->cl_ack = bpf_ntohl(tcp->ack_seq);
 	/* Read now: clone_to_dp invalidates the packet pointers. */
 	old = tcp->ack_seq;
 	ack = bpf_ntohl(old);

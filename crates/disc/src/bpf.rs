@@ -99,6 +99,26 @@ pub struct ConnState {
     /// goes out: `disc_egress` clones that segment to DP's link, addressed to
     /// [`DP_START_MAC`], and clears this (0: none).
     pub start_id: u32,
+    /// The ACK that carried `cl_win` (client view): the client's window ends at
+    /// `cl_ack + (cl_win << cl_wscale)`.
+    pub cl_ack: u32,
+    /// The client's window scale (set at registration).
+    pub cl_wscale: u32,
+}
+
+impl ConnState {
+    /// The client's window in bytes from client-view sequence number `from` to its right
+    /// edge (0 when the edge is not past it, or no client ACK was seen yet).
+    pub fn window_from(&self, from: u32) -> u32 {
+        if self.cl_ack == 0 && self.cl_win == 0 {
+            return 0;
+        }
+        let edge = self
+            .cl_ack
+            .wrapping_add(self.cl_win << (self.cl_wscale & 15));
+        let room = edge.wrapping_sub(from) as i32;
+        room.max(0) as u32
+    }
 }
 
 /// The ACKs for DP also go to the ring [`ACKS`] (the FE's forwarder sends them on).
@@ -114,7 +134,8 @@ pub const NOTIFY_ENDS: u32 = 4;
 pub const DP_ACK_MAC: [u8; 6] = [0x02, 0xd1, 0x5c, 0x00, 0xac, 0x4b];
 /// The link destination of the FE's head segment cloned to DP as the start of a payload
 /// ([`ConnState::start_id`]); the link source carries the payload id (4 bytes, network
-/// order) and the client's raw window (2 bytes).
+/// order) and the client's window from the payload's start to its right edge, as a raw
+/// (scaled) window field (2 bytes).
 pub const DP_START_MAC: [u8; 6] = [0x02, 0xd1, 0x5c, 0x00, 0x5e, 0x0d];
 
 /// Where the FE clones the ACKs for DP: its interface towards DP and that interface's
@@ -176,7 +197,7 @@ impl AckEvent {
 /// The ring of ACKs for DP (BPF_MAP_TYPE_RINGBUF).
 pub const ACKS: &str = "disc_acks";
 
-// SAFETY: both are repr(C) structs of plain integers with no padding (4+4+2+2 and 16×4+8+2×4
+// SAFETY: both are repr(C) structs of plain integers with no padding (4+4+2+2 and 16×4+8+4×4
 // bytes), so every bit pattern is valid and they match the C structs byte for byte.
 unsafe impl aya::Pod for ConnKey {}
 // SAFETY: as above.
@@ -271,19 +292,18 @@ impl Hooks {
 
     /// Registers a new client connection (no epoch yet).
     pub fn register(&mut self, key: ConnKey) -> anyhow::Result<()> {
-        self.register_with_window(key, 0)
+        self.register_with_wscale(key, 0)
     }
 
-    /// Registers a new client connection whose client last advertised the raw window
-    /// field `cl_win` ([`ConnState::cl_win`]: its request may have passed the ingress hook
-    /// before the connection was registered).
-    pub fn register_with_window(&mut self, key: ConnKey, cl_win: u32) -> anyhow::Result<()> {
+    /// Registers a new client connection whose client scales its window fields by
+    /// `wscale` ([`ConnState::cl_wscale`]).
+    pub fn register_with_wscale(&mut self, key: ConnKey, wscale: u8) -> anyhow::Result<()> {
         self.closing_since.remove(&key);
         self.reap(Instant::now());
         self.set(
             key,
             ConnState {
-                cl_win,
+                cl_wscale: u32::from(wscale),
                 ..ConnState::default()
             },
         )

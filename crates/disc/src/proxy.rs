@@ -396,16 +396,15 @@ fn register(stream: &TcpStream, hooks: &SharedHooks) -> io::Result<Option<Regist
         return Ok(None); // IPv6: no shortcut (the hooks are IPv4)
     };
     let key = crate::bpf::ConnKey::new(*client.ip(), client.port(), *fe.ip(), fe.port());
-    // The client's window scale (fixed at the handshake) and its window now.
-    let (wscale, wnd) = match client_window(stream) {
-        Ok(w) => w,
+    // The client's window scale (fixed at the handshake).
+    let wscale = match client_window(stream) {
+        Ok((wscale, _)) => wscale,
         Err(e) => {
             tracing::warn!("DISC: TCP_INFO of {client}: {e}; no shortcut");
             return Ok(None);
         }
     };
-    let raw = wnd.checked_shr(u32::from(wscale)).unwrap_or(0);
-    if let Err(e) = h.hooks.borrow_mut().register_with_window(key, raw) {
+    if let Err(e) = h.hooks.borrow_mut().register_with_wscale(key, wscale) {
         // No shortcut on this connection: its answers take the normal path.
         tracing::warn!("DISC hooks: cannot register {client}: {e}");
         return Ok(None);
@@ -741,6 +740,20 @@ fn unsent(s: &TcpStream) -> io::Result<i32> {
     Ok(n)
 }
 
+/// SIOCOUTQ (linux/sockios.h, = TIOCOUTQ): bytes in the send queue not yet acknowledged.
+const SIOCOUTQ: libc::c_ulong = 0x5411;
+
+/// Bytes written on `s` that the client has not acknowledged (SIOCOUTQ).
+fn unacked(s: &TcpStream) -> io::Result<u32> {
+    use std::os::fd::AsRawFd;
+    let mut n: libc::c_int = 0;
+    // SAFETY: ioctl(SIOCOUTQ) writes one int into `n`, alive for the call.
+    if unsafe { libc::ioctl(s.as_raw_fd(), SIOCOUTQ, &mut n) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n.max(0) as u32)
+}
+
 /// What the FE's stack knows of the client's receive window (TCP_INFO): the client's
 /// window scale (the shift its window fields take) and its last window in bytes (0 when
 /// the kernel does not report it: `tcpi_snd_wnd` came with Linux 5.19).
@@ -854,10 +867,18 @@ async fn fe_direct(
     let first = st.fe_seen == 0;
     let head_len = head.len() as u32;
     let mut head = Some(head);
+    // The client's window from the payload's first byte to the window's right edge, in
+    // bytes (not the window field alone: it counts from the ACK that carried it, before
+    // the head, and a burst that crossed the right edge lost its last segment).
+    let mut room = None;
     if first {
         write_all(client, head.take().expect("not written")).await?;
         wait_sent(client, reg, t0).await?;
         st = get()?;
+        // The head has gone: what the FE's stack knows of the client's window, less what
+        // the client has not acknowledged.
+        let (_, wnd) = client_window(client)?;
+        room = Some(wnd.saturating_sub(unacked(client)?));
     }
     let boundary = match first {
         true => st.fe_nxt,
@@ -865,8 +886,7 @@ async fn fe_direct(
     };
     let (off_lo, wscale) = (st.off_hi, reg.wscale);
     let off_hi = off_lo.wrapping_add(size);
-    // The client's window, in bytes (its latest window field, scaled).
-    let wnd = u32::try_from(crate::sender::window_bytes(st.cl_win, wscale)).unwrap_or(u32::MAX);
+    let wnd = room.unwrap_or_else(|| st.window_from(boundary.wrapping_add(off_lo)));
     // DP sends it all at once when the client's window holds it: then only the ACK of its
     // last byte (and duplicates, on a loss) need reach DP.
     let link = link.map(|l| crate::bpf::DpLink {

@@ -32,7 +32,8 @@ pub struct TapAck {
 
 /// The FE's head segment cloned as a payload's start: the flow, where the payload starts
 /// (client view: the byte after the head), the FE's ACK and raw window fields to carry, the
-/// payload id and the client's raw window field.
+/// payload id and the client's window from the payload's start to its right edge (raw:
+/// in the client's window scale).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TapStart {
     pub client: SocketAddrV4,

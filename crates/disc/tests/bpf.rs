@@ -315,14 +315,18 @@ fn acks_for_dp_are_cloned_to_dps_tap() {
         assert_eq!(got, want, "ends_only {ends_only}");
     }
     // The start signal: the FE's segment ending at the boundary (the answer's head) is
-    // cloned once, as shifted, with the payload id and the client's latest window.
+    // cloned once, as shifted, with the payload id and the client's window from the
+    // payload's start to the window's right edge.
     let ifname = fe_if.name.clone();
     let shifted = iolab_disc::netns::spawn_in(Some(fe_name.clone()), "fe", move || {
         let mut h = Hooks::load()?;
-        h.register(key())?;
-        run(&h, INGRESS, &from_client(900, ACK, b"", 345));
+        h.register_with_wscale(key(), 2)?;
+        // The client's last ACK (before the head, client view) with its window field: the
+        // window ends at 1400 + 1000 × 2^2 = 5400.
+        run(&h, INGRESS, &from_client(1400, ACK, b"", 1000));
         let st = h.get(&key())?.unwrap();
-        assert_eq!(st.cl_win, 345);
+        assert_eq!((st.cl_ack, st.cl_win, st.cl_wscale), (1400, 1000, 2));
+        assert_eq!(st.window_from(1500), 3900);
         let link = iolab_disc::bpf::DpLink {
             ifindex: nix_ifindex(&ifname),
             src_mac: [2, 0, 0, 0, 0, 9],
@@ -361,6 +365,8 @@ fn acks_for_dp_are_cloned_to_dps_tap() {
             None => std::thread::sleep(std::time::Duration::from_millis(5)),
         }
     }
+    // The payload starts at 1500 (client view): 3,900 bytes to the window's right edge,
+    // 975 in the client's scale.
     let start = TapStart {
         client: std::net::SocketAddrV4::new(CLIENT, CPORT),
         fe: std::net::SocketAddrV4::new(FE, FPORT),
@@ -368,7 +374,7 @@ fn acks_for_dp_are_cloned_to_dps_tap() {
         ack: 777,
         window: 500,
         id: 0x0102_0304,
-        client_window: 345,
+        client_window: 975,
     };
     assert_eq!(got, vec![TapFrame::Start(start)]);
 }
