@@ -70,14 +70,11 @@ struct Inner {
     jobs: HashMap<u64, Job>,
     bytes: u64,
     /// Transfers DP sent through the GSO packet socket and through the raw socket.
-    gso_sends: u64,
-    raw_sends: u64,
+    sends: [u64; 2],
     /// Client ACKs DP received from its tap, and as the FE's control lines.
-    tap_acks: u64,
-    line_acks: u64,
+    acks: [u64; 2],
     /// Transfers started by the FE's start signal (from the tap), and by SEND lines.
-    signal_starts: u64,
-    line_starts: u64,
+    starts: [u64; 2],
 }
 
 /// The payloads held for the FE.
@@ -156,55 +153,40 @@ impl Store {
 
     /// Direct-mode transfers sent (through the GSO packet socket, through the raw socket).
     pub fn send_paths(&self) -> (u64, u64) {
-        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        (g.gso_sends, g.raw_sends)
+        self.pair(|g| g.sends)
+    }
+
+    /// Client ACKs DP received (from its tap, as the FE's control lines).
+    pub fn ack_sources(&self) -> (u64, u64) {
+        self.pair(|g| g.acks)
+    }
+
+    /// Transfers started (by the FE's start signal from the tap, by SEND lines).
+    pub fn start_sources(&self) -> (u64, u64) {
+        self.pair(|g| g.starts)
     }
 
     fn count_send(&self, gso: bool) {
-        self.bump(|g| {
-            if gso {
-                &mut g.gso_sends
-            } else {
-                &mut g.raw_sends
-            }
-        });
+        self.bump(|g| &mut g.sends[usize::from(!gso)]);
+    }
+
+    fn count_ack(&self, tap: bool) {
+        self.bump(|g| &mut g.acks[usize::from(!tap)]);
+    }
+
+    fn count_start(&self, signal: bool) {
+        self.bump(|g| &mut g.starts[usize::from(!signal)]);
+    }
+
+    fn pair(&self, of: impl FnOnce(&Inner) -> [u64; 2]) -> (u64, u64) {
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let [a, b] = of(&g);
+        (a, b)
     }
 
     fn bump(&self, counter: impl FnOnce(&mut Inner) -> &mut u64) {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         *counter(&mut g) += 1;
-    }
-
-    /// Client ACKs DP received (from its tap, as the FE's control lines).
-    pub fn ack_sources(&self) -> (u64, u64) {
-        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        (g.tap_acks, g.line_acks)
-    }
-
-    /// Transfers started (by the FE's start signal from the tap, by SEND lines).
-    pub fn start_sources(&self) -> (u64, u64) {
-        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        (g.signal_starts, g.line_starts)
-    }
-
-    fn count_start(&self, signal: bool) {
-        self.bump(|g| {
-            if signal {
-                &mut g.signal_starts
-            } else {
-                &mut g.line_starts
-            }
-        });
-    }
-
-    fn count_ack(&self, tap: bool) {
-        self.bump(|g| {
-            if tap {
-                &mut g.tap_acks
-            } else {
-                &mut g.line_acks
-            }
-        });
     }
 
     /// Tests: the fault DP shows from now on.

@@ -504,21 +504,7 @@ fn a_lost_start_signal_is_made_good_by_a_send_line() {
     let t0 = std::time::Instant::now();
     // Three answers on one connection: the first is started by a line (the connection's
     // first), the others by signals, lost here.
-    let out = std::process::Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &c.client_ns,
-            "curl",
-            "-s",
-            "-m",
-            "20",
-            &url,
-            &url,
-            &url,
-        ])
-        .output()
-        .expect("running curl");
+    let out = curl(&c, 20, &[&url, &url, &url]);
     let took = t0.elapsed();
     assert_eq!(out.status.code(), Some(0), "curl after {took:?}");
     let one = std::fs::read(root.join("f65536.bin")).unwrap();
@@ -530,6 +516,16 @@ fn a_lost_start_signal_is_made_good_by_a_send_line() {
         "the resends waited for the watchdog: {took:?}"
     );
     c.stop().unwrap();
+}
+
+/// curl in the client's namespace: `urls` on one connection, at most `secs` seconds.
+fn curl(c: &Chain, secs: u32, urls: &[&str]) -> std::process::Output {
+    let secs = secs.to_string();
+    std::process::Command::new("ip")
+        .args(["netns", "exec", &c.client_ns, "curl", "-s", "-m", &secs])
+        .args(urls)
+        .output()
+        .expect("running curl")
 }
 
 fn stalled_payload(no_ack_tap: bool, fault: Fault) {
@@ -549,19 +545,7 @@ fn stalled_payload(no_ack_tap: bool, fault: Fault) {
     let url = format!("http://{}/f65536.bin", c.fe);
     let fetch = || {
         let t0 = std::time::Instant::now();
-        let out = std::process::Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &c.client_ns,
-                "curl",
-                "-s",
-                "-m",
-                "30",
-                &url,
-            ])
-            .output()
-            .expect("running curl");
+        let out = curl(&c, 30, &[&url]);
         (out.status.code(), out.stdout, t0.elapsed())
     };
     store.set_fault(fault);
