@@ -907,10 +907,8 @@ impl FioSource {
             s.done = true;
             return None;
         }
-        let read = {
-            let share = job.rw.read_share(job.rwmixread);
-            share >= 1.0 || (share > 0.0 && s.rng.random::<f64>() < share)
-        };
+        let share = job.rw.read_share(job.rwmixread);
+        let read = share >= 1.0 || (share > 0.0 && s.rng.random::<f64>() < share);
         let slot = usize::from(!read);
         let (lo, hi) = job.bs[slot];
         let bs = if hi > lo {
@@ -924,9 +922,20 @@ impl FioSource {
         let offset;
         if job.rw.random() {
             fi = s.rng.random_range(0..s.files.len());
-            let blocks = (region / bs).max(1);
-            if job.norandommap || blocks > MAX_RANDOM_MAP || s.files.len() > 1 {
-                offset = s.rng.random_range(0..blocks) * bs;
+            // Offsets in units of the job's smallest block (fio's random map is on the
+            // minimum block size): with one size per direction, or a range, a unit of this
+            // request's size gave a map that the next request's larger size overran past
+            // the file's end (found by the fuzzer: `bs=,3k`, reads of 4 KiB at 3 KiB
+            // blocks).
+            let unit = match share {
+                x if x >= 1.0 => job.bs[0].0,
+                x if x <= 0.0 => job.bs[1].0,
+                _ => job.bs[0].0.min(job.bs[1].0),
+            }
+            .max(1);
+            let blocks = (region / unit).max(1);
+            let drawn = if job.norandommap || blocks > MAX_RANDOM_MAP || s.files.len() > 1 {
+                s.rng.random_range(0..blocks)
             } else {
                 if s.perm_i >= s.perm.len() {
                     s.perm = (0..blocks as u32).collect();
@@ -937,9 +946,11 @@ impl FioSource {
                     }
                     s.perm_i = 0;
                 }
-                offset = u64::from(s.perm[s.perm_i]) * bs;
                 s.perm_i += 1;
-            }
+                u64::from(s.perm[s.perm_i - 1])
+            };
+            // A block too near the end for this size moves back to the last that fits.
+            offset = (drawn * unit).min((region - bs) / unit * unit);
         } else {
             if s.pos + bs > region {
                 s.pos = 0;
@@ -1669,6 +1680,32 @@ mod tests {
         );
         offs.sort();
         assert_eq!(offs, (0..64).map(|i| i * 4096).collect::<Vec<_>>());
+    }
+
+    /// Reads and writes of different sizes (`bs=4k,3k`) or a size range share one random map
+    /// in units of the smallest size, and every request lies within its file: the map was
+    /// built in units of the first request's size, and larger requests drawn from it went
+    /// past the file's end (the fuzzer's `bs=,3k`: 4 KiB reads at 3 KiB blocks, up to
+    /// 1.36 MiB into a 1 MiB file).
+    #[test]
+    fn random_requests_of_mixed_sizes_stay_within_the_file() {
+        for text in [
+            "[j]\nrw=randrw\nsize=1m\nbs=4k,3k\n",
+            "[j]\nrw=randrw\nsize=1m\nbs=,3k\n",
+            "[j]\nrw=randread\nsize=1m\nbsrange=4k-16k\n",
+        ] {
+            let out = run(text, 0.1);
+            assert!(!out.is_empty(), "{text}");
+            for c in &out {
+                let f = c.req.file.unwrap();
+                assert!(
+                    f.offset + c.req.bytes() <= 1 << 20,
+                    "{text}: {} bytes at {}",
+                    c.req.bytes(),
+                    f.offset
+                );
+            }
+        }
     }
 
     #[test]
