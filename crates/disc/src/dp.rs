@@ -235,7 +235,7 @@ pub fn start_tap() -> Option<Flows> {
                     TapFrame::Ack(a) => (a.client, a.fe),
                     TapFrame::Start(s) => (s.client, s.fe),
                 };
-                // Out of the map before the call: a finished transfer removes its flow.
+                // Out of the map before the call: starting a transfer registers its flow.
                 let sender = f.borrow().get(&flow).and_then(|(_, w)| w.upgrade());
                 let Some(sender) = sender else { return };
                 match a {
@@ -617,18 +617,11 @@ impl Sender {
     /// Refuses a start signal as a refused SEND is: says why on the control connection and
     /// shuts it down (its task then ends; the FE closes the client's connection).
     fn refuse_now(&self, why: &str) {
-        let line = format!("ERR {why}\r\n");
-        // SAFETY: send(2) of `line` (alive for the call) and shutdown(2) on the control
-        // connection's descriptor, open while this sender lives (see `control`).
-        unsafe {
-            libc::send(
-                self.control,
-                line.as_ptr().cast(),
-                line.len(),
-                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-            );
-            libc::shutdown(self.control, libc::SHUT_RDWR);
-        }
+        // The control connection's descriptor is open while this sender lives (see
+        // `control`).
+        crate::http1::send_now(self.control, &format!("ERR {why}\r\n"));
+        // SAFETY: shutdown(2) on that descriptor.
+        unsafe { libc::shutdown(self.control, libc::SHUT_RDWR) };
     }
 
     fn start(
@@ -687,7 +680,7 @@ impl Sender {
         let before = t.acked();
         if let Err(e) = t.on_ack(ack, win, out) {
             tracing::warn!("dp transfer to {}: {e}", t.flow.client);
-            self.abandon();
+            self.transfer = None;
             return;
         }
         if t.acked() != before {
@@ -707,11 +700,6 @@ impl Sender {
                 f.remove(&key);
             }
         }
-    }
-
-    /// Drops the transfer in progress (failed or stalled).
-    fn abandon(&mut self) {
-        self.transfer = None;
     }
 
     fn finish(&mut self) {
@@ -742,12 +730,12 @@ impl Sender {
             };
             if progress.elapsed() > STALL {
                 tracing::warn!("dp transfer to {}: no progress", t.flow.client);
-                s.abandon();
+                s.transfer = None;
                 continue;
             }
             if let Err(e) = t.on_tick(Instant::now(), out) {
                 tracing::warn!("dp transfer to {}: {e}", t.flow.client);
-                s.abandon();
+                s.transfer = None;
             }
         }
     }

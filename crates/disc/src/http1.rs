@@ -152,6 +152,22 @@ pub fn find_head_end(b: &[u8], from: usize) -> Option<usize> {
         .map(|i| from + i + 4)
 }
 
+/// Writes `line` on the socket `fd` now, without blocking or SIGPIPE, from code that does
+/// not own the connection (a watchdog, the tap's task): a line that does not fit is not
+/// sent, and the caller's own checks (a stall, a closed connection) have the last word.
+pub fn send_now(fd: std::os::fd::RawFd, line: &str) {
+    // SAFETY: send(2) only reads `line`, alive for the call; the callers pass a descriptor
+    // they know to be open.
+    unsafe {
+        libc::send(
+            fd,
+            line.as_ptr().cast(),
+            line.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+}
+
 /// Writes all of `data`.
 pub async fn write_all(stream: &TcpStream, data: Vec<u8>) -> io::Result<()> {
     if data.is_empty() {

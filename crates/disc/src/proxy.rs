@@ -89,19 +89,9 @@ impl AckSlot {
     /// fit is not sent (the stall check then has the last word).
     fn resend(&self, send: &SendLine) {
         use std::os::fd::AsRawFd;
-        let Some(fd) = self.dp_watch.borrow().clone() else {
-            return;
-        };
-        let line = send.line(self.flow);
-        // SAFETY: send(2) of `line`, alive for the call, on the descriptor `fd` owns.
-        unsafe {
-            libc::send(
-                fd.as_raw_fd(),
-                line.as_ptr().cast(),
-                line.len(),
-                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-            )
-        };
+        if let Some(fd) = self.dp_watch.borrow().as_deref() {
+            crate::http1::send_now(fd.as_raw_fd(), &send.line(self.flow));
+        }
     }
 }
 
@@ -375,8 +365,6 @@ struct Registered {
     hooks: Rc<FeHooks>,
     slot: Rc<AckSlot>,
     key: crate::bpf::ConnKey,
-    client: std::net::SocketAddrV4,
-    fe: std::net::SocketAddrV4,
     /// The client's window scale (the shift of its window fields).
     wscale: u8,
 }
@@ -423,8 +411,6 @@ fn register(stream: &TcpStream, hooks: &SharedHooks) -> io::Result<Option<Regist
         hooks: h.clone(),
         slot,
         key,
-        client,
-        fe,
         wscale,
     }))
 }
@@ -684,7 +670,8 @@ async fn fe_hello(dp: &mut Option<DpConn>, at: SocketAddr, reg: &Registered) -> 
     if let Some(tap) = c.tap {
         return Ok(tap);
     }
-    let hello = format!("HELLO {} {} {}\r\n", reg.client, reg.fe, reg.wscale);
+    let (client, fe) = reg.slot.flow;
+    let hello = format!("HELLO {client} {fe} {}\r\n", reg.wscale);
     let answer = dp_line(&mut c.conn, hello).await?;
     let tap = match answer.as_str() {
         "OK" => false,
@@ -731,13 +718,7 @@ const SIOCOUTQNSD: libc::c_ulong = 0x894B;
 /// went through the TC egress hook (which runs in the transmit path, before any qdisc), so
 /// the map's `fe_nxt` is the FE's next sequence number.
 fn unsent(s: &TcpStream) -> io::Result<i32> {
-    use std::os::fd::AsRawFd;
-    let mut n: libc::c_int = 0;
-    // SAFETY: ioctl(SIOCOUTQNSD) writes one int into `n`, alive for the call.
-    if unsafe { libc::ioctl(s.as_raw_fd(), SIOCOUTQNSD, &mut n) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(n)
+    queue_bytes(s, SIOCOUTQNSD)
 }
 
 /// SIOCOUTQ (linux/sockios.h, = TIOCOUTQ): bytes in the send queue not yet acknowledged.
@@ -745,13 +726,18 @@ const SIOCOUTQ: libc::c_ulong = 0x5411;
 
 /// Bytes written on `s` that the client has not acknowledged (SIOCOUTQ).
 fn unacked(s: &TcpStream) -> io::Result<u32> {
+    Ok(queue_bytes(s, SIOCOUTQ)?.max(0) as u32)
+}
+
+/// A send-queue ioctl of `s` (SIOCOUTQ, SIOCOUTQNSD): one int.
+fn queue_bytes(s: &TcpStream, request: libc::c_ulong) -> io::Result<i32> {
     use std::os::fd::AsRawFd;
     let mut n: libc::c_int = 0;
-    // SAFETY: ioctl(SIOCOUTQ) writes one int into `n`, alive for the call.
-    if unsafe { libc::ioctl(s.as_raw_fd(), SIOCOUTQ, &mut n) } != 0 {
+    // SAFETY: both requests write one int into `n`, alive for the call.
+    if unsafe { libc::ioctl(s.as_raw_fd(), request, &mut n) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(n.max(0) as u32)
+    Ok(n)
 }
 
 /// What the FE's stack knows of the client's receive window (TCP_INFO): the client's
@@ -936,7 +922,7 @@ async fn fe_direct(
     };
     let c = &mut dp.conn;
     if start == 0 {
-        write_all(&c.stream, send.line((reg.client, reg.fe)).into_bytes()).await?;
+        write_all(&c.stream, send.line(reg.slot.flow).into_bytes()).await?;
     }
     if link.is_some() {
         // The hooks start DP (or the line did) and clone the client's ACKs to it: nothing
