@@ -1,7 +1,8 @@
 //! The FE's eBPF programs (bpf/disc.bpf.c, compiled by build.rs with clang) loaded with aya:
 //! `disc_egress` shifts the FE's sequence numbers past the BE's bytes, `disc_ingress`
-//! translates the client's ACKs back and records those for DP. State lives in the hash
-//! map `disc_conns` ([`ConnKey`] → [`ConnState`]).
+//! translates the client's ACKs back and records those for DP. A connection's state lives
+//! in a slot of the array `disc_slots`, mapped into our memory ([`crate::slots`]); the
+//! hash map `disc_index` gives the programs a [`ConnKey`]'s slot.
 //!
 //! Why C + clang + aya: the programs are C against the kernel's own uapi headers and
 //! libbpf's `bpf_helpers.h`, compiled by Debian's clang (no nightly Rust, no bpf-linker);
@@ -24,7 +25,8 @@ pub const OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "
 
 pub const EGRESS: &str = "disc_egress";
 pub const INGRESS: &str = "disc_ingress";
-pub const MAP: &str = "disc_conns";
+pub const INDEX: &str = "disc_index";
+pub const SLOTS: &str = "disc_slots";
 
 /// TC verdicts.
 pub const TC_ACT_OK: u32 = 0;
@@ -56,7 +58,8 @@ impl ConnKey {
     }
 }
 
-/// One epoch of a connection (see bpf/disc.bpf.c) and the programs' records.
+/// A connection's state as [`Hooks::get`] reads it from its slot: the epoch in force (see
+/// bpf/disc.bpf.c) and the programs' records.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ConnState {
@@ -197,15 +200,19 @@ impl AckEvent {
 /// The ring of ACKs for DP (BPF_MAP_TYPE_RINGBUF).
 pub const ACKS: &str = "disc_acks";
 
-// SAFETY: both are repr(C) structs of plain integers with no padding (4+4+2+2 and 16×4+8+4×4
-// bytes), so every bit pattern is valid and they match the C structs byte for byte.
+// SAFETY: a repr(C) struct of plain integers with no padding (4+4+2+2 bytes), so every
+// bit pattern is valid and it matches struct conn_key byte for byte.
 unsafe impl aya::Pod for ConnKey {}
-// SAFETY: as above.
-unsafe impl aya::Pod for ConnState {}
 
-/// The loaded programs and their map.
+/// The loaded programs and their maps.
 pub struct Hooks {
     ebpf: Ebpf,
+    slots: crate::slots::SlotMap,
+    /// The slot of each registered key (as in `disc_index`) and the slots free, oldest
+    /// freed first: a slot is used again only after every other free one, so a program
+    /// that found it just before its key was removed is long done.
+    index: std::collections::HashMap<ConnKey, u32>,
+    free: std::collections::VecDeque<u32>,
     /// Closed connections whose entries stay in the map for [`LINGER`] (oldest first), and
     /// when each key was last retired (a key registered again meanwhile is not here).
     closing: std::collections::VecDeque<(Instant, ConnKey)>,
@@ -241,8 +248,28 @@ impl Hooks {
             p.load()
                 .with_context(|| format!("the kernel refused {name}"))?;
         }
+        let slots = {
+            let m = match ebpf.map(SLOTS) {
+                Some(aya::maps::Map::Array(m)) => m,
+                _ => bail!("no array {SLOTS} in the object"),
+            };
+            let info = m.info()?;
+            if info.value_size() as usize != crate::slots::SLOT_SIZE {
+                bail!(
+                    "{SLOTS}: values of {} bytes, expected {} (bpf/disc.bpf.c and src/slots.rs differ)",
+                    info.value_size(),
+                    crate::slots::SLOT_SIZE
+                );
+            }
+            crate::slots::SlotMap::map(m.fd().as_fd(), info.max_entries())
+                .with_context(|| format!("mapping {SLOTS}"))?
+        };
+        let free = (0..slots.slots()).collect();
         Ok(Hooks {
             ebpf,
+            slots,
+            index: Default::default(),
+            free,
             closing: Default::default(),
             closing_since: Default::default(),
         })
@@ -278,15 +305,32 @@ impl Hooks {
         Ok(())
     }
 
-    fn map(&mut self) -> anyhow::Result<HashMap<&mut aya::maps::MapData, ConnKey, ConnState>> {
+    fn index_map(&mut self) -> anyhow::Result<HashMap<&mut aya::maps::MapData, ConnKey, u32>> {
         Ok(HashMap::try_from(
-            self.ebpf.map_mut(MAP).context("no map disc_conns")?,
+            self.ebpf.map_mut(INDEX).context("no map disc_index")?,
         )?)
     }
 
-    /// Writes a connection's whole state (registration: all zero).
+    /// Writes a connection's whole state (registration: all zero), giving it a slot if it
+    /// has none.
     pub fn set(&mut self, key: ConnKey, state: ConnState) -> anyhow::Result<()> {
-        self.map()?.insert(key, state, 0)?;
+        let slot = match self.index.get(&key) {
+            Some(&i) => i,
+            None => {
+                let i = self
+                    .free
+                    .pop_front()
+                    .context("all connection slots in use")?;
+                self.slots.write_all(i, &state);
+                if let Err(e) = self.index_map()?.insert(key, i, 0) {
+                    self.free.push_front(i);
+                    return Err(e.into());
+                }
+                self.index.insert(key, i);
+                return Ok(());
+            }
+        };
+        self.slots.write_all(slot, &state);
         Ok(())
     }
 
@@ -392,7 +436,14 @@ impl Hooks {
                 l.src_mac,
             ),
         };
-        self.set(key, s)
+        self.put_epoch(key, &s)
+    }
+
+    /// Puts the epoch fields of `s` in force for a registered connection.
+    fn put_epoch(&mut self, key: ConnKey, s: &ConnState) -> anyhow::Result<()> {
+        let i = *self.index.get(&key).context("connection not registered")?;
+        self.slots.write_epoch(i, s);
+        Ok(())
     }
 
     /// Ends a payload DP will not finish at the `acked` bytes the client has (state `s`
@@ -407,7 +458,7 @@ impl Hooks {
         s.off_hi = s.off_lo.wrapping_add(acked);
         s.notify = 0;
         s.start_id = 0;
-        self.set(key, s)
+        self.put_epoch(key, &s)
     }
 
     /// The ring of ACKs for DP ([`AckEvent`]s), to be read by one task; None after the
@@ -421,18 +472,22 @@ impl Hooks {
 
     /// A connection's state, if registered.
     pub fn get(&mut self, key: &ConnKey) -> anyhow::Result<Option<ConnState>> {
-        match self.map()?.get(key, 0) {
-            Ok(s) => Ok(Some(s)),
-            Err(aya::maps::MapError::KeyNotFound) => Ok(None),
-            Err(e) => Err(e.into()),
-        }
+        Ok(self.index.get(key).map(|&i| self.slots.read(i)))
     }
 
+    /// Forgets a connection: the programs no longer find it, its slot is free.
     pub fn remove(&mut self, key: &ConnKey) -> anyhow::Result<()> {
-        match self.map()?.remove(key) {
-            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
-            Err(e) => Err(e.into()),
+        let Some(&i) = self.index.get(key) else {
+            return Ok(());
+        };
+        match self.index_map()?.remove(key) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
+            // Still in the kernel's index: the slot stays taken.
+            Err(e) => return Err(e.into()),
         }
+        self.index.remove(key);
+        self.free.push_back(i);
+        Ok(())
     }
 }
 

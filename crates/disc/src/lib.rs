@@ -23,5 +23,6 @@ pub mod packet;
 pub mod proto;
 pub mod proxy;
 pub mod sender;
+pub mod slots;
 pub mod stop;
 pub mod tap;
