@@ -112,6 +112,12 @@ static const __u8 DP_ACK_MAC[6] = { 0x02, 0xd1, 0x5c, 0x00, 0xac, 0x4b };
  * bytes); the segment itself, shifted, tells DP where the payload starts and the FE's ACK
  * and window. */
 static const __u8 DP_START_MAC[6] = { 0x02, 0xd1, 0x5c, 0x00, 0x5e, 0x0d };
+/* As DP_START_MAC, for a head segment redirected to DP instead of cloned: DP sends the
+ * head's bytes too, in front of the payload (the client gets head and payload in one
+ * segment, one receive and one wake-up fewer). */
+static const __u8 DP_HEAD_MAC[6] = { 0x02, 0xd1, 0x5c, 0x00, 0x4e, 0xad };
+/* The longest head redirected (one segment, within the tap's 2,048-byte snap). */
+#define HEAD_RIDES_MAX 1400
 
 #define MAX_CONNS 65536
 
@@ -225,7 +231,7 @@ int disc_egress(struct __sk_buff *skb)
 	struct conn_slot *s;
 	struct epoch *e;
 	int ihl = parse(skb, &ip, &tcp);
-	__u32 seq, off, len, data;
+	__u32 seq, off, len, data, plain;
 	__be32 old;
 
 	if (ihl < 0)
@@ -244,6 +250,8 @@ int disc_egress(struct __sk_buff *skb)
 	seq = bpf_ntohl(old);
 	data = bpf_ntohs(ip->tot_len) - ihl - tcp->doff * 4;
 	len = data + tcp->syn + tcp->fin;
+	/* Read now: rewrite32 invalidates the packet pointers. */
+	plain = !tcp->syn && !tcp->fin && !tcp->rst;
 	if (!s->fe_seen || seq_after(seq + len, s->fe_nxt))
 		s->fe_nxt = seq + len;
 	if (tcp->ack) {
@@ -273,9 +281,17 @@ int disc_egress(struct __sk_buff *skb)
 		__u8 mac[12];
 
 		e->start_id = 0;
-		__builtin_memcpy(mac, DP_START_MAC, 6);
 		__builtin_memcpy(mac + 6, &id, 4);
 		__builtin_memcpy(mac + 10, &win, 2);
+		/* A short head without FIN goes to DP alone (DP sends it in front of the
+		 * payload); should that segment be lost, the FE's stack sends the head again
+		 * (start_id is clear: straight to the client). */
+		if (data <= HEAD_RIDES_MAX && plain) {
+			__builtin_memcpy(mac, DP_HEAD_MAC, 6);
+			if (bpf_skb_store_bytes(skb, 0, mac, 12, 0) == 0)
+				return bpf_redirect(e->dp_ifindex, 0);
+		}
+		__builtin_memcpy(mac, DP_START_MAC, 6);
 		clone_to_dp(skb, e->dp_ifindex, mac);
 	}
 	return TC_ACT_OK;

@@ -31,6 +31,7 @@ pub const SLOTS: &str = "disc_slots";
 /// TC verdicts.
 pub const TC_ACT_OK: u32 = 0;
 pub const TC_ACT_SHOT: u32 = 2;
+pub const TC_ACT_REDIRECT: u32 = 7;
 
 /// Whether the programs were compiled into this build.
 pub fn available() -> bool {
@@ -140,6 +141,12 @@ pub const DP_ACK_MAC: [u8; 6] = [0x02, 0xd1, 0x5c, 0x00, 0xac, 0x4b];
 /// order) and the client's window from the payload's start to its right edge, as a raw
 /// (scaled) window field (2 bytes).
 pub const DP_START_MAC: [u8; 6] = [0x02, 0xd1, 0x5c, 0x00, 0x5e, 0x0d];
+/// As [`DP_START_MAC`], for a head segment `disc_egress` redirected to DP instead of
+/// cloning it (a head of at most [`HEAD_RIDES_MAX`] bytes without FIN): DP sends the head's
+/// bytes in front of the payload, and the client gets both in one segment.
+pub const DP_HEAD_MAC: [u8; 6] = [0x02, 0xd1, 0x5c, 0x00, 0x4e, 0xad];
+/// The longest head `disc_egress` redirects to DP (one segment, within the tap's snap).
+pub const HEAD_RIDES_MAX: usize = 1400;
 
 /// Where the FE clones the ACKs for DP: its interface towards DP and that interface's
 /// link address.

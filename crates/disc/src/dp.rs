@@ -231,7 +231,7 @@ pub fn start_tap() -> Option<Flows> {
     iolab_runtime::spawn(async move {
         let r = tap
             .run(|a| {
-                let flow = match a {
+                let flow = match &a {
                     TapFrame::Ack(a) => (a.client, a.fe),
                     TapFrame::Start(s) => (s.client, s.fe),
                 };
@@ -371,7 +371,7 @@ async fn control(
                 if store.fault() == Fault::HoldSends {
                     continue; // a DP that died after accepting the payload (tests)
                 }
-                if let Err(e) = Sender::start(&sender, id, flow, body, wnd, wscale) {
+                if let Err(e) = Sender::start(&sender, id, flow, (Vec::new(), body), wnd, wscale) {
                     tracing::warn!("dp: cannot send to {}: {e}", flow.client);
                     return refuse(&conn, "cannot send").await;
                 }
@@ -484,7 +484,7 @@ impl crate::sender::Emit for Wire {
         &mut self,
         flow: &crate::sender::Flow,
         seq: u32,
-        data: &[u8],
+        data: crate::sender::Pieces<'_>,
         flags: u8,
     ) -> io::Result<()> {
         match self {
@@ -587,17 +587,21 @@ impl Sender {
             if store.fault() == Fault::HoldSends {
                 return Some(());
             }
+            // A head redirected to DP goes in front of the payload: the transfer starts at
+            // its first byte, and the client's window counts from there.
+            let head = st.head.len() as u32;
             let flow = crate::sender::Flow {
                 fe: st.fe,
                 client: st.client,
-                seq: st.seq,
+                seq: st.seq.wrapping_sub(head),
                 ack: st.ack,
                 window: st.window,
                 mss: SEND_MSS,
             };
             let wscale = this.borrow().wscale;
             let wnd = crate::sender::window_bytes(u32::from(st.client_window), wscale);
-            match Sender::start(this, id, flow, body, wnd, wscale) {
+            let wnd = if wnd > 0 { wnd + head as usize } else { 0 };
+            match Sender::start(this, id, flow, (st.head, body), wnd, wscale) {
                 Ok(()) => {
                     store.count_start(true);
                     Some(())
@@ -628,7 +632,7 @@ impl Sender {
         this: &Rc<RefCell<Sender>>,
         id: u64,
         flow: crate::sender::Flow,
-        body: Bytes,
+        (head, body): (Vec<u8>, Bytes),
         wnd: usize,
         wscale: u8,
     ) -> io::Result<()> {
@@ -660,7 +664,7 @@ impl Sender {
             body.len(),
             flow.client
         );
-        let mut t = crate::sender::Transfer::new(flow, body, window);
+        let mut t = crate::sender::Transfer::with_prefix(flow, head, body, window);
         t.pump(out)?;
         *transfer = Some((t, Instant::now()));
         s.register(this, (flow.client, flow.fe));

@@ -17,7 +17,7 @@ use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use crate::packet::{self, HDRS_LEN, TCP_OFF};
-use crate::sender::{Emit, Flow};
+use crate::sender::{Emit, Flow, Pieces};
 
 /// `struct virtio_net_hdr` (legacy layout, host byte order: what packet sockets read).
 const VNET_HDR_LEN: usize = 10;
@@ -212,15 +212,16 @@ impl Emit for GsoSocket {
         ((MAX_IP_PACKET - 40) / mss).min(MAX_BURST_SEGMENTS) * mss
     }
 
-    fn emit(&mut self, flow: &Flow, seq: u32, data: &[u8], flags: u8) -> io::Result<()> {
-        if data.len() > self.burst(flow.mss) {
+    fn emit(&mut self, flow: &Flow, seq: u32, data: Pieces<'_>, flags: u8) -> io::Result<()> {
+        let len = crate::sender::pieces_len(data);
+        if len > self.burst(flow.mss) {
             return Err(io::Error::other("burst over 64 KiB"));
         }
         let mut head = [0u8; VNET_HDR_LEN + HDRS_LEN];
-        head[..VNET_HDR_LEN].copy_from_slice(&vnet_hdr(data.len(), flow.mss));
+        head[..VNET_HDR_LEN].copy_from_slice(&vnet_hdr(len, flow.mss));
         head[VNET_HDR_LEN..].copy_from_slice(&packet::headers_offloaded(
             &flow.segment(seq, flags, self.to.src_mac, self.to.dst_mac),
-            data.len(),
+            len,
         ));
         // SAFETY: an all-zero sockaddr_ll is valid; the fields that matter are set below.
         let mut to: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
@@ -235,8 +236,12 @@ impl Emit for GsoSocket {
                 iov_len: head.len(),
             },
             libc::iovec {
-                iov_base: data.as_ptr() as *mut libc::c_void,
-                iov_len: data.len(),
+                iov_base: data[0].as_ptr() as *mut libc::c_void,
+                iov_len: data[0].len(),
+            },
+            libc::iovec {
+                iov_base: data[1].as_ptr() as *mut libc::c_void,
+                iov_len: data[1].len(),
             },
         ];
         // SAFETY: an all-zero msghdr is valid; it points at `to` and `iov`, alive for the

@@ -62,9 +62,19 @@ pub trait Emit {
     fn burst(&self, mss: usize) -> usize {
         mss
     }
-    /// Sends `data` (at most [`Emit::burst`] bytes) from sequence number `seq`, as segments of
-    /// at most `flow.mss` bytes; `flags` (PSH) belong to the last one.
-    fn emit(&mut self, flow: &Flow, seq: u32, data: &[u8], flags: u8) -> io::Result<()>;
+    /// Sends `data` (its two pieces one after the other, at most [`Emit::burst`] bytes in
+    /// all) from sequence number `seq`, as segments of at most `flow.mss` bytes; `flags`
+    /// (PSH) belong to the last one.
+    fn emit(&mut self, flow: &Flow, seq: u32, data: Pieces<'_>, flags: u8) -> io::Result<()>;
+}
+
+/// Bytes to send in two pieces (the end of the head DP sends in front of a payload, then
+/// payload bytes), so that neither is copied to join them.
+pub type Pieces<'a> = [&'a [u8]; 2];
+
+/// The length of `data`.
+pub fn pieces_len(data: Pieces<'_>) -> usize {
+    data[0].len() + data[1].len()
 }
 
 /// A raw IPv4 socket sending our own IP + TCP headers.
@@ -94,8 +104,11 @@ impl RawSocket {
 }
 
 impl Emit for RawSocket {
-    fn emit(&mut self, flow: &Flow, seq: u32, data: &[u8], flags: u8) -> io::Result<()> {
-        let f = packet::frame(&flow.segment(seq, flags, [0; 6], [0; 6]), data);
+    fn emit(&mut self, flow: &Flow, seq: u32, data: Pieces<'_>, flags: u8) -> io::Result<()> {
+        let f = packet::frame(
+            &flow.segment(seq, flags, [0; 6], [0; 6]),
+            &[data[0], data[1]].concat(),
+        );
         let ip = &f[packet::ETH_HLEN..];
         let dst = libc::sockaddr_in {
             sin_family: libc::AF_INET as libc::sa_family_t,
@@ -126,9 +139,11 @@ impl Emit for RawSocket {
 pub const RTO_INITIAL: Duration = Duration::from_millis(200);
 pub const RTO_MAX: Duration = Duration::from_millis(3200);
 
-/// One payload being sent: go-back-N.
+/// One payload being sent: go-back-N. Offsets count from the first byte DP sends: the
+/// head's bytes it sends in front of the payload (`prefix`, often none), then the payload.
 pub struct Transfer {
     pub flow: Flow,
+    prefix: Vec<u8>,
     payload: Bytes,
     /// Offset of the first unacknowledged byte.
     una: usize,
@@ -151,8 +166,15 @@ pub struct Transfer {
 impl Transfer {
     /// `window`: the client's receive window in bytes when the transfer starts.
     pub fn new(flow: Flow, payload: Bytes, window: usize) -> Transfer {
+        Transfer::with_prefix(flow, Vec::new(), payload, window)
+    }
+
+    /// A transfer of `prefix` then `payload`, `flow.seq` being the prefix's first byte and
+    /// `window` counted from it.
+    pub fn with_prefix(flow: Flow, prefix: Vec<u8>, payload: Bytes, window: usize) -> Transfer {
         Transfer {
             flow,
+            prefix,
             payload,
             una: 0,
             nxt: 0,
@@ -167,8 +189,26 @@ impl Transfer {
         }
     }
 
+    /// Bytes to send, the prefix included.
+    pub fn len(&self) -> usize {
+        self.prefix.len() + self.payload.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     pub fn done(&self) -> bool {
-        self.una == self.payload.len()
+        self.una == self.len()
+    }
+
+    /// Bytes [from, to) of prefix and payload.
+    fn pieces(&self, from: usize, to: usize) -> Pieces<'_> {
+        let p = self.prefix.len();
+        [
+            &self.prefix[from.min(p)..to.min(p)],
+            &self.payload[from.max(p) - p..to.max(p) - p],
+        ]
     }
 
     /// Bytes acknowledged so far.
@@ -178,20 +218,16 @@ impl Transfer {
 
     /// Sends what the window allows.
     pub fn pump(&mut self, out: &mut impl Emit) -> io::Result<()> {
-        let limit = (self.una + self.window.max(1)).min(self.payload.len());
+        let limit = (self.una + self.window.max(1)).min(self.len());
         if self.nxt == self.una {
             self.armed = Instant::now();
         }
         let burst = out.burst(self.flow.mss).max(1);
         while self.nxt < limit {
             let end = (self.nxt + burst).min(limit);
-            let flags = if end == self.payload.len() {
-                ACK | PSH
-            } else {
-                ACK
-            };
+            let flags = if end == self.len() { ACK | PSH } else { ACK };
             let seq = self.flow.seq.wrapping_add(self.nxt as u32);
-            match out.emit(&self.flow, seq, &self.payload[self.nxt..end], flags) {
+            match out.emit(&self.flow, seq, self.pieces(self.nxt, end), flags) {
                 Ok(()) => {}
                 // The socket's buffer is full: the rest goes with the next ACK or tick.
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -210,7 +246,7 @@ impl Transfer {
     /// A client ACK (client view) with its window in bytes.
     pub fn on_ack(&mut self, ack: u32, window: usize, out: &mut impl Emit) -> io::Result<()> {
         let off = ack.wrapping_sub(self.flow.seq) as usize;
-        if off > self.payload.len() {
+        if off > self.len() {
             // Before the payload (an old ACK) or not ours: ignored.
             return Ok(());
         }
@@ -266,8 +302,8 @@ mod tests {
     struct Record(Vec<(u32, usize, u8)>);
 
     impl Emit for Record {
-        fn emit(&mut self, _: &Flow, seq: u32, data: &[u8], flags: u8) -> io::Result<()> {
-            self.0.push((seq, data.len(), flags));
+        fn emit(&mut self, _: &Flow, seq: u32, data: Pieces<'_>, flags: u8) -> io::Result<()> {
+            self.0.push((seq, pieces_len(data), flags));
             Ok(())
         }
     }
@@ -310,6 +346,46 @@ mod tests {
         t.on_ack((u32::MAX - 1500).wrapping_add(5000), 0, &mut r)
             .unwrap();
         assert_eq!(r.0.iter().map(|s| s.1).sum::<usize>(), 1);
+    }
+
+    /// Records the bytes too.
+    #[derive(Default)]
+    struct Bytes2(Vec<(u32, Vec<u8>)>);
+
+    impl Emit for Bytes2 {
+        fn emit(&mut self, _: &Flow, seq: u32, data: Pieces<'_>, _: u8) -> io::Result<()> {
+            self.0.push((seq, [data[0], data[1]].concat()));
+            Ok(())
+        }
+    }
+
+    /// A head DP sends in front of the payload: one stream from the head's first byte,
+    /// segments across the join carry both, a go-back-N resends from the hole.
+    #[test]
+    fn a_head_in_front_of_the_payload_is_one_stream() {
+        let head = b"HTTP/1.1 200 OK\r\n\r\n".to_vec(); // 19 bytes
+        let payload: Vec<u8> = (0..2500u32).map(|i| i as u8).collect();
+        let want = [head.clone(), payload.clone()].concat();
+        let mut t = Transfer::with_prefix(flow(500), head, Bytes::from(payload), 1 << 20);
+        assert_eq!(t.len(), 2519);
+        let mut r = Bytes2::default();
+        t.pump(&mut r).unwrap();
+        let seqs: Vec<u32> = r.0.iter().map(|s| s.0).collect();
+        assert_eq!(seqs, [500, 1500, 2500]);
+        assert_eq!(
+            r.0.iter().flat_map(|s| s.1.clone()).collect::<Vec<_>>(),
+            want
+        );
+        // The second segment lost: three duplicate ACKs resend from it.
+        r.0.clear();
+        t.on_ack(1500, 1 << 20, &mut r).unwrap();
+        for _ in 0..3 {
+            t.on_ack(1500, 1 << 20, &mut r).unwrap();
+        }
+        assert_eq!(r.0.len(), 2);
+        assert_eq!(r.0[0], (1500, want[1000..2000].to_vec()));
+        t.on_ack(500 + 2519, 1 << 20, &mut r).unwrap();
+        assert!(t.done());
     }
 
     #[test]

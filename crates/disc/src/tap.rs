@@ -7,15 +7,18 @@
 //!
 //! The same way, `disc_egress` clones the FE's segment carrying an answer's head to
 //! [`crate::bpf::DP_START_MAC`] ([`crate::bpf::ConnState::start_id`]): DP's signal to start
-//! that answer's payload right behind it (it replaced a `SEND` line per payload).
+//! that answer's payload right behind it (it replaced a `SEND` line per payload). A short
+//! head is redirected instead, addressed to [`crate::bpf::DP_HEAD_MAC`]: DP then sends the
+//! head's bytes in front of the payload.
 
 use std::io;
 use std::net::SocketAddrV4;
 use std::os::fd::{AsRawFd, OwnedFd};
 
-use crate::bpf::{DP_ACK_MAC, DP_START_MAC};
+use crate::bpf::{DP_ACK_MAC, DP_HEAD_MAC, DP_START_MAC};
 
-/// A packet socket receiving only frames addressed to [`DP_ACK_MAC`] or [`DP_START_MAC`].
+/// A packet socket receiving only frames addressed to [`DP_ACK_MAC`], [`DP_START_MAC`] or
+/// [`DP_HEAD_MAC`].
 pub struct AckTap {
     fd: OwnedFd,
 }
@@ -30,11 +33,12 @@ pub struct TapAck {
     pub window: u16,
 }
 
-/// The FE's head segment cloned as a payload's start: the flow, where the payload starts
-/// (client view: the byte after the head), the FE's ACK and raw window fields to carry, the
-/// payload id and the client's window from the payload's start to its right edge (raw:
-/// in the client's window scale).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The FE's head segment cloned (or redirected) as a payload's start: the flow, where the
+/// payload starts (client view: the byte after the head), the FE's ACK and raw window
+/// fields to carry, the payload id and the client's window from the payload's start to its
+/// right edge (raw: in the client's window scale); and, when the segment was redirected to
+/// DP rather than cloned, the head's bytes, which DP sends in front of the payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TapStart {
     pub client: SocketAddrV4,
     pub fe: SocketAddrV4,
@@ -43,10 +47,11 @@ pub struct TapStart {
     pub window: u16,
     pub id: u32,
     pub client_window: u16,
+    pub head: Vec<u8>,
 }
 
 /// A frame the tap read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TapFrame {
     Ack(TapAck),
     Start(TapStart),
@@ -66,18 +71,19 @@ impl AckTap {
             libc::SOCK_RAW | libc::SOCK_NONBLOCK,
             i32::from((libc::ETH_P_IP as u16).to_be()),
         )?;
-        let (a, s) = (DP_ACK_MAC, DP_START_MAC);
-        debug_assert_eq!(a[..4], s[..4]);
+        let (a, s, h) = (DP_ACK_MAC, DP_START_MAC, DP_HEAD_MAC);
+        debug_assert!(a[..4] == s[..4] && a[..4] == h[..4]);
         let word = u32::from_be_bytes([a[0], a[1], a[2], a[3]]);
-        let ack = u32::from(u16::from_be_bytes([a[4], a[5]]));
-        let start = u32::from(u16::from_be_bytes([s[4], s[5]]));
-        // ld [0]; jeq word → next else drop; ldh [4]; jeq ack or start → accept else drop.
+        let low = |m: [u8; 6]| u32::from(u16::from_be_bytes([m[4], m[5]]));
+        // ld [0]; jeq word → next else drop; ldh [4]; jeq ack, start or head → accept else
+        // drop.
         let mut filter = [
             bpf_stmt(0x20, 0),          // BPF_LD | BPF_W | BPF_ABS
-            bpf_jump(0x15, word, 0, 4), // BPF_JMP | BPF_JEQ | BPF_K
+            bpf_jump(0x15, word, 0, 5), // BPF_JMP | BPF_JEQ | BPF_K
             bpf_stmt(0x28, 4),          // BPF_LD | BPF_H | BPF_ABS
-            bpf_jump(0x15, ack, 1, 0),
-            bpf_jump(0x15, start, 0, 1),
+            bpf_jump(0x15, low(a), 2, 0),
+            bpf_jump(0x15, low(s), 1, 0),
+            bpf_jump(0x15, low(h), 0, 1),
             bpf_stmt(0x06, FRAME as u32), // BPF_RET | BPF_K: accept
             bpf_stmt(0x06, 0),            // drop
         ];
@@ -223,7 +229,8 @@ pub fn parse(frame: &[u8]) -> Option<TapFrame> {
             window: seg.window,
         }));
     }
-    if seg.dst_mac != DP_START_MAC || data.is_empty() {
+    let rides = seg.dst_mac == DP_HEAD_MAC;
+    if !(rides || seg.dst_mac == DP_START_MAC) || data.is_empty() {
         return None;
     }
     let m = seg.src_mac;
@@ -235,6 +242,7 @@ pub fn parse(frame: &[u8]) -> Option<TapFrame> {
         window: seg.window,
         id: u32::from_be_bytes([m[0], m[1], m[2], m[3]]),
         client_window: u16::from_be_bytes([m[4], m[5]]),
+        head: if rides { data.to_vec() } else { Vec::new() },
     }))
 }
 

@@ -7,7 +7,8 @@ mod common;
 use std::net::Ipv4Addr;
 
 use iolab_disc::bpf::{
-    test_run, AckEvent, ConnKey, ConnState, Epoch, Hooks, EGRESS, INGRESS, TC_ACT_OK, TC_ACT_SHOT,
+    test_run, AckEvent, ConnKey, ConnState, Epoch, Hooks, EGRESS, HEAD_RIDES_MAX, INGRESS,
+    TC_ACT_OK, TC_ACT_REDIRECT, TC_ACT_SHOT,
 };
 use iolab_disc::packet::{frame, frame_with_options, parse, Segment, ACK, PSH, SYN, TCP_OFF};
 use iolab_disc::tap::{TapFrame, TapStart};
@@ -314,57 +315,61 @@ fn acks_for_dp_are_cloned_to_dps_tap() {
         };
         assert_eq!(got, want, "ends_only {ends_only}");
     }
-    // The start signal: the FE's segment ending at the boundary (the answer's head) is
-    // cloned once, as shifted, with the payload id and the client's window from the
-    // payload's start to the window's right edge.
+    // The start signal: the FE's segment ending at the boundary (the answer's head) goes to
+    // DP once, as shifted, with the payload id and the client's window from the payload's
+    // start to the window's right edge. A short head is redirected (DP sends it in front of
+    // the payload: TC_ACT_REDIRECT, the frame addressed to DP_HEAD_MAC); a long one is
+    // cloned (DP_START_MAC) and goes to the client itself.
     let ifname = fe_if.name.clone();
-    let shifted = iolab_disc::netns::spawn_in(Some(fe_name.clone()), "fe", move || {
-        let mut h = Hooks::load()?;
-        h.register_with_wscale(key(), 2)?;
-        // The client's last ACK (before the head, client view) with its window field: the
-        // window ends at 1400 + 1000 × 2^2 = 5400.
-        run(&h, INGRESS, &from_client(1400, ACK, b"", 1000));
-        let st = h.get(&key())?.unwrap();
-        assert_eq!((st.cl_ack, st.cl_win, st.cl_wscale), (1400, 1000, 2));
-        assert_eq!(st.window_from(1500), 3900);
-        let link = iolab_disc::bpf::DpLink {
-            ifindex: nix_ifindex(&ifname),
-            src_mac: [2, 0, 0, 0, 0, 9],
-            ends_only: true,
-        };
-        h.set_epoch_of(
-            key(),
-            st,
-            Epoch {
-                boundary: 1000,
-                off_lo: 500,
-                off_hi: 5500,
+    let (shifted, redirected) =
+        iolab_disc::netns::spawn_in(Some(fe_name.clone()), "fe", move || {
+            let mut h = Hooks::load()?;
+            h.register_with_wscale(key(), 2)?;
+            // The client's last ACK (before the head, client view) with its window field: the
+            // window ends at 1400 + 1000 × 2^2 = 5400.
+            run(&h, INGRESS, &from_client(1400, ACK, b"", 1000));
+            let st = h.get(&key())?.unwrap();
+            assert_eq!((st.cl_ack, st.cl_win, st.cl_wscale), (1400, 1000, 2));
+            assert_eq!(st.window_from(1500), 3900);
+            let link = iolab_disc::bpf::DpLink {
+                ifindex: nix_ifindex(&ifname),
+                src_mac: [2, 0, 0, 0, 0, 9],
+                ends_only: true,
+            };
+            let epoch = |boundary, off_lo, off_hi, start| Epoch {
+                boundary,
+                off_lo,
+                off_hi,
                 to_dp: Some(link),
-                start: 0x0102_0304,
-            },
-        )?;
-        let mut seqs = Vec::new();
-        // Before the head, the head (twice: a retransmission), after it.
-        for (seq, len) in [(800, 100), (900, 100), (900, 100), (1000, 50)] {
-            let (v, _, seg, _) = run(&h, EGRESS, &from_fe(seq, &vec![b'h'; len]));
-            assert_eq!(v, TC_ACT_OK);
+                start,
+            };
+            h.set_epoch_of(key(), st, epoch(1000, 500, 5500, 0x0102_0304))?;
+            let mut seqs = Vec::new();
+            let mut redirected = Vec::new();
+            // Before the head, the head (twice: a retransmission), after it.
+            for (seq, len) in [(800, 100), (900, 100), (900, 100), (1000, 50)] {
+                let (v, out, seg, _) = run(&h, EGRESS, &from_fe(seq, &vec![b'h'; len]));
+                if v == TC_ACT_REDIRECT {
+                    redirected.push(iolab_disc::tap::parse(&out));
+                } else {
+                    assert_eq!(v, TC_ACT_OK);
+                }
+                seqs.push(seg.seq);
+            }
+            assert_eq!(h.get(&key())?.unwrap().start_id, 0, "cleared once sent");
+            // A head longer than HEAD_RIDES_MAX: cloned, not redirected.
+            let st = h.get(&key())?.unwrap();
+            let long = HEAD_RIDES_MAX as u32 + 1;
+            h.set_epoch_of(key(), st, epoch(1050 + long, 5500, 5600, 0x0102_0305))?;
+            let (v, _, seg, _) = run(&h, EGRESS, &from_fe(1050, &vec![b'H'; long as usize]));
+            assert_eq!(v, TC_ACT_OK, "a long head goes to the client");
             seqs.push(seg.seq);
-        }
-        assert_eq!(h.get(&key())?.unwrap().start_id, 0, "cleared once sent");
-        Ok(seqs)
-    })
-    .join()
-    .unwrap()
-    .expect("running the hook");
-    assert_eq!(shifted, vec![1300, 1400, 1400, 6500]);
-    let mut got = Vec::new();
-    let t0 = std::time::Instant::now();
-    while t0.elapsed() < std::time::Duration::from_millis(300) {
-        match tap.try_recv().unwrap() {
-            Some(f) => got.push(f),
-            None => std::thread::sleep(std::time::Duration::from_millis(5)),
-        }
-    }
+            Ok((seqs, redirected))
+        })
+        .join()
+        .unwrap()
+        .expect("running the hook");
+    assert_eq!(shifted, vec![1300, 1400, 1400, 6500, 6550]);
     // The payload starts at 1500 (client view): 3,900 bytes to the window's right edge,
     // 975 in the client's scale.
     let start = TapStart {
@@ -375,6 +380,29 @@ fn acks_for_dp_are_cloned_to_dps_tap() {
         window: 500,
         id: 0x0102_0304,
         client_window: 975,
+        head: vec![b'h'; 100],
+    };
+    assert_eq!(redirected, vec![Some(TapFrame::Start(start))], "once");
+    let mut got = Vec::new();
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < std::time::Duration::from_millis(300) {
+        match tap.try_recv().unwrap() {
+            Some(f) => got.push(f),
+            None => std::thread::sleep(std::time::Duration::from_millis(5)),
+        }
+    }
+    // The long head's clone: the payload right behind it, no head bytes for DP; the
+    // client's window (still ending at 5400) is behind the payload's start: 0.
+    let long = HEAD_RIDES_MAX as u32 + 1;
+    let start = TapStart {
+        client: std::net::SocketAddrV4::new(CLIENT, CPORT),
+        fe: std::net::SocketAddrV4::new(FE, FPORT),
+        seq: 6550 + long,
+        ack: 777,
+        window: 500,
+        id: 0x0102_0305,
+        client_window: 0,
+        head: Vec::new(),
     };
     assert_eq!(got, vec![TapFrame::Start(start)]);
 }
