@@ -604,7 +604,23 @@ fn size_row(runs: &[Run], size: usize) -> Value {
         x.insert(c.into(), summarize(&rs));
     }
     let r = |a: &str, b: &str, k: &str| m(&x[a], k) / m(&x[b], k);
+    // The same ratio within each repeat (its configurations run one after the other): the
+    // machine's drift between repeats, which moves the nginx chain by ±10% here, cancels.
+    let paired = |a: &str, b: &str| {
+        let cpu = |c: &str, rep: usize| {
+            runs.iter()
+                .find(|x| x.size == size && x.config == c && x.repeat == rep && x.requests > 0)
+                .map(|x| x.cpu_s.iter().sum::<f64>() / x.requests as f64)
+        };
+        let reps = runs.iter().map(|x| x.repeat + 1).max().unwrap_or(0);
+        crate::bench::stats(
+            (0..reps)
+                .filter_map(|rep| Some(cpu(a, rep)? / cpu(b, rep)?))
+                .collect(),
+        )
+    };
     let ratios = json!({
+        "cpu_disc_vs_nginx_per_repeat": paired("disc", "nginx"),
         "cpu_disc_vs_nginx": r("disc", "nginx", "cpu_us_per_req"),
         "cpu_disc_vs_ours": r("disc", "ours", "cpu_us_per_req"),
         "rps_disc_vs_nginx": r("disc", "nginx", "rps"),
@@ -807,10 +823,15 @@ pub fn table(v: &Value) -> String {
         }
         let r = &x["ratios"];
         let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+        let p = &r["cpu_disc_vs_nginx_per_repeat"];
+        let pf = |k: &str| p[k].as_f64().unwrap_or(f64::NAN);
         s.push_str(&format!(
-            "{:>8} | DISC vs nginx: CPU/req {:.2}x, req/s {:.2}x, p99 {:.2}x; DISC vs ours: CPU/req {:.2}x, p99 {:.2}x\n",
+            "{:>8} | DISC vs nginx: CPU/req {:.2}x (within each repeat: median {:.2}x, {:.2}-{:.2}x), req/s {:.2}x, p99 {:.2}x; DISC vs ours: CPU/req {:.2}x, p99 {:.2}x\n",
             "",
             f("cpu_disc_vs_nginx"),
+            pf("median"),
+            pf("min"),
+            pf("max"),
             f("rps_disc_vs_nginx"),
             f("p99_disc_vs_nginx"),
             f("cpu_disc_vs_ours"),
@@ -1047,6 +1068,10 @@ mod tests {
             }
         }
         assert!(t.contains("req/s 3.00x"), "{t}");
+        assert!(
+            t.contains("CPU/req 0.33x (within each repeat: median 0.33x, 0.33-0.33x)"),
+            "{t}"
+        );
         assert!(t.contains("WRONG"), "the wrong bytes at 64 KiB show:\n{t}");
         // 1000 ns over 10 packets twice (two DISC runs): 100 ns; ingress 600/20: 30 ns
         assert!(t.contains("disc_egress 100 ns/packet (20 packets)"), "{t}");
@@ -1065,6 +1090,32 @@ mod tests {
         let _rm = RemoveDir(dir.clone());
         let e = report(&v, &dir.join("r.json"), &dir.join("r.html"), false).unwrap_err();
         assert!(format!("{e}").contains("DISC direct at 65536 B"), "{e}");
+    }
+
+    /// The ratio within each repeat pairs runs of the same repeat (the machine drifts
+    /// between repeats); the ratio of the medians does not.
+    #[test]
+    fn the_per_repeat_cpu_ratio_pairs_runs_of_one_repeat() {
+        let mut runs = Vec::new();
+        // CPU per request (nginx, disc) by repeat: (1.0, 0.6), (3.0, 1.2), (2.0, 0.7).
+        for (rep, nginx, disc) in [(0, 1.0, 0.6), (1, 3.0, 1.2), (2, 2.0, 0.7)] {
+            for (c, cpu) in [("nginx", nginx), ("disc", disc), ("ours", 1.0)] {
+                let mut r = run(c, 65536, 1.0, true);
+                r.repeat = rep;
+                r.requests = 1;
+                r.cpu_s = [cpu, 0.0, 0.0];
+                runs.push(r);
+            }
+        }
+        let x = size_row(&runs, 65536);
+        let p = &x["ratios"]["cpu_disc_vs_nginx_per_repeat"];
+        let close = |v: &Value, want: f64| (v.as_f64().unwrap() - want).abs() < 1e-9;
+        assert!(close(&p["median"], 0.4), "{p}");
+        assert!(close(&p["min"], 0.35) && close(&p["max"], 0.6), "{p}");
+        assert!(
+            close(&x["ratios"]["cpu_disc_vs_nginx"], 0.35),
+            "medians: 0.7 / 2.0"
+        );
     }
 
     #[test]
