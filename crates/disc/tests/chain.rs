@@ -581,7 +581,8 @@ fn stalled_payload(no_ack_tap: bool, fault: Fault) {
 
 /// Heavy loss: with a fifth of the packets dropped, the segment DP sends first, which also
 /// carries the end of the head (the head rides with the payload), is lost in more than half
-/// the runs: the FE's stack then sends the head again itself (about 2-8 s per run here).
+/// the runs: the FE's stack then sends the head again itself and DP's timer the rest (about
+/// 2-8 s per run here).
 #[test]
 fn disc_direct_under_twenty_percent_loss() {
     direct_under_loss(20.0, iolab_disc::dp::SendPath::Gso);
