@@ -517,3 +517,50 @@ fn closed_connections_linger_then_go() {
     );
     h.remove(&k2).unwrap();
 }
+
+/// The slots run out at the map's size with a clear error (the FE then serves that
+/// connection without the shortcut); a removed connection's slot serves a new one, fresh.
+#[test]
+fn connection_slots_run_out_cleanly_and_are_reused_fresh() {
+    if !ready() {
+        return;
+    }
+    let mut h = Hooks::load().unwrap();
+    let key_n = |n: u32| {
+        ConnKey::new(
+            Ipv4Addr::from(0x0a00_0000 + (n >> 16)),
+            (n & 0xffff) as u16,
+            FE,
+            FPORT,
+        )
+    };
+    let mut n = 0;
+    let err = loop {
+        match h.register(key_n(n)) {
+            Ok(()) => n += 1,
+            Err(e) => break e,
+        }
+        assert!(n <= 1 << 20, "no limit");
+    };
+    assert_eq!(n, 65536, "the map's size");
+    assert!(format!("{err:#}").contains("slots in use"), "{err:#}");
+    // Dirty one, remove it, and a new connection gets a fresh slot.
+    let mut st = h.get(&key_n(7)).unwrap().unwrap();
+    st.fe_seen = 9;
+    st.boundary = 1234;
+    h.set(key_n(7), st).unwrap();
+    h.remove(&key_n(7)).unwrap();
+    assert_eq!(h.get(&key_n(7)).unwrap(), None);
+    h.register_with_wscale(key(), 3).unwrap();
+    let fresh = h.get(&key()).unwrap().unwrap();
+    assert_eq!(
+        fresh,
+        ConnState {
+            cl_wscale: 3,
+            ..ConnState::default()
+        }
+    );
+    // The programs find it through the index: an FE segment is counted in its slot.
+    run(&h, EGRESS, &from_fe(5000, b"x"));
+    assert_eq!(h.get(&key()).unwrap().unwrap().fe_seen, 1);
+}
