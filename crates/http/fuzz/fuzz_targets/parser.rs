@@ -125,7 +125,8 @@ fn mask_dates(mut out: Vec<u8>) -> Vec<u8> {
 
 /// Every `206` whose head names big.bin's length carries exactly the bytes of big.bin its
 /// `Content-Range` names. (Other files are too small to tell apart; a body cut by a closing
-/// connection ends the output.)
+/// connection ends the output.) A `206` answering `HEAD` has no body: the next response's
+/// status line follows its head (big.bin never holds "HT": its bytes step by 7).
 fn check_partial_bodies(out: &[u8]) {
     let mut i = 0;
     while let Some(p) = memfind(&out[i..], b"HTTP/1.1 206 ") {
@@ -150,8 +151,14 @@ fn check_partial_bodies(out: &[u8]) {
         let (a, b): (usize, usize) = (a.parse().unwrap(), b.parse().unwrap());
         let len: usize = field("Content-Length:").unwrap().parse().unwrap();
         assert_eq!(len, b - a + 1, "{text}");
+        if out[body_at..].starts_with(b"HTTP/1.1 ") {
+            continue; // a HEAD's answer
+        }
         if total == big().len().to_string() && out.len() >= body_at + len {
-            assert!(out[body_at..body_at + len] == big()[a..=b], "206 body differs");
+            assert!(
+                out[body_at..body_at + len] == big()[a..=b],
+                "206 body differs"
+            );
         }
     }
 }
