@@ -281,6 +281,11 @@ pub fn parse_response(head: &[u8], method: &str) -> io::Result<ResponseHead> {
         Err(e) => return Err(bad(format!("response head: {e}"))),
     }
     let status = res.code.unwrap_or(0);
+    // Three digits, the first of them the class (RFC 9110 §15): httparse takes "000" too,
+    // which would reach the client as an answer no client knows (found by the fuzzer).
+    if !(100..=999).contains(&status) {
+        return Err(bad(format!("response head: status {status:03}")));
+    }
     let http10 = res.version == Some(0);
     let (length, chunked) = framing_fields(res.headers)?;
     let disc = res
@@ -467,6 +472,25 @@ mod tests {
         )
         .unwrap();
         assert_eq!(s.disc.as_deref(), Some(&b"id=1"[..]));
+    }
+
+    /// A status below 100 is no HTTP status (found by the fuzzer: "HTTP/1.1 000 OK" was
+    /// relayed to the client as it came); the proxy answers 502 instead.
+    #[test]
+    fn a_status_below_100_is_a_bad_response() {
+        for head in [
+            &b"HTTP/1.1 000 OK\r\nContent-Length: 0\r\n\r\n"[..],
+            b"HTTP/1.1 099 OK\r\n\r\n",
+        ] {
+            let e = parse_response(head, "GET").unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+        }
+        assert_eq!(
+            parse_response(b"HTTP/1.1 100 Continue\r\n\r\n", "GET")
+                .unwrap()
+                .status,
+            100
+        );
     }
 
     #[test]

@@ -1,0 +1,56 @@
+//! DISC's parsers of what other tiers and the network send (crates/disc): the `X-Disc-Path`
+//! and `X-Disc` field values (round trips: what parses, written again, parses the same),
+//! the frames DP's tap reads (cloned ACKs and start signals), the ACK ring's records, and
+//! the request and response heads our proxies parse. None may panic.
+#![no_main]
+
+use iolab_disc::bpf::AckEvent;
+use iolab_disc::http1::{parse_request, parse_response};
+use iolab_disc::proto::{Disc, PathInfo};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|input: &[u8]| {
+    let Some((&which, data)) = input.split_first() else {
+        return;
+    };
+    match which % 5 {
+        0 => {
+            if let Ok(p) = PathInfo::parse(data) {
+                let again = PathInfo::parse(p.value().as_bytes()).expect("our own value parses");
+                assert_eq!(again, p);
+                let _ = (
+                    p.all_accept(),
+                    p.fe_tier(),
+                    p.forward(true),
+                    p.forward(false),
+                );
+            }
+        }
+        1 => {
+            if let Ok(d) = Disc::parse(data) {
+                let again = Disc::parse(d.value().as_bytes()).expect("our own value parses");
+                assert_eq!(again, d);
+            }
+        }
+        2 => {
+            if let Some((seg, payload, _)) = iolab_disc::packet::parse(data) {
+                assert!(payload.len() <= data.len());
+                let _ = seg;
+            }
+            if let Some(iolab_disc::tap::TapFrame::Start(s)) = iolab_disc::tap::parse(data) {
+                assert!(s.head.len() <= data.len());
+            }
+        }
+        3 => {
+            let _ = AckEvent::parse(data);
+        }
+        _ => {
+            let _ = parse_request(data);
+            for method in ["GET", "HEAD"] {
+                if let Ok(r) = parse_response(data, method) {
+                    assert!(r.status >= 100 && r.status <= 999, "status {}", r.status);
+                }
+            }
+        }
+    }
+});
