@@ -537,7 +537,10 @@ impl Agent {
     /// request arrives with one read, not two per request) and each reply goes out with
     /// one write: with TCP_NODELAY a status byte written alone is a segment of its own,
     /// and the receiver wakes once for it and again for the data.
-    fn conn(&self, mut s: TcpStream) -> io::Result<()> {
+    /// Serves the requests of one peer's stream until it ends (what each accepted connection
+    /// runs; public so that the fuzzer can feed it any bytes: `crates/tiers/fuzz`, target
+    /// `agent`).
+    pub fn conn<S: Read + Write>(&self, mut s: S) -> io::Result<()> {
         static CONNS: AtomicU64 = AtomicU64::new(0);
         let me = CONNS.fetch_add(1, Ordering::Relaxed);
         let mut inbuf = [0u8; 4096];
@@ -629,7 +632,7 @@ impl Agent {
 }
 
 /// `write_all` over several slices with as few writes as the socket allows.
-fn write_all_vectored(s: &mut TcpStream, parts: &[&[u8]]) -> io::Result<()> {
+fn write_all_vectored<W: Write>(s: &mut W, parts: &[&[u8]]) -> io::Result<()> {
     let mut slices: Vec<io::IoSlice> = parts.iter().map(|p| io::IoSlice::new(p)).collect();
     let mut left = &mut slices[..];
     io::IoSlice::advance_slices(&mut left, 0);
