@@ -41,9 +41,15 @@ pub const MAX_STREAMS: u64 = 4096;
 pub const MAX_IODEPTH: u64 = 65536;
 /// Longest runtime, ms (30 days).
 pub const MAX_RUNTIME_MS: f64 = 30.0 * 86_400_000.0;
-/// Random maps (fio's per-block "done" bitmap, here a permutation) up to this many blocks;
-/// larger files draw with replacement, as `norandommap`.
-const MAX_RANDOM_MAP: u64 = 1 << 24;
+/// Random maps (fio's per-block "done" bitmap, here a permutation of 4-byte block numbers)
+/// up to this many blocks per stream (4 MiB); larger regions draw with replacement, as
+/// `norandommap`.
+const MAX_RANDOM_MAP: u64 = 1 << 20;
+/// All the streams' random maps together, blocks (64 MiB): streams that would pass it draw
+/// with replacement. Before this bound a job of many clones over a file of tiny blocks built
+/// a map per clone (found by the fuzzer: 160 clones of a 4 MiB file at `bs=2`, 2 M blocks
+/// each, took 9 s; 4,096 clones of 16 M blocks would have taken 256 GiB).
+const MAX_RANDOM_MAPS: u64 = 1 << 24;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -721,6 +727,8 @@ struct Stream {
     /// Random map: the block order of this pass, and how far through it.
     perm: Vec<u32>,
     perm_i: usize,
+    /// No random map for this stream: the run's budget was spent ([`MAX_RANDOM_MAPS`]).
+    no_map: bool,
     issued_bytes: u64,
     /// Bytes per op for the rate cap.
     rate_bytes: [u64; 2],
@@ -751,6 +759,8 @@ pub struct FioSource {
     start: f64,
     /// The application's time between a completion and its next request, ms.
     gap: f64,
+    /// Blocks of random maps still allowed ([`MAX_RANDOM_MAPS`]).
+    map_budget: u64,
 }
 
 impl FioSource {
@@ -831,6 +841,7 @@ impl FioSource {
                     file_i: 0,
                     perm: Vec::new(),
                     perm_i: 0,
+                    no_map: false,
                     issued_bytes: 0,
                     rate_bytes: [0, 0],
                     done: false,
@@ -877,6 +888,7 @@ impl FioSource {
             initial_i: 0,
             start: 0.0,
             gap: 0.0,
+            map_budget: MAX_RANDOM_MAPS,
         })
     }
 
@@ -934,7 +946,17 @@ impl FioSource {
             }
             .max(1);
             let blocks = (region / unit).max(1);
-            let drawn = if job.norandommap || blocks > MAX_RANDOM_MAP || s.files.len() > 1 {
+            let mut mapped =
+                !(job.norandommap || blocks > MAX_RANDOM_MAP || s.files.len() > 1 || s.no_map);
+            if mapped && s.perm.is_empty() {
+                // The stream's first pass: its map's room comes out of the run's budget.
+                if blocks > self.map_budget {
+                    (s.no_map, mapped) = (true, false);
+                } else {
+                    self.map_budget -= blocks;
+                }
+            }
+            let drawn = if !mapped {
                 s.rng.random_range(0..blocks)
             } else {
                 if s.perm_i >= s.perm.len() {
@@ -1680,6 +1702,37 @@ mod tests {
         );
         offs.sort();
         assert_eq!(offs, (0..64).map(|i| i * 4096).collect::<Vec<_>>());
+    }
+
+    /// Random maps are bounded for the whole run: many clones over a file of tiny blocks
+    /// build maps until the budget is spent, the rest draw with replacement (the fuzzer's
+    /// job: 160 clones of 2 M blocks each took 9 s to lay out). A region over the per-stream
+    /// bound never gets a map.
+    #[test]
+    fn random_maps_are_bounded_for_the_whole_run() {
+        let jf = parse("[j]\nrw=randread\nsize=32m\nbs=2\nnumjobs=40\n", false).unwrap();
+        let mut src = FioSource::new(&jf, 0, 1 << 30).unwrap();
+        let blocks = (32u64 << 20) / 2;
+        assert!(blocks > MAX_RANDOM_MAP, "over the per-stream bound");
+        // A few requests each (the first may be fio's invalidate, an fadvise).
+        let pull = |src: &mut FioSource| {
+            for sid in 0..src.streams.len() as u32 {
+                for _ in 0..3 {
+                    let _ = src.make(sid, 0.0, true);
+                }
+            }
+        };
+        pull(&mut src);
+        assert!(src.streams.iter().all(|s| s.perm.is_empty()));
+        let jf = parse("[j]\nrw=randread\nsize=2m\nbs=2\nnumjobs=40\n", false).unwrap();
+        let mut src = FioSource::new(&jf, 0, 1 << 30).unwrap();
+        pull(&mut src);
+        let mapped: u64 = src.streams.iter().map(|s| s.perm.len() as u64).sum();
+        let with_map = src.streams.iter().filter(|s| !s.perm.is_empty()).count();
+        assert_eq!(mapped, 16 << 20, "the budget, 1 M blocks per stream");
+        assert_eq!(with_map, 16);
+        assert!(mapped <= MAX_RANDOM_MAPS);
+        assert_eq!(src.streams.iter().filter(|s| s.no_map).count(), 24);
     }
 
     /// Reads and writes of different sizes (`bs=4k,3k`) or a size range share one random map
