@@ -19,7 +19,7 @@
 //! names a shared one, laid out contiguously on the device, one after another from sector 0.
 //! Random offsets follow fio's default random map (each block once per pass, in a seeded
 //! random order; `norandommap` draws with replacement, as do clones past the maps' bounds,
-//! [`MAX_RANDOM_MAP`] and [`MAX_RANDOM_MAPS`]). `rate` delays issues to keep the
+//! `MAX_RANDOM_MAP` and `MAX_RANDOM_MAPS`). `rate` delays issues to keep the
 //! clone's bytes within the rate; `thinktime` waits after each completion.
 
 use std::collections::HashMap;
