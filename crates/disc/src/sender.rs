@@ -105,10 +105,7 @@ impl RawSocket {
 
 impl Emit for RawSocket {
     fn emit(&mut self, flow: &Flow, seq: u32, data: Pieces<'_>, flags: u8) -> io::Result<()> {
-        let f = packet::frame(
-            &flow.segment(seq, flags, [0; 6], [0; 6]),
-            &[data[0], data[1]].concat(),
-        );
+        let f = packet::frame(&flow.segment(seq, flags, [0; 6], [0; 6]), &data.concat());
         let ip = &f[packet::ETH_HLEN..];
         let dst = libc::sockaddr_in {
             sin_family: libc::AF_INET as libc::sa_family_t,
@@ -190,12 +187,8 @@ impl Transfer {
     }
 
     /// Bytes to send, the prefix included.
-    pub fn len(&self) -> usize {
+    fn len(&self) -> usize {
         self.prefix.len() + self.payload.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     pub fn done(&self) -> bool {
@@ -354,7 +347,7 @@ mod tests {
 
     impl Emit for Bytes2 {
         fn emit(&mut self, _: &Flow, seq: u32, data: Pieces<'_>, _: u8) -> io::Result<()> {
-            self.0.push((seq, [data[0], data[1]].concat()));
+            self.0.push((seq, data.concat()));
             Ok(())
         }
     }
