@@ -203,6 +203,39 @@ impl Page {
     }
 }
 
+/// The reclaimable pages of each list, by their position in it (`Reclaimable::of`): the
+/// oldest reclaimable page is found without walking past the pages reclaim may not take. A
+/// scan from the list's old end did that for every page inserted into a full cache, and
+/// when write-back had made most of the cache unreclaimable, buffered writes in a small
+/// memory cgroup simulated slower than real time.
+#[derive(Default)]
+struct Reclaimable([BTreeSet<u64>; 2]);
+
+impl Reclaimable {
+    fn of(&mut self, l: List) -> &mut BTreeSet<u64> {
+        &mut self.0[l as usize]
+    }
+    /// A page at `seq` in list `l` went from reclaimable (`was`) or not to `now`.
+    fn changed(&mut self, l: List, seq: u64, was: bool, now: bool) {
+        match (was, now) {
+            (true, false) => {
+                self.of(l).remove(&seq);
+            }
+            (false, true) => {
+                self.of(l).insert(seq);
+            }
+            _ => {}
+        }
+    }
+    /// A page moved from `(l, old)` to `(to, seq)`.
+    fn moved(&mut self, p: &Page, l: List, old: u64) {
+        if p.reclaimable() {
+            self.of(l).remove(&old);
+            self.of(p.list).insert(p.seq);
+        }
+    }
+}
+
 /// A workload read waiting for pages in flight.
 struct Waiting {
     req: Request,
@@ -357,6 +390,8 @@ pub struct PageCache {
     /// Pages dirty, and pages under write-back (kernel NR_FILE_DIRTY, NR_WRITEBACK).
     nr_dirty: u64,
     nr_writeback: u64,
+    /// Which pages of each list reclaim may take (see [`Reclaimable`]).
+    reclaimable: Reclaimable,
     /// Writes sent down by write-back: the pages they carry.
     wb_children: Map<u64, Vec<PageKey>>,
     /// Device flushes sent down, and the sync each one finishes.
@@ -399,6 +434,7 @@ impl PageCache {
             waiters: Map::default(),
             waiting: Map::default(),
             nr_dirty: 0,
+            reclaimable: Reclaimable::default(),
             nr_writeback: 0,
             wb_children: Map::default(),
             flush_children: Map::default(),
@@ -482,6 +518,8 @@ impl PageCache {
     fn remove_page(&mut self, k: PageKey) {
         if let Some(p) = self.pages.remove(&k) {
             debug_assert!(!p.dirty && p.wb.is_none());
+            self.reclaimable
+                .changed(p.list, p.seq, p.reclaimable(), false);
             self.list_mut(p.list).remove(&p.seq);
         }
     }
@@ -499,6 +537,7 @@ impl PageCache {
                 p.referenced = false;
                 p.seq = seq;
                 self.next_seq += 1;
+                self.reclaimable.moved(p, List::Inactive, old);
                 self.inactive.remove(&old);
                 self.active.insert(seq, k);
             }
@@ -524,6 +563,7 @@ impl PageCache {
             },
         );
         self.inactive.insert(seq, k);
+        self.reclaimable.of(List::Inactive).insert(seq);
     }
 
     /// Reclaims until the cache fits its capacity (pages in flight are skipped).
@@ -541,15 +581,28 @@ impl PageCache {
                     p.list = List::Inactive;
                     p.referenced = false;
                     p.seq = seq;
+                    self.reclaimable.moved(p, List::Active, old);
                 }
                 self.inactive.insert(seq, k);
             }
-            let victim = self
-                .inactive
-                .values()
-                .chain(self.active.values())
-                .copied()
-                .find(|k| self.pages.get(k).is_some_and(Page::reclaimable));
+            // The oldest reclaimable page of the inactive list, else of the active one.
+            let victim = [List::Inactive, List::Active].into_iter().find_map(|l| {
+                let seq = *self.reclaimable.of(l).first()?;
+                match l {
+                    List::Inactive => self.inactive.get(&seq).copied(),
+                    List::Active => self.active.get(&seq).copied(),
+                }
+            });
+            // (Tests: the same page as a walk from the old end of each list.)
+            #[cfg(test)]
+            assert_eq!(
+                victim,
+                self.inactive
+                    .values()
+                    .chain(self.active.values())
+                    .copied()
+                    .find(|k| self.pages.get(k).is_some_and(Page::reclaimable))
+            );
             match victim {
                 Some(k) => {
                     self.remove_page(k);
@@ -603,7 +656,9 @@ impl PageCache {
                 );
                 for index in first..first + count {
                     if let Some(p) = this.pages.get_mut(&PageKey { stream: sk, index }) {
+                        let was = p.reclaimable();
                         p.pending = Some(id);
+                        this.reclaimable.changed(p.list, p.seq, was, false);
                     }
                 }
                 this.stats.reads_down += 1;
@@ -967,6 +1022,8 @@ impl PageCache {
             self.mark_accessed(k);
             let p = self.pages.get_mut(&k).expect("inserted above");
             if !p.dirty {
+                self.reclaimable
+                    .changed(p.list, p.seq, p.reclaimable(), false);
                 p.dirty = true;
                 self.nr_dirty += 1;
                 self.stats.dirtied_pages += 1;
@@ -1038,6 +1095,8 @@ impl PageCache {
                 let Some(p) = self.pages.get_mut(&k) else {
                     continue;
                 };
+                self.reclaimable
+                    .changed(p.list, p.seq, p.reclaimable(), false);
                 if p.dirty {
                     p.dirty = false;
                     self.nr_dirty -= 1;
@@ -1336,6 +1395,8 @@ impl PageCache {
                 if p.wb == Some(id) {
                     p.wb = None;
                     self.nr_writeback -= 1;
+                    self.reclaimable
+                        .changed(p.list, p.seq, false, p.reclaimable());
                 }
             }
         }
@@ -1448,6 +1509,8 @@ impl Component for PageCache {
             if let Some(p) = self.pages.get_mut(&k) {
                 if p.pending == Some(done.req.id) {
                     p.pending = None;
+                    self.reclaimable
+                        .changed(p.list, p.seq, false, p.reclaimable());
                 }
             }
         }
@@ -2138,6 +2201,58 @@ mod tests {
         assert_eq!(r.pc.borrow().dirty_pages(), (0, 0));
     }
 
+    /// The sets of reclaimable pages hold exactly the reclaimable pages, where they are.
+    fn check_reclaimable(pc: &PageCache) {
+        for l in [List::Inactive, List::Active] {
+            let list = match l {
+                List::Inactive => &pc.inactive,
+                List::Active => &pc.active,
+            };
+            let by_scan: BTreeSet<u64> = list
+                .iter()
+                .filter(|(_, k)| pc.pages[*k].reclaimable())
+                .map(|(&seq, _)| seq)
+                .collect();
+            assert_eq!(pc.reclaimable.0[l as usize], by_scan, "{l:?}");
+        }
+    }
+
+    /// Random writes over a file four times the cache, the dirty limits far above it:
+    /// reclaim writes the full cache back in many writes that finish one by one, and the
+    /// writer takes each page they clean (the victims are checked against a walk of the
+    /// lists in `shrink` under test). Before the reclaimable sets, every insertion walked
+    /// past the pages still under write-back: this ran 0.2x real time in a 64 MiB cgroup.
+    #[test]
+    fn reclaim_takes_the_oldest_clean_page_past_pages_under_write_back() {
+        let mut cfg = PageCacheConfig::new(256, 0);
+        cfg.dirty.dirtyable_pages = 1 << 20; // global ratios far above the cgroup
+        let pc = Rc::new(RefCell::new(PageCache::new(cfg)));
+        let log = Rc::new(RefCell::new(Vec::new()));
+        let mut sim = Simulator::new(vec![
+            Box::new(Shared(pc.clone())),
+            Box::new(serial_device(&log, 0.1)),
+        ]);
+        let writes = 3000u64;
+        let mut x = 12345u64;
+        let items = (0..writes)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let page = (x >> 33) % 1024;
+                freq(NOW, Op::Write, Flags::default(), 0, page, 1)
+            })
+            .collect();
+        let out = run_items(&mut sim, items);
+        assert_eq!(out.len(), writes as usize);
+        let c = pc.borrow();
+        let s = c.counters();
+        assert!(s.evicted_pages > 1000, "{}", s.evicted_pages);
+        assert!(s.reclaim_writebacks > 0 && s.writes_down > 100, "{s:?}");
+        assert!(c.len() <= 257);
+        check_reclaimable(&c);
+    }
+
     /// A memory cgroup under v1: the dirty ratios are the whole machine's, far above the
     /// cgroup, so nothing is written back while the cache fills; the write that overfills
     /// it makes reclaim write every dirty page and wait for clean ones. Every page is
@@ -2169,6 +2284,7 @@ mod tests {
         assert!(s.reclaim_writebacks > 0 && s.throttled_writes > 0);
         assert_eq!(s.written_pages, 500);
         assert!(pc.borrow().len() <= 65);
+        check_reclaimable(&pc.borrow());
     }
 
     #[test]
