@@ -61,7 +61,8 @@ pub struct LinuxValidateArgs {
     /// Only the jobs whose name contains one of these (comma-separated), e.g. randread-32k.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
-    /// Runs of each job (default 3 with --quick, 5 without).
+    /// Runs of each job (default 3 with --quick, 5 without), plus one with fio's per-request
+    /// latency log for the latency distribution.
     #[arg(long)]
     pub runs: Option<u32>,
     /// Seconds per job (default 1 with --quick, 3 without).
