@@ -739,6 +739,8 @@ struct Stream {
     prelude: Vec<Request>,
     /// Completions of prelude calls still to come: they free no I/O slot.
     prelude_pending: u64,
+    /// `time_based`: the bytes issued at which the next pass over the job's `io_size` starts.
+    pass_end: u64,
 }
 
 fn streams_files_dedup(ids: &[u32]) -> Vec<u32> {
@@ -848,6 +850,7 @@ impl FioSource {
                     done: false,
                     prelude: Vec::new(),
                     prelude_pending: 0,
+                    pass_end: job.io_bytes.unwrap_or(0),
                 });
                 let mut prelude = Vec::new();
                 for &id in &streams_files_dedup(&ids) {
@@ -919,6 +922,45 @@ impl FioSource {
         if !job.time_based && s.issued_bytes >= total {
             s.done = true;
             return None;
+        }
+        // A time_based job goes over its `io_size` again and again; each pass starts from
+        // the first block with a new random map and, with `invalidate`, drops the files'
+        // cached pages first (fio 3.33, checked: a 32 MiB file read for 1 s with
+        // invalidate=1 came from the device on every pass, 1,409 MiB of pgpgin for 1,382
+        // MiB read; with invalidate=0 it was read once).
+        if job.time_based && total > 0 && s.issued_bytes >= s.pass_end {
+            s.pass_end = s.issued_bytes + total;
+            s.pos = 0;
+            s.file_i = 0;
+            s.perm_i = s.perm.len();
+            if job.invalidate {
+                // (Issued in the I/O's place: each completion frees its slot, unlike the
+                // first pass's prelude.)
+                s.prelude = streams_files_dedup(&s.files)
+                    .into_iter()
+                    .map(|id| Request {
+                        id: 0,
+                        arrival: 0.0,
+                        dev: 0,
+                        lba: self.files[id as usize].lba,
+                        sectors: 0,
+                        op: Op::Advise(Advice::DontNeed),
+                        flags: Flags::default(),
+                        file: Some(FileRef {
+                            file: id,
+                            offset: 0,
+                        }),
+                    })
+                    .collect();
+                let req = s.prelude.remove(0);
+                return Some(Pending {
+                    when: When::Stream {
+                        stream: sid,
+                        at: now,
+                    },
+                    req,
+                });
+            }
         }
         let share = job.rw.read_share(job.rwmixread);
         let read = share >= 1.0 || (share > 0.0 && s.rng.random::<f64>() < share);
@@ -1588,6 +1630,51 @@ mod tests {
         };
         let (a, b) = vm.affine();
         assert!(a <= 2.5 && b < 0.3, "{a} {b}");
+    }
+
+    /// A time_based job's passes: with invalidate=1 fio drops the file's cached pages at
+    /// each pass and reads it from the device again; with invalidate=0 the first pass's
+    /// pages serve the others.
+    #[test]
+    fn time_based_passes_drop_the_cache_with_invalidate() {
+        let mut misses = Vec::new();
+        for inv in [1, 0] {
+            let jf = parse(
+                &format!(
+                    "[j]\nrw=read\nsize=256k\nbs=64k\nioengine=psync\nruntime=20ms\ntime_based\ninvalidate={inv}\n"
+                ),
+                false,
+            )
+            .unwrap();
+            let host = crate::host::HostParams::linux_defaults();
+            let mut src = FioSource::new(&jf, 0, 1 << 30).unwrap();
+            let dev = Box::new(ConstantDevice::new(0.1));
+            let chain = host_chain_with_files(dev, &host, None, &src.file_sizes()).unwrap();
+            let mut stats = JobStats::new(&src);
+            let mut sim = Simulator::new(chain);
+            sim.run(&mut src, &mut |c| stats.add(c)).unwrap();
+            let read = &stats.results()[0].read;
+            let passes = read.ios / 4;
+            assert!(passes >= 5, "{} reads", read.ios);
+            // Pages read from the device: asked for, or read ahead.
+            let missed: u64 = sim
+                .components()
+                .iter()
+                .flat_map(|c| c.stats())
+                .filter(|(k, _)| k == "pagecache miss pages" || k == "pagecache readahead pages")
+                .map(|(_, v)| v as u64)
+                .sum();
+            misses.push((missed, passes));
+        }
+        // 64 pages a pass: every pass read from the device, then only the first.
+        let [(m1, p1), (m0, _)] = misses[..] else {
+            unreachable!()
+        };
+        assert!(
+            m1 >= 64 * (p1 - 1),
+            "invalidate=1: {m1} pages missed in {p1} passes"
+        );
+        assert_eq!(m0, 64, "invalidate=0");
     }
 
     #[test]
