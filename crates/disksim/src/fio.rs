@@ -743,6 +743,23 @@ struct Stream {
     pass_end: u64,
 }
 
+/// A `posix_fadvise(fd, 0, 0, a)` on file `id`.
+fn advise_request(f: &SimFile, id: u32, a: Advice) -> Request {
+    Request {
+        id: 0,
+        arrival: 0.0,
+        dev: 0,
+        lba: f.lba,
+        sectors: 0,
+        op: Op::Advise(a),
+        flags: Flags::default(),
+        file: Some(FileRef {
+            file: id,
+            offset: 0,
+        }),
+    }
+}
+
 fn streams_files_dedup(ids: &[u32]) -> Vec<u32> {
     let mut v = ids.to_vec();
     v.sort_unstable();
@@ -854,20 +871,7 @@ impl FioSource {
                 });
                 let mut prelude = Vec::new();
                 for &id in &streams_files_dedup(&ids) {
-                    let f = &files[id as usize];
-                    let advise = |a: Advice| Request {
-                        id: 0,
-                        arrival: 0.0,
-                        dev: 0,
-                        lba: f.lba,
-                        sectors: 0,
-                        op: Op::Advise(a),
-                        flags: Flags::default(),
-                        file: Some(FileRef {
-                            file: id,
-                            offset: 0,
-                        }),
-                    };
+                    let advise = |a: Advice| advise_request(&files[id as usize], id, a);
                     if job.invalidate {
                         prelude.push(advise(Advice::DontNeed));
                     }
@@ -938,28 +942,9 @@ impl FioSource {
                 // first pass's prelude.)
                 s.prelude = streams_files_dedup(&s.files)
                     .into_iter()
-                    .map(|id| Request {
-                        id: 0,
-                        arrival: 0.0,
-                        dev: 0,
-                        lba: self.files[id as usize].lba,
-                        sectors: 0,
-                        op: Op::Advise(Advice::DontNeed),
-                        flags: Flags::default(),
-                        file: Some(FileRef {
-                            file: id,
-                            offset: 0,
-                        }),
-                    })
+                    .map(|id| advise_request(&self.files[id as usize], id, Advice::DontNeed))
                     .collect();
-                let req = s.prelude.remove(0);
-                return Some(Pending {
-                    when: When::Stream {
-                        stream: sid,
-                        at: now,
-                    },
-                    req,
-                });
+                return self.make(sid, now, first);
             }
         }
         let share = job.rw.read_share(job.rwmixread);
