@@ -227,7 +227,7 @@ impl Reclaimable {
             _ => {}
         }
     }
-    /// A page moved from `(l, old)` to `(to, seq)`.
+    /// Page `p`, now at `p.seq` in `p.list`, moved there from `old` in `l`.
     fn moved(&mut self, p: &Page, l: List, old: u64) {
         if p.reclaimable() {
             self.of(l).remove(&old);
