@@ -9,6 +9,7 @@
 //!   (one reverse proxy, its place in the chain told by its role), DP (the BE's payload
 //!   store and control endpoint);
 //! - [`netns`]: running a tier's loop inside a network namespace (tests, CLI);
+//! - [`repair`]: a TCP connection continued on another socket (`TCP_REPAIR`; not used yet);
 //! - `cli`: `iolab disc ...`.
 
 pub mod be;
@@ -22,6 +23,7 @@ pub mod netns;
 pub mod packet;
 pub mod proto;
 pub mod proxy;
+pub mod repair;
 pub mod sender;
 pub mod slots;
 pub mod stop;

@@ -1,0 +1,230 @@
+//! A TCP connection continued on another socket (`TCP_REPAIR`, the way CRIU restores
+//! connections): the groundwork for DP sending a payload through the BE's own TCP stack with
+//! `sendfile` instead of building segments on a packet socket (README, "What remains").
+//! Not used by DP yet.
+//!
+//! Invariant: a socket in repair mode puts nothing on the wire — `connect` sends no SYN and
+//! `close` no FIN or RST — so a connection can be frozen on one socket, its state read
+//! ([`freeze`]), and continued on a new one with the same four-tuple ([`restore`]), the peer
+//! seeing one stream. Both need CAP_NET_ADMIN in the socket's network namespace.
+
+use std::io;
+use std::net::{SocketAddr, SocketAddrV4, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// `TCP_REPAIR_QUEUE` selectors (include/uapi/linux/tcp.h).
+const TCP_RECV_QUEUE: libc::c_int = 1;
+const TCP_SEND_QUEUE: libc::c_int = 2;
+/// `TCP_REPAIR_OPTIONS` codes: the TCP option kinds.
+const TCPOPT_MAXSEG: u32 = 2;
+const TCPOPT_WINDOW: u32 = 3;
+const TCPOPT_SACK_PERM: u32 = 4;
+const TCPOPT_TIMESTAMP: u32 = 8;
+/// `tcpi_options` bits.
+const TCPI_OPT_TIMESTAMPS: u8 = 1;
+const TCPI_OPT_SACK: u8 = 2;
+const TCPI_OPT_WSCALE: u8 = 4;
+
+/// `struct tcp_repair_window`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RepairWindow {
+    pub snd_wl1: u32,
+    pub snd_wnd: u32,
+    pub max_window: u32,
+    pub rcv_wnd: u32,
+    pub rcv_wup: u32,
+}
+
+/// What a new socket needs to continue a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TcpState {
+    pub local: SocketAddrV4,
+    pub peer: SocketAddrV4,
+    /// Sequence number of the next byte this end sends.
+    pub snd_seq: u32,
+    /// Sequence number of the next byte expected from the peer.
+    pub rcv_seq: u32,
+    pub mss: u32,
+    /// Window scales (`None`: not negotiated): the peer's (applied to its windows) and ours.
+    pub wscale: Option<(u8, u8)>,
+    pub sack: bool,
+    /// The connection's timestamp clock now (`TCP_TIMESTAMP`), when timestamps are on.
+    pub timestamp: Option<u32>,
+    pub window: RepairWindow,
+}
+
+fn set<T>(fd: RawFd, name: libc::c_int, v: &T) -> io::Result<()> {
+    // SAFETY: setsockopt reads size_of::<T>() bytes from `v`, alive for the call.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            name,
+            (v as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn get<T: Default>(fd: RawFd, name: libc::c_int) -> io::Result<T> {
+    let mut v = T::default();
+    let mut len = std::mem::size_of::<T>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `v` (a plain integer or repr(C)
+    // struct of integers: any bytes are a valid value) and the length into `len`.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            name,
+            (&mut v as *mut T).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(v)
+}
+
+fn v4(a: SocketAddr) -> io::Result<SocketAddrV4> {
+    match a {
+        SocketAddr::V4(a) => Ok(a),
+        SocketAddr::V6(_) => Err(io::Error::other("TCP repair here handles IPv4 only")),
+    }
+}
+
+/// Puts `s` in repair mode and reads its connection's state. `s` stays in repair mode: it
+/// sends nothing more, and closing it drops the connection silently.
+pub fn freeze(s: &TcpStream) -> io::Result<TcpState> {
+    let fd = s.as_raw_fd();
+    let (local, peer) = (v4(s.local_addr()?)?, v4(s.peer_addr()?)?);
+    let mss: libc::c_int = get(fd, libc::TCP_MAXSEG)?;
+    // struct tcp_info: tcpi_options is byte 5, the window scales the nibbles of byte 6.
+    let mut info = [0u8; 8];
+    let mut len = info.len() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `info` and the length into `len`.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            info.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let (options, scales) = (info[5], info[6]);
+    set(fd, libc::TCP_REPAIR, &1 as &libc::c_int)?;
+    set(fd, libc::TCP_REPAIR_QUEUE, &TCP_SEND_QUEUE)?;
+    let snd_seq: u32 = get(fd, libc::TCP_QUEUE_SEQ)?;
+    set(fd, libc::TCP_REPAIR_QUEUE, &TCP_RECV_QUEUE)?;
+    let rcv_seq: u32 = get(fd, libc::TCP_QUEUE_SEQ)?;
+    let window: RepairWindow = get(fd, libc::TCP_REPAIR_WINDOW)?;
+    let timestamp = if options & TCPI_OPT_TIMESTAMPS != 0 {
+        Some(get::<u32>(fd, libc::TCP_TIMESTAMP)?)
+    } else {
+        None
+    };
+    Ok(TcpState {
+        local,
+        peer,
+        snd_seq,
+        rcv_seq,
+        mss: mss as u32,
+        wscale: (options & TCPI_OPT_WSCALE != 0).then_some((scales & 0x0f, scales >> 4)),
+        sack: options & TCPI_OPT_SACK != 0,
+        timestamp,
+        window,
+    })
+}
+
+/// A new socket carrying on the connection `st` describes, out of repair mode: what it
+/// sends continues the stream at `st.snd_seq`. Its local address must be one the kernel
+/// lets it bind here (the connection's own address, or any with `IP_TRANSPARENT`).
+pub fn restore(st: &TcpState) -> io::Result<TcpStream> {
+    // SAFETY: socket(2) returns a new descriptor or -1.
+    let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `raw` is a descriptor just returned to us and owned by nothing else.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let s = TcpStream::from(fd);
+    let fd = s.as_raw_fd();
+    set(fd, libc::TCP_REPAIR, &1 as &libc::c_int)?;
+    let one: libc::c_int = 1;
+    // SAFETY: setsockopt reads an int from `one`, alive for the call.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_REUSEADDR,
+            (&one as *const libc::c_int).cast(),
+            4,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let sa = |a: SocketAddrV4| libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: a.port().to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(*a.ip()).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    let local = sa(st.local);
+    // SAFETY: bind reads `len` bytes of the sockaddr_in `local`, alive for the call.
+    if unsafe { libc::bind(fd, (&local as *const libc::sockaddr_in).cast(), len) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    set(fd, libc::TCP_REPAIR_QUEUE, &TCP_SEND_QUEUE)?;
+    set(fd, libc::TCP_QUEUE_SEQ, &st.snd_seq)?;
+    set(fd, libc::TCP_REPAIR_QUEUE, &TCP_RECV_QUEUE)?;
+    set(fd, libc::TCP_QUEUE_SEQ, &st.rcv_seq)?;
+    let peer = sa(st.peer);
+    // In repair mode: no SYN, the socket is established at once.
+    // SAFETY: connect reads `len` bytes of the sockaddr_in `peer`, alive for the call.
+    if unsafe { libc::connect(fd, (&peer as *const libc::sockaddr_in).cast(), len) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut opts = vec![[TCPOPT_MAXSEG, st.mss]];
+    if let Some((snd, rcv)) = st.wscale {
+        opts.push([TCPOPT_WINDOW, u32::from(snd) | (u32::from(rcv) << 16)]);
+    }
+    if st.sack {
+        opts.push([TCPOPT_SACK_PERM, 0]);
+    }
+    if st.timestamp.is_some() {
+        opts.push([TCPOPT_TIMESTAMP, 0]);
+    }
+    // SAFETY: setsockopt reads the `opts` array of (code, value) u32 pairs (struct
+    // tcp_repair_opt), alive for the call.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_REPAIR_OPTIONS,
+            opts.as_ptr().cast(),
+            (opts.len() * 8) as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if let Some(ts) = st.timestamp {
+        set(fd, libc::TCP_TIMESTAMP, &ts)?;
+    }
+    set(fd, libc::TCP_REPAIR_WINDOW, &st.window)?;
+    set(fd, libc::TCP_REPAIR, &0 as &libc::c_int)?;
+    Ok(s)
+}
