@@ -760,22 +760,7 @@ fn client_window(s: &impl std::os::fd::AsRawFd) -> io::Result<(u8, u32)> {
     // (shorter structs) are told apart by the returned length.
     const SND_WND: usize = 228;
     let mut buf = [0u8; 512];
-    let mut len = buf.len() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `len` bytes into `buf` and the length into `len`,
-    // both alive for the call.
-    let r = unsafe {
-        libc::getsockopt(
-            s.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            buf.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let len = len as usize;
+    let len = crate::repair::get_bytes(s.as_raw_fd(), libc::TCP_INFO, &mut buf)?;
     if len < 8 {
         return Err(io::Error::other("TCP_INFO too short"));
     }

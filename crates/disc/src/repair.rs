@@ -54,15 +54,16 @@ pub struct TcpState {
     pub window: RepairWindow,
 }
 
-fn set<T>(fd: RawFd, name: libc::c_int, v: &T) -> io::Result<()> {
-    // SAFETY: setsockopt reads size_of::<T>() bytes from `v`, alive for the call.
+fn set<T: ?Sized>(fd: RawFd, level: libc::c_int, name: libc::c_int, v: &T) -> io::Result<()> {
+    // SAFETY: setsockopt reads size_of_val(v) bytes from `v` (a value or a slice of
+    // repr(C) values), alive for the call.
     let r = unsafe {
         libc::setsockopt(
             fd,
-            libc::IPPROTO_TCP,
+            level,
             name,
             (v as *const T).cast(),
-            std::mem::size_of::<T>() as libc::socklen_t,
+            std::mem::size_of_val(v) as libc::socklen_t,
         )
     };
     if r != 0 {
@@ -71,24 +72,51 @@ fn set<T>(fd: RawFd, name: libc::c_int, v: &T) -> io::Result<()> {
     Ok(())
 }
 
-fn get<T: Default>(fd: RawFd, name: libc::c_int) -> io::Result<T> {
-    let mut v = T::default();
-    let mut len = std::mem::size_of::<T>() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `len` bytes into `v` (a plain integer or repr(C)
-    // struct of integers: any bytes are a valid value) and the length into `len`.
+/// A TCP-level option read into `buf` (a struct of integers, read as bytes: older kernels
+/// return shorter ones); returns the length the kernel wrote.
+pub(crate) fn get_bytes(fd: RawFd, name: libc::c_int, buf: &mut [u8]) -> io::Result<usize> {
+    let mut len = buf.len() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `buf` and the length into `len`,
+    // both alive for the call.
     let r = unsafe {
         libc::getsockopt(
             fd,
             libc::IPPROTO_TCP,
             name,
-            (&mut v as *mut T).cast(),
+            buf.as_mut_ptr().cast(),
             &mut len,
         )
     };
     if r != 0 {
         return Err(io::Error::last_os_error());
     }
+    Ok(len as usize)
+}
+
+fn get<T: Default>(fd: RawFd, name: libc::c_int) -> io::Result<T> {
+    let mut v = T::default();
+    // SAFETY: T is a plain integer or a repr(C) struct of integers (any bytes are a valid
+    // value), so its storage may be written as bytes.
+    let bytes = unsafe {
+        std::slice::from_raw_parts_mut((&mut v as *mut T).cast::<u8>(), std::mem::size_of::<T>())
+    };
+    get_bytes(fd, name, bytes)?;
     Ok(v)
+}
+
+/// A TCP-level option set.
+fn tcp<T: ?Sized>(fd: RawFd, name: libc::c_int, v: &T) -> io::Result<()> {
+    set(fd, libc::IPPROTO_TCP, name, v)
+}
+
+/// The sequence number of a queue (send or receive) of a socket in repair mode: read, or
+/// set to `to`.
+fn queue_seq(fd: RawFd, queue: libc::c_int, to: Option<u32>) -> io::Result<u32> {
+    tcp(fd, libc::TCP_REPAIR_QUEUE, &queue)?;
+    match to {
+        Some(seq) => tcp(fd, libc::TCP_QUEUE_SEQ, &seq).map(|()| seq),
+        None => get(fd, libc::TCP_QUEUE_SEQ),
+    }
 }
 
 fn v4(a: SocketAddr) -> io::Result<SocketAddrV4> {
@@ -106,26 +134,11 @@ pub fn freeze(s: &TcpStream) -> io::Result<TcpState> {
     let mss: libc::c_int = get(fd, libc::TCP_MAXSEG)?;
     // struct tcp_info: tcpi_options is byte 5, the window scales the nibbles of byte 6.
     let mut info = [0u8; 8];
-    let mut len = info.len() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `len` bytes into `info` and the length into `len`.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            info.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    get_bytes(fd, libc::TCP_INFO, &mut info)?;
     let (options, scales) = (info[5], info[6]);
-    set(fd, libc::TCP_REPAIR, &1 as &libc::c_int)?;
-    set(fd, libc::TCP_REPAIR_QUEUE, &TCP_SEND_QUEUE)?;
-    let snd_seq: u32 = get(fd, libc::TCP_QUEUE_SEQ)?;
-    set(fd, libc::TCP_REPAIR_QUEUE, &TCP_RECV_QUEUE)?;
-    let rcv_seq: u32 = get(fd, libc::TCP_QUEUE_SEQ)?;
+    tcp(fd, libc::TCP_REPAIR, &1 as &libc::c_int)?;
+    let snd_seq = queue_seq(fd, TCP_SEND_QUEUE, None)?;
+    let rcv_seq = queue_seq(fd, TCP_RECV_QUEUE, None)?;
     let window: RepairWindow = get(fd, libc::TCP_REPAIR_WINDOW)?;
     let timestamp = if options & TCPI_OPT_TIMESTAMPS != 0 {
         Some(get::<u32>(fd, libc::TCP_TIMESTAMP)?)
@@ -158,21 +171,8 @@ pub fn restore(st: &TcpState) -> io::Result<TcpStream> {
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
     let s = TcpStream::from(fd);
     let fd = s.as_raw_fd();
-    set(fd, libc::TCP_REPAIR, &1 as &libc::c_int)?;
-    let one: libc::c_int = 1;
-    // SAFETY: setsockopt reads an int from `one`, alive for the call.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_REUSEADDR,
-            (&one as *const libc::c_int).cast(),
-            4,
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    tcp(fd, libc::TCP_REPAIR, &1 as &libc::c_int)?;
+    set(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, &1 as &libc::c_int)?;
     let sa = |a: SocketAddrV4| libc::sockaddr_in {
         sin_family: libc::AF_INET as libc::sa_family_t,
         sin_port: a.port().to_be(),
@@ -187,10 +187,8 @@ pub fn restore(st: &TcpState) -> io::Result<TcpStream> {
     if unsafe { libc::bind(fd, (&local as *const libc::sockaddr_in).cast(), len) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    set(fd, libc::TCP_REPAIR_QUEUE, &TCP_SEND_QUEUE)?;
-    set(fd, libc::TCP_QUEUE_SEQ, &st.snd_seq)?;
-    set(fd, libc::TCP_REPAIR_QUEUE, &TCP_RECV_QUEUE)?;
-    set(fd, libc::TCP_QUEUE_SEQ, &st.rcv_seq)?;
+    queue_seq(fd, TCP_SEND_QUEUE, Some(st.snd_seq))?;
+    queue_seq(fd, TCP_RECV_QUEUE, Some(st.rcv_seq))?;
     let peer = sa(st.peer);
     // In repair mode: no SYN, the socket is established at once.
     // SAFETY: connect reads `len` bytes of the sockaddr_in `peer`, alive for the call.
@@ -207,24 +205,12 @@ pub fn restore(st: &TcpState) -> io::Result<TcpStream> {
     if st.timestamp.is_some() {
         opts.push([TCPOPT_TIMESTAMP, 0]);
     }
-    // SAFETY: setsockopt reads the `opts` array of (code, value) u32 pairs (struct
-    // tcp_repair_opt), alive for the call.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_REPAIR_OPTIONS,
-            opts.as_ptr().cast(),
-            (opts.len() * 8) as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    // (struct tcp_repair_opt: (code, value) pairs of u32)
+    tcp(fd, libc::TCP_REPAIR_OPTIONS, opts.as_slice())?;
     if let Some(ts) = st.timestamp {
-        set(fd, libc::TCP_TIMESTAMP, &ts)?;
+        tcp(fd, libc::TCP_TIMESTAMP, &ts)?;
     }
-    set(fd, libc::TCP_REPAIR_WINDOW, &st.window)?;
-    set(fd, libc::TCP_REPAIR, &0 as &libc::c_int)?;
+    tcp(fd, libc::TCP_REPAIR_WINDOW, &st.window)?;
+    tcp(fd, libc::TCP_REPAIR, &0 as &libc::c_int)?;
     Ok(s)
 }
