@@ -93,10 +93,17 @@ pub(crate) fn get_bytes(fd: RawFd, name: libc::c_int, buf: &mut [u8]) -> io::Res
     Ok(len as usize)
 }
 
-fn get<T: Default>(fd: RawFd, name: libc::c_int) -> io::Result<T> {
+/// Types any bytes are a valid value of (integers, repr(C) structs of integers without
+/// padding): what `get` may let the kernel write into.
+trait Plain: Default {}
+impl Plain for u32 {}
+impl Plain for libc::c_int {}
+impl Plain for RepairWindow {}
+
+fn get<T: Plain>(fd: RawFd, name: libc::c_int) -> io::Result<T> {
     let mut v = T::default();
-    // SAFETY: T is a plain integer or a repr(C) struct of integers (any bytes are a valid
-    // value), so its storage may be written as bytes.
+    // SAFETY: T is `Plain` (any bytes are a valid value), so its storage may be written as
+    // bytes; the slice covers exactly `v`, alive and not otherwise borrowed.
     let bytes = unsafe {
         std::slice::from_raw_parts_mut((&mut v as *mut T).cast::<u8>(), std::mem::size_of::<T>())
     };
