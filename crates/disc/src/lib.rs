@@ -9,6 +9,7 @@
 //!   (one reverse proxy, its place in the chain told by its role), DP (the BE's payload
 //!   store and control endpoint);
 //! - [`netns`]: running a tier's loop inside a network namespace (tests, CLI);
+//! - [`sockopt`]: socket options as plain bytes;
 //! - [`repair`]: a TCP connection continued on another socket (`TCP_REPAIR`; not used yet);
 //! - `cli`: `iolab disc ...`.
 
@@ -26,5 +27,6 @@ pub mod proxy;
 pub mod repair;
 pub mod sender;
 pub mod slots;
+pub mod sockopt;
 pub mod stop;
 pub mod tap;

@@ -760,7 +760,8 @@ fn client_window(s: &impl std::os::fd::AsRawFd) -> io::Result<(u8, u32)> {
     // (shorter structs) are told apart by the returned length.
     const SND_WND: usize = 228;
     let mut buf = [0u8; 512];
-    let len = crate::repair::get_bytes(s.as_raw_fd(), libc::TCP_INFO, &mut buf)?;
+    let len =
+        crate::sockopt::get_bytes(s.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_INFO, &mut buf)?;
     if len < 8 {
         return Err(io::Error::other("TCP_INFO too short"));
     }

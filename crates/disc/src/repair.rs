@@ -12,6 +12,8 @@ use std::io;
 use std::net::{SocketAddr, SocketAddrV4, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
+use crate::sockopt::{self, get_bytes, set, Plain};
+
 /// `TCP_REPAIR_QUEUE` selectors (include/uapi/linux/tcp.h).
 const TCP_RECV_QUEUE: libc::c_int = 1;
 const TCP_SEND_QUEUE: libc::c_int = 2;
@@ -36,6 +38,9 @@ pub struct RepairWindow {
     pub rcv_wup: u32,
 }
 
+// SAFETY: five u32, no padding: any bytes are a valid value.
+unsafe impl Plain for RepairWindow {}
+
 /// What a new socket needs to continue a connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TcpState {
@@ -54,66 +59,14 @@ pub struct TcpState {
     pub window: RepairWindow,
 }
 
-fn set<T: ?Sized>(fd: RawFd, level: libc::c_int, name: libc::c_int, v: &T) -> io::Result<()> {
-    // SAFETY: setsockopt reads size_of_val(v) bytes from `v` (a value or a slice of
-    // repr(C) values), alive for the call.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            (v as *const T).cast(),
-            std::mem::size_of_val(v) as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// A TCP-level option read into `buf` (a struct of integers, read as bytes: older kernels
-/// return shorter ones); returns the length the kernel wrote.
-pub(crate) fn get_bytes(fd: RawFd, name: libc::c_int, buf: &mut [u8]) -> io::Result<usize> {
-    let mut len = buf.len() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `len` bytes into `buf` and the length into `len`,
-    // both alive for the call.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            name,
-            buf.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(len as usize)
-}
-
-/// Types any bytes are a valid value of (integers, repr(C) structs of integers without
-/// padding): what `get` may let the kernel write into.
-trait Plain: Default {}
-impl Plain for u32 {}
-impl Plain for libc::c_int {}
-impl Plain for RepairWindow {}
-
-fn get<T: Plain>(fd: RawFd, name: libc::c_int) -> io::Result<T> {
-    let mut v = T::default();
-    // SAFETY: T is `Plain` (any bytes are a valid value), so its storage may be written as
-    // bytes; the slice covers exactly `v`, alive and not otherwise borrowed.
-    let bytes = unsafe {
-        std::slice::from_raw_parts_mut((&mut v as *mut T).cast::<u8>(), std::mem::size_of::<T>())
-    };
-    get_bytes(fd, name, bytes)?;
-    Ok(v)
-}
-
 /// A TCP-level option set.
-fn tcp<T: ?Sized>(fd: RawFd, name: libc::c_int, v: &T) -> io::Result<()> {
+fn tcp<T: Plain + ?Sized>(fd: RawFd, name: libc::c_int, v: &T) -> io::Result<()> {
     set(fd, libc::IPPROTO_TCP, name, v)
+}
+
+/// A TCP-level option read.
+fn get<T: Plain + Default>(fd: RawFd, name: libc::c_int) -> io::Result<T> {
+    sockopt::get(fd, libc::IPPROTO_TCP, name)
 }
 
 /// The sequence number of a queue (send or receive) of a socket in repair mode: read, or
@@ -141,7 +94,7 @@ pub fn freeze(s: &TcpStream) -> io::Result<TcpState> {
     let mss: libc::c_int = get(fd, libc::TCP_MAXSEG)?;
     // struct tcp_info: tcpi_options is byte 5, the window scales the nibbles of byte 6.
     let mut info = [0u8; 8];
-    get_bytes(fd, libc::TCP_INFO, &mut info)?;
+    get_bytes(fd, libc::IPPROTO_TCP, libc::TCP_INFO, &mut info)?;
     let (options, scales) = (info[5], info[6]);
     tcp(fd, libc::TCP_REPAIR, &1 as &libc::c_int)?;
     let snd_seq = queue_seq(fd, TCP_SEND_QUEUE, None)?;

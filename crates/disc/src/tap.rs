@@ -107,21 +107,11 @@ impl AckTap {
         }
         // Room for a burst of ACKs while the BE's loop is busy: a dropped ACK can hold a
         // window-limited transfer until DP's retransmission timer (200 ms).
-        let room: libc::c_int = TAP_BUFFER;
-        // SAFETY: setsockopt reads one int, alive for the call. FORCE (root) may exceed
-        // rmem_max; if refused, the plain option is tried.
-        unsafe {
-            for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
-                if libc::setsockopt(
-                    fd.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    opt,
-                    (&room as *const libc::c_int).cast(),
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                ) == 0
-                {
-                    break;
-                }
+        // FORCE (root) may exceed rmem_max; if refused, the plain option is tried.
+        for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
+            let room: libc::c_int = TAP_BUFFER;
+            if crate::sockopt::set(fd.as_raw_fd(), libc::SOL_SOCKET, opt, &room).is_ok() {
+                break;
             }
         }
         // Frames queued before the filter was attached passed no filter: drop them.
@@ -167,26 +157,13 @@ impl AckTap {
     /// Frames the kernel dropped for want of room in the socket since the last call
     /// (PACKET_STATISTICS, which resets the counts).
     pub fn drops(&self) -> io::Result<u32> {
-        let mut st = libc::tpacket_stats {
-            tp_packets: 0,
-            tp_drops: 0,
-        };
-        let mut len = std::mem::size_of::<libc::tpacket_stats>() as libc::socklen_t;
-        // SAFETY: getsockopt writes at most `len` bytes into `st` and the length into `len`,
-        // both alive for the call.
-        let r = unsafe {
-            libc::getsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_PACKET,
-                libc::PACKET_STATISTICS,
-                (&mut st as *mut libc::tpacket_stats).cast(),
-                &mut len,
-            )
-        };
-        if r != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(st.tp_drops)
+        // struct tpacket_stats { tp_packets, tp_drops }
+        let [_, drops]: [u32; 2] = crate::sockopt::get(
+            self.fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_STATISTICS,
+        )?;
+        Ok(drops)
     }
 
     /// Calls `on_frame` for every ACK and start the tap receives, until an error on the
