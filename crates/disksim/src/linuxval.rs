@@ -5,9 +5,10 @@
 //! `runs` times in a memory cgroup with a small limit (so eviction, read-ahead and dirty
 //! throttling show in short runs), on a file this tool creates, each job for its whole run
 //! time (`time_based`); its JSON (throughput, mean latency: median of the runs) and, from one
-//! more run, its per-request latency log (p50, p99, CDF) are the ground truth. The simulator runs the *same job text* (the fio job
-//! reader, `fio.rs`) through the host stack over the measured device of a calibration made in
-//! a separate run (`calibrate`): it never sees the measurements it predicts.
+//! more run, its per-request latency log (p50, p99, CDF) are the ground truth. The simulator
+//! runs the *same job text* (the fio job reader, `fio.rs`) through the host stack over the
+//! measured device of a calibration made in a separate run (`calibrate`): it never sees the
+//! measurements it predicts.
 //!
 //! Access modes (seed 002's four, on Linux): `normal` = buffered, no advice
 //! (`fadvise_hint=0`); `sequential` = buffered with `POSIX_FADV_SEQUENTIAL`; `nobuffer` =

@@ -533,13 +533,14 @@ impl Agent {
         Ok((base + boff + off, len))
     }
 
-    /// One connection: requests are read in batches (a pipelined FETCH batch or the next
-    /// request arrives with one read, not two per request) and each reply goes out with
-    /// one write: with TCP_NODELAY a status byte written alone is a segment of its own,
-    /// and the receiver wakes once for it and again for the data.
     /// Serves the requests of one peer's stream until it ends (what each accepted connection
     /// runs; public so that the fuzzer can feed it any bytes: `crates/tiers/fuzz`, target
     /// `agent`).
+    ///
+    /// Requests are read in batches (a pipelined FETCH batch or the next request arrives
+    /// with one read, not two per request) and each reply goes out with one write: with
+    /// TCP_NODELAY a status byte written alone is a segment of its own, and the receiver
+    /// wakes once for it and again for the data.
     pub fn conn<S: Read + Write>(&self, mut s: S) -> io::Result<()> {
         static CONNS: AtomicU64 = AtomicU64::new(0);
         let me = CONNS.fetch_add(1, Ordering::Relaxed);
