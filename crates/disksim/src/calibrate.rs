@@ -285,6 +285,11 @@ pub struct Calibration {
     pub seconds: f64,
     pub host: HostSettings,
     pub points: Vec<CalPoint>,
+    /// O_DIRECT reads into huge pages (few memory segments, as the page cache's large
+    /// folios): empty when transparent huge pages are off here.
+    pub large_folio_points: Vec<CalPoint>,
+    /// Why `large_folio_points` is empty, when it is.
+    pub large_folio_note: Option<String>,
     pub seek: Vec<SeekPoint>,
     pub seek_verdict: String,
     pub write_cache: WriteCache,
@@ -296,6 +301,9 @@ pub struct Calibration {
 pub struct Plan {
     pub sizes_kib: Vec<u64>,
     pub qds: Vec<u32>,
+    /// Sizes and depths of the reads into huge pages (the page cache's read-ahead sizes).
+    pub large_sizes_kib: Vec<u64>,
+    pub large_qds: Vec<u32>,
     pub runtime_ms: u64,
     pub file_bytes: u64,
     pub seek_kib: Vec<u64>,
@@ -307,6 +315,8 @@ impl Plan {
             Plan {
                 sizes_kib: vec![4, 16, 64, 256, 1024, 4096],
                 qds: vec![1, 4, 16, 64],
+                large_sizes_kib: vec![64, 256, 1024, 4096],
+                large_qds: vec![1, 4, 16],
                 runtime_ms: 250,
                 file_bytes: 512 << 20,
                 seek_kib: vec![0, 64, 1024, 16 << 10, 256 << 10],
@@ -315,6 +325,8 @@ impl Plan {
             Plan {
                 sizes_kib: vec![4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096],
                 qds: vec![1, 2, 4, 8, 16, 32, 64],
+                large_sizes_kib: vec![64, 128, 256, 512, 1024, 2048, 4096],
+                large_qds: vec![1, 2, 4, 8, 16],
                 runtime_ms: 1000,
                 file_bytes: 2 << 30,
                 seek_kib: vec![
@@ -342,22 +354,44 @@ fn lat_us(dir: &serde_json::Value, what: &str) -> f64 {
     }
 }
 
-/// A (KiB, mean µs) table from fio jobs named PREFIX + size in KiB (`dir`: "read" or
-/// "write"); sizes whose job is missing or failed are left out.
+/// A (KiB, mean µs) table from fio jobs named PREFIX + size in KiB, or PREFIX + size + "_" +
+/// sample (the median of the samples' means), `dir` "read" or "write"; sizes with no
+/// usable job are left out.
 fn cost_table(jobs: &[serde_json::Value], prefix: &str, dir: &str, sizes: &[u64]) -> Vec<[f64; 2]> {
     let mut t = Vec::new();
     for &k in sizes {
-        if let Some(j) = jobs
-            .iter()
-            .find(|j| j["jobname"] == format!("{prefix}{k}").as_str())
-        {
-            let us = lat_us(&j[dir], "mean");
-            if us.is_finite() && us >= 0.0 {
-                t.push([k as f64, us]);
-            }
+        let mut us = samples(jobs, &format!("{prefix}{k}"), |j| lat_us(&j[dir], "mean"));
+        if let Some(m) = median(&mut us) {
+            t.push([k as f64, m]);
         }
     }
     t
+}
+
+/// `f` of each job named NAME or NAME + "_" + anything, where finite and >= 0.
+fn samples(
+    jobs: &[serde_json::Value],
+    name: &str,
+    f: impl Fn(&serde_json::Value) -> f64,
+) -> Vec<f64> {
+    jobs.iter()
+        .filter(|j| {
+            j["jobname"].as_str().is_some_and(|n| {
+                n == name || n.strip_prefix(name).is_some_and(|r| r.starts_with('_'))
+            })
+        })
+        .map(f)
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .collect()
+}
+
+fn median(v: &mut [f64]) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => None,
+        n if n % 2 == 1 => Some(v[n / 2]),
+        n => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
 }
 
 /// The read or write half of a job of fio's JSON, whichever did I/O.
@@ -371,8 +405,16 @@ fn active_dir(job: &serde_json::Value) -> &serde_json::Value {
     }
 }
 
-/// Run time of each size's cached-read job (ms).
-const CACHED_READ_MS: u64 = 250;
+/// Cached-read costs: each size is read for CACHED_READ_MS in CACHED_READ_SAMPLES jobs,
+/// the sizes interleaved (a size's samples minutes apart in the run, not back to back), over
+/// a cached set of CACHED_READ_SET: larger than a CPU's last-level cache, as the files the
+/// validation reads are, so a copy runs at memory speed. Copies of 512 KiB and more are
+/// bound by a memory bandwidth this VM shares with its host's other guests: one 250 ms job
+/// over 16 MiB measured 46 µs at 512 KiB where repeated runs spread over 70-116 µs; the
+/// median of interleaved samples is what a run meets.
+const CACHED_READ_MS: u64 = 100;
+const CACHED_READ_SAMPLES: usize = 3;
+const CACHED_READ_SET: &str = "64m";
 
 /// Runs the plan on a file created in `dir`. `progress(done, total, what)`.
 pub fn calibrate(
@@ -392,7 +434,7 @@ pub fn calibrate(
         ("write", "seq"),
         ("write", "rand"),
     ];
-    let total = (combos.len() * plan.sizes_kib.len()) as u64 + 3;
+    let total = (combos.len() * plan.sizes_kib.len()) as u64 + 5;
     progress(0, total, "creating the test file");
     let file = create_direct_file(dir, "calib", plan.file_bytes)?;
     let work = tempdir("calib")?;
@@ -446,6 +488,13 @@ pub fn calibrate(
             step += 1;
         }
     }
+    progress(step, total, "reads into huge pages");
+    let (large_folio_points, large_folio_note) =
+        match huge_page_reads(&file.path, &plan, interrupted)? {
+            Ok(p) => (p, None),
+            Err(why) => (Vec::new(), Some(why)),
+        };
+    step += 1;
     // Seek profile: 4 KiB reads, QD1, with SKIP bytes between them.
     progress(step, total, "seek profile");
     let mut text = head.clone();
@@ -509,40 +558,39 @@ pub fn calibrate(
         )
     };
     step += 1;
-    // System-call cost of buffered reads served by the page cache: the first 16 MiB, read
-    // once to warm them, then read at each size for CACHED_READ_MS, round and round (one
+    // System-call cost of buffered reads served by the page cache: the first
+    // CACHED_READ_SET read once to warm it, then read at each size, round and round (one
     // pass was 4 reads at 4 MiB and a few ms in all, which fio times in whole ms). The
     // validation's sizes (32, 128, 512 KiB) are among them: no interpolation there.
     progress(step, total, "page-cache copy cost");
     let cpu_sizes = [4u64, 16, 32, 64, 128, 256, 512, 1024, 4096];
     let mut text = format!(
-        "[global]\nfilename={fname}\nsize=16m\nioengine=psync\ndirect=0\nstonewall\n[warm]\nrw=read\nbs=1m\ninvalidate=1\n"
+        "[global]\nfilename={fname}\nsize={CACHED_READ_SET}\nioengine=psync\ndirect=0\nstonewall\n[warm]\nrw=read\nbs=1m\ninvalidate=1\n"
     );
-    for k in cpu_sizes {
-        text.push_str(&format!(
-            "[c{k}]\nrw=read\nbs={k}k\ninvalidate=0\ntime_based\nruntime={CACHED_READ_MS}ms\n"
-        ));
+    for r in 0..CACHED_READ_SAMPLES {
+        for k in cpu_sizes {
+            text.push_str(&format!(
+                "[c{k}_{r}]\nrw=read\nbs={k}k\ninvalidate=0\ntime_based\nruntime={CACHED_READ_MS}ms\n"
+            ));
+        }
     }
     let jf = work.path.join("cpu.fio");
     std::fs::write(&jf, &text)?;
     let v = run_fio_json(&jf, &[], interrupted)?;
     let jobs = v["jobs"].as_array().cloned().unwrap_or_default();
     let cached_read_us = cost_table(&jobs, "c", "read", &cpu_sizes);
-    // fio's own time per I/O: the 4 KiB job's run time per I/O beyond its latency.
-    let app_gap_us = jobs
-        .iter()
-        .find(|j| j["jobname"] == "c4")
-        .map(|j| {
-            let d = &j["read"];
-            let ios = d["total_ios"].as_f64().unwrap_or(0.0);
-            let runtime_us = d["runtime"].as_f64().unwrap_or(0.0) * 1000.0;
-            if ios > 0.0 {
-                (runtime_us / ios - lat_us(d, "mean")).max(0.0)
-            } else {
-                0.0
-            }
-        })
-        .unwrap_or(0.0);
+    // fio's own time per I/O: the 4 KiB jobs' run time per I/O beyond their latency.
+    let app_gap_us = median(&mut samples(&jobs, "c4", |j| {
+        let d = &j["read"];
+        let ios = d["total_ios"].as_f64().unwrap_or(0.0);
+        let runtime_us = d["runtime"].as_f64().unwrap_or(0.0) * 1000.0;
+        if ios > 0.0 {
+            (runtime_us / ios - lat_us(d, "mean")).max(0.0)
+        } else {
+            f64::NAN
+        }
+    }))
+    .unwrap_or(0.0);
     // Buffered writes into new pages (the cost `write` jobs pay before write-back): one fresh
     // file per size, created here (never a file already there) and removed after, 16 MiB
     // each, well under the dirty thresholds so nothing waits for the device.
@@ -562,10 +610,48 @@ pub fn calibrate(
     drop(wfiles);
     let wjobs = v["jobs"].as_array().cloned().unwrap_or_default();
     let cached_write_us = cost_table(&wjobs, "w", "write", &cpu_sizes);
+    // A read's cost per new 4 KiB folio: buffered random reads of a cold file
+    // (fadvise_hint: POSIX_FADV_RANDOM, so no read-ahead and order-0 folios) against
+    // O_DIRECT ones of the same size, interleaved, less the copy; the median per page.
+    progress(step, total, "page-cache miss cost");
+    let miss_sizes = [128u64, 512];
+    let mut text = head.replace("direct=1\n", "").replace("invalidate=1\n", "");
+    for r in 0..CACHED_READ_SAMPLES {
+        for k in miss_sizes {
+            for (name, direct) in [("b", 0), ("d", 1)] {
+                text.push_str(&format!(
+                    "[{name}{k}_{r}]\nrw=randread\nioengine=psync\nbs={k}k\ndirect={direct}\ninvalidate=1\nruntime={CACHED_READ_MS}ms\n"
+                ));
+            }
+        }
+    }
+    let jf = work.path.join("miss.fio");
+    std::fs::write(&jf, &text)?;
+    let v = run_fio_json(&jf, &[], interrupted)?;
+    let mjobs = v["jobs"].as_array().cloned().unwrap_or_default();
+    let mut per_page = Vec::new();
+    for k in miss_sizes {
+        let copy = crate::fio::table_us(&cached_read_us, k as f64);
+        for r in 0..CACHED_READ_SAMPLES {
+            let mean = |name: &str| {
+                mjobs
+                    .iter()
+                    .find(|j| j["jobname"] == format!("{name}{k}_{r}").as_str())
+                    .map_or(f64::NAN, |j| lat_us(&j["read"], "mean"))
+            };
+            let extra = (mean("b") - mean("d") - copy) / (k / 4) as f64;
+            if extra.is_finite() {
+                per_page.push(extra.max(0.0));
+            }
+        }
+    }
+    let miss_folio_us = median(&mut per_page).unwrap_or(0.0);
+    step += 1;
     let host_cpu = crate::fio::HostCpu {
         cached_read_us,
         cached_write_us,
         app_gap_us,
+        miss_folio_us,
     };
     step += 1;
     progress(step, total, "done");
@@ -577,6 +663,8 @@ pub fn calibrate(
         seconds: t0.elapsed().as_secs_f64(),
         host,
         points,
+        large_folio_points,
+        large_folio_note,
         seek,
         seek_verdict,
         write_cache: WriteCache {
@@ -589,6 +677,128 @@ pub fn calibrate(
         },
         host_cpu,
     })
+}
+
+/// Runs each (pattern, size, depth) of the plan's large-folio grid for `plan.runtime_ms`:
+/// `depth` threads, each reading `path` with O_DIRECT into its own buffer of transparent
+/// huge pages (one memory segment per 2 MiB, as a read into the page cache's largest
+/// folios), sequential reads sharing one advancing offset, random ones aligned to their
+/// size. fio cannot ask for such buffers without a hugetlbfs mount (a system setting);
+/// `madvise` can. Ok(Err(why)) when huge pages are not to be had here.
+fn huge_page_reads(
+    path: &Path,
+    plan: &Plan,
+    interrupted: &AtomicBool,
+) -> Result<std::result::Result<Vec<CalPoint>, String>> {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    use std::sync::atomic::AtomicU64;
+    let thp =
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    if !thp.contains("[always]") && !thp.contains("[madvise]") {
+        return Ok(Err(format!(
+            "transparent huge pages are off ({})",
+            thp.trim()
+        )));
+    }
+    let max_kib = plan.large_sizes_kib.iter().copied().max().unwrap_or(0);
+    let max_qd = plan.large_qds.iter().copied().max().unwrap_or(0) as usize;
+    let before = crate::hugebuf::anon_huge_bytes().unwrap_or(0);
+    let mut bufs = (0..max_qd)
+        .map(|_| crate::hugebuf::HugeBuffer::new(max_kib as usize * 1024))
+        .collect::<std::io::Result<Vec<_>>>()
+        .context("allocating the huge-page buffers")?;
+    let want: u64 = bufs.iter().map(|b| b.len() as u64).sum();
+    let got = crate::hugebuf::anon_huge_bytes()
+        .unwrap_or(0)
+        .saturating_sub(before);
+    if got < want / 2 {
+        return Ok(Err(format!(
+            "the kernel gave {} MiB of the {} MiB asked for in huge pages",
+            got >> 20,
+            want >> 20
+        )));
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+        .with_context(|| format!("opening {} with O_DIRECT", path.display()))?;
+    let file_bytes = file.metadata()?.len();
+    let mut points = Vec::new();
+    for sequential in [true, false] {
+        for &kib in &plan.large_sizes_kib {
+            for &qd in &plan.large_qds {
+                if interrupted.load(Ordering::Relaxed) {
+                    bail!("interrupted");
+                }
+                let size = kib * 1024;
+                let slots = file_bytes / size;
+                if slots == 0 {
+                    continue;
+                }
+                let next = AtomicU64::new(0);
+                let deadline = Instant::now() + std::time::Duration::from_millis(plan.runtime_ms);
+                let t0 = Instant::now();
+                let lats: Vec<std::io::Result<Vec<f64>>> = std::thread::scope(|sc| {
+                    let handles: Vec<_> = bufs
+                        .iter_mut()
+                        .take(qd as usize)
+                        .enumerate()
+                        .map(|(i, buf)| {
+                            let (file, next) = (&file, &next);
+                            sc.spawn(move || {
+                                let dst = buf.slice_mut(0, size as usize);
+                                let mut rng =
+                                    0x9e37_79b9_7f4a_7c15u64 ^ ((i as u64 + 1) * 0x2545_f491);
+                                let mut lat = Vec::new();
+                                while Instant::now() < deadline {
+                                    let slot = if sequential {
+                                        next.fetch_add(1, Ordering::Relaxed) % slots
+                                    } else {
+                                        rng ^= rng << 13;
+                                        rng ^= rng >> 7;
+                                        rng ^= rng << 17;
+                                        rng % slots
+                                    };
+                                    let t = Instant::now();
+                                    file.read_exact_at(dst, slot * size)?;
+                                    lat.push(t.elapsed().as_secs_f64() * 1e6);
+                                }
+                                Ok(lat)
+                            })
+                        })
+                        .collect();
+                    handles
+                        .into_iter()
+                        .map(|h| h.join().expect("a reader thread panicked"))
+                        .collect()
+                });
+                let secs = t0.elapsed().as_secs_f64();
+                let mut all = Vec::new();
+                for l in lats {
+                    all.extend(l.with_context(|| format!("O_DIRECT read of {}", path.display()))?);
+                }
+                if all.is_empty() {
+                    continue;
+                }
+                all.sort_by(f64::total_cmp);
+                let n = all.len();
+                let pct = |q: f64| all[((n as f64 * q) as usize).min(n - 1)];
+                points.push(CalPoint {
+                    op: "read".into(),
+                    pattern: if sequential { "sequential" } else { "random" }.into(),
+                    size_kib: kib,
+                    qd,
+                    mean_us: all.iter().sum::<f64>() / n as f64,
+                    p50_us: pct(0.5),
+                    p99_us: pct(0.99),
+                    mb_s: (n as u64 * size) as f64 / secs / 1e6,
+                    iops: n as f64 / secs,
+                });
+            }
+        }
+    }
+    Ok(Ok(points))
 }
 
 /// "flat" when the farther half of the distances is not slower than the nearer half by more
@@ -672,13 +882,23 @@ pub fn config_toml(c: &Calibration) -> String {
     s.push_str(&format!(
         "\n# latency_us: a robust affine fit in size of the measured means per op, pattern and queue\n# depth (Theil-Sen; the raw means are in the --json output and the printed table).\n[device]\nkind = \"measured\"\n\n[measured]\nqueue_depth = {qd}\ncapacity_gib = {gib}\n# a cache flush: a 4 KiB write followed by fsync, less the plain write (µs)\nflush_us = {flush:.1}\npoints = [\n"
     ));
-    for p in &fitted_points(&c.points) {
-        s.push_str(&format!(
+    let point = |p: &CalPoint| {
+        format!(
             "  {{ op = \"{}\", pattern = \"{}\", size_kib = {}, qd = {}, latency_us = {:.1} }},\n",
             p.op, p.pattern, p.size_kib, p.qd, p.mean_us
-        ));
+        )
+    };
+    for p in &fitted_points(&c.points) {
+        s.push_str(&point(p));
     }
     s.push_str("]\n");
+    if !c.large_folio_points.is_empty() {
+        s.push_str("# reads into the page cache's large folios: O_DIRECT into huge pages (the same fit)\nlarge_folio_points = [\n");
+        for p in &fitted_points(&c.large_folio_points) {
+            s.push_str(&point(p));
+        }
+        s.push_str("]\n");
+    }
     let toml = |t: &[[f64; 2]]| join_table(t, |k, us| format!("[{k}, {us:.2}]"));
     s.push_str(&format!(
         "\n# buffered reads served by the page cache: [KiB, mean µs]\n[host_cpu]\ncached_read_us = [{}]\n",
@@ -691,6 +911,10 @@ pub fn config_toml(c: &Calibration) -> String {
     s.push_str(&format!(
         "# fio's own time between a completion and its next request (µs)\napp_gap_us = {:.2}\n",
         c.host_cpu.app_gap_us
+    ));
+    s.push_str(&format!(
+        "# a read's cost per new 4 KiB folio it brings into the cache (µs)\nmiss_folio_us = {:.2}\n",
+        c.host_cpu.miss_folio_us
     ));
     s
 }
@@ -744,6 +968,22 @@ pub fn table(c: &Calibration) -> String {
         }
         s.push('\n');
     }
+    match (&c.large_folio_note, c.large_folio_points.is_empty()) {
+        (Some(why), _) => s.push_str(&format!(
+            "reads into huge pages (large folios): not measured: {why}\n"
+        )),
+        (None, true) => {}
+        (None, false) => {
+            s.push_str("reads into huge pages (large folios), µs | MB/s:");
+            for p in &c.large_folio_points {
+                s.push_str(&format!(
+                    "\n  {:<10} {:>5} KiB QD{:<3} {:>7.0} | {:>5.0}",
+                    p.pattern, p.size_kib, p.qd, p.mean_us, p.mb_s
+                ));
+            }
+            s.push('\n');
+        }
+    }
     s.push_str("seek (4 KiB reads, QD1): ");
     s.push_str(
         &c.seek
@@ -761,10 +1001,11 @@ pub fn table(c: &Calibration) -> String {
     ));
     let text = |t: &[[f64; 2]]| join_table(t, |k, us| format!("{k} KiB {us:.1}"));
     s.push_str(&format!(
-        "buffered read from the page cache (µs by size): {}\nbuffered write into new pages (µs by size): {}; fio's time between I/Os {:.1} µs\n",
+        "buffered read from the page cache (µs by size): {}\nbuffered write into new pages (µs by size): {}; fio's time between I/Os {:.1} µs\nbuffered read of an uncached page, beyond O_DIRECT and the copy: {:.2} µs a 4 KiB folio\n",
         text(&c.host_cpu.cached_read_us),
         text(&c.host_cpu.cached_write_us),
-        c.host_cpu.app_gap_us
+        c.host_cpu.app_gap_us,
+        c.host_cpu.miss_folio_us
     ));
     let q = |k: &str| c.host.queue.get(k).map(String::as_str).unwrap_or("?");
     s.push_str(&format!(
@@ -836,6 +1077,23 @@ mod tests {
     }
 
     #[test]
+    fn a_cost_is_the_median_of_its_samples() {
+        let job = |name: &str, us: f64| serde_json::json!({"jobname": name, "read": {"lat_ns": {"mean": us * 1000.0}}});
+        let jobs = [
+            job("c4_0", 1.0),
+            job("c4096_0", 400.0),
+            job("c4_1", 9.0),
+            job("c4096_1", 300.0),
+            job("c4_2", 2.0),
+            job("c512", 80.0),
+            job("c16_0", f64::NAN),
+        ];
+        // c4's samples are 1, 9, 2 (not c4096's); c512 a single job; c16 none usable.
+        let t = cost_table(&jobs, "c", "read", &[4, 16, 512, 4096]);
+        assert_eq!(t, vec![[4.0, 2.0], [512.0, 80.0], [4096.0, 350.0]]);
+    }
+
+    #[test]
     fn seek_profile_verdict() {
         let p = |d, us| SeekPoint {
             distance_kib: d,
@@ -867,6 +1125,18 @@ mod tests {
                 mb_s: 27.0,
                 iops: 6600.0,
             }],
+            large_folio_points: vec![CalPoint {
+                op: "read".into(),
+                pattern: "random".into(),
+                size_kib: 512,
+                qd: 1,
+                mean_us: 230.0,
+                p50_us: 220.0,
+                p99_us: 300.0,
+                mb_s: 2200.0,
+                iops: 4300.0,
+            }],
+            large_folio_note: None,
             seek: vec![],
             seek_verdict: "flat".into(),
             write_cache: WriteCache {
@@ -884,5 +1154,11 @@ mod tests {
         let d = cfg.device(Path::new("x.toml")).unwrap();
         assert!(d.blocks > 0);
         assert!(table(&c).contains("QD1"));
+        assert!(text.contains("large_folio_points = ["), "{text}");
+        let m: toml::Value = toml::from_str(&text).unwrap();
+        assert_eq!(
+            m["measured"]["large_folio_points"][0]["latency_us"].as_float(),
+            Some(230.0)
+        );
     }
 }

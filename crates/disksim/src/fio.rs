@@ -1136,6 +1136,12 @@ pub struct HostCpu {
     /// µs): measured as (run time / I/Os) − mean latency on cached 4 KiB reads.
     #[serde(default)]
     pub app_gap_us: f64,
+    /// A read's cost per new folio it brings into the cache, µs (allocation, memcg charge,
+    /// insertion, reclaim; see `PageCacheConfig::miss_folio_ms`): measured as buffered
+    /// random cold reads (no read-ahead: 4 KiB folios) less O_DIRECT ones and less the
+    /// copy, per page. 0 (older calibrations): free.
+    #[serde(default)]
+    pub miss_folio_us: f64,
 }
 
 impl HostCpu {
@@ -1197,13 +1203,16 @@ impl HostCpu {
         if !(self.app_gap_us.is_finite() && (0.0..1e6).contains(&self.app_gap_us)) {
             bail!("host_cpu.app_gap_us must be within 0..1000000");
         }
+        if !(self.miss_folio_us.is_finite() && (0.0..1e6).contains(&self.miss_folio_us)) {
+            bail!("host_cpu.miss_folio_us must be within 0..1000000");
+        }
         Ok(())
     }
 }
 
 /// A (KiB, µs) table's value at `kib`: linear in log2(size) between points, the first
 /// point's below them, in proportion to the size beyond the last; 0 for an empty table.
-fn table_us(t: &[[f64; 2]], kib: f64) -> f64 {
+pub fn table_us(t: &[[f64; 2]], kib: f64) -> f64 {
     if t.is_empty() {
         return 0.0;
     }
@@ -1307,6 +1316,7 @@ pub fn host_chain_with_files(
         host.page_cache.syscall_ms = a / 1000.0;
         // b µs per KiB = 1024 / b bytes per µs = MB/s; 0 means free copies.
         host.page_cache.copy_mb_s = if b > 1e-9 { 1024.0 / b } else { 0.0 };
+        host.page_cache.miss_folio_ms = c.miss_folio_us / 1000.0;
         chain.push(Box::new(Syscalls::new(c.clone())));
     }
     chain.extend(host.chain_with_files(files)?);

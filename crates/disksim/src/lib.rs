@@ -27,6 +27,8 @@ pub mod fio;
 pub mod hdd;
 pub mod host;
 #[cfg(feature = "cli")]
+pub mod hugebuf;
+#[cfg(feature = "cli")]
 pub mod linuxval;
 pub mod measured;
 pub mod pagecache;

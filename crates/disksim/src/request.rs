@@ -80,6 +80,10 @@ impl Op {
     }
 }
 
+/// The folio order (log2 pages) from which a read carries [`Flags::LARGE_FOLIOS`]: 16 pages,
+/// 64 KiB, at most 8 segments for a 512 KiB request against 128 from 4 KiB pages.
+pub const LARGE_FOLIO_ORDER: u8 = 4;
+
 /// Request flags (a small bit set; `Flags::default()` is none).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Flags(pub u8);
@@ -101,6 +105,10 @@ impl Flags {
     pub const OSYNC: Flags = Flags(16);
     /// With `Op::Flush` and a file: `fdatasync` rather than `fsync` (no inode-only metadata).
     pub const DATASYNC: Flags = Flags(32);
+    /// A page-cache read into large folios (64 KiB or more each, [`LARGE_FOLIO_ORDER`]): few
+    /// memory segments per request, which some devices serve faster (a measured device's
+    /// `large_folio_points`).
+    pub const LARGE_FOLIOS: Flags = Flags(64);
 
     pub fn contains(self, other: Flags) -> bool {
         self.0 & other.0 == other.0
