@@ -646,12 +646,14 @@ pub fn calibrate(
         }
     }
     let miss_folio_us = median(&mut per_page).unwrap_or(0.0);
+    let dontneed_dirty_page_us = dontneed_cost(dir, interrupted)?;
     step += 1;
     let host_cpu = crate::fio::HostCpu {
         cached_read_us,
         cached_write_us,
         app_gap_us,
         miss_folio_us,
+        dontneed_dirty_page_us,
     };
     step += 1;
     progress(step, total, "done");
@@ -677,6 +679,45 @@ pub fn calibrate(
         },
         host_cpu,
     })
+}
+
+/// Dirty data per `dontneed_cost` sample, and samples.
+const DONTNEED_BYTES: usize = 32 << 20;
+const DONTNEED_SAMPLES: usize = 3;
+
+/// What `POSIX_FADV_DONTNEED` costs its caller per dirty page it sends to write-back (µs):
+/// the median over samples of one call over a fresh file of DONTNEED_BYTES of buffered
+/// writes (a file created here with O_EXCL and removed after each sample).
+fn dontneed_cost(dir: &Path, interrupted: &AtomicBool) -> Result<f64> {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    let chunk = vec![0x5au8; 1 << 20];
+    let mut per_page = Vec::new();
+    for r in 0..DONTNEED_SAMPLES {
+        if interrupted.load(Ordering::Relaxed) {
+            bail!("interrupted");
+        }
+        let owned = OwnedFile::create_new(dir, &format!("dontneed{r}"))?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&owned.path)
+            .with_context(|| format!("opening {}", owned.path.display()))?;
+        for _ in 0..DONTNEED_BYTES / chunk.len() {
+            f.write_all(&chunk)
+                .with_context(|| format!("writing {}", owned.path.display()))?;
+        }
+        let t = Instant::now();
+        // SAFETY: posix_fadvise on a descriptor we own; no memory is passed.
+        let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        let us = t.elapsed().as_secs_f64() * 1e6;
+        if rc == 0 {
+            per_page.push(us / (DONTNEED_BYTES / 4096) as f64);
+        }
+        // Written out before the file goes, so the next sample's pages are not waiting
+        // behind this one's write-back.
+        let _ = f.sync_all();
+    }
+    Ok(median(&mut per_page).unwrap_or(0.0))
 }
 
 /// Runs each (pattern, size, depth) of the plan's large-folio grid for `plan.runtime_ms`:
@@ -916,6 +957,10 @@ pub fn config_toml(c: &Calibration) -> String {
         "# a read's cost per new 4 KiB folio it brings into the cache (µs)\nmiss_folio_us = {:.2}\n",
         c.host_cpu.miss_folio_us
     ));
+    s.push_str(&format!(
+        "# POSIX_FADV_DONTNEED's cost per dirty page it sends to write-back (µs)\ndontneed_dirty_page_us = {:.3}\n",
+        c.host_cpu.dontneed_dirty_page_us
+    ));
     s
 }
 
@@ -1001,11 +1046,12 @@ pub fn table(c: &Calibration) -> String {
     ));
     let text = |t: &[[f64; 2]]| join_table(t, |k, us| format!("{k} KiB {us:.1}"));
     s.push_str(&format!(
-        "buffered read from the page cache (µs by size): {}\nbuffered write into new pages (µs by size): {}; fio's time between I/Os {:.1} µs\nbuffered read of an uncached page, beyond O_DIRECT and the copy: {:.2} µs a 4 KiB folio\n",
+        "buffered read from the page cache (µs by size): {}\nbuffered write into new pages (µs by size): {}; fio's time between I/Os {:.1} µs\nbuffered read of an uncached page, beyond O_DIRECT and the copy: {:.2} µs a 4 KiB folio; POSIX_FADV_DONTNEED {:.3} µs a dirty page\n",
         text(&c.host_cpu.cached_read_us),
         text(&c.host_cpu.cached_write_us),
         c.host_cpu.app_gap_us,
-        c.host_cpu.miss_folio_us
+        c.host_cpu.miss_folio_us,
+        c.host_cpu.dontneed_dirty_page_us
     ));
     let q = |k: &str| c.host.queue.get(k).map(String::as_str).unwrap_or("?");
     s.push_str(&format!(

@@ -1142,6 +1142,11 @@ pub struct HostCpu {
     /// copy, per page. 0 (older calibrations): free.
     #[serde(default)]
     pub miss_folio_us: f64,
+    /// `POSIX_FADV_DONTNEED`'s cost per dirty page it sends to write-back, µs (see
+    /// `PageCacheConfig::dontneed_dirty_page_ms`): measured on a fresh file of dirty pages.
+    /// 0 (older calibrations): free.
+    #[serde(default)]
+    pub dontneed_dirty_page_us: f64,
 }
 
 impl HostCpu {
@@ -1203,8 +1208,13 @@ impl HostCpu {
         if !(self.app_gap_us.is_finite() && (0.0..1e6).contains(&self.app_gap_us)) {
             bail!("host_cpu.app_gap_us must be within 0..1000000");
         }
-        if !(self.miss_folio_us.is_finite() && (0.0..1e6).contains(&self.miss_folio_us)) {
-            bail!("host_cpu.miss_folio_us must be within 0..1000000");
+        for (name, v) in [
+            ("miss_folio_us", self.miss_folio_us),
+            ("dontneed_dirty_page_us", self.dontneed_dirty_page_us),
+        ] {
+            if !(v.is_finite() && (0.0..1e6).contains(&v)) {
+                bail!("host_cpu.{name} must be within 0..1000000");
+            }
         }
         Ok(())
     }
@@ -1317,6 +1327,7 @@ pub fn host_chain_with_files(
         // b µs per KiB = 1024 / b bytes per µs = MB/s; 0 means free copies.
         host.page_cache.copy_mb_s = if b > 1e-9 { 1024.0 / b } else { 0.0 };
         host.page_cache.miss_folio_ms = c.miss_folio_us / 1000.0;
+        host.page_cache.dontneed_dirty_page_ms = c.dontneed_dirty_page_us / 1000.0;
         chain.push(Box::new(Syscalls::new(c.clone())));
     }
     chain.extend(host.chain_with_files(files)?);
