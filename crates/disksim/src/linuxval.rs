@@ -357,6 +357,8 @@ impl Model {
         let mut src = FioSource::new(&jf, 0, dev.blocks)?.with_app_gap_us(gap);
         let mut host = self.host;
         host.page_cache.capacity_pages = capacity_pages;
+        // fio runs in a memory cgroup; a v1 one's reclaim waits on pages under write-back.
+        host.page_cache.reclaim_waits_on_writeback = cg_version() == 1;
         let chain = crate::fio::host_chain_with_files(
             dev.component,
             &host,

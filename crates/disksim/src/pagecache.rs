@@ -345,6 +345,14 @@ pub struct PageCacheConfig {
     /// this VM 9-20 ms for 64 MiB of dirty pages, and fio calls it at the start of each
     /// pass of an `invalidate=1` job. 0 = free.
     pub dontneed_dirty_page_ms: f64,
+    /// Reclaim in a full cache waits on the oldest page when it is under write-back, as a
+    /// legacy (cgroup v1) memory cgroup's does (`shrink_folio_list`: a folio under
+    /// write-back already marked for reclaim is waited for, where cgroup v2 and global
+    /// reclaim throttle instead): a buffered write into a full cache whose oldest inactive
+    /// page is being written completes only once that write has. Random writes meet it
+    /// often (the flusher cleans in file order, the LRU ages in time order), sequential
+    /// ones rarely.
+    pub reclaim_waits_on_writeback: bool,
 }
 
 impl PageCacheConfig {
@@ -359,6 +367,7 @@ impl PageCacheConfig {
             copy_mb_s: 0.0,
             miss_folio_ms: 0.0,
             dontneed_dirty_page_ms: 0.0,
+            reclaim_waits_on_writeback: false,
         }
     }
 
@@ -400,6 +409,9 @@ pub struct PageCacheStats {
     pub throttled_writes: u64,
     /// Times reclaim found the cache full of dirty pages and started writing them all.
     pub reclaim_writebacks: u64,
+    /// Buffered writes that waited on a page under write-back at the LRU's old end
+    /// ([`PageCacheConfig::reclaim_waits_on_writeback`]).
+    pub reclaim_waits: u64,
     pub throttled_ms: f64,
     /// Flusher runs that wrote expired pages (`dirty_expire_centisecs`).
     pub expire_runs: u64,
@@ -449,6 +461,9 @@ pub struct PageCache {
     /// miss_folio_ms`]), and the reads that go down then (by wake token).
     alloc_until: f64,
     delayed: Map<u64, Request>,
+    /// Buffered writes waiting for a write-back write (by its id) that reclaim met at the
+    /// LRU's old end ([`PageCacheConfig::reclaim_waits_on_writeback`]), with when they began.
+    reclaim_waiters: Map<u64, Vec<(Completion, f64)>>,
     stats: PageCacheStats,
 }
 
@@ -487,6 +502,7 @@ impl PageCache {
             file_pages: Map::default(),
             alloc_until: 0.0,
             delayed: Map::default(),
+            reclaim_waiters: Map::default(),
             stats: PageCacheStats::default(),
         }
     }
@@ -1316,6 +1332,22 @@ impl PageCache {
             self.throttled.push_back((done, ctx.now()));
             return;
         }
+        if self.cfg.reclaim_waits_on_writeback && self.pages.len() as u64 >= self.cfg.capacity_pages
+        {
+            let oldest = self
+                .inactive
+                .values()
+                .next()
+                .and_then(|k| self.pages.get(k));
+            if let Some(id) = oldest.and_then(|p| p.wb) {
+                self.stats.reclaim_waits += 1;
+                self.reclaim_waiters
+                    .entry(id)
+                    .or_default()
+                    .push((done, ctx.now()));
+                return;
+            }
+        }
         self.deliver(done, ctx);
     }
 
@@ -1493,6 +1525,13 @@ impl PageCache {
                 self.sync_done(sync, ctx);
             }
         }
+        for (mut done, since) in self.reclaim_waiters.remove(&id).unwrap_or_default() {
+            let now = ctx.now();
+            self.stats.throttled_ms += now - since;
+            done.rec.queue_wait += now - since;
+            done.rec.completion = now + self.cfg.cpu_ms(done.req.bytes());
+            self.deliver(done, ctx);
+        }
         self.release_throttled(ctx);
         self.background(ctx);
         self.shrink();
@@ -1668,6 +1707,10 @@ impl Component for PageCache {
             (
                 "pagecache reclaim write-backs (cache full of dirty pages)".into(),
                 s.reclaim_writebacks as f64,
+            ),
+            (
+                "pagecache writes waiting on reclaim (v1 memcg)".into(),
+                s.reclaim_waits as f64,
             ),
             (
                 "pagecache expired-page flusher runs".into(),
@@ -2326,6 +2369,46 @@ mod tests {
 
     /// DONTNEED drops the range's clean pages and starts write-back of its dirty ones,
     /// which stay cached while under write-back.
+    /// A v1 memory cgroup's reclaim waits on the oldest page when it is under write-back:
+    /// random writes into a full cache meet it (the flusher writes in file order, the LRU
+    /// ages in time order), sequential ones seldom, and without the setting nobody waits.
+    #[test]
+    fn legacy_memcg_reclaim_waits_on_the_oldest_page_under_write_back() {
+        let run = |random: bool, legacy: bool| {
+            let mut r = wrig(16 * PAGE, 1 << 30, 1.0);
+            {
+                let mut pc = r.pc.borrow_mut();
+                pc.cfg.capacity_pages = 64;
+                pc.cfg.reclaim_waits_on_writeback = legacy;
+            }
+            let items = (0..400u64)
+                .map(|i| {
+                    // 4-page blocks of a 256-page file: in order, or a fixed permutation.
+                    let block = if random { (i * 37 + 11) % 64 } else { i % 64 };
+                    freq(
+                        When::AfterCompletion { think: 0.0 },
+                        Op::Write,
+                        Flags::default(),
+                        0,
+                        block * 4,
+                        4,
+                    )
+                })
+                .collect();
+            let out = run_items(&mut r.sim, items);
+            assert_eq!(out.len(), 400);
+            let c = r.pc.borrow().counters();
+            c.reclaim_waits
+        };
+        let (random, sequential) = (run(true, true), run(false, true));
+        assert!(random > 0, "random writes never waited");
+        assert!(
+            random > 2 * sequential,
+            "random {random}, sequential {sequential}"
+        );
+        assert_eq!(run(true, false), 0);
+    }
+
     #[test]
     fn dontneed_drops_clean_pages_and_writes_dirty_ones() {
         let mut r = wrig(1 << 20, 4 << 20, 1.0);
