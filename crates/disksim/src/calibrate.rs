@@ -405,13 +405,14 @@ fn active_dir(job: &serde_json::Value) -> &serde_json::Value {
     }
 }
 
-/// Cached-read costs: each size is read for CACHED_READ_MS in CACHED_READ_SAMPLES jobs,
-/// the sizes interleaved (a size's samples minutes apart in the run, not back to back), over
-/// a cached set of CACHED_READ_SET: larger than a CPU's last-level cache, as the files the
-/// validation reads are, so a copy runs at memory speed. Copies of 512 KiB and more are
-/// bound by a memory bandwidth this VM shares with its host's other guests: one 250 ms job
-/// over 16 MiB measured 46 µs at 512 KiB where repeated runs spread over 70-116 µs; the
-/// median of interleaved samples is what a run meets.
+/// Cached-read costs: each size is read for CACHED_READ_MS in CACHED_READ_SAMPLES jobs in
+/// each of two rounds a minute apart (the sizes interleaved within a round, so a size's
+/// samples are not back to back), over a cached set of CACHED_READ_SET: larger than a CPU's
+/// last-level cache, as the files the validation reads are, so a copy runs at memory speed.
+/// Copies of 512 KiB and more are bound by a memory bandwidth this VM shares with its
+/// host's other guests, and their cost moves by the minute (70-116 µs at 512 KiB; one
+/// 250 ms job over 16 MiB measured 46, a round of three samples 114 and 168 on bad minutes):
+/// the median of the six samples is what a run is likeliest to meet.
 const CACHED_READ_MS: u64 = 100;
 const CACHED_READ_SAMPLES: usize = 3;
 const CACHED_READ_SET: &str = "64m";
@@ -439,6 +440,30 @@ pub fn calibrate(
     let file = create_direct_file(dir, "calib", plan.file_bytes)?;
     let work = tempdir("calib")?;
     let fname = file.path.to_string_lossy().replace(':', "\\:");
+    // System-call cost of buffered reads served by the page cache: the first
+    // CACHED_READ_SET read once to warm it, then read at each size, round and round (one
+    // pass was 4 reads at 4 MiB and a few ms in all, which fio times in whole ms). The
+    // validation's sizes (32, 128, 512 KiB) are among them: no interpolation there. Two
+    // rounds, one now and one after the device's measurements, minutes apart (the copy's
+    // cost moves by the minute on this VM; see CACHED_READ_MS).
+    let cpu_sizes = [4u64, 16, 32, 64, 128, 256, 512, 1024, 4096];
+    let copy_costs = |round: usize| -> Result<Vec<serde_json::Value>> {
+        let mut text = format!(
+            "[global]\nfilename={fname}\nsize={CACHED_READ_SET}\nioengine=psync\ndirect=0\nstonewall\n[warm]\nrw=read\nbs=1m\ninvalidate=1\n"
+        );
+        for r in 0..CACHED_READ_SAMPLES {
+            for k in cpu_sizes {
+                text.push_str(&format!(
+                    "[c{k}_{round}{r}]\nrw=read\nbs={k}k\ninvalidate=0\ntime_based\nruntime={CACHED_READ_MS}ms\n"
+                ));
+            }
+        }
+        let jf = work.path.join("cpu.fio");
+        std::fs::write(&jf, &text)?;
+        let v = run_fio_json(&jf, &[], interrupted)?;
+        Ok(v["jobs"].as_array().cloned().unwrap_or_default())
+    };
+    let first_copy_costs = copy_costs(0)?;
     let head = format!(
         "[global]\nfilename={fname}\nsize={}\ndirect=1\nioengine=libaio\nruntime={}ms\ntime_based\nramp_time=0\nrandrepeat=0\ninvalidate=1\nstonewall\n",
         plan.file_bytes, plan.runtime_ms
@@ -558,26 +583,9 @@ pub fn calibrate(
         )
     };
     step += 1;
-    // System-call cost of buffered reads served by the page cache: the first
-    // CACHED_READ_SET read once to warm it, then read at each size, round and round (one
-    // pass was 4 reads at 4 MiB and a few ms in all, which fio times in whole ms). The
-    // validation's sizes (32, 128, 512 KiB) are among them: no interpolation there.
     progress(step, total, "page-cache copy cost");
-    let cpu_sizes = [4u64, 16, 32, 64, 128, 256, 512, 1024, 4096];
-    let mut text = format!(
-        "[global]\nfilename={fname}\nsize={CACHED_READ_SET}\nioengine=psync\ndirect=0\nstonewall\n[warm]\nrw=read\nbs=1m\ninvalidate=1\n"
-    );
-    for r in 0..CACHED_READ_SAMPLES {
-        for k in cpu_sizes {
-            text.push_str(&format!(
-                "[c{k}_{r}]\nrw=read\nbs={k}k\ninvalidate=0\ntime_based\nruntime={CACHED_READ_MS}ms\n"
-            ));
-        }
-    }
-    let jf = work.path.join("cpu.fio");
-    std::fs::write(&jf, &text)?;
-    let v = run_fio_json(&jf, &[], interrupted)?;
-    let jobs = v["jobs"].as_array().cloned().unwrap_or_default();
+    let mut jobs = first_copy_costs;
+    jobs.extend(copy_costs(1)?);
     let cached_read_us = cost_table(&jobs, "c", "read", &cpu_sizes);
     // fio's own time per I/O: the 4 KiB jobs' run time per I/O beyond their latency.
     let app_gap_us = median(&mut samples(&jobs, "c4", |j| {
