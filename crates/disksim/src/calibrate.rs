@@ -28,6 +28,8 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
+use crate::fio::median;
+
 /// The host settings the simulation depends on.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct HostSettings {
@@ -361,8 +363,8 @@ fn cost_table(jobs: &[serde_json::Value], prefix: &str, dir: &str, sizes: &[u64]
     let mut t = Vec::new();
     for &k in sizes {
         let mut us = samples(jobs, &format!("{prefix}{k}"), |j| lat_us(&j[dir], "mean"));
-        if let Some(m) = median(&mut us) {
-            t.push([k as f64, m]);
+        if !us.is_empty() {
+            t.push([k as f64, median(&mut us)]);
         }
     }
     t
@@ -383,15 +385,6 @@ fn samples(
         .map(f)
         .filter(|v| v.is_finite() && *v >= 0.0)
         .collect()
-}
-
-fn median(v: &mut [f64]) -> Option<f64> {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => None,
-        n if n % 2 == 1 => Some(v[n / 2]),
-        n => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
-    }
 }
 
 /// The read or write half of a job of fio's JSON, whichever did I/O.
@@ -587,7 +580,8 @@ pub fn calibrate(
     let mut jobs = first_copy_costs;
     jobs.extend(copy_costs(1)?);
     let cached_read_us = cost_table(&jobs, "c", "read", &cpu_sizes);
-    // fio's own time per I/O: the 4 KiB jobs' run time per I/O beyond their latency.
+    // fio's own time per I/O: the 4 KiB jobs' run time per I/O beyond their latency. (Every
+    // sample is >= 0: `max` turns the median of none, NaN, into 0.)
     let app_gap_us = median(&mut samples(&jobs, "c4", |j| {
         let d = &j["read"];
         let ios = d["total_ios"].as_f64().unwrap_or(0.0);
@@ -598,7 +592,7 @@ pub fn calibrate(
             f64::NAN
         }
     }))
-    .unwrap_or(0.0);
+    .max(0.0);
     // Buffered writes into new pages (the cost `write` jobs pay before write-back): one fresh
     // file per size, created here (never a file already there) and removed after, 16 MiB
     // each, well under the dirty thresholds so nothing waits for the device.
@@ -653,7 +647,7 @@ pub fn calibrate(
             }
         }
     }
-    let miss_folio_us = median(&mut per_page).unwrap_or(0.0);
+    let miss_folio_us = median(&mut per_page).max(0.0);
     let dontneed_dirty_page_us = dontneed_cost(dir, interrupted)?;
     step += 1;
     let host_cpu = crate::fio::HostCpu {
@@ -697,7 +691,6 @@ const DONTNEED_SAMPLES: usize = 3;
 /// the median over samples of one call over a fresh file of DONTNEED_BYTES of buffered
 /// writes (a file created here with O_EXCL and removed after each sample).
 fn dontneed_cost(dir: &Path, interrupted: &AtomicBool) -> Result<f64> {
-    use std::io::Write;
     use std::os::fd::AsRawFd;
     let chunk = vec![0x5au8; 1 << 20];
     let mut per_page = Vec::new();
@@ -725,7 +718,7 @@ fn dontneed_cost(dir: &Path, interrupted: &AtomicBool) -> Result<f64> {
         // behind this one's write-back.
         let _ = f.sync_all();
     }
-    Ok(median(&mut per_page).unwrap_or(0.0))
+    Ok(median(&mut per_page).max(0.0))
 }
 
 /// Runs each (pattern, size, depth) of the plan's large-folio grid for `plan.runtime_ms`:

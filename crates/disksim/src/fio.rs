@@ -1461,7 +1461,7 @@ pub fn job_table(results: &[JobResult]) -> String {
 }
 
 /// Median of a list (NaN if empty).
-fn median(v: &mut [f64]) -> f64 {
+pub(crate) fn median(v: &mut [f64]) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }
