@@ -1367,13 +1367,19 @@ impl PageCache {
             && self.nr_dirty + self.nr_writeback <= self.throttle_pages()
             && !self.over_capacity()
         {
-            let (mut done, since) = self.throttled.pop_front().expect("not empty");
-            let now = ctx.now();
-            self.stats.throttled_ms += now - since;
-            done.rec.queue_wait += now - since;
-            done.rec.completion = now + self.cfg.cpu_ms(done.req.bytes());
-            self.deliver(done, ctx);
+            let (done, since) = self.throttled.pop_front().expect("not empty");
+            self.release_held(done, since, ctx);
         }
+    }
+
+    /// Completes a buffered write held since `since` (by the throttle or reclaim): the wait
+    /// counted, then its CPU time.
+    fn release_held(&mut self, mut done: Completion, since: f64, ctx: &mut Ctx) {
+        let now = ctx.now();
+        self.stats.throttled_ms += now - since;
+        done.rec.queue_wait += now - since;
+        done.rec.completion = now + self.cfg.cpu_ms(done.req.bytes());
+        self.deliver(done, ctx);
     }
 
     /// A buffered write (with `O_DSYNC`/`O_SYNC`: written through, then a device flush).
@@ -1525,12 +1531,8 @@ impl PageCache {
                 self.sync_done(sync, ctx);
             }
         }
-        for (mut done, since) in self.reclaim_waiters.remove(&id).unwrap_or_default() {
-            let now = ctx.now();
-            self.stats.throttled_ms += now - since;
-            done.rec.queue_wait += now - since;
-            done.rec.completion = now + self.cfg.cpu_ms(done.req.bytes());
-            self.deliver(done, ctx);
+        for (done, since) in self.reclaim_waiters.remove(&id).unwrap_or_default() {
+            self.release_held(done, since, ctx);
         }
         self.release_throttled(ctx);
         self.background(ctx);
@@ -1928,27 +1930,9 @@ mod tests {
     #[test]
     fn a_read_pays_for_each_new_folio() {
         let read = |r: &mut Rig, first: u64, pages: u64| {
-            let items = vec![Pending {
-                when: When::AfterCompletion { think: 0.5 },
-                req: Request {
-                    id: 0,
-                    arrival: 0.0,
-                    dev: 0,
-                    lba: first * SECTORS_PER_PAGE,
-                    sectors: (pages * SECTORS_PER_PAGE) as u32,
-                    op: Op::Read,
-                    flags: Flags::default(),
-                    file: Some(FileRef {
-                        file: 0,
-                        offset: first * PAGE,
-                    }),
-                },
-            }];
-            let mut out = Vec::new();
-            r.sim
-                .run(&mut VecSource::new(items), &mut |c| out.push(c.response()))
-                .unwrap();
-            (out[0] * 1e3).round() / 1e3
+            let when = When::AfterCompletion { think: 0.5 };
+            let read = freq(when, Op::Read, Flags::default(), 0, first, pages);
+            (run_items(&mut r.sim, vec![read])[0].response() * 1e3).round() / 1e3
         };
         let mut r = rig(1 << 20, 128);
         r.pc.borrow_mut().cfg.miss_folio_ms = 0.01;
