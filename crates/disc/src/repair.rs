@@ -133,23 +133,15 @@ pub fn restore(st: &TcpState) -> io::Result<TcpStream> {
     let fd = s.as_raw_fd();
     tcp(fd, libc::TCP_REPAIR, &1 as &libc::c_int)?;
     set(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, &1 as &libc::c_int)?;
-    let sa = |a: SocketAddrV4| libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: a.port().to_be(),
-        sin_addr: libc::in_addr {
-            s_addr: u32::from(*a.ip()).to_be(),
-        },
-        sin_zero: [0; 8],
-    };
     let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-    let local = sa(st.local);
+    let local = sockopt::sockaddr_in(st.local);
     // SAFETY: bind reads `len` bytes of the sockaddr_in `local`, alive for the call.
     if unsafe { libc::bind(fd, (&local as *const libc::sockaddr_in).cast(), len) } != 0 {
         return Err(io::Error::last_os_error());
     }
     queue_seq(fd, TCP_SEND_QUEUE, Some(st.snd_seq))?;
     queue_seq(fd, TCP_RECV_QUEUE, Some(st.rcv_seq))?;
-    let peer = sa(st.peer);
+    let peer = sockopt::sockaddr_in(st.peer);
     // In repair mode: no SYN, the socket is established at once.
     // SAFETY: connect reads `len` bytes of the sockaddr_in `peer`, alive for the call.
     if unsafe { libc::connect(fd, (&peer as *const libc::sockaddr_in).cast(), len) } != 0 {

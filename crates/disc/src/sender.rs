@@ -107,14 +107,7 @@ impl Emit for RawSocket {
     fn emit(&mut self, flow: &Flow, seq: u32, data: Pieces<'_>, flags: u8) -> io::Result<()> {
         let f = packet::frame(&flow.segment(seq, flags, [0; 6], [0; 6]), &data.concat());
         let ip = &f[packet::ETH_HLEN..];
-        let dst = libc::sockaddr_in {
-            sin_family: libc::AF_INET as libc::sa_family_t,
-            sin_port: 0,
-            sin_addr: libc::in_addr {
-                s_addr: u32::from_ne_bytes(flow.client.ip().octets()),
-            },
-            sin_zero: [0; 8],
-        };
+        let dst = crate::sockopt::sockaddr_in(SocketAddrV4::new(*flow.client.ip(), 0));
         // SAFETY: sendto(2) reads `ip` (alive for the call) and a valid sockaddr_in.
         let n = unsafe {
             libc::sendto(

@@ -1,4 +1,5 @@
-//! Socket options read and set as plain bytes (`getsockopt(2)`, `setsockopt(2)`).
+//! Socket options read and set as plain bytes (`getsockopt(2)`, `setsockopt(2)`), and the
+//! `sockaddr_in` the raw calls take.
 //!
 //! Invariant: only [`Plain`] values cross: integers, arrays and slices of them and repr(C)
 //! structs of them without padding or pointers, so the kernel reads initialised bytes and
@@ -24,6 +25,18 @@ unsafe impl Plain for i32 {}
 unsafe impl<T: Plain, const N: usize> Plain for [T; N] {}
 // SAFETY: as arrays.
 unsafe impl<T: Plain> Plain for [T] {}
+
+/// The `sockaddr_in` of an IPv4 address and port (both in network byte order).
+pub fn sockaddr_in(a: std::net::SocketAddrV4) -> libc::sockaddr_in {
+    libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: a.port().to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(*a.ip()).to_be(),
+        },
+        sin_zero: [0; 8],
+    }
+}
 
 /// Sets option `name` at `level` to the bytes of `v`.
 pub fn set<T: Plain + ?Sized>(
