@@ -387,6 +387,35 @@ fn samples(
         .collect()
 }
 
+/// A page miss's cost (µs per 4 KiB page) of each pair of miss-cost jobs: buffered job
+/// `b{k}_{sample}` less its O_DIRECT twin `d{k}_{sample}` less the copy of `k` KiB from
+/// `copy_us` ((KiB, µs) table), per page; pairs with a missing or unusable half are left out.
+fn miss_samples(jobs: &[serde_json::Value], sizes: &[u64], copy_us: &[[f64; 2]]) -> Vec<f64> {
+    let mut per_page = Vec::new();
+    for &k in sizes {
+        let copy = crate::fio::table_us(copy_us, k as f64);
+        let prefix = format!("b{k}_");
+        for job in jobs {
+            let Some(sample) = job["jobname"]
+                .as_str()
+                .and_then(|n| n.strip_prefix(&prefix))
+            else {
+                continue;
+            };
+            let twin = format!("d{k}_{sample}");
+            let Some(d) = jobs.iter().find(|j| j["jobname"] == twin.as_str()) else {
+                continue;
+            };
+            let extra =
+                (lat_us(&job["read"], "mean") - lat_us(&d["read"], "mean") - copy) / (k / 4) as f64;
+            if extra.is_finite() {
+                per_page.push(extra.max(0.0));
+            }
+        }
+    }
+    per_page
+}
+
 /// The read or write half of a job of fio's JSON, whichever did I/O.
 fn active_dir(job: &serde_json::Value) -> &serde_json::Value {
     if job["write"]["io_bytes"].as_u64().unwrap_or(0)
@@ -461,6 +490,53 @@ pub fn calibrate(
         "[global]\nfilename={fname}\nsize={}\ndirect=1\nioengine=libaio\nruntime={}ms\ntime_based\nramp_time=0\nrandrepeat=0\ninvalidate=1\nstonewall\n",
         plan.file_bytes, plan.runtime_ms
     );
+    // Buffered writes into new pages (the cost `write` jobs pay before write-back): one fresh
+    // file per size and sample, created here (never a file already there) and removed
+    // after its round, 16 MiB each, well under the dirty thresholds so nothing waits for the
+    // device. CACHED_READ_SAMPLES samples in each of two rounds, like the cached reads: one
+    // pass at each size, once, measured a 512 KiB write at half its cost on a bad minute.
+    let write_costs = |round: usize| -> Result<Vec<serde_json::Value>> {
+        let mut wfiles = Vec::new();
+        let mut text = String::from("[global]\nsize=16m\nioengine=psync\ndirect=0\nstonewall\n");
+        for r in 0..CACHED_READ_SAMPLES {
+            for k in cpu_sizes {
+                let owned = OwnedFile::create_new(dir, &format!("wcost{k}_{round}{r}"))?;
+                text.push_str(&format!(
+                    "[w{k}_{round}{r}]\nfilename={}\nrw=write\nbs={k}k\n",
+                    owned.path.to_string_lossy().replace(':', "\\:")
+                ));
+                wfiles.push(owned);
+            }
+        }
+        let jf = work.path.join("wcost.fio");
+        std::fs::write(&jf, &text)?;
+        let v = run_fio_json(&jf, &[], interrupted)?;
+        drop(wfiles);
+        Ok(v["jobs"].as_array().cloned().unwrap_or_default())
+    };
+    // A read's cost per new 4 KiB folio: buffered random reads of a cold file
+    // (fadvise_hint: POSIX_FADV_RANDOM, so no read-ahead and order-0 folios) against
+    // O_DIRECT ones of the same size, interleaved, less the copy; the median per page over
+    // two rounds (one round measured 0.22 µs where five others measured 1.7-3.2).
+    let miss_sizes = [128u64, 512];
+    let miss_costs = |round: usize| -> Result<Vec<serde_json::Value>> {
+        let mut text = head.replace("direct=1\n", "").replace("invalidate=1\n", "");
+        for r in 0..CACHED_READ_SAMPLES {
+            for k in miss_sizes {
+                for (name, direct) in [("b", 0), ("d", 1)] {
+                    text.push_str(&format!(
+                        "[{name}{k}_{round}{r}]\nrw=randread\nioengine=psync\nbs={k}k\ndirect={direct}\ninvalidate=1\nruntime={CACHED_READ_MS}ms\n"
+                    ));
+                }
+            }
+        }
+        let jf = work.path.join("miss.fio");
+        std::fs::write(&jf, &text)?;
+        let v = run_fio_json(&jf, &[], interrupted)?;
+        Ok(v["jobs"].as_array().cloned().unwrap_or_default())
+    };
+    let first_write_costs = write_costs(0)?;
+    let first_miss_costs = miss_costs(0)?;
     let mut points = Vec::new();
     let mut step = 0u64;
     for (op, pat) in combos {
@@ -593,61 +669,13 @@ pub fn calibrate(
         }
     }))
     .max(0.0);
-    // Buffered writes into new pages (the cost `write` jobs pay before write-back): one fresh
-    // file per size, created here (never a file already there) and removed after, 16 MiB
-    // each, well under the dirty thresholds so nothing waits for the device.
-    let mut wfiles = Vec::new();
-    let mut text = String::from("[global]\nsize=16m\nioengine=psync\ndirect=0\nstonewall\n");
-    for k in cpu_sizes {
-        let owned = OwnedFile::create_new(dir, &format!("wcost{k}"))?;
-        text.push_str(&format!(
-            "[w{k}]\nfilename={}\nrw=write\nbs={k}k\n",
-            owned.path.to_string_lossy().replace(':', "\\:")
-        ));
-        wfiles.push(owned);
-    }
-    let jf = work.path.join("wcost.fio");
-    std::fs::write(&jf, &text)?;
-    let v = run_fio_json(&jf, &[], interrupted)?;
-    drop(wfiles);
-    let wjobs = v["jobs"].as_array().cloned().unwrap_or_default();
+    let mut wjobs = first_write_costs;
+    wjobs.extend(write_costs(1)?);
     let cached_write_us = cost_table(&wjobs, "w", "write", &cpu_sizes);
-    // A read's cost per new 4 KiB folio: buffered random reads of a cold file
-    // (fadvise_hint: POSIX_FADV_RANDOM, so no read-ahead and order-0 folios) against
-    // O_DIRECT ones of the same size, interleaved, less the copy; the median per page.
     progress(step, total, "page-cache miss cost");
-    let miss_sizes = [128u64, 512];
-    let mut text = head.replace("direct=1\n", "").replace("invalidate=1\n", "");
-    for r in 0..CACHED_READ_SAMPLES {
-        for k in miss_sizes {
-            for (name, direct) in [("b", 0), ("d", 1)] {
-                text.push_str(&format!(
-                    "[{name}{k}_{r}]\nrw=randread\nioengine=psync\nbs={k}k\ndirect={direct}\ninvalidate=1\nruntime={CACHED_READ_MS}ms\n"
-                ));
-            }
-        }
-    }
-    let jf = work.path.join("miss.fio");
-    std::fs::write(&jf, &text)?;
-    let v = run_fio_json(&jf, &[], interrupted)?;
-    let mjobs = v["jobs"].as_array().cloned().unwrap_or_default();
-    let mut per_page = Vec::new();
-    for k in miss_sizes {
-        let copy = crate::fio::table_us(&cached_read_us, k as f64);
-        for r in 0..CACHED_READ_SAMPLES {
-            let mean = |name: &str| {
-                mjobs
-                    .iter()
-                    .find(|j| j["jobname"] == format!("{name}{k}_{r}").as_str())
-                    .map_or(f64::NAN, |j| lat_us(&j["read"], "mean"))
-            };
-            let extra = (mean("b") - mean("d") - copy) / (k / 4) as f64;
-            if extra.is_finite() {
-                per_page.push(extra.max(0.0));
-            }
-        }
-    }
-    let miss_folio_us = median(&mut per_page).max(0.0);
+    let mut mjobs = first_miss_costs;
+    mjobs.extend(miss_costs(1)?);
+    let miss_folio_us = median(&mut miss_samples(&mjobs, &miss_sizes, &cached_read_us)).max(0.0);
     let dontneed_dirty_page_us = dontneed_cost(dir, interrupted)?;
     step += 1;
     let host_cpu = crate::fio::HostCpu {
@@ -1121,6 +1149,25 @@ mod tests {
         assert!((100.0..250.0).contains(&a), "{a}");
         assert!((1.6..2.0).contains(&b), "{b}");
         assert!(crate::fio::fit_affine(&pts[..2]).is_none());
+    }
+
+    #[test]
+    fn a_miss_cost_pairs_each_buffered_sample_with_its_direct_twin() {
+        let job = |name: &str, us: f64| serde_json::json!({"jobname": name, "read": {"lat_ns": {"mean": us * 1000.0}}});
+        let jobs = [
+            job("b128_00", 150.0),
+            job("d128_00", 100.0),
+            job("b128_11", 140.0),
+            job("d128_01", 10.0),
+            job("d128_11", 120.0),
+            job("b512_10", 500.0),
+        ];
+        // Copy 18 µs at 128 KiB (32 pages): (150 - 100 - 18) / 32 = 1.0 and
+        // (140 - 120 - 18) / 32 = 0.0625; b512_10 has no twin, d128_01 no buffered half.
+        let copy = [[128.0, 18.0], [512.0, 70.0]];
+        let mut got = miss_samples(&jobs, &[128, 512], &copy);
+        got.sort_by(f64::total_cmp);
+        assert_eq!(got, vec![0.0625, 1.0]);
     }
 
     #[test]
