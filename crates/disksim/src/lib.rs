@@ -30,6 +30,7 @@ pub mod host;
 pub mod hugebuf;
 #[cfg(feature = "cli")]
 pub mod linuxval;
+mod lru;
 pub mod measured;
 pub mod pagecache;
 pub mod record;

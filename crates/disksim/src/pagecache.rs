@@ -75,13 +75,14 @@
 //! Units: time in ms, addresses in 512-byte sectors (see `request.rs`), page indices in
 //! 4 KiB pages.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 
 /// The page cache's hash maps: keyed by pages, files and request ids, looked up for every page
 /// of every request.
 type Map<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
 
 use crate::engine::{Component, Ctx};
+use crate::lru::LruList;
 use crate::request::{
     CacheOutcome, Completion, Flags, Op, Record, Request, LARGE_FOLIO_ORDER, SECTOR,
 };
@@ -195,6 +196,11 @@ enum List {
     Active,
 }
 
+impl List {
+    /// The lists' indices in `PageCache::lru`, inactive first.
+    const BOTH: [usize; 2] = [List::Inactive as usize, List::Active as usize];
+}
+
 #[derive(Debug)]
 struct Page {
     list: List,
@@ -224,39 +230,6 @@ impl Page {
     /// Reclaim may take it: uptodate, clean, not under write-back.
     fn reclaimable(&self) -> bool {
         self.pending.is_none() && !self.dirty && self.wb.is_none()
-    }
-}
-
-/// The reclaimable pages of each list, by their position in it (`Reclaimable::of`): the
-/// oldest reclaimable page is found without walking past the pages reclaim may not take. A
-/// scan from the list's old end did that for every page inserted into a full cache, and
-/// when write-back had made most of the cache unreclaimable, buffered writes in a small
-/// memory cgroup simulated slower than real time.
-#[derive(Default)]
-struct Reclaimable([BTreeSet<u64>; 2]);
-
-impl Reclaimable {
-    fn of(&mut self, l: List) -> &mut BTreeSet<u64> {
-        &mut self.0[l as usize]
-    }
-    /// A page at `seq` in list `l` went from reclaimable (`was`) or not to `now`.
-    fn changed(&mut self, l: List, seq: u64, was: bool, now: bool) {
-        match (was, now) {
-            (true, false) => {
-                self.of(l).remove(&seq);
-            }
-            (false, true) => {
-                self.of(l).insert(seq);
-            }
-            _ => {}
-        }
-    }
-    /// Page `p`, now at `p.seq` in `p.list`, moved there from `old` in `l`.
-    fn moved(&mut self, p: &Page, l: List, old: u64) {
-        if p.reclaimable() {
-            self.of(l).remove(&old);
-            self.of(p.list).insert(p.seq);
-        }
     }
 }
 
@@ -428,9 +401,12 @@ pub struct PageCache {
     cfg: PageCacheConfig,
     streams: Map<StreamKey, Stream>,
     pages: Map<PageKey, Page>,
-    inactive: BTreeMap<u64, PageKey>,
-    active: BTreeMap<u64, PageKey>,
-    next_seq: u64,
+    /// The inactive and active lists (by [`List`]), each marking the pages reclaim may
+    /// take: the oldest reclaimable page is found without walking past the pages reclaim
+    /// may not take (a scan from the list's old end did that for every page inserted into
+    /// a full cache, and when write-back had made most of the cache unreclaimable, buffered
+    /// writes in a small memory cgroup simulated slower than real time).
+    lru: [LruList<PageKey>; 2],
     next_child: u64,
     /// Reads sent down: the pages they fill.
     children: Map<u64, Vec<PageKey>>,
@@ -440,8 +416,6 @@ pub struct PageCache {
     /// Pages dirty, and pages under write-back (kernel NR_FILE_DIRTY, NR_WRITEBACK).
     nr_dirty: u64,
     nr_writeback: u64,
-    /// Which pages of each list reclaim may take (see [`Reclaimable`]).
-    reclaimable: Reclaimable,
     /// Writes sent down by write-back: the pages they carry.
     wb_children: Map<u64, Vec<PageKey>>,
     /// Device flushes sent down, and the sync each one finishes.
@@ -483,15 +457,12 @@ impl PageCache {
             cfg,
             streams: Map::default(),
             pages: Map::default(),
-            inactive: BTreeMap::new(),
-            active: BTreeMap::new(),
-            next_seq: 0,
+            lru: Default::default(),
             next_child: 0,
             children: Map::default(),
             waiters: Map::default(),
             waiting: Map::default(),
             nr_dirty: 0,
-            reclaimable: Reclaimable::default(),
             nr_writeback: 0,
             wb_children: Map::default(),
             flush_children: Map::default(),
@@ -567,39 +538,37 @@ impl PageCache {
         }
     }
 
-    fn list_mut(&mut self, l: List) -> &mut BTreeMap<u64, PageKey> {
-        match l {
-            List::Inactive => &mut self.inactive,
-            List::Active => &mut self.active,
-        }
+    /// Renumbers list `l` if it has become sparse (see [`LruList::compact`]).
+    fn compact(&mut self, l: List) {
+        let pages = &mut self.pages;
+        self.lru[l as usize].compact(|k, pos| {
+            if let Some(p) = pages.get_mut(&k) {
+                p.seq = pos;
+            }
+        });
     }
 
     /// Removes a page (callers remove only clean pages not under write-back).
     fn remove_page(&mut self, k: PageKey) {
         if let Some(p) = self.pages.remove(&k) {
             debug_assert!(!p.dirty && p.wb.is_none());
-            self.reclaimable
-                .changed(p.list, p.seq, p.reclaimable(), false);
-            self.list_mut(p.list).remove(&p.seq);
+            self.lru[p.list as usize].remove(p.seq);
+            self.compact(p.list);
         }
     }
 
     /// `folio_mark_accessed`: referenced on the first access, active on the second.
     fn mark_accessed(&mut self, k: PageKey) {
-        let seq = self.next_seq;
         let Some(p) = self.pages.get_mut(&k) else {
             return;
         };
         match (p.list, p.referenced) {
             (List::Inactive, true) => {
-                let old = p.seq;
+                self.lru[List::Inactive as usize].remove(p.seq);
                 p.list = List::Active;
                 p.referenced = false;
-                p.seq = seq;
-                self.next_seq += 1;
-                self.reclaimable.moved(p, List::Inactive, old);
-                self.inactive.remove(&old);
-                self.active.insert(seq, k);
+                p.seq = self.lru[List::Active as usize].push(k, p.reclaimable());
+                self.compact(List::Inactive);
             }
             _ => p.referenced = true,
         }
@@ -608,8 +577,7 @@ impl PageCache {
     /// Adds a clean page, not yet read, at the young end of the inactive list (where the
     /// kernel's `add_to_page_cache_lru` puts a new page); `marker` sets its read-ahead mark.
     fn insert_page(&mut self, k: PageKey, marker: bool) {
-        let seq = self.next_seq;
-        self.next_seq += 1;
+        let seq = self.lru[List::Inactive as usize].push(k, true);
         self.pages.insert(
             k,
             Page {
@@ -622,45 +590,38 @@ impl PageCache {
                 wb: None,
             },
         );
-        self.inactive.insert(seq, k);
-        self.reclaimable.of(List::Inactive).insert(seq);
     }
 
     /// Reclaims until the cache fits its capacity (pages in flight are skipped).
     fn shrink(&mut self) {
+        let [inactive, active] = List::BOTH;
         while self.pages.len() as u64 > self.cfg.capacity_pages {
             // Age the active list while it is larger than the inactive one.
-            while self.active.len() > self.inactive.len() {
-                let Some((&old, &k)) = self.active.iter().next() else {
+            while self.lru[active].len() > self.lru[inactive].len() {
+                let Some((old, k)) = self.lru[active].oldest() else {
                     break;
                 };
-                self.active.remove(&old);
-                let seq = self.next_seq;
-                self.next_seq += 1;
+                self.lru[active].remove(old);
                 if let Some(p) = self.pages.get_mut(&k) {
                     p.list = List::Inactive;
                     p.referenced = false;
-                    p.seq = seq;
-                    self.reclaimable.moved(p, List::Active, old);
+                    p.seq = self.lru[inactive].push(k, p.reclaimable());
                 }
-                self.inactive.insert(seq, k);
+                self.compact(List::Active);
             }
             // The oldest reclaimable page of the inactive list, else of the active one.
-            let victim = [List::Inactive, List::Active].into_iter().find_map(|l| {
-                let seq = *self.reclaimable.of(l).first()?;
-                match l {
-                    List::Inactive => self.inactive.get(&seq).copied(),
-                    List::Active => self.active.get(&seq).copied(),
-                }
-            });
+            let victim = [inactive, active]
+                .into_iter()
+                .find_map(|l| self.lru[l].oldest_reclaimable())
+                .map(|(_, k)| k);
             // (Tests: the same page as a walk from the old end of each list.)
             #[cfg(test)]
             assert_eq!(
                 victim,
-                self.inactive
-                    .values()
-                    .chain(self.active.values())
-                    .copied()
+                self.lru[inactive]
+                    .iter()
+                    .chain(self.lru[active].iter())
+                    .map(|(_, k)| k)
                     .find(|k| self.pages.get(k).is_some_and(Page::reclaimable))
             );
             match victim {
@@ -722,9 +683,8 @@ impl PageCache {
                 );
                 for index in first..first + count {
                     if let Some(p) = this.pages.get_mut(&PageKey { stream: sk, index }) {
-                        let was = p.reclaimable();
                         p.pending = Some(id);
-                        this.reclaimable.changed(p.list, p.seq, was, false);
+                        this.lru[p.list as usize].set_reclaimable(p.seq, false);
                     }
                 }
                 this.stats.reads_down += 1;
@@ -1119,8 +1079,7 @@ impl PageCache {
             self.mark_accessed(k);
             let p = self.pages.get_mut(&k).expect("inserted above");
             if !p.dirty {
-                self.reclaimable
-                    .changed(p.list, p.seq, p.reclaimable(), false);
+                self.lru[p.list as usize].set_reclaimable(p.seq, false);
                 p.dirty = true;
                 self.nr_dirty += 1;
                 self.stats.dirtied_pages += 1;
@@ -1192,8 +1151,7 @@ impl PageCache {
                 let Some(p) = self.pages.get_mut(&k) else {
                     continue;
                 };
-                self.reclaimable
-                    .changed(p.list, p.seq, p.reclaimable(), false);
+                self.lru[p.list as usize].set_reclaimable(p.seq, false);
                 if p.dirty {
                     p.dirty = false;
                     self.nr_dirty -= 1;
@@ -1334,11 +1292,9 @@ impl PageCache {
         }
         if self.cfg.reclaim_waits_on_writeback && self.pages.len() as u64 >= self.cfg.capacity_pages
         {
-            let oldest = self
-                .inactive
-                .values()
-                .next()
-                .and_then(|k| self.pages.get(k));
+            let oldest = self.lru[List::Inactive as usize]
+                .oldest()
+                .and_then(|(_, k)| self.pages.get(&k));
             if let Some(id) = oldest.and_then(|p| p.wb) {
                 self.stats.reclaim_waits += 1;
                 self.reclaim_waiters
@@ -1514,8 +1470,7 @@ impl PageCache {
                 if p.wb == Some(id) {
                     p.wb = None;
                     self.nr_writeback -= 1;
-                    self.reclaimable
-                        .changed(p.list, p.seq, false, p.reclaimable());
+                    self.lru[p.list as usize].set_reclaimable(p.seq, p.reclaimable());
                 }
             }
         }
@@ -1631,8 +1586,7 @@ impl Component for PageCache {
             if let Some(p) = self.pages.get_mut(&k) {
                 if p.pending == Some(done.req.id) {
                     p.pending = None;
-                    self.reclaimable
-                        .changed(p.list, p.seq, false, p.reclaimable());
+                    self.lru[p.list as usize].set_reclaimable(p.seq, p.reclaimable());
                 }
             }
         }
@@ -2467,16 +2421,14 @@ mod tests {
     /// The sets of reclaimable pages hold exactly the reclaimable pages, where they are.
     fn check_reclaimable(pc: &PageCache) {
         for l in [List::Inactive, List::Active] {
-            let list = match l {
-                List::Inactive => &pc.inactive,
-                List::Active => &pc.active,
-            };
-            let by_scan: BTreeSet<u64> = list
+            let list = &pc.lru[l as usize];
+            let by_scan: Vec<u64> = list
                 .iter()
-                .filter(|(_, k)| pc.pages[*k].reclaimable())
-                .map(|(&seq, _)| seq)
+                .filter(|(_, k)| pc.pages[k].reclaimable())
+                .map(|(seq, _)| seq)
                 .collect();
-            assert_eq!(pc.reclaimable.0[l as usize], by_scan, "{l:?}");
+            let marked: Vec<u64> = list.reclaimable_positions().collect();
+            assert_eq!(marked, by_scan, "{l:?}");
         }
     }
 
