@@ -266,6 +266,17 @@ pub struct WriteCache {
 }
 
 impl WriteCache {
+    /// What a flush costs an `O_DSYNC` write or an `fdatasync` (µs): the O_DSYNC write less
+    /// the plain one, no journal commit (0 when a measurement failed).
+    pub fn datasync_flush_us(&self) -> f64 {
+        let d = self.write_dsync_us - self.write_us;
+        if d.is_finite() {
+            d.max(0.0)
+        } else {
+            0.0
+        }
+    }
+
     /// What a cache flush costs the device (µs): the fsync'd write less the plain one (0 when
     /// a measurement failed).
     pub fn flush_us(&self) -> f64 {
@@ -949,8 +960,9 @@ pub fn config_toml(c: &Calibration) -> String {
     let qd = c.points.iter().map(|p| p.qd).max().unwrap_or(1);
     let gib = c.host.device_bytes.map(|b| (b >> 30).max(1)).unwrap_or(64);
     let flush = c.write_cache.flush_us();
+    let datasync_flush = c.write_cache.datasync_flush_us();
     s.push_str(&format!(
-        "\n# latency_us: a robust affine fit in size of the measured means per op, pattern and queue\n# depth (Theil-Sen; the raw means are in the --json output and the printed table).\n[device]\nkind = \"measured\"\n\n[measured]\nqueue_depth = {qd}\ncapacity_gib = {gib}\n# a cache flush: a 4 KiB write followed by fsync, less the plain write (µs)\nflush_us = {flush:.1}\npoints = [\n"
+        "\n# latency_us: a robust affine fit in size of the measured means per op, pattern and queue\n# depth (Theil-Sen; the raw means are in the --json output and the printed table).\n[device]\nkind = \"measured\"\n\n[measured]\nqueue_depth = {qd}\ncapacity_gib = {gib}\n# a cache flush: a 4 KiB write followed by fsync, less the plain write (µs)\nflush_us = {flush:.1}\n# fdatasync's and O_DSYNC's flush (no journal commit): an O_DSYNC write less the plain one (µs)\ndatasync_flush_us = {datasync_flush:.1}\npoints = [\n"
     ));
     let point = |p: &CalPoint| {
         format!(

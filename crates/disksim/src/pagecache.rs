@@ -57,8 +57,10 @@
 //!   - **fsync / fdatasync** (`Op::Flush` with a file): the file's dirty pages are written
 //!     (a `SYNC` write per run of consecutive pages), the call waits for them and for the
 //!     file's pages already under write-back (not for pages dirtied after the call), then a
-//!     device flush is sent; the call returns after the flush. fsync and fdatasync are the
-//!     same here: the file system's journal commit (ext4 metadata) is not modelled.
+//!     device flush is sent; the call returns after the flush. The flush of an fdatasync
+//!     (and of an O_DSYNC write) carries `Flags::DATASYNC`: no journal commit, and a
+//!     measured device charges it its own, smaller, cost; fsync's (and O_SYNC's) the cost
+//!     of a flush with the journal commit of the inode's new times.
 //!   - **O_DSYNC / O_SYNC writes**: the write, then `vfs_fsync_range` on its range.
 //!   - **POSIX_FADV_DONTNEED**: write-back of the range's dirty pages starts, its clean pages
 //!     not under I/O are dropped. WILLNEED reads the range now.
@@ -1424,6 +1426,13 @@ impl PageCache {
             self.flush_children.insert(child, id);
             self.stats.flushes_down += 1;
             let dev = w.req.dev;
+            // fdatasync and O_DSYNC need no journal commit for an overwrite (only the
+            // inode's times changed); fsync and O_SYNC commit it: the device tells the two
+            // flushes apart (a measured device's `datasync_flush_us`).
+            let datasync = match w.req.op {
+                Op::Flush => w.req.flags.contains(Flags::DATASYNC),
+                _ => !w.req.flags.contains(Flags::OSYNC),
+            };
             ctx.down(Request {
                 id: child,
                 arrival: ctx.now(),
@@ -1431,7 +1440,11 @@ impl PageCache {
                 lba: 0,
                 sectors: 0,
                 op: Op::Flush,
-                flags: Flags::SYNC,
+                flags: if datasync {
+                    Flags::SYNC.with(Flags::DATASYNC)
+                } else {
+                    Flags::SYNC
+                },
                 file: None,
             });
             return;
@@ -2303,6 +2316,41 @@ mod tests {
         assert_eq!(*r.log.borrow(), vec![(0.0, 'W', 4, 4), (1.0, 'F', 0, 0)]);
         assert_eq!(r.pc.borrow().dirty_pages(), (0, 0));
         assert!(r.pc.borrow().is_cached(0, Some(0), 4));
+    }
+
+    /// The device flush of an fdatasync or an O_DSYNC write is a datasync one; fsync's and
+    /// O_SYNC's are not.
+    #[test]
+    fn datasync_flushes_are_marked_for_the_device() {
+        let flush_flags = |op: Op, flags: Flags| {
+            let cfg = PageCacheConfig::new(1 << 20, 0);
+            let pc = Rc::new(RefCell::new(PageCache::new(cfg)));
+            let log: Rc<RefCell<Vec<(char, bool)>>> = Rc::new(RefCell::new(Vec::new()));
+            let dev = TestDev::new(
+                &log,
+                |_, r| (r.op.letter(), r.flags.contains(Flags::DATASYNC)),
+                1.0,
+                true,
+            );
+            let mut sim = Simulator::new(vec![Box::new(Shared(pc)), Box::new(dev)]);
+            let items = if op == Op::Write {
+                vec![freq(NOW, Op::Write, flags, 0, 0, 4)]
+            } else {
+                vec![
+                    freq(NOW, Op::Write, Flags::default(), 0, 0, 4),
+                    freq(When::At(1.0), op, flags, 0, 0, 0),
+                ]
+            };
+            run_items(&mut sim, items);
+            let log = log.borrow();
+            let flushes: Vec<bool> = log.iter().filter(|e| e.0 == 'F').map(|e| e.1).collect();
+            assert_eq!(flushes.len(), 1, "{log:?}");
+            flushes[0]
+        };
+        assert!(flush_flags(Op::Write, Flags::DSYNC));
+        assert!(!flush_flags(Op::Write, Flags::OSYNC.with(Flags::DSYNC)));
+        assert!(flush_flags(Op::Flush, Flags::DATASYNC));
+        assert!(!flush_flags(Op::Flush, Flags::default()));
     }
 
     /// DONTNEED drops the range's clean pages and starts write-back of its dirty ones,
