@@ -219,6 +219,105 @@ struct Page {
     wb: Option<u64>,
 }
 
+/// Pages per [`PageMap`] chunk.
+const CHUNK_PAGES: u64 = 64;
+
+/// The cached pages by file and index (the kernel's per-file xarray, flattened): runs of
+/// CHUNK_PAGES consecutive pages of a file share one hash-map entry, so the pages of a
+/// request (and of its neighbours) are one lookup and adjacent in memory, where a map by
+/// page spent most of a write's simulation waiting for a cache miss per page.
+#[derive(Default)]
+struct PageMap {
+    chunks: Map<(StreamKey, u64), Box<Chunk>>,
+    len: usize,
+}
+
+struct Chunk {
+    pages: [Option<Page>; CHUNK_PAGES as usize],
+    len: u8,
+}
+
+impl PageMap {
+    fn at(k: &PageKey) -> ((StreamKey, u64), usize) {
+        (
+            (k.stream, k.index / CHUNK_PAGES),
+            (k.index % CHUNK_PAGES) as usize,
+        )
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn get(&self, k: &PageKey) -> Option<&Page> {
+        let (c, i) = Self::at(k);
+        self.chunks.get(&c)?.pages[i].as_ref()
+    }
+
+    fn get_mut(&mut self, k: &PageKey) -> Option<&mut Page> {
+        let (c, i) = Self::at(k);
+        self.chunks.get_mut(&c)?.pages[i].as_mut()
+    }
+
+    fn contains_key(&self, k: &PageKey) -> bool {
+        self.get(k).is_some()
+    }
+
+    fn insert(&mut self, k: PageKey, p: Page) -> Option<Page> {
+        let (c, i) = Self::at(&k);
+        let chunk = self.chunks.entry(c).or_insert_with(|| {
+            Box::new(Chunk {
+                pages: std::array::from_fn(|_| None),
+                len: 0,
+            })
+        });
+        let old = chunk.pages[i].replace(p);
+        if old.is_none() {
+            chunk.len += 1;
+            self.len += 1;
+        }
+        old
+    }
+
+    fn remove(&mut self, k: &PageKey) -> Option<Page> {
+        let (c, i) = Self::at(k);
+        let chunk = self.chunks.get_mut(&c)?;
+        let old = chunk.pages[i].take()?;
+        chunk.len -= 1;
+        self.len -= 1;
+        if chunk.len == 0 {
+            self.chunks.remove(&c);
+        }
+        Some(old)
+    }
+
+    /// Every page (in no particular order).
+    fn iter(&self) -> impl Iterator<Item = (PageKey, &Page)> + '_ {
+        self.chunks.iter().flat_map(|(&(stream, c), chunk)| {
+            chunk.pages.iter().enumerate().filter_map(move |(i, p)| {
+                Some((
+                    PageKey {
+                        stream,
+                        index: c * CHUNK_PAGES + i as u64,
+                    },
+                    p.as_ref()?,
+                ))
+            })
+        })
+    }
+}
+
+impl std::ops::Index<&PageKey> for PageMap {
+    type Output = Page;
+    fn index(&self, k: &PageKey) -> &Page {
+        self.get(k).expect("a cached page")
+    }
+}
+
 /// A request waiting for write-back (fsync, an O_DSYNC write, ...) and then, if `flush`,
 /// for a device cache flush.
 struct SyncWait {
@@ -402,7 +501,7 @@ pub struct PageCacheStats {
 pub struct PageCache {
     cfg: PageCacheConfig,
     streams: Map<StreamKey, Stream>,
-    pages: Map<PageKey, Page>,
+    pages: PageMap,
     /// The inactive and active lists (by [`List`]), each marking the pages reclaim may
     /// take: the oldest reclaimable page is found without walking past the pages reclaim
     /// may not take (a scan from the list's old end did that for every page inserted into
@@ -458,7 +557,7 @@ impl PageCache {
         PageCache {
             cfg,
             streams: Map::default(),
-            pages: Map::default(),
+            pages: PageMap::default(),
             lru: Default::default(),
             next_child: 0,
             children: Map::default(),
@@ -892,7 +991,7 @@ impl PageCache {
                     .filter(|(k, p)| {
                         k.stream == sk && (first..last).contains(&k.index) && p.reclaimable()
                     })
-                    .map(|(k, _)| *k)
+                    .map(|(k, _)| k)
                     .collect();
                 for k in victims {
                     self.remove_page(k);
@@ -2316,6 +2415,57 @@ mod tests {
         assert_eq!(*r.log.borrow(), vec![(0.0, 'W', 4, 4), (1.0, 'F', 0, 0)]);
         assert_eq!(r.pc.borrow().dirty_pages(), (0, 0));
         assert!(r.pc.borrow().is_cached(0, Some(0), 4));
+    }
+
+    /// The page map holds each page once, across chunk and file boundaries, and frees a
+    /// chunk with its last page.
+    #[test]
+    fn the_page_map_is_a_map_of_pages() {
+        let page = |seq| Page {
+            list: List::Inactive,
+            seq,
+            referenced: false,
+            marker: false,
+            pending: None,
+            dirty: false,
+            wb: None,
+        };
+        let k = |file, index| PageKey {
+            stream: key(0, Some(file)),
+            index,
+        };
+        let mut m = PageMap::default();
+        let keys = [k(0, 0), k(0, 63), k(0, 64), k(1, 64), k(0, 1 << 40)];
+        for (i, key) in keys.iter().enumerate() {
+            assert!(m.insert(*key, page(i as u64)).is_none());
+        }
+        assert!(m.insert(k(0, 63), page(9)).is_some_and(|p| p.seq == 1));
+        assert_eq!(m.len(), 5);
+        assert_eq!(m[&k(0, 63)].seq, 9);
+        assert!(!m.contains_key(&k(1, 63)) && m.get(&k(0, 65)).is_none());
+        let mut all: Vec<(u32, u64, u64)> = m
+            .iter()
+            .map(|(k, p)| (k.stream.file, k.index, p.seq))
+            .collect();
+        all.sort();
+        assert_eq!(
+            all,
+            vec![
+                (0, 0, 0),
+                (0, 63, 9),
+                (0, 64, 2),
+                (0, 1 << 40, 4),
+                (1, 64, 3)
+            ]
+        );
+        assert!(m.remove(&k(0, 0)).is_some() && m.remove(&k(0, 0)).is_none());
+        assert!(m.remove(&k(0, 63)).is_some());
+        assert_eq!(m.chunks.len(), 3, "the first chunk went with its last page");
+        for key in [k(0, 64), k(1, 64), k(0, 1 << 40)] {
+            m.get_mut(&key).unwrap().dirty = true;
+            assert!(m.remove(&key).is_some_and(|p| p.dirty));
+        }
+        assert!(m.is_empty() && m.chunks.is_empty());
     }
 
     /// The device flush of an fdatasync or an O_DSYNC write is a datasync one; fsync's and
