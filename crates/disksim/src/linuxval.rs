@@ -285,6 +285,61 @@ pub struct Figures {
     pub p99_ms: f64,
 }
 
+impl Case {
+    /// The kind of job the summary groups errors by: each kind meets a different part of
+    /// the model (the device's table alone, the flush, the copy from the cache, read-ahead
+    /// and misses, dirty pages and write-back).
+    pub fn kind(&self) -> &'static str {
+        match self.mode {
+            Mode::NoBuffer => "O_DIRECT",
+            Mode::WriteThrough => "O_DSYNC",
+            _ if self.warm => "warm",
+            _ if self.rw.ends_with("read") => "buffered cold reads",
+            _ => "buffered writes",
+        }
+    }
+}
+
+/// Errors of one kind of job ([`Case::kind`]).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct KindSummary {
+    pub kind: &'static str,
+    pub jobs: usize,
+    pub mean_abs_error_pct: f64,
+    pub max_abs_error_pct: f64,
+    /// The slowest simulation of the kind, simulated time / wall time.
+    pub min_sim_per_wall: f64,
+}
+
+/// Per kind of job, in the order the kinds first appear.
+pub fn by_kind(results: &[CaseResult]) -> Vec<KindSummary> {
+    let mut out: Vec<KindSummary> = Vec::new();
+    for r in results {
+        let kind = r.case.kind();
+        let i = match out.iter().position(|k| k.kind == kind) {
+            Some(i) => i,
+            None => {
+                out.push(KindSummary {
+                    kind,
+                    jobs: 0,
+                    mean_abs_error_pct: 0.0,
+                    max_abs_error_pct: 0.0,
+                    min_sim_per_wall: f64::INFINITY,
+                });
+                out.len() - 1
+            }
+        };
+        let k = &mut out[i];
+        let e = r.error_pct.abs();
+        // A running mean: the sum is not kept.
+        k.mean_abs_error_pct = (k.mean_abs_error_pct * k.jobs as f64 + e) / (k.jobs + 1) as f64;
+        k.jobs += 1;
+        k.max_abs_error_pct = k.max_abs_error_pct.max(e);
+        k.min_sim_per_wall = k.min_sim_per_wall.min(r.sim_per_wall);
+    }
+    out
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct CaseResult {
     pub case: Case,
@@ -317,6 +372,8 @@ pub struct Report {
     pub max_abs_error_pct: f64,
     pub mean_spread_pct: f64,
     pub min_sim_per_wall: f64,
+    /// The same figures by kind of job.
+    pub by_kind: Vec<KindSummary>,
 }
 
 /// The simulated device and host of a calibration config.
@@ -588,6 +645,7 @@ pub fn validate(
             .iter()
             .map(|r| r.sim_per_wall)
             .fold(f64::INFINITY, f64::min),
+        by_kind: by_kind(&results),
         results,
     })
 }
@@ -722,7 +780,22 @@ pub fn table(r: &Report) -> String {
         r.mean_spread_pct,
         r.min_sim_per_wall
     ));
+    s.push_str(&format!("by kind: {}\n", kinds_line(&r.by_kind, "x")));
     s
+}
+
+/// "O_DIRECT 8.3% (max 25.6%, 12 jobs, >= 45x); ...".
+fn kinds_line(kinds: &[KindSummary], times: &str) -> String {
+    kinds
+        .iter()
+        .map(|k| {
+            format!(
+                "{} {:.1}% (max {:.1}%, {} jobs, >= {:.0}{times})",
+                k.kind, k.mean_abs_error_pct, k.max_abs_error_pct, k.jobs, k.min_sim_per_wall
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Real vs simulated throughput, one pair of bars per job (inline SVG).
@@ -805,6 +878,10 @@ Throughput error: (simulated − real) / real, real = median of {} runs; spread 
         "<p id=\"summary\">Mean |throughput error| {:.1}%, max {:.1}% (goals 5% and 10%); mean run-to-run spread {:.1}%; slowest simulation {:.0}× real time.</p>\n",
         r.mean_abs_error_pct, r.max_abs_error_pct, r.mean_spread_pct, r.min_sim_per_wall
     ));
+    h.push_str(&format!(
+        "<p id=\"by-kind\">By kind of job: {}.</p>\n",
+        esc(&kinds_line(&r.by_kind, "×"))
+    ));
     h.push_str("<table id=\"results\"><tr><th>job</th><th>real MB/s</th><th>spread</th><th>sim MB/s</th><th>error</th><th>mean ms real / sim</th><th>p50 ms real / sim</th><th>p99 ms real / sim</th><th>demerit ms</th><th>sim/wall</th></tr>\n");
     for c in &r.results {
         h.push_str(&format!(
@@ -865,6 +942,67 @@ pub fn check(r: &Report, b: &Baseline) -> Result<String> {
 mod tests {
     use super::*;
 
+    /// The suite's jobs fall into five kinds; each kind's figures are its jobs' own.
+    #[test]
+    fn errors_are_summed_up_by_kind_of_job() {
+        let cases = suite(&[32, 512]);
+        let kinds: Vec<&str> = cases.iter().map(Case::kind).collect();
+        let count = |k: &str| kinds.iter().filter(|&&x| x == k).count();
+        assert_eq!(
+            [
+                count("O_DIRECT"),
+                count("O_DSYNC"),
+                count("warm"),
+                count("buffered cold reads"),
+                count("buffered writes")
+            ],
+            [12, 4, 8, 8, 4]
+        );
+        let fig = Figures {
+            mb_s: 1.0,
+            mean_ms: 1.0,
+            p50_ms: 1.0,
+            p99_ms: 1.0,
+        };
+        let result = |case: &Case, error_pct: f64, sim_per_wall: f64| CaseResult {
+            case: case.clone(),
+            real: fig.clone(),
+            runs_mb_s: vec![1.0],
+            spread_pct: 0.0,
+            sim: fig.clone(),
+            error_pct,
+            p99_error_pct: 0.0,
+            demerit_ms: 0.0,
+            real_wall_s: 1.0,
+            sim_wall_s: 1.0,
+            sim_per_wall,
+            real_cdf: vec![],
+            sim_cdf: vec![],
+        };
+        let direct: Vec<&Case> = cases.iter().filter(|c| c.kind() == "O_DIRECT").collect();
+        let dsync = cases.iter().find(|c| c.kind() == "O_DSYNC").unwrap();
+        let results = vec![
+            result(direct[0], -10.0, 300.0),
+            result(dsync, 4.0, 20.0),
+            result(direct[1], 20.0, 100.0),
+            result(direct[2], 0.0, 500.0),
+        ];
+        let k = by_kind(&results);
+        assert_eq!(k.len(), 2);
+        assert_eq!(
+            (
+                k[0].kind,
+                k[0].jobs,
+                k[0].max_abs_error_pct,
+                k[0].min_sim_per_wall
+            ),
+            ("O_DIRECT", 3, 20.0, 100.0)
+        );
+        assert!((k[0].mean_abs_error_pct - 10.0).abs() < 1e-9);
+        assert_eq!((k[1].kind, k[1].jobs), ("O_DSYNC", 1));
+        assert!((k[1].mean_abs_error_pct - 4.0).abs() < 1e-9);
+    }
+
     /// The validation report as a person opens it: the table, one bar pair per job and one
     /// CDF per job, every figure reaching headless Chromium's DOM as SVG.
     #[test]
@@ -907,9 +1045,18 @@ mod tests {
             max_abs_error_pct: 5.0,
             mean_spread_pct: 4.0,
             min_sim_per_wall: 1000.0,
+            by_kind: Vec::new(),
         };
+        let mut r = r;
+        r.by_kind = by_kind(&r.results);
+        assert!(
+            table(&r).contains("by kind: buffered cold reads 5.0% (max 5.0%, 2 jobs"),
+            "{}",
+            table(&r)
+        );
         let page = html(&r);
         assert!(page.contains("test &lt;machine&gt;"), "text is escaped");
+        assert!(page.contains("<p id=\"by-kind\">By kind of job: buffered cold reads 5.0%"));
         assert_eq!(
             page.matches("<svg").count(),
             1 + 3,
