@@ -269,23 +269,23 @@ impl WriteCache {
     /// What a flush costs an `O_DSYNC` write or an `fdatasync` (µs): the O_DSYNC write less
     /// the plain one, no journal commit (0 when a measurement failed).
     pub fn datasync_flush_us(&self) -> f64 {
-        let d = self.write_dsync_us - self.write_us;
-        if d.is_finite() {
-            d.max(0.0)
-        } else {
-            0.0
-        }
+        excess_us(self.write_dsync_us, self.write_us)
     }
 
     /// What a cache flush costs the device (µs): the fsync'd write less the plain one (0 when
     /// a measurement failed).
     pub fn flush_us(&self) -> f64 {
-        let d = self.write_fsync_us - self.write_us;
-        if d.is_finite() {
-            d.max(0.0)
-        } else {
-            0.0
-        }
+        excess_us(self.write_fsync_us, self.write_us)
+    }
+}
+
+/// `with - without`, at least 0; 0 when either is not a number.
+fn excess_us(with: f64, without: f64) -> f64 {
+    let d = with - without;
+    if d.is_finite() {
+        d.max(0.0)
+    } else {
+        0.0
     }
 }
 
@@ -480,6 +480,13 @@ pub fn calibrate(
     // rounds, one now and one after the device's measurements, minutes apart (the copy's
     // cost moves by the minute on this VM; see CACHED_READ_MS).
     let cpu_sizes = [4u64, 16, 32, 64, 128, 256, 512, 1024, 4096];
+    // The jobs of fio's JSON for job file `text` (written to the work directory as `name`).
+    let fio_jobs = |name: &str, text: &str| -> Result<Vec<serde_json::Value>> {
+        let jf = work.path.join(name);
+        std::fs::write(&jf, text)?;
+        let v = run_fio_json(&jf, &[], interrupted)?;
+        Ok(v["jobs"].as_array().cloned().unwrap_or_default())
+    };
     let copy_costs = |round: usize| -> Result<Vec<serde_json::Value>> {
         let mut text = format!(
             "[global]\nfilename={fname}\nsize={CACHED_READ_SET}\nioengine=psync\ndirect=0\nstonewall\n[warm]\nrw=read\nbs=1m\ninvalidate=1\n"
@@ -491,10 +498,7 @@ pub fn calibrate(
                 ));
             }
         }
-        let jf = work.path.join("cpu.fio");
-        std::fs::write(&jf, &text)?;
-        let v = run_fio_json(&jf, &[], interrupted)?;
-        Ok(v["jobs"].as_array().cloned().unwrap_or_default())
+        fio_jobs("cpu.fio", &text)
     };
     let first_copy_costs = copy_costs(0)?;
     let head = format!(
@@ -519,11 +523,9 @@ pub fn calibrate(
                 wfiles.push(owned);
             }
         }
-        let jf = work.path.join("wcost.fio");
-        std::fs::write(&jf, &text)?;
-        let v = run_fio_json(&jf, &[], interrupted)?;
+        let jobs = fio_jobs("wcost.fio", &text);
         drop(wfiles);
-        Ok(v["jobs"].as_array().cloned().unwrap_or_default())
+        jobs
     };
     // A read's cost per new 4 KiB folio: buffered random reads of a cold file
     // (fadvise_hint: POSIX_FADV_RANDOM, so no read-ahead and order-0 folios) against
@@ -541,10 +543,7 @@ pub fn calibrate(
                 }
             }
         }
-        let jf = work.path.join("miss.fio");
-        std::fs::write(&jf, &text)?;
-        let v = run_fio_json(&jf, &[], interrupted)?;
-        Ok(v["jobs"].as_array().cloned().unwrap_or_default())
+        fio_jobs("miss.fio", &text)
     };
     let first_write_costs = write_costs(0)?;
     let first_miss_costs = miss_costs(0)?;
@@ -1163,17 +1162,22 @@ mod tests {
         assert!(crate::fio::fit_affine(&pts[..2]).is_none());
     }
 
+    /// A job of fio's JSON named `name` whose reads took `us` µs on average.
+    fn read_job((name, us): (&str, f64)) -> serde_json::Value {
+        serde_json::json!({"jobname": name, "read": {"lat_ns": {"mean": us * 1000.0}}})
+    }
+
     #[test]
     fn a_miss_cost_pairs_each_buffered_sample_with_its_direct_twin() {
-        let job = |name: &str, us: f64| serde_json::json!({"jobname": name, "read": {"lat_ns": {"mean": us * 1000.0}}});
         let jobs = [
-            job("b128_00", 150.0),
-            job("d128_00", 100.0),
-            job("b128_11", 140.0),
-            job("d128_01", 10.0),
-            job("d128_11", 120.0),
-            job("b512_10", 500.0),
-        ];
+            ("b128_00", 150.0),
+            ("d128_00", 100.0),
+            ("b128_11", 140.0),
+            ("d128_01", 10.0),
+            ("d128_11", 120.0),
+            ("b512_10", 500.0),
+        ]
+        .map(read_job);
         // Copy 18 µs at 128 KiB (32 pages): (150 - 100 - 18) / 32 = 1.0 and
         // (140 - 120 - 18) / 32 = 0.0625; b512_10 has no twin, d128_01 no buffered half.
         let copy = [[128.0, 18.0], [512.0, 70.0]];
@@ -1184,16 +1188,16 @@ mod tests {
 
     #[test]
     fn a_cost_is_the_median_of_its_samples() {
-        let job = |name: &str, us: f64| serde_json::json!({"jobname": name, "read": {"lat_ns": {"mean": us * 1000.0}}});
         let jobs = [
-            job("c4_0", 1.0),
-            job("c4096_0", 400.0),
-            job("c4_1", 9.0),
-            job("c4096_1", 300.0),
-            job("c4_2", 2.0),
-            job("c512", 80.0),
-            job("c16_0", f64::NAN),
-        ];
+            ("c4_0", 1.0),
+            ("c4096_0", 400.0),
+            ("c4_1", 9.0),
+            ("c4096_1", 300.0),
+            ("c4_2", 2.0),
+            ("c512", 80.0),
+            ("c16_0", f64::NAN),
+        ]
+        .map(read_job);
         // c4's samples are 1, 9, 2 (not c4096's); c512 a single job; c16 none usable.
         let t = cost_table(&jobs, "c", "read", &[4, 16, 512, 4096]);
         assert_eq!(t, vec![[4.0, 2.0], [512.0, 80.0], [4096.0, 350.0]]);

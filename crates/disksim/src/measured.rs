@@ -362,6 +362,21 @@ mod tests {
         assert!(MeasuredDevice::new(spec(f64::NAN)).is_err());
     }
 
+    /// The response time (ms) of one request of `sectors` with `flags`, alone on a measured
+    /// device of `spec`.
+    fn response_of_one(spec: MeasuredSpec, op: Op, flags: Flags, sectors: u32) -> f64 {
+        let mut items = vec![crate::testdev::pending_at(0.0, op, 0, sectors)];
+        items[0].req.flags = flags;
+        let mut sim =
+            crate::engine::Simulator::new(vec![Box::new(MeasuredDevice::new(spec).unwrap())]);
+        let mut out = vec![];
+        sim.run(&mut crate::engine::VecSource::new(items), &mut |c| {
+            out.push(c.response())
+        })
+        .unwrap();
+        out[0]
+    }
+
     /// fdatasync's flush (DATASYNC) costs `datasync_flush_us` where it is set, fsync's
     /// `flush_us`; without the field both cost `flush_us`.
     #[test]
@@ -374,18 +389,7 @@ mod tests {
             datasync_flush_us: datasync,
             large_folio_points: vec![],
         };
-        let flush = |spec: MeasuredSpec, flags: Flags| {
-            let mut items = vec![crate::testdev::pending_at(0.0, Op::Flush, 0, 0)];
-            items[0].req.flags = flags;
-            let mut sim =
-                crate::engine::Simulator::new(vec![Box::new(MeasuredDevice::new(spec).unwrap())]);
-            let mut out = vec![];
-            sim.run(&mut crate::engine::VecSource::new(items), &mut |c| {
-                out.push(c.response())
-            })
-            .unwrap();
-            out[0]
-        };
+        let flush = |spec, flags| response_of_one(spec, Op::Flush, flags, 0);
         let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
         assert!(close(flush(spec(Some(40.0)), Flags::DATASYNC), 0.040));
         assert!(close(flush(spec(Some(40.0)), Flags::SYNC), 0.250));
@@ -409,18 +413,7 @@ mod tests {
             datasync_flush_us: None,
             large_folio_points: large,
         };
-        let run = |spec: MeasuredSpec, op: Op, flags: Flags| {
-            let mut items = vec![crate::testdev::pending_at(0.0, op, 0, 1024)];
-            items[0].req.flags = flags;
-            let mut sim =
-                crate::engine::Simulator::new(vec![Box::new(MeasuredDevice::new(spec).unwrap())]);
-            let mut out = vec![];
-            sim.run(&mut crate::engine::VecSource::new(items), &mut |c| {
-                out.push(c.response())
-            })
-            .unwrap();
-            (out[0] * 1000.0).round()
-        };
+        let run = |spec, op, flags| (response_of_one(spec, op, flags, 1024) * 1000.0).round();
         let large = vec![p("read", Pattern::Random, 512.0, 1, 230.0)];
         assert_eq!(
             run(spec(large.clone()), Op::Read, Flags::LARGE_FOLIOS),
