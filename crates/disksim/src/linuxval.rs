@@ -790,8 +790,13 @@ fn kinds_line(kinds: &[KindSummary], times: &str) -> String {
         .iter()
         .map(|k| {
             format!(
-                "{} {:.1}% (max {:.1}%, {} jobs, >= {:.0}{times})",
-                k.kind, k.mean_abs_error_pct, k.max_abs_error_pct, k.jobs, k.min_sim_per_wall
+                "{} {:.1}% (max {:.1}%, {} job{}, >= {:.0}{times})",
+                k.kind,
+                k.mean_abs_error_pct,
+                k.max_abs_error_pct,
+                k.jobs,
+                if k.jobs == 1 { "" } else { "s" },
+                k.min_sim_per_wall
             )
         })
         .collect::<Vec<_>>()
@@ -1001,6 +1006,10 @@ mod tests {
         assert!((k[0].mean_abs_error_pct - 10.0).abs() < 1e-9);
         assert_eq!((k[1].kind, k[1].jobs), ("O_DSYNC", 1));
         assert!((k[1].mean_abs_error_pct - 4.0).abs() < 1e-9);
+        assert_eq!(
+            kinds_line(&k, "x"),
+            "O_DIRECT 10.0% (max 20.0%, 3 jobs, >= 100x); O_DSYNC 4.0% (max 4.0%, 1 job, >= 20x)"
+        );
     }
 
     /// The validation report as a person opens it: the table, one bar pair per job and one
