@@ -313,31 +313,53 @@ pub struct KindSummary {
 
 /// Per kind of job, in the order the kinds first appear.
 pub fn by_kind(results: &[CaseResult]) -> Vec<KindSummary> {
-    let mut out: Vec<KindSummary> = Vec::new();
+    let mut kinds: Vec<&'static str> = Vec::new();
     for r in results {
-        let kind = r.case.kind();
-        let i = match out.iter().position(|k| k.kind == kind) {
-            Some(i) => i,
-            None => {
-                out.push(KindSummary {
-                    kind,
-                    jobs: 0,
-                    mean_abs_error_pct: 0.0,
-                    max_abs_error_pct: 0.0,
-                    min_sim_per_wall: f64::INFINITY,
-                });
-                out.len() - 1
-            }
-        };
-        let k = &mut out[i];
-        let e = r.error_pct.abs();
-        // A running mean: the sum is not kept.
-        k.mean_abs_error_pct = (k.mean_abs_error_pct * k.jobs as f64 + e) / (k.jobs + 1) as f64;
-        k.jobs += 1;
-        k.max_abs_error_pct = k.max_abs_error_pct.max(e);
-        k.min_sim_per_wall = k.min_sim_per_wall.min(r.sim_per_wall);
+        if !kinds.contains(&r.case.kind()) {
+            kinds.push(r.case.kind());
+        }
     }
-    out
+    kinds
+        .into_iter()
+        .map(|kind| {
+            let of: Vec<&CaseResult> = results.iter().filter(|r| r.case.kind() == kind).collect();
+            let e = ErrorFigures::of(&of);
+            KindSummary {
+                kind,
+                jobs: of.len(),
+                mean_abs_error_pct: e.mean_abs_pct,
+                max_abs_error_pct: e.max_abs_pct,
+                min_sim_per_wall: e.min_sim_per_wall,
+            }
+        })
+        .collect()
+}
+
+/// Throughput errors and simulation speed over some jobs (the whole suite, or one kind);
+/// the means of no jobs are 0.
+struct ErrorFigures {
+    mean_abs_pct: f64,
+    max_abs_pct: f64,
+    mean_spread_pct: f64,
+    min_sim_per_wall: f64,
+}
+
+impl ErrorFigures {
+    fn of(results: &[&CaseResult]) -> ErrorFigures {
+        let n = results.len().max(1) as f64;
+        ErrorFigures {
+            mean_abs_pct: results.iter().map(|r| r.error_pct.abs()).sum::<f64>() / n,
+            max_abs_pct: results
+                .iter()
+                .map(|r| r.error_pct.abs())
+                .fold(0.0, f64::max),
+            mean_spread_pct: results.iter().map(|r| r.spread_pct).sum::<f64>() / n,
+            min_sim_per_wall: results
+                .iter()
+                .map(|r| r.sim_per_wall)
+                .fold(f64::INFINITY, f64::min),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -626,8 +648,7 @@ pub fn validate(
     }
     progress(total, total, "done");
     drop(cg);
-    let errs: Vec<f64> = results.iter().map(|r| r.error_pct.abs()).collect();
-    let n = errs.len().max(1) as f64;
+    let all = ErrorFigures::of(&results.iter().collect::<Vec<_>>());
     Ok(Report {
         machine: crate::cli::machine(),
         fio,
@@ -638,13 +659,10 @@ pub fn validate(
             settings.cgroup_limit >> 20
         ),
         settings,
-        mean_abs_error_pct: errs.iter().sum::<f64>() / n,
-        max_abs_error_pct: errs.iter().copied().fold(0.0, f64::max),
-        mean_spread_pct: results.iter().map(|r| r.spread_pct).sum::<f64>() / n,
-        min_sim_per_wall: results
-            .iter()
-            .map(|r| r.sim_per_wall)
-            .fold(f64::INFINITY, f64::min),
+        mean_abs_error_pct: all.mean_abs_pct,
+        max_abs_error_pct: all.max_abs_pct,
+        mean_spread_pct: all.mean_spread_pct,
+        min_sim_per_wall: all.min_sim_per_wall,
         by_kind: by_kind(&results),
         results,
     })
