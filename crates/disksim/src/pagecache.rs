@@ -198,9 +198,21 @@ enum List {
     Active,
 }
 
-impl List {
-    /// The lists' indices in `PageCache::lru`, inactive first.
-    const BOTH: [usize; 2] = [List::Inactive as usize, List::Active as usize];
+/// The inactive and active lists, indexed by [`List`].
+#[derive(Default)]
+struct Lists([LruList<PageKey>; 2]);
+
+impl std::ops::Index<List> for Lists {
+    type Output = LruList<PageKey>;
+    fn index(&self, l: List) -> &LruList<PageKey> {
+        &self.0[l as usize]
+    }
+}
+
+impl std::ops::IndexMut<List> for Lists {
+    fn index_mut(&mut self, l: List) -> &mut LruList<PageKey> {
+        &mut self.0[l as usize]
+    }
 }
 
 #[derive(Debug)]
@@ -507,7 +519,7 @@ pub struct PageCache {
     /// may not take (a scan from the list's old end did that for every page inserted into
     /// a full cache, and when write-back had made most of the cache unreclaimable, buffered
     /// writes in a small memory cgroup simulated slower than real time).
-    lru: [LruList<PageKey>; 2],
+    lru: Lists,
     next_child: u64,
     /// Reads sent down: the pages they fill.
     children: Map<u64, Vec<PageKey>>,
@@ -642,7 +654,7 @@ impl PageCache {
     /// Renumbers list `l` if it has become sparse (see [`LruList::compact`]).
     fn compact(&mut self, l: List) {
         let pages = &mut self.pages;
-        self.lru[l as usize].compact(|k, pos| {
+        self.lru[l].compact(|k, pos| {
             if let Some(p) = pages.get_mut(&k) {
                 p.seq = pos;
             }
@@ -653,7 +665,7 @@ impl PageCache {
     fn remove_page(&mut self, k: PageKey) {
         if let Some(p) = self.pages.remove(&k) {
             debug_assert!(!p.dirty && p.wb.is_none());
-            self.lru[p.list as usize].remove(p.seq);
+            self.lru[p.list].remove(p.seq);
             self.compact(p.list);
         }
     }
@@ -665,10 +677,10 @@ impl PageCache {
         };
         match (p.list, p.referenced) {
             (List::Inactive, true) => {
-                self.lru[List::Inactive as usize].remove(p.seq);
+                self.lru[List::Inactive].remove(p.seq);
                 p.list = List::Active;
                 p.referenced = false;
-                p.seq = self.lru[List::Active as usize].push(k, p.reclaimable());
+                p.seq = self.lru[List::Active].push(k, p.reclaimable());
                 self.compact(List::Inactive);
             }
             _ => p.referenced = true,
@@ -678,7 +690,7 @@ impl PageCache {
     /// Adds a clean page, not yet read, at the young end of the inactive list (where the
     /// kernel's `add_to_page_cache_lru` puts a new page); `marker` sets its read-ahead mark.
     fn insert_page(&mut self, k: PageKey, marker: bool) {
-        let seq = self.lru[List::Inactive as usize].push(k, true);
+        let seq = self.lru[List::Inactive].push(k, true);
         self.pages.insert(
             k,
             Page {
@@ -695,7 +707,7 @@ impl PageCache {
 
     /// Reclaims until the cache fits its capacity (pages in flight are skipped).
     fn shrink(&mut self) {
-        let [inactive, active] = List::BOTH;
+        let (inactive, active) = (List::Inactive, List::Active);
         while self.pages.len() as u64 > self.cfg.capacity_pages {
             // Age the active list while it is larger than the inactive one.
             while self.lru[active].len() > self.lru[inactive].len() {
@@ -704,11 +716,11 @@ impl PageCache {
                 };
                 self.lru[active].remove(old);
                 if let Some(p) = self.pages.get_mut(&k) {
-                    p.list = List::Inactive;
+                    p.list = inactive;
                     p.referenced = false;
                     p.seq = self.lru[inactive].push(k, p.reclaimable());
                 }
-                self.compact(List::Active);
+                self.compact(active);
             }
             // The oldest reclaimable page of the inactive list, else of the active one.
             let victim = [inactive, active]
@@ -785,7 +797,7 @@ impl PageCache {
                 for index in first..first + count {
                     if let Some(p) = this.pages.get_mut(&PageKey { stream: sk, index }) {
                         p.pending = Some(id);
-                        this.lru[p.list as usize].set_reclaimable(p.seq, false);
+                        this.lru[p.list].set_reclaimable(p.seq, false);
                     }
                 }
                 this.stats.reads_down += 1;
@@ -1180,7 +1192,7 @@ impl PageCache {
             self.mark_accessed(k);
             let p = self.pages.get_mut(&k).expect("inserted above");
             if !p.dirty {
-                self.lru[p.list as usize].set_reclaimable(p.seq, false);
+                self.lru[p.list].set_reclaimable(p.seq, false);
                 p.dirty = true;
                 self.nr_dirty += 1;
                 self.stats.dirtied_pages += 1;
@@ -1252,7 +1264,7 @@ impl PageCache {
                 let Some(p) = self.pages.get_mut(&k) else {
                     continue;
                 };
-                self.lru[p.list as usize].set_reclaimable(p.seq, false);
+                self.lru[p.list].set_reclaimable(p.seq, false);
                 if p.dirty {
                     p.dirty = false;
                     self.nr_dirty -= 1;
@@ -1393,7 +1405,7 @@ impl PageCache {
         }
         if self.cfg.reclaim_waits_on_writeback && self.pages.len() as u64 >= self.cfg.capacity_pages
         {
-            let oldest = self.lru[List::Inactive as usize]
+            let oldest = self.lru[List::Inactive]
                 .oldest()
                 .and_then(|(_, k)| self.pages.get(&k));
             if let Some(id) = oldest.and_then(|p| p.wb) {
@@ -1582,7 +1594,7 @@ impl PageCache {
                 if p.wb == Some(id) {
                     p.wb = None;
                     self.nr_writeback -= 1;
-                    self.lru[p.list as usize].set_reclaimable(p.seq, p.reclaimable());
+                    self.lru[p.list].set_reclaimable(p.seq, p.reclaimable());
                 }
             }
         }
@@ -1698,7 +1710,7 @@ impl Component for PageCache {
             if let Some(p) = self.pages.get_mut(&k) {
                 if p.pending == Some(done.req.id) {
                     p.pending = None;
-                    self.lru[p.list as usize].set_reclaimable(p.seq, p.reclaimable());
+                    self.lru[p.list].set_reclaimable(p.seq, p.reclaimable());
                 }
             }
         }
@@ -2619,7 +2631,7 @@ mod tests {
     /// The sets of reclaimable pages hold exactly the reclaimable pages, where they are.
     fn check_reclaimable(pc: &PageCache) {
         for l in [List::Inactive, List::Active] {
-            let list = &pc.lru[l as usize];
+            let list = &pc.lru[l];
             let by_scan: Vec<u64> = list
                 .iter()
                 .filter(|(_, k)| pc.pages[k].reclaimable())
