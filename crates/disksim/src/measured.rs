@@ -201,12 +201,12 @@ impl MeasuredDevice {
         if spec.capacity_gib == 0 || spec.capacity_gib > 1 << 20 {
             bail!("measured.capacity_gib must be within 1..=1048576");
         }
-        if !(spec.flush_us.is_finite() && (0.0..1e7).contains(&spec.flush_us)) {
-            bail!("measured.flush_us must be within 0..1e7 (µs)");
-        }
-        if let Some(us) = spec.datasync_flush_us {
-            if !(us.is_finite() && (0.0..1e7).contains(&us)) {
-                bail!("measured.datasync_flush_us must be within 0..1e7 (µs)");
+        for (name, us) in [
+            ("flush_us", Some(spec.flush_us)),
+            ("datasync_flush_us", spec.datasync_flush_us),
+        ] {
+            if us.is_some_and(|us| !(us.is_finite() && (0.0..1e7).contains(&us))) {
+                bail!("measured.{name} must be within 0..1e7 (µs)");
             }
         }
         let tables = Tables::build("points", &spec.points)?;
