@@ -45,7 +45,9 @@
 //! last few of the software queue only); one hardware queue; no I/O priorities, no
 //! zone locking, no per-cgroup throttling.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::Map;
 
 use serde::Serialize;
 
@@ -245,11 +247,11 @@ struct Deadline {
 pub struct BlockLayer {
     cfg: BlockConfig,
     stats: BlockStats,
-    uppers: HashMap<u64, Upper>,
+    uppers: Map<u64, Upper>,
     /// Requests allocated and not yet at the device (plugged or queued).
-    queued: HashMap<u64, Rq>,
-    by_start: HashMap<Edge, u64>,
-    by_end: HashMap<Edge, u64>,
+    queued: Map<u64, Rq>,
+    by_start: Map<Edge, u64>,
+    by_end: Map<Edge, u64>,
     plug: Vec<u64>,
     plug_armed: bool,
     queue: Queue,
@@ -258,7 +260,7 @@ pub struct BlockLayer {
     /// Pieces waiting for a free request, in order.
     waiting: VecDeque<Bio>,
     /// Requests at the device.
-    at_device: HashMap<u64, Rq>,
+    at_device: Map<u64, Rq>,
     /// Requests allocated (plugged, queued, at the device).
     allocated: u64,
     next_id: u64,
@@ -281,16 +283,16 @@ impl BlockLayer {
         BlockLayer {
             cfg,
             stats: BlockStats::default(),
-            uppers: HashMap::new(),
-            queued: HashMap::new(),
-            by_start: HashMap::new(),
-            by_end: HashMap::new(),
+            uppers: Map::default(),
+            queued: Map::default(),
+            by_start: Map::default(),
+            by_end: Map::default(),
             plug: Vec::new(),
             plug_armed: false,
             queue,
             bypass: VecDeque::new(),
             waiting: VecDeque::new(),
-            at_device: HashMap::new(),
+            at_device: Map::default(),
             allocated: 0,
             next_id: 0,
             head: 0,
@@ -574,7 +576,7 @@ fn next_instant(t: f64) -> f64 {
 /// mq-deadline's choice: (request, dispatched because its deadline passed).
 fn deadline_pick(
     d: &mut Deadline,
-    queued: &HashMap<u64, Rq>,
+    queued: &Map<u64, Rq>,
     cfg: BlockConfig,
     now: f64,
 ) -> Option<(u64, bool)> {

@@ -189,7 +189,7 @@ pub struct MeasuredDevice {
     large_folios: Option<Tables>,
     in_service: usize,
     queue: VecDeque<Request>,
-    active: HashMap<u64, (Request, Record)>,
+    active: crate::Map<u64, (Request, Record)>,
     last_end: [Option<u64>; 2],
 }
 
@@ -224,7 +224,7 @@ impl MeasuredDevice {
             large_folios,
             in_service: 0,
             queue: VecDeque::new(),
-            active: HashMap::new(),
+            active: crate::Map::default(),
             last_end: [None, None],
         })
     }

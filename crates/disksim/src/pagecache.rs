@@ -77,17 +77,14 @@
 //! Units: time in ms, addresses in 512-byte sectors (see `request.rs`), page indices in
 //! 4 KiB pages.
 
-use std::collections::{BTreeSet, HashMap};
-
-/// The page cache's hash maps: keyed by pages, files and request ids, looked up for every page
-/// of every request.
-type Map<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
+use std::collections::BTreeSet;
 
 use crate::engine::{Component, Ctx};
 use crate::lru::LruList;
 use crate::request::{
     CacheOutcome, Completion, Flags, Op, Record, Request, LARGE_FOLIO_ORDER, SECTOR,
 };
+use crate::Map;
 
 /// Page size in bytes.
 pub const PAGE: u64 = 4096;

@@ -400,7 +400,7 @@ pub struct Ssd {
     buffered: u64,
     in_service: usize,
     queue: VecDeque<Request>,
-    done: std::collections::HashMap<u64, (Request, Record)>,
+    done: crate::Map<u64, (Request, Record)>,
     pub reads: u64,
     pub writes: u64,
     pub buffer_stalls: u64,

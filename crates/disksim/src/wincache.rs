@@ -48,7 +48,9 @@
 //! Not modelled: 256 KB views (the seed's reason for regime (ii)), the reference [32]
 //! algorithm for sequential-mode sizes that are not multiples of 64 KB, NTFS journaling.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use crate::Map;
 
 use serde::Serialize;
 
@@ -173,20 +175,20 @@ pub struct WinXpStats {
 /// The Windows XP cache manager component.
 pub struct WinXpCache {
     cfg: WinXpConfig,
-    blocks: HashMap<BlockKey, Block>,
+    blocks: Map<BlockKey, Block>,
     lru: BTreeMap<u64, BlockKey>,
     next_seq: u64,
-    files: HashMap<FileKey, FileState>,
-    chains: HashMap<u64, Chain>,
+    files: Map<FileKey, FileState>,
+    chains: Map<u64, Chain>,
     next_chain: u64,
     /// Child request id → (chain or 0 for a lone request, block, the waiting request).
-    children: HashMap<u64, ChildOf>,
+    children: Map<u64, ChildOf>,
     next_child: u64,
     /// Requests waiting for a block to be ready.
-    block_waiters: HashMap<BlockKey, Vec<u64>>,
-    waits: HashMap<u64, Wait>,
+    block_waiters: Map<BlockKey, Vec<u64>>,
+    waits: Map<u64, Wait>,
     dirty: BTreeSet<BlockKey>,
-    delayed: HashMap<u64, Completion>,
+    delayed: Map<u64, Completion>,
     next_delay: u64,
     system_chain: Option<u64>,
     lazy_chain: Option<u64>,
@@ -201,18 +203,18 @@ impl WinXpCache {
     pub fn new(cfg: WinXpConfig) -> Self {
         WinXpCache {
             cfg,
-            blocks: HashMap::new(),
+            blocks: Map::default(),
             lru: BTreeMap::new(),
             next_seq: 0,
-            files: HashMap::new(),
-            chains: HashMap::new(),
+            files: Map::default(),
+            chains: Map::default(),
             next_chain: 1,
-            children: HashMap::new(),
+            children: Map::default(),
             next_child: 0,
-            block_waiters: HashMap::new(),
-            waits: HashMap::new(),
+            block_waiters: Map::default(),
+            waits: Map::default(),
             dirty: BTreeSet::new(),
-            delayed: HashMap::new(),
+            delayed: Map::default(),
             next_delay: 0,
             system_chain: None,
             lazy_chain: None,
