@@ -17,6 +17,9 @@ pub const MAX_FIELDS: usize = 128;
 pub const READ: usize = 64 * 1024;
 /// Free space below which the buffer is compacted (or grown) before a read.
 const MIN_ROOM: usize = 4096;
+/// Most bytes a relay waits for, beyond what one read brought, to send an answer in one
+/// write ([`Conn::fill_tail`]; the buffer grows by at most [`READ`] for it).
+pub const TAIL: usize = 16 * 1024;
 
 fn bad(msg: impl Into<String>) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, msg.into())
@@ -93,6 +96,53 @@ impl Conn {
         self.buf = part.into_inner();
         r?;
         self.consume(n);
+        Ok(())
+    }
+
+    /// Sends `head` and then the first `n` buffered bytes in one `writev` (a proxied answer's
+    /// head and the start of its body: one segment train, not a small head segment and then
+    /// the body), and consumes them.
+    pub async fn send_with_head(
+        &mut self,
+        to: &TcpStream,
+        mut head: Vec<u8>,
+        n: usize,
+    ) -> io::Result<()> {
+        assert!(n <= self.end - self.pos, "sending more than is buffered");
+        if n == 0 || head.is_empty() {
+            write_all(to, head).await?;
+            return self.send_buffered(to, n).await;
+        }
+        let hl = head.len();
+        let body = iolab_runtime::Slice::new(std::mem::take(&mut self.buf), self.pos, self.pos + n);
+        let (r, mut parts) = to
+            .writev(vec![iolab_runtime::Slice::new(head, 0, hl), body])
+            .await;
+        self.buf = parts.pop().expect("two parts").into_inner();
+        head = parts.pop().expect("two parts").into_inner();
+        let sent = match r? {
+            0 => return Err(io::ErrorKind::WriteZero.into()),
+            k => k,
+        };
+        // A short write: the rest of the head, then the rest of the body.
+        if sent < hl {
+            write_all(to, head.split_off(sent)).await?;
+        }
+        let body_sent = sent.saturating_sub(hl);
+        self.consume(body_sent);
+        self.send_buffered(to, n - body_sent).await
+    }
+
+    /// Reads until `n` bytes are buffered when that is at most [`TAIL`] more than are (the
+    /// last bytes of an answer that did not fit one read, already on their way): the
+    /// answer then leaves in one write rather than a full buffer and a short tail.
+    pub async fn fill_tail(&mut self, n: u64) -> io::Result<()> {
+        while (self.buffered().len() as u64) < n && n - self.buffered().len() as u64 <= TAIL as u64
+        {
+            if self.fill().await? == 0 {
+                break; // the caller's relay reports the early end
+            }
+        }
         Ok(())
     }
 
@@ -422,6 +472,7 @@ pub async fn relay_exact(from: &mut Conn, to: Option<&TcpStream>, mut n: u64) ->
                 "stream ended inside a body",
             ));
         }
+        from.fill_tail(n).await?;
         let take = (from.buffered().len() as u64).min(n) as usize;
         match to {
             Some(to) => from.send_buffered(to, take).await?,
@@ -505,5 +556,56 @@ mod tests {
         assert_eq!(field(&out, "host"), Some(&b"a"[..]));
         assert_eq!(field(&out, "none"), None);
         assert_eq!(find_head_end(&out, 0), Some(out.len()));
+    }
+
+    /// The last bytes of a body that did not fit one read are waited for (they are on their
+    /// way) and the body leaves in one write: the client sees no byte of it before the
+    /// upstream has sent the tail. (Relayed at once, the first 64 KiB arrived 200 ms
+    /// before the tail was even sent, and the tail went alone in a second write.)
+    #[test]
+    fn a_short_tail_is_waited_for_and_the_body_leaves_in_one_write() {
+        use std::io::{Read, Write};
+        use std::time::{Duration, Instant};
+        let up_l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let cl_l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let (up_addr, cl_addr) = (up_l.local_addr().unwrap(), cl_l.local_addr().unwrap());
+        let t0 = Instant::now();
+        let tail = 100;
+        let upstream = std::thread::spawn(move || {
+            let (mut s, _) = up_l.accept().unwrap();
+            s.write_all(&vec![1u8; READ]).unwrap();
+            std::thread::sleep(Duration::from_millis(200));
+            let tail_sent = t0.elapsed();
+            s.write_all(&vec![2u8; tail]).unwrap();
+            tail_sent
+        });
+        let client = std::thread::spawn(move || {
+            let (mut s, _) = cl_l.accept().unwrap();
+            let mut got = vec![0u8; READ + tail];
+            s.read_exact(&mut got[..1]).unwrap();
+            let first = t0.elapsed();
+            s.read_exact(&mut got[1..]).unwrap();
+            (first, got)
+        });
+        let rt = iolab_runtime::Runtime::builder()
+            .workers(1)
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let up = TcpStream::connect(up_addr).await.unwrap();
+            let cl = TcpStream::connect(cl_addr).await.unwrap();
+            let mut conn = Conn::new(up);
+            relay_exact(&mut conn, Some(&cl), (READ + tail) as u64)
+                .await
+                .unwrap();
+        });
+        let tail_sent = upstream.join().unwrap();
+        let (first, got) = client.join().unwrap();
+        assert!(
+            first >= tail_sent,
+            "the body's first byte reached the client at {first:?}, before the upstream sent \
+             its tail at {tail_sent:?}"
+        );
+        assert!(got[..READ].iter().all(|&b| b == 1) && got[READ..].iter().all(|&b| b == 2));
     }
 }

@@ -496,8 +496,13 @@ async fn connection(
             };
             let Some(d) = disc else {
                 let upc = up.conn.as_mut().expect("connected");
-                let (rhead, framing) = with_buffered_body(rhead, upc, res.framing);
-                write_all(&client.stream, rhead).await?;
+                let framing = match send_head(upc, &client.stream, rhead, res.framing).await {
+                    Ok(f) => f,
+                    Err(e) => {
+                        up.conn = None;
+                        return Err(e);
+                    }
+                };
                 if let Err(e) = relay_body(upc, Some(&client.stream), framing).await {
                     up.conn = None;
                     return Err(e);
@@ -563,30 +568,26 @@ async fn connection(
     }
 }
 
-/// Largest body sent in the same write as its head (copied behind it).
-const COALESCE: u64 = 16 * 1024;
-
-/// `head` followed by the start of its body when that is already buffered and short (one
-/// `send` for a small answer, as nginx's writev), and the framing of what is left.
-fn with_buffered_body(mut head: Vec<u8>, from: &mut Conn, framing: Framing) -> (Vec<u8>, Framing) {
+/// Writes an answer's head with as much of its body as `from` holds (after waiting for a
+/// short tail: [`Conn::fill_tail`]) in one write, as nginx's writev of a head and its first
+/// buffer; the framing of what is left to relay.
+async fn send_head(
+    from: &mut Conn,
+    to: &TcpStream,
+    head: Vec<u8>,
+    framing: Framing,
+) -> io::Result<Framing> {
     let Framing::Length(n) = framing else {
-        return (head, framing);
+        write_all(to, head).await?;
+        return Ok(framing);
     };
-    if n > COALESCE {
-        return (head, framing);
-    }
-    let take = (from.buffered().len() as u64).min(n) as usize;
-    head.extend_from_slice(&from.buffered()[..take]);
-    from.consume(take);
-    let left = n - take as u64;
-    (
-        head,
-        if left == 0 {
-            Framing::None
-        } else {
-            Framing::Length(left)
-        },
-    )
+    from.fill_tail(n).await?;
+    let take = (from.buffered().len() as u64).min(n);
+    from.send_with_head(to, head, take as usize).await?;
+    Ok(match n - take {
+        0 => Framing::None,
+        left => Framing::Length(left),
+    })
 }
 
 /// Writes the request head and relays its body.

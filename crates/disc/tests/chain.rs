@@ -12,7 +12,7 @@ use iolab_disc::proxy::DiscMode;
 
 mod common;
 
-const SIZES: [u64; 10] = [
+const SIZES: [u64; 12] = [
     1,
     4095,
     4096,
@@ -20,6 +20,9 @@ const SIZES: [u64; 10] = [
     16384,
     16385,
     65536,
+    // Past one 64 KiB read: a tail the relay waits for, and one just too long to wait for.
+    65536 + 16384,
+    65536 + 16385,
     1 << 20,
     (1 << 20) + 1,
     64 << 20,
