@@ -18,7 +18,7 @@
 //! huge page), and an O_DIRECT table measured from ordinary buffers would make read-ahead
 //! into 2 MiB folios half as fast as it is. `calibrate` measures it with huge-page buffers.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use anyhow::{bail, Result};
 use serde::Deserialize;
@@ -77,15 +77,22 @@ pub struct MeasuredSpec {
 
 type Key = (bool, Pattern); // (is_read, pattern)
 
-/// Latency tables: per key, sizes (log2 KiB) ascending, each with (qd, µs) ascending.
-/// Rows of one key: (log2 size in KiB, [(queue depth, µs)]).
-type Rows = Vec<(f64, Vec<(f64, f64)>)>;
+/// One size's row: log2 of the size in KiB, the size in KiB (`exp2` of the former, kept so
+/// a lookup does not compute it again), and (queue depth, µs) ascending.
+type Row = (f64, f64, Vec<(f64, f64)>);
 
-struct Tables(HashMap<Key, Rows>);
+/// Latency tables, one per (operation, pattern), each with its sizes ascending; looked up for
+/// every request the device starts, so a fixed array rather than a map.
+struct Tables([Vec<Row>; 4]);
+
+/// The slot of a key in [`Tables`].
+fn slot((read, pattern): Key) -> usize {
+    usize::from(!read) * 2 + usize::from(pattern == Pattern::Sequential)
+}
 
 impl Tables {
     fn build(name: &str, points: &[Point]) -> Result<Tables> {
-        let mut m: HashMap<Key, Rows> = HashMap::new();
+        let mut m: [Vec<Row>; 4] = Default::default();
         for (i, p) in points.iter().enumerate() {
             let read = match p.op.as_str() {
                 "read" => true,
@@ -101,13 +108,13 @@ impl Tables {
             if !(p.latency_us.is_finite() && p.latency_us > 0.0 && p.latency_us < 1e9) {
                 bail!("measured.{name}[{i}]: latency_us must be > 0 and finite");
             }
-            let rows = m.entry((read, p.pattern)).or_default();
+            let rows = &mut m[slot((read, p.pattern))];
             let ls = p.size_kib.log2();
-            let row = match rows.iter_mut().position(|(s, _)| (*s - ls).abs() < 1e-9) {
-                Some(j) => &mut rows[j].1,
+            let row = match rows.iter_mut().position(|(s, _, _)| (*s - ls).abs() < 1e-9) {
+                Some(j) => &mut rows[j].2,
                 None => {
-                    rows.push((ls, Vec::new()));
-                    &mut rows.last_mut().unwrap().1
+                    rows.push((ls, ls.exp2(), Vec::new()));
+                    &mut rows.last_mut().unwrap().2
                 }
             };
             if row.iter().any(|&(q, _)| q == f64::from(p.qd)) {
@@ -115,13 +122,13 @@ impl Tables {
             }
             row.push((f64::from(p.qd), p.latency_us));
         }
-        for rows in m.values_mut() {
+        for rows in m.iter_mut() {
             rows.sort_by(|a, b| a.0.total_cmp(&b.0));
-            for (_, r) in rows.iter_mut() {
+            for (_, _, r) in rows.iter_mut() {
                 r.sort_by(|a, b| a.0.total_cmp(&b.0));
             }
         }
-        if m.is_empty() {
+        if m.iter().all(Vec::is_empty) {
             bail!("measured.{name} is empty");
         }
         Ok(Tables(m))
@@ -129,42 +136,46 @@ impl Tables {
 
     /// Latency (µs) for a key, size (KiB) and queue depth.
     fn lookup(&self, key: Key, size_kib: f64, qd: f64) -> f64 {
-        // Fall back to the other pattern, then the other operation, if a table is missing.
-        let rows = self
-            .0
-            .get(&key)
-            .or_else(|| {
-                self.0.get(&(
-                    key.0,
-                    if key.1 == Pattern::Random {
-                        Pattern::Sequential
-                    } else {
-                        Pattern::Random
-                    },
-                ))
-            })
-            .or_else(|| self.0.values().next())
-            .expect("tables are never empty");
+        // A missing table falls back to the same operation's other pattern, then to the
+        // other operation's (same pattern first).
+        let other = |p: Pattern| {
+            if p == Pattern::Random {
+                Pattern::Sequential
+            } else {
+                Pattern::Random
+            }
+        };
+        let rows = [
+            key,
+            (key.0, other(key.1)),
+            (!key.0, key.1),
+            (!key.0, other(key.1)),
+        ]
+        .into_iter()
+        .map(|k| &self.0[slot(k)])
+        .find(|r| !r.is_empty())
+        .expect("tables are never empty");
         let at_qd = |r: &[(f64, f64)]| interp(r, qd);
         let ls = size_kib.max(1e-3).log2();
-        let i = rows.partition_point(|(s, _)| *s < ls);
+        let i = rows.partition_point(|(s, _, _)| *s < ls);
         if i == 0 {
-            return at_qd(&rows[0].1);
+            return at_qd(&rows[0].2);
         }
         if i >= rows.len() {
             // Beyond the largest size: scale with size from the two largest (transfer-bound).
-            let (s1, r1) = &rows[rows.len() - 1];
+            let (s1, _, r1) = &rows[rows.len() - 1];
             if rows.len() == 1 {
                 return at_qd(r1) * (ls - s1).exp2();
             }
-            let (s0, r0) = &rows[rows.len() - 2];
+            let (_, k0, r0) = &rows[rows.len() - 2];
+            let (_, k1, _) = &rows[rows.len() - 1];
             let (a, b) = (at_qd(r0), at_qd(r1));
-            let per = (b - a) / ((*s1).exp2() - (*s0).exp2());
-            return b + per.max(0.0) * (ls.exp2() - s1.exp2());
+            let per = (b - a) / (k1 - k0);
+            return b + per.max(0.0) * (ls.exp2() - k1);
         }
-        let (s0, r0) = &rows[i - 1];
-        let (s1, r1) = &rows[i];
-        let f = (ls.exp2() - s0.exp2()) / (s1.exp2() - s0.exp2());
+        let (_, k0, r0) = &rows[i - 1];
+        let (_, k1, r1) = &rows[i];
+        let f = (ls.exp2() - k0) / (k1 - k0);
         at_qd(r0) + f * (at_qd(r1) - at_qd(r0))
     }
 }
