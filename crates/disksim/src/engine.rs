@@ -126,15 +126,18 @@ pub trait Source {
 /// Marks an issued request that belongs to no stream.
 const NO_STREAM: u32 = u32::MAX;
 
+/// An event. Requests and completions wait in [`Payloads`] and events name them by slot:
+/// events are moved through the queues several times each (the action list, the queue of
+/// events due now, the heap's sifting), and a completion is ~160 bytes.
 #[derive(Debug)]
 enum Kind {
     Arrive {
         level: usize,
-        req: Request,
+        req: u32,
     },
     Complete {
         level: usize,
-        done: Completion,
+        done: u32,
     },
     Wake {
         level: usize,
@@ -143,10 +146,55 @@ enum Kind {
     /// An `up_at` falling due: the completion goes up from `level` now.
     Up {
         level: usize,
-        done: Completion,
+        done: u32,
     },
     /// The source's next request is due (with its stream, or `NO_STREAM`).
-    Issue(Request, u32),
+    Issue(u32, u32),
+}
+
+/// The requests and completions of queued events, by slot; a slot is reused once taken.
+#[derive(Default)]
+struct Payloads {
+    requests: Vec<Option<Request>>,
+    free_requests: Vec<u32>,
+    completions: Vec<Option<Completion>>,
+    free_completions: Vec<u32>,
+}
+
+impl Payloads {
+    fn put_request(&mut self, r: Request) -> u32 {
+        put(&mut self.requests, &mut self.free_requests, r)
+    }
+    fn take_request(&mut self, i: u32) -> Request {
+        take(&mut self.requests, &mut self.free_requests, i)
+    }
+    fn put_completion(&mut self, c: Completion) -> u32 {
+        put(&mut self.completions, &mut self.free_completions, c)
+    }
+    fn take_completion(&mut self, i: u32) -> Completion {
+        take(&mut self.completions, &mut self.free_completions, i)
+    }
+}
+
+fn put<T>(slots: &mut Vec<Option<T>>, free: &mut Vec<u32>, v: T) -> u32 {
+    match free.pop() {
+        Some(i) => {
+            slots[i as usize] = Some(v);
+            i
+        }
+        None => {
+            slots.push(Some(v));
+            (slots.len() - 1) as u32
+        }
+    }
+}
+
+fn take<T>(slots: &mut [Option<T>], free: &mut Vec<u32>, i: u32) -> T {
+    let v = slots[i as usize]
+        .take()
+        .expect("an event's payload is taken once");
+    free.push(i);
+    v
 }
 
 struct Timed {
@@ -197,6 +245,7 @@ pub struct Simulator {
     /// Stream of each in-flight request issued with [`When::Stream`], by request id.
     stream_of: std::collections::HashMap<u64, u32, foldhash::fast::FixedState>,
     events: u64,
+    payloads: Payloads,
 }
 
 impl Simulator {
@@ -214,6 +263,7 @@ impl Simulator {
             waiting_for_completion: VecDeque::new(),
             stream_of: Default::default(),
             events: 0,
+            payloads: Payloads::default(),
         }
     }
 
@@ -250,14 +300,16 @@ impl Simulator {
                         } else {
                             self.now
                         };
-                        self.push(at, Kind::Issue(p.req, NO_STREAM));
+                        let r = self.payloads.put_request(p.req);
+                        self.push(at, Kind::Issue(r, NO_STREAM));
                     }
                     When::Stream { stream, at } => self.push_stream(stream, at, p.req),
                     When::AfterCompletion { think } => {
                         if self.in_flight == 0 && self.waiting_for_completion.is_empty() {
                             // Nothing to wait for: the think time runs from now.
                             let at = self.now + think.max(0.0);
-                            self.push(at, Kind::Issue(p.req, NO_STREAM));
+                            let r = self.payloads.put_request(p.req);
+                            self.push(at, Kind::Issue(r, NO_STREAM));
                         } else {
                             self.waiting_for_completion
                                 .push_back((think.max(0.0), p.req));
@@ -277,7 +329,8 @@ impl Simulator {
         } else {
             self.now
         };
-        self.push(at, Kind::Issue(req, stream.min(NO_STREAM - 1)));
+        let r = self.payloads.put_request(req);
+        self.push(at, Kind::Issue(r, stream.min(NO_STREAM - 1)));
     }
 
     /// Runs `source` to the end, calling `observe` for every completed request in completion
@@ -307,7 +360,8 @@ impl Simulator {
             self.events += 1;
             ctx.now = self.now;
             let level = match kind {
-                Kind::Issue(mut req, stream) => {
+                Kind::Issue(r, stream) => {
+                    let mut req = self.payloads.take_request(r);
                     req.id = self.next_id;
                     self.next_id += 1;
                     req.arrival = self.now;
@@ -322,10 +376,12 @@ impl Simulator {
                     0
                 }
                 Kind::Arrive { level, req } => {
+                    let req = self.payloads.take_request(req);
                     self.chain[level].submit(req, &mut ctx);
                     level
                 }
                 Kind::Complete { level, done } => {
+                    let done = self.payloads.take_completion(done);
                     self.chain[level].complete(done, &mut ctx);
                     level
                 }
@@ -334,6 +390,7 @@ impl Simulator {
                     level
                 }
                 Kind::Up { level, done } => {
+                    let done = self.payloads.take_completion(done);
                     ctx.actions.push(Action::Up(done));
                     level
                 }
@@ -347,6 +404,7 @@ impl Simulator {
                                 self.chain[level].name()
                             );
                         }
+                        let req = self.payloads.put_request(req);
                         self.now_queue.push_back(Kind::Arrive {
                             level: level + 1,
                             req,
@@ -375,6 +433,7 @@ impl Simulator {
                                 self.waiting_for_completion.pop_front()
                             {
                                 let at = self.now + think;
+                                let req = self.payloads.put_request(req);
                                 if at <= self.now {
                                     self.now_queue.push_back(Kind::Issue(req, NO_STREAM));
                                 } else {
@@ -387,6 +446,7 @@ impl Simulator {
                                 }
                             }
                         } else {
+                            let done = self.payloads.put_completion(done);
                             self.now_queue.push_back(Kind::Complete {
                                 level: level - 1,
                                 done,
@@ -398,7 +458,9 @@ impl Simulator {
                         self.push(at.max(self.now), Kind::Wake { level, token })
                     }
                     Action::UpAt(done) => {
-                        self.push(done.rec.completion.max(self.now), Kind::Up { level, done })
+                        let at = done.rec.completion.max(self.now);
+                        let done = self.payloads.put_completion(done);
+                        self.push(at, Kind::Up { level, done })
                     }
                 }
             }

@@ -349,7 +349,10 @@ mod tests {
         .unwrap();
         for _ in 0..2 {
             assert_eq!(only_writes.lookup((true, Pattern::Random), 4.0, 1.0), 100.0);
-            assert_eq!(only_writes.lookup((true, Pattern::Sequential), 4.0, 1.0), 200.0);
+            assert_eq!(
+                only_writes.lookup((true, Pattern::Sequential), 4.0, 1.0),
+                200.0
+            );
         }
     }
 
