@@ -329,45 +329,33 @@ mod tests {
     /// map listed first, so the same calibration could simulate differently from run to run.
     #[test]
     fn a_missing_table_falls_back_in_a_fixed_order() {
-        let t = Tables::build(
-            "points",
-            &[
-                p("write", Pattern::Random, 4.0, 1, 100.0),
-                p("write", Pattern::Sequential, 4.0, 1, 200.0),
-                p("read", Pattern::Sequential, 4.0, 1, 300.0),
-            ],
-        )
-        .unwrap();
+        let w = |pattern, us| p("write", pattern, 4.0, 1, us);
+        let t = tables(&[
+            w(Pattern::Random, 100.0),
+            w(Pattern::Sequential, 200.0),
+            p("read", Pattern::Sequential, 4.0, 1, 300.0),
+        ]);
         assert_eq!(t.lookup((true, Pattern::Random), 4.0, 1.0), 300.0);
-        let only_writes = Tables::build(
-            "points",
-            &[
-                p("write", Pattern::Random, 4.0, 1, 100.0),
-                p("write", Pattern::Sequential, 4.0, 1, 200.0),
-            ],
-        )
-        .unwrap();
-        for _ in 0..2 {
-            assert_eq!(only_writes.lookup((true, Pattern::Random), 4.0, 1.0), 100.0);
-            assert_eq!(
-                only_writes.lookup((true, Pattern::Sequential), 4.0, 1.0),
-                200.0
-            );
-        }
+        let only_writes = tables(&[w(Pattern::Random, 100.0), w(Pattern::Sequential, 200.0)]);
+        assert_eq!(only_writes.lookup((true, Pattern::Random), 4.0, 1.0), 100.0);
+        assert_eq!(
+            only_writes.lookup((true, Pattern::Sequential), 4.0, 1.0),
+            200.0
+        );
+    }
+
+    fn tables(points: &[Point]) -> Tables {
+        Tables::build("points", points).unwrap()
     }
 
     #[test]
     fn interpolates_in_size_and_queue_depth() {
-        let t = Tables::build(
-            "points",
-            &[
-                p("read", Pattern::Random, 4.0, 1, 100.0),
-                p("read", Pattern::Random, 4.0, 4, 200.0),
-                p("read", Pattern::Random, 16.0, 1, 300.0),
-                p("read", Pattern::Random, 16.0, 4, 500.0),
-            ],
-        )
-        .unwrap();
+        let t = tables(&[
+            p("read", Pattern::Random, 4.0, 1, 100.0),
+            p("read", Pattern::Random, 4.0, 4, 200.0),
+            p("read", Pattern::Random, 16.0, 1, 300.0),
+            p("read", Pattern::Random, 16.0, 4, 500.0),
+        ]);
         let k = (true, Pattern::Random);
         assert_eq!(t.lookup(k, 4.0, 1.0), 100.0);
         // 8 KiB is a third of the way from 4 to 16 KiB (not halfway, as in log2); qd 1.
