@@ -1038,11 +1038,18 @@ impl PageCache {
         let mut children = BTreeSet::new();
         for index in first..last {
             let k = PageKey { stream: sk, index };
-            match self.pages.get_mut(&k) {
-                None => self.sync_ra(sk, index, last - index, ctx),
-                Some(p) if p.marker => {
+            // The common case, a cached page without the read-ahead mark, is looked up once;
+            // a miss or a mark starts read-ahead, which changes the map: looked up again.
+            let mut page = self.pages.get_mut(&k);
+            match page {
+                None => {
+                    self.sync_ra(sk, index, last - index, ctx);
+                    page = self.pages.get_mut(&k);
+                }
+                Some(ref mut p) if p.marker => {
                     p.marker = false;
                     self.async_ra(sk, index, last - index, ctx);
+                    page = self.pages.get_mut(&k);
                 }
                 Some(_) => {}
             }
@@ -1051,7 +1058,7 @@ impl PageCache {
             let same_page =
                 index == first && prev_pos.is_some_and(|p| p > 0 && (p - 1) / PAGE == first);
             let mut promote = false;
-            if let Some(p) = self.pages.get_mut(&k) {
+            if let Some(p) = page {
                 if let Some(c) = p.pending {
                     children.insert(c);
                     if c >= first_new_child {
