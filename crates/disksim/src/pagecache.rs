@@ -1193,8 +1193,15 @@ impl PageCache {
             if !self.pages.contains_key(&k) {
                 self.insert_page(k, false);
             }
-            self.mark_accessed(k);
+            // `mark_accessed`, in place but for the move to the active list (one lookup).
             let p = self.pages.get_mut(&k).expect("inserted above");
+            let p = if (p.list, p.referenced) == (List::Inactive, true) {
+                self.mark_accessed(k);
+                self.pages.get_mut(&k).expect("still cached")
+            } else {
+                p.referenced = true;
+                p
+            };
             if !p.dirty {
                 self.lru[p.list].set_reclaimable(p.seq, false);
                 p.dirty = true;
