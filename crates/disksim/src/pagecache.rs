@@ -1234,14 +1234,15 @@ impl PageCache {
         sync: bool,
         ctx: &mut Ctx,
     ) -> Vec<u64> {
-        if range.start >= range.end {
+        // (Nothing dirty in the file, as for every O_DIRECT request of a job that only does
+        // O_DIRECT: nothing to collect or send.)
+        let Some(s) = self.streams.get(&sk) else {
+            return Vec::new();
+        };
+        if range.start >= range.end || s.dirty.is_empty() {
             return Vec::new();
         }
-        let dirty: Vec<u64> = self
-            .streams
-            .get(&sk)
-            .map(|s| s.dirty.range(range).copied().collect())
-            .unwrap_or_default();
+        let dirty: Vec<u64> = s.dirty.range(range).copied().collect();
         self.write_back(sk, &dirty, sync, ctx)
     }
 
@@ -1638,6 +1639,9 @@ impl PageCache {
         let last = end.div_ceil(PAGE);
         self.start_writeback(sk, first..last, true, ctx);
         for index in first..last {
+            if self.pages.is_empty() {
+                break;
+            }
             let k = PageKey { stream: sk, index };
             if self.pages.get(&k).is_some_and(Page::reclaimable) {
                 self.remove_page(k);
