@@ -243,7 +243,7 @@ pub struct Simulator {
     /// Closed-loop issues waiting for a completion (think times, FIFO).
     waiting_for_completion: VecDeque<(f64, Request)>,
     /// Stream of each in-flight request issued with [`When::Stream`], by request id.
-    stream_of: std::collections::HashMap<u64, u32, foldhash::fast::FixedState>,
+    stream_of: crate::Map<u64, u32>,
     events: u64,
     payloads: Payloads,
 }
@@ -434,16 +434,7 @@ impl Simulator {
                             {
                                 let at = self.now + think;
                                 let req = self.payloads.put_request(req);
-                                if at <= self.now {
-                                    self.now_queue.push_back(Kind::Issue(req, NO_STREAM));
-                                } else {
-                                    self.seq += 1;
-                                    self.heap.push(Timed {
-                                        at,
-                                        seq: self.seq,
-                                        kind: Kind::Issue(req, NO_STREAM),
-                                    });
-                                }
+                                self.push(at, Kind::Issue(req, NO_STREAM));
                             }
                         } else {
                             let done = self.payloads.put_completion(done);
