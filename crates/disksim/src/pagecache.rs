@@ -337,6 +337,17 @@ struct SyncWait {
 }
 
 impl Page {
+    /// `folio_mark_accessed` on the page's own flags: referenced on the first access; true
+    /// on the second of an inactive page, which then moves to the active list
+    /// ([`PageCache::activate`]).
+    fn accessed(&mut self) -> bool {
+        if (self.list, self.referenced) == (List::Inactive, true) {
+            return true;
+        }
+        self.referenced = true;
+        false
+    }
+
     /// Reclaim may take it: uptodate, clean, not under write-back.
     fn reclaimable(&self) -> bool {
         self.pending.is_none() && !self.dirty && self.wb.is_none()
@@ -667,21 +678,16 @@ impl PageCache {
         }
     }
 
-    /// `folio_mark_accessed`: referenced on the first access, active on the second.
-    fn mark_accessed(&mut self, k: PageKey) {
+    /// Moves an inactive page accessed a second time ([`Page::accessed`]) to the active list.
+    fn activate(&mut self, k: PageKey) {
         let Some(p) = self.pages.get_mut(&k) else {
             return;
         };
-        match (p.list, p.referenced) {
-            (List::Inactive, true) => {
-                self.lru[List::Inactive].remove(p.seq);
-                p.list = List::Active;
-                p.referenced = false;
-                p.seq = self.lru[List::Active].push(k, p.reclaimable());
-                self.compact(List::Inactive);
-            }
-            _ => p.referenced = true,
-        }
+        self.lru[List::Inactive].remove(p.seq);
+        p.list = List::Active;
+        p.referenced = false;
+        p.seq = self.lru[List::Active].push(k, p.reclaimable());
+        self.compact(List::Inactive);
     }
 
     /// Adds a clean page, not yet read, at the young end of the inactive list (where the
@@ -1065,16 +1071,12 @@ impl PageCache {
                         missed += 1; // read from the device by this request
                     }
                 }
-                // `mark_accessed` in place, but for the move to the active list.
                 if !same_page {
-                    match (p.list, p.referenced) {
-                        (List::Inactive, true) => promote = true,
-                        _ => p.referenced = true,
-                    }
+                    promote = p.accessed();
                 }
             }
             if promote {
-                self.mark_accessed(k);
+                self.activate(k);
             }
         }
         let requested = last - first;
@@ -1193,13 +1195,11 @@ impl PageCache {
             if !self.pages.contains_key(&k) {
                 self.insert_page(k, false);
             }
-            // `mark_accessed`, in place but for the move to the active list (one lookup).
             let p = self.pages.get_mut(&k).expect("inserted above");
-            let p = if (p.list, p.referenced) == (List::Inactive, true) {
-                self.mark_accessed(k);
+            let p = if p.accessed() {
+                self.activate(k);
                 self.pages.get_mut(&k).expect("still cached")
             } else {
-                p.referenced = true;
                 p
             };
             if !p.dirty {
