@@ -23,7 +23,7 @@ use iolab_runtime::net::{TcpListener, TcpStream};
 use iolab_runtime::Runtime;
 
 use crate::http1::{
-    parse_request, parse_response, relay_body, relay_exact, rewrite_head, write_all, Conn, Framing,
+    parse_request, parse_response, relay_body, rewrite_head, write_all, Conn, Framing,
 };
 use crate::proto::{Disc, PathInfo, DISC_FIELD, PATH_FIELD};
 use crate::stop::Stop;
@@ -550,8 +550,9 @@ async fn connection(
             match fe_relay(&mut dp, d).await {
                 Ok(()) => {
                     let c = &mut dp.as_mut().expect("connected").conn;
-                    write_all(&client.stream, out_head).await?;
-                    relay_exact(c, Some(&client.stream), d.size).await?;
+                    let left =
+                        send_head(c, &client.stream, out_head, Framing::Length(d.size)).await?;
+                    relay_body(c, Some(&client.stream), left).await?;
                     break res.keep_alive;
                 }
                 Err(e) => {
