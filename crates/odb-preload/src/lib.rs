@@ -90,6 +90,7 @@ extern "C" fn init() {
         conns: Conns::new(),
     });
     regions::install();
+    alloc::init();
     // SAFETY: registers a handler that only stores to an atomic (fork-safe).
     unsafe { libc::pthread_atfork(None, None, Some(sys::forget_pid)) };
     ACTIVE.store(true, Relaxed);
@@ -237,27 +238,40 @@ pub(crate) fn with_state_in_handler<R>(f: impl FnOnce(&mut Reg) -> R) -> Option<
     None
 }
 
-/// `free(p)` of a block of `n` usable bytes: its protected pages are given up unfetched
-/// (regions are whole pages inside the buffers they were read into, so a freed block holds
-/// whole regions or none of one). The registry lock is never held while freeing (see `Reg`),
-/// so waiting for it cannot be waiting for ourselves; bounded anyway (another thread holding
-/// it for long is a bug elsewhere): give up and let the pages fault and be fetched instead.
+/// `free(p)` of a glibc block of `n` usable bytes: its protected pages are given up unfetched
+/// and unprotected (regions are whole pages inside the buffers they were read into, so a
+/// freed block holds whole regions or none of one).
 pub(crate) fn forget_pages(p: usize, n: usize) {
+    in_free(p, n, |st, a, b| {
+        if st.regions.overlaps(a, b) {
+            let before = st.regions.v.len();
+            let _ = st.regions.take(a, b, false, &mut st.conns);
+            stats::FREED_REGIONS.fetch_add((before - st.regions.v.len()) as u64, Relaxed);
+        }
+    });
+}
+
+/// `free` of the pool block [p, p+n): its live regions become dead, still protected (see
+/// `alloc`).
+pub(crate) fn kill_pages(p: usize, n: usize) {
+    in_free(p, n, |st, a, b| st.regions.kill(a, b, &mut st.conns));
+}
+
+/// Runs `f` on the whole pages [a, b) of a freed block, under the registry lock. The lock is
+/// never held while freeing (see `Reg`), so waiting for it cannot be waiting for ourselves;
+/// bounded anyway (another thread holding it for long is a bug elsewhere): give up, and the
+/// pages stay registered live, fetched if ever touched.
+fn in_free(p: usize, n: usize, f: impl FnOnce(&mut Reg, usize, usize)) {
     use regions::{round_down, round_up};
     let (a, b) = (round_up(p), round_down(p + n));
-    if a >= b {
+    if a >= b || REGION_COUNT.load(Relaxed) == 0 {
         return;
     }
     for _ in 0..100_000 {
         match REG.try_lock() {
             Ok(mut g) => {
                 if let Some(st) = g.as_mut() {
-                    if st.regions.overlaps(a, b) {
-                        let before = st.regions.v.len();
-                        let _ = st.regions.take(a, b, false, &mut st.conns);
-                        stats::FREED_REGIONS
-                            .fetch_add((before - st.regions.v.len()) as u64, Relaxed);
-                    }
+                    f(st, a, b);
                     REGION_COUNT.store(st.regions.v.len(), Relaxed);
                 }
                 return;
@@ -373,7 +387,8 @@ fn iov_total(iov: &[iovec]) -> usize {
 // ---------------------------------------------------------------- receiving
 
 /// Places `r` (covering exactly the bytes of `pieces`) into application memory: partial pages
-/// fetched now, whole pages protected and registered for fetch on fault.
+/// fetched now, whole pages protected and registered for fetch on fault (no `mprotect` when
+/// they are the dead pages of the same buffer's last response, see `Registry::cover`).
 fn place_virtual(st: &mut Reg, pieces: &[iovec], r: Ref) -> Result<(), c_int> {
     use regions::{round_down, round_up};
     let mut o = 0u64;
@@ -381,35 +396,53 @@ fn place_virtual(st: &mut Reg, pieces: &[iovec], r: Ref) -> Result<(), c_int> {
         let (s, e) = (pc.iov_base as usize, pc.iov_base as usize + pc.iov_len);
         let sub = r.slice(o, pc.iov_len as u32);
         let (ps, pe) = (round_up(s), round_down(e));
-        if ps < pe && st.regions.has_room(1) {
-            // head and tail pages in one pipelined request
+        if ps < pe {
+            // the partial pages at the ends are written now: whatever protects them goes
+            // first (their other bytes kept), then head and tail in one pipelined request
             let mut jobs: [(Ref, *mut u8); 2] = [(sub, std::ptr::null_mut()); 2];
             let mut n = 0;
             if ps > s {
+                st.regions.prepare_overwrite(s, ps - s, &mut st.conns)?;
                 jobs[n] = (sub.slice(0, (ps - s) as u32), s as *mut u8);
                 n += 1;
             }
             if e > pe {
+                st.regions.prepare_overwrite(pe, e - pe, &mut st.conns)?;
                 jobs[n] = (sub.slice((pe - s) as u64, (e - pe) as u32), pe as *mut u8);
                 n += 1;
             }
             st.conns.fetch_many(&jobs[..n])?;
-            if sys::mprotect(ps as *mut c_void, pe - ps, libc::PROT_NONE).is_ok() {
-                st.regions
-                    .add(ps, pe, sub.slice((ps - s) as u64, (pe - ps) as u32));
+            let middle = sub.slice((ps - s) as u64, (pe - ps) as u32);
+            if st.regions.cover(ps, pe, middle) {
                 stats::PROTECTED_BYTES.fetch_add((pe - ps) as u64, Relaxed);
             } else {
-                st.conns
-                    .fetch(&sub.slice((ps - s) as u64, (pe - ps) as u32), ps as *mut u8)?;
+                st.conns.fetch(&middle, ps as *mut u8)?;
             }
         } else {
-            // less than a whole page, or no room to register: fetch it all now
+            // less than a whole page: fetch it all now
+            st.regions.prepare_overwrite(s, e - s, &mut st.conns)?;
             st.conns.fetch(&sub, s as *mut u8)?;
         }
         o += pc.iov_len as u64;
     }
     stats::V_IN_BYTES.fetch_add(o, Relaxed);
     Ok(())
+}
+
+/// Before the receive path writes real bytes into `pieces` of application memory: protected
+/// pages there are dropped (whole) or fetched (partial). Only the pieces about to be written:
+/// the pages a reference lands on stay protected (see `place_virtual`).
+fn prepare_pieces(pieces: &[iovec]) -> Result<(), c_int> {
+    if REGION_COUNT.load(Relaxed) == 0 {
+        return Ok(());
+    }
+    with_reg(|r| {
+        pieces.iter().try_for_each(|v| {
+            r.regions
+                .prepare_overwrite(v.iov_base as usize, v.iov_len, &mut r.conns)
+        })
+    })
+    .map_err(|_| libc::EIO)
 }
 
 fn odb_recv(
@@ -421,13 +454,6 @@ fn odb_recv(
 ) -> Result<usize, c_int> {
     if fs.broken {
         return Err(libc::ECONNRESET);
-    }
-    for v in iov {
-        with_reg(|r| {
-            r.regions
-                .prepare_overwrite(v.iov_base as usize, v.iov_len, &mut r.conns)
-        })
-        .map_err(|_| libc::EIO)?;
     }
     let total = iov_total(iov);
     if total == 0 {
@@ -467,12 +493,19 @@ fn odb_recv(
         if fs.raw {
             if buffered > 0 {
                 let k = buffered.min(total - produced);
+                sub_iov(iov, produced, k, &mut scratch);
+                if prepare_pieces(&scratch).is_err() {
+                    finish!(Err(libc::EIO));
+                }
                 copy_to_iov(iov, produced, &fs.rbuf[fs.rpos..fs.rpos + k]);
                 fs.rpos += k;
                 produced += k;
                 continue;
             }
             sub_iov(iov, produced, total - produced, &mut scratch);
+            if prepare_pieces(&scratch).is_err() {
+                finish!(Err(libc::EIO));
+            }
             match sys::recvmsg(fd, &scratch, fl) {
                 Ok(n) => return Ok(produced + n),
                 Err(e) => finish!(Err(e)),
@@ -499,6 +532,10 @@ fn odb_recv(
             }
             InFrame::Real(left) if buffered > 0 => {
                 let k = left.min(buffered).min(total - produced);
+                sub_iov(iov, produced, k, &mut scratch);
+                if prepare_pieces(&scratch).is_err() {
+                    finish!(Err(libc::EIO));
+                }
                 copy_to_iov(iov, produced, &fs.rbuf[fs.rpos..fs.rpos + k]);
                 fs.rpos += k;
                 produced += k;
@@ -509,6 +546,9 @@ fn odb_recv(
             InFrame::Real(left) if left >= RBUF || left >= total - produced => {
                 let k = left.min(total - produced);
                 sub_iov(iov, produced, k, &mut scratch);
+                if prepare_pieces(&scratch).is_err() {
+                    finish!(Err(libc::EIO));
+                }
                 match sys::recvmsg(fd, &scratch, fl) {
                     Ok(0) => finish!(Ok(0)),
                     Ok(n) => {
@@ -644,6 +684,7 @@ fn classify(pieces: &[iovec], segs: &mut Vec<Seg>) {
     enum Found {
         Virt(regions::Region),
         Real(usize),
+        Again,
     }
     for pc in pieces {
         let (mut a, e) = (pc.iov_base as usize, pc.iov_base as usize + pc.iov_len);
@@ -652,7 +693,13 @@ fn classify(pieces: &[iovec], segs: &mut Vec<Seg>) {
             let found = with_reg(|r| {
                 if let Some(i) = r.regions.find(a) {
                     // no stale-page check: see the invariants of `alloc`
-                    return Found::Virt(r.regions.v[i]);
+                    let g = r.regions.v[i];
+                    if g.dead {
+                        // freed memory sent anyway: accessible again, its bytes as they are
+                        let _ = r.regions.take(g.start, g.end, false, &mut r.conns);
+                        return Found::Again;
+                    }
+                    return Found::Virt(g);
                 }
                 let next = r
                     .regions
@@ -670,6 +717,7 @@ fn classify(pieces: &[iovec], segs: &mut Vec<Seg>) {
                     segs.push(Seg::Virt(g.r.slice((a - g.start) as u64, (end - a) as u32)));
                     a = end;
                 }
+                Found::Again => {}
                 Found::Real(next) => {
                     match segs.last_mut() {
                         Some(Seg::Real(p, l)) if *p + *l == a => *l += next - a,
@@ -746,8 +794,7 @@ fn odb_send(
 ) -> Result<usize, c_int> {
     let total = iov_total(iov);
     if fs.raw {
-        before_kernel_reads(iov)?;
-        return sys::sendmsg(fd, iov, flags);
+        return send_staged(iov, |v| sys::sendmsg(fd, v, flags));
     }
     if !flush_pending(fs, fd, flags)? {
         return Err(libc::EAGAIN);
@@ -759,8 +806,7 @@ fn odb_send(
         OutFrame::Real(left) => {
             let k = left.min(total);
             sub_iov(iov, 0, k, &mut scratch);
-            before_kernel_reads(&scratch)?;
-            let n = sys::sendmsg(fd, &scratch, flags)?;
+            let n = send_staged(&scratch, |v| sys::sendmsg(fd, v, flags))?;
             stats::R_OUT_BYTES.fetch_add(n as u64, Relaxed);
             fs.out_frame = if n == left {
                 OutFrame::None
@@ -1409,6 +1455,84 @@ fn before_kernel_reads(iov: &[iovec]) -> Result<(), c_int> {
     .map_err(|_| libc::EIO)
 }
 
+/// The staging buffer of `send_staged`, kept between calls (taken out while in use).
+static STAGE: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+/// Above this many referenced bytes in one call, they are fetched in place instead.
+const STAGE_MAX: usize = 4 << 20;
+
+/// Hands application memory that may hold referenced pages to the kernel for a destination
+/// outside the domain (the client, a file): `send` gets the iovecs to send, `iov` itself
+/// when nothing in it is at an agent, else iovecs whose referenced parts point into a
+/// staging buffer of the library's, filled from the agents in pipelined batches. The
+/// application's pages stay protected and registered: fetching into them took an
+/// `mprotect` to open them, and their buffer's next response another to protect them again
+/// (the FE's four per response); left protected, they become dead when the buffer is freed
+/// and the next response's reference lands on them for free (see `alloc`). A later send of
+/// the same bytes (after a partial write) fetches them again.
+fn send_staged(
+    iov: &[iovec],
+    send: impl FnOnce(&[iovec]) -> Result<usize, c_int>,
+) -> Result<usize, c_int> {
+    if REGION_COUNT.load(Relaxed) == 0 || !ACTIVE.load(Relaxed) {
+        return send(iov);
+    }
+    let mut segs = Vec::new();
+    classify(iov, &mut segs);
+    let virt: usize = segs
+        .iter()
+        .map(|s| match s {
+            Seg::Virt(r) => r.len as usize,
+            Seg::Real(..) => 0,
+        })
+        .sum();
+    if virt == 0 {
+        return send(iov);
+    }
+    if virt > STAGE_MAX || segs.len() > 1024 {
+        before_kernel_reads(iov)?;
+        return send(iov);
+    }
+    let mut stage = std::mem::take(&mut *STAGE.lock().unwrap_or_else(|e| e.into_inner()));
+    if stage.len() < virt {
+        stage.resize(virt, 0);
+    }
+    let base = stage.as_mut_ptr();
+    let mut out = Vec::with_capacity(segs.len());
+    let fetched = with_reg(|st| {
+        let mut jobs = regions::Fetches::new();
+        let mut res = Ok(());
+        let mut at = 0;
+        for s in &segs {
+            match *s {
+                Seg::Real(p, l) => out.push(iovec {
+                    iov_base: p as *mut c_void,
+                    iov_len: l,
+                }),
+                Seg::Virt(r) => {
+                    // SAFETY: at + r.len <= virt <= stage.len(): inside the staging buffer.
+                    let dst = unsafe { base.add(at) };
+                    out.push(iovec {
+                        iov_base: dst.cast(),
+                        iov_len: r.len as usize,
+                    });
+                    res = res.and(jobs.push(r, dst, &mut st.conns));
+                    at += r.len as usize;
+                }
+            }
+        }
+        res.and(jobs.flush(&mut st.conns))
+    });
+    let r = match fetched {
+        Ok(()) => {
+            stats::MATERIALIZED.fetch_add(virt as u64, Relaxed);
+            send(&out)
+        }
+        Err(_) => Err(libc::EIO),
+    };
+    *STAGE.lock().unwrap_or_else(|e| e.into_inner()) = stage;
+    r
+}
+
 fn iov_slice<'a>(iov: *const iovec, cnt: c_int) -> Option<&'a [iovec]> {
     if iov.is_null() || !(0..=1024).contains(&cnt) {
         return None;
@@ -1444,23 +1568,22 @@ fn recv_path(
 }
 
 /// The one send path of `send`, `sendto`, `write`, `writev`, `pwrite64`, `pwritev64` (see
-/// `recv_path`): protected pages in the source are fetched before the kernel reads them.
+/// `recv_path`): referenced bytes in the source are fetched for the kernel (`send_staged`);
+/// `kernel` gets `iov` itself (make the call as the application made it) or the iovecs to
+/// send instead.
 fn send_path(
     fd: c_int,
     iov: &[iovec],
     flags: c_int,
     odb: bool,
-    kernel: impl FnOnce() -> Result<usize, c_int>,
+    kernel: impl FnOnce(&[iovec]) -> Result<usize, c_int>,
 ) -> ssize_t {
     if odb && is_domain(fd) {
         if let Some(r) = domain_send(fd, iov, flags) {
             return r;
         }
     }
-    if let Err(e) = before_kernel_reads(iov) {
-        return fail(e);
-    }
-    done(kernel())
+    done(send_staged(iov, kernel))
 }
 
 /// One iovec for the single-buffer calls.
@@ -1525,7 +1648,14 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssiz
 /// libc's `write` contract.
 #[no_mangle]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t {
-    send_path(fd, &one(buf, len), 0, true, || sys::write(fd, buf, len))
+    let o = one(buf, len);
+    send_path(fd, &o, 0, true, |v| {
+        if std::ptr::eq(v, &o[..]) {
+            sys::write(fd, buf, len)
+        } else {
+            sys::writev(fd, v.as_ptr(), v.len() as c_int)
+        }
+    })
 }
 
 /// # Safety
@@ -1533,15 +1663,26 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ss
 #[no_mangle]
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
     let (v, ok) = iovs(iov, cnt);
-    send_path(fd, v, 0, ok, || sys::writev(fd, iov, cnt))
+    send_path(fd, v, 0, ok, |w| {
+        if std::ptr::eq(w, v) {
+            sys::writev(fd, iov, cnt)
+        } else {
+            sys::writev(fd, w.as_ptr(), w.len() as c_int)
+        }
+    })
 }
 
 /// # Safety
 /// libc's `send` contract.
 #[no_mangle]
 pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, len: size_t, flags: c_int) -> ssize_t {
-    send_path(fd, &one(buf, len), flags, true, || {
-        sys::sendto(fd, buf, len, flags, std::ptr::null(), 0)
+    let o = one(buf, len);
+    send_path(fd, &o, flags, true, |v| {
+        if std::ptr::eq(v, &o[..]) {
+            sys::sendto(fd, buf, len, flags, std::ptr::null(), 0)
+        } else {
+            sys::sendmsg(fd, v, flags)
+        }
     })
 }
 
@@ -1556,8 +1697,13 @@ pub unsafe extern "C" fn sendto(
     addr: *const libc::sockaddr,
     alen: libc::socklen_t,
 ) -> ssize_t {
-    send_path(fd, &one(buf, len), flags, addr.is_null(), || {
-        sys::sendto(fd, buf, len, flags, addr, alen)
+    let o = one(buf, len);
+    send_path(fd, &o, flags, addr.is_null(), |v| {
+        if std::ptr::eq(v, &o[..]) {
+            sys::sendto(fd, buf, len, flags, addr, alen)
+        } else {
+            sys::sendmsg_to(fd, v, flags, addr, alen)
+        }
     })
 }
 
@@ -1739,8 +1885,13 @@ pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, len: size_t, off: 
 /// libc's `pwrite64` contract.
 #[no_mangle]
 pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, len: size_t, off: i64) -> ssize_t {
-    send_path(fd, &one(buf, len), 0, false, || {
-        sys::pwrite(fd, buf, len, off)
+    let o = one(buf, len);
+    send_path(fd, &o, 0, false, |v| {
+        if std::ptr::eq(v, &o[..]) {
+            sys::pwrite(fd, buf, len, off)
+        } else {
+            sys::pwritev(fd, v.as_ptr(), v.len() as c_int, off as libc::c_long, 0)
+        }
     })
 }
 
@@ -1749,7 +1900,11 @@ pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, len: size_t, of
 #[no_mangle]
 pub unsafe extern "C" fn pwritev64(fd: c_int, iov: *const iovec, cnt: c_int, off: i64) -> ssize_t {
     let (v, _) = iovs(iov, cnt);
-    send_path(fd, v, 0, false, || {
-        sys::pwritev(fd, iov, cnt, off as libc::c_long, 0)
+    send_path(fd, v, 0, false, |w| {
+        if std::ptr::eq(w, v) {
+            sys::pwritev(fd, iov, cnt, off as libc::c_long, 0)
+        } else {
+            sys::pwritev(fd, w.as_ptr(), w.len() as c_int, off as libc::c_long, 0)
+        }
     })
 }

@@ -1,8 +1,11 @@
 //! The registry of protected ranges (the seed's RZM) and the SIGSEGV page fetch.
 //!
 //! Invariants:
-//! - every range in the registry is page-aligned, mapped PROT_NONE by us, and holds bytes
-//!   `r.ref` names (the buffer agent has them; this memory does not);
+//! - every range in the registry is page-aligned and mapped PROT_NONE by us; a live one
+//!   holds bytes `r` names (the buffer agent has them; this memory does not), a dead one
+//!   holds nothing anybody wants (the application freed the block: see `alloc`'s pool) and
+//!   is only left protected so that a reference landing there again costs no `mprotect`;
+//! - ranges never overlap;
 //! - the registry never grows past its capacity, reserved once at start: the signal handler
 //!   splits ranges without allocating; when it is full, receivers fetch eagerly instead;
 //! - the library never touches protected memory while holding its lock (it classifies ranges
@@ -20,8 +23,22 @@ pub const CAPACITY: usize = 16384;
 pub struct Region {
     pub start: usize,
     pub end: usize,
-    /// The bytes of [start, end): `r.len == end - start`.
+    /// The bytes of [start, end): `r.len == end - start` (meaningless when `dead`).
     pub r: Ref,
+    /// Freed memory kept protected: made accessible again without a fetch.
+    pub dead: bool,
+}
+
+impl Region {
+    /// The part [a, b) of this region (inside it), same state.
+    fn part(&self, a: usize, b: usize) -> Region {
+        Region {
+            start: a,
+            end: b,
+            r: self.r.slice((a - self.start) as u64, (b - a) as u32),
+            dead: self.dead,
+        }
+    }
 }
 
 pub struct Registry {
@@ -48,7 +65,101 @@ impl Registry {
 
     pub fn add(&mut self, start: usize, end: usize, r: Ref) {
         debug_assert!(self.has_room(1) && start % PAGE == 0 && end % PAGE == 0);
-        self.v.push(Region { start, end, r });
+        self.v.push(Region {
+            start,
+            end,
+            r,
+            dead: false,
+        });
+    }
+
+    /// Takes the regions overlapping [a, b) out of the registry, leaving their parts outside
+    /// it registered (still protected), without touching any page; returns how many bytes of
+    /// [a, b) they covered (all protected). False if a remainder found no room (nothing
+    /// changed then).
+    fn cut(&mut self, a: usize, b: usize) -> Option<usize> {
+        let spanning = self.v.iter().filter(|g| g.start < a && b < g.end).count();
+        if !self.has_room(spanning) {
+            return None;
+        }
+        let mut covered = 0;
+        let mut i = 0;
+        while i < self.v.len() {
+            let g = self.v[i];
+            if g.end <= a || g.start >= b {
+                i += 1;
+                continue;
+            }
+            let (cs, ce) = (g.start.max(a), g.end.min(b));
+            covered += ce - cs;
+            self.v.swap_remove(i);
+            if g.start < cs {
+                self.v.push(g.part(g.start, cs));
+            }
+            if ce < g.end {
+                self.v.push(g.part(ce, g.end));
+            }
+        }
+        Some(covered)
+    }
+
+    /// Registers [a, b) (page-aligned) as holding `r`'s bytes: whatever regions covered it
+    /// (live bytes being replaced, or dead pages of a freed buffer) give it up, and the pages
+    /// are protected — with no system call at all when they all were already (a buffer
+    /// reused for a response laid out as the last one it held). False if it cannot be
+    /// registered (no room, mprotect refused): the range is then accessible and unregistered,
+    /// the caller fetches the bytes.
+    pub fn cover(&mut self, a: usize, b: usize, r: Ref) -> bool {
+        debug_assert!(a % PAGE == 0 && b % PAGE == 0 && a < b);
+        let Some(covered) = self.cut(a, b) else {
+            self.unprotect(a, b);
+            return false;
+        };
+        if !self.has_room(1) {
+            self.unprotect(a, b);
+            return false;
+        }
+        if covered < b - a {
+            if sys::mprotect(a as *mut _, b - a, libc::PROT_NONE).is_err() {
+                self.unprotect(a, b);
+                return false;
+            }
+        } else {
+            crate::stats::DEAD_REUSED
+                .fetch_add((b - a) as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.add(a, b, r);
+        true
+    }
+
+    /// Makes [a, b) accessible (its regions gone: the caller overwrites every byte of it).
+    fn unprotect(&mut self, a: usize, b: usize) {
+        if self.overlaps(a, b) {
+            let _ = self.cut(a, b);
+            let _ = sys::mprotect(a as *mut _, b - a, libc::PROT_READ | libc::PROT_WRITE);
+        }
+    }
+
+    /// The application freed [a, b): its live regions there become dead (no bytes to
+    /// fetch any more; the pages stay protected, for `cover` to reuse). Without room to split
+    /// a region at the edges, that region is unprotected instead.
+    pub fn kill(&mut self, a: usize, b: usize, conns: &mut Conns) {
+        for i in 0..self.v.len() {
+            let g = self.v[i];
+            if g.start >= a && g.end <= b {
+                self.v[i].dead = true;
+            }
+        }
+        // regions reaching outside the block (not made by the receive path, which registers
+        // within one buffer): give up the freed part
+        while let Some(g) = self
+            .v
+            .iter()
+            .find(|g| !g.dead && g.start < b && a < g.end)
+            .copied()
+        {
+            let _ = self.take(g.start.max(a), g.end.min(b), false, conns);
+        }
     }
 
     pub fn overlaps(&self, a: usize, b: usize) -> bool {
@@ -90,22 +201,17 @@ impl Registry {
             // No stale-page check (memory unmapped and mapped again readable): `alloc`
             // keeps registered pages out of memory glibc could give back.
             let _ = sys::mprotect(cs as *mut _, ce - cs, libc::PROT_READ | libc::PROT_WRITE);
-            if let Some(j) = jobs.as_deref_mut() {
-                let r = g.r.slice((cs - g.start) as u64, (ce - cs) as u32);
-                if let Err(e) = j.push(r, cs as *mut u8, conns) {
-                    err = err.and(Err(e));
+            match jobs.as_deref_mut() {
+                Some(j) if !g.dead => {
+                    let r = g.r.slice((cs - g.start) as u64, (ce - cs) as u32);
+                    if let Err(e) = j.push(r, cs as *mut u8, conns) {
+                        err = err.and(Err(e));
+                    }
                 }
+                _ => {}
             }
-            let left = (g.start < cs).then(|| Region {
-                start: g.start,
-                end: cs,
-                r: g.r.slice(0, (cs - g.start) as u32),
-            });
-            let right = (ce < g.end).then(|| Region {
-                start: ce,
-                end: g.end,
-                r: g.r.slice((ce - g.start) as u64, (g.end - ce) as u32),
-            });
+            let left = (g.start < cs).then(|| g.part(g.start, cs));
+            let right = (ce < g.end).then(|| g.part(ce, g.end));
             self.v.swap_remove(i);
             for rem in [left, right].into_iter().flatten() {
                 if self.has_room(1) {
@@ -117,6 +223,9 @@ impl Registry {
                         rem.end - rem.start,
                         libc::PROT_READ | libc::PROT_WRITE,
                     );
+                    if rem.dead {
+                        continue;
+                    }
                     if let Err(e) = conns.fetch(&rem.r, rem.start as *mut u8) {
                         err = err.and(Err(e));
                     }
@@ -201,7 +310,7 @@ impl Fetches {
 
     /// Queues a fetch of `r` into `dst` (unprotected, writable for `r.len` bytes); a full
     /// queue is sent first.
-    fn push(&mut self, r: Ref, dst: *mut u8, conns: &mut Conns) -> Result<(), i32> {
+    pub fn push(&mut self, r: Ref, dst: *mut u8, conns: &mut Conns) -> Result<(), i32> {
         let mut res = Ok(());
         if self.n == self.jobs.len() {
             res = self.flush(conns);

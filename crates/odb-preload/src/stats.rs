@@ -37,7 +37,11 @@ counters!(
     GONE_PAGES,
     ALIGNED_ALLOCS,
     FREED_REGIONS,
-    ALIGN_PADS
+    ALIGN_PADS,
+    MPROTECTS,
+    DEAD_REUSED,
+    POOL_ALLOCS,
+    POOL_FALLBACKS
 );
 
 static LAST_MS: AtomicU64 = AtomicU64::new(0);

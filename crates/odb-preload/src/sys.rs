@@ -53,6 +53,30 @@ pub fn sendmsg(fd: c_int, iov: &[iovec], flags: c_int) -> Result<usize, c_int> {
     }
 }
 
+/// `sendmsg` to an address (`sendto`'s, for a call whose bytes were staged).
+pub fn sendmsg_to(
+    fd: c_int,
+    iov: &[iovec],
+    flags: c_int,
+    addr: *const libc::sockaddr,
+    alen: libc::socklen_t,
+) -> Result<usize, c_int> {
+    // SAFETY: as sendmsg; the address is the caller's sendto argument (the kernel checks it).
+    unsafe {
+        let mut m: msghdr = std::mem::zeroed();
+        m.msg_name = addr as *mut c_void;
+        m.msg_namelen = alen;
+        m.msg_iov = iov.as_ptr() as *mut iovec;
+        m.msg_iovlen = iov.len();
+        ret(libc::syscall(
+            libc::SYS_sendmsg,
+            fd,
+            &m as *const msghdr,
+            flags,
+        ))
+    }
+}
+
 pub fn recv(fd: c_int, buf: *mut u8, len: usize, flags: c_int) -> Result<usize, c_int> {
     recvmsg(
         fd,
@@ -181,7 +205,14 @@ raw!(connect(fd: c_int, a: *const libc::sockaddr, al: libc::socklen_t) = libc::S
 raw!(accept4(fd: c_int, a: *mut libc::sockaddr, al: *mut libc::socklen_t, fl: c_int) = libc::SYS_accept4);
 raw!(close(fd: c_int) = libc::SYS_close);
 raw!(socket(d: c_int, t: c_int, p: c_int) = libc::SYS_socket);
-raw!(mprotect(a: *mut c_void, n: usize, p: c_int) = libc::SYS_mprotect);
+raw!(mprotect_raw(a: *mut c_void, n: usize, p: c_int) = libc::SYS_mprotect);
+
+/// `mprotect`, counted (the address-space work it causes was most of the IS's cost).
+pub fn mprotect(a: *mut c_void, n: usize, p: c_int) -> Result<usize, c_int> {
+    crate::stats::MPROTECTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    mprotect_raw(a, n, p)
+}
+raw!(mmap_raw(a: *mut c_void, n: usize, p: c_int, f: c_int, fd: c_int, off: i64) = libc::SYS_mmap);
 raw!(getpeername(fd: c_int, a: *mut libc::sockaddr, al: *mut libc::socklen_t) = libc::SYS_getpeername);
 raw!(setsockopt(fd: c_int, l: c_int, o: c_int, v: *const c_void, vl: libc::socklen_t) = libc::SYS_setsockopt);
 raw!(lseek(fd: c_int, off: i64, wh: c_int) = libc::SYS_lseek);

@@ -221,6 +221,170 @@ fn a_64k_response_costs_the_is_no_fetch() {
     );
 }
 
+/// A reference costs a tier's buffers no `mprotect` once the buffer has held one: the
+/// library's pool hands a freed buffer out again, its pages still protected (dead), and the
+/// next response's reference lands on them as they are. Without it, every response cost two
+/// calls per buffer on the IS and the FE (protect on receipt, unprotect on free), and the FE
+/// two more to open the pages it fetched: 4 × 32 here.
+#[test]
+fn references_reuse_the_protected_pages_of_freed_buffers() {
+    if !have_nginx() {
+        return;
+    }
+    const N: u64 = 32;
+    let c = keep_alive_counters("dead", 65536, N);
+    let n = |t: &str, k: &str| c[t][k].as_u64().unwrap_or(u64::MAX);
+    for t in ["is", "fe"] {
+        assert!(
+            n(t, "mprotects") <= 8,
+            "{t}: {} mprotect calls for {N} responses: {c}",
+            n(t, "mprotects")
+        );
+        assert!(
+            n(t, "dead_reused") >= (N - 2) * 57_344,
+            "{t}: references did not land on dead pages: {c}"
+        );
+    }
+    assert!(
+        n("fe", "materialized") >= N * 60_000,
+        "the FE sent the referenced bytes: {c}"
+    );
+}
+
+/// The dead pages of a freed buffer, handed out again by `malloc`, are ordinary memory to the
+/// program: a Python client in the ODB domain (preloaded, talking to the IS) receives
+/// references into `malloc`'d buffers (ctypes), frees them untouched, gets the same blocks
+/// back and (1) receives the next reference there with no `mprotect`, (2) writes into them
+/// (`memset`: the fault handler opens them, nothing fetched), (3) reads a file into them
+/// (`readv`, intercepted: opened before the kernel writes), (4) receives and reads a
+/// reference again: the right bytes every time.
+#[test]
+fn freed_buffers_dead_pages_are_ordinary_memory_again() {
+    if !have_nginx() || iolab_sys::testing::require_tool("python3", "python3").is_none() {
+        return;
+    }
+    let (scratch, root) = scratch_with("deadpy", &[65536]);
+    let mut st = Stack::start(config(&scratch, "deadpy", &root, true, 64), None).unwrap();
+    let is = st.cfg.listen("is");
+    let (lib, _) = odb_artifacts().expect("ODB artefacts");
+    let run = |tag: &str, steps: &str| -> (String, serde_json::Value) {
+        let stats = scratch.join(format!("py-{tag}"));
+        std::fs::create_dir_all(&stats).unwrap();
+        let script = format!(
+            r#"
+import ctypes, os, re, signal, socket
+# a blocking socket: the library keeps frames it has read for the next recv, which
+# poll (what a socket timeout uses) does not see; nginx reads until EAGAIN
+signal.alarm(30)
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+libc.memset.restype = ctypes.c_void_p
+libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+HDR, BODY = 8192, 65536
+PATH = {path:?}
+want = open(PATH, "rb").read()
+s = socket.socket()
+s.bind(({src:?}, 0))
+s.connect(({ip:?}, {port}))
+bufs = [libc.malloc(HDR), libc.malloc(BODY)]
+def view(p, n):
+    return memoryview((ctypes.c_char * n).from_address(p)).cast("B")
+def get():
+    s.sendall(b"GET /f65536 HTTP/1.1\r\nHost: t\r\n\r\n")
+    got, total, i = [0, 0], None, 0
+    while total is None or got[0] + got[1] < total:
+        if got[i] == (HDR, BODY)[i]:
+            i += 1
+        k = s.recv_into(view(bufs[i] + got[i], (HDR, BODY)[i] - got[i]))
+        assert k > 0, "eof"
+        got[i] += k
+        if total is None:
+            head = ctypes.string_at(bufs[0], min(got[0], 4096))
+            j = head.find(b"\r\n\r\n")
+            if j >= 0:
+                cl = int(re.search(rb"(?i)content-length: *(\d+)", head[:j]).group(1))
+                total = j + 4 + cl
+    return got, total
+def body(got, total):
+    b = ctypes.string_at(bufs[0], got[0]) + ctypes.string_at(bufs[1], got[1])
+    return b[b.find(b"\r\n\r\n") + 4:total]
+def again():
+    global bufs
+    for b in bufs:
+        libc.free(b)
+    new = [libc.malloc(HDR), libc.malloc(BODY)]
+    assert sorted(new) == sorted(bufs), "the pool gave other blocks"
+    bufs = new
+for step in {steps:?}.split():
+    if step == "untouched":
+        get()
+    elif step == "read":
+        g, t = get()
+        assert body(g, t) == want, "wrong bytes"
+    elif step == "memset":
+        libc.memset(bufs[1], 0x5A, BODY)
+        assert ctypes.string_at(bufs[1], BODY) == b"Z" * BODY, "memset"
+    elif step == "readv":
+        fd = os.open(PATH, os.O_RDONLY)
+        assert os.readv(fd, [view(bufs[1], BODY)]) == BODY
+        os.close(fd)
+        assert ctypes.string_at(bufs[1], BODY) == want, "readv"
+    elif step == "free":
+        again()
+print("ok", flush=True)
+"#,
+            path = root.join("f65536").display().to_string(),
+            src = st.cfg.fe.addr.to_string(),
+            ip = is.ip().to_string(),
+            port = is.port(),
+        );
+        let out = std::process::Command::new("python3")
+            .args(["-c", &script])
+            .env("LD_PRELOAD", &lib)
+            .env("IOLAB_ODB_DOMAIN", st.cfg.domain())
+            .env("IOLAB_ODB_STATS_DIR", &stats)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        // every process's counters summed (python3 may be a shim that runs others first)
+        let mut sum = serde_json::Map::new();
+        for e in std::fs::read_dir(&stats).unwrap().flatten() {
+            let v: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(e.path()).unwrap()).unwrap();
+            for (k, x) in v.as_object().unwrap() {
+                let t = sum.get(k).and_then(|y| y.as_u64()).unwrap_or(0) + x.as_u64().unwrap();
+                sum.insert(k.clone(), t.into());
+            }
+        }
+        (text, serde_json::Value::Object(sum))
+    };
+    // five responses into the same two blocks, never touched: one set of protect calls
+    let (out, c) = run(
+        "a",
+        "untouched free untouched free untouched free untouched free untouched",
+    );
+    assert!(out.starts_with("ok"), "python: {out}");
+    let n = |c: &serde_json::Value, k: &str| c[k].as_u64().unwrap_or(u64::MAX);
+    assert!(n(&c, "v_in_bytes") >= 5 * 60_000, "references arrived: {c}");
+    assert!(
+        n(&c, "mprotects") <= 3,
+        "{} mprotect calls for 5 responses: {c}",
+        n(&c, "mprotects")
+    );
+    assert!(n(&c, "dead_reused") >= 4 * 49_152, "dead pages reused: {c}");
+    // the dead pages are memory like any other
+    let (out, c) = run(
+        "b",
+        "read free untouched free memset free untouched free readv free untouched free read",
+    );
+    assert!(out.starts_with("ok"), "python: {out}");
+    assert_eq!(n(&c, "fetch_errors"), 0, "{c}");
+    st.stop();
+}
+
 /// A body that cannot be padded to a page boundary and holds no whole page where the
 /// receiver's buffer puts it (4 KiB behind a ~250-byte response header: two partial pages)
 /// goes as real bytes: by reference it cost the IS a fetch of both pages and bypassed
