@@ -13,9 +13,9 @@
 //! Calls intercepted (what nginx 1.22 imports and uses on the body paths, found with strace
 //! and `nm -D`): recv, recvfrom, read, readv, write, writev, send, sendto, sendfile64 on
 //! sockets; accept, accept4, connect, close to follow connections; pread64, pwrite64,
-//! pwritev64 so that file I/O never meets a protected page; malloc, free, realloc so that
-//! buffers of whole pages are page-aligned and freed ones lose their protected pages
-//! (`alloc`).
+//! pwritev64 so that file I/O never meets a protected page; malloc, free, realloc,
+//! malloc_usable_size so that buffers of whole pages come page-aligned from the library's
+//! pool and freed ones keep their protected pages for the next reference (`alloc`).
 
 mod agentconn;
 mod alloc;
