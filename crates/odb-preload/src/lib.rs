@@ -413,7 +413,7 @@ fn place_virtual(st: &mut Reg, pieces: &[iovec], r: Ref) -> Result<(), c_int> {
             }
             st.conns.fetch_many(&jobs[..n])?;
             let middle = sub.slice((ps - s) as u64, (pe - ps) as u32);
-            if st.regions.cover(ps, pe, middle) {
+            if st.regions.cover(ps, pe, middle, &mut st.conns) {
                 stats::PROTECTED_BYTES.fetch_add((pe - ps) as u64, Relaxed);
             } else {
                 st.conns.fetch(&middle, ps as *mut u8)?;

@@ -15,6 +15,7 @@
 use crate::agentconn::Conns;
 use crate::sys;
 use iolab_odb::proto::Ref;
+use std::sync::atomic::Ordering::Relaxed;
 
 pub const PAGE: usize = 4096;
 pub const CAPACITY: usize = 16384;
@@ -108,35 +109,34 @@ impl Registry {
     /// are protected — with no system call at all when they all were already (a buffer
     /// reused for a response laid out as the last one it held). False if it cannot be
     /// registered (no room, mprotect refused): the range is then accessible and unregistered,
-    /// the caller fetches the bytes.
-    pub fn cover(&mut self, a: usize, b: usize, r: Ref) -> bool {
+    /// and the caller fetches the bytes into it.
+    pub fn cover(&mut self, a: usize, b: usize, r: Ref, conns: &mut Conns) -> bool {
         debug_assert!(a % PAGE == 0 && b % PAGE == 0 && a < b);
-        let Some(covered) = self.cut(a, b) else {
-            self.unprotect(a, b);
-            return false;
-        };
-        if !self.has_room(1) {
-            self.unprotect(a, b);
-            return false;
-        }
-        if covered < b - a {
-            if sys::mprotect(a as *mut _, b - a, libc::PROT_NONE).is_err() {
-                self.unprotect(a, b);
-                return false;
+        let rw = libc::PROT_READ | libc::PROT_WRITE;
+        match self.cut(a, b) {
+            Some(covered) if self.has_room(1) => {
+                if covered == b - a {
+                    crate::stats::DEAD_REUSED.fetch_add((b - a) as u64, Relaxed);
+                } else if sys::mprotect(a as *mut _, b - a, libc::PROT_NONE).is_err() {
+                    // what the cut regions covered is still protected
+                    let _ = sys::mprotect(a as *mut _, b - a, rw);
+                    return false;
+                }
+                self.add(a, b, r);
+                true
             }
-        } else {
-            crate::stats::DEAD_REUSED
-                .fetch_add((b - a) as u64, std::sync::atomic::Ordering::Relaxed);
-        }
-        self.add(a, b, r);
-        true
-    }
-
-    /// Makes [a, b) accessible (its regions gone: the caller overwrites every byte of it).
-    fn unprotect(&mut self, a: usize, b: usize) {
-        if self.overlaps(a, b) {
-            let _ = self.cut(a, b);
-            let _ = sys::mprotect(a as *mut _, b - a, libc::PROT_READ | libc::PROT_WRITE);
+            Some(covered) => {
+                if covered > 0 {
+                    let _ = sys::mprotect(a as *mut _, b - a, rw);
+                }
+                false
+            }
+            None => {
+                // no room to split a region around [a, b): `take` makes the parts it cannot
+                // keep registered real (the range itself is overwritten: no fetch)
+                let _ = self.take(a, b, false, conns);
+                false
+            }
         }
     }
 
@@ -379,5 +379,168 @@ extern "C" fn handler(sig: i32, info: *mut libc::siginfo_t, _ctx: *mut libc::c_v
                 libc::sigaction(sig, (&raw const OLD_ACTION).cast(), std::ptr::null_mut());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::{DEAD_REUSED, MPROTECTS};
+    use std::sync::atomic::Ordering::Relaxed;
+
+    /// Fresh anonymous pages, unmapped on drop.
+    struct Pages(usize, usize);
+    impl Pages {
+        fn new(n: usize) -> Pages {
+            // SAFETY: a fresh private anonymous mapping, checked.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    n * PAGE,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            assert_ne!(p, libc::MAP_FAILED);
+            Pages(p as usize, n)
+        }
+        fn page(&self, i: usize) -> usize {
+            self.0 + i * PAGE
+        }
+    }
+    impl Drop for Pages {
+        fn drop(&mut self) {
+            // SAFETY: the mapping made in `new`.
+            unsafe { libc::munmap(self.0 as *mut _, self.1 * PAGE) };
+        }
+    }
+
+    /// Whether the kernel can read the page at `p` (a protected page makes `write` EFAULT).
+    fn readable(p: usize) -> bool {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 into a 2-int array; write reads at most one byte at p (the kernel
+        // checks the address); both fds closed.
+        unsafe {
+            assert_eq!(libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC), 0);
+            let r = libc::write(fds[1], p as *const _, 1);
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+            r == 1
+        }
+    }
+
+    fn a_ref(len: usize) -> Ref {
+        Ref {
+            len: len as u32,
+            agent_id: 1,
+            // nothing listens here: a fetch fails
+            agent: std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 1),
+            offset: 0,
+            buf_id: 7,
+        }
+    }
+
+    /// MPROTECTS is process-wide: the tests that count it run one at a time.
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    #[test]
+    fn a_reference_on_the_dead_pages_of_a_freed_buffer_costs_no_mprotect() {
+        let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let m = Pages::new(8);
+        let (mut reg, mut conns) = (Registry::new(), Conns::new());
+        let (a, b) = (m.page(1), m.page(5));
+        assert!(reg.cover(a, b, a_ref(b - a), &mut conns));
+        assert!(!readable(a) && !readable(b - PAGE) && readable(b));
+        reg.kill(m.page(0), m.page(8), &mut conns);
+        assert!(reg.v.iter().all(|g| g.dead), "freed: dead");
+        assert!(!readable(a), "dead pages stay protected");
+        let (calls, reused) = (MPROTECTS.load(Relaxed), DEAD_REUSED.load(Relaxed));
+        assert!(reg.cover(a, b, a_ref(b - a), &mut conns));
+        assert_eq!(
+            MPROTECTS.load(Relaxed),
+            calls,
+            "no mprotect for the same pages"
+        );
+        assert_eq!(DEAD_REUSED.load(Relaxed) - reused, (b - a) as u64);
+        assert_eq!(reg.v.len(), 1);
+        assert!(!reg.v[0].dead && !readable(a));
+    }
+
+    #[test]
+    fn a_reference_reaching_past_dead_pages_protects_the_rest_and_keeps_the_outside_dead() {
+        let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let m = Pages::new(8);
+        let (mut reg, mut conns) = (Registry::new(), Conns::new());
+        assert!(reg.cover(m.page(2), m.page(6), a_ref(4 * PAGE), &mut conns));
+        reg.kill(m.page(0), m.page(8), &mut conns);
+        // the next reference covers pages 4..8: 4 and 5 dead already, 6 and 7 not
+        let calls = MPROTECTS.load(Relaxed);
+        assert!(reg.cover(m.page(4), m.page(8), a_ref(4 * PAGE), &mut conns));
+        assert_eq!(MPROTECTS.load(Relaxed), calls + 1);
+        assert!((2..8).all(|i| !readable(m.page(i))));
+        let mut v: Vec<(usize, usize, bool)> =
+            reg.v.iter().map(|g| (g.start, g.end, g.dead)).collect();
+        v.sort_unstable();
+        assert_eq!(
+            v,
+            [(m.page(2), m.page(4), true), (m.page(4), m.page(8), false)]
+        );
+    }
+
+    #[test]
+    fn dead_pages_open_without_a_fetch() {
+        let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let m = Pages::new(4);
+        let (mut reg, mut conns) = (Registry::new(), Conns::new());
+        assert!(reg.cover(m.page(0), m.page(4), a_ref(4 * PAGE), &mut conns));
+        reg.kill(m.page(0), m.page(4), &mut conns);
+        // a fault's take (fetch asked: the agent is unreachable, so a fetch would fail)
+        assert_eq!(reg.take(m.page(1), m.page(2), true, &mut conns), Ok(()));
+        assert!(readable(m.page(1)) && !readable(m.page(0)) && !readable(m.page(2)));
+        // an overwrite of a partial page and whole pages: no fetch either
+        assert_eq!(
+            reg.prepare_overwrite(m.page(2) + 100, 2 * PAGE, &mut conns),
+            Ok(())
+        );
+        assert!(readable(m.page(2)) && readable(m.page(3)) && !readable(m.page(0)));
+        assert!(reg.v.iter().all(|g| g.dead) && reg.v.len() == 1);
+        // a live page would have needed its bytes: the unreachable agent fails the take
+        assert!(reg.cover(m.page(1), m.page(2), a_ref(PAGE), &mut conns));
+        assert!(reg.take(m.page(1), m.page(2), true, &mut conns).is_err());
+    }
+
+    #[test]
+    fn a_full_registry_leaves_the_range_accessible_and_unregistered() {
+        let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let m = Pages::new(4);
+        let (mut reg, mut conns) = (Registry::new(), Conns::new());
+        assert!(reg.cover(m.page(0), m.page(3), a_ref(3 * PAGE), &mut conns));
+        reg.kill(m.page(0), m.page(3), &mut conns);
+        // fill the registry with ranges elsewhere (registered by address only)
+        let far = m.page(4) + 16 * PAGE;
+        while reg.has_room(1) {
+            let at = far + reg.v.len() * 2 * PAGE;
+            reg.add(at, at + PAGE, a_ref(PAGE));
+        }
+        // a reference inside the dead range would split it: no room, so the range is
+        // taken out (of the dead parts around it, those with no room left are opened) and
+        // the caller fetches into it
+        assert!(!reg.cover(m.page(1), m.page(2), a_ref(PAGE), &mut conns));
+        assert!(readable(m.page(1)), "the caller writes the bytes here");
+        assert!(!reg.overlaps(m.page(1), m.page(2)));
+        // every page protected exactly when registered
+        for i in 0..3 {
+            let p = m.page(i);
+            assert_ne!(readable(p), reg.overlaps(p, p + PAGE), "page {i}");
+        }
+        // full again: a reference on fresh pages cannot be registered, nothing protected
+        while reg.has_room(1) {
+            let at = far + reg.v.len() * 2 * PAGE;
+            reg.add(at, at + PAGE, a_ref(PAGE));
+        }
+        assert!(!reg.cover(m.page(3), m.page(4), a_ref(PAGE), &mut conns));
+        assert!(readable(m.page(3)) && !reg.overlaps(m.page(3), m.page(4)));
     }
 }
