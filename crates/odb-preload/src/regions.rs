@@ -84,6 +84,26 @@ impl Registry {
             return None;
         }
         let mut covered = 0;
+        self.remove_overlapping(a, b, |v, g, cs, ce| {
+            covered += ce - cs;
+            if g.start < cs {
+                v.push(g.part(g.start, cs));
+            }
+            if ce < g.end {
+                v.push(g.part(ce, g.end));
+            }
+        });
+        Some(covered)
+    }
+
+    /// Takes every region overlapping [a, b) out of the registry and calls `each` with the
+    /// list (for what it keeps of it), the region and its part inside, [cs, ce).
+    fn remove_overlapping(
+        &mut self,
+        a: usize,
+        b: usize,
+        mut each: impl FnMut(&mut Vec<Region>, Region, usize, usize),
+    ) {
         let mut i = 0;
         while i < self.v.len() {
             let g = self.v[i];
@@ -91,17 +111,11 @@ impl Registry {
                 i += 1;
                 continue;
             }
-            let (cs, ce) = (g.start.max(a), g.end.min(b));
-            covered += ce - cs;
             self.v.swap_remove(i);
-            if g.start < cs {
-                self.v.push(g.part(g.start, cs));
-            }
-            if ce < g.end {
-                self.v.push(g.part(ce, g.end));
-            }
+            each(&mut self.v, g, g.start.max(a), g.end.min(b));
+            // slot i now holds another region (or nothing; what `each` kept lies outside
+            // [a, b)): look at it again
         }
-        Some(covered)
     }
 
     /// Registers [a, b) (page-aligned) as holding `r`'s bytes: whatever regions covered it
@@ -190,14 +204,7 @@ impl Registry {
         conns: &mut Conns,
     ) -> Result<(), i32> {
         let mut err = Ok(());
-        let mut i = 0;
-        while i < self.v.len() {
-            let g = self.v[i];
-            if g.end <= a || g.start >= b {
-                i += 1;
-                continue;
-            }
-            let (cs, ce) = (g.start.max(a), g.end.min(b));
+        self.remove_overlapping(a, b, |v, g, cs, ce| {
             // No stale-page check (memory unmapped and mapped again readable): `alloc`
             // keeps registered pages out of memory glibc could give back.
             let _ = sys::mprotect(cs as *mut _, ce - cs, libc::PROT_READ | libc::PROT_WRITE);
@@ -212,27 +219,25 @@ impl Registry {
             }
             let left = (g.start < cs).then(|| g.part(g.start, cs));
             let right = (ce < g.end).then(|| g.part(ce, g.end));
-            self.v.swap_remove(i);
             for rem in [left, right].into_iter().flatten() {
-                if self.has_room(1) {
-                    self.v.push(rem);
-                } else {
-                    // no room to keep it virtual: make it real now
-                    let _ = sys::mprotect(
-                        rem.start as *mut _,
-                        rem.end - rem.start,
-                        libc::PROT_READ | libc::PROT_WRITE,
-                    );
-                    if rem.dead {
-                        continue;
-                    }
-                    if let Err(e) = conns.fetch(&rem.r, rem.start as *mut u8) {
-                        err = err.and(Err(e));
-                    }
+                if v.len() < CAPACITY {
+                    v.push(rem);
+                    continue;
+                }
+                // no room to keep it virtual: make it real now
+                let _ = sys::mprotect(
+                    rem.start as *mut _,
+                    rem.end - rem.start,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                );
+                if rem.dead {
+                    continue;
+                }
+                if let Err(e) = conns.fetch(&rem.r, rem.start as *mut u8) {
+                    err = err.and(Err(e));
                 }
             }
-            // slot i now holds another region (or nothing): look at it again
-        }
+        });
         err
     }
 
@@ -445,17 +450,30 @@ mod tests {
     /// MPROTECTS is process-wide: the tests that count it run one at a time.
     static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-    #[test]
-    fn a_reference_on_the_dead_pages_of_a_freed_buffer_costs_no_mprotect() {
-        let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-        let m = Pages::new(8);
+    /// `n` fresh pages of which [from, to) held a reference in a buffer since freed (dead),
+    /// with the registry and agent connections; the guard serialises the tests.
+    fn freed(
+        n: usize,
+        from: usize,
+        to: usize,
+    ) -> (std::sync::MutexGuard<'static, ()>, Pages, Registry, Conns) {
+        let g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let m = Pages::new(n);
         let (mut reg, mut conns) = (Registry::new(), Conns::new());
-        let (a, b) = (m.page(1), m.page(5));
+        let (a, b) = (m.page(from), m.page(to));
         assert!(reg.cover(a, b, a_ref(b - a), &mut conns));
-        assert!(!readable(a) && !readable(b - PAGE) && readable(b));
-        reg.kill(m.page(0), m.page(8), &mut conns);
+        assert!(!readable(a) && !readable(b - PAGE));
+        reg.kill(m.page(0), m.page(n), &mut conns);
         assert!(reg.v.iter().all(|g| g.dead), "freed: dead");
         assert!(!readable(a), "dead pages stay protected");
+        (g, m, reg, conns)
+    }
+
+    #[test]
+    fn a_reference_on_the_dead_pages_of_a_freed_buffer_costs_no_mprotect() {
+        let (_g, m, mut reg, mut conns) = freed(8, 1, 5);
+        let (a, b) = (m.page(1), m.page(5));
+        assert!(readable(b));
         let (calls, reused) = (MPROTECTS.load(Relaxed), DEAD_REUSED.load(Relaxed));
         assert!(reg.cover(a, b, a_ref(b - a), &mut conns));
         assert_eq!(
@@ -470,11 +488,7 @@ mod tests {
 
     #[test]
     fn a_reference_reaching_past_dead_pages_protects_the_rest_and_keeps_the_outside_dead() {
-        let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-        let m = Pages::new(8);
-        let (mut reg, mut conns) = (Registry::new(), Conns::new());
-        assert!(reg.cover(m.page(2), m.page(6), a_ref(4 * PAGE), &mut conns));
-        reg.kill(m.page(0), m.page(8), &mut conns);
+        let (_g, m, mut reg, mut conns) = freed(8, 2, 6);
         // the next reference covers pages 4..8: 4 and 5 dead already, 6 and 7 not
         let calls = MPROTECTS.load(Relaxed);
         assert!(reg.cover(m.page(4), m.page(8), a_ref(4 * PAGE), &mut conns));
@@ -491,11 +505,7 @@ mod tests {
 
     #[test]
     fn dead_pages_open_without_a_fetch() {
-        let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-        let m = Pages::new(4);
-        let (mut reg, mut conns) = (Registry::new(), Conns::new());
-        assert!(reg.cover(m.page(0), m.page(4), a_ref(4 * PAGE), &mut conns));
-        reg.kill(m.page(0), m.page(4), &mut conns);
+        let (_g, m, mut reg, mut conns) = freed(4, 0, 4);
         // a fault's take (fetch asked: the agent is unreachable, so a fetch would fail)
         assert_eq!(reg.take(m.page(1), m.page(2), true, &mut conns), Ok(()));
         assert!(readable(m.page(1)) && !readable(m.page(0)) && !readable(m.page(2)));
@@ -513,11 +523,7 @@ mod tests {
 
     #[test]
     fn a_full_registry_leaves_the_range_accessible_and_unregistered() {
-        let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-        let m = Pages::new(4);
-        let (mut reg, mut conns) = (Registry::new(), Conns::new());
-        assert!(reg.cover(m.page(0), m.page(3), a_ref(3 * PAGE), &mut conns));
-        reg.kill(m.page(0), m.page(3), &mut conns);
+        let (_g, m, mut reg, mut conns) = freed(4, 0, 3);
         // fill the registry with ranges elsewhere (registered by address only)
         let far = m.page(4) + 16 * PAGE;
         while reg.has_room(1) {

@@ -39,21 +39,11 @@ pub fn recvmsg(fd: c_int, iov: &[iovec], flags: c_int) -> Result<usize, c_int> {
 }
 
 pub fn sendmsg(fd: c_int, iov: &[iovec], flags: c_int) -> Result<usize, c_int> {
-    // SAFETY: as recvmsg; the kernel only reads the iovecs.
-    unsafe {
-        let mut m: msghdr = std::mem::zeroed();
-        m.msg_iov = iov.as_ptr() as *mut iovec;
-        m.msg_iovlen = iov.len();
-        ret(libc::syscall(
-            libc::SYS_sendmsg,
-            fd,
-            &m as *const msghdr,
-            flags,
-        ))
-    }
+    sendmsg_to(fd, iov, flags, std::ptr::null(), 0)
 }
 
-/// `sendmsg` to an address (`sendto`'s, for a call whose bytes were staged).
+/// `sendmsg`, to an address when `addr` is not null (`sendto`'s, for a call whose bytes
+/// were staged).
 pub fn sendmsg_to(
     fd: c_int,
     iov: &[iovec],
@@ -61,7 +51,8 @@ pub fn sendmsg_to(
     addr: *const libc::sockaddr,
     alen: libc::socklen_t,
 ) -> Result<usize, c_int> {
-    // SAFETY: as sendmsg; the address is the caller's sendto argument (the kernel checks it).
+    // SAFETY: msghdr points at `iov`, alive for the call (the kernel only reads the iovecs),
+    // and at the caller's address or none (the kernel checks it).
     unsafe {
         let mut m: msghdr = std::mem::zeroed();
         m.msg_name = addr as *mut c_void;
