@@ -389,6 +389,16 @@ impl Simulator {
                     self.chain[level].wake(token, &mut ctx);
                     level
                 }
+                Kind::Up { level, done } if level > 0 => {
+                    // What the action loop does with an `Up` above the top, with the
+                    // completion left in its slot (taken out and put back, it was moved
+                    // twice more per level; the slot it gets back is the same).
+                    self.now_queue.push_back(Kind::Complete {
+                        level: level - 1,
+                        done,
+                    });
+                    continue;
+                }
                 Kind::Up { level, done } => {
                     let done = self.payloads.take_completion(done);
                     ctx.actions.push(Action::Up(done));
