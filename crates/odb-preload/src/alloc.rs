@@ -152,6 +152,9 @@ fn pool_block(p: usize) -> Option<(usize, usize)> {
         return None;
     }
     let pages = pool().span_pages[(p - base) / SPAN] as usize;
+    if pages == 0 {
+        return None; // a span never cut: not a block we handed out
+    }
     let span = base + (p - base) / SPAN * SPAN;
     let start = span + (p - span) / (pages * PAGE) * (pages * PAGE);
     Some((start, pages * PAGE))
