@@ -278,3 +278,35 @@ pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> size_t {
     }
     glibc_usable_size(p)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_are_found_by_address_and_nothing_else_is() {
+        init();
+        let base = POOL_BASE.load(Relaxed);
+        assert_ne!(base, 0, "the pool is reserved");
+        // blocks cut from the pool (the library is not active here: malloc would be glibc's)
+        let (a, b) = {
+            let mut p = pool();
+            (p.alloc(16).unwrap(), p.alloc(16).unwrap())
+        };
+        assert_eq!(b, a + 16 * PAGE, "cut one after the other from one span");
+        assert_eq!(pool_block(a), Some((a, 16 * PAGE)));
+        assert_eq!(pool_block(b + 100), Some((b, 16 * PAGE)));
+        // SAFETY: b is a pool block; the pointer is only compared, never dereferenced.
+        let usable = unsafe { malloc_usable_size((b + 100) as *mut c_void) };
+        assert_eq!(usable, 16 * PAGE - 100);
+        // freed and handed out again, last in first out
+        pool().release(a, 16);
+        pool().release(b, 16);
+        assert_eq!(pool().alloc(16), Some(b));
+        assert_eq!(pool().alloc(16), Some(a));
+        // inside the reservation but in a span never cut, or outside it: not a block
+        assert_eq!(pool_block(base + (SPANS - 1) * SPAN + 5), None);
+        assert_eq!(pool_block(base + POOL_BYTES), None);
+        assert_eq!(pool_block(base - PAGE), None);
+    }
+}
