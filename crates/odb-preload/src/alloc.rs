@@ -1,4 +1,5 @@
-//! `malloc` and `free`, interposed to make references land on whole pages.
+//! `malloc`, `free`, `realloc` and `malloc_usable_size`, interposed to make references land
+//! on whole pages, and on pages protected already.
 //!
 //! Why: a reference read into a buffer is protected page by page; the parts of the first and
 //! last pages that the buffer shares with other memory (malloc's chunk header, neighbouring
@@ -7,9 +8,10 @@
 //! boundary, so every 64 KiB buffer cost two partial-page fetches (~4 KiB each, a round trip
 //! to the agent, forwarded again as real bytes): the IS moved ~10 KiB per 64 KiB response
 //! (83.5% bypass) and blocked on the agent twice per buffer. Allocations of whole pages (at
-//! least two) are now page-aligned (`__libc_memalign`): a buffer that starts empty takes a
-//! reference on whole pages, and only the page holding the response header is fetched (the
-//! seed's 93.75% at 64 KiB: all but one 4 KiB page).
+//! least two) are now page-aligned (from the pool below; `__libc_memalign` when it is used
+//! up): a buffer that starts empty takes a reference on whole pages, and only the page
+//! holding the response header is fetched (the seed's 93.75% at 64 KiB: all but one 4 KiB
+//! page).
 //!
 //! These blocks come from a pool of the library's own (`Pool`), not from glibc: one
 //! reserved mapping cut into spans of 1 MiB, each span holding blocks of one size, free
@@ -46,11 +48,13 @@
 //! - no protected page survives in memory the program has given back to glibc: `free` drops
 //!   them, `realloc` fetches them first (glibc copies and frees inside, out of our sight).
 //!   So glibc can never return a registered page to the kernel (trim, munmap) and hand it
-//!   out again readable (nor can the pool: it never unmaps): the registry needs no "stale page" check (it made six
-//!   process_vm_readv calls per 64 KiB response on the IS). Not covered (documented as a
-//!   limit): a program that `munmap`s, or frees through glibc-internal paths
-//!   (`reallocarray`), memory it read references into — nginx does neither;
-//! - before the library is active (`ACTIVE` false), both are glibc's, unchanged.
+//!   out again readable (nor can the pool: it never unmaps): the registry needs no "stale
+//!   page" check (it made six process_vm_readv calls per 64 KiB response on the IS). Not
+//!   covered (documented as a limit): a program that `munmap`s, or frees through
+//!   glibc-internal paths (`reallocarray`), memory it read references into — nginx does
+//!   neither;
+//! - before the library is active (`ACTIVE` false, the pool not reserved), all four are
+//!   glibc's, unchanged.
 
 use crate::regions::PAGE;
 use libc::{c_void, size_t};
