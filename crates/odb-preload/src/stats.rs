@@ -9,8 +9,8 @@ macro_rules! counters {
         pub fn json() -> String {
             let mut s = String::from("{");
             $(s.push_str(&format!("\"{}\":{},", stringify!($n).to_lowercase(), $n.load(Relaxed)));)*
-            s.pop();
-            s.push('}');
+            // the registry's size now (live and dead regions), a gauge
+            s.push_str(&format!("\"regions\":{}}}", crate::REGION_COUNT.load(Relaxed)));
             s
         }
     };
