@@ -429,15 +429,17 @@ fn place_virtual(st: &mut Reg, pieces: &[iovec], r: Ref) -> Result<(), c_int> {
     Ok(())
 }
 
-/// Before the receive path writes real bytes into `pieces` of application memory: protected
-/// pages there are dropped (whole) or fetched (partial). Only the pieces about to be written:
-/// the pages a reference lands on stay protected (see `place_virtual`).
-fn prepare_pieces(pieces: &[iovec]) -> Result<(), c_int> {
+/// The iovecs covering bytes [at, at + k) of `iov` into `out`, made ready for the receive path
+/// to write real bytes into: protected pages there are dropped (whole) or fetched (partial).
+/// Only the part about to be written: the pages a reference lands on stay protected (see
+/// `place_virtual`).
+fn writable_part(iov: &[iovec], at: usize, k: usize, out: &mut Vec<iovec>) -> Result<(), c_int> {
+    sub_iov(iov, at, k, out);
     if REGION_COUNT.load(Relaxed) == 0 {
         return Ok(());
     }
     with_reg(|r| {
-        pieces.iter().try_for_each(|v| {
+        out.iter().try_for_each(|v| {
             r.regions
                 .prepare_overwrite(v.iov_base as usize, v.iov_len, &mut r.conns)
         })
@@ -493,8 +495,7 @@ fn odb_recv(
         if fs.raw {
             if buffered > 0 {
                 let k = buffered.min(total - produced);
-                sub_iov(iov, produced, k, &mut scratch);
-                if prepare_pieces(&scratch).is_err() {
+                if writable_part(iov, produced, k, &mut scratch).is_err() {
                     finish!(Err(libc::EIO));
                 }
                 copy_to_iov(iov, produced, &fs.rbuf[fs.rpos..fs.rpos + k]);
@@ -502,8 +503,7 @@ fn odb_recv(
                 produced += k;
                 continue;
             }
-            sub_iov(iov, produced, total - produced, &mut scratch);
-            if prepare_pieces(&scratch).is_err() {
+            if writable_part(iov, produced, total - produced, &mut scratch).is_err() {
                 finish!(Err(libc::EIO));
             }
             match sys::recvmsg(fd, &scratch, fl) {
@@ -532,8 +532,7 @@ fn odb_recv(
             }
             InFrame::Real(left) if buffered > 0 => {
                 let k = left.min(buffered).min(total - produced);
-                sub_iov(iov, produced, k, &mut scratch);
-                if prepare_pieces(&scratch).is_err() {
+                if writable_part(iov, produced, k, &mut scratch).is_err() {
                     finish!(Err(libc::EIO));
                 }
                 copy_to_iov(iov, produced, &fs.rbuf[fs.rpos..fs.rpos + k]);
@@ -545,8 +544,7 @@ fn odb_recv(
             // straight into the application's memory.
             InFrame::Real(left) if left >= RBUF || left >= total - produced => {
                 let k = left.min(total - produced);
-                sub_iov(iov, produced, k, &mut scratch);
-                if prepare_pieces(&scratch).is_err() {
+                if writable_part(iov, produced, k, &mut scratch).is_err() {
                     finish!(Err(libc::EIO));
                 }
                 match sys::recvmsg(fd, &scratch, fl) {
