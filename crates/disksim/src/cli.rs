@@ -90,6 +90,11 @@ pub struct LinuxValidateArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// The simulator alone: no fio, no cgroup, no file created; prints each job's simulated
+    /// figures and simulated time / wall time (the fastest of `--runs` repeats, default 1).
+    /// Needs --calibration.
+    #[arg(long, requires = "calibration", conflicts_with_all = ["html", "check"])]
+    pub sim_only: bool,
 }
 
 #[derive(Args, Debug)]
@@ -258,6 +263,38 @@ fn linux_validate_cmd(a: LinuxValidateArgs) -> Result<()> {
     }
     let flag = crate::calibrate::install_interrupt_flag()?;
     let bar = progress_bar(a.quiet);
+    if a.sim_only {
+        let cal = a
+            .calibration
+            .as_deref()
+            .expect("clap requires --calibration");
+        let model = crate::linuxval::Model::load(cal, &a.dir)?;
+        let v = crate::linuxval::simulate_suite(
+            &a.dir,
+            &model,
+            &settings,
+            &a.only,
+            a.runs.unwrap_or(1),
+            &flag,
+            &mut |d, t, w| {
+                bar.set_length(t);
+                bar.set_position(d);
+                bar.set_message(w.to_string());
+            },
+        );
+        bar.finish_and_clear();
+        let v = v?;
+        print!("{}", crate::linuxval::sim_only_table(&v));
+        return write_json(
+            a.json.as_deref(),
+            &serde_json::json!({
+                "machine": machine(),
+                "calibration": cal.display().to_string(),
+                "settings": settings,
+                "results": v,
+            }),
+        );
+    }
     let _cal_dir;
     let cal_path = match &a.calibration {
         Some(p) => p.clone(),

@@ -668,6 +668,117 @@ pub fn validate(
     })
 }
 
+/// One case of `validate --sim-only`: the simulator's figures and speed, no fio.
+#[derive(Clone, Debug, Serialize)]
+pub struct SimOnly {
+    pub case: Case,
+    pub sim: Figures,
+    pub requests: u64,
+    /// Simulated time of the job (ms).
+    pub sim_ms: f64,
+    /// The fastest of the repeats' wall times (s).
+    pub sim_wall_s: f64,
+    pub sim_per_wall: f64,
+}
+
+/// The suite through the simulator alone, each case `repeats` times (its figures must not
+/// change between repeats: the simulator is deterministic; the fastest wall time is kept).
+/// The job texts name files under `dir`, which are neither created nor read.
+pub fn simulate_suite(
+    dir: &Path,
+    model: &Model,
+    settings: &Settings,
+    only: &[String],
+    repeats: u32,
+    interrupted: &AtomicBool,
+    progress: &mut dyn FnMut(u64, u64, &str),
+) -> Result<Vec<SimOnly>> {
+    let cases: Vec<Case> = suite(&settings.sizes_kib)
+        .into_iter()
+        .filter(|c| only.is_empty() || only.iter().any(|o| c.name.contains(o.as_str())))
+        .collect();
+    if cases.is_empty() {
+        bail!("no case of the suite matches {only:?}");
+    }
+    let capacity_pages = settings.cgroup_limit.saturating_sub(FIO_RSS) / crate::pagecache::PAGE;
+    let total = cases.len() as u64;
+    let mut out = Vec::new();
+    for (i, c) in cases.into_iter().enumerate() {
+        if interrupted.load(Ordering::Relaxed) {
+            bail!("interrupted");
+        }
+        progress(i as u64, total, &c.name);
+        let (file, bytes) = if c.warm {
+            (dir.join("val-warm"), settings.warm_file)
+        } else {
+            (dir.join("val-cold"), settings.cold_file)
+        };
+        let text = job_text(&c, &file, bytes, settings.runtime_ms);
+        let warm_text = c.warm.then(|| warmup_text(&file, bytes));
+        let mut best: Option<(usize, Figures, f64, f64)> = None;
+        for _ in 0..repeats.max(1) {
+            let (lat, f, sim_ms, wall) = model
+                .simulate(&text, warm_text.as_deref(), capacity_pages)
+                .with_context(|| format!("case {}", c.name))?;
+            best = Some(match best {
+                Some(b) if b.3 <= wall => b,
+                _ => (lat.len(), f, sim_ms, wall),
+            });
+        }
+        let (requests, sim, sim_ms, wall) = best.expect("at least one repeat");
+        out.push(SimOnly {
+            case: c,
+            sim,
+            requests: requests as u64,
+            sim_ms,
+            sim_wall_s: wall,
+            sim_per_wall: sim_ms / 1000.0 / wall,
+        });
+    }
+    progress(total, total, "done");
+    Ok(out)
+}
+
+/// The table `validate --sim-only` prints.
+pub fn sim_only_table(v: &[SimOnly]) -> String {
+    let mut s = format!(
+        "{:<32} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>9} {:>9}\n",
+        "job", "requests", "MB/s", "mean ms", "p50 ms", "p99 ms", "sim ms", "wall ms", "sim/wall"
+    );
+    for r in v {
+        s += &format!(
+            "{:<32} {:>9} {:>9.1} {:>8.3} {:>8.3} {:>8.3} {:>9.1} {:>9.2} {:>8.0}x\n",
+            r.case.name,
+            r.requests,
+            r.sim.mb_s,
+            r.sim.mean_ms,
+            r.sim.p50_ms,
+            r.sim.p99_ms,
+            r.sim_ms,
+            r.sim_wall_s * 1000.0,
+            r.sim_per_wall
+        );
+    }
+    let mut kinds: Vec<&str> = Vec::new();
+    for r in v {
+        if !kinds.contains(&r.case.kind()) {
+            kinds.push(r.case.kind());
+        }
+    }
+    s += "slowest by kind:";
+    for k in kinds {
+        let min = v
+            .iter()
+            .filter(|r| r.case.kind() == k)
+            .map(|r| r.sim_per_wall)
+            .fold(f64::INFINITY, f64::min);
+        s += &format!(" {k} {min:.0}x;");
+    }
+    s.pop();
+    s.push('\n');
+    s
+}
+
 fn cg_version() -> u8 {
     memory_cgroup_root().map(|r| r.1).unwrap_or(0)
 }
