@@ -33,6 +33,7 @@ pub mod linuxval;
 mod lru;
 pub mod measured;
 pub mod pagecache;
+mod pageset;
 pub mod record;
 #[cfg(feature = "cli")]
 pub mod recordcli;

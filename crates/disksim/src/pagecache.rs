@@ -184,7 +184,7 @@ struct Stream {
     /// When the file went from clean to dirty (kernel `inode->dirtied_when`), ms.
     dirtied_when: Option<f64>,
     /// Indices of the file's dirty pages.
-    dirty: BTreeSet<u64>,
+    dirty: crate::pageset::PageSet,
     /// Where background write-back resumes in this file (kernel `writeback_index`).
     wb_index: u64,
 }
@@ -290,6 +290,57 @@ impl PageMap {
             self.len += 1;
         }
         old
+    }
+
+    /// Whether pages `[first, last)` of `stream` are all cached, uptodate and unmarked: a
+    /// read of them starts no read-ahead and waits for nothing (one lookup per chunk).
+    fn all_plain(&self, stream: StreamKey, first: u64, last: u64) -> bool {
+        let mut i = first;
+        while i < last {
+            let c = i / CHUNK_PAGES;
+            let Some(chunk) = self.chunks.get(&(stream, c)) else {
+                return false;
+            };
+            let end = last.min((c + 1) * CHUNK_PAGES);
+            let lo = (i % CHUNK_PAGES) as usize;
+            let hi = lo + (end - i) as usize;
+            if !chunk.pages[lo..hi]
+                .iter()
+                .all(|p| p.as_ref().is_some_and(|p| !p.marker && p.pending.is_none()))
+            {
+                return false;
+            }
+            i = end;
+        }
+        true
+    }
+
+    /// The pages `[first, last)` of `stream`, each once, chunk by chunk (all cached:
+    /// [`PageMap::all_plain`]).
+    fn for_each_mut(
+        &mut self,
+        stream: StreamKey,
+        first: u64,
+        last: u64,
+        mut f: impl FnMut(u64, &mut Page),
+    ) {
+        let mut i = first;
+        while i < last {
+            let c = i / CHUNK_PAGES;
+            let end = last.min((c + 1) * CHUNK_PAGES);
+            if let Some(chunk) = self.chunks.get_mut(&(stream, c)) {
+                let lo = (i % CHUNK_PAGES) as usize;
+                for (j, p) in chunk.pages[lo..lo + (end - i) as usize]
+                    .iter_mut()
+                    .enumerate()
+                {
+                    if let Some(p) = p {
+                        f(i + j as u64, p);
+                    }
+                }
+            }
+            i = end;
+        }
     }
 
     fn remove(&mut self, k: &PageKey) -> Option<Page> {
@@ -1026,17 +1077,61 @@ impl PageCache {
         busy_ms
     }
 
+    /// [`PageCache::buffered_read`] of pages all cached and unmarked (the loop there, with
+    /// nothing to read and nothing to wait for): the same accesses, activations and
+    /// statistics, found with one lookup per chunk of pages instead of one per page.
+    fn cached_read(
+        &mut self,
+        req: Request,
+        sk: StreamKey,
+        first: u64,
+        last: u64,
+        prev_pos: Option<u64>,
+        end: u64,
+        ctx: &mut Ctx,
+    ) {
+        let same_first = prev_pos.is_some_and(|p| p > 0 && (p - 1) / PAGE == first);
+        let mut promote: Vec<u64> = Vec::new();
+        self.pages.for_each_mut(sk, first, last, |index, p| {
+            if !(index == first && same_first) && p.accessed() {
+                promote.push(index);
+            }
+        });
+        // (activate touches only the promoted page and list positions, which no access
+        // above reads: promoting after the loop is promoting in it)
+        for index in promote {
+            self.activate(PageKey { stream: sk, index });
+        }
+        self.stats.hit_pages += last - first;
+        self.stream_mut(sk).prev_pos = Some(end);
+        self.shrink();
+        let now = ctx.now();
+        let rec = Record {
+            arrival: req.arrival,
+            device_start: now,
+            cache: CacheOutcome::Hit,
+            completion: now + self.cfg.cpu_ms(req.bytes()),
+            ..Default::default()
+        };
+        self.deliver(Completion { req, rec }, ctx);
+    }
+
     fn buffered_read(&mut self, req: Request, ctx: &mut Ctx) {
         let (sk, offset) = match req.file {
             Some(f) => (key(req.dev, Some(f.file)), f.offset),
             None => (key(req.dev, None), req.lba * SECTOR),
         };
         let base = req.lba as i64 - (offset / SECTOR) as i64;
-        self.stream_mut(sk).base_lba = base;
+        let stream = self.stream_mut(sk);
+        stream.base_lba = base;
+        let prev_pos = stream.prev_pos;
         let first = offset / PAGE;
         let end = offset + req.bytes().max(1);
         let last = end.div_ceil(PAGE); // exclusive
-        let prev_pos = self.streams[&sk].prev_pos;
+        if self.pages.all_plain(sk, first, last) {
+            self.cached_read(req, sk, first, last, prev_pos, end, ctx);
+            return;
+        }
         let ra_before = self.stats.readahead_pages;
         let first_new_child = CHILD_ID_BIT | self.next_child;
         let alloc_before = self.alloc_until;
@@ -1242,7 +1337,7 @@ impl PageCache {
         if range.start >= range.end || s.dirty.is_empty() {
             return Vec::new();
         }
-        let dirty: Vec<u64> = s.dirty.range(range).copied().collect();
+        let dirty: Vec<u64> = s.dirty.range(range).collect();
         self.write_back(sk, &dirty, sync, ctx)
     }
 
@@ -1287,7 +1382,7 @@ impl PageCache {
                 p.wb = Some(id);
                 keys.push(k);
                 if let Some(s) = self.streams.get_mut(&sk) {
-                    s.dirty.remove(&index);
+                    s.dirty.remove(index);
                 }
             }
             if let Some(s) = self.streams.get_mut(&sk) {
@@ -1331,11 +1426,10 @@ impl PageCache {
                 .dirty
                 .range(from..)
                 .take(WB_CHUNK_PAGES as usize)
-                .copied()
                 .collect();
             if (pick.len() as u64) < WB_CHUNK_PAGES {
                 let more = WB_CHUNK_PAGES as usize - pick.len();
-                let mut wrapped: Vec<u64> = s.dirty.range(..from).take(more).copied().collect();
+                let mut wrapped: Vec<u64> = s.dirty.range(..from).take(more).collect();
                 wrapped.append(&mut pick);
                 pick = wrapped;
                 pick.sort_unstable();
