@@ -1285,6 +1285,7 @@ impl PageCache {
     /// Marks the pages of `[first, last)` dirty, creating those not cached (a partial page
     /// is taken as whole: no read before the write, see the module notes).
     fn dirty_range(&mut self, sk: StreamKey, first: u64, last: u64, now: f64) {
+        let mut newly = false;
         for index in first..last {
             let k = PageKey { stream: sk, index };
             if !self.pages.contains_key(&k) {
@@ -1302,10 +1303,14 @@ impl PageCache {
                 p.dirty = true;
                 self.nr_dirty += 1;
                 self.stats.dirtied_pages += 1;
-                let s = self.streams.entry(sk).or_default();
-                s.dirty.insert(index);
-                s.dirtied_when.get_or_insert(now);
+                newly = true;
             }
+        }
+        if newly {
+            // (the set holds exactly the dirty pages: adding those already dirty is nothing)
+            let s = self.streams.entry(sk).or_default();
+            s.dirty.insert_range(first, last);
+            s.dirtied_when.get_or_insert(now);
         }
         self.note_levels();
     }
@@ -1381,11 +1386,10 @@ impl PageCache {
                 }
                 p.wb = Some(id);
                 keys.push(k);
-                if let Some(s) = self.streams.get_mut(&sk) {
-                    s.dirty.remove(index);
-                }
             }
             if let Some(s) = self.streams.get_mut(&sk) {
+                // (dirty pages are cached: the run's absent pages were not in the set)
+                s.dirty.remove_range(first, first + n);
                 if s.dirty.is_empty() {
                     s.dirtied_when = None;
                 }

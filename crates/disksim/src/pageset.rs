@@ -24,6 +24,7 @@ impl PageSet {
     }
 
     /// Adds `index`; true if it was not there.
+    #[cfg(test)]
     pub fn insert(&mut self, index: u64) -> bool {
         let w = self.words.entry(index / 64).or_insert(0);
         let bit = 1u64 << (index % 64);
@@ -33,7 +34,43 @@ impl PageSet {
         new
     }
 
+    /// Adds every index of `[lo, hi)`: one lookup per 64-page word.
+    pub fn insert_range(&mut self, lo: u64, hi: u64) {
+        self.update_range(lo, hi, |w, m| *w | m);
+    }
+
+    /// Removes every index of `[lo, hi)`.
+    pub fn remove_range(&mut self, lo: u64, hi: u64) {
+        self.update_range(lo, hi, |w, m| *w & !m);
+    }
+
+    fn update_range(&mut self, lo: u64, hi: u64, f: impl Fn(&u64, u64) -> u64) {
+        let mut i = lo;
+        while i < hi {
+            let n = i / 64;
+            let end = hi.min((n + 1) * 64);
+            let width = end - i;
+            let mask = if width == 64 {
+                u64::MAX
+            } else {
+                ((1u64 << width) - 1) << (i % 64)
+            };
+            let old = self.words.get(&n).copied().unwrap_or(0);
+            let new = f(&old, mask);
+            if new != old {
+                self.len = self.len + u64::from(new.count_ones()) - u64::from(old.count_ones());
+                if new == 0 {
+                    self.words.remove(&n);
+                } else {
+                    self.words.insert(n, new);
+                }
+            }
+            i = end;
+        }
+    }
+
     /// Removes `index`; true if it was there.
+    #[cfg(test)]
     pub fn remove(&mut self, index: u64) -> bool {
         let Some(w) = self.words.get_mut(&(index / 64)) else {
             return false;
@@ -120,6 +157,16 @@ mod tests {
             match next() % 4 {
                 0 | 1 => assert_eq!(s.insert(i), r.insert(i)),
                 2 => assert_eq!(s.remove(i), r.remove(&i)),
+                3 if next() % 4 == 0 => {
+                    let (a, b) = (next() % 720, next() % 720);
+                    if next() % 2 == 0 {
+                        s.insert_range(a, b);
+                        r.extend(a..b);
+                    } else {
+                        s.remove_range(a, b);
+                        r.retain(|x| !(a..b).contains(x));
+                    }
+                }
                 _ => {
                     let (a, b) = (next() % 720, next() % 720);
                     let got: Vec<u64> = s.range(a..b).collect();
