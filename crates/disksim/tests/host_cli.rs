@@ -361,3 +361,73 @@ fn calibrate_on_a_filesystem_refusing_o_direct_is_one_clear_error() {
     assert!(!e.contains("panicked"), "{e}");
     assert_eq!(o.trim(), "", "calibrate left files: {o}");
 }
+
+/// `validate --sim-only`: the suite's jobs through the simulator alone, on a recorded
+/// calibration — figures identical from run to run (the simulator is deterministic),
+/// nothing created in `--dir`, no fio needed; without `--calibration` it is refused.
+#[test]
+fn validate_sim_only_is_deterministic_and_touches_nothing() {
+    let tmp = tempfile::Builder::new()
+        .prefix("iolab-simonly-")
+        .tempdir()
+        .unwrap();
+    let cal = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/calibration-vda-quick.toml");
+    let run = |json: &Path| {
+        let out = iolab()
+            .args(["disksim", "validate", "--quick", "--sim-only", "--quiet"])
+            .args([
+                "--only",
+                "read-32k-nobuffer-cold,write-512k-writethrough,randread-32k-normal-warm",
+            ])
+            .arg("--calibration")
+            .arg(&cal)
+            .arg("--dir")
+            .arg(tmp.path())
+            .arg("--json")
+            .arg(json)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+        (text, v)
+    };
+    let out_dir = tempfile::tempdir().unwrap();
+    let (text, a) = run(&out_dir.path().join("a.json"));
+    let (_, b) = run(&out_dir.path().join("b.json"));
+    assert!(
+        text.contains("sim/wall") && text.contains("slowest by kind"),
+        "{text}"
+    );
+    let (ra, rb) = (
+        a["results"].as_array().unwrap(),
+        b["results"].as_array().unwrap(),
+    );
+    // (names match as substrings: the random-pattern twins of the first two come too)
+    assert_eq!(ra.len(), 5, "{a}");
+    for (x, y) in ra.iter().zip(rb) {
+        assert_eq!(x["case"]["name"], y["case"]["name"]);
+        assert!(x["requests"].as_u64().unwrap() > 100, "{x}");
+        assert!(x["sim"]["mb_s"].as_f64().unwrap() > 0.0, "{x}");
+        for k in ["sim", "requests", "sim_ms"] {
+            assert_eq!(x[k], y[k], "{k} differs between two runs");
+        }
+    }
+    assert!(a["machine"].as_str().is_some_and(|m| !m.is_empty()));
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        0,
+        "nothing written in --dir"
+    );
+    let out = iolab()
+        .args(["disksim", "validate", "--quick", "--sim-only"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--calibration"));
+}
