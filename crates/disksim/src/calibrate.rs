@@ -440,15 +440,21 @@ fn active_dir(job: &serde_json::Value) -> &serde_json::Value {
 
 /// Cached-read costs: each size is read for CACHED_READ_MS in CACHED_READ_SAMPLES jobs in
 /// each of two rounds a minute apart (the sizes interleaved within a round, so a size's
-/// samples are not back to back), over a cached set of CACHED_READ_SET: larger than a CPU's
-/// last-level cache, as the files the validation reads are, so a copy runs at memory speed.
+/// samples are not back to back), over a cached set of CACHED_READ_SET_MIB, meant to be
+/// larger than a CPU's last-level cache so that a copy runs at memory speed. It was on the
+/// AMD host of 23-27 Nov; on the Intel one of 28 Nov a 24 MiB set still copies twice as
+/// fast as this one (the validation's warm jobs, simulated 40-57% too slow): hence the set
+/// profile, 32 KiB reads over sets of CACHED_SETS_MIB, which scales the table to a job's own set.
 /// Copies of 512 KiB and more are bound by a memory bandwidth this VM shares with its
 /// host's other guests, and their cost moves by the minute (70-116 µs at 512 KiB; one
 /// 250 ms job over 16 MiB measured 46, a round of three samples 114 and 168 on bad minutes):
 /// the median of the six samples is what a run is likeliest to meet.
 const CACHED_READ_MS: u64 = 100;
 const CACHED_READ_SAMPLES: usize = 3;
-const CACHED_READ_SET: &str = "64m";
+const CACHED_READ_SET_MIB: u64 = crate::fio::CACHED_TABLE_SET_MIB;
+/// The cached sets of the set profile (MiB): from within a CPU's caches to beyond them, up
+/// to CACHED_READ_SET_MIB (`HostCpu::for_cached_set` scales against its value there).
+const CACHED_SETS_MIB: [u64; 8] = [2, 4, 8, 16, 24, 32, 48, CACHED_READ_SET_MIB];
 
 /// Runs the plan on a file created in `dir`. `progress(done, total, what)`.
 pub fn calibrate(
@@ -474,7 +480,7 @@ pub fn calibrate(
     let work = tempdir("calib")?;
     let fname = file.path.to_string_lossy().replace(':', "\\:");
     // System-call cost of buffered reads served by the page cache: the first
-    // CACHED_READ_SET read once to warm it, then read at each size, round and round (one
+    // CACHED_READ_SET_MIB read once to warm it, then read at each size, round and round (one
     // pass was 4 reads at 4 MiB and a few ms in all, which fio times in whole ms). The
     // validation's sizes (32, 128, 512 KiB) are among them: no interpolation there. Two
     // rounds, one now and one after the device's measurements, minutes apart (the copy's
@@ -489,7 +495,7 @@ pub fn calibrate(
     };
     let copy_costs = |round: usize| -> Result<Vec<serde_json::Value>> {
         let mut text = format!(
-            "[global]\nfilename={fname}\nsize={CACHED_READ_SET}\nioengine=psync\ndirect=0\nstonewall\n[warm]\nrw=read\nbs=1m\ninvalidate=1\n"
+            "[global]\nfilename={fname}\nsize={CACHED_READ_SET_MIB}m\nioengine=psync\ndirect=0\nstonewall\n[warm]\nrw=read\nbs=1m\ninvalidate=1\n"
         );
         for r in 0..CACHED_READ_SAMPLES {
             for k in cpu_sizes {
@@ -500,6 +506,33 @@ pub fn calibrate(
         }
         fio_jobs("cpu.fio", &text)
     };
+    // How the copy's cost depends on the set a job's cached reads go over (see
+    // HostCpu::cached_set_us): 32 KiB reads of a file of each size in CACHED_SETS_MIB,
+    // created here, read whole once and then CACHED_READ_SAMPLES times back to back, each
+    // set in a file of its own as a job's is (reading the first part of the 64 MiB file
+    // instead measured sets below the CPU's cache at the large set's cost, 4.0 against
+    // 2.7-3.0 µs at 24 MiB, 28 Nov).
+    let set_costs = |round: usize| -> Result<Vec<serde_json::Value>> {
+        let mut files = Vec::new();
+        let mut text = String::from("[global]\nioengine=psync\ndirect=0\nstonewall\n");
+        for m in CACHED_SETS_MIB {
+            let owned = OwnedFile::create_new(dir, &format!("cset{m}_{round}"))?;
+            let f = owned.path.to_string_lossy().replace(':', "\\:");
+            text.push_str(&format!(
+                "[l{m}_{round}]\nfilename={f}\nsize={m}m\nrw=read\nbs=1m\n"
+            ));
+            for r in 0..CACHED_READ_SAMPLES {
+                text.push_str(&format!(
+                    "[s{m}_{round}{r}]\nfilename={f}\nsize={m}m\nrw=read\nbs=32k\ninvalidate=0\ntime_based\nruntime={CACHED_READ_MS}ms\n"
+                ));
+            }
+            files.push(owned);
+        }
+        let jobs = fio_jobs("cset.fio", &text);
+        drop(files);
+        jobs
+    };
+    let first_set_costs = set_costs(0)?;
     let first_copy_costs = copy_costs(0)?;
     let head = format!(
         "[global]\nfilename={fname}\nsize={}\ndirect=1\nioengine=libaio\nruntime={}ms\ntime_based\nramp_time=0\nrandrepeat=0\ninvalidate=1\nstonewall\n",
@@ -666,6 +699,9 @@ pub fn calibrate(
     let mut jobs = first_copy_costs;
     jobs.extend(copy_costs(1)?);
     let cached_read_us = cost_table(&jobs, "c", "read", &cpu_sizes);
+    let mut sjobs = first_set_costs;
+    sjobs.extend(set_costs(1)?);
+    let cached_set_us = cost_table(&sjobs, "s", "read", &CACHED_SETS_MIB);
     // fio's own time per I/O: the 4 KiB jobs' run time per I/O beyond their latency. (Every
     // sample is >= 0: `max` turns the median of none, NaN, into 0.)
     let app_gap_us = median(&mut samples(&jobs, "c4", |j| {
@@ -694,6 +730,7 @@ pub fn calibrate(
         app_gap_us,
         miss_folio_us,
         dontneed_dirty_page_us,
+        cached_set_us,
     };
     step += 1;
     progress(step, total, "done");
@@ -990,6 +1027,10 @@ pub fn config_toml(c: &Calibration) -> String {
         toml(&c.host_cpu.cached_write_us)
     ));
     s.push_str(&format!(
+        "# buffered 32 KiB reads by the cached set they go over: [MiB, mean µs]\ncached_set_us = [{}]\n",
+        toml(&c.host_cpu.cached_set_us)
+    ));
+    s.push_str(&format!(
         "# fio's own time between a completion and its next request (µs)\napp_gap_us = {:.2}\n",
         c.host_cpu.app_gap_us
     ));
@@ -1093,6 +1134,14 @@ pub fn table(c: &Calibration) -> String {
         c.host_cpu.miss_folio_us,
         c.host_cpu.dontneed_dirty_page_us
     ));
+    if !c.host_cpu.cached_set_us.is_empty() {
+        s.push_str(&format!(
+            "buffered 32 KiB read by the cached set it goes over (µs): {}\n",
+            join_table(&c.host_cpu.cached_set_us, |m, us| format!(
+                "{m} MiB {us:.1}"
+            ))
+        ));
+    }
     let q = |k: &str| c.host.queue.get(k).map(String::as_str).unwrap_or("?");
     s.push_str(&format!(
         "settings: scheduler {}, rotational {}, read_ahead_kb {}, max_sectors_kb {}, nr_requests {}; ",

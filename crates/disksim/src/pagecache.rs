@@ -315,8 +315,8 @@ impl PageMap {
         true
     }
 
-    /// The pages `[first, last)` of `stream`, each once, chunk by chunk (all cached:
-    /// [`PageMap::all_plain`]).
+    /// The cached pages among `[first, last)` of `stream`, in index order, chunk by chunk
+    /// (one lookup per chunk).
     fn for_each_mut(
         &mut self,
         stream: StreamKey,
@@ -581,7 +581,7 @@ pub struct PageCache {
     lru: Lists,
     next_child: u64,
     /// Reads sent down: the pages they fill.
-    children: Map<u64, Vec<PageKey>>,
+    children: Map<u64, (StreamKey, std::ops::Range<u64>)>,
     /// Which waiting workload reads each child read holds up.
     waiters: Map<u64, Vec<u64>>,
     waiting: Map<u64, Waiting>,
@@ -842,18 +842,12 @@ impl PageCache {
                     flags,
                     file: None,
                 };
-                this.children.insert(
-                    id,
-                    (first..first + count)
-                        .map(|index| PageKey { stream: sk, index })
-                        .collect(),
-                );
-                for index in first..first + count {
-                    if let Some(p) = this.pages.get_mut(&PageKey { stream: sk, index }) {
-                        p.pending = Some(id);
-                        this.lru[p.list].set_reclaimable(p.seq, false);
-                    }
-                }
+                this.children.insert(id, (sk, first..first + count));
+                let lru = &mut this.lru;
+                this.pages.for_each_mut(sk, first, first + count, |_, p| {
+                    p.pending = Some(id);
+                    lru[p.list].set_reclaimable(p.seq, false);
+                });
                 this.stats.reads_down += 1;
                 if flags.contains(Flags::LARGE_FOLIOS) {
                     this.stats.large_folio_reads += 1;
@@ -1802,7 +1796,7 @@ impl Component for PageCache {
             self.sync_done(sync, ctx);
             return;
         }
-        let Some(pages) = self.children.remove(&done.req.id) else {
+        let Some((sk, pages)) = self.children.remove(&done.req.id) else {
             // An O_DIRECT request or a raw flush passed through. After a direct write the
             // kernel invalidates the range again (pages read into it meanwhile are stale).
             if done.req.op == Op::Write && done.req.flags.contains(Flags::DIRECT) {
@@ -1819,14 +1813,13 @@ impl Component for PageCache {
             ctx.up(done);
             return;
         };
-        for k in pages {
-            if let Some(p) = self.pages.get_mut(&k) {
-                if p.pending == Some(done.req.id) {
-                    p.pending = None;
-                    self.lru[p.list].set_reclaimable(p.seq, p.reclaimable());
-                }
+        let lru = &mut self.lru;
+        self.pages.for_each_mut(sk, pages.start, pages.end, |_, p| {
+            if p.pending == Some(done.req.id) {
+                p.pending = None;
+                lru[p.list].set_reclaimable(p.seq, p.reclaimable());
             }
-        }
+        });
         // The read's pages are reclaimable now: a writer held because the cache was full
         // of pages being read may go on (write-back need not be in flight to release it).
         self.release_throttled(ctx);
