@@ -1078,12 +1078,12 @@ impl PageCache {
         &mut self,
         req: Request,
         sk: StreamKey,
-        first: u64,
-        last: u64,
+        pages: std::ops::Range<u64>,
         prev_pos: Option<u64>,
         end: u64,
         ctx: &mut Ctx,
     ) {
+        let (first, last) = (pages.start, pages.end);
         let same_first = prev_pos.is_some_and(|p| p > 0 && (p - 1) / PAGE == first);
         let mut promote: Vec<u64> = Vec::new();
         self.pages.for_each_mut(sk, first, last, |index, p| {
@@ -1123,7 +1123,7 @@ impl PageCache {
         let end = offset + req.bytes().max(1);
         let last = end.div_ceil(PAGE); // exclusive
         if self.pages.all_plain(sk, first, last) {
-            self.cached_read(req, sk, first, last, prev_pos, end, ctx);
+            self.cached_read(req, sk, first..last, prev_pos, end, ctx);
             return;
         }
         let ra_before = self.stats.readahead_pages;
