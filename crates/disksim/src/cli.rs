@@ -234,6 +234,15 @@ fn progress_bar(quiet: bool) -> indicatif::ProgressBar {
     b
 }
 
+/// A progress callback `(done, total, what)` that drives `bar`.
+fn on_bar(bar: &indicatif::ProgressBar) -> impl FnMut(u64, u64, &str) + '_ {
+    move |done, total, what| {
+        bar.set_length(total);
+        bar.set_position(done);
+        bar.set_message(what.to_string());
+    }
+}
+
 fn linux_validate_cmd(a: LinuxValidateArgs) -> Result<()> {
     let mut settings = crate::linuxval::Settings::new(a.quick);
     if let Some(r) = a.runs {
@@ -276,11 +285,7 @@ fn linux_validate_cmd(a: LinuxValidateArgs) -> Result<()> {
             &a.only,
             a.runs.unwrap_or(1),
             &flag,
-            &mut |d, t, w| {
-                bar.set_length(t);
-                bar.set_position(d);
-                bar.set_message(w.to_string());
-            },
+            &mut on_bar(&bar),
         );
         bar.finish_and_clear();
         let v = v?;
@@ -321,11 +326,7 @@ fn linux_validate_cmd(a: LinuxValidateArgs) -> Result<()> {
         a.cgroup_root.as_deref(),
         &a.only,
         &flag,
-        &mut |d, t, w| {
-            bar.set_length(t);
-            bar.set_position(d);
-            bar.set_message(w.to_string());
-        },
+        &mut on_bar(&bar),
     );
     bar.finish_and_clear();
     let r = r?;
@@ -357,11 +358,7 @@ fn calibrate_cmd(a: CalibrateArgs) -> Result<()> {
     }
     let flag = crate::calibrate::install_interrupt_flag()?;
     let bar = progress_bar(a.quiet);
-    let c = crate::calibrate::calibrate(&a.dir, a.quick, &flag, &mut |done, total, what| {
-        bar.set_length(total);
-        bar.set_position(done);
-        bar.set_message(what.to_string());
-    });
+    let c = crate::calibrate::calibrate(&a.dir, a.quick, &flag, &mut on_bar(&bar));
     bar.finish_and_clear();
     let c = c?;
     print!("{}", crate::calibrate::table(&c));

@@ -604,19 +604,12 @@ pub fn validate(
     progress: &mut dyn FnMut(u64, u64, &str),
 ) -> Result<Report> {
     let fio = crate::calibrate::require_fio()?;
-    let cases: Vec<Case> = suite(&settings.sizes_kib)
-        .into_iter()
-        .filter(|c| only.is_empty() || only.iter().any(|o| c.name.contains(o.as_str())))
-        .collect();
-    if cases.is_empty() {
-        bail!("no case of the suite matches {only:?}");
-    }
+    let cases = selected(&settings, only)?;
     let cg = create_cgroup(cgroup_root, settings.cgroup_limit)?;
     let work = crate::calibrate::tempdir("validate")?;
     let cold = crate::calibrate::create_direct_file(dir, "val-cold", settings.cold_file)?;
     let warm = crate::calibrate::create_direct_file(dir, "val-warm", settings.warm_file)?;
-    // The page cache the simulated fio gets: the cgroup limit less fio's own memory.
-    let capacity_pages = settings.cgroup_limit.saturating_sub(FIO_RSS) / crate::pagecache::PAGE;
+    let capacity_pages = cache_pages(&settings);
     let total = cases.len() as u64;
     let mut results = Vec::new();
     for (i, c) in cases.iter().enumerate() {
@@ -668,6 +661,23 @@ pub fn validate(
     })
 }
 
+/// The suite's cases whose names contain one of `only` (all of them when empty).
+fn selected(settings: &Settings, only: &[String]) -> Result<Vec<Case>> {
+    let cases: Vec<Case> = suite(&settings.sizes_kib)
+        .into_iter()
+        .filter(|c| only.is_empty() || only.iter().any(|o| c.name.contains(o.as_str())))
+        .collect();
+    if cases.is_empty() {
+        bail!("no case of the suite matches {only:?}");
+    }
+    Ok(cases)
+}
+
+/// The page cache the simulated fio gets: the cgroup limit less fio's own memory.
+fn cache_pages(settings: &Settings) -> u64 {
+    settings.cgroup_limit.saturating_sub(FIO_RSS) / crate::pagecache::PAGE
+}
+
 /// One case of `validate --sim-only`: the simulator's figures and speed, no fio.
 #[derive(Clone, Debug, Serialize)]
 pub struct SimOnly {
@@ -693,14 +703,8 @@ pub fn simulate_suite(
     interrupted: &AtomicBool,
     progress: &mut dyn FnMut(u64, u64, &str),
 ) -> Result<Vec<SimOnly>> {
-    let cases: Vec<Case> = suite(&settings.sizes_kib)
-        .into_iter()
-        .filter(|c| only.is_empty() || only.iter().any(|o| c.name.contains(o.as_str())))
-        .collect();
-    if cases.is_empty() {
-        bail!("no case of the suite matches {only:?}");
-    }
-    let capacity_pages = settings.cgroup_limit.saturating_sub(FIO_RSS) / crate::pagecache::PAGE;
+    let cases = selected(settings, only)?;
+    let capacity_pages = cache_pages(settings);
     let total = cases.len() as u64;
     let mut out = Vec::new();
     for (i, c) in cases.into_iter().enumerate() {

@@ -1100,11 +1100,16 @@ impl PageCache {
         self.stream_mut(sk).prev_pos = Some(end);
         self.shrink();
         let now = ctx.now();
+        self.deliver_hit(req, now, ctx);
+    }
+
+    /// A read served whole from the cache completes after its copy, which starts at `busy`.
+    fn deliver_hit(&mut self, req: Request, busy: f64, ctx: &mut Ctx) {
         let rec = Record {
             arrival: req.arrival,
-            device_start: now,
+            device_start: ctx.now(),
             cache: CacheOutcome::Hit,
-            completion: now + self.cfg.cpu_ms(req.bytes()),
+            completion: busy + self.cfg.cpu_ms(req.bytes()),
             ..Default::default()
         };
         self.deliver(Completion { req, rec }, ctx);
@@ -1188,14 +1193,7 @@ impl PageCache {
             } else {
                 now
             };
-            let rec = Record {
-                arrival: req.arrival,
-                device_start: now,
-                cache: CacheOutcome::Hit,
-                completion: busy + self.cfg.cpu_ms(req.bytes()),
-                ..Default::default()
-            };
-            self.deliver(Completion { req, rec }, ctx);
+            self.deliver_hit(req, busy, ctx);
             return;
         }
         let outcome = if missed == requested {
