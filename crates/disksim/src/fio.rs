@@ -1179,17 +1179,13 @@ impl HostCpu {
         if self.cached_set_us.is_empty() || set_bytes == 0 {
             return c;
         }
+        // (the tables' interpolation, but held at the largest set: no proportional growth)
+        let [largest, at_largest] = self.cached_set_us[self.cached_set_us.len() - 1];
         let at = |mib: f64| {
-            let t = &self.cached_set_us;
-            let i = t.partition_point(|p| p[0] < mib);
-            if i == 0 {
-                t[0][1]
-            } else if i >= t.len() {
-                t[t.len() - 1][1]
+            if mib >= largest {
+                at_largest
             } else {
-                let ([m0, u0], [m1, u1]) = (t[i - 1], t[i]);
-                let f = (mib.log2() - m0.log2()) / (m1.log2() - m0.log2()).max(1e-12);
-                u0 + f * (u1 - u0)
+                table_us(&self.cached_set_us, mib)
             }
         };
         let (here, table) = (

@@ -313,13 +313,7 @@ pub struct KindSummary {
 
 /// Per kind of job, in the order the kinds first appear.
 pub fn by_kind(results: &[CaseResult]) -> Vec<KindSummary> {
-    let mut kinds: Vec<&'static str> = Vec::new();
-    for r in results {
-        if !kinds.contains(&r.case.kind()) {
-            kinds.push(r.case.kind());
-        }
-    }
-    kinds
+    kinds_of(results.iter().map(|r| &r.case))
         .into_iter()
         .map(|kind| {
             let of: Vec<&CaseResult> = results.iter().filter(|r| r.case.kind() == kind).collect();
@@ -333,6 +327,17 @@ pub fn by_kind(results: &[CaseResult]) -> Vec<KindSummary> {
             }
         })
         .collect()
+}
+
+/// The kinds of job among `cases`, in the order they first come.
+fn kinds_of<'a>(cases: impl Iterator<Item = &'a Case>) -> Vec<&'static str> {
+    let mut kinds: Vec<&'static str> = Vec::new();
+    for c in cases {
+        if !kinds.contains(&c.kind()) {
+            kinds.push(c.kind());
+        }
+    }
+    kinds
 }
 
 /// Throughput errors and simulation speed over some jobs (the whole suite, or one kind);
@@ -617,13 +622,7 @@ pub fn validate(
             bail!("interrupted");
         }
         progress(i as u64, total, &c.name);
-        let (file, bytes) = if c.warm {
-            (&warm.path, settings.warm_file)
-        } else {
-            (&cold.path, settings.cold_file)
-        };
-        let text = job_text(c, file, bytes, settings.runtime_ms);
-        let warm_text = c.warm.then(|| warmup_text(file, bytes));
+        let (file, text, warm_text) = case_texts(c, &warm.path, &cold.path, &settings);
         let r = run_case(
             c,
             file,
@@ -673,6 +672,23 @@ fn selected(settings: &Settings, only: &[String]) -> Result<Vec<Case>> {
     Ok(cases)
 }
 
+/// The file a case runs on (the warm or the cold one) and its job texts: the job, and for a
+/// warm case the read of the whole file before it.
+fn case_texts<'a>(
+    c: &Case,
+    warm: &'a Path,
+    cold: &'a Path,
+    settings: &Settings,
+) -> (&'a Path, String, Option<String>) {
+    let (file, bytes) = if c.warm {
+        (warm, settings.warm_file)
+    } else {
+        (cold, settings.cold_file)
+    };
+    let text = job_text(c, file, bytes, settings.runtime_ms);
+    (file, text, c.warm.then(|| warmup_text(file, bytes)))
+}
+
 /// The page cache the simulated fio gets: the cgroup limit less fio's own memory.
 fn cache_pages(settings: &Settings) -> u64 {
     settings.cgroup_limit.saturating_sub(FIO_RSS) / crate::pagecache::PAGE
@@ -705,6 +721,7 @@ pub fn simulate_suite(
 ) -> Result<Vec<SimOnly>> {
     let cases = selected(settings, only)?;
     let capacity_pages = cache_pages(settings);
+    let (warm, cold) = (dir.join("val-warm"), dir.join("val-cold"));
     let total = cases.len() as u64;
     let mut out = Vec::new();
     for (i, c) in cases.into_iter().enumerate() {
@@ -712,13 +729,7 @@ pub fn simulate_suite(
             bail!("interrupted");
         }
         progress(i as u64, total, &c.name);
-        let (file, bytes) = if c.warm {
-            (dir.join("val-warm"), settings.warm_file)
-        } else {
-            (dir.join("val-cold"), settings.cold_file)
-        };
-        let text = job_text(&c, &file, bytes, settings.runtime_ms);
-        let warm_text = c.warm.then(|| warmup_text(&file, bytes));
+        let (_, text, warm_text) = case_texts(&c, &warm, &cold, settings);
         let mut best: Option<(usize, Figures, f64, f64)> = None;
         for _ in 0..repeats.max(1) {
             let (lat, f, sim_ms, wall) = model
@@ -763,14 +774,8 @@ pub fn sim_only_table(v: &[SimOnly]) -> String {
             r.sim_per_wall
         );
     }
-    let mut kinds: Vec<&str> = Vec::new();
-    for r in v {
-        if !kinds.contains(&r.case.kind()) {
-            kinds.push(r.case.kind());
-        }
-    }
     s += "slowest by kind:";
-    for k in kinds {
+    for k in kinds_of(v.iter().map(|r| &r.case)) {
         let min = v
             .iter()
             .filter(|r| r.case.kind() == k)

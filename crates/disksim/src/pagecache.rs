@@ -1079,12 +1079,11 @@ impl PageCache {
         req: Request,
         sk: StreamKey,
         pages: std::ops::Range<u64>,
-        prev_pos: Option<u64>,
+        same_first: bool,
         end: u64,
         ctx: &mut Ctx,
     ) {
         let (first, last) = (pages.start, pages.end);
-        let same_first = prev_pos.is_some_and(|p| p > 0 && (p - 1) / PAGE == first);
         let mut promote: Vec<u64> = Vec::new();
         self.pages.for_each_mut(sk, first, last, |index, p| {
             if !(index == first && same_first) && p.accessed() {
@@ -1127,8 +1126,11 @@ impl PageCache {
         let first = offset / PAGE;
         let end = offset + req.bytes().max(1);
         let last = end.div_ceil(PAGE); // exclusive
+                                       // A read continuing inside the page the previous one ended in does not count as a
+                                       // new access to it (kernel filemap_read).
+        let same_first = prev_pos.is_some_and(|p| p > 0 && (p - 1) / PAGE == first);
         if self.pages.all_plain(sk, first, last) {
-            self.cached_read(req, sk, first..last, prev_pos, end, ctx);
+            self.cached_read(req, sk, first..last, same_first, end, ctx);
             return;
         }
         let ra_before = self.stats.readahead_pages;
@@ -1153,10 +1155,7 @@ impl PageCache {
                 }
                 Some(_) => {}
             }
-            // A read continuing inside the page the previous one ended in does not count
-            // as a new access to it (kernel filemap_read).
-            let same_page =
-                index == first && prev_pos.is_some_and(|p| p > 0 && (p - 1) / PAGE == first);
+            let same_page = index == first && same_first;
             let mut promote = false;
             if let Some(p) = page {
                 if let Some(c) = p.pending {
