@@ -63,7 +63,9 @@ struct epoch {
 	 * head) goes out; disc_egress then clones that segment to DP's link (DP_START_MAC)
 	 * and clears it */
 	__u32 start_id;
-	__u32 pad2[2];
+	/* NOTIFY_STACK: the link address of DP's interface, whose IP stack takes the clone */
+	__u8 dp_dst_mac[6];
+	__u8 pad2[2];
 };
 
 /* A connection's slot in disc_slots, shared with user space through mmap (the FE writes
@@ -105,6 +107,10 @@ struct conn_slot {
 /* With NOTIFY_CLONE: only the ACK of the payload's last byte and duplicate ACKs are
  * cloned (DP sent the whole payload at once: the ACKs between tell it nothing). */
 #define NOTIFY_ENDS 4
+/* With NOTIFY_CLONE: the clone goes to DP's own link address (dp_dst_mac), for the BE's TCP
+ * stack: DP sends the payload from a socket continuing the FE's connection (TCP_REPAIR),
+ * which takes the client's ACKs, SACK blocks and timestamps as the FE's stack would. */
+#define NOTIFY_STACK 8
 static const __u8 DP_ACK_MAC[6] = { 0x02, 0xd1, 0x5c, 0x00, 0xac, 0x4b };
 /* The link destination of the FE's head segment cloned to DP as its start signal: the
  * source address carries the payload id (4 bytes, network order) and the client's window
@@ -443,7 +449,10 @@ int disc_ingress(struct __sk_buff *skb)
 		    (!(notify & NOTIFY_ENDS) || last || ack == prev)) {
 			__u8 mac[12];
 
-			__builtin_memcpy(mac, DP_ACK_MAC, 6);
+			if (notify & NOTIFY_STACK)
+				__builtin_memcpy(mac, e->dp_dst_mac, 6);
+			else
+				__builtin_memcpy(mac, DP_ACK_MAC, 6);
 			__builtin_memcpy(mac + 6, e->dp_src_mac, 6);
 			clone_to_dp(skb, e->dp_ifindex, mac);
 		}

@@ -108,6 +108,8 @@ pub struct ConnState {
     pub cl_ack: u32,
     /// The client's window scale (set at registration).
     pub cl_wscale: u32,
+    /// With [`NOTIFY_STACK`]: DP's own link address (the clone is for the BE's TCP stack).
+    pub dp_dst_mac: [u8; 6],
 }
 
 impl ConnState {
@@ -134,6 +136,9 @@ pub const NOTIFY_CLONE: u32 = 2;
 /// With [`NOTIFY_CLONE`]: only the ACK of the payload's last byte and duplicate ACKs are
 /// cloned (DP sends the whole payload at once: the client's window holds it).
 pub const NOTIFY_ENDS: u32 = 4;
+/// With [`NOTIFY_CLONE`]: the clone goes to DP's own link address, for the BE's TCP stack
+/// (DP sends from a socket continuing the FE's connection, `--dp-send repair`).
+pub const NOTIFY_STACK: u32 = 8;
 /// The link destination of the ACKs cloned to DP (locally administered, unicast).
 pub const DP_ACK_MAC: [u8; 6] = [0x02, 0xd1, 0x5c, 0x00, 0xac, 0x4b];
 /// The link destination of the FE's head segment cloned to DP as the start of a payload
@@ -156,6 +161,9 @@ pub struct DpLink {
     pub src_mac: [u8; 6],
     /// Clone only the ends ([`NOTIFY_ENDS`]).
     pub ends_only: bool,
+    /// Clone to DP's own link address, for the BE's TCP stack ([`NOTIFY_STACK`]), not to
+    /// [`DP_ACK_MAC`] for DP's tap.
+    pub to_stack: Option<[u8; 6]>,
 }
 
 /// A connection's new epoch ([`Hooks::set_epoch_of`]).
@@ -434,13 +442,20 @@ impl Hooks {
         s.last_ack = boundary.wrapping_add(off_lo);
         s.last_win = 0;
         s.start_id = if to_dp.is_some() { start } else { 0 };
-        (s.notify, s.dp_ifindex, s.dp_src_mac) = match (off_hi != off_lo, to_dp) {
-            (false, _) => (0, 0, [0; 6]),
-            (true, None) => (NOTIFY_RING, 0, [0; 6]),
+        (s.notify, s.dp_ifindex, s.dp_src_mac, s.dp_dst_mac) = match (off_hi != off_lo, to_dp) {
+            (false, _) => (0, 0, [0; 6], [0; 6]),
+            (true, None) => (NOTIFY_RING, 0, [0; 6], [0; 6]),
             (true, Some(l)) => (
-                NOTIFY_CLONE | if l.ends_only { NOTIFY_ENDS } else { 0 },
+                NOTIFY_CLONE
+                    | if l.ends_only { NOTIFY_ENDS } else { 0 }
+                    | if l.to_stack.is_some() {
+                        NOTIFY_STACK
+                    } else {
+                        0
+                    },
                 l.ifindex,
                 l.src_mac,
+                l.to_stack.unwrap_or_default(),
             ),
         };
         self.put_epoch(key, &s)

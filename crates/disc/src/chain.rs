@@ -152,6 +152,19 @@ impl Chain {
             for kv in ["net.ipv4.conf.all.rp_filter=0", e.as_str()] {
                 ns[0].run("sysctl", &["-q", "-w", kv])?;
             }
+            if cfg.dp_send == crate::dp::SendPath::Repair {
+                let client_net = format!("{}/27", a(0, 0));
+                let setup = crate::repair::dp_namespace_setup(
+                    a(0, 2),
+                    &client_net,
+                    a(4, 1),
+                    &ifaces[3].1.name,
+                );
+                for (program, args) in setup {
+                    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                    ns[3].run(program, &args)?;
+                }
+            }
         }
         let names: Vec<String> = ns.iter().map(|n| n.name().to_string()).collect();
         let lossy = if cfg.loss_pct > 0.0 {

@@ -36,8 +36,10 @@ pub enum DiscCommand {
         #[arg(long, default_value_t = crate::proto::DEFAULT_THRESHOLD)]
         threshold: u64,
         /// How DP puts the payload on the wire: `gso` (a packet socket, one send per up to
-        /// 64 KiB, segmented by the kernel) or `raw` (a raw IPv4 socket, one send per
-        /// segment).
+        /// 64 KiB, segmented by the kernel), `raw` (a raw IPv4 socket, one send per
+        /// segment) or `repair` (a TCP socket of this namespace continuing the FE's
+        /// connection, TCP_REPAIR: needs the FE's client-facing address local here and the
+        /// FE's hooks cloning the ACKs to this DP, one hop away; see the crate's README).
         #[arg(long, value_enum, default_value_t = crate::dp::SendPath::Gso)]
         dp_send: crate::dp::SendPath,
         /// DP takes no ACK from a tap: the FE forwards the client's ACKs as control lines
@@ -74,6 +76,9 @@ pub enum DiscCommand {
         /// Sizes in bytes, comma separated.
         #[arg(long, value_delimiter = ',', default_values_t = [1u64, 16383, 16384, 65536, 1 << 20, 64 << 20])]
         sizes: Vec<u64>,
+        /// How DP sends in direct mode (`repair` also sets up DP's namespace for it).
+        #[arg(long, value_enum, default_value_t = crate::dp::SendPath::Gso)]
+        dp_send: crate::dp::SendPath,
     },
     /// A first side-by-side measurement (root): for each mode (off, relay, direct) a chain in
     /// namespaces, N GETs per size on one keep-alive connection with curl; requests/s and
@@ -144,7 +149,11 @@ pub fn run(args: DiscArgs) -> anyhow::Result<()> {
             )?;
             Ok(())
         }
-        DiscCommand::Check { disc, sizes } => check(disc, &sizes),
+        DiscCommand::Check {
+            disc,
+            sizes,
+            dp_send,
+        } => check(disc, &sizes, dp_send),
         DiscCommand::Measure { sizes, requests } => measure(&sizes, requests),
     }
 }
@@ -168,7 +177,7 @@ fn hook_signals(stop: &std::sync::Arc<crate::stop::Stop>) -> anyhow::Result<()> 
     Ok(())
 }
 
-fn check(disc: DiscMode, sizes: &[u64]) -> anyhow::Result<()> {
+fn check(disc: DiscMode, sizes: &[u64], dp_send: crate::dp::SendPath) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("iolab-disc-check-{}", std::process::id()));
     let _guard = RemoveDir(dir.clone());
     let root = dir.join("www");
@@ -179,7 +188,7 @@ fn check(disc: DiscMode, sizes: &[u64]) -> anyhow::Result<()> {
         threshold: crate::proto::DEFAULT_THRESHOLD,
         broken_dp: false,
         loss_pct: 0.0,
-        dp_send: Default::default(),
+        dp_send,
         line: None,
         stall: None,
         no_ack_tap: false,
@@ -188,7 +197,9 @@ fn check(disc: DiscMode, sizes: &[u64]) -> anyhow::Result<()> {
         "chain up: client {} -> FE {} -> IS {} -> BE {} (DP {}), DISC {:?}",
         chain.client_addr, chain.fe, chain.is, chain.be, chain.dp, disc
     );
+    let t0 = std::time::Instant::now();
     let rows = crate::chain::compare_sizes(&chain, sizes, &dir)?;
+    println!("fetched in {:.2} s", t0.elapsed().as_secs_f64());
     if let Some(s) = &chain.store {
         let (kept, claimed) = s.counts();
         println!("DP: {kept} payloads kept back by the BE, {claimed} claimed by the FE");

@@ -6,9 +6,12 @@
 //! - `FETCH <id>\r\n` → `OK <size>\r\n` and the payload's bytes, or `ERR <why>\r\n`. The
 //!   relay mode: the FE writes the payload on the client connection itself. It exercises
 //!   the whole header path and the store without any packet forging.
-//! - `HELLO [<client ip:port> <fe ip:port> <wscale>]\r\n` → `OK tap\r\n` (DP reads the
-//!   client's ACKs from its tap, so the FE's hooks may clone them to it, and takes the
-//!   FE's head segment cloned to it as the signal to start a payload) or `OK\r\n`: once per
+//! - `HELLO [<client ip:port> <fe ip:port> <wscale> [<FE's end>]]\r\n` → `OK tap\r\n` (DP
+//!   reads the client's ACKs from its tap, so the FE's hooks may clone them to it, and takes
+//!   the FE's head segment cloned to it as the signal to start a payload), `OK tap repair\r\n`
+//!   (`--dp-send repair` and the FE's end given, [`crate::repair::FeEnd::fields`]: DP sends
+//!   from a socket of the BE's stack continuing the FE's connection, and the hooks clone the
+//!   client's ACKs to DP's own link address, for that socket) or `OK\r\n`: once per
 //!   control connection, before the FE writes the head of its first direct answer (a DP
 //!   that cannot be reached or answers otherwise means the normal path). With the flow (the
 //!   client connection the control connection serves, and the client's window scale),
@@ -71,6 +74,8 @@ struct Inner {
     bytes: u64,
     /// Transfers DP sent through the GSO packet socket and through the raw socket.
     sends: [u64; 2],
+    /// Transfers DP sent from a socket continuing the FE's connection.
+    repaired: u64,
     /// Client ACKs DP received from its tap, and as the FE's control lines.
     acks: [u64; 2],
     /// Transfers started by the FE's start signal (from the tap), and by SEND lines.
@@ -154,6 +159,14 @@ impl Store {
     /// Direct-mode transfers sent (through the GSO packet socket, through the raw socket).
     pub fn send_paths(&self) -> (u64, u64) {
         self.pair(|g| g.sends)
+    }
+
+    /// Transfers sent from a TCP socket continuing the FE's connection (`--dp-send repair`).
+    pub fn repaired_sends(&self) -> u64 {
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .repaired
     }
 
     /// Client ACKs DP received (from its tap, as the FE's control lines).
@@ -301,6 +314,8 @@ async fn control(
         store: store.clone(),
         wire: None,
         transfer: None,
+        fe_end: None,
+        stack: None,
         timer: false,
         flows,
         flow: None,
@@ -336,6 +351,7 @@ async fn control(
             }
             (Some("HELLO"), None) => {
                 let mut rest = text.split_ascii_whitespace().skip(1);
+                let mut repair = false;
                 if let (Some(client), Some(fe), Some(wscale)) = (
                     rest.next().and_then(|w| w.parse::<SocketAddrV4>().ok()),
                     rest.next().and_then(|w| w.parse::<SocketAddrV4>().ok()),
@@ -344,8 +360,18 @@ async fn control(
                         .filter(|s| *s <= 14),
                 ) {
                     Sender::serve_flow(&sender, (client, fe), wscale);
+                    // The stack needs the client's ACKs cloned to it: DP on the FE's link.
+                    if send == SendPath::Repair && tap {
+                        let end = crate::repair::FeEnd::parse(&mut rest);
+                        repair = end.is_some();
+                        sender.borrow_mut().fe_end = end;
+                    }
                 }
-                let line: &[u8] = if tap { b"OK tap\r\n" } else { b"OK\r\n" };
+                let line: &[u8] = match (tap, repair) {
+                    (true, true) => b"OK tap repair\r\n",
+                    (true, false) => b"OK tap\r\n",
+                    _ => b"OK\r\n",
+                };
                 write_all(&conn.stream, line.to_vec()).await?;
             }
             (Some("SEND"), Some(id)) => {
@@ -456,6 +482,13 @@ pub enum SendPath {
     Gso,
     /// A raw IPv4 socket: one `sendto` per segment ([`crate::sender::RawSocket`]).
     Raw,
+    /// A TCP socket of the BE's stack continuing the FE's connection (`TCP_REPAIR`,
+    /// [`crate::repair`]): the kernel segments, paces by its congestion window, takes the
+    /// client's ACKs (cloned to it by the FE's hooks), SACK blocks and timestamps, and
+    /// retransmits; closed silently once the client has everything. Needs DP one hop from
+    /// the FE (the ACK clone), the FE's address local in DP's namespace (the clones are
+    /// addressed to it; the testbed puts it on `lo`) and the route to the client; else GSO.
+    Repair,
 }
 
 /// Either sender, chosen per transfer.
@@ -533,6 +566,11 @@ pub struct Sender {
     wscale: u8,
     /// The id of the last payload started (a SEND for it is the FE's resend: ignored).
     started: u64,
+    /// The FE's end of the connection (HELLO), with `--dp-send repair`.
+    fe_end: Option<crate::repair::FeEnd>,
+    /// The socket continuing the FE's connection for the last payload, with `--dp-send
+    /// repair`: kept until the client has acknowledged everything, or the next payload.
+    stack: Option<StackSend>,
     /// The control connection's descriptor (open while the sender lives: both belong to
     /// the control connection's task), to refuse a start signal from the tap.
     control: std::os::fd::RawFd,
@@ -542,7 +580,68 @@ pub struct Sender {
 
 impl Drop for Sender {
     fn drop(&mut self) {
+        self.close_stack();
         self.unregister();
+    }
+}
+
+/// A payload sent from a socket continuing the FE's connection.
+struct StackSend {
+    sock: std::net::TcpStream,
+    /// The head (redirected to DP) and the payload, and how much of both is written.
+    head: Vec<u8>,
+    body: Bytes,
+    written: usize,
+    /// The bytes not acknowledged at the last tick, and when they last went down (or more
+    /// was written).
+    unacked: u32,
+    since: Instant,
+}
+
+impl StackSend {
+    /// Writes what the socket takes now (never blocking); Ok(true) once all is written.
+    fn pump(&mut self) -> io::Result<bool> {
+        let total = self.head.len() + self.body.len();
+        while self.written < total {
+            let (h, b) = match self.written.checked_sub(self.head.len()) {
+                None => (&self.head[self.written..], &self.body[..]),
+                Some(o) => (&[][..], &self.body[o..]),
+            };
+            let iov = [
+                libc::iovec {
+                    iov_base: h.as_ptr() as *mut libc::c_void,
+                    iov_len: h.len(),
+                },
+                libc::iovec {
+                    iov_base: b.as_ptr() as *mut libc::c_void,
+                    iov_len: b.len(),
+                },
+            ];
+            // SAFETY: a zeroed msghdr is valid; it points at the two iovecs, which point at
+            // `h` and `b`, all alive and unchanged for the call.
+            let n = unsafe {
+                let mut msg: libc::msghdr = std::mem::zeroed();
+                msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
+                msg.msg_iovlen = 2;
+                use std::os::fd::AsRawFd;
+                libc::sendmsg(
+                    self.sock.as_raw_fd(),
+                    &msg,
+                    libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                match e.kind() {
+                    io::ErrorKind::WouldBlock => return Ok(false),
+                    io::ErrorKind::Interrupted => continue,
+                    _ => return Err(e),
+                }
+            }
+            self.written += n as usize;
+            self.since = Instant::now();
+        }
+        Ok(true)
     }
 }
 
@@ -639,6 +738,18 @@ impl Sender {
         let mut s = this.borrow_mut();
         s.wscale = wscale;
         s.started = id;
+        if let (SendPath::Repair, Some(end)) = (s.send, s.fe_end) {
+            let window = if wnd > 0 { wnd } else { INITIAL_WINDOW };
+            s.start_stack(&flow, end, (head, body), window)?;
+            s.store.bump(|g| &mut g.repaired);
+            s.register(this, (flow.client, flow.fe));
+            if !s.timer {
+                s.timer = true;
+                let weak = Rc::downgrade(this);
+                iolab_runtime::spawn(async move { Sender::tick(weak).await });
+            }
+            return Ok(());
+        }
         if s.transfer.as_ref().is_some_and(|(t, _)| !t.done()) {
             tracing::warn!("dp: a new payload before the last was acknowledged");
         }
@@ -674,6 +785,106 @@ impl Sender {
             iolab_runtime::spawn(async move { Sender::tick(weak).await });
         }
         Ok(())
+    }
+
+    /// Sends `head` and `body` from a new socket continuing the FE's connection at
+    /// `flow.seq`, in the client's window of `wnd` bytes from there. The previous payload's
+    /// socket (acknowledged: the FE starts a payload once the last one is) is closed first:
+    /// the new one takes the same four-tuple.
+    fn start_stack(
+        &mut self,
+        flow: &crate::sender::Flow,
+        end: crate::repair::FeEnd,
+        (head, body): (Vec<u8>, Bytes),
+        wnd: usize,
+    ) -> io::Result<()> {
+        self.close_stack();
+        let wnd = u32::try_from(wnd).unwrap_or(u32::MAX >> 2);
+        let state = crate::repair::TcpState {
+            local: flow.fe,
+            peer: flow.client,
+            snd_seq: flow.seq,
+            rcv_seq: flow.ack,
+            mss: end.mss,
+            wscale: end.rcv_wscale.map(|ours| (self.wscale, ours)),
+            sack: end.sack,
+            // (no timestamps: crate::repair::FeEnd says why)
+            timestamp: None,
+            window: crate::repair::RepairWindow {
+                snd_wl1: flow.ack,
+                snd_wnd: wnd,
+                max_window: wnd,
+                rcv_wnd: u32::from(flow.window) << end.rcv_wscale.unwrap_or(0),
+                rcv_wup: flow.ack,
+            },
+        };
+        let sock = crate::repair::restore(&state)?;
+        sock.set_nodelay(true)?;
+        let total = head.len() + body.len();
+        {
+            use std::os::fd::AsRawFd;
+            // Room for the whole payload where it fits in 32 MiB: written in one call.
+            let buf = total.clamp(64 << 10, 32 << 20) as libc::c_int;
+            let _ = crate::sockopt::set(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_SNDBUFFORCE,
+                &buf,
+            );
+        }
+        tracing::debug!("dp: {total} bytes to {} from the BE's stack", flow.client);
+        let mut st = StackSend {
+            sock,
+            head,
+            body,
+            written: 0,
+            unacked: u32::MAX,
+            since: Instant::now(),
+        };
+        st.pump()?;
+        self.stack = Some(st);
+        Ok(())
+    }
+
+    /// The stack's payload at a tick: the rest written, and the socket closed (silently)
+    /// once the client has acknowledged everything, or after [`STALL`] without progress.
+    fn tick_stack(&mut self) {
+        let Some(st) = self.stack.as_mut() else {
+            return;
+        };
+        let done = match st.pump() {
+            Ok(all) => all,
+            Err(e) => {
+                tracing::warn!("dp: sending from the BE's stack: {e}");
+                self.close_stack();
+                return;
+            }
+        };
+        match crate::repair::unacknowledged(&st.sock) {
+            Ok(0) if done => {
+                tracing::debug!("dp: payload acknowledged, socket closed");
+                self.close_stack();
+            }
+            Ok(n) if n < st.unacked => {
+                st.unacked = n;
+                st.since = Instant::now();
+            }
+            Ok(_) if st.since.elapsed() > STALL => {
+                tracing::warn!("dp: payload from the BE's stack: no progress");
+                self.close_stack();
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!("dp: SIOCOUTQ: {e}");
+                self.close_stack();
+            }
+        }
+    }
+
+    fn close_stack(&mut self) {
+        if let Some(st) = self.stack.take() {
+            crate::repair::close_silently(st.sock);
+        }
     }
 
     fn on_ack(&mut self, ack: u32, win: usize) {
@@ -727,10 +938,14 @@ impl Sender {
             let Some(rc) = this.upgrade() else { return };
             let mut s = rc.borrow_mut();
             let s = &mut *s;
+            s.tick_stack();
             let (Some((t, progress)), Some((_, out))) = (s.transfer.as_mut(), s.wire.as_mut())
             else {
-                s.timer = false;
-                return;
+                s.timer = s.stack.is_some();
+                if !s.timer {
+                    return;
+                }
+                continue;
             };
             if progress.elapsed() > STALL {
                 tracing::warn!("dp transfer to {}: no progress", t.flow.client);

@@ -367,6 +367,8 @@ struct Registered {
     key: crate::bpf::ConnKey,
     /// The client's window scale (the shift of its window fields).
     wscale: u8,
+    /// The FE's end of the connection, for a DP that continues it (`HELLO`).
+    tcp: Option<crate::repair::FeEnd>,
 }
 
 impl Drop for Registered {
@@ -392,6 +394,10 @@ fn register(stream: &TcpStream, hooks: &SharedHooks) -> io::Result<Option<Regist
             return Ok(None);
         }
     };
+    // (None: DP cannot continue the connection from a socket of its own; it builds segments)
+    let tcp = crate::repair::FeEnd::read(stream)
+        .map_err(|e| tracing::debug!("DISC: the FE's TCP state of {client}: {e}"))
+        .ok();
     if let Err(e) = h.hooks.borrow_mut().register_with_wscale(key, wscale) {
         // No shortcut on this connection: its answers take the normal path.
         tracing::warn!("DISC hooks: cannot register {client}: {e}");
@@ -412,6 +418,7 @@ fn register(stream: &TcpStream, hooks: &SharedHooks) -> io::Result<Option<Regist
         slot,
         key,
         wscale,
+        tcp,
     }))
 }
 
@@ -434,7 +441,7 @@ async fn connection(
     // DP control connection (FE role, relay and direct modes), kept per client connection.
     let mut dp: Option<DpConn> = None;
     // Where the hooks clone the client's ACKs for DP (direct mode), per DP address.
-    let mut dp_link: Option<(SocketAddr, Option<crate::bpf::DpLink>)> = None;
+    let mut dp_link: LinkCache = None;
     // The last answer on this connection was a direct one: nothing written since its head
     // (see fe_direct's `after_direct`).
     let mut after_direct = false;
@@ -523,12 +530,9 @@ async fn connection(
             // FE role.
             let out_head = rewrite_head(&rhead, DISC_FIELD, &[]);
             if let (DiscMode::Direct, Some(reg)) = (cfg.disc, &reg) {
-                match fe_hello(&mut dp, d.last, reg).await {
-                    Ok(tap) => {
-                        let link = match tap {
-                            true => link_to(&mut dp_link, d.last),
-                            false => None,
-                        };
+                let hello = fe_hello(&mut dp, d.last, reg).await;
+                match hello.and_then(|kind| direct_link(kind, &mut dp_link, d.last)) {
+                    Ok(link) => {
                         let c = dp.as_mut().expect("connected");
                         let closing = !res.keep_alive || !req.keep_alive;
                         let after = Answer {
@@ -624,8 +628,8 @@ async fn read_response_head(
 struct DpConn {
     at: SocketAddr,
     conn: Conn,
-    /// Direct mode: what DP answered HELLO (true: it reads the client's ACKs from its tap).
-    tap: Option<bool>,
+    /// Direct mode: what DP answered HELLO.
+    kind: Option<DpKind>,
     /// Direct mode: a second descriptor of the connection, for the watchdog, which must see
     /// that DP refused a payload (written why and closed) without owning the connection.
     watch: Option<Rc<std::os::fd::OwnedFd>>,
@@ -641,7 +645,7 @@ async fn dp_conn(dp: &mut Option<DpConn>, at: SocketAddr) -> io::Result<&mut DpC
         *dp = Some(DpConn {
             at,
             conn: Conn::new(s),
-            tap: None,
+            kind: None,
             watch: None,
         });
     }
@@ -674,33 +678,78 @@ async fn dp_line(c: &mut Conn, line: String) -> io::Result<String> {
 /// Direct mode, before anything of the answer is written: DP at `at` can be reached (HELLO
 /// once per control connection, naming the client connection it serves; the BE put the
 /// payload in DP's store as it wrote the head, on the same loop, so the payload is not
-/// asked for). Ok(true) when DP reads the client's ACKs and the start signals from its tap
-/// (the hooks may clone them to it).
-async fn fe_hello(dp: &mut Option<DpConn>, at: SocketAddr, reg: &Registered) -> io::Result<bool> {
+/// asked for). With the FE's TCP state in HELLO, DP may continue the connection from a
+/// socket of its own.
+async fn fe_hello(dp: &mut Option<DpConn>, at: SocketAddr, reg: &Registered) -> io::Result<DpKind> {
     let c = dp_conn(dp, at).await?;
-    if let Some(tap) = c.tap {
-        return Ok(tap);
+    if let Some(kind) = c.kind {
+        return Ok(kind);
     }
     let (client, fe) = reg.slot.flow;
-    let hello = format!("HELLO {client} {fe} {}\r\n", reg.wscale);
+    let tcp = reg.tcp.map(|t| format!(" {}", t.fields()));
+    let hello = format!(
+        "HELLO {client} {fe} {}{}\r\n",
+        reg.wscale,
+        tcp.unwrap_or_default()
+    );
     let answer = dp_line(&mut c.conn, hello).await?;
-    let tap = match answer.as_str() {
-        "OK" => false,
-        "OK tap" => true,
+    let kind = match answer.as_str() {
+        "OK" => DpKind::Lines,
+        "OK tap" => DpKind::Tap,
+        "OK tap repair" => DpKind::Stack,
         _ => return Err(io::Error::other(format!("DP answered `{answer}`"))),
     };
     use std::os::fd::AsFd;
     c.watch = Some(Rc::new(c.conn.stream.as_fd().try_clone_to_owned()?));
-    c.tap = Some(tap);
-    Ok(tap)
+    c.kind = Some(kind);
+    Ok(kind)
+}
+
+/// How DP takes a payload's start and the client's ACKs (its answer to HELLO).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DpKind {
+    /// As control lines: `SEND`, then `ACK` lines from the FE's forwarder.
+    Lines,
+    /// From its tap: the hooks clone the head's segment and the ACKs to it.
+    Tap,
+    /// The start from its tap, the ACKs by its TCP stack: DP sends from a socket continuing
+    /// the FE's connection (`TCP_REPAIR`), and the hooks clone every ACK for it to DP's own
+    /// link address.
+    Stack,
 }
 
 /// The FE's interface towards DP at `dp` and its link address, when DP is one hop away
 /// (resolved once per DP address; None: the FE forwards the ACKs itself).
-fn link_to(
-    cache: &mut Option<(SocketAddr, Option<crate::bpf::DpLink>)>,
+/// DP's address and, when DP is one hop away, the FE's link to it and DP's link address.
+type LinkCache = Option<(SocketAddr, Option<(crate::bpf::DpLink, [u8; 6])>)>;
+
+/// Where the hooks send the client's ACKs for DP of `kind` at `dp` (None: to the ring, for
+/// the FE's forwarder). Err: a DP that takes them in its TCP stack but is not one hop away
+/// (the normal path then).
+fn direct_link(
+    kind: DpKind,
+    cache: &mut LinkCache,
     dp: SocketAddr,
-) -> Option<crate::bpf::DpLink> {
+) -> io::Result<Option<crate::bpf::DpLink>> {
+    Ok(match kind {
+        DpKind::Lines => None,
+        DpKind::Tap => link_to(cache, dp).map(|(l, _)| l),
+        DpKind::Stack => match link_to(cache, dp) {
+            Some((l, mac)) => Some(crate::bpf::DpLink {
+                to_stack: Some(mac),
+                ..l
+            }),
+            None => {
+                return Err(io::Error::other(
+                    "DP sends from its TCP stack but is not one hop away",
+                ))
+            }
+        },
+    })
+}
+
+/// Also DP's own link address.
+fn link_to(cache: &mut LinkCache, dp: SocketAddr) -> Option<(crate::bpf::DpLink, [u8; 6])> {
     if let Some((at, link)) = cache {
         if *at == dp {
             return *link;
@@ -709,11 +758,15 @@ fn link_to(
     let link = match dp {
         SocketAddr::V4(a) => match crate::gso::Neighbour::resolve(*a.ip()) {
             // One hop: the next hop is DP itself (not a router).
-            Ok(Some(n)) if n.on_link => Some(crate::bpf::DpLink {
-                ifindex: n.ifindex as u32,
-                src_mac: n.src_mac,
-                ends_only: false,
-            }),
+            Ok(Some(n)) if n.on_link => Some((
+                crate::bpf::DpLink {
+                    ifindex: n.ifindex as u32,
+                    src_mac: n.src_mac,
+                    ends_only: false,
+                    to_stack: None,
+                },
+                n.dst_mac,
+            )),
             _ => None,
         },
         SocketAddr::V6(_) => None,
@@ -892,8 +945,9 @@ async fn fe_direct(
     let wnd = room.unwrap_or_else(|| st.window_from(boundary.wrapping_add(off_lo)));
     // DP sends it all at once when the client's window holds it: then only the ACK of its
     // last byte (and duplicates, on a loss) need reach DP.
+    // (Not for DP's TCP stack: its congestion window starts small, and every ACK opens it.)
     let link = link.map(|l| crate::bpf::DpLink {
-        ends_only: u64::from(wnd) >= d.size,
+        ends_only: l.to_stack.is_none() && u64::from(wnd) >= d.size,
         ..l
     });
     // Ids fit in 32 bits (crate::dp::Store): the start signal carries them.

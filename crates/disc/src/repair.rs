@@ -1,7 +1,6 @@
 //! A TCP connection continued on another socket (`TCP_REPAIR`, the way CRIU restores
-//! connections): the groundwork for DP sending a payload through the BE's own TCP stack with
-//! `sendfile` instead of building segments on a packet socket (README, "What remains").
-//! Not used by DP yet.
+//! connections): how DP sends a payload through the BE's own TCP stack (`--dp-send repair`,
+//! crate::dp) instead of building segments on a packet socket.
 //!
 //! Invariant: a socket in repair mode puts nothing on the wire — `connect` sends no SYN and
 //! `close` no FIN or RST — so a connection can be frozen on one socket, its state read
@@ -133,6 +132,10 @@ pub fn restore(st: &TcpState) -> io::Result<TcpStream> {
     let fd = s.as_raw_fd();
     tcp(fd, libc::TCP_REPAIR, &1 as &libc::c_int)?;
     set(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, &1 as &libc::c_int)?;
+    // Before connect, which sizes the segments from it (TCP_REPAIR_OPTIONS' MSS sets the
+    // clamp but not the size already chosen: 536 bytes, the default clamp).
+    // (The option takes at most 32,767, MAX_TCP_WINDOW; loopback's MSS is larger.)
+    tcp(fd, libc::TCP_MAXSEG, &(st.mss.min(32_767) as libc::c_int))?;
     let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
     let local = sockopt::sockaddr_in(st.local);
     // SAFETY: bind reads `len` bytes of the sockaddr_in `local`, alive for the call.
@@ -163,6 +166,180 @@ pub fn restore(st: &TcpState) -> io::Result<TcpStream> {
         tcp(fd, libc::TCP_TIMESTAMP, &ts)?;
     }
     tcp(fd, libc::TCP_REPAIR_WINDOW, &st.window)?;
-    tcp(fd, libc::TCP_REPAIR, &0 as &libc::c_int)?;
+    // Out of repair mode without the window probe (a segment below the peer's window that
+    // makes it answer with an ACK), where the kernel has the choice (Linux 4.14).
+    if tcp(fd, libc::TCP_REPAIR, &TCP_REPAIR_OFF_NO_WP).is_err() {
+        tcp(fd, libc::TCP_REPAIR, &0 as &libc::c_int)?;
+    }
     Ok(s)
+}
+
+/// `TCP_REPAIR_OFF_NO_WP` (include/uapi/linux/tcp.h).
+const TCP_REPAIR_OFF_NO_WP: libc::c_int = -1;
+
+/// Closes `s` without a FIN or RST: the connection goes on elsewhere (the FE's socket).
+pub fn close_silently(s: TcpStream) {
+    let _ = tcp(s.as_raw_fd(), libc::TCP_REPAIR, &1 as &libc::c_int);
+    drop(s);
+}
+
+/// Bytes written on `s` its peer has not acknowledged yet (SIOCOUTQ: sent or not).
+pub fn unacknowledged(s: &TcpStream) -> io::Result<u32> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: ioctl(SIOCOUTQ = TIOCOUTQ) writes one int into `n`, alive for the call.
+    if unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &mut n) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n.max(0) as u32)
+}
+
+/// What a socket of the BE needs, besides the sequence numbers and windows of the moment, to
+/// continue the FE's end of a connection (DP's `--dp-send repair`): the FE's window scale
+/// (the shift of the windows it advertises), the MSS the client announced and whether SACK
+/// was negotiated. The FE reads it once per connection and sends it in HELLO.
+///
+/// Not timestamps: DP's segments carry none, as the packet-socket paths' (Linux accepts
+/// segments without the option on a connection that negotiated it; RFC 7323 lets it). To
+/// carry them DP would need the FE's clock to the millisecond, and the kernel does not give
+/// it: `TCP_TIMESTAMP` reads each connection's clock rounded to even (its low bit written
+/// selects microsecond timestamps, Linux 6.7), and a clock 2 ms behind the FE's makes the
+/// client drop DP's segments (PAWS), one 2 ms ahead the FE's next ones. Seen on the first
+/// version: a payload after the first on a connection waited for the new socket's 1 s
+/// retransmission timer (client `TcpExtPAWSEstab`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FeEnd {
+    pub rcv_wscale: Option<u8>,
+    pub mss: u32,
+    pub sack: bool,
+}
+
+impl FeEnd {
+    /// The FE's end of the connection `s`.
+    pub fn read(s: &impl AsRawFd) -> io::Result<FeEnd> {
+        // struct tcp_info: tcpi_snd_mss is the u32 at byte 16.
+        let fd = s.as_raw_fd();
+        let mut info = [0u8; 24];
+        if get_bytes(fd, libc::IPPROTO_TCP, libc::TCP_INFO, &mut info)? < 20 {
+            return Err(io::Error::other("TCP_INFO too short"));
+        }
+        let (options, scales) = (info[5], info[6]);
+        let ts = options & TCPI_OPT_TIMESTAMPS != 0;
+        let snd_mss = u32::from_ne_bytes([info[16], info[17], info[18], info[19]]);
+        Ok(FeEnd {
+            rcv_wscale: (options & TCPI_OPT_WSCALE != 0).then_some(scales >> 4),
+            // The FE's MSS less the option bytes its segments carry (timestamps: 12).
+            mss: snd_mss + if ts { 12 } else { 0 },
+            sack: options & TCPI_OPT_SACK != 0,
+        })
+    }
+
+    /// As HELLO carries it: `<window scale|-> <mss> <sack 0|1>`.
+    pub fn fields(&self) -> String {
+        let ws = self.rcv_wscale.map_or("-".to_string(), |v| v.to_string());
+        format!("{ws} {} {}", self.mss, u8::from(self.sack))
+    }
+
+    /// [`FeEnd::fields`] read back; None if any is missing or out of range.
+    pub fn parse<'a>(w: &mut impl Iterator<Item = &'a str>) -> Option<FeEnd> {
+        let rcv_wscale = match w.next()? {
+            "-" => None,
+            n => Some(n.parse::<u8>().ok().filter(|s| *s <= 14)?),
+        };
+        let mss = w
+            .next()?
+            .parse::<u32>()
+            .ok()
+            .filter(|m| (64..=65535).contains(m))?;
+        let sack = match w.next()? {
+            "0" => false,
+            "1" => true,
+            _ => return None,
+        };
+        Some(FeEnd {
+            rcv_wscale,
+            mss,
+            sack,
+        })
+    }
+}
+
+/// Initial congestion window (segments) of the route from DP's namespace to the client with
+/// `--dp-send repair`: a new socket continues a connection whose window the FE's traffic
+/// has opened (Linux offers no way to hand a congestion window over; a route's `initcwnd`
+/// is how deployments set a sender's first flight). 64 segments: a 64 KiB payload at once.
+pub const INITCWND: u32 = 64;
+
+/// What DP's namespace needs for `--dp-send repair`, as commands to run there (program,
+/// arguments): the FE's client-facing address `fe` on `lo` (the client's ACKs the FE's hooks
+/// clone to DP are addressed to it, and DP's sockets bind it), reverse-path filtering off
+/// (those ACKs arrive on the FE's link `fe_link`, the route to the client is another) and the
+/// route to the client's network `client_net` through `via` with [`INITCWND`].
+pub fn dp_namespace_setup(
+    fe: std::net::Ipv4Addr,
+    client_net: &str,
+    via: std::net::Ipv4Addr,
+    fe_link: &str,
+) -> Vec<(&'static str, Vec<String>)> {
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    vec![
+        ("ip", s(&["link", "set", "lo", "up"])),
+        ("ip", s(&["addr", "add", &format!("{fe}/32"), "dev", "lo"])),
+        ("sysctl", s(&["-q", "-w", "net.ipv4.conf.all.rp_filter=0"])),
+        (
+            "sysctl",
+            s(&["-q", "-w", &format!("net.ipv4.conf.{fe_link}.rp_filter=0")]),
+        ),
+        (
+            "ip",
+            s(&[
+                "route",
+                "replace",
+                client_net,
+                "via",
+                &via.to_string(),
+                "initcwnd",
+                &INITCWND.to_string(),
+            ]),
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fe_end_goes_through_hello_and_bad_fields_are_refused() {
+        for end in [
+            FeEnd {
+                rcv_wscale: Some(7),
+                mss: 1460,
+                sack: true,
+            },
+            FeEnd {
+                rcv_wscale: None,
+                mss: 536,
+                sack: false,
+            },
+        ] {
+            let text = end.fields();
+            assert_eq!(FeEnd::parse(&mut text.split_ascii_whitespace()), Some(end));
+        }
+        for bad in [
+            "",
+            "7",
+            "7 1460",
+            "15 1460 1",
+            "7 10 1",
+            "7 70000 1",
+            "7 1460 2",
+            "x 1460 1",
+        ] {
+            assert_eq!(
+                FeEnd::parse(&mut bad.split_ascii_whitespace()),
+                None,
+                "{bad:?}"
+            );
+        }
+    }
 }

@@ -36,7 +36,8 @@ struct RawEpoch {
     /// dp_src_mac[6] and two bytes of padding, as two words in memory order.
     dp_src_mac: [AtomicU32; 2],
     start_id: AtomicU32,
-    _pad: [AtomicU32; 2],
+    /// dp_dst_mac[6] and two bytes of padding, as two words in memory order.
+    dp_dst_mac: [AtomicU32; 2],
 }
 
 /// struct conn_slot.
@@ -121,9 +122,12 @@ impl SlotMap {
     pub fn read(&self, i: u32) -> ConnState {
         let s = self.slot(i);
         let e = &s.ep[(s.cur.load(Ordering::Acquire) & 1) as usize];
-        let mut mac = [0u8; 8];
-        mac[..4].copy_from_slice(&e.dp_src_mac[0].load(R).to_ne_bytes());
-        mac[4..].copy_from_slice(&e.dp_src_mac[1].load(R).to_ne_bytes());
+        let mac = |w: &[AtomicU32; 2]| -> [u8; 6] {
+            let mut m = [0u8; 8];
+            m[..4].copy_from_slice(&w[0].load(R).to_ne_bytes());
+            m[4..].copy_from_slice(&w[1].load(R).to_ne_bytes());
+            m[..6].try_into().expect("six bytes")
+        };
         ConnState {
             boundary: e.boundary.load(R),
             off_lo: e.off_lo.load(R),
@@ -141,7 +145,8 @@ impl SlotMap {
             sack_stripped: s.sack_stripped.load(R),
             notify: e.notify.load(R),
             dp_ifindex: e.dp_ifindex.load(R),
-            dp_src_mac: mac[..6].try_into().expect("six bytes"),
+            dp_src_mac: mac(&e.dp_src_mac),
+            dp_dst_mac: mac(&e.dp_dst_mac),
             _pad: [0; 2],
             cl_win: s.cl_win.load(R),
             start_id: e.start_id.load(R),
@@ -162,10 +167,14 @@ impl SlotMap {
         e.last_win.store(st.last_win, R);
         e.notify.store(st.notify, R);
         e.dp_ifindex.store(st.dp_ifindex, R);
-        let mut mac = [0u8; 8];
-        mac[..6].copy_from_slice(&st.dp_src_mac);
-        e.dp_src_mac[0].store(u32::from_ne_bytes(mac[..4].try_into().expect("4")), R);
-        e.dp_src_mac[1].store(u32::from_ne_bytes(mac[4..].try_into().expect("4")), R);
+        let put = |w: &[AtomicU32; 2], v: &[u8; 6]| {
+            let mut m = [0u8; 8];
+            m[..6].copy_from_slice(v);
+            w[0].store(u32::from_ne_bytes(m[..4].try_into().expect("4")), R);
+            w[1].store(u32::from_ne_bytes(m[4..].try_into().expect("4")), R);
+        };
+        put(&e.dp_src_mac, &st.dp_src_mac);
+        put(&e.dp_dst_mac, &st.dp_dst_mac);
         e.start_id.store(st.start_id, R);
         s.cur.store(next, Ordering::Release);
     }

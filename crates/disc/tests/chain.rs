@@ -288,6 +288,39 @@ fn disc_direct_dp_sends_on_the_clients_connection() {
     c.stop().unwrap();
 }
 
+/// Direct mode with DP sending from sockets of the BE's stack that continue the FE's
+/// connection (`--dp-send repair`): the client's bytes are the BE's for every size (1 B ...
+/// 64 MiB on one keep-alive connection), and every payload went out that way.
+#[test]
+fn disc_direct_from_a_repaired_socket() {
+    if !direct_ready() {
+        return;
+    }
+    let dir = TempDir::new("direct-repair");
+    let root = dir.0.join("www");
+    write_payloads(&root, &SIZES).unwrap();
+    let c = Chain::start(&ChainConfig {
+        dp_send: iolab_disc::dp::SendPath::Repair,
+        ..config(&root, DiscMode::Direct)
+    })
+    .expect("starting the chain");
+    assert_identical(&c, &dir.0);
+    let big = SIZES.iter().filter(|&&n| n >= 16384).count() as u64;
+    let store = c.store.clone().unwrap();
+    assert_eq!(
+        store.counts(),
+        (big, big),
+        "every big payload was sent by DP"
+    );
+    assert_eq!(store.send_paths(), (0, 0), "no packet-socket transfer");
+    assert_eq!(
+        store.repaired_sends(),
+        big,
+        "every payload from the BE's stack"
+    );
+    c.stop().unwrap();
+}
+
 /// Pipelined requests in direct mode (two DP payloads on one connection with the FE's
 /// answers around them), captured with tcpdump on the client's side: the client's capture
 /// must hold one valid TCP stream (contiguous sequence numbers, a byte sent twice always the
@@ -351,7 +384,7 @@ fn direct_under_loss(pct: f64, dp_send: iolab_disc::dp::SendPath) {
         return;
     }
     const LOSS_SIZES: [u64; 5] = [1, 16384, 65536, 1 << 20, (1 << 20) + 1];
-    let dir = TempDir::new(&format!("loss{pct}"));
+    let dir = TempDir::new(&format!("loss{pct}-{dp_send:?}"));
     let root = dir.0.join("www");
     write_payloads(&root, &LOSS_SIZES).unwrap();
     let c = Chain::start(&ChainConfig {
@@ -386,6 +419,7 @@ fn direct_under_loss(pct: f64, dp_send: iolab_disc::dp::SendPath) {
     match dp_send {
         iolab_disc::dp::SendPath::Raw => assert_eq!((gso, raw), (0, big)),
         iolab_disc::dp::SendPath::Gso => assert!(gso >= big - 1, "gso {gso}, raw {raw}"),
+        iolab_disc::dp::SendPath::Repair => assert_eq!(store.repaired_sends(), big),
     }
     eprintln!("{pct}% loss: {dropped} of {seen} TCP packets dropped on the client's links; bytes identical");
     c.stop().unwrap();
@@ -399,6 +433,11 @@ fn disc_direct_under_one_percent_loss() {
 #[test]
 fn disc_direct_under_five_percent_loss() {
     direct_under_loss(5.0, iolab_disc::dp::SendPath::Gso);
+}
+
+#[test]
+fn disc_direct_under_five_percent_loss_from_a_repaired_socket() {
+    direct_under_loss(5.0, iolab_disc::dp::SendPath::Repair);
 }
 
 /// Direct mode with the client's links delayed (2 ms each way) and a quarter of the frames

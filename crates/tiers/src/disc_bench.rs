@@ -116,7 +116,9 @@ struct Net {
 }
 
 impl Net {
-    fn build() -> anyhow::Result<Net> {
+    /// `repair`: DP sends from repaired sockets (`--dp-send repair`): the BE's namespace is
+    /// set up for them.
+    fn build(repair: bool) -> anyhow::Result<Net> {
         let _ = iolab_netns::cleanup_stale(TAG);
         let mut net = iolab_netns::Net::new(TAG)?;
         let mut ns = Vec::new();
@@ -163,6 +165,19 @@ impl Net {
         for kv in ["net.ipv4.conf.all.rp_filter=0", e.as_str()] {
             ns[0].run("sysctl", &["-q", "-w", kv])?;
             sysctls.push(format!("client: {kv}"));
+        }
+        if repair {
+            let setup = iolab_disc::repair::dp_namespace_setup(
+                a(0, 2),
+                &client_net,
+                a(4, 1),
+                &ifs[3].1.name,
+            );
+            for (program, args) in setup {
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                ns[3].run(program, &args)?;
+                sysctls.push(format!("be: {program} {}", args.join(" ")));
+            }
         }
         Ok(Net {
             ns: [0, 1, 2, 3].map(|i| ns[i].name().to_string()),
@@ -686,7 +701,7 @@ pub fn run(o: &DiscOpts, progress: &dyn Fn(&str)) -> anyhow::Result<Value> {
     }
     std::fs::create_dir_all(&o.dir)?;
     let _dir = RemoveDir(o.dir.clone());
-    let net = Net::build().context("building the bench's namespaces")?;
+    let net = Net::build(o.dp_send == "repair").context("building the bench's namespaces")?;
     let _stats = BpfStats::enable();
     let cgs = [
         crate::cpu::Cgroups::new("dn", &crate::stack::TIERS)?,
