@@ -132,6 +132,10 @@ pub fn restore(st: &TcpState) -> io::Result<TcpStream> {
     let fd = s.as_raw_fd();
     tcp(fd, libc::TCP_REPAIR, &1 as &libc::c_int)?;
     set(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, &1 as &libc::c_int)?;
+    // Several connections of the FE's address and port continue here at once: once one is
+    // out of repair mode, binding the next fails (EADDRINUSE) without SO_REUSEPORT (seen:
+    // one wrk connection of 16 served, the others refused).
+    set(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT, &1 as &libc::c_int)?;
     // Before connect, which sizes the segments from it (TCP_REPAIR_OPTIONS' MSS sets the
     // clamp but not the size already chosen: 536 bytes, the default clamp).
     // (The option takes at most 32,767, MAX_TCP_WINDOW; loopback's MSS is larger.)

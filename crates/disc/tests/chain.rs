@@ -318,6 +318,29 @@ fn disc_direct_from_a_repaired_socket() {
         big,
         "every payload from the BE's stack"
     );
+    // Several client connections at once: DP's sockets share the FE's address and port
+    // (before SO_REUSEPORT, only the first could bind).
+    let want = std::fs::read(root.join("f65536.bin")).unwrap();
+    let clients: Vec<_> = (0..6)
+        .map(|i| {
+            let (ns, fe, out) = (c.client_ns.clone(), c.fe, dir.0.join(format!("par{i}")));
+            std::thread::spawn(move || {
+                let url = format!("http://{fe}/f65536.bin");
+                let args: Vec<String> = (0..3)
+                    .flat_map(|k| ["-o".into(), format!("{}-{k}", out.display()), url.clone()])
+                    .collect();
+                iolab_disc::chain::curl_in(&ns, &args).map(|()| out)
+            })
+        })
+        .collect();
+    for t in clients {
+        let out = t.join().unwrap().expect("a concurrent client");
+        for k in 0..3 {
+            let got = std::fs::read(format!("{}-{k}", out.display())).unwrap();
+            assert!(got == want, "a concurrent client's payload differs");
+        }
+    }
+    assert_eq!(store.repaired_sends(), big + 18);
     c.stop().unwrap();
 }
 
