@@ -1,7 +1,8 @@
 //! DISC's parsers of what other tiers and the network send (crates/disc): the `X-Disc-Path`
 //! and `X-Disc` field values (round trips: what parses, written again, parses the same),
 //! the frames DP's tap reads (cloned ACKs and start signals), the ACK ring's records, and
-//! the request and response heads our proxies parse. None may panic.
+//! the request and response heads our proxies parse, and the FE's end of a connection in
+//! DP's HELLO line (round trip). None may panic.
 #![no_main]
 
 use iolab_disc::bpf::AckEvent;
@@ -13,7 +14,7 @@ fuzz_target!(|input: &[u8]| {
     let Some((&which, data)) = input.split_first() else {
         return;
     };
-    match which % 5 {
+    match which % 6 {
         0 => {
             if let Ok(p) = PathInfo::parse(data) {
                 let again = PathInfo::parse(p.value().as_bytes()).expect("our own value parses");
@@ -43,6 +44,17 @@ fuzz_target!(|input: &[u8]| {
         }
         3 => {
             let _ = AckEvent::parse(data);
+        }
+        4 => {
+            let text = String::from_utf8_lossy(data);
+            if let Some(end) = iolab_disc::repair::FeEnd::parse(&mut text.split_ascii_whitespace())
+            {
+                let again = end.fields();
+                assert_eq!(
+                    iolab_disc::repair::FeEnd::parse(&mut again.split_ascii_whitespace()),
+                    Some(end)
+                );
+            }
         }
         _ => {
             let _ = parse_request(data);
