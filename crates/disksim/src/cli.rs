@@ -234,6 +234,30 @@ fn progress_bar(quiet: bool) -> indicatif::ProgressBar {
     b
 }
 
+/// How old a calibration may be before `validate` warns: on the shared VM this was built
+/// on, the device's latencies and the host's copy costs drift within hours (28 Nov, seven
+/// minutes apart: the 36 jobs 11.8% off on average with a calibration just taken, 31.4%
+/// with one taken 1 h 45 min before; crates/disksim/README.md).
+pub const CALIBRATION_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// A warning when the calibration file `path` was written more than
+/// [`CALIBRATION_MAX_AGE`] before `now` (its modification time).
+fn stale_calibration(path: &std::path::Path, now: std::time::SystemTime) -> Option<String> {
+    let written = std::fs::metadata(path).and_then(|m| m.modified()).ok()?;
+    let age = now.duration_since(written).ok()?;
+    (age > CALIBRATION_MAX_AGE).then(|| {
+        let mins = age.as_secs() / 60;
+        format!(
+            "the calibration {} was written {} h {:02} min ago: this machine's device and copy \
+             costs may have moved since (they drift within hours on a shared VM); for a \
+             validation that measures the model, calibrate again just before",
+            path.display(),
+            mins / 60,
+            mins % 60
+        )
+    })
+}
+
 /// A progress callback `(done, total, what)` that drives `bar`.
 fn on_bar(bar: &indicatif::ProgressBar) -> impl FnMut(u64, u64, &str) + '_ {
     move |done, total, what| {
@@ -302,7 +326,12 @@ fn linux_validate_cmd(a: LinuxValidateArgs) -> Result<()> {
     }
     let _cal_dir;
     let cal_path = match &a.calibration {
-        Some(p) => p.clone(),
+        Some(p) => {
+            if let Some(w) = stale_calibration(p, std::time::SystemTime::now()) {
+                eprintln!("warning: {w}");
+            }
+            p.clone()
+        }
         None => {
             println!("no --calibration: calibrating first (a separate run; --quick)");
             let c = crate::calibrate::calibrate(&a.dir, true, &flag, &mut |d, t, w| {
@@ -1015,4 +1044,25 @@ fn bench(a: BenchArgs) -> Result<()> {
         &serde_json::json!({"machine": machine(), "results": out}),
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_old_calibration_is_warned_about_and_a_fresh_one_is_not() {
+        let dir = crate::calibrate::tempdir("stale-cal").unwrap();
+        let p = dir.path.join("cal.toml");
+        std::fs::write(&p, "").unwrap();
+        let now = std::time::SystemTime::now();
+        assert_eq!(stale_calibration(&p, now), None);
+        let later = now + std::time::Duration::from_secs(2 * 3600 + 5 * 60);
+        let w = stale_calibration(&p, later).expect("two hours old");
+        assert!(w.contains("2 h 05 min ago"), "{w}");
+        assert_eq!(
+            stale_calibration(&dir.path.join("missing.toml"), later),
+            None
+        );
+    }
 }
