@@ -585,6 +585,9 @@ impl Drop for Sender {
     }
 }
 
+/// `TCP_RTO_MAX_MS` (include/uapi/linux/tcp.h, Linux 6.15).
+const TCP_RTO_MAX_MS: libc::c_int = 44;
+
 /// A payload sent from a socket continuing the FE's connection.
 struct StackSend {
     sock: std::net::TcpStream,
@@ -820,6 +823,19 @@ impl Sender {
         };
         let sock = crate::repair::restore(&state)?;
         sock.set_nodelay(true)?;
+        {
+            use std::os::fd::AsRawFd;
+            // The retransmission timer capped at 1 s (TCP_RTO_MAX_MS, Linux 6.15; the
+            // least it takes), as DP's go-back-N caps its own at 3.2 s: a new socket has no
+            // round trip measured (its first timeout is 1 s) and doubles it on every lost
+            // retransmission; under the 20% loss test a payload sat past the FE's 30 s
+            // without progress (a whole 64 KiB burst is one packet on the veth).
+            if let Err(e) =
+                crate::sockopt::set(sock.as_raw_fd(), libc::IPPROTO_TCP, TCP_RTO_MAX_MS, &1000)
+            {
+                tracing::debug!("dp: TCP_RTO_MAX_MS: {e} (kernel before 6.15)");
+            }
+        }
         let total = head.len() + body.len();
         {
             use std::os::fd::AsRawFd;

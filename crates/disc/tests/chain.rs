@@ -433,8 +433,8 @@ fn direct_under_loss(pct: f64, dp_send: iolab_disc::dp::SendPath) {
         for r in &rows {
             assert!(
                 r.identical,
-                "{pct}% loss, size {}: differs\n{}",
-                r.size, r.via_head
+                "{pct}% loss, size {}: differs ({} bytes received)\n{}",
+                r.size, r.via_chain_bytes, r.via_head
             );
         }
         let (seen, dropped) = c.lossy.as_ref().unwrap().counts().unwrap();
