@@ -484,10 +484,11 @@ pub enum SendPath {
     Raw,
     /// A TCP socket of the BE's stack continuing the FE's connection (`TCP_REPAIR`,
     /// [`crate::repair`]): the kernel segments, paces by its congestion window, takes the
-    /// client's ACKs (cloned to it by the FE's hooks), SACK blocks and timestamps, and
-    /// retransmits; closed silently once the client has everything. Needs DP one hop from
-    /// the FE (the ACK clone), the FE's address local in DP's namespace (the clones are
-    /// addressed to it; the testbed puts it on `lo`) and the route to the client; else GSO.
+    /// client's ACKs (cloned to it by the FE's hooks) and SACK blocks, and retransmits;
+    /// closed silently once the client has everything. Needs DP one hop from the FE with
+    /// its tap (the ACK clone), the FE's address local in DP's namespace (the clones are
+    /// addressed to it; the testbed puts it on `lo`) and the route to the client; without
+    /// the tap, or for an FE that does not describe its end in HELLO, DP sends as `gso`.
     Repair,
 }
 
@@ -528,7 +529,7 @@ impl crate::sender::Emit for Wire {
 }
 
 fn open_sender(send: SendPath, client: std::net::Ipv4Addr) -> io::Result<Wire> {
-    if send == SendPath::Gso {
+    if send != SendPath::Raw {
         match crate::gso::Neighbour::resolve(client) {
             Ok(Some(n)) => match crate::gso::GsoSocket::new(n) {
                 Ok(g) => return Ok(Wire::Gso(g)),

@@ -718,8 +718,6 @@ enum DpKind {
     Stack,
 }
 
-/// The FE's interface towards DP at `dp` and its link address, when DP is one hop away
-/// (resolved once per DP address; None: the FE forwards the ACKs itself).
 /// DP's address and, when DP is one hop away, the FE's link to it and DP's link address.
 type LinkCache = Option<(SocketAddr, Option<(crate::bpf::DpLink, [u8; 6])>)>;
 
@@ -748,7 +746,9 @@ fn direct_link(
     })
 }
 
-/// Also DP's own link address.
+/// The FE's interface towards DP at `dp` and its link address, and DP's own link address,
+/// when DP is one hop away (resolved once per DP address; None: the FE forwards the ACKs
+/// itself).
 fn link_to(cache: &mut LinkCache, dp: SocketAddr) -> Option<(crate::bpf::DpLink, [u8; 6])> {
     if let Some((at, link)) = cache {
         if *at == dp {

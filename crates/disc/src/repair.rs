@@ -136,9 +136,9 @@ pub fn restore(st: &TcpState) -> io::Result<TcpStream> {
     // out of repair mode, binding the next fails (EADDRINUSE) without SO_REUSEPORT (seen:
     // one wrk connection of 16 served, the others refused).
     set(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT, &1 as &libc::c_int)?;
-    // Before connect, which sizes the segments from it (TCP_REPAIR_OPTIONS' MSS sets the
-    // clamp but not the size already chosen: 536 bytes, the default clamp).
-    // (The option takes at most 32,767, MAX_TCP_WINDOW; loopback's MSS is larger.)
+    // The MSS before connect too, so that the segment size connect works out comes from
+    // the peer's MSS and not from the default clamp (TCP_REPAIR_OPTIONS sets the clamp after
+    // it). The option takes at most 32,767 (MAX_TCP_WINDOW); loopback's MSS is larger.
     tcp(fd, libc::TCP_MAXSEG, &(st.mss.min(32_767) as libc::c_int))?;
     let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
     let local = sockopt::sockaddr_in(st.local);
@@ -171,7 +171,7 @@ pub fn restore(st: &TcpState) -> io::Result<TcpStream> {
     }
     tcp(fd, libc::TCP_REPAIR_WINDOW, &st.window)?;
     // Out of repair mode without the window probe (a segment below the peer's window that
-    // makes it answer with an ACK), where the kernel has the choice (Linux 4.14).
+    // makes it answer with an ACK), where the kernel knows TCP_REPAIR_OFF_NO_WP.
     if tcp(fd, libc::TCP_REPAIR, &TCP_REPAIR_OFF_NO_WP).is_err() {
         tcp(fd, libc::TCP_REPAIR, &0 as &libc::c_int)?;
     }

@@ -344,6 +344,35 @@ fn disc_direct_from_a_repaired_socket() {
     c.stop().unwrap();
 }
 
+/// `--dp-send repair` with a DP that takes no ACK from a tap (the FE's forwarder sends them
+/// as control lines, which a TCP socket cannot take): DP answers HELLO without `repair` and
+/// sends as `gso` does; the bytes are the BE's.
+#[test]
+fn a_dp_without_its_tap_sends_repair_payloads_as_gso() {
+    if !direct_ready() {
+        return;
+    }
+    let dir = TempDir::new("direct-repair-no-tap");
+    let root = dir.0.join("www");
+    let sizes = [1, 16384, 65536, 1 << 20];
+    write_payloads(&root, &sizes).unwrap();
+    let c = Chain::start(&ChainConfig {
+        dp_send: iolab_disc::dp::SendPath::Repair,
+        no_ack_tap: true,
+        ..config(&root, DiscMode::Direct)
+    })
+    .expect("starting the chain");
+    for r in compare_sizes(&c, &sizes, &dir.0).expect("fetching") {
+        assert!(r.identical, "size {}: differs", r.size);
+    }
+    let store = c.store.clone().unwrap();
+    assert_eq!(store.counts(), (3, 3), "every big payload was sent by DP");
+    assert_eq!(store.repaired_sends(), 0);
+    let (gso, raw) = store.send_paths();
+    assert!(gso + raw == 3 && gso >= 2, "gso {gso}, raw {raw}");
+    c.stop().unwrap();
+}
+
 /// Pipelined requests in direct mode (two DP payloads on one connection with the FE's
 /// answers around them), captured with tcpdump on the client's side: the client's capture
 /// must hold one valid TCP stream (contiguous sequence numbers, a byte sent twice always the
