@@ -182,8 +182,24 @@ pub fn restore(st: &TcpState) -> io::Result<TcpStream> {
 const TCP_REPAIR_OFF_NO_WP: libc::c_int = -1;
 
 /// Closes `s` without a FIN or RST: the connection goes on elsewhere (the FE's socket).
+/// The connection leaves the socket tables at once (a disconnect, `connect` to AF_UNSPEC,
+/// which in repair mode sends nothing), not at the descriptor's last close: a process
+/// forking at that moment holds the descriptor until its `exec`, and the next payload's
+/// socket on the same four-tuple failed to connect (EADDRNOTAVAIL, one chain test run in a
+/// few, where test threads spawn curl beside DP).
 pub fn close_silently(s: TcpStream) {
-    let _ = tcp(s.as_raw_fd(), libc::TCP_REPAIR, &1 as &libc::c_int);
+    let fd = s.as_raw_fd();
+    let _ = tcp(fd, libc::TCP_REPAIR, &1 as &libc::c_int);
+    // SAFETY: a zeroed sockaddr with family AF_UNSPEC, alive for the call.
+    unsafe {
+        let mut unspec: libc::sockaddr = std::mem::zeroed();
+        unspec.sa_family = libc::AF_UNSPEC as libc::sa_family_t;
+        libc::connect(
+            fd,
+            &unspec,
+            std::mem::size_of::<libc::sockaddr>() as libc::socklen_t,
+        );
+    }
     drop(s);
 }
 
