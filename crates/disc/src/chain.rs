@@ -154,16 +154,13 @@ impl Chain {
             }
             if cfg.dp_send == crate::dp::SendPath::Repair {
                 let client_net = format!("{}/27", a(0, 0));
-                let setup = crate::repair::dp_namespace_setup(
+                crate::repair::dp_namespace_setup(
+                    &ns[3],
                     a(0, 2),
                     &client_net,
                     a(4, 1),
                     &ifaces[3].1.name,
-                );
-                for (program, args) in setup {
-                    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                    ns[3].run(program, &args)?;
-                }
+                )?;
             }
         }
         let names: Vec<String> = ns.iter().map(|n| n.name().to_string()).collect();

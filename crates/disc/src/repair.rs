@@ -289,39 +289,42 @@ impl FeEnd {
 /// is how deployments set a sender's first flight). 64 segments: a 64 KiB payload at once.
 pub const INITCWND: u32 = 64;
 
-/// What DP's namespace needs for `--dp-send repair`, as commands to run there (program,
-/// arguments): the FE's client-facing address `fe` on `lo` (the client's ACKs the FE's hooks
-/// clone to DP are addressed to it, and DP's sockets bind it), reverse-path filtering off
-/// (those ACKs arrive on the FE's link `fe_link`, the route to the client is another) and the
-/// route to the client's network `client_net` through `via` with [`INITCWND`].
+/// Sets up DP's namespace `ns` for `--dp-send repair`: the FE's client-facing address `fe` on
+/// `lo` (the client's ACKs the FE's hooks clone to DP are addressed to it, and DP's sockets
+/// bind it), reverse-path filtering off (those ACKs arrive on the FE's link `fe_link`, the
+/// route to the client is another) and the route to the client's network `client_net`
+/// through `via` with [`INITCWND`]. Returns the commands it ran, for the record.
 pub fn dp_namespace_setup(
+    ns: &iolab_netns::Namespace,
     fe: std::net::Ipv4Addr,
     client_net: &str,
     via: std::net::Ipv4Addr,
     fe_link: &str,
-) -> Vec<(&'static str, Vec<String>)> {
-    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-    vec![
-        ("ip", s(&["link", "set", "lo", "up"])),
-        ("ip", s(&["addr", "add", &format!("{fe}/32"), "dev", "lo"])),
-        ("sysctl", s(&["-q", "-w", "net.ipv4.conf.all.rp_filter=0"])),
-        (
-            "sysctl",
-            s(&["-q", "-w", &format!("net.ipv4.conf.{fe_link}.rp_filter=0")]),
-        ),
+) -> anyhow::Result<Vec<String>> {
+    let (addr, rp, via, cwnd) = (
+        format!("{fe}/32"),
+        format!("net.ipv4.conf.{fe_link}.rp_filter=0"),
+        via.to_string(),
+        INITCWND.to_string(),
+    );
+    let commands: [(&str, &[&str]); 5] = [
+        ("ip", &["link", "set", "lo", "up"]),
+        ("ip", &["addr", "add", &addr, "dev", "lo"]),
+        ("sysctl", &["-q", "-w", "net.ipv4.conf.all.rp_filter=0"]),
+        ("sysctl", &["-q", "-w", &rp]),
         (
             "ip",
-            s(&[
-                "route",
-                "replace",
-                client_net,
-                "via",
-                &via.to_string(),
-                "initcwnd",
-                &INITCWND.to_string(),
-            ]),
+            &[
+                "route", "replace", client_net, "via", &via, "initcwnd", &cwnd,
+            ],
         ),
-    ]
+    ];
+    let mut ran = Vec::new();
+    for (program, args) in commands {
+        ns.run(program, args)?;
+        ran.push(format!("{program} {}", args.join(" ")));
+    }
+    Ok(ran)
 }
 
 #[cfg(test)]

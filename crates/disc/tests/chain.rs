@@ -108,6 +108,24 @@ fn assert_identical(chain: &Chain, scratch: &Path) {
     }
 }
 
+/// Fetches [`SIZES`] through the chain (one keep-alive connection) and straight from the BE,
+/// asserts the bytes identical and every payload of 16 KiB or more kept back by the BE and
+/// claimed by the FE (none below); returns their number and DP's store.
+fn every_big_payload_through_dp(
+    c: &Chain,
+    scratch: &Path,
+) -> (u64, std::sync::Arc<iolab_disc::dp::Store>) {
+    assert_identical(c, scratch);
+    let big = SIZES.iter().filter(|&&n| n >= 16384).count() as u64;
+    let store = c.store.clone().unwrap();
+    assert_eq!(
+        store.counts(),
+        (big, big),
+        "every big payload was sent by DP"
+    );
+    (big, store)
+}
+
 /// Sends `requests` in one write from the client's namespace and reads until the FE closes
 /// (the last request says `Connection: close`).
 fn pipelined(chain: &Chain, requests: &str) -> Vec<u8> {
@@ -201,11 +219,8 @@ fn disc_relay_takes_the_shortcut_and_serves_the_same_bytes() {
     let root = dir.0.join("www");
     write_payloads(&root, &SIZES).unwrap();
     let c = chain(&root, DiscMode::Relay, false);
-    assert_identical(&c, &dir.0);
-    let big = SIZES.iter().filter(|&&n| n >= 16384).count() as u64;
-    let store = c.store.clone().unwrap();
     // Every payload of 16 KiB or more went through DP (none below), and every one was claimed.
-    assert_eq!(store.counts(), (big, big));
+    let (big, store) = every_big_payload_through_dp(&c, &dir.0);
     check_pipelined(&c, &root);
     // f65536 and f16384 of the pipelined requests took the shortcut too.
     assert_eq!(store.counts(), (big + 3, big + 3));
@@ -257,14 +272,7 @@ fn disc_direct_dp_sends_on_the_clients_connection() {
     let c = chain(&root, DiscMode::Direct, false);
     // One keep-alive connection for all sizes: every head after the first payload goes
     // through the FE's shifted sequence space.
-    assert_identical(&c, &dir.0);
-    let big = SIZES.iter().filter(|&&n| n >= 16384).count() as u64;
-    let store = c.store.clone().unwrap();
-    assert_eq!(
-        store.counts(),
-        (big, big),
-        "every big payload was sent by DP"
-    );
+    let (big, store) = every_big_payload_through_dp(&c, &dir.0);
     // The first transfer finds the client's link address unresolved (raw socket, whose
     // first packet resolves it); the others go as GSO bursts.
     let (gso, raw) = store.send_paths();
@@ -298,14 +306,7 @@ fn disc_direct_from_a_repaired_socket() {
     }
     let (dir, c) = repair_chain("direct-repair", &SIZES, false);
     let root = dir.0.join("www");
-    assert_identical(&c, &dir.0);
-    let big = SIZES.iter().filter(|&&n| n >= 16384).count() as u64;
-    let store = c.store.clone().unwrap();
-    assert_eq!(
-        store.counts(),
-        (big, big),
-        "every big payload was sent by DP"
-    );
+    let (big, store) = every_big_payload_through_dp(&c, &dir.0);
     assert_eq!(store.send_paths(), (0, 0), "no packet-socket transfer");
     assert_eq!(
         store.repaired_sends(),

@@ -167,17 +167,14 @@ impl Net {
             sysctls.push(format!("client: {kv}"));
         }
         if repair {
-            let setup = iolab_disc::repair::dp_namespace_setup(
+            let ran = iolab_disc::repair::dp_namespace_setup(
+                &ns[3],
                 a(0, 2),
                 &client_net,
                 a(4, 1),
                 &ifs[3].1.name,
-            );
-            for (program, args) in setup {
-                let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                ns[3].run(program, &args)?;
-                sysctls.push(format!("be: {program} {}", args.join(" ")));
-            }
+            )?;
+            sysctls.extend(ran.into_iter().map(|c| format!("be: {c}")));
         }
         Ok(Net {
             ns: [0, 1, 2, 3].map(|i| ns[i].name().to_string()),
