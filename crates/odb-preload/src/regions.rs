@@ -243,7 +243,12 @@ impl Registry {
 
     /// Before the kernel or we write [p, p+len): the pages entirely inside are dropped (their
     /// virtual bytes are being replaced), the partly covered ones are fetched (their other
-    /// bytes must survive).
+    /// bytes must survive) — unless the agent answers that it evicted their buffer after
+    /// every byte of it was delivered: then, as in the fault handler, the application is
+    /// recycling memory it forwarded long ago (nginx reading the next response into a
+    /// buffer whose neighbour on the page it sent), and those bytes are zeroed, not an
+    /// error (with a full agent, buffers are evicted as soon as they are delivered, and the
+    /// FE's reads failed with EIO).
     pub fn prepare_overwrite(
         &mut self,
         p: usize,
@@ -263,7 +268,7 @@ impl Registry {
         if q % PAGE != 0 && round_down(q) >= round_up(p) {
             r = r.and(self.take_into(round_down(q), round_down(q) + PAGE, Some(&mut jobs), conns));
         }
-        r = r.and(jobs.flush(conns));
+        r = r.and(jobs.flush_recycled(conns));
         if round_up(p) < round_down(q) {
             r = r.and(self.take(round_up(p), round_down(q), false, conns));
         }
@@ -328,6 +333,30 @@ impl Fetches {
     pub fn flush(&mut self, conns: &mut Conns) -> Result<(), i32> {
         let n = std::mem::take(&mut self.n);
         conns.fetch_many(&self.jobs[..n])
+    }
+
+    /// `flush` for pages the application is reusing: a piece whose buffer was evicted after
+    /// full delivery (EALREADY) is zero-filled and counted (`GONE_PAGES`); any other failure
+    /// is still an error. (A pipelined batch stops at its first such answer: the pieces are
+    /// then fetched one by one.)
+    pub fn flush_recycled(&mut self, conns: &mut Conns) -> Result<(), i32> {
+        let n = std::mem::take(&mut self.n);
+        match conns.fetch_many(&self.jobs[..n]) {
+            Err(libc::EALREADY) => {}
+            r => return r,
+        }
+        for (r, dst) in &self.jobs[..n] {
+            match conns.fetch(r, *dst) {
+                Ok(()) => {}
+                Err(libc::EALREADY) => {
+                    crate::stats::GONE_PAGES.fetch_add(1, Relaxed);
+                    // SAFETY: `push`'s contract: dst is writable for r.len bytes.
+                    unsafe { std::ptr::write_bytes(*dst, 0, r.len as usize) };
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 }
 
@@ -519,6 +548,90 @@ mod tests {
         // a live page would have needed its bytes: the unreachable agent fails the take
         assert!(reg.cover(m.page(1), m.page(2), a_ref(PAGE), &mut conns));
         assert!(reg.take(m.page(1), m.page(2), true, &mut conns).is_err());
+    }
+
+    /// A real agent (arena in the temp dir) serving on a thread until the guard drops.
+    struct TestAgent(
+        std::sync::Arc<iolab_odb::agent::Agent>,
+        std::sync::Arc<std::sync::atomic::AtomicBool>,
+    );
+    impl Drop for TestAgent {
+        fn drop(&mut self) {
+            self.1.store(true, std::sync::atomic::Ordering::SeqCst);
+            // the serving thread may outlive the test process
+            let _ = std::fs::remove_file(self.0.arena_path());
+        }
+    }
+    fn agent(arena: u64) -> TestAgent {
+        let cfg = iolab_odb::agent::AgentConfig {
+            arena_bytes: arena,
+            arena_dir: std::env::temp_dir(),
+            drain: std::time::Duration::ZERO,
+            ..Default::default()
+        };
+        let (a, l) = iolab_odb::agent::Agent::bind(cfg).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (a2, s2) = (a.clone(), stop.clone());
+        std::thread::spawn(move || a2.serve(l, s2));
+        TestAgent(a, stop)
+    }
+
+    #[test]
+    fn a_partial_overwrite_next_to_a_delivered_and_evicted_buffer_zeroes_it() {
+        use iolab_odb::agent::client;
+        let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let ag = agent(2 * PAGE as u64);
+        let a = &ag.0;
+        // a two-page buffer, fetched in full (delivered), then evicted for the next one
+        let (st, _, id) = client::alloc(a.addr(), 2 * PAGE as u32).unwrap();
+        assert_eq!(st, iolab_odb::proto::ST_OK);
+        assert!(client::fetch(a.addr(), id, 0, 2 * PAGE as u32)
+            .unwrap()
+            .is_some());
+        let (st, _, live) = client::alloc(a.addr(), 2 * PAGE as u32).unwrap();
+        assert_eq!(
+            st,
+            iolab_odb::proto::ST_OK,
+            "the delivered buffer made room"
+        );
+        let at = |buf_id| Ref {
+            len: 2 * PAGE as u32,
+            agent_id: a.id(),
+            agent: a.addr(),
+            offset: 0,
+            buf_id,
+        };
+        let m = Pages::new(4);
+        let (mut reg, mut conns) = (Registry::new(), Conns::new());
+        // SAFETY: the test's own fresh pages, written before they are protected.
+        unsafe { std::ptr::write_bytes(m.page(0) as *mut u8, 0xab, 2 * PAGE) };
+        assert!(reg.cover(m.page(0), m.page(2), at(id), &mut conns));
+        let gone = crate::stats::GONE_PAGES.load(Relaxed);
+        // a read into the middle of the two pages: both are partly overwritten
+        assert_eq!(
+            reg.prepare_overwrite(m.page(0) + 100, PAGE, &mut conns),
+            Ok(()),
+            "recycled memory, not an error"
+        );
+        assert_eq!(crate::stats::GONE_PAGES.load(Relaxed) - gone, 2);
+        assert!(readable(m.page(0)) && readable(m.page(1)) && reg.v.is_empty());
+        // SAFETY: both pages were just made readable.
+        let bytes = unsafe { std::slice::from_raw_parts(m.page(0) as *const u8, 2 * PAGE) };
+        assert!(
+            bytes.iter().all(|&b| b == 0),
+            "the unfetchable bytes are zeroed"
+        );
+        // a buffer the agent never delivered (unknown id) is still an error, and a live one
+        // is fetched
+        assert!(reg.cover(m.page(2), m.page(4), at(id ^ 1), &mut conns));
+        assert!(reg
+            .prepare_overwrite(m.page(2) + 100, PAGE, &mut conns)
+            .is_err());
+        assert!(reg.cover(m.page(2), m.page(4), at(live), &mut conns));
+        assert_eq!(
+            reg.prepare_overwrite(m.page(2) + 100, PAGE, &mut conns),
+            Ok(())
+        );
     }
 
     #[test]

@@ -266,6 +266,10 @@ impl Agent {
     pub fn id(&self) -> u64 {
         self.id
     }
+    /// The arena file (removed when the agent is dropped).
+    pub fn arena_path(&self) -> &std::path::Path {
+        &self.arena.path
+    }
 
     pub fn stats(&self) -> AgentStats {
         let t = self.table.lock().unwrap();

@@ -69,7 +69,8 @@ fn config(scratch: &ScratchDir, tag: &str, root: &Path, odb: bool, memory_mib: u
     }
 }
 
-/// On a stall: the socket queues of the stack (where the bytes are stuck).
+/// On a failure: the socket queues of the stack (where the bytes are stuck), what each tier
+/// logged and the library's counters.
 fn queues(cfg: &StackConfig) -> String {
     let net = cfg.fe.addr.octets();
     let out = std::process::Command::new("ss")
@@ -83,6 +84,51 @@ fn queues(cfg: &StackConfig) -> String {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .unwrap_or_default();
+    // and what each tier said, and the library's counters, to tell a stuck tier from a
+    // closed one
+    let mut out = out;
+    for tier in ["fe", "is", "be"] {
+        let log = std::fs::read_to_string(cfg.dir.join(tier).join("error.log")).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(20).collect();
+        out += &format!("-- {tier}/error.log (last {} lines)\n", tail.len());
+        for l in tail.iter().rev() {
+            out += l;
+            out.push('\n');
+        }
+    }
+    // where each nginx process waits (a stuck fetch shows as a recv, an idle tier as
+    // epoll_wait): `/proc/PID/syscall` starts with the system call's number
+    for tier in ["fe", "is", "be"] {
+        let Ok(master) = std::fs::read_to_string(cfg.dir.join(tier).join("nginx.pid")) else {
+            continue;
+        };
+        let master = master.trim();
+        let mut pids = vec![master.to_string()];
+        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+            let after = stat.rsplit_once(") ").map_or("", |x| x.1);
+            if after.split(' ').nth(1) == Some(master) {
+                pids.push(e.file_name().to_string_lossy().into_owned());
+            }
+        }
+        for pid in pids {
+            let read = |f: &str| std::fs::read_to_string(format!("/proc/{pid}/{f}"));
+            out += &format!(
+                "-- {tier} pid {pid}: wchan {} syscall {}\n",
+                read("wchan").unwrap_or_default(),
+                read("syscall")
+                    .unwrap_or_default()
+                    .split(' ')
+                    .take(3)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            );
+        }
+    }
+    out += &format!(
+        "-- ODB counters: {}\n",
+        iolab_tiers::cpu::odb_counters(&cfg.dir.join("odb"))
+    );
     out
 }
 
