@@ -37,7 +37,9 @@ pub enum DiscCommand {
         threshold: u64,
         /// How DP puts the payload on the wire: `gso` (a packet socket, one send per up to
         /// 64 KiB, segmented by the kernel), `raw` (a raw IPv4 socket, one send per
-        /// segment) or `repair` (a TCP socket of this namespace continuing the FE's
+        /// segment), `xdp` (an AF_XDP socket in copy mode on DP's link: segments written
+        /// into frames shared with the kernel, one send per 32) or `repair` (a TCP socket
+        /// of this namespace continuing the FE's
         /// connection, TCP_REPAIR: needs the FE's client-facing address local here and the
         /// FE's hooks cloning the ACKs to this DP, one hop away; see the crate's README).
         #[arg(long, value_enum, default_value_t = crate::dp::SendPath::Gso)]

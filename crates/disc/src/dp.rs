@@ -76,6 +76,8 @@ struct Inner {
     sends: [u64; 2],
     /// Transfers DP sent from a socket continuing the FE's connection.
     repaired: u64,
+    /// Transfers DP sent through its AF_XDP socket.
+    xdp: u64,
     /// Client ACKs DP received from its tap, and as the FE's control lines.
     acks: [u64; 2],
     /// Transfers started by the FE's start signal (from the tap), and by SEND lines.
@@ -167,6 +169,11 @@ impl Store {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .repaired
+    }
+
+    /// Transfers sent through the AF_XDP socket (`--dp-send xdp`).
+    pub fn xdp_sends(&self) -> u64 {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).xdp
     }
 
     /// Client ACKs DP received (from its tap, as the FE's control lines).
@@ -490,12 +497,17 @@ pub enum SendPath {
     /// addressed to it; the testbed puts it on `lo`) and the route to the client; without
     /// the tap, or for an FE that does not describe its end in HELLO, DP sends as `gso`.
     Repair,
+    /// An AF_XDP socket in copy mode on DP's link ([`crate::xdp`]): segments written into
+    /// frames shared with the kernel, one `sendto` per 32; the raw socket while the client's
+    /// next hop is not resolved, or where AF_XDP is refused.
+    Xdp,
 }
 
-/// Either sender, chosen per transfer.
+/// The sender of a transfer, chosen per transfer.
 enum Wire {
     Gso(crate::gso::GsoSocket),
     Raw(crate::sender::RawSocket),
+    Xdp(crate::xdp::XdpSocket),
 }
 
 impl Wire {
@@ -503,6 +515,7 @@ impl Wire {
         match self {
             Wire::Gso(_) => "gso",
             Wire::Raw(_) => "raw",
+            Wire::Xdp(_) => "xdp",
         }
     }
 }
@@ -512,6 +525,7 @@ impl crate::sender::Emit for Wire {
         match self {
             Wire::Gso(g) => g.burst(mss),
             Wire::Raw(r) => r.burst(mss),
+            Wire::Xdp(x) => x.burst(mss),
         }
     }
     fn emit(
@@ -524,6 +538,7 @@ impl crate::sender::Emit for Wire {
         match self {
             Wire::Gso(g) => g.emit(flow, seq, data, flags),
             Wire::Raw(r) => r.emit(flow, seq, data, flags),
+            Wire::Xdp(x) => x.emit(flow, seq, data, flags),
         }
     }
 }
@@ -531,6 +546,12 @@ impl crate::sender::Emit for Wire {
 fn open_sender(send: SendPath, client: std::net::Ipv4Addr) -> io::Result<Wire> {
     if send != SendPath::Raw {
         match crate::gso::Neighbour::resolve(client) {
+            Ok(Some(n)) if send == SendPath::Xdp => match crate::xdp::XdpSocket::new(n) {
+                Ok(x) => return Ok(Wire::Xdp(x)),
+                Err(e) => {
+                    tracing::warn!("dp: no AF_XDP socket ({e}); sending through a raw socket")
+                }
+            },
             Ok(Some(n)) => match crate::gso::GsoSocket::new(n) {
                 Ok(g) => return Ok(Wire::Gso(g)),
                 Err(e) => {
@@ -760,7 +781,7 @@ impl Sender {
         let client = *flow.client.ip();
         // A raw socket chosen while the next hop was unresolved is retried.
         let reuse = s.wire.as_ref().is_some_and(|(ip, w)| {
-            *ip == client && (s.send == SendPath::Raw || matches!(w, Wire::Gso(_)))
+            *ip == client && (s.send == SendPath::Raw || !matches!(w, Wire::Raw(_)))
         });
         if !reuse {
             s.wire = Some((client, open_sender(s.send, client)?));
@@ -772,7 +793,10 @@ impl Sender {
             ..
         } = &mut *s;
         let (_, out) = wire.as_mut().expect("just opened");
-        store.count_send(matches!(out, Wire::Gso(_)));
+        match &*out {
+            Wire::Xdp(_) => store.bump(|g| &mut g.xdp),
+            w => store.count_send(matches!(w, Wire::Gso(_))),
+        }
         let window = if wnd > 0 { wnd } else { INITIAL_WINDOW };
         tracing::debug!(
             "dp: {} bytes to {} in a window of {window}",

@@ -30,3 +30,4 @@ pub mod slots;
 pub mod sockopt;
 pub mod stop;
 pub mod tap;
+pub mod xdp;

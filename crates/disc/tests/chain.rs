@@ -346,6 +346,33 @@ fn disc_direct_from_a_repaired_socket() {
     c.stop().unwrap();
 }
 
+/// Direct mode with DP sending through its AF_XDP socket (`--dp-send xdp`, copy mode on
+/// the veth): the client's bytes are the BE's for every size (1 B ... 64 MiB on one
+/// keep-alive connection), and every payload but one whose client was not resolved yet went
+/// out that way.
+#[test]
+fn disc_direct_through_af_xdp() {
+    if !direct_ready() {
+        return;
+    }
+    let dir = TempDir::new("direct-xdp");
+    let root = dir.0.join("www");
+    write_payloads(&root, &SIZES).unwrap();
+    let c = Chain::start(&ChainConfig {
+        dp_send: iolab_disc::dp::SendPath::Xdp,
+        ..config(&root, DiscMode::Direct)
+    })
+    .expect("starting the chain");
+    let (big, store) = every_big_payload_through_dp(&c, &dir.0);
+    let (gso, raw) = store.send_paths();
+    let xdp = store.xdp_sends();
+    assert!(
+        gso == 0 && raw <= 1 && xdp + raw == big,
+        "xdp {xdp}, raw {raw}, gso {gso}"
+    );
+    c.stop().unwrap();
+}
+
 /// A direct-mode chain with `--dp-send repair` (and DP's tap unless `no_ack_tap`) serving
 /// payloads of `sizes` from a scratch directory named after `tag`.
 fn repair_chain(tag: &str, sizes: &[u64], no_ack_tap: bool) -> (TempDir, Chain) {
@@ -489,6 +516,13 @@ fn direct_under_loss(pct: f64, dp_send: iolab_disc::dp::SendPath) {
         iolab_disc::dp::SendPath::Raw => assert_eq!((gso, raw), (0, big)),
         iolab_disc::dp::SendPath::Gso => assert!(gso >= big - 1, "gso {gso}, raw {raw}"),
         iolab_disc::dp::SendPath::Repair => assert_eq!(store.repaired_sends(), big),
+        iolab_disc::dp::SendPath::Xdp => {
+            let xdp = store.xdp_sends();
+            assert!(
+                gso == 0 && raw <= 1 && xdp + raw == big,
+                "xdp {xdp}, raw {raw}, gso {gso}"
+            )
+        }
     }
     eprintln!("{pct}% loss: {dropped} of {seen} TCP packets dropped on the client's links; bytes identical");
     c.stop().unwrap();
@@ -502,6 +536,11 @@ fn disc_direct_under_one_percent_loss() {
 #[test]
 fn disc_direct_under_five_percent_loss() {
     direct_under_loss(5.0, iolab_disc::dp::SendPath::Gso);
+}
+
+#[test]
+fn disc_direct_under_five_percent_loss_through_af_xdp() {
+    direct_under_loss(5.0, iolab_disc::dp::SendPath::Xdp);
 }
 
 #[test]

@@ -91,10 +91,12 @@ pub struct BenchArgs {
     #[arg(long)]
     pub disc: bool,
     /// With --disc: how DP sends the payload: `gso` (a packet socket, one send per up to
-    /// 64 KiB, segmented by the kernel), `raw` (a raw IPv4 socket, one send per segment) or
-    /// `repair` (a TCP socket of the BE's stack continuing the FE's connection, TCP_REPAIR:
-    /// the kernel's segmentation, congestion control and retransmission).
-    #[arg(long, default_value = "gso", value_parser = ["gso", "raw", "repair"])]
+    /// 64 KiB, segmented by the kernel), `raw` (a raw IPv4 socket, one send per segment),
+    /// `xdp` (an AF_XDP socket in copy mode: segments written into frames shared with the
+    /// kernel, one send per 32) or `repair` (a TCP socket of the BE's stack continuing the
+    /// FE's connection, TCP_REPAIR: the kernel's segmentation, congestion control and
+    /// retransmission).
+    #[arg(long, default_value = "gso", value_parser = ["gso", "raw", "xdp", "repair"])]
     pub dp_send: String,
     /// With --disc: how the client's ACKs reach DP: `tap` (the FE's hooks clone them to
     /// DP's packet-socket tap) or `forwarder` (the FE forwards them as control lines, woken

@@ -68,7 +68,7 @@ pub struct DiscOpts {
     pub exe: PathBuf,
     pub tier_cpus: String,
     pub client_cpus: String,
-    /// DP's send path (`iolab disc be --dp-send`): gso or raw.
+    /// DP's send path (`iolab disc be --dp-send`): gso, raw, xdp or repair.
     pub dp_send: String,
     /// The FE forwards the client's ACKs to DP (`iolab disc be --no-ack-tap`).
     pub dp_acks_forwarded: bool,
