@@ -6,9 +6,11 @@
 //! On a veth there is no zero-copy driver, so the socket runs in copy mode (`XDP_COPY`): the
 //! kernel copies each frame into an skb and gives it to the device directly (no qdisc, no
 //! IP output, no routing). What it cannot do is what GSO does: every segment is its own skb
-//! all the way into the client's TCP receive, and its checksums are computed here (as the
-//! raw socket's are). The frame is free again once the kernel reports it on the completion
-//! ring (it has been copied by then).
+//! all the way into the client's TCP receive. The TCP checksum is left to the kernel where
+//! it takes AF_XDP's TX metadata (Linux 6.11+ in copy mode: each frame asks for checksum
+//! offload, the skb goes out CHECKSUM_PARTIAL as the GSO path's do); elsewhere it is
+//! computed here, as the raw socket's is. The frame is free again once the kernel reports
+//! it on the completion ring (it has been copied by then).
 //!
 //! Invariants of the unsafe code (all in this module):
 //! - the UMEM and the three ring mappings live as long as the socket value; the kernel
@@ -19,8 +21,9 @@
 //!   completion ring, the kernel the other way round; a slot is written before the producer
 //!   index that publishes it (release), and read after the index that published it
 //!   (acquire);
-//! - a frame address is in exactly one place: `free`, a TX descriptor not yet completed,
-//!   or the completion ring; so no frame is written while the kernel may read it.
+//! - a frame is in exactly one place: `free` (by its start), a TX descriptor not yet
+//!   completed or the completion ring (by its packet's address, `DATA_OFF` into it); so no
+//!   frame is written while the kernel may read it.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -30,9 +33,17 @@ use crate::gso::Neighbour;
 use crate::packet::{self, HDRS_LEN, TCP_OFF};
 use crate::sender::{Emit, Flow, Pieces};
 
-/// Bytes per UMEM frame (aligned mode: a power of two from 2048 to the page size). Holds a
-/// 1,500-byte IP packet and its Ethernet header.
+/// Bytes per UMEM frame (aligned mode: a power of two from 2048 to the page size). Holds
+/// the TX metadata, then a 1,500-byte IP packet and its Ethernet header.
 const FRAME: usize = 2048;
+/// Where the packet starts in its frame; the TX metadata (`struct xsk_tx_metadata`) sits
+/// right before it.
+const DATA_OFF: usize = 64;
+/// `sizeof(struct xsk_tx_metadata)`: flags (u64), then csum_start and csum_offset (u16
+/// each) and launch_time (u64, aligned).
+const META_LEN: usize = 24;
+/// Largest payload per frame.
+const MAX_SEG: usize = FRAME - DATA_OFF - HDRS_LEN;
 /// Frames in the UMEM; the TX and completion rings have as many slots (a power of two).
 const FRAMES: usize = 512;
 /// The fill ring feeds received frames; this socket receives nothing, but a UMEM needs one.
@@ -118,6 +129,8 @@ pub struct XdpSocket {
     umem: *mut u8,
     /// Frame addresses (offsets in the UMEM) we may write.
     free: Vec<u64>,
+    /// The kernel finishes the TCP checksum (TX metadata).
+    offload: bool,
     to: Neighbour,
 }
 
@@ -176,15 +189,24 @@ impl XdpSocket {
             unsafe { libc::munmap(umem.cast(), FRAMES * FRAME) };
             e
         };
-        let reg = libc::xdp_umem_reg {
+        let mut reg = libc::xdp_umem_reg {
             addr: umem as u64,
             len: (FRAMES * FRAME) as u64,
             chunk_size: FRAME as u32,
             headroom: 0,
-            flags: 0,
-            tx_metadata_len: 0,
+            flags: libc::XDP_UMEM_TX_METADATA_LEN,
+            tx_metadata_len: META_LEN as u32,
         };
-        setsockopt(&fd, libc::XDP_UMEM_REG, &reg).map_err(unmap)?;
+        // A kernel without TX metadata refuses the flag: checksums in software then.
+        let offload = match setsockopt(&fd, libc::XDP_UMEM_REG, &reg) {
+            Ok(()) => true,
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                (reg.flags, reg.tx_metadata_len) = (0, 0);
+                setsockopt(&fd, libc::XDP_UMEM_REG, &reg).map_err(unmap)?;
+                false
+            }
+            Err(e) => return Err(unmap(e)),
+        };
         let rings = (|| {
             setsockopt(&fd, libc::XDP_UMEM_FILL_RING, &FILL_SLOTS)?;
             setsockopt(&fd, libc::XDP_UMEM_COMPLETION_RING, &(FRAMES as u32))?;
@@ -252,6 +274,7 @@ impl XdpSocket {
             _fill: fill,
             umem,
             free: (0..FRAMES as u64).map(|i| i * FRAME as u64).collect(),
+            offload,
             to,
         })
     }
@@ -266,7 +289,8 @@ impl XdpSocket {
             // SAFETY: slot < size: an 8-byte entry of the completion ring, published by the
             // kernel's producer index (acquire above).
             let addr = unsafe { (c.slots as *const u64).add(slot).read() };
-            self.free.push(addr);
+            // the descriptor's address, DATA_OFF into its frame
+            self.free.push(addr & !(FRAME as u64 - 1));
         }
         c.consumer().store(tail, Ordering::Release);
     }
@@ -308,11 +332,11 @@ impl XdpSocket {
 
 impl Emit for XdpSocket {
     fn burst(&self, mss: usize) -> usize {
-        mss.clamp(1, FRAME - HDRS_LEN) * MAX_BURST_SEGMENTS
+        mss.clamp(1, MAX_SEG) * MAX_BURST_SEGMENTS
     }
 
     fn emit(&mut self, flow: &Flow, seq: u32, data: Pieces<'_>, flags: u8) -> io::Result<()> {
-        let mss = flow.mss.clamp(1, FRAME - HDRS_LEN);
+        let mss = flow.mss.clamp(1, MAX_SEG);
         let len = crate::sender::pieces_len(data);
         let n = len.div_ceil(mss).max(1);
         if n > MAX_BURST_SEGMENTS {
@@ -338,18 +362,30 @@ impl Emit for XdpSocket {
                 self.to.src_mac,
                 self.to.dst_mac,
             );
-            let addr = self.free.pop().expect("counted above");
-            // SAFETY: `addr` is a free frame (not in the kernel's hands: see the module's
-            // invariants) of FRAME bytes inside the UMEM, and HDRS_LEN + mss <= FRAME.
+            let chunk = self.free.pop().expect("counted above");
+            // SAFETY: `chunk` is a free frame (not in the kernel's hands: see the module's
+            // invariants) of FRAME bytes inside the UMEM, and DATA_OFF + HDRS_LEN + mss <=
+            // FRAME.
             let frame = unsafe {
-                std::slice::from_raw_parts_mut(self.umem.add(addr as usize), HDRS_LEN + (to - from))
+                std::slice::from_raw_parts_mut(
+                    self.umem.add(chunk as usize),
+                    DATA_OFF + HDRS_LEN + (to - from),
+                )
             };
-            write_segment(frame, &s, data, from, to);
+            let (meta, packet) = frame.split_at_mut(DATA_OFF);
+            write_segment(packet, &s, data, from, to, self.offload);
+            if self.offload {
+                write_checksum_request(&mut meta[DATA_OFF - META_LEN..]);
+            }
             let slot = (tail.wrapping_add(k as u32) & (self.tx.size - 1)) as usize;
             let desc = libc::xdp_desc {
-                addr,
-                len: frame.len() as u32,
-                options: 0,
+                addr: chunk + DATA_OFF as u64,
+                len: packet.len() as u32,
+                options: if self.offload {
+                    libc::XDP_TX_METADATA
+                } else {
+                    0
+                },
             };
             // SAFETY: slot < size: a descriptor of the TX ring that the kernel has consumed
             // (free slots counted above) and reads only once the producer index covers it.
@@ -362,11 +398,26 @@ impl Emit for XdpSocket {
     }
 }
 
-/// One complete frame in `frame`: headers for `s` and bytes [from, to) of `data`, both
-/// checksums computed (no offload in copy mode).
-fn write_segment(frame: &mut [u8], s: &packet::Segment, data: Pieces<'_>, from: usize, to: usize) {
-    let mut h = packet::headers_offloaded(s, to - from);
-    h[TCP_OFF + 16..TCP_OFF + 18].fill(0);
+/// The TX metadata in front of a packet: finish the TCP checksum (its field holds the
+/// pseudo-header's sum, see [`packet::headers_offloaded`]).
+fn write_checksum_request(meta: &mut [u8]) {
+    meta[..META_LEN].fill(0);
+    meta[..8].copy_from_slice(&u64::from(libc::XDP_TXMD_FLAGS_CHECKSUM).to_ne_bytes());
+    meta[8..10].copy_from_slice(&(TCP_OFF as u16).to_ne_bytes()); // csum_start
+    meta[10..12].copy_from_slice(&16u16.to_ne_bytes()); // csum_offset: TCP's check field
+}
+
+/// One frame in `frame`: headers for `s` and bytes [from, to) of `data`; the TCP checksum
+/// left to the kernel (`offload`) or computed.
+fn write_segment(
+    frame: &mut [u8],
+    s: &packet::Segment,
+    data: Pieces<'_>,
+    from: usize,
+    to: usize,
+    offload: bool,
+) {
+    let h = packet::headers_offloaded(s, to - from);
     frame[..HDRS_LEN].copy_from_slice(&h);
     let mut at = HDRS_LEN;
     let mut off = 0;
@@ -378,6 +429,10 @@ fn write_segment(frame: &mut [u8], s: &packet::Segment, data: Pieces<'_>, from: 
         }
         off += piece.len();
     }
+    if offload {
+        return;
+    }
+    frame[TCP_OFF + 16..TCP_OFF + 18].fill(0);
     let c = packet::tcp_checksum(s.src, s.dst, &frame[TCP_OFF..]);
     frame[TCP_OFF + 16..TCP_OFF + 18].copy_from_slice(&c.to_be_bytes());
 }
@@ -404,7 +459,10 @@ mod tests {
         for (from, to) in [(0, 1400), (1400, 2800), (2800, 3100)] {
             let s = flow.segment(1000 + from as u32, packet::ACK, [1; 6], [2; 6]);
             let mut f = vec![0u8; HDRS_LEN + to - from];
-            write_segment(&mut f, &s, data, from, to);
+            write_segment(&mut f, &s, data, from, to, true);
+            let h = packet::headers_offloaded(&s, to - from);
+            assert_eq!(f[..HDRS_LEN], h, "offloaded: the headers as the GSO path's");
+            write_segment(&mut f, &s, data, from, to, false);
             let (got, payload, ok) = packet::parse(&f).expect("a frame");
             assert!(ok, "both checksums right ({from}..{to})");
             assert_eq!(got.seq, 1000 + from as u32);

@@ -11,7 +11,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use iolab_disc::gso::Neighbour;
-use iolab_disc::packet::{parse, ACK, PSH};
+use iolab_disc::packet::{headers_offloaded, parse, ACK, PSH};
 use iolab_disc::sender::{Emit, Flow};
 use iolab_disc::xdp::{XdpSocket, MAX_BURST_SEGMENTS};
 
@@ -107,7 +107,7 @@ fn every_frame_arrives_once_whole_and_checksummed_as_frames_are_reused() {
     // The client's side: a capture of everything arriving on its end.
     let (bname, cns) = (b.name.clone(), client.name().to_string());
     let (tx_ready, rx_ready) = std::sync::mpsc::channel();
-    const BURSTS: usize = 48; // 48 × 32 segments: each of the 512 frames used three times
+    const BURSTS: usize = 256; // 256 × 32 segments: each of the 512 frames used 16 times
     const MSS: usize = 1400;
     let total = BURSTS * MAX_BURST_SEGMENTS * MSS;
     let body: Vec<u8> = (0..total).map(|i| (i * 7 + i / 251) as u8).collect();
@@ -116,7 +116,7 @@ fn every_frame_arrives_once_whole_and_checksummed_as_frames_are_reused() {
         let fd = capture(&bname);
         tx_ready.send(()).unwrap();
         let mut got = vec![false; total.div_ceil(MSS)];
-        let (mut frames, mut dups) = (0usize, 0usize);
+        let (mut frames, mut dups, mut offloaded) = (0usize, 0usize, 0usize);
         let deadline = Instant::now() + Duration::from_secs(10);
         let mut buf = vec![0u8; 4096];
         let mut f = std::fs::File::from(fd);
@@ -128,7 +128,16 @@ fn every_frame_arrives_once_whole_and_checksummed_as_frames_are_reused() {
             if s.sport != 8080 {
                 continue; // not ours
             }
-            assert!(ok, "checksums of the frame at seq {}", s.seq);
+            // Checksums right, or (TX metadata: CHECKSUM_PARTIAL, finished by nobody on a
+            // veth, trusted by the receiving stack) the TCP field holding the pseudo-header's
+            // sum exactly as the GSO path's segments carry it.
+            let partial = [&headers_offloaded(&s, payload.len())[..], payload].concat();
+            assert!(
+                ok || buf[..n] == partial[..],
+                "checksums of the frame at seq {}",
+                s.seq
+            );
+            offloaded += usize::from(!ok);
             let off = s.seq.wrapping_sub(5000) as usize;
             assert_eq!(off % MSS, 0);
             assert_eq!(
@@ -143,7 +152,7 @@ fn every_frame_arrives_once_whole_and_checksummed_as_frames_are_reused() {
                 dups += 1;
             }
         }
-        anyhow::Ok((got.iter().filter(|g| **g).count(), frames, dups))
+        anyhow::Ok((got.iter().filter(|g| **g).count(), frames, dups, offloaded))
     });
     rx_ready.recv().unwrap();
 
@@ -182,8 +191,11 @@ fn every_frame_arrives_once_whole_and_checksummed_as_frames_are_reused() {
         anyhow::Ok(blocked)
     });
     let blocked = tx.join().unwrap().unwrap();
-    let (distinct, frames, dups) = rx.join().unwrap().unwrap();
-    eprintln!("AF_XDP: {frames} frames received, {distinct} distinct, {blocked} blocked emits");
+    let (distinct, frames, dups, offloaded) = rx.join().unwrap().unwrap();
+    eprintln!(
+        "AF_XDP: {frames} frames received, {distinct} distinct, {offloaded} with the checksum \
+         offloaded, {blocked} blocked emits"
+    );
     assert_eq!(distinct, total / MSS, "every segment arrived");
     assert_eq!(dups, 0, "no segment twice");
     net.remove().unwrap();
