@@ -507,7 +507,7 @@ pub enum SendPath {
 enum Wire {
     Gso(crate::gso::GsoSocket),
     Raw(crate::sender::RawSocket),
-    Xdp(crate::xdp::XdpSocket),
+    Xdp(crate::xdp::XdpLink),
 }
 
 impl Wire {
@@ -546,7 +546,7 @@ impl crate::sender::Emit for Wire {
 fn open_sender(send: SendPath, client: std::net::Ipv4Addr) -> io::Result<Wire> {
     if send != SendPath::Raw {
         match crate::gso::Neighbour::resolve(client) {
-            Ok(Some(n)) if send == SendPath::Xdp => match crate::xdp::XdpSocket::new(n) {
+            Ok(Some(n)) if send == SendPath::Xdp => match crate::xdp::XdpLink::open(n) {
                 Ok(x) => return Ok(Wire::Xdp(x)),
                 Err(e) => {
                     tracing::warn!("dp: no AF_XDP socket ({e}); sending through a raw socket")

@@ -3,6 +3,10 @@
 //! over through a ring; one system call (`sendto`, the "kick") sends a burst of up to 32.
 //! The seed's DP used AF_XDP this way.
 //!
+//! An interface's queue takes one AF_XDP socket (a second bind fails, `EBUSY`), so the
+//! socket belongs to the thread and the interface ([`XdpLink::open`]), shared by every
+//! transfer DP's loop sends there; each link adds the neighbour's addresses.
+//!
 //! On a veth there is no zero-copy driver, so the socket runs in copy mode (`XDP_COPY`): the
 //! kernel copies each frame into an skb and gives it to the device directly (no qdisc, no
 //! IP output, no routing). What it cannot do is what GSO does: every segment is its own skb
@@ -25,8 +29,11 @@
 //!   completed or the completion ring (by its packet's address, `DATA_OFF` into it); so no
 //!   frame is written while the kernel may read it.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::gso::Neighbour;
@@ -120,7 +127,7 @@ impl Drop for Ring {
     }
 }
 
-/// An AF_XDP socket sending on one interface (queue 0) to one neighbour.
+/// An AF_XDP socket sending on one interface (queue 0).
 pub struct XdpSocket {
     fd: OwnedFd,
     tx: Ring,
@@ -131,12 +138,7 @@ pub struct XdpSocket {
     free: Vec<u64>,
     /// The kernel finishes the TCP checksum (TX metadata).
     offload: bool,
-    to: Neighbour,
 }
-
-// SAFETY: the raw pointers are mappings owned by this value alone; nothing else in the
-// process touches them, so the value may move to another thread.
-unsafe impl Send for XdpSocket {}
 
 impl Drop for XdpSocket {
     fn drop(&mut self) {
@@ -167,7 +169,7 @@ impl XdpSocket {
     /// Needs CAP_NET_RAW (and CAP_IPC_LOCK or enough locked-memory limit for the 1 MiB
     /// UMEM) in the calling thread's network namespace. Fails on a kernel without
     /// `CONFIG_XDP_SOCKETS` (`EAFNOSUPPORT`).
-    pub fn new(to: Neighbour) -> io::Result<XdpSocket> {
+    pub fn new(ifindex: i32) -> io::Result<XdpSocket> {
         let fd = crate::gso::socket(libc::AF_XDP, libc::SOCK_RAW, 0)?;
         // SAFETY: a fresh private anonymous mapping, checked.
         let umem = unsafe {
@@ -252,7 +254,7 @@ impl XdpSocket {
         let sa = libc::sockaddr_xdp {
             sxdp_family: libc::AF_XDP as u16,
             sxdp_flags: libc::XDP_COPY,
-            sxdp_ifindex: to.ifindex as u32,
+            sxdp_ifindex: ifindex as u32,
             sxdp_queue_id: 0,
             sxdp_shared_umem_fd: 0,
         };
@@ -275,7 +277,6 @@ impl XdpSocket {
             umem,
             free: (0..FRAMES as u64).map(|i| i * FRAME as u64).collect(),
             offload,
-            to,
         })
     }
 
@@ -330,12 +331,62 @@ impl XdpSocket {
     }
 }
 
-impl Emit for XdpSocket {
+thread_local! {
+    /// This thread's socket per interface index, or the error that refused it (not tried
+    /// again: each try maps and pins a UMEM).
+    static SOCKETS: RefCell<HashMap<i32, Result<Rc<RefCell<XdpSocket>>, i32>>> =
+        RefCell::new(HashMap::new());
+}
+
+/// Sending to one neighbour through the thread's socket on its interface.
+pub struct XdpLink {
+    sock: Rc<RefCell<XdpSocket>>,
+    to: Neighbour,
+}
+
+impl XdpLink {
+    /// The thread's socket on `to`'s interface, opened on first use.
+    pub fn open(to: Neighbour) -> io::Result<XdpLink> {
+        let sock = SOCKETS.with(|m| {
+            let mut m = m.borrow_mut();
+            let got = m
+                .entry(to.ifindex)
+                .or_insert_with(|| match XdpSocket::new(to.ifindex) {
+                    Ok(s) => Ok(Rc::new(RefCell::new(s))),
+                    Err(e) => Err(e.raw_os_error().unwrap_or(libc::EIO)),
+                });
+            got.clone().map_err(io::Error::from_raw_os_error)
+        })?;
+        Ok(XdpLink { sock, to })
+    }
+
+    /// Whether the kernel finishes the TCP checksums.
+    pub fn offloads_checksums(&self) -> bool {
+        self.sock.borrow().offload
+    }
+}
+
+impl Emit for XdpLink {
     fn burst(&self, mss: usize) -> usize {
         mss.clamp(1, MAX_SEG) * MAX_BURST_SEGMENTS
     }
 
     fn emit(&mut self, flow: &Flow, seq: u32, data: Pieces<'_>, flags: u8) -> io::Result<()> {
+        self.sock
+            .borrow_mut()
+            .emit(&self.to, flow, seq, data, flags)
+    }
+}
+
+impl XdpSocket {
+    fn emit(
+        &mut self,
+        hop: &Neighbour,
+        flow: &Flow,
+        seq: u32,
+        data: Pieces<'_>,
+        flags: u8,
+    ) -> io::Result<()> {
         let mss = flow.mss.clamp(1, MAX_SEG);
         let len = crate::sender::pieces_len(data);
         let n = len.div_ceil(mss).max(1);
@@ -359,8 +410,8 @@ impl Emit for XdpSocket {
             let s = flow.segment(
                 seq.wrapping_add(from as u32),
                 seg_flags,
-                self.to.src_mac,
-                self.to.dst_mac,
+                hop.src_mac,
+                hop.dst_mac,
             );
             let chunk = self.free.pop().expect("counted above");
             // SAFETY: `chunk` is a free frame (not in the kernel's hands: see the module's

@@ -305,7 +305,6 @@ fn disc_direct_from_a_repaired_socket() {
         return;
     }
     let (dir, c) = repair_chain("direct-repair", &SIZES, false);
-    let root = dir.0.join("www");
     let (big, store) = every_big_payload_through_dp(&c, &dir.0);
     assert_eq!(store.send_paths(), (0, 0), "no packet-socket transfer");
     assert_eq!(
@@ -315,26 +314,7 @@ fn disc_direct_from_a_repaired_socket() {
     );
     // Several client connections at once: DP's sockets share the FE's address and port
     // (before SO_REUSEPORT, only the first could bind).
-    let want = std::fs::read(root.join("f65536.bin")).unwrap();
-    let clients: Vec<_> = (0..6)
-        .map(|i| {
-            let (ns, fe, out) = (c.client_ns.clone(), c.fe, dir.0.join(format!("par{i}")));
-            std::thread::spawn(move || {
-                let url = format!("http://{fe}/f65536.bin");
-                let args: Vec<String> = (0..3)
-                    .flat_map(|k| ["-o".into(), format!("{}-{k}", out.display()), url.clone()])
-                    .collect();
-                iolab_disc::chain::curl_in(&ns, &args).map(|()| out)
-            })
-        })
-        .collect();
-    for t in clients {
-        let out = t.join().unwrap().expect("a concurrent client");
-        for k in 0..3 {
-            let got = std::fs::read(format!("{}-{k}", out.display())).unwrap();
-            assert!(got == want, "a concurrent client's payload differs");
-        }
-    }
+    concurrent_clients(&c, &dir.0, 6, 3);
     assert_eq!(
         store.repaired_sends(),
         big + 18,
@@ -370,7 +350,41 @@ fn disc_direct_through_af_xdp() {
         gso == 0 && raw <= 1 && xdp + raw == big,
         "xdp {xdp}, raw {raw}, gso {gso}"
     );
+    // Several client connections at once, each with its own sender in DP: they share the
+    // one socket the interface's queue takes (a socket each sent through the raw socket).
+    concurrent_clients(&c, &dir.0, 6, 3);
+    assert_eq!(
+        store.xdp_sends(),
+        xdp + 18,
+        "gso/raw {:?}",
+        store.send_paths()
+    );
     c.stop().unwrap();
+}
+
+/// `clients` curl processes at once in the client's namespace, each fetching the 64 KiB
+/// payload `each` times on one connection: every copy identical to the file.
+fn concurrent_clients(c: &Chain, scratch: &Path, clients: usize, each: usize) {
+    let want = std::fs::read(scratch.join("www").join("f65536.bin")).unwrap();
+    let threads: Vec<_> = (0..clients)
+        .map(|i| {
+            let (ns, fe, out) = (c.client_ns.clone(), c.fe, scratch.join(format!("par{i}")));
+            std::thread::spawn(move || {
+                let url = format!("http://{fe}/f65536.bin");
+                let args: Vec<String> = (0..each)
+                    .flat_map(|k| ["-o".into(), format!("{}-{k}", out.display()), url.clone()])
+                    .collect();
+                iolab_disc::chain::curl_in(&ns, &args).map(|()| out)
+            })
+        })
+        .collect();
+    for t in threads {
+        let out = t.join().unwrap().expect("a concurrent client");
+        for k in 0..each {
+            let got = std::fs::read(format!("{}-{k}", out.display())).unwrap();
+            assert!(got == want, "a concurrent client's payload differs");
+        }
+    }
 }
 
 /// A direct-mode chain with `--dp-send repair` (and DP's tap unless `no_ack_tap`) serving

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use iolab_disc::gso::Neighbour;
 use iolab_disc::packet::{headers_offloaded, parse, ACK, PSH};
 use iolab_disc::sender::{Emit, Flow};
-use iolab_disc::xdp::{XdpSocket, MAX_BURST_SEGMENTS};
+use iolab_disc::xdp::{XdpLink, XdpSocket, MAX_BURST_SEGMENTS};
 
 fn mac_of(ns: &iolab_netns::Namespace, ifname: &str) -> String {
     let out = ns.run("ip", &["-o", "link", "show", ifname]).unwrap();
@@ -159,7 +159,18 @@ fn every_frame_arrives_once_whole_and_checksummed_as_frames_are_reused() {
     let dns = dp.name().to_string();
     let tx = iolab_disc::netns::spawn_in(Some(dns), "dp", move || {
         let n = Neighbour::resolve(client_ip)?.expect("the static neighbour");
-        let mut s = XdpSocket::new(n)?;
+        let mut s = XdpLink::open(n.clone())?;
+        assert!(
+            s.offloads_checksums(),
+            "Linux 6.11+ takes TX metadata in copy mode"
+        );
+        // the queue takes one socket: a second link on the interface shares it
+        let e = XdpSocket::new(n.ifindex)
+            .err()
+            .expect("a second socket on the queue");
+        assert_eq!(e.raw_os_error(), Some(libc::EBUSY), "{e}");
+        let again = XdpLink::open(n)?;
+        drop(again);
         let flow = Flow {
             fe: SocketAddrV4::new(dp_ip, 8080),
             client: SocketAddrV4::new(client_ip, 40000),
