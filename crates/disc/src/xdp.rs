@@ -331,11 +331,13 @@ impl XdpSocket {
     }
 }
 
+/// A thread's socket on one interface, or the errno that refused it (not tried again: each
+/// try maps and pins a UMEM).
+type Opened = Result<Rc<RefCell<XdpSocket>>, i32>;
+
 thread_local! {
-    /// This thread's socket per interface index, or the error that refused it (not tried
-    /// again: each try maps and pins a UMEM).
-    static SOCKETS: RefCell<HashMap<i32, Result<Rc<RefCell<XdpSocket>>, i32>>> =
-        RefCell::new(HashMap::new());
+    /// This thread's sockets by interface index.
+    static SOCKETS: RefCell<HashMap<i32, Opened>> = RefCell::new(HashMap::new());
 }
 
 /// Sending to one neighbour through the thread's socket on its interface.
