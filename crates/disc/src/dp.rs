@@ -768,11 +768,7 @@ impl Sender {
             s.start_stack(&flow, end, (head, body), window)?;
             s.store.bump(|g| &mut g.repaired);
             s.register(this, (flow.client, flow.fe));
-            if !s.timer {
-                s.timer = true;
-                let weak = Rc::downgrade(this);
-                iolab_runtime::spawn(async move { Sender::tick(weak).await });
-            }
+            s.start_timer(this);
             return Ok(());
         }
         if s.transfer.as_ref().is_some_and(|(t, _)| !t.done()) {
@@ -807,12 +803,17 @@ impl Sender {
         t.pump(out)?;
         *transfer = Some((t, Instant::now()));
         s.register(this, (flow.client, flow.fe));
-        if !s.timer {
-            s.timer = true;
+        s.start_timer(this);
+        Ok(())
+    }
+
+    /// Runs the retransmission timer task for this sender, unless it runs already.
+    fn start_timer(&mut self, this: &Rc<RefCell<Sender>>) {
+        if !self.timer {
+            self.timer = true;
             let weak = Rc::downgrade(this);
             iolab_runtime::spawn(async move { Sender::tick(weak).await });
         }
-        Ok(())
     }
 
     /// Sends `head` and `body` from a new socket continuing the FE's connection at
