@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use iolab_disc::chain::{compare_sizes, write_payloads, Chain, ChainConfig};
-use iolab_disc::dp::Fault;
+use iolab_disc::dp::{Fault, SendPath};
 use iolab_disc::proxy::DiscMode;
 
 mod common;
@@ -304,7 +304,7 @@ fn disc_direct_from_a_repaired_socket() {
     if !direct_ready() {
         return;
     }
-    let (dir, c) = repair_chain("direct-repair", &SIZES, false);
+    let (dir, c) = direct_chain("direct-repair", &SIZES, SendPath::Repair, false);
     let (big, store) = every_big_payload_through_dp(&c, &dir.0);
     assert_eq!(store.send_paths(), (0, 0), "no packet-socket transfer");
     assert_eq!(
@@ -335,14 +335,7 @@ fn disc_direct_through_af_xdp() {
     if !direct_ready() {
         return;
     }
-    let dir = TempDir::new("direct-xdp");
-    let root = dir.0.join("www");
-    write_payloads(&root, &SIZES).unwrap();
-    let c = Chain::start(&ChainConfig {
-        dp_send: iolab_disc::dp::SendPath::Xdp,
-        ..config(&root, DiscMode::Direct)
-    })
-    .expect("starting the chain");
+    let (dir, c) = direct_chain("direct-xdp", &SIZES, SendPath::Xdp, false);
     let (big, store) = every_big_payload_through_dp(&c, &dir.0);
     let (gso, raw) = store.send_paths();
     let xdp = store.xdp_sends();
@@ -387,14 +380,19 @@ fn concurrent_clients(c: &Chain, scratch: &Path, clients: usize, each: usize) {
     }
 }
 
-/// A direct-mode chain with `--dp-send repair` (and DP's tap unless `no_ack_tap`) serving
-/// payloads of `sizes` from a scratch directory named after `tag`.
-fn repair_chain(tag: &str, sizes: &[u64], no_ack_tap: bool) -> (TempDir, Chain) {
+/// A direct-mode chain with DP sending by `dp_send` (and DP's tap unless `no_ack_tap`)
+/// serving payloads of `sizes` from a scratch directory named after `tag`.
+fn direct_chain(
+    tag: &str,
+    sizes: &[u64],
+    dp_send: iolab_disc::dp::SendPath,
+    no_ack_tap: bool,
+) -> (TempDir, Chain) {
     let dir = TempDir::new(tag);
     let root = dir.0.join("www");
     write_payloads(&root, sizes).unwrap();
     let c = Chain::start(&ChainConfig {
-        dp_send: iolab_disc::dp::SendPath::Repair,
+        dp_send,
         no_ack_tap,
         ..config(&root, DiscMode::Direct)
     })
@@ -411,7 +409,7 @@ fn a_dp_without_its_tap_sends_repair_payloads_as_gso() {
         return;
     }
     let sizes = [1, 16384, 65536, 1 << 20];
-    let (dir, c) = repair_chain("direct-repair-no-tap", &sizes, true);
+    let (dir, c) = direct_chain("direct-repair-no-tap", &sizes, SendPath::Repair, true);
     for r in compare_sizes(&c, &sizes, &dir.0).expect("fetching") {
         assert!(r.identical, "size {}: differs", r.size);
     }
@@ -489,9 +487,7 @@ fn direct_under_loss(pct: f64, dp_send: iolab_disc::dp::SendPath) {
     // 64 MiB payload at 5% loss takes about a second (DP's go-back-N on a 64 KiB window and
     // a 200 ms timer: minutes). At 20% no TCP moves 64 MiB in curl's two minutes.
     let sizes: &[u64] = match dp_send {
-        iolab_disc::dp::SendPath::Repair if pct <= 5.0 => {
-            &[1, 16384, 65536, 1 << 20, (1 << 20) + 1, 64 << 20]
-        }
+        SendPath::Repair if pct <= 5.0 => &[1, 16384, 65536, 1 << 20, (1 << 20) + 1, 64 << 20],
         _ => &[1, 16384, 65536, 1 << 20, (1 << 20) + 1],
     };
     let dir = TempDir::new(&format!("loss{pct}-{dp_send:?}"));
@@ -527,10 +523,10 @@ fn direct_under_loss(pct: f64, dp_send: iolab_disc::dp::SendPath) {
     assert_eq!(store.counts(), (big, big));
     let (gso, raw) = store.send_paths();
     match dp_send {
-        iolab_disc::dp::SendPath::Raw => assert_eq!((gso, raw), (0, big)),
-        iolab_disc::dp::SendPath::Gso => assert!(gso >= big - 1, "gso {gso}, raw {raw}"),
-        iolab_disc::dp::SendPath::Repair => assert_eq!(store.repaired_sends(), big),
-        iolab_disc::dp::SendPath::Xdp => {
+        SendPath::Raw => assert_eq!((gso, raw), (0, big)),
+        SendPath::Gso => assert!(gso >= big - 1, "gso {gso}, raw {raw}"),
+        SendPath::Repair => assert_eq!(store.repaired_sends(), big),
+        SendPath::Xdp => {
             let xdp = store.xdp_sends();
             assert!(
                 gso == 0 && raw <= 1 && xdp + raw == big,
@@ -544,22 +540,22 @@ fn direct_under_loss(pct: f64, dp_send: iolab_disc::dp::SendPath) {
 
 #[test]
 fn disc_direct_under_one_percent_loss() {
-    direct_under_loss(1.0, iolab_disc::dp::SendPath::Raw);
+    direct_under_loss(1.0, SendPath::Raw);
 }
 
 #[test]
 fn disc_direct_under_five_percent_loss() {
-    direct_under_loss(5.0, iolab_disc::dp::SendPath::Gso);
+    direct_under_loss(5.0, SendPath::Gso);
 }
 
 #[test]
 fn disc_direct_under_five_percent_loss_through_af_xdp() {
-    direct_under_loss(5.0, iolab_disc::dp::SendPath::Xdp);
+    direct_under_loss(5.0, SendPath::Xdp);
 }
 
 #[test]
 fn disc_direct_under_five_percent_loss_from_a_repaired_socket() {
-    direct_under_loss(5.0, iolab_disc::dp::SendPath::Repair);
+    direct_under_loss(5.0, SendPath::Repair);
 }
 
 /// Direct mode with the client's links delayed (2 ms each way) and a quarter of the frames
@@ -757,7 +753,7 @@ fn stalled_payload(no_ack_tap: bool, fault: Fault) {
 /// 2-8 s per run here).
 #[test]
 fn disc_direct_under_twenty_percent_loss() {
-    direct_under_loss(20.0, iolab_disc::dp::SendPath::Gso);
+    direct_under_loss(20.0, SendPath::Gso);
 }
 
 /// The same from the BE's stack: the kernel's retransmission and congestion control.
@@ -768,5 +764,5 @@ fn disc_direct_under_twenty_percent_loss() {
 #[test]
 #[ignore = "intermittent connection reset under 20% loss beside other chains (crates/disc README)"]
 fn disc_direct_under_twenty_percent_loss_from_a_repaired_socket() {
-    direct_under_loss(20.0, iolab_disc::dp::SendPath::Repair);
+    direct_under_loss(20.0, SendPath::Repair);
 }
