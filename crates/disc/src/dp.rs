@@ -912,7 +912,10 @@ impl Sender {
                 st.since = Instant::now();
             }
             Ok(_) if st.since.elapsed() > STALL => {
-                tracing::warn!("dp: payload from the BE's stack: no progress");
+                tracing::warn!(
+                    "dp: payload from the BE's stack: no progress ({})",
+                    crate::repair::stall_summary(&st.sock)
+                );
                 self.close_stack();
             }
             Ok(_) => {}

@@ -213,6 +213,43 @@ pub fn unacknowledged(s: &TcpStream) -> io::Result<u32> {
     Ok(n.max(0) as u32)
 }
 
+/// One line of the socket's TCP_INFO for a stalled transfer's warning: what it waits for
+/// (unacknowledged and lost segments, retransmissions, the timer's backoff, the congestion
+/// window, the client's last window, how long since the last ACK it took).
+pub fn stall_summary(s: &TcpStream) -> String {
+    use libc::tcp_info as I;
+    use std::mem::offset_of;
+    // Read as bytes (a field past what the kernel returned reads as absent); tcpi_snd_wnd
+    // (Linux 5.19) is past libc's struct, at byte 228 (see the FE's `client_window`).
+    let mut b = [0u8; 512];
+    let len = match get_bytes(s.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_INFO, &mut b) {
+        Ok(n) => n,
+        Err(e) => return format!("TCP_INFO: {e}"),
+    };
+    let byte = |at: usize| (at < len).then(|| u32::from(b[at]));
+    let word = |at: usize| {
+        (at + 4 <= len).then(|| u32::from_ne_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]))
+    };
+    let fields = [
+        ("state", byte(offset_of!(I, tcpi_state))),
+        ("retransmits", byte(offset_of!(I, tcpi_retransmits))),
+        ("backoff", byte(offset_of!(I, tcpi_backoff))),
+        ("rto_us", word(offset_of!(I, tcpi_rto))),
+        ("unacked", word(offset_of!(I, tcpi_unacked))),
+        ("lost", word(offset_of!(I, tcpi_lost))),
+        ("retrans", word(offset_of!(I, tcpi_retrans))),
+        ("total_retrans", word(offset_of!(I, tcpi_total_retrans))),
+        ("cwnd", word(offset_of!(I, tcpi_snd_cwnd))),
+        ("snd_wnd", word(228)),
+        ("last_ack_recv_ms", word(offset_of!(I, tcpi_last_ack_recv))),
+    ];
+    fields
+        .iter()
+        .map(|(name, v)| format!("{name} {}", v.map_or("-".to_string(), |v| v.to_string())))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// What a socket of the BE needs, besides the sequence numbers and windows of the moment, to
 /// continue the FE's end of a connection (DP's `--dp-send repair`): the FE's window scale
 /// (the shift of the windows it advertises), the MSS the client announced and whether SACK
@@ -330,6 +367,19 @@ pub fn dp_namespace_setup(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stall_summary_reads_the_sockets_state() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut a, _) = l.accept().unwrap();
+        std::io::Write::write_all(&mut a, b"x").unwrap();
+        let line = stall_summary(&c);
+        // TCP_ESTABLISHED is 1; nothing sent, so nothing unacknowledged or lost
+        assert!(line.starts_with("state 1, "), "{line}");
+        assert!(line.contains("unacked 0, lost 0,"), "{line}");
+        assert!(!line.contains(" -"), "every field read: {line}");
+    }
 
     #[test]
     fn the_fe_end_goes_through_hello_and_bad_fields_are_refused() {
