@@ -28,7 +28,20 @@ const SIZES: [u64; 12] = [
     64 << 20,
 ];
 
+/// The tiers' warnings (and RUST_LOG's choice) into each test's captured output, shown
+/// when it fails: a stalled payload's DP and FE say what they saw.
+fn logs() {
+    use tracing_subscriber::{fmt, EnvFilter};
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    let _ = fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .with_ansi(false)
+        .try_init();
+}
+
 fn ready() -> bool {
+    logs();
     let curl = std::process::Command::new("curl")
         .arg("--version")
         .output()
