@@ -808,28 +808,15 @@ fn queue_bytes(s: &TcpStream, request: libc::c_ulong) -> io::Result<i32> {
 /// window scale (the shift its window fields take) and its last window in bytes (0 when
 /// the kernel does not report it: `tcpi_snd_wnd` came with Linux 5.19).
 fn client_window(s: &impl std::os::fd::AsRawFd) -> io::Result<(u8, u32)> {
-    // struct tcp_info: tcpi_snd_wscale is the low nibble of byte 6, tcpi_snd_wnd the u32 at
-    // byte 228 (include/uapi/linux/tcp.h: after tcpi_rcv_ooopack; it was read at 236,
-    // tcpi_rehash, always 0 — DP then assumed a 64 KiB window and sent a 64 KiB answer in
-    // three bursts, one more wait for an ACK); read as bytes so that older kernels
-    // (shorter structs) are told apart by the returned length.
-    const SND_WND: usize = 228;
+    // struct tcp_info: tcpi_snd_wscale is the low nibble of byte 6, then tcpi_snd_wnd; read
+    // as bytes so that older kernels (shorter structs) are told apart by the returned length.
     let mut buf = [0u8; 512];
     let len =
         crate::sockopt::get_bytes(s.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_INFO, &mut buf)?;
     if len < 8 {
         return Err(io::Error::other("TCP_INFO too short"));
     }
-    let wnd = if len >= SND_WND + 4 {
-        u32::from_ne_bytes([
-            buf[SND_WND],
-            buf[SND_WND + 1],
-            buf[SND_WND + 2],
-            buf[SND_WND + 3],
-        ])
-    } else {
-        0
-    };
+    let wnd = crate::sockopt::u32_at(&buf, len, crate::sockopt::TCPI_SND_WND).unwrap_or(0);
     Ok((buf[6] & 0x0f, wnd))
 }
 

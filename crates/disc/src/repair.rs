@@ -220,16 +220,14 @@ pub fn stall_summary(s: &TcpStream) -> String {
     use libc::tcp_info as I;
     use std::mem::offset_of;
     // Read as bytes (a field past what the kernel returned reads as absent); tcpi_snd_wnd
-    // (Linux 5.19) is past libc's struct, at byte 228 (see the FE's `client_window`).
+    // is past libc's struct.
     let mut b = [0u8; 512];
     let len = match get_bytes(s.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_INFO, &mut b) {
         Ok(n) => n,
         Err(e) => return format!("TCP_INFO: {e}"),
     };
     let byte = |at: usize| (at < len).then(|| u32::from(b[at]));
-    let word = |at: usize| {
-        (at + 4 <= len).then(|| u32::from_ne_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]))
-    };
+    let word = |at: usize| crate::sockopt::u32_at(&b, len, at);
     let fields = [
         ("state", byte(offset_of!(I, tcpi_state))),
         ("retransmits", byte(offset_of!(I, tcpi_retransmits))),
@@ -240,7 +238,7 @@ pub fn stall_summary(s: &TcpStream) -> String {
         ("retrans", word(offset_of!(I, tcpi_retrans))),
         ("total_retrans", word(offset_of!(I, tcpi_total_retrans))),
         ("cwnd", word(offset_of!(I, tcpi_snd_cwnd))),
-        ("snd_wnd", word(228)),
+        ("snd_wnd", word(crate::sockopt::TCPI_SND_WND)),
         ("last_ack_recv_ms", word(offset_of!(I, tcpi_last_ack_recv))),
     ];
     fields

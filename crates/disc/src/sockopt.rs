@@ -62,6 +62,19 @@ pub fn set<T: Plain + ?Sized>(
     Ok(())
 }
 
+/// Offset of `tcpi_snd_wnd` (Linux 5.19) in `struct tcp_info`, past the fields libc's struct
+/// has (include/uapi/linux/tcp.h: after tcpi_rcv_ooopack; it was once read at 236,
+/// tcpi_rehash, always 0 — DP then assumed a 64 KiB window and sent a 64 KiB answer in
+/// three bursts, one more wait for an ACK).
+pub const TCPI_SND_WND: usize = 228;
+
+/// The u32 at byte `at` of a struct read as bytes by [`get_bytes`], whose first `len` bytes
+/// the kernel wrote; None for a field past them (an older kernel's shorter struct).
+pub fn u32_at(buf: &[u8], len: usize, at: usize) -> Option<u32> {
+    let field = buf.get(at..(at + 4).min(len))?;
+    Some(u32::from_ne_bytes(field.try_into().ok()?))
+}
+
 /// Reads option `name` at `level` into `buf` (a struct read as bytes: older kernels return
 /// shorter ones); returns the length the kernel wrote.
 pub fn get_bytes(
