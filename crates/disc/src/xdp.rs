@@ -312,9 +312,6 @@ impl XdpSocket {
             };
             let pending = self.tx.producer().load(Ordering::Relaxed)
                 != self.tx.consumer().load(Ordering::Acquire);
-            if r >= 0 && !pending {
-                return Ok(());
-            }
             if r < 0 {
                 let e = io::Error::last_os_error();
                 match e.raw_os_error() {
