@@ -368,6 +368,10 @@ impl Hdd {
         let (done, finished) = Self::prefetch_progress(&p, t);
         self.fill(p.seg, p.first + done);
         if finished {
+            // The head stays where the read-ahead ended, not where the request left it.
+            if let Some(c) = p.media.chunks.last() {
+                self.pos = (c.cyl, c.head);
+            }
             self.recycle(p);
         } else {
             self.prefetch = Some(p);
@@ -1243,6 +1247,21 @@ mod tests {
         for c in &out[1..] {
             assert_eq!(c.rec.cache, CacheOutcome::Hit, "{:?}", c.rec);
         }
+    }
+
+    #[test]
+    fn the_head_stays_where_a_finished_read_ahead_left_it() {
+        // A read of 50..58 at t = 0 reads ahead to the segment's end, 250: the rest of track
+        // 0, track 1 (head switch), then 200..250 on cylinder 1. Long after, a read of 10
+        // (cylinder 0, outside the segment) seeks back one cylinder (0.8 ms): the head is not
+        // on cylinder 0 any more, where the first read had left it.
+        let out = run(
+            spec(true),
+            &[(0.0, 50, 8, Op::Read), (100.0, 10, 8, Op::Read)],
+        );
+        let r = &out[1].rec;
+        assert_eq!(r.cache, CacheOutcome::Miss, "{r:?}");
+        assert!((r.seek - 0.8).abs() < 1e-9, "{r:?}");
     }
 
     #[test]
