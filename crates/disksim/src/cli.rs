@@ -455,6 +455,7 @@ fn validate_disksim(a: ValidateArgs) -> Result<()> {
     }
     print!("{}", validate::table(&results));
     println!("demerit: RMS of real vs simulated response-time distributions at 10,000 percentiles; goal: <= DiskSim's and |mean| <= 5%");
+    println!("req rms: RMS of simulated minus real response time request by request (ms); DiskSim: DiskSim 4.0's on the same trace");
     write_json(a.json.as_deref(), &results)?;
     if let Some(p) = &a.html {
         std::fs::write(p, validate::html(&results, &machine()))

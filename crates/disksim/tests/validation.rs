@@ -1,6 +1,7 @@
 //! The validation on DiskSim's five real-disk traces, as a regression check: every disk's
 //! demerit must stay at or below the value recorded in data/validation-baseline.json
-//! (recorded from a run, rounded up to the next µs). The simulation is deterministic, so a
+//! (recorded from a run, rounded up to the next µs), and its per-request RMS error at or
+//! below DiskSim 4.0's on the same trace. The simulation is deterministic, so a
 //! change there is a change of the model: improve it and record the new values.
 
 use std::collections::BTreeMap;
@@ -32,6 +33,21 @@ fn demerits_do_not_regress_past_the_recorded_values() {
             failures.push(format!(
                 "{name}: demerit {:.4} ms > recorded {max} ms",
                 r.demerit_ms
+            ));
+        }
+        // Request by request, the model is closer to the real drive than DiskSim 4.0 on
+        // every disk (measured 28 Nov; the demerit alone can reward wrong requests).
+        let ds = r
+            .disksim_per_request_rms_ms
+            .expect("DiskSim's figure is known");
+        eprintln!(
+            "{name}: per-request RMS {:.4} ms (DiskSim {ds})",
+            r.per_request_rms_ms
+        );
+        if r.per_request_rms_ms > ds {
+            failures.push(format!(
+                "{name}: per-request RMS {:.4} ms > DiskSim's {ds} ms",
+                r.per_request_rms_ms
             ));
         }
         // Every disk's mean stays within 5% of the real one (the goal, met by all five).
