@@ -17,9 +17,10 @@
 //! it on the completion ring (it has been copied by then).
 //!
 //! Invariants of the unsafe code (all in this module):
-//! - the UMEM and the three ring mappings live as long as the socket value; the kernel
-//!   pinned the UMEM's pages at registration and holds them until the socket is released,
-//!   so the order in which `Drop` unmaps our views and closes the socket does not matter;
+//! - the UMEM (an `iolab_sys::AnonMap`) and the three ring mappings live as long as the
+//!   socket value; the kernel pinned the UMEM's pages at registration and holds them until
+//!   the socket is released, so the order in which the fields' drops unmap our views and
+//!   close the socket does not matter;
 //! - ring indices (`producer`, `consumer`) are free-running u32 counters in shared memory,
 //!   read and written as atomics: we produce on the TX and fill rings and consume on the
 //!   completion ring, the kernel the other way round; a slot is written before the producer
@@ -133,19 +134,11 @@ pub struct XdpSocket {
     tx: Ring,
     completion: Ring,
     _fill: Ring,
-    umem: *mut u8,
+    umem: iolab_sys::AnonMap,
     /// Frame addresses (offsets in the UMEM) we may write.
     free: Vec<u64>,
     /// The kernel finishes the TCP checksum (TX metadata).
     offload: bool,
-}
-
-impl Drop for XdpSocket {
-    fn drop(&mut self) {
-        // SAFETY: the UMEM mapping made in `new`, unmapped once; nothing touches it again
-        // (the kernel uses its own pinned references to the pages).
-        unsafe { libc::munmap(self.umem.cast(), FRAMES * FRAME) };
-    }
 }
 
 fn setsockopt<T>(fd: &OwnedFd, opt: libc::c_int, v: &T) -> io::Result<()> {
@@ -171,28 +164,10 @@ impl XdpSocket {
     /// `CONFIG_XDP_SOCKETS` (`EAFNOSUPPORT`).
     pub fn new(ifindex: i32) -> io::Result<XdpSocket> {
         let fd = crate::gso::socket(libc::AF_XDP, libc::SOCK_RAW, 0)?;
-        // SAFETY: a fresh private anonymous mapping, checked.
-        let umem = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                FRAMES * FRAME,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
-                -1,
-                0,
-            )
-        };
-        if umem == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let umem = umem as *mut u8;
-        let unmap = |e: io::Error| {
-            // SAFETY: the mapping just made, not used after this error.
-            unsafe { libc::munmap(umem.cast(), FRAMES * FRAME) };
-            e
-        };
+        // Unmapped when the socket value is dropped (or on an error below, with it).
+        let umem = iolab_sys::AnonMap::new(FRAMES * FRAME, true)?;
         let mut reg = libc::xdp_umem_reg {
-            addr: umem as u64,
+            addr: umem.as_ptr() as u64,
             len: (FRAMES * FRAME) as u64,
             chunk_size: FRAME as u32,
             headroom: 0,
@@ -204,10 +179,10 @@ impl XdpSocket {
             Ok(()) => true,
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
                 (reg.flags, reg.tx_metadata_len) = (0, 0);
-                setsockopt(&fd, libc::XDP_UMEM_REG, &reg).map_err(unmap)?;
+                setsockopt(&fd, libc::XDP_UMEM_REG, &reg)?;
                 false
             }
-            Err(e) => return Err(unmap(e)),
+            Err(e) => return Err(e),
         };
         let rings = (|| {
             setsockopt(&fd, libc::XDP_UMEM_FILL_RING, &FILL_SLOTS)?;
@@ -250,7 +225,7 @@ impl XdpSocket {
             )?;
             Ok((tx, completion, fill))
         })();
-        let (tx, completion, fill) = rings.map_err(unmap)?;
+        let (tx, completion, fill) = rings?;
         let sa = libc::sockaddr_xdp {
             sxdp_family: libc::AF_XDP as u16,
             sxdp_flags: libc::XDP_COPY,
@@ -267,7 +242,7 @@ impl XdpSocket {
             )
         };
         if r != 0 {
-            return Err(unmap(io::Error::last_os_error()));
+            return Err(io::Error::last_os_error());
         }
         Ok(XdpSocket {
             fd,
@@ -418,7 +393,7 @@ impl XdpSocket {
             // FRAME.
             let frame = unsafe {
                 std::slice::from_raw_parts_mut(
-                    self.umem.add(chunk as usize),
+                    self.umem.as_ptr().add(chunk as usize),
                     DATA_OFF + HDRS_LEN + (to - from),
                 )
             };

@@ -1,25 +1,27 @@
 //! Buffers in transparent huge pages, for `calibrate`'s O_DIRECT reads into memory of few
 //! segments (as the page cache's large folios are): the only unsafe code of the crate.
 //!
-//! Invariant: a [`HugeBuffer`] owns one private anonymous mapping of `len` bytes from
-//! `base`, mapped by `mmap` in `new` and unmapped only by its `Drop`; `base` is 2 MiB aligned
-//! inside it, so the slices handed out never leave the mapping and no two live buffers
+//! Invariant: a [`HugeBuffer`] owns one private anonymous mapping ([`AnonMap`], unmapped
+//! when the buffer is dropped) and hands out slices of `len` bytes from `base`, which is
+//! 2 MiB aligned inside it, so the slices never leave the mapping and no two live buffers
 //! share memory.
 
 use std::io;
+
+use iolab_sys::AnonMap;
 
 /// A PMD huge page on x86-64 and arm64 with 4 KiB pages.
 pub const HUGE_PAGE: usize = 2 << 20;
 
 pub struct HugeBuffer {
-    map: *mut libc::c_void,
-    map_len: usize,
+    /// Held for its `Drop`: `base` points into it.
+    _map: AnonMap,
     base: *mut u8,
     len: usize,
 }
 
-// SAFETY: the mapping is owned by the buffer alone (see the module's invariant); moving it
-// to another thread moves that ownership.
+// SAFETY: the mapping is owned by the buffer alone (see the module's invariant), `base`
+// points into it; moving the buffer to another thread moves that ownership.
 unsafe impl Send for HugeBuffer {}
 
 impl HugeBuffer {
@@ -28,27 +30,12 @@ impl HugeBuffer {
     /// Whether it could is for [`anon_huge_bytes`] to tell.
     pub fn new(len: usize) -> io::Result<HugeBuffer> {
         let len = len.div_ceil(HUGE_PAGE).max(1) * HUGE_PAGE;
-        let map_len = len + HUGE_PAGE;
-        // SAFETY: a new private anonymous mapping; no existing memory is touched.
-        let map = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if map == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let skip = (HUGE_PAGE - map as usize % HUGE_PAGE) % HUGE_PAGE;
-        // SAFETY: skip < HUGE_PAGE, so base..base+len lies inside the map_len mapping.
-        let base = unsafe { map.cast::<u8>().add(skip) };
+        let map = AnonMap::new(len + HUGE_PAGE, false)?;
+        let skip = (HUGE_PAGE - map.as_ptr() as usize % HUGE_PAGE) % HUGE_PAGE;
+        // SAFETY: skip < HUGE_PAGE, so base..base+len lies inside the len + HUGE_PAGE mapping.
+        let base = unsafe { map.as_ptr().add(skip) };
         let mut b = HugeBuffer {
-            map,
-            map_len,
+            _map: map,
             base,
             len,
         };
@@ -76,13 +63,6 @@ impl HugeBuffer {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
-    }
-}
-
-impl Drop for HugeBuffer {
-    fn drop(&mut self) {
-        // SAFETY: our own mapping, unmapped once, here.
-        unsafe { libc::munmap(self.map, self.map_len) };
     }
 }
 

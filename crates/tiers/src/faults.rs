@@ -8,6 +8,7 @@
 //! (an agent fetch adds the same round trip to both). Also reported: whether userfaultfd is
 //! allowed to the user nginx workers run as (`vm.unprivileged_userfaultfd`).
 
+use iolab_sys::AnonMap;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering::Relaxed};
 use std::time::Instant;
@@ -101,26 +102,6 @@ fn restore(sig: i32) {
     unsafe { libc::signal(sig, libc::SIG_DFL) };
 }
 
-fn map(len: usize) -> anyhow::Result<*mut u8> {
-    // SAFETY: a fresh private anonymous mapping, checked.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    anyhow::ensure!(
-        p != libc::MAP_FAILED,
-        "mmap: {}",
-        std::io::Error::last_os_error()
-    );
-    Ok(p.cast())
-}
-
 /// Touches one byte per page; returns the sum (so the reads are not optimised away).
 fn touch(p: *mut u8, pages: usize) -> u64 {
     let mut s = 0u64;
@@ -145,17 +126,21 @@ fn open_uffd(flags: libc::c_int) -> Result<i32, String> {
 /// Runs both methods `rounds` times over `pages` pages; per-page medians in ns.
 pub fn measure(pages: usize, rounds: usize) -> anyhow::Result<Value> {
     let len = pages * PAGE;
-    let src = map(len)?;
+    // Both unmapped when this returns, whichever way.
+    let src_map = AnonMap::new(len, false)?;
+    let src = src_map.as_ptr();
     // SAFETY: src is our mapping of len bytes.
     unsafe { std::ptr::write_bytes(src, 0x5a, len) };
     SRC.store(src as usize, Relaxed);
-    let dst = map(len)?;
+    let dst_map = AnonMap::new(len, false)?;
+    let dst = dst_map.as_ptr();
     BASE.store(dst as usize, Relaxed);
     let per_page = |t: std::time::Duration| t.as_nanos() as f64 / pages as f64;
 
     // SIGSEGV + mprotect
     install(libc::SIGSEGV, on_segv);
     let (mut seg_fault, mut seg_prot) = (Vec::new(), Vec::new());
+    let mut seg_ok = true;
     for _ in 0..rounds {
         let t0 = Instant::now();
         // SAFETY: our mapping; PROT_NONE as the receiver does for a referenced body.
@@ -164,9 +149,13 @@ pub fn measure(pages: usize, rounds: usize) -> anyhow::Result<Value> {
         let t0 = Instant::now();
         let s = touch(dst, pages);
         seg_fault.push(per_page(t0.elapsed()));
-        anyhow::ensure!(s == 0x5a * pages as u64, "SIGSEGV path: wrong bytes");
+        if s != 0x5a * pages as u64 {
+            seg_ok = false;
+            break;
+        }
     }
     restore(libc::SIGSEGV);
+    anyhow::ensure!(seg_ok, "SIGSEGV path: wrong bytes");
 
     let sysctl = std::fs::read_to_string("/proc/sys/vm/unprivileged_userfaultfd")
         .map(|s| s.trim().to_string())
@@ -247,11 +236,6 @@ pub fn measure(pages: usize, rounds: usize) -> anyhow::Result<Value> {
             // SAFETY: our fd.
             unsafe { libc::close(fd) };
         }
-    }
-    // SAFETY: our two mappings of len bytes.
-    unsafe {
-        libc::munmap(dst.cast(), len);
-        libc::munmap(src.cast(), len);
     }
     Ok(json!({
         "pages": pages,
