@@ -369,9 +369,7 @@ impl Hdd {
         self.fill(p.seg, p.first + done);
         if finished {
             // The head stays where the read-ahead ended, not where the request left it.
-            if let Some(c) = p.media.chunks.last() {
-                self.pos = (c.cyl, c.head);
-            }
+            self.pos = p.media.pos;
             self.recycle(p);
         } else {
             self.prefetch = Some(p);
