@@ -34,7 +34,7 @@ pub const DISKSIM_DEMERIT: &[(&str, f64)] = &[
 /// repository, one line added to print each request's simulated time) on the raw files of
 /// data/disksim-valid. Its distribution demerits from that run match the published ones
 /// (IBM 0.136, HP 0.093 against 0.090: one request of the HP trace aligns differently).
-pub const DISKSIM_PER_REQUEST_RMS: [(&str, f64); 5] = [
+pub const DISKSIM_PER_REQUEST_RMS: &[(&str, f64)] = &[
     ("barracuda", 2.449),
     ("cheetah4LP", 1.893),
     ("ibm18es", 2.371),
@@ -245,15 +245,9 @@ pub fn run_disk_logged(
         mean_error_pct: (sm - rm) / rm * 100.0,
         demerit_ms: d,
         demerit_pct: d / rm * 100.0,
-        disksim_demerit_ms: DISKSIM_DEMERIT
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, v)| *v),
+        disksim_demerit_ms: disksim_figure(DISKSIM_DEMERIT, name),
         per_request_rms_ms,
-        disksim_per_request_rms_ms: DISKSIM_PER_REQUEST_RMS
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, v)| *v),
+        disksim_per_request_rms_ms: disksim_figure(DISKSIM_PER_REQUEST_RMS, name),
         speedup: totals.sim_end / (wall * 1000.0),
         requests_per_s: totals.requests as f64 / wall,
         wall_s: wall,
@@ -261,6 +255,16 @@ pub fn run_disk_logged(
         real_cdf: cdf(&real),
         sim_cdf: cdf(&simv),
     })
+}
+
+/// DiskSim 4.0's figure for `disk` in one of the tables above.
+fn disksim_figure(table: &[(&str, f64)], disk: &str) -> Option<f64> {
+    table.iter().find(|(n, _)| *n == disk).map(|(_, v)| *v)
+}
+
+/// A figure in ms to three decimals, or "-" when there is none.
+fn ms_or_dash(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |v| format!("{v:.3}"))
 }
 
 /// The table printed by `validate-disksim`.
@@ -302,12 +306,10 @@ pub fn table(results: &[DiskResult]) -> String {
             r.mean_error_pct,
             r.demerit_ms,
             r.demerit_pct,
-            r.disksim_demerit_ms.map(|v| format!("{v:.3}")).unwrap_or_else(|| "-".into()),
+            ms_or_dash(r.disksim_demerit_ms),
             goal,
             r.per_request_rms_ms,
-            r.disksim_per_request_rms_ms
-                .map(|v| format!("{v:.3}"))
-                .unwrap_or_else(|| "-".into()),
+            ms_or_dash(r.disksim_per_request_rms_ms),
             r.speedup,
             r.requests_per_s
         ));
@@ -340,13 +342,11 @@ Goal: demerit ≤ DiskSim 4.0's own and mean within 5%. Per-request RMS: simulat
             r.mean_error_pct,
             r.demerit_ms,
             r.demerit_pct,
-            r.disksim_demerit_ms.map(|v| format!("{v:.3}")).unwrap_or_else(|| "-".into()),
+            ms_or_dash(r.disksim_demerit_ms),
             if ok { "ok" } else { "miss" },
             if ok { "met" } else { "missed" },
             r.per_request_rms_ms,
-            r.disksim_per_request_rms_ms
-                .map(|v| format!("{v:.3}"))
-                .unwrap_or_else(|| "-".into()),
+            ms_or_dash(r.disksim_per_request_rms_ms),
             r.speedup
         ));
     }
