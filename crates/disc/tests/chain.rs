@@ -395,12 +395,7 @@ fn concurrent_clients(c: &Chain, scratch: &Path, clients: usize, each: usize) {
 
 /// A direct-mode chain with DP sending by `dp_send` (and DP's tap unless `no_ack_tap`)
 /// serving payloads of `sizes` from a scratch directory named after `tag`.
-fn direct_chain(
-    tag: &str,
-    sizes: &[u64],
-    dp_send: iolab_disc::dp::SendPath,
-    no_ack_tap: bool,
-) -> (TempDir, Chain) {
+fn direct_chain(tag: &str, sizes: &[u64], dp_send: SendPath, no_ack_tap: bool) -> (TempDir, Chain) {
     let dir = TempDir::new(tag);
     let root = dir.0.join("www");
     write_payloads(&root, sizes).unwrap();
@@ -492,7 +487,7 @@ fn disc_direct_pipelined_requests_make_one_tcp_stream() {
 /// Direct mode with packets dropped in and out of the client's interfaces (the netem
 /// substitute, `disc_lossy`): DP's go-back-N, the FE's stack and the hooks recover, and
 /// the client still gets exactly the BE's bytes.
-fn direct_under_loss(pct: f64, dp_send: iolab_disc::dp::SendPath) {
+fn direct_under_loss(pct: f64, dp_send: SendPath) {
     if !direct_ready() {
         return;
     }
