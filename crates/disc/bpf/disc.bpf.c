@@ -20,10 +20,13 @@
 // Checksums are updated incrementally with bpf_l4_csum_replace (it leaves a
 // CHECKSUM_PARTIAL packet to the offload, which sums the rewritten header itself).
 //
+// - disc_ingress also translates the client's SACK blocks to the FE's view, edge by edge as
+//   the cumulative ACK; a block only of payload bytes (DP's business) is taken out of the
+//   option, and an option left without blocks, or one it cannot rewrite, becomes NOPs.
+//
 // Limits of this first version (documented in the crate README): one epoch per
 // connection (a new payload may be registered once the previous one is acknowledged);
-// SACK blocks are not translated but stripped (made NOPs) once the connection has a
-// shift; IPv4 only.
+// IPv4 only.
 
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -87,7 +90,7 @@ struct conn_slot {
 	__u32 fe_ack;	/* the FE's latest ACK (the client's next byte) */
 	__u32 fe_win;	/* the FE's latest raw window field */
 	__u32 fe_seen;	/* FE segments seen */
-	__u32 sack_stripped;	/* client ACKs whose SACK blocks were made NOPs */
+	__u32 sack_stripped;	/* client ACKs whose SACK option was made NOPs */
 	/* written by disc_ingress: the client's latest raw window field (any ACK) and the
 	 * ACK that carried it (client view): the window's right edge is
 	 * cl_ack + (cl_win << cl_wscale) */
@@ -95,7 +98,8 @@ struct conn_slot {
 	__u32 cl_ack;
 	/* set by user space at registration: the client's window scale */
 	__u32 cl_wscale;
-	__u32 pad;
+	/* client ACKs whose SACK blocks disc_ingress translated to the FE's view */
+	__u32 sack_translated;
 };
 
 /* The ACK for DP also goes to the ring disc_acks (the FE's forwarder sends it on). */
@@ -340,11 +344,99 @@ struct opt_walk {
 	__u32 tcp_at;
 	__u32 i;	/* offset in the TCP header of the next option */
 	__u32 end;	/* the header's length */
-	__u32 changed;
+	/* the epoch in force: the payload is [d0, d1) in the client's view */
+	__u32 boundary, off_lo, off_hi, d0, d1;
+	__u32 stripped;	/* a SACK option was made NOPs */
+	__u32 translated;	/* a SACK option's blocks were rewritten */
 };
 
-/* One option: a NOP is skipped, a SACK made NOPs, anything else stepped over; 1 ends the
- * walk (end of options, malformed, or past the header). */
+/* A sequence number of the client's view in the FE stack's: before the payload shifted
+ * back by off_lo, after it by off_hi; a byte of the payload, the boundary (the FE sent
+ * nothing there). */
+static __always_inline __u32 fe_view(const struct opt_walk *w, __u32 x)
+{
+	if (!seq_after(x, w->d0))
+		return x - w->off_lo;
+	if (!seq_before(x, w->d1))
+		return x - w->off_hi;
+	return w->boundary;
+}
+
+/* Replaces the 4 bytes at `at` (an even offset in the TCP header at tcp_at), with the
+ * checksum. */
+static __always_inline void put32(struct opt_walk *w, __u32 at, __be32 old, __be32 new)
+{
+	if (old == new)
+		return;
+	bpf_l4_csum_replace(w->skb, w->tcp_at + offsetof(struct tcphdr, check), old, new, 4);
+	bpf_skb_store_bytes(w->skb, w->tcp_at + at, &new, 4, 0);
+}
+
+#define NOPS4 0x01010101
+
+/*
+ * The SACK option at offset i (length len) in the FE's view: each block's edges go through
+ * fe_view; a block that maps to nothing (payload bytes only: DP's, which the FE's stack
+ * must not count as its own) is taken out, the ones after it move up, the option's length
+ * shrinks and NOPs fill the bytes freed. Returns 1 when it rewrote the option or left it
+ * as it was, 0 when the caller should make it NOPs (no block left, an odd offset, a
+ * malformed length).
+ */
+static __always_inline int translate_sack(struct opt_walk *w, __u32 i, __u32 len)
+{
+	__be32 blk[8], out[8];
+	__u32 size = len - 2, n, kept = 0, j;
+
+	if ((i & 1) || size == 0 || size > 32 || (size & 7))
+		return 0;
+	n = size / 8;
+	if (bpf_skb_load_bytes(w->skb, w->tcp_at + i + 2, blk, size) < 0)
+		return 0;
+	for (j = 0; j < 4; j++) {
+		__u32 l, r;
+
+		if (j >= n)
+			break;
+		l = fe_view(w, bpf_ntohl(blk[2 * j]));
+		r = fe_view(w, bpf_ntohl(blk[2 * j + 1]));
+		if (!seq_after(r, l))
+			continue;
+		out[2 * kept] = bpf_htonl(l);
+		out[2 * kept + 1] = bpf_htonl(r);
+		kept++;
+	}
+	if (kept == 0)
+		return 0;
+	if (kept != n) {
+		/* kind and length: an aligned 16-bit word (i is even) */
+		__u16 was, now;
+
+		if (bpf_skb_load_bytes(w->skb, w->tcp_at + i, &was, 2) < 0)
+			return 0;
+		now = bpf_htons((5 << 8) | (2 + 8 * kept));
+		bpf_l4_csum_replace(w->skb, w->tcp_at + offsetof(struct tcphdr, check), was, now,
+				    2);
+		bpf_skb_store_bytes(w->skb, w->tcp_at + i, &now, 2, 0);
+	}
+	for (j = 0; j < 4; j++) {
+		__u32 at = i + 2 + j * 8;
+
+		if (j >= n)
+			break;
+		if (j < kept) {
+			put32(w, at, blk[2 * j], out[2 * j]);
+			put32(w, at + 4, blk[2 * j + 1], out[2 * j + 1]);
+		} else {
+			put32(w, at, blk[2 * j], NOPS4);
+			put32(w, at + 4, blk[2 * j + 1], NOPS4);
+		}
+	}
+	w->translated = 1;
+	return 1;
+}
+
+/* One option: a NOP is skipped, a SACK translated (or made NOPs), anything else stepped
+ * over; 1 ends the walk (end of options, malformed, or past the header). */
 static long opt_step(__u32 n, void *ctx)
 {
 	struct opt_walk *w = ctx;
@@ -363,9 +455,9 @@ static long opt_step(__u32 n, void *ctx)
 		return 1;
 	if (len < 2 || i + len > w->end)
 		return 1;
-	if (kind == 5) {
+	if (kind == 5 && !translate_sack(w, i, len)) {
 		disc_nop_out(w->skb, w->tcp_at, i, i + len);
-		w->changed = 1;
+		w->stripped = 1;
 	}
 	w->i = i + len;
 	return 0;
@@ -374,25 +466,33 @@ static long opt_step(__u32 n, void *ctx)
 /*
  * The client's SACK blocks are in its view of the sequence space; once the connection has
  * a shift, the FE's stack would read them as its own and could mark bytes as received that
- * the client never had. They are not translated: every SACK option (kind 5) becomes NOPs,
- * the FE's stack sees ACKs without SACK (legal: SACK is advisory) and recovers on
- * duplicate ACKs and its timer. The walk is a bpf_loop callback (verified once) reading
- * one byte at a time with bpf_skb_load_bytes. Returns nonzero when it rewrote something.
+ * the client never had. They are translated as the cumulative ACK is (translate_sack); what
+ * cannot be becomes NOPs, and the FE's stack, seeing an ACK without SACK (legal: SACK is
+ * advisory), recovers on duplicate ACKs and its timer. The walk is a bpf_loop callback
+ * (verified once) reading one byte at a time with bpf_skb_load_bytes.
  */
-static __always_inline int strip_sack(struct __sk_buff *skb, __u32 ihl, __u32 doff)
+static __always_inline void sack_to_fe(struct __sk_buff *skb, __u32 ihl, __u32 doff,
+				       struct conn_slot *s, const struct epoch *e)
 {
 	struct opt_walk w = {
 		.skb = skb,
 		.tcp_at = sizeof(struct ethhdr) + ihl,
 		.i = sizeof(struct tcphdr),
 		.end = doff * 4,
-		.changed = 0,
+		.boundary = e->boundary,
+		.off_lo = e->off_lo,
+		.off_hi = e->off_hi,
+		.d0 = e->boundary + e->off_lo,
+		.d1 = e->boundary + e->off_hi,
 	};
 
 	if (w.end > sizeof(struct tcphdr) + MAX_OPTS)
-		return 0;
+		return;
 	bpf_loop(MAX_OPTS, opt_step, &w, 0);
-	return w.changed;
+	if (w.stripped)
+		__sync_fetch_and_add(&s->sack_stripped, 1);
+	if (w.translated)
+		__sync_fetch_and_add(&s->sack_translated, 1);
 }
 
 SEC("classifier")
@@ -468,8 +568,8 @@ int disc_ingress(struct __sk_buff *skb)
 	} else {
 		fe_ack = ack - e->off_hi;
 	}
-	if (doff > 5 && (e->off_lo || e->off_hi) && strip_sack(skb, ihl, doff))
-		__sync_fetch_and_add(&s->sack_stripped, 1);
+	if (doff > 5 && (e->off_lo || e->off_hi))
+		sack_to_fe(skb, ihl, doff, s, e);
 	if (fe_ack != ack)
 		rewrite32(skb, ihl, offsetof(struct tcphdr, ack_seq), old, bpf_htonl(fe_ack));
 	return TC_ACT_OK;

@@ -88,8 +88,11 @@ pub struct ConnState {
     pub fe_win: u32,
     /// FE segments seen.
     pub fe_seen: u32,
-    /// Client ACKs whose SACK blocks `disc_ingress` made NOPs (the connection had a shift).
+    /// Client ACKs whose SACK option `disc_ingress` made NOPs (the connection had a shift
+    /// and the option had no block left in the FE's view, or could not be rewritten).
     pub sack_stripped: u32,
+    /// Client ACKs whose SACK blocks `disc_ingress` translated to the FE's view.
+    pub sack_translated: u32,
     /// Where the ACKs for DP also go ([`NOTIFY_RING`], [`NOTIFY_CLONE`]): set with an
     /// epoch, cleared by `disc_ingress` at the ACK of the payload's last byte.
     pub notify: u32,

@@ -57,7 +57,7 @@ struct RawSlot {
     cl_win: AtomicU32,
     cl_ack: AtomicU32,
     cl_wscale: AtomicU32,
-    _pad: AtomicU32,
+    sack_translated: AtomicU32,
 }
 
 /// The size of struct conn_slot (checked against the map's value size at load).
@@ -143,6 +143,7 @@ impl SlotMap {
             fe_win: s.fe_win.load(R),
             fe_seen: s.fe_seen.load(R),
             sack_stripped: s.sack_stripped.load(R),
+            sack_translated: s.sack_translated.load(R),
             notify: e.notify.load(R),
             dp_ifindex: e.dp_ifindex.load(R),
             dp_src_mac: mac(&e.dp_src_mac),
@@ -193,6 +194,7 @@ impl SlotMap {
             (&s.fe_win, st.fe_win),
             (&s.fe_seen, st.fe_seen),
             (&s.sack_stripped, st.sack_stripped),
+            (&s.sack_translated, st.sack_translated),
             (&s.cl_win, st.cl_win),
             (&s.cl_ack, st.cl_ack),
             (&s.cl_wscale, st.cl_wscale),

@@ -425,42 +425,133 @@ fn from_client_with(ack: u32, options: &[u8]) -> Vec<u8> {
     frame_with_options(&client_segment(ack, ACK, 300), options, b"")
 }
 
+type Blocks = Vec<(u32, u32)>;
+
+/// NOP NOP TS(10) | NOP NOP SACK with `blocks` (client view): the option area of a Linux
+/// client's ACK.
+fn ts_and_sack(blocks: &[(u32, u32)]) -> Vec<u8> {
+    let mut opts = vec![1, 1, 8, 10, 0, 0, 0, 42, 0, 0, 0, 7, 1, 1, 5];
+    opts.push(2 + 8 * blocks.len() as u8);
+    for (l, r) in blocks {
+        opts.extend_from_slice(&l.to_be_bytes());
+        opts.extend_from_slice(&r.to_be_bytes());
+    }
+    opts
+}
+
+/// The SACK blocks of the option area `o` (kind 5 found by walking it), or None.
+fn sack_blocks(o: &[u8]) -> Option<Blocks> {
+    let mut i = 0;
+    while i < o.len() {
+        match o[i] {
+            0 => return None,
+            1 => i += 1,
+            5 => {
+                let len = o[i + 1] as usize;
+                let b = &o[i + 2..i + len];
+                let be = |k: usize| u32::from_be_bytes(b[k..k + 4].try_into().unwrap());
+                return Some(
+                    (0..b.len() / 8)
+                        .map(|j| (be(8 * j), be(8 * j + 4)))
+                        .collect(),
+                );
+            }
+            _ => i += o[i + 1] as usize,
+        }
+    }
+    None
+}
+
 /// SACK blocks in the client's view would mislead the FE's stack once the connection has a
-/// shift: they become NOPs, the checksum stays right, the other options are untouched; a
-/// connection without a shift keeps them.
+/// shift: `disc_ingress` translates each edge as it does the cumulative ACK (before the
+/// payload by off_lo, after it by off_hi, inside it to the boundary), takes out a block of
+/// payload bytes only (DP's), and makes the option NOPs when no block is left; the checksum
+/// stays right, the other options are untouched; a connection without a shift keeps them.
 #[test]
-fn ingress_strips_sack_blocks_once_the_connection_is_shifted() {
+fn ingress_translates_sack_blocks_to_the_fes_view() {
     if !ready() {
         return;
     }
     let mut h = Hooks::load().unwrap();
-    // NOP NOP TS(10) | NOP NOP SACK(2 blocks: 18) = 32 bytes.
-    let mut opts = vec![1, 1, 8, 10, 0, 0, 0, 42, 0, 0, 0, 7, 1, 1, 5, 18];
-    for edge in [7000u32, 8000, 9000, 9500] {
-        opts.extend_from_slice(&edge.to_be_bytes());
+    // A 5,000-byte payload inserted at the FE's 1000 after a shift of 100 from an earlier
+    // one: the client sees the FE's bytes before 1000 at +100, the payload at
+    // [1100, 6100), the FE's bytes from 1000 on at +5100.
+    let shifted = epoch(1000, 100, 5100);
+    let cases: &[(&str, Blocks, Option<Blocks>)] = &[
+        (
+            "after the payload",
+            vec![(7000, 8000), (9000, 9500)],
+            Some(vec![(1900, 2900), (3900, 4400)]),
+        ),
+        (
+            "before it (a D-SACK)",
+            vec![(600, 900)],
+            Some(vec![(500, 800)]),
+        ),
+        ("across it", vec![(1000, 7100)], Some(vec![(900, 2000)])),
+        (
+            "ending inside it",
+            vec![(900, 3000)],
+            Some(vec![(800, 1000)]),
+        ),
+        (
+            "starting inside it",
+            vec![(3000, 6600)],
+            Some(vec![(1000, 1500)]),
+        ),
+        (
+            "payload only, between two",
+            vec![(7000, 8000), (2000, 3000), (9000, 9500)],
+            Some(vec![(1900, 2900), (3900, 4400)]),
+        ),
+        ("payload only", vec![(2000, 3000), (1100, 6100)], None),
+    ];
+    for (what, blocks, want) in cases {
+        let opts = ts_and_sack(blocks);
+        let pad = (4 - opts.len() % 4) % 4;
+        let opts: Vec<u8> = opts
+            .into_iter()
+            .chain(std::iter::repeat_n(1, pad))
+            .collect();
+        let pkt = from_client_with(6500, &opts);
+        h.set(key(), shifted).unwrap();
+        let (v, out, seg, ok) = run(&h, INGRESS, &pkt);
+        assert_eq!(
+            (v, seg.ack, ok),
+            (TC_ACT_OK, 1400, true),
+            "{what}: ACK shifted back, checksum valid"
+        );
+        let o = &out[TCP_OFF + 20..TCP_OFF + 20 + opts.len()];
+        assert_eq!(
+            &o[..14],
+            &opts[..14],
+            "{what}: NOPs and timestamps untouched"
+        );
+        assert_eq!(&sack_blocks(o), want, "{what}: {o:?}");
+        if want.is_none() {
+            assert!(
+                o[14..].iter().all(|&b| b == 1),
+                "{what}: SACK made NOPs: {o:?}"
+            );
+        }
+        let st = h.get(&key()).unwrap().unwrap();
+        assert_eq!(
+            (st.sack_translated, st.sack_stripped),
+            if want.is_some() { (1, 0) } else { (0, 1) },
+            "{what}"
+        );
     }
-    assert_eq!(opts.len(), 32);
-    let pkt = from_client_with(6500, &opts);
 
     // No shift yet (first response, no payload inserted): untouched.
+    let pkt = from_client_with(6500, &ts_and_sack(&[(7000, 8000), (9000, 9500)]));
     h.set(key(), epoch(1000, 0, 0)).unwrap();
     let (v, out, _, ok) = run(&h, INGRESS, &pkt);
     assert_eq!((v, &out, ok), (TC_ACT_OK, &pkt, true));
 
-    // A 5,000-byte payload at [1000, 6000): the SACK option becomes NOPs, TS stays.
-    h.set(key(), epoch(1000, 0, 5000)).unwrap();
-    let (v, out, seg, ok) = run(&h, INGRESS, &pkt);
-    assert_eq!(
-        (v, seg.ack, ok),
-        (TC_ACT_OK, 1500, true),
-        "ACK shifted back, checksum valid"
-    );
-    let o = &out[TCP_OFF + 20..TCP_OFF + 52];
-    assert_eq!(&o[..14], &opts[..14], "NOPs and timestamps untouched");
-    assert!(o[14..].iter().all(|&b| b == 1), "SACK made NOPs: {o:?}");
-    assert_eq!(h.get(&key()).unwrap().unwrap().sack_stripped, 1);
-
-    // Options without SACK, or malformed ones, are left as they are.
+    // Options without SACK, or malformed ones, are left as they are; a SACK option at an
+    // odd offset (no NOP before it) is made NOPs rather than rewritten.
+    h.set(key(), shifted).unwrap();
+    let opts = ts_and_sack(&[]);
     let ts_only = from_client_with(6500, &opts[..12]);
     let (_, out, _, ok) = run(&h, INGRESS, &ts_only);
     assert!(ok);
@@ -469,7 +560,18 @@ fn ingress_strips_sack_blocks_once_the_connection_is_shifted() {
     let (_, out, _, ok) = run(&h, INGRESS, &bad);
     assert!(ok);
     assert_eq!(out[TCP_OFF + 20..TCP_OFF + 24], [5, 60, 0, 0]);
-    assert_eq!(h.get(&key()).unwrap().unwrap().sack_stripped, 1);
+    let mut odd = vec![1, 5, 10];
+    odd.extend_from_slice(&7000u32.to_be_bytes());
+    odd.extend_from_slice(&8000u32.to_be_bytes());
+    odd.push(1);
+    let (_, out, _, ok) = run(&h, INGRESS, &from_client_with(6500, &odd));
+    assert!(ok);
+    assert!(
+        out[TCP_OFF + 21..TCP_OFF + 31].iter().all(|&b| b == 1),
+        "{out:?}"
+    );
+    let st = h.get(&key()).unwrap().unwrap();
+    assert_eq!((st.sack_translated, st.sack_stripped), (0, 1));
 }
 
 #[test]
