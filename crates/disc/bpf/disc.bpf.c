@@ -362,18 +362,6 @@ static __always_inline __u32 fe_view(const struct opt_walk *w, __u32 x)
 	return w->boundary;
 }
 
-/* Replaces the 4 bytes at `at` (an even offset in the TCP header at tcp_at), with the
- * checksum. */
-static __always_inline void put32(struct opt_walk *w, __u32 at, __be32 old, __be32 new)
-{
-	if (old == new)
-		return;
-	bpf_l4_csum_replace(w->skb, w->tcp_at + offsetof(struct tcphdr, check), old, new, 4);
-	bpf_skb_store_bytes(w->skb, w->tcp_at + at, &new, 4, 0);
-}
-
-#define NOPS4 0x01010101
-
 /*
  * The SACK option at offset i (length len) in the FE's view: each block's edges go through
  * fe_view; a block that maps to nothing (payload bytes only: DP's, which the FE's stack
@@ -386,6 +374,7 @@ static __always_inline int translate_sack(struct opt_walk *w, __u32 i, __u32 len
 {
 	__be32 blk[8], out[8];
 	__u32 size = len - 2, n, kept = 0, j;
+	__u32 ihl = w->tcp_at - sizeof(struct ethhdr);
 
 	if ((i & 1) || size == 0 || size > 32 || (size & 7))
 		return 0;
@@ -418,19 +407,17 @@ static __always_inline int translate_sack(struct opt_walk *w, __u32 i, __u32 len
 				    2);
 		bpf_skb_store_bytes(w->skb, w->tcp_at + i, &now, 2, 0);
 	}
+	/* i is even: each edge is at an even offset, where rewrite32's checksum update holds */
 	for (j = 0; j < 4; j++) {
 		__u32 at = i + 2 + j * 8;
 
-		if (j >= n)
+		if (j >= kept)
 			break;
-		if (j < kept) {
-			put32(w, at, blk[2 * j], out[2 * j]);
-			put32(w, at + 4, blk[2 * j + 1], out[2 * j + 1]);
-		} else {
-			put32(w, at, blk[2 * j], NOPS4);
-			put32(w, at + 4, blk[2 * j + 1], NOPS4);
-		}
+		rewrite32(w->skb, ihl, at, blk[2 * j], out[2 * j]);
+		rewrite32(w->skb, ihl, at + 4, blk[2 * j + 1], out[2 * j + 1]);
 	}
+	if (kept != n)
+		disc_nop_out(w->skb, w->tcp_at, i + 2 + 8 * kept, i + len);
 	w->translated = 1;
 	return 1;
 }

@@ -8,8 +8,8 @@
 //!
 //! TCP runs with Linux's defaults on both sides (timestamps, window scaling, SACK: DP's
 //! segments carry no options, which Linux clients accept; DP counts the client's window in
-//! bytes from the FE's TCP_INFO; the FE's ingress hook makes the client's SACK blocks NOPs
-//! once the connection is shifted). Direct mode sets, on the client's side, rp_filter 0
+//! bytes from the FE's TCP_INFO; the FE's ingress hook translates the client's SACK blocks
+//! to the FE's view once the connection is shifted). Direct mode sets, on the client's side, rp_filter 0
 //! (the FE's address arrives on link E, as on a flat datacenter network).
 //!
 //! The same shape as iolab-tiers' testbed (whose namespaces run nginx); here each tier is a
