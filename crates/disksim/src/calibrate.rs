@@ -952,8 +952,7 @@ pub fn fitted_points(points: &[CalPoint]) -> Vec<CalPoint> {
             .collect();
         let mut f = p.clone();
         if let Some((a, b)) = crate::fio::fit_affine(&group) {
-            // A device's latency keeps the 1 µs floor it always had.
-            f.mean_us = a.max(1.0) + b * p.size_kib as f64;
+            f.mean_us = a + b * p.size_kib as f64;
         }
         out.push(f);
     }

@@ -1204,8 +1204,10 @@ impl HostCpu {
     /// to 128 KiB, where the cost is a copy, under every one of those points (the smallest
     /// intercept, at least 0). The page cache charges it to every buffered call, reads and
     /// writes; [`Syscalls`] adds what reads (and, with a write table, writes) cost beyond it,
-    /// and can only add: a line above a point (the fit's median intercept was 0.2 µs above
-    /// the 32 KiB point here, 28 Nov) would price that size above its own measurement.
+    /// and can only add: a line above a point would price that size above its own
+    /// measurement. So [`fit_affine`]'s intercept (the median, held at 1 µs or more for
+    /// device latencies) is not used: on this VM it lay 0.2-0.6 µs above the points (a 4 KiB
+    /// cached read takes 0.89 µs), and a 32 KiB hit cost 4.3 µs against the table's 3.2.
     pub fn affine(&self) -> (f64, f64) {
         let pts: Vec<(f64, f64)> = self
             .cached_read_us
@@ -1534,9 +1536,7 @@ pub(crate) fn median(v: &mut [f64]) -> f64 {
 /// Robust affine fit `latency = a + b × KiB` (Theil–Sen: the median of the pairwise slopes,
 /// the median intercept) of points of one operation, pattern and queue depth: on a shared
 /// machine one point in five can be several times too slow, and a table would keep it. The
-/// fit is what the simulator gets; the raw points stay in the JSON. The intercept is at
-/// least 0 (a cached read of a few KiB takes under a microsecond on a recent host: a floor
-/// of 1 µs, once here, priced every cached read 0.6 µs above the calibration's own table).
+/// fit is what the simulator gets; the raw points stay in the JSON.
 pub fn fit_affine(pts: &[(f64, f64)]) -> Option<(f64, f64)> {
     if pts.len() < 3 {
         return None;
@@ -1553,7 +1553,7 @@ pub fn fit_affine(pts: &[(f64, f64)]) -> Option<(f64, f64)> {
     let b = median(&mut slopes).max(0.0);
     let mut icpt: Vec<f64> = pts.iter().map(|(x, y)| y - b * x).collect();
     let a = median(&mut icpt);
-    (a.is_finite() && b.is_finite()).then_some((a.max(0.0), b))
+    (a.is_finite() && b.is_finite()).then_some((a.max(1.0), b))
 }
 
 #[cfg(test)]
