@@ -105,14 +105,38 @@ pub fn install_interrupt_flag() -> Result<Arc<AtomicBool>> {
     Ok(flag)
 }
 
-/// Runs fio on a job file and returns its JSON output. `cmd_prefix` runs fio under another
-/// program (e.g. `cgexec`), empty for none.
+/// Runs fio on a job file and returns its JSON output.
 pub fn run_fio_json(
     jobfile: &Path,
     extra: &[String],
     interrupted: &AtomicBool,
 ) -> Result<serde_json::Value> {
-    let out = Command::new("fio")
+    run_fio_json_in(None, jobfile, extra, interrupted)
+}
+
+/// [`run_fio_json`], with fio inside a cgroup when `cgroup_procs` names its `cgroup.procs`:
+/// a shell joins the cgroup and then becomes fio, so fio and the page cache it fills are
+/// charged to the cgroup from its first byte.
+pub fn run_fio_json_in(
+    cgroup_procs: Option<&Path>,
+    jobfile: &Path,
+    extra: &[String],
+    interrupted: &AtomicBool,
+) -> Result<serde_json::Value> {
+    const NOT_JOINED: i32 = 97;
+    let mut cmd = match cgroup_procs {
+        None => Command::new("fio"),
+        Some(procs) => {
+            let mut c = Command::new("sh");
+            c.arg("-c")
+                .arg(format!(
+                    "echo $$ > \"$0\" || exit {NOT_JOINED}; exec fio \"$@\""
+                ))
+                .arg(procs);
+            c
+        }
+    };
+    let out = cmd
         .arg("--output-format=json")
         .args(extra)
         .arg(jobfile)
@@ -120,6 +144,9 @@ pub fn run_fio_json(
         .context("running fio (Debian package: fio)")?;
     if interrupted.load(Ordering::Relaxed) {
         bail!("interrupted");
+    }
+    if let (Some(procs), Some(NOT_JOINED)) = (cgroup_procs, out.status.code()) {
+        bail!("could not move fio into the cgroup of {}", procs.display());
     }
     let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
@@ -451,6 +478,11 @@ fn active_dir(job: &serde_json::Value) -> &serde_json::Value {
 /// the median of the six samples is what a run is likeliest to meet.
 const CACHED_READ_MS: u64 = 100;
 const CACHED_READ_SAMPLES: usize = 3;
+/// The memory cgroup the reclaim cost is measured in (the validation's `--quick` limit).
+const MISS_CGROUP_BYTES: u64 = 64 << 20;
+/// Unmeasured reading that fills that cgroup before a buffered job's measured part (64 MiB
+/// at the ~0.7 GB/s of random 128 KiB buffered reads here is ~90 ms).
+const MISS_CGROUP_RAMP_MS: u64 = 200;
 const CACHED_READ_SET_MIB: u64 = crate::fio::CACHED_TABLE_SET_MIB;
 /// The cached sets of the set profile (MiB): from within a CPU's caches to beyond them, up
 /// to CACHED_READ_SET_MIB (`HostCpu::for_cached_set` scales against its value there).
@@ -487,12 +519,13 @@ pub fn calibrate(
     // cost moves by the minute on this VM; see CACHED_READ_MS).
     let cpu_sizes = [4u64, 16, 32, 64, 128, 256, 512, 1024, 4096];
     // The jobs of fio's JSON for job file `text` (written to the work directory as `name`).
-    let fio_jobs = |name: &str, text: &str| -> Result<Vec<serde_json::Value>> {
-        let jf = work.path.join(name);
-        std::fs::write(&jf, text)?;
-        let v = run_fio_json(&jf, &[], interrupted)?;
-        Ok(v["jobs"].as_array().cloned().unwrap_or_default())
-    };
+    let fio_jobs =
+        |cgroup: Option<&Path>, name: &str, text: &str| -> Result<Vec<serde_json::Value>> {
+            let jf = work.path.join(name);
+            std::fs::write(&jf, text)?;
+            let v = run_fio_json_in(cgroup, &jf, &[], interrupted)?;
+            Ok(v["jobs"].as_array().cloned().unwrap_or_default())
+        };
     let copy_costs = |round: usize| -> Result<Vec<serde_json::Value>> {
         let mut text = format!(
             "[global]\nfilename={fname}\nsize={CACHED_READ_SET_MIB}m\nioengine=psync\ndirect=0\nstonewall\n[warm]\nrw=read\nbs=1m\ninvalidate=1\n"
@@ -504,7 +537,7 @@ pub fn calibrate(
                 ));
             }
         }
-        fio_jobs("cpu.fio", &text)
+        fio_jobs(None, "cpu.fio", &text)
     };
     // How the copy's cost depends on the set a job's cached reads go over (see
     // HostCpu::cached_set_us): 32 KiB reads of a file of each size in CACHED_SETS_MIB,
@@ -528,7 +561,7 @@ pub fn calibrate(
             }
             files.push(owned);
         }
-        let jobs = fio_jobs("cset.fio", &text);
+        let jobs = fio_jobs(None, "cset.fio", &text);
         drop(files);
         jobs
     };
@@ -556,16 +589,20 @@ pub fn calibrate(
                 wfiles.push(owned);
             }
         }
-        let jobs = fio_jobs("wcost.fio", &text);
+        let jobs = fio_jobs(None, "wcost.fio", &text);
         drop(wfiles);
         jobs
     };
     // A read's cost per new 4 KiB folio: buffered random reads of a cold file
     // (fadvise_hint: POSIX_FADV_RANDOM, so no read-ahead and order-0 folios) against
     // O_DIRECT ones of the same size, interleaved, less the copy; the median per page over
-    // two rounds (one round measured 0.22 µs where five others measured 1.7-3.2).
+    // two rounds (one round measured 0.22 µs where five others measured 1.7-3.2). Then the
+    // same jobs in a memory cgroup of MISS_CGROUP_BYTES kept full (each buffered job first
+    // reads MISS_CGROUP_RAMP_MS unmeasured, which fills it: `invalidate` empties it at the
+    // job's start), whose reads reclaim a page for every page they bring in: the difference
+    // is the reclaim's cost. Without a memory controller (not root), reclaim counts as free.
     let miss_sizes = [128u64, 512];
-    let miss_costs = |round: usize| -> Result<Vec<serde_json::Value>> {
+    let miss_text = |round: usize, in_cgroup: bool| -> String {
         let mut text = head.replace("direct=1\n", "").replace("invalidate=1\n", "");
         for r in 0..CACHED_READ_SAMPLES {
             for k in miss_sizes {
@@ -573,13 +610,31 @@ pub fn calibrate(
                     text.push_str(&format!(
                         "[{name}{k}_{round}{r}]\nrw=randread\nioengine=psync\nbs={k}k\ndirect={direct}\ninvalidate=1\nruntime={CACHED_READ_MS}ms\n"
                     ));
+                    if in_cgroup && direct == 0 {
+                        text.push_str(&format!("ramp_time={MISS_CGROUP_RAMP_MS}ms\n"));
+                    }
                 }
             }
         }
-        fio_jobs("miss.fio", &text)
+        text
+    };
+    let miss_costs = |round: usize| fio_jobs(None, "miss.fio", &miss_text(round, false));
+    let miss_cgroup = match crate::linuxval::create_cgroup(None, MISS_CGROUP_BYTES) {
+        Ok(cg) => Some(cg),
+        Err(e) => {
+            tracing::warn!(
+                "the reclaim cost of a full cache is not measured (counts as free): {e}"
+            );
+            None
+        }
+    };
+    let reclaim_costs = |round: usize| match &miss_cgroup {
+        Some(cg) => fio_jobs(Some(&cg.procs), "miss-cg.fio", &miss_text(round, true)),
+        None => Ok(Vec::new()),
     };
     let first_write_costs = write_costs(0)?;
     let first_miss_costs = miss_costs(0)?;
+    let first_reclaim_costs = reclaim_costs(0)?;
     let mut points = Vec::new();
     let mut step = 0u64;
     for (op, pat) in combos {
@@ -722,6 +777,12 @@ pub fn calibrate(
     let mut mjobs = first_miss_costs;
     mjobs.extend(miss_costs(1)?);
     let miss_folio_us = median(&mut miss_samples(&mjobs, &miss_sizes, &cached_read_us)).max(0.0);
+    let mut rjobs = first_reclaim_costs;
+    rjobs.extend(reclaim_costs(1)?);
+    drop(miss_cgroup);
+    let in_cgroup = median(&mut miss_samples(&rjobs, &miss_sizes, &cached_read_us));
+    // (no cgroup: the median of nothing, NaN, which `max` turns into 0)
+    let reclaim_folio_us = (in_cgroup - miss_folio_us).max(0.0);
     let dontneed_dirty_page_us = dontneed_cost(dir, interrupted)?;
     step += 1;
     let host_cpu = crate::fio::HostCpu {
@@ -729,6 +790,7 @@ pub fn calibrate(
         cached_write_us,
         app_gap_us,
         miss_folio_us,
+        reclaim_folio_us,
         dontneed_dirty_page_us,
         cached_set_us,
     };
@@ -1039,6 +1101,10 @@ pub fn config_toml(c: &Calibration) -> String {
         c.host_cpu.miss_folio_us
     ));
     s.push_str(&format!(
+        "# what reclaiming room for it adds when the cache is full (µs)\nreclaim_folio_us = {:.2}\n",
+        c.host_cpu.reclaim_folio_us
+    ));
+    s.push_str(&format!(
         "# POSIX_FADV_DONTNEED's cost per dirty page it sends to write-back (µs)\ndontneed_dirty_page_us = {:.3}\n",
         c.host_cpu.dontneed_dirty_page_us
     ));
@@ -1127,11 +1193,12 @@ pub fn table(c: &Calibration) -> String {
     ));
     let text = |t: &[[f64; 2]]| join_table(t, |k, us| format!("{k} KiB {us:.1}"));
     s.push_str(&format!(
-        "buffered read from the page cache (µs by size): {}\nbuffered write into new pages (µs by size): {}; fio's time between I/Os {:.1} µs\nbuffered read of an uncached page, beyond O_DIRECT and the copy: {:.2} µs a 4 KiB folio; POSIX_FADV_DONTNEED {:.3} µs a dirty page\n",
+        "buffered read from the page cache (µs by size): {}\nbuffered write into new pages (µs by size): {}; fio's time between I/Os {:.1} µs\nbuffered read of an uncached page, beyond O_DIRECT and the copy: {:.2} µs a 4 KiB folio, {:.2} more to reclaim room in a full memory cgroup; POSIX_FADV_DONTNEED {:.3} µs a dirty page\n",
         text(&c.host_cpu.cached_read_us),
         text(&c.host_cpu.cached_write_us),
         c.host_cpu.app_gap_us,
         c.host_cpu.miss_folio_us,
+        c.host_cpu.reclaim_folio_us,
         c.host_cpu.dontneed_dirty_page_us
     ));
     if !c.host_cpu.cached_set_us.is_empty() {

@@ -1142,6 +1142,11 @@ pub struct HostCpu {
     /// copy, per page. 0 (older calibrations): free.
     #[serde(default)]
     pub miss_folio_us: f64,
+    /// What reclaiming room for such a folio adds when the cache is full, µs (see
+    /// `PageCacheConfig::reclaim_folio_ms`): the same reads run in a small memory cgroup kept
+    /// full, per page, less `miss_folio_us`. 0 (older calibrations): free.
+    #[serde(default)]
+    pub reclaim_folio_us: f64,
     /// `POSIX_FADV_DONTNEED`'s cost per dirty page it sends to write-back, µs (see
     /// `PageCacheConfig::dontneed_dirty_page_ms`): measured on a fresh file of dirty pages.
     /// 0 (older calibrations): free.
@@ -1262,6 +1267,7 @@ impl HostCpu {
         }
         for (name, v) in [
             ("miss_folio_us", self.miss_folio_us),
+            ("reclaim_folio_us", self.reclaim_folio_us),
             ("dontneed_dirty_page_us", self.dontneed_dirty_page_us),
         ] {
             if !(v.is_finite() && (0.0..1e6).contains(&v)) {
@@ -1386,6 +1392,7 @@ pub fn host_chain_with_files(
         // b µs per KiB = 1024 / b bytes per µs = MB/s; 0 means free copies.
         host.page_cache.copy_mb_s = if b > 1e-9 { 1024.0 / b } else { 0.0 };
         host.page_cache.miss_folio_ms = c.miss_folio_us / 1000.0;
+        host.page_cache.reclaim_folio_ms = c.reclaim_folio_us / 1000.0;
         host.page_cache.dontneed_dirty_page_ms = c.dontneed_dirty_page_us / 1000.0;
         chain.push(Box::new(Syscalls::new(c.clone())));
     }

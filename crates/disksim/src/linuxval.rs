@@ -529,37 +529,7 @@ fn run_real(
         ));
     }
     std::fs::write(&jf, &t)?;
-    // Join the cgroup, then become fio: fio and its page cache are charged to the cgroup.
-    let wrapper = work.join("in-cgroup.sh");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\necho $$ > '{}' || exit 97\nexec fio \"$@\"\n",
-            cg.procs.display()
-        ),
-    )?;
-    let out = std::process::Command::new("sh")
-        .arg(&wrapper)
-        .arg("--output-format=json")
-        .arg(&jf)
-        .output()
-        .context("running fio (Debian package: fio)")?;
-    if interrupted.load(Ordering::Relaxed) {
-        bail!("interrupted");
-    }
-    if out.status.code() == Some(97) {
-        bail!("could not move fio into the cgroup {}", cg.dir.display());
-    }
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
-        bail!(
-            "fio failed: {}{}",
-            String::from_utf8_lossy(&out.stderr).trim(),
-            stdout.trim()
-        );
-    }
-    let start = stdout.find('{').context("fio printed no JSON")?;
-    let v: serde_json::Value = serde_json::from_str(&stdout[start..])?;
+    let v = crate::calibrate::run_fio_json_in(Some(&cg.procs), &jf, &[], interrupted)?;
     let mut lat = Vec::new();
     if with_log {
         // fio names the log PREFIX_lat.1.log (job 1).
