@@ -106,7 +106,7 @@ pub fn create_cgroup(root: Option<&Path>, limit_bytes: u64) -> Result<MemCgroup>
     let dir = root.join(format!("{CGROUP_PREFIX}{}", std::process::id()));
     let fail = |what: &str, e: std::io::Error| {
         anyhow::anyhow!(
-            "cannot create the memory cgroup {} ({what}: {e}); validate runs fio under a small memory limit and needs root and a mounted memory controller (cgroup v1 memory or v2 with memory enabled)",
+            "cannot create the memory cgroup {} ({what}: {e}); validate (and calibrate, for the cost of reclaim) runs fio under a small memory limit, which needs root and a mounted memory controller (cgroup v1 memory or v2 with memory enabled)",
             dir.display()
         )
     };
