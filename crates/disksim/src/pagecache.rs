@@ -2120,40 +2120,37 @@ mod tests {
         );
     }
 
+    /// The response time (ms, to the µs) of one read of `pages` pages of file 0 from `first`.
+    fn read_ms(r: &mut Rig, first: u64, pages: u64) -> f64 {
+        let when = When::AfterCompletion { think: 0.5 };
+        let read = freq(when, Op::Read, Flags::default(), 0, first, pages);
+        (run_items(&mut r.sim, vec![read])[0].response() * 1e3).round() / 1e3
+    }
+
     /// A read brings its new folios in before its read goes down (8 order-0 folios for a
     /// random 8-page read: 8 × 10 µs before the device's 1 ms), and pays nothing for them
     /// once cached; a read that starts an asynchronous read-ahead pays for its folios though
     /// its own pages were cached.
     #[test]
     fn a_read_pays_for_each_new_folio() {
-        let read = |r: &mut Rig, first: u64, pages: u64| {
-            let when = When::AfterCompletion { think: 0.5 };
-            let read = freq(when, Op::Read, Flags::default(), 0, first, pages);
-            (run_items(&mut r.sim, vec![read])[0].response() * 1e3).round() / 1e3
-        };
         let mut r = rig(1 << 20, 128);
         r.pc.borrow_mut().cfg.miss_folio_ms = 0.01;
         r.pc.borrow_mut().fadvise(0, Some(0), Advice::Random);
-        assert_eq!(read(&mut r, 100, 8), 1.08);
-        assert_eq!(read(&mut r, 100, 8), 0.0);
+        assert_eq!(read_ms(&mut r, 100, 8), 1.08);
+        assert_eq!(read_ms(&mut r, 100, 8), 0.0);
         // Sequential: page 0 reads the first window (4 folios, order 0) and waits; page 1
         // finds its page cached and the marker on it: the next window's 8 pages (order 2:
         // 2 folios) are brought in on its time.
         let mut r = rig(1 << 20, 128);
         r.pc.borrow_mut().cfg.miss_folio_ms = 0.01;
-        assert_eq!(read(&mut r, 0, 1), 1.04);
-        assert_eq!(read(&mut r, 1, 1), 0.02);
+        assert_eq!(read_ms(&mut r, 0, 1), 1.04);
+        assert_eq!(read_ms(&mut r, 1, 1), 0.02);
     }
 
     /// A read into a full cache also pays for the room it reclaims, per folio beyond the
     /// capacity; reads while there is room pay the folios alone.
     #[test]
     fn a_read_into_a_full_cache_pays_for_the_room_it_reclaims() {
-        let read = |r: &mut Rig, first: u64, pages: u64| {
-            let when = When::AfterCompletion { think: 0.5 };
-            let read = freq(when, Op::Read, Flags::default(), 0, first, pages);
-            (run_items(&mut r.sim, vec![read])[0].response() * 1e3).round() / 1e3
-        };
         let mut r = rig(20, 128);
         {
             let mut pc = r.pc.borrow_mut();
@@ -2162,13 +2159,13 @@ mod tests {
             pc.fadvise(0, Some(0), Advice::Random);
         }
         // 8 and 16 pages cached: room for both.
-        assert_eq!(read(&mut r, 100, 8), 1.08);
-        assert_eq!(read(&mut r, 200, 8), 1.08);
+        assert_eq!(read_ms(&mut r, 100, 8), 1.08);
+        assert_eq!(read_ms(&mut r, 200, 8), 1.08);
         // 24 pages for a capacity of 20: 4 folios' room reclaimed, then 8.
-        assert_eq!(read(&mut r, 300, 8), 1.1);
-        assert_eq!(read(&mut r, 400, 8), 1.12);
+        assert_eq!(read_ms(&mut r, 300, 8), 1.1);
+        assert_eq!(read_ms(&mut r, 400, 8), 1.12);
         assert_eq!(r.pc.borrow().counters().evicted_pages, 12);
-        assert_eq!(read(&mut r, 400, 8), 0.0);
+        assert_eq!(read_ms(&mut r, 400, 8), 0.0);
     }
 
     /// Read-ahead's folios grow by two orders a window from 0 (kernel 6.18 `ra->order`), up
