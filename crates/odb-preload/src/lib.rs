@@ -27,6 +27,7 @@ use agentconn::{Conns, Store};
 use iolab_odb::proto::{self, Header, ProtoError, Ref};
 use libc::{c_int, c_void, iovec, size_t, ssize_t};
 use regions::Registry;
+use smallvec::SmallVec;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Mutex, OnceLock};
@@ -358,7 +359,7 @@ fn dump_stats() {
 // ---------------------------------------------------------------- iovec helpers
 
 /// The iovecs covering bytes [skip, skip + k) of `iov`.
-fn sub_iov(iov: &[iovec], mut skip: usize, mut k: usize, out: &mut Vec<iovec>) {
+fn sub_iov(iov: &[iovec], mut skip: usize, mut k: usize, out: &mut Iovs) {
     out.clear();
     for v in iov {
         if k == 0 {
@@ -433,7 +434,7 @@ fn place_virtual(st: &mut Reg, pieces: &[iovec], r: Ref) -> Result<(), c_int> {
 /// to write real bytes into: protected pages there are dropped (whole) or fetched (partial).
 /// Only the part about to be written: the pages a reference lands on stay protected (see
 /// `place_virtual`).
-fn writable_part(iov: &[iovec], at: usize, k: usize, out: &mut Vec<iovec>) -> Result<(), c_int> {
+fn writable_part(iov: &[iovec], at: usize, k: usize, out: &mut Iovs) -> Result<(), c_int> {
     sub_iov(iov, at, k, out);
     if REGION_COUNT.load(Relaxed) == 0 {
         return Ok(());
@@ -468,7 +469,7 @@ fn odb_recv(
     // have collected it). So once the buffer is used up, a short return needs no further
     // read — which would come back EAGAIN.
     let mut seen_all = false;
-    let mut scratch = Vec::with_capacity(iov.len() + 1);
+    let mut scratch = Iovs::new();
     // Ends a call: with bytes, report them (the error, if any, comes back next time).
     macro_rules! finish {
         ($e:expr) => {
@@ -677,8 +678,14 @@ enum Seg {
     Virt(Ref),
 }
 
+// The per-call lists of the send and receive paths live on the stack up to 8 entries (nginx
+// passes one to three buffers): a heap list per call was four to eight allocations per send,
+// each through the `malloc` this library interposes.
+type Iovs = SmallVec<[iovec; 8]>;
+type Segs = SmallVec<[Seg; 8]>;
+
 /// Splits application memory into bytes we have (Real) and bytes still at an agent (Virt).
-fn classify(pieces: &[iovec], segs: &mut Vec<Seg>) {
+fn classify(pieces: &[iovec], segs: &mut Segs) {
     enum Found {
         Virt(regions::Region),
         Real(usize),
@@ -798,7 +805,7 @@ fn odb_send(
         return Err(libc::EAGAIN);
     }
     let mut consumed = 0usize;
-    let mut scratch = Vec::new();
+    let mut scratch = Iovs::new();
     match fs.out_frame {
         OutFrame::None => {}
         OutFrame::Real(left) => {
@@ -831,7 +838,7 @@ fn odb_send(
     }
     // Frame the rest.
     sub_iov(iov, consumed, total - consumed, &mut scratch);
-    let mut segs = Vec::new();
+    let mut segs = Segs::new();
     if REGION_COUNT.load(Relaxed) == 0 {
         segs.extend(
             scratch
@@ -851,7 +858,7 @@ fn odb_send(
         first_seg: usize,
         nsegs: usize,
     }
-    let mut frames: Vec<Frame> = Vec::new();
+    let mut frames: SmallVec<[Frame; 4]> = SmallVec::new();
     for (i, s) in segs.iter().enumerate() {
         match s {
             Seg::Real(_, l) => match frames.last_mut() {
@@ -882,7 +889,7 @@ fn odb_send(
         f.hdr[..proto::R_HDR].copy_from_slice(&proto::encode_r(f.app_len as u32));
     }
     // Bound the iovec count (IOV_MAX): fewer frames now, a short write, the rest next call.
-    let mut vecs: Vec<iovec> = Vec::new();
+    let mut vecs = Iovs::new();
     let mut nframes = 0;
     for f in &frames {
         let need = 1 + if f.real { f.nsegs } else { 0 };
@@ -1474,7 +1481,7 @@ fn send_staged(
     if REGION_COUNT.load(Relaxed) == 0 || !ACTIVE.load(Relaxed) {
         return send(iov);
     }
-    let mut segs = Vec::new();
+    let mut segs = Segs::new();
     classify(iov, &mut segs);
     let virt: usize = segs
         .iter()
@@ -1495,7 +1502,7 @@ fn send_staged(
         stage.resize(virt, 0);
     }
     let base = stage.as_mut_ptr();
-    let mut out = Vec::with_capacity(segs.len());
+    let mut out = Iovs::with_capacity(segs.len());
     let fetched = with_reg(|st| {
         let mut jobs = regions::Fetches::new();
         let mut res = Ok(());
