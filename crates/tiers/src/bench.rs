@@ -432,6 +432,68 @@ pub fn table(v: &Value) -> String {
             m(so, "p99_ms"),
         ));
     }
+    s.push_str(&goals(v));
+    s
+}
+
+/// Seed 004's goals for ODB (issue 14), each with what this run measured and whether it
+/// is met: IS CPU −50% or better from 64 KiB, ≥ 93.75% of the payload bypassing the IS at
+/// 64 KiB, ≤ 5% overhead below 4 KiB, no loss of client throughput at any size. A goal whose
+/// sizes the run did not measure says so.
+pub fn goals(v: &Value) -> String {
+    let sizes: Vec<&Value> = v["sizes"].as_array().into_iter().flatten().collect();
+    let pick = |keep: &dyn Fn(u64) -> bool, key: &str| -> Vec<(u64, f64)> {
+        sizes
+            .iter()
+            .map(|x| {
+                (
+                    x["size"].as_u64().unwrap_or(0),
+                    x[key].as_f64().unwrap_or(f64::NAN),
+                )
+            })
+            .filter(|&(size, _)| keep(size))
+            .collect()
+    };
+    let line = |name: &str, vals: Vec<(u64, f64)>, unit: &str, ok: &dyn Fn(f64) -> bool| {
+        if vals.is_empty() {
+            return format!("  {name}: no size measured\n");
+        }
+        let met = vals.iter().all(|&(_, x)| ok(x));
+        let list: Vec<String> = vals
+            .iter()
+            .map(|(size, x)| format!("{size} B {x:.2}{unit}"))
+            .collect();
+        format!(
+            "  {name}: {} — {}\n",
+            list.join(", "),
+            if met { "met" } else { "NOT met" }
+        )
+    };
+    let mut s = String::from("goals (seed 004):\n");
+    s += &line(
+        "IS CPU ODB/vanilla <= 0.50x from 64 KiB",
+        pick(&|n| n >= 65536, "is_cpu_ratio"),
+        "x",
+        &|x| x <= 0.5,
+    );
+    s += &line(
+        "payload by reference >= 93.75% at 64 KiB",
+        pick(&|n| n == 65536, "is_payload_by_reference_pct"),
+        "%",
+        &|x| x >= 93.75,
+    );
+    s += &line(
+        "IS CPU ODB/vanilla <= 1.05x below 4 KiB",
+        pick(&|n| n < 4096, "is_cpu_ratio"),
+        "x",
+        &|x| x <= 1.05,
+    );
+    s += &line(
+        "client req/s ODB/vanilla >= 1.00x at every size",
+        pick(&|_| true, "rps_ratio"),
+        "x",
+        &|x| x >= 1.0,
+    );
     s
 }
 
@@ -525,13 +587,14 @@ pub fn html(v: &Value) -> String {
     }
     svg.push_str(&format!("<text x='{pad}' y='16' font-size='12'>IS CPU µs per request (max {maxc:.0}); grey: vanilla, blue: ODB</text></svg>"));
     let configs = nginx_configs_html(v, "");
+    let goals_text = esc(&goals(v));
     format!(
         "<!doctype html><html><head><meta charset='utf-8'><title>iolab tiers: ODB across nginx</title>\
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}pre{{background:#f6f6f6;padding:6px;font-size:11px}}</style></head><body>\
 <section id='tiers'><h2>ODB (on-demand buffers) across three nginx tiers</h2>\
 <p>client → FE → IS → BE, each tier unmodified Debian nginx in its own network namespace; ODB by <code>LD_PRELOAD</code>. Medians of {} repeats of {} s (min–max in brackets), wrk with {} connections. Goals (seed 004): IS CPU −50% from 64 KiB, ≥93.75% of bytes bypassing the IS at 64 KiB, ≤5% overhead below 4 KiB, no throughput loss. Two bypass figures: <em>interface bytes</em> counts every byte in and out of the IS (headers, frame headers, the page of real bytes around the response header, the tail); <em>payload by reference</em> is the seed's own measure (60 of 64 KB: 93.75%), the body bytes the IS received as references and never fetched, from its library's counters, per response.</p>\
 <table><tr><th>size B</th><th>IS µs/req vanilla</th><th>IS µs/req ODB</th><th>ratio</th><th>IS bytes/req vanilla</th><th>IS bytes/req ODB</th><th>bypass (interface bytes)</th><th>payload by reference</th><th>req/s vanilla</th><th>req/s ODB</th><th>p50 ms</th><th>p99 ms</th></tr>\n{rows}</table>\
-<figure>{svg}</figure><p>Machine: {}</p><details><summary>nginx configurations</summary>{configs}</details></section></body></html>\n",
+<pre>{goals_text}</pre><figure>{svg}</figure><p>Machine: {}</p><details><summary>nginx configurations</summary>{configs}</details></section></body></html>\n",
         v["method"]["repeats"], v["method"]["seconds"], v["method"]["connections"], esc(&v["machine"].to_string())
     )
 }
@@ -577,4 +640,36 @@ pub fn default_seconds(quick: bool) -> f64 {
 
 pub fn sleep_settle() {
     std::thread::sleep(Duration::from_millis(200));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each ODB goal is judged on the sizes it names: a miss at any of them is a miss.
+    #[test]
+    fn goals_are_judged_on_their_own_sizes() {
+        let v = json!({"sizes": [
+            {"size": 1024, "is_cpu_ratio": 1.04, "rps_ratio": 0.97, "is_payload_by_reference_pct": 0.0},
+            {"size": 3072, "is_cpu_ratio": 1.06, "rps_ratio": 1.01, "is_payload_by_reference_pct": 0.0},
+            {"size": 65536, "is_cpu_ratio": 0.45, "rps_ratio": 1.0, "is_payload_by_reference_pct": 93.75},
+        ]});
+        let g = goals(&v);
+        let line = |start: &str| {
+            g.lines()
+                .find(|l| l.trim_start().starts_with(start))
+                .unwrap()
+                .to_string()
+        };
+        assert!(
+            line("IS CPU ODB/vanilla <= 0.50x").contains("65536 B 0.45x — met"),
+            "{g}"
+        );
+        assert!(line("payload by reference").ends_with("— met"), "{g}");
+        assert!(
+            line("IS CPU ODB/vanilla <= 1.05x").contains("1024 B 1.04x, 3072 B 1.06x — NOT met"),
+            "{g}"
+        );
+        assert!(line("client req/s").ends_with("— NOT met"), "{g}");
+    }
 }

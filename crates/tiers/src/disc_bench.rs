@@ -806,6 +806,67 @@ fn nginx_summary(config: &str) -> String {
         .join(" ")
 }
 
+/// Seed 004's goals for DISC (issue 15), each with what this run measured and whether it
+/// is met: total CPU −50% or better from 64 KiB (the ratio of medians, and within each
+/// repeat), ≥ 1.5× the nginx chain's requests/s at 64 KiB, no p99 regression at any size.
+/// (The hook cost per packet, the fourth, is a measurement: printed below.)
+pub fn goals(v: &Value) -> String {
+    let sizes: Vec<&Value> = v["sizes"].as_array().into_iter().flatten().collect();
+    let pick =
+        |keep: &dyn Fn(u64) -> bool, at: &dyn Fn(&Value) -> Option<f64>| -> Vec<(u64, f64)> {
+            sizes
+                .iter()
+                .map(|x| {
+                    (
+                        x["size"].as_u64().unwrap_or(0),
+                        at(&x["ratios"]).unwrap_or(f64::NAN),
+                    )
+                })
+                .filter(|&(size, _)| keep(size))
+                .collect()
+        };
+    let line = |name: &str, vals: Vec<(u64, f64)>, ok: &dyn Fn(f64) -> bool| {
+        if vals.is_empty() {
+            return format!("  {name}: no size measured\n");
+        }
+        let met = vals.iter().all(|&(_, x)| ok(x));
+        let list: Vec<String> = vals
+            .iter()
+            .map(|(size, x)| format!("{size} B {x:.2}x"))
+            .collect();
+        format!(
+            "  {name}: {} — {}\n",
+            list.join(", "),
+            if met { "met" } else { "NOT met" }
+        )
+    };
+    let from64 = |n: u64| n >= 65536;
+    let mut s = String::from("goals (seed 004):\n");
+    s += &line(
+        "total CPU DISC/nginx <= 0.50x from 64 KiB",
+        pick(&from64, &|r| r["cpu_disc_vs_nginx"].as_f64()),
+        &|x| x <= 0.5,
+    );
+    s += &line(
+        "  the same, median within each repeat",
+        pick(&from64, &|r| {
+            r["cpu_disc_vs_nginx_per_repeat"]["median"].as_f64()
+        }),
+        &|x| x <= 0.5,
+    );
+    s += &line(
+        "req/s DISC/nginx >= 1.5x at 64 KiB",
+        pick(&|n| n == 65536, &|r| r["rps_disc_vs_nginx"].as_f64()),
+        &|x| x >= 1.5,
+    );
+    s += &line(
+        "p99 DISC/nginx <= 1.00x at every size",
+        pick(&|_| true, &|r| r["p99_disc_vs_nginx"].as_f64()),
+        &|x| x <= 1.0,
+    );
+    s
+}
+
 /// The plain-text table (what the closing note pastes), with every peer's configuration.
 pub fn table(v: &Value) -> String {
     let mut s = String::new();
@@ -850,6 +911,7 @@ pub fn table(v: &Value) -> String {
             f("p99_disc_vs_ours"),
         ));
     }
+    s.push_str(&goals(v));
     let h = &v["hooks"];
     s.push_str(&format!(
         "eBPF hook cost (kernel bpf_stats, all DISC runs): disc_egress {:.0} ns/packet ({} packets), disc_ingress {:.0} ns/packet ({} packets)\n",
@@ -1019,6 +1081,36 @@ pub fn report(v: &Value, json_path: &Path, html_path: &Path, chromium: bool) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each goal is judged on the sizes it names, a miss at any of them is a miss, and a
+    /// goal with none of its sizes measured says so.
+    #[test]
+    fn goals_are_judged_on_their_own_sizes() {
+        let v = serde_json::json!({"sizes": [
+            {"size": 1024, "ratios": {"cpu_disc_vs_nginx": 0.74, "rps_disc_vs_nginx": 1.3,
+                "p99_disc_vs_nginx": 0.8, "cpu_disc_vs_nginx_per_repeat": {"median": 0.7}}},
+            {"size": 65536, "ratios": {"cpu_disc_vs_nginx": 0.52, "rps_disc_vs_nginx": 1.9,
+                "p99_disc_vs_nginx": 0.03, "cpu_disc_vs_nginx_per_repeat": {"median": 0.49}}},
+            {"size": 1048576, "ratios": {"cpu_disc_vs_nginx": 0.14, "rps_disc_vs_nginx": 8.0,
+                "p99_disc_vs_nginx": 1.2, "cpu_disc_vs_nginx_per_repeat": {"median": 0.14}}},
+        ]});
+        let g = goals(&v);
+        let line = |start: &str| {
+            g.lines()
+                .find(|l| l.trim_start().starts_with(start))
+                .unwrap()
+                .to_string()
+        };
+        assert!(
+            line("total CPU").contains("65536 B 0.52x, 1048576 B 0.14x — NOT met"),
+            "{g}"
+        );
+        assert!(line("the same, median").ends_with("— met"), "{g}");
+        assert!(line("req/s").contains("65536 B 1.90x — met"), "{g}");
+        assert!(line("p99").ends_with("— NOT met"), "{g}");
+        let small = serde_json::json!({"sizes": [{"size": 1024, "ratios": {}}]});
+        assert!(goals(&small).contains("req/s DISC/nginx >= 1.5x at 64 KiB: no size measured"));
+    }
 
     fn run(config: &str, size: usize, rps: f64, ok: bool) -> Run {
         Run {
