@@ -478,6 +478,10 @@ fn active_dir(job: &serde_json::Value) -> &serde_json::Value {
 /// the median of the six samples is what a run is likeliest to meet.
 const CACHED_READ_MS: u64 = 100;
 const CACHED_READ_SAMPLES: usize = 3;
+/// CACHED_READ_SAMPLES under `--quick`: fio spends ~0.3 s starting each of these short jobs
+/// (it polls for a stonewalled job's start every 100 ms), and with three a round and the
+/// reclaim jobs `calibrate --quick` took 135-147 s here, where the issue asks for 2 minutes.
+const QUICK_SAMPLES: usize = 2;
 /// The memory cgroup the reclaim cost is measured in (the validation's `--quick` limit).
 const MISS_CGROUP_BYTES: u64 = 64 << 20;
 /// Unmeasured reading that fills that cgroup before a buffered job's measured part (64 MiB
@@ -518,6 +522,11 @@ pub fn calibrate(
     // rounds, one now and one after the device's measurements, minutes apart (the copy's
     // cost moves by the minute on this VM; see CACHED_READ_MS).
     let cpu_sizes = [4u64, 16, 32, 64, 128, 256, 512, 1024, 4096];
+    let per_round = if quick {
+        QUICK_SAMPLES
+    } else {
+        CACHED_READ_SAMPLES
+    };
     // The jobs of fio's JSON for job file `text` (written to the work directory as `name`).
     let fio_jobs =
         |cgroup: Option<&Path>, name: &str, text: &str| -> Result<Vec<serde_json::Value>> {
@@ -530,7 +539,7 @@ pub fn calibrate(
         let mut text = format!(
             "[global]\nfilename={fname}\nsize={CACHED_READ_SET_MIB}m\nioengine=psync\ndirect=0\nstonewall\n[warm]\nrw=read\nbs=1m\ninvalidate=1\n"
         );
-        for r in 0..CACHED_READ_SAMPLES {
+        for r in 0..per_round {
             for k in cpu_sizes {
                 text.push_str(&format!(
                     "[c{k}_{round}{r}]\nrw=read\nbs={k}k\ninvalidate=0\ntime_based\nruntime={CACHED_READ_MS}ms\n"
@@ -554,7 +563,7 @@ pub fn calibrate(
             text.push_str(&format!(
                 "[l{m}_{round}]\nfilename={f}\nsize={m}m\nrw=read\nbs=1m\n"
             ));
-            for r in 0..CACHED_READ_SAMPLES {
+            for r in 0..per_round {
                 text.push_str(&format!(
                     "[s{m}_{round}{r}]\nfilename={f}\nsize={m}m\nrw=read\nbs=32k\ninvalidate=0\ntime_based\nruntime={CACHED_READ_MS}ms\n"
                 ));
@@ -579,7 +588,7 @@ pub fn calibrate(
     let write_costs = |round: usize| -> Result<Vec<serde_json::Value>> {
         let mut wfiles = Vec::new();
         let mut text = String::from("[global]\nsize=16m\nioengine=psync\ndirect=0\nstonewall\n");
-        for r in 0..CACHED_READ_SAMPLES {
+        for r in 0..per_round {
             for k in cpu_sizes {
                 let owned = OwnedFile::create_new(dir, &format!("wcost{k}_{round}{r}"))?;
                 text.push_str(&format!(
@@ -604,7 +613,7 @@ pub fn calibrate(
     let miss_sizes = [128u64, 512];
     let miss_text = |round: usize, in_cgroup: bool| -> String {
         let mut text = head.replace("direct=1\n", "").replace("invalidate=1\n", "");
-        for r in 0..CACHED_READ_SAMPLES {
+        for r in 0..per_round {
             for k in miss_sizes {
                 for (name, direct) in [("b", 0), ("d", 1)] {
                     text.push_str(&format!(
