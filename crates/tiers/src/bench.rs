@@ -436,6 +436,29 @@ pub fn table(v: &Value) -> String {
     s
 }
 
+/// One goal's line: its measured value at each size it names (`unit` after each) and
+/// whether all of them meet `ok`; a goal none of whose sizes was measured says so.
+pub(crate) fn goal_line(
+    name: &str,
+    vals: Vec<(u64, f64)>,
+    unit: &str,
+    ok: &dyn Fn(f64) -> bool,
+) -> String {
+    if vals.is_empty() {
+        return format!("  {name}: no size measured\n");
+    }
+    let met = vals.iter().all(|&(_, x)| ok(x));
+    let list: Vec<String> = vals
+        .iter()
+        .map(|(size, x)| format!("{size} B {x:.2}{unit}"))
+        .collect();
+    format!(
+        "  {name}: {} — {}\n",
+        list.join(", "),
+        if met { "met" } else { "NOT met" }
+    )
+}
+
 /// Seed 004's goals for ODB (issue 14), each with what this run measured and whether it
 /// is met: IS CPU −50% or better from 64 KiB, ≥ 93.75% of the payload bypassing the IS at
 /// 64 KiB, ≤ 5% overhead below 4 KiB, no loss of client throughput at any size. A goal whose
@@ -454,21 +477,7 @@ pub fn goals(v: &Value) -> String {
             .filter(|&(size, _)| keep(size))
             .collect()
     };
-    let line = |name: &str, vals: Vec<(u64, f64)>, unit: &str, ok: &dyn Fn(f64) -> bool| {
-        if vals.is_empty() {
-            return format!("  {name}: no size measured\n");
-        }
-        let met = vals.iter().all(|&(_, x)| ok(x));
-        let list: Vec<String> = vals
-            .iter()
-            .map(|(size, x)| format!("{size} B {x:.2}{unit}"))
-            .collect();
-        format!(
-            "  {name}: {} — {}\n",
-            list.join(", "),
-            if met { "met" } else { "NOT met" }
-        )
-    };
+    let line = goal_line;
     let mut s = String::from("goals (seed 004):\n");
     s += &line(
         "IS CPU ODB/vanilla <= 0.50x from 64 KiB",
@@ -643,8 +652,17 @@ pub fn sleep_settle() {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// The line of `goals` that starts (indentation aside) with `start`.
+    pub(crate) fn goal_named(goals: &str, start: &str) -> String {
+        goals
+            .lines()
+            .find(|l| l.trim_start().starts_with(start))
+            .unwrap_or_else(|| panic!("no goal {start:?} in {goals}"))
+            .to_string()
+    }
 
     /// Each ODB goal is judged on the sizes it names: a miss at any of them is a miss.
     #[test]
@@ -655,12 +673,7 @@ mod tests {
             {"size": 65536, "is_cpu_ratio": 0.45, "rps_ratio": 1.0, "is_payload_by_reference_pct": 93.75},
         ]});
         let g = goals(&v);
-        let line = |start: &str| {
-            g.lines()
-                .find(|l| l.trim_start().starts_with(start))
-                .unwrap()
-                .to_string()
-        };
+        let line = |start: &str| goal_named(&g, start);
         assert!(
             line("IS CPU ODB/vanilla <= 0.50x").contains("65536 B 0.45x — met"),
             "{g}"

@@ -826,19 +826,7 @@ pub fn goals(v: &Value) -> String {
                 .collect()
         };
     let line = |name: &str, vals: Vec<(u64, f64)>, ok: &dyn Fn(f64) -> bool| {
-        if vals.is_empty() {
-            return format!("  {name}: no size measured\n");
-        }
-        let met = vals.iter().all(|&(_, x)| ok(x));
-        let list: Vec<String> = vals
-            .iter()
-            .map(|(size, x)| format!("{size} B {x:.2}x"))
-            .collect();
-        format!(
-            "  {name}: {} — {}\n",
-            list.join(", "),
-            if met { "met" } else { "NOT met" }
-        )
+        crate::bench::goal_line(name, vals, "x", ok)
     };
     let from64 = |n: u64| n >= 65536;
     let mut s = String::from("goals (seed 004):\n");
@@ -1095,12 +1083,7 @@ mod tests {
                 "p99_disc_vs_nginx": 1.2, "cpu_disc_vs_nginx_per_repeat": {"median": 0.14}}},
         ]});
         let g = goals(&v);
-        let line = |start: &str| {
-            g.lines()
-                .find(|l| l.trim_start().starts_with(start))
-                .unwrap()
-                .to_string()
-        };
+        let line = |start: &str| crate::bench::tests::goal_named(&g, start);
         assert!(
             line("total CPU").contains("65536 B 0.52x, 1048576 B 0.14x — NOT met"),
             "{g}"
