@@ -338,29 +338,47 @@ __attribute__((noinline)) int disc_nop_out(struct __sk_buff *skb, __u32 tcp_at, 
 	return 1;
 }
 
+/* An epoch's map from the client's view of the sequence space to the FE stack's; the
+ * payload is [d0, d1) in the client's view. */
+struct seq_view {
+	__u32 boundary, off_lo, off_hi, d0, d1;
+};
+
+static __always_inline struct seq_view view_of(const struct epoch *e)
+{
+	struct seq_view v = {
+		.boundary = e->boundary,
+		.off_lo = e->off_lo,
+		.off_hi = e->off_hi,
+		.d0 = e->boundary + e->off_lo,
+		.d1 = e->boundary + e->off_hi,
+	};
+
+	return v;
+}
+
+/* A sequence number of the client's view in the FE stack's, for the cumulative ACK and
+ * every SACK edge alike: before the payload shifted back by off_lo, after it by off_hi; a
+ * byte of the payload, the boundary (the FE sent nothing there). */
+static __always_inline __u32 fe_view(const struct seq_view *v, __u32 x)
+{
+	if (!seq_after(x, v->d0))
+		return x - v->off_lo;
+	if (!seq_before(x, v->d1))
+		return x - v->off_hi;
+	return v->boundary;
+}
+
 /* The option walk's state, shared with its bpf_loop callback. */
 struct opt_walk {
 	struct __sk_buff *skb;
 	__u32 tcp_at;
 	__u32 i;	/* offset in the TCP header of the next option */
 	__u32 end;	/* the header's length */
-	/* the epoch in force: the payload is [d0, d1) in the client's view */
-	__u32 boundary, off_lo, off_hi, d0, d1;
+	struct seq_view v;	/* the epoch in force */
 	__u32 stripped;	/* a SACK option was made NOPs */
 	__u32 translated;	/* a SACK option's blocks were rewritten */
 };
-
-/* A sequence number of the client's view in the FE stack's: before the payload shifted
- * back by off_lo, after it by off_hi; a byte of the payload, the boundary (the FE sent
- * nothing there). */
-static __always_inline __u32 fe_view(const struct opt_walk *w, __u32 x)
-{
-	if (!seq_after(x, w->d0))
-		return x - w->off_lo;
-	if (!seq_before(x, w->d1))
-		return x - w->off_hi;
-	return w->boundary;
-}
 
 /*
  * The SACK option at offset i (length len) in the FE's view: each block's edges go through
@@ -386,8 +404,8 @@ static __always_inline int translate_sack(struct opt_walk *w, __u32 i, __u32 len
 
 		if (j >= n)
 			break;
-		l = fe_view(w, bpf_ntohl(blk[2 * j]));
-		r = fe_view(w, bpf_ntohl(blk[2 * j + 1]));
+		l = fe_view(&w->v, bpf_ntohl(blk[2 * j]));
+		r = fe_view(&w->v, bpf_ntohl(blk[2 * j + 1]));
 		if (!seq_after(r, l))
 			continue;
 		out[2 * kept] = bpf_htonl(l);
@@ -459,18 +477,14 @@ static long opt_step(__u32 n, void *ctx)
  * (verified once) reading one byte at a time with bpf_skb_load_bytes.
  */
 static __always_inline void sack_to_fe(struct __sk_buff *skb, __u32 ihl, __u32 doff,
-				       struct conn_slot *s, const struct epoch *e)
+				       struct conn_slot *s, const struct seq_view *v)
 {
 	struct opt_walk w = {
 		.skb = skb,
 		.tcp_at = sizeof(struct ethhdr) + ihl,
 		.i = sizeof(struct tcphdr),
 		.end = doff * 4,
-		.boundary = e->boundary,
-		.off_lo = e->off_lo,
-		.off_hi = e->off_hi,
-		.d0 = e->boundary + e->off_lo,
-		.d1 = e->boundary + e->off_hi,
+		.v = *v,
 	};
 
 	if (w.end > sizeof(struct tcphdr) + MAX_OPTS)
@@ -490,7 +504,8 @@ int disc_ingress(struct __sk_buff *skb)
 	struct conn_slot *s;
 	struct epoch *e;
 	int ihl = parse(skb, &ip, &tcp);
-	__u32 ack, d0, d1, fe_ack, payload, doff, notify, bare, prev, last;
+	__u32 ack, fe_ack, payload, doff, notify, bare, prev, last;
+	struct seq_view v;
 	__be32 old;
 
 	if (ihl < 0)
@@ -514,15 +529,14 @@ int disc_ingress(struct __sk_buff *skb)
 	doff = tcp->doff;
 	payload = bpf_ntohs(ip->tot_len) - ihl - doff * 4;
 	bare = payload == 0 && !tcp->syn && !tcp->fin && !tcp->rst;
-	d0 = e->boundary + e->off_lo;
-	d1 = e->boundary + e->off_hi;
-	if (e->off_hi != e->off_lo && seq_after(ack, d0)) {
+	v = view_of(e);
+	if (v.off_hi != v.off_lo && seq_after(ack, v.d0)) {
 		prev = e->last_ack;
 		e->last_ack = ack;
 		e->last_win = bpf_ntohs(tcp->window);
 		__sync_fetch_and_add(&s->dp_acks, 1);
 		notify = e->notify;
-		last = !seq_before(ack, d1);
+		last = !seq_before(ack, v.d1);
 		if (notify && last)
 			e->notify = 0;
 		if (notify & NOTIFY_RING) {
@@ -544,19 +558,14 @@ int disc_ingress(struct __sk_buff *skb)
 			clone_to_dp(skb, e->dp_ifindex, mac);
 		}
 	}
-	if (!seq_after(ack, d0)) {
-		fe_ack = ack - e->off_lo;
-	} else if (seq_before(ack, d1)) {
-		fe_ack = e->boundary;
-		if (bare) {
-			__sync_fetch_and_add(&s->dropped, 1);
-			return TC_ACT_SHOT;
-		}
-	} else {
-		fe_ack = ack - e->off_hi;
+	fe_ack = fe_view(&v, ack);
+	if (bare && seq_after(ack, v.d0) && seq_before(ack, v.d1)) {
+		/* a pure ACK of DP's bytes only: nothing for the FE's stack */
+		__sync_fetch_and_add(&s->dropped, 1);
+		return TC_ACT_SHOT;
 	}
-	if (doff > 5 && (e->off_lo || e->off_hi))
-		sack_to_fe(skb, ihl, doff, s, e);
+	if (doff > 5 && (v.off_lo || v.off_hi))
+		sack_to_fe(skb, ihl, doff, s, &v);
 	if (fe_ack != ack)
 		rewrite32(skb, ihl, offsetof(struct tcphdr, ack_seq), old, bpf_htonl(fe_ack));
 	return TC_ACT_OK;
