@@ -477,27 +477,26 @@ pub fn goals(v: &Value) -> String {
             .filter(|&(size, _)| keep(size))
             .collect()
     };
-    let line = goal_line;
     let mut s = String::from("goals (seed 004):\n");
-    s += &line(
+    s += &goal_line(
         "IS CPU ODB/vanilla <= 0.50x from 64 KiB",
         pick(&|n| n >= 65536, "is_cpu_ratio"),
         "x",
         &|x| x <= 0.5,
     );
-    s += &line(
+    s += &goal_line(
         "payload by reference >= 93.75% at 64 KiB",
         pick(&|n| n == 65536, "is_payload_by_reference_pct"),
         "%",
         &|x| x >= 93.75,
     );
-    s += &line(
+    s += &goal_line(
         "IS CPU ODB/vanilla <= 1.05x below 4 KiB",
         pick(&|n| n < 4096, "is_cpu_ratio"),
         "x",
         &|x| x <= 1.05,
     );
-    s += &line(
+    s += &goal_line(
         "client req/s ODB/vanilla >= 1.00x at every size",
         pick(&|_| true, "rps_ratio"),
         "x",
