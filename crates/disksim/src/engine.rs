@@ -231,6 +231,12 @@ pub struct RunTotals {
 }
 
 /// The simulator: a chain of components and an event queue.
+///
+/// Invariant of the shortcut (see [`Simulator::run`]): an event a step makes is run at once,
+/// without a queue, only when it is the only event the step made, nothing is due now, and
+/// it is due strictly before everything in the heap — that is, exactly when the queues would
+/// have handed it out next. A run is the same with and without it, event for event
+/// ([`Simulator::without_shortcut`], test `the_shortcut_changes_nothing`).
 pub struct Simulator {
     chain: Vec<Box<dyn Component>>,
     heap: BinaryHeap<Timed>,
@@ -246,6 +252,9 @@ pub struct Simulator {
     stream_of: crate::Map<u64, u32>,
     events: u64,
     payloads: Payloads,
+    /// The events the current step made, in order, with their times.
+    made: Vec<(f64, Kind)>,
+    shortcut: bool,
 }
 
 impl Simulator {
@@ -264,7 +273,15 @@ impl Simulator {
             stream_of: Default::default(),
             events: 0,
             payloads: Payloads::default(),
+            made: Vec::with_capacity(8),
+            shortcut: true,
         }
+    }
+
+    /// Every event through the queues (the reference the shortcut is tested against).
+    pub fn without_shortcut(mut self) -> Self {
+        self.shortcut = false;
+        self
     }
 
     pub fn components(&self) -> &[Box<dyn Component>] {
@@ -275,7 +292,12 @@ impl Simulator {
         self.now
     }
 
+    /// Notes an event the current step made (queued at the end of the step, or run next).
     fn push(&mut self, at: f64, kind: Kind) {
+        self.made.push((at, kind));
+    }
+
+    fn enqueue(&mut self, at: f64, kind: Kind) {
         if at <= self.now {
             self.now_queue.push_back(kind);
         } else {
@@ -348,8 +370,14 @@ impl Simulator {
             now: 0.0,
             actions: Vec::with_capacity(8),
         };
+        // The event to run next without queueing it (see the invariant on `Simulator`).
+        let mut next: Option<(f64, Kind)> = None;
         loop {
-            let kind = if let Some(k) = self.now_queue.pop_front() {
+            self.shortcut_or_queue(&mut next);
+            let kind = if let Some((at, k)) = next.take() {
+                self.now = self.now.max(at);
+                k
+            } else if let Some(k) = self.now_queue.pop_front() {
                 k
             } else if let Some(t) = self.heap.pop() {
                 self.now = t.at;
@@ -393,10 +421,13 @@ impl Simulator {
                     // What the action loop does with an `Up` above the top, with the
                     // completion left in its slot (taken out and put back, it was moved
                     // twice more per level; the slot it gets back is the same).
-                    self.now_queue.push_back(Kind::Complete {
-                        level: level - 1,
-                        done,
-                    });
+                    self.push(
+                        self.now,
+                        Kind::Complete {
+                            level: level - 1,
+                            done,
+                        },
+                    );
                     continue;
                 }
                 Kind::Up { level, done } => {
@@ -415,10 +446,13 @@ impl Simulator {
                             );
                         }
                         let req = self.payloads.put_request(req);
-                        self.now_queue.push_back(Kind::Arrive {
-                            level: level + 1,
-                            req,
-                        });
+                        self.push(
+                            self.now,
+                            Kind::Arrive {
+                                level: level + 1,
+                                req,
+                            },
+                        );
                     }
                     Action::Up(done) => {
                         if level == 0 {
@@ -448,10 +482,13 @@ impl Simulator {
                             }
                         } else {
                             let done = self.payloads.put_completion(done);
-                            self.now_queue.push_back(Kind::Complete {
-                                level: level - 1,
-                                done,
-                            });
+                            self.push(
+                                self.now,
+                                Kind::Complete {
+                                    level: level - 1,
+                                    done,
+                                },
+                            );
                         }
                     }
                     // (`max` also takes a NaN time as now)
@@ -477,6 +514,27 @@ impl Simulator {
             sim_end: self.now,
             events: self.events,
         })
+    }
+
+    /// Takes the last step's one event as the next to run when the queues would hand it out
+    /// next; otherwise queues the step's events in the order they were made.
+    fn shortcut_or_queue(&mut self, next: &mut Option<(f64, Kind)>) {
+        if self.shortcut && self.made.len() == 1 && self.now_queue.is_empty() {
+            let at = self.made[0].0;
+            // Queued at or before now it would go to the (empty) queue of events due now;
+            // later, to the heap, where an event due at the same time was made earlier and
+            // goes first.
+            if at <= self.now || self.heap.peek().is_none_or(|t| at < t.at) {
+                *next = self.made.pop();
+                return;
+            }
+        }
+        // (taken and put back, to keep its allocation)
+        let mut made = std::mem::take(&mut self.made);
+        for (at, kind) in made.drain(..) {
+            self.enqueue(at, kind);
+        }
+        self.made = made;
     }
 }
 
@@ -673,6 +731,91 @@ mod tests {
             let (timer, end) = run(true, cost);
             assert_eq!(run(false, cost), (timer.clone(), end), "cost {cost}");
             assert_eq!(end, 6.0 + 1.5 * cost, "cost {cost}");
+        }
+    }
+
+    /// Streams of requests (think times on a coarse grid, so that many events tie).
+    struct Streams {
+        first: Vec<Pending>,
+        left: Vec<u32>,
+        n: u64,
+    }
+    impl Source for Streams {
+        fn next(&mut self) -> anyhow::Result<Option<Pending>> {
+            Ok(self.first.pop())
+        }
+        fn next_in_stream(&mut self, stream: u32, now: f64) -> anyhow::Result<Option<Pending>> {
+            let left = &mut self.left[stream as usize];
+            if *left == 0 {
+                return Ok(None);
+            }
+            *left -= 1;
+            self.n += 1;
+            Ok(Some(Pending {
+                when: When::Stream {
+                    stream,
+                    at: now + 0.25 * (self.n % 3) as f64,
+                },
+                req: req(self.n),
+            }))
+        }
+    }
+
+    /// Taking an event without queueing it happens only where the queues would have handed
+    /// it out next: runs with and without the shortcut complete the same requests at the
+    /// same times in the same order, through the same number of events.
+    #[test]
+    fn the_shortcut_changes_nothing() {
+        let run = |shortcut: bool, streams: u32, cost: f64| {
+            let chain: Vec<Box<dyn Component>> = vec![
+                Box::new(Cpu {
+                    cost,
+                    by_timer: false,
+                    held: Default::default(),
+                }),
+                Box::new(PassThrough),
+                Box::new(Cpu {
+                    cost: cost / 2.0,
+                    by_timer: true,
+                    held: Default::default(),
+                }),
+                Box::new(ConstantDevice::new(0.5)),
+            ];
+            let mut sim = Simulator::new(chain);
+            if !shortcut {
+                sim = sim.without_shortcut();
+            }
+            let mut src = Streams {
+                first: (0..streams)
+                    .map(|s| Pending {
+                        when: When::Stream {
+                            stream: s,
+                            at: 0.25 * (s % 2) as f64,
+                        },
+                        req: req(1000 + s as u64),
+                    })
+                    .collect(),
+                left: vec![40; streams as usize],
+                n: 0,
+            };
+            let mut out = Vec::new();
+            let t = sim
+                .run(&mut src, &mut |c| {
+                    out.push((c.req.id, c.req.lba, c.rec.arrival, c.rec.completion))
+                })
+                .unwrap();
+            (out, t.events, t.sim_end)
+        };
+        for streams in [1, 2, 5] {
+            for cost in [0.0, 0.25, 0.5] {
+                let with = run(true, streams, cost);
+                assert_eq!(with.0.len(), 41 * streams as usize);
+                assert_eq!(
+                    with,
+                    run(false, streams, cost),
+                    "{streams} streams, cost {cost}"
+                );
+            }
         }
     }
 
