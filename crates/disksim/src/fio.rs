@@ -29,7 +29,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
-use crate::engine::{Pending, Source, When};
+use crate::engine::{Finished, Pending, Source, When};
 use crate::request::Advice;
 use crate::request::{FileRef, Flags, Op, Request, SECTOR};
 
@@ -1326,14 +1326,9 @@ impl Syscalls {
     }
 }
 
-impl crate::engine::Component for Syscalls {
-    fn name(&self) -> &str {
-        "syscalls"
-    }
-    fn submit(&mut self, req: Request, ctx: &mut crate::engine::Ctx) {
-        ctx.down(req);
-    }
-    fn complete(&mut self, mut done: crate::request::Completion, ctx: &mut crate::engine::Ctx) {
+impl Syscalls {
+    /// A completion on its way up at `now`: its system call's CPU cost added.
+    fn finish(&mut self, done: &mut crate::request::Completion, now: f64) -> Finished {
         let key = (done.req.bytes(), done.req.op, done.req.flags);
         let cost = match self.memo {
             Some((b, o, f, c)) if (b, o, f) == key => c,
@@ -1344,13 +1339,36 @@ impl crate::engine::Component for Syscalls {
             }
         };
         if cost <= 0.0 {
-            ctx.up(done);
-            return;
+            return Finished::Up;
         }
-        let at = ctx.now() + cost;
         done.rec.overhead += cost;
-        done.rec.completion = at;
-        ctx.up_at(done);
+        done.rec.completion = now + cost;
+        Finished::UpAt
+    }
+}
+
+impl crate::engine::Component for Syscalls {
+    fn name(&self) -> &str {
+        "syscalls"
+    }
+    fn submit(&mut self, req: Request, ctx: &mut crate::engine::Ctx) {
+        ctx.down(req);
+    }
+    fn passes_requests(&self) -> bool {
+        true
+    }
+    fn complete(&mut self, mut done: crate::request::Completion, ctx: &mut crate::engine::Ctx) {
+        match self.finish(&mut done, ctx.now()) {
+            Finished::Up => ctx.up(done),
+            Finished::UpAt => ctx.up_at(done),
+        }
+    }
+    fn complete_now(
+        &mut self,
+        done: &mut crate::request::Completion,
+        now: f64,
+    ) -> Option<Finished> {
+        Some(self.finish(done, now))
     }
 }
 

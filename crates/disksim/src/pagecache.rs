@@ -79,7 +79,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::engine::{Component, Ctx};
+use crate::engine::{Component, Ctx, Finished};
 use crate::lru::LruList;
 use crate::request::{
     CacheOutcome, Completion, Flags, Op, Record, Request, LARGE_FOLIO_ORDER, SECTOR,
@@ -228,8 +228,18 @@ struct Page {
     wb: Option<u64>,
 }
 
-/// Pages per [`PageMap`] chunk.
+/// Pages per [`PageMap`] chunk (a chunk's pages fit the bits of a `u64`).
 const CHUNK_PAGES: u64 = 64;
+
+/// What [`PageMap::read_in_chunk`] did.
+enum ChunkRead {
+    /// The pages were read; the bits of the pages to promote.
+    Done(u64),
+    /// Some page is missing, marked or in flight (nothing done).
+    NotPlain,
+    /// The pages span chunks (nothing done).
+    Spans,
+}
 
 /// The cached pages by file and index (the kernel's per-file xarray, flattened): runs of
 /// CHUNK_PAGES consecutive pages of a file share one hash-map entry, so the pages of a
@@ -313,6 +323,42 @@ impl PageMap {
             i = end;
         }
         true
+    }
+
+    /// A read of pages `[first, last)` of `stream` lying in one chunk and all plain (as
+    /// [`PageMap::all_plain`]): each page is accessed ([`Page::accessed`], the first one not
+    /// when `skip_first`) with one lookup, and bit `i` of the result says page `first + i`
+    /// is to be promoted. Nothing is done unless the result is `Done`.
+    fn read_in_chunk(
+        &mut self,
+        stream: StreamKey,
+        first: u64,
+        last: u64,
+        skip_first: bool,
+    ) -> ChunkRead {
+        let c = first / CHUNK_PAGES;
+        if last == first || (last - 1) / CHUNK_PAGES != c {
+            return ChunkRead::Spans;
+        }
+        let Some(chunk) = self.chunks.get_mut(&(stream, c)) else {
+            return ChunkRead::NotPlain;
+        };
+        let lo = (first % CHUNK_PAGES) as usize;
+        let pages = &mut chunk.pages[lo..lo + (last - first) as usize];
+        if !pages
+            .iter()
+            .all(|p| p.as_ref().is_some_and(|p| !p.marker && p.pending.is_none()))
+        {
+            return ChunkRead::NotPlain;
+        }
+        let mut promote = 0u64;
+        for (i, p) in pages.iter_mut().enumerate() {
+            let p = p.as_mut().expect("checked above");
+            if !(i == 0 && skip_first) && p.accessed() {
+                promote |= 1 << i;
+            }
+        }
+        ChunkRead::Done(promote)
     }
 
     /// The cached pages among `[first, last)` of `stream`, in index order, chunk by chunk
@@ -1090,47 +1136,56 @@ impl PageCache {
     /// [`PageCache::buffered_read`] of pages all cached and unmarked (the loop there, with
     /// nothing to read and nothing to wait for): the same accesses, activations and
     /// statistics, found with one lookup per chunk of pages instead of one per page.
+    /// Returns the read's record (it completes after its copy), or None, nothing done, when
+    /// some page is not cached, marked or in flight.
     fn cached_read(
         &mut self,
-        req: Request,
+        req: &Request,
         sk: StreamKey,
         pages: std::ops::Range<u64>,
         same_first: bool,
         end: u64,
-        ctx: &mut Ctx,
-    ) {
+        now: f64,
+    ) -> Option<Record> {
         let (first, last) = (pages.start, pages.end);
-        let mut promote: Vec<u64> = Vec::new();
-        self.pages.for_each_mut(sk, first, last, |index, p| {
-            if !(index == first && same_first) && p.accessed() {
-                promote.push(index);
-            }
-        });
         // (activate touches only the promoted page and list positions, which no access
-        // above reads: promoting after the loop is promoting in it)
-        for index in promote {
-            self.activate(PageKey { stream: sk, index });
+        // reads: promoting after the accesses is promoting among them)
+        match self.pages.read_in_chunk(sk, first, last, same_first) {
+            ChunkRead::NotPlain => return None,
+            ChunkRead::Done(mut promote) => {
+                while promote != 0 {
+                    let i = u64::from(promote.trailing_zeros());
+                    promote &= promote - 1;
+                    self.activate(PageKey {
+                        stream: sk,
+                        index: first + i,
+                    });
+                }
+            }
+            ChunkRead::Spans => {
+                if !self.pages.all_plain(sk, first, last) {
+                    return None;
+                }
+                let mut promote: Vec<u64> = Vec::new();
+                self.pages.for_each_mut(sk, first, last, |index, p| {
+                    if !(index == first && same_first) && p.accessed() {
+                        promote.push(index);
+                    }
+                });
+                for index in promote {
+                    self.activate(PageKey { stream: sk, index });
+                }
+            }
         }
         self.stats.hit_pages += last - first;
         self.stream_mut(sk).prev_pos = Some(end);
         self.shrink();
-        let now = ctx.now();
-        self.deliver_hit(req, now, ctx);
+        Some(self.hit(req, now, now))
     }
 
-    /// A read served whole from the cache completes after its copy, which starts at `busy`.
-    fn deliver_hit(&mut self, req: Request, busy: f64, ctx: &mut Ctx) {
-        let rec = Record {
-            arrival: req.arrival,
-            device_start: ctx.now(),
-            cache: CacheOutcome::Hit,
-            completion: busy + self.cfg.cpu_ms(req.bytes()),
-            ..Default::default()
-        };
-        self.deliver(Completion { req, rec }, ctx);
-    }
-
-    fn buffered_read(&mut self, req: Request, ctx: &mut Ctx) {
+    /// The start of a buffered read: its file, its pages, whether it continues inside the
+    /// page the previous read ended in, and its end (bytes).
+    fn read_span(&mut self, req: &Request) -> (StreamKey, std::ops::Range<u64>, bool, u64) {
         let (sk, offset) = match req.file {
             Some(f) => (key(req.dev, Some(f.file)), f.offset),
             None => (key(req.dev, None), req.lba * SECTOR),
@@ -1145,8 +1200,25 @@ impl PageCache {
                                        // A read continuing inside the page the previous one ended in does not count as a
                                        // new access to it (kernel filemap_read).
         let same_first = prev_pos.is_some_and(|p| p > 0 && (p - 1) / PAGE == first);
-        if self.pages.all_plain(sk, first, last) {
-            self.cached_read(req, sk, first..last, same_first, end, ctx);
+        (sk, first..last, same_first, end)
+    }
+
+    /// A read served whole from the cache completes after its copy, which starts at `busy`.
+    fn hit(&self, req: &Request, busy: f64, now: f64) -> Record {
+        Record {
+            arrival: req.arrival,
+            device_start: now,
+            cache: CacheOutcome::Hit,
+            completion: busy + self.cfg.cpu_ms(req.bytes()),
+            ..Default::default()
+        }
+    }
+
+    fn buffered_read(&mut self, req: Request, ctx: &mut Ctx) {
+        let (sk, pages, same_first, end) = self.read_span(&req);
+        let (first, last) = (pages.start, pages.end);
+        if let Some(rec) = self.cached_read(&req, sk, pages, same_first, end, ctx.now()) {
+            self.deliver(Completion { req, rec }, ctx);
             return;
         }
         let ra_before = self.stats.readahead_pages;
@@ -1208,7 +1280,8 @@ impl PageCache {
             } else {
                 now
             };
-            self.deliver_hit(req, busy, ctx);
+            let rec = self.hit(&req, busy, now);
+            self.deliver(Completion { req, rec }, ctx);
             return;
         }
         let outcome = if missed == requested {
@@ -1770,6 +1843,24 @@ fn file_of(sk: StreamKey) -> Option<u32> {
 impl Component for PageCache {
     fn name(&self) -> &str {
         "pagecache"
+    }
+
+    /// A buffered read of pages all cached, unmarked and not in flight: served from the
+    /// cache with nothing below (what `submit` does with it, without the queues).
+    fn serve_now(&mut self, req: &Request, now: f64, rec: &mut Record) -> Option<Finished> {
+        let plain_read = req.op == Op::Read
+            && req.sectors > 0
+            && !req.flags.contains(crate::request::Flags::DIRECT);
+        if !plain_read {
+            return None;
+        }
+        let (sk, pages, same_first, end) = self.read_span(req);
+        *rec = self.cached_read(req, sk, pages, same_first, end, now)?;
+        Some(if rec.completion > now {
+            Finished::UpAt
+        } else {
+            Finished::Up
+        })
     }
 
     fn submit(&mut self, req: Request, ctx: &mut Ctx) {
