@@ -425,14 +425,19 @@ impl Simulator {
                     self.next_id += 1;
                     req.arrival = self.now;
                     self.in_flight += 1;
-                    if stream != NO_STREAM {
-                        self.stream_of.insert(req.id, stream);
-                    }
                     if more {
                         more = self.pull(source)?;
                     }
                     if self.shortcut && self.passing < self.chain.len() {
-                        match self.fast_lane(req, &mut ctx, source, observe, &mut done_count)? {
+                        // (The lane notes the request's stream only if it leaves the lane.)
+                        match self.fast_lane(
+                            req,
+                            stream,
+                            &mut ctx,
+                            source,
+                            observe,
+                            &mut done_count,
+                        )? {
                             None => continue,
                             Some((level, req)) => {
                                 self.chain[level].submit(req, &mut ctx);
@@ -440,6 +445,7 @@ impl Simulator {
                             }
                         }
                     } else {
+                        self.note_stream(req.id, stream);
                         self.chain[0].submit(req, &mut ctx);
                         0
                     }
@@ -522,7 +528,7 @@ impl Simulator {
                 }
                 Action::Up(done) => {
                     if level == 0 {
-                        self.arrived(&done, source, observe, done_count)?;
+                        self.arrived(&done, None, source, observe, done_count)?;
                     } else {
                         let done = self.payloads.put_completion(done);
                         self.push(
@@ -549,11 +555,20 @@ impl Simulator {
         Ok(())
     }
 
-    /// A request leaves the top of the chain: counted, observed, and its stream (or the
-    /// closed loop) goes on.
+    /// Notes the stream of an issued request that goes through the queues.
+    fn note_stream(&mut self, id: u64, stream: u32) {
+        if stream != NO_STREAM {
+            self.stream_of.insert(id, stream);
+        }
+    }
+
+    /// A request leaves the top of the chain: counted, observed, and its stream (`lane`:
+    /// the stream of a request that never left the fast lane, else noted by id) or the
+    /// closed loop goes on.
     fn arrived(
         &mut self,
         done: &Completion,
+        lane: Option<u32>,
         source: &mut dyn Source,
         observe: &mut dyn FnMut(&Completion),
         done_count: &mut u64,
@@ -562,10 +577,10 @@ impl Simulator {
         *done_count += 1;
         observe(done);
         // (Most runs have no streams: skip the hash then.)
-        let stream = if self.stream_of.is_empty() {
-            None
-        } else {
-            self.stream_of.remove(&done.req.id)
+        let stream = match lane {
+            Some(s) => (s != NO_STREAM).then_some(s),
+            None if self.stream_of.is_empty() => None,
+            None => self.stream_of.remove(&done.req.id),
         };
         if let Some(stream) = stream {
             if let Some(p) = source.next_in_stream(stream, self.now)? {
@@ -590,6 +605,7 @@ impl Simulator {
     fn fast_lane(
         &mut self,
         req: Request,
+        stream: u32,
         ctx: &mut Ctx,
         source: &mut dyn Source,
         observe: &mut dyn FnMut(&Completion),
@@ -598,6 +614,7 @@ impl Simulator {
         // What this step made so far (the source's next request) is queued first.
         self.queue_made();
         if !self.now_queue.is_empty() {
+            self.note_stream(req.id, stream);
             return Ok(Some((0, req)));
         }
         // Each `Arrive` down to the serving level is due now, with nothing before it.
@@ -605,6 +622,7 @@ impl Simulator {
         self.events += level as u64;
         let mut rec = Record::default();
         let Some(mut fin) = self.chain[level].serve_now(&req, self.now, &mut rec) else {
+            self.note_stream(req.id, stream);
             return Ok(Some((level, req)));
         };
         let mut done = Completion { req, rec };
@@ -613,6 +631,7 @@ impl Simulator {
                 // An `Up` event of its own, due at `at`.
                 let at = done.rec.completion.max(self.now);
                 if at > self.now && self.heap.peek().is_some_and(|t| t.at <= at) {
+                    self.note_stream(done.req.id, stream);
                     let done = self.payloads.put_completion(done);
                     self.enqueue(at, Kind::Up { level, done });
                     return Ok(None);
@@ -622,7 +641,7 @@ impl Simulator {
                 self.events += 1;
             }
             if level == 0 {
-                self.arrived(&done, source, observe, done_count)?;
+                self.arrived(&done, Some(stream), source, observe, done_count)?;
                 return Ok(None);
             }
             // The `Complete` event one level up, due now.
@@ -631,6 +650,7 @@ impl Simulator {
             match self.chain[level].complete_now(&mut done, self.now) {
                 Some(f) => fin = f,
                 None => {
+                    self.note_stream(done.req.id, stream);
                     self.chain[level].complete(done, ctx);
                     self.apply(level, ctx, source, observe, done_count)?;
                     return Ok(None);

@@ -1144,7 +1144,6 @@ impl PageCache {
         sk: StreamKey,
         pages: std::ops::Range<u64>,
         same_first: bool,
-        end: u64,
         now: f64,
     ) -> Option<Record> {
         let (first, last) = (pages.start, pages.end);
@@ -1178,29 +1177,39 @@ impl PageCache {
             }
         }
         self.stats.hit_pages += last - first;
-        self.stream_mut(sk).prev_pos = Some(end);
         self.shrink();
         Some(self.hit(req, now, now))
     }
 
     /// The start of a buffered read: its file, its pages, whether it continues inside the
-    /// page the previous read ended in, and its end (bytes).
-    fn read_span(&mut self, req: &Request) -> (StreamKey, std::ops::Range<u64>, bool, u64) {
+    /// page the previous read ended in, its end (bytes), and the file's previous read
+    /// position. The position is moved to the read's end at once (one lookup of the file
+    /// for a cached read, the common case); a read that is not served from the cache puts
+    /// the old one back with [`PageCache::unread`] before anything else.
+    fn read_span(
+        &mut self,
+        req: &Request,
+    ) -> (StreamKey, std::ops::Range<u64>, bool, u64, Option<u64>) {
         let (sk, offset) = match req.file {
             Some(f) => (key(req.dev, Some(f.file)), f.offset),
             None => (key(req.dev, None), req.lba * SECTOR),
         };
         let base = req.lba as i64 - (offset / SECTOR) as i64;
-        let stream = self.stream_mut(sk);
-        stream.base_lba = base;
-        let prev_pos = stream.prev_pos;
         let first = offset / PAGE;
         let end = offset + req.bytes().max(1);
         let last = end.div_ceil(PAGE); // exclusive
-                                       // A read continuing inside the page the previous one ended in does not count as a
-                                       // new access to it (kernel filemap_read).
+        let stream = self.stream_mut(sk);
+        stream.base_lba = base;
+        let prev_pos = stream.prev_pos.replace(end);
+        // A read continuing inside the page the previous one ended in does not count as a
+        // new access to it (kernel filemap_read).
         let same_first = prev_pos.is_some_and(|p| p > 0 && (p - 1) / PAGE == first);
-        (sk, first..last, same_first, end)
+        (sk, first..last, same_first, end, prev_pos)
+    }
+
+    /// Undoes [`PageCache::read_span`]'s move of the read position.
+    fn unread(&mut self, sk: StreamKey, prev_pos: Option<u64>) {
+        self.stream_mut(sk).prev_pos = prev_pos;
     }
 
     /// A read served whole from the cache completes after its copy, which starts at `busy`.
@@ -1215,12 +1224,13 @@ impl PageCache {
     }
 
     fn buffered_read(&mut self, req: Request, ctx: &mut Ctx) {
-        let (sk, pages, same_first, end) = self.read_span(&req);
+        let (sk, pages, same_first, end, prev_pos) = self.read_span(&req);
         let (first, last) = (pages.start, pages.end);
-        if let Some(rec) = self.cached_read(&req, sk, pages, same_first, end, ctx.now()) {
+        if let Some(rec) = self.cached_read(&req, sk, pages, same_first, ctx.now()) {
             self.deliver(Completion { req, rec }, ctx);
             return;
         }
+        self.unread(sk, prev_pos);
         let ra_before = self.stats.readahead_pages;
         let first_new_child = CHILD_ID_BIT | self.next_child;
         let alloc_before = self.alloc_until;
@@ -1854,8 +1864,12 @@ impl Component for PageCache {
         if !plain_read {
             return None;
         }
-        let (sk, pages, same_first, end) = self.read_span(req);
-        *rec = self.cached_read(req, sk, pages, same_first, end, now)?;
+        let (sk, pages, same_first, _, prev_pos) = self.read_span(req);
+        let Some(r) = self.cached_read(req, sk, pages, same_first, now) else {
+            self.unread(sk, prev_pos);
+            return None;
+        };
+        *rec = r;
         Some(if rec.completion > now {
             Finished::UpAt
         } else {
