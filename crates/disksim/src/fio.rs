@@ -1855,6 +1855,76 @@ mod tests {
     /// takes under a microsecond (the table: `calibrate --quick` on this VM, 28 Nov). With
     /// the affine fit's intercept held at 1 µs, 32 KiB hits took 4.3 µs here against the
     /// table's 3.2, and the validation's warm jobs ran 25% slow.
+    /// The engine's shortcuts (a lone event run at once, cached reads served through the
+    /// fast lane) leave real host chains' runs unchanged: jobs that read ahead, evict, hit,
+    /// write back, throttle and mix streams complete the same requests at the same times
+    /// with the same outcomes, through the same number of events, with and without them.
+    #[test]
+    fn the_engines_shortcuts_change_no_fio_job() {
+        let cpu = HostCpu {
+            cached_read_us: vec![[4.0, 0.9], [32.0, 3.2], [128.0, 12.3], [512.0, 67.0]],
+            miss_folio_us: 1.5,
+            reclaim_folio_us: 1.0,
+            ..Default::default()
+        };
+        let jobs = [
+            // Sequential reads through a cache smaller than the file: read-ahead, markers,
+            // eviction, and hits on pages read ahead.
+            "[j]\nrw=read\nsize=8m\nbs=32k\nioengine=psync\n",
+            // Unaligned sizes: reads continuing inside the previous read's last page (whose
+            // second access does not count), over a file larger than the cache, read again.
+            "[j]\nrw=read\nsize=2m\nbs=6k\nioengine=psync\nfadvise_hint=sequential\n",
+            "[j]\nrw=read\nsize=5m\nbs=6k\nioengine=psync\ntime_based\nruntime=80ms\ninvalidate=0\n",
+            // A file read twice (time_based): the second pass hits, pages get promoted.
+            "[j]\nrw=read\nsize=1m\nbs=16k\nioengine=psync\ntime_based\nruntime=40ms\ninvalidate=0\n",
+            // Random reads by four closed loops at once, some hits, some misses.
+            "[j]\nrw=randread\nsize=2m\nbs=32k\nioengine=libaio\niodepth=2\nnumjobs=2\ntime_based\nruntime=30ms\ninvalidate=0\n",
+            // Reads and writes mixed: dirty pages, write-back, hits on dirty pages.
+            "[j]\nrw=randrw\nrwmixread=60\nsize=4m\nbs=16k\nioengine=psync\ntime_based\nruntime=40ms\n",
+            // Buffered writes past the dirty thresholds beside O_DIRECT reads.
+            "[w]\nrw=write\nsize=8m\nbs=128k\nioengine=psync\n[r]\nrw=read\nsize=8m\nbs=64k\ndirect=1\nioengine=psync\n",
+        ];
+        for (i, text) in jobs.iter().enumerate() {
+            let run = |shortcut: bool| {
+                let jf = parse(text, false).unwrap();
+                let mut host = crate::host::HostParams::linux_defaults();
+                host.page_cache.capacity_pages = 1024; // 4 MiB
+                host.page_cache.dirty.dirtyable_pages = 1024;
+                let mut src = FioSource::new(&jf, 0, 1 << 30).unwrap();
+                let dev = Box::new(ConstantDevice::new(0.05));
+                let chain =
+                    host_chain_with_files(dev, &host, Some(&cpu), &src.file_sizes()).unwrap();
+                let mut sim = Simulator::new(chain);
+                if !shortcut {
+                    sim = sim.without_shortcut();
+                }
+                let mut out = Vec::new();
+                let t = sim
+                    .run(&mut src, &mut |c| {
+                        out.push((
+                            c.req.id,
+                            c.req.lba,
+                            c.req.op.letter(),
+                            c.rec.arrival.to_bits(),
+                            c.rec.completion.to_bits(),
+                            format!("{:?}", c.rec.cache),
+                        ))
+                    })
+                    .unwrap();
+                let stats: Vec<_> = sim.components().iter().flat_map(|c| c.stats()).collect();
+                (out, t.events, t.sim_end.to_bits(), format!("{stats:?}"))
+            };
+            let with = run(true);
+            assert!(with.0.len() > 20, "job {i}: {} requests", with.0.len());
+            let without = run(false);
+            assert_eq!(with.0.len(), without.0.len(), "job {i}: requests");
+            for (a, b) in with.0.iter().zip(&without.0) {
+                assert_eq!(a, b, "job {i}: first request that differs");
+            }
+            assert_eq!(with, without, "job {i}");
+        }
+    }
+
     #[test]
     fn a_cache_hit_costs_the_read_tables_value_at_its_size() {
         let cpu = HostCpu {
