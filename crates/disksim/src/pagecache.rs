@@ -316,7 +316,7 @@ impl PageMap {
             let hi = lo + (end - i) as usize;
             if !chunk.pages[lo..hi]
                 .iter()
-                .all(|p| p.as_ref().is_some_and(|p| !p.marker && p.pending.is_none()))
+                .all(|p| p.as_ref().is_some_and(Page::plain))
             {
                 return false;
             }
@@ -345,10 +345,7 @@ impl PageMap {
         };
         let lo = (first % CHUNK_PAGES) as usize;
         let pages = &mut chunk.pages[lo..lo + (last - first) as usize];
-        if !pages
-            .iter()
-            .all(|p| p.as_ref().is_some_and(|p| !p.marker && p.pending.is_none()))
-        {
+        if !pages.iter().all(|p| p.as_ref().is_some_and(Page::plain)) {
             return ChunkRead::NotPlain;
         }
         let mut promote = 0u64;
@@ -443,6 +440,12 @@ impl Page {
         }
         self.referenced = true;
         false
+    }
+
+    /// Cached, uptodate and unmarked: a read of it starts no read-ahead and waits for
+    /// nothing.
+    fn plain(&self) -> bool {
+        !self.marker && self.pending.is_none()
     }
 
     /// Reclaim may take it: uptodate, clean, not under write-back.
