@@ -1850,11 +1850,6 @@ mod tests {
         assert_eq!(stats.results()[0].read.ios, 16);
     }
 
-    /// A cache hit costs the read table's value at its size in all (the page cache's affine
-    /// part plus what the system-call level adds), also on a host where a small cached read
-    /// takes under a microsecond (the table: `calibrate --quick` on this VM, 28 Nov). With
-    /// the affine fit's intercept held at 1 µs, 32 KiB hits took 4.3 µs here against the
-    /// table's 3.2, and the validation's warm jobs ran 25% slow.
     /// The engine's shortcuts (a lone event run at once, cached reads served through the
     /// fast lane) leave real host chains' runs unchanged: jobs that read ahead, evict, hit,
     /// write back, throttle and mix streams complete the same requests at the same times
@@ -1925,6 +1920,11 @@ mod tests {
         }
     }
 
+    /// A cache hit costs the read table's value at its size in all (the page cache's affine
+    /// part plus what the system-call level adds), also on a host where a small cached read
+    /// takes under a microsecond (the table: `calibrate --quick` on this VM, 28 Nov). With
+    /// the affine fit's intercept held at 1 µs, 32 KiB hits took 4.3 µs here against the
+    /// table's 3.2, and the validation's warm jobs ran 25% slow.
     #[test]
     fn a_cache_hit_costs_the_read_tables_value_at_its_size() {
         let cpu = HostCpu {
