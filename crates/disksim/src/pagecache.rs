@@ -1187,8 +1187,8 @@ impl PageCache {
     /// The start of a buffered read: its file, its pages, whether it continues inside the
     /// page the previous read ended in, its end (bytes), and the file's previous read
     /// position. The position is moved to the read's end at once (one lookup of the file
-    /// for a cached read, the common case); a read that is not served from the cache puts
-    /// the old one back with [`PageCache::unread`] before anything else.
+    /// for a cached read, the common case); [`PageCache::try_cached_read`] puts the old one
+    /// back for a read the cache cannot serve, before anything else.
     fn read_span(
         &mut self,
         req: &Request,
@@ -1210,9 +1210,22 @@ impl PageCache {
         (sk, first..last, same_first, end, prev_pos)
     }
 
-    /// Undoes [`PageCache::read_span`]'s move of the read position.
-    fn unread(&mut self, sk: StreamKey, prev_pos: Option<u64>) {
-        self.stream_mut(sk).prev_pos = prev_pos;
+    /// A buffered read served from the cache if its pages are all plain: its record, or
+    /// (nothing done, the read position where it was) its file, pages, whether it continues
+    /// inside the previous read's last page, and its end, for the read's slow path.
+    fn try_cached_read(
+        &mut self,
+        req: &Request,
+        now: f64,
+    ) -> Result<Record, (StreamKey, std::ops::Range<u64>, bool, u64)> {
+        let (sk, pages, same_first, end, prev_pos) = self.read_span(req);
+        match self.cached_read(req, sk, pages.clone(), same_first, now) {
+            Some(rec) => Ok(rec),
+            None => {
+                self.stream_mut(sk).prev_pos = prev_pos;
+                Err((sk, pages, same_first, end))
+            }
+        }
     }
 
     /// A read served whole from the cache completes after its copy, which starts at `busy`.
@@ -1227,13 +1240,14 @@ impl PageCache {
     }
 
     fn buffered_read(&mut self, req: Request, ctx: &mut Ctx) {
-        let (sk, pages, same_first, end, prev_pos) = self.read_span(&req);
+        let (sk, pages, same_first, end) = match self.try_cached_read(&req, ctx.now()) {
+            Ok(rec) => {
+                self.deliver(Completion { req, rec }, ctx);
+                return;
+            }
+            Err(span) => span,
+        };
         let (first, last) = (pages.start, pages.end);
-        if let Some(rec) = self.cached_read(&req, sk, pages, same_first, ctx.now()) {
-            self.deliver(Completion { req, rec }, ctx);
-            return;
-        }
-        self.unread(sk, prev_pos);
         let ra_before = self.stats.readahead_pages;
         let first_new_child = CHILD_ID_BIT | self.next_child;
         let alloc_before = self.alloc_until;
@@ -1867,12 +1881,7 @@ impl Component for PageCache {
         if !plain_read {
             return None;
         }
-        let (sk, pages, same_first, _, prev_pos) = self.read_span(req);
-        let Some(r) = self.cached_read(req, sk, pages, same_first, now) else {
-            self.unread(sk, prev_pos);
-            return None;
-        };
-        *rec = r;
+        *rec = self.try_cached_read(req, now).ok()?;
         Some(if rec.completion > now {
             Finished::UpAt
         } else {
