@@ -459,24 +459,28 @@ pub(crate) fn goal_line(
     )
 }
 
+/// The figure `at` reads from each size of a bench's JSON (`v["sizes"]`), for the sizes
+/// `keep` names: (size, figure; NaN where it is missing).
+pub(crate) fn goal_values(
+    v: &Value,
+    keep: &dyn Fn(u64) -> bool,
+    at: &dyn Fn(&Value) -> Option<f64>,
+) -> Vec<(u64, f64)> {
+    v["sizes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|x| (x["size"].as_u64().unwrap_or(0), at(x).unwrap_or(f64::NAN)))
+        .filter(|&(size, _)| keep(size))
+        .collect()
+}
+
 /// Seed 004's goals for ODB (issue 14), each with what this run measured and whether it
 /// is met: IS CPU −50% or better from 64 KiB, ≥ 93.75% of the payload bypassing the IS at
 /// 64 KiB, ≤ 5% overhead below 4 KiB, no loss of client throughput at any size. A goal whose
 /// sizes the run did not measure says so.
 pub fn goals(v: &Value) -> String {
-    let sizes: Vec<&Value> = v["sizes"].as_array().into_iter().flatten().collect();
-    let pick = |keep: &dyn Fn(u64) -> bool, key: &str| -> Vec<(u64, f64)> {
-        sizes
-            .iter()
-            .map(|x| {
-                (
-                    x["size"].as_u64().unwrap_or(0),
-                    x[key].as_f64().unwrap_or(f64::NAN),
-                )
-            })
-            .filter(|&(size, _)| keep(size))
-            .collect()
-    };
+    let pick = |keep: &dyn Fn(u64) -> bool, key: &str| goal_values(v, keep, &|x| x[key].as_f64());
     let mut s = String::from("goals (seed 004):\n");
     s += &goal_line(
         "IS CPU ODB/vanilla <= 0.50x from 64 KiB",

@@ -811,20 +811,9 @@ fn nginx_summary(config: &str) -> String {
 /// repeat), ≥ 1.5× the nginx chain's requests/s at 64 KiB, no p99 regression at any size.
 /// (The hook cost per packet, the fourth, is a measurement: printed below.)
 pub fn goals(v: &Value) -> String {
-    let sizes: Vec<&Value> = v["sizes"].as_array().into_iter().flatten().collect();
-    let pick =
-        |keep: &dyn Fn(u64) -> bool, at: &dyn Fn(&Value) -> Option<f64>| -> Vec<(u64, f64)> {
-            sizes
-                .iter()
-                .map(|x| {
-                    (
-                        x["size"].as_u64().unwrap_or(0),
-                        at(&x["ratios"]).unwrap_or(f64::NAN),
-                    )
-                })
-                .filter(|&(size, _)| keep(size))
-                .collect()
-        };
+    let pick = |keep: &dyn Fn(u64) -> bool, at: &dyn Fn(&Value) -> Option<f64>| {
+        crate::bench::goal_values(v, keep, &|x| at(&x["ratios"]))
+    };
     let line = |name: &str, vals: Vec<(u64, f64)>, ok: &dyn Fn(f64) -> bool| {
         crate::bench::goal_line(name, vals, "x", ok)
     };
