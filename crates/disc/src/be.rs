@@ -166,9 +166,12 @@ fn shortcut(head: &[u8], site: &Site, d: &BeDisc, key: &mut Vec<u8>) -> Option<(
     if !path.all_accept() {
         return None;
     }
-    let mut fields = [httparse::EMPTY_HEADER; crate::http1::MAX_FIELDS];
-    let mut req = httparse::Request::new(&mut fields);
-    if !matches!(req.parse(head), Ok(httparse::Status::Complete(_))) {
+    let mut slots = crate::http1::field_slots();
+    let mut req = httparse::Request::new(&mut []);
+    if !matches!(
+        req.parse_with_uninit_headers(head, &mut slots),
+        Ok(httparse::Status::Complete(n)) if n == head.len()
+    ) {
         return None;
     }
     let http10 = req.version == Some(0);
@@ -225,12 +228,13 @@ fn shortcut(head: &[u8], site: &Site, d: &BeDisc, key: &mut Vec<u8>) -> Option<(
         out.extend_from_slice(value);
         out.extend_from_slice(b"\r\n");
     }
-    out.extend_from_slice(format!("Content-Length: {size}\r\n").as_bytes());
+    use std::io::Write;
+    let _ = write!(out, "Content-Length: {size}\r\n");
     out.extend_from_slice(if keep {
         b"Connection: keep-alive\r\n"
     } else {
         b"Connection: close\r\n"
     });
-    out.extend_from_slice(format!("{DISC_FIELD}: {}\r\n\r\n", disc.value()).as_bytes());
+    let _ = write!(out, "{DISC_FIELD}: {}\r\n\r\n", disc.display());
     Some((out, keep))
 }

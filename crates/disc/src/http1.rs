@@ -196,10 +196,12 @@ impl Conn {
 
 /// End of the head (index after "\r\n\r\n") in `b`, searching from `from`.
 pub fn find_head_end(b: &[u8], from: usize) -> Option<usize> {
-    b.get(from..)?
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map(|i| from + i + 4)
+    // Line by line: a head has a few short lines (memmem builds a searcher per call, which
+    // cost more than the search).
+    let hay = b.get(from..)?;
+    memchr::memchr_iter(b'\n', hay)
+        .find(|&i| i >= 3 && &hay[i - 3..=i] == b"\r\n\r\n")
+        .map(|i| from + i + 1)
 }
 
 /// Writes `line` on the socket `fd` now, without blocking or SIGPIPE, from code that does
@@ -239,11 +241,102 @@ pub enum Framing {
 /// What the proxy needs of a request head.
 #[derive(Debug, Clone)]
 pub struct RequestHead {
-    pub method: String,
+    /// (GET and HEAD without an allocation.)
+    pub method: std::borrow::Cow<'static, str>,
     pub http10: bool,
     pub framing: Framing,
     /// The client wants the connection kept after the answer.
     pub keep_alive: bool,
+    /// Where its `X-Disc-Path` field is.
+    pub path: Field,
+}
+
+/// Where a field of a parsed head is, so that a tier can read or replace it without
+/// scanning the head again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Field {
+    Absent,
+    /// The only field of its name: its whole line (name through the line's LF) and its
+    /// value (without surrounding blanks), as ranges of the head.
+    One {
+        line: std::ops::Range<usize>,
+        value: std::ops::Range<usize>,
+    },
+    /// Several fields of that name (or one the parser's slices did not place): callers
+    /// take the general path ([`field`], [`rewrite_head`]).
+    Several,
+}
+
+impl Field {
+    /// The field named `name` among `headers`, parsed from `head`.
+    fn locate(head: &[u8], headers: &[httparse::Header<'_>], name: &str) -> Field {
+        let mut found = Field::Absent;
+        for h in headers.iter().filter(|h| h.name.eq_ignore_ascii_case(name)) {
+            if found != Field::Absent {
+                return Field::Several;
+            }
+            found = Field::place(head, h).unwrap_or(Field::Several);
+        }
+        found
+    }
+
+    fn place(head: &[u8], h: &httparse::Header<'_>) -> Option<Field> {
+        // The parser's slices point into `head`; checked rather than assumed.
+        let offset = |p: *const u8| (p as usize).checked_sub(head.as_ptr() as usize);
+        let start = offset(h.name.as_ptr())?;
+        let v0 = offset(h.value.as_ptr())?;
+        let v1 = v0.checked_add(h.value.len()).filter(|&e| e <= head.len())?;
+        let end = v1 + memchr::memchr(b'\n', &head[v1..])? + 1;
+        let blank = |b: &u8| *b == b' ' || *b == b'\t';
+        let value = &head[v0..v1];
+        let lead = value.iter().take_while(|b| blank(b)).count();
+        let trail = value[lead..].iter().rev().take_while(|b| blank(b)).count();
+        (start < v0).then_some(Field::One {
+            line: start..end,
+            value: v0 + lead..v1 - trail,
+        })
+    }
+
+    /// The field's value in `head` (the head it was located in); None when absent, and
+    /// the first one's (as [`field`] finds it) when there are several.
+    pub fn value<'h>(&self, head: &'h [u8], name: &str) -> Option<&'h [u8]> {
+        match self {
+            Field::Absent => None,
+            Field::One { value, .. } => head.get(value.clone()),
+            Field::Several => field(head, name),
+        }
+    }
+
+    /// `head` without its fields named `name` (this one), and `extra` (a line ending in
+    /// CRLF) added before the empty line: the bytes [`rewrite_head`] makes, with two copies
+    /// instead of a scan of every line.
+    pub fn replace(&self, head: &[u8], name: &str, extra: Option<&[u8]>) -> Vec<u8> {
+        let extra = extra.unwrap_or_default();
+        let end = head.len() - 2; // the final empty line's CRLF
+        let mut out = Vec::with_capacity(head.len() + extra.len());
+        match self {
+            Field::Absent => out.extend_from_slice(&head[..end]),
+            Field::One { line, .. } => {
+                out.extend_from_slice(&head[..line.start]);
+                out.extend_from_slice(&head[line.end..end]);
+            }
+            Field::Several => {
+                let extra: Vec<String> = std::str::from_utf8(extra)
+                    .map(|e| vec![e.to_string()])
+                    .unwrap_or_default();
+                return rewrite_head(head, name, &extra);
+            }
+        }
+        out.extend_from_slice(extra);
+        out.extend_from_slice(b"\r\n");
+        out
+    }
+}
+
+/// Room for [`MAX_FIELDS`] parsed fields, left uninitialised (initialising 128 of them cost
+/// a tier as much as parsing a head).
+pub(crate) fn field_slots<'b>() -> [std::mem::MaybeUninit<httparse::Header<'b>>; MAX_FIELDS] {
+    [std::mem::MaybeUninit::uninit(); MAX_FIELDS]
 }
 
 fn framing_fields(headers: &[httparse::Header<'_>]) -> io::Result<(Option<u64>, bool)> {
@@ -284,19 +377,26 @@ fn connection_keep_alive(http10: bool, headers: &[httparse::Header<'_>]) -> bool
     )
 }
 
-/// Parses a complete request head.
+/// Parses a complete request head: `head` is all of it, through its empty line.
 pub fn parse_request(head: &[u8]) -> io::Result<RequestHead> {
-    let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
-    let mut req = httparse::Request::new(&mut fields);
-    match req.parse(head) {
-        Ok(httparse::Status::Complete(_)) => {}
+    let mut slots = field_slots();
+    let mut req = httparse::Request::new(&mut []);
+    match req.parse_with_uninit_headers(head, &mut slots) {
+        Ok(httparse::Status::Complete(n)) if n == head.len() => {}
+        // The parser saw the head end earlier (a bare LF line ends it too): the bytes after
+        // that would reach the next tier as a head of their own (request smuggling).
+        Ok(httparse::Status::Complete(_)) => return Err(bad("request head ends twice")),
         Ok(httparse::Status::Partial) => return Err(bad("incomplete request head")),
         Err(e) => return Err(bad(format!("request head: {e}"))),
     }
     let http10 = req.version == Some(0);
     let (length, chunked) = framing_fields(req.headers)?;
     Ok(RequestHead {
-        method: req.method.unwrap_or("").to_string(),
+        method: match req.method.unwrap_or("") {
+            "GET" => "GET".into(),
+            "HEAD" => "HEAD".into(),
+            other => other.to_string().into(),
+        },
         http10,
         framing: if chunked {
             Framing::Chunked
@@ -307,6 +407,7 @@ pub fn parse_request(head: &[u8]) -> io::Result<RequestHead> {
             }
         },
         keep_alive: connection_keep_alive(http10, req.headers),
+        path: Field::locate(head, req.headers, crate::proto::PATH_FIELD),
     })
 }
 
@@ -317,16 +418,19 @@ pub struct ResponseHead {
     pub framing: Framing,
     /// The sender keeps the connection after this response.
     pub keep_alive: bool,
-    /// Value of the `X-Disc` field, if any.
-    pub disc: Option<Vec<u8>>,
+    /// Where its `X-Disc` field is.
+    pub disc: Field,
 }
 
 /// Parses a complete response head to a request of method `method`.
 pub fn parse_response(head: &[u8], method: &str) -> io::Result<ResponseHead> {
-    let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
-    let mut res = httparse::Response::new(&mut fields);
-    match res.parse(head) {
-        Ok(httparse::Status::Complete(_)) => {}
+    let mut slots = field_slots();
+    let mut res = httparse::Response::new(&mut []);
+    match httparse::ParserConfig::default()
+        .parse_response_with_uninit_headers(&mut res, head, &mut slots)
+    {
+        Ok(httparse::Status::Complete(n)) if n == head.len() => {}
+        Ok(httparse::Status::Complete(_)) => return Err(bad("response head ends twice")),
         Ok(httparse::Status::Partial) => return Err(bad("incomplete response head")),
         Err(e) => return Err(bad(format!("response head: {e}"))),
     }
@@ -338,11 +442,7 @@ pub fn parse_response(head: &[u8], method: &str) -> io::Result<ResponseHead> {
     }
     let http10 = res.version == Some(0);
     let (length, chunked) = framing_fields(res.headers)?;
-    let disc = res
-        .headers
-        .iter()
-        .find(|h| h.name.eq_ignore_ascii_case(crate::proto::DISC_FIELD))
-        .map(|h| h.value.to_vec());
+    let disc = Field::locate(head, res.headers, crate::proto::DISC_FIELD);
     let no_body = method == "HEAD" || (100..200).contains(&status) || matches!(status, 204 | 304);
     let framing = if no_body {
         Framing::None
@@ -522,7 +622,13 @@ mod tests {
             "GET",
         )
         .unwrap();
-        assert_eq!(s.disc.as_deref(), Some(&b"id=1"[..]));
+        assert_eq!(
+            s.disc,
+            Field::One {
+                line: 36..50,
+                value: 44..48
+            }
+        );
     }
 
     /// A status below 100 is no HTTP status (found by the fuzzer: "HTTP/1.1 000 OK" was
@@ -556,6 +662,76 @@ mod tests {
         assert_eq!(field(&out, "host"), Some(&b"a"[..]));
         assert_eq!(field(&out, "none"), None);
         assert_eq!(find_head_end(&out, 0), Some(out.len()));
+    }
+
+    /// The head's end is found from any point before it, and only there: not in a bare LF
+    /// pair, not across the start of the search.
+    #[test]
+    fn the_heads_end_is_its_first_empty_line() {
+        let b = b"GET / HTTP/1.1\r\nA: b\r\n\r\nrest\r\n\r\n";
+        assert_eq!(find_head_end(b, 0), Some(24));
+        assert_eq!(find_head_end(b, 20), Some(24));
+        assert_eq!(find_head_end(b, 21), Some(b.len()));
+        assert_eq!(find_head_end(b"a\n\n\r\n", 0), None);
+        assert_eq!(find_head_end(b"\r\n\r\n", 0), Some(4));
+        assert_eq!(find_head_end(b"\r\n\r", 0), None);
+        assert_eq!(find_head_end(b"ab", 5), None);
+    }
+
+    /// A head the parser sees end before its last empty line (a bare LF ends a line, so
+    /// "\r\n\n" ends a head) is refused: the proxy forwards a head through the "\r\n\r\n"
+    /// it waited for, and the lines after the parser's end would reach the next tier
+    /// unchecked (a client's own X-Disc-Path, or a second request smuggled in the first).
+    #[test]
+    fn a_head_that_ends_twice_is_refused() {
+        let e = parse_request(b"GET / HTTP/1.1\r\nHost: x\r\n\nX-Disc-Path: nb=1;bypass=1\r\n\r\n")
+            .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+        let e = parse_response(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\nX-Disc: id=1\r\n\r\n",
+            "GET",
+        )
+        .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+        assert!(parse_request(b"GET / HTTP/1.1\nHost: x\r\n\r\n").is_ok());
+    }
+
+    /// A field located by the parser is read and replaced as the general scan does, byte
+    /// for byte: absent, alone (first, last, blanks around its value, lower case), several,
+    /// and on lines ending in a bare LF.
+    #[test]
+    fn located_fields_are_replaced_as_the_scan_replaces_them() {
+        let heads: [&[u8]; 7] = [
+            b"GET / HTTP/1.1\r\nHost: a\r\nAccept: */*\r\n\r\n",
+            b"GET / HTTP/1.1\r\nX-Disc-Path: nb=1;bypass=1\r\nHost: a\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nx-disc-path:   nb=2;bypass=3 \t\r\n\r\n",
+            b"GET / HTTP/1.1\r\nX-Disc-Path: nb=1;bypass=0\r\nHost: a\r\nX-DISC-PATH: x\r\n\r\n",
+            b"GET / HTTP/1.1\nHost: a\nX-Disc-Path: nb=1;bypass=1\nAccept: b\r\n\r\n",
+            b"GET / HTTP/1.1\r\nX-Disc-Path:\r\n\r\n",
+            b"GET / HTTP/1.1\r\nX-Disc-Pathx: 1\r\nX-Disc-Pat: 2\r\n\r\n",
+        ];
+        let name = crate::proto::PATH_FIELD;
+        let line = "X-Disc-Path: nb=2;bypass=1\r\n";
+        for head in heads {
+            let r = parse_request(head).unwrap();
+            let shown = String::from_utf8_lossy(head);
+            assert_eq!(r.path.value(head, name), field(head, name), "{shown}");
+            assert_eq!(
+                r.path.replace(head, name, None),
+                rewrite_head(head, name, &[]),
+                "{shown}"
+            );
+            assert_eq!(
+                r.path.replace(head, name, Some(line.as_bytes())),
+                rewrite_head(head, name, &[line.to_string()]),
+                "{shown}"
+            );
+        }
+        let r = parse_request(heads[3]).unwrap();
+        assert_eq!(r.path, Field::Several);
+        let r = parse_request(heads[2]).unwrap();
+        assert_eq!(r.path.value(heads[2], name), Some(&b"nb=2;bypass=3"[..]));
+        assert_eq!(parse_request(heads[0]).unwrap().path, Field::Absent);
     }
 
     /// The last bytes of a body that did not fit one read are waited for (they are on their

@@ -51,24 +51,26 @@ fn err<T>(s: impl Into<String>) -> Result<T, ProtoError> {
     Err(ProtoError(s.into()))
 }
 
-/// `k=v;k=v` pairs of a field value (ASCII, bounded).
-fn pairs(value: &[u8]) -> Result<Vec<(&str, &str)>, ProtoError> {
+/// Calls `f` with each `k=v` pair of a field value `k=v;k=v` (ASCII, bounded), in order.
+fn each_pair<'v>(
+    value: &'v [u8],
+    mut f: impl FnMut(&'v str, &'v str) -> Result<(), ProtoError>,
+) -> Result<(), ProtoError> {
     if value.len() > MAX_VALUE {
         return err(format!("value longer than {MAX_VALUE} bytes"));
     }
     let s = std::str::from_utf8(value).or_else(|_| err("not ASCII"))?;
-    let mut out = Vec::new();
     for part in s.split(';') {
-        let part = part.trim();
+        let part = part.trim_ascii();
         if part.is_empty() {
             continue;
         }
         let Some((k, v)) = part.split_once('=') else {
             return err(format!("`{part}` is not key=value"));
         };
-        out.push((k.trim(), v.trim()));
+        f(k.trim_ascii(), v.trim_ascii())?;
     }
-    Ok(out)
+    Ok(())
 }
 
 fn mask(n: u32) -> u64 {
@@ -130,7 +132,7 @@ impl PathInfo {
 
     pub fn parse(value: &[u8]) -> Result<PathInfo, ProtoError> {
         let (mut nb, mut bits) = (None, None);
-        for (k, v) in pairs(value)? {
+        each_pair(value, |k, v| {
             match k {
                 "nb" => nb = Some(v.parse::<u32>().or_else(|_| err("nb is not a number"))?),
                 "bypass" => {
@@ -138,7 +140,8 @@ impl PathInfo {
                 }
                 _ => {} // unknown keys: ignored (later versions may add some)
             }
-        }
+            Ok(())
+        })?;
         let (Some(nb_tier), Some(bypassed)) = (nb, bits) else {
             return err("nb and bypass are required");
         };
@@ -152,7 +155,18 @@ impl PathInfo {
     }
 
     pub fn value(&self) -> String {
-        format!("nb={};bypass={:x}", self.nb_tier, self.bypassed)
+        self.display().to_string()
+    }
+
+    /// The field's value, for `write!` without a `String` in between.
+    pub fn display(&self) -> impl fmt::Display + '_ {
+        struct V<'a>(&'a PathInfo);
+        impl fmt::Display for V<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "nb={};bypass={:x}", self.0.nb_tier, self.0.bypassed)
+            }
+        }
+        V(self)
     }
 }
 
@@ -170,7 +184,7 @@ pub struct Disc {
 impl Disc {
     pub fn parse(value: &[u8]) -> Result<Disc, ProtoError> {
         let (mut id, mut size, mut last, mut fe) = (None, None, None, None);
-        for (k, v) in pairs(value)? {
+        each_pair(value, |k, v| {
             match k {
                 "id" => id = Some(v.parse::<u64>().or_else(|_| err("id is not a number"))?),
                 "size" => size = Some(v.parse::<u64>().or_else(|_| err("size is not a number"))?),
@@ -183,7 +197,8 @@ impl Disc {
                 "fe" => fe = Some(v.parse::<u32>().or_else(|_| err("fe is not a number"))?),
                 _ => {}
             }
-        }
+            Ok(())
+        })?;
         match (id, size, last, fe) {
             (Some(id), Some(size), Some(last), Some(fe)) if fe < MAX_TIERS => {
                 Ok(Disc { id, size, last, fe })
@@ -194,10 +209,19 @@ impl Disc {
     }
 
     pub fn value(&self) -> String {
-        format!(
-            "id={};size={};last={};fe={}",
-            self.id, self.size, self.last, self.fe
-        )
+        self.display().to_string()
+    }
+
+    /// The field's value, for `write!` without a `String` in between.
+    pub fn display(&self) -> impl fmt::Display + '_ {
+        struct V<'a>(&'a Disc);
+        impl fmt::Display for V<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                let d = self.0;
+                write!(f, "id={};size={};last={};fe={}", d.id, d.size, d.last, d.fe)
+            }
+        }
+        V(self)
     }
 }
 

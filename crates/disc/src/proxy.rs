@@ -22,9 +22,7 @@ use std::sync::Arc;
 use iolab_runtime::net::{TcpListener, TcpStream};
 use iolab_runtime::Runtime;
 
-use crate::http1::{
-    parse_request, parse_response, relay_body, rewrite_head, write_all, Conn, Framing,
-};
+use crate::http1::{parse_request, parse_response, relay_body, write_all, Conn, Field, Framing};
 use crate::proto::{Disc, PathInfo, DISC_FIELD, PATH_FIELD};
 use crate::stop::Stop;
 
@@ -332,32 +330,50 @@ impl Upstream {
     }
 }
 
-/// The request head as this tier sends it on, and this tier's index in the path.
-fn outgoing_head(head: &[u8], cfg: &ProxyConfig, offer: bool) -> (Vec<u8>, Option<u32>) {
+/// The request head as this tier sends it on, and this tier's index in the path. `path` is
+/// where the head's X-Disc-Path field is (from [`parse_request`]).
+fn outgoing_head(
+    head: &[u8],
+    path: &Field,
+    cfg: &ProxyConfig,
+    offer: bool,
+) -> (Vec<u8>, Option<u32>) {
+    let mut buf = [0u8; 96];
     if cfg.first {
         // A client's own X-Disc-Path is never trusted.
         if cfg.disc == DiscMode::Off {
-            return (rewrite_head(head, PATH_FIELD, &[]), None);
+            return (path.replace(head, PATH_FIELD, None), None);
         }
         let p = PathInfo::first(offer);
-        let line = format!("{PATH_FIELD}: {}\r\n", p.value());
-        return (rewrite_head(head, PATH_FIELD, &[line]), Some(0));
+        return (
+            path.replace(head, PATH_FIELD, Some(path_line(p, &mut buf))),
+            Some(0),
+        );
     }
-    let incoming = crate::http1::field(head, PATH_FIELD).map(PathInfo::parse);
+    let incoming = path.value(head, PATH_FIELD).map(PathInfo::parse);
     match incoming {
         None => (head.to_vec(), None),
-        Some(Err(_)) => (rewrite_head(head, PATH_FIELD, &[]), None),
+        Some(Err(_)) => (path.replace(head, PATH_FIELD, None), None),
         Some(Ok(p)) => {
             let me = p.nb_tier;
             match p.forward(offer && cfg.disc != DiscMode::Off) {
-                Some(next) => {
-                    let line = format!("{PATH_FIELD}: {}\r\n", next.value());
-                    (rewrite_head(head, PATH_FIELD, &[line]), Some(me))
-                }
-                None => (rewrite_head(head, PATH_FIELD, &[]), None),
+                Some(next) => (
+                    path.replace(head, PATH_FIELD, Some(path_line(next, &mut buf))),
+                    Some(me),
+                ),
+                None => (path.replace(head, PATH_FIELD, None), None),
             }
         }
     }
+}
+
+/// The X-Disc-Path line for `p`, formatted in `buf` (no allocation per request).
+fn path_line(p: PathInfo, buf: &mut [u8; 96]) -> &[u8] {
+    use std::io::Write;
+    let mut c = std::io::Cursor::new(&mut buf[..]);
+    let _ = write!(c, "{PATH_FIELD}: {}\r\n", p.display());
+    let n = c.position() as usize;
+    &buf[..n]
 }
 
 /// A client connection registered with the hooks; removed from their map when dropped.
@@ -466,13 +482,13 @@ async fn connection(
                 return Ok(());
             }
         };
-        let idempotent = matches!(req.method.as_str(), "GET" | "HEAD");
+        let idempotent = matches!(&*req.method, "GET" | "HEAD");
         let mut offer = cfg.disc != DiscMode::Off && idempotent;
         let mut attempts = 0;
         // Loops again only to resend: a stale keep-alive upstream, or the DISC fallback.
         let keep = loop {
             attempts += 1;
-            let (out, me) = outgoing_head(&head, cfg, offer);
+            let (out, me) = outgoing_head(&head, &req.path, cfg, offer);
             let reused = up.reused && up.conn.is_some();
             let sent = send_request(&mut up, &mut client, out, req.framing).await;
             let res = match sent {
@@ -491,7 +507,7 @@ async fn connection(
                 }
             };
             up.reused = true;
-            let disc = match res.disc.as_deref().map(Disc::parse) {
+            let disc = match res.disc.value(&rhead, DISC_FIELD).map(Disc::parse) {
                 None => None,
                 Some(Ok(d)) if me.is_some_and(|m| m >= d.fe) => Some(d),
                 Some(_) => {
@@ -528,7 +544,7 @@ async fn connection(
                 break res.keep_alive;
             }
             // FE role.
-            let out_head = rewrite_head(&rhead, DISC_FIELD, &[]);
+            let out_head = res.disc.replace(&rhead, DISC_FIELD, None);
             if let (DiscMode::Direct, Some(reg)) = (cfg.disc, &reg) {
                 let hello = fe_hello(&mut dp, d.last, reg).await;
                 match hello.and_then(|kind| direct_link(kind, &mut dp_link, d.last)) {

@@ -6,7 +6,7 @@
 #![no_main]
 
 use iolab_disc::bpf::AckEvent;
-use iolab_disc::http1::{parse_request, parse_response};
+use iolab_disc::http1::{field, find_head_end, parse_request, parse_response, rewrite_head};
 use iolab_disc::proto::{Disc, PathInfo};
 use libfuzzer_sys::fuzz_target;
 
@@ -57,7 +57,18 @@ fuzz_target!(|input: &[u8]| {
             }
         }
         _ => {
-            let _ = parse_request(data);
+            if let Ok(r) = parse_request(data) {
+                // A located field is replaced as the general scan replaces it.
+                if find_head_end(data, 0) == Some(data.len()) {
+                    let name = iolab_disc::proto::PATH_FIELD;
+                    let line = b"X-Disc-Path: nb=1;bypass=1\r\n";
+                    assert_eq!(r.path.value(data, name), field(data, name));
+                    assert_eq!(
+                        r.path.replace(data, name, Some(line)),
+                        rewrite_head(data, name, &[String::from_utf8_lossy(line).into()])
+                    );
+                }
+            }
             for method in ["GET", "HEAD"] {
                 if let Ok(r) = parse_response(data, method) {
                     assert!(r.status >= 100 && r.status <= 999, "status {}", r.status);
