@@ -39,9 +39,94 @@ pub fn allowed_cpus() -> io::Result<Vec<usize>> {
         .collect())
 }
 
+/// One CPU's time counters from `/proc/stat`, in clock ticks (USER_HZ).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuTimes {
+    /// Time the hypervisor ran something else while this virtual CPU wanted to run.
+    pub steal: u64,
+    /// All states together (user, nice, system, idle, iowait, irq, softirq, steal).
+    pub total: u64,
+}
+
+impl CpuTimes {
+    /// CPU `cpu`'s counters now (None: all CPUs together); None where `/proc/stat` has no
+    /// such line.
+    pub fn read(cpu: Option<usize>) -> Option<CpuTimes> {
+        CpuTimes::parse(&std::fs::read_to_string("/proc/stat").ok()?, cpu)
+    }
+
+    /// CPU `cpu`'s counters (None: all CPUs together) in a `/proc/stat` text.
+    pub fn parse(stat: &str, cpu: Option<usize>) -> Option<CpuTimes> {
+        let name = match cpu {
+            Some(c) => format!("cpu{c}"),
+            None => "cpu".to_string(),
+        };
+        let line = stat
+            .lines()
+            .find(|l| l.split_ascii_whitespace().next() == Some(name.as_str()))?;
+        let f: Vec<u64> = line
+            .split_ascii_whitespace()
+            .skip(1)
+            .take(8)
+            .map(|x| x.parse().ok())
+            .collect::<Option<_>>()?;
+        // Kernels before 2.6.11 have no steal field.
+        let steal = f.get(7).copied().unwrap_or(0);
+        Some(CpuTimes {
+            steal,
+            total: f.iter().sum(),
+        })
+    }
+
+    /// The share of the time since `earlier` that the hypervisor took, in percent; None
+    /// when no tick passed.
+    pub fn steal_pct_since(&self, earlier: &CpuTimes) -> Option<f64> {
+        let total = self.total.checked_sub(earlier.total).filter(|&t| t > 0)?;
+        Some(100.0 * self.steal.saturating_sub(earlier.steal) as f64 / total as f64)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn steal_is_read_from_proc_stat() {
+        let a =
+            "cpu  1 2 3 4 5 6 7 8 0 0\ncpu0 10 0 10 70 0 0 0 10 0 0\ncpu1 1 1 1 1 1 1 1 1 0 0\n";
+        let b = "cpu0 20 0 20 130 0 0 0 30 0 0\ncpu10 0 0 0 0 0 0 0 0 0 0\n";
+        let (t0, t1) = (
+            CpuTimes::parse(a, Some(0)).unwrap(),
+            CpuTimes::parse(b, Some(0)).unwrap(),
+        );
+        assert_eq!(
+            t0,
+            CpuTimes {
+                steal: 10,
+                total: 100
+            }
+        );
+        assert_eq!(t1.steal_pct_since(&t0), Some(20.0));
+        assert_eq!(t0.steal_pct_since(&t0), None);
+        assert_eq!(CpuTimes::parse(a, Some(1)).unwrap().total, 8);
+        assert_eq!(
+            CpuTimes::parse(a, None),
+            Some(CpuTimes {
+                steal: 8,
+                total: 36
+            })
+        );
+        assert_eq!(CpuTimes::parse(b, Some(1)), None, "cpu10 is not cpu1");
+        assert_eq!(CpuTimes::parse(b, None), None);
+        let short = "cpu0 1 2 3\n";
+        assert_eq!(
+            CpuTimes::parse(short, Some(0)),
+            Some(CpuTimes { steal: 0, total: 6 })
+        );
+        assert_eq!(CpuTimes::parse("cpu0 1 x 3\n", Some(0)), None);
+        let now = CpuTimes::read(Some(0)).expect("this machine's /proc/stat has cpu0");
+        assert!(now.total > 0 && now.steal <= now.total);
+    }
 
     #[test]
     fn pin_takes_effect_and_bad_cpus_are_refused() {

@@ -62,6 +62,8 @@ pub struct Run {
     pub cpu_s: [f64; 3],
     /// Bytes in + out of the IS's interfaces during the run.
     pub is_bytes: u64,
+    /// Percent of the tiers' CPU time the host took during the run ([`Steal`]).
+    pub steal_pct: Option<f64>,
 }
 
 fn parse_ms(s: &str) -> Option<f64> {
@@ -163,9 +165,11 @@ fn one_run(
         .map(|t| cg.cpu_seconds(t))
         .collect();
     let b0 = is_bytes(state);
+    let steal = Steal::start(o.tier_cpus.as_deref());
     let t0 = Instant::now();
     let out = wrk(state, &url, o.seconds, o.connections, &o.client_cpus)?;
     let secs = t0.elapsed().as_secs_f64();
+    let steal_pct = steal.pct();
     let b1 = is_bytes(state);
     let cpu1: Vec<f64> = crate::stack::TIERS
         .iter()
@@ -181,7 +185,91 @@ fn one_run(
         errors,
         cpu_s: [cpu1[0] - cpu0[0], cpu1[1] - cpu0[1], cpu1[2] - cpu0[2]],
         is_bytes: b1 - b0,
+        steal_pct,
     })
+}
+
+/// The host's steal on the tiers' CPUs over a run, from `/proc/stat`: on a virtual
+/// machine, the time its co-tenants took while the tiers wanted to run. Printed with each
+/// run and summed up under the table, so that a run on a busy host is seen as such (the
+/// CPU accounting already leaves stolen time out, but a busy host slows what does run:
+/// caches, memory bandwidth, the wake-ups between virtual CPUs).
+pub(crate) struct Steal(Vec<(Option<usize>, iolab_sys::cpu::CpuTimes)>);
+
+impl Steal {
+    /// `cpus`: a taskset list ("0", "0,2-3"); None or unreadable: all CPUs together.
+    pub(crate) fn start(cpus: Option<&str>) -> Steal {
+        let list: Vec<Option<usize>> = match cpus.and_then(cpu_list) {
+            Some(l) if !l.is_empty() => l.into_iter().map(Some).collect(),
+            _ => vec![None],
+        };
+        Steal(
+            list.into_iter()
+                .filter_map(|c| Some((c, iolab_sys::cpu::CpuTimes::read(c)?)))
+                .collect(),
+        )
+    }
+
+    /// Percent of those CPUs' time since `start` that the host took; None when
+    /// `/proc/stat` could not be read or no tick passed.
+    pub(crate) fn pct(&self) -> Option<f64> {
+        use iolab_sys::cpu::CpuTimes;
+        let zero = CpuTimes { steal: 0, total: 0 };
+        let (mut before, mut now) = (zero, zero);
+        for (c, b) in &self.0 {
+            let n = CpuTimes::read(*c)?;
+            (before.steal, before.total) = (before.steal + b.steal, before.total + b.total);
+            (now.steal, now.total) = (now.steal + n.steal, now.total + n.total);
+        }
+        now.steal_pct_since(&before)
+    }
+}
+
+/// The CPUs of a taskset list ("0", "0,2-3"); None if it is not one.
+fn cpu_list(s: &str) -> Option<Vec<usize>> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (
+                    a.trim().parse::<usize>().ok()?,
+                    b.trim().parse::<usize>().ok()?,
+                );
+                if b < a || b - a > 4096 {
+                    return None;
+                }
+                out.extend(a..=b);
+            }
+            None => out.push(part.parse().ok()?),
+        }
+    }
+    Some(out)
+}
+
+/// One line on the host's steal during a bench's runs, per configuration (`runs`: label
+/// and the steal of each of its runs).
+pub(crate) fn steal_line(runs: &[(&str, Vec<f64>)]) -> String {
+    let all: Vec<f64> = runs.iter().flat_map(|(_, v)| v.iter().copied()).collect();
+    if all.is_empty() {
+        return "host steal on the tiers' CPU: not measured (/proc/stat unreadable)\n".into();
+    }
+    let st = stats(all);
+    let per: Vec<String> = runs
+        .iter()
+        .map(|(c, v)| {
+            format!(
+                "{c} {:.1}%",
+                stats(v.clone())["median"].as_f64().unwrap_or(f64::NAN)
+            )
+        })
+        .collect();
+    format!(
+        "host steal on the tiers' CPU during the runs (/proc/stat): median {:.1}% ({:.1}-{:.1}%); {}\n",
+        st["median"].as_f64().unwrap_or(f64::NAN),
+        st["min"].as_f64().unwrap_or(f64::NAN),
+        st["max"].as_f64().unwrap_or(f64::NAN),
+        per.join(", ")
+    )
 }
 
 /// (median, min, max) of the finite values, each NaN (JSON null) when there is none; shared
@@ -288,14 +376,15 @@ pub fn run(state: &State, o: &BenchOpts, progress: &dyn Fn(&str)) -> anyhow::Res
                 }
                 let r = one_run(state, st, cg, size, o)?;
                 progress(&format!(
-                    "  {:>8} B  {:<7} rep {}: {:>8.0} req/s  IS {:>6.1} us/req  IS bytes/req {:>9.0}  p99 {:.2} ms",
+                    "  {:>8} B  {:<7} rep {}: {:>8.0} req/s  IS {:>6.1} us/req  IS bytes/req {:>9.0}  p99 {:.2} ms  steal {:.0}%",
                     size,
                     if is_odb { "odb" } else { "vanilla" },
                     rep + 1,
                     r.rps,
                     r.cpu_s[1] * 1e6 / r.requests.max(1) as f64,
                     r.is_bytes as f64 / r.requests.max(1) as f64,
-                    r.p99_ms
+                    r.p99_ms,
+                    r.steal_pct.unwrap_or(f64::NAN)
                 ));
                 if is_odb {
                     runs_o.push(r);
@@ -433,6 +522,18 @@ pub fn table(v: &Value) -> String {
         ));
     }
     s.push_str(&goals(v));
+    let steal: Vec<(&str, Vec<f64>)> = ["vanilla", "odb"]
+        .iter()
+        .map(|mode| {
+            let sizes = v["sizes"].as_array().into_iter().flatten();
+            let runs = sizes.flat_map(|x| x[*mode]["runs"].as_array().into_iter().flatten());
+            (
+                *mode,
+                runs.filter_map(|r| r["steal_pct"].as_f64()).collect(),
+            )
+        })
+        .collect();
+    s.push_str(&steal_line(&steal));
     s
 }
 
@@ -657,6 +758,33 @@ pub fn sleep_settle() {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn steal_is_summed_over_the_tiers_cpus_and_summed_up_per_configuration() {
+        assert_eq!(cpu_list("0"), Some(vec![0]));
+        assert_eq!(cpu_list("0, 2-4"), Some(vec![0, 2, 3, 4]));
+        assert_eq!(cpu_list("3-1"), None);
+        assert_eq!(cpu_list("a"), None);
+        assert_eq!(cpu_list(""), None);
+        // This machine's /proc/stat: a run of a few ticks gives a share in [0, 100].
+        let s = Steal::start(Some("0"));
+        assert_eq!(s.0.len(), 1);
+        let t0 = Instant::now();
+        while t0.elapsed() < std::time::Duration::from_millis(60) {
+            std::hint::spin_loop();
+        }
+        let pct = s.pct().expect("ticks passed");
+        assert!((0.0..=100.0).contains(&pct), "{pct}");
+        assert_eq!(
+            Steal::start(Some("x")).0[0].0,
+            None,
+            "unreadable list: all CPUs"
+        );
+        let line = steal_line(&[("nginx", vec![1.0, 3.0, 2.0]), ("disc", vec![10.0])]);
+        assert!(line.contains("median 2.5% (1.0-10.0%)"), "{line}");
+        assert!(line.contains("nginx 2.0%, disc 10.0%"), "{line}");
+        assert!(steal_line(&[("odb", vec![])]).contains("not measured"));
+    }
 
     /// The line of `goals` that starts (indentation aside) with `start`.
     pub(crate) fn goal_named(goals: &str, start: &str) -> String {

@@ -99,6 +99,8 @@ pub struct Run {
     /// (run_time_ns, run_cnt) of disc_egress and disc_ingress during the run (DISC only).
     pub hook_egress: Option<(u64, u64)>,
     pub hook_ingress: Option<(u64, u64)>,
+    /// Percent of the tiers' CPU time the host took during the run (`bench::Steal`).
+    pub steal_pct: Option<f64>,
 }
 
 /// Addresses of the bench's namespaces.
@@ -564,7 +566,9 @@ fn one_run(
     let h0 = hook_stats(&ids);
     let cpu0 = crate::stack::TIERS.map(|t| cg.cpu_seconds(t));
     let (fe0, is0) = (net.bytes("fe"), net.bytes("is"));
+    let steal = crate::bench::Steal::start(Some(&o.tier_cpus));
     let (requests, p50, p99, errors, stalled) = wrk(net, &url, o)?;
+    let steal_pct = steal.pct();
     let (fe1, is1) = (net.bytes("fe"), net.bytes("is"));
     let cpu1 = crate::stack::TIERS.map(|t| cg.cpu_seconds(t));
     let h1 = hook_stats(&ids);
@@ -589,6 +593,7 @@ fn one_run(
         is_bytes: is1 - is0,
         hook_egress: hook(0),
         hook_ingress: hook(1),
+        steal_pct,
     })
 }
 
@@ -728,7 +733,7 @@ pub fn run(o: &DiscOpts, progress: &dyn Fn(&str)) -> anyhow::Result<Value> {
                 let r = one_run(config, size, rep, &net, &peers, &cgs[ci], o)?;
                 let req = r.requests.max(1) as f64;
                 progress(&format!(
-                    "  {:>8} B  {:<5} rep {}: {:>7.0} req/s  CPU {:>6.1} us/req (FE {:.1} IS {:.1} BE {:.1})  FE B/req {:>8.0}  p99 {:>6.2} ms{}{}",
+                    "  {:>8} B  {:<5} rep {}: {:>7.0} req/s  CPU {:>6.1} us/req (FE {:.1} IS {:.1} BE {:.1})  FE B/req {:>8.0}  p99 {:>6.2} ms  steal {:.0}%{}{}",
                     size,
                     config,
                     rep + 1,
@@ -739,6 +744,7 @@ pub fn run(o: &DiscOpts, progress: &dyn Fn(&str)) -> anyhow::Result<Value> {
                     r.cpu_s[2] * 1e6 / req,
                     r.fe_bytes as f64 / req,
                     r.p99_ms,
+                    r.steal_pct.unwrap_or(f64::NAN),
                     r.bytes_error.as_ref().map(|e| format!("  WRONG BYTES: {e}")).unwrap_or_default(),
                     if r.stalled > 0 { format!("  stalled {}", r.stalled) } else { String::new() },
                 ));
@@ -897,6 +903,15 @@ pub fn table(v: &Value) -> String {
         h["ingress"]["ns_per_packet"].as_f64().unwrap_or(f64::NAN),
         h["ingress"]["run_cnt"],
     ));
+    let steal: Vec<(&str, Vec<f64>)> = CONFIGS
+        .iter()
+        .map(|c| {
+            let runs = v["runs"].as_array().into_iter().flatten();
+            let of_c = runs.filter(|r| r["config"] == *c);
+            (*c, of_c.filter_map(|r| r["steal_pct"].as_f64()).collect())
+        })
+        .collect();
+    s.push_str(&crate::bench::steal_line(&steal));
     let me = &v["method"];
     s.push_str(&format!(
         "method: medians of {} repeats x {} s, wrk -t1 -c{} on CPU {}, tiers on CPU {}; order per repeat {}\n",
@@ -1102,6 +1117,7 @@ mod tests {
             is_bytes: 2000 * rps as u64,
             hook_egress: (config == "disc").then_some((1000, 10)),
             hook_ingress: (config == "disc").then_some((600, 20)),
+            steal_pct: Some(if config == "nginx" { 4.0 } else { 2.0 }),
         }
     }
 
@@ -1117,6 +1133,7 @@ mod tests {
             "nginx_configs": [{"tier": "fe", "config": "worker_processes 1;\nsendfile on;\nevents {}"}],
             "our_tiers": [{"config": "disc", "tiers": [{"tier": "fe", "command": "iolab disc proxy --disc direct"}]}],
             "sizes": sizes,
+            "runs": runs,
             "machine": {},
         })
     }
@@ -1151,6 +1168,10 @@ mod tests {
         assert!(t.contains("WRONG"), "the wrong bytes at 64 KiB show:\n{t}");
         // 1000 ns over 10 packets twice (two DISC runs): 100 ns; ingress 600/20: 30 ns
         assert!(t.contains("disc_egress 100 ns/packet (20 packets)"), "{t}");
+        assert!(
+            t.contains("host steal on the tiers' CPU during the runs (/proc/stat): median 2.0% (2.0-4.0%); nginx 4.0%, ours 2.0%, disc 2.0%"),
+            "{t}"
+        );
         assert!(t.contains("disc_ingress 30 ns/packet (40 packets)"), "{t}");
         assert!(
             t.contains("nginx fe: worker_processes 1; sendfile on;"),
