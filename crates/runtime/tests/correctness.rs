@@ -324,7 +324,11 @@ fn send_to_a_slow_reader_loses_nothing() {
             let sent = file.send_to(&stream, 0, len).await;
             assert_eq!(sent.unwrap_or_else(|e| panic!("{len} B: {e}")), len);
             drop(stream);
-            let got = reader.join().unwrap();
+            // Waited for on the pool, not on this thread: with DEFER_TASKRUN the ring lets go
+            // of a finished splice's file only when this loop next enters it, so a loop
+            // blocked in a plain `join` kept the socket open and the reader waited for a FIN
+            // that never came (a CI run hung here; one io_uring_enter from gdb released it).
+            let got = iolab_runtime::detach(move || reader.join()).await.unwrap();
             assert_eq!(got.len(), len, "{len} B: bytes received");
             assert!(got == data, "{len} B: bytes differ");
         });
