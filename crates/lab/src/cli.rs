@@ -270,8 +270,11 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         seed_conditions: args.seed_conditions,
     };
     if args.scaling {
-        let parse =
-            |s: &Option<String>| s.as_deref().map(crate::scaling::parse_cpu_list).transpose();
+        let parse = |s: &Option<String>| {
+            s.as_deref()
+                .map(|l| iolab_sys::cpu::parse_cpu_list(l).map_err(anyhow::Error::msg))
+                .transpose()
+        };
         let r = crate::scaling::run(
             &opts,
             parse(&args.server_cpus).context("--server-cpus")?,

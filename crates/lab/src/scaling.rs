@@ -60,33 +60,6 @@ pub struct ScalingRow {
     pub errors: u64,
 }
 
-/// Parses a CPU list: `0-3,8,10-11`.
-pub fn parse_cpu_list(s: &str) -> anyhow::Result<Vec<usize>> {
-    let mut v = Vec::new();
-    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (a, b) = match part.split_once('-') {
-            Some((a, b)) => (a.trim(), b.trim()),
-            None => (part, part),
-        };
-        let a: usize = a
-            .parse()
-            .with_context(|| format!("CPU list {s:?}: {part:?} is not a CPU or a range"))?;
-        let b: usize = b
-            .parse()
-            .with_context(|| format!("CPU list {s:?}: {part:?} is not a CPU or a range"))?;
-        if a > b || b >= libc::CPU_SETSIZE as usize {
-            bail!("CPU list {s:?}: bad range {part:?}");
-        }
-        v.extend(a..=b);
-    }
-    v.sort_unstable();
-    v.dedup();
-    if v.is_empty() {
-        bail!("CPU list {s:?} is empty");
-    }
-    Ok(v)
-}
-
 /// 1, 2, 4, … up to `n`, and `n` itself.
 pub fn worker_counts(n: usize) -> Vec<usize> {
     let mut v = Vec::new();
@@ -643,15 +616,6 @@ pub fn write_outputs(r: &Results, out: &Path) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cpu_lists() {
-        assert_eq!(parse_cpu_list("0-3,8").unwrap(), vec![0, 1, 2, 3, 8]);
-        assert_eq!(parse_cpu_list("1, 1,0").unwrap(), vec![0, 1]);
-        for bad in ["", "a", "3-1", "1-x", "99999"] {
-            assert!(parse_cpu_list(bad).is_err(), "{bad:?}");
-        }
-    }
 
     #[test]
     fn worker_steps() {

@@ -39,6 +39,33 @@ pub fn allowed_cpus() -> io::Result<Vec<usize>> {
         .collect())
 }
 
+/// Parses a CPU list as taskset and the kernel write it: `0-3,8,10-11` (sorted, each CPU
+/// once). The error says which part is wrong.
+pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>, String> {
+    let mut v = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (a, b) = match part.split_once('-') {
+            Some((a, b)) => (a.trim(), b.trim()),
+            None => (part, part),
+        };
+        let cpu = |x: &str| {
+            x.parse::<usize>()
+                .map_err(|e| format!("CPU list {s:?}: {part:?} is not a CPU or a range: {e}"))
+        };
+        let (a, b) = (cpu(a)?, cpu(b)?);
+        if a > b || b >= libc::CPU_SETSIZE as usize {
+            return Err(format!("CPU list {s:?}: bad range {part:?}"));
+        }
+        v.extend(a..=b);
+    }
+    v.sort_unstable();
+    v.dedup();
+    if v.is_empty() {
+        return Err(format!("CPU list {s:?} is empty"));
+    }
+    Ok(v)
+}
+
 /// One CPU's time counters from `/proc/stat`, in clock ticks (USER_HZ).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CpuTimes {
@@ -89,6 +116,15 @@ impl CpuTimes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpu_list("0-3,8").unwrap(), vec![0, 1, 2, 3, 8]);
+        assert_eq!(parse_cpu_list("1, 1,0").unwrap(), vec![0, 1]);
+        for bad in ["", "a", "3-1", "1-x", "99999"] {
+            assert!(parse_cpu_list(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn steal_is_read_from_proc_stat() {

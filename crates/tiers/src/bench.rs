@@ -199,8 +199,8 @@ pub(crate) struct Steal(Vec<(Option<usize>, iolab_sys::cpu::CpuTimes)>);
 impl Steal {
     /// `cpus`: a taskset list ("0", "0,2-3"); None or unreadable: all CPUs together.
     pub(crate) fn start(cpus: Option<&str>) -> Steal {
-        let list: Vec<Option<usize>> = match cpus.and_then(cpu_list) {
-            Some(l) if !l.is_empty() => l.into_iter().map(Some).collect(),
+        let list: Vec<Option<usize>> = match cpus.map(iolab_sys::cpu::parse_cpu_list) {
+            Some(Ok(l)) => l.into_iter().map(Some).collect(),
             _ => vec![None],
         };
         Steal(
@@ -223,27 +223,6 @@ impl Steal {
         }
         now.steal_pct_since(&before)
     }
-}
-
-/// The CPUs of a taskset list ("0", "0,2-3"); None if it is not one.
-fn cpu_list(s: &str) -> Option<Vec<usize>> {
-    let mut out = Vec::new();
-    for part in s.split(',').map(str::trim) {
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b) = (
-                    a.trim().parse::<usize>().ok()?,
-                    b.trim().parse::<usize>().ok()?,
-                );
-                if b < a || b - a > 4096 {
-                    return None;
-                }
-                out.extend(a..=b);
-            }
-            None => out.push(part.parse().ok()?),
-        }
-    }
-    Some(out)
 }
 
 /// One line on the host's steal during a bench's runs, per configuration (`runs`: label
@@ -761,11 +740,6 @@ pub(crate) mod tests {
 
     #[test]
     fn steal_is_summed_over_the_tiers_cpus_and_summed_up_per_configuration() {
-        assert_eq!(cpu_list("0"), Some(vec![0]));
-        assert_eq!(cpu_list("0, 2-4"), Some(vec![0, 2, 3, 4]));
-        assert_eq!(cpu_list("3-1"), None);
-        assert_eq!(cpu_list("a"), None);
-        assert_eq!(cpu_list(""), None);
         // This machine's /proc/stat: a run of a few ticks gives a share in [0, 100].
         let s = Steal::start(Some("0"));
         assert_eq!(s.0.len(), 1);
