@@ -235,6 +235,6 @@ fn shortcut(head: &[u8], site: &Site, d: &BeDisc, key: &mut Vec<u8>) -> Option<(
     } else {
         b"Connection: close\r\n"
     });
-    let _ = write!(out, "{DISC_FIELD}: {}\r\n\r\n", disc.display());
+    let _ = write!(out, "{DISC_FIELD}: {}\r\n\r\n", disc);
     Some((out, keep))
 }

@@ -155,18 +155,14 @@ impl PathInfo {
     }
 
     pub fn value(&self) -> String {
-        self.display().to_string()
+        self.to_string()
     }
+}
 
-    /// The field's value, for `write!` without a `String` in between.
-    pub fn display(&self) -> impl fmt::Display + '_ {
-        struct V<'a>(&'a PathInfo);
-        impl fmt::Display for V<'_> {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                write!(f, "nb={};bypass={:x}", self.0.nb_tier, self.0.bypassed)
-            }
-        }
-        V(self)
+/// The field's value (what [`PathInfo::parse`] reads), for `write!` without a `String`.
+impl fmt::Display for PathInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "nb={};bypass={:x}", self.nb_tier, self.bypassed)
     }
 }
 
@@ -209,19 +205,18 @@ impl Disc {
     }
 
     pub fn value(&self) -> String {
-        self.display().to_string()
+        self.to_string()
     }
+}
 
-    /// The field's value, for `write!` without a `String` in between.
-    pub fn display(&self) -> impl fmt::Display + '_ {
-        struct V<'a>(&'a Disc);
-        impl fmt::Display for V<'_> {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                let d = self.0;
-                write!(f, "id={};size={};last={};fe={}", d.id, d.size, d.last, d.fe)
-            }
-        }
-        V(self)
+/// The field's value (what [`Disc::parse`] reads), for `write!` without a `String`.
+impl fmt::Display for Disc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "id={};size={};last={};fe={}",
+            self.id, self.size, self.last, self.fe
+        )
     }
 }
 

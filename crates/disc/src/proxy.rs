@@ -371,7 +371,7 @@ fn outgoing_head(
 fn path_line(p: PathInfo, buf: &mut [u8; 96]) -> &[u8] {
     use std::io::Write;
     let mut c = std::io::Cursor::new(&mut buf[..]);
-    let _ = write!(c, "{PATH_FIELD}: {}\r\n", p.display());
+    let _ = write!(c, "{PATH_FIELD}: {}\r\n", p);
     let n = c.position() as usize;
     &buf[..n]
 }
