@@ -770,6 +770,27 @@ mod tests {
         rt.block_on(async move {
             let up = TcpStream::connect(up_addr).await.unwrap();
             let cl = TcpStream::connect(cl_addr).await.unwrap();
+            // The relay starts once the upstream's first write is all in its receive queue:
+            // on a loaded machine a first read could otherwise get part of it, leave more
+            // than TAIL to come, and rightly send at once.
+            let queued = || {
+                let mut n: libc::c_int = 0;
+                // SAFETY: FIONREAD writes one c_int through the pointer, on a descriptor
+                // `up` owns for the whole call.
+                let rc = unsafe {
+                    libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(&up), libc::FIONREAD, &mut n)
+                };
+                assert_eq!(rc, 0, "FIONREAD: {}", std::io::Error::last_os_error());
+                n as usize
+            };
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while queued() < READ {
+                assert!(
+                    Instant::now() < deadline,
+                    "the upstream's 64 KiB never queued"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
             let mut conn = Conn::new(up);
             relay_exact(&mut conn, Some(&cl), (READ + tail) as u64)
                 .await
