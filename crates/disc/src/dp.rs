@@ -528,6 +528,13 @@ impl crate::sender::Emit for Wire {
             Wire::Xdp(x) => x.burst(mss),
         }
     }
+    fn packet(&self, mss: usize) -> usize {
+        match self {
+            Wire::Gso(g) => g.packet(mss),
+            Wire::Raw(r) => r.packet(mss),
+            Wire::Xdp(x) => x.packet(mss),
+        }
+    }
     fn emit(
         &mut self,
         flow: &crate::sender::Flow,

@@ -212,6 +212,11 @@ impl Emit for GsoSocket {
         ((MAX_IP_PACKET - 40) / mss).min(MAX_BURST_SEGMENTS) * mss
     }
 
+    /// A burst stays one packet on a veth (segmented only where it leaves for a NIC).
+    fn packet(&self, mss: usize) -> usize {
+        self.burst(mss)
+    }
+
     fn emit(&mut self, flow: &Flow, seq: u32, data: Pieces<'_>, flags: u8) -> io::Result<()> {
         let len = crate::sender::pieces_len(data);
         if len > self.burst(flow.mss) {
