@@ -106,7 +106,8 @@ impl AckTap {
             return Err(io::Error::last_os_error());
         }
         // Room for a burst of ACKs while the BE's loop is busy: a dropped ACK can hold a
-        // window-limited transfer until DP's retransmission timer (200 ms).
+        // window-limited transfer until DP's retransmission timer (200 ms before a round
+        // trip is measured, 20 ms at least after).
         // FORCE (root) may exceed rmem_max; if refused, the plain option is tried.
         for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
             let room: libc::c_int = TAP_BUFFER;
