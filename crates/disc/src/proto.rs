@@ -153,10 +153,6 @@ impl PathInfo {
         }
         Ok(PathInfo { nb_tier, bypassed })
     }
-
-    pub fn value(&self) -> String {
-        self.to_string()
-    }
 }
 
 /// The field's value (what [`PathInfo::parse`] reads), for `write!` without a `String`.
@@ -202,10 +198,6 @@ impl Disc {
             (Some(_), Some(_), Some(_), Some(_)) => err("fe out of range"),
             _ => err("id, size, last and fe are required"),
         }
-    }
-
-    pub fn value(&self) -> String {
-        self.to_string()
     }
 }
 
@@ -258,7 +250,7 @@ mod tests {
         assert!(!p.all_accept());
         // Last bypasses Inter2 only: Inter2 plays FE.
         assert_eq!(p.fe_tier(), Some(2));
-        assert_eq!(PathInfo::parse(p.value().as_bytes()).unwrap(), p);
+        assert_eq!(PathInfo::parse(p.to_string().as_bytes()).unwrap(), p);
 
         let all = PathInfo::first(true).forward(true).unwrap();
         assert!(all.all_accept());
@@ -277,7 +269,7 @@ mod tests {
         assert_eq!(p.nb_tier, 64);
         assert!(p.all_accept());
         assert_eq!(p.fe_tier(), Some(0));
-        assert_eq!(PathInfo::parse(p.value().as_bytes()).unwrap(), p);
+        assert_eq!(PathInfo::parse(p.to_string().as_bytes()).unwrap(), p);
         assert!(p.forward(true).is_none());
     }
 
@@ -311,7 +303,7 @@ mod tests {
             last: "10.0.0.1:9".parse().unwrap(),
             fe: 0,
         };
-        assert_eq!(Disc::parse(d.value().as_bytes()).unwrap(), d);
+        assert_eq!(Disc::parse(d.to_string().as_bytes()).unwrap(), d);
     }
 
     #[test]
@@ -326,7 +318,7 @@ mod tests {
                 .collect();
             if let Ok(p) = PathInfo::parse(&v) {
                 assert!(p.nb_tier >= 1 && p.nb_tier <= MAX_TIERS);
-                assert_eq!(PathInfo::parse(p.value().as_bytes()).unwrap(), p);
+                assert_eq!(PathInfo::parse(p.to_string().as_bytes()).unwrap(), p);
             }
             let _ = Disc::parse(&v);
         }
