@@ -160,8 +160,6 @@ pub struct Transfer {
     cwnd: Option<usize>,
     /// Slow start below it, one segment per window's worth acknowledged above it.
     ssthresh: usize,
-    /// Payload bytes per packet on the link ([`Emit::packet`]), from the last pump.
-    packet: usize,
     /// The client's window held the whole transfer at its start: the FE then clones DP
     /// only the last byte's ACK and duplicate ACKs (`bpf::NOTIFY_ENDS`), too few to pace.
     whole_in_window: bool,
@@ -204,7 +202,6 @@ impl Transfer {
             dupacks: 0,
             cwnd: None,
             ssthresh: usize::MAX,
-            packet: flow.mss.max(1),
             whole_in_window,
             rto: RTO_INITIAL,
             srtt: None,
@@ -249,7 +246,6 @@ impl Transfer {
             self.armed = Instant::now();
         }
         let burst = out.burst(self.flow.mss).max(1);
-        self.packet = out.packet(self.flow.mss).max(1);
         while self.nxt < limit {
             let end = (self.nxt + burst).min(limit);
             let flags = if end == self.len() { ACK | PSH } else { ACK };
@@ -299,7 +295,7 @@ impl Transfer {
         } else if off == self.una && self.nxt > self.una && !update {
             self.dupacks += 1;
             if self.dupacks == 3 {
-                self.on_loss(false);
+                self.on_loss(false, out.packet(self.flow.mss));
                 self.go_back();
             }
         }
@@ -309,7 +305,7 @@ impl Transfer {
     /// Call periodically: go back to the first unacknowledged byte after the timeout.
     pub fn on_tick(&mut self, now: Instant, out: &mut impl Emit) -> io::Result<()> {
         if self.nxt > self.una && now.duration_since(self.armed) >= self.rto {
-            self.on_loss(true);
+            self.on_loss(true, out.packet(self.flow.mss));
             self.go_back();
             self.rto = (self.rto * 2).min(RTO_MAX);
             self.armed = now;
@@ -352,7 +348,8 @@ impl Transfer {
     /// keeps no congestion window: the FE clones it no ACK but the last byte's and
     /// duplicates, so it could not open one again, and what it resends is bounded by its
     /// own size.
-    fn on_loss(&mut self, timeout: bool) {
+    /// `packet`: payload bytes per packet on the link ([`Emit::packet`]).
+    fn on_loss(&mut self, timeout: bool, packet: usize) {
         if self.whole_in_window {
             return;
         }
@@ -360,7 +357,7 @@ impl Transfer {
         // leaves three to be acknowledged as duplicates (fewer, and every loss waits for
         // the timer: with a floor of four segments, GSO's 64 MiB at 5% took 8-11 s, now
         // 2.5 s, test `disc_direct_under_five_percent_loss`).
-        let floor = 4 * self.packet;
+        let floor = 4 * packet.max(1);
         let in_flight = self.nxt - self.una;
         self.ssthresh = (in_flight / 2).max(floor);
         self.cwnd = Some(if timeout { floor } else { self.ssthresh });
