@@ -203,9 +203,11 @@ impl Steal {
             Some(Ok(l)) => l.into_iter().map(Some).collect(),
             _ => vec![None],
         };
+        // (/proc/stat read once for all of them)
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
         Steal(
             list.into_iter()
-                .filter_map(|c| Some((c, iolab_sys::cpu::CpuTimes::read(c)?)))
+                .filter_map(|c| Some((c, iolab_sys::cpu::CpuTimes::parse(&stat, c)?)))
                 .collect(),
         )
     }
@@ -216,8 +218,9 @@ impl Steal {
         use iolab_sys::cpu::CpuTimes;
         let zero = CpuTimes { steal: 0, total: 0 };
         let (mut before, mut now) = (zero, zero);
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
         for (c, b) in &self.0 {
-            let n = CpuTimes::read(*c)?;
+            let n = CpuTimes::parse(&stat, *c)?;
             (before.steal, before.total) = (before.steal + b.steal, before.total + b.total);
             (now.steal, now.total) = (now.steal + n.steal, now.total + n.total);
         }
