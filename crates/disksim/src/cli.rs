@@ -140,6 +140,11 @@ pub struct ValidateArgs {
     /// transfer/bus split. The directory is created if missing.
     #[arg(long, value_name = "DIR")]
     pub per_request: Option<PathBuf>,
+    /// Also print, per disk, simulated minus real response time by what the model did with
+    /// each request (write, read hit, read miss without a seek, by seek time): where a model
+    /// errs. Always in the JSON (`by_class`).
+    #[arg(long)]
+    pub by_class: bool,
 }
 
 #[derive(Args, Debug)]
@@ -456,6 +461,11 @@ fn validate_disksim(a: ValidateArgs) -> Result<()> {
     print!("{}", validate::table(&results));
     println!("demerit: RMS of real vs simulated response-time distributions at 10,000 percentiles; goal: <= DiskSim's and |mean| <= 5%");
     println!("req rms: RMS of simulated minus real response time request by request (ms); DiskSim: DiskSim 4.0's on the same trace");
+    if a.by_class {
+        println!();
+        print!("{}", validate::class_table(&results));
+        println!("mean, rms: of simulated minus real response time over the class's requests (negative mean: the model is too fast)");
+    }
     write_json(a.json.as_deref(), &results)?;
     if let Some(p) = &a.html {
         std::fs::write(p, validate::html(&results, &machine()))

@@ -67,6 +67,48 @@ pub struct DiskResult {
     /// Response-time quantiles at 0, 1, ..., 100 % (for the CDF figure), ms.
     pub real_cdf: Vec<f64>,
     pub sim_cdf: Vec<f64>,
+    /// Simulated minus real response time by what the model did with each request
+    /// ([`CLASSES`]): where a model errs, which the distributions and the overall mean hide.
+    pub by_class: Vec<ClassError>,
+}
+
+/// The classes of [`DiskResult::by_class`], by what the model did: a write, a read it
+/// served from its cache, a read miss without a seek, and read misses by seek time.
+pub const CLASSES: [&str; 6] = [
+    "write",
+    "read hit",
+    "read miss, no seek",
+    "read miss, seek < 2 ms",
+    "read miss, seek 2-6 ms",
+    "read miss, seek >= 6 ms",
+];
+
+/// One class of requests: how many, and simulated minus real response time over them.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ClassError {
+    pub class: &'static str,
+    pub requests: u64,
+    /// Mean of simulated minus real response time, ms (negative: the model is too fast).
+    pub mean_diff_ms: f64,
+    /// RMS of simulated minus real response time, ms.
+    pub rms_ms: f64,
+}
+
+/// The class (index into [`CLASSES`]) of a request the model served as `rec` says.
+fn class_of(op: crate::request::Op, rec: &crate::request::Record) -> usize {
+    match op {
+        crate::request::Op::Read => {}
+        _ => return 0,
+    }
+    if rec.cache == crate::request::CacheOutcome::Hit {
+        return 1;
+    }
+    match rec.seek {
+        s if s <= 0.0 => 2,
+        s if s < 2.0 => 3,
+        s if s < 6.0 => 4,
+        _ => 5,
+    }
 }
 
 /// The 101 points (minimum, then each percentile) of a response-time CDF figure, from
@@ -173,6 +215,8 @@ pub fn run_disk_logged(
     let mut real = Vec::new();
     let mut simv = Vec::new();
     let mut hits = 0u64;
+    // Per class: requests, sum and sum of squares of simulated minus real.
+    let mut classes = [(0u64, 0.0f64, 0.0f64); CLASSES.len()];
     let mut write_err: Option<std::io::Error> = None;
     if let Some(w) = per_request.as_mut() {
         writeln!(w, "{PER_REQUEST_HEADER}")?;
@@ -209,6 +253,9 @@ pub fn run_disk_logged(
                         write_err = Some(e);
                     }
                 }
+                let k = &mut classes[class_of(c.req.op, &c.rec)];
+                let diff = c.response() - m.service_ms;
+                *k = (k.0 + 1, k.1 + diff, k.2 + diff * diff);
                 real.push(m.service_ms);
                 simv.push(c.response());
                 if c.rec.cache == crate::request::CacheOutcome::Hit {
@@ -254,7 +301,35 @@ pub fn run_disk_logged(
         sim_hit_ratio: hits as f64 / real.len() as f64,
         real_cdf: cdf(&real),
         sim_cdf: cdf(&simv),
+        by_class: CLASSES
+            .iter()
+            .zip(classes)
+            .map(|(&class, (n, sum, sq))| ClassError {
+                class,
+                requests: n,
+                mean_diff_ms: if n > 0 { sum / n as f64 } else { 0.0 },
+                rms_ms: if n > 0 { (sq / n as f64).sqrt() } else { 0.0 },
+            })
+            .collect(),
     })
+}
+
+/// The table `validate-disksim --by-class` prints: per disk and class of request, how many
+/// and how far the model is from the drive (simulated minus real).
+pub fn class_table(results: &[DiskResult]) -> String {
+    let mut s = format!(
+        "{:<11} {:<26} {:>6} {:>9} {:>8}\n",
+        "disk", "class (what the model did)", "reqs", "mean ms", "rms ms"
+    );
+    for r in results {
+        for c in r.by_class.iter().filter(|c| c.requests > 0) {
+            s.push_str(&format!(
+                "{:<11} {:<26} {:>6} {:>+9.3} {:>8.3}\n",
+                r.disk, c.class, c.requests, c.mean_diff_ms, c.rms_ms
+            ));
+        }
+    }
+    s
 }
 
 /// DiskSim 4.0's figure for `disk` in one of the tables above.
@@ -466,6 +541,53 @@ mod tests {
         assert_eq!(demerit(&a, &a), 0.0);
         let b: Vec<f64> = a.iter().map(|v| v + 0.25).collect();
         assert!((demerit(&a, &b) - 0.25).abs() < 1e-9);
+    }
+
+    #[test]
+    fn requests_are_classed_by_what_the_model_did() {
+        use crate::request::{CacheOutcome, Op, Record};
+        let rec = |cache, seek| Record {
+            cache,
+            seek,
+            ..Default::default()
+        };
+        assert_eq!(class_of(Op::Write, &rec(CacheOutcome::WriteBack, 0.0)), 0);
+        assert_eq!(class_of(Op::Write, &rec(CacheOutcome::Miss, 8.0)), 0);
+        assert_eq!(class_of(Op::Read, &rec(CacheOutcome::Hit, 0.0)), 1);
+        assert_eq!(class_of(Op::Read, &rec(CacheOutcome::Miss, 0.0)), 2);
+        assert_eq!(class_of(Op::Read, &rec(CacheOutcome::Partial, 1.2)), 3);
+        assert_eq!(class_of(Op::Read, &rec(CacheOutcome::Miss, 2.0)), 4);
+        assert_eq!(class_of(Op::Read, &rec(CacheOutcome::Miss, 6.0)), 5);
+    }
+
+    #[test]
+    fn the_classes_account_for_every_request_and_the_mean_error() {
+        // On a real disk's trace: the classes hold every request once, and their means,
+        // weighted by their sizes, are the overall simulated minus real mean.
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/disksim-valid");
+        let r = run_disk(
+            "ibm18es",
+            &dir.join("ibm18es.parv"),
+            &dir.join("ibm18es.trace"),
+        )
+        .unwrap();
+        let n: u64 = r.by_class.iter().map(|c| c.requests).sum();
+        assert_eq!(n, r.requests);
+        let weighted: f64 = r
+            .by_class
+            .iter()
+            .map(|c| c.mean_diff_ms * c.requests as f64)
+            .sum::<f64>()
+            / n as f64;
+        assert!((weighted - (r.sim_mean_ms - r.real_mean_ms)).abs() < 1e-9);
+        // The trace has writes, read hits and misses of every kind.
+        assert!(
+            r.by_class.iter().all(|c| c.requests > 100),
+            "{:?}",
+            r.by_class
+        );
+        assert!(r.by_class.iter().all(|c| c.rms_ms >= c.mean_diff_ms.abs()));
+        assert!(class_table(&[r]).contains("ibm18es     read miss, no seek"));
     }
 
     #[test]

@@ -64,6 +64,40 @@ fn validate_disksim_table_json_html_in_chromium() {
 }
 
 #[test]
+fn validate_disksim_by_class_prints_where_the_model_errs() {
+    let out = iolab()
+        .args([
+            "disksim",
+            "validate-disksim",
+            "--disks",
+            "hp_c2247a",
+            "--by-class",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("class (what the model did)"), "{text}");
+    // One line per class the trace has, each with its count; they add up to the trace.
+    let n: u64 = text
+        .lines()
+        .filter(|l| l.starts_with("hp_c2247a   ") && (l.contains("write") || l.contains("read ")))
+        .map(|l| {
+            l.split_whitespace()
+                .rev()
+                .nth(2)
+                .and_then(|v| v.parse::<u64>().ok())
+                .expect(l)
+        })
+        .sum();
+    assert_eq!(n, 9999, "{text}");
+}
+
+#[test]
 fn validate_disksim_per_request_csv_matches_the_table() {
     // One line per request; its sim_ms column averages to the table's simulated mean; a
     // rerun replaces its own file, and a file the tool did not write is never replaced.
