@@ -429,7 +429,21 @@ Goal: demerit ≤ DiskSim 4.0's own and mean within 5%. Per-request RMS: simulat
     for r in results {
         h.push_str(&cdf_svg(r));
     }
-    h.push_str("</body></html>\n");
+    h.push_str("<h2>Where each model errs</h2>\n<p>Simulated minus real response time by what the model did with each request (negative: the model is too fast).</p>\n\
+<table id=\"by-class\"><tr><th>disk</th><th>class</th><th>requests</th><th>mean ms</th><th>RMS ms</th></tr>\n");
+    for r in results {
+        for c in r.by_class.iter().filter(|c| c.requests > 0) {
+            h.push_str(&format!(
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:+.3}</td><td>{:.3}</td></tr>\n",
+                esc(&r.disk),
+                esc(c.class),
+                c.requests,
+                c.mean_diff_ms,
+                c.rms_ms
+            ));
+        }
+    }
+    h.push_str("</table>\n</body></html>\n");
     h
 }
 

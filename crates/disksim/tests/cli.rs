@@ -61,6 +61,9 @@ fn validate_disksim_table_json_html_in_chromium() {
     assert_eq!(dom.matches("<svg").count(), 5, "five CDF figures rendered");
     assert_eq!(dom.matches("<path").count(), 10, "two curves per figure");
     assert!(dom.contains("id=\"results\""));
+    // The table of errors by class: every trace has requests of all six classes.
+    assert!(dom.contains("id=\"by-class\""));
+    assert_eq!(dom.matches("read miss, seek 2-6 ms").count(), 5);
 }
 
 #[test]
