@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 mod common;
-use common::iolab;
+use common::{iolab, stdout_of};
 
 /// A scratch directory removed when the guard drops, also when the test fails or returns early.
 fn tempdir(tag: &str) -> tempfile::TempDir {
@@ -68,22 +68,13 @@ fn validate_disksim_table_json_html_in_chromium() {
 
 #[test]
 fn validate_disksim_by_class_prints_where_the_model_errs() {
-    let out = iolab()
-        .args([
-            "disksim",
-            "validate-disksim",
-            "--disks",
-            "hp_c2247a",
-            "--by-class",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = stdout_of(iolab().args([
+        "disksim",
+        "validate-disksim",
+        "--disks",
+        "hp_c2247a",
+        "--by-class",
+    ]));
     assert!(text.contains("class (what the model did)"), "{text}");
     // One line per class the trace has, each with its count; they add up to the trace.
     let n: u64 = text

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 mod common;
-use common::iolab;
+use common::{iolab, stdout_of};
 
 /// Removes the directory even when the test fails.
 struct TempDir(PathBuf);
@@ -237,19 +237,14 @@ fn a_fio_run_writes_its_request_log() {
     .unwrap();
     let log = dir.0.join("log.csv");
     let cal = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/sata-ssd.toml");
-    let out = iolab()
-        .args(["disksim", "run", "--quiet", "--host", "linux", "--config"])
-        .arg(&cal)
-        .arg("--fio")
-        .arg(&job)
-        .arg("--log")
-        .arg(&log)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    stdout_of(
+        iolab()
+            .args(["disksim", "run", "--quiet", "--host", "linux", "--config"])
+            .arg(&cal)
+            .arg("--fio")
+            .arg(&job)
+            .arg("--log")
+            .arg(&log),
     );
     let text = std::fs::read_to_string(&log).expect("the log is written");
     let lines: Vec<&str> = text.lines().collect();

@@ -23,3 +23,14 @@ pub fn iolab() -> Command {
         });
     Command::new(exe)
 }
+
+/// Runs `c`, requires success (its stderr in the failure message) and returns its stdout.
+pub fn stdout_of(c: &mut Command) -> String {
+    let out = c.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
