@@ -226,6 +226,7 @@ pub fn run_disk_logged(
         .run(&mut src, &mut |c| {
             let m = q.borrow_mut().pop_front();
             if let Some(m) = m {
+                let diff = c.response() - m.service_ms;
                 if let (Some(w), None) = (per_request.as_mut(), &write_err) {
                     let r = &c.rec;
                     let op = match c.req.op {
@@ -242,7 +243,7 @@ pub fn run_disk_logged(
                         m.outcome,
                         m.service_ms,
                         c.response(),
-                        c.response() - m.service_ms,
+                        diff,
                         r.cache,
                         r.overhead,
                         r.seek,
@@ -254,7 +255,6 @@ pub fn run_disk_logged(
                     }
                 }
                 let k = &mut classes[class_of(c.req.op, &c.rec)];
-                let diff = c.response() - m.service_ms;
                 *k = (k.0 + 1, k.1 + diff, k.2 + diff * diff);
                 real.push(m.service_ms);
                 simv.push(c.response());
@@ -273,13 +273,8 @@ pub fn run_disk_logged(
     }
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     let (rm, sm) = (mean(&real), mean(&simv));
-    let per_request_rms_ms = (real
-        .iter()
-        .zip(&simv)
-        .map(|(r, s)| (s - r) * (s - r))
-        .sum::<f64>()
-        / real.len() as f64)
-        .sqrt();
+    // Every request is in one class, so the classes' squares sum to all of them.
+    let per_request_rms_ms = (classes.iter().map(|k| k.2).sum::<f64>() / real.len() as f64).sqrt();
     real.sort_by(f64::total_cmp);
     simv.sort_by(f64::total_cmp);
     let d = demerit(&real, &simv);
