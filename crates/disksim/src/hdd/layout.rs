@@ -123,16 +123,46 @@ pub struct Mapped {
     pub run: u32,
 }
 
+/// The order of a cylinder's tracks in LBA order [LBN-to-PBN mapping scheme].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mapping {
+    /// Surface 0 to the last on every cylinder (0).
+    Conventional,
+    /// Every other cylinder of a zone runs from the last surface back to 0, the zone's first
+    /// cylinder forwards, so a cylinder switch stays on its surface (1).
+    SerpentineInZone,
+    /// The same with odd-numbered cylinders backwards, counted over the disk (2).
+    SerpentineOddCylinders,
+}
+
+impl Mapping {
+    pub fn from_disksim(scheme: u32) -> Result<Mapping> {
+        Ok(match scheme {
+            0 => Mapping::Conventional,
+            1 => Mapping::SerpentineInZone,
+            2 => Mapping::SerpentineOddCylinders,
+            _ => bail!("unknown LBN-to-PBN mapping scheme {scheme} (DiskSim knows 0, 1, 2)"),
+        })
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Layout {
     pub surfaces: u32,
     pub cylinders: u32,
     pub sparing: Sparing,
+    pub mapping: Mapping,
     pub zones: Vec<Zone>,
     pub blocks: u64,
 }
 
 impl Layout {
+    /// The same layout with tracks in `mapping`'s order.
+    pub fn with_mapping(mut self, mapping: Mapping) -> Layout {
+        self.mapping = mapping;
+        self
+    }
+
     /// Builds the layout and computes each zone's LBA range.
     pub fn new(
         surfaces: u32,
@@ -264,6 +294,7 @@ impl Layout {
             surfaces,
             cylinders,
             sparing,
+            mapping: Mapping::Conventional,
             zones,
             blocks: lba,
         };
@@ -436,12 +467,28 @@ impl Layout {
         }
     }
 
+    /// With a serpentine mapping, the physical surface of the `nth` track of `cyl` in LBA
+    /// order, and the other way round (the map is its own inverse).
+    fn surface(&self, z: &Zone, cyl: u32, nth: u32) -> u32 {
+        let backwards = match self.mapping {
+            Mapping::Conventional => false,
+            Mapping::SerpentineInZone => (cyl - z.first_cyl) % 2 == 1,
+            Mapping::SerpentineOddCylinders => cyl % 2 == 1,
+        };
+        if backwards {
+            self.surfaces - 1 - nth
+        } else {
+            nth
+        }
+    }
+
     fn pbn_of(&self, z: &Zone, p: u64) -> Pbn {
         let spt = u64::from(z.spt);
         let percyl = spt * u64::from(self.surfaces);
+        let cyl = z.first_cyl + (p / percyl) as u32;
         Pbn {
-            cyl: z.first_cyl + (p / percyl) as u32,
-            head: ((p % percyl) / spt) as u32,
+            cyl,
+            head: self.surface(z, cyl, ((p % percyl) / spt) as u32),
             sector: (p % spt) as u32,
         }
     }
@@ -502,7 +549,10 @@ impl Layout {
     pub fn angle(&self, zone: usize, pbn: Pbn) -> f64 {
         let z = &self.zones[zone];
         let c = u64::from(pbn.cyl - z.first_cyl);
-        let switches = u64::from(pbn.head) + u64::from(self.surfaces - 1) * c;
+        // Skew accumulates over the tracks in LBA order (a serpentine cylinder's first
+        // track is on its last surface).
+        let nth = self.surface(z, pbn.cyl, pbn.head);
+        let switches = u64::from(nth) + u64::from(self.surfaces - 1) * c;
         let mut pos = z.first_offset
             + switches as f64 * z.track_skew
             + c as f64 * z.cyl_skew
@@ -516,7 +566,7 @@ impl Layout {
             // (Remapped defects do not move the skew.)
             let mut tracks = c * u64::from(self.surfaces);
             if self.sparing == Sparing::PerTrack {
-                tracks += u64::from(pbn.head);
+                tracks += u64::from(nth);
             }
             let cutoff = tracks * u64::from(z.spt);
             pos += z.slips.iter().filter(|&&s| s < cutoff).count() as f64;
@@ -557,6 +607,41 @@ mod tests {
             first_lba: 0,
             blocks: 0,
         }
+    }
+
+    #[test]
+    fn serpentine_mappings_reverse_every_other_cylinder_and_keep_the_skew_in_lba_order() {
+        // Two zones of 2 surfaces and 10 sectors: cylinders 0..=2 and 3..=5.
+        let z = || vec![zone(0, 2, 10, 0, vec![]), zone(3, 5, 10, 0, vec![])];
+        let conv = Layout::new(2, 6, Sparing::None, z()).unwrap();
+        let pbn = |l: &Layout, lba: u64| {
+            let p = l.map(lba).unwrap().pbn;
+            (p.cyl, p.head, p.sector)
+        };
+        for mapping in [Mapping::SerpentineInZone, Mapping::SerpentineOddCylinders] {
+            let l = conv.clone().with_mapping(mapping);
+            check_bijective(&l);
+            // Cylinder 1 (odd, second of its zone) runs backwards: its first track is on
+            // the last surface, where cylinder 0 ended: a cylinder switch, no head switch.
+            assert_eq!(pbn(&l, 19), (0, 1, 9));
+            assert_eq!(pbn(&l, 20), (1, 1, 0));
+            assert_eq!(pbn(&l, 30), (1, 0, 0));
+            assert_eq!(pbn(&l, 40), (2, 0, 0));
+            // The skew counts tracks in LBA order, as the conventional layout does.
+            for lba in [20, 25, 30, 45, 67] {
+                let (a, b) = (l.map(lba).unwrap(), conv.map(lba).unwrap());
+                assert!((l.angle(a.zone, a.pbn) - conv.angle(b.zone, b.pbn)).abs() < 1e-12);
+                assert_eq!(a.run, b.run);
+            }
+        }
+        // The two differ where a zone starts on an odd cylinder: scheme 1 starts each zone
+        // forwards, scheme 2 follows the cylinder's number.
+        let in_zone = conv.clone().with_mapping(Mapping::SerpentineInZone);
+        let odd = conv.clone().with_mapping(Mapping::SerpentineOddCylinders);
+        assert_eq!(pbn(&in_zone, 60), (3, 0, 0));
+        assert_eq!(pbn(&odd, 60), (3, 1, 0));
+        assert_eq!(pbn(&conv, 60), (3, 0, 0));
+        assert!(Mapping::from_disksim(3).is_err());
     }
 
     /// Every LBA maps to a distinct sector that is neither a slip nor a remapped defect, and

@@ -173,7 +173,9 @@ pub struct Mech {
     pub seek: SeekCurve,
     /// Time to switch to another surface of the same cylinder (ms).
     pub head_switch: f64,
-    /// Extra settling before writing after any positioning (ms).
+    /// Extra settling before writing after any positioning (ms). DIXtrac extracted negative
+    /// values for some drives (the DEC RZ26: −0.483 ms, its writes settling faster than its
+    /// reads); DiskSim adds them all the same, and so do we, never below zero.
     pub write_settle: f64,
     /// Spindle speed (revolutions per minute).
     pub rpm: f64,
@@ -196,7 +198,7 @@ impl Mech {
         };
         let t = seek.max(hs);
         if t > 0.0 && write {
-            t + self.write_settle
+            (t + self.write_settle).max(0.0)
         } else {
             t
         }
@@ -284,5 +286,17 @@ mod tests {
         assert!((m.position((5, 0), (5, 1), true) - 0.6).abs() < 1e-12);
         assert_eq!(m.position((5, 0), (9, 1), false), 1.0);
         assert_eq!(m.position((5, 1), (5, 1), true), 0.0);
+        // A negative write settle shortens a write's positioning, never below nothing.
+        let fast = Mech {
+            write_settle: -0.3,
+            ..m.clone()
+        };
+        assert!((fast.position((5, 0), (5, 1), true) - 0.2).abs() < 1e-12);
+        let faster = Mech {
+            write_settle: -0.8,
+            ..m.clone()
+        };
+        assert_eq!(faster.position((5, 0), (5, 1), true), 0.0);
+        assert_eq!(faster.position((5, 0), (5, 1), false), 0.5);
     }
 }

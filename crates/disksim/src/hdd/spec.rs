@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use super::layout::{Layout, Sparing, Zone};
+use super::layout::{Layout, Mapping, Sparing, Zone};
 use super::mech::{Mech, SeekCurve};
 use super::params::{self, Block, ParamFile, Value};
 use crate::sched::Policy;
@@ -58,7 +58,8 @@ pub struct CacheSpec {
     /// One segment reserved for writes [Use separate write segment].
     pub separate_write_segment: bool,
     /// Read-ahead extent: 0 none, 1 to end of track, 2 to end of cylinder, 3 until the segment
-    /// is full, 4 to the end of the following track [Buffer continuous read].
+    /// is full, 4 DEC's: to the end of the track after the request, one track further for a
+    /// stream that crossed tracks, the segment sliding [Buffer continuous read].
     pub prefetch: u8,
     /// Sectors [Minimum read-ahead (blks)] / [Maximum read-ahead (blks)].
     pub min_readahead: u64,
@@ -123,6 +124,18 @@ fn nonneg(b: &Block, k: &str) -> Result<f64> {
     Ok(v)
 }
 
+/// A time in ms that may be negative (down to a second below zero).
+fn signed_ms(b: &Block, k: &str) -> Result<f64> {
+    let v = b.num(k)?;
+    if !(-1e3..=1e6).contains(&v) {
+        bail!(
+            "{}: '{k}' = {v} is out of range (-1000..1e6)",
+            b.file.display()
+        );
+    }
+    Ok(v)
+}
+
 fn count(b: &Block, k: &str, max: f64) -> Result<u64> {
     let v = b.num(k)?;
     if !(0.0..=max).contains(&v) || v.fract() != 0.0 {
@@ -179,13 +192,9 @@ impl HddSpec {
                 layout_b.ty
             );
         }
-        let mapping = count(layout_b, "LBN-to-PBN mapping scheme", 10.0)?;
-        if mapping != 0 {
-            bail!(
-                "{}: LBN-to-PBN mapping scheme {mapping} not supported (0, conventional, is)",
-                layout_b.file.display()
-            );
-        }
+        let mapping =
+            Mapping::from_disksim(count(layout_b, "LBN-to-PBN mapping scheme", 10.0)? as u32)
+                .with_context(|| layout_b.file.display().to_string())?;
         let sparing = Sparing::from_disksim(
             count(layout_b, "Sparing scheme used", 100.0)? as u32,
             layout_b.num_or("Rangesize for sparing", 1.0)? as u32,
@@ -243,8 +252,21 @@ impl HddSpec {
                 blocks: 0,
             });
         }
+        // The HP C2490A's file ends its last zone on cylinder 2629 of "2629 cylinders"
+        // (DiskSim does not check): a count one short is taken as the zones say.
+        let mut cylinders = cylinders;
+        if zones.iter().map(|z| z.last_cyl).max() == Some(cylinders) {
+            tracing::warn!(
+                "{}: the last zone ends on cylinder {cylinders}, one past 'Number of cylinders' \
+                 = {cylinders}: taken as {} cylinders",
+                layout_b.file.display(),
+                cylinders + 1
+            );
+            cylinders += 1;
+        }
         let layout = Layout::new(surfaces, cylinders, sparing, zones)
-            .with_context(|| format!("{}", layout_b.file.display()))?;
+            .with_context(|| format!("{}", layout_b.file.display()))?
+            .with_mapping(mapping);
 
         let seek = match mech_b.word("Seek type")? {
             "extracted" => {
@@ -325,7 +347,7 @@ impl HddSpec {
         let mech = Mech {
             seek,
             head_switch: nonneg(mech_b, "Head switch time")?,
-            write_settle: nonneg(mech_b, "Add. write settling delay")?,
+            write_settle: signed_ms(mech_b, "Add. write settling delay")?,
             rpm,
         };
 
@@ -430,4 +452,64 @@ fn params_path(dir: &Path, file: &Path, name: &str) -> Result<PathBuf> {
     }
     let base = file.parent().unwrap_or(dir);
     Ok(base.join(p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The IBM 18ES's files, edited by `edit` (on the `.model` text), in a scratch directory.
+    fn ibm_with(edit: impl Fn(String) -> String) -> (tempfile::TempDir, Result<HddSpec>) {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/disksim-valid");
+        let dir = tempfile::tempdir().unwrap();
+        for f in ["ibm18es.diskspecs", "ibm18es.seek"] {
+            std::fs::copy(src.join(f), dir.path().join(f)).unwrap();
+        }
+        let model = std::fs::read_to_string(src.join("ibm18es.model")).unwrap();
+        std::fs::write(dir.path().join("ibm18es.model"), edit(model)).unwrap();
+        let spec = HddSpec::from_disksim(&dir.path().join("ibm18es.diskspecs"), None);
+        (dir, spec)
+    }
+
+    #[test]
+    fn files_other_disks_ship_with_load() {
+        let (_d, plain) = ibm_with(|m| m);
+        let plain = plain.unwrap();
+        assert_eq!(plain.layout.mapping, Mapping::Conventional);
+        // The DEC RZ26's negative write settle (DiskSim adds it as it is).
+        let (_d, s) = ibm_with(|m| {
+            m.replace(
+                "Add. write settling delay = 0.126000",
+                "Add. write settling delay = -0.483000",
+            )
+        });
+        assert_eq!(s.unwrap().mech.write_settle, -0.483);
+        // The Quantum Atlas 10K's serpentine mapping.
+        let (_d, s) = ibm_with(|m| {
+            m.replace(
+                "LBN-to-PBN mapping scheme = 0",
+                "LBN-to-PBN mapping scheme = 1",
+            )
+        });
+        let s = s.unwrap();
+        assert_eq!(s.layout.mapping, Mapping::SerpentineInZone);
+        assert_eq!(s.layout.blocks, plain.layout.blocks);
+        // The HP C2490A's last zone ending one cylinder past the count: taken as the zones
+        // say. Two past is still an error.
+        let (_d, s) =
+            ibm_with(|m| m.replace("Number of cylinders = 11474", "Number of cylinders = 11473"));
+        let s = s.unwrap();
+        assert_eq!(s.layout.cylinders, 11474);
+        assert_eq!(s.layout.blocks, plain.layout.blocks);
+        let (_d, s) =
+            ibm_with(|m| m.replace("Number of cylinders = 11474", "Number of cylinders = 11472"));
+        assert!(format!("{:#}", s.unwrap_err()).contains("outside"));
+        let (_d, s) = ibm_with(|m| {
+            m.replace(
+                "LBN-to-PBN mapping scheme = 0",
+                "LBN-to-PBN mapping scheme = 3",
+            )
+        });
+        assert!(format!("{:#}", s.unwrap_err()).contains("mapping scheme 3"));
+    }
 }
