@@ -1045,39 +1045,30 @@ mod tests {
             s.cache.max_readahead = 50;
             s
         };
-        let outcome = |reqs: &[(f64, u64, u32, Op)]| {
-            run(dec(), reqs)
-                .into_iter()
-                .map(|c| c.rec.cache)
-                .collect::<Vec<_>>()
-        };
-        use CacheOutcome::{Hit, Miss};
-        // A lone read (0..8) reads ahead to its track's end (100), past the 50 sectors of
-        // "Maximum read-ahead"...
-        assert_eq!(
-            outcome(&[(0.0, 0, 8, Op::Read), (30.0, 90, 8, Op::Read)]),
-            [Miss, Hit]
-        );
-        // ...and the segment slides, keeping the last 50 sectors read: the request's own
-        // successors are gone by then.
-        assert_eq!(
-            outcome(&[(0.0, 0, 8, Op::Read), (30.0, 8, 8, Op::Read)]),
-            [Miss, Miss]
-        );
-        // A read that began on the track before (96..104) reads one track further, to 300;
-        // one within a track (104..112) stops at that track's end, 200.
-        assert_eq!(
-            outcome(&[(0.0, 96, 8, Op::Read), (60.0, 280, 8, Op::Read)]),
-            [Miss, Hit]
-        );
-        assert_eq!(
-            outcome(&[(0.0, 104, 8, Op::Read), (60.0, 280, 8, Op::Read)]),
-            [Miss, Miss]
-        );
-        assert_eq!(
-            outcome(&[(0.0, 104, 8, Op::Read), (60.0, 180, 8, Op::Read)]),
-            [Miss, Hit]
-        );
+        // (first read's LBA, a later read at time t: its LBA, hit?)
+        let cases = [
+            // A lone read (0..8) reads ahead to its track's end (100), past the 50 sectors
+            // of "Maximum read-ahead"...
+            (0, 30.0, 90, true),
+            // ...and the segment slides, keeping the last 50 sectors read: the request's
+            // own successors are gone by then.
+            (0, 30.0, 8, false),
+            // A read that began on the track before (96..104) reads one track further, to
+            // 300; one within a track (104..112) stops at that track's end, 200.
+            (96, 60.0, 280, true),
+            (104, 60.0, 280, false),
+            (104, 60.0, 180, true),
+        ];
+        for (first, t, lba, hit) in cases {
+            let out = run(dec(), &[(0.0, first, 8, Op::Read), (t, lba, 8, Op::Read)]);
+            assert_eq!(out[0].rec.cache, CacheOutcome::Miss);
+            let want = if hit {
+                CacheOutcome::Hit
+            } else {
+                CacheOutcome::Miss
+            };
+            assert_eq!(out[1].rec.cache, want, "read {first} then {lba} at {t} ms");
+        }
     }
 
     #[test]
