@@ -116,24 +116,25 @@ fn flag(b: &Block, k: &str) -> Result<bool> {
     Ok(b.num(k)? != 0.0)
 }
 
-fn nonneg(b: &Block, k: &str) -> Result<f64> {
+/// A value in `min..=1e6`.
+fn at_least(b: &Block, k: &str, min: f64) -> Result<f64> {
     let v = b.num(k)?;
-    if !(0.0..=1e6).contains(&v) {
-        bail!("{}: '{k}' = {v} is out of range (0..1e6)", b.file.display());
-    }
-    Ok(v)
-}
-
-/// A time in ms that may be negative (down to a second below zero).
-fn signed_ms(b: &Block, k: &str) -> Result<f64> {
-    let v = b.num(k)?;
-    if !(-1e3..=1e6).contains(&v) {
+    if !(min..=1e6).contains(&v) {
         bail!(
-            "{}: '{k}' = {v} is out of range (-1000..1e6)",
+            "{}: '{k}' = {v} is out of range ({min}..1e6)",
             b.file.display()
         );
     }
     Ok(v)
+}
+
+fn nonneg(b: &Block, k: &str) -> Result<f64> {
+    at_least(b, k, 0.0)
+}
+
+/// A time in ms that may be negative (down to a second below zero).
+fn signed_ms(b: &Block, k: &str) -> Result<f64> {
+    at_least(b, k, -1e3)
 }
 
 fn count(b: &Block, k: &str, max: f64) -> Result<u64> {
