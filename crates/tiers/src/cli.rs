@@ -103,6 +103,13 @@ pub struct BenchArgs {
     /// by a BPF ring: the way when DP is not on the FE's link).
     #[arg(long, default_value = "tap", value_parser = ["tap", "forwarder"])]
     pub dp_acks: String,
+    /// With --disc: an open loop at this many requests/s for every configuration (`iolab
+    /// load --rate`, keep-alive, at most --connections connections) instead of wrk's closed
+    /// loop: the CPU each configuration spends per request at the same offered load, seed
+    /// 004's own condition (§3.6.3: a constant 600 requests/s). A configuration that cannot
+    /// keep up is reported with the rate it reached. The req/s goal needs the closed loop.
+    #[arg(long, value_parser = parse_rate)]
+    pub rate: Option<f64>,
     /// Payloads from PHP through php-fpm on the BE (`/payload.php?n=SIZE`, FastCGI over a
     /// unix socket) instead of static files; ODB on the nginx tiers.
     #[arg(long)]
@@ -400,6 +407,9 @@ fn bench(b: BenchArgs) -> anyhow::Result<()> {
     if b.disc {
         return disc_bench(&state, b);
     }
+    if b.rate.is_some() {
+        anyhow::bail!("--rate is for --disc (the ODB bench runs wrk's closed loop)");
+    }
     let quick = b.quick;
     let sizes = b.sizes.clone().unwrap_or_else(|| {
         if quick {
@@ -480,12 +490,17 @@ fn disc_bench(state: &crate::testbed::State, b: BenchArgs) -> anyhow::Result<()>
         client_cpus: "1".into(),
         dp_send: b.dp_send.clone(),
         dp_acks_forwarded: b.dp_acks == "forwarder",
+        rate: b.rate,
     };
     println!(
-        "tiers bench --disc: {} sizes x {} repeats x 3 configurations x {} s (tiers on CPU 0, wrk on CPU 1)",
+        "tiers bench --disc: {} sizes x {} repeats x 3 configurations x {} s (tiers on CPU 0, {} on CPU 1)",
         opts.sizes.len(),
         opts.repeats,
-        opts.seconds
+        opts.seconds,
+        match opts.rate {
+            Some(r) => format!("iolab load at {r} req/s"),
+            None => "wrk".into(),
+        }
     );
     finish_run_on_signals()?;
     // the namespaces' guard removes them on our own signal handling: keep iolab-netns off
@@ -538,4 +553,29 @@ fn finish_run_on_signals() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `--rate`: requests per second, positive and finite.
+fn parse_rate(v: &str) -> Result<f64, String> {
+    match v.parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
+        _ => Err(format!(
+            "{v:?}: a number of requests per second above 0 (e.g. 600)"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rate_is_a_positive_finite_number_of_requests_per_second() {
+        assert_eq!(parse_rate("600"), Ok(600.0));
+        assert_eq!(parse_rate("2.5"), Ok(2.5));
+        for bad in ["0", "-3", "inf", "NaN", "", "fast"] {
+            let e = parse_rate(bad).unwrap_err();
+            assert!(e.contains("requests per second"), "{bad}: {e}");
+        }
+    }
 }
