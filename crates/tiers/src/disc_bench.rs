@@ -512,104 +512,94 @@ fn wrk_timeouts(out: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Runs wrk from the client's namespace; (requests, p50, p99, errors, stalled). A run that
-/// outlives its bound is killed and counted as stalled.
-fn wrk(net: &Net, url: &str, o: &DiscOpts) -> anyhow::Result<(u64, f64, f64, u64, u64)> {
-    let bound = o.seconds + 30;
+/// Runs `program args` from the client's namespace on the client's CPU, bounded to the run
+/// and 30 s more; None when the bound killed it (the run is counted as stalled).
+fn client_output(
+    net: &Net,
+    o: &DiscOpts,
+    name: &str,
+    program: &std::ffi::OsStr,
+    args: &[String],
+) -> anyhow::Result<Option<std::process::Output>> {
+    let bound = (o.seconds + 30).to_string();
     let mut c = Command::new("timeout");
-    c.args([
-        "-k",
-        "5",
-        &bound.to_string(),
-        "taskset",
-        "-c",
-        &o.client_cpus,
-        "wrk",
-    ])
-    .args([
-        "-t1",
-        &format!("-c{}", o.connections),
-        &format!("-d{}s", o.seconds),
-        "--latency",
-        "--timeout",
-        "5s",
-        url,
-    ]);
+    c.args(["-k", "5", &bound, "taskset", "-c", &o.client_cpus])
+        .arg(program)
+        .args(args);
     enter_ns(&mut c, &net.ns[0])?;
-    let out = c.output().context("running wrk (Debian package wrk)")?;
-    let text = String::from_utf8_lossy(&out.stdout);
+    let out = c.output().with_context(|| format!("running {name}"))?;
     match out.status.code() {
-        Some(0) => {}
-        Some(124) | Some(137) | None => return Ok((0, f64::NAN, f64::NAN, 0, 1)),
-        Some(_) => bail!("wrk failed: {}", String::from_utf8_lossy(&out.stderr)),
+        Some(0) => Ok(Some(out)),
+        Some(124) | Some(137) | None => Ok(None),
+        Some(_) => bail!("{name} failed: {}", String::from_utf8_lossy(&out.stderr)),
     }
+}
+
+/// What a client run gave: (requests, p50, p99, errors, stalled).
+type ClientRun = (u64, f64, f64, u64, u64);
+
+/// A run the bound killed.
+const KILLED: ClientRun = (0, f64::NAN, f64::NAN, 0, 1);
+
+/// Runs wrk from the client's namespace.
+fn wrk(net: &Net, url: &str, o: &DiscOpts) -> anyhow::Result<ClientRun> {
+    let args = [
+        "-t1".to_string(),
+        format!("-c{}", o.connections),
+        format!("-d{}s", o.seconds),
+        "--latency".into(),
+        "--timeout".into(),
+        "5s".into(),
+        url.into(),
+    ];
+    let Some(out) = client_output(net, o, "wrk (Debian package wrk)", "wrk".as_ref(), &args)?
+    else {
+        return Ok(KILLED);
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
     let (req, p50, p99, errors) = parse_wrk(&text)?;
     let timeouts = wrk_timeouts(&text);
     Ok((req, p50, p99, errors.saturating_sub(timeouts), timeouts))
 }
 
 /// The client's run: wrk's closed loop, or `iolab load`'s open loop at `o.rate`.
-fn client_run(net: &Net, url: &str, o: &DiscOpts) -> anyhow::Result<(u64, f64, f64, u64, u64)> {
+fn client_run(net: &Net, url: &str, o: &DiscOpts) -> anyhow::Result<ClientRun> {
     match o.rate {
         None => wrk(net, url, o),
         Some(rate) => load(net, url, o, rate),
     }
 }
 
-/// Runs `iolab load --rate` from the client's namespace, on the client's CPU;
-/// (requests, p50, p99, errors, stalled) as [`wrk`] gives them.
-fn load(
-    net: &Net,
-    url: &str,
-    o: &DiscOpts,
-    rate: f64,
-) -> anyhow::Result<(u64, f64, f64, u64, u64)> {
-    let bound = o.seconds + 30;
-    let mut c = Command::new("timeout");
-    c.args([
-        "-k",
-        "5",
-        &bound.to_string(),
-        "taskset",
-        "-c",
-        &o.client_cpus,
-    ])
-    .arg(&o.exe)
-    .args([
-        "load",
-        "--rate",
-        &rate.to_string(),
-        "--keepalive",
-        "-c",
-        &o.connections.to_string(),
-        "--threads",
-        "1",
-        "-d",
-        &format!("{}s", o.seconds),
-        "--timeout",
-        "5s",
-        "--json",
-        "-",
-        "-q",
-        url,
-    ]);
-    enter_ns(&mut c, &net.ns[0])?;
-    let out = c.output().context("running iolab load")?;
-    match out.status.code() {
-        Some(0) => {}
-        Some(124) | Some(137) | None => return Ok((0, f64::NAN, f64::NAN, 0, 1)),
-        Some(_) => bail!(
-            "iolab load failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ),
+/// Runs `iolab load --rate` from the client's namespace, as [`wrk`] runs wrk.
+fn load(net: &Net, url: &str, o: &DiscOpts, rate: f64) -> anyhow::Result<ClientRun> {
+    let args = [
+        "load".to_string(),
+        "--rate".into(),
+        rate.to_string(),
+        "--keepalive".into(),
+        "-c".into(),
+        o.connections.to_string(),
+        "--threads".into(),
+        "1".into(),
+        "-d".into(),
+        format!("{}s", o.seconds),
+        "--timeout".into(),
+        "5s".into(),
+        "--json".into(),
+        "-".into(),
+        "-q".into(),
+        url.into(),
+    ];
+    match client_output(net, o, "iolab load", o.exe.as_os_str(), &args)? {
+        Some(out) => parse_load(&String::from_utf8_lossy(&out.stdout)),
+        None => Ok(KILLED),
     }
-    parse_load(&String::from_utf8_lossy(&out.stdout))
 }
 
 /// `iolab load --json -`'s report as (requests, p50, p99, errors, stalled): the requests
 /// answered 2xx, the errors other than timeouts and unfinished requests, and those two
 /// (requests that waited too long, or were still due when the run ended) as stalled.
-fn parse_load(text: &str) -> anyhow::Result<(u64, f64, f64, u64, u64)> {
+fn parse_load(text: &str) -> anyhow::Result<ClientRun> {
     let v: Value = serde_json::from_str(text).context("iolab load's JSON report")?;
     let n = |k: &str| {
         v[k].as_u64()
