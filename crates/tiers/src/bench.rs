@@ -531,9 +531,17 @@ pub(crate) fn goal_line(
         return format!("  {name}: no size measured\n");
     }
     let met = vals.iter().all(|&(_, x)| ok(x));
+    // Two decimals, or three where rounding to two would read as the other verdict
+    // (0.504 printed "0.50x — NOT met" against a goal of 0.50).
     let list: Vec<String> = vals
         .iter()
-        .map(|(size, x)| format!("{size} B {x:.2}{unit}"))
+        .map(|&(size, x)| {
+            if ok((x * 100.0).round() / 100.0) == ok(x) {
+                format!("{size} B {x:.2}{unit}")
+            } else {
+                format!("{size} B {x:.3}{unit}")
+            }
+        })
         .collect();
     format!(
         "  {name}: {} — {}\n",
@@ -764,6 +772,19 @@ pub(crate) mod tests {
     }
 
     /// The line of `goals` that starts (indentation aside) with `start`.
+    /// A value that rounds onto the goal's bound gets a third decimal, so that what is
+    /// printed agrees with the verdict.
+    #[test]
+    fn a_value_rounding_onto_the_bound_shows_a_third_decimal() {
+        let under = |x: f64| x <= 0.5;
+        let l = goal_line("CPU", vec![(65536, 0.5042), (1048576, 0.16)], "x", &under);
+        assert_eq!(l, "  CPU: 65536 B 0.504x, 1048576 B 0.16x — NOT met\n");
+        let l = goal_line("CPU", vec![(65536, 0.4962)], "x", &under);
+        assert_eq!(l, "  CPU: 65536 B 0.50x — met\n");
+        let l = goal_line("req/s", vec![(65536, 0.4951)], "x", &|x| x >= 0.5);
+        assert_eq!(l, "  req/s: 65536 B 0.495x — NOT met\n");
+    }
+
     pub(crate) fn goal_named(goals: &str, start: &str) -> String {
         goals
             .lines()
