@@ -206,8 +206,8 @@ thread_local! {
     /// one per control connection on the BE's loop, stalling every answer behind it: at
     /// 600 requests/s in an open loop, whose clients come and go, a 64 KiB p50 of 36 ms.
     /// The interface and the link address travel in each send's address, so one socket
-    /// serves every neighbour.
-    /// With the network namespace it was made in (a thread that moved on makes another).
+    /// serves every neighbour. Kept with the network namespace it was made in (a thread
+    /// that moved to another namespace makes another).
     static SHARED: RefCell<Option<(u64, Rc<OwnedFd>)>> = const { RefCell::new(None) };
 }
 

@@ -771,7 +771,6 @@ pub(crate) mod tests {
         assert!(steal_line(&[("odb", vec![])]).contains("not measured"));
     }
 
-    /// The line of `goals` that starts (indentation aside) with `start`.
     /// A value that rounds onto the goal's bound gets a third decimal, so that what is
     /// printed agrees with the verdict.
     #[test]
@@ -785,6 +784,7 @@ pub(crate) mod tests {
         assert_eq!(l, "  req/s: 65536 B 0.495x — NOT met\n");
     }
 
+    /// The line of `goals` that starts (indentation aside) with `start`.
     pub(crate) fn goal_named(goals: &str, start: &str) -> String {
         goals
             .lines()
