@@ -840,9 +840,13 @@ pub fn run(o: &DiscOpts, progress: &dyn Fn(&str)) -> anyhow::Result<Value> {
         "machine": machine(),
         "method": {
             "repeats": o.repeats, "seconds": o.seconds, "connections": o.connections,
+            // what the table and the HTML name as the client
             "client": match o.rate {
-                None => "wrk -t1 --latency --timeout 5s (client namespace)".to_string(),
-                Some(r) => format!("iolab load --rate {r} --keepalive --threads 1 --timeout 5s (open loop; client namespace)"),
+                None => format!("wrk -t1 -c{} --latency --timeout 5s", o.connections),
+                Some(r) => format!(
+                    "iolab load --rate {r} --keepalive -c {} --threads 1 --timeout 5s (open loop)",
+                    o.connections
+                ),
             },
             "rate": o.rate,
             "tier_cpus": o.tier_cpus, "client_cpus": o.client_cpus,
@@ -995,16 +999,9 @@ pub fn table(v: &Value) -> String {
         .collect();
     s.push_str(&crate::bench::steal_line(&steal));
     let me = &v["method"];
-    let client = match me["rate"].as_f64() {
-        Some(r) => format!(
-            "iolab load open loop at {r} req/s (at most {} connections)",
-            me["connections"]
-        ),
-        None => format!("wrk -t1 -c{}", me["connections"]),
-    };
     s.push_str(&format!(
-        "method: medians of {} repeats x {} s, {client} on CPU {}, tiers on CPU {}; order per repeat {}\n",
-        me["repeats"], me["seconds"], me["client_cpus"].as_str().unwrap_or(""),
+        "method: medians of {} repeats x {} s, {} on CPU {}, tiers on CPU {}; order per repeat {}\n",
+        me["repeats"], me["seconds"], me["client"].as_str().unwrap_or(""), me["client_cpus"].as_str().unwrap_or(""),
         me["tier_cpus"].as_str().unwrap_or(""), me["orders"]
     ));
     s.push_str(&format!(
@@ -1117,14 +1114,11 @@ pub fn html(v: &Value) -> String {
         "<!doctype html><html><head><meta charset='utf-8'><title>iolab tiers: DISC against the nginx chain</title>\
 <style>body{{font-family:sans-serif;max-width:1200px;margin:2em auto}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}pre{{background:#f6f6f6;padding:6px;font-size:11px;overflow-x:auto}}</style></head><body>\
 <section id='tiers-disc'><h2>DISC: the back end answers on the front end's connection</h2>\
-<p>client → FE → IS → BE in network namespaces: the unmodified nginx chain, our tiers (crates/disc) without DISC, our tiers with DISC in direct mode. Medians of {} repeats of {} s (min–max), {}; CPU per tier from a cgroup per tier (the BE's DP counts as BE). Goals (seed 004): total CPU −50% from 64 KiB with an IS, no p99 regression, ≥1.5× the nginx chain's req/s at 64 KiB.</p>\
+<p>client → FE → IS → BE in network namespaces: the unmodified nginx chain, our tiers (crates/disc) without DISC, our tiers with DISC in direct mode. Medians of {} repeats of {} s (min–max), client <code>{}</code> in the client's namespace; CPU per tier from a cgroup per tier (the BE's DP counts as BE). Goals (seed 004): total CPU −50% from 64 KiB with an IS, no p99 regression, ≥1.5× the nginx chain's req/s at 64 KiB.</p>\
 <table><tr><th>size B</th><th>configuration</th><th>req/s</th><th>p50 ms</th><th>p99 ms</th><th>CPU µs/req</th><th>FE / IS / BE µs/req</th><th>FE bytes/req</th><th>IS bytes/req</th><th>bytes</th><th>errors</th><th>stalled</th></tr>\n{rows}</table>\
 <figure>{}</figure><figure>{}</figure><pre>{}</pre><p>Machine: {}</p><details><summary>nginx configurations</summary>{configs}</details></section></body></html>\n",
         v["method"]["repeats"], v["method"]["seconds"],
-        match v["method"]["rate"].as_f64() {
-            Some(r) => format!("an open loop at {r} requests/s (iolab load, at most {} connections)", v["method"]["connections"]),
-            None => format!("wrk with {} connections", v["method"]["connections"]),
-        },
+        esc(v["method"]["client"].as_str().unwrap_or("")),
         chart(v, "rps", "requests/s by payload size"),
         chart(v, "cpu_us_per_req", "total CPU µs per request by payload size"),
         esc(&text),
