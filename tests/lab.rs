@@ -8,11 +8,11 @@ use std::sync::OnceLock;
 
 const MODELS: [&str; 2] = ["threads", "epoll"];
 const TESTS: usize = 3;
-/// A real `iolab seed bench --json` output (crates/lab/testdata/README.md says how it was
+/// A real `iolab seed bench --json` output (crates/apps/lab/testdata/README.md says how it was
 /// made): the report's BitTorrent seeder section.
 const SEED_BENCH: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/crates/lab/testdata/seed-bench.json"
+    "/crates/apps/lab/testdata/seed-bench.json"
 );
 static DONE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 

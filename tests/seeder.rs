@@ -9,7 +9,7 @@
 //! missing client skips its case with one line naming the Debian package, except under
 //! `CI=true` where it fails. The default matrix gives each client one piece size (16 KiB
 //! to 4 MiB); `IOLAB_SEED_INTEROP_FULL=1` runs every client with every piece size, single-
-//! and multi-file (see crates/seeder/README.md).
+//! and multi-file (see crates/apps/seeder/README.md).
 //!
 //! The cases run one at a time (a global lock): the machine has two cores.
 

@@ -1,0 +1,587 @@
+//! A small HTTP tracker on iolab-runtime (BEP 3 announce, BEP 23 compact peer lists,
+//! BEP 7 `peers6`, BEP 48 scrape), and the announce client the seeder uses.
+//!
+//! Limits: a request must arrive within 10 s and fit in 8 KiB; at most 200 peers per reply
+//! (`numwant` is capped); a torrent holds at most 50,000 peers; peers that have not
+//! announced for two intervals are forgotten; one request per connection.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+#[cfg(feature = "engine")]
+use std::io;
+#[cfg(feature = "engine")]
+use std::net::ToSocketAddrs;
+use std::net::{IpAddr, SocketAddr};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+#[cfg(feature = "engine")]
+use iolab_runtime::net::{TcpListener, TcpStream};
+#[cfg(feature = "engine")]
+use iolab_runtime::{spawn, timeout};
+use lava_torrent::bencode::BencodeElem;
+use percent_encoding::percent_decode;
+#[cfg(feature = "engine")]
+use percent_encoding::{percent_encode, NON_ALPHANUMERIC};
+
+pub const MAX_REQUEST: usize = 8 * 1024;
+pub const MAX_NUMWANT: usize = 200;
+pub const MAX_PEERS_PER_TORRENT: usize = 50_000;
+
+#[derive(Debug, Clone)]
+struct PeerEntry {
+    addr: SocketAddr,
+    left: u64,
+    last: Instant,
+}
+
+#[derive(Debug, Default)]
+struct TorrentEntry {
+    peers: HashMap<[u8; 20], PeerEntry>,
+    completed: u64,
+}
+
+/// The tracker's state (one loop).
+pub struct Tracker {
+    torrents: RefCell<HashMap<[u8; 20], TorrentEntry>>,
+    pub interval: Duration,
+    pub announces: std::cell::Cell<u64>,
+    pub scrapes: std::cell::Cell<u64>,
+    pub bad_requests: std::cell::Cell<u64>,
+}
+
+/// A parsed announce.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Announce {
+    pub info_hash: [u8; 20],
+    pub peer_id: [u8; 20],
+    pub port: u16,
+    pub left: u64,
+    pub event: String,
+    pub compact: bool,
+    pub numwant: usize,
+}
+
+/// Splits a query string into decoded (key, value) byte pairs.
+pub fn parse_query(q: &str) -> Vec<(String, Vec<u8>)> {
+    q.split('&')
+        .filter(|kv| !kv.is_empty())
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            (
+                percent_decode(k.as_bytes())
+                    .decode_utf8_lossy()
+                    .into_owned(),
+                percent_decode(v.as_bytes()).collect(),
+            )
+        })
+        .collect()
+}
+
+fn num<T: std::str::FromStr>(v: &[u8]) -> Option<T> {
+    std::str::from_utf8(v).ok()?.parse().ok()
+}
+
+/// Validates an announce's parameters; the error is the tracker's `failure reason`.
+pub fn parse_announce(q: &[(String, Vec<u8>)]) -> Result<Announce, String> {
+    let get = |k: &str| {
+        q.iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.as_slice())
+    };
+    let info_hash: [u8; 20] = get("info_hash")
+        .ok_or("missing info_hash")?
+        .try_into()
+        .map_err(|_| "info_hash is not 20 bytes")?;
+    let peer_id: [u8; 20] = get("peer_id")
+        .ok_or("missing peer_id")?
+        .try_into()
+        .map_err(|_| "peer_id is not 20 bytes")?;
+    let port: u16 = get("port")
+        .and_then(num)
+        .filter(|p| *p != 0)
+        .ok_or("missing or invalid port")?;
+    let left = get("left").and_then(num).unwrap_or(0);
+    let event = get("event")
+        .map(|e| String::from_utf8_lossy(e).into_owned())
+        .unwrap_or_default();
+    let compact = get("compact").map(|v| v != b"0").unwrap_or(true);
+    let numwant = get("numwant")
+        .and_then(num::<usize>)
+        .unwrap_or(50)
+        .min(MAX_NUMWANT);
+    Ok(Announce {
+        info_hash,
+        peer_id,
+        port,
+        left,
+        event,
+        compact,
+        numwant,
+    })
+}
+
+fn dict(items: Vec<(&str, BencodeElem)>) -> BencodeElem {
+    BencodeElem::Dictionary(items.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+}
+
+fn failure(reason: &str) -> Vec<u8> {
+    dict(vec![("failure reason", BencodeElem::String(reason.into()))]).encode()
+}
+
+impl Tracker {
+    pub fn new(interval: Duration) -> Rc<Tracker> {
+        Rc::new(Tracker {
+            torrents: RefCell::new(HashMap::new()),
+            interval,
+            announces: 0.into(),
+            scrapes: 0.into(),
+            bad_requests: 0.into(),
+        })
+    }
+
+    /// Answers one announce from `from` (the connection's address: the `ip` parameter is
+    /// ignored so a client cannot add somebody else's address).
+    pub fn announce(&self, a: &Announce, from: IpAddr) -> Vec<u8> {
+        let now = Instant::now();
+        let expiry = self.interval * 2;
+        let mut torrents = self.torrents.borrow_mut();
+        let t = torrents.entry(a.info_hash).or_default();
+        t.peers.retain(|_, p| now.duration_since(p.last) < expiry);
+        if a.event == "stopped" {
+            t.peers.remove(&a.peer_id);
+        } else {
+            if a.event == "completed" {
+                t.completed += 1;
+            }
+            if t.peers.len() < MAX_PEERS_PER_TORRENT || t.peers.contains_key(&a.peer_id) {
+                t.peers.insert(
+                    a.peer_id,
+                    PeerEntry {
+                        addr: SocketAddr::new(from, a.port),
+                        left: a.left,
+                        last: now,
+                    },
+                );
+            }
+        }
+        let complete = t.peers.values().filter(|p| p.left == 0).count() as i64;
+        let incomplete = t.peers.len() as i64 - complete;
+        // Seeders need no seeders; everyone else gets everyone else, seeders first.
+        let mut others: Vec<(&[u8; 20], &PeerEntry)> = t
+            .peers
+            .iter()
+            .filter(|(id, p)| **id != a.peer_id && !(a.left == 0 && p.left == 0))
+            .collect();
+        others.sort_by_key(|(_, p)| p.left != 0);
+        others.truncate(a.numwant);
+        let mut items = vec![
+            ("complete", BencodeElem::Integer(complete)),
+            ("incomplete", BencodeElem::Integer(incomplete)),
+            ("downloaded", BencodeElem::Integer(t.completed as i64)),
+            (
+                "interval",
+                BencodeElem::Integer(self.interval.as_secs() as i64),
+            ),
+            (
+                "min interval",
+                BencodeElem::Integer((self.interval.as_secs() / 2).max(1) as i64),
+            ),
+        ];
+        if a.compact {
+            let mut v4 = Vec::new();
+            let mut v6 = Vec::new();
+            for (_, p) in &others {
+                match p.addr {
+                    SocketAddr::V4(s) => {
+                        v4.extend_from_slice(&s.ip().octets());
+                        v4.extend_from_slice(&s.port().to_be_bytes());
+                    }
+                    SocketAddr::V6(s) => {
+                        v6.extend_from_slice(&s.ip().octets());
+                        v6.extend_from_slice(&s.port().to_be_bytes());
+                    }
+                }
+            }
+            items.push(("peers", BencodeElem::Bytes(v4)));
+            if !v6.is_empty() {
+                items.push(("peers6", BencodeElem::Bytes(v6)));
+            }
+        } else {
+            let list = others
+                .iter()
+                .map(|(id, p)| {
+                    dict(vec![
+                        ("peer id", BencodeElem::Bytes(id.to_vec())),
+                        ("ip", BencodeElem::String(p.addr.ip().to_string())),
+                        ("port", BencodeElem::Integer(p.addr.port() as i64)),
+                    ])
+                })
+                .collect();
+            items.push(("peers", BencodeElem::List(list)));
+        }
+        self.announces.set(self.announces.get() + 1);
+        dict(items).encode()
+    }
+
+    /// BEP 48: statistics for the given info hashes (all torrents, at most 1,000, if none).
+    pub fn scrape(&self, hashes: &[[u8; 20]]) -> Vec<u8> {
+        let torrents = self.torrents.borrow();
+        let now = Instant::now();
+        let expiry = self.interval * 2;
+        let keys: Vec<[u8; 20]> = if hashes.is_empty() {
+            torrents.keys().take(1000).copied().collect()
+        } else {
+            hashes.to_vec()
+        };
+        let mut files = HashMap::new();
+        for h in keys {
+            let (c, i, d) = match torrents.get(&h) {
+                Some(t) => {
+                    let live = t
+                        .peers
+                        .values()
+                        .filter(|p| now.duration_since(p.last) < expiry);
+                    let (mut c, mut i) = (0i64, 0i64);
+                    for p in live {
+                        if p.left == 0 {
+                            c += 1
+                        } else {
+                            i += 1
+                        }
+                    }
+                    (c, i, t.completed as i64)
+                }
+                None => (0, 0, 0),
+            };
+            files.insert(
+                h.to_vec(),
+                dict(vec![
+                    ("complete", BencodeElem::Integer(c)),
+                    ("downloaded", BencodeElem::Integer(d)),
+                    ("incomplete", BencodeElem::Integer(i)),
+                ]),
+            );
+        }
+        self.scrapes.set(self.scrapes.get() + 1);
+        let mut top = HashMap::new();
+        top.insert(b"files".to_vec(), BencodeElem::RawDictionary(files));
+        BencodeElem::RawDictionary(top).encode()
+    }
+
+    /// Answers the HTTP request `head` (request line and headers) from `from`.
+    pub fn handle(&self, head: &[u8], from: IpAddr) -> (u16, Vec<u8>) {
+        let line = head.split(|&b| b == b'\n').next().unwrap_or(b"");
+        let line = String::from_utf8_lossy(line);
+        let mut parts = line.split_whitespace();
+        let (Some(method), Some(target)) = (parts.next(), parts.next()) else {
+            self.bad_requests.set(self.bad_requests.get() + 1);
+            return (400, failure("malformed request line"));
+        };
+        if method != "GET" {
+            self.bad_requests.set(self.bad_requests.get() + 1);
+            return (405, failure("only GET is served"));
+        }
+        let (path, query) = target.split_once('?').unwrap_or((target, ""));
+        let q = parse_query(query);
+        match path.rsplit('/').next().unwrap_or("") {
+            "announce" => match parse_announce(&q) {
+                Ok(a) => (200, self.announce(&a, from)),
+                Err(e) => {
+                    self.bad_requests.set(self.bad_requests.get() + 1);
+                    (200, failure(&e))
+                }
+            },
+            "scrape" => {
+                let mut hs = Vec::new();
+                for (k, v) in &q {
+                    if k == "info_hash" {
+                        match <[u8; 20]>::try_from(v.as_slice()) {
+                            Ok(h) => hs.push(h),
+                            Err(_) => return (200, failure("info_hash is not 20 bytes")),
+                        }
+                    }
+                }
+                (200, self.scrape(&hs))
+            }
+            _ => {
+                self.bad_requests.set(self.bad_requests.get() + 1);
+                (404, failure("unknown path: use /announce or /scrape"))
+            }
+        }
+    }
+
+    /// Serves forever (inside the runtime).
+    #[cfg(feature = "engine")]
+    pub async fn serve(self: Rc<Self>, listener: TcpListener) -> io::Result<()> {
+        loop {
+            let (stream, addr) = match listener.accept().await {
+                Ok(x) => x,
+                Err(e) if e.raw_os_error() == Some(libc::EMFILE) => {
+                    iolab_runtime::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let me = self.clone();
+            spawn(async move {
+                let _ = timeout(Duration::from_secs(10), me.connection(stream, addr)).await;
+            });
+        }
+    }
+
+    #[cfg(feature = "engine")]
+    async fn connection(&self, stream: TcpStream, addr: SocketAddr) {
+        let mut req = Vec::new();
+        loop {
+            let (r, buf) = stream.read(vec![0u8; 2048]).await;
+            let n = match r {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            req.extend_from_slice(&buf[..n]);
+            if req.windows(4).any(|w| w == b"\r\n\r\n") || req.windows(2).any(|w| w == b"\n\n") {
+                break;
+            }
+            if req.len() > MAX_REQUEST {
+                let _ = stream
+                    .write_all(b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".as_slice())
+                    .await;
+                self.bad_requests.set(self.bad_requests.get() + 1);
+                return;
+            }
+        }
+        let ip = match addr.ip() {
+            IpAddr::V6(v6) => v6
+                .to_ipv4_mapped()
+                .map(IpAddr::V4)
+                .unwrap_or(IpAddr::V6(v6)),
+            v4 => v4,
+        };
+        let (status, body) = self.handle(&req, ip);
+        let reason = match status {
+            200 => "OK",
+            400 => "Bad Request",
+            404 => "Not Found",
+            _ => "Method Not Allowed",
+        };
+        let mut resp = format!(
+            "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        resp.extend_from_slice(&body);
+        let _ = stream.write_all(resp).await;
+    }
+}
+
+// ------------------------------------------------------------------ announce client
+
+/// What a tracker answered.
+#[derive(Debug, Clone)]
+pub struct AnnounceReply {
+    pub interval: Duration,
+    pub peers: Vec<SocketAddr>,
+}
+
+/// Splits `http://host[:port]/path[?query]`.
+pub fn parse_http_url(url: &str) -> anyhow::Result<(String, u16, String)> {
+    let rest = url.strip_prefix("http://").ok_or_else(|| {
+        anyhow::anyhow!("tracker URL {url:?}: only http:// trackers are supported")
+    })?;
+    let (hostport, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let (host, port) = if let Some(h) = hostport.strip_prefix('[') {
+        let (h, p) = h
+            .split_once(']')
+            .ok_or_else(|| anyhow::anyhow!("tracker URL {url:?}: bad IPv6 literal"))?;
+        (h.to_string(), p.strip_prefix(':').unwrap_or("80"))
+    } else {
+        match hostport.rsplit_once(':') {
+            Some((h, p)) => (h.to_string(), p),
+            None => (hostport.to_string(), "80"),
+        }
+    };
+    let port: u16 = port
+        .parse()
+        .map_err(|_| anyhow::anyhow!("tracker URL {url:?}: bad port"))?;
+    Ok((host, port, path.to_string()))
+}
+
+/// One announce over HTTP.
+#[cfg(feature = "engine")]
+pub async fn announce(
+    url: &str,
+    info_hash: &[u8; 20],
+    peer_id: &[u8; 20],
+    port: u16,
+    uploaded: u64,
+    left: u64,
+    event: &str,
+) -> anyhow::Result<AnnounceReply> {
+    let (host, tport, path) = parse_http_url(url)?;
+    let h2 = host.clone();
+    let addr = iolab_runtime::detach(move || (h2.as_str(), tport).to_socket_addrs())
+        .await?
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("{host} has no address"))?;
+    let sep = if path.contains('?') { '&' } else { '?' };
+    let mut target = format!(
+        "{path}{sep}info_hash={}&peer_id={}&port={port}&uploaded={uploaded}&downloaded=0&left={left}&compact=1",
+        percent_encode(info_hash, NON_ALPHANUMERIC),
+        percent_encode(peer_id, NON_ALPHANUMERIC),
+    );
+    if !event.is_empty() {
+        target.push_str("&event=");
+        target.push_str(event);
+    }
+    let req = format!(
+        "GET {target} HTTP/1.1\r\nHost: {host}:{tport}\r\nUser-Agent: iolab-hekate\r\nConnection: close\r\n\r\n"
+    );
+    let body = timeout(Duration::from_secs(15), async {
+        let s = TcpStream::connect(addr).await?;
+        let (r, _) = s.write_all(req.into_bytes()).await;
+        r?;
+        let mut resp = Vec::new();
+        loop {
+            let (r, buf) = s.read(vec![0u8; 4096]).await;
+            let n = r?;
+            if n == 0 {
+                break;
+            }
+            resp.extend_from_slice(&buf[..n]);
+            if resp.len() > 1 << 20 {
+                return Err(io::Error::other("tracker reply over 1 MiB"));
+            }
+        }
+        Ok::<_, io::Error>(resp)
+    })
+    .await
+    .map_err(|_| anyhow::anyhow!("tracker {url} did not answer within 15 s"))?
+    .map_err(|e| anyhow::anyhow!("tracker {url}: {e}"))?;
+    parse_announce_reply(url, &body)
+}
+
+/// The longest re-announce interval a tracker can ask of us (a day).
+pub const MAX_REANNOUNCE_SECS: u64 = 86_400;
+
+/// A tracker's HTTP reply to an announce (status line, headers, bencoded body) from `url`:
+/// its interval and compact IPv4 peers, or why it is not usable (a `failure reason`, not
+/// bencode, not a dictionary). Outside data: fuzzed (crates/apps/seeder/fuzz, target tracker).
+pub fn parse_announce_reply(url: &str, body: &[u8]) -> anyhow::Result<AnnounceReply> {
+    let split = body
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| anyhow::anyhow!("tracker {url}: malformed HTTP reply"))?;
+    let payload = &body[split + 4..];
+    let elems = BencodeElem::from_bytes(payload)
+        .map_err(|e| anyhow::anyhow!("tracker {url}: reply is not bencode ({e})"))?;
+    let Some(BencodeElem::Dictionary(d)) = elems.into_iter().next() else {
+        anyhow::bail!("tracker {url}: reply is not a dictionary");
+    };
+    if let Some(BencodeElem::String(r)) = d.get("failure reason") {
+        anyhow::bail!("tracker {url} refused: {r}");
+    }
+    // Bounded: the next announce is scheduled at now + interval, and an Instant that far
+    // out overflows (a panic); a tracker asking for more than a day gets a day.
+    let interval = match d.get("interval") {
+        Some(BencodeElem::Integer(i)) if *i > 0 => {
+            Duration::from_secs((*i as u64).min(MAX_REANNOUNCE_SECS))
+        }
+        _ => Duration::from_secs(1800),
+    };
+    let mut peers = Vec::new();
+    if let Some(BencodeElem::Bytes(b)) = d.get("peers") {
+        for c in b.chunks_exact(6) {
+            peers.push(SocketAddr::new(
+                IpAddr::from([c[0], c[1], c[2], c[3]]),
+                u16::from_be_bytes([c[4], c[5]]),
+            ));
+        }
+    }
+    Ok(AnnounceReply { interval, peers })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(s: &str) -> Vec<(String, Vec<u8>)> {
+        parse_query(s)
+    }
+
+    #[test]
+    fn announce_reply_interval_is_bounded_and_peers_parsed() {
+        let url = "http://t/announce";
+        // i64::MAX seconds: scheduling now + interval used to overflow Instant (a panic).
+        let r = parse_announce_reply(
+            url,
+            b"HTTP/1.1 200 OK\r\n\r\nd8:intervali9223372036854775807e5:peers6:\x7f\x00\x00\x01\x1a\xe1e",
+        )
+        .unwrap();
+        assert_eq!(r.interval, Duration::from_secs(MAX_REANNOUNCE_SECS));
+        assert!(std::time::Instant::now().checked_add(r.interval).is_some());
+        assert_eq!(r.peers, vec!["127.0.0.1:6881".parse().unwrap()]);
+        let e = parse_announce_reply(url, b"HTTP/1.1 200 OK\r\n\r\nd14:failure reason2:noe")
+            .unwrap_err();
+        assert!(e.to_string().contains("refused: no"), "{e}");
+        assert!(parse_announce_reply(url, b"no header end").is_err());
+        assert!(parse_announce_reply(url, b"\r\n\r\nli1ee").is_err());
+    }
+
+    #[test]
+    fn announce_compact_and_scrape() {
+        let t = Tracker::new(Duration::from_secs(60));
+        let ih = "%aa".repeat(20);
+        let a1 = parse_announce(&q(&format!(
+            "info_hash={ih}&peer_id=AAAAAAAAAAAAAAAAAAAA&port=6881&left=0&event=started"
+        )))
+        .unwrap();
+        assert_eq!(a1.info_hash, [0xaa; 20]);
+        let r1 = t.announce(&a1, "127.0.0.1".parse().unwrap());
+        // A seeder alone gets no peers.
+        assert!(
+            r1.windows(8).any(|w| w == b"5:peers0"),
+            "{:?}",
+            String::from_utf8_lossy(&r1)
+        );
+        let a2 = parse_announce(&q(&format!(
+            "info_hash={ih}&peer_id=BBBBBBBBBBBBBBBBBBBB&port=7000&left=100"
+        )))
+        .unwrap();
+        let r2 = t.announce(&a2, "127.0.0.2".parse().unwrap());
+        // The leecher gets the seeder, compact: 127.0.0.1:6881.
+        let want = [b"5:peers6:".as_slice(), &[127, 0, 0, 1, 0x1a, 0xe1]].concat();
+        assert!(r2.windows(want.len()).any(|w| w == want.as_slice()));
+        let s = t.scrape(&[[0xaa; 20]]);
+        assert!(
+            s.windows(12).any(|w| w == b"completei1e1"),
+            "{}",
+            String::from_utf8_lossy(&s)
+        );
+        assert!(s.windows(14).any(|w| w == b"incompletei1ee"));
+        // Bad input: a failure reason, not a panic.
+        assert!(parse_announce(&q("info_hash=abc&peer_id=x&port=1")).is_err());
+        let (code, body) = t.handle(
+            b"GET /announce?port=1 HTTP/1.1\r\n\r\n",
+            "127.0.0.1".parse().unwrap(),
+        );
+        assert_eq!(code, 200);
+        assert!(body.starts_with(b"d14:failure reason"));
+    }
+
+    #[test]
+    fn urls() {
+        assert_eq!(
+            parse_http_url("http://127.0.0.1:6969/announce").unwrap(),
+            ("127.0.0.1".into(), 6969, "/announce".into())
+        );
+        assert_eq!(
+            parse_http_url("http://[::1]/a?x=1").unwrap(),
+            ("::1".into(), 80, "/a?x=1".into())
+        );
+        assert!(parse_http_url("udp://x:1").is_err());
+    }
+}
