@@ -2,6 +2,8 @@
 
 use clap::{Parser, Subcommand};
 
+mod cli;
+
 #[derive(Parser)]
 #[command(name = "iolab", version, about = "Server I/O on Linux, built and measured", long_about = None)]
 struct Cli {
@@ -60,44 +62,44 @@ fn init_logging(verbose: u8) {
 #[derive(Subcommand)]
 enum Command {
     /// Serve a directory over HTTP with one of the I/O models.
-    Serve(iolab_servers::cli::ServeArgs),
+    Serve(cli::serve::ServeArgs),
     /// List the I/O models (name, seed analogue, what it is).
-    Models(iolab_stats::cli::ModelsArgs),
+    Models(cli::stats::ModelsArgs),
     /// Print the live counters of a running server (from its --stats file).
-    Stats(iolab_stats::cli::StatsArgs),
+    Stats(cli::stats::StatsArgs),
     /// Generate HTTP load against a URL and report latency, throughput and errors.
-    Load(iolab_load::cli::LoadArgs),
+    Load(cli::load::LoadArgs),
     /// Run the experiments over every model and write the HTML report.
-    Lab(iolab_lab::cli::LabArgs),
+    Lab(cli::lab::LabArgs),
     /// Run a microbenchmark: runtime, ctxswitch, queue, syscalls, echo, limits, all.
-    Micro(iolab_micro::cli::MicroArgs),
+    Micro(cli::micro::MicroArgs),
     /// The tiers testbed (client, FE, IS, BE: nginx in network namespaces) and ODB: up, down, status, bench.
-    Tiers(iolab_tiers::cli::TiersArgs),
+    Tiers(cli::tiers::TiersArgs),
     /// Seed files over BitTorrent (Hekate, on iolab-runtime); `seed bench` measures it.
-    Seed(iolab_seeder::cli::SeedArgs),
+    Seed(cli::seed::SeedArgs),
     /// A small HTTP BitTorrent tracker (announce, compact peers, scrape).
-    Tracker(iolab_seeder::cli::TrackerArgs),
+    Tracker(cli::tracker::TrackerArgs),
     /// Disk I/O simulator: validate-disksim, run, bench (trace-driven, discrete-event).
-    Disksim(iolab_disksim::cli::DisksimArgs),
+    Disksim(cli::disksim::DisksimArgs),
     /// DISC (seed 004 ch. 3): our FE/IS/BE tiers and the BE's shortcut to the client: be, proxy, check.
-    Disc(iolab_disc::cli::DiscArgs),
+    Disc(cli::disc::DiscArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     init_logging(cli.verbose);
     let result = match cli.command {
-        Command::Serve(a) => iolab_servers::cli::serve(a),
-        Command::Models(a) => iolab_stats::cli::models(a),
-        Command::Stats(a) => iolab_stats::cli::stats(a),
-        Command::Load(a) => iolab_load::cli::run(a),
-        Command::Lab(a) => iolab_lab::cli::run(a),
-        Command::Micro(a) => iolab_micro::cli::run(a),
-        Command::Tiers(a) => iolab_tiers::cli::run(a),
-        Command::Seed(a) => iolab_seeder::cli::seed(a),
-        Command::Tracker(a) => iolab_seeder::cli::tracker(a),
-        Command::Disksim(a) => iolab_disksim::cli::run(a),
-        Command::Disc(a) => iolab_disc::cli::run(a),
+        Command::Serve(a) => cli::serve::run(a),
+        Command::Models(a) => cli::stats::models(a),
+        Command::Stats(a) => cli::stats::run(a),
+        Command::Load(a) => cli::load::run(a),
+        Command::Lab(a) => cli::lab::run(a),
+        Command::Micro(a) => cli::micro::run(a),
+        Command::Tiers(a) => cli::tiers::run(a),
+        Command::Seed(a) => cli::seed::run(a),
+        Command::Tracker(a) => cli::tracker::run(a),
+        Command::Disksim(a) => cli::disksim::run(a),
+        Command::Disc(a) => cli::disc::run(a),
     };
     if result.is_err() {
         // A failure caused by a signal's teardown is not the outcome: the handler exits with

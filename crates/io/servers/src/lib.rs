@@ -48,7 +48,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub mod cli;
 pub mod net;
 pub mod shutdown;
 /// The counters moved to their own crate; `crate::stats` keeps the models' paths short.
@@ -119,7 +118,7 @@ impl Buffers {
 pub use stats::Stats;
 
 /// How `uring-callback` accepts connections (seed 000's CR vs CR-iocp).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum AcceptMode {
     Sync,
     Async,
@@ -186,8 +185,7 @@ impl Ctx {
 }
 
 /// Every model, in the order `iolab models` lists them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
-#[clap(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Model {
     Threads,
@@ -233,6 +231,21 @@ impl Model {
         &iolab_stats::models::MODELS[self as usize]
     }
 
+    /// How the "(N workers)" of `iolab serve`'s start line reads for this model.
+    pub fn workers_line(self, config: &Config) -> String {
+        match self {
+            Model::Threads => "1 accept thread + 1 thread per connection".to_string(),
+            Model::ThreadPool => format!("{} workers", thread_pool::workers(config)),
+            Model::Epoll => format!("{} workers", epoll::workers(config)),
+            Model::Select | Model::Poll => "1 worker".to_string(),
+            Model::UringAcceptSync | Model::Uring | Model::UringFixed | Model::UringCallback => {
+                format!("{} workers", uring_common::worker_count(config.workers))
+            }
+            _ if config.workers == 0 => "workers: model default".to_string(),
+            _ => format!("{} workers", config.workers),
+        }
+    }
+
     pub fn run(self, ctx: &Ctx) -> std::io::Result<()> {
         match self {
             Model::Threads => threads::run(ctx),
@@ -262,12 +275,11 @@ mod tests {
     /// The enum, clap's value names and the shared table agree, in the same order.
     #[test]
     fn models_match_the_shared_table() {
-        use clap::ValueEnum as _;
         assert_eq!(Model::ALL.len(), iolab_stats::models::MODELS.len());
         for (i, m) in Model::ALL.iter().enumerate() {
             assert_eq!(*m as usize, i);
-            let clap_name = m.to_possible_value().unwrap().get_name().to_string();
-            assert_eq!(clap_name, m.name());
+            // The serialised name (lab's JSON) is the table's name.
+            assert_eq!(serde_json::to_value(m).unwrap(), m.name());
         }
     }
 

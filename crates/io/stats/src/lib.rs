@@ -24,7 +24,6 @@
 //! `fetch_add` per event) never shares a line with another counter or with the header the
 //! readers poll.
 
-pub mod cli;
 pub mod models;
 
 use std::collections::BTreeMap;

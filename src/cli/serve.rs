@@ -1,4 +1,4 @@
-//! `iolab serve` (`iolab models` and `iolab stats` are in `iolab_stats::cli`).
+//! `iolab serve` (`iolab models` and `iolab stats` are in [`super::stats`]).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -6,8 +6,32 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
-use crate::stats::Stats;
-use crate::{AcceptMode, Config, Ctx, Model};
+use iolab_servers::stats::Stats;
+use iolab_servers::{Config, Ctx};
+
+use super::{choice_enum, parse_secs};
+
+choice_enum! {
+    /// Every model, in the order `iolab models` lists them.
+    #[value(rename_all = "kebab-case")]
+    pub enum Model => iolab_servers::Model {
+        Threads,
+        ThreadPool,
+        Select,
+        Poll,
+        Epoll,
+        UringAcceptSync,
+        Uring,
+        UringFixed,
+        UringCallback,
+        Runtime,
+    }
+}
+
+choice_enum! {
+    /// How `uring-callback` accepts connections (seed 000's CR vs CR-iocp).
+    pub enum AcceptMode => iolab_servers::AcceptMode { Sync, Async }
+}
 
 /// Serve a directory over HTTP/1.1 (GET and HEAD) with one I/O model.
 #[derive(Debug, clap::Args)]
@@ -73,22 +97,12 @@ pub struct ServeArgs {
     pub max_queued: usize,
     /// Bytes of a connection read at once (each connection's receive buffer), the same in
     /// every model (1 to 16 MiB).
-    #[arg(long, default_value_t = crate::READ_BUF)]
+    #[arg(long, default_value_t = iolab_servers::READ_BUF)]
     pub read_buf: usize,
     /// Most response chunks handed to one writev/sendmsg, the same in every model (1 to
     /// 1024).
-    #[arg(long, default_value_t = crate::MAX_IOV)]
+    #[arg(long, default_value_t = iolab_servers::MAX_IOV)]
     pub max_iov: usize,
-}
-
-fn parse_secs(s: &str) -> Result<f64, String> {
-    let v: f64 = s
-        .parse()
-        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
-    if !(0.0..=1e9).contains(&v) {
-        return Err(format!("{s} is out of range (0 to 1e9 seconds)"));
-    }
-    Ok(v)
 }
 
 impl ServeArgs {
@@ -107,8 +121,8 @@ impl ServeArgs {
                 max_body: self.max_body,
                 max_queued: self.max_queued,
             },
-            accept: self.accept,
-            buffers: crate::Buffers {
+            accept: self.accept.into(),
+            buffers: iolab_servers::Buffers {
                 read_buf: self.read_buf,
                 max_iov: self.max_iov,
             },
@@ -116,28 +130,10 @@ impl ServeArgs {
     }
 }
 
-/// How the "(N workers)" of the start line reads for a model.
-fn workers_line(model: Model, config: &Config) -> String {
-    match model {
-        Model::Threads => "1 accept thread + 1 thread per connection".to_string(),
-        Model::ThreadPool => format!("{} workers", crate::thread_pool::workers(config)),
-        Model::Epoll => format!("{} workers", crate::epoll::workers(config)),
-        Model::Select | Model::Poll => "1 worker".to_string(),
-        Model::UringAcceptSync | Model::Uring | Model::UringFixed | Model::UringCallback => {
-            format!(
-                "{} workers",
-                crate::uring_common::worker_count(config.workers)
-            )
-        }
-        _ if config.workers == 0 => "workers: model default".to_string(),
-        _ => format!("{} workers", config.workers),
-    }
-}
-
-pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = args.config();
     config.buffers.check().map_err(anyhow::Error::msg)?;
-    let model = args.model;
+    let model = iolab_servers::Model::from(args.model);
     // Thousands of connections need descriptors; failure is not fatal (the soft limit stays).
     if let Err(e) = iolab_sys::raise_nofile_limit() {
         tracing::warn!("iolab serve: could not raise RLIMIT_NOFILE: {e}");
@@ -145,7 +141,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // Before the start line and before the stats file is created (it could be the running
     // server's): a port in use is reported as such, by every model, and nothing else happens.
     // Port 0 passes; the model picks the port when it binds.
-    match crate::net::ensure_addr_free(config.addr) {
+    match iolab_servers::net::ensure_addr_free(config.addr) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
             anyhow::bail!("{e}: stop that server or choose another --addr")
@@ -197,7 +193,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         ctx.site.root().display(),
         ctx.config.addr,
         model,
-        workers_line(model, &ctx.config)
+        model.workers_line(&ctx.config)
     );
     use std::io::Write as _;
     let _ = std::io::stdout().flush();

@@ -3,7 +3,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::{Snapshot, StatsReader};
+use iolab_stats::{Snapshot, StatsReader};
+
+use super::parse_secs;
 
 #[derive(Debug, clap::Args)]
 pub struct ModelsArgs {
@@ -28,18 +30,8 @@ pub struct StatsArgs {
     pub json: bool,
 }
 
-fn parse_secs(s: &str) -> Result<f64, String> {
-    let v: f64 = s
-        .parse()
-        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
-    if !(0.0..=1e9).contains(&v) {
-        return Err(format!("{s} is out of range (0 to 1e9 seconds)"));
-    }
-    Ok(v)
-}
-
 pub fn models(args: ModelsArgs) -> anyhow::Result<()> {
-    for m in crate::models::MODELS {
+    for m in iolab_stats::models::MODELS {
         if args.names {
             println!("{}", m.name);
         } else {
@@ -79,7 +71,7 @@ fn print_text(s: &Snapshot, prev: Option<(&Snapshot, f64)>) {
     println!("{line}");
 }
 
-pub fn stats(args: StatsArgs) -> anyhow::Result<()> {
+pub fn run(args: StatsArgs) -> anyhow::Result<()> {
     let reader = StatsReader::open(&args.path)?;
     let print = |s: &Snapshot, prev: Option<(&Snapshot, f64)>| -> anyhow::Result<()> {
         if args.json {
