@@ -17,62 +17,75 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use serde::Serialize;
 
+use crate::disk::DiskMode;
 use crate::metainfo::{CreateOptions, Meta};
 use crate::swarm::SwarmResult;
 
-#[derive(Debug, clap::Args)]
-#[command(
-    after_help = "The quick run (--quick) uses 10 and 100 peers, 2 s per run, a 64 MiB \
-torrent, 3 repeats: under 5 minutes. The full run: 10, 100, 1000 and 10000 peers, 10 s per run, 256 MiB. \
-10,000 peers need 10,000+ descriptors in the seeder: the bench raises RLIMIT_NOFILE (as root \
-up to fs.nr_open) and splits the swarm over processes of at most 2,500 peers.\n\nExample:\n  \
-iolab seed bench --quick --json bench.json"
-)]
-pub struct BenchArgs {
-    /// The short matrix (under 5 minutes).
-    #[arg(long)]
-    pub quick: bool,
-    /// Peer counts (comma-separated); default 10,100,1000,10000 (quick: 10,100).
-    #[arg(long, value_delimiter = ',')]
+/// What `iolab seed bench` runs: the matrix (seeders x peer counts x cold and warm cache x
+/// repeats) and its torrent. [`Default`] is the full run, [`BenchConfig::quick`] the short one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BenchConfig {
+    /// Peer counts, one point each (a swarm of more than 2,500 is split over processes).
     pub peers: Vec<usize>,
-    /// Seconds of downloading per run (default 10, quick 2).
-    #[arg(long)]
-    pub secs: Option<f64>,
-    /// Torrent size in MiB (default 256, quick 64).
-    #[arg(long)]
-    pub size_mib: Option<u64>,
-    /// Piece size of the bench torrent.
-    #[arg(long, default_value = "256K", value_parser = crate::cli::parse_size)]
+    /// Seconds of downloading per run.
+    pub secs: f64,
+    /// Torrent size in MiB (one file of this size and a short tail: the last piece is short).
+    pub size_mib: u64,
+    /// Piece size of the bench torrent, in bytes.
     pub piece_length: u64,
-    /// Our disk paths to run (comma-separated).
-    #[arg(long, value_delimiter = ',', default_value = "uring,mmap,pread")]
-    pub disks: Vec<crate::disk::DiskMode>,
-    /// Upload slots for both seeders (ours --slots, libtorrent unchoke_slots_limit);
+    /// Our disk paths to run, one seeder each.
+    pub disks: Vec<DiskMode>,
+    /// Upload slots for both seeders (ours `--slots`, libtorrent `unchoke_slots_limit`);
     /// 0 = unlimited (libtorrent -1).
-    #[arg(long, default_value_t = 8)]
     pub slots: usize,
     /// Requests outstanding per leecher.
-    #[arg(long, default_value_t = 16)]
     pub pipeline: usize,
-    /// Runs per (seeder, peers, cache) point; the table shows medians and min–max. The
-    /// seeders' order is rotated between repeats.
-    #[arg(long, default_value_t = 3)]
+    /// Runs per (seeder, peers, cache) point (at least one); the table shows medians and
+    /// min–max. The seeders' order is rotated between repeats.
     pub repeats: usize,
-    /// Skip libtorrent.
-    #[arg(long)]
-    pub no_libtorrent: bool,
+    /// Also run libtorrent's seeder, when /usr/bin/python3 can import libtorrent.
+    pub libtorrent: bool,
     /// Run our seeders with the kernel's read-ahead on (`iolab seed --read-ahead`).
-    #[arg(long)]
     pub read_ahead: bool,
     /// Only warm-cache runs (cold runs drop the page cache of the torrent's files first).
-    #[arg(long)]
     pub warm_only: bool,
-    /// Where to put the bench torrent's data (default: a temp dir, removed after).
-    #[arg(long)]
+    /// Where to put the bench torrent's data (`None`: a temp dir, removed after).
     pub dir: Option<PathBuf>,
     /// Write the results as JSON here.
-    #[arg(long)]
     pub json: Option<PathBuf>,
+}
+
+impl Default for BenchConfig {
+    /// The full run: 10, 100, 1000 and 10000 peers, 10 s per run, 256 MiB.
+    fn default() -> Self {
+        BenchConfig {
+            peers: vec![10, 100, 1000, 10_000],
+            secs: 10.0,
+            size_mib: 256,
+            piece_length: 256 << 10,
+            disks: vec![DiskMode::Uring, DiskMode::Mmap, DiskMode::Pread],
+            slots: 8,
+            pipeline: 16,
+            repeats: 3,
+            libtorrent: true,
+            read_ahead: false,
+            warm_only: false,
+            dir: None,
+            json: None,
+        }
+    }
+}
+
+impl BenchConfig {
+    /// The short matrix, under 5 minutes: 10 and 100 peers, 2 s per run, a 64 MiB torrent.
+    pub fn quick() -> Self {
+        BenchConfig {
+            peers: vec![10, 100],
+            secs: 2.0,
+            size_mib: 64,
+            ..BenchConfig::default()
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -256,7 +269,7 @@ fn start_seeder(
     kind: &str,
     torrent: &Path,
     data: &Path,
-    args: &BenchArgs,
+    args: &BenchConfig,
     peers: usize,
 ) -> anyhow::Result<(Proc, std::net::SocketAddr, Option<serde_json::Value>)> {
     let exe = std::env::current_exe()?;
@@ -332,7 +345,7 @@ fn one_run(
     meta: &Meta,
     torrent: &Path,
     data: &Path,
-    args: &BenchArgs,
+    args: &BenchConfig,
     secs: f64,
 ) -> anyhow::Result<(Row, Option<serde_json::Value>)> {
     let (seeder, addr, settings) = start_seeder(kind, torrent, data, args, peers)?;
@@ -499,16 +512,32 @@ fn machine() -> serde_json::Value {
     })
 }
 
-pub fn run(args: BenchArgs) -> anyhow::Result<()> {
-    let peers = if !args.peers.is_empty() {
-        args.peers.clone()
-    } else if args.quick {
-        vec![10, 100]
-    } else {
-        vec![10, 100, 1000, 10_000]
-    };
-    let secs = args.secs.unwrap_or(if args.quick { 2.0 } else { 10.0 });
-    let size = args.size_mib.unwrap_or(if args.quick { 64 } else { 256 }) << 20;
+/// Writes `len` bytes of xorshift noise to `file` (the same bytes every time).
+fn write_data(file: &Path, len: u64) -> std::io::Result<()> {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(file)?);
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut left = len;
+    while left > 0 {
+        for c in buf.chunks_mut(8) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            c.copy_from_slice(&x.to_le_bytes()[..c.len()]);
+        }
+        let n = left.min(buf.len() as u64) as usize;
+        std::io::Write::write_all(&mut f, &buf[..n])?;
+        left -= n as u64;
+    }
+    Ok(())
+}
+
+/// Runs the bench of `args`: prints the table (and libtorrent's settings) on stdout and
+/// writes the JSON if asked; progress goes to the `progress` log target.
+pub fn run(args: BenchConfig) -> anyhow::Result<()> {
+    let peers = args.peers.clone();
+    let secs = args.secs;
+    let size = args.size_mib << 20;
     let max_peers = peers.iter().copied().max().unwrap_or(0);
     // Inherited by the seeders: libtorrent keeps only part of its descriptors for peers, so
     // twice the swarm (the hard limit can be raised only with CAP_SYS_RESOURCE, up to
@@ -539,21 +568,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let want = size + 4321;
     if std::fs::metadata(&file).map(|m| m.len()).ok() != Some(want) {
         tracing::info!(target: "progress", "bench: writing {} MiB of data", want >> 20);
-        let mut f = std::io::BufWriter::new(std::fs::File::create(&file)?);
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        let mut buf = vec![0u8; 1 << 20];
-        let mut left = want;
-        while left > 0 {
-            for c in buf.chunks_mut(8) {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                c.copy_from_slice(&x.to_le_bytes()[..c.len()]);
-            }
-            let n = left.min(buf.len() as u64) as usize;
-            std::io::Write::write_all(&mut f, &buf[..n])?;
-            left -= n as u64;
-        }
+        write_data(&file, want)?;
     }
     let (meta, bytes) = Meta::create(
         std::slice::from_ref(&file),
@@ -567,8 +582,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     std::fs::write(&torrent, bytes)?;
 
     let mut kinds: Vec<String> = args.disks.iter().map(|d| format!("hekate-{d}")).collect();
-    let lt = !args.no_libtorrent && libtorrent_available();
-    if !args.no_libtorrent && !lt {
+    let lt = args.libtorrent && libtorrent_available();
+    if args.libtorrent && !lt {
         tracing::warn!(
             "bench: /usr/bin/python3 cannot import libtorrent (python3-libtorrent): ours only"
         );

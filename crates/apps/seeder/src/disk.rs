@@ -24,7 +24,7 @@ use memmap2::Mmap;
 
 use crate::metainfo::Meta;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DiskMode {
     Uring,

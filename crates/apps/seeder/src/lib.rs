@@ -8,22 +8,15 @@
 //! it do ([`wire`], [`seed`]), a small HTTP tracker ([`tracker`]), metainfo creation and
 //! checking ([`metainfo`], bencode by `lava_torrent`) and a swarm benchmark against
 //! libtorrent ([`bench`]).
-
 //!
-//! Without the default `engine` feature only the parsers of outside data are built
-//! ([`wire`], [`metainfo`] loading, [`tracker`] requests and replies): the fuzz targets'
-//! build (crates/apps/seeder/fuzz).
+//! The command line (`iolab seed`, `iolab tracker`) is the `iolab` binary's (src/cli/seed.rs,
+//! src/cli/tracker.rs): it turns flags into [`seed::Config`], [`bench::BenchConfig`] and
+//! [`swarm::SwarmConfig`].
 
-#[cfg(feature = "engine")]
 pub mod bench;
-#[cfg(feature = "engine")]
-pub mod cli;
-#[cfg(feature = "engine")]
 pub mod disk;
 pub mod metainfo;
-#[cfg(feature = "engine")]
 pub mod seed;
-#[cfg(feature = "engine")]
 pub mod swarm;
 pub mod tracker;
 pub mod wire;

@@ -8,7 +8,6 @@ use std::io::{self, Read};
 use std::path::{Component, Path, PathBuf};
 
 use anyhow::{bail, Context as _};
-#[cfg(feature = "engine")]
 use indicatif::{ProgressBar, ProgressStyle};
 use lava_torrent::torrent::v1::{File as LtFile, Torrent};
 use sha1::{Digest, Sha1};
@@ -433,16 +432,6 @@ fn walk(dir: &Path, prefix: &Path, out: &mut Vec<(PathBuf, PathBuf, u64)>) -> an
     Ok(())
 }
 
-/// Without the engine (the fuzz build) there is no progress bar.
-#[cfg(not(feature = "engine"))]
-struct NoBar;
-
-#[cfg(not(feature = "engine"))]
-impl NoBar {
-    fn inc(&self, _: u64) {}
-    fn finish_and_clear(&self) {}
-}
-
 /// SHA-1 of every piece of the concatenated files, read sequentially.
 fn hash_pieces(
     files: &[FileEntry],
@@ -451,12 +440,6 @@ fn hash_pieces(
     progress: bool,
     what: &str,
 ) -> anyhow::Result<Vec<[u8; 20]>> {
-    #[cfg(not(feature = "engine"))]
-    let bar = {
-        let _ = (progress, what);
-        NoBar
-    };
-    #[cfg(feature = "engine")]
     let bar = if progress {
         let b = ProgressBar::new(total);
         b.set_style(

@@ -24,31 +24,24 @@ use serde::{Deserialize, Serialize};
 use crate::metainfo::Meta;
 use crate::wire::{self, Handshake, Message};
 
-#[derive(Debug, Clone, clap::Args)]
-pub struct SwarmArgs {
+/// One swarm process (`iolab seed swarm`, started by the bench).
+#[derive(Debug, Clone)]
+pub struct SwarmConfig {
     /// The seeder to download from.
-    #[arg(long)]
     pub target: SocketAddr,
     /// The torrent (only its info hash and piece layout are used).
-    #[arg(long)]
     pub torrent: PathBuf,
     /// Connections held by this process.
-    #[arg(long, default_value_t = 10)]
     pub peers: usize,
     /// Seconds to hold the connections idle (handshaken, not interested) before downloading.
-    #[arg(long, default_value_t = 1.0)]
     pub idle_secs: f64,
     /// Seconds of downloading.
-    #[arg(long, default_value_t = 10.0)]
     pub secs: f64,
     /// Requests outstanding per peer.
-    #[arg(long, default_value_t = 16)]
     pub pipeline: usize,
     /// New connections per second (0 = all at once).
-    #[arg(long, default_value_t = 5000)]
     pub connect_rate: u64,
     /// Index of this process (varies the peer ids across processes).
-    #[arg(long, default_value_t = 0)]
     pub process: u32,
 }
 
@@ -146,7 +139,8 @@ pub fn raise_nofile(want: u64) -> u64 {
     rl.rlim_cur
 }
 
-pub fn run(args: SwarmArgs) -> anyhow::Result<()> {
+/// Runs one swarm process: `connected N`, then the JSON [`SwarmResult`], on stdout.
+pub fn run(args: SwarmConfig) -> anyhow::Result<()> {
     raise_nofile(args.peers as u64 + 64);
     let bytes = std::fs::read(&args.torrent)?;
     let meta = Rc::new(Meta::from_bytes(&bytes, std::path::Path::new("."))?);
@@ -224,7 +218,7 @@ struct Input {
 }
 
 async fn leecher(
-    args: SwarmArgs,
+    args: SwarmConfig,
     i: usize,
     meta: Rc<Meta>,
     sh: Rc<RefCell<Shared>>,

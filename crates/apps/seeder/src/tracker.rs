@@ -7,22 +7,15 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-#[cfg(feature = "engine")]
 use std::io;
-#[cfg(feature = "engine")]
-use std::net::ToSocketAddrs;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-#[cfg(feature = "engine")]
 use iolab_runtime::net::{TcpListener, TcpStream};
-#[cfg(feature = "engine")]
 use iolab_runtime::{spawn, timeout};
 use lava_torrent::bencode::BencodeElem;
-use percent_encoding::percent_decode;
-#[cfg(feature = "engine")]
-use percent_encoding::{percent_encode, NON_ALPHANUMERIC};
+use percent_encoding::{percent_decode, percent_encode, NON_ALPHANUMERIC};
 
 pub const MAX_REQUEST: usize = 8 * 1024;
 pub const MAX_NUMWANT: usize = 200;
@@ -312,7 +305,6 @@ impl Tracker {
     }
 
     /// Serves forever (inside the runtime).
-    #[cfg(feature = "engine")]
     pub async fn serve(self: Rc<Self>, listener: TcpListener) -> io::Result<()> {
         loop {
             let (stream, addr) = match listener.accept().await {
@@ -330,7 +322,6 @@ impl Tracker {
         }
     }
 
-    #[cfg(feature = "engine")]
     async fn connection(&self, stream: TcpStream, addr: SocketAddr) {
         let mut req = Vec::new();
         loop {
@@ -411,7 +402,6 @@ pub fn parse_http_url(url: &str) -> anyhow::Result<(String, u16, String)> {
 }
 
 /// One announce over HTTP.
-#[cfg(feature = "engine")]
 pub async fn announce(
     url: &str,
     info_hash: &[u8; 20],

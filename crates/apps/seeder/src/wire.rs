@@ -61,7 +61,6 @@ impl Handshake {
 }
 
 /// Our BEP 20 peer id: `-IL0100-` and 12 random bytes.
-#[cfg(feature = "engine")]
 pub fn make_peer_id() -> [u8; 20] {
     let mut id = [0u8; 20];
     id[..8].copy_from_slice(b"-IL0100-");

@@ -1,4 +1,9 @@
-//! `iolab seed ...` and `iolab tracker ...`.
+//! `iolab seed ...`: seeding files (the flags of [`RunArgs`]), `iolab seed bench` and the
+//! bench's hidden `iolab seed swarm` leecher processes. The seeder, the bench and the swarm
+//! are iolab-seeder's ([`Seeder`], [`bench::run`], [`swarm::run`]); this module turns the
+//! flags into their typed configs and drives a seeding run: the torrent loaded or made, the
+//! start line on stdout, announces, status lines on stderr, the `--json` counters file, and
+//! SIGINT/SIGTERM.
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -11,11 +16,14 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use iolab_runtime::net::TcpListener;
 use iolab_runtime::{sleep, spawn, Runtime};
+use iolab_seeder::bench::{self, BenchConfig};
+use iolab_seeder::disk::{DiskMode, DiskStats};
+use iolab_seeder::metainfo::{CreateOptions, Meta};
+use iolab_seeder::seed::{Config, Counters, Seeder};
+use iolab_seeder::swarm::{self, SwarmConfig};
+use iolab_seeder::tracker;
 
-use crate::disk::DiskMode;
-use crate::metainfo::{CreateOptions, Meta};
-use crate::seed::{Config, Counters, Seeder};
-use crate::tracker::{self, Tracker};
+use super::choice_enum;
 
 /// Seed files over BitTorrent (Hekate), or benchmark the seeder against libtorrent.
 #[derive(Debug, clap::Args)]
@@ -41,10 +49,10 @@ pub struct SeedArgs {
 #[derive(Debug, clap::Subcommand)]
 pub enum SeedCommand {
     /// Run a swarm of leechers against our seeder and libtorrent's, side by side.
-    Bench(crate::bench::BenchArgs),
+    Bench(BenchArgs),
     /// (internal) One process of leechers for the bench.
     #[command(hide = true)]
-    Swarm(crate::swarm::SwarmArgs),
+    Swarm(SwarmArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -66,8 +74,8 @@ pub struct RunArgs {
     pub listen: SocketAddr,
     /// How blocks are read from disk: uring (async reads on io_uring), mmap (Hekate's Unix
     /// design: mincore, then the blocking pool on a miss), pread (the blocking pool).
-    #[arg(long, value_enum, default_value_t = DiskMode::Uring)]
-    pub disk: DiskMode,
+    #[arg(long, value_enum, default_value_t = DiskArg::Uring)]
+    pub disk: DiskArg,
     /// Keep the kernel's read-ahead on the data files. By default they are opened with a
     /// random-access hint (POSIX_FADV_RANDOM, MADV_RANDOM for mmap): with many peers each
     /// wanting other pieces, read-ahead reads pages no peer asked for (cold read
@@ -108,10 +116,145 @@ pub struct RunArgs {
     pub driver: Option<DriverArg>,
 }
 
+choice_enum! {
+    /// `--disk`, `--disks`: [`DiskMode`].
+    pub enum DiskArg => DiskMode { Uring, Mmap, Pread }
+}
+
+/// `--driver` of `seed` and `tracker`.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum DriverArg {
     Uring,
     Epoll,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "The quick run (--quick) uses 10 and 100 peers, 2 s per run, a 64 MiB \
+torrent, 3 repeats: under 5 minutes. The full run: 10, 100, 1000 and 10000 peers, 10 s per run, 256 MiB. \
+10,000 peers need 10,000+ descriptors in the seeder: the bench raises RLIMIT_NOFILE (as root \
+up to fs.nr_open) and splits the swarm over processes of at most 2,500 peers.\n\nExample:\n  \
+iolab seed bench --quick --json bench.json"
+)]
+pub struct BenchArgs {
+    /// The short matrix (under 5 minutes).
+    #[arg(long)]
+    pub quick: bool,
+    /// Peer counts (comma-separated); default 10,100,1000,10000 (quick: 10,100).
+    #[arg(long, value_delimiter = ',')]
+    pub peers: Vec<usize>,
+    /// Seconds of downloading per run (default 10, quick 2).
+    #[arg(long)]
+    pub secs: Option<f64>,
+    /// Torrent size in MiB (default 256, quick 64).
+    #[arg(long)]
+    pub size_mib: Option<u64>,
+    /// Piece size of the bench torrent.
+    #[arg(long, default_value = "256K", value_parser = parse_size)]
+    pub piece_length: u64,
+    /// Our disk paths to run (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "uring,mmap,pread")]
+    pub disks: Vec<DiskArg>,
+    /// Upload slots for both seeders (ours --slots, libtorrent unchoke_slots_limit);
+    /// 0 = unlimited (libtorrent -1).
+    #[arg(long, default_value_t = BenchConfig::default().slots)]
+    pub slots: usize,
+    /// Requests outstanding per leecher.
+    #[arg(long, default_value_t = BenchConfig::default().pipeline)]
+    pub pipeline: usize,
+    /// Runs per (seeder, peers, cache) point; the table shows medians and min–max. The
+    /// seeders' order is rotated between repeats.
+    #[arg(long, default_value_t = BenchConfig::default().repeats)]
+    pub repeats: usize,
+    /// Skip libtorrent.
+    #[arg(long)]
+    pub no_libtorrent: bool,
+    /// Run our seeders with the kernel's read-ahead on (`iolab seed --read-ahead`).
+    #[arg(long)]
+    pub read_ahead: bool,
+    /// Only warm-cache runs (cold runs drop the page cache of the torrent's files first).
+    #[arg(long)]
+    pub warm_only: bool,
+    /// Where to put the bench torrent's data (default: a temp dir, removed after).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Write the results as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+impl BenchArgs {
+    /// The bench's config: the full or the quick matrix ([`BenchConfig::quick`]), with what
+    /// the flags set.
+    pub fn to_config(&self) -> BenchConfig {
+        let base = if self.quick {
+            BenchConfig::quick()
+        } else {
+            BenchConfig::default()
+        };
+        BenchConfig {
+            peers: if self.peers.is_empty() {
+                base.peers
+            } else {
+                self.peers.clone()
+            },
+            secs: self.secs.unwrap_or(base.secs),
+            size_mib: self.size_mib.unwrap_or(base.size_mib),
+            piece_length: self.piece_length,
+            disks: self.disks.iter().map(|&d| d.into()).collect(),
+            slots: self.slots,
+            pipeline: self.pipeline,
+            repeats: self.repeats,
+            libtorrent: !self.no_libtorrent,
+            read_ahead: self.read_ahead,
+            warm_only: self.warm_only,
+            dir: self.dir.clone(),
+            json: self.json.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct SwarmArgs {
+    /// The seeder to download from.
+    #[arg(long)]
+    pub target: SocketAddr,
+    /// The torrent (only its info hash and piece layout are used).
+    #[arg(long)]
+    pub torrent: PathBuf,
+    /// Connections held by this process.
+    #[arg(long, default_value_t = 10)]
+    pub peers: usize,
+    /// Seconds to hold the connections idle (handshaken, not interested) before downloading.
+    #[arg(long, default_value_t = 1.0)]
+    pub idle_secs: f64,
+    /// Seconds of downloading.
+    #[arg(long, default_value_t = 10.0)]
+    pub secs: f64,
+    /// Requests outstanding per peer.
+    #[arg(long, default_value_t = 16)]
+    pub pipeline: usize,
+    /// New connections per second (0 = all at once).
+    #[arg(long, default_value_t = 5000)]
+    pub connect_rate: u64,
+    /// Index of this process (varies the peer ids across processes).
+    #[arg(long, default_value_t = 0)]
+    pub process: u32,
+}
+
+impl SwarmArgs {
+    pub fn to_config(&self) -> SwarmConfig {
+        SwarmConfig {
+            target: self.target,
+            torrent: self.torrent.clone(),
+            peers: self.peers,
+            idle_secs: self.idle_secs,
+            secs: self.secs,
+            pipeline: self.pipeline,
+            connect_rate: self.connect_rate,
+            process: self.process,
+        }
+    }
 }
 
 /// `256K`, `4M`, `1G` or a plain number of bytes.
@@ -129,11 +272,11 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{s:?} is not a size (e.g. 16384, 256K, 4M)"))
 }
 
-pub fn seed(args: SeedArgs) -> anyhow::Result<()> {
+pub fn run(args: SeedArgs) -> anyhow::Result<()> {
     match args.command {
-        Some(SeedCommand::Bench(b)) => crate::bench::run(b),
-        Some(SeedCommand::Swarm(s)) => crate::swarm::run(s),
-        None => run(args.run),
+        Some(SeedCommand::Bench(b)) => bench::run(b.to_config()),
+        Some(SeedCommand::Swarm(s)) => swarm::run(s.to_config()),
+        None => seed(args.run),
     }
 }
 
@@ -141,8 +284,8 @@ fn is_torrent(p: &Path) -> bool {
     p.extension().is_some_and(|e| e == "torrent") && p.is_file()
 }
 
-/// Loads or creates the torrent of `args`, checks the data. Shared with the bench.
-pub fn prepare(args: &RunArgs) -> anyhow::Result<Meta> {
+/// Loads or creates the torrent of `args`, checks the data.
+fn prepare(args: &RunArgs) -> anyhow::Result<Meta> {
     if args.paths.is_empty() {
         bail!("give a .torrent to seed or the files to make one of (see --help)");
     }
@@ -207,7 +350,8 @@ pub fn prepare(args: &RunArgs) -> anyhow::Result<Meta> {
     Ok(meta)
 }
 
-fn runtime(driver: Option<DriverArg>) -> anyhow::Result<Runtime> {
+/// The runtime of a `seed` or `tracker` process: one worker, on `--driver`.
+pub(crate) fn runtime(driver: Option<DriverArg>) -> anyhow::Result<Runtime> {
     let mut b = Runtime::builder().workers(1);
     match driver {
         Some(DriverArg::Uring) => b = b.driver(iolab_runtime::Driver::Uring),
@@ -217,7 +361,8 @@ fn runtime(driver: Option<DriverArg>) -> anyhow::Result<Runtime> {
     b.build().context("starting the runtime")
 }
 
-fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
+/// Set on SIGINT or SIGTERM.
+pub(crate) fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())?;
@@ -225,13 +370,7 @@ fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
     Ok(stop)
 }
 
-fn write_json(
-    path: &Path,
-    meta: &Meta,
-    counters: &Counters,
-    disk: &crate::disk::DiskStats,
-    mode: DiskMode,
-) {
+fn write_json(path: &Path, meta: &Meta, counters: &Counters, disk: &DiskStats, mode: DiskMode) {
     let v = serde_json::json!({
         "name": meta.name,
         "info_hash": meta.info_hash_hex(),
@@ -250,7 +389,8 @@ fn write_json(
     }
 }
 
-pub fn run(args: RunArgs) -> anyhow::Result<()> {
+/// `iolab seed PATH...`: seeds until SIGINT or SIGTERM (or makes the torrent only).
+fn seed(args: RunArgs) -> anyhow::Result<()> {
     let meta = Arc::new(prepare(&args)?);
     if args.create_only {
         println!(
@@ -268,13 +408,14 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let stop = stop_flag()?;
-    crate::swarm::raise_nofile(args.max_peers as u64 + 256);
+    swarm::raise_nofile(args.max_peers as u64 + 256);
     let rt = runtime(args.driver)?;
+    let disk: DiskMode = args.disk.into();
     let cfg = Config {
         slots: args.slots,
         max_peers: args.max_peers,
         max_queue: args.max_queue.max(1),
-        disk: args.disk,
+        disk,
         read_ahead: args.read_ahead,
         ..Config::default()
     };
@@ -299,7 +440,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             meta.piece_length,
             meta.total,
             local,
-            args.disk
+            disk
         );
         let _ = std::io::stdout().flush();
         let failed: Rc<std::cell::RefCell<Option<std::io::Error>>> = Default::default();
@@ -361,12 +502,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             if let Some(j) = &args.json {
                 if last_json.elapsed() >= Duration::from_secs(1) {
                     last_json = Instant::now();
-                    write_json(j, &meta, c, &seeder.storage.stats, args.disk);
+                    write_json(j, &meta, c, &seeder.storage.stats, disk);
                 }
             }
         }
         if let Some(j) = &args.json {
-            write_json(j, &meta, &seeder.counters, &seeder.storage.stats, args.disk);
+            write_json(j, &meta, &seeder.counters, &seeder.storage.stats, disk);
         }
         if let Some(url) = tracker_url {
             let up = Counters::get(&seeder.counters.bytes_sent);
@@ -381,62 +522,130 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     })
 }
 
-/// A small HTTP BitTorrent tracker (BEP 3 announce, BEP 23 compact, BEP 48 scrape).
-#[derive(Debug, clap::Args)]
-#[command(
-    after_help = "Prints \"tracker on http://ADDR/announce\" and serves until SIGINT or \
-SIGTERM. Peers announce to /announce, statistics at /scrape (BEP 48).\n\nExample:\n  iolab \
-tracker --listen 127.0.0.1:6969"
-)]
-pub struct TrackerArgs {
-    /// Address to listen on (port 0 picks a free port).
-    #[arg(long, default_value = "0.0.0.0:6969")]
-    pub listen: SocketAddr,
-    /// Seconds between a client's announces (told to clients); peers silent for twice this
-    /// are forgotten.
-    #[arg(long, default_value_t = 60)]
-    pub interval: u64,
-    #[arg(long, value_enum)]
-    pub driver: Option<DriverArg>,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-pub fn tracker(args: TrackerArgs) -> anyhow::Result<()> {
-    let stop = stop_flag()?;
-    let rt = runtime(args.driver)?;
-    rt.block_on(async move {
-        let listener = TcpListener::bind(args.listen).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::AddrInUse {
-                anyhow::anyhow!("cannot listen on {}: the address is in use", args.listen)
-            } else {
-                anyhow::anyhow!("cannot listen on {}: {e}", args.listen)
-            }
-        })?;
-        let local = listener.local_addr()?;
-        println!("tracker on http://{local}/announce");
-        let _ = std::io::stdout().flush();
-        let t = Tracker::new(Duration::from_secs(args.interval.max(1)));
-        let failed: Rc<std::cell::RefCell<Option<std::io::Error>>> = Default::default();
-        {
-            let t = t.clone();
-            let f = failed.clone();
-            spawn(async move {
-                if let Err(e) = t.serve(listener).await {
-                    *f.borrow_mut() = Some(e);
-                }
-            });
+    fn parse(argv: &[&str]) -> SeedArgs {
+        use clap::{Args as _, FromArgMatches as _};
+        let cmd = SeedArgs::augment_args(clap::Command::new("seed"));
+        let m = cmd
+            .try_get_matches_from(std::iter::once("seed").chain(argv.iter().copied()))
+            .unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+        SeedArgs::from_arg_matches(&m).unwrap()
+    }
+
+    fn bench(argv: &[&str]) -> BenchConfig {
+        match parse(&[&["bench"], argv].concat()).command {
+            Some(SeedCommand::Bench(b)) => b.to_config(),
+            other => panic!("{argv:?}: {other:?}"),
         }
-        while !stop.load(Ordering::Relaxed) {
-            sleep(Duration::from_millis(100)).await;
-            if let Some(e) = failed.borrow_mut().take() {
-                return Err(anyhow::anyhow!("accepting failed: {e}"));
+    }
+
+    #[test]
+    fn sizes_parse_with_and_without_a_suffix() {
+        assert_eq!(parse_size("16384"), Ok(16384));
+        assert_eq!(parse_size("256K"), Ok(256 << 10));
+        assert_eq!(parse_size(" 4m "), Ok(4 << 20));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert!(parse_size("").is_err());
+        assert!(parse_size("4T").is_err());
+        assert!(parse_size("-1K").is_err());
+        assert!(parse_size("99999999999999G").is_err());
+    }
+
+    #[test]
+    fn bench_flags_give_the_library_defaults_and_the_quick_matrix() {
+        assert_eq!(bench(&[]), BenchConfig::default());
+        assert_eq!(bench(&["--quick"]), BenchConfig::quick());
+        let c = bench(&[
+            "--quick",
+            "--peers",
+            "5,50",
+            "--secs",
+            "0.5",
+            "--size-mib",
+            "8",
+            "--piece-length",
+            "1M",
+            "--disks",
+            "mmap,pread",
+            "--slots",
+            "0",
+            "--pipeline",
+            "4",
+            "--repeats",
+            "1",
+            "--no-libtorrent",
+            "--read-ahead",
+            "--warm-only",
+            "--dir",
+            "/tmp/d",
+            "--json",
+            "b.json",
+        ]);
+        assert_eq!(
+            c,
+            BenchConfig {
+                peers: vec![5, 50],
+                secs: 0.5,
+                size_mib: 8,
+                piece_length: 1 << 20,
+                disks: vec![DiskMode::Mmap, DiskMode::Pread],
+                slots: 0,
+                pipeline: 4,
+                repeats: 1,
+                libtorrent: false,
+                read_ahead: true,
+                warm_only: true,
+                dir: Some("/tmp/d".into()),
+                json: Some("b.json".into()),
             }
-        }
-        eprintln!(
-            "tracker: stopped ({} announces, {} scrapes, {} bad requests)",
-            t.announces.get(),
-            t.scrapes.get(),
-            t.bad_requests.get()
         );
-        Ok(())
-    })
+    }
+
+    #[test]
+    fn swarm_flags_make_its_config() {
+        let a = match parse(&[
+            "swarm",
+            "--target",
+            "127.0.0.1:6881",
+            "--torrent",
+            "t.torrent",
+        ])
+        .command
+        {
+            Some(SeedCommand::Swarm(s)) => s.to_config(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(a.target, "127.0.0.1:6881".parse().unwrap());
+        assert_eq!(a.torrent, PathBuf::from("t.torrent"));
+        assert_eq!(
+            (
+                a.peers,
+                a.idle_secs,
+                a.secs,
+                a.pipeline,
+                a.connect_rate,
+                a.process
+            ),
+            (10, 1.0, 10.0, 16, 5000, 0)
+        );
+    }
+
+    #[test]
+    fn seed_flags_default_to_the_seeders_config() {
+        let a = parse(&["x.torrent"]);
+        assert!(a.command.is_none());
+        let r = a.run;
+        assert_eq!(r.paths, vec![PathBuf::from("x.torrent")]);
+        assert_eq!(DiskMode::from(r.disk), Config::default().disk);
+        assert_eq!(r.slots, Config::default().slots);
+        assert_eq!(r.max_peers, Config::default().max_peers);
+        assert_eq!(r.max_queue, Config::default().max_queue);
+        assert_eq!(r.listen, "0.0.0.0:6881".parse().unwrap());
+        let a = parse(&["x", "--disk", "mmap", "--piece-length", "64K"]);
+        assert_eq!(DiskMode::from(a.run.disk), DiskMode::Mmap);
+        assert_eq!(a.run.piece_length, Some(64 << 10));
+    }
 }
