@@ -481,7 +481,7 @@ pub const INITIAL_WINDOW: usize = 65535;
 pub const STALL: Duration = Duration::from_secs(30);
 
 /// How DP puts segments on the wire.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SendPath {
     /// A packet socket with GSO: one send per up to 64 KiB ([`crate::gso`]); the raw
     /// socket while the client's next hop is not resolved.

@@ -11,12 +11,12 @@
 //! - [`netns`]: running a tier's loop inside a network namespace (tests, CLI);
 //! - [`sockopt`]: socket options as plain bytes;
 //! - [`repair`]: a TCP connection continued on another socket (`TCP_REPAIR`; not used yet);
-//! - `cli`: `iolab disc ...`.
+//!
+//! The command line (`iolab disc ...`) lives in the `iolab` binary.
 
 pub mod be;
 pub mod bpf;
 pub mod chain;
-pub mod cli;
 pub mod dp;
 pub mod gso;
 pub mod http1;

@@ -27,7 +27,7 @@ use crate::proto::{Disc, PathInfo, DISC_FIELD, PATH_FIELD};
 use crate::stop::Stop;
 
 /// How a tier takes part in DISC.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DiscMode {
     /// No DISC fields written or acted on (fields from upstream pass through).
     Off,

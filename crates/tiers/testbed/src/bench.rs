@@ -406,7 +406,7 @@ pub fn run(state: &State, o: &BenchOpts, progress: &dyn Fn(&str)) -> anyhow::Res
     }
     // the agent's own view (allocations refused as full, evictions, live buffers): why
     // stores fell back, when they did
-    let agent_stats = crate::cli::agent_stats_in(odb.cfg.be.ns.as_deref(), odb.cfg.agent_addr());
+    let agent_stats = crate::cpu::agent_stats_in(odb.cfg.be.ns.as_deref(), odb.cfg.agent_addr());
     let counters = odb.odb_counters();
     let php_fpm_config = odb
         .configs

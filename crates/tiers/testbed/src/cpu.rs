@@ -154,3 +154,22 @@ pub fn odb_counters(dir: &Path) -> serde_json::Value {
     }
     out.into()
 }
+
+/// The ODB agent's STATS, asked from inside its namespace (a thread that enters it).
+pub fn agent_stats_in(ns: Option<&str>, addr: std::net::SocketAddrV4) -> Option<serde_json::Value> {
+    let path = ns.map(|n| format!("/var/run/netns/{n}"));
+    std::thread::spawn(move || {
+        if let Some(p) = path {
+            let f = std::fs::File::open(p).ok()?;
+            use std::os::fd::AsRawFd;
+            // SAFETY: setns on this (short-lived) thread only, with an fd we opened.
+            if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                return None;
+            }
+        }
+        iolab_odb::agent::client::stats(addr).ok()
+    })
+    .join()
+    .ok()
+    .flatten()
+}

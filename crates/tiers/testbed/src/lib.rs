@@ -4,10 +4,10 @@
 //!
 //! Layers: `nginx` (configurations), `stack` (one run of the three tiers + the ODB agent),
 //! `cpu` (per-tier CPU, interface bytes, ODB counters), `testbed` (namespaces and veths, the
-//! persistent `up`/`down` testbed), `bench`, `cli`.
+//! persistent `up`/`down` testbed), `bench`. The command line (`iolab tiers`) lives in the
+//! `iolab` binary.
 
 pub mod bench;
-pub mod cli;
 pub mod cpu;
 pub mod disc_bench;
 pub mod faults;

@@ -1,7 +1,7 @@
 //! `iolab tiers up|down|status|bench|agent`.
 
-use crate::stack::Odb;
 use anyhow::Context;
+use iolab_tiers::stack::Odb;
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
@@ -178,8 +178,8 @@ pub fn odb_for_this_build() -> anyhow::Result<Odb> {
     })
 }
 
-fn up_config(a: &UpArgs) -> anyhow::Result<crate::testbed::UpConfig> {
-    Ok(crate::testbed::UpConfig {
+fn up_config(a: &UpArgs) -> anyhow::Result<iolab_tiers::testbed::UpConfig> {
+    Ok(iolab_tiers::testbed::UpConfig {
         rate_bps: a.rate.as_deref().map(iolab_netns::parse_rate).transpose()?,
         delay_us: a
             .delay
@@ -220,7 +220,7 @@ pub fn run(args: TiersArgs) -> anyhow::Result<()> {
             } else {
                 odb_for_this_build()?;
             }
-            let s = crate::testbed::up(&std::env::current_exe()?, &up_args(&a))?;
+            let s = iolab_tiers::testbed::up(&std::env::current_exe()?, &up_args(&a))?;
             print_state(&s);
             Ok(())
         }
@@ -231,10 +231,10 @@ pub fn run(args: TiersArgs) -> anyhow::Result<()> {
             } else {
                 None
             };
-            crate::testbed::supervise(cfg, odb)
+            iolab_tiers::testbed::supervise(cfg, odb)
         }
         TiersCmd::Down => {
-            for l in crate::testbed::down()? {
+            for l in iolab_tiers::testbed::down()? {
                 println!("{l}");
             }
             println!("testbed down; nothing of iolab tiers left");
@@ -243,7 +243,7 @@ pub fn run(args: TiersArgs) -> anyhow::Result<()> {
         TiersCmd::Status { json } => status(json),
         TiersCmd::Bench(b) => bench(b),
         TiersCmd::Faults { pages, rounds } => {
-            let v = crate::faults::measure(pages.max(1), rounds.max(1))?;
+            let v = iolab_tiers::faults::measure(pages.max(1), rounds.max(1))?;
             println!("{}", serde_json::to_string_pretty(&v)?);
             Ok(())
         }
@@ -274,7 +274,7 @@ pub fn run(args: TiersArgs) -> anyhow::Result<()> {
     }
 }
 
-fn print_state(s: &crate::testbed::State) {
+fn print_state(s: &iolab_tiers::testbed::State) {
     println!(
         "testbed up (supervisor pid {}), ODB {}",
         s.supervisor_pid,
@@ -310,8 +310,8 @@ fn print_state(s: &crate::testbed::State) {
 }
 
 fn status(json: bool) -> anyhow::Result<()> {
-    let Some(s) = crate::testbed::load_state() else {
-        let stale = crate::testbed::cleanup_stale();
+    let Some(s) = iolab_tiers::testbed::load_state() else {
+        let stale = iolab_tiers::testbed::cleanup_stale();
         if json {
             println!(
                 "{}",
@@ -331,7 +331,7 @@ fn status(json: bool) -> anyhow::Result<()> {
     };
     let mut cpu = serde_json::Map::new();
     if let Some(cg) = &s.cgroup {
-        for t in crate::stack::TIERS {
+        for t in iolab_tiers::stack::TIERS {
             let v1 = std::fs::read_to_string(cg.join(t).join("cpuacct.usage"))
                 .ok()
                 .and_then(|x| x.trim().parse::<f64>().ok())
@@ -350,14 +350,14 @@ fn status(json: bool) -> anyhow::Result<()> {
     }
     let mut ifaces = Vec::new();
     for (t, n) in &s.namespaces {
-        for (name, rx, tx) in crate::cpu::iface_bytes(Some(n)).unwrap_or_default() {
+        for (name, rx, tx) in iolab_tiers::cpu::iface_bytes(Some(n)).unwrap_or_default() {
             ifaces.push(
                 serde_json::json!({"tier": t, "iface": name, "rx_bytes": rx, "tx_bytes": tx}),
             );
         }
     }
     let agent = if s.up.odb {
-        agent_stats_in(
+        iolab_tiers::cpu::agent_stats_in(
             s.ns("be"),
             std::net::SocketAddrV4::new(s.be.addr, s.up.port + 3),
         )
@@ -378,7 +378,7 @@ fn status(json: bool) -> anyhow::Result<()> {
         "  client {} → FE {}:{} → IS {} → BE {}",
         s.client.addr, s.fe_client, s.up.port, s.is.addr, s.be.addr
     );
-    for t in crate::stack::TIERS {
+    for t in iolab_tiers::stack::TIERS {
         println!(
             "  {t}: namespace {}  cpu {:.3} s",
             s.ns(t).unwrap_or("?"),
@@ -401,7 +401,7 @@ fn status(json: bool) -> anyhow::Result<()> {
 }
 
 fn bench(b: BenchArgs) -> anyhow::Result<()> {
-    let Some(state) = crate::testbed::load_state() else {
+    let Some(state) = iolab_tiers::testbed::load_state() else {
         anyhow::bail!("no testbed up: run `iolab tiers up` first");
     };
     if b.disc {
@@ -413,21 +413,23 @@ fn bench(b: BenchArgs) -> anyhow::Result<()> {
     let quick = b.quick;
     let sizes = b.sizes.clone().unwrap_or_else(|| {
         if quick {
-            crate::bench::QUICK_SIZES.to_vec()
+            iolab_tiers::bench::QUICK_SIZES.to_vec()
         } else {
-            crate::bench::FULL_SIZES.to_vec()
+            iolab_tiers::bench::FULL_SIZES.to_vec()
         }
     });
     for &s in &sizes {
         if !state.root.join(format!("f{s}")).exists() {
-            crate::testutil::write_payloads(&state.root, &[s])?;
+            iolab_tiers::testutil::write_payloads(&state.root, &[s])?;
         }
     }
     let repeats = b.repeats.unwrap_or(if quick { 3 } else { 5 }).max(3);
-    let opts = crate::bench::BenchOpts {
+    let opts = iolab_tiers::bench::BenchOpts {
         sizes,
         repeats,
-        seconds: b.seconds.unwrap_or(crate::bench::default_seconds(quick)),
+        seconds: b
+            .seconds
+            .unwrap_or(iolab_tiers::bench::default_seconds(quick)),
         connections: b.connections,
         odb: odb_for_this_build()?,
         tier_cpus: Some("0".into()),
@@ -442,31 +444,31 @@ fn bench(b: BenchArgs) -> anyhow::Result<()> {
         opts.seconds
     );
     finish_run_on_signals()?;
-    let v = crate::bench::run(&state, &opts, &|l| println!("{l}"))?;
-    println!("\n{}", crate::bench::table(&v));
+    let v = iolab_tiers::bench::run(&state, &opts, &|l| println!("{l}"))?;
+    println!("\n{}", iolab_tiers::bench::table(&v));
     std::fs::write(&b.json, serde_json::to_string_pretty(&v)? + "\n")
         .with_context(|| format!("writing {}", b.json.display()))?;
-    std::fs::write(&b.html, crate::bench::html(&v))
+    std::fs::write(&b.html, iolab_tiers::bench::html(&v))
         .with_context(|| format!("writing {}", b.html.display()))?;
     println!("wrote {} and {}", b.json.display(), b.html.display());
     if !b.no_chromium {
-        let png = crate::bench::check_in_chromium(&b.html)?;
+        let png = iolab_tiers::bench::check_in_chromium(&b.html)?;
         println!("report rendered in headless Chromium: {}", png.display());
     }
     Ok(())
 }
 
-fn disc_bench(state: &crate::testbed::State, b: BenchArgs) -> anyhow::Result<()> {
+fn disc_bench(state: &iolab_tiers::testbed::State, b: BenchArgs) -> anyhow::Result<()> {
     let sizes = b.sizes.clone().unwrap_or_else(|| {
         if b.quick {
-            crate::disc_bench::QUICK_SIZES.to_vec()
+            iolab_tiers::disc_bench::QUICK_SIZES.to_vec()
         } else {
-            crate::disc_bench::FULL_SIZES.to_vec()
+            iolab_tiers::disc_bench::FULL_SIZES.to_vec()
         }
     });
     for &s in &sizes {
         if !state.root.join(format!("f{s}")).exists() {
-            crate::testutil::write_payloads(&state.root, &[s])?;
+            iolab_tiers::testutil::write_payloads(&state.root, &[s])?;
         }
     }
     let repeats = b.repeats.unwrap_or(3).max(1);
@@ -478,7 +480,7 @@ fn disc_bench(state: &crate::testbed::State, b: BenchArgs) -> anyhow::Result<()>
         .unwrap_or(if b.quick { 1.0 } else { 5.0 })
         .round()
         .max(1.0) as u64;
-    let opts = crate::disc_bench::DiscOpts {
+    let opts = iolab_tiers::disc_bench::DiscOpts {
         sizes,
         repeats,
         seconds,
@@ -506,7 +508,7 @@ fn disc_bench(state: &crate::testbed::State, b: BenchArgs) -> anyhow::Result<()>
     // the namespaces' guard removes them on our own signal handling: keep iolab-netns off
     // the signals (the bench stops after the run in progress)
     iolab_netns::external_signal_handling();
-    let v = crate::disc_bench::run(&opts, &|l| println!("{l}"))?;
+    let v = iolab_tiers::disc_bench::run(&opts, &|l| println!("{l}"))?;
     let default = |p: &std::path::Path, ext: &str| {
         if p == std::path::Path::new(&format!("tiers-bench.{ext}")) {
             PathBuf::from(format!("tiers-disc-bench.{ext}"))
@@ -514,31 +516,12 @@ fn disc_bench(state: &crate::testbed::State, b: BenchArgs) -> anyhow::Result<()>
             p.to_path_buf()
         }
     };
-    crate::disc_bench::report(
+    iolab_tiers::disc_bench::report(
         &v,
         &default(&b.json, "json"),
         &default(&b.html, "html"),
         !b.no_chromium,
     )
-}
-
-/// The agent's STATS, asked from inside its namespace (a thread that enters it).
-pub fn agent_stats_in(ns: Option<&str>, addr: std::net::SocketAddrV4) -> Option<serde_json::Value> {
-    let path = ns.map(|n| format!("/var/run/netns/{n}"));
-    std::thread::spawn(move || {
-        if let Some(p) = path {
-            let f = std::fs::File::open(p).ok()?;
-            use std::os::fd::AsRawFd;
-            // SAFETY: setns on this (short-lived) thread only, with an fd we opened.
-            if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                return None;
-            }
-        }
-        iolab_odb::agent::client::stats(addr).ok()
-    })
-    .join()
-    .ok()
-    .flatten()
 }
 
 /// Ctrl-C or SIGTERM during a bench: finish the run in progress, then stop the stacks and
@@ -548,7 +531,7 @@ fn finish_run_on_signals() -> anyhow::Result<()> {
         // SAFETY: the handler only stores to an atomic (async-signal-safe).
         unsafe {
             signal_hook::low_level::register(sig, || {
-                crate::bench::INTERRUPTED.store(true, std::sync::atomic::Ordering::Relaxed)
+                iolab_tiers::bench::INTERRUPTED.store(true, std::sync::atomic::Ordering::Relaxed)
             })?;
         }
     }
@@ -576,6 +559,28 @@ mod tests {
         for bad in ["0", "-3", "inf", "NaN", "", "fast"] {
             let e = parse_rate(bad).unwrap_err();
             assert!(e.contains("requests per second"), "{bad}: {e}");
+        }
+    }
+
+    /// `tiers bench --disc --dp-send X` starts `iolab disc be --dp-send X`: every value the
+    /// one accepts, the other does.
+    #[test]
+    fn every_bench_dp_send_is_a_disc_be_dp_send() {
+        use clap::{Args, ValueEnum};
+        let cmd = TiersArgs::augment_args(clap::Command::new("tiers"));
+        let bench = cmd.find_subcommand("bench").expect("tiers bench");
+        let arg = bench
+            .get_arguments()
+            .find(|a| a.get_id() == "dp_send")
+            .expect("--dp-send");
+        let values = arg.get_possible_values();
+        assert_eq!(values.len(), 4);
+        for v in values {
+            assert!(
+                crate::cli::disc::SendPath::from_str(v.get_name(), false).is_ok(),
+                "{}",
+                v.get_name()
+            );
         }
     }
 }

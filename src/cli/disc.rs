@@ -5,7 +5,47 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
-use crate::proxy::{DiscMode, ProxyConfig};
+use iolab_disc::proxy::ProxyConfig;
+
+use super::choice_enum;
+
+choice_enum! {
+    /// How DP puts segments on the wire ([`iolab_disc::dp::SendPath`]; the variants' help is
+    /// the library's doc text, verbatim, and its links name the library's modules).
+    #[allow(rustdoc::broken_intra_doc_links)]
+    pub enum SendPath => iolab_disc::dp::SendPath {
+        /// A packet socket with GSO: one send per up to 64 KiB ([`crate::gso`]); the raw
+        /// socket while the client's next hop is not resolved.
+        Gso,
+        /// A raw IPv4 socket: one `sendto` per segment ([`crate::sender::RawSocket`]).
+        Raw,
+        /// A TCP socket of the BE's stack continuing the FE's connection (`TCP_REPAIR`,
+        /// [`crate::repair`]): the kernel segments, paces by its congestion window, takes the
+        /// client's ACKs (cloned to it by the FE's hooks) and SACK blocks, and retransmits;
+        /// closed silently once the client has everything. Needs DP one hop from the FE with
+        /// its tap (the ACK clone), the FE's address local in DP's namespace (the clones are
+        /// addressed to it; the testbed puts it on `lo`) and the route to the client; without
+        /// the tap, or for an FE that does not describe its end in HELLO, DP sends as `gso`.
+        Repair,
+        /// An AF_XDP socket in copy mode on DP's link ([`crate::xdp`]): segments written into
+        /// frames shared with the kernel, one `sendto` per 32; the raw socket while the client's
+        /// next hop is not resolved, or where AF_XDP is refused.
+        Xdp,
+    }
+}
+
+choice_enum! {
+    /// How a tier takes part in DISC ([`iolab_disc::proxy::DiscMode`]).
+    pub enum DiscMode => iolab_disc::proxy::DiscMode {
+        /// No DISC fields written or acted on (fields from upstream pass through).
+        Off,
+        /// Accept the bypass; as FE role fetch the payload from DP and write it ourselves.
+        Relay,
+        /// Accept the bypass; as FE role have DP send the payload on the client's connection
+        /// (the FE's eBPF hooks on `hook_iface` keep one sequence space).
+        Direct,
+    }
+}
 
 #[derive(Debug, Args)]
 #[command(
@@ -33,7 +73,7 @@ pub enum DiscCommand {
         #[arg(long)]
         dp_advertise: Option<SocketAddr>,
         /// Smallest payload shortcut, in bytes.
-        #[arg(long, default_value_t = crate::proto::DEFAULT_THRESHOLD)]
+        #[arg(long, default_value_t = iolab_disc::proto::DEFAULT_THRESHOLD)]
         threshold: u64,
         /// How DP puts the payload on the wire: `gso` (a packet socket, one send per up to
         /// 64 KiB, segmented by the kernel), `raw` (a raw IPv4 socket, one send per
@@ -42,8 +82,8 @@ pub enum DiscCommand {
         /// of this namespace continuing the FE's
         /// connection, TCP_REPAIR: needs the FE's client-facing address local here and the
         /// FE's hooks cloning the ACKs to this DP, one hop away; see the crate's README).
-        #[arg(long, value_enum, default_value_t = crate::dp::SendPath::Gso)]
-        dp_send: crate::dp::SendPath,
+        #[arg(long, value_enum, default_value_t = SendPath::Gso)]
+        dp_send: SendPath,
         /// DP takes no ACK from a tap: the FE forwards the client's ACKs as control lines
         /// (the way when DP is not on the FE's link; for comparison).
         #[arg(long)]
@@ -67,7 +107,7 @@ pub enum DiscCommand {
         hook_iface: Option<String>,
         /// Direct mode: seconds a payload sent by DP may make no progress (no client ACK
         /// for more of it) before the FE closes the client's connection.
-        #[arg(long, default_value_t = crate::proxy::DIRECT_STALL.as_secs())]
+        #[arg(long, default_value_t = iolab_disc::proxy::DIRECT_STALL.as_secs())]
         stall_secs: u64,
     },
     /// Builds a client/FE/IS/BE chain in network namespaces (root), fetches 1 B .. 64 MiB
@@ -79,8 +119,8 @@ pub enum DiscCommand {
         #[arg(long, value_delimiter = ',', default_values_t = [1u64, 16383, 16384, 65536, 1 << 20, 64 << 20])]
         sizes: Vec<u64>,
         /// How DP sends in direct mode (`repair` also sets up DP's namespace for it).
-        #[arg(long, value_enum, default_value_t = crate::dp::SendPath::Gso)]
-        dp_send: crate::dp::SendPath,
+        #[arg(long, value_enum, default_value_t = SendPath::Gso)]
+        dp_send: SendPath,
     },
     /// A first side-by-side measurement (root): for each mode (off, relay, direct) a chain in
     /// namespaces, N GETs per size on one keep-alive connection with curl; requests/s and
@@ -107,24 +147,24 @@ pub fn run(args: DiscArgs) -> anyhow::Result<()> {
             dp_send,
             no_ack_tap,
         } => {
-            let stop = crate::stop::Stop::new()?;
+            let stop = iolab_disc::stop::Stop::new()?;
             hook_signals(&stop)?;
             let site = iolab_http::Site::new(&root, iolab_http::Limits::default())?;
             let l = std::net::TcpListener::bind(listen)?;
             let (dpl, disc) = match dp {
                 Some(d) => (
                     Some(std::net::TcpListener::bind(d)?),
-                    Some(crate::be::BeDisc {
-                        store: crate::dp::Store::new(),
+                    Some(iolab_disc::be::BeDisc {
+                        store: iolab_disc::dp::Store::new(),
                         advertise: dp_advertise.unwrap_or(d),
-                        policy: crate::proto::Policy { threshold },
-                        send: dp_send,
+                        policy: iolab_disc::proto::Policy { threshold },
+                        send: dp_send.into(),
                         ack_tap: !no_ack_tap,
                     }),
                 ),
                 None => (None, None),
             };
-            crate::be::run(l, dpl, site, disc, stop)?;
+            iolab_disc::be::run(l, dpl, site, disc, stop)?;
             Ok(())
         }
         DiscCommand::Proxy {
@@ -135,15 +175,15 @@ pub fn run(args: DiscArgs) -> anyhow::Result<()> {
             hook_iface,
             stall_secs,
         } => {
-            let stop = crate::stop::Stop::new()?;
+            let stop = iolab_disc::stop::Stop::new()?;
             hook_signals(&stop)?;
             let l = std::net::TcpListener::bind(listen)?;
-            crate::proxy::run(
+            iolab_disc::proxy::run(
                 l,
                 ProxyConfig {
                     upstreams: upstream,
                     first,
-                    disc,
+                    disc: disc.into(),
                     hook_iface,
                     stall: std::time::Duration::from_secs(stall_secs.max(1)),
                 },
@@ -155,12 +195,12 @@ pub fn run(args: DiscArgs) -> anyhow::Result<()> {
             disc,
             sizes,
             dp_send,
-        } => check(disc, &sizes, dp_send),
+        } => check(disc.into(), &sizes, dp_send.into()),
         DiscCommand::Measure { sizes, requests } => measure(&sizes, requests),
     }
 }
 
-fn hook_signals(stop: &std::sync::Arc<crate::stop::Stop>) -> anyhow::Result<()> {
+fn hook_signals(stop: &std::sync::Arc<iolab_disc::stop::Stop>) -> anyhow::Result<()> {
     let s = stop.clone();
     std::thread::Builder::new()
         .name("signals".into())
@@ -179,15 +219,19 @@ fn hook_signals(stop: &std::sync::Arc<crate::stop::Stop>) -> anyhow::Result<()> 
     Ok(())
 }
 
-fn check(disc: DiscMode, sizes: &[u64], dp_send: crate::dp::SendPath) -> anyhow::Result<()> {
+fn check(
+    disc: iolab_disc::proxy::DiscMode,
+    sizes: &[u64],
+    dp_send: iolab_disc::dp::SendPath,
+) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("iolab-disc-check-{}", std::process::id()));
     let _guard = RemoveDir(dir.clone());
     let root = dir.join("www");
-    crate::chain::write_payloads(&root, sizes)?;
-    let chain = crate::chain::Chain::start(&crate::chain::ChainConfig {
+    iolab_disc::chain::write_payloads(&root, sizes)?;
+    let chain = iolab_disc::chain::Chain::start(&iolab_disc::chain::ChainConfig {
         root,
         disc,
-        threshold: crate::proto::DEFAULT_THRESHOLD,
+        threshold: iolab_disc::proto::DEFAULT_THRESHOLD,
         broken_dp: false,
         loss_pct: 0.0,
         dp_send,
@@ -200,7 +244,7 @@ fn check(disc: DiscMode, sizes: &[u64], dp_send: crate::dp::SendPath) -> anyhow:
         chain.client_addr, chain.fe, chain.is, chain.be, chain.dp, disc
     );
     let t0 = std::time::Instant::now();
-    let rows = crate::chain::compare_sizes(&chain, sizes, &dir)?;
+    let rows = iolab_disc::chain::compare_sizes(&chain, sizes, &dir)?;
     println!("fetched in {:.2} s", t0.elapsed().as_secs_f64());
     if let Some(s) = &chain.store {
         let (kept, claimed) = s.counts();
@@ -230,19 +274,20 @@ fn check(disc: DiscMode, sizes: &[u64], dp_send: crate::dp::SendPath) -> anyhow:
 }
 
 fn measure(sizes: &[u64], requests: u64) -> anyhow::Result<()> {
+    use iolab_disc::proxy::DiscMode;
     let dir = std::env::temp_dir().join(format!("iolab-disc-measure-{}", std::process::id()));
     let _guard = RemoveDir(dir.clone());
     let root = dir.join("www");
-    crate::chain::write_payloads(&root, sizes)?;
+    iolab_disc::chain::write_payloads(&root, sizes)?;
     println!(
         "{:>8}  {:>9}  {:>10}  {:>14}  {:>14}",
         "mode", "size", "req/s", "FE bytes/req", "IS bytes/req"
     );
     for mode in [DiscMode::Off, DiscMode::Relay, DiscMode::Direct] {
-        let chain = crate::chain::Chain::start(&crate::chain::ChainConfig {
+        let chain = iolab_disc::chain::Chain::start(&iolab_disc::chain::ChainConfig {
             root: root.clone(),
             disc: mode,
-            threshold: crate::proto::DEFAULT_THRESHOLD,
+            threshold: iolab_disc::proto::DEFAULT_THRESHOLD,
             broken_dp: false,
             loss_pct: 0.0,
             dp_send: Default::default(),
@@ -251,7 +296,7 @@ fn measure(sizes: &[u64], requests: u64) -> anyhow::Result<()> {
             no_ack_tap: false,
         })?;
         for &size in sizes {
-            let m = crate::chain::measure(&chain, size, requests, &dir)?;
+            let m = iolab_disc::chain::measure(&chain, size, requests, &dir)?;
             println!(
                 "{:>8}  {:>9}  {:>10.0}  {:>14.0}  {:>14.0}",
                 format!("{mode:?}").to_lowercase(),
@@ -275,5 +320,42 @@ struct RemoveDir(PathBuf);
 impl Drop for RemoveDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::ValueEnum;
+
+    fn names<T: ValueEnum>() -> Vec<String> {
+        T::value_variants()
+            .iter()
+            .map(|v| {
+                v.to_possible_value()
+                    .expect("a value")
+                    .get_name()
+                    .to_string()
+            })
+            .collect()
+    }
+
+    /// The flags' values are the names `tiers bench --disc` passes to `disc be --dp-send`
+    /// and the scripts use; each maps to its library variant and back.
+    #[test]
+    fn the_flag_values_keep_their_names_and_map_both_ways() {
+        assert_eq!(names::<SendPath>(), ["gso", "raw", "repair", "xdp"]);
+        assert_eq!(names::<DiscMode>(), ["off", "relay", "direct"]);
+        for &v in SendPath::value_variants() {
+            assert_eq!(SendPath::from(iolab_disc::dp::SendPath::from(v)), v);
+        }
+        for &v in DiscMode::value_variants() {
+            assert_eq!(DiscMode::from(iolab_disc::proxy::DiscMode::from(v)), v);
+        }
+        assert_eq!(
+            iolab_disc::dp::SendPath::from(SendPath::Gso),
+            iolab_disc::dp::SendPath::default(),
+            "--dp-send's default is the library's"
+        );
     }
 }
