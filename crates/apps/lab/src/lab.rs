@@ -16,13 +16,11 @@ use crate::results::{Metrics, Point, Repeat, Results, TargetInfo, Trace, SCHEMA}
 use crate::server::{Kind, Launch, ServerProc, Target};
 use crate::steady::{self, Analysis};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+/// How much a run measures (the CLI's `--profile` lists what each does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Profile {
-    /// Seconds: a few low concurrency levels, a few hundred requests (for tests).
     Tiny,
-    /// At most 10 minutes in all: every level, requests per point from the time budget.
     Quick,
-    /// The seed's method: 50,000 requests per point, 3 repeats, every log kept.
     Full,
 }
 

@@ -4,7 +4,6 @@
 //! a child process pinned to one CPU, drives it with `iolab-load` pinned to another, and
 //! writes `results.json`, per-request logs and `index.html` (see [`results`] and [`report`]).
 
-pub mod cli;
 pub mod efficiency;
 pub mod lab;
 pub mod link;
@@ -14,6 +13,7 @@ pub mod results;
 pub mod scaling;
 pub mod seedbench;
 pub mod seedtable;
+pub mod select;
 pub mod server;
 pub mod settings;
 pub mod steady;

@@ -435,7 +435,7 @@ mod tests {
             ]
         );
         // Every analogue is a target the lab can run.
-        let known = crate::cli::parse_models("all").unwrap();
+        let known = crate::select::parse_models("all").unwrap();
         for x in &s.servers {
             assert!(
                 known.contains(&x.analogue),

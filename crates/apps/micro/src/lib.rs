@@ -10,7 +10,6 @@
 //! `"figures"`: `[{"title", "x_label", "y_label", "log_x": bool, "log_y": bool,
 //!   "series": [{"name", "points": [[x, y], ..]}]}]`.
 
-pub mod cli;
 pub mod ctxswitch;
 pub mod echo;
 pub mod limits;

@@ -1,5 +1,5 @@
-//! Every microbenchmark of this crate in `--quick` mode, through the CLI entry point: it must
-//! write well-formed JSON that follows the convention of `lib.rs`, with plausible values.
+//! Every microbenchmark of this crate in `--quick` mode, through the entry point `iolab micro`
+//! calls (`run_named`): it must give well-formed JSON that follows the convention of `lib.rs`, with plausible values.
 //! The benchmarks are run one at a time (they pin CPUs and measure time).
 
 use std::sync::Mutex;
@@ -10,18 +10,10 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 fn run_quick(name: &str) -> Value {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let path = std::env::temp_dir().join(format!(
-        "iolab-micro-test-{name}-{}.json",
-        std::process::id()
-    ));
-    let args = iolab_micro::cli::MicroArgs {
-        name: name.to_string(),
-        quick: true,
-        json: Some(path.clone()),
-    };
-    iolab_micro::cli::run(args).unwrap_or_else(|e| panic!("micro {name} --quick failed: {e:#}"));
-    let text = std::fs::read_to_string(&path).expect("JSON file written");
-    let _ = std::fs::remove_file(&path);
+    let v = iolab_micro::run_named(name, &iolab_micro::Opts { quick: true })
+        .unwrap_or_else(|e| panic!("micro {name} --quick failed: {e:#}"));
+    // As `iolab micro --json` writes it, and read back.
+    let text = serde_json::to_string_pretty(&v).unwrap();
     let v: Value = serde_json::from_str(&text).expect("well-formed JSON");
     check_convention(name, &v);
     v

@@ -12,7 +12,6 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-pub mod cli;
 mod engine;
 pub mod response;
 pub mod stats;

@@ -15,16 +15,16 @@ pub struct MicroArgs {
 }
 
 pub fn run(args: MicroArgs) -> anyhow::Result<()> {
-    let opts = crate::Opts { quick: args.quick };
+    let opts = iolab_micro::Opts { quick: args.quick };
     let value = if args.name == "all" {
         let mut all = serde_json::Map::new();
-        for name in crate::NAMES {
+        for name in iolab_micro::NAMES {
             println!("== micro {name} ==");
-            all.insert(name.to_string(), crate::run_named(name, &opts)?);
+            all.insert(name.to_string(), iolab_micro::run_named(name, &opts)?);
         }
         serde_json::Value::Object(all)
     } else {
-        crate::run_named(&args.name, &opts)?
+        iolab_micro::run_named(&args.name, &opts)?
     };
     if let Some(path) = args.json {
         std::fs::write(&path, serde_json::to_string_pretty(&value)? + "\n")

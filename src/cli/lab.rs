@@ -5,7 +5,21 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 
-use crate::lab::{Options, Profile};
+use iolab_lab::lab::Options;
+use iolab_lab::select::{parse_micro, parse_models, parse_peers, read_seed_bench};
+
+use super::choice_enum;
+
+choice_enum! {
+    pub enum Profile => iolab_lab::lab::Profile {
+        /// Seconds: a few low concurrency levels, a few hundred requests (for tests).
+        Tiny,
+        /// At most 10 minutes in all: every level, requests per point from the time budget.
+        Quick,
+        /// The seed's method: 50,000 requests per point, 3 repeats, every log kept.
+        Full,
+    }
+}
 
 /// Runs seed 000's experiments over every I/O model (and nginx and the tokio server), then
 /// writes DIR/results.json, DIR/logs/*.csv and DIR/index.html (Figures 1 and 2 for a small
@@ -104,88 +118,9 @@ pub struct LabArgs {
     pub seed_bench: Option<PathBuf>,
 }
 
-/// The seeder bench JSON of `path`: an object with a `summary` list, or a clear error.
-pub fn read_seed_bench(path: &std::path::Path) -> anyhow::Result<serde_json::Value> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let v: serde_json::Value =
-        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
-    if !v.get("summary").is_some_and(serde_json::Value::is_array) {
-        bail!(
-            "{} is not the JSON of `iolab seed bench --json` (no \"summary\" list)",
-            path.display()
-        );
-    }
-    Ok(v)
-}
-
-fn list(s: &str) -> Vec<String> {
-    s.split(',')
-        .map(|x| x.trim().to_string())
-        .filter(|x| !x.is_empty())
-        .collect()
-}
-
-/// The model names asked for, checked against `iolab models`.
-pub fn parse_models(s: &str) -> anyhow::Result<Vec<String>> {
-    let known = crate::lab::target_names();
-    let known: Vec<&str> = known.iter().map(String::as_str).collect();
-    let asked = list(s);
-    if asked.is_empty() {
-        bail!(
-            "--models is empty; give model names ({}) or \"all\"",
-            known.join(", ")
-        );
-    }
-    if asked.iter().any(|m| m == "none") {
-        return Ok(Vec::new());
-    }
-    if asked.iter().any(|m| m == "all") {
-        return Ok(known.iter().map(|s| s.to_string()).collect());
-    }
-    for m in &asked {
-        if !known.contains(&m.as_str()) {
-            bail!("unknown model {m:?}; known: {}", known.join(", "));
-        }
-    }
-    Ok(asked)
-}
-
-pub fn parse_peers(s: &str) -> anyhow::Result<Vec<String>> {
-    let asked = list(s);
-    if asked.iter().any(|p| p == "none") {
-        return Ok(Vec::new());
-    }
-    for p in &asked {
-        if p != "nginx" && p != "tokio" {
-            bail!("unknown peer {p:?}; known: nginx, tokio (or none)");
-        }
-    }
-    Ok(asked)
-}
-
-pub fn parse_micro(s: Option<&str>, none: bool) -> anyhow::Result<Vec<String>> {
-    if none {
-        return Ok(Vec::new());
-    }
-    let Some(s) = s else {
-        return Ok(iolab_micro::NAMES.iter().map(|s| s.to_string()).collect());
-    };
-    let asked = list(s);
-    for m in &asked {
-        if !iolab_micro::NAMES.contains(&m.as_str()) {
-            bail!(
-                "unknown microbenchmark {m:?}; known: {}",
-                iolab_micro::NAMES.join(", ")
-            );
-        }
-    }
-    Ok(asked)
-}
-
 pub fn run(args: LabArgs) -> anyhow::Result<()> {
     if let Some(dir) = &args.check {
-        let c = crate::validate::check_report(dir)?;
+        let c = iolab_lab::validate::check_report(dir)?;
         println!(
             "{}: valid; {} points over {} servers; {} SVG figures ({} paths, {} circles)",
             dir.display(),
@@ -198,22 +133,8 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     if let Some(dir) = &args.render {
-        let p = dir.join("results.json");
-        let text =
-            std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
-        let mut r: crate::results::Results =
-            serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))?;
-        // The seed table is a function of the results: rebuilt with this version's notes.
-        r.seed_vs_iolab = crate::seedtable::build(&r);
-        let bench = args
-            .seed_bench
-            .clone()
-            .unwrap_or(dir.join("seed-bench.json"));
-        if args.seed_bench.is_some() || bench.exists() {
-            r.seed_bench = Some(read_seed_bench(&bench)?);
-        }
-        crate::lab::write_outputs(&r, dir)?;
-        println!("{}", dir.join("index.html").display());
+        let page = iolab_lab::select::render(dir, args.seed_bench.as_deref())?;
+        println!("{}", page.display());
         return Ok(());
     }
     if args.repeat == Some(0) {
@@ -229,7 +150,7 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         bail!("--budget must be positive");
     }
     let link = match (&args.link, args.seed_conditions) {
-        (Some(r), _) => Some(crate::link::LinkSpec {
+        (Some(r), _) => Some(iolab_lab::link::LinkSpec {
             rate_bps: iolab_netns::parse_rate(r).context("--link")?,
             delay: args
                 .delay
@@ -238,8 +159,8 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
                 .transpose()
                 .context("--delay")?,
         }),
-        (None, true) => Some(crate::link::LinkSpec {
-            rate_bps: crate::link::SEED_RATE_BPS,
+        (None, true) => Some(iolab_lab::link::LinkSpec {
+            rate_bps: iolab_lab::link::SEED_RATE_BPS,
             delay: None,
         }),
         (None, false) => None,
@@ -248,13 +169,13 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         bail!("--backlog must be at least 1");
     }
     let backlog = args.backlog.unwrap_or(if args.seed_conditions {
-        crate::link::SEED_BACKLOG
+        iolab_lab::link::SEED_BACKLOG
     } else {
         4096
     });
     let no_micro = args.no_micro || (args.seed_conditions && args.micro.is_none());
     let opts = Options {
-        profile: args.profile,
+        profile: args.profile.into(),
         models: parse_models(&args.models)?,
         peers: parse_peers(&args.peers)?,
         out: args.out.clone(),
@@ -275,7 +196,7 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
                 .map(|l| iolab_sys::cpu::parse_cpu_list(l).map_err(anyhow::Error::msg))
                 .transpose()
         };
-        let r = crate::scaling::run(
+        let r = iolab_lab::scaling::run(
             &opts,
             parse(&args.server_cpus).context("--server-cpus")?,
             parse(&args.client_cpus).context("--client-cpus")?,
@@ -284,7 +205,7 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&r)?);
         } else if let Some(s) = &r.scaling {
             println!("{}", s.note);
-            print!("{}", crate::scaling::text_table(s));
+            print!("{}", iolab_lab::scaling::text_table(s));
             println!("report: {}", opts.out.join("index.html").display());
         }
         return Ok(());
@@ -297,54 +218,18 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         .as_deref()
         .map(read_seed_bench)
         .transpose()?;
-    let mut results = crate::lab::run(&opts)?;
+    let mut results = iolab_lab::lab::run(&opts)?;
     if let Some(b) = seed_bench {
         results.seed_bench = Some(b);
-        crate::lab::write_outputs(&results, &opts.out)?;
+        iolab_lab::lab::write_outputs(&results, &opts.out)?;
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&results)?);
     } else {
-        for s in crate::report::summary(&results) {
+        for s in iolab_lab::report::summary(&results) {
             println!("- {s}");
         }
         println!("report: {}", opts.out.join("index.html").display());
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn model_lists() {
-        assert_eq!(parse_models("all").unwrap().len(), 11);
-        assert!(parse_models("uring-callback-sync").is_ok());
-        assert_eq!(
-            parse_models("threads, epoll").unwrap(),
-            vec!["threads", "epoll"]
-        );
-        let e = parse_models("threads,nope").unwrap_err().to_string();
-        assert!(
-            e.contains("unknown model \"nope\"") && e.contains("uring-fixed"),
-            "{e}"
-        );
-        assert!(parse_models(",").is_err());
-        assert!(parse_models("none").unwrap().is_empty());
-    }
-
-    #[test]
-    fn peer_and_micro_lists() {
-        assert!(parse_peers("none").unwrap().is_empty());
-        assert_eq!(parse_peers("nginx").unwrap(), vec!["nginx"]);
-        assert!(parse_peers("apache").is_err());
-        assert!(parse_micro(None, true).unwrap().is_empty());
-        assert_eq!(
-            parse_micro(None, false).unwrap().len(),
-            iolab_micro::NAMES.len()
-        );
-        assert_eq!(parse_micro(Some("queue"), false).unwrap(), vec!["queue"]);
-        assert!(parse_micro(Some("bogus"), false).is_err());
-    }
 }

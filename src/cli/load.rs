@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::{run as run_load, LoadConfig, LoadReport};
+use iolab_load::{run as run_load, LoadConfig, LoadReport};
 
 /// Generate HTTP load against a URL and report latency, throughput and errors.
 ///
@@ -134,7 +134,7 @@ pub fn run(args: LoadArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.log {
         let f = std::fs::File::create(path)
             .map_err(|e| anyhow::anyhow!("cannot create the log {}: {e}", path.display()))?;
-        crate::write_csv(std::io::BufWriter::new(f), &report.records)
+        iolab_load::write_csv(std::io::BufWriter::new(f), &report.records)
             .map_err(|e| anyhow::anyhow!("cannot write the log {}: {e}", path.display()))?;
     }
     if let Some(path) = &args.json {
@@ -219,6 +219,26 @@ pub fn summary(r: &LoadReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        load: LoadArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<LoadArgs, clap::Error> {
+        Cli::try_parse_from(std::iter::once("iolab-load").chain(args.iter().copied()))
+            .map(|c| c.load)
+    }
+
+    /// The message clap gives for a refused command line, without its usage footer.
+    fn refusal(args: &[&str]) -> String {
+        match parse(args) {
+            Ok(_) => panic!("{args:?} was accepted"),
+            Err(e) => e.to_string(),
+        }
+    }
 
     #[test]
     fn durations() {
@@ -230,5 +250,77 @@ mod tests {
         for bad in ["", "s", "0", "-1s", "5x", "1e999", "abc"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn bad_arguments_are_refused_with_a_message() {
+        let e = refusal(&["http://127.0.0.1:1/", "-n", "5", "-d", "5s"]);
+        assert!(
+            e.contains("'--requests <M>' cannot be used with '--duration <DURATION>'"),
+            "{e}"
+        );
+        let e = refusal(&["http://127.0.0.1:1/", "--keepalive", "--no-keepalive"]);
+        assert!(
+            e.contains("'--keepalive' cannot be used with '--no-keepalive'"),
+            "{e}"
+        );
+        let e = refusal(&["http://127.0.0.1:1/", "-d", "five"]);
+        assert!(
+            e.contains("\"five\": expected a duration like 10s, 500ms or 2m"),
+            "{e}"
+        );
+        let e = refusal(&["http://127.0.0.1:1/", "--source", "not-an-ip"]);
+        assert!(
+            e.contains("invalid value 'not-an-ip' for '--source <ADDRS>'"),
+            "{e}"
+        );
+        let args = parse(&["ftp://example.com/"]).unwrap();
+        let err = run(args).unwrap_err().to_string();
+        assert!(err.contains("http://"), "{err}");
+        let args = parse(&["http://127.0.0.1:1/", "-c", "0"]).unwrap();
+        let err = run(args).unwrap_err().to_string();
+        assert!(err.contains("connections"), "{err}");
+    }
+
+    #[test]
+    fn defaults_and_options_map_to_the_config() {
+        let a = parse(&[
+            "http://[::1]:8080/p",
+            "-c",
+            "7",
+            "-d",
+            "2s",
+            "--keepalive",
+            "--rate",
+            "100",
+            "--timeout",
+            "250ms",
+            "--source",
+            "::1",
+            "--threads",
+            "3",
+            "--cpu",
+            "1",
+        ])
+        .unwrap();
+        let c = a.to_config().unwrap();
+        assert_eq!(c.connections, 7);
+        assert_eq!(c.requests, None);
+        assert_eq!(c.duration, Some(Duration::from_secs(2)));
+        assert!(c.keepalive);
+        assert_eq!(c.rate, Some(100.0));
+        assert_eq!(c.timeout, Duration::from_millis(250));
+        assert_eq!(c.source_addrs, vec!["::1".parse::<IpAddr>().unwrap()]);
+        assert_eq!((c.threads, c.pin_cpu), (3, Some(1)));
+        assert!(!c.keep_records);
+        let c = parse(&["http://127.0.0.1/"]).unwrap().to_config().unwrap();
+        assert_eq!(
+            (c.requests, c.connections, c.keepalive),
+            (Some(1), 1, false)
+        );
+        assert!(
+            !parse(&["http://127.0.0.1/"]).unwrap().keepalive,
+            "a new connection per request is the default"
+        );
     }
 }
