@@ -19,10 +19,6 @@ const STDOUT_RESULTS: &[(&str, &str)] = &[
         "Table::print: the micro tables",
     ),
     (
-        "crates/sim/disksim/src/host.rs",
-        "print_host: part of `disksim run`'s summary",
-    ),
-    (
         "crates/tiers/odb/src/agent.rs",
         "run_foreground: the agent's address, read by its launcher",
     ),

@@ -17,26 +17,20 @@
 //! it. See README.md for the architecture and who owns which module.
 
 pub mod blocklayer;
-#[cfg(feature = "cli")]
 pub mod calibrate;
-#[cfg(feature = "cli")]
-pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod fio;
 pub mod hdd;
 pub mod host;
-#[cfg(feature = "cli")]
 pub mod hugebuf;
-#[cfg(feature = "cli")]
 pub mod linuxval;
 mod lru;
 pub mod measured;
 pub mod pagecache;
 mod pageset;
 pub mod record;
-#[cfg(feature = "cli")]
-pub mod recordcli;
+pub mod report;
 pub mod request;
 pub mod sched;
 pub mod ssd;

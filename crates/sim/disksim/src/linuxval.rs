@@ -612,7 +612,7 @@ pub fn validate(
     drop(cg);
     let all = ErrorFigures::of(&results.iter().collect::<Vec<_>>());
     Ok(Report {
-        machine: crate::cli::machine(),
+        machine: crate::report::machine(),
         fio,
         calibration: model.config.display().to_string(),
         cgroup: format!(

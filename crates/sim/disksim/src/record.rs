@@ -41,6 +41,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
@@ -810,6 +812,61 @@ pub fn parse_strace(text: &str, only_under: Vec<String>) -> StraceParser {
         p.line(l);
     }
     p
+}
+
+/// What a replay gives: simulated span from the first call to the last completion (s), the
+/// simulation's wall time (s), and the host stack's counters.
+pub struct Replay {
+    pub sim_s: f64,
+    pub wall_s: f64,
+    pub host_stats: Vec<(String, f64)>,
+}
+
+/// Replays `t` on the device of the config file `config` under this machine's host stack
+/// (the settings of the device holding the first traced file's directory, else of the
+/// current directory; Linux's defaults if they cannot be read).
+pub fn replay(t: &FileTrace, config: &Path) -> Result<Replay> {
+    let cfg = crate::config::Config::load(config)?;
+    let dev = cfg.device(config)?;
+    let here = t
+        .files
+        .first()
+        .and_then(|f| {
+            Path::new(&f.path)
+                .parent()
+                .map(|p| p.to_string_lossy().to_string())
+        })
+        .filter(|p| Path::new(p).exists())
+        .unwrap_or_else(|| ".".into());
+    let host = crate::host::HostParams::from_system(&here)
+        .unwrap_or_else(|_| crate::host::HostParams::linux_defaults());
+    let mut src = FileTraceSource::new(t, dev.blocks)?;
+    let sizes: Vec<(u32, u64)> = t
+        .files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (i as u32, f.extent))
+        .collect();
+    let chain =
+        crate::fio::host_chain_with_files(dev.component, &host, cfg.host_cpu.as_ref(), &sizes)?;
+    let mut sim = crate::engine::Simulator::new(chain);
+    let (mut first, mut last) = (f64::MAX, 0.0f64);
+    let t0 = Instant::now();
+    sim.run(&mut src, &mut |c| {
+        first = first.min(c.rec.arrival);
+        last = last.max(c.rec.completion);
+    })?;
+    let span = if first <= last { last - first } else { 0.0 };
+    let comps = sim.components();
+    let host_stats = comps[..comps.len().saturating_sub(1)]
+        .iter()
+        .flat_map(|c| c.stats())
+        .collect();
+    Ok(Replay {
+        sim_s: span / 1000.0,
+        wall_s: t0.elapsed().as_secs_f64(),
+        host_stats,
+    })
 }
 
 #[cfg(test)]

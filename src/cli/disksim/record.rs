@@ -1,5 +1,5 @@
 //! `iolab disksim record`: runs a command under strace, writes its file I/O as an iolab file
-//! trace ([`crate::record`]), and with `--compare N` replays it on a calibrated device and
+//! trace ([`iolab_disksim::record`]), and with `--compare N` replays it on a calibrated device and
 //! compares with the command's measured wall time (N runs without strace, each with the
 //! traced files' pages dropped first).
 
@@ -10,11 +10,12 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use iolab_disksim::calibrate::drop_file_cache;
+use iolab_disksim::record::{parse_strace, replay, EventOp, FileTrace, STRACE_ARGS, TRACE_SET};
+use iolab_disksim::report::write_json;
 use serde::Serialize;
 
-use crate::config::Config;
-use crate::engine::Simulator;
-use crate::record::{parse_strace, EventOp, FileTrace, FileTraceSource, STRACE_ARGS, TRACE_SET};
+use super::host::print_host;
 
 #[derive(Args, Debug)]
 pub struct RecordArgs {
@@ -142,64 +143,11 @@ fn strace_overhead_ms(dir: &Path) -> Result<f64> {
 /// that the drop is complete). Opens read-only: nothing is written but what the command wrote.
 fn drop_cached(t: &FileTrace) {
     for f in &t.files {
-        crate::calibrate::drop_file_cache(std::path::Path::new(&f.path));
+        drop_file_cache(Path::new(&f.path));
     }
 }
 
-/// What a replay gives: simulated span from the first call to the last completion (s), the
-/// simulation's wall time (s), and the host stack's counters.
-pub struct Replay {
-    pub sim_s: f64,
-    pub wall_s: f64,
-    pub host_stats: Vec<(String, f64)>,
-}
-
-/// Replays `t` on the config's device under this machine's host stack.
-pub fn replay(t: &FileTrace, config: &Path) -> Result<Replay> {
-    let cfg = Config::load(config)?;
-    let dev = cfg.device(config)?;
-    let here = t
-        .files
-        .first()
-        .and_then(|f| {
-            Path::new(&f.path)
-                .parent()
-                .map(|p| p.to_string_lossy().to_string())
-        })
-        .filter(|p| Path::new(p).exists())
-        .unwrap_or_else(|| ".".into());
-    let host = crate::host::HostParams::from_system(&here)
-        .unwrap_or_else(|_| crate::host::HostParams::linux_defaults());
-    let mut src = FileTraceSource::new(t, dev.blocks)?;
-    let sizes: Vec<(u32, u64)> = t
-        .files
-        .iter()
-        .enumerate()
-        .map(|(i, f)| (i as u32, f.extent))
-        .collect();
-    let chain =
-        crate::fio::host_chain_with_files(dev.component, &host, cfg.host_cpu.as_ref(), &sizes)?;
-    let mut sim = Simulator::new(chain);
-    let (mut first, mut last) = (f64::MAX, 0.0f64);
-    let t0 = Instant::now();
-    sim.run(&mut src, &mut |c| {
-        first = first.min(c.rec.arrival);
-        last = last.max(c.rec.completion);
-    })?;
-    let span = if first <= last { last - first } else { 0.0 };
-    let comps = sim.components();
-    let host_stats = comps[..comps.len().saturating_sub(1)]
-        .iter()
-        .flat_map(|c| c.stats())
-        .collect();
-    Ok(Replay {
-        sim_s: span / 1000.0,
-        wall_s: t0.elapsed().as_secs_f64(),
-        host_stats,
-    })
-}
-
-pub fn record_cmd(a: RecordArgs) -> Result<()> {
+pub(super) fn record_cmd(a: RecordArgs) -> Result<()> {
     if a.compare > 0 && a.config.is_none() {
         bail!("--compare needs --config CAL.toml (a `calibrate --out` file) for the replay");
     }
@@ -313,7 +261,7 @@ pub fn record_cmd(a: RecordArgs) -> Result<()> {
         let spread = (sorted[sorted.len() - 1] - sorted[0]) / real * 100.0;
         let rp = replay(&trace, config)?;
         let (sim_s, sim_wall) = (rp.sim_s, rp.wall_s);
-        crate::host::print_host(Some(&[]), &rp.host_stats);
+        print_host(Some(&[]), &rp.host_stats);
         let bytes = (s.read_bytes + s.write_bytes) as f64;
         let cmp = Comparison {
             runs_wall_s: runs,
@@ -336,6 +284,6 @@ pub fn record_cmd(a: RecordArgs) -> Result<()> {
         println!("            (the real time includes the process's start and exit, the simulation starts at its first traced call)");
         s.compare = Some(cmp);
     }
-    crate::cli::write_json(a.json.as_deref(), &s)?;
+    write_json(a.json.as_deref(), &s)?;
     Ok(())
 }

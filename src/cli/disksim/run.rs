@@ -1,0 +1,501 @@
+//! `iolab disksim run`: a trace, the config's workload, a fio job or a recorded file trace
+//! on the configured device, and the summary of the run.
+
+use std::io::{BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use iolab_disksim::config::Config;
+use iolab_disksim::engine::{Simulator, Source};
+use iolab_disksim::host::HostParams;
+use iolab_disksim::report::write_json;
+use iolab_disksim::request::{CacheOutcome, Completion, Op};
+use iolab_disksim::trace::{Format, TraceSource};
+use iolab_disksim::workload::Generator;
+use iolab_disksim::{fio, record};
+use serde::Serialize;
+
+use super::host::{print_host, HostArgs};
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// TOML configuration (device and optional [workload]); see crates/sim/disksim/configs/.
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Trace to replay (default: the config's [workload] generator).
+    #[arg(long, conflicts_with = "fio")]
+    pub trace: Option<PathBuf>,
+    /// fio job file to simulate (rw, rwmixread, bs, bsrange, size, io_size, filesize,
+    /// nrfiles, iodepth, ioengine, direct, sync, fadvise_hint, numjobs, runtime, time_based,
+    /// rate, thinktime, norandommap, randseed, invalidate, filename): through this host's
+    /// page cache over the configured device; prints per-job results as fio does.
+    #[arg(long)]
+    pub fio: Option<PathBuf>,
+    /// With --fio: simulate despite options the simulator does not model (each is listed as
+    /// a warning); without it they are an error.
+    #[arg(long, requires = "fio")]
+    pub allow_unknown: bool,
+    /// Trace format: validate, ascii, fio, blkparse, msr, iolab, files (`record`'s file trace, replayed through the host stack) (default: guessed).
+    #[arg(long)]
+    pub format: Option<String>,
+    /// Write the summary as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write one CSV line per request here (arrival, queue wait, cache, seek, rotation, ...).
+    #[arg(long)]
+    pub log: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+    /// The host stack (page cache, block layer) above the device.
+    #[command(flatten)]
+    pub host: HostArgs,
+}
+
+/// Streaming statistics of a run.
+#[derive(Default)]
+struct Summary {
+    n: u64,
+    reads: u64,
+    bytes: u64,
+    sum_resp: f64,
+    hits: u64,
+    partial: u64,
+    misses: u64,
+    writeback: u64,
+    seek: f64,
+    rotation: f64,
+    transfer: f64,
+    first_arrival: Option<f64>,
+    last_completion: f64,
+    hist: Option<hdrhistogram::Histogram<u64>>,
+}
+
+impl Summary {
+    fn new() -> Self {
+        Summary {
+            hist: hdrhistogram::Histogram::new(3).ok(),
+            ..Default::default()
+        }
+    }
+    fn add(&mut self, c: &Completion) {
+        self.n += 1;
+        if c.req.op == Op::Read {
+            self.reads += 1;
+        }
+        self.bytes += c.req.bytes();
+        let r = c.response();
+        self.sum_resp += r;
+        match c.rec.cache {
+            CacheOutcome::Hit => self.hits += 1,
+            CacheOutcome::Partial => self.partial += 1,
+            CacheOutcome::Miss => self.misses += 1,
+            CacheOutcome::WriteBack => self.writeback += 1,
+            CacheOutcome::None => {}
+        }
+        self.seek += c.rec.seek;
+        self.rotation += c.rec.rotation;
+        self.transfer += c.rec.transfer;
+        self.first_arrival = Some(
+            self.first_arrival
+                .map_or(c.rec.arrival, |f: f64| f.min(c.rec.arrival)),
+        );
+        self.last_completion = self.last_completion.max(c.rec.completion);
+        if let Some(h) = &mut self.hist {
+            let _ = h.record(((r * 1e6) as u64).max(1)); // ns
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct RunReport {
+    device: String,
+    requests: u64,
+    sim_time_ms: f64,
+    wall_s: f64,
+    sim_per_wall: f64,
+    iops: f64,
+    throughput_mb_s: f64,
+    mean_ms: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    p999_ms: f64,
+    max_ms: f64,
+    read_fraction: f64,
+    cache_hit_ratio: f64,
+    cache_partial_ratio: f64,
+    write_back_ratio: f64,
+    seek_share: f64,
+    rotation_share: f64,
+    transfer_share: f64,
+    device_stats: Vec<(String, f64)>,
+    /// The host stack's parameters (None: `--host none`).
+    host: Option<Vec<(String, String)>>,
+    /// Page-cache and block-layer counters.
+    host_stats: Vec<(String, f64)>,
+}
+
+fn open_trace(path: &Path, format: Option<&str>) -> Result<Box<dyn Source>> {
+    let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut r = BufReader::new(f);
+    let fmt = match format {
+        Some(f) => Format::parse(f)?,
+        None => {
+            use std::io::BufRead;
+            let buf = r.fill_buf()?;
+            let first = String::from_utf8_lossy(&buf[..buf.len().min(512)])
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_string();
+            let g = Format::guess(&path.to_string_lossy(), &first);
+            eprintln!(
+                "trace format: {g:?} (guessed; --format to choose) — units: {}",
+                g.units()
+            );
+            g
+        }
+    };
+    Ok(Box::new(TraceSource::new(r, fmt)))
+}
+
+pub(super) fn run_cmd(a: RunArgs) -> Result<()> {
+    if let Some(job) = &a.fio {
+        return run_fio(&a, job);
+    }
+    if let Some(t) = &a.trace {
+        let is_files = match a.format.as_deref() {
+            Some(f) => f.eq_ignore_ascii_case("files"),
+            None => std::fs::read(t)
+                .map(|b| b.starts_with(b"# iolab file trace"))
+                .unwrap_or(false),
+        };
+        if is_files {
+            return run_file_trace(&a, t);
+        }
+    }
+    let cfg = Config::load(&a.config)?;
+    let dev = cfg.device(&a.config)?;
+    let mut source: Box<dyn Source> = match &a.trace {
+        Some(t) => open_trace(t, a.format.as_deref())?,
+        None => match &cfg.workload {
+            Some(w) => Box::new(Generator::new(w.clone(), dev.blocks)?),
+            None => bail!(
+                "no --trace and no [workload] section in {}",
+                a.config.display()
+            ),
+        },
+    };
+    let total = source.len_hint();
+    let mut log = RequestLog::create(a.log.as_deref())?;
+    let bar = if a.quiet {
+        indicatif::ProgressBar::hidden()
+    } else {
+        let b = match total {
+            Some(n) => indicatif::ProgressBar::new(n),
+            None => indicatif::ProgressBar::new_spinner(),
+        };
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} {pos}/{len} requests [{elapsed_precise}] {per_sec}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b
+    };
+    let description = dev.description.clone();
+    let host = a.host.to_params()?;
+    let mut sim = Simulator::new(match &host {
+        Some(h) => h.stack_on(dev.component)?,
+        None => vec![dev.component],
+    });
+    let mut sum = Summary::new();
+    let t0 = Instant::now();
+    let totals = sim.run(source.as_mut(), &mut |c| {
+        sum.add(c);
+        if sum.n % 65536 == 0 {
+            bar.set_position(sum.n);
+        }
+        if let Some(l) = &mut log {
+            l.write(c);
+        }
+    })?;
+    bar.finish_and_clear();
+    let wall = t0.elapsed().as_secs_f64().max(1e-9);
+    if let Some(l) = log {
+        l.finish()?;
+    }
+    let span = (sum.last_completion - sum.first_arrival.unwrap_or(0.0)).max(1e-9);
+    let n = sum.n.max(1) as f64;
+    let q = |p: f64| {
+        sum.hist
+            .as_ref()
+            .map(|h| h.value_at_quantile(p) as f64 / 1e6)
+            .unwrap_or(f64::NAN)
+    };
+    let device_stats = sim
+        .components()
+        .last()
+        .map(|c| c.stats())
+        .unwrap_or_default();
+    let comps = sim.components();
+    let host_stats: Vec<(String, f64)> = comps[..comps.len() - 1]
+        .iter()
+        .flat_map(|c| c.stats())
+        .collect();
+    let rep = RunReport {
+        device: description,
+        requests: totals.requests,
+        sim_time_ms: totals.sim_end,
+        wall_s: wall,
+        sim_per_wall: totals.sim_end / 1000.0 / wall,
+        iops: sum.n as f64 / (span / 1000.0),
+        throughput_mb_s: sum.bytes as f64 / 1e6 / (span / 1000.0),
+        mean_ms: sum.sum_resp / n,
+        p50_ms: q(0.5),
+        p99_ms: q(0.99),
+        p999_ms: q(0.999),
+        max_ms: sum
+            .hist
+            .as_ref()
+            .map(|h| h.max() as f64 / 1e6)
+            .unwrap_or(f64::NAN),
+        read_fraction: sum.reads as f64 / n,
+        cache_hit_ratio: sum.hits as f64 / n,
+        cache_partial_ratio: sum.partial as f64 / n,
+        write_back_ratio: sum.writeback as f64 / n,
+        seek_share: sum.seek / sum.sum_resp.max(1e-12),
+        rotation_share: sum.rotation / sum.sum_resp.max(1e-12),
+        transfer_share: sum.transfer / sum.sum_resp.max(1e-12),
+        device_stats,
+        host: host.map(|h| h.describe()),
+        host_stats,
+    };
+    println!("device      {}", rep.device);
+    println!(
+        "requests    {} ({:.1}% reads) in {:.3} s simulated, {:.3} s wall ({:.0}x real time)",
+        rep.requests,
+        rep.read_fraction * 100.0,
+        rep.sim_time_ms / 1000.0,
+        rep.wall_s,
+        rep.sim_per_wall
+    );
+    println!(
+        "throughput  {:.2} MB/s, {:.1} IOPS",
+        rep.throughput_mb_s, rep.iops
+    );
+    println!(
+        "response    mean {:.3} ms, p50 {:.3}, p99 {:.3}, p99.9 {:.3}, max {:.3} ms",
+        rep.mean_ms, rep.p50_ms, rep.p99_ms, rep.p999_ms, rep.max_ms
+    );
+    println!(
+        "cache       hits {:.1}%, partial {:.1}%, write-back {:.1}% of requests",
+        rep.cache_hit_ratio * 100.0,
+        rep.cache_partial_ratio * 100.0,
+        rep.write_back_ratio * 100.0
+    );
+    println!(
+        "time split  seek {:.1}%, rotation {:.1}%, media transfer {:.1}% of total response time",
+        rep.seek_share * 100.0,
+        rep.rotation_share * 100.0,
+        rep.transfer_share * 100.0
+    );
+    print_host(rep.host.as_deref(), &rep.host_stats);
+    write_json(a.json.as_deref(), &rep)?;
+    Ok(())
+}
+
+/// Replays a file trace of `record` through the host stack (this machine's settings) over
+/// the configured device.
+fn run_file_trace(a: &RunArgs, path: &Path) -> Result<()> {
+    if a.log.is_some() {
+        bail!("--log is not available for file traces (`record`'s format): their calls are replayed through the host stack as a whole; use --json for the summary");
+    }
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let t = record::FileTrace::parse(&text).with_context(|| format!("{}", path.display()))?;
+    let rp = record::replay(&t, &a.config)?;
+    let (sim_s, wall) = (rp.sim_s, rp.wall_s);
+    print_host(Some(&[]), &rp.host_stats);
+    let r = t.bytes(record::EventOp::Read);
+    let w = t.bytes(record::EventOp::Write);
+    println!(
+        "replayed    {}: {} calls on {} files, {:.1} MiB read, {:.1} MiB written",
+        path.display(),
+        t.events.len(),
+        t.files.len(),
+        r as f64 / 1048576.0,
+        w as f64 / 1048576.0
+    );
+    println!(
+        "simulated   {:.3} s from the first call to the last completion ({:.1} MB/s), in {:.3} s wall",
+        sim_s,
+        if sim_s > 0.0 { (r + w) as f64 / sim_s / 1e6 } else { 0.0 },
+        wall
+    );
+    if let Some(p) = &a.json {
+        let v = serde_json::json!({"calls": t.events.len(), "files": t.files.len(),
+            "read_bytes": r, "write_bytes": w, "sim_s": sim_s, "wall_s": wall});
+        write_json(Some(p), &v)?;
+    }
+    Ok(())
+}
+
+/// `--log`: one CSV line per completed request.
+struct RequestLog {
+    out: BufWriter<std::fs::File>,
+    path: PathBuf,
+    /// The first write error (reported once the run is over).
+    err: Option<std::io::Error>,
+}
+
+impl RequestLog {
+    fn create(path: Option<&Path>) -> Result<Option<RequestLog>> {
+        let Some(p) = path else {
+            return Ok(None);
+        };
+        let mut out = BufWriter::new(
+            std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
+        );
+        writeln!(out, "id,op,lba,sectors,arrival_ms,queue_wait_ms,device_start_ms,cache,overhead_ms,seek_ms,rotation_ms,transfer_ms,bus_ms,completion_ms,response_ms")?;
+        Ok(Some(RequestLog {
+            out,
+            path: p.to_path_buf(),
+            err: None,
+        }))
+    }
+
+    fn write(&mut self, c: &Completion) {
+        if self.err.is_some() {
+            return;
+        }
+        let r = &c.rec;
+        if let Err(e) = writeln!(
+            self.out,
+            "{},{},{},{},{:.6},{:.6},{:.6},{},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6}",
+            c.req.id,
+            c.req.op.letter(),
+            c.req.lba,
+            c.req.sectors,
+            r.arrival,
+            r.queue_wait,
+            r.device_start,
+            r.cache.name(),
+            r.overhead,
+            r.seek,
+            r.rotation,
+            r.transfer,
+            r.bus,
+            r.completion,
+            c.response()
+        ) {
+            self.err = Some(e);
+        }
+    }
+
+    fn finish(mut self) -> Result<()> {
+        if let Some(e) = self.err.take() {
+            bail!("writing the request log {}: {e}", self.path.display());
+        }
+        self.out
+            .flush()
+            .with_context(|| format!("writing the request log {}", self.path.display()))
+    }
+}
+
+fn run_fio(a: &RunArgs, job: &Path) -> Result<()> {
+    let text =
+        std::fs::read_to_string(job).with_context(|| format!("reading {}", job.display()))?;
+    let jf = fio::parse(&text, a.allow_unknown).with_context(|| format!("{}", job.display()))?;
+    for w in &jf.warnings {
+        eprintln!("warning: {}: {w}", job.display());
+    }
+    let cfg = Config::load(&a.config)?;
+    let dev = cfg.device(&a.config)?;
+    let gap = cfg.host_cpu.as_ref().map_or(0.0, |c| c.app_gap_us);
+    let mut src = fio::FioSource::new(&jf, 0, dev.blocks)?.with_app_gap_us(gap);
+    // --fio simulates file I/O, so a host stack is always there: the one the --host flags
+    // ask for, or else this machine's (the device holding the current directory).
+    let host = match a.host.to_params()? {
+        Some(h) => h,
+        None => match HostParams::from_system(".") {
+            Ok(h) => h,
+            Err(e) => {
+                eprintln!("warning: this machine's settings ({e:#}); using Linux's defaults");
+                HostParams::linux_defaults()
+            }
+        },
+    };
+    let capacity_pages = host.page_cache.capacity_pages;
+    let ra = host.page_cache.read_ahead_kb;
+    println!("device      {}", dev.description);
+    println!(
+        "host        {}",
+        host.describe()
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if let Some(c) = &cfg.host_cpu {
+        println!(
+            "host cpu    buffered-read cost table from the calibration (µs by KiB): {:?}",
+            c.cached_read_us
+        );
+    }
+    let mut stats = fio::JobStats::new(&src);
+    let chain = fio::host_chain_with_files(
+        dev.component,
+        &host,
+        cfg.host_cpu.as_ref(),
+        &src.file_sizes(),
+    )?;
+    let mut sim = Simulator::new(chain);
+    let bar = if a.quiet {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new_spinner()
+    };
+    let mut log = RequestLog::create(a.log.as_deref())?;
+    let mut n = 0u64;
+    let t0 = Instant::now();
+    let totals = sim.run(&mut src, &mut |c| {
+        stats.add(c);
+        if let Some(l) = &mut log {
+            l.write(c);
+        }
+        n += 1;
+        if n % 65536 == 0 {
+            bar.set_position(n);
+        }
+    })?;
+    bar.finish_and_clear();
+    let wall = t0.elapsed().as_secs_f64().max(1e-9);
+    if let Some(l) = log {
+        l.finish()?;
+    }
+    let results = stats.results();
+    print!("{}", fio::job_table(&results));
+    println!(
+        "simulated   {} requests, {:.3} s simulated in {:.3} s wall ({:.0}x real time)",
+        totals.requests,
+        totals.sim_end / 1000.0,
+        wall,
+        totals.sim_end / 1000.0 / wall
+    );
+    if let Some(p) = &a.json {
+        let v = serde_json::json!({
+            "device": dev.description,
+            "page_cache_pages": capacity_pages,
+            "read_ahead_kb": ra,
+            "jobs": results,
+            "requests": totals.requests,
+            "sim_time_ms": totals.sim_end,
+            "wall_s": wall,
+        });
+        write_json(Some(p), &v)?;
+    }
+    Ok(())
+}
