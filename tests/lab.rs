@@ -7,7 +7,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 const MODELS: [&str; 2] = ["threads", "epoll"];
-const TESTS: usize = 3;
+const TESTS: usize = 4;
 /// A real `iolab seed bench --json` output (crates/apps/lab/testdata/README.md says how it was
 /// made): the report's BitTorrent seeder section.
 const SEED_BENCH: &str = concat!(
@@ -168,6 +168,53 @@ fn results_json_has_every_point_with_the_required_fields() {
         !ps.lines()
             .any(|l| l.contains("iolab serve") && l.contains(dir.to_str().unwrap())),
         "a server outlived the lab"
+    );
+    done();
+}
+
+/// Every object key path of `v` (`.points[].repeats[].ok`), with the keys of maps whose keys
+/// are data (error kinds, failed benchmarks) collapsed to `*`.
+fn key_paths(v: &serde_json::Value, path: &str, out: &mut std::collections::BTreeSet<String>) {
+    const DATA_KEYED: [&str; 2] = ["errors_by_kind", "micro_failures"];
+    match v {
+        serde_json::Value::Object(m) => {
+            let collapse = DATA_KEYED.iter().any(|k| path.ends_with(&format!(".{k}")));
+            for (k, x) in m {
+                let p = format!("{path}.{}", if collapse { "*" } else { k.as_str() });
+                out.insert(p.clone());
+                key_paths(x, &p, out);
+            }
+        }
+        serde_json::Value::Array(a) => {
+            for x in a {
+                key_paths(x, &format!("{path}[]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// results.json is read by people's scripts: its keys are a contract. tests/data/lab-tiny-keys.txt
+/// holds the key paths this same run gave before the code was restructured (issue 42); a
+/// renamed, lost or new key fails here (error kinds appear only when a run has errors).
+#[test]
+fn results_json_keeps_its_keys() {
+    let text = std::fs::read_to_string(report().join("results.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut got = std::collections::BTreeSet::new();
+    key_paths(&v, "", &mut got);
+    let golden = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/lab-tiny-keys.txt");
+    let want: std::collections::BTreeSet<String> = std::fs::read_to_string(golden)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let optional = |p: &String| p.contains(".errors_by_kind.*");
+    let lost: Vec<_> = want.difference(&got).filter(|p| !optional(p)).collect();
+    let new: Vec<_> = got.difference(&want).filter(|p| !optional(p)).collect();
+    assert!(
+        lost.is_empty() && new.is_empty(),
+        "results.json keys changed; lost: {lost:?}; new: {new:?}"
     );
     done();
 }
