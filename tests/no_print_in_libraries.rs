@@ -2,7 +2,8 @@
 //! installs the subscriber (`-v`, `RUST_LOG`; progress lines with target `progress` are
 //! always shown). This test reads every library source file and fails on a print macro
 //! outside the places allowed to print:
-//! - cli modules (`cli.rs`, `*cli.rs`, `cli/`), binaries (`main.rs`, `src/bin/`), `#[cfg(test)]` items;
+//! - binaries (`main.rs`, `src/bin/`; the command line is the binary's `src/cli/`, outside
+//!   `crates/`), `#[cfg(test)]` items;
 //! - test-support modules (`testing.rs`, `testutil.rs`): their skip lines must reach the test
 //!   runner's stderr, where no subscriber is installed and captured output is hidden;
 //! - `println!` (stdout, not logging) only in the files of [`STDOUT_RESULTS`], whose job is
