@@ -115,20 +115,7 @@ fn text(status: u16, extra: Vec<(&'static str, Bytes)>) -> Answer {
 /// Answers a plain GET or HEAD of `target` ([`Request::is_plain`]). `key` is scratch
 /// space for the decoded path, reusable across calls.
 pub fn answer(site: &Site, target: &[u8], key: &mut Vec<u8>) -> Answer {
-    let lookup = match crate::session::normalise_target(target, key) {
-        Ok(query) => match site.files().lookup(key) {
-            Lookup::Redirect(mut location) => {
-                if let Some(q) = query {
-                    location.push(b'?');
-                    location.extend_from_slice(q);
-                }
-                Lookup::Redirect(location)
-            }
-            other => other,
-        },
-        Err(status) => Lookup::Status(status),
-    };
-    match lookup {
+    match crate::target::lookup(target, key, |key| site.files().lookup(key)) {
         Lookup::File(file) => {
             let content_type = field_value(&file.content_type, "Content-Type")
                 .unwrap_or_else(|| Bytes::from_static(b"application/octet-stream"));

@@ -45,10 +45,14 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+mod conditional;
 pub mod direct;
+mod reply;
+mod request;
 mod response;
 mod session;
 mod site;
+mod target;
 
 pub use session::{FileRead, FileReads, Session};
 pub use site::CacheConfig;
