@@ -570,7 +570,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
     };
 
     let (nofile_before, nofile_after) = iolab_sys::raise_nofile_limit().unwrap_or((0, 0));
-    let machine = iolab_micro::machine::Machine::collect();
+    let machine = iolab_sys::host::Machine::collect();
     let cpus = allowed_cpus();
     let (server_cpu, client_cpu) = if cpus.len() >= 2 {
         (Some(cpus[0]), Some(cpus[1]))

@@ -17,5 +17,5 @@ pub mod select;
 pub mod server;
 pub mod settings;
 pub mod steady;
-pub mod svg;
+pub use iolab_report::svg;
 pub mod validate;

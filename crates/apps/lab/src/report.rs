@@ -616,7 +616,7 @@ pub fn render(r: &Results) -> String {
     // In the order `iolab micro all` runs them, then any other.
     let mut names: Vec<&String> = r.micro.keys().collect();
     names.sort_by_key(|n| {
-        iolab_micro::NAMES
+        iolab_stats::microbenchmarks::NAMES
             .iter()
             .position(|k| k == n)
             .unwrap_or(usize::MAX)

@@ -372,7 +372,7 @@ pub fn run(
             srv.stop();
         }
     }
-    let machine = iolab_micro::machine::Machine::collect();
+    let machine = iolab_sys::host::Machine::collect();
     let mut method = BTreeMap::new();
     method.insert(
         "scaling".into(),

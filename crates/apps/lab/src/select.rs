@@ -69,14 +69,14 @@ pub fn parse_micro(s: Option<&str>, none: bool) -> anyhow::Result<Vec<String>> {
         return Ok(Vec::new());
     }
     let Some(s) = s else {
-        return Ok(iolab_micro::NAMES.iter().map(|s| s.to_string()).collect());
+        return Ok(iolab_stats::microbenchmarks::NAMES.iter().map(|s| s.to_string()).collect());
     };
     let asked = list(s);
     for m in &asked {
-        if !iolab_micro::NAMES.contains(&m.as_str()) {
+        if !iolab_stats::microbenchmarks::NAMES.contains(&m.as_str()) {
             bail!(
                 "unknown microbenchmark {m:?}; known: {}",
-                iolab_micro::NAMES.join(", ")
+                iolab_stats::microbenchmarks::NAMES.join(", ")
             );
         }
     }
@@ -132,7 +132,7 @@ mod tests {
         assert!(parse_micro(None, true).unwrap().is_empty());
         assert_eq!(
             parse_micro(None, false).unwrap().len(),
-            iolab_micro::NAMES.len()
+            iolab_stats::microbenchmarks::NAMES.len()
         );
         assert_eq!(parse_micro(Some("queue"), false).unwrap(), vec!["queue"]);
         assert!(parse_micro(Some("bogus"), false).is_err());

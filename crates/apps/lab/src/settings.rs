@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use iolab_micro::machine::Machine;
+use iolab_sys::host::Machine;
 
 /// What the run will ask of the machine.
 #[derive(Debug, Clone)]

@@ -143,6 +143,80 @@ pub fn chromium_renders(page: &Path) -> Option<String> {
     Some(String::from_utf8_lossy(&dom).into_owned())
 }
 
+/// A free loopback TCP port: bound on 127.0.0.1:0 and released, for a server the test starts
+/// right after (another process may take it in between; rare enough for tests).
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// A scratch directory, removed (with its contents) when dropped; [`TempDir::keep`] keeps it.
+#[derive(Debug)]
+pub struct TempDir {
+    path: PathBuf,
+    keep: bool,
+}
+
+impl TempDir {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Keeps the directory (to look at after the test) and returns its path.
+    pub fn keep(mut self) -> PathBuf {
+        self.keep = true;
+        self.path.clone()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// A new empty directory `<temp dir>/iolab-<tag>-<pid>-<n>` (`n` counts up within the
+/// process, so two calls with one tag never share it); a leftover of that name, which only
+/// this very process can have made, is removed first.
+pub fn tempdir(tag: &str) -> std::io::Result<TempDir> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let path = std::env::temp_dir().join(format!(
+        "iolab-{tag}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    if path.exists() {
+        std::fs::remove_dir_all(&path)?;
+    }
+    std::fs::create_dir_all(&path)?;
+    Ok(TempDir { path, keep: false })
+}
+
+/// `n` bytes of xorshift64* noise from `seed` (nonzero): the same bytes for the same seed,
+/// every byte value present and no repeating pattern (content a server must not alter).
+pub fn random_bytes(n: usize, mut seed: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(n + 8);
+    while out.len() < n {
+        seed ^= seed >> 12;
+        seed ^= seed << 25;
+        seed ^= seed >> 27;
+        out.extend_from_slice(&seed.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
+    }
+    out.truncate(n);
+    out
+}
+
+/// Stops a child a test started: SIGTERM, up to 5 s to exit, then SIGKILL; reaps it and
+/// returns how it ended (see [`crate::process::terminate`]).
+pub fn stop_child(child: &mut std::process::Child) -> std::process::ExitStatus {
+    crate::process::terminate(child, std::time::Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("stopping child {}: {e}", child.id()))
+}
+
 /// `let path = require_tool!("nginx", "nginx");` — the tool's path, or the enclosing test
 /// returns (skips) outside CI / fails under CI (see [`require_tool`]).
 #[macro_export]
@@ -209,5 +283,53 @@ mod tests {
             + &String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "under CI the test must fail: {all}");
         assert!(all.contains("CI=true"), "{all}");
+    }
+
+    #[test]
+    fn scratch_dirs_are_fresh_and_removed_unless_kept() {
+        let a = tempdir("sys-test").unwrap();
+        let b = tempdir("sys-test").unwrap();
+        assert_ne!(a.path(), b.path());
+        assert!(a.path().is_dir());
+        std::fs::write(a.path().join("f"), b"x").unwrap();
+        let gone = a.path().to_path_buf();
+        drop(a);
+        assert!(!gone.exists());
+        let kept = b.keep();
+        assert!(kept.is_dir());
+        std::fs::remove_dir_all(kept).unwrap();
+    }
+
+    #[test]
+    fn random_bytes_are_reproducible_and_varied() {
+        let a = random_bytes(1000, 42);
+        assert_eq!(a.len(), 1000);
+        assert_eq!(a, random_bytes(1000, 42));
+        assert_ne!(a, random_bytes(1000, 43));
+        assert_eq!(
+            &random_bytes(13, 42)[..],
+            &a[..13],
+            "a prefix of the longer run"
+        );
+        let distinct: std::collections::BTreeSet<u8> =
+            random_bytes(1 << 16, 7).into_iter().collect();
+        assert_eq!(distinct.len(), 256);
+    }
+
+    #[test]
+    fn a_free_port_can_be_bound() {
+        let port = free_port().unwrap();
+        assert_ne!(port, 0);
+        std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    }
+
+    #[test]
+    fn stop_child_ends_a_running_child() {
+        use std::os::unix::process::ExitStatusExt as _;
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        assert_eq!(stop_child(&mut child).signal(), Some(libc::SIGTERM));
     }
 }

@@ -1,5 +1,6 @@
 //! Live counters of a server, written by the model and read by `iolab stats` and the lab,
-//! and the table of the models' names ([`models`]).
+//! the table of the models' names ([`models`]) and the list of the microbenchmarks'
+//! ([`microbenchmarks`]).
 //!
 //! This crate is small on purpose: the lab and the CLI read a running server's counters and
 //! list the models without linking the server stack (`iolab-servers`), which links this.
@@ -24,6 +25,7 @@
 //! `fetch_add` per event) never shares a line with another counter or with the header the
 //! readers poll.
 
+pub mod microbenchmarks;
 pub mod models;
 
 use std::collections::BTreeMap;
