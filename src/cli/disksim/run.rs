@@ -208,7 +208,7 @@ pub(super) fn run_cmd(a: RunArgs) -> Result<()> {
     let description = dev.description.clone();
     let host = a.host.to_params()?;
     let mut sim = Simulator::new(match &host {
-        Some(h) => h.stack_on(dev.component)?,
+        Some(h) => h.stack().on(dev.component)?,
         None => vec![dev.component],
     });
     let mut sum = Summary::new();
@@ -446,12 +446,11 @@ fn run_fio(a: &RunArgs, job: &Path) -> Result<()> {
         );
     }
     let mut stats = fio::JobStats::new(&src);
-    let chain = fio::host_chain_with_files(
-        dev.component,
-        &host,
-        cfg.host_cpu.as_ref(),
-        &src.file_sizes(),
-    )?;
+    let chain = host
+        .stack()
+        .cpu(cfg.host_cpu.as_ref())
+        .files(&src.file_sizes())
+        .on(dev.component)?;
     let mut sim = Simulator::new(chain);
     let bar = if a.quiet {
         indicatif::ProgressBar::hidden()

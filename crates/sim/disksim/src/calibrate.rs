@@ -28,7 +28,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
-use crate::fio::median;
+use crate::host::median;
 
 /// The host settings the simulation depends on.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -334,7 +334,7 @@ pub struct Calibration {
     pub seek_verdict: String,
     pub write_cache: WriteCache,
     /// Cached buffered reads: cost per call and per KiB.
-    pub host_cpu: crate::fio::HostCpu,
+    pub host_cpu: crate::host::HostCpu,
 }
 
 /// Calibration plan.
@@ -431,7 +431,7 @@ fn samples(
 fn miss_samples(jobs: &[serde_json::Value], sizes: &[u64], copy_us: &[[f64; 2]]) -> Vec<f64> {
     let mut per_page = Vec::new();
     for &k in sizes {
-        let copy = crate::fio::table_us(copy_us, k as f64);
+        let copy = crate::host::table_us(copy_us, k as f64);
         let prefix = format!("b{k}_");
         for job in jobs {
             let Some(sample) = job["jobname"]
@@ -487,7 +487,7 @@ const MISS_CGROUP_BYTES: u64 = 64 << 20;
 /// Unmeasured reading that fills that cgroup before a buffered job's measured part (64 MiB
 /// at the ~0.7 GB/s of random 128 KiB buffered reads here is ~90 ms).
 const MISS_CGROUP_RAMP_MS: u64 = 200;
-const CACHED_READ_SET_MIB: u64 = crate::fio::CACHED_TABLE_SET_MIB;
+const CACHED_READ_SET_MIB: u64 = crate::host::CACHED_TABLE_SET_MIB;
 /// The cached sets of the set profile (MiB): from within a CPU's caches to beyond them, up
 /// to CACHED_READ_SET_MIB (`HostCpu::for_cached_set` scales against its value there).
 const CACHED_SETS_MIB: [u64; 8] = [2, 4, 8, 16, 24, 32, 48, CACHED_READ_SET_MIB];
@@ -794,7 +794,7 @@ pub fn calibrate(
     let reclaim_folio_us = (in_cgroup - miss_folio_us).max(0.0);
     let dontneed_dirty_page_us = dontneed_cost(dir, interrupted)?;
     step += 1;
-    let host_cpu = crate::fio::HostCpu {
+    let host_cpu = crate::host::HostCpu {
         cached_read_us,
         cached_write_us,
         app_gap_us,
@@ -1022,7 +1022,7 @@ pub fn fitted_points(points: &[CalPoint]) -> Vec<CalPoint> {
             .map(|q| (q.size_kib as f64, q.mean_us))
             .collect();
         let mut f = p.clone();
-        if let Some((a, b)) = crate::fio::fit_affine(&group) {
+        if let Some((a, b)) = crate::host::fit_affine(&group) {
             f.mean_us = a + b * p.size_kib as f64;
         }
         out.push(f);
@@ -1280,11 +1280,11 @@ mod tests {
             (1024.0, 2000.0),
             (4096.0, 7500.0),
         ];
-        let (a, b) = crate::fio::fit_affine(&pts).unwrap();
+        let (a, b) = crate::host::fit_affine(&pts).unwrap();
         // The five regular points lie near 150 + 1.8 × KiB; the 16 KiB one is 1000 µs off.
         assert!((100.0..250.0).contains(&a), "{a}");
         assert!((1.6..2.0).contains(&b), "{b}");
-        assert!(crate::fio::fit_affine(&pts[..2]).is_none());
+        assert!(crate::host::fit_affine(&pts[..2]).is_none());
     }
 
     /// A job of fio's JSON named `name` whose reads took `us` µs on average.

@@ -24,7 +24,7 @@ pub struct Config {
     pub workload: Option<WorkloadSpec>,
     /// CPU cost of buffered system calls (written by `calibrate`; used with `run --fio`).
     #[serde(default)]
-    pub host_cpu: Option<crate::fio::HostCpu>,
+    pub host_cpu: Option<crate::host::HostCpu>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -443,12 +443,11 @@ impl Model {
         host.page_cache.capacity_pages = capacity_pages;
         // fio runs in a memory cgroup; a v1 one's reclaim waits on pages under write-back.
         host.page_cache.reclaim_waits_on_writeback = cg_version() == 1;
-        let chain = crate::fio::host_chain_with_files(
-            dev.component,
-            &host,
-            self.cfg.host_cpu.as_ref(),
-            &src.file_sizes(),
-        )?;
+        let chain = host
+            .stack()
+            .cpu(self.cfg.host_cpu.as_ref())
+            .files(&src.file_sizes())
+            .on(dev.component)?;
         let mut sim = Simulator::new(chain);
         let mut start = 0.0;
         if let Some(w) = warmup {

@@ -847,8 +847,11 @@ pub fn replay(t: &FileTrace, config: &Path) -> Result<Replay> {
         .enumerate()
         .map(|(i, f)| (i as u32, f.extent))
         .collect();
-    let chain =
-        crate::fio::host_chain_with_files(dev.component, &host, cfg.host_cpu.as_ref(), &sizes)?;
+    let chain = host
+        .stack()
+        .cpu(cfg.host_cpu.as_ref())
+        .files(&sizes)
+        .on(dev.component)?;
     let mut sim = crate::engine::Simulator::new(chain);
     let (mut first, mut last) = (f64::MAX, 0.0f64);
     let t0 = Instant::now();

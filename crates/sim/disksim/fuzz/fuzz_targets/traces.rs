@@ -38,13 +38,11 @@ fuzz_target!(|data: &[u8]| {
             host.page_cache.capacity_pages = 256;
             let sizes: Vec<(u32, u64)> =
                 t.files.iter().enumerate().map(|(i, f)| (i as u32, f.extent)).collect();
-            let chain = iolab_disksim::fio::host_chain_with_files(
-                Box::new(iolab_disksim::engine::ConstantDevice::new(0.1)),
-                &host,
-                None,
-                &sizes,
-            )
-            .unwrap();
+            let chain = host
+                .stack()
+                .files(&sizes)
+                .on(Box::new(iolab_disksim::engine::ConstantDevice::new(0.1)))
+                .unwrap();
             let mut n = 0;
             Simulator::new(chain)
                 .run(&mut src, &mut |c| {
@@ -66,11 +64,8 @@ fuzz_target!(|data: &[u8]| {
         let files = src.files.clone();
         let mut host = iolab_disksim::host::HostParams::linux_defaults();
         host.page_cache.capacity_pages = 256;
-        let Ok(chain) = iolab_disksim::fio::host_chain(
-            Box::new(iolab_disksim::engine::ConstantDevice::new(0.1)),
-            &host,
-            None,
-        ) else { return };
+        let Ok(chain) = host.stack().on(Box::new(iolab_disksim::engine::ConstantDevice::new(0.1)))
+        else { return };
         let mut sim = Simulator::new(chain);
         let mut n = 0u64;
         let budget = 20_000u64;

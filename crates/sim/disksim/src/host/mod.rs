@@ -7,13 +7,14 @@
 //! ```text
 //!   workload (fio job, recorded trace) ── file-level Requests
 //!      │
-//!   HostParams::stack_on(device)  =  [ page cache , block layer , device ]
+//!   HostParams::stack().on(device)  =  [ syscalls , page cache , block layer , device ]
 //! ```
 //!
-//! * Build: `let chain = params.stack_on(device)?; let sim = Simulator::new(chain);`, or
-//!   `params.chain()?` for the components alone (top first) to put above a device yourself.
-//!   [`HostPolicy::None`] gives no components: the requests reach the device as they are
-//!   (today's `disksim run`).
+//! * Build: `let chain = params.stack().cpu(cal).files(&sizes).on(device)?; let sim =
+//!   Simulator::new(chain);`, or `.components()?` for the components alone (top first) to
+//!   put above a device yourself. The system-call level is there with a calibration's CPU
+//!   table ([`HostCpu`]) only. [`HostPolicy::None`] gives no page cache or block layer: the
+//!   requests reach the device as they are (today's `disksim run`).
 //! * Parameters: [`HostParams::linux_defaults`] (the kernel's defaults), or
 //!   [`HostParams::from_system`] (this machine: `/sys/block/<dev>/queue/*`,
 //!   `/proc/sys/vm/dirty_*`, the memory limit of this process's memory cgroup, v1 or v2, or
@@ -55,6 +56,10 @@ use crate::blocklayer::{BlockConfig, BlockLayer, IoScheduler};
 use crate::engine::Component;
 use crate::pagecache::{DirtyConfig, PageCache, PageCacheConfig, Threshold, PAGE};
 use crate::wincache::{WinXpCache, WinXpConfig, BLOCK};
+
+mod cpu;
+pub(crate) use cpu::median;
+pub use cpu::{fit_affine, table_us, HostCpu, Syscalls, CACHED_TABLE_SET_MIB};
 
 /// Which operating system's caching policy sits above the device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -137,46 +142,14 @@ impl HostParams {
         Ok(p)
     }
 
-    /// The host components, top first (empty for [`HostPolicy::None`]).
-    pub fn chain(&self) -> Result<Vec<Box<dyn Component>>> {
-        self.chain_with_files(&[])
-    }
-
-    /// [`HostParams::chain`] with the workload's file sizes (file id, bytes) known to the
-    /// Linux page cache: read-ahead stops at each file's end.
-    pub fn chain_with_files(&self, files: &[(u32, u64)]) -> Result<Vec<Box<dyn Component>>> {
-        Ok(match self.policy {
-            HostPolicy::None => Vec::new(),
-            HostPolicy::Linux => vec![
-                Box::new(PageCache::new(self.page_cache).with_file_sizes(0, files)),
-                Box::new(BlockLayer::new(self.block)),
-            ],
-            HostPolicy::WindowsXp => {
-                let pc = &self.page_cache;
-                let cfg = WinXpConfig {
-                    syscall_ms: pc.syscall_ms,
-                    copy_mb_s: pc.copy_mb_s,
-                    ..WinXpConfig::new((pc.capacity_pages * PAGE / BLOCK).max(1))
-                };
-                // The seed's I/O scheduler is FCFS, SCAN or LOOK (§4.1.5): the block layer
-                // keeps its queue and merges, with the scheduler given (FCFS by default).
-                let mut block = self.block;
-                if matches!(block.scheduler, IoScheduler::MqDeadline) {
-                    block.scheduler = IoScheduler::Classic(crate::sched::Policy::Fcfs);
-                }
-                vec![
-                    Box::new(WinXpCache::new(cfg)),
-                    Box::new(BlockLayer::new(block)),
-                ]
-            }
-        })
-    }
-
-    /// The whole chain: the host components over `device`, ready for `Simulator::new`.
-    pub fn stack_on(&self, device: Box<dyn Component>) -> Result<Vec<Box<dyn Component>>> {
-        let mut chain = self.chain()?;
-        chain.push(device);
-        Ok(chain)
+    /// The builder of the host stack over a device: the one place the chain of components
+    /// is put together (`run`, `validate`, `record`'s replay).
+    pub fn stack(&self) -> HostStack<'_> {
+        HostStack {
+            params: self,
+            cpu: None,
+            files: &[],
+        }
     }
 
     /// One line per parameter, for printing the configuration next to results.
@@ -220,6 +193,85 @@ impl HostParams {
             ("scheduler".into(), self.block.scheduler.name()),
             ("queue depth".into(), self.block.queue_depth.to_string()),
         ]
+    }
+}
+
+/// The host stack over a device, as [`HostParams::stack`] starts it: with a calibration's
+/// [`HostCpu`] table ([`HostStack::cpu`]) the page cache's affine CPU costs come from the
+/// table's affine part and a system-call level on top ([`Syscalls`]) adds what buffered
+/// calls cost beyond it; the workload's file sizes ([`HostStack::files`]) stop the Linux
+/// page cache's read-ahead at each file's end, as the kernel's does.
+pub struct HostStack<'a> {
+    params: &'a HostParams,
+    cpu: Option<&'a HostCpu>,
+    files: &'a [(u32, u64)],
+}
+
+impl<'a> HostStack<'a> {
+    /// The calibrated CPU costs of system calls (none: the page cache's own parameters).
+    pub fn cpu(mut self, cpu: Option<&'a HostCpu>) -> Self {
+        self.cpu = cpu;
+        self
+    }
+
+    /// The workload's files as (file id, bytes).
+    pub fn files(mut self, files: &'a [(u32, u64)]) -> Self {
+        self.files = files;
+        self
+    }
+
+    /// The host components, top first (none for [`HostPolicy::None`] without a CPU table).
+    pub fn components(self) -> Result<Vec<Box<dyn Component>>> {
+        let mut params = *self.params;
+        let mut chain: Vec<Box<dyn Component>> = Vec::new();
+        if let Some(c) = self.cpu.filter(|c| !c.cached_read_us.is_empty()) {
+            c.validate()?;
+            // The set the job's cached reads go over: its files, at most what the cache holds.
+            let files: u64 = self.files.iter().map(|f| f.1).sum();
+            let pc = &mut params.page_cache;
+            let capacity = pc.capacity_pages.saturating_mul(PAGE);
+            let c = &c.for_cached_set(files.min(capacity));
+            let (a, b) = c.affine();
+            pc.syscall_ms = a / 1000.0;
+            // b µs per KiB = 1024 / b bytes per µs = MB/s; 0 means free copies.
+            pc.copy_mb_s = if b > 1e-9 { 1024.0 / b } else { 0.0 };
+            pc.miss_folio_ms = c.miss_folio_us / 1000.0;
+            pc.reclaim_folio_ms = c.reclaim_folio_us / 1000.0;
+            pc.dontneed_dirty_page_ms = c.dontneed_dirty_page_us / 1000.0;
+            chain.push(Box::new(Syscalls::new(c.clone())));
+        }
+        match params.policy {
+            HostPolicy::None => {}
+            HostPolicy::Linux => {
+                let cache = PageCache::new(params.page_cache).with_file_sizes(0, self.files);
+                chain.push(Box::new(cache));
+                chain.push(Box::new(BlockLayer::new(params.block)));
+            }
+            HostPolicy::WindowsXp => {
+                let pc = &params.page_cache;
+                let cfg = WinXpConfig {
+                    syscall_ms: pc.syscall_ms,
+                    copy_mb_s: pc.copy_mb_s,
+                    ..WinXpConfig::new((pc.capacity_pages * PAGE / BLOCK).max(1))
+                };
+                // The seed's I/O scheduler is FCFS, SCAN or LOOK (§4.1.5): the block layer
+                // keeps its queue and merges, with the scheduler given (FCFS by default).
+                let mut block = params.block;
+                if matches!(block.scheduler, IoScheduler::MqDeadline) {
+                    block.scheduler = IoScheduler::Classic(crate::sched::Policy::Fcfs);
+                }
+                chain.push(Box::new(WinXpCache::new(cfg)));
+                chain.push(Box::new(BlockLayer::new(block)));
+            }
+        }
+        Ok(chain)
+    }
+
+    /// The whole chain: the host components over `device`, ready for `Simulator::new`.
+    pub fn on(self, device: Box<dyn Component>) -> Result<Vec<Box<dyn Component>>> {
+        let mut chain = self.components()?;
+        chain.push(device);
+        Ok(chain)
     }
 }
 
@@ -472,7 +524,7 @@ mod tests {
                 assert!(p.page_cache.capacity_pages > 0);
                 assert!(p.block.max_sectors_kb > 0);
                 assert!(p.block.queue_depth > 0);
-                let chain = p.chain().unwrap();
+                let chain = p.stack().components().unwrap();
                 assert_eq!(chain.len(), 2);
             }
             Err(e) => eprintln!("skipping: {e:#}"),
@@ -487,7 +539,12 @@ mod tests {
         use crate::engine::{ConstantDevice, Pending, Simulator, VecSource, When};
         use crate::request::{Advice, CacheOutcome, FileRef, Flags, Op, Request};
         let params = HostParams::linux_defaults();
-        let mut sim = Simulator::new(params.stack_on(Box::new(ConstantDevice::new(1.0))).unwrap());
+        let mut sim = Simulator::new(
+            params
+                .stack()
+                .on(Box::new(ConstantDevice::new(1.0)))
+                .unwrap(),
+        );
         let base = 1 << 20; // the file's first sector
         let file_req = |op: Op, offset: u64, sectors: u32| Pending {
             when: When::AfterCompletion { think: 0.0 },
@@ -545,11 +602,18 @@ mod tests {
             IoScheduler::None
         );
         assert!(IoScheduler::from_sysfs("none mq-deadline [bfq]").is_err());
-        assert!(HostParams::linux_defaults().chain().unwrap().len() == 2);
+        assert!(
+            HostParams::linux_defaults()
+                .stack()
+                .components()
+                .unwrap()
+                .len()
+                == 2
+        );
         let none = HostParams {
             policy: HostPolicy::None,
             ..HostParams::linux_defaults()
         };
-        assert!(none.chain().unwrap().is_empty());
+        assert!(none.stack().components().unwrap().is_empty());
     }
 }

@@ -1,0 +1,806 @@
+//! fio job files as workloads: `iolab disksim run --fio JOB.fio`.
+//!
+//! The reader takes fio's job-file syntax (`[global]` and job sections, `key=value` or a bare
+//! `key` for booleans, `#`/`;` comments) and fio's number syntax as fio 3.33 reads it with its
+//! default `kb_base=1024`: `k`, `kb`, `ki` (any case) are 1024, and — fio's compatibility
+//! quirk, checked against fio itself — `kib` is 1000 (likewise m, g, t, p); `0x` hex; ranges
+//! `a-b` or `a:b` where fio takes one (`bsrange`, `filesize`). Times: `runtime` in seconds,
+//! `thinktime` in µs, each with an optional `us`, `ms`, `s`, `m`, `h`, `d` suffix.
+//!
+//! Every option is either simulated, accepted as reporting-only (it changes what fio prints,
+//! not the I/O: `group_reporting`, `write_lat_log`...), or reported: one error lists every
+//! unsupported option with its line (`allow_unknown` turns that into warnings). A bad value
+//! is an error naming its line. Nothing here panics on any input (fuzzed, `fuzz/`).
+
+use anyhow::{bail, Result};
+use serde::Serialize;
+
+use crate::request::{Advice, Flags, SECTOR};
+
+/// Largest size accepted anywhere (1 PiB): beyond it is a typo, not a workload.
+pub const MAX_BYTES: u64 = 1 << 50;
+/// Largest block size (fio's own limit is lower; a request must fit the simulator's limits).
+pub const MAX_BS: u64 = 1 << 30;
+/// Most streams (numjobs summed over jobs) and most requests in flight per stream.
+pub const MAX_STREAMS: u64 = 4096;
+pub const MAX_IODEPTH: u64 = 65536;
+/// Longest runtime, ms (30 days).
+pub const MAX_RUNTIME_MS: f64 = 30.0 * 86_400_000.0;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Rw {
+    Read,
+    Write,
+    RandRead,
+    RandWrite,
+    /// Mixed sequential (`rw`/`readwrite`).
+    Rw,
+    RandRw,
+}
+
+impl Rw {
+    pub fn random(self) -> bool {
+        matches!(self, Rw::RandRead | Rw::RandWrite | Rw::RandRw)
+    }
+    /// Fraction of reads given `rwmixread` (%).
+    pub(crate) fn read_share(self, rwmixread: f64) -> f64 {
+        match self {
+            Rw::Read | Rw::RandRead => 1.0,
+            Rw::Write | Rw::RandWrite => 0.0,
+            Rw::Rw | Rw::RandRw => rwmixread / 100.0,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IoEngine {
+    /// psync, sync, pvsync, pvsync2: one request at a time per job.
+    Sync,
+    Libaio,
+    IoUring,
+}
+
+/// `fadvise_hint`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FadviseHint {
+    None,
+    /// fio's default (`1`): SEQUENTIAL for sequential jobs, RANDOM for random ones.
+    Type,
+    Sequential,
+    Random,
+}
+
+/// `sync` (O_SYNC/O_DSYNC on the files).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SyncMode {
+    None,
+    Sync,
+    Dsync,
+}
+
+/// One job section, with `[global]` applied (units in the field names).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FioJob {
+    pub name: String,
+    /// Line of the section header.
+    pub line: usize,
+    pub rw: Rw,
+    /// % of reads in mixed jobs.
+    pub rwmixread: f64,
+    /// Block size range (min, max) for reads and for writes, bytes.
+    pub bs: [(u64, u64); 2],
+    /// Total I/O per clone (`size`, or `io_size` when given), bytes.
+    pub io_bytes: Option<u64>,
+    /// Region of the file(s) used per clone (`size`), bytes.
+    pub size: Option<u64>,
+    /// Size of each file (range), bytes.
+    pub filesize: Option<(u64, u64)>,
+    pub nrfiles: u64,
+    pub iodepth: u64,
+    pub ioengine: IoEngine,
+    pub direct: bool,
+    pub sync: SyncMode,
+    pub fadvise_hint: FadviseHint,
+    pub numjobs: u64,
+    pub runtime_ms: Option<f64>,
+    pub time_based: bool,
+    /// Rate cap per clone, bytes/s, reads and writes.
+    pub rate: [Option<u64>; 2],
+    pub thinktime_us: f64,
+    pub norandommap: bool,
+    pub randseed: u64,
+    /// fio's `invalidate` (drop the file's cached pages before the job; default on).
+    pub invalidate: bool,
+    pub filename: Option<String>,
+}
+
+impl FioJob {
+    fn defaults(name: &str, line: usize) -> FioJob {
+        FioJob {
+            name: name.to_string(),
+            line,
+            rw: Rw::Read,
+            rwmixread: 50.0,
+            bs: [(4096, 4096); 2],
+            io_bytes: None,
+            size: None,
+            filesize: None,
+            nrfiles: 1,
+            iodepth: 1,
+            ioengine: IoEngine::Sync,
+            direct: false,
+            sync: SyncMode::None,
+            fadvise_hint: FadviseHint::Type,
+            numjobs: 1,
+            runtime_ms: None,
+            time_based: false,
+            rate: [None, None],
+            thinktime_us: 0.0,
+            norandommap: false,
+            randseed: 0x5eed,
+            invalidate: true,
+            filename: None,
+        }
+    }
+
+    /// Requests this job keeps in flight per clone.
+    pub fn effective_depth(&self) -> u64 {
+        match self.ioengine {
+            IoEngine::Sync => 1,
+            // libaio on a buffered file: io_submit does the I/O before returning.
+            IoEngine::Libaio if !self.direct => 1,
+            _ => self.iodepth,
+        }
+    }
+
+    /// The page-cache advice fio gives each file (`fadvise_hint`).
+    pub fn advice(&self) -> Option<Advice> {
+        match self.fadvise_hint {
+            FadviseHint::None => None,
+            FadviseHint::Sequential => Some(Advice::Sequential),
+            FadviseHint::Random => Some(Advice::Random),
+            FadviseHint::Type if self.rw.random() => Some(Advice::Random),
+            FadviseHint::Type => Some(Advice::Sequential),
+        }
+    }
+
+    /// The open flags of this job's reads (`read`) or writes.
+    pub(crate) fn flags(&self, read: bool) -> Flags {
+        let mut flags = Flags::default();
+        if self.direct {
+            flags = flags.with(Flags::DIRECT);
+        }
+        if read {
+            return flags;
+        }
+        match self.sync {
+            SyncMode::None => flags,
+            SyncMode::Dsync => flags.with(Flags::DSYNC),
+            // Linux's O_SYNC is __O_SYNC | O_DSYNC.
+            SyncMode::Sync => flags.with(Flags::OSYNC).with(Flags::DSYNC),
+        }
+    }
+
+    /// Bytes of each file of a clone.
+    pub(crate) fn file_bytes(&self) -> u64 {
+        match (self.filesize, self.size) {
+            (Some((lo, _)), _) => lo,
+            (None, Some(s)) => (s / self.nrfiles.max(1)).max(1),
+            (None, None) => 0,
+        }
+    }
+}
+
+/// A parsed job file.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct JobFile {
+    pub jobs: Vec<FioJob>,
+    /// Unsupported options let through by `allow_unknown`, and other notes.
+    pub warnings: Vec<String>,
+}
+
+/// Options that change what fio reports but not the I/O it does.
+const REPORTING_ONLY: &[&str] = &[
+    "description",
+    "group_reporting",
+    "write_lat_log",
+    "write_bw_log",
+    "write_iops_log",
+    "write_hist_log",
+    "log_avg_msec",
+    "log_hist_msec",
+    "log_max_value",
+    "log_offset",
+    "log_compression",
+    "per_job_logs",
+    "lat_percentiles",
+    "clat_percentiles",
+    "slat_percentiles",
+    "percentile_list",
+    "disable_lat",
+    "disable_clat",
+    "disable_slat",
+    "disable_bw_measurement",
+    "gtod_reduce",
+    "thread",
+    "stats",
+    "unified_rw_reporting",
+    "significant_figures",
+    "cpus_allowed",
+    "cpus_allowed_policy",
+    "cpumask",
+    "kb_base",
+    "directory",
+    "create_serialize",
+    "allow_file_create",
+    "overwrite",
+    "randrepeat",
+    "random_generator",
+    "unlink",
+];
+
+/// Options the simulation uses.
+const SIMULATED: &[&str] = &[
+    "name",
+    "rw",
+    "readwrite",
+    "rwmixread",
+    "rwmixwrite",
+    "bs",
+    "blocksize",
+    "bsrange",
+    "blocksize_range",
+    "size",
+    "io_size",
+    "io_limit",
+    "filesize",
+    "nrfiles",
+    "iodepth",
+    "ioengine",
+    "direct",
+    "buffered",
+    "sync",
+    "fadvise_hint",
+    "numjobs",
+    "runtime",
+    "time_based",
+    "rate",
+    "thinktime",
+    "norandommap",
+    "randseed",
+    "invalidate",
+    "filename",
+];
+
+/// Every option name the reader knows (simulated or reporting-only).
+pub fn known_options() -> impl Iterator<Item = &'static str> {
+    SIMULATED.iter().chain(REPORTING_ONLY).copied()
+}
+
+/// Parses a job file. `allow_unknown`: unsupported options become warnings.
+pub fn parse(text: &str, allow_unknown: bool) -> Result<JobFile> {
+    struct Section<'a> {
+        name: &'a str,
+        line: usize,
+        opts: Vec<(&'a str, Option<&'a str>, usize)>,
+    }
+    let mut sections: Vec<Section> = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let n = i + 1;
+        let l = raw.trim();
+        if l.is_empty() || l.starts_with('#') || l.starts_with(';') {
+            continue;
+        }
+        if let Some(rest) = l.strip_prefix('[') {
+            let Some(name) = rest.strip_suffix(']') else {
+                bail!("line {n}: a section header must end with ']': {l}");
+            };
+            let name = name.trim();
+            if name.is_empty() {
+                bail!("line {n}: empty section name");
+            }
+            sections.push(Section {
+                name,
+                line: n,
+                opts: Vec::new(),
+            });
+            continue;
+        }
+        if l.starts_with("include ") {
+            bail!("line {n}: 'include' is not supported (put the options in this file)");
+        }
+        let Some(sec) = sections.last_mut() else {
+            bail!("line {n}: option outside any [section]: {l}");
+        };
+        let (k, v) = match l.split_once('=') {
+            Some((k, v)) => (k.trim(), Some(v.trim())),
+            None => (l, None),
+        };
+        if k.is_empty() {
+            bail!("line {n}: option with no name: {l}");
+        }
+        if v.is_some_and(|v| v.contains('$')) {
+            bail!("line {n}: environment variables ('$') in values are not supported: {l}");
+        }
+        sec.opts.push((k, v, n));
+    }
+    // Unknown options: all at once.
+    let mut unknown: Vec<String> = Vec::new();
+    for s in &sections {
+        for (k, _, n) in &s.opts {
+            if !known_options().any(|o| o == *k) {
+                unknown.push(format!("{k} (line {n})"));
+            }
+        }
+    }
+    let mut warnings = Vec::new();
+    if !unknown.is_empty() {
+        let msg = format!(
+            "unsupported fio option{}: {}",
+            if unknown.len() == 1 { "" } else { "s" },
+            unknown.join(", ")
+        );
+        if !allow_unknown {
+            bail!(
+                "{msg}\n  the simulator would silently differ from fio; remove them or pass --allow-unknown to simulate without them\n  supported: {}\n  reporting only (accepted, no effect on the I/O): {}",
+                SIMULATED.join(" "),
+                REPORTING_ONLY.join(" ")
+            );
+        }
+        warnings.push(format!("{msg} — ignored (--allow-unknown)"));
+    }
+    let mut global: Vec<(&str, Option<&str>, usize)> = Vec::new();
+    let mut jobs = Vec::new();
+    for s in &sections {
+        if s.name == "global" {
+            global.extend(s.opts.iter().copied());
+            continue;
+        }
+        let mut job = FioJob::defaults(s.name, s.line);
+        for &(k, v, n) in global.iter().chain(&s.opts) {
+            if known_options().any(|o| o == k) {
+                apply(&mut job, k, v, n)?;
+            }
+        }
+        finish(&mut job)?;
+        jobs.push(job);
+    }
+    if jobs.is_empty() {
+        bail!("no job section (a [name] other than [global]) in the job file");
+    }
+    let streams: u64 = jobs.iter().map(|j| j.numjobs).sum();
+    if streams > MAX_STREAMS {
+        bail!("{streams} jobs in all (numjobs summed) is more than the limit of {MAX_STREAMS}");
+    }
+    Ok(JobFile { jobs, warnings })
+}
+
+fn finish(job: &mut FioJob) -> Result<()> {
+    let l = job.line;
+    if job.size.is_none() && job.filesize.is_none() {
+        bail!(
+            "line {l}: job '{}' has no size (size= or filesize=)",
+            job.name
+        );
+    }
+    if job.size.is_none() {
+        job.size = job.filesize.map(|(lo, _)| lo.saturating_mul(job.nrfiles));
+    }
+    if job.io_bytes.is_none() {
+        job.io_bytes = job.size;
+    }
+    if job.time_based && job.runtime_ms.is_none() {
+        bail!(
+            "line {l}: job '{}': time_based needs a runtime (it would run forever)",
+            job.name
+        );
+    }
+    let fb = job.file_bytes();
+    let max_bs = job.bs[0].1.max(job.bs[1].1);
+    if fb < max_bs {
+        bail!(
+            "line {l}: job '{}': each file ({fb} bytes) is smaller than the block size ({max_bs} bytes)",
+            job.name
+        );
+    }
+    if job.direct {
+        for (lo, hi) in job.bs {
+            if lo % SECTOR != 0 || hi % SECTOR != 0 {
+                bail!(
+                    "line {l}: job '{}': direct=1 needs block sizes in multiples of 512 bytes",
+                    job.name
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn need<'a>(k: &str, v: Option<&'a str>, n: usize) -> Result<&'a str> {
+    match v {
+        Some(v) if !v.is_empty() => Ok(v),
+        _ => bail!("line {n}: {k} needs a value ({k}=...)"),
+    }
+}
+
+fn parse_bool(k: &str, v: Option<&str>, n: usize) -> Result<bool> {
+    match v {
+        None => Ok(true),
+        Some("1") | Some("true") | Some("on") | Some("yes") => Ok(true),
+        Some("0") | Some("false") | Some("off") | Some("no") => Ok(false),
+        Some(o) => bail!("line {n}: {k}={o}: expected 0 or 1"),
+    }
+}
+
+fn parse_count(k: &str, v: Option<&str>, n: usize, min: u64, max: u64) -> Result<u64> {
+    let v = need(k, v, n)?;
+    let x = parse_size(v).map_err(|e| anyhow::anyhow!("line {n}: {k}={v}: {e}"))?;
+    if x < min || x > max {
+        bail!("line {n}: {k}={v}: must be within {min}..={max}");
+    }
+    Ok(x)
+}
+
+/// Sets option `k` (value `v`, on line `n`) in `job`.
+fn apply(job: &mut FioJob, k: &str, v: Option<&str>, n: usize) -> Result<()> {
+    let err = |msg: &str| -> anyhow::Error {
+        anyhow::anyhow!("line {n}: {k}={}: {msg}", v.unwrap_or(""))
+    };
+    let size = |s: &str| parse_size(s).map_err(|e| err(&e));
+    let range = |s: &str| parse_range(s).map_err(|e| err(&e));
+    match k {
+        "name" => job.name = need(k, v, n)?.to_string(),
+        "rw" | "readwrite" => job.rw = parse_rw(need(k, v, n)?).map_err(err)?,
+        "rwmixread" => job.rwmixread = parse_count(k, v, n, 0, 100)? as f64,
+        "rwmixwrite" => job.rwmixread = 100.0 - parse_count(k, v, n, 0, 100)? as f64,
+        "bs" | "blocksize" => job.bs = parse_bs(need(k, v, n)?, job.bs).map_err(|e| err(&e))?,
+        "bsrange" | "blocksize_range" => {
+            job.bs = parse_bsrange(need(k, v, n)?).map_err(|e| err(&e))?
+        }
+        "size" => {
+            let s = need(k, v, n)?;
+            if s.ends_with('%') {
+                return Err(err(
+                    "a size in % of the device is not supported (give bytes)",
+                ));
+            }
+            job.size = Some(size(s)?);
+        }
+        "io_size" | "io_limit" => job.io_bytes = Some(size(need(k, v, n)?)?),
+        "filesize" => job.filesize = Some(range(need(k, v, n)?)?),
+        "nrfiles" => job.nrfiles = parse_count(k, v, n, 1, 4096)?,
+        "iodepth" => job.iodepth = parse_count(k, v, n, 1, MAX_IODEPTH)?,
+        "ioengine" => job.ioengine = parse_ioengine(need(k, v, n)?).map_err(err)?,
+        "direct" => job.direct = parse_bool(k, v, n)?,
+        "buffered" => job.direct = !parse_bool(k, v, n)?,
+        "sync" => job.sync = parse_sync(v).map_err(err)?,
+        "fadvise_hint" => job.fadvise_hint = parse_fadvise_hint(need(k, v, n)?).map_err(err)?,
+        "numjobs" => job.numjobs = parse_count(k, v, n, 1, MAX_STREAMS)?,
+        "runtime" => {
+            let ms = parse_time_ms(need(k, v, n)?, 1000.0).map_err(|e| err(&e))?;
+            job.runtime_ms = (ms > 0.0).then_some(ms);
+        }
+        "time_based" => job.time_based = parse_bool(k, v, n)?,
+        "rate" => job.rate = parse_rate(need(k, v, n)?).map_err(|e| err(&e))?,
+        "thinktime" => {
+            job.thinktime_us = parse_time_ms(need(k, v, n)?, 0.001).map_err(|e| err(&e))? * 1000.0
+        }
+        "norandommap" => job.norandommap = parse_bool(k, v, n)?,
+        "randseed" => job.randseed = size(need(k, v, n)?)?,
+        "invalidate" => job.invalidate = parse_bool(k, v, n)?,
+        "filename" => {
+            let s = need(k, v, n)?;
+            if s.contains(':') {
+                return Err(err("several files in one filename= are not supported"));
+            }
+            job.filename = Some(s.to_string());
+        }
+        _ => {} // reporting-only
+    }
+    Ok(())
+}
+
+/// `rw=`: the pattern (or why not).
+fn parse_rw(s: &str) -> std::result::Result<Rw, &'static str> {
+    if s.contains(':') {
+        return Err("offset modifiers (rw=...:N) are not supported");
+    }
+    Ok(match s {
+        "read" => Rw::Read,
+        "write" => Rw::Write,
+        "randread" => Rw::RandRead,
+        "randwrite" => Rw::RandWrite,
+        "rw" | "readwrite" => Rw::Rw,
+        "randrw" => Rw::RandRw,
+        "trim" | "randtrim" | "trimwrite" | "randtrimwrite" => {
+            return Err("trim workloads are not supported")
+        }
+        _ => return Err("expected read, write, randread, randwrite, rw or randrw"),
+    })
+}
+
+/// `bs=READ[,WRITE[,TRIM]]` over the block sizes `bs` set so far: a read size sets both
+/// directions, a write size the writes', an empty one leaves them.
+fn parse_bs(s: &str, mut bs: [(u64, u64); 2]) -> std::result::Result<[(u64, u64); 2], String> {
+    let parts: Vec<&str> = s.split(',').collect();
+    if parts.len() > 3 {
+        return Err("expected bs=READ[,WRITE[,TRIM]]".into());
+    }
+    let mut vals = [None, None];
+    for (i, p) in parts.iter().take(2).enumerate() {
+        if p.is_empty() {
+            continue;
+        }
+        if p.contains('-') || p.contains(':') {
+            return Err("a range of block sizes goes in bsrange=".into());
+        }
+        let b = parse_size(p)?;
+        if b == 0 || b > MAX_BS {
+            return Err("a block size must be within 1 byte..=1 GiB".into());
+        }
+        vals[i] = Some(b);
+    }
+    if let Some(r) = vals[0] {
+        bs = [(r, r), (r, r)];
+    }
+    if let Some(w) = vals[1] {
+        bs[1] = (w, w);
+    }
+    Ok(bs)
+}
+
+/// `bsrange=LO-HI[,LO-HI]`: the reads' range, and the writes' when given (else the reads').
+fn parse_bsrange(s: &str) -> std::result::Result<[(u64, u64); 2], String> {
+    let parts: Vec<&str> = s.split(',').collect();
+    if parts.len() > 3 {
+        return Err("expected bsrange=LO-HI[,LO-HI]".into());
+    }
+    let r = parse_range(parts[0])?;
+    let mut bs = [r, r];
+    if let Some(p) = parts.get(1).filter(|p| !p.is_empty()) {
+        bs[1] = parse_range(p)?;
+    }
+    if bs.iter().any(|&(_, hi)| hi > MAX_BS) {
+        return Err("a block size must be within 1 byte..=1 GiB".into());
+    }
+    Ok(bs)
+}
+
+/// `rate=READ[,WRITE]`, bytes/s (0: no cap); one value caps both directions.
+fn parse_rate(s: &str) -> std::result::Result<[Option<u64>; 2], String> {
+    let parts: Vec<&str> = s.split(',').collect();
+    if parts.len() > 3 {
+        return Err("expected rate=READ[,WRITE]".into());
+    }
+    let mut r = [None, None];
+    for (i, p) in parts.iter().take(2).enumerate() {
+        if !p.is_empty() {
+            let x = parse_size(p)?;
+            r[i] = (x > 0).then_some(x);
+        }
+    }
+    Ok(if parts.len() == 1 { [r[0], r[0]] } else { r })
+}
+
+fn parse_ioengine(s: &str) -> std::result::Result<IoEngine, &'static str> {
+    match s {
+        "psync" | "sync" | "pvsync" | "pvsync2" => Ok(IoEngine::Sync),
+        "libaio" => Ok(IoEngine::Libaio),
+        "io_uring" => Ok(IoEngine::IoUring),
+        _ => Err("supported engines: psync, sync, pvsync, pvsync2, libaio, io_uring"),
+    }
+}
+
+/// `sync=` (a bare `sync` is `sync=1`).
+fn parse_sync(v: Option<&str>) -> std::result::Result<SyncMode, &'static str> {
+    match v {
+        None | Some("1") | Some("sync") => Ok(SyncMode::Sync),
+        Some("0") | Some("none") => Ok(SyncMode::None),
+        Some("dsync") => Ok(SyncMode::Dsync),
+        _ => Err("expected 0, 1, none, sync or dsync"),
+    }
+}
+
+fn parse_fadvise_hint(s: &str) -> std::result::Result<FadviseHint, &'static str> {
+    match s {
+        "0" => Ok(FadviseHint::None),
+        "1" => Ok(FadviseHint::Type),
+        "sequential" => Ok(FadviseHint::Sequential),
+        "random" => Ok(FadviseHint::Random),
+        _ => Err("expected 0, 1, sequential or random"),
+    }
+}
+
+/// A size in fio's syntax (kb_base=1024): `4k` = 4096, `4KiB` = 4000 (fio's compatibility
+/// mode), `0x1000`, `1m`, `2g`...
+pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim();
+    let (digits, suffix, radix) = if let Some(h) = t.strip_prefix("0x").or(t.strip_prefix("0X")) {
+        (h, "", 16)
+    } else {
+        let end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+        (&t[..end], &t[end..], 10)
+    };
+    if digits.is_empty() {
+        return Err(format!("'{t}' is not a number"));
+    }
+    let n = u64::from_str_radix(digits, radix).map_err(|_| format!("'{t}' is not a number"))?;
+    let suf = suffix.to_ascii_lowercase();
+    let (exp, base) = match suf.as_str() {
+        "" | "b" => (0, 1024),
+        _ => {
+            let p = match suf.as_bytes()[0] {
+                b'k' => 1,
+                b'm' => 2,
+                b'g' => 3,
+                b't' => 4,
+                b'p' => 5,
+                _ => return Err(format!("'{t}': unknown unit '{suffix}' (k, m, g, t, p)")),
+            };
+            match &suf[1..] {
+                "" | "b" | "i" => (p, 1024),
+                "ib" => (p, 1000),
+                _ => return Err(format!("'{t}': unknown unit '{suffix}' (k, m, g, t, p)")),
+            }
+        }
+    };
+    let mult = (base as u64).checked_pow(exp).ok_or("too large")?;
+    let v = n
+        .checked_mul(mult)
+        .ok_or_else(|| format!("'{t}' is too large"))?;
+    if v > MAX_BYTES {
+        return Err(format!("'{t}' is larger than the limit of 1 PiB"));
+    }
+    Ok(v)
+}
+
+/// `a-b`, `a:b` or a single value (lo = hi).
+pub fn parse_range(s: &str) -> std::result::Result<(u64, u64), String> {
+    let (a, b) = match s.split_once(['-', ':']) {
+        Some((a, b)) => (parse_size(a)?, parse_size(b)?),
+        None => {
+            let x = parse_size(s)?;
+            (x, x)
+        }
+    };
+    if a == 0 || b == 0 {
+        return Err("sizes must be at least 1".into());
+    }
+    if a > b {
+        return Err(format!(
+            "range {a}-{b}: the low end is larger than the high end"
+        ));
+    }
+    Ok((a, b))
+}
+
+/// A time in ms; `default_unit_ms` is what a bare number counts (1000 for seconds).
+pub fn parse_time_ms(s: &str, default_unit_ms: f64) -> std::result::Result<f64, String> {
+    let t = s.trim();
+    let end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    if end == 0 {
+        return Err(format!("'{t}' is not a time"));
+    }
+    let n: u64 = t[..end]
+        .parse()
+        .map_err(|_| format!("'{t}' is not a time"))?;
+    let unit = match t[end..].to_ascii_lowercase().as_str() {
+        "" => default_unit_ms,
+        "us" | "usec" => 0.001,
+        "ms" | "msec" => 1.0,
+        "s" | "sec" => 1000.0,
+        "m" | "min" => 60_000.0,
+        "h" => 3_600_000.0,
+        "d" => 86_400_000.0,
+        u => {
+            return Err(format!(
+                "'{t}': unknown time unit '{u}' (us, ms, s, m, h, d)"
+            ))
+        }
+    };
+    let ms = n as f64 * unit;
+    if ms > MAX_RUNTIME_MS {
+        return Err(format!("'{t}' is longer than 30 days"));
+    }
+    Ok(ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_as_fio_reads_them() {
+        // Checked against fio 3.33 (io_bytes / total_ios of a read job).
+        for (s, v) in [
+            ("4k", 4096),
+            ("4kb", 4096),
+            ("4K", 4096),
+            ("4Ki", 4096),
+            ("4KiB", 4000),
+            ("4kib", 4000),
+            ("1m", 1 << 20),
+            ("1MiB", 1_000_000),
+            ("0x1000", 4096),
+            ("4000", 4000),
+            ("2g", 2 << 30),
+        ] {
+            assert_eq!(parse_size(s), Ok(v), "{s}");
+        }
+        for bad in ["", "k", "4x", "4kk", "-1", "99999999999999999999", "2000p"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_range("4k-16k"), Ok((4096, 16384)));
+        assert_eq!(parse_range("4k:8k"), Ok((4096, 8192)));
+        assert!(parse_range("8k-4k").is_err());
+        assert_eq!(parse_time_ms("30", 1000.0), Ok(30_000.0));
+        assert_eq!(parse_time_ms("250ms", 1000.0), Ok(250.0));
+        assert_eq!(parse_time_ms("2m", 1000.0), Ok(120_000.0));
+        assert_eq!(parse_time_ms("100", 0.001), Ok(0.1));
+    }
+
+    const JOB: &str = "; a comment\n[global]\nsize=1m\nbs=64k\ndirect=1\nioengine=libaio\niodepth=4\ngroup_reporting\n\n[seq]\nrw=read\n\n[mix]\nrw=randrw\nrwmixread=70\nbs=4k,16k\nnumjobs=2\nioengine=psync\nruntime=2\ntime_based\nrate=1m\nthinktime=100\n";
+
+    #[test]
+    fn global_and_job_sections() {
+        let jf = parse(JOB, false).unwrap();
+        assert_eq!(jf.jobs.len(), 2);
+        let (a, b) = (&jf.jobs[0], &jf.jobs[1]);
+        assert_eq!((a.name.as_str(), a.line, a.rw), ("seq", 10, Rw::Read));
+        assert_eq!(a.bs, [(65536, 65536); 2]);
+        assert_eq!((a.iodepth, a.effective_depth()), (4, 4));
+        assert_eq!(a.advice(), Some(Advice::Sequential));
+        assert_eq!(b.rw, Rw::RandRw);
+        assert_eq!(b.bs, [(4096, 4096), (16384, 16384)]);
+        assert_eq!((b.numjobs, b.effective_depth()), (2, 1));
+        assert_eq!(b.runtime_ms, Some(2000.0));
+        assert!(b.time_based);
+        assert_eq!(b.rate, [Some(1 << 20), Some(1 << 20)]);
+        assert_eq!(b.thinktime_us, 100.0);
+        assert_eq!(b.advice(), Some(Advice::Random));
+    }
+
+    #[test]
+    fn unknown_options_are_listed_with_lines_once() {
+        let text = "[j]\nsize=1m\nfoo=1\nverify=md5\nrw=read\n";
+        let e = parse(text, false).unwrap_err().to_string();
+        assert!(
+            e.contains("foo (line 3)") && e.contains("verify (line 4)"),
+            "{e}"
+        );
+        assert!(e.starts_with("unsupported fio options"), "{e}");
+        let jf = parse(text, true).unwrap();
+        assert_eq!(jf.warnings.len(), 1);
+        assert!(jf.warnings[0].contains("foo (line 3)"));
+    }
+
+    #[test]
+    fn bad_values_name_their_line() {
+        for (text, line, what) in [
+            ("[j]\nsize=1m\nrw=sideways\n", "line 3", "rw=sideways"),
+            ("[j]\nsize=lots\n", "line 2", "size=lots"),
+            ("[j]\nrw=read\n", "line 1", "no size"),
+            ("[j]\nsize=1m\niodepth=0\n", "line 3", "iodepth=0"),
+            ("[j]\nsize=1m\nbs=4k-8k\n", "line 3", "bsrange"),
+            ("[j\nsize=1m\n", "line 1", "']'"),
+            ("size=1m\n", "line 1", "outside any"),
+            (
+                "[j]\nsize=1m\nbs=2m\n",
+                "line 1",
+                "smaller than the block size",
+            ),
+            ("[j]\nsize=1m\nioengine=mmap\n", "line 3", "engines"),
+            ("[j]\nsize=1m\nruntime=5y\n", "line 3", "time unit"),
+            ("[j]\nsize=1m\ntime_based\n", "line 1", "needs a runtime"),
+            ("[j]\nsize=2m\nbs=0k\n", "line 3", "block size must be"),
+        ] {
+            let e = parse(text, false).unwrap_err().to_string();
+            assert!(e.contains(line) && e.contains(what), "{text:?}: {e}");
+        }
+        assert!(parse("[global]\nsize=1m\n", false).is_err(), "no job");
+    }
+}

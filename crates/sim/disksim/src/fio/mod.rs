@@ -1,0 +1,21 @@
+//! fio job files as workloads: `iolab disksim run --fio JOB.fio`.
+//!
+//! * [`job`]: the job-file reader ([`parse`]: fio's syntax and numbers, every option
+//!   simulated, reporting-only or refused with its line);
+//! * [`source`]: the jobs as the engine's workload ([`FioSource`]: each clone a closed loop
+//!   of `iodepth` requests over its files);
+//! * [`results`]: the per-job figures fio would print ([`JobStats`], [`job_table`]).
+//!
+//! The host stack the jobs run through (page cache, block layer, the calibrated CPU costs of
+//! system calls) is built by [`crate::host::HostParams::stack`].
+
+pub mod job;
+pub mod results;
+pub mod source;
+
+pub use job::{
+    known_options, parse, parse_range, parse_size, parse_time_ms, FadviseHint, FioJob, IoEngine,
+    JobFile, Rw, SyncMode, MAX_BS, MAX_BYTES, MAX_IODEPTH, MAX_RUNTIME_MS, MAX_STREAMS,
+};
+pub use results::{job_table, DirResult, JobResult, JobStats};
+pub use source::{FioSource, SimFile};

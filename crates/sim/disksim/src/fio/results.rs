@@ -1,0 +1,125 @@
+//! The per-job figures of a simulated job file, as fio reports them.
+
+use serde::Serialize;
+
+use super::source::FioSource;
+use crate::request::Op;
+
+/// Per-job results of a simulated job file, as fio reports them: bandwidth over the job's
+/// run (from its start at 0 to its last completion), IOPS and total latency (`lat`: from
+/// submission to completion), for reads and writes.
+#[derive(Clone, Debug, Serialize)]
+pub struct JobResult {
+    pub job: String,
+    pub read: DirResult,
+    pub write: DirResult,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct DirResult {
+    pub ios: u64,
+    pub bytes: u64,
+    /// bytes / job runtime, MB/s (10^6 B/s).
+    pub mb_s: f64,
+    pub iops: f64,
+    pub mean_ms: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    /// Latency quantiles at 0, 1, ..., 100 % (for CDF figures), ms.
+    pub cdf_ms: Vec<f64>,
+}
+
+/// Collects completions per job and direction.
+pub struct JobStats {
+    names: Vec<String>,
+    /// File id → job.
+    job_of_file: Vec<usize>,
+    /// Per job, per direction (read, write): latencies (ms).
+    lat: Vec<[Vec<f64>; 2]>,
+    bytes: Vec<[u64; 2]>,
+    end: Vec<f64>,
+    start: f64,
+}
+
+impl JobStats {
+    pub fn new(src: &FioSource) -> JobStats {
+        let n = src.jobs.len();
+        JobStats {
+            names: src.jobs.iter().map(|j| j.name.clone()).collect(),
+            job_of_file: src.job_of_files(),
+            lat: vec![[Vec::new(), Vec::new()]; n],
+            bytes: vec![[0, 0]; n],
+            end: vec![0.0; n],
+            start: src.start(),
+        }
+    }
+
+    pub fn add(&mut self, c: &crate::request::Completion) {
+        if !matches!(c.req.op, Op::Read | Op::Write) {
+            return;
+        }
+        let Some(f) = c.req.file else { return };
+        let Some(&j) = self.job_of_file.get(f.file as usize) else {
+            return;
+        };
+        let d = usize::from(c.req.op != Op::Read);
+        self.lat[j][d].push(c.response());
+        self.bytes[j][d] += c.req.bytes();
+        self.end[j] = self.end[j].max(c.rec.completion);
+    }
+
+    pub fn results(mut self) -> Vec<JobResult> {
+        let mut out = Vec::new();
+        for j in 0..self.names.len() {
+            let runtime_s = ((self.end[j] - self.start) / 1000.0).max(1e-12);
+            let mut dirs = [DirResult::default(), DirResult::default()];
+            for (d, dir) in dirs.iter_mut().enumerate() {
+                let v = &mut self.lat[j][d];
+                if v.is_empty() {
+                    continue;
+                }
+                v.sort_by(f64::total_cmp);
+                let q = |p: f64| crate::validate::quantile(v, p);
+                *dir = DirResult {
+                    ios: v.len() as u64,
+                    bytes: self.bytes[j][d],
+                    mb_s: self.bytes[j][d] as f64 / 1e6 / runtime_s,
+                    iops: v.len() as f64 / runtime_s,
+                    mean_ms: v.iter().sum::<f64>() / v.len() as f64,
+                    p50_ms: q(0.5),
+                    p99_ms: q(0.99),
+                    cdf_ms: (0..=100)
+                        .map(|k| if k == 0 { v[0] } else { q(k as f64 / 100.0) })
+                        .collect(),
+                };
+            }
+            let [read, write] = dirs;
+            out.push(JobResult {
+                job: self.names[j].clone(),
+                read,
+                write,
+            });
+        }
+        out
+    }
+}
+
+/// The per-job table `run --fio` prints.
+pub fn job_table(results: &[JobResult]) -> String {
+    let mut s = format!(
+        "{:<20} {:>3} {:>9} {:>10} {:>10} {:>9} {:>9} {:>9}\n",
+        "job", "dir", "ios", "MB/s", "IOPS", "mean ms", "p50 ms", "p99 ms"
+    );
+    for r in results {
+        for (name, d) in [("R", &r.read), ("W", &r.write)] {
+            if d.ios == 0 {
+                continue;
+            }
+            s.push_str(&format!(
+                "{:<20} {:>3} {:>9} {:>10.2} {:>10.1} {:>9.3} {:>9.3} {:>9.3}\n",
+                r.job, name, d.ios, d.mb_s, d.iops, d.mean_ms, d.p50_ms, d.p99_ms
+            ));
+        }
+    }
+    s
+}

@@ -1,0 +1,697 @@
+//! The workload ([`FioSource`]): each job's `numjobs` clones are independent *streams*, each a
+//! closed loop of `iodepth` requests (1 for the synchronous engines psync/sync/pvsync, and for
+//! libaio on buffered files, where the kernel completes the submission synchronously), issued
+//! through the engine's [`When::Stream`]. Each clone has its own file(s) unless `filename`
+//! names a shared one, laid out contiguously on the device, one after another from sector 0.
+//! Random offsets follow fio's default random map (each block once per pass, in a seeded
+//! random order; `norandommap` draws with replacement, as do clones past the maps' bounds,
+//! `MAX_RANDOM_MAP` and `MAX_RANDOM_MAPS`). `rate` delays issues to keep the
+//! clone's bytes within the rate; `thinktime` waits after each completion.
+
+use std::collections::HashMap;
+
+use anyhow::{bail, Result};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+
+use super::job::{FioJob, JobFile};
+use crate::engine::{Pending, Source, When};
+use crate::request::{Advice, FileRef, Flags, Op, Request, SECTOR};
+
+/// Random maps (fio's per-block "done" bitmap, here a permutation of 4-byte block numbers)
+/// up to this many blocks per stream (4 MiB); larger regions draw with replacement, as
+/// `norandommap`.
+const MAX_RANDOM_MAP: u64 = 1 << 20;
+/// All the streams' random maps together, blocks (64 MiB): streams that would pass it draw
+/// with replacement. Before this bound a job of many clones over a file of tiny blocks built
+/// a map per clone (found by the fuzzer: 160 clones of a 4 MiB file at `bs=2`, 2 M blocks
+/// each, took 9 s; 4,096 clones of 16 M blocks would have taken 256 GiB).
+const MAX_RANDOM_MAPS: u64 = 1 << 24;
+
+/// A file of the simulated run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SimFile {
+    pub name: String,
+    /// First sector on the device.
+    pub lba: u64,
+    pub bytes: u64,
+    #[serde(skip)]
+    pub advice: Option<Advice>,
+}
+
+/// Per-clone state.
+struct Stream {
+    job: usize,
+    files: Vec<u32>,
+    /// Bytes of the region used in each file.
+    region: u64,
+    rng: ChaCha8Rng,
+    /// Sequential position (bytes) and file index.
+    pos: u64,
+    file_i: usize,
+    /// Random map: the block order of this pass, and how far through it.
+    perm: Vec<u32>,
+    perm_i: usize,
+    /// No random map for this stream: the run's budget was spent ([`MAX_RANDOM_MAPS`]).
+    no_map: bool,
+    issued_bytes: u64,
+    /// Bytes per op for the rate cap.
+    rate_bytes: [u64; 2],
+    done: bool,
+    /// `posix_fadvise` calls made before the first I/O (fio's `invalidate` and
+    /// `fadvise_hint`), still to hand out.
+    prelude: Vec<Request>,
+    /// Completions of prelude calls still to come: they free no I/O slot.
+    prelude_pending: u64,
+    /// `time_based`: the bytes issued at which the next pass over the job's `io_size` starts.
+    pass_end: u64,
+}
+
+/// A `posix_fadvise(fd, 0, 0, a)` on file `id`.
+fn advise_request(f: &SimFile, id: u32, a: Advice) -> Request {
+    Request {
+        id: 0,
+        arrival: 0.0,
+        dev: 0,
+        lba: f.lba,
+        sectors: 0,
+        op: Op::Advise(a),
+        flags: Flags::default(),
+        file: Some(FileRef {
+            file: id,
+            offset: 0,
+        }),
+    }
+}
+
+fn streams_files_dedup(ids: &[u32]) -> Vec<u32> {
+    let mut v = ids.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// A job file as a workload.
+pub struct FioSource {
+    pub jobs: Vec<FioJob>,
+    pub files: Vec<SimFile>,
+    streams: Vec<Stream>,
+    /// Initial requests not yet handed out: (stream, remaining).
+    initial: Vec<(u32, u64)>,
+    initial_i: usize,
+    /// Simulated time the jobs start at (ms): runtime and rate count from here.
+    start: f64,
+    /// The application's time between a completion and its next request, ms.
+    gap: f64,
+    /// Blocks of random maps still allowed ([`MAX_RANDOM_MAPS`]).
+    map_budget: u64,
+}
+
+impl FioSource {
+    /// Starts the jobs at `t` ms instead of 0 (a second run in the same simulator, after a
+    /// warm-up pass).
+    pub fn start_at(mut self, t: f64) -> FioSource {
+        self.start = t.max(0.0);
+        self
+    }
+
+    pub fn start(&self) -> f64 {
+        self.start
+    }
+
+    /// The application's own time between a completion and its next request, µs (fio's
+    /// per-I/O loop: [`crate::host::HostCpu::app_gap_us`]).
+    pub fn with_app_gap_us(mut self, us: f64) -> FioSource {
+        self.gap = (us / 1000.0).max(0.0);
+        self
+    }
+
+    /// Lays out the files from sector `first_lba` and checks they fit `capacity` sectors.
+    pub fn new(jf: &JobFile, first_lba: u64, capacity: u64) -> Result<FioSource> {
+        let mut files: Vec<SimFile> = Vec::new();
+        let mut by_name: HashMap<String, u32> = HashMap::new();
+        let mut next_lba = first_lba;
+        let mut streams = Vec::new();
+        let mut initial = Vec::new();
+        for (ji, job) in jf.jobs.iter().enumerate() {
+            let fb = job.file_bytes();
+            for clone in 0..job.numjobs {
+                let mut ids = Vec::new();
+                for f in 0..job.nrfiles {
+                    let name = match &job.filename {
+                        Some(n) => n.clone(),
+                        None => format!("{}.{}.{}", job.name, clone, f),
+                    };
+                    if let Some(&id) = by_name.get(&name) {
+                        let existing = &mut files[id as usize];
+                        if existing.bytes < fb {
+                            bail!("file '{name}' is used by several jobs with different sizes");
+                        }
+                        ids.push(id);
+                        continue;
+                    }
+                    let id = files.len() as u32;
+                    // Files start on 1 MiB boundaries, as an empty ext4 lays out large files.
+                    let sectors = fb.div_ceil(1 << 20) * ((1 << 20) / SECTOR);
+                    if next_lba + sectors > capacity {
+                        bail!(
+                            "the job file's files ({} MiB so far) do not fit the device ({} MiB)",
+                            ((next_lba + sectors) * SECTOR) >> 20,
+                            (capacity * SECTOR) >> 20
+                        );
+                    }
+                    files.push(SimFile {
+                        name: name.clone(),
+                        lba: next_lba,
+                        bytes: fb,
+                        advice: job.advice(),
+                    });
+                    next_lba += sectors;
+                    by_name.insert(name, id);
+                    ids.push(id);
+                }
+                let region = job.size.unwrap_or(fb).min(fb);
+                let seed = job
+                    .randseed
+                    .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                    .wrapping_add(ji as u64 * 1_000_003 + clone);
+                let sid = streams.len() as u32;
+                streams.push(Stream {
+                    job: ji,
+                    files: ids.clone(),
+                    region,
+                    rng: ChaCha8Rng::seed_from_u64(seed),
+                    pos: 0,
+                    file_i: 0,
+                    perm: Vec::new(),
+                    perm_i: 0,
+                    no_map: false,
+                    issued_bytes: 0,
+                    rate_bytes: [0, 0],
+                    done: false,
+                    prelude: Vec::new(),
+                    prelude_pending: 0,
+                    pass_end: job.io_bytes.unwrap_or(0),
+                });
+                let mut prelude = Vec::new();
+                for &id in &streams_files_dedup(&ids) {
+                    let advise = |a: Advice| advise_request(&files[id as usize], id, a);
+                    if job.invalidate {
+                        prelude.push(advise(Advice::DontNeed));
+                    }
+                    if let Some(a) = job.advice() {
+                        prelude.push(advise(a));
+                    }
+                }
+                let np = prelude.len() as u64;
+                if let Some(s) = streams.last_mut() {
+                    let s: &mut Stream = s;
+                    s.prelude = prelude;
+                    s.prelude_pending = np;
+                }
+                initial.push((sid, job.effective_depth() + np));
+            }
+        }
+        Ok(FioSource {
+            jobs: jf.jobs.clone(),
+            files,
+            streams,
+            initial,
+            initial_i: 0,
+            start: 0.0,
+            gap: 0.0,
+            map_budget: MAX_RANDOM_MAPS,
+        })
+    }
+
+    /// The job a file belongs to (its first user).
+    pub fn job_of_stream(&self, stream: u32) -> Option<usize> {
+        self.streams.get(stream as usize).map(|s| s.job)
+    }
+
+    /// The next request of a stream at `now` ms (None: the stream is finished).
+    fn make(&mut self, sid: u32, now: f64, first: bool) -> Option<Pending> {
+        let s = self.streams.get_mut(sid as usize)?;
+        if !s.prelude.is_empty() {
+            let req = s.prelude.remove(0);
+            return Some(Pending {
+                when: When::Stream {
+                    stream: sid,
+                    at: now,
+                },
+                req,
+            });
+        }
+        if s.done {
+            return None;
+        }
+        let job = &self.jobs[s.job];
+        let total = job.io_bytes.unwrap_or(0);
+        if !job.time_based && s.issued_bytes >= total {
+            s.done = true;
+            return None;
+        }
+        if job.time_based && total > 0 && s.issued_bytes >= s.pass_end {
+            s.start_pass(total, job.invalidate, &self.files);
+            if !s.prelude.is_empty() {
+                return self.make(sid, now, first);
+            }
+        }
+        let share = job.rw.read_share(job.rwmixread);
+        let read = share >= 1.0 || (share > 0.0 && s.rng.random::<f64>() < share);
+        let slot = usize::from(!read);
+        let (lo, hi) = job.bs[slot];
+        let bs = if hi > lo {
+            // Multiples of the smallest size, as fio picks within bsrange.
+            lo * s.rng.random_range(1..=hi / lo)
+        } else {
+            lo
+        };
+        let region = s.region.max(bs);
+        let (fi, offset) = if job.rw.random() {
+            s.random_offset(job, share, region, bs, &mut self.map_budget)
+        } else {
+            s.sequential_offset(region, bs)
+        };
+        // The last request of a size-bound job is cut to what is left (fio does the same).
+        let bs = if job.time_based {
+            bs
+        } else {
+            bs.min(total - s.issued_bytes).max(SECTOR.min(bs))
+        };
+        let fid = s.files[fi];
+        s.issued_bytes += bs;
+        // When: after the think time, and no earlier than the rate allows.
+        let mut at = if first {
+            now
+        } else {
+            now + self.gap + job.thinktime_us / 1000.0
+        };
+        if let Some(rate) = job.rate[slot] {
+            let due = self.start + s.rate_bytes[slot] as f64 / rate as f64 * 1000.0;
+            at = at.max(due);
+            s.rate_bytes[slot] += bs;
+        }
+        if let Some(rt) = job.runtime_ms {
+            if at - self.start >= rt {
+                s.done = true;
+                return None;
+            }
+        }
+        let f = &self.files[fid as usize];
+        Some(Pending {
+            when: When::Stream { stream: sid, at },
+            req: Request {
+                id: 0,
+                arrival: 0.0,
+                dev: 0,
+                lba: f.lba + offset / SECTOR,
+                sectors: (bs.div_ceil(SECTOR)) as u32,
+                op: if read { Op::Read } else { Op::Write },
+                flags: job.flags(read),
+                file: Some(FileRef { file: fid, offset }),
+            },
+        })
+    }
+}
+
+impl Stream {
+    /// A time_based job goes over its `io_size` again and again; each pass starts from the
+    /// first block with a new random map and, with `invalidate`, drops the files' cached
+    /// pages first (fio 3.33, checked: a 32 MiB file read for 1 s with invalidate=1 came
+    /// from the device on every pass, 1,409 MiB of pgpgin for 1,382 MiB read; with
+    /// invalidate=0 it was read once). The drops are issued in the I/O's place: each
+    /// completion frees its slot, unlike the first pass's prelude.
+    fn start_pass(&mut self, total: u64, invalidate: bool, files: &[SimFile]) {
+        self.pass_end = self.issued_bytes + total;
+        self.pos = 0;
+        self.file_i = 0;
+        self.perm_i = self.perm.len();
+        if invalidate {
+            self.prelude = streams_files_dedup(&self.files)
+                .into_iter()
+                .map(|id| advise_request(&files[id as usize], id, Advice::DontNeed))
+                .collect();
+        }
+    }
+
+    /// The next sequential (file index, offset) of a `bs`-byte request.
+    fn sequential_offset(&mut self, region: u64, bs: u64) -> (usize, u64) {
+        if self.pos + bs > region {
+            self.pos = 0;
+            self.file_i = (self.file_i + 1) % self.files.len();
+        }
+        let offset = self.pos;
+        self.pos += bs;
+        (self.file_i, offset)
+    }
+
+    /// A random (file index, offset) of a `bs`-byte request, `share` of the job's requests
+    /// being reads: from the stream's random map, when it has one (its room taken from the
+    /// run's `map_budget` on the first pass), else drawn with replacement.
+    fn random_offset(
+        &mut self,
+        job: &FioJob,
+        share: f64,
+        region: u64,
+        bs: u64,
+        map_budget: &mut u64,
+    ) -> (usize, u64) {
+        let fi = self.rng.random_range(0..self.files.len());
+        // Offsets in units of the job's smallest block (fio's random map is on the minimum
+        // block size): with one size per direction, or a range, a unit of this request's
+        // size gave a map that the next request's larger size overran past the file's end
+        // (found by the fuzzer: `bs=,3k`, reads of 4 KiB at 3 KiB blocks).
+        let unit = match share {
+            x if x >= 1.0 => job.bs[0].0,
+            x if x <= 0.0 => job.bs[1].0,
+            _ => job.bs[0].0.min(job.bs[1].0),
+        }
+        .max(1);
+        let blocks = (region / unit).max(1);
+        let mut mapped =
+            !(job.norandommap || blocks > MAX_RANDOM_MAP || self.files.len() > 1 || self.no_map);
+        if mapped && self.perm.is_empty() {
+            // The stream's first pass: its map's room comes out of the run's budget.
+            if blocks > *map_budget {
+                (self.no_map, mapped) = (true, false);
+            } else {
+                *map_budget -= blocks;
+            }
+        }
+        let drawn = if !mapped {
+            self.rng.random_range(0..blocks)
+        } else {
+            if self.perm_i >= self.perm.len() {
+                self.perm = (0..blocks as u32).collect();
+                // Fisher-Yates with the stream's generator.
+                for i in (1..self.perm.len()).rev() {
+                    let j = self.rng.random_range(0..=i);
+                    self.perm.swap(i, j);
+                }
+                self.perm_i = 0;
+            }
+            self.perm_i += 1;
+            u64::from(self.perm[self.perm_i - 1])
+        };
+        // A block too near the end for this size moves back to the last that fits.
+        (fi, (drawn * unit).min((region - bs) / unit * unit))
+    }
+}
+
+impl FioSource {
+    /// The job of each file (indexed by file id): the last stream using it.
+    pub fn job_of_files(&self) -> Vec<usize> {
+        let mut job_of_file = vec![0; self.files.len()];
+        for s in &self.streams {
+            for &f in &s.files {
+                job_of_file[f as usize] = s.job;
+            }
+        }
+        job_of_file
+    }
+
+    /// The jobs' files as (file id, bytes), for the page cache's end-of-file read-ahead
+    /// limit ([`crate::host::HostStack::files`]).
+    pub fn file_sizes(&self) -> Vec<(u32, u64)> {
+        self.files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (i as u32, f.bytes))
+            .collect()
+    }
+}
+
+impl Source for FioSource {
+    fn next(&mut self) -> Result<Option<Pending>> {
+        // The first `depth` requests of every stream, at time 0.
+        while let Some(&(sid, left)) = self.initial.get(self.initial_i) {
+            if left == 0 {
+                self.initial_i += 1;
+                continue;
+            }
+            self.initial[self.initial_i].1 -= 1;
+            if let Some(p) = self.make(sid, self.start, true) {
+                return Ok(Some(p));
+            }
+            self.initial_i += 1;
+        }
+        Ok(None)
+    }
+    fn next_in_stream(&mut self, stream: u32, now: f64) -> Result<Option<Pending>> {
+        // A completed prelude call (fadvise) frees no I/O slot. The prelude is issued first
+        // and completes at once, so its completions come before any I/O's.
+        if let Some(s) = self.streams.get_mut(stream as usize) {
+            if s.prelude_pending > 0 {
+                s.prelude_pending -= 1;
+                return Ok(None);
+            }
+        }
+        Ok(self.make(stream, now, false))
+    }
+    fn len_hint(&self) -> Option<u64> {
+        let mut n = 0u64;
+        for s in &self.streams {
+            let j = &self.jobs[s.job];
+            if j.time_based {
+                return None;
+            }
+            let bs = j.bs[0].0.min(j.bs[1].0).max(1);
+            n = n.saturating_add(j.io_bytes.unwrap_or(0) / bs);
+        }
+        Some(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{ConstantDevice, Simulator};
+    use crate::fio::{parse, JobStats};
+
+    /// Runs a job on a constant-time device (no host stack): fio's fadvise calls are turned
+    /// off, they would take the device's service time here.
+    fn run(text: &str, service_ms: f64) -> Vec<crate::request::Completion> {
+        let text = format!("[global]\ninvalidate=0\nfadvise_hint=0\n{text}");
+        let jf = parse(&text, false).unwrap();
+        let mut src = FioSource::new(&jf, 0, 1 << 30).unwrap();
+        let mut sim = Simulator::new(vec![Box::new(ConstantDevice::new(service_ms))]);
+        let mut out = Vec::new();
+        sim.run(&mut src, &mut |c| out.push(c.clone())).unwrap();
+        out
+    }
+
+    /// A time_based job's passes: with invalidate=1 fio drops the file's cached pages at
+    /// each pass and reads it from the device again; with invalidate=0 the first pass's
+    /// pages serve the others.
+    #[test]
+    fn time_based_passes_drop_the_cache_with_invalidate() {
+        let mut misses = Vec::new();
+        for inv in [1, 0] {
+            let jf = parse(
+                &format!(
+                    "[j]\nrw=read\nsize=256k\nbs=64k\nioengine=psync\nruntime=20ms\ntime_based\ninvalidate={inv}\n"
+                ),
+                false,
+            )
+            .unwrap();
+            let host = crate::host::HostParams::linux_defaults();
+            let mut src = FioSource::new(&jf, 0, 1 << 30).unwrap();
+            let dev = Box::new(ConstantDevice::new(0.1));
+            let sizes = src.file_sizes();
+            let chain = host.stack().files(&sizes).on(dev).unwrap();
+            let mut stats = JobStats::new(&src);
+            let mut sim = Simulator::new(chain);
+            sim.run(&mut src, &mut |c| stats.add(c)).unwrap();
+            let read = &stats.results()[0].read;
+            let passes = read.ios / 4;
+            assert!(passes >= 5, "{} reads", read.ios);
+            // Pages read from the device: asked for, or read ahead.
+            let missed: u64 = sim
+                .components()
+                .iter()
+                .flat_map(|c| c.stats())
+                .filter(|(k, _)| k == "pagecache miss pages" || k == "pagecache readahead pages")
+                .map(|(_, v)| v as u64)
+                .sum();
+            misses.push((missed, passes));
+        }
+        // 64 pages a pass: every pass read from the device, then only the first.
+        let [(m1, p1), (m0, _)] = misses[..] else {
+            unreachable!()
+        };
+        assert!(
+            m1 >= 64 * (p1 - 1),
+            "invalidate=1: {m1} pages missed in {p1} passes"
+        );
+        assert_eq!(m0, 64, "invalidate=0");
+    }
+
+    #[test]
+    fn invalidate_and_fadvise_hint_are_advise_calls_before_the_first_io() {
+        let jf = parse(
+            "[j]\nrw=randread\nsize=64k\nioengine=libaio\ndirect=1\niodepth=2\n",
+            false,
+        )
+        .unwrap();
+        let mut src = FioSource::new(&jf, 0, 1 << 30).unwrap();
+        let ops: Vec<Op> = (0..4)
+            .map(|_| src.next().unwrap().unwrap().req.op)
+            .collect();
+        assert_eq!(
+            ops,
+            [
+                Op::Advise(Advice::DontNeed),
+                Op::Advise(Advice::Random),
+                Op::Read,
+                Op::Read
+            ]
+        );
+        assert!(
+            src.next().unwrap().is_none(),
+            "two advise calls and iodepth 2 reads"
+        );
+        // The advise calls' completions free no slot; the reads' do.
+        assert!(src.next_in_stream(0, 0.0).unwrap().is_none());
+        assert!(src.next_in_stream(0, 0.0).unwrap().is_none());
+        assert_eq!(
+            src.next_in_stream(0, 1.0).unwrap().unwrap().req.op,
+            Op::Read
+        );
+        // Through the host stack: the job completes, every read counted once.
+        let host = crate::host::HostParams::linux_defaults();
+        let chain = host.stack().on(Box::new(ConstantDevice::new(0.1))).unwrap();
+        let mut src = FioSource::new(&jf, 0, 1 << 30).unwrap();
+        let mut stats = JobStats::new(&src);
+        Simulator::new(chain)
+            .run(&mut src, &mut |c| stats.add(c))
+            .unwrap();
+        assert_eq!(stats.results()[0].read.ios, 16);
+    }
+
+    #[test]
+    fn sequential_job_reads_its_file_once_in_order() {
+        let out = run("[j]\nrw=read\nsize=64k\nbs=4k\n", 1.0);
+        assert_eq!(out.len(), 16);
+        for (i, c) in out.iter().enumerate() {
+            assert_eq!(c.req.file.unwrap().offset, i as u64 * 4096);
+            assert_eq!(c.req.lba, i as u64 * 8);
+            // QD1 closed loop on a 1 ms device: back to back.
+            assert_eq!(c.rec.completion, (i + 1) as f64);
+        }
+    }
+
+    #[test]
+    fn random_map_covers_every_block_once() {
+        let out = run("[j]\nrw=randread\nsize=256k\nbs=4k\n", 0.1);
+        let mut offs: Vec<u64> = out.iter().map(|c| c.req.file.unwrap().offset).collect();
+        assert_ne!(
+            offs,
+            (0..64).map(|i| i * 4096).collect::<Vec<_>>(),
+            "random order"
+        );
+        offs.sort();
+        assert_eq!(offs, (0..64).map(|i| i * 4096).collect::<Vec<_>>());
+    }
+
+    /// Random maps are bounded for the whole run: many clones over a file of tiny blocks
+    /// build maps until the budget is spent, the rest draw with replacement (the fuzzer's
+    /// job: 160 clones of 2 M blocks each took 9 s to lay out). A region over the per-stream
+    /// bound never gets a map.
+    #[test]
+    fn random_maps_are_bounded_for_the_whole_run() {
+        let jf = parse("[j]\nrw=randread\nsize=32m\nbs=2\nnumjobs=40\n", false).unwrap();
+        let mut src = FioSource::new(&jf, 0, 1 << 30).unwrap();
+        let blocks = (32u64 << 20) / 2;
+        assert!(blocks > MAX_RANDOM_MAP, "over the per-stream bound");
+        // A few requests each (the first may be fio's invalidate, an fadvise).
+        let pull = |src: &mut FioSource| {
+            for sid in 0..src.streams.len() as u32 {
+                for _ in 0..3 {
+                    let _ = src.make(sid, 0.0, true);
+                }
+            }
+        };
+        pull(&mut src);
+        assert!(src.streams.iter().all(|s| s.perm.is_empty()));
+        let jf = parse("[j]\nrw=randread\nsize=2m\nbs=2\nnumjobs=40\n", false).unwrap();
+        let mut src = FioSource::new(&jf, 0, 1 << 30).unwrap();
+        pull(&mut src);
+        let mapped: u64 = src.streams.iter().map(|s| s.perm.len() as u64).sum();
+        let with_map = src.streams.iter().filter(|s| !s.perm.is_empty()).count();
+        assert_eq!(mapped, 16 << 20, "the budget, 1 M blocks per stream");
+        assert_eq!(with_map, 16);
+        assert!(mapped <= MAX_RANDOM_MAPS);
+        assert_eq!(src.streams.iter().filter(|s| s.no_map).count(), 24);
+    }
+
+    /// Reads and writes of different sizes (`bs=4k,3k`) or a size range share one random map
+    /// in units of the smallest size, and every request lies within its file: the map was
+    /// built in units of the first request's size, and larger requests drawn from it went
+    /// past the file's end (the fuzzer's `bs=,3k`: 4 KiB reads at 3 KiB blocks, up to
+    /// 1.36 MiB into a 1 MiB file).
+    #[test]
+    fn random_requests_of_mixed_sizes_stay_within_the_file() {
+        for text in [
+            "[j]\nrw=randrw\nsize=1m\nbs=4k,3k\n",
+            "[j]\nrw=randrw\nsize=1m\nbs=,3k\n",
+            "[j]\nrw=randread\nsize=1m\nbsrange=4k-16k\n",
+        ] {
+            let out = run(text, 0.1);
+            assert!(!out.is_empty(), "{text}");
+            for c in &out {
+                let f = c.req.file.unwrap();
+                assert!(
+                    f.offset + c.req.bytes() <= 1 << 20,
+                    "{text}: {} bytes at {}",
+                    c.req.bytes(),
+                    f.offset
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn numjobs_and_iodepth_are_independent_closed_loops() {
+        // Two clones, each with 4 in flight, on a device serving one at a time in 1 ms:
+        // 8 requests queued at once, each clone's next issued when its own request completes.
+        let text = "[j]\nrw=randread\nsize=64k\nbs=4k\nioengine=io_uring\niodepth=4\nnumjobs=2\n";
+        let out = run(text, 1.0);
+        assert_eq!(out.len(), 32);
+        let files: std::collections::BTreeSet<u32> =
+            out.iter().map(|c| c.req.file.unwrap().file).collect();
+        assert_eq!(files.len(), 2, "one file per clone");
+        // The device is never idle: completions at 1, 2, ..., 32 ms.
+        for (i, c) in out.iter().enumerate() {
+            assert_eq!(c.rec.completion, (i + 1) as f64);
+        }
+        // Never more than 8 in flight: each arrival is at or after the completion 8 earlier.
+        let mut arrivals: Vec<f64> = out.iter().map(|c| c.rec.arrival).collect();
+        arrivals.sort_by(f64::total_cmp);
+        for (i, a) in arrivals.iter().enumerate().skip(8) {
+            assert!(*a >= (i - 7) as f64, "{i}: {a}");
+        }
+    }
+
+    #[test]
+    fn time_based_runtime_rate_and_thinktime() {
+        // 4 KiB every 1 ms device, rate 1 MiB/s → one request per ~3.9 ms, for 100 ms.
+        let out = run(
+            "[j]\nrw=read\nsize=64k\nbs=4k\nruntime=100ms\ntime_based\nrate=1m\n",
+            1.0,
+        );
+        let bytes: u64 = out.iter().map(|c| c.req.bytes()).sum();
+        let rate = bytes as f64 / 0.1;
+        assert!((rate - 1048576.0).abs() / 1048576.0 < 0.05, "{rate} B/s");
+        assert!(out.iter().all(|c| c.rec.arrival < 100.0));
+        // Thinktime 2000 µs after each 1 ms completion: one request per 3 ms.
+        let out = run("[j]\nrw=read\nsize=64k\nbs=4k\nthinktime=2000\n", 1.0);
+        assert_eq!(out.len(), 16);
+        assert!(
+            (out[15].rec.arrival - 15.0 * 3.0).abs() < 1e-9,
+            "{}",
+            out[15].rec.arrival
+        );
+    }
+}
