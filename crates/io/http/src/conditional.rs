@@ -6,16 +6,17 @@ use std::sync::Arc;
 use crate::reply::{Payload, Reply};
 use crate::request::Conditions;
 use crate::response::head;
-use crate::site::{Body as FileBody, FileRef};
+use crate::site::{Body as FileBody, FileFields, FileRef};
 
 /// The answer for a regular file (GET or HEAD): preconditions in the order of RFC 9110
 /// §13.2.2, then the range. RFC 9110 defines ranges for GET only, but a HEAD gets the head
 /// the GET would have (§9.3.2), a 206 included, as nginx does.
 pub(crate) fn serve_file(file: FileRef, cond: &Conditions<'_>, keep_alive: bool) -> Reply {
-    let mtime = file.mtime;
+    let fields = &file.fields;
+    let mtime = fields.mtime;
     // 1, 2: If-Match, else If-Unmodified-Since.
     if let Some(v) = cond.if_match {
-        if !etag_list_matches(v, &file.etag, true) {
+        if !etag_list_matches(v, &fields.etag, true) {
             return Reply::text(412, &[], keep_alive);
         }
     } else if let Some(since) = cond.if_unmodified_since.and_then(parse_date) {
@@ -25,7 +26,7 @@ pub(crate) fn serve_file(file: FileRef, cond: &Conditions<'_>, keep_alive: bool)
     }
     // 3, 4: If-None-Match, else If-Modified-Since (an invalid date is ignored).
     let not_modified = match (cond.if_none_match, cond.if_modified_since) {
-        (Some(v), _) => etag_list_matches(v, &file.etag, false),
+        (Some(v), _) => etag_list_matches(v, &fields.etag, false),
         (None, Some(d)) => match (parse_date(d), mtime) {
             (Some(since), Some(m)) => m <= since,
             _ => false,
@@ -35,13 +36,13 @@ pub(crate) fn serve_file(file: FileRef, cond: &Conditions<'_>, keep_alive: bool)
     if not_modified {
         return Reply {
             status: 304,
-            head: head(304, &[&file.validators], None, keep_alive),
+            head: head(304, &[&fields.validators], None, keep_alive),
             payload: Payload::None,
         };
     }
     let len = file.len;
     let range = match cond.range {
-        Some(r) if if_range_holds(cond.if_range, &file) => parse_range(r, len),
+        Some(r) if if_range_holds(cond.if_range, fields) => parse_range(r, len),
         _ => RangeSpec::Whole,
     };
     let body = |offset: u64, n: u64| match &file.body {
@@ -66,7 +67,7 @@ pub(crate) fn serve_file(file: FileRef, cond: &Conditions<'_>, keep_alive: bool)
             status: 200,
             head: head(
                 200,
-                &[&file.content_type, &file.validators, ACCEPT_RANGES],
+                &[&fields.content_type, &fields.validators, ACCEPT_RANGES],
                 Some(len),
                 keep_alive,
             ),
@@ -86,7 +87,7 @@ pub(crate) fn serve_file(file: FileRef, cond: &Conditions<'_>, keep_alive: bool)
                 status: 206,
                 head: head(
                     206,
-                    &[&file.content_type, &file.validators, ACCEPT_RANGES, &cr],
+                    &[&fields.content_type, &fields.validators, ACCEPT_RANGES, &cr],
                     Some(n),
                     keep_alive,
                 ),
@@ -171,14 +172,14 @@ fn parse_range(value: &[u8], len: u64) -> RangeSpec {
 
 /// `If-Range` (RFC 9110 §13.1.5): the range applies only if the validator matches — an
 /// entity tag compared strongly, or a date equal to `Last-Modified`. Absent: it applies.
-fn if_range_holds(value: Option<&[u8]>, file: &FileRef) -> bool {
+fn if_range_holds(value: Option<&[u8]>, fields: &FileFields) -> bool {
     let Some(v) = value else {
         return true;
     };
     if v.starts_with(b"\"") || v.starts_with(b"W/") {
-        return v == &file.etag[..];
+        return v == &fields.etag[..];
     }
-    matches!((parse_date(v), file.mtime), (Some(d), Some(m)) if d == m)
+    matches!((parse_date(v), fields.mtime), (Some(d), Some(m)) if d == m)
 }
 
 /// True when a comma-separated list of entity tags (or `*`) matches `etag`. Weak comparison

@@ -117,12 +117,12 @@ fn text(status: u16, extra: Vec<(&'static str, Bytes)>) -> Answer {
 pub fn answer(site: &Site, target: &[u8], key: &mut Vec<u8>) -> Answer {
     match crate::target::lookup(target, key, |key| site.files().lookup(key)) {
         Lookup::File(file) => {
-            let content_type = field_value(&file.content_type, "Content-Type")
+            let content_type = field_value(&file.fields.content_type, "Content-Type")
                 .unwrap_or_else(|| Bytes::from_static(b"application/octet-stream"));
             let mut fields = vec![("content-type", content_type)];
             let mut at = 0;
             for name in ["Last-Modified", "ETag"] {
-                let rest = file.validators.slice(at..);
+                let rest = file.fields.validators.slice(at..);
                 if let Some(end) = rest.windows(2).position(|w| w == b"\r\n") {
                     let line = rest.slice(..end + 2);
                     if let Some(v) = field_value(&line, name) {

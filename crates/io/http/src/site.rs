@@ -63,6 +63,14 @@ pub(crate) enum Lookup {
 
 /// A regular file to answer with: its header lines, validators and body.
 pub(crate) struct FileRef {
+    pub(crate) fields: FileFields,
+    pub(crate) len: u64,
+    pub(crate) body: Body,
+}
+
+/// What every response about a file says of it, built once when the file is opened.
+#[derive(Clone)]
+pub(crate) struct FileFields {
     /// The `Content-Type: ...\r\n` line.
     pub(crate) content_type: Bytes,
     /// The `Last-Modified` (when the mtime is representable) and `ETag` lines, each ending
@@ -72,8 +80,6 @@ pub(crate) struct FileRef {
     pub(crate) etag: Bytes,
     /// Modification time in whole seconds since the epoch (`Last-Modified` resolution).
     pub(crate) mtime: Option<u64>,
-    pub(crate) len: u64,
-    pub(crate) body: Body,
 }
 
 /// Where a file's bytes come from.
@@ -93,12 +99,17 @@ pub(crate) enum Body {
 pub(crate) struct Load {
     pub(crate) file: Arc<File>,
     key: Box<[u8]>,
+    source: Source,
+}
+
+/// Where cached bytes come from: the file as it was when opened.
+#[derive(Clone)]
+struct Source {
+    /// The path that was opened (not canonicalised), so that a symlink change along it is
+    /// seen by the validating `stat` as a different inode.
     fs_path: PathBuf,
     id: FileId,
-    content_type: Bytes,
-    validators: Bytes,
-    etag: Bytes,
-    mtime: Option<u64>,
+    fields: FileFields,
 }
 
 /// Identity and version of a file: any change means the cached bytes may be stale.
@@ -128,14 +139,7 @@ impl FileId {
 }
 
 struct Entry {
-    /// The path that was opened (not canonicalised), so that a symlink change along it is
-    /// seen by the validating `stat` as a different inode.
-    fs_path: PathBuf,
-    id: FileId,
-    content_type: Bytes,
-    validators: Bytes,
-    etag: Bytes,
-    mtime: Option<u64>,
+    source: Source,
     body: Bytes,
     /// When `id` was last confirmed, in nanoseconds since `Files::epoch`.
     checked: AtomicU64,
@@ -217,18 +221,13 @@ impl Files {
 
     /// Caches the bytes read for `load`, unless the file changed size meanwhile.
     pub(crate) fn finish_load(&self, load: &Load, body: Bytes) {
-        if body.len() as u64 != load.id.len {
+        if body.len() as u64 != load.source.id.len {
             return;
         }
         self.insert(
             &load.key,
             Entry {
-                fs_path: load.fs_path.clone(),
-                id: load.id,
-                content_type: load.content_type.clone(),
-                validators: load.validators.clone(),
-                etag: load.etag.clone(),
-                mtime: load.mtime,
+                source: load.source.clone(),
                 body,
                 checked: AtomicU64::new(self.now_ns()),
             },
@@ -254,8 +253,8 @@ impl Files {
             if fresh {
                 return Lookup::File(entry.file_ref());
             }
-            if let Ok(m) = std::fs::metadata(&entry.fs_path) {
-                if m.is_file() && FileId::of(&m) == entry.id {
+            if let Ok(m) = std::fs::metadata(&entry.source.fs_path) {
+                if m.is_file() && FileId::of(&m) == entry.source.id {
                     entry.checked.store(now, Ordering::Relaxed);
                     return Lookup::File(entry.file_ref());
                 }
@@ -319,33 +318,31 @@ impl Files {
         validators.extend_from_slice(b"ETag: ");
         validators.extend_from_slice(&etag);
         validators.extend_from_slice(b"\r\n");
-        let (content_type, validators) = (Bytes::from(ct), Bytes::from(validators));
+        let fields = FileFields {
+            content_type: Bytes::from(ct),
+            validators: Bytes::from(validators),
+            etag,
+            mtime,
+        };
         if len > self.config.max_cached_file.min(self.config.capacity) {
             // Never read whole: the session streams it in bounded chunks.
             return Lookup::File(FileRef {
-                content_type,
-                validators,
-                etag,
-                mtime,
+                fields,
                 len,
                 body: Body::Disk(Arc::new(file)),
             });
         }
         Lookup::File(FileRef {
-            content_type: content_type.clone(),
-            validators: validators.clone(),
-            etag: etag.clone(),
-            mtime,
+            fields: fields.clone(),
             len,
             body: Body::Load(Arc::new(Load {
                 file: Arc::new(file),
                 key: key.into(),
-                fs_path: path,
-                id: FileId::of(&meta),
-                content_type,
-                validators,
-                etag,
-                mtime,
+                source: Source {
+                    fs_path: path,
+                    id: FileId::of(&meta),
+                    fields,
+                },
             })),
         })
     }
@@ -400,10 +397,7 @@ impl Files {
 impl Entry {
     fn file_ref(&self) -> FileRef {
         FileRef {
-            content_type: self.content_type.clone(),
-            validators: self.validators.clone(),
-            etag: self.etag.clone(),
-            mtime: self.mtime,
+            fields: self.source.fields.clone(),
             len: self.body.len() as u64,
             body: Body::Memory(self.body.clone()),
         }
