@@ -79,30 +79,22 @@ pub struct LoadArgs {
 
 /// Parse "10s", "500ms", "2m", "1h", "250us" or a bare number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    use iolab_sys::units::UnitError;
     let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?}: expected a duration like 10s, 500ms or 2m"))?;
-    let secs = match unit {
-        "" | "s" => v,
-        "ms" => v / 1e3,
-        "us" | "µs" => v / 1e6,
-        "m" | "min" => v * 60.0,
-        "h" => v * 3600.0,
-        _ => {
-            return Err(format!(
-                "{s:?}: unknown unit {unit:?} (use us, ms, s, m or h)"
-            ))
+    let positive = || format!("{s:?}: the duration must be positive");
+    let d = iolab_sys::units::parse_duration(s).map_err(|e| match e {
+        UnitError::NotANumber { .. } => {
+            format!("{s:?}: expected a duration like 10s, 500ms or 2m")
         }
-    };
-    if !secs.is_finite() || secs <= 0.0 || secs > 1e9 {
-        return Err(format!("{s:?}: the duration must be positive"));
+        UnitError::UnknownUnit { unit, .. } => {
+            format!("{s:?}: unknown unit {unit:?} (use us, ms, s, m or h)")
+        }
+        UnitError::OutOfRange { .. } => positive(),
+    })?;
+    if d.is_zero() || d.as_secs_f64() > 1e9 {
+        return Err(positive());
     }
-    Ok(Duration::from_secs_f64(secs))
+    Ok(d)
 }
 
 impl LoadArgs {

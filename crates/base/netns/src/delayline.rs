@@ -16,6 +16,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use iolab_sys::cvt;
+
 /// netem's `delay` and `reorder`, for both directions.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LineParams {
@@ -132,21 +134,18 @@ impl Drop for DelayLine {
 /// pass through it. Needs CAP_NET_RAW in the calling thread's namespace.
 pub fn vnet_packet_socket(protocol: u16) -> io::Result<OwnedFd> {
     // SAFETY: socket(2) with plain integer arguments; the result is checked.
-    let fd = unsafe {
+    let fd = cvt(unsafe {
         libc::socket(
             libc::AF_PACKET,
             libc::SOCK_RAW | libc::SOCK_CLOEXEC,
             i32::from(protocol),
         )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    })?;
     // SAFETY: a new descriptor we own.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     let on: libc::c_int = 1;
     // SAFETY: setsockopt reads one int, alive for the call.
-    if unsafe {
+    cvt(unsafe {
         libc::setsockopt(
             fd.as_raw_fd(),
             libc::SOL_PACKET,
@@ -154,10 +153,7 @@ pub fn vnet_packet_socket(protocol: u16) -> io::Result<OwnedFd> {
             (&on as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
-    } != 0
-    {
-        return Err(io::Error::last_os_error());
-    }
+    })?;
     Ok(fd)
 }
 
@@ -182,16 +178,13 @@ fn open(ifname: &str, rx: bool) -> io::Result<OwnedFd> {
     sll.sll_protocol = proto;
     sll.sll_ifindex = index as i32;
     // SAFETY: bind reads `sll`, alive for the call, of the size given.
-    if unsafe {
+    cvt(unsafe {
         libc::bind(
             fd.as_raw_fd(),
             (&sll as *const libc::sockaddr_ll).cast(),
             std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
         )
-    } != 0
-    {
-        return Err(io::Error::last_os_error());
-    }
+    })?;
     Ok(fd)
 }
 
@@ -229,9 +222,10 @@ fn forward(
             revents: 0,
         };
         // SAFETY: ppoll reads one pollfd and the timespec, alive for the call.
-        let r = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
-        if r < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-            return Err(io::Error::last_os_error());
+        if let Err(e) = cvt(unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) }) {
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
         }
         loop {
             // SAFETY: an all-zero sockaddr_ll is valid; recvfrom writes at most `len`.
@@ -239,7 +233,7 @@ fn forward(
             let mut len = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
             // SAFETY: recvfrom writes at most buf.len() bytes into `buf` and the address
             // into `from`, all alive for the call.
-            let got = unsafe {
+            let got = match cvt(unsafe {
                 libc::recvfrom(
                     rx.as_raw_fd(),
                     buf.as_mut_ptr().cast(),
@@ -248,15 +242,16 @@ fn forward(
                     (&mut from as *mut libc::sockaddr_ll).cast(),
                     &mut len,
                 )
-            };
-            if got < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted {
-                    break;
+            }) {
+                Ok(n) => n as usize,
+                Err(e)
+                    if e.kind() == io::ErrorKind::WouldBlock
+                        || e.kind() == io::ErrorKind::Interrupted =>
+                {
+                    break
                 }
-                return Err(e);
-            }
-            let got = got as usize;
+                Err(e) => return Err(e),
+            };
             // Our own transmissions on this interface come back as outgoing: never again.
             if from.sll_pkttype == libc::PACKET_OUTGOING || got > buf.len() {
                 continue;
@@ -284,17 +279,18 @@ fn forward(
         while held.peek().is_some_and(|h| h.at.0 .0 <= now) {
             let h = held.pop().expect("peeked");
             // SAFETY: send reads the frame, alive for the call.
-            let r =
-                unsafe { libc::send(tx.as_raw_fd(), h.frame.as_ptr().cast(), h.frame.len(), 0) };
-            if r >= 0 {
-                counts.forwarded.fetch_add(1, Ordering::Relaxed);
-            } else {
-                let e = io::Error::last_os_error();
+            let sent = cvt(unsafe {
+                libc::send(tx.as_raw_fd(), h.frame.as_ptr().cast(), h.frame.len(), 0)
+            });
+            match sent {
+                Ok(_) => {
+                    counts.forwarded.fetch_add(1, Ordering::Relaxed);
+                }
                 // A frame the other side cannot take is lost, as on a wire.
-                tracing::debug!(
+                Err(e) => tracing::debug!(
                     "delay line: a frame of {} bytes not sent: {e}",
                     h.frame.len()
-                );
+                ),
             }
         }
     }

@@ -18,9 +18,7 @@ pub mod delayline;
 pub mod names;
 pub mod shape;
 
-use std::fs::File;
-use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Mutex, Once};
@@ -205,22 +203,8 @@ impl Namespace {
     /// hooks of `cmd` still run.
     pub fn enter(&self, cmd: &mut Command) -> anyhow::Result<()> {
         let path = format!("/var/run/netns/{}", self.name);
-        // Opened here, in the parent: the child only calls setns (async-signal-safe). The
-        // file is close-on-exec, so the program does not inherit it.
-        let f = File::open(&path).with_context(|| format!("opening {path}"))?;
-        // SAFETY: the hook runs in the forked child before exec, where only
-        // async-signal-safe calls are allowed: setns(2) on an fd opened by the parent
-        // (moved into the closure, so it stays open as long as the Command) is one, and the
-        // closure allocates nothing.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        Ok(())
+        iolab_sys::process::enter_net_namespace(cmd, Path::new(&path))
+            .with_context(|| format!("opening {path}"))
     }
 
     /// Runs `program args…` inside this namespace and waits for it; an error if it fails.
@@ -481,9 +465,9 @@ fn kill_pids_in(ns: &str) {
     };
     for pid in out.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
         if pid > 1 && pid as u32 != std::process::id() {
-            // SAFETY: kill(2) on one positive pid, a process inside a namespace whose owner
-            // is dead (so a child of that owner); pid > 1, never a group or init.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            // A process inside a namespace whose owner is dead (so a child of that owner);
+            // pid > 1, never a group or init. Gone already: nothing to do.
+            let _ = iolab_sys::process::signal(pid as u32, libc::SIGKILL);
         }
     }
 }
@@ -504,7 +488,7 @@ pub fn namespace_names() -> anyhow::Result<Vec<String>> {
 }
 
 pub fn namespace_exists(name: &str) -> bool {
-    std::path::Path::new("/var/run/netns").join(name).exists()
+    Path::new("/var/run/netns").join(name).exists()
 }
 
 /// Names of the links in a namespace (None: ours).
@@ -580,12 +564,9 @@ pub fn free_subnet() -> anyhow::Result<[u8; 3]> {
 /// Moves the calling thread into namespace `name` (`/var/run/netns/<name>`); `setns(2)`
 /// changes this thread only, and every socket it creates afterwards lives there.
 pub fn enter_thread(name: &str) -> std::io::Result<()> {
-    let f = File::open(format!("/var/run/netns/{name}"))?;
-    // SAFETY: setns(2) on a descriptor we hold open; it moves only the calling thread.
-    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    iolab_sys::process::enter_net_namespace_this_thread(Path::new(&format!(
+        "/var/run/netns/{name}"
+    )))
 }
 
 /// True if the kernel has the netem qdisc (probed once, on a throwaway namespace's loopback).
@@ -611,10 +592,9 @@ pub fn netem_available() -> bool {
     v
 }
 
+/// The kernel release, "unknown" if it cannot be read.
 pub fn kernel_release() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "unknown".into())
+    iolab_sys::host::kernel_release().unwrap_or_else(|| "unknown".into())
 }
 
 /// Checks that iproute2 is installed and that this process may create namespaces.

@@ -98,13 +98,7 @@ fn from_base36(s: &str) -> Option<u32> {
 
 /// True if `pid` names a process that exists (a zombie counts: its parent may still act).
 pub fn pid_alive(pid: u32) -> bool {
-    if pid == 0 || pid > i32::MAX as u32 {
-        return false;
-    }
-    // SAFETY: kill(2) with signal 0 sends nothing; it only checks that the pid exists and
-    // that we may signal it. pid > 0, so it never targets a process group.
-    let r = unsafe { libc::kill(pid as i32, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    iolab_sys::process::exists(pid)
 }
 
 #[cfg(test)]

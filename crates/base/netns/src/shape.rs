@@ -126,21 +126,10 @@ impl Shape {
     }
 }
 
-/// Splits `12.5mbit` into its number and its lower-cased unit (`12.5`, `"mbit"`); `None` when
-/// the leading number does not parse.
-fn number_and_unit(s: &str) -> Option<(f64, String)> {
-    let t = s.trim().to_ascii_lowercase();
-    let num_end = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(num_end);
-    Some((num.parse().ok()?, unit.to_string()))
-}
-
 /// Parses a rate as tc writes it: `100mbit`, `1gbit`, `500kbit`, `12500000` (bit/s),
 /// `10mbps` (bytes/s, as tc reads it). Decimal prefixes, as tc uses.
 pub fn parse_rate(s: &str) -> anyhow::Result<u64> {
-    let (v, unit) = number_and_unit(s)
+    let (v, unit) = iolab_sys::units::split_number_unit(s)
         .ok_or_else(|| anyhow::anyhow!("rate {s:?}: expected a number and a unit like 100mbit"))?;
     let mult = match unit.as_str() {
         "" | "bit" => 1.0,
@@ -160,20 +149,26 @@ pub fn parse_rate(s: &str) -> anyhow::Result<u64> {
     Ok(bps.round() as u64)
 }
 
-/// Parses a duration like `10ms`, `250us`, `1s`, `1.5ms`.
+/// Parses a duration like `10ms`, `250us`, `1s`, `1.5ms` (the forms of
+/// [`iolab_sys::units::parse_duration`]), up to an hour. The unit is required: a bare `10`
+/// on a link means nothing obvious.
 pub fn parse_duration(s: &str) -> anyhow::Result<Duration> {
-    let (v, unit) = number_and_unit(s)
+    use iolab_sys::units::{self, UnitError};
+    let (_, unit) = units::split_number_unit(s)
         .ok_or_else(|| anyhow::anyhow!("duration {s:?}: expected a number and a unit like 10ms"))?;
-    let secs = match unit.as_str() {
-        "s" => v,
-        "ms" => v / 1e3,
-        "us" => v / 1e6,
-        _ => anyhow::bail!("duration {s:?}: give a unit: s, ms or us"),
-    };
-    if !secs.is_finite() || !(0.0..=3600.0).contains(&secs) {
-        anyhow::bail!("duration {s:?} is out of range (0 to 1 hour)");
+    let give_a_unit = || anyhow::anyhow!("duration {s:?}: give a unit: us, ms, s, m or h");
+    if unit.is_empty() {
+        return Err(give_a_unit());
     }
-    Ok(Duration::from_secs_f64(secs))
+    let out_of_range = || anyhow::anyhow!("duration {s:?} is out of range (0 to 1 hour)");
+    let d = units::parse_duration(s).map_err(|e| match e {
+        UnitError::UnknownUnit { .. } => give_a_unit(),
+        UnitError::NotANumber { .. } | UnitError::OutOfRange { .. } => out_of_range(),
+    })?;
+    if d > Duration::from_secs(3600) {
+        return Err(out_of_range());
+    }
+    Ok(d)
 }
 
 /// Writes a rate the way a person reads it: `100 Mbit/s`.
@@ -217,6 +212,13 @@ mod tests {
         for bad in ["", "10", "ms", "5h", "99999s"] {
             assert!(parse_duration(bad).is_err(), "{bad:?}");
         }
+        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
+        let e = parse_duration("10").unwrap_err().to_string();
+        assert!(e.contains("give a unit"), "{e}");
+        let e = parse_duration("10 furlongs").unwrap_err().to_string();
+        assert!(e.contains("give a unit"), "{e}");
+        let e = parse_duration("2h").unwrap_err().to_string();
+        assert!(e.contains("out of range"), "{e}");
     }
 
     #[test]

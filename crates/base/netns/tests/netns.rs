@@ -231,8 +231,8 @@ fn sigterm_removes_everything_and_exits_143() {
         return;
     }
     let (child, ns, veth) = spawn_holder();
-    // SAFETY: kill(2) on the pid of our own child, which we have not waited for yet.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    // Our own child, not waited for yet: its pid is still its own.
+    iolab_sys::process::signal(child.id(), libc::SIGTERM).unwrap();
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(143), "{:?}", out.status);
     assert!(!namespace_names().unwrap().contains(&ns));

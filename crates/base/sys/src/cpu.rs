@@ -18,9 +18,9 @@ pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
     unsafe { libc::CPU_SET(cpu, &mut set) };
     // SAFETY: pid 0 is the calling thread; the kernel reads size_of::<cpu_set_t>() bytes from
     // the set we own.
-    if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    crate::cvt(unsafe {
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    })?;
     Ok(())
 }
 
@@ -29,10 +29,9 @@ pub fn allowed_cpus() -> io::Result<Vec<usize>> {
     // SAFETY: all-zero bytes are a valid (empty) cpu_set_t.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: the kernel writes at most size_of::<cpu_set_t>() bytes into the set we own.
-    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0
-    {
-        return Err(io::Error::last_os_error());
-    }
+    crate::cvt(unsafe {
+        libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set)
+    })?;
     Ok((0..libc::CPU_SETSIZE as usize)
         // SAFETY: c < CPU_SETSIZE, so CPU_ISSET reads inside the set.
         .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })

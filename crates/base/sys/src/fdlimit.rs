@@ -11,17 +11,13 @@ fn get() -> io::Result<libc::rlimit> {
         rlim_max: 0,
     };
     // SAFETY: getrlimit writes one rlimit into the struct we own and pass by pointer.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    crate::cvt(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) })?;
     Ok(lim)
 }
 
 fn set(lim: &libc::rlimit) -> io::Result<()> {
     // SAFETY: setrlimit only reads the struct we pass by pointer.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, lim) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    crate::cvt(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, lim) })?;
     Ok(())
 }
 

@@ -35,15 +35,21 @@ pub fn signal_group(pgid: u32, sig: i32) -> io::Result<()> {
     crate::cvt(unsafe { libc::kill(-pgid, sig) }).map(drop)
 }
 
-/// True while process `pid` runs: it exists (a process of another user counts, EPERM) and
-/// is not a zombie (it has exited and only waits to be reaped).
-pub fn is_alive(pid: u32) -> bool {
+/// True while process `pid` exists, a zombie (exited, not yet reaped) included: its parent
+/// may still act on it. A process of another user counts (EPERM).
+pub fn exists(pid: u32) -> bool {
     let Ok(pid) = positive_pid(pid) else {
         return false;
     };
-    // SAFETY: kill(2) with signal 0 only checks that the process exists.
+    // SAFETY: kill(2) with signal 0 sends nothing; it only checks that the process exists.
     let rc = unsafe { libc::kill(pid, 0) };
-    if rc != 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EPERM) {
+    rc == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// True while process `pid` runs: it exists (a process of another user counts, EPERM) and
+/// is not a zombie (it has exited and only waits to be reaped).
+pub fn is_alive(pid: u32) -> bool {
+    if !exists(pid) {
         return false;
     }
     // The state follows the command name, which ends with the last ')'.
@@ -205,10 +211,20 @@ mod tests {
         assert!(signal_group(1, 0).is_err());
         assert!(is_alive(std::process::id()));
         assert!(!is_alive(0));
+        assert!(exists(std::process::id()) && !exists(0) && !exists(u32::MAX));
         let mut child = sleeper("exit 0").spawn().unwrap();
         let pid = child.id();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while is_alive(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(!is_alive(pid), "exited child {pid} still seen running");
+        assert!(
+            exists(pid),
+            "an exited child not yet reaped is a zombie: it exists"
+        );
         child.wait().unwrap();
-        assert!(!is_alive(pid), "reaped child {pid} still seen");
+        assert!(!exists(pid), "reaped child {pid} still exists");
         let _ = is_root(); // either answer is right; it must not panic
     }
 

@@ -66,10 +66,9 @@ pub fn local_addr(fd: std::os::fd::RawFd) -> std::io::Result<SocketAddr> {
     let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
     // SAFETY: storage and len describe a writable buffer large enough for any address; the
     // kernel writes at most len bytes and stores the real length in len.
-    if unsafe { libc::getsockname(fd, &mut storage as *mut _ as *mut libc::sockaddr, &mut len) } < 0
-    {
-        return Err(std::io::Error::last_os_error());
-    }
+    crate::cvt(unsafe {
+        libc::getsockname(fd, &mut storage as *mut _ as *mut libc::sockaddr, &mut len)
+    })?;
     from_raw(&storage, len).ok_or_else(|| {
         std::io::Error::other(format!(
             "getsockname: unexpected address family {}",
