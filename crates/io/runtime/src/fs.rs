@@ -180,71 +180,52 @@ unsafe impl Operation for OpenOp {
     }
 }
 
-struct ReadAtOp<B> {
-    fd: RawFd,
-    buf: B,
-    offset: u64,
+/// The positional read and write of a file: one operation but for its direction, which the
+/// buffer traits (`IoBufMut` to be written into, `IoBuf` to be read from), the opcode and the
+/// syscall each spell differently.
+macro_rules! positional_op {
+    ($(#[$doc:meta])* $name:ident, $buf:ident, $ptr:ident, $opcode:ident, $syscall:ident) => {
+        $(#[$doc])*
+        struct $name<B> {
+            fd: RawFd,
+            buf: B,
+            offset: u64,
+        }
+
+        // SAFETY: the SQE points into the buffer, which its trait guarantees stays put while
+        // the operation (which owns it) lives.
+        unsafe impl<B: $buf> Operation for $name<B> {
+            fn prepare(&mut self) -> squeue::Entry {
+                let len = self.buf.len().min(u32::MAX as usize) as u32;
+                opcode::$opcode::new(types::Fd(self.fd), self.buf.$ptr(), len)
+                    .offset(self.offset)
+                    .build()
+            }
+
+            fn attempt(&mut self) -> io::Result<usize> {
+                let len = self.buf.len();
+                // SAFETY: the buffer is valid for len bytes in the transfer's direction:
+                // writable for a read (IoBufMut), initialised for a write (IoBuf).
+                cvt_size(unsafe {
+                    libc::$syscall(self.fd, self.buf.$ptr().cast(), len, self.offset as i64)
+                })
+            }
+
+            fn readiness(&self) -> Option<(RawFd, Interest)> {
+                None
+            }
+        }
+    };
 }
 
-// SAFETY: the SQE points into the buffer, which IoBufMut guarantees stays put.
-unsafe impl<B: IoBufMut> Operation for ReadAtOp<B> {
-    fn prepare(&mut self) -> squeue::Entry {
-        let len = self.buf.len().min(u32::MAX as usize) as u32;
-        opcode::Read::new(types::Fd(self.fd), self.buf.stable_mut_ptr(), len)
-            .offset(self.offset)
-            .build()
-    }
-
-    fn attempt(&mut self) -> io::Result<usize> {
-        let len = self.buf.len();
-        // SAFETY: the buffer is valid for writes of len bytes.
-        cvt_size(unsafe {
-            libc::pread(
-                self.fd,
-                self.buf.stable_mut_ptr() as *mut _,
-                len,
-                self.offset as i64,
-            )
-        })
-    }
-
-    fn readiness(&self) -> Option<(RawFd, Interest)> {
-        None
-    }
-}
-
-struct WriteAtOp<B> {
-    fd: RawFd,
-    buf: B,
-    offset: u64,
-}
-
-// SAFETY: the SQE points into the buffer, which IoBuf guarantees stays put.
-unsafe impl<B: IoBuf> Operation for WriteAtOp<B> {
-    fn prepare(&mut self) -> squeue::Entry {
-        let len = self.buf.len().min(u32::MAX as usize) as u32;
-        opcode::Write::new(types::Fd(self.fd), self.buf.stable_ptr(), len)
-            .offset(self.offset)
-            .build()
-    }
-
-    fn attempt(&mut self) -> io::Result<usize> {
-        let len = self.buf.len();
-        // SAFETY: the buffer holds len initialised bytes.
-        cvt_size(unsafe {
-            libc::pwrite(
-                self.fd,
-                self.buf.stable_ptr() as *const _,
-                len,
-                self.offset as i64,
-            )
-        })
-    }
-
-    fn readiness(&self) -> Option<(RawFd, Interest)> {
-        None
-    }
-}
+positional_op!(
+    /// `pread` into the buffer (IORING_OP_READ).
+    ReadAtOp, IoBufMut, stable_mut_ptr, Read, pread
+);
+positional_op!(
+    /// `pwrite` from the buffer (IORING_OP_WRITE).
+    WriteAtOp, IoBuf, stable_ptr, Write, pwrite
+);
 
 struct FsyncOp {
     fd: RawFd,
@@ -376,16 +357,7 @@ impl File {
 
     /// Reads into `buf[..buf.len()]` from `offset`; returns the count (0 at end of file).
     pub async fn read_at<B: IoBufMut>(&self, buf: B, offset: u64) -> (io::Result<usize>, B) {
-        let (r, op) = submit_inner(
-            ReadAtOp {
-                fd: self.fd.as_raw_fd(),
-                buf,
-                offset,
-            },
-            None,
-        )
-        .await;
-        (r, op.buf)
+        self.read_at_inner(buf, offset, None).await
     }
 
     /// [`read_at`](File::read_at) that ends with a [`crate::Cancelled`] error when `cancel`
@@ -396,29 +368,24 @@ impl File {
         offset: u64,
         cancel: &Cond,
     ) -> (io::Result<usize>, B) {
-        let (r, op) = submit_inner(
-            ReadAtOp {
-                fd: self.fd.as_raw_fd(),
-                buf,
-                offset,
-            },
-            Some(cancel),
-        )
-        .await;
+        self.read_at_inner(buf, offset, Some(cancel)).await
+    }
+
+    async fn read_at_inner<B: IoBufMut>(
+        &self,
+        buf: B,
+        offset: u64,
+        cancel: Option<&Cond>,
+    ) -> (io::Result<usize>, B) {
+        let fd = self.fd.as_raw_fd();
+        let (r, op) = submit_inner(ReadAtOp { fd, buf, offset }, cancel).await;
         (r, op.buf)
     }
 
     /// Writes `buf` at `offset`; returns the count written.
     pub async fn write_at<B: IoBuf>(&self, buf: B, offset: u64) -> (io::Result<usize>, B) {
-        let (r, op) = submit_inner(
-            WriteAtOp {
-                fd: self.fd.as_raw_fd(),
-                buf,
-                offset,
-            },
-            None,
-        )
-        .await;
+        let fd = self.fd.as_raw_fd();
+        let (r, op) = submit_inner(WriteAtOp { fd, buf, offset }, None).await;
         (r, op.buf)
     }
 
@@ -451,30 +418,20 @@ impl File {
 
     /// Flushes data and metadata to stable storage.
     pub async fn fsync(&self) -> io::Result<()> {
-        submit_inner(
-            FsyncOp {
-                fd: self.fd.as_raw_fd(),
-                data_only: false,
-            },
-            None,
-        )
-        .await
-        .0
-        .map(|_| ())
+        self.sync(false).await
     }
 
     /// Flushes data (and the metadata needed to read it back).
     pub async fn fdatasync(&self) -> io::Result<()> {
-        submit_inner(
-            FsyncOp {
-                fd: self.fd.as_raw_fd(),
-                data_only: true,
-            },
-            None,
-        )
-        .await
-        .0
-        .map(|_| ())
+        self.sync(true).await
+    }
+
+    async fn sync(&self, data_only: bool) -> io::Result<()> {
+        let fd = self.fd.as_raw_fd();
+        submit_inner(FsyncOp { fd, data_only }, None)
+            .await
+            .0
+            .map(|_| ())
     }
 
     /// fstat(2) of the open file (synchronous: it never waits on the device).
