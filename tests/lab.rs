@@ -58,6 +58,7 @@ fn report() -> &'static Path {
 
 #[test]
 fn results_json_has_every_point_with_the_required_fields() {
+    use iolab_lab::results::{ConnMode, FileKind};
     let dir = report();
     let check = iolab_lab::validate::check_report(dir).expect("valid report");
     assert_eq!(check.models, MODELS);
@@ -71,10 +72,10 @@ fn results_json_has_every_point_with_the_required_fields() {
     assert!(r.settings.contains_key("ulimit -n"));
     let levels = iolab_lab::lab::Plan::for_profile(iolab_lab::lab::Profile::Tiny).levels;
     for m in MODELS {
-        for file in ["small", "big"] {
+        for file in FileKind::ALL {
             for &c in &levels {
                 let p = r
-                    .point(m, file, "close", c)
+                    .point(m, file, ConnMode::Close, c)
                     .unwrap_or_else(|| panic!("no point {m} {file} c={c}"));
                 assert_eq!(p.repeats.len(), 1);
                 let rep = &p.repeats[0];
@@ -95,7 +96,7 @@ fn results_json_has_every_point_with_the_required_fields() {
         }
         // Keep-alive: run by duration, twice back to back (tiny), with the spread.
         let ka = r
-            .point(m, "small", "keepalive", 10)
+            .point(m, FileKind::Small, ConnMode::KeepAlive, 10)
             .expect("keep-alive point");
         assert_eq!(ka.repeats.len(), 2, "{m}: keep-alive runs");
         for x in &ka.repeats {
@@ -109,7 +110,7 @@ fn results_json_has_every_point_with_the_required_fields() {
         assert!(ka.spread.rps[0] <= ka.metrics.rps && ka.metrics.rps <= ka.spread.rps[1]);
         // Efficiency: server CPU per request at the offered rate, both modes, positive.
         let e = r.efficiency.as_ref().expect("efficiency block");
-        for mode in ["keepalive", "close"] {
+        for mode in ConnMode::REPORT_ORDER {
             let row = e
                 .row(m, mode)
                 .unwrap_or_else(|| panic!("no efficiency row {m} {mode}: {:?}", e.failures));
@@ -136,7 +137,7 @@ fn results_json_has_every_point_with_the_required_fields() {
         }
         // Figure 2's data at the top level.
         let top = *levels.last().unwrap();
-        let p = r.point(m, "small", "close", top).unwrap();
+        let p = r.point(m, FileKind::Small, ConnMode::Close, top).unwrap();
         let t = p.trace.as_ref().expect("trace at the top level");
         assert!(!t.scatter.is_empty());
         // Its per-request log exists, with a header and one line per request.

@@ -160,7 +160,10 @@ fn seed_conditions_make_the_link_and_remove_it() {
     );
     // The seed's method: a new connection per request only.
     assert!(!r.points.is_empty());
-    assert!(r.points.iter().all(|p| p.mode == "close"));
+    assert!(r
+        .points
+        .iter()
+        .all(|p| p.mode == iolab_lab::results::ConnMode::Close));
     let html = std::fs::read_to_string(out.join("index.html")).unwrap();
     assert!(html.contains(r#"id="link""#));
     let _ = std::fs::remove_dir_all(&out);

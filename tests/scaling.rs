@@ -33,7 +33,7 @@ fn scaling_writes_the_table_the_figures_and_the_json_block() {
     assert!(s.server_cpus.iter().all(|c| !s.client_cpus.contains(c)));
     assert_eq!(s.workers.last(), Some(&s.server_cpus.len()));
     for m in ["epoll", "uring-fixed", "runtime"] {
-        for mode in ["keepalive", "close"] {
+        for mode in iolab_lab::results::ConnMode::REPORT_ORDER {
             for &w in &s.workers {
                 let row = s
                     .rows

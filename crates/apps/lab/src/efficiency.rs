@@ -21,7 +21,10 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::results::{median, Results};
+use crate::lab::{Options, Profile};
+use crate::point::{settle, Client};
+use crate::results::{median, min_max, ConnMode, FileKind, Results};
+use crate::server::{Launch, ServerProc, Target};
 
 /// One measurement: one server, one mode, one repeat.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -41,8 +44,7 @@ pub struct EffRepeat {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EffRow {
     pub server: String,
-    /// "keepalive" or "close" (a new connection per request).
-    pub mode: String,
+    pub mode: ConnMode,
     /// Offered rate, requests/s.
     pub rate: f64,
     /// Median over repeats of server CPU µs per request.
@@ -55,8 +57,8 @@ pub struct EffRow {
 /// The `efficiency` block of results.json.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Efficiency {
-    /// Offered rate per mode ("keepalive", "close"), requests/s.
-    pub rates: BTreeMap<String, f64>,
+    /// Offered rate per mode, requests/s.
+    pub rates: BTreeMap<ConnMode, f64>,
     /// How the rates were chosen.
     pub rate_basis: String,
     pub duration_s: f64,
@@ -71,26 +73,23 @@ pub struct Efficiency {
 }
 
 impl Efficiency {
-    pub fn row(&self, server: &str, mode: &str) -> Option<&EffRow> {
+    pub fn row(&self, server: &str, mode: ConnMode) -> Option<&EffRow> {
         self.rows
             .iter()
             .find(|r| r.server == server && r.mode == mode)
     }
 }
 
-/// The modes measured, in report order.
-pub const MODES: [&str; 2] = ["keepalive", "close"];
-
 /// Half the lowest peak among the servers measured, per mode: (rate, which server set it,
 /// its peak). None for a mode no server was measured in.
-pub fn default_rates(r: &Results) -> BTreeMap<String, (f64, String, f64)> {
+pub fn default_rates(r: &Results) -> BTreeMap<ConnMode, (f64, String, f64)> {
     let mut out = BTreeMap::new();
-    for mode in MODES {
+    for mode in ConnMode::REPORT_ORDER {
         let mut peaks: BTreeMap<&str, f64> = BTreeMap::new();
         for p in r
             .points
             .iter()
-            .filter(|p| p.file == "small" && p.mode == mode)
+            .filter(|p| p.file == FileKind::Small && p.mode == mode)
         {
             let e = peaks.entry(p.model.as_str()).or_insert(0.0);
             *e = e.max(p.metrics.rps);
@@ -100,10 +99,7 @@ pub fn default_rates(r: &Results) -> BTreeMap<String, (f64, String, f64)> {
             .filter(|(_, v)| *v > 0.0)
             .min_by(|a, b| a.1.total_cmp(&b.1));
         if let Some((name, peak)) = slowest {
-            out.insert(
-                mode.to_string(),
-                ((peak * 0.5).max(50.0), name.to_string(), peak),
-            );
+            out.insert(mode, ((peak * 0.5).max(50.0), name.to_string(), peak));
         }
     }
     out
@@ -207,46 +203,37 @@ impl GroupCpu {
     }
 }
 
-/// Durations and repeats of the efficiency pass for a profile name.
-pub fn plan_for(profile: &str) -> (Duration, usize) {
+/// Durations and repeats of the efficiency pass for a profile.
+pub fn plan_for(profile: Profile) -> (Duration, usize) {
     match profile {
-        "tiny" => (Duration::from_millis(500), 2),
-        "full" => (Duration::from_secs(5), 3),
-        _ => (Duration::from_millis(1500), 3),
+        Profile::Tiny => (Duration::from_millis(500), 2),
+        Profile::Full => (Duration::from_secs(5), 3),
+        Profile::Quick => (Duration::from_millis(1500), 3),
     }
 }
 
 /// Open-loop connection cap.
 pub const CONNECTIONS: usize = 50;
 
-/// Measures one server at `rate` in `mode`: `repeats` runs of `duration`. The server is
-/// `pgid`'s process group, listening on `addr`.
-#[allow(clippy::too_many_arguments)]
+/// Measures the server `srv` at `rate` in `mode`: `repeats` runs of `duration` from
+/// `client`; its CPU time is its process group's.
 pub fn measure(
-    server: &str,
-    pgid: i32,
-    addr: std::net::SocketAddr,
-    mode: &str,
+    srv: &ServerProc,
+    mode: ConnMode,
     rate: f64,
-    duration: Duration,
-    repeats: usize,
-    sources: &[std::net::IpAddr],
-    client_cpu: Option<usize>,
+    (duration, repeats): (Duration, usize),
+    client: &Client,
 ) -> anyhow::Result<(EffRow, bool)> {
+    let pgid = srv.pgid();
     let mut reps = Vec::new();
     let mut proc_stat_only = false;
     for _ in 0..repeats {
-        let mut cfg = iolab_load::LoadConfig::for_url(&format!("http://{addr}/small.html"))?;
-        cfg.connections = CONNECTIONS;
+        let mut cfg = client.load(srv.addr, FileKind::Small, mode, CONNECTIONS);
         cfg.requests = None;
         cfg.duration = Some(duration);
         cfg.rate = Some(rate);
-        cfg.keepalive = mode == "keepalive";
         cfg.timeout = Duration::from_secs(5);
-        cfg.source_addrs = sources.to_vec();
-        cfg.pin_cpu = client_cpu;
         cfg.keep_records = false;
-        cfg.quiet = true;
         let before = GroupCpu::read(pgid);
         let t0 = Instant::now();
         let report = iolab_load::run(&cfg)?;
@@ -254,7 +241,10 @@ pub fn measure(
         let after = GroupCpu::read(pgid);
         proc_stat_only |= before.proc_stat_only || after.proc_stat_only;
         if after.by_pid.is_empty() {
-            anyhow::bail!("{server}: no process left in its group to read the CPU time of");
+            anyhow::bail!(
+                "{}: no process left in its group to read the CPU time of",
+                srv.name
+            );
         }
         let cpu = before.since(&after);
         let errors = report.error_count;
@@ -279,23 +269,112 @@ pub fn measure(
         .filter(|r| r.ok > 0)
         .map(|r| r.us_per_request)
         .collect();
-    let lo = vals.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = vals.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     Ok((
         EffRow {
-            server: server.to_string(),
-            mode: mode.to_string(),
+            server: srv.name.clone(),
+            mode,
             rate,
             us_per_request: median(&vals),
-            spread: if vals.is_empty() {
-                [0.0, 0.0]
-            } else {
-                [lo, hi]
-            },
+            spread: min_max(vals.iter().copied()),
             repeats: reps,
         },
         proc_stat_only,
     ))
+}
+
+/// The offered rate of each mode: `--efficiency-rate`, or half the lowest peak in this
+/// run; with the sentence saying which.
+fn rates(results: &Results, fixed: Option<f64>, e: &mut Efficiency) {
+    let defaults = default_rates(results);
+    let mut basis = Vec::new();
+    for mode in ConnMode::REPORT_ORDER {
+        let label = mode.label();
+        match (fixed, defaults.get(&mode)) {
+            (Some(r), _) => {
+                e.rates.insert(mode, r);
+                basis.push(format!("{label}: {r:.0} req/s (fixed, --efficiency-rate)"));
+            }
+            (None, Some((r, who, peak))) => {
+                e.rates.insert(mode, r.round());
+                basis.push(format!(
+                    "{label}: {:.0} req/s, half the lowest peak in this run ({who}: {peak:.0} req/s)",
+                    r.round()
+                ));
+            }
+            (None, None) => e.failures.push(format!(
+                "{label}: no point measured in this mode to set a rate from"
+            )),
+        }
+    }
+    e.rate_basis = basis.join("; ");
+}
+
+/// Starts each server again and measures its CPU time per request at a fixed offered rate
+/// in each mode (the rates from `results`' points unless `opts` fixes one).
+pub fn pass(
+    results: &Results,
+    opts: &Options,
+    targets: &[Target],
+    launch: &dyn Fn(&Target) -> anyhow::Result<Launch>,
+    client: &Client,
+    (duration, repeats): (Duration, usize),
+) -> Efficiency {
+    let mut e = Efficiency {
+        duration_s: duration.as_secs_f64(),
+        repeats,
+        connections: CONNECTIONS,
+        cpu_source: "the kernel's CPU clock of each process of the server's group (clock_getcpuclockid: user + system, every thread, exited ones included; ns)".into(),
+        ..Efficiency::default()
+    };
+    rates(results, opts.efficiency_rate, &mut e);
+    tracing::info!(target: "progress", "efficiency: server CPU per request at {}", e.rate_basis);
+    for t in targets {
+        let launch = match launch(t) {
+            Ok(l) => l,
+            Err(err) => {
+                e.failures.push(format!("{}: {err:#}", t.name));
+                continue;
+            }
+        };
+        let mut srv = match ServerProc::start(t, &launch) {
+            Ok(s) => s,
+            Err(err) => {
+                e.failures
+                    .push(format!("{}: failed to start: {err:#}", t.name));
+                continue;
+            }
+        };
+        for mode in ConnMode::REPORT_ORDER {
+            let Some(&rate) = e.rates.get(&mode) else {
+                continue;
+            };
+            // A short closed-loop warm-up: caches filled, the server's threads started.
+            let mut w = client.load(srv.addr, FileKind::Small, mode, 10);
+            w.requests = Some(200);
+            w.keep_records = false;
+            let _ = iolab_load::run(&w);
+            settle(&srv);
+            match measure(&srv, mode, rate, (duration, repeats), client) {
+                Ok((row, proc_stat_only)) => {
+                    if proc_stat_only {
+                        e.cpu_source = "/proc/PID/stat utime + stime of each process of the server's group (clock ticks; the CPU clock was not readable)".into();
+                    }
+                    tracing::info!(target: "progress",
+                        "efficiency {} {mode} at {rate:.0} req/s: {:.1} us CPU per request ({:.1}..{:.1})",
+                        t.name, row.us_per_request, row.spread[0], row.spread[1]
+                    );
+                    e.rows.push(row);
+                }
+                Err(err) => e.failures.push(format!("{} {mode}: {err:#}", t.name)),
+            }
+            if let Some(crash) = srv.crash_report() {
+                e.failures.push(format!("{} {mode}: {crash}", t.name));
+                break;
+            }
+        }
+        srv.stop();
+    }
+    e
 }
 
 #[cfg(test)]
@@ -345,11 +424,11 @@ mod tests {
     fn default_rates_take_half_the_slowest_peak() {
         let r = crate::report::tests::synthetic();
         let rates = default_rates(&r);
-        let (ka, who, peak) = rates["keepalive"].clone();
+        let (ka, who, peak) = rates[&ConnMode::KeepAlive].clone();
         assert_eq!(who, "b");
         assert_eq!(peak, 20_000.0);
         assert_eq!(ka, 10_000.0);
-        let (close, who, _) = rates["close"].clone();
+        let (close, who, _) = rates[&ConnMode::Close].clone();
         // The synthetic close rates peak at c = 1.
         assert_eq!(who, "b");
         assert!(close > 0.0);

@@ -7,7 +7,10 @@
 pub mod efficiency;
 pub mod lab;
 pub mod link;
+pub mod matrix;
 pub mod micro;
+pub mod plan;
+pub mod point;
 pub mod report;
 pub mod results;
 pub mod scaling;
@@ -16,6 +19,7 @@ pub mod seedtable;
 pub mod select;
 pub mod server;
 pub mod settings;
+pub mod stage;
 pub mod steady;
 pub use iolab_report::svg;
 pub mod validate;

@@ -3,13 +3,8 @@
 
 use std::fmt::Write as _;
 
-use crate::results::{Point, Results};
+use crate::results::{ConnMode, FileKind, Point, Results, Status};
 use crate::svg::{self, esc, fmt_tick, BarChart, LineChart, ScatterPanel, Series};
-
-pub const FILES: [(&str, &str); 2] = [
-    ("small", "small file (about 300 bytes)"),
-    ("big", "700 KB file"),
-];
 
 fn f2(v: f64) -> String {
     if !v.is_finite() {
@@ -30,15 +25,15 @@ fn names(r: &Results) -> Vec<String> {
 
 /// Figure 1 data: each server's mean response time per concurrency, up to (not including)
 /// the first level it could not sustain. Returns the series and where each stopped.
-pub fn figure1_series(r: &Results, file: &str) -> Vec<(Series, Option<usize>)> {
-    let levels = r.levels(file, "close");
+pub fn figure1_series(r: &Results, file: FileKind) -> Vec<(Series, Option<usize>)> {
+    let levels = r.levels(file, ConnMode::Close);
     names(r)
         .into_iter()
         .map(|name| {
             let mut pts = Vec::new();
             let mut stop = None;
             for &c in &levels {
-                match r.point(&name, file, "close", c) {
+                match r.point(&name, file, ConnMode::Close, c) {
                     Some(p) if p.sustained => pts.push((c as f64, p.metrics.mean_ms)),
                     Some(_) => {
                         stop = Some(c);
@@ -59,7 +54,8 @@ pub fn figure1_series(r: &Results, file: &str) -> Vec<(Series, Option<usize>)> {
 }
 
 /// Figure 1 (or 3) as a standalone SVG, also written next to the report for READMEs.
-pub fn figure1(r: &Results, file: &str, label: &str, num: usize) -> String {
+pub fn figure1(r: &Results, file: FileKind, num: usize) -> String {
+    let label = file.label();
     let series = figure1_series(r, file)
         .into_iter()
         .map(|(mut s, stop)| {
@@ -81,11 +77,12 @@ pub fn figure1(r: &Results, file: &str, label: &str, num: usize) -> String {
 }
 
 /// The highest close-mode concurrency measured for a file (1,000 in quick and full).
-pub fn top_level(r: &Results, file: &str) -> Option<usize> {
-    r.levels(file, "close").last().copied()
+pub fn top_level(r: &Results, file: FileKind) -> Option<usize> {
+    r.levels(file, ConnMode::Close).last().copied()
 }
 
-fn figure2(r: &Results, file: &str, label: &str, num: usize) -> String {
+fn figure2(r: &Results, file: FileKind, num: usize) -> String {
+    let label = file.label();
     let Some(c) = top_level(r, file) else {
         return "<p>No points measured.</p>".into();
     };
@@ -96,7 +93,7 @@ fn figure2(r: &Results, file: &str, label: &str, num: usize) -> String {
         svg::CLASS_COLORS[2]
     );
     for name in names(r) {
-        let Some(p) = r.point(&name, file, "close", c) else {
+        let Some(p) = r.point(&name, file, ConnMode::Close, c) else {
             let _ = write!(
                 out,
                 r#"<div class="missing">{}: not measured</div>"#,
@@ -172,13 +169,13 @@ pub fn display_scatter(points: &[[f64; 3]]) -> Vec<[f64; 3]> {
     v
 }
 
-fn error_table(r: &Results, file: &str) -> String {
+fn error_table(r: &Results, file: FileKind) -> String {
     let Some(c) = top_level(r, file) else {
         return String::new();
     };
     let pts: Vec<&Point> = names(r)
         .iter()
-        .filter_map(|n| r.point(n, file, "close", c))
+        .filter_map(|n| r.point(n, file, ConnMode::Close, c))
         .collect();
     let mut kinds: Vec<String> = pts
         .iter()
@@ -222,7 +219,7 @@ fn error_table(r: &Results, file: &str) -> String {
 }
 
 fn keepalive_section(r: &Results, num: usize) -> String {
-    let levels = r.levels("small", "keepalive");
+    let levels = r.levels(FileKind::Small, ConnMode::KeepAlive);
     if levels.is_empty() {
         return "<p>No keep-alive points measured.</p>".into();
     }
@@ -232,7 +229,10 @@ fn keepalive_section(r: &Results, num: usize) -> String {
         .map(|&c| {
             let vals = cats
                 .iter()
-                .map(|n| r.point(n, "small", "keepalive", c).map(|p| p.metrics.rps))
+                .map(|n| {
+                    r.point(n, FileKind::Small, ConnMode::KeepAlive, c)
+                        .map(|p| p.metrics.rps)
+                })
                 .collect();
             (format!("{c} connections"), vals)
         })
@@ -256,7 +256,7 @@ fn keepalive_section(r: &Results, num: usize) -> String {
     );
     for n in &cats {
         for &c in &levels {
-            if let Some(p) = r.point(n, "small", "keepalive", c) {
+            if let Some(p) = r.point(n, FileKind::Small, ConnMode::KeepAlive, c) {
                 let secs: Vec<f64> = p.repeats.iter().map(|x| x.elapsed_s).collect();
                 let _ = write!(
                     out,
@@ -281,13 +281,14 @@ fn keepalive_section(r: &Results, num: usize) -> String {
 /// Sentences stating what the figures show, computed from the data.
 pub fn summary(r: &Results) -> Vec<String> {
     let mut out = Vec::new();
-    for (file, label) in FILES {
+    for file in FileKind::ALL {
+        let label = file.label();
         let Some(c) = top_level(r, file) else {
             continue;
         };
         let pts: Vec<&Point> = names(r)
             .iter()
-            .filter_map(|n| r.point(n, file, "close", c))
+            .filter_map(|n| r.point(n, file, ConnMode::Close, c))
             .collect();
         let mut sustained: Vec<&&Point> = pts.iter().filter(|p| p.sustained).collect();
         sustained.sort_by(|a, b| a.metrics.mean_ms.total_cmp(&b.metrics.mean_ms));
@@ -346,11 +347,11 @@ pub fn summary(r: &Results) -> Vec<String> {
             ));
         }
     }
-    let ka_levels = r.levels("small", "keepalive");
+    let ka_levels = r.levels(FileKind::Small, ConnMode::KeepAlive);
     if let Some(&c) = ka_levels.last() {
         let all: Vec<&Point> = names(r)
             .iter()
-            .filter_map(|n| r.point(n, "small", "keepalive", c))
+            .filter_map(|n| r.point(n, FileKind::Small, ConnMode::KeepAlive, c))
             .collect();
         let dead: Vec<&str> = all
             .iter()
@@ -378,7 +379,7 @@ pub fn summary(r: &Results) -> Vec<String> {
     let failed: Vec<String> = r
         .targets
         .iter()
-        .filter(|t| t.status != "ok")
+        .filter(|t| t.status != Status::Ok)
         .map(|t| {
             format!(
                 "{} ({}: {})",
@@ -413,8 +414,8 @@ fn points_table(r: &Results) -> String {
             out,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}..{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{srv}</td><td>{kept} / {reqs}</td><td>{}</td></tr>",
             esc(&p.model),
-            esc(&p.file),
-            esc(&p.mode),
+            p.file,
+            p.mode,
             p.concurrency,
             f2(p.metrics.mean_ms),
             f2(p.spread.mean_ms[0]),
@@ -585,18 +586,18 @@ pub fn render(r: &Results) -> String {
     }
     out.push_str(&crate::link::report_section(r.link.as_ref()));
     let mut num = 1;
-    for (file, label) in FILES {
+    for file in FileKind::ALL {
         let _ = write!(
             out,
             r#"<h2 id="{file}">{} — a new connection per request</h2>"#,
-            esc(&capitalise(label))
+            esc(&capitalise(file.label()))
         );
-        out.push_str(&figure1(r, file, label, num));
-        if file == "small" {
+        out.push_str(&figure1(r, file, num));
+        if file == FileKind::Small {
             out.push_str(&efficiency_section(r));
         }
         num += 1;
-        out.push_str(&figure2(r, file, label, num));
+        out.push_str(&figure2(r, file, num));
         num += 1;
         out.push_str(&error_table(r, file));
     }
@@ -664,22 +665,21 @@ pub fn efficiency_section(r: &Results) -> String {
         .into_iter()
         .filter(|n| e.rows.iter().any(|x| &x.server == n))
         .collect();
-    let series = crate::efficiency::MODES
+    let series = ConnMode::REPORT_ORDER
         .iter()
         .map(|&mode| {
             let vals = cats
                 .iter()
                 .map(|n| e.row(n, mode).map(|x| x.us_per_request))
                 .collect();
-            let label = if mode == "keepalive" {
-                "keep-alive"
-            } else {
-                "new connection per request"
+            let label = match mode {
+                ConnMode::KeepAlive => "keep-alive",
+                ConnMode::Close => "new connection per request",
             };
             (
                 format!(
                     "{label} ({} req/s)",
-                    f2(e.rates.get(mode).copied().unwrap_or(0.0))
+                    f2(e.rates.get(&mode).copied().unwrap_or(0.0))
                 ),
                 vals,
             )
@@ -697,7 +697,7 @@ pub fn efficiency_section(r: &Results) -> String {
     }
     out.push_str("<table><caption>Server CPU µs per request (median over runs; spread = min..max)</caption><tr><th>server</th><th>mode</th><th>offered req/s</th><th>answered req/s</th><th>CPU µs per request</th><th>spread</th><th>server CPU s</th><th>errors</th></tr>");
     for n in &cats {
-        for mode in crate::efficiency::MODES {
+        for mode in ConnMode::REPORT_ORDER {
             if let Some(x) = e.row(n, mode) {
                 let ach: Vec<f64> = x.repeats.iter().map(|y| y.achieved_rps).collect();
                 let cpu: f64 = x.repeats.iter().map(|y| y.cpu_s).sum();
@@ -706,7 +706,7 @@ pub fn efficiency_section(r: &Results) -> String {
                     out,
                     "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}..{}</td><td>{}</td><td>{errors}</td></tr>",
                     esc(n),
-                    if mode == "keepalive" { "keep-alive" } else { "new connection" },
+                    mode.label(),
                     f2(x.rate),
                     f2(crate::results::median(&ach)),
                     f2(x.us_per_request),
@@ -828,9 +828,9 @@ fn servers_table(r: &Results) -> String {
             out,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&t.name),
-            esc(&t.kind),
+            t.kind.name(),
             esc(&t.describe),
-            esc(&t.status),
+            t.status,
             esc(&t.failures.join("; "))
         );
     }
@@ -854,7 +854,7 @@ pub fn short(v: f64) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::results::{Metrics, Repeat, TargetInfo, Trace};
+    use crate::results::{Metrics, Repeat, TargetInfo, TargetKind, Trace};
 
     /// A synthetic result: `a` fast and sustained everywhere, `b` failing at 100.
     pub fn synthetic() -> Results {
@@ -865,11 +865,11 @@ pub(crate) mod tests {
         for name in ["a", "b"] {
             r.targets.push(TargetInfo {
                 name: name.into(),
-                kind: "model".into(),
-                status: "ok".into(),
+                kind: TargetKind::Model,
+                status: Status::Ok,
                 ..TargetInfo::default()
             });
-            for file in ["small", "big"] {
+            for file in FileKind::ALL {
                 for c in [1usize, 10, 100] {
                     let bad = name == "b" && c == 100;
                     let mean = c as f64 * if name == "a" { 0.1 } else { 0.3 };
@@ -892,7 +892,7 @@ pub(crate) mod tests {
                         },
                         ..Repeat::default()
                     };
-                    let mut p = Point::from_repeats(name, file, "close", c, vec![rep]);
+                    let mut p = Point::from_repeats(name, file, ConnMode::Close, c, vec![rep]);
                     if c == 100 {
                         p.trace = Some(Trace {
                             scatter: (0..50)
@@ -924,8 +924,8 @@ pub(crate) mod tests {
             };
             r.points.push(Point::from_repeats(
                 name,
-                "small",
-                "keepalive",
+                FileKind::Small,
+                ConnMode::KeepAlive,
                 10,
                 vec![ka],
             ));
@@ -941,7 +941,7 @@ pub(crate) mod tests {
     #[test]
     fn figure1_stops_where_not_sustained() {
         let r = synthetic();
-        let s = figure1_series(&r, "small");
+        let s = figure1_series(&r, FileKind::Small);
         assert_eq!(s[0].0.points.len(), 3);
         assert_eq!(s[0].1, None);
         assert_eq!(s[1].0.points.len(), 2);
@@ -972,8 +972,8 @@ pub(crate) mod tests {
             let name = format!("server-{i}");
             r.targets.push(TargetInfo {
                 name: name.clone(),
-                kind: "model".into(),
-                status: "ok".into(),
+                kind: TargetKind::Model,
+                status: Status::Ok,
                 ..TargetInfo::default()
             });
             for p in &base {

@@ -12,6 +12,144 @@ use serde::{Deserialize, Serialize};
 
 pub const SCHEMA: &str = "iolab-lab/1";
 
+/// Which file a point fetches: seed 000's small HTML page or its 700 KB file. Serialised as
+/// "small" and "big".
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum FileKind {
+    #[default]
+    Small,
+    Big,
+}
+
+impl FileKind {
+    /// In report order.
+    pub const ALL: [FileKind; 2] = [FileKind::Small, FileKind::Big];
+
+    /// The name in results.json, log file names and the report's anchors.
+    pub fn name(self) -> &'static str {
+        match self {
+            FileKind::Small => "small",
+            FileKind::Big => "big",
+        }
+    }
+
+    /// The request path of the file in the lab's site (`lab::write_site`).
+    pub fn path(self) -> &'static str {
+        match self {
+            FileKind::Small => "/small.html",
+            FileKind::Big => "/big.bin",
+        }
+    }
+
+    /// How the report names it.
+    pub fn label(self) -> &'static str {
+        match self {
+            FileKind::Small => "small file (about 300 bytes)",
+            FileKind::Big => "700 KB file",
+        }
+    }
+}
+
+impl std::fmt::Display for FileKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How the client uses its connections: a new one per request (the seed's method, ab's
+/// default) or kept alive (wrk). Serialised as "close" and "keepalive"; declared in that
+/// order so that maps keyed by mode keep the order they had with string keys.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum ConnMode {
+    #[default]
+    Close,
+    KeepAlive,
+}
+
+impl ConnMode {
+    /// The order the efficiency and scaling sections list the modes in.
+    pub const REPORT_ORDER: [ConnMode; 2] = [ConnMode::KeepAlive, ConnMode::Close];
+
+    /// The name in results.json and log file names.
+    pub fn name(self) -> &'static str {
+        match self {
+            ConnMode::Close => "close",
+            ConnMode::KeepAlive => "keepalive",
+        }
+    }
+
+    pub fn keepalive(self) -> bool {
+        self == ConnMode::KeepAlive
+    }
+
+    /// How tables name it.
+    pub fn label(self) -> &'static str {
+        match self {
+            ConnMode::Close => "new connection",
+            ConnMode::KeepAlive => "keep-alive",
+        }
+    }
+}
+
+impl std::fmt::Display for ConnMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What happened to a server of the run. Serialised as "ok", "failed", "skipped".
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Every point measured.
+    #[default]
+    Ok,
+    /// Some points missing (it failed to start, crashed or a load run failed).
+    Failed,
+    /// Not run: a peer that is not installed.
+    Skipped,
+}
+
+impl Status {
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Failed => "failed",
+            Status::Skipped => "skipped",
+        }
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One of iolab's models or a peer (nginx, the tokio server). Serialised as "model", "peer".
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TargetKind {
+    #[default]
+    Model,
+    Peer,
+}
+
+impl TargetKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            TargetKind::Model => "model",
+            TargetKind::Peer => "peer",
+        }
+    }
+}
+
 /// The figures of one point: the names the issue fixes.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Metrics {
@@ -70,8 +208,8 @@ pub struct Trace {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Point {
     pub model: String,
-    pub file: String,
-    pub mode: String,
+    pub file: FileKind,
+    pub mode: ConnMode,
     pub concurrency: usize,
     #[serde(flatten)]
     pub metrics: Metrics,
@@ -86,11 +224,9 @@ pub struct Point {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct TargetInfo {
     pub name: String,
-    /// "model" or "peer".
-    pub kind: String,
+    pub kind: TargetKind,
     pub describe: String,
-    /// "ok", "failed" (some points missing) or "skipped" (not installed).
-    pub status: String,
+    pub status: Status,
     pub failures: Vec<String>,
 }
 
@@ -145,7 +281,8 @@ fn median_u(vals: &[u64]) -> u64 {
     median(&f).round() as u64
 }
 
-fn min_max(vals: impl Iterator<Item = f64> + Clone) -> [f64; 2] {
+/// [min, max] of values; [0, 0] for none.
+pub(crate) fn min_max(vals: impl Iterator<Item = f64> + Clone) -> [f64; 2] {
     let lo = vals.clone().fold(f64::INFINITY, f64::min);
     let hi = vals.fold(f64::NEG_INFINITY, f64::max);
     if lo.is_finite() && hi.is_finite() {
@@ -159,8 +296,8 @@ impl Point {
     /// A point summarising its repeats: medians, spread, and sustained when most were.
     pub fn from_repeats(
         model: &str,
-        file: &str,
-        mode: &str,
+        file: FileKind,
+        mode: ConnMode,
         concurrency: usize,
         repeats: Vec<Repeat>,
     ) -> Point {
@@ -191,8 +328,8 @@ impl Point {
         let n_sustained = repeats.iter().filter(|r| r.sustained).count();
         Point {
             model: model.to_string(),
-            file: file.to_string(),
-            mode: mode.to_string(),
+            file,
+            mode,
             concurrency,
             metrics,
             sustained: !repeats.is_empty() && n_sustained * 2 > repeats.len(),
@@ -204,14 +341,14 @@ impl Point {
 }
 
 impl Results {
-    pub fn point(&self, model: &str, file: &str, mode: &str, c: usize) -> Option<&Point> {
+    pub fn point(&self, model: &str, file: FileKind, mode: ConnMode, c: usize) -> Option<&Point> {
         self.points
             .iter()
             .find(|p| p.model == model && p.file == file && p.mode == mode && p.concurrency == c)
     }
 
     /// Concurrency levels measured for a file and mode, ascending.
-    pub fn levels(&self, file: &str, mode: &str) -> Vec<usize> {
+    pub fn levels(&self, file: FileKind, mode: ConnMode) -> Vec<usize> {
         let mut v: Vec<usize> = self
             .points
             .iter()
@@ -268,8 +405,8 @@ mod tests {
     fn point_aggregates_repeats() {
         let p = Point::from_repeats(
             "epoll",
-            "small",
-            "close",
+            FileKind::Small,
+            ConnMode::Close,
             100,
             vec![
                 rep(0, 3.0, 0, true),
@@ -282,15 +419,20 @@ mod tests {
         assert_eq!(p.spread.errors, [0, 5]);
         assert_eq!(p.metrics.errors, 1);
         assert!(p.sustained);
-        let q = Point::from_repeats("x", "small", "close", 1, vec![]);
+        let q = Point::from_repeats("x", FileKind::Small, ConnMode::Close, 1, vec![]);
         assert!(!q.sustained);
         assert_eq!(q.spread.mean_ms, [0.0, 0.0]);
     }
 
     #[test]
     fn json_has_the_required_names_and_round_trips() {
-        let mut p =
-            Point::from_repeats("threads", "big", "close", 1000, vec![rep(0, 5.0, 2, true)]);
+        let mut p = Point::from_repeats(
+            "threads",
+            FileKind::Big,
+            ConnMode::Close,
+            1000,
+            vec![rep(0, 5.0, 2, true)],
+        );
         p.trace = Some(Trace {
             scatter: vec![[0.1, 2.0, 0.0]],
             server: vec![[0.0, 1.0]],
@@ -310,18 +452,68 @@ mod tests {
         }
         assert_eq!(pt["model"], "threads");
         assert_eq!(pt["file"], "big");
+        assert_eq!(pt["mode"], "close");
         assert_eq!(pt["concurrency"], 1000);
         assert_eq!(pt["spread"]["mean_ms"][1], 5.0);
         let back: Results = serde_json::from_str(&s).unwrap();
         assert_eq!(back.points[0].metrics, r.points[0].metrics);
         assert_eq!(
-            back.point("threads", "big", "close", 1000)
+            back.point("threads", FileKind::Big, ConnMode::Close, 1000)
                 .unwrap()
                 .repeats
                 .len(),
             1
         );
-        assert_eq!(back.levels("big", "close"), vec![1000]);
-        assert!(back.point("threads", "small", "close", 1000).is_none());
+        assert_eq!(back.levels(FileKind::Big, ConnMode::Close), vec![1000]);
+        assert!(back
+            .point("threads", FileKind::Small, ConnMode::Close, 1000)
+            .is_none());
+    }
+
+    /// The JSON strings are today's (results.json is read by scripts), and `name()`, used
+    /// in logs and the report, says the same.
+    #[test]
+    fn enums_serialise_to_the_former_strings() {
+        for f in FileKind::ALL {
+            assert_eq!(json(&f), f.name());
+        }
+        assert_eq!(json(&FileKind::Small), "small");
+        assert_eq!(json(&FileKind::Big), "big");
+        for m in ConnMode::REPORT_ORDER {
+            assert_eq!(json(&m), m.name());
+        }
+        assert_eq!(json(&ConnMode::Close), "close");
+        assert_eq!(json(&ConnMode::KeepAlive), "keepalive");
+        for (s, want) in [
+            (Status::Ok, "ok"),
+            (Status::Failed, "failed"),
+            (Status::Skipped, "skipped"),
+        ] {
+            assert_eq!(json(&s), want);
+            assert_eq!(s.name(), want);
+        }
+        for (k, want) in [(TargetKind::Model, "model"), (TargetKind::Peer, "peer")] {
+            assert_eq!(json(&k), want);
+            assert_eq!(k.name(), want);
+        }
+        // Maps keyed by mode (efficiency rates, scaling connections) keep string keys, in
+        // the order string keys sorted in.
+        let m: BTreeMap<ConnMode, u32> = [(ConnMode::KeepAlive, 1), (ConnMode::Close, 2)].into();
+        let s = serde_json::to_string(&m).unwrap();
+        assert_eq!(s, r#"{"close":2,"keepalive":1}"#);
+        assert_eq!(
+            serde_json::from_str::<BTreeMap<ConnMode, u32>>(&s).unwrap(),
+            m
+        );
+        assert!(serde_json::from_str::<FileKind>(r#""huge""#).is_err());
+    }
+
+    /// A value's JSON string.
+    fn json<T: Serialize>(v: &T) -> String {
+        serde_json::to_value(v)
+            .unwrap()
+            .as_str()
+            .expect("a JSON string")
+            .to_string()
     }
 }

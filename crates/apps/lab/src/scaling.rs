@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -17,8 +17,10 @@ use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 
 use crate::lab::{hms, Options, Profile};
-use crate::results::{median, Results, SCHEMA};
-use crate::server::{Launch, ServerProc, Target};
+use crate::point::Client;
+use crate::results::{median, min_max, ConnMode, FileKind, Results};
+use crate::server::{ServerProc, Target};
+use crate::stage::Stage;
 use crate::svg::{self, esc, LineChart, Series};
 
 /// The models the issue names; the peers are nginx and tokio.
@@ -26,6 +28,13 @@ pub const MODELS: [&str; 3] = ["epoll", "uring-fixed", "runtime"];
 /// Client connections per mode.
 pub const KEEPALIVE_CONNECTIONS: usize = 100;
 pub const CLOSE_CONNECTIONS: usize = 50;
+
+fn connections(mode: ConnMode) -> usize {
+    match mode {
+        ConnMode::KeepAlive => KEEPALIVE_CONNECTIONS,
+        ConnMode::Close => CLOSE_CONNECTIONS,
+    }
+}
 
 /// The `scaling` block of results.json.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -39,8 +48,8 @@ pub struct Scaling {
     /// Seconds per measurement, and measurements per (server, workers, mode).
     pub duration_s: f64,
     pub repeats: usize,
-    /// Client connections by mode ("keepalive", "close").
-    pub connections: BTreeMap<String, usize>,
+    /// Client connections by mode.
+    pub connections: BTreeMap<ConnMode, usize>,
     pub rows: Vec<ScalingRow>,
     pub failures: Vec<String>,
 }
@@ -49,8 +58,7 @@ pub struct Scaling {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct ScalingRow {
     pub server: String,
-    /// "keepalive" or "close" (a new connection per request).
-    pub mode: String,
+    pub mode: ConnMode,
     pub workers: usize,
     /// Median requests/s over the repeats, and [min, max].
     pub rps: f64,
@@ -179,30 +187,21 @@ fn pin_thread(cpus: &[usize]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// One load measurement from a thread pinned to the client CPUs.
+/// One load measurement from `client`, in a thread pinned to the client CPUs `cpus`.
 fn measure(
     addr: SocketAddr,
-    keepalive: bool,
+    mode: ConnMode,
     duration: Duration,
-    client_cpus: &[usize],
-    sources: &[IpAddr],
+    client: &Client,
+    cpus: &[usize],
 ) -> anyhow::Result<(f64, u64)> {
-    let mut cfg = iolab_load::LoadConfig::for_url(&format!("http://{addr}/small.html"))?;
-    cfg.connections = if keepalive {
-        KEEPALIVE_CONNECTIONS
-    } else {
-        CLOSE_CONNECTIONS
-    };
+    let mut cfg = client.load(addr, FileKind::Small, mode, connections(mode));
     cfg.requests = None;
     cfg.duration = Some(duration);
-    cfg.keepalive = keepalive;
     cfg.timeout = Duration::from_secs(5);
-    cfg.source_addrs = sources.to_vec();
-    cfg.threads = client_cpus.len();
-    cfg.pin_cpu = None;
+    cfg.threads = cpus.len();
     cfg.keep_records = false;
-    cfg.quiet = true;
-    let cpus = client_cpus.to_vec();
+    let cpus = cpus.to_vec();
     let r = std::thread::spawn(move || -> anyhow::Result<iolab_load::LoadReport> {
         pin_thread(&cpus).context("pinning the client")?;
         iolab_load::run(&cfg)
@@ -239,33 +238,12 @@ pub fn run(
     client_cpus: Option<Vec<usize>>,
 ) -> anyhow::Result<Results> {
     let t0 = Instant::now();
-    let out = &opts.out;
-    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    let www = out.join("www");
-    crate::lab::write_site(&www)?;
-    crate::server::install_signal_handler()?;
-    let _ = iolab_sys::raise_nofile_limit();
     let allowed = iolab_sys::cpu::allowed_cpus().context("reading the CPU affinity")?;
     let (scpus, ccpus, note) = split_cpus(&allowed, server_cpus, client_cpus)?;
+    let stage = Stage::prepare(opts, false, "iolab lab --scaling")?;
+    let _ = iolab_sys::raise_nofile_limit();
     let p = params(opts.profile);
     let workers = worker_counts(scpus.len());
-    let link = match &opts.link {
-        Some(spec) => {
-            let mut l = crate::link::Link::create(spec, opts.backlog)?;
-            l.measure()?;
-            tracing::info!(target: "progress", "iolab lab --scaling: {}", l.describe());
-            Some(l)
-        }
-        None => None,
-    };
-    let sources = match &link {
-        Some(l) => l.client_ips.clone(),
-        None => crate::settings::source_addrs(8),
-    };
-    let server_ip: IpAddr = match &link {
-        Some(l) => l.server_ip,
-        None => [127, 0, 0, 1].into(),
-    };
     let (targets, skipped) = targets(opts);
     for s in &skipped {
         tracing::warn!("peer skipped: {s}");
@@ -279,7 +257,6 @@ pub fn run(
         p.repeats,
         p.duration.as_secs_f64()
     );
-    let iolab = std::env::current_exe().context("finding the iolab executable")?;
     let mut sc = Scaling {
         server_cpus: scpus.clone(),
         client_cpus: ccpus.clone(),
@@ -287,30 +264,28 @@ pub fn run(
         workers: workers.clone(),
         duration_s: p.duration.as_secs_f64(),
         repeats: p.repeats,
-        connections: [
-            ("keepalive".to_string(), KEEPALIVE_CONNECTIONS),
-            ("close".to_string(), CLOSE_CONNECTIONS),
-        ]
-        .into_iter()
-        .collect(),
+        connections: ConnMode::REPORT_ORDER
+            .into_iter()
+            .map(|m| (m, connections(m)))
+            .collect(),
         failures: skipped,
         ..Scaling::default()
+    };
+    // The client's threads are pinned to the client CPUs, not to one.
+    let client = Client {
+        sources: stage.sources.clone(),
+        cpu: None,
     };
     let mut done = 0;
     for &w in &workers {
         for t in &targets {
             done += 1;
-            let launch = Launch {
-                iolab: iolab.clone(),
-                www: www.clone(),
-                run_dir: out.join("run").join(format!("{}-w{w}", t.name)),
-                addr: SocketAddr::new(server_ip, crate::server::free_port()?),
-                workers: w,
-                backlog: opts.backlog,
-                cpu: None,
-                cpus: scpus[..w.min(scpus.len())].to_vec(),
-                netns: link.as_ref().map(|l| l.ns.clone()),
-            };
+            let launch = stage.launch(
+                opts.out.join("run").join(format!("{}-w{w}", t.name)),
+                w,
+                None,
+                scpus[..w.min(scpus.len())].to_vec(),
+            )?;
             let mut srv = match ServerProc::start(t, &launch) {
                 Ok(s) => s,
                 Err(e) => {
@@ -320,51 +295,17 @@ pub fn run(
                     continue;
                 }
             };
-            // Warm-up (both modes), not recorded.
-            let _ = measure(srv.addr, true, p.warmup, &ccpus, &sources);
-            let _ = measure(srv.addr, false, p.warmup, &ccpus, &sources);
             let mut line = format!(
                 "[{done}/{total} {}] {} w={w}:",
                 hms(t0.elapsed().as_secs_f64()),
                 t.name
             );
-            for mode in ["keepalive", "close"] {
-                let mut runs = Vec::new();
-                let mut errors = 0;
-                for _ in 0..p.repeats {
-                    match measure(srv.addr, mode == "keepalive", p.duration, &ccpus, &sources) {
-                        Ok((rps, e)) => {
-                            runs.push(rps);
-                            errors += e;
-                        }
-                        Err(e) => sc
-                            .failures
-                            .push(format!("{} w={w} {mode}: load failed: {e:#}", t.name)),
-                    }
-                    if let Some(crash) = srv.crash_report() {
-                        sc.failures
-                            .push(format!("{} w={w} {mode}: {crash}", t.name));
-                        break;
-                    }
-                }
-                if runs.is_empty() {
-                    continue;
-                }
-                let lo = runs.iter().copied().fold(f64::INFINITY, f64::min);
-                let hi = runs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                let row = ScalingRow {
-                    server: t.name.clone(),
-                    mode: mode.into(),
-                    workers: w,
-                    rps: median(&runs),
-                    rps_spread: [lo, hi],
-                    runs,
-                    errors,
-                };
+            let rows = measure_server(&mut srv, w, &p, (&client, &ccpus), &mut sc.failures);
+            for row in rows {
                 let _ = write!(
                     line,
-                    " {mode} {:.0} req/s ({:.0}..{:.0}, {} errors)",
-                    row.rps, lo, hi, errors
+                    " {} {:.0} req/s ({:.0}..{:.0}, {} errors)",
+                    row.mode, row.rps, row.rps_spread[0], row.rps_spread[1], row.errors
                 );
                 sc.rows.push(row);
             }
@@ -373,6 +314,76 @@ pub fn run(
         }
     }
     let machine = iolab_sys::host::Machine::collect();
+    let mut settings = BTreeMap::new();
+    settings.insert("server CPUs".into(), cpu_list(&scpus));
+    settings.insert("client CPUs".into(), cpu_list(&ccpus));
+    let mut results = Results {
+        settings,
+        method: method(&p, &sc, opts.backlog),
+        ..crate::stage::results_header(opts, &machine)?
+    };
+    stage.finish(&mut results)?;
+    results.scaling = Some(sc);
+    results.elapsed_s = t0.elapsed().as_secs_f64();
+    write_outputs(&results, &opts.out)?;
+    tracing::info!(target: "progress",
+        "iolab lab --scaling: done in {}; report: {}",
+        hms(results.elapsed_s),
+        opts.out.join("index.html").display()
+    );
+    Ok(results)
+}
+
+/// One server at `workers` workers: a warm-up (both modes, not recorded), then
+/// `p.repeats` runs in each mode from `client` on its CPUs; a row per mode measured.
+fn measure_server(
+    srv: &mut ServerProc,
+    workers: usize,
+    p: &Params,
+    (client, cpus): (&Client, &[usize]),
+    failures: &mut Vec<String>,
+) -> Vec<ScalingRow> {
+    for mode in ConnMode::REPORT_ORDER {
+        let _ = measure(srv.addr, mode, p.warmup, client, cpus);
+    }
+    let mut rows = Vec::new();
+    for mode in ConnMode::REPORT_ORDER {
+        let mut runs = Vec::new();
+        let mut errors = 0;
+        for _ in 0..p.repeats {
+            match measure(srv.addr, mode, p.duration, client, cpus) {
+                Ok((rps, e)) => {
+                    runs.push(rps);
+                    errors += e;
+                }
+                Err(e) => failures.push(format!(
+                    "{} w={workers} {mode}: load failed: {e:#}",
+                    srv.name
+                )),
+            }
+            if let Some(crash) = srv.crash_report() {
+                failures.push(format!("{} w={workers} {mode}: {crash}", srv.name));
+                break;
+            }
+        }
+        if runs.is_empty() {
+            continue;
+        }
+        rows.push(ScalingRow {
+            server: srv.name.clone(),
+            mode,
+            workers,
+            rps: median(&runs),
+            rps_spread: min_max(runs.iter().copied()),
+            runs,
+            errors,
+        });
+    }
+    rows
+}
+
+/// The Method table of a scaling run.
+fn method(p: &Params, sc: &Scaling, backlog: u32) -> BTreeMap<String, String> {
     let mut method = BTreeMap::new();
     method.insert(
         "scaling".into(),
@@ -383,7 +394,7 @@ pub fn run(
             p.repeats,
             KEEPALIVE_CONNECTIONS,
             CLOSE_CONNECTIONS,
-            ccpus.len()
+            sc.client_cpus.len()
         ),
     );
     method.insert("CPUs".into(), sc.note.clone());
@@ -391,7 +402,7 @@ pub fn run(
         "workers".into(),
         "models: --workers N (epoll, uring-fixed: N loops or rings; runtime: N worker threads); nginx: worker_processes N; tokio: --workers N runtime threads".into(),
     );
-    method.insert("listen backlog".into(), opts.backlog.to_string());
+    method.insert("listen backlog".into(), backlog.to_string());
     method.insert(
         "read buffer and iovecs per send, every model".into(),
         format!(
@@ -400,32 +411,7 @@ pub fn run(
             iolab_stats::models::DEFAULT_MAX_IOV
         ),
     );
-    let mut settings = BTreeMap::new();
-    settings.insert("server CPUs".into(), cpu_list(&scpus));
-    settings.insert("client CPUs".into(), cpu_list(&ccpus));
-    let mut results = Results {
-        schema: SCHEMA.into(),
-        profile: opts.profile.name().into(),
-        command: opts.command.clone(),
-        started_unix: machine.collected_at_unix,
-        machine: serde_json::to_value(&machine)?,
-        settings,
-        method,
-        ..Results::default()
-    };
-    if let Some(l) = link {
-        results.link = Some(l.info.clone());
-        l.remove().context("removing the link")?;
-    }
-    results.scaling = Some(sc);
-    results.elapsed_s = t0.elapsed().as_secs_f64();
-    write_outputs(&results, out)?;
-    tracing::info!(target: "progress",
-        "iolab lab --scaling: done in {}; report: {}",
-        hms(results.elapsed_s),
-        out.join("index.html").display()
-    );
-    Ok(results)
+    method
 }
 
 /// The servers in the order of the rows.
@@ -443,7 +429,7 @@ fn servers(s: &Scaling) -> Vec<String> {
 pub fn table_rows(s: &Scaling) -> Vec<Vec<String>> {
     let mut out = Vec::new();
     for server in servers(s) {
-        for mode in ["keepalive", "close"] {
+        for mode in ConnMode::REPORT_ORDER {
             let rows: Vec<&ScalingRow> = s
                 .rows
                 .iter()
@@ -453,11 +439,7 @@ pub fn table_rows(s: &Scaling) -> Vec<Vec<String>> {
             for r in rows {
                 out.push(vec![
                     server.clone(),
-                    if mode == "keepalive" {
-                        "keep-alive".into()
-                    } else {
-                        "new connection".into()
-                    },
+                    mode.label().into(),
                     r.workers.to_string(),
                     format!("{:.0}", r.rps),
                     format!("{:.0}..{:.0}", r.rps_spread[0], r.rps_spread[1]),
@@ -487,10 +469,11 @@ pub const TABLE_HEAD: [&str; 7] = [
 pub fn section(s: &Scaling, num: &mut usize) -> String {
     let mut out = String::from(r#"<h2 id="scaling">Scaling with cores</h2>"#);
     let _ = write!(out, "<p>{}.</p>", esc(&s.note));
-    for (mode, label) in [
-        ("keepalive", "keep-alive"),
-        ("close", "a new connection per request"),
-    ] {
+    for mode in ConnMode::REPORT_ORDER {
+        let label = match mode {
+            ConnMode::KeepAlive => "keep-alive",
+            ConnMode::Close => "a new connection per request",
+        };
         let series = servers(s)
             .into_iter()
             .map(|name| Series {
@@ -647,7 +630,7 @@ mod tests {
     fn table_has_speedups() {
         let row = |w: usize, rps: f64| ScalingRow {
             server: "epoll".into(),
-            mode: "keepalive".into(),
+            mode: ConnMode::KeepAlive,
             workers: w,
             rps,
             rps_spread: [rps, rps],

@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::results::Results;
+use crate::results::{ConnMode, FileKind, Results};
 
 /// The data file, compiled in (so a report can be rendered anywhere).
 pub const SEED_JSON: &str = include_str!("../data/seed000.json");
@@ -252,8 +252,8 @@ pub fn our_conditions(r: &Results) -> String {
 /// The highest level at which a server's curve is unbroken: every level up to it sustained.
 fn sustained_max(r: &Results, name: &str) -> Option<usize> {
     let mut best = None;
-    for c in r.levels("small", "close") {
-        match r.point(name, "small", "close", c) {
+    for c in r.levels(FileKind::Small, ConnMode::Close) {
+        match r.point(name, FileKind::Small, ConnMode::Close, c) {
             Some(p) if p.sustained => best = Some(c),
             _ => break,
         }
@@ -344,7 +344,7 @@ fn why(s: &SeedServer, row: &SeedRow, seed: &Seed, r: &Results, c: usize) -> Str
 /// The table for a run; None when the run measured no close-mode point.
 pub fn build(r: &Results) -> Option<SeedTable> {
     let seed = seed();
-    let c = crate::report::top_level(r, "small")?;
+    let c = crate::report::top_level(r, FileKind::Small)?;
     let seed_conditions = format!(
         "{}; client {}; {}; {} requests per point, concurrency up to {}; listen backlog {} (fixed on Windows 7), a dropped SYN re-sent after {} s ({})",
         seed.conditions.server,
@@ -358,8 +358,8 @@ pub fn build(r: &Results) -> Option<SeedTable> {
     );
     let mut rows = Vec::new();
     for s in &seed.servers {
-        let small = r.point(&s.analogue, "small", "close", c);
-        let big = r.point(&s.analogue, "big", "close", c);
+        let small = r.point(&s.analogue, FileKind::Small, ConnMode::Close, c);
+        let big = r.point(&s.analogue, FileKind::Big, ConnMode::Close, c);
         let measured = small.is_some();
         let seed_sustained = match (s.sustained.max, s.sustained.below) {
             (Some(m), _) => format!("{m} ({})", s.sustained.text),

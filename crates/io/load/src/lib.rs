@@ -100,9 +100,19 @@ impl LoadConfig {
     pub fn for_url(url: &str) -> anyhow::Result<Self> {
         let t = parse_url(url)?;
         Ok(Self {
-            addr: t.addr,
             host: t.host,
-            path: t.path,
+            ..Self::for_addr(t.addr, &t.path)
+        })
+    }
+
+    /// A configuration for `path` (the request target, e.g. "/small.html") on the server
+    /// at `addr`, `Host: addr`, with the defaults of [`LoadConfig::for_url`]: for a caller
+    /// that has the address, so that it is never printed into a URL and parsed back.
+    pub fn for_addr(addr: SocketAddr, path: &str) -> Self {
+        Self {
+            addr,
+            host: addr.to_string(),
+            path: path.to_string(),
             connections: 1,
             requests: Some(1),
             duration: None,
@@ -114,7 +124,7 @@ impl LoadConfig {
             pin_cpu: None,
             keep_records: true,
             quiet: true,
-        })
+        }
     }
 
     /// The request sent on the wire.
@@ -550,6 +560,29 @@ mod tests {
         c.threads = 0;
         c.pin_cpu = Some(0);
         assert_eq!(c.effective_threads(), 1);
+    }
+
+    /// An address and a path give the configuration their URL gives, for IPv4 and IPv6.
+    #[test]
+    fn for_addr_is_for_url_without_the_url() {
+        for (addr, url) in [
+            ("127.0.0.2:8080", "http://127.0.0.2:8080/big.bin"),
+            ("[::1]:9000", "http://[::1]:9000/big.bin"),
+        ] {
+            let a = LoadConfig::for_addr(addr.parse().unwrap(), "/big.bin");
+            let u = LoadConfig::for_url(url).unwrap();
+            assert_eq!((a.addr, &a.host, &a.path), (u.addr, &u.host, &u.path));
+            assert_eq!(a.request_bytes(), u.request_bytes());
+            assert_eq!(
+                (a.connections, a.requests, a.duration, a.keepalive, a.rate),
+                (1, Some(1), None, false, None)
+            );
+            assert_eq!(
+                (a.timeout, a.keep_records, a.quiet),
+                (Duration::from_secs(10), true, true)
+            );
+            assert_eq!((a.threads, a.pin_cpu, a.source_addrs.len()), (0, None, 0));
+        }
     }
 
     #[test]
