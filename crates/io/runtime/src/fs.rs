@@ -12,19 +12,12 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use io_uring::{opcode, squeue, types};
+use iolab_sys::cvt;
 
 use crate::buf::{IoBuf, IoBufMut};
 use crate::cond::Cond;
 use crate::net::{CloseOp, TcpStream};
 use crate::op::{submit_inner, Interest, Operation};
-
-fn cvt_size(r: isize) -> io::Result<usize> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r as usize)
-    }
-}
 
 /// How to open a file: like `std::fs::OpenOptions`, plus raw flags (O_DIRECT, O_DSYNC...).
 #[derive(Debug, Clone)]
@@ -160,12 +153,7 @@ unsafe impl Operation for OpenOp {
 
     fn attempt(&mut self) -> io::Result<usize> {
         // SAFETY: path is a valid NUL-terminated string.
-        let r = unsafe { libc::open(self.path.as_ptr(), self.flags, self.mode) };
-        if r < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(r as usize)
-        }
+        cvt(unsafe { libc::open(self.path.as_ptr(), self.flags, self.mode) }).map(|fd| fd as usize)
     }
 
     fn readiness(&self) -> Option<(RawFd, Interest)> {
@@ -206,9 +194,10 @@ macro_rules! positional_op {
                 let len = self.buf.len();
                 // SAFETY: the buffer is valid for len bytes in the transfer's direction:
                 // writable for a read (IoBufMut), initialised for a write (IoBuf).
-                cvt_size(unsafe {
+                cvt(unsafe {
                     libc::$syscall(self.fd, self.buf.$ptr().cast(), len, self.offset as i64)
                 })
+                .map(|n| n as usize)
             }
 
             fn readiness(&self) -> Option<(RawFd, Interest)> {
@@ -251,11 +240,7 @@ unsafe impl Operation for FsyncOp {
                 libc::fsync(self.fd)
             }
         };
-        if r < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(0)
-        }
+        cvt(r).map(|_| 0)
     }
 
     fn readiness(&self) -> Option<(RawFd, Interest)> {
@@ -317,7 +302,7 @@ unsafe impl Operation for SendfileOp {
     fn attempt(&mut self) -> io::Result<usize> {
         let mut off = self.offset;
         // SAFETY: off is a live i64; descriptors are the caller's.
-        cvt_size(unsafe { libc::sendfile(self.sock, self.file, &mut off, self.len) })
+        cvt(unsafe { libc::sendfile(self.sock, self.file, &mut off, self.len) }).map(|n| n as usize)
     }
 
     fn readiness(&self) -> Option<(RawFd, Interest)> {
@@ -504,8 +489,8 @@ impl File {
     ) -> Result<usize, (usize, io::Error)> {
         let mut fds = [0 as RawFd; 2];
         // SAFETY: fds is a valid array of two ints.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-            return Err((0, io::Error::last_os_error()));
+        if let Err(e) = cvt(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }) {
+            return Err((0, e));
         }
         // SAFETY: fresh descriptors we own.
         let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };

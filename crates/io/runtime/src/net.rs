@@ -13,27 +13,12 @@ use std::pin::Pin;
 use std::task::Poll;
 
 use io_uring::{opcode, squeue, types};
+use iolab_sys::cvt;
 use socket2::{Domain, Protocol, SockAddr, SockRef, Socket, Type};
 
 use crate::buf::{IoBuf, IoBufMut};
 use crate::cond::Cond;
 use crate::op::{submit_inner, Interest, Operation};
-
-fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
-}
-
-fn cvt_size(r: isize) -> io::Result<usize> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r as usize)
-    }
-}
 
 // ---------------------------------------------------------------- operations
 
@@ -153,7 +138,8 @@ unsafe impl<B: IoBufMut> Operation for RecvOp<B> {
     fn attempt(&mut self) -> io::Result<usize> {
         let len = self.buf.len();
         // SAFETY: the buffer is valid for writes of `len` bytes.
-        cvt_size(unsafe { libc::recv(self.fd, self.buf.stable_mut_ptr() as *mut _, len, 0) })
+        cvt(unsafe { libc::recv(self.fd, self.buf.stable_mut_ptr() as *mut _, len, 0) })
+            .map(|n| n as usize)
     }
 
     fn readiness(&self) -> Option<(RawFd, Interest)> {
@@ -189,7 +175,7 @@ unsafe impl<B: IoBuf> Operation for SendOp<B> {
                 libc::MSG_NOSIGNAL,
             )
         };
-        cvt_size(r)
+        cvt(r).map(|n| n as usize)
     }
 
     fn readiness(&self) -> Option<(RawFd, Interest)> {
@@ -237,7 +223,7 @@ unsafe impl<B: IoBuf> Operation for SendvOp<B> {
     fn attempt(&mut self) -> io::Result<usize> {
         self.fill_msg();
         // SAFETY: msg describes valid iovecs into live buffers.
-        cvt_size(unsafe { libc::sendmsg(self.fd, &self.msg, libc::MSG_NOSIGNAL) })
+        cvt(unsafe { libc::sendmsg(self.fd, &self.msg, libc::MSG_NOSIGNAL) }).map(|n| n as usize)
     }
 
     fn readiness(&self) -> Option<(RawFd, Interest)> {
