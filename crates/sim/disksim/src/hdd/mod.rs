@@ -43,6 +43,13 @@ impl Segment {
     fn is_empty(&self) -> bool {
         self.end <= self.start
     }
+
+    /// Slides the start so that the segment holds at most its last `size` sectors.
+    fn keep_last(&mut self, size: u64) {
+        if self.end - self.start > size {
+            self.start = self.end - size;
+        }
+    }
 }
 
 /// Sectors transferred by the media on one track: `n` sectors, the first starting at `t0`,
@@ -105,6 +112,22 @@ impl Media {
             .map(|c| c.t0 + f64::from(c.n) * c.ms)
             .unwrap_or(f64::NEG_INFINITY)
     }
+}
+
+/// A read's controller costs (ms): command overhead, data preparation, completion message,
+/// and the bus time per sector.
+struct ReadCosts {
+    command: f64,
+    prep: f64,
+    completion: f64,
+    bus: f64,
+}
+
+/// When the mechanism was asked for (`asked`), and when and where it is free.
+struct MechStart {
+    asked: f64,
+    free: f64,
+    pos: (u32, u32),
 }
 
 /// The last run of LBAs `Layout::map` returned (consecutive sectors of one track): read-ahead
@@ -378,9 +401,7 @@ impl Hdd {
         if end > s.end {
             self.stats.prefetched_sectors += end - s.end;
             s.end = end;
-            if s.end - s.start > size {
-                s.start = s.end - size;
-            }
+            s.keep_last(size);
         }
     }
 
@@ -592,13 +613,6 @@ impl Hdd {
 
     /// Serves `req` starting at `now`; returns its record (completion time set).
     fn serve(&mut self, req: &Request, now: f64) -> Record {
-        let mut rec = Record {
-            arrival: req.arrival,
-            ..Default::default()
-        };
-        let o = self.spec.overheads;
-        let after_read = self.last_read;
-        let n = u64::from(req.sectors);
         let appending = req.op == Op::Write
             && self.spec.cache.fast_write > 0
             && self.spec.cache.combine_seq_writes
@@ -610,254 +624,299 @@ impl Hdd {
         } else {
             now.max(self.busy_until)
         };
-        rec.device_start = t;
-        rec.queue_wait = t - now;
-        let per_req = self.oh(o.per_request);
+        let mut rec = Record {
+            arrival: req.arrival,
+            device_start: t,
+            queue_wait: t - now,
+            ..Default::default()
+        };
         match req.op {
-            Op::Read => {
-                self.stats.reads += 1;
-                self.advance_prefetch(t);
-                let bt = self.spec.bus_read_ms;
-                let prefix = self.cached_prefix(req.lba, req.end());
-                let hit = prefix.map(|(_, c)| c).unwrap_or(0);
-                let oh = per_req
-                    + self.oh(match (hit > 0, after_read) {
-                        (true, true) => o.read_hit_after_read,
-                        (true, false) => o.read_hit_after_write,
-                        (false, true) => o.read_miss_after_read,
-                        (false, false) => o.read_miss_after_write,
-                    });
-                let completion = self.oh(o.read_completion);
-                let prep = self.oh(o.data_prep);
-                if hit == n {
-                    let (seg, _) = prefix.unwrap();
-                    self.touch(seg);
-                    self.release_returned(seg, req.end());
-                    self.stats.read_hits += 1;
-                    rec.cache = CacheOutcome::Hit;
-                    let bus_end = t + oh + prep + n as f64 * bt;
-                    rec.overhead = oh + prep + completion;
-                    rec.bus = n as f64 * bt;
-                    rec.completion = bus_end + completion;
-                    if self.prefetch.is_none() && self.spec.cache.readahead_on_idle_hit {
-                        let from = self.segs[seg].end;
-                        let free = (t + oh).max(self.busy_until);
-                        self.start_prefetch(seg, from, req.end(), free, self.pos);
-                    }
-                } else {
-                    let t_mech = t + oh;
-                    let (free, pos) = self.stop_prefetch(t_mech);
-                    let prefix = self.cached_prefix(req.lba, req.end());
-                    let hit = prefix.map(|(_, c)| c).unwrap_or(0);
-                    let seg = match prefix {
-                        Some((s, _)) if !self.segs[s].write => s,
-                        _ => {
-                            let s = self.victim_read();
-                            self.segs[s] = Segment {
-                                start: req.lba,
-                                end: req.lba,
-                                write: false,
-                                used: 0,
-                            };
-                            s
-                        }
-                    };
-                    self.touch(seg);
-                    // The cached part goes to the host at once; the rest follows the media.
-                    let mut bus_done = t_mech + prep + hit as f64 * bt;
-                    rec.overhead = oh + prep + completion;
-                    if hit == n {
-                        self.stats.read_hits += 1;
-                        rec.cache = CacheOutcome::Hit;
-                        rec.bus = n as f64 * bt;
-                        rec.completion = bus_done + completion;
-                        self.release_returned(seg, req.end());
-                        self.pos = pos;
-                        self.start_prefetch(seg, self.segs[seg].end, req.end(), free, pos);
-                    } else {
-                        rec.cache = if hit > 0 {
-                            self.stats.read_partial += 1;
-                            CacheOutcome::Partial
-                        } else {
-                            CacheOutcome::Miss
-                        };
-                        let from = req.lba + hit;
-                        let buf = std::mem::take(&mut self.spare_chunks);
-                        let m = self.media(free, pos, from, n - hit, false, free, buf);
-                        // Bus: reconnect at the water mark, then each sector once read.
-                        let need = ((self.spec.cache.read_watermark * (n - hit) as f64).ceil()
-                            as u64)
-                            .max(1);
-                        let mut seen = 0u64;
-                        let mut floor = 0.0;
-                        for c in &m.chunks {
-                            if seen + u64::from(c.n) >= need {
-                                floor = c.t0 + (need - seen) as f64 * c.ms;
-                                break;
-                            }
-                            seen += u64::from(c.n);
-                        }
-                        bus_done = bus_done.max(floor + self.oh(o.reselect));
-                        if !self.spec.cache.hold_bus_read {
-                            // A drive that releases the bus during the media access reconnects
-                            // once, when the requested sectors are all in the buffer.
-                            bus_done = bus_done.max(m.end);
-                        }
-                        for c in &m.chunks {
-                            let k = f64::from(c.n);
-                            bus_done = (bus_done + k * bt)
-                                .max(c.t0 + c.ms + k * bt)
-                                .max(c.t0 + k * c.ms + bt);
-                        }
-                        rec.seek = m.seek;
-                        rec.rotation = m.rotation + (free - t_mech).max(0.0);
-                        rec.transfer = m.transfer;
-                        rec.bus = (bus_done - m.end).max(0.0);
-                        rec.completion = bus_done + completion;
-                        let seg_start = req.lba;
-                        let size = self.spec.cache.segment_sectors;
-                        let s = &mut self.segs[seg];
-                        if hit == 0 {
-                            s.start = seg_start;
-                        }
-                        s.end = req.end();
-                        if s.end - s.start > size {
-                            s.start = s.end - size;
-                        }
-                        self.stats.seek_ms += m.seek;
-                        self.stats.rotation_ms += m.rotation;
-                        self.stats.transfer_ms += m.transfer;
-                        self.pos = m.pos;
-                        self.release_returned(seg, req.end());
-                        let (end, mpos) = (m.end, m.pos);
-                        self.spare_chunks = m.chunks;
-                        self.start_prefetch(seg, req.end(), req.end(), end, mpos);
-                    }
-                }
-                self.last_read = true;
-            }
-            Op::Write => {
-                self.stats.writes += 1;
-                let bt = self.spec.bus_write_ms;
-                let fast = self.spec.cache.enabled
-                    && self.spec.cache.fast_write > 0
-                    && !req.flags.contains(crate::request::Flags::FUA);
-                let base = if fast {
-                    if after_read {
-                        o.write_hit_after_read
-                    } else {
-                        o.write_hit_after_write
-                    }
-                } else if after_read {
-                    o.write_miss_after_read
-                } else {
-                    o.write_miss_after_write
-                };
-                let (oh, data_delay, pos_delay) = match o.extra_write_disconnect {
-                    Some((cmd, data, seek_delta)) => {
-                        let cmd = per_req + self.oh(cmd);
-                        (
-                            cmd,
-                            self.oh(data) + self.oh(o.reselect),
-                            self.oh(seek_delta),
-                        )
-                    }
-                    None => (per_req + self.oh(base), 0.0, 0.0),
-                };
-                let t_cmd = t + oh;
-                let bus_start = t_cmd + data_delay + self.oh(o.data_prep);
-                let bus_end = bus_start + n as f64 * bt;
-                let (free, pos) = self.stop_prefetch(t_cmd + pos_delay);
-                let free = if appending {
-                    free.max(self.busy_until)
-                } else {
-                    free
-                };
-                let mut not_before = f64::NEG_INFINITY;
-                // The minimum seek delay spares only a write that joins a media write still
-                // in progress (a stream the drive is already writing); a write arriving
-                // after the previous one finished positions anew, even to the next sector.
-                let streaming = appending && self.busy_until > t_cmd;
-                if !streaming {
-                    not_before = not_before.max(free + self.oh(o.min_seek_delay));
-                }
-                let mut m = Self::media_start(
-                    free,
-                    pos,
-                    req.lba,
-                    n,
-                    true,
-                    not_before,
-                    std::mem::take(&mut self.spare_chunks),
-                );
-                m.enough_at = bus_start + self.write_start_blocks(n) as f64 * bt;
-                m.data_at = bus_start + bt;
-                m.data_per = bt;
-                while self.media_step(&mut m) {}
-                self.stats.seek_ms += m.seek;
-                self.stats.rotation_ms += m.rotation;
-                self.stats.transfer_ms += m.transfer;
-                let completion = self.oh(o.write_completion);
-                rec.overhead = oh + completion;
-                rec.bus = n as f64 * bt;
-                if fast {
-                    self.stats.write_back += 1;
-                    rec.cache = CacheOutcome::WriteBack;
-                    rec.completion = bus_end + completion;
-                    self.busy_until = m.end;
-                } else {
-                    rec.cache = CacheOutcome::Miss;
-                    rec.seek = m.seek;
-                    rec.rotation = m.rotation;
-                    rec.transfer = m.transfer;
-                    rec.completion = m.end.max(bus_end) + completion;
-                    self.busy_until = self.busy_until.max(m.end);
-                }
-                self.pos = m.pos;
-                self.spare_chunks = m.chunks;
-                // Cache the written data (write segment), dropping stale copies elsewhere.
-                if self.spec.cache.enabled {
-                    let seg = match self
-                        .segs
-                        .iter()
-                        .position(|s| s.write && s.end == req.lba && !s.is_empty())
-                    {
-                        Some(s) if self.spec.cache.combine_seq_writes => s,
-                        _ => self.victim_write(),
-                    };
-                    self.invalidate(req.lba, req.end(), Some(seg));
-                    let size = self.spec.cache.segment_sectors;
-                    let s = &mut self.segs[seg];
-                    if s.write && s.end == req.lba && !s.is_empty() {
-                        s.end = req.end();
-                    } else {
-                        *s = Segment {
-                            start: req.lba,
-                            end: req.end(),
-                            write: true,
-                            used: 0,
-                        };
-                    }
-                    if s.end - s.start > size {
-                        s.start = s.end - size;
-                    }
-                    self.touch(seg);
-                }
-                self.last_write_end = Some(req.end());
-                self.last_read = false;
-            }
-            Op::Flush => {
-                let (free, pos) = self.stop_prefetch(t);
-                self.pos = pos;
-                let completion = self.oh(o.write_completion);
-                rec.overhead = per_req + completion;
-                rec.completion = free.max(self.busy_until) + per_req + completion;
-            }
+            Op::Read => self.read(req, t, &mut rec),
+            Op::Write => self.write(req, t, appending, &mut rec),
+            Op::Flush => self.flush(t, &mut rec),
             // Host-level advice is no device work (submit answers it before this).
             Op::Advise(_) => rec.completion = t,
         }
         self.stats.busy_ms += rec.completion - t;
         rec
+    }
+
+    /// A read at `t`: from the cache when a segment holds all of it, else through the
+    /// mechanism.
+    fn read(&mut self, req: &Request, t: f64, rec: &mut Record) {
+        self.stats.reads += 1;
+        self.advance_prefetch(t);
+        let prefix = self.cached_prefix(req.lba, req.end());
+        let costs = self.read_costs(prefix.is_some_and(|(_, c)| c > 0));
+        match prefix {
+            Some((seg, c)) if c == u64::from(req.sectors) => {
+                self.read_hit(req, seg, t, &costs, rec)
+            }
+            _ => self.read_miss(req, t, &costs, rec),
+        }
+        self.last_read = true;
+    }
+
+    /// The controller's costs of a read, found in the cache (`hit`, whole or in part) or not.
+    fn read_costs(&self, hit: bool) -> ReadCosts {
+        let o = &self.spec.overheads;
+        let command = match (hit, self.last_read) {
+            (true, true) => o.read_hit_after_read,
+            (true, false) => o.read_hit_after_write,
+            (false, true) => o.read_miss_after_read,
+            (false, false) => o.read_miss_after_write,
+        };
+        ReadCosts {
+            command: self.oh(o.per_request) + self.oh(command),
+            prep: self.oh(o.data_prep),
+            completion: self.oh(o.read_completion),
+            bus: self.spec.bus_read_ms,
+        }
+    }
+
+    /// A read segment `seg` holds whole, at `t`: the bus transfer only. A drive that reads
+    /// ahead on an idle hit resumes past the segment's end.
+    fn read_hit(&mut self, req: &Request, seg: usize, t: f64, c: &ReadCosts, rec: &mut Record) {
+        let n = u64::from(req.sectors);
+        self.touch(seg);
+        self.release_returned(seg, req.end());
+        self.stats.read_hits += 1;
+        rec.cache = CacheOutcome::Hit;
+        let bus_end = t + c.command + c.prep + n as f64 * c.bus;
+        rec.overhead = c.command + c.prep + c.completion;
+        rec.bus = n as f64 * c.bus;
+        rec.completion = bus_end + c.completion;
+        if self.prefetch.is_none() && self.spec.cache.readahead_on_idle_hit {
+            let from = self.segs[seg].end;
+            let free = (t + c.command).max(self.busy_until);
+            self.start_prefetch(seg, from, req.end(), free, self.pos);
+        }
+    }
+
+    /// A read the cache does not hold whole at `t`: the read-ahead stops for the mechanism
+    /// (having perhaps brought the rest meanwhile), and what is still missing comes from the
+    /// media.
+    fn read_miss(&mut self, req: &Request, t: f64, c: &ReadCosts, rec: &mut Record) {
+        let n = u64::from(req.sectors);
+        let asked = t + c.command;
+        let (free, pos) = self.stop_prefetch(asked);
+        let prefix = self.cached_prefix(req.lba, req.end());
+        let hit = prefix.map(|(_, c)| c).unwrap_or(0);
+        let seg = match prefix {
+            Some((s, _)) if !self.segs[s].write => s,
+            _ => {
+                let s = self.victim_read();
+                self.segs[s] = Segment {
+                    start: req.lba,
+                    end: req.lba,
+                    write: false,
+                    used: 0,
+                };
+                s
+            }
+        };
+        self.touch(seg);
+        rec.overhead = c.command + c.prep + c.completion;
+        if hit < n {
+            rec.cache = if hit > 0 {
+                self.stats.read_partial += 1;
+                CacheOutcome::Partial
+            } else {
+                CacheOutcome::Miss
+            };
+            let mech = MechStart { asked, free, pos };
+            return self.read_media(req, seg, hit, mech, c, rec);
+        }
+        self.stats.read_hits += 1;
+        rec.cache = CacheOutcome::Hit;
+        rec.bus = n as f64 * c.bus;
+        rec.completion = asked + c.prep + hit as f64 * c.bus + c.completion;
+        self.release_returned(seg, req.end());
+        self.pos = pos;
+        self.start_prefetch(seg, self.segs[seg].end, req.end(), free, pos);
+    }
+
+    /// The sectors of a read past its first `hit` (those in segment `seg`) from the media:
+    /// the cached part goes to the host at once, the rest follows the media. Read-ahead then
+    /// continues from the request's end.
+    fn read_media(
+        &mut self,
+        req: &Request,
+        seg: usize,
+        hit: u64,
+        mech: MechStart,
+        c: &ReadCosts,
+        rec: &mut Record,
+    ) {
+        let n = u64::from(req.sectors);
+        let (free, pos) = (mech.free, mech.pos);
+        let buf = std::mem::take(&mut self.spare_chunks);
+        let m = self.media(free, pos, req.lba + hit, n - hit, false, free, buf);
+        let mut bus_done = mech.asked + c.prep + hit as f64 * c.bus;
+        // Bus: reconnect at the water mark, then each sector once read.
+        let need = ((self.spec.cache.read_watermark * (n - hit) as f64).ceil() as u64).max(1);
+        let mut seen = 0u64;
+        let mut floor = 0.0;
+        for ch in &m.chunks {
+            if seen + u64::from(ch.n) >= need {
+                floor = ch.t0 + (need - seen) as f64 * ch.ms;
+                break;
+            }
+            seen += u64::from(ch.n);
+        }
+        bus_done = bus_done.max(floor + self.oh(self.spec.overheads.reselect));
+        if !self.spec.cache.hold_bus_read {
+            // A drive that releases the bus during the media access reconnects once, when
+            // the requested sectors are all in the buffer.
+            bus_done = bus_done.max(m.end);
+        }
+        for ch in &m.chunks {
+            let k = f64::from(ch.n);
+            bus_done = (bus_done + k * c.bus)
+                .max(ch.t0 + ch.ms + k * c.bus)
+                .max(ch.t0 + k * ch.ms + c.bus);
+        }
+        rec.seek = m.seek;
+        rec.rotation = m.rotation + (free - mech.asked).max(0.0);
+        rec.transfer = m.transfer;
+        rec.bus = (bus_done - m.end).max(0.0);
+        rec.completion = bus_done + c.completion;
+        let size = self.spec.cache.segment_sectors;
+        let s = &mut self.segs[seg];
+        if hit == 0 {
+            s.start = req.lba;
+        }
+        s.end = req.end();
+        s.keep_last(size);
+        self.add_media_stats(&m);
+        self.pos = m.pos;
+        self.release_returned(seg, req.end());
+        let (end, mpos) = (m.end, m.pos);
+        self.spare_chunks = m.chunks;
+        self.start_prefetch(seg, req.end(), req.end(), end, mpos);
+    }
+
+    fn add_media_stats(&mut self, m: &Media) {
+        self.stats.seek_ms += m.seek;
+        self.stats.rotation_ms += m.rotation;
+        self.stats.transfer_ms += m.transfer;
+    }
+
+    /// A write at `t` (`appending` to the destage in progress): reported once the bus has
+    /// brought its data when the write-back cache takes it, else once on the media; its
+    /// data is cached either way.
+    fn write(&mut self, req: &Request, t: f64, appending: bool, rec: &mut Record) {
+        self.stats.writes += 1;
+        let o = self.spec.overheads;
+        let n = u64::from(req.sectors);
+        let bt = self.spec.bus_write_ms;
+        let fast = self.spec.cache.enabled
+            && self.spec.cache.fast_write > 0
+            && !req.flags.contains(crate::request::Flags::FUA);
+        let (oh, data_delay, pos_delay) = self.write_costs(fast);
+        let t_cmd = t + oh;
+        let bus_start = t_cmd + data_delay + self.oh(o.data_prep);
+        let bus_end = bus_start + n as f64 * bt;
+        let (free, pos) = self.stop_prefetch(t_cmd + pos_delay);
+        let free = if appending {
+            free.max(self.busy_until)
+        } else {
+            free
+        };
+        let mut not_before = f64::NEG_INFINITY;
+        // The minimum seek delay spares only a write that joins a media write still in
+        // progress (a stream the drive is already writing); a write arriving after the
+        // previous one finished positions anew, even to the next sector.
+        let streaming = appending && self.busy_until > t_cmd;
+        if !streaming {
+            not_before = not_before.max(free + self.oh(o.min_seek_delay));
+        }
+        let buf = std::mem::take(&mut self.spare_chunks);
+        let mut m = Self::media_start(free, pos, req.lba, n, true, not_before, buf);
+        m.enough_at = bus_start + self.write_start_blocks(n) as f64 * bt;
+        m.data_at = bus_start + bt;
+        m.data_per = bt;
+        while self.media_step(&mut m) {}
+        self.add_media_stats(&m);
+        let completion = self.oh(o.write_completion);
+        rec.overhead = oh + completion;
+        rec.bus = n as f64 * bt;
+        if fast {
+            self.stats.write_back += 1;
+            rec.cache = CacheOutcome::WriteBack;
+            rec.completion = bus_end + completion;
+            self.busy_until = m.end;
+        } else {
+            rec.cache = CacheOutcome::Miss;
+            rec.seek = m.seek;
+            rec.rotation = m.rotation;
+            rec.transfer = m.transfer;
+            rec.completion = m.end.max(bus_end) + completion;
+            self.busy_until = self.busy_until.max(m.end);
+        }
+        self.pos = m.pos;
+        self.spare_chunks = m.chunks;
+        if self.spec.cache.enabled {
+            self.cache_write(req);
+        }
+        self.last_write_end = Some(req.end());
+        self.last_read = false;
+    }
+
+    /// A write's controller costs: (command overhead, delay until the bus takes its data,
+    /// delay before positioning), `fast` when the write-back cache takes it.
+    fn write_costs(&self, fast: bool) -> (f64, f64, f64) {
+        let o = &self.spec.overheads;
+        let per_req = self.oh(o.per_request);
+        if let Some((cmd, data, seek_delta)) = o.extra_write_disconnect {
+            let data_delay = self.oh(data) + self.oh(o.reselect);
+            return (per_req + self.oh(cmd), data_delay, self.oh(seek_delta));
+        }
+        let base = match (fast, self.last_read) {
+            (true, true) => o.write_hit_after_read,
+            (true, false) => o.write_hit_after_write,
+            (false, true) => o.write_miss_after_read,
+            (false, false) => o.write_miss_after_write,
+        };
+        (per_req + self.oh(base), 0.0, 0.0)
+    }
+
+    /// Caches a write's data in a write segment (the one it appends to, when writes are
+    /// combined), dropping stale copies elsewhere.
+    fn cache_write(&mut self, req: &Request) {
+        let seg = match self
+            .segs
+            .iter()
+            .position(|s| s.write && s.end == req.lba && !s.is_empty())
+        {
+            Some(s) if self.spec.cache.combine_seq_writes => s,
+            _ => self.victim_write(),
+        };
+        self.invalidate(req.lba, req.end(), Some(seg));
+        let size = self.spec.cache.segment_sectors;
+        let s = &mut self.segs[seg];
+        if s.write && s.end == req.lba && !s.is_empty() {
+            s.end = req.end();
+        } else {
+            *s = Segment {
+                start: req.lba,
+                end: req.end(),
+                write: true,
+                used: 0,
+            };
+        }
+        s.keep_last(size);
+        self.touch(seg);
+    }
+
+    /// A cache flush at `t`: done once the destage in progress, if any, is.
+    fn flush(&mut self, t: f64, rec: &mut Record) {
+        let (free, pos) = self.stop_prefetch(t);
+        self.pos = pos;
+        let per_req = self.oh(self.spec.overheads.per_request);
+        let completion = self.oh(self.spec.overheads.write_completion);
+        rec.overhead = per_req + completion;
+        rec.completion = free.max(self.busy_until) + per_req + completion;
     }
 
     fn start(&mut self, req: Request, ctx: &mut Ctx) {
