@@ -254,12 +254,6 @@ fn index_html_figures_parse() {
     done();
 }
 
-fn tempdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("iolab-lab-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
 #[test]
 fn chromium_renders_the_figures() {
     let dir = report();
@@ -276,7 +270,8 @@ fn chromium_renders_the_figures() {
     assert!(marks.paths > 0);
 
     // A screenshot of the report holds far more ink than one of a blank page the same size.
-    let shots = tempdir("shots");
+    let scratch = iolab_sys::testing::tempdir("lab-shots").unwrap();
+    let shots = scratch.path();
     let blank = shots.join("blank.html");
     std::fs::write(&blank, "<!DOCTYPE html><html><body></body></html>").unwrap();
     let size = |page: &Path, name: &str| {
@@ -298,7 +293,6 @@ fn chromium_renders_the_figures() {
         report_size > 10 * blank_size,
         "the report renders almost blank: {report_size} vs blank {blank_size} bytes"
     );
-    let _ = std::fs::remove_dir_all(&shots);
     done();
 }
 
@@ -317,7 +311,8 @@ fn servers_with(needle: &str) -> Vec<String> {
 
 #[test]
 fn ctrl_c_stops_every_server() {
-    let dir = tempdir("sigint");
+    let scratch = iolab_sys::testing::tempdir("lab-sigint").unwrap();
+    let dir = scratch.path();
     let mut lab = Command::new(env!("CARGO_BIN_EXE_iolab"))
         .args([
             "lab",
@@ -332,7 +327,7 @@ fn ctrl_c_stops_every_server() {
             "50",
             "--out",
         ])
-        .arg(&dir)
+        .arg(dir)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -364,12 +359,12 @@ fn ctrl_c_stops_every_server() {
         "servers left behind: {:?}",
         servers_with(&needle)
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn the_micro_section_renders_a_real_benchmark() {
-    let dir = tempdir("micro");
+    let scratch = iolab_sys::testing::tempdir("lab-micro").unwrap();
+    let dir = scratch.path();
     let out = Command::new(env!("CARGO_BIN_EXE_iolab"))
         .args([
             "lab",
@@ -383,7 +378,7 @@ fn the_micro_section_renders_a_real_benchmark() {
             "limits",
             "--out",
         ])
-        .arg(&dir)
+        .arg(dir)
         .output()
         .unwrap();
     assert!(
@@ -391,7 +386,7 @@ fn the_micro_section_renders_a_real_benchmark() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let r = iolab_lab::validate::load_results(&dir).unwrap();
+    let r = iolab_lab::validate::load_results(dir).unwrap();
     assert!(
         r.micro_failures.is_empty(),
         "micro failed: {:?}",
@@ -410,6 +405,5 @@ fn the_micro_section_renders_a_real_benchmark() {
             "table {title:?} missing"
         );
     }
-    iolab_lab::validate::check_report(&dir).unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    iolab_lab::validate::check_report(dir).unwrap();
 }

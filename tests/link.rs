@@ -3,7 +3,6 @@
 //! it, after a SIGTERM mid-run (exit 143), and after a SIGKILL (the next run removes them).
 //! Needs root and iproute2; without them the tests skip with one line (a failure under CI).
 
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -18,12 +17,6 @@ fn usable() -> bool {
             false
         }
     }
-}
-
-fn tempdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("iolab-link-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
 }
 
 fn start_lab(out: &std::path::Path) -> Child {
@@ -118,16 +111,18 @@ fn seed_conditions_make_the_link_and_remove_it() {
         return;
     }
     // First a run killed outright: its namespace and veth stay behind...
-    let killed_out = tempdir("killed");
-    let mut killed = start_lab(&killed_out);
+    let killed_scratch = iolab_sys::testing::tempdir("link-killed").unwrap();
+    let killed_out = killed_scratch.path();
+    let mut killed = start_lab(killed_out);
     let (kns, kveth) = wait_for_link(&mut killed);
     killed.kill().unwrap();
     killed.wait().unwrap();
     assert!(iolab_netns::namespace_exists(&kns), "SIGKILL cannot clean");
 
     // ...and the next run removes them at its start, then builds its own link.
-    let out = tempdir("seed");
-    let mut lab = start_lab(&out);
+    let scratch = iolab_sys::testing::tempdir("link-seed").unwrap();
+    let out = scratch.path();
+    let mut lab = start_lab(out);
     let pid = lab.id();
     let (ns, veth) = wait_for_link(&mut lab);
     assert_gone(killed.id(), &kns, &kveth);
@@ -136,10 +131,10 @@ fn seed_conditions_make_the_link_and_remove_it() {
     assert!(o.status.success(), "iolab lab failed: {stderr}");
     assert!(stderr.contains("measured"), "{stderr}");
     assert_gone(pid, &ns, &veth);
-    no_server_left(&out);
+    no_server_left(out);
 
     // Recorded with the results: rate, qdisc read back, backlog, measured throughput.
-    let r = iolab_lab::validate::load_results(&out).unwrap();
+    let r = iolab_lab::validate::load_results(out).unwrap();
     let link = r.link.as_ref().expect("a link block in results.json");
     assert_eq!(link.rate_bps, 100_000_000);
     assert_eq!(link.backlog, 200);
@@ -166,8 +161,6 @@ fn seed_conditions_make_the_link_and_remove_it() {
         .all(|p| p.mode == iolab_lab::results::ConnMode::Close));
     let html = std::fs::read_to_string(out.join("index.html")).unwrap();
     assert!(html.contains(r#"id="link""#));
-    let _ = std::fs::remove_dir_all(&out);
-    let _ = std::fs::remove_dir_all(&killed_out);
 }
 
 #[test]
@@ -175,14 +168,15 @@ fn sigterm_mid_run_removes_the_link() {
     if !usable() {
         return;
     }
-    let out = tempdir("term");
-    let mut lab = start_lab(&out);
+    let scratch = iolab_sys::testing::tempdir("link-term").unwrap();
+    let out = scratch.path();
+    let mut lab = start_lab(out);
     let pid = lab.id();
     let (ns, veth) = wait_for_link(&mut lab);
     // Let a server start inside the namespace.
     std::thread::sleep(Duration::from_secs(2));
-    // SAFETY: kill(2) on our own child's pid, not yet waited for.
-    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    // Our own child, not yet waited for: the pid is still its own.
+    iolab_sys::process::signal(pid, libc::SIGTERM).unwrap();
     let o = lab.wait_with_output().unwrap();
     assert_eq!(
         o.status.code(),
@@ -191,6 +185,5 @@ fn sigterm_mid_run_removes_the_link() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert_gone(pid, &ns, &veth);
-    no_server_left(&out);
-    let _ = std::fs::remove_dir_all(&out);
+    no_server_left(out);
 }

@@ -8,13 +8,14 @@
 //! even when the case panics.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use iolab_stats::{ErrorKind, Snapshot, StatsReader};
+use iolab_sys::testing::{free_port, random_bytes};
 
 const BIN: &str = env!("CARGO_BIN_EXE_iolab");
 /// No socket read in this suite waits longer than this.
@@ -33,19 +34,6 @@ struct Site {
     big: Vec<u8>,
     index: Vec<u8>,
     secret: Vec<u8>,
-}
-
-fn random_bytes(n: usize, mut seed: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(n + 8);
-    while out.len() < n {
-        // xorshift64*: good enough to make every byte value and no repeating pattern.
-        seed ^= seed >> 12;
-        seed ^= seed << 25;
-        seed ^= seed >> 27;
-        out.extend_from_slice(&seed.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
-    }
-    out.truncate(n);
-    out
 }
 
 impl Site {
@@ -134,14 +122,6 @@ impl Variant {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn raise_nofile() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
@@ -154,7 +134,9 @@ fn start(model: Variant, extra: &[&str]) -> Server {
     let mut last_err = String::new();
     for _attempt in 0..5 {
         let site = Site::new();
-        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port().unwrap())
+            .parse()
+            .unwrap();
         let stats_path = site.dir.join("server.stats");
         let mut child = model
             .serve_command()
@@ -399,12 +381,14 @@ fn connect_small_rcvbuf(addr: SocketAddr, rcvbuf: i32) -> TcpStream {
         panic!("IPv4 only")
     };
     // SAFETY: plain socket(2); the result is checked before use.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-    assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+    let fd = iolab_sys::cvt(unsafe {
+        libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0)
+    })
+    .unwrap_or_else(|e| panic!("socket: {e}"));
     // SAFETY: fd is a fresh socket nothing else owns; the TcpStream closes it.
     let stream = unsafe { TcpStream::from_raw_fd(fd) };
     // SAFETY: rcvbuf is a live i32 and its size is passed.
-    let r = unsafe {
+    iolab_sys::cvt(unsafe {
         libc::setsockopt(
             fd,
             libc::SOL_SOCKET,
@@ -412,8 +396,8 @@ fn connect_small_rcvbuf(addr: SocketAddr, rcvbuf: i32) -> TcpStream {
             &rcvbuf as *const i32 as *const libc::c_void,
             std::mem::size_of::<i32>() as libc::socklen_t,
         )
-    };
-    assert_eq!(r, 0, "SO_RCVBUF: {}", std::io::Error::last_os_error());
+    })
+    .unwrap_or_else(|e| panic!("SO_RCVBUF: {e}"));
     let sin = libc::sockaddr_in {
         sin_family: libc::AF_INET as libc::sa_family_t,
         sin_port: v4.port().to_be(),
@@ -423,14 +407,14 @@ fn connect_small_rcvbuf(addr: SocketAddr, rcvbuf: i32) -> TcpStream {
         sin_zero: [0; 8],
     };
     // SAFETY: sin is a valid sockaddr_in of the size passed.
-    let r = unsafe {
+    iolab_sys::cvt(unsafe {
         libc::connect(
             fd,
             &sin as *const libc::sockaddr_in as *const libc::sockaddr,
             std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
         )
-    };
-    assert_eq!(r, 0, "connect: {}", std::io::Error::last_os_error());
+    })
+    .unwrap_or_else(|e| panic!("connect: {e}"));
     stream
 }
 
@@ -460,7 +444,9 @@ impl Nginx {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("tmp")).unwrap();
         for _attempt in 0..5 {
-            let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+            let addr: SocketAddr = format!("127.0.0.1:{}", free_port().unwrap())
+                .parse()
+                .unwrap();
             let d = dir.display();
             // `if_modified_since before`: RFC 9110 §13.1.3 (a date later than Last-Modified
             // is "not modified" too); nginx's default compares for equality only.

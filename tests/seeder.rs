@@ -21,6 +21,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use iolab_sys::testing::{free_port, random_bytes};
+
 const BIN: &str = env!("CARGO_BIN_EXE_iolab");
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -47,18 +49,6 @@ fn have(cmd: &str, package: &str) -> bool {
         eprintln!("SKIPPED: {cmd} not installed (Debian package {package})");
     }
     found
-}
-
-fn random_bytes(n: usize, mut seed: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(n + 8);
-    while out.len() < n {
-        seed ^= seed >> 12;
-        seed ^= seed << 25;
-        seed ^= seed >> 27;
-        out.extend_from_slice(&seed.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
-    }
-    out.truncate(n);
-    out
 }
 
 /// A temp directory removed on drop, and the processes to kill.
@@ -182,14 +172,6 @@ fn host_ipv4() -> Option<String> {
     Some(addr.split('/').next()?.to_string())
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Files of the torrent made from `src` (a file or a directory), relative paths.
 fn files_of(src: &Path) -> Vec<PathBuf> {
     fn walk(base: &Path, d: &Path, out: &mut Vec<PathBuf>) {
@@ -308,7 +290,7 @@ impl Client {
 
     /// Starts the client downloading `torrent` into `dl` (an empty directory).
     fn start(self, fx: &Fixture, torrent: &Path, dl: &Path) -> Command {
-        let port = free_port().to_string();
+        let port = free_port().unwrap().to_string();
         let home = fx.dir.join(format!("home-{self:?}"));
         std::fs::create_dir_all(&home).unwrap();
         let mut c;
@@ -350,7 +332,7 @@ impl Client {
                     .arg(dl)
                     .arg("-c")
                     .arg(&watch)
-                    .args(["-P", &port, "-p", &free_port().to_string()])
+                    .args(["-P", &port, "-p", &free_port().unwrap().to_string()])
                     .args(["--no-dht", "--no-lpd", "-M", "-et"]);
             }
             Client::Libtorrent => {
@@ -401,7 +383,7 @@ impl Client {
                 .unwrap();
                 c = Command::new("qbittorrent-nox");
                 c.arg(format!("--profile={}", home.display()))
-                    .arg(format!("--webui-port={}", free_port()))
+                    .arg(format!("--webui-port={}", free_port().unwrap()))
                     .arg(format!("--torrenting-port={port}"))
                     .arg(format!("--save-path={}", dl.display()))
                     .arg("--skip-dialog=true")
