@@ -44,10 +44,8 @@ pub(crate) struct Shared {
 impl Shared {
     fn new(index: usize) -> io::Result<Arc<Shared>> {
         // SAFETY: eventfd returns a fresh descriptor or -1.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let fd =
+            iolab_sys::cvt(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
         Ok(Arc::new(Shared {
             index,
             remote: Mutex::new(RemoteQueue {

@@ -11,6 +11,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::task::Waker;
 use std::time::Duration;
 
+use iolab_sys::cvt;
 use slab::Slab;
 
 use super::{Deferred, KeyError, OpKey};
@@ -65,10 +66,7 @@ fn mask(i: Interest) -> u32 {
 impl Epoll {
     pub(crate) fn new(efd: RawFd, id: u64) -> io::Result<Epoll> {
         // SAFETY: epoll_create1 returns a fresh descriptor or -1.
-        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
         // SAFETY: fd is ours alone.
         let epfd = unsafe { OwnedFd::from_raw_fd(fd) };
         let mut ev = libc::epoll_event {
@@ -76,9 +74,7 @@ impl Epoll {
             u64: WAKE_TOKEN,
         };
         // SAFETY: valid epoll fd, eventfd and event struct.
-        if unsafe { libc::epoll_ctl(epfd.as_raw_fd(), libc::EPOLL_CTL_ADD, efd, &mut ev) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        cvt(unsafe { libc::epoll_ctl(epfd.as_raw_fd(), libc::EPOLL_CTL_ADD, efd, &mut ev) })?;
         Ok(Epoll {
             epfd,
             efd,
@@ -101,11 +97,7 @@ impl Epoll {
             u64: fd as u64,
         };
         // SAFETY: valid epoll fd and event struct; a bad `fd` is reported as an error.
-        if unsafe { libc::epoll_ctl(self.epfd.as_raw_fd(), op, fd, &mut ev) } < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(())
-        }
+        cvt(unsafe { libc::epoll_ctl(self.epfd.as_raw_fd(), op, fd, &mut ev) }).map(|_| ())
     }
 
     fn arm(&mut self, fd: RawFd, fresh: bool) -> io::Result<()> {
