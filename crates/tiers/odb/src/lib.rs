@@ -3,4 +3,5 @@
 //! testbed that runs it across nginx tiers is `crates/tiers/testbed`.
 
 pub mod agent;
+pub mod counters;
 pub mod proto;

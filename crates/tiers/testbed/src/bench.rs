@@ -5,6 +5,7 @@
 //! different ports of the same namespaces; modes alternate inside each repeat so that drift
 //! of the shared machine hits both alike.
 
+use crate::cpu::TierCounters;
 use crate::stack::{Odb, Stack};
 use crate::testbed::State;
 use anyhow::{bail, Context};
@@ -376,18 +377,17 @@ pub fn run(state: &State, o: &BenchOpts, progress: &dyn Fn(&str)) -> anyhow::Res
             }
         }
         let after = odb_counters_fresh(state, &odb, &odb_url)?;
-        let delta = |tier: &str, k: &str| {
-            after[tier][k].as_u64().unwrap_or(0) as f64
-                - before[tier][k].as_u64().unwrap_or(0) as f64
-        };
+        let delta =
+            |counter: fn(&TierCounters) -> u64| counter(&after) as f64 - counter(&before) as f64;
         // Responses between the snapshots, as the BE's library saw them: each one a
         // reference (one per 4 MiB) or a copy fallback. wrk's count would miss the requests
         // in flight when each of its runs stopped (up to one per connection), which the
         // tiers served all the same.
         let per_response = (size as f64 / (4u64 << 20) as f64).ceil().max(1.0);
-        let responses =
-            (delta("be", "v_out_frames") / per_response + delta("be", "store_fallbacks")).max(1.0);
-        let by_ref_pct = (delta("is", "v_in_bytes") - delta("is", "fetch_bytes")).max(0.0)
+        let responses = (delta(|c| c.be.v_out_frames) / per_response
+            + delta(|c| c.be.store_fallbacks))
+        .max(1.0);
+        let by_ref_pct = (delta(|c| c.is.v_in_bytes) - delta(|c| c.is.fetch_bytes)).max(0.0)
             / (responses * size as f64)
             * 100.0;
         let sv = summarize(&runs_v);
@@ -407,7 +407,7 @@ pub fn run(state: &State, o: &BenchOpts, progress: &dyn Fn(&str)) -> anyhow::Res
     // the agent's own view (allocations refused as full, evictions, live buffers): why
     // stores fell back, when they did
     let agent_stats = crate::cpu::agent_stats_in(odb.cfg.be.ns.as_deref(), odb.cfg.agent_addr());
-    let counters = odb.odb_counters();
+    let counters = odb.odb_counters()?;
     let php_fpm_config = odb
         .configs
         .iter()
@@ -437,11 +437,11 @@ pub fn run(state: &State, o: &BenchOpts, progress: &dyn Fn(&str)) -> anyhow::Res
 /// call, so wait a second and make one request (each tier's first call for it writes the
 /// file; its response comes after the snapshot and counts with the next one, at every
 /// tier alike).
-fn odb_counters_fresh(state: &State, stack: &Stack, url: &str) -> anyhow::Result<Value> {
+fn odb_counters_fresh(state: &State, stack: &Stack, url: &str) -> anyhow::Result<TierCounters> {
     std::thread::sleep(std::time::Duration::from_millis(1100));
     fetch_in_client_ns(state, url)?;
     std::thread::sleep(std::time::Duration::from_millis(100));
-    Ok(stack.odb_counters())
+    stack.odb_counters()
 }
 
 fn fetch_in_client_ns(state: &State, url: &str) -> anyhow::Result<Vec<u8>> {

@@ -2,6 +2,7 @@
 //! through interfaces (`ip -s -j link` in the tier's namespace), ODB counters.
 
 use anyhow::Context;
+use iolab_odb::counters::OdbCounters;
 use std::path::{Path, PathBuf};
 
 /// One cgroup per tier under `<root>/iolab-tiers-<pid>-<tag>/<tier>`, removed on drop.
@@ -128,31 +129,65 @@ pub fn iface_bytes(ns: Option<&str>) -> anyhow::Result<Vec<(String, u64, u64)>> 
     Ok(r)
 }
 
-/// Sums the ODB counter files of each tier directory under `dir` (dir/<tier>/odb-*.json).
-pub fn odb_counters(dir: &Path) -> serde_json::Value {
-    let mut out = serde_json::Map::new();
-    for tier in crate::stack::TIERS {
-        let mut sum = serde_json::Map::new();
-        if let Ok(rd) = std::fs::read_dir(dir.join(tier)) {
-            for e in rd.flatten() {
-                let n = e.file_name().to_string_lossy().into_owned();
-                if !(n.starts_with("odb-") && n.ends_with(".json")) {
-                    continue;
-                }
-                let Ok(v) = std::fs::read(e.path())
-                    .map(|b| serde_json::from_slice::<serde_json::Value>(&b).unwrap_or_default())
-                else {
-                    continue;
-                };
-                for (k, x) in v.as_object().into_iter().flatten() {
-                    let cur = sum.get(k).and_then(|c| c.as_u64()).unwrap_or(0);
-                    sum.insert(k.clone(), (cur + x.as_u64().unwrap_or(0)).into());
-                }
-            }
+/// The ODB counters of one stack's tiers, each summed over its processes' files.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TierCounters {
+    pub fe: OdbCounters,
+    pub is: OdbCounters,
+    pub be: OdbCounters,
+}
+
+impl TierCounters {
+    pub fn tier(&self, tier: &str) -> &OdbCounters {
+        match tier {
+            "fe" => &self.fe,
+            "is" => &self.is,
+            _ => &self.be,
         }
-        out.insert(tier.to_string(), sum.into());
     }
-    out.into()
+}
+
+impl std::fmt::Display for TierCounters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&serde_json::to_string(self).map_err(|_| std::fmt::Error)?)
+    }
+}
+
+/// Sums the ODB counter files of each tier directory under `dir` (dir/<tier>/odb-*.json).
+/// A tier without a file, or a file that is not the library's counters, is an error (a
+/// counter read as zero would pass a check it should fail).
+pub fn odb_counters(dir: &Path) -> anyhow::Result<TierCounters> {
+    let mut out = TierCounters::default();
+    for (tier, sum) in [
+        ("fe", &mut out.fe),
+        ("is", &mut out.is),
+        ("be", &mut out.be),
+    ] {
+        *sum = sum_counter_files(&dir.join(tier))
+            .with_context(|| format!("ODB counters of the {tier}"))?;
+    }
+    Ok(out)
+}
+
+/// The sum of the `odb-*.json` files in `dir` (one per process).
+pub fn sum_counter_files(dir: &Path) -> anyhow::Result<OdbCounters> {
+    let mut sum = OdbCounters::default();
+    let mut files = 0;
+    for e in std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .flatten()
+    {
+        let n = e.file_name().to_string_lossy().into_owned();
+        if !(n.starts_with("odb-") && n.ends_with(".json")) {
+            continue;
+        }
+        let text = std::fs::read(e.path())?;
+        sum += serde_json::from_slice::<OdbCounters>(&text)
+            .with_context(|| format!("parsing {}", e.path().display()))?;
+        files += 1;
+    }
+    anyhow::ensure!(files > 0, "no odb-*.json in {}", dir.display());
+    Ok(sum)
 }
 
 /// The ODB agent's STATS, asked from inside its namespace (a thread that enters it).

@@ -496,7 +496,7 @@ impl Stack {
     }
 
     /// ODB counters summed per tier (from the stats files of its processes).
-    pub fn odb_counters(&self) -> serde_json::Value {
+    pub fn odb_counters(&self) -> anyhow::Result<crate::cpu::TierCounters> {
         crate::cpu::odb_counters(&self.cfg.dir.join("odb"))
     }
 

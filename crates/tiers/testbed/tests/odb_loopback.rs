@@ -3,6 +3,8 @@
 //! are the bytes it receives without it, and every failure of the ODB machinery ends in a
 //! fallback or a clean error, never in a wrong byte.
 
+use iolab_odb::counters::OdbCounters;
+use iolab_tiers::cpu::TierCounters;
 use iolab_tiers::nginx::php_payload;
 use iolab_tiers::stack::{Odb, Place, Stack, StackConfig};
 use iolab_tiers::testutil::*;
@@ -125,10 +127,10 @@ fn queues(cfg: &StackConfig) -> String {
             );
         }
     }
-    out += &format!(
-        "-- ODB counters: {}\n",
-        iolab_tiers::cpu::odb_counters(&cfg.dir.join("odb"))
-    );
+    out += &match iolab_tiers::cpu::odb_counters(&cfg.dir.join("odb")) {
+        Ok(c) => format!("-- ODB counters: {c}\n"),
+        Err(e) => format!("-- ODB counters: {e:#}\n"),
+    };
     out
 }
 
@@ -206,15 +208,14 @@ fn every_size_is_identical_with_and_without_odb() {
     // ODB really ran: the IS forwarded references it never fetched.
     let mut odb = odb;
     odb.stop();
-    let c = odb.odb_counters();
-    let v_out = c["is"]["v_out_bytes"].as_u64().unwrap_or(0);
-    let fetched = c["is"]["fetch_bytes"].as_u64().unwrap_or(0);
+    let c = odb.odb_counters().unwrap();
+    let (v_out, fetched) = (c.is.v_out_bytes, c.is.fetch_bytes);
     assert!(
         v_out > 30 << 20,
         "IS forwarded only {v_out} bytes by reference: {c}"
     );
     assert!(fetched * 10 < v_out, "IS fetched {fetched} of {v_out}: {c}");
-    assert_eq!(c["fe"]["proto_errors"].as_u64(), Some(0), "{c}");
+    assert_eq!(c.fe.proto_errors, 0, "{c}");
 }
 
 /// nginx's proxy buffers are page-aligned under ODB (the library's `malloc`) and the BE
@@ -225,7 +226,7 @@ fn every_size_is_identical_with_and_without_odb() {
 /// per response here), then (aligned buffers only) one page and the tail (4 KiB).
 /// `n` keep-alive responses of `size` bytes through an ODB stack, each checked; then the
 /// tiers' ODB counters (written at exit).
-fn keep_alive_counters(tag: &str, size: usize, n: u64) -> serde_json::Value {
+fn keep_alive_counters(tag: &str, size: usize, n: u64) -> TierCounters {
     let (scratch, root) = scratch_with(tag, &[size]);
     let mut st = Stack::start(config(&scratch, tag, &root, true, 64), None).unwrap();
     let want = payload(size);
@@ -235,7 +236,7 @@ fn keep_alive_counters(tag: &str, size: usize, n: u64) -> serde_json::Value {
         assert!(r.status == 200 && r.body == want, "response {i} differs");
     }
     st.stop();
-    st.odb_counters()
+    st.odb_counters().unwrap()
 }
 
 #[test]
@@ -245,26 +246,17 @@ fn a_64k_response_costs_the_is_no_fetch() {
     }
     const N: u64 = 32;
     let c = keep_alive_counters("align", 65536, N);
-    let n = |t: &str, k: &str| c[t][k].as_u64().unwrap_or(u64::MAX);
     assert!(
-        n("is", "v_in_bytes") >= N * 60_000,
+        c.is.v_in_bytes >= N * 60_000,
         "references reached the IS: {c}"
     );
     assert_eq!(
-        n("is", "fetch_bytes"),
-        0,
+        c.is.fetch_bytes, 0,
         "IS fetched bytes for {N} responses of 64 KiB: {c}"
     );
-    assert_eq!(
-        n("is", "faults"),
-        0,
-        "IS faulted on pages it never reads: {c}"
-    );
-    assert!(n("is", "aligned_allocs") > 0, "page-aligned buffers: {c}");
-    assert!(
-        n("be", "align_pads") >= N,
-        "the BE aligned its references: {c}"
-    );
+    assert_eq!(c.is.faults, 0, "IS faulted on pages it never reads: {c}");
+    assert!(c.is.aligned_allocs > 0, "page-aligned buffers: {c}");
+    assert!(c.be.align_pads >= N, "the BE aligned its references: {c}");
     // A reference costs a tier's buffers no `mprotect` once the buffer has held one: the
     // library's pool hands a freed buffer out again, its pages still protected (dead), and
     // the next response's reference lands on them as they are; the FE sends the referenced
@@ -272,18 +264,19 @@ fn a_64k_response_costs_the_is_no_fetch() {
     // calls per buffer on the IS and the FE (protect on receipt, unprotect on free), and the
     // FE two more to open the pages it fetched into: 4 × 32 each here.
     for t in ["is", "fe"] {
+        let tier = c.tier(t);
         assert!(
-            n(t, "mprotects") <= 8,
+            tier.mprotects <= 8,
             "{t}: {} mprotect calls for {N} responses: {c}",
-            n(t, "mprotects")
+            tier.mprotects
         );
         assert!(
-            n(t, "dead_reused") >= (N - 2) * 57_344,
+            tier.dead_reused >= (N - 2) * 57_344,
             "{t}: references did not land on dead pages: {c}"
         );
     }
     assert!(
-        n("fe", "materialized") >= N * 60_000,
+        c.fe.materialized >= N * 60_000,
         "the FE sent the referenced bytes: {c}"
     );
 }
@@ -304,7 +297,7 @@ fn freed_buffers_dead_pages_are_ordinary_memory_again() {
     let mut st = Stack::start(config(&scratch, "deadpy", &root, true, 64), None).unwrap();
     let is = st.cfg.listen("is");
     let (lib, _) = odb_artifacts().expect("ODB artefacts");
-    let run = |tag: &str, steps: &str| -> (String, serde_json::Value) {
+    let run = |tag: &str, steps: &str| -> (String, OdbCounters) {
         let stats = scratch.join(format!("py-{tag}"));
         std::fs::create_dir_all(&stats).unwrap();
         let script = format!(
@@ -387,16 +380,9 @@ print("ok", flush=True)
         let text = String::from_utf8_lossy(&out.stdout).into_owned()
             + &String::from_utf8_lossy(&out.stderr);
         // every process's counters summed (python3 may be a shim that runs others first)
-        let mut sum = serde_json::Map::new();
-        for e in std::fs::read_dir(&stats).unwrap().flatten() {
-            let v: serde_json::Value =
-                serde_json::from_slice(&std::fs::read(e.path()).unwrap()).unwrap();
-            for (k, x) in v.as_object().unwrap() {
-                let t = sum.get(k).and_then(|y| y.as_u64()).unwrap_or(0) + x.as_u64().unwrap();
-                sum.insert(k.clone(), t.into());
-            }
-        }
-        (text, serde_json::Value::Object(sum))
+        let sum = iolab_tiers::cpu::sum_counter_files(&stats)
+            .unwrap_or_else(|e| panic!("{e:#}; python: {text}"));
+        (text, sum)
     };
     // five responses into the same two blocks, never touched: one set of protect calls
     let (out, c) = run(
@@ -404,21 +390,20 @@ print("ok", flush=True)
         "untouched free untouched free untouched free untouched free untouched",
     );
     assert!(out.starts_with("ok"), "python: {out}");
-    let n = |c: &serde_json::Value, k: &str| c[k].as_u64().unwrap_or(u64::MAX);
-    assert!(n(&c, "v_in_bytes") >= 5 * 60_000, "references arrived: {c}");
+    assert!(c.v_in_bytes >= 5 * 60_000, "references arrived: {c:?}");
     assert!(
-        n(&c, "mprotects") <= 3,
-        "{} mprotect calls for 5 responses: {c}",
-        n(&c, "mprotects")
+        c.mprotects <= 3,
+        "{} mprotect calls for 5 responses: {c:?}",
+        c.mprotects
     );
-    assert!(n(&c, "dead_reused") >= 4 * 49_152, "dead pages reused: {c}");
+    assert!(c.dead_reused >= 4 * 49_152, "dead pages reused: {c:?}");
     // the dead pages are memory like any other
     let (out, c) = run(
         "b",
         "read free untouched free memset free untouched free readv free untouched free read",
     );
     assert!(out.starts_with("ok"), "python: {out}");
-    assert_eq!(n(&c, "fetch_errors"), 0, "{c}");
+    assert_eq!(c.fetch_errors, 0, "{c:?}");
     st.stop();
 }
 
@@ -433,17 +418,9 @@ fn a_4k_response_is_not_sent_by_reference_to_be_fetched_back() {
     }
     const N: u64 = 16;
     let c = keep_alive_counters("partial", 4096, N);
-    let n = |t: &str, k: &str| c[t][k].as_u64().unwrap_or(u64::MAX);
-    assert_eq!(
-        n("be", "v_out_frames"),
-        0,
-        "4 KiB bodies went by reference: {c}"
-    );
-    assert_eq!(n("is", "fetch_bytes"), 0, "the IS fetched: {c}");
-    assert!(
-        n("is", "r_in_bytes") >= N * 4096,
-        "the bodies came as bytes: {c}"
-    );
+    assert_eq!(c.be.v_out_frames, 0, "4 KiB bodies went by reference: {c}");
+    assert_eq!(c.is.fetch_bytes, 0, "the IS fetched: {c}");
+    assert!(c.is.r_in_bytes >= N * 4096, "the bodies came as bytes: {c}");
 }
 
 #[test]
@@ -553,12 +530,7 @@ fn killed_agent_and_full_agent_fall_back_or_fail_cleanly() {
         assert!(r.body == payload(1 << 24));
     }
     small.stop();
-    assert!(
-        small.odb_counters()["be"]["store_fallbacks"]
-            .as_u64()
-            .unwrap_or(0)
-            > 0
-    );
+    assert!(small.odb_counters().unwrap().be.store_fallbacks > 0);
 
     // killed mid-transfer: the response in flight is complete or cut short (a clean error),
     // never wrong; later requests are served by copying until a new agent is up
@@ -932,14 +904,14 @@ fn php_payloads_are_identical_with_and_without_odb() {
     }
     let mut odb = odb;
     odb.stop();
-    let c = odb.odb_counters();
+    let c = odb.odb_counters().unwrap();
     // the 64 KiB and 300 KB responses went past the IS by reference
-    let v_out = c["is"]["v_out_bytes"].as_u64().unwrap_or(0);
+    let v_out = c.is.v_out_bytes;
     assert!(
         v_out > 2 * 300_000,
         "IS forwarded only {v_out} bytes by reference: {c}"
     );
-    assert_eq!(c["fe"]["proto_errors"].as_u64(), Some(0), "{c}");
+    assert_eq!(c.fe.proto_errors, 0, "{c}");
 }
 
 fn php(mut c: StackConfig) -> StackConfig {
