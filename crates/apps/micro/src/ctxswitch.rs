@@ -24,10 +24,10 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use serde_json::{json, Value};
+use serde::Serialize;
 
 use crate::osutil::{self, Usage};
-use crate::table::{num, Figure, Table};
+use crate::table::{Cell, Figure, Num, Report, Table};
 
 /// Fields shared by the two participants; lives in a MAP_SHARED mapping so that a forked
 /// child sees the same words.
@@ -127,6 +127,60 @@ enum Between {
     Processes,
 }
 
+/// The scheduling policy of both sides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Policy {
+    Normal,
+    Fifo,
+}
+
+impl Mechanism {
+    fn name(self) -> &'static str {
+        match self {
+            Mechanism::Futex => "futex",
+            Mechanism::Pipe => "pipe",
+        }
+    }
+}
+
+impl Between {
+    fn name(self) -> &'static str {
+        match self {
+            Between::Threads => "thread",
+            Between::Processes => "process",
+        }
+    }
+
+    /// The name of a figure's series.
+    fn plural(self) -> &'static str {
+        match self {
+            Between::Threads => "threads",
+            Between::Processes => "processes",
+        }
+    }
+}
+
+impl Policy {
+    fn name(self) -> &'static str {
+        match self {
+            Policy::Normal => "normal",
+            Policy::Fifo => "FIFO",
+        }
+    }
+}
+
+/// The three serialise as their names, as the table prints them.
+macro_rules! serialize_by_name {
+    ($($t:ty),*) => {$(
+        impl Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.name())
+            }
+        }
+    )*};
+}
+serialize_by_name!(Mechanism, Between, Policy);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Placement {
     Unpinned,
@@ -164,8 +218,8 @@ impl Pipes {
         let mut b = [0; 2];
         // SAFETY: pipe2 writes two fds into each array.
         unsafe {
-            osutil::cvt(libc::pipe2(a.as_mut_ptr(), libc::O_CLOEXEC)).context("pipe2")?;
-            if let Err(e) = osutil::cvt(libc::pipe2(b.as_mut_ptr(), libc::O_CLOEXEC)) {
+            iolab_sys::cvt(libc::pipe2(a.as_mut_ptr(), libc::O_CLOEXEC)).context("pipe2")?;
+            if let Err(e) = iolab_sys::cvt(libc::pipe2(b.as_mut_ptr(), libc::O_CLOEXEC)) {
                 libc::close(a[0]);
                 libc::close(a[1]);
                 return Err(e).context("pipe2");
@@ -415,44 +469,67 @@ fn measure(
     result
 }
 
-/// One row of the result.
-#[derive(Debug, Clone)]
+/// One measured case: a row of `"cases"`.
+#[derive(Debug, Clone, Serialize)]
 struct Case {
-    mech: Mechanism,
+    mechanism: Mechanism,
     between: Between,
-    place: &'static str,
-    fifo: bool,
+    placement: &'static str,
+    policy: Policy,
+    /// ok, not permitted, or n/a: why.
     status: String,
-    run: Option<Run>,
+    ns_per_switch: Option<Num>,
+    /// Wall time / one-way hand-offs.
+    ns_per_handoff: Option<Num>,
+    switches_per_handoff: Option<Num>,
+    involuntary_pct: Option<Num>,
+    round_trips: Option<u64>,
+    switches: Option<u64>,
+    involuntary: Option<u64>,
+    wall_ns: Option<u64>,
 }
 
 impl Case {
-    fn ns_per_switch(&self) -> Option<f64> {
-        self.run.and_then(|r| {
-            (r.usage.switches() > 0).then(|| r.wall_ns as f64 / r.usage.switches() as f64)
-        })
+    fn new(
+        mechanism: Mechanism,
+        between: Between,
+        placement: &'static str,
+        policy: Policy,
+        status: &str,
+        run: Option<Run>,
+    ) -> Case {
+        let per_handoff = |x: u64, r: Run| Num(x as f64 / (2 * r.round_trips.max(1)) as f64);
+        Case {
+            mechanism,
+            between,
+            placement,
+            policy,
+            status: status.to_string(),
+            ns_per_switch: run.and_then(|r| {
+                let switches = r.usage.switches();
+                (switches > 0).then(|| Num(r.wall_ns as f64 / switches as f64))
+            }),
+            ns_per_handoff: run.map(|r| per_handoff(r.wall_ns, r)),
+            switches_per_handoff: run.map(|r| per_handoff(r.usage.switches(), r)),
+            involuntary_pct: run.map(|r| {
+                Num(crate::stats::share_pct(
+                    r.usage.involuntary,
+                    r.usage.switches(),
+                ))
+            }),
+            round_trips: run.map(|r| r.round_trips),
+            switches: run.map(|r| r.usage.switches()),
+            involuntary: run.map(|r| r.usage.involuntary),
+            wall_ns: run.map(|r| r.wall_ns),
+        }
     }
-    fn involuntary_pct(&self) -> Option<f64> {
-        self.run
-            .map(|r| crate::stats::share_pct(r.usage.involuntary, r.usage.switches()))
-    }
-    fn to_json(&self) -> Value {
-        let r = self.run;
-        json!({
-            "mechanism": match self.mech { Mechanism::Futex => "futex", Mechanism::Pipe => "pipe" },
-            "between": match self.between { Between::Threads => "thread", Between::Processes => "process" },
-            "placement": self.place,
-            "policy": if self.fifo { "FIFO" } else { "normal" },
-            "status": self.status,
-            "ns_per_switch": self.ns_per_switch().map(num),
-            "ns_per_handoff": r.map(|r| num(r.wall_ns as f64 / (2 * r.round_trips.max(1)) as f64)),
-            "switches_per_handoff": r.map(|r| num(r.usage.switches() as f64 / (2 * r.round_trips.max(1)) as f64)),
-            "involuntary_pct": self.involuntary_pct().map(num),
-            "round_trips": r.map(|r| r.round_trips),
-            "switches": r.map(|r| r.usage.switches()),
-            "involuntary": r.map(|r| r.usage.involuntary),
-            "wall_ns": r.map(|r| r.wall_ns),
-        })
+
+    /// The table's figure: ns per switch, or why there is none.
+    fn cell(&self) -> Cell {
+        match self.ns_per_switch {
+            Some(ns) => ns.into(),
+            None => self.status.as_str().into(),
+        }
     }
 }
 
@@ -536,11 +613,23 @@ fn runtime_task_switch(quick: bool) -> anyhow::Result<(f64, f64, String)> {
     Ok((yield_ns, chan_ns, driver))
 }
 
-pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
-    let machine = crate::machine::Machine::collect();
-    let dur = Duration::from_millis(if opts.quick { 200 } else { 1500 });
-    let fifo_dur = Duration::from_millis(if opts.quick { 150 } else { 750 });
-    let cpus = osutil::allowed_cpus();
+/// The JSON fields of `iolab micro ctxswitch` (besides machine, tables and figures).
+#[derive(Debug, Clone, Serialize)]
+pub struct Fields {
+    cpus: Vec<usize>,
+    run_ms: u64,
+    cases: Vec<Case>,
+    syscall_ns: Num,
+    thread_create_join_ns: Num,
+    runtime_task_switch_ns: Option<Num>,
+    runtime_channel_handoff_ns: Option<Num>,
+    runtime_status: String,
+}
+
+/// Every (mechanism, between, placement, policy) case, in the order of the table's rows
+/// (normal then FIFO for each placement).
+/// `dur` per case under the normal policy, `fifo_dur` under SCHED_FIFO.
+fn measure_cases(cpus: &[usize], dur: Duration, fifo_dur: Duration) -> anyhow::Result<Vec<Case>> {
     let placements: Vec<(&'static str, Option<Placement>)> = vec![
         ("unpinned", Some(Placement::Unpinned)),
         ("same CPU", Some(Placement::SameCpu(cpus[0]))),
@@ -552,53 +641,30 @@ pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
     let mut cases = Vec::new();
     for mech in [Mechanism::Futex, Mechanism::Pipe] {
         for between in [Between::Threads, Between::Processes] {
-            for (label, place) in &placements {
-                for fifo in [false, true] {
-                    let mut case = Case {
-                        mech,
-                        between,
-                        place: label,
-                        fifo,
-                        status: "ok".into(),
-                        run: None,
-                    };
-                    match place {
-                        None => case.status = "n/a: only one CPU allowed".into(),
+            for &(label, place) in &placements {
+                for policy in [Policy::Normal, Policy::Fifo] {
+                    let fifo = policy == Policy::Fifo;
+                    let (status, run) = match place {
+                        None => ("n/a: only one CPU allowed", None),
                         Some(p) => {
-                            debug_assert_eq!(p.label(), *label);
-                            match measure(
-                                mech,
-                                between,
-                                *p,
-                                fifo,
-                                if fifo { fifo_dur } else { dur },
-                            )? {
-                                Outcome::Ok(r) => case.run = Some(r),
-                                Outcome::NotPermitted => case.status = "not permitted".into(),
+                            debug_assert_eq!(p.label(), label);
+                            let d = if fifo { fifo_dur } else { dur };
+                            match measure(mech, between, p, fifo, d)? {
+                                Outcome::Ok(r) => ("ok", Some(r)),
+                                Outcome::NotPermitted => ("not permitted", None),
                             }
                         }
-                    }
-                    cases.push(case);
+                    };
+                    cases.push(Case::new(mech, between, label, policy, status, run));
                 }
             }
         }
     }
+    Ok(cases)
+}
 
-    let sys_ns = syscall_ns(if opts.quick { 200_000 } else { 2_000_000 });
-    let thread_ns = thread_create_join_ns(if opts.quick { 300 } else { 3000 })?;
-    let rt = runtime_task_switch(opts.quick);
-    let (rt_ns, rt_chan_ns, rt_status) = match &rt {
-        Ok((y, c, d)) => (Some(*y), Some(*c), format!("ok ({d} driver)")),
-        Err(e) => (None, None, format!("failed: {e:#}")),
-    };
-
-    let cell = |c: &Case| -> Value {
-        match c.ns_per_switch() {
-            Some(ns) => num(ns),
-            None => json!(c.status),
-        }
-    };
-    let pct = |c: &Case| c.involuntary_pct().map(num).unwrap_or(Value::Null);
+/// The full breakdown: one row per (mechanism, between, placement), normal and FIFO side by side.
+fn cases_table(cases: &[Case], cpus: &[usize], machine: &crate::machine::Machine) -> Table {
     let mut table = Table::new(
         "Context switch: ns per switch (wall time / switches counted by the kernel for both sides)",
         &[
@@ -614,22 +680,18 @@ pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
     );
     for pair in cases.chunks(2) {
         let (n, f) = (&pair[0], &pair[1]);
-        let sph = n
-            .run
-            .map(|r| num(r.usage.switches() as f64 / (2 * r.round_trips.max(1)) as f64))
-            .unwrap_or(Value::Null);
         table.row(vec![
-            json!(n.to_json()["mechanism"]),
-            json!(n.to_json()["between"]),
-            json!(n.place),
-            cell(n),
-            cell(f),
-            pct(n),
-            pct(f),
-            sph,
+            n.mechanism.name().into(),
+            n.between.name().into(),
+            n.placement.into(),
+            n.cell(),
+            f.cell(),
+            n.involuntary_pct.into(),
+            f.involuntary_pct.into(),
+            n.switches_per_handoff.into(),
         ]);
     }
-    let table = table.with_note(format!(
+    table.with_note(format!(
         "Method of seed 001: two {{threads|processes}} hand the CPU to each other through a futex word (or a pipe); \
          ns/switch = total time / (voluntary + involuntary switches from getrusage of both sides). \
          'invol. %' is the share of involuntary switches (preemptions). On one CPU the woken side usually preempts the waker before it reaches its own wait \
@@ -638,19 +700,21 @@ pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
          switches/handoff near 1 means every hand-off put one side to sleep; on two CPUs each side also switches to idle. \
          FIFO = SCHED_FIFO priority 1 on both sides (bypasses the CFS pick). CPUs used: {cpus:?}. {}",
         machine.summary()
-    ));
-    // The seed's own layout (its slide "nos mesures"): futex, pinned = both on one CPU.
-    let find = |between: Between, place: &str, fifo: bool| -> Value {
+    ))
+}
+
+/// The seed's own layout (its slide "nos mesures"): futex, pinned = both on one CPU.
+fn seed_table(cases: &[Case], machine: &crate::machine::Machine) -> Table {
+    let find = |between: Between, place: &str, policy: Policy| -> Cell {
         cases
             .iter()
             .find(|c| {
-                c.mech == Mechanism::Futex
+                c.mechanism == Mechanism::Futex
                     && c.between == between
-                    && c.place == place
-                    && c.fifo == fifo
+                    && c.placement == place
+                    && c.policy == policy
             })
-            .map(cell)
-            .unwrap_or(Value::Null)
+            .map_or(Cell::Empty, Case::cell)
     };
     let mut seed = Table::new(
         "Context switch, seed 001 layout (futex ping-pong, ns per switch)",
@@ -664,44 +728,49 @@ pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
         ],
     );
     seed.row(vec![
-        json!(format!("{} CPUs, kernel {}", machine.cpus, machine.kernel)),
-        find(Between::Processes, "same CPU", false),
-        find(Between::Threads, "same CPU", false),
-        find(Between::Threads, "same CPU", true),
-        find(Between::Processes, "unpinned", false),
-        find(Between::Threads, "unpinned", false),
+        format!("{} CPUs, kernel {}", machine.cpus, machine.kernel).into(),
+        find(Between::Processes, "same CPU", Policy::Normal),
+        find(Between::Threads, "same CPU", Policy::Normal),
+        find(Between::Threads, "same CPU", Policy::Fifo),
+        find(Between::Processes, "unpinned", Policy::Normal),
+        find(Between::Threads, "unpinned", Policy::Normal),
     ]);
-    let seed = seed.with_note(
+    seed.with_note(
         "The seed measured (2016, kernel 4.4): ~620-990 ns pinned, ~280-350 ns with SCHED_FIFO, 680-11,000 ns unpinned; \
          'CPU pinning' = both sides on one CPU. Full breakdown in the next table.",
-    );
+    )
+}
+
+fn related_table(f: &Fields) -> Table {
+    let rt_status = &f.runtime_status;
     let mut other = Table::new("Related costs", &["operation", "ns", "note"]);
     other.row(vec![
-        json!("plain system call (getppid)"),
-        num(sys_ns),
-        json!("syscall(SYS_getppid), mean over the loop"),
+        "plain system call (getppid)".into(),
+        f.syscall_ns.into(),
+        "syscall(SYS_getppid), mean over the loop".into(),
     ]);
     other.row(vec![
-        json!("thread create + join"),
-        num(thread_ns),
-        json!("std::thread::Builder (64 KiB stack) spawn + join"),
+        "thread create + join".into(),
+        f.thread_create_join_ns.into(),
+        "std::thread::Builder (64 KiB stack) spawn + join".into(),
     ]);
     other.row(vec![
-        json!("iolab-runtime task switch (two tasks, yield_now)"),
-        rt_ns.map(num).unwrap_or(Value::Null),
-        json!(format!(
+        "iolab-runtime task switch (two tasks, yield_now)".into(),
+        f.runtime_task_switch_ns.into(),
+        format!(
             "ns per yield on one loop: a switch between tasks, no kernel involved; {rt_status}"
-        )),
+        )
+        .into(),
     ]);
     other.row(vec![
-        json!("iolab-runtime channel hand-off (two tasks)"),
-        rt_chan_ns.map(num).unwrap_or(Value::Null),
-        json!(format!("ping-pong through two capacity-1 iolab_runtime::sync::mpsc channels, ns per hand-off; {rt_status}")),
+        "iolab-runtime channel hand-off (two tasks)".into(),
+        f.runtime_channel_handoff_ns.into(),
+        format!("ping-pong through two capacity-1 iolab_runtime::sync::mpsc channels, ns per hand-off; {rt_status}").into(),
     ]);
-    seed.print();
-    table.print();
-    other.print();
+    other
+}
 
+fn placement_figure(cases: &[Case]) -> Figure {
     let mut fig = Figure::new(
         "Context switch cost by placement (futex ping-pong, normal policy)",
         "placement (0 = unpinned, 1 = same CPU, 2 = two CPUs)",
@@ -709,33 +778,112 @@ pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
     );
     for c in cases
         .iter()
-        .filter(|c| c.mech == Mechanism::Futex && !c.fifo)
+        .filter(|c| c.mechanism == Mechanism::Futex && c.policy == Policy::Normal)
     {
-        let x = match c.place {
+        let x = match c.placement {
             "unpinned" => 0.0,
             "same CPU" => 1.0,
             _ => 2.0,
         };
-        let name = match c.between {
-            Between::Threads => "threads",
-            Between::Processes => "processes",
-        };
-        if let Some(ns) = c.ns_per_switch() {
-            fig.point(name, x, ns);
+        if let Some(ns) = c.ns_per_switch {
+            fig.point(c.between.plural(), x, ns.0);
         }
     }
+    fig
+}
 
-    Ok(json!({
-        "machine": machine,
-        "cpus": cpus,
-        "run_ms": dur.as_millis() as u64,
-        "cases": cases.iter().map(Case::to_json).collect::<Vec<_>>(),
-        "syscall_ns": num(sys_ns),
-        "thread_create_join_ns": num(thread_ns),
-        "runtime_task_switch_ns": rt_ns.map(num),
-        "runtime_channel_handoff_ns": rt_chan_ns.map(num),
-        "runtime_status": rt_status,
-        "tables": [seed.to_json(), table.to_json(), other.to_json()],
-        "figures": [fig.to_json()],
-    }))
+pub fn run(opts: &crate::Opts) -> anyhow::Result<Report<Fields>> {
+    let machine = crate::machine::Machine::collect();
+    let dur = Duration::from_millis(if opts.quick { 200 } else { 1500 });
+    let fifo_dur = Duration::from_millis(if opts.quick { 150 } else { 750 });
+    let cpus = osutil::allowed_cpus();
+    let cases = measure_cases(&cpus, dur, fifo_dur)?;
+    let sys_ns = syscall_ns(if opts.quick { 200_000 } else { 2_000_000 });
+    let thread_ns = thread_create_join_ns(if opts.quick { 300 } else { 3000 })?;
+    let (rt_ns, rt_chan_ns, rt_status) = match runtime_task_switch(opts.quick) {
+        Ok((y, c, d)) => (Some(Num(y)), Some(Num(c)), format!("ok ({d} driver)")),
+        Err(e) => (None, None, format!("failed: {e:#}")),
+    };
+    let table = cases_table(&cases, &cpus, &machine);
+    let seed = seed_table(&cases, &machine);
+    let figure = placement_figure(&cases);
+    let fields = Fields {
+        run_ms: dur.as_millis() as u64,
+        cpus,
+        cases,
+        syscall_ns: Num(sys_ns),
+        thread_create_join_ns: Num(thread_ns),
+        runtime_task_switch_ns: rt_ns,
+        runtime_channel_handoff_ns: rt_chan_ns,
+        runtime_status: rt_status,
+    };
+    let other = related_table(&fields);
+    seed.print();
+    table.print();
+    other.print();
+    Ok(Report {
+        machine,
+        fields,
+        tables: vec![seed, table, other],
+        figures: vec![figure],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_case_without_a_run_keeps_every_key() {
+        let c = Case::new(
+            Mechanism::Pipe,
+            Between::Processes,
+            "same CPU",
+            Policy::Fifo,
+            "not permitted",
+            None,
+        );
+        let v = serde_json::to_value(&c).unwrap();
+        let o = v.as_object().unwrap();
+        assert_eq!(o.len(), 13, "{v}");
+        assert_eq!(
+            (&v["mechanism"], &v["between"], &v["policy"]),
+            (&"pipe".into(), &"process".into(), &"FIFO".into())
+        );
+        assert!(o
+            .iter()
+            .filter(
+                |(k, _)| !["mechanism", "between", "placement", "policy", "status"]
+                    .contains(&k.as_str())
+            )
+            .all(|(_, x)| x.is_null()));
+        assert_eq!(c.cell(), Cell::Text("not permitted".into()));
+        let run = Run {
+            round_trips: 100,
+            wall_ns: 40_000,
+            usage: Usage {
+                voluntary: 150,
+                involuntary: 50,
+                cpu_ns: 0,
+            },
+        };
+        let c = Case::new(
+            Mechanism::Futex,
+            Between::Threads,
+            "unpinned",
+            Policy::Normal,
+            "ok",
+            Some(run),
+        );
+        let v = serde_json::to_value(&c).unwrap();
+        assert_eq!(v["ns_per_switch"], 200.0);
+        assert_eq!(v["ns_per_handoff"], 200.0);
+        assert_eq!(v["switches_per_handoff"], 1.0);
+        assert_eq!(v["involuntary_pct"], 25.0);
+        assert_eq!(
+            (&v["switches"], &v["involuntary"]),
+            (&200.into(), &50.into())
+        );
+        assert_eq!(c.cell(), Cell::Num(200.0));
+    }
 }

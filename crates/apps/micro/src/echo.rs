@@ -18,7 +18,7 @@
 //! rss_growth_kib, refused, status}]`, `"max_held"`: {model: most connections held},
 //! `"runtime_status"` (the runtime's driver), `"tables"`, `"figures"`.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
@@ -27,10 +27,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use serde_json::{json, Value};
+use serde::Serialize;
 
-use crate::osutil::{self, cvt, cvt_size};
-use crate::table::{num, Figure, Table};
+use iolab_sys::cvt;
+
+use crate::osutil;
+use crate::table::{Cell, Figure, Num, Report, Table};
 
 const BUF: usize = 2048;
 /// Client sockets are duplicated to fds at or above this, leaving the low ones to servers.
@@ -45,6 +47,16 @@ pub enum Model {
     Uring,
     Runtime,
 }
+
+/// Every model, in the order of the table.
+pub const MODELS: [Model; 6] = [
+    Model::Threads,
+    Model::Select,
+    Model::Poll,
+    Model::Epoll,
+    Model::Uring,
+    Model::Runtime,
+];
 
 impl Model {
     pub fn name(self) -> &'static str {
@@ -93,16 +105,14 @@ impl Ctl {
 
 fn read_fd(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
     // SAFETY: buf is valid for buf.len() bytes.
-    cvt_size(unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) })
+    cvt(unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) }).map(|n| n as usize)
 }
 
 fn write_all_fd(fd: RawFd, mut buf: &[u8]) -> io::Result<()> {
     while !buf.is_empty() {
         // SAFETY: buf is valid for buf.len() bytes; MSG_NOSIGNAL avoids SIGPIPE.
-        match cvt_size(unsafe {
-            libc::send(fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL)
-        }) {
-            Ok(n) => buf = &buf[n..],
+        match cvt(unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) }) {
+            Ok(n) => buf = &buf[n as usize..],
             Err(e)
                 if e.kind() == io::ErrorKind::WouldBlock
                     || e.kind() == io::ErrorKind::Interrupted =>
@@ -121,20 +131,6 @@ fn set_nonblocking(fd: RawFd) {
         let fl = libc::fcntl(fd, libc::F_GETFL);
         libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
     }
-}
-
-fn accept_fd(l: RawFd) -> io::Result<OwnedFd> {
-    // SAFETY: accept4 on our listener; the new fd is owned by the result.
-    let fd = cvt(unsafe {
-        libc::accept4(
-            l,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            libc::SOCK_CLOEXEC,
-        )
-    })?;
-    // SAFETY: fresh fd from accept4.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// Waits up to `ms` for the listener to be readable (so loops can check `stop`).
@@ -156,7 +152,7 @@ fn serve_threads(l: TcpListener, ctl: Arc<Ctl>) -> anyhow::Result<()> {
         if !poll_one(lfd, 50) {
             continue;
         }
-        while let Ok(c) = accept_fd(lfd) {
+        while let Ok(c) = osutil::accept(lfd) {
             let ctl2 = ctl.clone();
             let spawned = std::thread::Builder::new()
                 .stack_size(64 * 1024)
@@ -230,7 +226,7 @@ fn serve_select(l: TcpListener, ctl: Arc<Ctl>) -> anyhow::Result<()> {
             i += 1;
         }
         if set.contains(lfd) {
-            while let Ok(c) = accept_fd(lfd) {
+            while let Ok(c) = osutil::accept(lfd) {
                 if (c.as_raw_fd() as usize) < libc::FD_SETSIZE {
                     conns.push(c);
                 } else {
@@ -275,7 +271,7 @@ fn serve_poll(l: TcpListener, ctl: Arc<Ctl>) -> anyhow::Result<()> {
             i += 1;
         }
         if fds[0].revents != 0 {
-            while let Ok(c) = accept_fd(lfd) {
+            while let Ok(c) = osutil::accept(lfd) {
                 fds.push(libc::pollfd {
                     fd: c.as_raw_fd(),
                     events: libc::POLLIN,
@@ -288,10 +284,11 @@ fn serve_poll(l: TcpListener, ctl: Arc<Ctl>) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn epoll_add(ep: RawFd, fd: RawFd) -> io::Result<()> {
+/// Watches `fd` for input; its events carry `key`.
+fn epoll_add(ep: RawFd, fd: RawFd, key: u64) -> io::Result<()> {
     let mut ev = libc::epoll_event {
         events: libc::EPOLLIN as u32,
-        u64: fd as u64,
+        u64: key,
     };
     // SAFETY: valid epoll fd and event struct.
     cvt(unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) }).map(drop)
@@ -308,7 +305,7 @@ fn serve_epoll(l: TcpListener, ctl: Arc<Ctl>) -> anyhow::Result<()> {
     let lfd = l.as_raw_fd();
     set_nonblocking(lfd);
     let ep = new_epoll().context("epoll_create1")?;
-    epoll_add(ep.as_raw_fd(), lfd)?;
+    epoll_add(ep.as_raw_fd(), lfd, lfd as u64)?;
     let mut conns: HashMap<RawFd, OwnedFd> = HashMap::new();
     let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 1024];
     let mut buf = [0u8; BUF];
@@ -320,8 +317,8 @@ fn serve_epoll(l: TcpListener, ctl: Arc<Ctl>) -> anyhow::Result<()> {
         for ev in events.iter().take(n.max(0) as usize) {
             let fd = ev.u64 as RawFd;
             if fd == lfd {
-                while let Ok(c) = accept_fd(lfd) {
-                    if epoll_add(ep.as_raw_fd(), c.as_raw_fd()).is_ok() {
+                while let Ok(c) = osutil::accept(lfd) {
+                    if epoll_add(ep.as_raw_fd(), c.as_raw_fd(), c.as_raw_fd() as u64).is_ok() {
                         conns.insert(c.as_raw_fd(), c);
                     }
                 }
@@ -357,12 +354,12 @@ fn serve_uring(l: TcpListener, ctl: Arc<Ctl>) -> anyhow::Result<()> {
         }
         Ok(())
     };
-    push(
-        &mut ring,
+    let accept = || {
         opcode::Accept::new(types::Fd(lfd), std::ptr::null_mut(), std::ptr::null_mut())
             .build()
-            .user_data(ACCEPT),
-    )?;
+            .user_data(ACCEPT)
+    };
+    push(&mut ring, accept())?;
     in_flight += 1;
     let ts = types::Timespec::new().nsec(50_000_000);
     while !ctl.stopped() {
@@ -394,12 +391,7 @@ fn serve_uring(l: TcpListener, ctl: Arc<Ctl>) -> anyhow::Result<()> {
                     push(&mut ring, e)?;
                     in_flight += 1;
                 }
-                push(
-                    &mut ring,
-                    opcode::Accept::new(types::Fd(lfd), std::ptr::null_mut(), std::ptr::null_mut())
-                        .build()
-                        .user_data(ACCEPT),
-                )?;
+                push(&mut ring, accept())?;
                 in_flight += 1;
                 continue;
             }
@@ -572,6 +564,131 @@ fn send_msg(c: &mut Conn, msg: &[u8]) {
     }
 }
 
+/// The client side of a point: connections on one epoll set (an event's key is the
+/// connection's index), each keeping one `size`-byte message in flight.
+struct Clients {
+    ep: OwnedFd,
+    conns: Vec<Conn>,
+    msg: Vec<u8>,
+    events: Vec<libc::epoll_event>,
+    scratch: Vec<u8>,
+}
+
+impl Clients {
+    /// Opens up to `n` connections to `addr` and sends each its first message; the status
+    /// says where connecting stopped, if it did (empty otherwise).
+    fn connect(addr: SocketAddr, n: usize, size: usize) -> anyhow::Result<(Clients, String)> {
+        let mut c = Clients {
+            ep: new_epoll().context("epoll_create1")?,
+            conns: Vec::with_capacity(n),
+            msg: vec![0x42u8; size],
+            events: vec![libc::epoll_event { events: 0, u64: 0 }; 1024],
+            scratch: vec![0u8; BUF.max(size)],
+        };
+        let mut status = String::new();
+        for _ in 0..n {
+            match connect_client(addr) {
+                Ok(fd) => {
+                    epoll_add(c.ep.as_raw_fd(), fd.as_raw_fd(), c.conns.len() as u64)?;
+                    c.conns.push(Conn {
+                        fd,
+                        sent_at: Instant::now(),
+                        got: 0,
+                        echoes: 0,
+                        alive: true,
+                    });
+                }
+                Err(e) => {
+                    status = format!("connect {} failed: {e}", c.conns.len() + 1);
+                    break;
+                }
+            }
+        }
+        for conn in c.conns.iter_mut() {
+            send_msg(conn, &c.msg);
+        }
+        Ok((c, status))
+    }
+
+    /// Reads echoes and sends the next messages until `until`, or, when `warm`, until every
+    /// live connection has had its first echo; the round trips go to `rtts`. Returns the
+    /// echoes received.
+    fn drive(&mut self, until: Instant, mut rtts: Option<&mut Vec<u64>>, warm: bool) -> u64 {
+        let size = self.msg.len();
+        let mut echoes = 0u64;
+        let mut pending = self
+            .conns
+            .iter()
+            .filter(|c| c.alive && c.echoes == 0)
+            .count();
+        while Instant::now() < until && !(warm && pending == 0) {
+            // SAFETY: events has room for events.len() entries.
+            let n = unsafe {
+                libc::epoll_wait(
+                    self.ep.as_raw_fd(),
+                    self.events.as_mut_ptr(),
+                    self.events.len() as i32,
+                    10,
+                )
+            };
+            for ev in self.events.iter().take(n.max(0) as usize) {
+                let c = &mut self.conns[ev.u64 as usize];
+                if !c.alive {
+                    continue;
+                }
+                match read_fd(c.fd.as_raw_fd(), &mut self.scratch[..size - c.got]) {
+                    Ok(0) => c.alive = false,
+                    Ok(k) => {
+                        c.got += k;
+                        if c.got == size {
+                            if c.echoes == 0 {
+                                pending = pending.saturating_sub(1);
+                            }
+                            c.echoes += 1;
+                            echoes += 1;
+                            if let Some(v) = rtts.as_deref_mut() {
+                                v.push(c.sent_at.elapsed().as_nanos() as u64);
+                            }
+                            send_msg(c, &self.msg);
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(_) => c.alive = false,
+                }
+                if !c.alive {
+                    pending = pending.saturating_sub(1);
+                    // SAFETY: removing our own fd from our epoll set.
+                    unsafe {
+                        libc::epoll_ctl(
+                            self.ep.as_raw_fd(),
+                            libc::EPOLL_CTL_DEL,
+                            c.fd.as_raw_fd(),
+                            std::ptr::null_mut(),
+                        )
+                    };
+                }
+            }
+        }
+        echoes
+    }
+
+    /// Connections still echoing.
+    fn held(&self) -> usize {
+        self.conns
+            .iter()
+            .filter(|c| c.alive && c.echoes > 0)
+            .count()
+    }
+
+    /// Closes every connection with a reset rather than a FIN: no TIME_WAIT left behind by
+    /// thousands of connections.
+    fn reset(self) {
+        for c in &self.conns {
+            osutil::set_linger_rst(&c.fd);
+        }
+    }
+}
+
 fn run_point(
     model: Model,
     clients: usize,
@@ -588,138 +705,28 @@ fn run_point(
         .name("echo-client".into())
         .spawn(move || -> anyhow::Result<PointResult> {
             let _ = osutil::pin_to(cpus.1);
-            let mut r = PointResult::default();
-            let msg = vec![0x42u8; size];
-            let ep = new_epoll().context("epoll_create1")?;
-            let mut conns: Vec<Conn> = Vec::with_capacity(clients);
-            for _ in 0..clients {
-                match connect_client(addr) {
-                    Ok(fd) => {
-                        let i = conns.len();
-                        let mut ev = libc::epoll_event {
-                            events: libc::EPOLLIN as u32,
-                            u64: i as u64,
-                        };
-                        // SAFETY: valid epoll fd and event struct.
-                        cvt(unsafe {
-                            libc::epoll_ctl(
-                                ep.as_raw_fd(),
-                                libc::EPOLL_CTL_ADD,
-                                fd.as_raw_fd(),
-                                &mut ev,
-                            )
-                        })?;
-                        conns.push(Conn {
-                            fd,
-                            sent_at: Instant::now(),
-                            got: 0,
-                            echoes: 0,
-                            alive: true,
-                        });
-                    }
-                    Err(e) => {
-                        r.status = format!("connect {} failed: {e}", conns.len() + 1);
-                        break;
-                    }
-                }
-            }
-            for c in conns.iter_mut() {
-                send_msg(c, &msg);
-            }
-            let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 1024];
-            let mut scratch = vec![0u8; BUF.max(size)];
-            let mut rtts: Vec<u64> = Vec::new();
-            let mut drive = |conns: &mut Vec<Conn>,
-                             until: Instant,
-                             rtts: Option<&mut Vec<u64>>,
-                             warm: bool|
-             -> u64 {
-                let mut rtts = rtts;
-                let mut echoes = 0u64;
-                let mut pending = conns.iter().filter(|c| c.alive && c.echoes == 0).count();
-                while Instant::now() < until && !(warm && pending == 0) {
-                    // SAFETY: events has room for events.len() entries.
-                    let n = unsafe {
-                        libc::epoll_wait(
-                            ep.as_raw_fd(),
-                            events.as_mut_ptr(),
-                            events.len() as i32,
-                            10,
-                        )
-                    };
-                    for ev in events.iter().take(n.max(0) as usize) {
-                        let c = &mut conns[ev.u64 as usize];
-                        if !c.alive {
-                            continue;
-                        }
-                        match read_fd(c.fd.as_raw_fd(), &mut scratch[..size - c.got]) {
-                            Ok(0) => c.alive = false,
-                            Ok(k) => {
-                                c.got += k;
-                                if c.got == size {
-                                    if c.echoes == 0 {
-                                        pending = pending.saturating_sub(1);
-                                    }
-                                    c.echoes += 1;
-                                    echoes += 1;
-                                    if let Some(v) = rtts.as_deref_mut() {
-                                        v.push(c.sent_at.elapsed().as_nanos() as u64);
-                                    }
-                                    send_msg(c, &msg);
-                                }
-                            }
-                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                            Err(_) => c.alive = false,
-                        }
-                        if !c.alive {
-                            pending = pending.saturating_sub(1);
-                            // SAFETY: removing our own fd from our epoll set.
-                            unsafe {
-                                libc::epoll_ctl(
-                                    ep.as_raw_fd(),
-                                    libc::EPOLL_CTL_DEL,
-                                    c.fd.as_raw_fd(),
-                                    std::ptr::null_mut(),
-                                )
-                            };
-                        }
-                    }
-                }
-                echoes
+            let (mut c, status) = Clients::connect(addr, clients, size)?;
+            let mut r = PointResult {
+                status,
+                ..Default::default()
             };
             // Warm-up: until every live connection has had one echo (or warm_max).
-            drive(&mut conns, Instant::now() + warm_max, None, true);
+            c.drive(Instant::now() + warm_max, None, true);
+            let mut rtts: Vec<u64> = Vec::new();
             let cpu0 = ctl.cpu_ns();
             let t0 = Instant::now();
-            let echoes = drive(&mut conns, t0 + window, Some(&mut rtts), false);
+            let echoes = c.drive(t0 + window, Some(&mut rtts), false);
             let secs = t0.elapsed().as_secs_f64();
             let cpu1 = ctl.cpu_ns();
             r.rss_growth_kib = osutil::rss_kib() as i64 - rss0;
-            r.held = conns.iter().filter(|c| c.alive && c.echoes > 0).count();
+            r.held = c.held();
             r.msgs_per_s = echoes as f64 / secs;
             r.cpu_pct = 100.0 * (cpu1.saturating_sub(cpu0)) as f64 / (secs * 1e9);
             if let Some(s) = crate::stats::Summary::of(&mut rtts) {
                 r.p50_us = s.p50 as f64 / 1000.0;
                 r.p99_us = s.p99 as f64 / 1000.0;
             }
-            // Reset rather than close: no TIME_WAIT left behind by thousands of connections.
-            for c in &conns {
-                let l = libc::linger {
-                    l_onoff: 1,
-                    l_linger: 0,
-                };
-                // SAFETY: valid linger struct on our own socket.
-                unsafe {
-                    libc::setsockopt(
-                        c.fd.as_raw_fd(),
-                        libc::SOL_SOCKET,
-                        libc::SO_LINGER,
-                        (&l as *const libc::linger).cast(),
-                        std::mem::size_of::<libc::linger>() as u32,
-                    )
-                };
-            }
-            drop(conns);
+            c.reset();
             Ok(r)
         })?;
     let res = client
@@ -751,35 +758,217 @@ fn runtime_status() -> String {
     }
 }
 
-pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
+/// One (model, clients, message size) point: a row of `"points"` and of the table.
+#[derive(Debug, Clone, Serialize)]
+pub struct Point {
+    model: &'static str,
+    /// Connections attempted.
+    clients: usize,
+    bytes: usize,
+    /// Connections still echoing at the end; null when the point was skipped.
+    held: Option<usize>,
+    /// Absent when the point was skipped.
+    #[serde(flatten)]
+    measured: Option<Measured>,
+    status: String,
+}
+
+/// What a point that ran measured.
+#[derive(Debug, Clone, Serialize)]
+struct Measured {
+    msgs_per_s: Num,
+    p50_us: Num,
+    p99_us: Num,
+    server_cpu_pct: Num,
+    rss_growth_kib: i64,
+    refused: u64,
+}
+
+impl Point {
+    fn skipped(model: Model, clients: usize, bytes: usize, status: String) -> Point {
+        Point {
+            model: model.name(),
+            clients,
+            bytes,
+            held: None,
+            measured: None,
+            status,
+        }
+    }
+
+    fn measured(model: Model, clients: usize, bytes: usize, r: PointResult) -> Point {
+        Point {
+            model: model.name(),
+            clients,
+            bytes,
+            held: Some(r.held),
+            measured: Some(Measured {
+                msgs_per_s: Num(r.msgs_per_s),
+                p50_us: Num(r.p50_us),
+                p99_us: Num(r.p99_us),
+                server_cpu_pct: Num(r.cpu_pct),
+                rss_growth_kib: r.rss_growth_kib,
+                refused: r.refused,
+            }),
+            status: r.status,
+        }
+    }
+
+    /// The table's row (RSS growth in MiB).
+    fn cells(&self) -> Vec<Cell> {
+        let m = self.measured.as_ref();
+        vec![
+            self.model.into(),
+            self.clients.into(),
+            self.bytes.into(),
+            self.held.into(),
+            m.map(|m| m.msgs_per_s).into(),
+            m.map(|m| m.p50_us).into(),
+            m.map(|m| m.p99_us).into(),
+            m.map(|m| m.server_cpu_pct).into(),
+            m.map(|m| Num(m.rss_growth_kib as f64 / 1024.0)).into(),
+            self.status.as_str().into(),
+        ]
+    }
+}
+
+/// The JSON fields of `iolab micro echo` (besides machine, tables and figures).
+#[derive(Debug, Clone, Serialize)]
+pub struct Fields {
+    clients: Vec<usize>,
+    sizes: Vec<usize>,
+    window_ms: u64,
+    /// The fd limit in force.
+    nofile: u64,
+    points: Vec<Point>,
+    /// Most connections each model held.
+    max_held: BTreeMap<&'static str, u64>,
+    runtime_status: String,
+}
+
+/// What a run measures: client counts, message sizes, the measured window per point and
+/// the bound on its warm-up.
+struct Plan {
+    clients: Vec<usize>,
+    sizes: Vec<usize>,
+    window: Duration,
+    warm: Duration,
+}
+
+impl Plan {
+    fn new(quick: bool) -> Plan {
+        if quick {
+            Plan {
+                clients: vec![10, 1000],
+                sizes: vec![100],
+                window: Duration::from_millis(500),
+                warm: Duration::from_secs(3),
+            }
+        } else {
+            Plan {
+                clients: vec![10, 100, 1000, 10_000],
+                sizes: vec![100, 1024],
+                window: Duration::from_millis(1500),
+                warm: Duration::from_secs(8),
+            }
+        }
+    }
+}
+
+/// The two figures of one message size: throughput and p99 against clients.
+struct SizeFigures {
+    throughput: Figure,
+    p99: Figure,
+}
+
+impl SizeFigures {
+    fn new(size: usize) -> SizeFigures {
+        let mut throughput = Figure::new(
+            format!("Echo throughput, {size}-byte messages"),
+            "clients",
+            "messages per second",
+        );
+        throughput.log_x = true;
+        let mut p99 = Figure::new(
+            format!("Echo round trip p99, {size}-byte messages"),
+            "clients",
+            "p99 round trip (µs)",
+        );
+        p99.log_x = true;
+        p99.log_y = true;
+        SizeFigures { throughput, p99 }
+    }
+}
+
+/// Every client count of the plan for `model` with `size`-byte messages; the counts past
+/// one the model could not hold are skipped.
+fn run_model(
+    model: Model,
+    size: usize,
+    plan: &Plan,
+    nofile: u64,
+    pair: (usize, usize),
+    figs: &mut SizeFigures,
+) -> Vec<Point> {
+    let mut points = Vec::new();
+    let mut failed_at: Option<usize> = None;
+    for &asked in &plan.clients {
+        if let Some(prev) = failed_at {
+            let status = format!("skipped: could not hold {prev}");
+            points.push(Point::skipped(model, asked, size, status));
+            continue;
+        }
+        // Client and server ends both live in this process: 2 fds per connection.
+        // Past the fd limit, run the largest count that fits and say so.
+        let fit = (nofile.saturating_sub(256) / 2) as usize;
+        let n = asked.min(fit);
+        let mut r = run_point(model, n, size, plan.window, plan.warm, pair).unwrap_or_else(|e| {
+            PointResult {
+                status: format!("failed: {e:#}"),
+                ..Default::default()
+            }
+        });
+        tracing::debug!("echo {} {n} {size}: {r:?}", model.name());
+        if n < asked && r.status == "ok" {
+            r.status =
+                format!("ok; {n} clients, not {asked}: ulimit -n {nofile} (2 fds per connection)");
+        }
+        if r.held < n {
+            failed_at = Some(asked);
+        }
+        if r.held > 0 {
+            figs.throughput.point(model.name(), n as f64, r.msgs_per_s);
+            figs.p99.point(model.name(), n as f64, r.p99_us);
+        }
+        points.push(Point::measured(model, n, size, r));
+    }
+    points
+}
+
+pub fn run(opts: &crate::Opts) -> anyhow::Result<Report<Fields>> {
     let machine = crate::machine::Machine::collect();
     let nofile = osutil::raise_nofile(65536);
     let cpus = osutil::allowed_cpus();
     let pair = (cpus[0], *cpus.get(1).unwrap_or(&cpus[0]));
-    let (clients, sizes, window, warm): (Vec<usize>, Vec<usize>, Duration, Duration) = if opts.quick
-    {
-        (
-            vec![10, 1000],
-            vec![100],
-            Duration::from_millis(500),
-            Duration::from_secs(3),
-        )
-    } else {
-        (
-            vec![10, 100, 1000, 10_000],
-            vec![100, 1024],
-            Duration::from_millis(1500),
-            Duration::from_secs(8),
-        )
-    };
-    let models = [
-        Model::Threads,
-        Model::Select,
-        Model::Poll,
-        Model::Epoll,
-        Model::Uring,
-        Model::Runtime,
-    ];
+    let plan = Plan::new(opts.quick);
+    let mut points = Vec::new();
+    let mut figures: Vec<Figure> = Vec::new();
+    for &size in &plan.sizes {
+        let mut figs = SizeFigures::new(size);
+        for model in MODELS {
+            points.extend(run_model(model, size, &plan, nofile, pair, &mut figs));
+        }
+        figures.push(figs.throughput);
+        figures.push(figs.p99);
+    }
+    let mut max_held: BTreeMap<&'static str, u64> = BTreeMap::new();
+    for p in &points {
+        if let Some(held) = p.held {
+            let most = max_held.entry(p.model).or_insert(0);
+            *most = (*most).max(held as u64);
+        }
+    }
+    let rt = runtime_status();
     let mut table = Table::new(
         "Echo server by I/O model (seed 003)",
         &[
@@ -795,133 +984,85 @@ pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
             "status",
         ],
     );
-    let mut points = Vec::new();
-    let mut max_held: serde_json::Map<String, Value> = serde_json::Map::new();
-    let mut figs: Vec<Figure> = Vec::new();
-    for &size in &sizes {
-        let mut f = Figure::new(
-            format!("Echo throughput, {size}-byte messages"),
-            "clients",
-            "messages per second",
-        );
-        f.log_x = true;
-        let mut g = Figure::new(
-            format!("Echo round trip p99, {size}-byte messages"),
-            "clients",
-            "p99 round trip (µs)",
-        );
-        g.log_x = true;
-        g.log_y = true;
-        for model in models {
-            let mut failed_at: Option<usize> = None;
-            for &n in &clients {
-                if let Some(prev) = failed_at {
-                    let status = format!("skipped: could not hold {prev}");
-                    table.row(vec![
-                        json!(model.name()),
-                        json!(n),
-                        json!(size),
-                        Value::Null,
-                        Value::Null,
-                        Value::Null,
-                        Value::Null,
-                        Value::Null,
-                        Value::Null,
-                        json!(status),
-                    ]);
-                    points.push(json!({"model": model.name(), "clients": n, "bytes": size, "held": null, "status": status}));
-                    continue;
-                }
-                // Client and server ends both live in this process: 2 fds per connection.
-                // Past the fd limit, run the largest count that fits and say so.
-                let fit = (nofile.saturating_sub(256) / 2) as usize;
-                let asked = n;
-                let n = n.min(fit);
-                let r =
-                    run_point(model, n, size, window, warm, pair).unwrap_or_else(|e| PointResult {
-                        status: format!("failed: {e:#}"),
-                        ..Default::default()
-                    });
-                tracing::debug!("echo {} {n} {size}: {r:?}", model.name());
-                let held_prev = max_held
-                    .get(model.name())
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0);
-                max_held.insert(model.name().into(), json!(held_prev.max(r.held as u64)));
-                let mut r = r;
-                if n < asked && r.status == "ok" {
-                    r.status = format!(
-                        "ok; {n} clients, not {asked}: ulimit -n {nofile} (2 fds per connection)"
-                    );
-                }
-                if r.held < n {
-                    failed_at = Some(asked);
-                }
-                if r.held > 0 {
-                    f.point(model.name(), n as f64, r.msgs_per_s);
-                    g.point(model.name(), n as f64, r.p99_us);
-                }
-                table.row(vec![
-                    json!(model.name()),
-                    json!(n),
-                    json!(size),
-                    json!(r.held),
-                    num(r.msgs_per_s),
-                    num(r.p50_us),
-                    num(r.p99_us),
-                    num(r.cpu_pct),
-                    num(r.rss_growth_kib as f64 / 1024.0),
-                    json!(r.status),
-                ]);
-                points.push(json!({
-                    "model": model.name(), "clients": n, "bytes": size, "held": r.held,
-                    "msgs_per_s": num(r.msgs_per_s), "p50_us": num(r.p50_us), "p99_us": num(r.p99_us),
-                    "server_cpu_pct": num(r.cpu_pct), "rss_growth_kib": r.rss_growth_kib,
-                    "refused": r.refused, "status": r.status,
-                }));
-            }
-        }
-        figs.push(f);
-        figs.push(g);
+    for p in &points {
+        table.row(p.cells());
     }
-    let rt = runtime_status();
     let table = table.with_note(format!(
         "Server pinned to CPU {}, one client thread pinned to CPU {}; each connection keeps one message in flight; {} ms measured after a warm-up in which every connection gets one echo. \
          clients = connections attempted (capped so that 2 per connection fit under ulimit -n); held = connections still echoing at the end (select refuses fds ≥ FD_SETSIZE = 1024; a model that cannot hold N is not tried with more). \
          iolab-runtime: {rt}. server CPU % = run time of the server's threads (schedstat) / window; RSS growth = VmRSS of the process during the point minus before (includes the client's small per-connection state, the same for every model). ulimit -n in force: {nofile}.",
-        pair.0, pair.1, window.as_millis()
+        pair.0, pair.1, plan.window.as_millis()
     ));
     table.print();
-    Ok(json!({
-        "machine": machine,
-        "clients": clients,
-        "sizes": sizes,
-        "window_ms": window.as_millis() as u64,
-        "nofile": nofile,
-        "points": points,
-        "max_held": max_held,
-        "runtime_status": rt,
-        "tables": [table.to_json()],
-        "figures": figs.iter().map(Figure::to_json).collect::<Vec<_>>(),
-    }))
+    Ok(Report {
+        machine,
+        fields: Fields {
+            window_ms: plan.window.as_millis() as u64,
+            clients: plan.clients,
+            sizes: plan.sizes,
+            nofile,
+            points,
+            max_held,
+            runtime_status: rt,
+        },
+        tables: vec![table],
+        figures,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn keys(p: &Point) -> Vec<String> {
+        let v = serde_json::to_value(p).unwrap();
+        v.as_object().unwrap().keys().cloned().collect()
+    }
+
+    #[test]
+    fn a_skipped_point_has_no_figures_and_a_null_held() {
+        let p = Point::skipped(
+            Model::Select,
+            1000,
+            100,
+            "skipped: could not hold 100".into(),
+        );
+        assert_eq!(keys(&p), ["bytes", "clients", "held", "model", "status"]);
+        let v = serde_json::to_value(&p).unwrap();
+        assert!(v["held"].is_null());
+        assert_eq!(v["model"], "select");
+        let cells = p.cells();
+        assert_eq!(cells.len(), 10);
+        assert_eq!(cells[3..9], vec![Cell::Empty; 6]);
+        let failed = PointResult {
+            status: "failed: x".into(),
+            ..Default::default()
+        };
+        let p = Point::measured(Model::Uring, 10, 100, failed);
+        assert_eq!(
+            keys(&p),
+            [
+                "bytes",
+                "clients",
+                "held",
+                "model",
+                "msgs_per_s",
+                "p50_us",
+                "p99_us",
+                "refused",
+                "rss_growth_kib",
+                "server_cpu_pct",
+                "status"
+            ]
+        );
+        assert_eq!(serde_json::to_value(&p).unwrap()["held"], 0);
+    }
+
     #[test]
     fn every_model_echoes() {
         let cpus = osutil::allowed_cpus();
         let pair = (cpus[0], *cpus.get(1).unwrap_or(&cpus[0]));
-        for model in [
-            Model::Threads,
-            Model::Select,
-            Model::Poll,
-            Model::Epoll,
-            Model::Uring,
-            Model::Runtime,
-        ] {
+        for model in MODELS {
             let r = run_point(
                 model,
                 4,

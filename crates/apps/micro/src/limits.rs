@@ -26,10 +26,12 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use serde_json::{json, Value};
+use serde::Serialize;
 
-use crate::osutil::cvt;
-use crate::table::Table;
+use iolab_sys::cvt;
+
+use crate::osutil;
+use crate::table::{Cell, Report, Table};
 
 /// `IP_LOCAL_PORT_RANGE` from linux/in.h (not in the libc crate yet).
 const IP_LOCAL_PORT_RANGE: libc::c_int = 51;
@@ -114,11 +116,16 @@ fn setsockopt_int(
     .map(drop)
 }
 
-fn bind(fd: &OwnedFd, port: u16) -> io::Result<()> {
+/// `bind` and `connect` take the same arguments.
+type AddrCall =
+    unsafe extern "C" fn(libc::c_int, *const libc::sockaddr, libc::socklen_t) -> libc::c_int;
+
+/// `call` (`libc::bind` or `libc::connect`) of `fd` with 127.0.0.1:`port`.
+fn loopback_call(fd: &OwnedFd, port: u16, call: AddrCall) -> io::Result<()> {
     let a = sockaddr(port);
     // SAFETY: a is a valid sockaddr_in of the stated length.
     cvt(unsafe {
-        libc::bind(
+        call(
             fd.as_raw_fd(),
             (&a as *const libc::sockaddr_in).cast(),
             std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
@@ -127,17 +134,12 @@ fn bind(fd: &OwnedFd, port: u16) -> io::Result<()> {
     .map(drop)
 }
 
+fn bind(fd: &OwnedFd, port: u16) -> io::Result<()> {
+    loopback_call(fd, port, libc::bind)
+}
+
 fn connect(fd: &OwnedFd, port: u16) -> io::Result<()> {
-    let a = sockaddr(port);
-    // SAFETY: a is a valid sockaddr_in of the stated length.
-    cvt(unsafe {
-        libc::connect(
-            fd.as_raw_fd(),
-            (&a as *const libc::sockaddr_in).cast(),
-            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-        )
-    })
-    .map(drop)
+    loopback_call(fd, port, libc::connect)
 }
 
 /// A listener on 127.0.0.1:`port` (0 = any), with or without SO_REUSEADDR.
@@ -149,60 +151,19 @@ fn listener(port: u16, reuseaddr: bool) -> io::Result<(OwnedFd, u16)> {
     bind(&fd, port)?;
     // SAFETY: listen on our own socket.
     cvt(unsafe { libc::listen(fd.as_raw_fd(), 512) })?;
-    let mut a = sockaddr(0);
-    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-    // SAFETY: a and len are valid out-parameters of the right size.
-    cvt(unsafe {
-        libc::getsockname(
-            fd.as_raw_fd(),
-            (&mut a as *mut libc::sockaddr_in).cast(),
-            &mut len,
-        )
-    })?;
-    Ok((fd, u16::from_be(a.sin_port)))
-}
-
-fn set_linger_rst(fd: &OwnedFd) {
-    let l = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    // SAFETY: l is a valid linger struct for the call.
-    unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&l as *const libc::linger).cast(),
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
-        )
-    };
-}
-
-fn accept(l: &OwnedFd) -> io::Result<OwnedFd> {
-    // SAFETY: accept4 on our listener; the new fd is owned by the result.
-    let fd = cvt(unsafe {
-        libc::accept4(
-            l.as_raw_fd(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            libc::SOCK_CLOEXEC,
-        )
-    })?;
-    // SAFETY: fresh fd from accept4.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    let port = local_port(&fd)?;
+    Ok((fd, port))
 }
 
 fn read_some(fd: &OwnedFd) -> io::Result<usize> {
     let mut b = [0u8; 16];
     // SAFETY: reads into a valid stack buffer.
-    crate::osutil::cvt_size(unsafe { libc::read(fd.as_raw_fd(), b.as_mut_ptr().cast(), b.len()) })
+    cvt(unsafe { libc::read(fd.as_raw_fd(), b.as_mut_ptr().cast(), b.len()) }).map(|n| n as usize)
 }
 
 fn write_byte(fd: &OwnedFd) -> io::Result<()> {
     // SAFETY: writes one byte from a valid location.
-    crate::osutil::cvt_size(unsafe { libc::write(fd.as_raw_fd(), b"x".as_ptr().cast(), 1) })
-        .map(drop)
+    cvt(unsafe { libc::write(fd.as_raw_fd(), b"x".as_ptr().cast(), 1) }).map(drop)
 }
 
 /// (local port, remote port) of the IPv4 TCP sockets in `state` (the hex code of
@@ -224,12 +185,6 @@ pub fn tcp_entries(state: &str) -> Vec<(u16, u16)> {
             Some((port(f.get(1)?)?, port(f.get(2)?)?))
         })
         .collect()
-}
-
-fn read_sysctl(name: &str) -> Option<String> {
-    std::fs::read_to_string(format!("/proc/sys/{}", name.replace('.', "/")))
-        .ok()
-        .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
 }
 
 fn errno_name(e: &io::Error) -> String {
@@ -309,13 +264,16 @@ fn select_experiment() -> anyhow::Result<(i32, i32, String)> {
     ))
 }
 
+/// One TIME_WAIT run: a row of `"time_wait"`.
+#[derive(Debug, Clone, Serialize)]
 struct TimeWait {
     requests: usize,
     /// Whether the first listener (whose accepted sockets end in TIME_WAIT) set SO_REUSEADDR.
-    first_reuse: bool,
-    tw: usize,
-    without: String,
-    with: String,
+    old_listener_reuseaddr: bool,
+    time_wait_sockets: usize,
+    /// How a new listener's bind on the port went: "bound" or "fails: ERRNO".
+    rebind_without_reuseaddr: String,
+    rebind_with_reuseaddr: String,
 }
 
 fn local_port(fd: &OwnedFd) -> io::Result<u16> {
@@ -340,7 +298,7 @@ fn time_wait_experiment(requests: usize, first_reuse: bool) -> anyhow::Result<Ti
         connect(&c, port).with_context(|| format!("request {i}: connect"))?;
         clients.insert(local_port(&c)?);
         write_byte(&c)?;
-        let s = accept(&l)?;
+        let s = osutil::accept(l.as_raw_fd())?;
         read_some(&s)?;
         // Server closes first, as an HTTP/1.0 server does: its side goes to TIME_WAIT.
         drop(s);
@@ -358,14 +316,12 @@ fn time_wait_experiment(requests: usize, first_reuse: bool) -> anyhow::Result<Ti
         Ok(_) => "bound".to_string(),
         Err(e) => format!("fails: {}", errno_name(&e)),
     };
-    let without = outcome(listener(port, false));
-    let with = outcome(listener(port, true));
     Ok(TimeWait {
         requests,
-        first_reuse,
-        tw,
-        without,
-        with,
+        old_listener_reuseaddr: first_reuse,
+        time_wait_sockets: tw,
+        rebind_without_reuseaddr: outcome(listener(port, false)),
+        rebind_with_reuseaddr: outcome(listener(port, true)),
     })
 }
 
@@ -394,7 +350,7 @@ struct Ports {
 }
 
 fn ports_experiment(width: u16, per_request_for: Duration) -> anyhow::Result<Ports> {
-    let range = read_sysctl("net.ipv4.ip_local_port_range")
+    let range = iolab_sys::host::sysctl("net.ipv4.ip_local_port_range")
         .and_then(|s| {
             let v: Vec<u16> = s
                 .split_whitespace()
@@ -419,7 +375,7 @@ fn ports_experiment(width: u16, per_request_for: Duration) -> anyhow::Result<Por
         }
         match connect(&c, port) {
             Ok(()) => {
-                set_linger_rst(&c);
+                osutil::set_linger_rst(&c);
                 held.push(c);
                 held_result = Ok(held.len());
             }
@@ -433,8 +389,8 @@ fn ports_experiment(width: u16, per_request_for: Duration) -> anyhow::Result<Por
     // Accept and reset everything: RST leaves no TIME_WAIT behind.
     // SAFETY: make the listener non-blocking to drain its accept queue.
     unsafe { libc::fcntl(l.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
-    while let Ok(s) = accept(&l) {
-        set_linger_rst(&s);
+    while let Ok(s) = osutil::accept(l.as_raw_fd()) {
+        osutil::set_linger_rst(&s);
     }
     drop(held);
 
@@ -452,7 +408,7 @@ fn ports_experiment(width: u16, per_request_for: Duration) -> anyhow::Result<Por
                     ok += 1;
                     // The listener is non-blocking: on loopback the handshake is done when
                     // connect returns, so the connection is normally queued already.
-                    if let Ok(s) = accept(&l) {
+                    if let Ok(s) = osutil::accept(l.as_raw_fd()) {
                         drop(c); // client closes first → client port in TIME_WAIT
                         std::thread::sleep(Duration::from_millis(1));
                         drop(s);
@@ -483,17 +439,157 @@ fn ports_experiment(width: u16, per_request_for: Duration) -> anyhow::Result<Por
     })
 }
 
-fn tw_json(x: &TimeWait) -> Value {
-    json!({
-        "requests": x.requests,
-        "old_listener_reuseaddr": x.first_reuse,
-        "time_wait_sockets": x.tw,
-        "rebind_without_reuseaddr": x.without,
-        "rebind_with_reuseaddr": x.with,
-    })
+/// `"select"`: what an fd_set holds and what the kernel's select does past it.
+#[derive(Debug, Clone, Serialize)]
+struct Select {
+    highest_fd_in_fd_set: i32,
+    /// -1 when no fd ≥ 1500 could be had.
+    refused_fd: i32,
+    kernel_select_on_high_fd: String,
 }
 
-pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
+/// `"ports"`: the ephemeral port range and what a narrowed one holds.
+#[derive(Debug, Clone, Serialize)]
+struct PortsFields {
+    range: (u16, u16),
+    per_destination: u32,
+    narrow_range: (u16, u16),
+    held_before_eaddrnotavail: Option<usize>,
+    tw_reuse: String,
+    per_request_seconds: f64,
+    per_request_ok: Option<usize>,
+    per_request_eaddrnotavail: Option<usize>,
+}
+
+impl PortsFields {
+    fn new(p: &Ports, tw_reuse: String) -> PortsFields {
+        PortsFields {
+            range: p.range,
+            per_destination: p.range.1 as u32 - p.range.0 as u32 + 1,
+            narrow_range: p.narrow,
+            held_before_eaddrnotavail: p.held.as_ref().ok().copied(),
+            tw_reuse,
+            per_request_seconds: crate::stats::round_sig(p.per_request_secs, 3),
+            per_request_ok: p.per_request.as_ref().ok().map(|r| r.0),
+            per_request_eaddrnotavail: p.per_request.as_ref().ok().map(|r| r.1),
+        }
+    }
+}
+
+/// The JSON fields of `iolab micro limits` (besides machine, tables and figures).
+#[derive(Debug, Clone, Serialize)]
+pub struct Fields {
+    fd_setsize: usize,
+    select: Select,
+    time_wait: [TimeWait; 2],
+    ports: PortsFields,
+}
+
+/// A row of the table: the limit, what was measured, why it is so.
+fn limit_row(
+    t: &mut Table,
+    limit: impl Into<Cell>,
+    measured: impl Into<Cell>,
+    why: impl Into<Cell>,
+) {
+    t.row(vec![limit.into(), measured.into(), why.into()]);
+}
+
+fn table(f: &Fields, ports: &Ports, width: u16) -> Table {
+    let mut t = Table::new(
+        "Limits (seed 000 annexes E.1, E.3)",
+        &["limit", "measured", "explanation"],
+    );
+    let (highest, refused_fd) = (f.select.highest_fd_in_fd_set, f.select.refused_fd);
+    limit_row(
+        &mut t,
+        "select: highest fd an fd_set holds",
+        highest,
+        format!(
+            "FD_SETSIZE = {}: fds 0..{} only, stdin/stdout/stderr and the listener included; a select server must refuse (close) any connection whose fd is higher",
+            libc::FD_SETSIZE,
+            highest
+        ),
+    );
+    limit_row(
+        &mut t,
+        "select: put fd ≥ 1024 in an fd_set",
+        if refused_fd >= 0 { format!("fd {refused_fd} refused") } else { "not tried".into() },
+        format!(
+            "FD_SET past the bitmap is undefined behaviour in C (glibc's fortify aborts). The limit is the user-space type, not the kernel: kernel select on fd {refused_fd}: {}",
+            f.select.kernel_select_on_high_fd
+        ),
+    );
+    let tw = &f.time_wait[0];
+    limit_row(
+        &mut t,
+        format!("TIME_WAIT after {} requests, server closes first", tw.requests),
+        tw.time_wait_sockets,
+        "one TIME_WAIT socket per request on the server's port (from /proc/net/tcp, state 06, matched to our clients' ports); they last 60 s (TCP_TIMEWAIT_LEN, not tcp_fin_timeout)",
+    );
+    for x in &f.time_wait {
+        let first = if x.old_listener_reuseaddr {
+            "with"
+        } else {
+            "without"
+        };
+        limit_row(
+            &mut t,
+            format!("restart without SO_REUSEADDR (old listener {first})"),
+            &x.rebind_without_reuseaddr,
+            "bind refuses a port that TIME_WAIT sockets still hold (the seed's E.1 situation)",
+        );
+        limit_row(
+            &mut t,
+            format!("restart with SO_REUSEADDR (old listener {first})"),
+            &x.rebind_with_reuseaddr,
+            if x.old_listener_reuseaddr {
+                "both the old sockets and the new one set SO_REUSEADDR: Linux lets the listener bind over the TIME_WAIT sockets (Rust's TcpListener::bind sets it)"
+            } else {
+                "Linux requires SO_REUSEADDR on both sides: TIME_WAIT sockets inherit the flag from the listener that accepted them, so setting it only on the new listener is not enough"
+            },
+        );
+    }
+    limit_row(
+        &mut t,
+        "ephemeral ports per destination",
+        f.ports.per_destination,
+        format!(
+            "ip_local_port_range = {} {}: a client can hold at most this many connections to one (address, port) from one source address",
+            ports.range.0, ports.range.1
+        ),
+    );
+    limit_row(
+        &mut t,
+        format!("connections held through a {width}-port range"),
+        match &ports.held {
+            Ok(n) => Cell::from(*n),
+            Err(e) => Cell::from(e),
+        },
+        format!(
+            "measured on ports {}..{} set per socket with IP_LOCAL_PORT_RANGE (no sysctl changed): connect fails with EADDRNOTAVAIL once they are all used",
+            ports.narrow.0, ports.narrow.1
+        ),
+    );
+    limit_row(
+        &mut t,
+        format!(
+            "connection per request, client closes first, {width} ports, {:.1} s",
+            ports.per_request_secs
+        ),
+        match &ports.per_request {
+            Ok((ok, no)) => Cell::from(format!("{ok} connected, {no} EADDRNOTAVAIL")),
+            Err(e) => Cell::from(e),
+        },
+        format!(
+            "tcp_tw_reuse = {} (0 off, 1 on, 2 loopback only): with reuse, a port in TIME_WAIT serves a new connection once its last timestamp is ≥ 1 s old, so about {width} connections per second get through; without it the range stays exhausted for 60 s",
+            f.ports.tw_reuse
+        ),
+    );
+    t
+}
+
+pub fn run(opts: &crate::Opts) -> anyhow::Result<Report<Fields>> {
     let machine = crate::machine::Machine::collect();
     let requests = if opts.quick { 200 } else { 2000 };
     let per_request_for = Duration::from_millis(if opts.quick { 2200 } else { 4500 });
@@ -503,111 +599,25 @@ pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
     let tw = time_wait_experiment(requests, false)?;
     let tw2 = time_wait_experiment(requests, true)?;
     let ports = ports_experiment(width, per_request_for)?;
-    let tw_reuse = read_sysctl("net.ipv4.tcp_tw_reuse").unwrap_or_else(|| "?".into());
-    let per_dest = ports.range.1 as u32 - ports.range.0 as u32 + 1;
-
-    let mut t = Table::new(
-        "Limits (seed 000 annexes E.1, E.3)",
-        &["limit", "measured", "explanation"],
-    );
-    t.row(vec![
-        json!("select: highest fd an fd_set holds"),
-        json!(highest),
-        json!(format!(
-            "FD_SETSIZE = {}: fds 0..{} only, stdin/stdout/stderr and the listener included; a select server must refuse (close) any connection whose fd is higher",
-            libc::FD_SETSIZE,
-            highest
-        )),
-    ]);
-    t.row(vec![
-        json!("select: put fd ≥ 1024 in an fd_set"),
-        json!(if refused_fd >= 0 { format!("fd {refused_fd} refused") } else { "not tried".into() }),
-        json!(format!(
-            "FD_SET past the bitmap is undefined behaviour in C (glibc's fortify aborts). The limit is the user-space type, not the kernel: kernel select on fd {refused_fd}: {kernel_select}"
-        )),
-    ]);
-    t.row(vec![
-        json!(format!("TIME_WAIT after {} requests, server closes first", tw.requests)),
-        json!(tw.tw),
-        json!("one TIME_WAIT socket per request on the server's port (from /proc/net/tcp, state 06, matched to our clients' ports); they last 60 s (TCP_TIMEWAIT_LEN, not tcp_fin_timeout)"),
-    ]);
-    for x in [&tw, &tw2] {
-        let first = if x.first_reuse { "with" } else { "without" };
-        t.row(vec![
-            json!(format!(
-                "restart without SO_REUSEADDR (old listener {first})"
-            )),
-            json!(x.without),
-            json!(
-                "bind refuses a port that TIME_WAIT sockets still hold (the seed's E.1 situation)"
-            ),
-        ]);
-        t.row(vec![
-            json!(format!("restart with SO_REUSEADDR (old listener {first})")),
-            json!(x.with),
-            json!(if x.first_reuse {
-                "both the old sockets and the new one set SO_REUSEADDR: Linux lets the listener bind over the TIME_WAIT sockets (Rust's TcpListener::bind sets it)"
-            } else {
-                "Linux requires SO_REUSEADDR on both sides: TIME_WAIT sockets inherit the flag from the listener that accepted them, so setting it only on the new listener is not enough"
-            }),
-        ]);
-    }
-    t.row(vec![
-        json!("ephemeral ports per destination"),
-        json!(per_dest),
-        json!(format!(
-            "ip_local_port_range = {} {}: a client can hold at most this many connections to one (address, port) from one source address",
-            ports.range.0, ports.range.1
-        )),
-    ]);
-    t.row(vec![
-        json!(format!("connections held through a {width}-port range")),
-        match &ports.held {
-            Ok(n) => json!(n),
-            Err(e) => json!(e),
+    let tw_reuse = iolab_sys::host::sysctl("net.ipv4.tcp_tw_reuse").unwrap_or_else(|| "?".into());
+    let fields = Fields {
+        fd_setsize: libc::FD_SETSIZE,
+        select: Select {
+            highest_fd_in_fd_set: highest,
+            refused_fd,
+            kernel_select_on_high_fd: kernel_select,
         },
-        json!(format!(
-            "measured on ports {}..{} set per socket with IP_LOCAL_PORT_RANGE (no sysctl changed): connect fails with EADDRNOTAVAIL once they are all used",
-            ports.narrow.0, ports.narrow.1
-        )),
-    ]);
-    t.row(vec![
-        json!(format!(
-            "connection per request, client closes first, {width} ports, {:.1} s",
-            ports.per_request_secs
-        )),
-        match &ports.per_request {
-            Ok((ok, no)) => json!(format!("{ok} connected, {no} EADDRNOTAVAIL")),
-            Err(e) => json!(e),
-        },
-        json!(format!(
-            "tcp_tw_reuse = {tw_reuse} (0 off, 1 on, 2 loopback only): with reuse, a port in TIME_WAIT serves a new connection once its last timestamp is ≥ 1 s old, so about {width} connections per second get through; without it the range stays exhausted for 60 s"
-        )),
-    ]);
+        time_wait: [tw, tw2],
+        ports: PortsFields::new(&ports, tw_reuse),
+    };
+    let t = table(&fields, &ports, width);
     t.print();
-
-    Ok(json!({
-        "machine": machine,
-        "fd_setsize": libc::FD_SETSIZE,
-        "select": {
-            "highest_fd_in_fd_set": highest,
-            "refused_fd": refused_fd,
-            "kernel_select_on_high_fd": kernel_select,
-        },
-        "time_wait": [tw_json(&tw), tw_json(&tw2)],
-        "ports": {
-            "range": [ports.range.0, ports.range.1],
-            "per_destination": per_dest,
-            "narrow_range": [ports.narrow.0, ports.narrow.1],
-            "held_before_eaddrnotavail": ports.held.as_ref().ok(),
-            "tw_reuse": tw_reuse,
-            "per_request_seconds": crate::stats::round_sig(ports.per_request_secs, 3),
-            "per_request_ok": ports.per_request.as_ref().ok().map(|p| p.0),
-            "per_request_eaddrnotavail": ports.per_request.as_ref().ok().map(|p| p.1),
-        },
-        "tables": [t.to_json()],
-        "figures": [],
-    }))
+    Ok(Report {
+        machine,
+        fields,
+        tables: vec![t],
+        figures: vec![],
+    })
 }
 
 #[cfg(test)]
@@ -629,11 +639,11 @@ mod tests {
     #[test]
     fn server_close_leaves_time_wait_and_blocks_plain_rebind() {
         let tw = time_wait_experiment(5, false).unwrap();
-        assert_eq!(tw.tw, 5, "TIME_WAIT sockets");
-        assert_eq!(tw.without, "fails: EADDRINUSE");
-        assert_eq!(tw.with, "fails: EADDRINUSE");
+        assert_eq!(tw.time_wait_sockets, 5, "TIME_WAIT sockets");
+        assert_eq!(tw.rebind_without_reuseaddr, "fails: EADDRINUSE");
+        assert_eq!(tw.rebind_with_reuseaddr, "fails: EADDRINUSE");
         let tw = time_wait_experiment(5, true).unwrap();
-        assert_eq!(tw.tw, 5, "TIME_WAIT sockets");
-        assert_eq!(tw.with, "bound");
+        assert_eq!(tw.time_wait_sockets, 5, "TIME_WAIT sockets");
+        assert_eq!(tw.rebind_with_reuseaddr, "bound");
     }
 }

@@ -1,8 +1,11 @@
 //! Thin wrappers over the Linux calls the microbenchmarks need (affinity, scheduling policy,
-//! rusage, /proc). Each returns an `io::Result` so a refusal (EPERM, EINVAL) is reported,
-//! not hidden.
+//! rusage, /proc, accepting and resetting sockets). Each returns an `io::Result` so a refusal
+//! (EPERM, EINVAL) is reported, not hidden; the libc results go through iolab-sys's `cvt`.
 
 use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use iolab_sys::cvt;
 
 /// CPUs this process may run on, ascending (CPU 0 alone if the kernel will not say).
 pub fn allowed_cpus() -> Vec<usize> {
@@ -16,11 +19,7 @@ pub use iolab_sys::pin_current_thread as pin_to;
 pub fn set_fifo() -> io::Result<()> {
     let p = libc::sched_param { sched_priority: 1 };
     // SAFETY: the param struct is valid for the call; pid 0 = the calling thread.
-    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    cvt(unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) }).map(drop)
 }
 
 /// Context switches and CPU time of a thread or process, from getrusage.
@@ -124,22 +123,37 @@ pub fn gettid() -> i32 {
     unsafe { libc::gettid() }
 }
 
-/// Converts a `-1`-returning libc result into `io::Result`.
-pub fn cvt(rc: libc::c_int) -> io::Result<libc::c_int> {
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(rc)
-    }
+/// Accepts one connection on the listener `l` (close-on-exec).
+pub fn accept(l: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: accept4 on our listener; the new fd is owned by the result.
+    let fd = cvt(unsafe {
+        libc::accept4(
+            l,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            libc::SOCK_CLOEXEC,
+        )
+    })?;
+    // SAFETY: fresh fd from accept4.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Same for `ssize_t` results.
-pub fn cvt_size(rc: libc::ssize_t) -> io::Result<usize> {
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(rc as usize)
-    }
+/// Makes `close` of `fd` send a reset: no TIME_WAIT left behind.
+pub fn set_linger_rst(fd: &OwnedFd) {
+    let l = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: l is a valid linger struct for the call.
+    unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&l as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
 }
 
 #[cfg(test)]

@@ -36,9 +36,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
-use serde_json::{json, Value};
+use serde::Serialize;
 
-use crate::table::{num, Figure, Table};
+use crate::table::{Cell, Figure, Num, Report, Table};
 
 /// The data every queue carries (the fields of a completion entry).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -355,7 +355,128 @@ fn run_ring(
     Ok((t, cq_entries, nodrop))
 }
 
-pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
+/// One (variant, depth) point: a row of `"points"`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Point {
+    variant: String,
+    depth: usize,
+    /// Pairs run (a point stops early at its time budget).
+    pairs: u64,
+    /// CPU time of the measuring thread per pair.
+    ns_per_pair: Option<Num>,
+    wall_ns_per_pair: Option<Num>,
+    /// ok, or why the point failed.
+    status: String,
+}
+
+impl Point {
+    fn new(variant: Variant, depth: usize, r: &anyhow::Result<Timing>) -> Point {
+        let (pairs, ns, wall, status) = match r {
+            Ok(t) => (
+                t.pairs,
+                Some(Num(t.cpu_ns)),
+                Some(Num(t.wall_ns)),
+                "ok".into(),
+            ),
+            Err(e) => (0, None, None, format!("{e:#}")),
+        };
+        Point {
+            variant: variant.name(),
+            depth,
+            pairs,
+            ns_per_pair: ns,
+            wall_ns_per_pair: wall,
+            status,
+        }
+    }
+
+    /// The table's cell: ns per pair, or why there is none.
+    fn cell(&self) -> Cell {
+        match self.ns_per_pair {
+            Some(ns) => ns.into(),
+            None => format!("failed: {}", self.status).into(),
+        }
+    }
+}
+
+/// The JSON fields of `iolab micro queue` (besides machine, tables and figures).
+#[derive(Debug, Clone, Serialize)]
+pub struct Fields {
+    /// Push+pop pairs asked per point.
+    pairs: u64,
+    depths: Vec<usize>,
+    batch: usize,
+    /// The CQ ring size obtained.
+    cq_entries: u32,
+    /// IORING_FEAT_NODROP.
+    nodrop: bool,
+    points: Vec<Point>,
+    /// One sentence for the report.
+    main_result: String,
+}
+
+const VARIANTS: [Variant; 9] = [
+    Variant::Ring(RingOp::Nop, 1),
+    Variant::Ring(RingOp::Nop, BATCH),
+    Variant::Ring(RingOp::MsgRing, 1),
+    Variant::Ring(RingOp::MsgRing, BATCH),
+    Variant::VecDeque,
+    Variant::Mutex,
+    Variant::MutexOnly,
+    Variant::SegQueue,
+    Variant::Channel,
+];
+
+/// One point; a ring variant also gives its CQ ring's size and IORING_FEAT_NODROP.
+fn measure(
+    v: Variant,
+    d: usize,
+    pairs: u64,
+    budget: Duration,
+) -> anyhow::Result<(Timing, Option<(u32, bool)>)> {
+    let user = |t| Ok((t, None));
+    match v {
+        Variant::Ring(op, b) => {
+            run_ring(op, b, d, pairs, budget).map(|(t, cq, nd)| (t, Some((cq, nd))))
+        }
+        Variant::VecDeque => user(run_user(&mut VecDeque::new(), d, pairs, budget)?),
+        Variant::Mutex => user(run_user(&mut MutexQueue::default(), d, pairs, budget)?),
+        Variant::MutexOnly => user(run_user(&mut MutexOnly::default(), d, pairs, budget)?),
+        Variant::SegQueue => user(run_user(
+            &mut crossbeam::queue::SegQueue::new(),
+            d,
+            pairs,
+            budget,
+        )?),
+        Variant::Channel => {
+            let (tx, rx) = std::sync::mpsc::channel();
+            user(run_user(&mut Channel { tx, rx }, d, pairs, budget)?)
+        }
+    }
+}
+
+/// The sentence of the report: the seed's comparison, at the first and the last depth.
+fn main_result(points: &[Point], depths: &[usize], cq_entries: u32) -> String {
+    // The figures as the JSON gives them.
+    let at = |name: &str, d: usize| -> Option<f64> {
+        points
+            .iter()
+            .find(|p| p.variant == name && p.depth == d)
+            .and_then(|p| p.ns_per_pair?.rounded())
+    };
+    let d0 = depths[0];
+    let dmax = *depths.last().unwrap_or(&1);
+    let nop = Variant::Ring(RingOp::Nop, 1).name();
+    match (at(&nop, d0), at("VecDeque (single thread)", d0), at("Mutex+Condvar VecDeque", d0), at(&nop, dmax)) {
+        (Some(r), Some(v), Some(m), Some(rmax)) => format!(
+            "At depth {d0}, io_uring used as a queue (NOP, one submit + one reap) costs {:.0} ns per push+pop: {:.1}x a plain VecDeque ({:.0} ns) and {:.1}x a Mutex+Condvar queue ({:.0} ns); at depth {dmax} (past the {cq_entries}-entry CQ ring, on the overflow list) it costs {:.0} ns. The seed found IOCP ~4x slower than a plain user queue but 2x faster than a mutex queue.",
+            r, r / v, v, r / m, m, rmax
+        ),
+        _ => "some points failed; see the table".to_string(),
+    }
+}
+
+pub fn run(opts: &crate::Opts) -> anyhow::Result<Report<Fields>> {
     let machine = crate::machine::Machine::collect();
     let (pairs, budget, depths): (u64, Duration, Vec<usize>) = if opts.quick {
         (
@@ -370,17 +491,6 @@ pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
             vec![1, 10, 100, 1_000, 10_000, 100_000, 1_000_000],
         )
     };
-    let variants = [
-        Variant::Ring(RingOp::Nop, 1),
-        Variant::Ring(RingOp::Nop, BATCH),
-        Variant::Ring(RingOp::MsgRing, 1),
-        Variant::Ring(RingOp::MsgRing, BATCH),
-        Variant::VecDeque,
-        Variant::Mutex,
-        Variant::MutexOnly,
-        Variant::SegQueue,
-        Variant::Channel,
-    ];
     let mut points = Vec::new();
     let mut fig = Figure::new(
         "Queue cost vs depth (seed 000 Figure 5): io_uring as a queue vs user-space queues",
@@ -391,70 +501,32 @@ pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
     fig.log_y = true;
     let mut cq_entries = 0;
     let mut nodrop = false;
-    let mut grid: Vec<Vec<Value>> = Vec::new();
-    for v in variants {
-        let mut row = vec![json!(v.name())];
+    for v in VARIANTS {
         for &d in &depths {
-            let r = match v {
-                Variant::Ring(op, b) => run_ring(op, b, d, pairs, budget).map(|(t, cq, nd)| {
+            let r = measure(v, d, pairs, budget).map(|(t, ring)| {
+                if let Some((cq, nd)) = ring {
                     cq_entries = cq;
                     nodrop = nd;
-                    t
-                }),
-                Variant::VecDeque => run_user(&mut VecDeque::new(), d, pairs, budget),
-                Variant::Mutex => run_user(&mut MutexQueue::default(), d, pairs, budget),
-                Variant::MutexOnly => run_user(&mut MutexOnly::default(), d, pairs, budget),
-                Variant::SegQueue => {
-                    run_user(&mut crossbeam::queue::SegQueue::new(), d, pairs, budget)
                 }
-                Variant::Channel => {
-                    let (tx, rx) = std::sync::mpsc::channel();
-                    run_user(&mut Channel { tx, rx }, d, pairs, budget)
-                }
-            };
-            match r {
-                Ok(t) => {
-                    let ns = t.cpu_ns;
-                    fig.point(&v.name(), d as f64, ns);
-                    row.push(num(ns));
-                    points.push(json!({"variant": v.name(), "depth": d, "pairs": t.pairs, "ns_per_pair": num(ns),
-                        "wall_ns_per_pair": num(t.wall_ns), "status": "ok"}));
-                }
-                Err(e) => {
-                    row.push(json!(format!("failed: {e:#}")));
-                    points.push(
-                        json!({"variant": v.name(), "depth": d, "pairs": 0, "ns_per_pair": null,
-                        "wall_ns_per_pair": null, "status": format!("{e:#}")}),
-                    );
-                }
+                t
+            });
+            if let Ok(t) = &r {
+                fig.point(&v.name(), d as f64, t.cpu_ns);
             }
+            points.push(Point::new(v, d, &r));
         }
-        grid.push(row);
     }
-
-    let at = |name: &str, d: usize| -> Option<f64> {
-        points
-            .iter()
-            .find(|p| p["variant"] == name && p["depth"] == d)
-            .and_then(|p| p["ns_per_pair"].as_f64())
-    };
-    let d0 = depths[0];
-    let dmax = *depths.last().unwrap_or(&1);
-    let nop = Variant::Ring(RingOp::Nop, 1).name();
-    let main_result = match (at(&nop, d0), at("VecDeque (single thread)", d0), at("Mutex+Condvar VecDeque", d0), at(&nop, dmax)) {
-        (Some(r), Some(v), Some(m), Some(rmax)) => format!(
-            "At depth {d0}, io_uring used as a queue (NOP, one submit + one reap) costs {:.0} ns per push+pop: {:.1}x a plain VecDeque ({:.0} ns) and {:.1}x a Mutex+Condvar queue ({:.0} ns); at depth {dmax} (past the {cq_entries}-entry CQ ring, on the overflow list) it costs {:.0} ns. The seed found IOCP ~4x slower than a plain user queue but 2x faster than a mutex queue.",
-            r, r / v, v, r / m, m, rmax
-        ),
-        _ => "some points failed; see the table".to_string(),
-    };
+    let main_result = main_result(&points, &depths, cq_entries);
 
     let mut cols: Vec<String> = vec!["queue".into()];
     cols.extend(depths.iter().map(|d| format!("depth {d}")));
     let col_refs: Vec<&str> = cols.iter().map(String::as_str).collect();
     let mut table = Table::new("Queue: ns per push+pop pair, by prefilled depth", &col_refs);
-    for r in grid {
-        table.row(r);
+    // The points are in variant order, each variant's depths in a row.
+    for row in points.chunks(depths.len()) {
+        let mut cells = vec![Cell::from(&row[0].variant)];
+        cells.extend(row.iter().map(Point::cell));
+        table.row(cells);
     }
     let table = table.with_note(format!(
         "ns = CPU time of the measuring thread (user + system: the kernel's work for io_uring_enter included) per pair, not wall time, so that waiting for a CPU on a shared machine does not count (wall time in points[].wall_ns_per_pair). \
@@ -465,23 +537,37 @@ pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
     ));
     table.print();
 
-    Ok(json!({
-        "machine": machine,
-        "pairs": pairs,
-        "depths": depths,
-        "batch": BATCH,
-        "cq_entries": cq_entries,
-        "nodrop": nodrop,
-        "points": points,
-        "main_result": main_result,
-        "tables": [table.to_json()],
-        "figures": [fig.to_json()],
-    }))
+    Ok(Report {
+        machine,
+        fields: Fields {
+            pairs,
+            depths,
+            batch: BATCH,
+            cq_entries,
+            nodrop,
+            points,
+            main_result,
+        },
+        tables: vec![table],
+        figures: vec![fig],
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_point_keeps_every_key_with_nulls() {
+        let p = Point::new(Variant::VecDeque, 10, &Err(anyhow::anyhow!("no ring")));
+        let v = serde_json::to_value(&p).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"variant": "VecDeque (single thread)", "depth": 10, "pairs": 0,
+                "ns_per_pair": null, "wall_ns_per_pair": null, "status": "no ring"})
+        );
+        assert_eq!(p.cell(), Cell::Text("failed: no ring".into()));
+    }
 
     #[test]
     fn user_queues_are_fifo() {

@@ -27,17 +27,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use serde_json::{json, Value};
+use serde::Serialize;
 
 use crate::osutil;
-use crate::table::{num, Table};
+use crate::table::{Cell as TableCell, Num, Report, Table};
 
 const MSG: usize = 100;
 const CONNS: usize = 100;
 
-/// Median (mean of the middle two for an even count); NaN for no sample.
-fn median(v: Vec<f64>) -> f64 {
-    iolab_sys::percentile::median_mean_of_middle(&v).unwrap_or(f64::NAN)
+/// The median of the repeats (iolab-sys's: the mean of the middle two for an even count);
+/// NaN for no sample.
+fn middle(v: &[f64]) -> f64 {
+    iolab_sys::percentile::median(v).unwrap_or(f64::NAN)
 }
 
 /// Spread of repeats in percent of their median ((max - min) / median); NaN below two.
@@ -422,186 +423,227 @@ fn echo_run(
 }
 
 /// A spread cell: "4.2%", or "-" when there is none.
-fn pct(p: f64) -> Value {
+fn pct(p: f64) -> TableCell {
     if p.is_finite() {
-        json!(format!("{p:.1}%"))
+        format!("{p:.1}%").into()
     } else {
-        json!("-")
+        "-".into()
     }
 }
 
-/// JSON null for a missing (NaN) figure.
-fn finite(x: f64) -> Value {
-    if x.is_finite() {
-        json!((x * 10.0).round() / 10.0)
-    } else {
-        Value::Null
+/// A spread in percent for JSON: one decimal, null when there is none.
+#[derive(Debug, Clone, Copy)]
+struct Spread(f64);
+
+impl Serialize for Spread {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if self.0.is_finite() {
+            s.serialize_f64((self.0 * 10.0).round() / 10.0)
+        } else {
+            s.serialize_none()
+        }
     }
 }
 
-pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
+/// The repeated measures, one value per measure: the raw runs (`"samples"`) or their
+/// spreads (`"spread_pct"`).
+#[derive(Debug, Clone, Serialize)]
+struct PerMeasure<T> {
+    task_switch_ns: T,
+    thread_switch_ns: T,
+    spawn_join_ns: T,
+    echo_msgs_per_s_iolab: T,
+    echo_msgs_per_s_tokio: T,
+}
+
+/// The JSON fields of `iolab micro runtime` (besides machine, tables and figures).
+#[derive(Debug, Clone, Serialize)]
+pub struct Fields {
+    driver: &'static str,
+    task_switch_ns: f64,
+    thread_switch_ns: f64,
+    switch_ratio: f64,
+    spawn_join_ns: f64,
+    bytes_per_task: f64,
+    echo_msgs_per_s_iolab: f64,
+    echo_msgs_per_s_tokio: f64,
+    echo_ratio: f64,
+    echo_connections: usize,
+    echo_message_bytes: usize,
+    echo_seconds_per_run: f64,
+    echo_runs: usize,
+    echo_stable: bool,
+    echo_stable_pct: f64,
+    echo_window: usize,
+    spread_pct: PerMeasure<Spread>,
+    server_cpu: usize,
+    client_cpu: usize,
+    quick: bool,
+    samples: PerMeasure<Vec<f64>>,
+}
+
+/// How many of each: task switches, thread switches, spawns, parked tasks; and the length
+/// of one echo run and the cap on the echo series.
+struct Plan {
+    switch_n: u64,
+    thread_n: u64,
+    spawn_n: u64,
+    park_n: u64,
+    echo_dur: Duration,
+    echo_cap: Duration,
+}
+
+impl Plan {
+    fn new(quick: bool) -> Plan {
+        // Echo: each run is long enough to average over many scheduler slices (quick: 1 s,
+        // where 0.3 s runs here gave 156k, 172k and 55k msg/s), repeated until stable, within
+        // a cap.
+        if quick {
+            Plan {
+                switch_n: 100_000,
+                thread_n: 20_000,
+                spawn_n: 100_000,
+                park_n: 100_000,
+                echo_dur: Duration::from_secs(1),
+                echo_cap: Duration::from_secs(20),
+            }
+        } else {
+            Plan {
+                switch_n: 1_000_000,
+                thread_n: 100_000,
+                spawn_n: 1_000_000,
+                park_n: 1_000_000,
+                echo_dur: Duration::from_secs(3),
+                echo_cap: Duration::from_secs(90),
+            }
+        }
+    }
+}
+
+/// Every measure: the task figures 3 times each, the echo series until stable.
+fn measure(
+    plan: &Plan,
+    server_cpu: usize,
+    client_cpu: usize,
+) -> anyhow::Result<(f64, PerMeasure<Vec<f64>>, bool)> {
+    let bpt = bytes_per_task(plan.park_n)?;
+    let mut task_s = Vec::new();
+    let mut thread_s = Vec::new();
+    let mut spawn_s = Vec::new();
+    for _ in 0..3 {
+        task_s.push(task_switch_ns(plan.switch_n)?);
+        thread_s.push(thread_switch_ns(plan.thread_n, server_cpu)?);
+        spawn_s.push(spawn_join_ns(plan.spawn_n)?);
+    }
+    let echo = echo_series(server_cpu, client_cpu, plan.echo_dur, plan.echo_cap)?;
+    let samples = PerMeasure {
+        task_switch_ns: task_s,
+        thread_switch_ns: thread_s,
+        spawn_join_ns: spawn_s,
+        echo_msgs_per_s_iolab: echo.iolab,
+        echo_msgs_per_s_tokio: echo.tokio,
+    };
+    Ok((bpt, samples, echo.stable))
+}
+
+fn table(
+    f: &Fields,
+    driver: iolab_runtime::Driver,
+    plan: &Plan,
+    machine: &crate::machine::Machine,
+) -> Table {
+    let spread = &f.spread_pct;
+    let mut t = Table::new(
+        format!("iolab-runtime ({driver} driver), medians of 3 runs (echo: of the last 3)"),
+        &["measure", "value", "unit", "spread", "target"],
+    );
+    #[rustfmt::skip]
+    let rows: [(&str, f64, &str, TableCell, &str); 8] = [
+        ("task switch (2 tasks, channel ping-pong)", f.task_switch_ns, "ns", pct(spread.task_switch_ns.0), ""),
+        ("thread switch (2 threads, futex, same CPU)", f.thread_switch_ns, "ns", pct(spread.thread_switch_ns.0), ""),
+        ("switch ratio thread/task", f.switch_ratio, "x", "".into(), ">= 20"),
+        ("spawn + join one task", f.spawn_join_ns, "ns", pct(spread.spawn_join_ns.0), ""),
+        ("memory per parked task (RSS growth / tasks)", f.bytes_per_task, "bytes", "".into(), "<= 256"),
+        ("echo, iolab server", f.echo_msgs_per_s_iolab, "msg/s", pct(spread.echo_msgs_per_s_iolab.0), ""),
+        ("echo, tokio server", f.echo_msgs_per_s_tokio, "msg/s", pct(spread.echo_msgs_per_s_tokio.0), ""),
+        ("echo ratio iolab/tokio", f.echo_ratio, "x", "".into(), ">= 1.0 on io_uring"),
+    ];
+    for (measure, value, unit, spread, target) in rows {
+        t.row(vec![
+            measure.into(),
+            Num(value).into(),
+            unit.into(),
+            spread,
+            target.into(),
+        ]);
+    }
+    t.with_note(format!(
+        "echo: {CONNS} connections, {MSG}-byte messages, one message in flight per connection, \
+         server pinned to CPU {}, client (iolab loop) to CPU {}, {:?} per run, \
+         {} runs of each server alternately until the last {ECHO_WINDOW} agree within {ECHO_STABLE_PCT}% ({}; cap {:?}); \
+         spread = (max - min) / median of the repeats; {}",
+        f.server_cpu,
+        f.client_cpu,
+        plan.echo_dur,
+        f.echo_runs,
+        if f.echo_stable { "reached" } else { "NOT reached: the machine is too noisy, compare the ratio" },
+        plan.echo_cap,
+        machine.summary()
+    ))
+}
+
+pub fn run(opts: &crate::Opts) -> anyhow::Result<Report<Fields>> {
     let machine = crate::machine::Machine::collect();
     let t_start = Instant::now();
     osutil::raise_nofile(4096);
     let driver = iolab_runtime::driver()?;
     let cpus = osutil::allowed_cpus();
     let (server_cpu, client_cpu) = (cpus[0], *cpus.get(1).unwrap_or(&cpus[0]));
-    // Echo: each run is long enough to average over many scheduler slices (quick: 1 s, where
-    // 0.3 s runs here gave 156k, 172k and 55k msg/s), repeated until stable, within a cap.
-    let echo_cap = if opts.quick {
-        Duration::from_secs(20)
-    } else {
-        Duration::from_secs(90)
+    let plan = Plan::new(opts.quick);
+    let (bpt, samples, echo_stable) = measure(&plan, server_cpu, client_cpu)?;
+    let s = &samples;
+    let (io_s, tk_s) = (&s.echo_msgs_per_s_iolab, &s.echo_msgs_per_s_tokio);
+    // The echo figures are the medians of the final window: the runs that agree.
+    let io_window = EchoSeries::window(io_s);
+    let tk_window = EchoSeries::window(tk_s);
+    let (task, thread) = (middle(&s.task_switch_ns), middle(&s.thread_switch_ns));
+    let (io, tk) = (middle(io_window), middle(tk_window));
+    let fields = Fields {
+        driver: driver.name(),
+        task_switch_ns: task,
+        thread_switch_ns: thread,
+        switch_ratio: thread / task,
+        spawn_join_ns: middle(&s.spawn_join_ns),
+        bytes_per_task: bpt,
+        echo_msgs_per_s_iolab: io,
+        echo_msgs_per_s_tokio: tk,
+        echo_ratio: io / tk,
+        echo_connections: CONNS,
+        echo_message_bytes: MSG,
+        echo_seconds_per_run: plan.echo_dur.as_secs_f64(),
+        echo_runs: io_s.len(),
+        echo_stable,
+        echo_stable_pct: ECHO_STABLE_PCT,
+        echo_window: ECHO_WINDOW,
+        spread_pct: PerMeasure {
+            task_switch_ns: Spread(spread(&s.task_switch_ns)),
+            thread_switch_ns: Spread(spread(&s.thread_switch_ns)),
+            spawn_join_ns: Spread(spread(&s.spawn_join_ns)),
+            echo_msgs_per_s_iolab: Spread(spread(io_window)),
+            echo_msgs_per_s_tokio: Spread(spread(tk_window)),
+        },
+        server_cpu,
+        client_cpu,
+        quick: opts.quick,
+        samples,
     };
-    let (switch_n, thread_n, spawn_n, park_n, echo_dur) = if opts.quick {
-        (
-            100_000u64,
-            20_000u64,
-            100_000u64,
-            100_000u64,
-            Duration::from_secs(1),
-        )
-    } else {
-        (
-            1_000_000,
-            100_000,
-            1_000_000,
-            1_000_000,
-            Duration::from_secs(3),
-        )
-    };
-
-    let bpt = bytes_per_task(park_n)?;
-    let mut task_s = Vec::new();
-    let mut thread_s = Vec::new();
-    let mut spawn_s = Vec::new();
-    for _ in 0..3 {
-        task_s.push(task_switch_ns(switch_n)?);
-        thread_s.push(thread_switch_ns(thread_n, server_cpu)?);
-        spawn_s.push(spawn_join_ns(spawn_n)?);
-    }
-    let echo = echo_series(server_cpu, client_cpu, echo_dur, echo_cap)?;
-    let (io_s, tk_s) = (echo.iolab.clone(), echo.tokio.clone());
-    let (io_spread, tk_spread) = echo.spreads();
-    let task = median(task_s.clone());
-    let thread = median(thread_s.clone());
-    let spawn = median(spawn_s.clone());
-    // The figures are the medians of the final window: the runs that agree.
-    let io = median(EchoSeries::window(&io_s).to_vec());
-    let tk = median(EchoSeries::window(&tk_s).to_vec());
-    let switch_ratio = thread / task;
-    let echo_ratio = io / tk;
-
-    let mut t = Table::new(
-        format!("iolab-runtime ({driver} driver), medians of 3 runs (echo: of the last 3)"),
-        &["measure", "value", "unit", "spread", "target"],
-    );
-    t.row(vec![
-        json!("task switch (2 tasks, channel ping-pong)"),
-        num(task),
-        json!("ns"),
-        pct(spread(&task_s)),
-        json!(""),
-    ]);
-    t.row(vec![
-        json!("thread switch (2 threads, futex, same CPU)"),
-        num(thread),
-        json!("ns"),
-        pct(spread(&thread_s)),
-        json!(""),
-    ]);
-    t.row(vec![
-        json!("switch ratio thread/task"),
-        num(switch_ratio),
-        json!("x"),
-        json!(""),
-        json!(">= 20"),
-    ]);
-    t.row(vec![
-        json!("spawn + join one task"),
-        num(spawn),
-        json!("ns"),
-        pct(spread(&spawn_s)),
-        json!(""),
-    ]);
-    t.row(vec![
-        json!("memory per parked task (RSS growth / tasks)"),
-        num(bpt),
-        json!("bytes"),
-        json!(""),
-        json!("<= 256"),
-    ]);
-    t.row(vec![
-        json!("echo, iolab server"),
-        num(io),
-        json!("msg/s"),
-        pct(io_spread),
-        json!(""),
-    ]);
-    t.row(vec![
-        json!("echo, tokio server"),
-        num(tk),
-        json!("msg/s"),
-        pct(tk_spread),
-        json!(""),
-    ]);
-    t.row(vec![
-        json!("echo ratio iolab/tokio"),
-        num(echo_ratio),
-        json!("x"),
-        json!(""),
-        json!(">= 1.0 on io_uring"),
-    ]);
-    let t = t.with_note(format!(
-        "echo: {CONNS} connections, {MSG}-byte messages, one message in flight per connection, \
-         server pinned to CPU {server_cpu}, client (iolab loop) to CPU {client_cpu}, {:?} per run, \
-         {} runs of each server alternately until the last {ECHO_WINDOW} agree within {ECHO_STABLE_PCT}% ({}; cap {:?}); \
-         spread = (max - min) / median of the repeats; {}",
-        echo_dur,
-        io_s.len(),
-        if echo.stable { "reached" } else { "NOT reached: the machine is too noisy, compare the ratio" },
-        echo_cap,
-        machine.summary()
-    ));
+    let t = table(&fields, driver, &plan, &machine);
     t.print();
     tracing::info!(target: "progress", "(took {:.1} s)", t_start.elapsed().as_secs_f64());
-
-    Ok(json!({
-        "machine": machine,
-        "driver": driver.name(),
-        "task_switch_ns": task,
-        "thread_switch_ns": thread,
-        "switch_ratio": switch_ratio,
-        "spawn_join_ns": spawn,
-        "bytes_per_task": bpt,
-        "echo_msgs_per_s_iolab": io,
-        "echo_msgs_per_s_tokio": tk,
-        "echo_ratio": echo_ratio,
-        "echo_connections": CONNS,
-        "echo_message_bytes": MSG,
-        "echo_seconds_per_run": echo_dur.as_secs_f64(),
-        "echo_runs": io_s.len(),
-        "echo_stable": echo.stable,
-        "echo_stable_pct": ECHO_STABLE_PCT,
-        "echo_window": ECHO_WINDOW,
-        "spread_pct": {
-            "task_switch_ns": finite(spread(&task_s)),
-            "thread_switch_ns": finite(spread(&thread_s)),
-            "spawn_join_ns": finite(spread(&spawn_s)),
-            "echo_msgs_per_s_iolab": finite(io_spread),
-            "echo_msgs_per_s_tokio": finite(tk_spread),
-        },
-        "server_cpu": server_cpu,
-        "client_cpu": client_cpu,
-        "quick": opts.quick,
-        "samples": {
-            "task_switch_ns": task_s,
-            "thread_switch_ns": thread_s,
-            "spawn_join_ns": spawn_s,
-            "echo_msgs_per_s_iolab": io_s,
-            "echo_msgs_per_s_tokio": tk_s,
-        },
-        "tables": [t.to_json()],
-        "figures": [],
-    }))
+    Ok(Report {
+        machine,
+        fields,
+        tables: vec![t],
+        figures: vec![],
+    })
 }

@@ -29,9 +29,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use io_uring::{opcode, squeue, types, IoUring};
-use serde_json::{json, Value};
+use serde::Serialize;
 
-use crate::table::{num, Figure, Table};
+use crate::table::{Cell, Figure, Num, Report, Table};
 
 const MSG: usize = 256;
 
@@ -77,7 +77,7 @@ fn run_sync(kind: Sync, window: usize, budget: Duration) -> anyhow::Result<u64> 
                         Sync::RecvSend => libc::send(a, wbuf[off..].as_ptr().cast(), MSG - off, 0),
                     }
                 };
-                off += crate::osutil::cvt_size(n).context("write")?;
+                off += iolab_sys::cvt(n).context("write")? as usize;
                 ops += 1;
             }
         }
@@ -91,7 +91,7 @@ fn run_sync(kind: Sync, window: usize, budget: Duration) -> anyhow::Result<u64> 
                     Sync::RecvSend => libc::recv(b, rbuf.as_mut_ptr().cast(), len, 0),
                 }
             };
-            let n = crate::osutil::cvt_size(n).context("read")?;
+            let n = iolab_sys::cvt(n).context("read")? as usize;
             anyhow::ensure!(n > 0, "unexpected EOF on the loopback pair");
             want -= n;
             ops += 1;
@@ -411,7 +411,69 @@ fn variants() -> Vec<(&'static str, Variant)> {
     ]
 }
 
-pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
+/// One (variant, window) point: a row of `"points"`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Point {
+    variant: &'static str,
+    /// Operations in flight.
+    window: usize,
+    ops: u64,
+    /// Operations per CPU-second of the thread.
+    ops_per_s: Option<Num>,
+    wall_ops_per_s: Option<Num>,
+    /// ops_per_s / the read/write baseline's at the same window.
+    ratio: Option<Num>,
+    ring_submissions: u64,
+    /// ok, or why the point failed.
+    status: String,
+}
+
+impl Point {
+    fn new(variant: &'static str, window: usize, r: &PointResult, baseline: f64) -> Point {
+        match r {
+            Ok((ops, subs, rate, wall_rate)) => Point {
+                variant,
+                window,
+                ops: *ops,
+                ops_per_s: Some(Num(*rate)),
+                wall_ops_per_s: Some(Num(*wall_rate)),
+                ratio: Some(Num(rate / baseline)),
+                ring_submissions: *subs,
+                status: "ok".into(),
+            },
+            Err(e) => Point {
+                variant,
+                window,
+                ops: 0,
+                ops_per_s: None,
+                wall_ops_per_s: None,
+                ratio: None,
+                ring_submissions: 0,
+                status: e.clone(),
+            },
+        }
+    }
+
+    /// The table's two cells: ops/s and ratio, or why there are none.
+    fn cells(&self) -> [Cell; 2] {
+        match (self.ops_per_s, self.ratio) {
+            (Some(rate), Some(ratio)) => [rate.into(), ratio.into()],
+            _ => [format!("failed: {}", self.status).into(), Cell::Empty],
+        }
+    }
+}
+
+/// The JSON fields of `iolab micro syscalls` (besides machine, tables and figures).
+#[derive(Debug, Clone, Serialize)]
+pub struct Fields {
+    message_bytes: usize,
+    windows: Vec<usize>,
+    run_ms: u64,
+    rounds: usize,
+    points: Vec<Point>,
+}
+
+pub fn run(opts: &crate::Opts) -> anyhow::Result<Report<Fields>> {
     let machine = crate::machine::Machine::collect();
     let (budget, windows, rounds): (Duration, Vec<usize>, usize) = if opts.quick {
         (Duration::from_millis(120), vec![1, 16], 3)
@@ -474,29 +536,14 @@ pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
         .map(|r| r.as_ref().map_or(f64::NAN, |r| r.2))
         .collect();
     for ((name, _), results) in vs.iter().zip(&best) {
-        let mut row = vec![json!(name)];
-        for ((&w, r), base) in windows.iter().zip(results).zip(&baseline) {
-            match r {
-                Ok((ops, subs, rate, wall_rate)) => {
-                    let ratio = rate / base;
-                    fig.point(name, w as f64, *rate);
-                    row.push(num(*rate));
-                    row.push(num(ratio));
-                    points.push(
-                        json!({"variant": name, "window": w, "ops": ops, "ops_per_s": num(*rate),
-                        "wall_ops_per_s": num(*wall_rate), "ratio": num(ratio),
-                        "ring_submissions": subs, "status": "ok"}),
-                    );
-                }
-                Err(e) => {
-                    row.push(json!(format!("failed: {e}")));
-                    row.push(Value::Null);
-                    points.push(
-                        json!({"variant": name, "window": w, "ops": 0, "ops_per_s": null,
-                        "wall_ops_per_s": null, "ratio": null, "ring_submissions": 0, "status": e}),
-                    );
-                }
+        let mut row = vec![Cell::from(*name)];
+        for ((&w, r), &base) in windows.iter().zip(results).zip(&baseline) {
+            if let Ok((_, _, rate, _)) = r {
+                fig.point(name, w as f64, *rate);
             }
+            let point = Point::new(name, w, r, base);
+            row.extend(point.cells());
+            points.push(point);
         }
         table.row(row);
     }
@@ -511,21 +558,43 @@ pub fn run(opts: &crate::Opts) -> anyhow::Result<Value> {
         budget.as_millis()
     ));
     table.print();
-    Ok(json!({
-        "machine": machine,
-        "message_bytes": MSG,
-        "windows": windows,
-        "run_ms": budget.as_millis() as u64,
-        "rounds": rounds,
-        "points": points,
-        "tables": [table.to_json()],
-        "figures": [fig.to_json()],
-    }))
+    Ok(Report {
+        machine,
+        fields: Fields {
+            message_bytes: MSG,
+            windows,
+            run_ms: budget.as_millis() as u64,
+            rounds,
+            points,
+        },
+        tables: vec![table],
+        figures: vec![fig],
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn points_keep_their_keys_failed_or_not() {
+        let failed = Point::new("recv/send", 4, &Err("refused".into()), 100.0);
+        assert_eq!(
+            serde_json::to_value(&failed).unwrap(),
+            serde_json::json!({"variant": "recv/send", "window": 4, "ops": 0, "ops_per_s": null,
+                "wall_ops_per_s": null, "ratio": null, "ring_submissions": 0, "status": "refused"})
+        );
+        assert_eq!(
+            failed.cells(),
+            [Cell::Text("failed: refused".into()), Cell::Empty]
+        );
+        let ok = Point::new("recv/send", 4, &Ok((10, 2, 250.0, 200.0)), 100.0);
+        assert_eq!(
+            serde_json::to_value(&ok).unwrap(),
+            serde_json::json!({"variant": "recv/send", "window": 4, "ops": 10, "ops_per_s": 250.0,
+                "wall_ops_per_s": 200.0, "ratio": 2.5, "ring_submissions": 2, "status": "ok"})
+        );
+    }
 
     #[test]
     fn every_variant_moves_data() {

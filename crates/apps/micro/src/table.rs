@@ -1,13 +1,128 @@
-//! Tables and figures in the JSON convention of `lib.rs`, and their plain-text printing.
+//! Tables and figures in the JSON convention of `lib.rs`, their plain-text printing, and the
+//! typed values the benchmarks' results are made of ([`Num`], [`Cell`], [`Report`]).
 
-use serde_json::{json, Value};
+use serde::{Serialize, Serializer};
+
+use crate::machine::Machine;
+
+/// What every benchmark returns: the machine, its own named fields (flattened into the same
+/// JSON object) and its tables and figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report<F: Serialize> {
+    pub machine: Machine,
+    #[serde(flatten)]
+    pub fields: F,
+    pub tables: Vec<Table>,
+    pub figures: Vec<Figure>,
+}
+
+/// A measured figure as JSON gives it: rounded to 4 significant digits, null when not
+/// finite. The raw value stays in `.0` for figures and comparisons.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Num(pub f64);
+
+impl Num {
+    /// The value as JSON gives it: rounded to 4 significant digits, `None` when not finite.
+    pub fn rounded(self) -> Option<f64> {
+        self.0
+            .is_finite()
+            .then(|| crate::stats::round_sig(self.0, 4))
+    }
+}
+
+impl Serialize for Num {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.rounded() {
+            Some(x) => s.serialize_f64(x),
+            None => s.serialize_none(),
+        }
+    }
+}
+
+/// One cell of a table: empty (`-`, JSON null), text, an integer, or a measured number
+/// (JSON: rounded to 4 significant digits).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cell {
+    Empty,
+    Text(String),
+    Int(i64),
+    Num(f64),
+}
+
+impl Cell {
+    /// A number cell, empty when `x` is not finite.
+    pub fn num(x: f64) -> Cell {
+        if x.is_finite() {
+            Cell::Num(x)
+        } else {
+            Cell::Empty
+        }
+    }
+
+    fn is_number(&self) -> bool {
+        matches!(self, Cell::Int(_) | Cell::Num(_))
+    }
+}
+
+impl Serialize for Cell {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Cell::Empty => s.serialize_none(),
+            Cell::Text(t) => s.serialize_str(t),
+            Cell::Int(i) => s.serialize_i64(*i),
+            Cell::Num(x) => Num(*x).serialize(s),
+        }
+    }
+}
+
+impl From<&str> for Cell {
+    fn from(s: &str) -> Cell {
+        Cell::Text(s.to_string())
+    }
+}
+
+impl From<String> for Cell {
+    fn from(s: String) -> Cell {
+        Cell::Text(s)
+    }
+}
+
+impl From<&String> for Cell {
+    fn from(s: &String) -> Cell {
+        Cell::Text(s.clone())
+    }
+}
+
+impl From<Num> for Cell {
+    fn from(n: Num) -> Cell {
+        Cell::num(n.0)
+    }
+}
+
+impl<T: Into<Cell>> From<Option<T>> for Cell {
+    fn from(v: Option<T>) -> Cell {
+        v.map_or(Cell::Empty, Into::into)
+    }
+}
+
+macro_rules! int_cells {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Cell {
+            fn from(i: $t) -> Cell {
+                Cell::Int(i as i64)
+            }
+        }
+    )*};
+}
+int_cells!(i32, i64, u16, u32, u64, usize);
 
 /// A table: printed to stdout and stored under `"tables"`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Table {
     pub title: String,
     pub columns: Vec<String>,
-    pub rows: Vec<Vec<Value>>,
+    pub rows: Vec<Vec<Cell>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }
 
@@ -21,21 +136,13 @@ impl Table {
         }
     }
 
-    pub fn row(&mut self, cells: Vec<Value>) {
+    pub fn row(&mut self, cells: Vec<Cell>) {
         self.rows.push(cells);
     }
 
     pub fn with_note(mut self, note: impl Into<String>) -> Table {
         self.note = Some(note.into());
         self
-    }
-
-    pub fn to_json(&self) -> Value {
-        let mut v = json!({ "title": self.title, "columns": self.columns, "rows": self.rows });
-        if let Some(n) = &self.note {
-            v["note"] = json!(n);
-        }
-        v
     }
 
     /// Renders the table as aligned text (numbers right-aligned).
@@ -80,7 +187,7 @@ impl Table {
         for (r, raw) in cells.iter().zip(&self.rows) {
             let line: Vec<String> = (0..ncols)
                 .map(|i| {
-                    let numeric = raw.get(i).is_some_and(Value::is_number);
+                    let numeric = raw.get(i).is_some_and(Cell::is_number);
                     pad(
                         r.get(i).map(String::as_str).unwrap_or(""),
                         width[i],
@@ -112,18 +219,12 @@ fn pad(s: &str, w: usize, right: bool) -> String {
 }
 
 /// Text of one cell: integers as such, other numbers with at most 4 significant digits.
-pub fn cell_text(v: &Value) -> String {
-    match v {
-        Value::Null => "-".into(),
-        Value::String(s) => s.clone(),
-        Value::Number(n) => {
-            if let Some(i) = n.as_i64() {
-                i.to_string()
-            } else {
-                fmt_num(n.as_f64().unwrap_or(f64::NAN))
-            }
-        }
-        other => other.to_string(),
+pub fn cell_text(c: &Cell) -> String {
+    match c {
+        Cell::Empty => "-".into(),
+        Cell::Text(s) => s.clone(),
+        Cell::Int(i) => i.to_string(),
+        Cell::Num(x) => fmt_num(crate::stats::round_sig(*x, 4)),
     }
 }
 
@@ -145,24 +246,15 @@ pub fn fmt_num(x: f64) -> String {
     }
 }
 
-/// A number for JSON, rounded to 4 significant digits (null when not finite).
-pub fn num(x: f64) -> Value {
-    if x.is_finite() {
-        json!(crate::stats::round_sig(x, 4))
-    } else {
-        Value::Null
-    }
-}
-
-/// One series of a figure.
-#[derive(Debug, Clone)]
+/// One series of a figure: its points as JSON gives them, y rounded to 4 significant digits.
+#[derive(Debug, Clone, Serialize)]
 pub struct Series {
     pub name: String,
     pub points: Vec<(f64, f64)>,
 }
 
 /// A figure in the JSON convention.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Figure {
     pub title: String,
     pub x_label: String,
@@ -193,6 +285,7 @@ impl Figure {
         if !x.is_finite() || !y.is_finite() {
             return;
         }
+        let y = crate::stats::round_sig(y, 4);
         match self.series.iter_mut().find(|s| s.name == name) {
             Some(s) => s.points.push((x, y)),
             None => self.series.push(Series {
@@ -201,32 +294,24 @@ impl Figure {
             }),
         }
     }
-
-    pub fn to_json(&self) -> Value {
-        json!({
-            "title": self.title,
-            "x_label": self.x_label,
-            "y_label": self.y_label,
-            "log_x": self.log_x,
-            "log_y": self.log_y,
-            "series": self.series.iter().map(|s| json!({
-                "name": s.name,
-                "points": s.points.iter().map(|(x, y)| json!([x, crate::stats::round_sig(*y, 4)])).collect::<Vec<_>>(),
-            })).collect::<Vec<_>>(),
-        })
-    }
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::{json, Value};
+
     use super::*;
+
+    fn json_of(v: impl Serialize) -> Value {
+        serde_json::to_value(v).unwrap()
+    }
 
     #[test]
     fn renders_aligned_with_note() {
         let mut t = Table::new("T", &["name", "ns"]);
-        t.row(vec![json!("a"), json!(12)]);
-        t.row(vec![json!("longer"), json!(12.34567)]);
-        t.row(vec![json!("x"), Value::Null]);
+        t.row(vec!["a".into(), 12.into()]);
+        t.row(vec!["longer".into(), Cell::Num(12.34567)]);
+        t.row(vec!["x".into(), Cell::Empty]);
         let t = t.with_note("why");
         let s = t.render();
         assert!(s.starts_with("T\n"));
@@ -234,10 +319,15 @@ mod tests {
         assert!(s.contains("  longer  12.35\n"), "{s}");
         assert!(s.contains("  x       -\n"), "{s}");
         assert!(s.contains("note: why"));
-        let j = t.to_json();
+        let j = json_of(&t);
         assert_eq!(j["columns"][1], "ns");
         assert_eq!(j["rows"].as_array().unwrap().len(), 3);
         assert_eq!(j["note"], "why");
+        assert_eq!(j["rows"][0], json!(["a", 12]));
+        assert_eq!(j["rows"][1], json!(["longer", 12.35]));
+        assert_eq!(j["rows"][2], json!(["x", null]));
+        let untitled = json_of(Table::new("U", &["a"]));
+        assert!(untitled.get("note").is_none(), "{untitled}");
     }
 
     #[test]
@@ -245,7 +335,13 @@ mod tests {
         assert_eq!(fmt_num(1234567.8), "1234568");
         assert_eq!(fmt_num(0.012345), "0.01235");
         assert_eq!(fmt_num(42.0), "42");
-        assert_eq!(num(f64::NAN), Value::Null);
+        assert_eq!(json_of(Num(f64::NAN)), Value::Null);
+        assert_eq!(json_of(Cell::num(f64::INFINITY)), Value::Null);
+        // A measured figure stays a JSON float even when whole; a count stays an integer.
+        assert_eq!(serde_json::to_string(&Num(42.0)).unwrap(), "42.0");
+        assert_eq!(serde_json::to_string(&Num(1234567.8)).unwrap(), "1235000.0");
+        assert_eq!(serde_json::to_string(&Cell::from(42usize)).unwrap(), "42");
+        assert_eq!(json_of(Cell::from(None::<Num>)), Value::Null);
     }
 
     #[test]
@@ -255,9 +351,30 @@ mod tests {
         f.point("a", 10.0, 3.0);
         f.point("b", 1.0, f64::INFINITY);
         f.point("b", 1.0, 1.0);
-        let j = f.to_json();
+        let j = json_of(&f);
         assert_eq!(j["series"][0]["points"].as_array().unwrap().len(), 2);
         assert_eq!(j["series"][1]["name"], "b");
         assert_eq!(j["log_x"], false);
+        f.point("b", 3.0, 123.456);
+        assert_eq!(json_of(&f)["series"][1]["points"][1], json!([3.0, 123.5]));
+    }
+
+    #[test]
+    fn report_flattens_its_fields_between_machine_and_tables() {
+        #[derive(Serialize)]
+        struct Fields {
+            answer: u32,
+        }
+        let r = Report {
+            machine: Machine::collect(),
+            fields: Fields { answer: 42 },
+            tables: vec![Table::new("T", &["a"])],
+            figures: vec![],
+        };
+        let j = json_of(&r);
+        assert_eq!(j["answer"], 42);
+        assert!(j["machine"]["kernel"].is_string());
+        assert_eq!(j["tables"][0]["title"], "T");
+        assert_eq!(j["figures"], json!([]));
     }
 }
