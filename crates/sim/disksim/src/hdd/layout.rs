@@ -103,6 +103,94 @@ impl Zone {
     pub fn cylinders(&self) -> u32 {
         self.last_cyl - self.first_cyl + 1
     }
+
+    /// Sectors the sparing scheme keeps from data (spares, and slips where they go to the
+    /// end), on `surfaces` surfaces.
+    fn spare_sectors(&self, sparing: Sparing, surfaces: u32) -> u64 {
+        let cyls = u64::from(self.cylinders());
+        let slips = self.slips.len() as u64;
+        match sparing {
+            Sparing::None => 0,
+            Sparing::Track => self.spares * u64::from(self.spt),
+            Sparing::PerCylinder {
+                slip_to_end: false, ..
+            } => self.spares * cyls,
+            Sparing::PerCylinder {
+                slip_to_end: true, ..
+            } => self.spares * cyls + slips,
+            Sparing::PerTrack => self.spares * cyls * u64::from(surfaces),
+            Sparing::AtEnd => slips,
+            Sparing::PerRange { cylinders } => self.spares * (cyls / u64::from(cylinders)),
+            Sparing::PerZone { slip_to_end: false } => self.spares,
+            Sparing::PerZone { slip_to_end: true } => self.spares + slips,
+        }
+    }
+
+    /// Zone `i`'s spares fit their regions, and (per-cylinder sparing, slips in place) each
+    /// cylinder's slips its spares.
+    fn check_spares(&self, i: usize, sparing: Sparing, surfaces: u32) -> Result<()> {
+        let per_track = u64::from(self.spt);
+        let per_cylinder = per_track * u64::from(surfaces);
+        let region = match sparing {
+            Sparing::PerTrack => per_track,
+            Sparing::PerCylinder { .. } => per_cylinder,
+            Sparing::PerRange { cylinders } => per_cylinder * u64::from(cylinders),
+            _ => return Ok(()),
+        };
+        if self.spares >= region {
+            bail!(
+                "zone {i}: {} spares per region of {region} sectors",
+                self.spares
+            );
+        }
+        if let Sparing::PerCylinder {
+            slip_to_end: false, ..
+        } = sparing
+        {
+            // A slip takes a spare of its own cylinder.
+            let mut k = 0;
+            while k < self.slips.len() {
+                let c = self.slips[k] / per_cylinder;
+                let n = self.slips[k..]
+                    .iter()
+                    .take_while(|&&s| s / per_cylinder == c)
+                    .count();
+                if n as u64 > self.spares {
+                    bail!(
+                        "zone {i}: {n} slips on cylinder {} but {} spares per cylinder",
+                        u64::from(self.first_cyl) + c,
+                        self.spares
+                    );
+                }
+                k += n;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sorts zone `i`'s remaps and checks them: each defect once, each replacement once,
+    /// both within the zone's `phys` sectors and apart.
+    fn check_remaps(&mut self, i: usize, phys: u64) -> Result<()> {
+        self.remaps.sort_unstable();
+        for w in self.remaps.windows(2) {
+            if w[0].0 == w[1].0 {
+                bail!("zone {i}: sector {} remapped twice", w[0].0);
+            }
+        }
+        let mut targets: Vec<u64> = self.remaps.iter().map(|r| r.1).collect();
+        targets.sort_unstable();
+        if targets.windows(2).any(|w| w[0] == w[1]) {
+            bail!("zone {i}: two defects remapped to the same sector");
+        }
+        if let Some(&(d, r)) = self
+            .remaps
+            .iter()
+            .find(|&&(d, r)| d >= phys || r >= phys || d == r)
+        {
+            bail!("zone {i}: defect {d} -> replacement {r}: outside the zone's {phys} sectors or to itself");
+        }
+        Ok(())
+    }
 }
 
 /// A physical sector address.
@@ -202,90 +290,16 @@ impl Layout {
                 bail!("zone {i}: skews must be finite");
             }
             z.slips.sort_unstable();
-            let cyls = u64::from(z.cylinders());
-            let per_track = u64::from(z.spt);
-            let phys = cyls * per_track * u64::from(surfaces);
-            let taken = z.deadspace
-                + match sparing {
-                    Sparing::None => 0,
-                    Sparing::Track => z.spares * per_track,
-                    Sparing::PerCylinder {
-                        slip_to_end: false, ..
-                    } => z.spares * cyls,
-                    Sparing::PerCylinder {
-                        slip_to_end: true, ..
-                    } => z.spares * cyls + z.slips.len() as u64,
-                    Sparing::PerTrack => z.spares * cyls * u64::from(surfaces),
-                    Sparing::AtEnd => z.slips.len() as u64,
-                    Sparing::PerRange { cylinders } => z.spares * (cyls / u64::from(cylinders)),
-                    Sparing::PerZone { slip_to_end: false } => z.spares,
-                    Sparing::PerZone { slip_to_end: true } => z.spares + z.slips.len() as u64,
-                };
+            let phys = u64::from(z.cylinders()) * u64::from(z.spt) * u64::from(surfaces);
+            let taken = z.deadspace + z.spare_sectors(sparing, surfaces);
             if taken >= phys {
                 bail!("zone {i}: spares and reserved space ({taken}) leave no room for data");
             }
-            if let Sparing::PerCylinder { .. } | Sparing::PerRange { .. } | Sparing::PerTrack =
-                sparing
-            {
-                let region = match sparing {
-                    Sparing::PerTrack => per_track,
-                    Sparing::PerCylinder { .. } => per_track * u64::from(surfaces),
-                    Sparing::PerRange { cylinders } => {
-                        per_track * u64::from(surfaces) * u64::from(cylinders)
-                    }
-                    _ => unreachable!(),
-                };
-                if z.spares >= region {
-                    bail!(
-                        "zone {i}: {} spares per region of {region} sectors",
-                        z.spares
-                    );
-                }
-            }
-            if let Sparing::PerCylinder {
-                slip_to_end: false, ..
-            } = sparing
-            {
-                // A slip takes a spare of its own cylinder.
-                let percyl = per_track * u64::from(surfaces);
-                let mut k = 0;
-                while k < z.slips.len() {
-                    let c = z.slips[k] / percyl;
-                    let n = z.slips[k..]
-                        .iter()
-                        .take_while(|&&s| s / percyl == c)
-                        .count();
-                    if n as u64 > z.spares {
-                        bail!(
-                            "zone {i}: {n} slips on cylinder {} but {} spares per cylinder",
-                            u64::from(z.first_cyl) + c,
-                            z.spares
-                        );
-                    }
-                    k += n;
-                }
-            }
+            z.check_spares(i, sparing, surfaces)?;
             if z.slips.last().is_some_and(|&s| s >= phys) && sparing != Sparing::Track {
                 bail!("zone {i}: slip past the zone's {phys} sectors");
             }
-            z.remaps.sort_unstable();
-            for w in z.remaps.windows(2) {
-                if w[0].0 == w[1].0 {
-                    bail!("zone {i}: sector {} remapped twice", w[0].0);
-                }
-            }
-            let mut targets: Vec<u64> = z.remaps.iter().map(|r| r.1).collect();
-            targets.sort_unstable();
-            if targets.windows(2).any(|w| w[0] == w[1]) {
-                bail!("zone {i}: two defects remapped to the same sector");
-            }
-            if let Some(&(d, r)) = z
-                .remaps
-                .iter()
-                .find(|&&(d, r)| d >= phys || r >= phys || d == r)
-            {
-                bail!("zone {i}: defect {d} -> replacement {r}: outside the zone's {phys} sectors or to itself");
-            }
+            z.check_remaps(i, phys)?;
             z.first_lba = lba;
             z.blocks = phys - taken;
             lba += z.blocks;
@@ -298,21 +312,26 @@ impl Layout {
             zones,
             blocks: lba,
         };
-        // A replacement must be a sector no block uses (a spare), and a defect one some
-        // block would use. `phys` increases with the block, so a binary search finds them.
-        for (i, z) in layout.zones.iter().enumerate() {
+        layout.check_replacements()?;
+        Ok(layout)
+    }
+
+    /// A replacement must be a sector no block uses (a spare), and a defect one some block
+    /// would use. `phys` increases with the block, so a binary search finds them.
+    fn check_replacements(&self) -> Result<()> {
+        for (i, z) in self.zones.iter().enumerate() {
             let holder = |p: u64| {
                 let (lo, hi) = (z.deadspace, z.deadspace + z.blocks);
                 let (mut a, mut b) = (lo, hi);
                 while a < b {
                     let m = a + (b - a) / 2;
-                    if layout.phys(z, m) < p {
+                    if self.phys(z, m) < p {
                         a = m + 1;
                     } else {
                         b = m;
                     }
                 }
-                (a < hi && layout.phys(z, a) == p).then_some(a - z.deadspace)
+                (a < hi && self.phys(z, a) == p).then_some(a - z.deadspace)
             };
             for &(d, r) in &z.remaps {
                 if let Some(b) = holder(r) {
@@ -325,7 +344,7 @@ impl Layout {
                 }
             }
         }
-        Ok(layout)
+        Ok(())
     }
 
     /// A single-zone layout without spares (tests, synthetic disks).

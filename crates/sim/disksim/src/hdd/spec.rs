@@ -184,248 +184,18 @@ impl HddSpec {
         let model = d.block("Model")?;
         let layout_b = model.block("Layout Model")?;
         let mech_b = model.block("Mechanical Model")?;
-        let surfaces = count(model, "Number of data surfaces", 1024.0)? as u32;
-        let cylinders = count(model, "Number of cylinders", 10_000_000.0)? as u32;
-        if layout_b.ty != "dm_layout_g1" {
-            bail!(
-                "{}: layout model '{}' not supported (dm_layout_g1 is)",
-                layout_b.file.display(),
-                layout_b.ty
-            );
-        }
-        let mapping =
-            Mapping::from_disksim(count(layout_b, "LBN-to-PBN mapping scheme", 10.0)? as u32)
-                .with_context(|| layout_b.file.display().to_string())?;
-        let sparing = Sparing::from_disksim(
-            count(layout_b, "Sparing scheme used", 100.0)? as u32,
-            layout_b.num_or("Rangesize for sparing", 1.0)? as u32,
-        )?;
-        let revolutions =
-            matches!(layout_b.get("Skew units"), Some(Value::Word(w)) if w == "revolutions");
-        let mut zones = Vec::new();
-        for (i, zv) in layout_b.list("Zones")?.iter().enumerate() {
-            let Value::Block(z) = zv else {
-                bail!("{}: zone {i} is not a block", layout_b.file.display())
-            };
-            let spt = count(z, "Blocks per track", 100_000.0)? as u32;
-            let zrev = match z.get("Skew units") {
-                Some(Value::Word(w)) => w == "revolutions",
-                _ => revolutions,
-            };
-            let unit = if zrev { f64::from(spt) } else { 1.0 };
-            let nums = |k: &str| -> Result<Vec<u64>> {
-                z.nums(k)?
-                    .into_iter()
-                    .map(|v| {
-                        if v >= 0.0 && v.fract() == 0.0 {
-                            Ok(v as u64)
-                        } else {
-                            bail!("{}: bad {k} entry {v}", z.file.display())
-                        }
-                    })
-                    .collect()
-            };
-            let defects = nums("defects").unwrap_or_default();
-            // (defect, replacement) pairs; a defect "remapped" to itself changes nothing.
-            if defects.len() % 2 != 0 {
-                bail!(
-                    "{}: zone {i}: defects must be (defect, replacement) pairs",
-                    z.file.display()
-                );
-            }
-            let remaps = defects
-                .chunks(2)
-                .filter(|p| p[0] != p[1])
-                .map(|p| (p[0], p[1]))
-                .collect();
-            zones.push(Zone {
-                first_cyl: count(z, "First cylinder number", 1e7)? as u32,
-                last_cyl: count(z, "Last cylinder number", 1e7)? as u32,
-                spt,
-                first_offset: z.num("Offset of first block")? * unit,
-                track_skew: z.num_or("Skew for track switch", 0.0)? * unit,
-                cyl_skew: z.num_or("Skew for cylinder switch", 0.0)? * unit,
-                deadspace: count(z, "Empty space at zone front", 1e12)?,
-                spares: count(z, "Number of spares", 1e12)?,
-                slips: nums("slips")?,
-                remaps,
-                first_lba: 0,
-                blocks: 0,
-            });
-        }
-        // The HP C2490A's file ends its last zone on cylinder 2629 of "2629 cylinders"
-        // (DiskSim does not check): a count one short is taken as the zones say.
-        let mut cylinders = cylinders;
-        if zones.iter().map(|z| z.last_cyl).max() == Some(cylinders) {
-            tracing::warn!(
-                "{}: the last zone ends on cylinder {cylinders}, one past 'Number of cylinders' \
-                 = {cylinders}: taken as {} cylinders",
-                layout_b.file.display(),
-                cylinders + 1
-            );
-            cylinders += 1;
-        }
-        let layout = Layout::new(surfaces, cylinders, sparing, zones)
-            .with_context(|| format!("{}", layout_b.file.display()))?
-            .with_mapping(mapping);
-
-        let seek = match mech_b.word("Seek type")? {
-            "extracted" => {
-                let f = mech_b.word("Full seek curve")?;
-                let p = params_path(dir, &mech_b.file, f)?;
-                SeekCurve::Table(params::parse_seek_file(&p)?)
-            }
-            "hpl" | "hplplus10" => {
-                let v = mech_b.nums("HPL seek equation values")?;
-                if v.len() < 6 {
-                    bail!(
-                        "{}: HPL seek equation needs 6 values",
-                        mech_b.file.display()
-                    );
-                }
-                let (boundary, a, b, c, e) = (v[0] as u32, v[1], v[2], v[3], v[4]);
-                if mech_b.word("Seek type")? == "hpl" {
-                    let one = if v[5] == -1.0 {
-                        Some(nonneg(mech_b, "Single cylinder seek time")?)
-                    } else {
-                        Some(v[5])
-                    };
-                    SeekCurve::Hpl {
-                        boundary,
-                        a,
-                        b,
-                        c,
-                        e,
-                        one,
-                    }
-                } else {
-                    let f = mech_b.nums("First ten seek times")?;
-                    if f.len() < 10 {
-                        bail!(
-                            "{}: 'First ten seek times' needs 10 values",
-                            mech_b.file.display()
-                        );
-                    }
-                    let mut first10 = [0.0; 10];
-                    first10.copy_from_slice(&f[..10]);
-                    SeekCurve::HplPlus10 {
-                        first10,
-                        boundary,
-                        a,
-                        b,
-                        c,
-                        e,
-                    }
-                }
-            }
-            "constant" => SeekCurve::Constant(nonneg(mech_b, "Constant seek time")?),
-            "linear" | "curve" => SeekCurve::ThreePoint {
-                single: nonneg(mech_b, "Single cylinder seek time")?,
-                average: nonneg(mech_b, "Average seek time")?,
-                full: nonneg(mech_b, "Full strobe seek time")?,
-                cylinders,
-            },
-            other => bail!(
-                "{}: seek type '{other}' not supported",
-                mech_b.file.display()
-            ),
-        };
-        seek.validate()?;
-        match mech_b.word("Access time type")? {
-            "trackSwitchPlusRotation" => {}
-            other => bail!(
-                "{}: access time type '{other}' not supported (trackSwitchPlusRotation is)",
-                mech_b.file.display()
-            ),
-        }
-        let rpm = mech_b.num("Rotation speed (in rpms)")?;
-        if !(100.0..=100_000.0).contains(&rpm) {
-            bail!(
-                "{}: implausible rotation speed {rpm} rpm",
-                mech_b.file.display()
-            );
-        }
-        let mech = Mech {
-            seek,
-            head_switch: nonneg(mech_b, "Head switch time")?,
-            write_settle: signed_ms(mech_b, "Add. write settling delay")?,
-            rpm,
-        };
-
-        // Interface: the slowest of the disk, the buses and the controller per sector.
-        let mut bus_read = nonneg(d, "Bulk sector transfer time")?;
-        let mut bus_write = bus_read;
-        for b in pf.find("disksim_bus") {
-            bus_read = bus_read.max(b.num_or("Read block transfer time", 0.0)?);
-            bus_write = bus_write.max(b.num_or("Write block transfer time", 0.0)?);
-        }
-        for c in pf.find("disksim_ctlr") {
-            let t =
-                c.num_or("Bulk sector transfer time", 0.0)? * c.num_or("Scale for delays", 0.0)?;
-            bus_read = bus_read.max(t);
-            bus_write = bus_write.max(t);
-        }
-
-        let extra = if flag(d, "Extra write disconnect")? {
-            Some((
-                nonneg(d, "Extradisc command overhead")?,
-                nonneg(d, "Extradisc disconnect overhead")?
-                    + nonneg(d, "Extradisc inter-disconnect delay")?,
-                nonneg(d, "Extradisc seek delta")?,
-            ))
-        } else {
-            None
-        };
-        let overheads = Overheads {
-            per_request: nonneg(d, "Per-request overhead time")?,
-            read_hit_after_read: nonneg(d, "Read hit over. after read")?,
-            read_hit_after_write: nonneg(d, "Read hit over. after write")?,
-            read_miss_after_read: nonneg(d, "Read miss over. after read")?,
-            read_miss_after_write: nonneg(d, "Read miss over. after write")?,
-            write_hit_after_read: nonneg(d, "Write hit over. after read")?,
-            write_hit_after_write: nonneg(d, "Write hit over. after write")?,
-            write_miss_after_read: nonneg(d, "Write miss over. after read")?,
-            write_miss_after_write: nonneg(d, "Write miss over. after write")?,
-            read_completion: nonneg(d, "Read completion overhead")?,
-            write_completion: nonneg(d, "Write completion overhead")?,
-            data_prep: nonneg(d, "Data preparation overhead")?,
-            reselect: nonneg(d, "First reselect overhead")?,
-            min_seek_delay: d.num_or("Minimum seek delay", 0.0)?.max(0.0),
-            extra_write_disconnect: extra,
-        };
-        let segments = count(d, "Number of buffer segments", 4096.0)? as usize;
-        let hold_read = flag(d, "Hold bus entire read xfer")?;
-        let cache = CacheSpec {
-            enabled: flag(d, "Enable caching in buffer")? && segments > 0,
-            segments: segments.max(1),
-            segment_sectors: count(d, "Segment size (in blks)", 1e9)?.max(1),
-            max_write_segments: (count(d, "Maximum number of write segments", 4096.0)? as usize)
-                .max(1),
-            separate_write_segment: flag(d, "Use separate write segment")?,
-            prefetch: count(d, "Buffer continuous read", 4.0)? as u8,
-            min_readahead: count(d, "Minimum read-ahead (blks)", 1e9)?,
-            max_readahead: count(d, "Maximum read-ahead (blks)", 1e9)?,
-            readahead_over_requested: flag(d, "Read-ahead over requested")?,
-            readahead_on_idle_hit: flag(d, "Read-ahead on idle hit")?,
-            stop_prefetch_in_sector: flag(d, "Stop prefetch in sector")?,
-            read_any_free_blocks: flag(d, "Read any free blocks")?,
-            fast_write: count(d, "Fast write level", 2.0)? as u8,
-            read_hits_on_write_data: flag(d, "Allow read hits on write data")?,
-            combine_seq_writes: flag(d, "Combine seq writes")?,
-            hold_bus_read: hold_read,
-            read_watermark: if hold_read {
-                d.num("High (read) water mark")?.clamp(0.0, 1.0)
-            } else {
-                0.0
-            },
-        };
+        let layout = layout_from(model, layout_b)?;
+        let mech = mech_from(mech_b, dir, layout.cylinders)?;
+        let (bus_read_ms, bus_write_ms) = bus_times(d, pf)?;
+        let overheads = overheads_from(d)?;
+        let cache = cache_from(d)?;
         let sched = d.block("Scheduler")?;
         Ok(HddSpec {
             name: d.name.clone(),
             layout,
             mech,
-            bus_read_ms: bus_read,
-            bus_write_ms: bus_write,
+            bus_read_ms,
+            bus_write_ms,
             overhead_scale: nonneg(d, "Time scale for overheads")?,
             overheads,
             cache,
@@ -453,6 +223,277 @@ fn params_path(dir: &Path, file: &Path, name: &str) -> Result<PathBuf> {
     }
     let base = file.parent().unwrap_or(dir);
     Ok(base.join(p))
+}
+
+/// The layout of a disk's `Model` block: zones, sparing and mapping of its `Layout Model`.
+fn layout_from(model: &Block, layout_b: &Block) -> Result<Layout> {
+    let surfaces = count(model, "Number of data surfaces", 1024.0)? as u32;
+    let cylinders = count(model, "Number of cylinders", 10_000_000.0)? as u32;
+    if layout_b.ty != "dm_layout_g1" {
+        bail!(
+            "{}: layout model '{}' not supported (dm_layout_g1 is)",
+            layout_b.file.display(),
+            layout_b.ty
+        );
+    }
+    let mapping = Mapping::from_disksim(count(layout_b, "LBN-to-PBN mapping scheme", 10.0)? as u32)
+        .with_context(|| layout_b.file.display().to_string())?;
+    let sparing = Sparing::from_disksim(
+        count(layout_b, "Sparing scheme used", 100.0)? as u32,
+        layout_b.num_or("Rangesize for sparing", 1.0)? as u32,
+    )?;
+    let revolutions =
+        matches!(layout_b.get("Skew units"), Some(Value::Word(w)) if w == "revolutions");
+    let mut zones = Vec::new();
+    for (i, zv) in layout_b.list("Zones")?.iter().enumerate() {
+        let Value::Block(z) = zv else {
+            bail!("{}: zone {i} is not a block", layout_b.file.display())
+        };
+        zones.push(zone_from(z, i, revolutions)?);
+    }
+    // The HP C2490A's file ends its last zone on cylinder 2629 of "2629 cylinders"
+    // (DiskSim does not check): a count one short is taken as the zones say.
+    let mut cylinders = cylinders;
+    if zones.iter().map(|z| z.last_cyl).max() == Some(cylinders) {
+        tracing::warn!(
+            "{}: the last zone ends on cylinder {cylinders}, one past 'Number of cylinders' \
+             = {cylinders}: taken as {} cylinders",
+            layout_b.file.display(),
+            cylinders + 1
+        );
+        cylinders += 1;
+    }
+    Ok(Layout::new(surfaces, cylinders, sparing, zones)
+        .with_context(|| format!("{}", layout_b.file.display()))?
+        .with_mapping(mapping))
+}
+
+/// Zone `i` of a layout; skews in revolutions when the zone says so, else when the layout
+/// does (`revolutions`).
+fn zone_from(z: &Block, i: usize, revolutions: bool) -> Result<Zone> {
+    let spt = count(z, "Blocks per track", 100_000.0)? as u32;
+    let zrev = match z.get("Skew units") {
+        Some(Value::Word(w)) => w == "revolutions",
+        _ => revolutions,
+    };
+    let unit = if zrev { f64::from(spt) } else { 1.0 };
+    let nums = |k: &str| -> Result<Vec<u64>> {
+        z.nums(k)?
+            .into_iter()
+            .map(|v| {
+                if v >= 0.0 && v.fract() == 0.0 {
+                    Ok(v as u64)
+                } else {
+                    bail!("{}: bad {k} entry {v}", z.file.display())
+                }
+            })
+            .collect()
+    };
+    let defects = nums("defects").unwrap_or_default();
+    // (defect, replacement) pairs; a defect "remapped" to itself changes nothing.
+    if defects.len() % 2 != 0 {
+        bail!(
+            "{}: zone {i}: defects must be (defect, replacement) pairs",
+            z.file.display()
+        );
+    }
+    let remaps = defects
+        .chunks(2)
+        .filter(|p| p[0] != p[1])
+        .map(|p| (p[0], p[1]))
+        .collect();
+    Ok(Zone {
+        first_cyl: count(z, "First cylinder number", 1e7)? as u32,
+        last_cyl: count(z, "Last cylinder number", 1e7)? as u32,
+        spt,
+        first_offset: z.num("Offset of first block")? * unit,
+        track_skew: z.num_or("Skew for track switch", 0.0)? * unit,
+        cyl_skew: z.num_or("Skew for cylinder switch", 0.0)? * unit,
+        deadspace: count(z, "Empty space at zone front", 1e12)?,
+        spares: count(z, "Number of spares", 1e12)?,
+        slips: nums("slips")?,
+        remaps,
+        first_lba: 0,
+        blocks: 0,
+    })
+}
+
+/// The mechanism of a `Mechanical Model` block over `cylinders` (its seek curve's files
+/// relative to the parameter file's directory, else `dir`).
+fn mech_from(mech_b: &Block, dir: &Path, cylinders: u32) -> Result<Mech> {
+    let seek = seek_from(mech_b, dir, cylinders)?;
+    seek.validate()?;
+    match mech_b.word("Access time type")? {
+        "trackSwitchPlusRotation" => {}
+        other => bail!(
+            "{}: access time type '{other}' not supported (trackSwitchPlusRotation is)",
+            mech_b.file.display()
+        ),
+    }
+    let rpm = mech_b.num("Rotation speed (in rpms)")?;
+    if !(100.0..=100_000.0).contains(&rpm) {
+        bail!(
+            "{}: implausible rotation speed {rpm} rpm",
+            mech_b.file.display()
+        );
+    }
+    Ok(Mech {
+        seek,
+        head_switch: nonneg(mech_b, "Head switch time")?,
+        write_settle: signed_ms(mech_b, "Add. write settling delay")?,
+        rpm,
+    })
+}
+
+fn seek_from(mech_b: &Block, dir: &Path, cylinders: u32) -> Result<SeekCurve> {
+    Ok(match mech_b.word("Seek type")? {
+        "extracted" => {
+            let f = mech_b.word("Full seek curve")?;
+            let p = params_path(dir, &mech_b.file, f)?;
+            SeekCurve::Table(params::parse_seek_file(&p)?)
+        }
+        kind @ ("hpl" | "hplplus10") => {
+            let v = mech_b.nums("HPL seek equation values")?;
+            if v.len() < 6 {
+                bail!(
+                    "{}: HPL seek equation needs 6 values",
+                    mech_b.file.display()
+                );
+            }
+            let (boundary, a, b, c, e) = (v[0] as u32, v[1], v[2], v[3], v[4]);
+            if kind == "hpl" {
+                let one = if v[5] == -1.0 {
+                    Some(nonneg(mech_b, "Single cylinder seek time")?)
+                } else {
+                    Some(v[5])
+                };
+                return Ok(SeekCurve::Hpl {
+                    boundary,
+                    a,
+                    b,
+                    c,
+                    e,
+                    one,
+                });
+            }
+            let f = mech_b.nums("First ten seek times")?;
+            if f.len() < 10 {
+                bail!(
+                    "{}: 'First ten seek times' needs 10 values",
+                    mech_b.file.display()
+                );
+            }
+            let mut first10 = [0.0; 10];
+            first10.copy_from_slice(&f[..10]);
+            SeekCurve::HplPlus10 {
+                first10,
+                boundary,
+                a,
+                b,
+                c,
+                e,
+            }
+        }
+        "constant" => SeekCurve::Constant(nonneg(mech_b, "Constant seek time")?),
+        "linear" | "curve" => SeekCurve::ThreePoint {
+            single: nonneg(mech_b, "Single cylinder seek time")?,
+            average: nonneg(mech_b, "Average seek time")?,
+            full: nonneg(mech_b, "Full strobe seek time")?,
+            cylinders,
+        },
+        other => bail!(
+            "{}: seek type '{other}' not supported",
+            mech_b.file.display()
+        ),
+    })
+}
+
+/// The interface's time per sector (read, write): the slowest of the disk, the buses and
+/// the controller.
+fn bus_times(d: &Block, pf: &ParamFile) -> Result<(f64, f64)> {
+    let mut bus_read = nonneg(d, "Bulk sector transfer time")?;
+    let mut bus_write = bus_read;
+    for b in pf.find("disksim_bus") {
+        bus_read = bus_read.max(b.num_or("Read block transfer time", 0.0)?);
+        bus_write = bus_write.max(b.num_or("Write block transfer time", 0.0)?);
+    }
+    for c in pf.find("disksim_ctlr") {
+        let t = c.num_or("Bulk sector transfer time", 0.0)? * c.num_or("Scale for delays", 0.0)?;
+        bus_read = bus_read.max(t);
+        bus_write = bus_write.max(t);
+    }
+    Ok((bus_read, bus_write))
+}
+
+/// `NAME after read` and `NAME after write`, the overheads DiskSim gives by previous request.
+fn after_read_write(d: &Block, name: &str) -> Result<(f64, f64)> {
+    Ok((
+        nonneg(d, &format!("{name} after read"))?,
+        nonneg(d, &format!("{name} after write"))?,
+    ))
+}
+
+fn overheads_from(d: &Block) -> Result<Overheads> {
+    let extra_write_disconnect = if flag(d, "Extra write disconnect")? {
+        Some((
+            nonneg(d, "Extradisc command overhead")?,
+            nonneg(d, "Extradisc disconnect overhead")?
+                + nonneg(d, "Extradisc inter-disconnect delay")?,
+            nonneg(d, "Extradisc seek delta")?,
+        ))
+    } else {
+        None
+    };
+    let per_request = nonneg(d, "Per-request overhead time")?;
+    let (read_hit_after_read, read_hit_after_write) = after_read_write(d, "Read hit over.")?;
+    let (read_miss_after_read, read_miss_after_write) = after_read_write(d, "Read miss over.")?;
+    let (write_hit_after_read, write_hit_after_write) = after_read_write(d, "Write hit over.")?;
+    let (write_miss_after_read, write_miss_after_write) = after_read_write(d, "Write miss over.")?;
+    Ok(Overheads {
+        per_request,
+        read_hit_after_read,
+        read_hit_after_write,
+        read_miss_after_read,
+        read_miss_after_write,
+        write_hit_after_read,
+        write_hit_after_write,
+        write_miss_after_read,
+        write_miss_after_write,
+        read_completion: nonneg(d, "Read completion overhead")?,
+        write_completion: nonneg(d, "Write completion overhead")?,
+        data_prep: nonneg(d, "Data preparation overhead")?,
+        reselect: nonneg(d, "First reselect overhead")?,
+        min_seek_delay: d.num_or("Minimum seek delay", 0.0)?.max(0.0),
+        extra_write_disconnect,
+    })
+}
+
+fn cache_from(d: &Block) -> Result<CacheSpec> {
+    let segments = count(d, "Number of buffer segments", 4096.0)? as usize;
+    let hold_read = flag(d, "Hold bus entire read xfer")?;
+    Ok(CacheSpec {
+        enabled: flag(d, "Enable caching in buffer")? && segments > 0,
+        segments: segments.max(1),
+        segment_sectors: count(d, "Segment size (in blks)", 1e9)?.max(1),
+        max_write_segments: (count(d, "Maximum number of write segments", 4096.0)? as usize).max(1),
+        separate_write_segment: flag(d, "Use separate write segment")?,
+        prefetch: count(d, "Buffer continuous read", 4.0)? as u8,
+        min_readahead: count(d, "Minimum read-ahead (blks)", 1e9)?,
+        max_readahead: count(d, "Maximum read-ahead (blks)", 1e9)?,
+        readahead_over_requested: flag(d, "Read-ahead over requested")?,
+        readahead_on_idle_hit: flag(d, "Read-ahead on idle hit")?,
+        stop_prefetch_in_sector: flag(d, "Stop prefetch in sector")?,
+        read_any_free_blocks: flag(d, "Read any free blocks")?,
+        fast_write: count(d, "Fast write level", 2.0)? as u8,
+        read_hits_on_write_data: flag(d, "Allow read hits on write data")?,
+        combine_seq_writes: flag(d, "Combine seq writes")?,
+        hold_bus_read: hold_read,
+        read_watermark: if hold_read {
+            d.num("High (read) water mark")?.clamp(0.0, 1.0)
+        } else {
+            0.0
+        },
+    })
 }
 
 #[cfg(test)]
