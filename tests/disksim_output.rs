@@ -4,6 +4,8 @@
 
 use std::process::Command;
 
+mod common;
+
 /// A line of the table with its last two columns (wall-clock speed) masked.
 fn masked(line: &str) -> String {
     let cols: Vec<&str> = line.split_whitespace().collect();
@@ -17,14 +19,8 @@ fn masked(line: &str) -> String {
 
 #[test]
 fn validate_disksim_prints_what_it_printed() {
-    let out = Command::new(env!("CARGO_BIN_EXE_iolab"))
-        .args(["disksim", "validate-disksim"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = common::run_ok(
+        Command::new(env!("CARGO_BIN_EXE_iolab")).args(["disksim", "validate-disksim"]),
     );
     let got = String::from_utf8(out.stdout).unwrap();
     let want = include_str!("data/validate-disksim.txt");

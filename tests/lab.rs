@@ -6,6 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+mod common;
+use common::run_ok;
+
 const MODELS: [&str; 2] = ["threads", "epoll"];
 const TESTS: usize = 4;
 /// A real `iolab seed bench --json` output (crates/apps/lab/testdata/README.md says how it was
@@ -29,28 +32,22 @@ fn report() -> &'static Path {
     DIR.get_or_init(|| {
         let dir = std::env::temp_dir().join(format!("iolab-lab-e2e-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let out = Command::new(env!("CARGO_BIN_EXE_iolab"))
-            .args([
-                "lab",
-                "--profile",
-                "tiny",
-                "--models",
-                &MODELS.join(","),
-                "--peers",
-                "none",
-                "--no-micro",
-                "--seed-bench",
-                SEED_BENCH,
-                "--out",
-            ])
-            .arg(&dir)
-            .output()
-            .expect("running iolab lab");
-        assert!(
-            out.status.success(),
-            "iolab lab failed: {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+        run_ok(
+            Command::new(env!("CARGO_BIN_EXE_iolab"))
+                .args([
+                    "lab",
+                    "--profile",
+                    "tiny",
+                    "--models",
+                    &MODELS.join(","),
+                    "--peers",
+                    "none",
+                    "--no-micro",
+                    "--seed-bench",
+                    SEED_BENCH,
+                    "--out",
+                ])
+                .arg(&dir),
         );
         dir
     })
@@ -365,26 +362,21 @@ fn ctrl_c_stops_every_server() {
 fn the_micro_section_renders_a_real_benchmark() {
     let scratch = iolab_sys::testing::tempdir("lab-micro").unwrap();
     let dir = scratch.path();
-    let out = Command::new(env!("CARGO_BIN_EXE_iolab"))
-        .args([
-            "lab",
-            "--profile",
-            "tiny",
-            "--models",
-            "epoll",
-            "--peers",
-            "none",
-            "--micro",
-            "limits",
-            "--out",
-        ])
-        .arg(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        Command::new(env!("CARGO_BIN_EXE_iolab"))
+            .args([
+                "lab",
+                "--profile",
+                "tiny",
+                "--models",
+                "epoll",
+                "--peers",
+                "none",
+                "--micro",
+                "limits",
+                "--out",
+            ])
+            .arg(dir),
     );
     let r = iolab_lab::validate::load_results(dir).unwrap();
     assert!(

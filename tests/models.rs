@@ -17,6 +17,9 @@ use std::time::{Duration, Instant};
 use iolab_stats::{ErrorKind, Snapshot, StatsReader};
 use iolab_sys::testing::{free_port, random_bytes};
 
+mod common;
+use common::{closed_by_peer, run_ok};
+
 const BIN: &str = env!("CARGO_BIN_EXE_iolab");
 /// No socket read in this suite waits longer than this.
 const IO_TIMEOUT: Duration = Duration::from_secs(20);
@@ -335,20 +338,6 @@ fn read_response(r: &mut impl BufRead, head: bool) -> std::io::Result<Response> 
     Ok(resp)
 }
 
-/// True once the peer has closed (EOF or reset) within the timeout.
-fn closed_by_peer(s: &mut TcpStream, within: Duration) -> bool {
-    s.set_read_timeout(Some(within)).unwrap();
-    let mut b = [0u8; 4096];
-    loop {
-        match s.read(&mut b) {
-            Ok(0) => return true,
-            Ok(_) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
-            Err(_) => return false,
-        }
-    }
-}
-
 /// A client socket whose receive buffer is `rcvbuf` bytes, set before connecting so that the
 /// TCP window it advertises stays that small.
 /// Bytes received but not yet read by the server on its socket of the connection from
@@ -550,17 +539,12 @@ mod cases {
         let srv = start(model, &[]);
         let url = srv.url("/big.bin");
         let curl = |args: &[&str], out: &std::path::Path| -> String {
-            let o = Command::new(&curl_bin)
-                .args(["-sS", "--max-time", "20", "-w", "%{http_code}", "-o"])
-                .arg(out)
-                .args(args)
-                .arg(&url)
-                .output()
-                .expect("run curl");
-            assert!(
-                o.status.success(),
-                "curl {args:?}: {}",
-                String::from_utf8_lossy(&o.stderr)
+            let o = run_ok(
+                Command::new(&curl_bin)
+                    .args(["-sS", "--max-time", "20", "-w", "%{http_code}", "-o"])
+                    .arg(out)
+                    .args(args)
+                    .arg(&url),
             );
             String::from_utf8_lossy(&o.stdout).into_owned()
         };
@@ -1473,17 +1457,7 @@ fn stats_command_prints_counters() {
     assert_eq!(srv.get("/missing").status, 404);
     srv.wait_for(|s| s.requests == 2, "two requests");
     let path = srv.site.dir.join("server.stats");
-    let out = Command::new(BIN)
-        .arg("stats")
-        .arg(&path)
-        .arg("--json")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_ok(Command::new(BIN).arg("stats").arg(&path).arg("--json"));
     let snap: Snapshot = serde_json_line(&out.stdout);
     assert_eq!((snap.requests, snap.error(ErrorKind::NotFound)), (2, 1));
     let out = Command::new(BIN).arg("stats").arg(&path).output().unwrap();

@@ -23,6 +23,8 @@ use std::time::{Duration, Instant};
 
 use iolab_sys::testing::{free_port, random_bytes};
 
+mod common;
+
 const BIN: &str = env!("CARGO_BIN_EXE_iolab");
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -850,17 +852,7 @@ fn bad_peers_are_dropped_and_others_served() {
         s.set_read_timeout(to).unwrap();
         s
     };
-    let closed = |s: &mut TcpStream| {
-        let mut b = [0u8; 65536];
-        loop {
-            match s.read(&mut b) {
-                Ok(0) => return true,
-                Ok(_) => continue,
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
-                Err(_) => return false,
-            }
-        }
-    };
+    let closed = |s: &mut TcpStream| common::closed_by_peer(s, Duration::from_secs(10));
     // 1. Not a handshake.
     let mut g = open();
     g.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
