@@ -20,6 +20,9 @@
 //!   every tool listed in `scripts/deps/*`, so a missing one there is a defect, not a skip.
 //!
 //! [`require`] applies the same policy to any other precondition (root, IPv6 loopback, ...).
+//!
+//! And what many tests need: [`free_port`], a scratch directory removed on drop
+//! ([`tempdir`]), reproducible noise ([`random_bytes`]) and [`stop_child`].
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
