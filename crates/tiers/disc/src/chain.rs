@@ -91,6 +91,199 @@ fn bind_in(ns: &str, addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> 
     .map_err(|_| anyhow::anyhow!("bind thread panicked"))?
 }
 
+/// The chain's addresses: one free /24, cut into /27 subnets (one per link).
+#[derive(Clone, Copy)]
+struct Subnets([u8; 3]);
+
+impl Subnets {
+    /// Host `host` of link `sub`'s subnet.
+    fn at(self, sub: u8, host: u8) -> Ipv4Addr {
+        let [x, y, z] = self.0;
+        Ipv4Addr::new(x, y, z, sub * 32 + host)
+    }
+}
+
+/// (left tier, right tier, subnet) of each link: A, B, C, D, and E in direct mode.
+type Link = (usize, usize, u8);
+
+/// Each link's two ends (left, right), in the order of the links.
+type Ends = Vec<(iolab_netns::Iface, iolab_netns::Iface)>;
+
+/// The veth pairs of `links` between the namespaces (the client's links through a delay
+/// line in a namespace of its own when `line` says so), addressed and up.
+fn wire_links(
+    net: &mut iolab_netns::Net,
+    ns: &[iolab_netns::Namespace],
+    links: &[Link],
+    line: Option<iolab_netns::delayline::LineParams>,
+    sub: Subnets,
+) -> anyhow::Result<(Ends, Vec<iolab_netns::delayline::DelayLine>)> {
+    let wire = match line {
+        Some(_) => Some(net.namespace()?),
+        None => None,
+    };
+    let mut ifaces = Vec::new();
+    let mut lines = Vec::new();
+    for &(l, r, s) in links {
+        let (il, ir) = match (&wire, line) {
+            // client ⇄ wire ⇄ other end: the line forwards between the middle ends.
+            (Some(w), Some(p)) if l == 0 => {
+                let (il, wl) = net.veth(Some(&ns[l]), Some(w))?;
+                let (wr, ir) = net.veth(Some(w), Some(&ns[r]))?;
+                wl.up()?;
+                wr.up()?;
+                lines.push(iolab_netns::delayline::DelayLine::start(
+                    Some(w.name()),
+                    &wl.name,
+                    &wr.name,
+                    p,
+                )?);
+                (il, ir)
+            }
+            _ => net.veth(Some(&ns[l]), Some(&ns[r]))?,
+        };
+        il.add_addr(&format!("{}/27", sub.at(s, 1)))?;
+        ir.add_addr(&format!("{}/27", sub.at(s, 2)))?;
+        il.up()?;
+        ir.up()?;
+        ifaces.push((il, ir));
+    }
+    Ok((ifaces, lines))
+}
+
+/// Direct mode: DP's segments to the client leave the BE on link E, the client takes the
+/// FE's address from there (rp_filter off), and DP's namespace is set up for repaired
+/// sockets when they are DP's send path.
+fn direct_path(
+    ns: &[iolab_netns::Namespace],
+    ifaces: &Ends,
+    sub: Subnets,
+    dp_send: crate::dp::SendPath,
+) -> anyhow::Result<()> {
+    let client_net = format!("{}/27", sub.at(0, 0));
+    ns[3].run(
+        "ip",
+        &[
+            "route",
+            "add",
+            &client_net,
+            "via",
+            &sub.at(4, 1).to_string(),
+        ],
+    )?;
+    let e = format!("net.ipv4.conf.{}.rp_filter=0", ifaces[4].0.name);
+    for kv in ["net.ipv4.conf.all.rp_filter=0", e.as_str()] {
+        ns[0].run("sysctl", &["-q", "-w", kv])?;
+    }
+    if dp_send == crate::dp::SendPath::Repair {
+        crate::repair::dp_namespace_setup(
+            &ns[3],
+            sub.at(0, 2),
+            &client_net,
+            sub.at(4, 1),
+            &ifaces[3].1.name,
+        )?;
+    }
+    Ok(())
+}
+
+/// The loss injector on the client's interfaces (`pct` of their TCP packets), if any.
+fn lossy_client(
+    client_ns: &str,
+    ifaces: &Ends,
+    links: &[Link],
+    pct: f64,
+) -> anyhow::Result<Option<crate::bpf::Lossy>> {
+    if pct <= 0.0 {
+        return Ok(None);
+    }
+    let client_ifs: Vec<String> = ifaces
+        .iter()
+        .zip(links)
+        .filter(|(_, (l, _, _))| *l == 0)
+        .map(|(i, _)| i.0.name.clone())
+        .collect();
+    let l = crate::netns::spawn_in(Some(client_ns.to_string()), "lossy", move || {
+        let mut l = crate::bpf::Lossy::load(pct)?;
+        for i in &client_ifs {
+            l.attach(i)?;
+        }
+        Ok(l)
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("lossy thread panicked"))??;
+    Ok(Some(l))
+}
+
+/// The listening addresses of the chain's tiers: FE (client-facing), IS, BE, DP.
+struct Listeners {
+    fe: SocketAddr,
+    is: SocketAddr,
+    be: SocketAddr,
+    dp: SocketAddr,
+}
+
+/// The running tiers: a stop and a thread each.
+type Tiers = (
+    Vec<Arc<Stop>>,
+    Vec<std::thread::JoinHandle<anyhow::Result<()>>>,
+);
+
+/// Starts the BE (with DP) and the two proxies, each a thread inside its namespace (the
+/// sockets it opens, upstream and DP, live there).
+fn start_tiers(
+    cfg: &ChainConfig,
+    names: &[String],
+    at: &Listeners,
+    broken_dp: SocketAddr,
+    fe_iface: &str,
+    store: Option<Arc<crate::dp::Store>>,
+) -> anyhow::Result<Tiers> {
+    let fe_l = bind_in(&names[1], at.fe)?;
+    let is_l = bind_in(&names[2], at.is)?;
+    let be_l = bind_in(&names[3], at.be)?;
+    let dp_l = bind_in(&names[3], at.dp)?;
+    let site = iolab_http::Site::new(&cfg.root, iolab_http::Limits::default())?;
+    let mut stops = Vec::new();
+    let mut threads = Vec::new();
+    let be_disc = store.map(|store| BeDisc {
+        store,
+        advertise: if cfg.broken_dp { broken_dp } else { at.dp },
+        policy: crate::proto::Policy {
+            threshold: cfg.threshold,
+        },
+        send: cfg.dp_send,
+        ack_tap: !cfg.no_ack_tap,
+    });
+    let s = Stop::new()?;
+    stops.push(s.clone());
+    threads.push(crate::netns::spawn_in(
+        Some(names[3].clone()),
+        "disc-be",
+        move || crate::be::run(be_l, Some(dp_l), site, be_disc, s).map_err(Into::into),
+    ));
+    for (l, up, first, ns) in [
+        (is_l, at.be, false, &names[2]),
+        (fe_l, at.is, true, &names[1]),
+    ] {
+        let s = Stop::new()?;
+        stops.push(s.clone());
+        let pc = ProxyConfig {
+            upstreams: vec![up],
+            first,
+            disc: cfg.disc,
+            hook_iface: first.then(|| fe_iface.to_string()),
+            stall: cfg.stall.unwrap_or(crate::proxy::DIRECT_STALL),
+        };
+        threads.push(crate::netns::spawn_in(
+            Some(ns.clone()),
+            "disc-proxy",
+            move || crate::proxy::run(l, pc, s).map_err(Into::into),
+        ));
+    }
+    Ok((stops, threads))
+}
+
 impl Chain {
     pub fn start(cfg: &ChainConfig) -> anyhow::Result<Chain> {
         let _ = iolab_netns::cleanup_stale(TAG);
@@ -99,159 +292,45 @@ impl Chain {
         for _ in 0..4 {
             ns.push(net.namespace()?);
         }
-        let [x, y, z] = iolab_netns::free_subnet()?;
-        let a = |sub: u8, host: u8| Ipv4Addr::new(x, y, z, sub * 32 + host);
+        let sub = Subnets(iolab_netns::free_subnet()?);
         let direct = cfg.disc == DiscMode::Direct;
-        let mut links = vec![(0usize, 1usize, 0u8), (1, 2, 1), (2, 3, 2), (1, 3, 3)];
+        let mut links: Vec<Link> = vec![(0, 1, 0), (1, 2, 1), (2, 3, 2), (1, 3, 3)];
         if direct {
             links.push((0, 3, 4));
         }
-        let mut ifaces = Vec::new();
-        let links_used = links.clone();
-        let wire = match cfg.line {
-            Some(_) => Some(net.namespace()?),
-            None => None,
-        };
-        let mut lines = Vec::new();
-        for (l, r, sub) in links {
-            let (il, ir) = match (&wire, cfg.line) {
-                // client ⇄ wire ⇄ other end: the line forwards between the middle ends.
-                (Some(w), Some(p)) if l == 0 => {
-                    let (il, wl) = net.veth(Some(&ns[l]), Some(w))?;
-                    let (wr, ir) = net.veth(Some(w), Some(&ns[r]))?;
-                    wl.up()?;
-                    wr.up()?;
-                    lines.push(iolab_netns::delayline::DelayLine::start(
-                        Some(w.name()),
-                        &wl.name,
-                        &wr.name,
-                        p,
-                    )?);
-                    (il, ir)
-                }
-                _ => net.veth(Some(&ns[l]), Some(&ns[r]))?,
-            };
-            il.add_addr(&format!("{}/27", a(sub, 1)))?;
-            ir.add_addr(&format!("{}/27", a(sub, 2)))?;
-            il.up()?;
-            ir.up()?;
-            ifaces.push((il, ir));
-        }
+        let (ifaces, lines) = wire_links(&mut net, &ns, &links, cfg.line, sub)?;
         if direct {
-            ns[3].run(
-                "ip",
-                &[
-                    "route",
-                    "add",
-                    &format!("{}/27", a(0, 0)),
-                    "via",
-                    &a(4, 1).to_string(),
-                ],
-            )?;
-            let e = format!("net.ipv4.conf.{}.rp_filter=0", ifaces[4].0.name);
-            for kv in ["net.ipv4.conf.all.rp_filter=0", e.as_str()] {
-                ns[0].run("sysctl", &["-q", "-w", kv])?;
-            }
-            if cfg.dp_send == crate::dp::SendPath::Repair {
-                let client_net = format!("{}/27", a(0, 0));
-                crate::repair::dp_namespace_setup(
-                    &ns[3],
-                    a(0, 2),
-                    &client_net,
-                    a(4, 1),
-                    &ifaces[3].1.name,
-                )?;
-            }
+            direct_path(&ns, &ifaces, sub, cfg.dp_send)?;
         }
         let names: Vec<String> = ns.iter().map(|n| n.name().to_string()).collect();
-        let lossy = if cfg.loss_pct > 0.0 {
-            let pct = cfg.loss_pct;
-            let client_ifs: Vec<String> = ifaces
-                .iter()
-                .zip(&links_used)
-                .filter(|(_, (l, _, _))| *l == 0)
-                .map(|(i, _)| i.0.name.clone())
-                .collect();
-            let l = crate::netns::spawn_in(Some(names[0].clone()), "lossy", move || {
-                let mut l = crate::bpf::Lossy::load(pct)?;
-                for i in &client_ifs {
-                    l.attach(i)?;
-                }
-                Ok(l)
-            })
-            .join()
-            .map_err(|_| anyhow::anyhow!("lossy thread panicked"))??;
-            Some(l)
-        } else {
-            None
+        let lossy = lossy_client(&names[0], &ifaces, &links, cfg.loss_pct)?;
+        let at = Listeners {
+            fe: SocketAddr::from((sub.at(0, 2), 8080)),
+            is: SocketAddr::from((sub.at(1, 2), 8080)),
+            be: SocketAddr::from((sub.at(2, 2), 8080)),
+            dp: SocketAddr::from((sub.at(3, 2), 8081)),
         };
-        let fe = SocketAddr::from((a(0, 2), 8080));
-        let is = SocketAddr::from((a(1, 2), 8080));
-        let be = SocketAddr::from((a(2, 2), 8080));
-        let dp = SocketAddr::from((a(3, 2), 8081));
-        let fe_l = bind_in(&names[1], fe)?;
-        let is_l = bind_in(&names[2], is)?;
-        let be_l = bind_in(&names[3], be)?;
-        let dp_l = bind_in(&names[3], dp)?;
-        let site = iolab_http::Site::new(&cfg.root, iolab_http::Limits::default())?;
-        let mut stops = Vec::new();
-        let mut threads = Vec::new();
         let store = (cfg.disc != DiscMode::Off).then(crate::dp::Store::new);
-        let be_disc = store.clone().map(|store| BeDisc {
-            store,
-            advertise: if cfg.broken_dp {
-                SocketAddr::from((a(3, 2), 9))
-            } else {
-                dp
-            },
-            policy: crate::proto::Policy {
-                threshold: cfg.threshold,
-            },
-            send: cfg.dp_send,
-            ack_tap: !cfg.no_ack_tap,
-        });
-        let s = Stop::new()?;
-        stops.push(s.clone());
-        // Each tier runs inside its namespace: the sockets it opens (upstream, DP) live there.
-        threads.push(crate::netns::spawn_in(
-            Some(names[3].clone()),
-            "disc-be",
-            move || crate::be::run(be_l, Some(dp_l), site, be_disc, s).map_err(Into::into),
-        ));
         let fe_iface = ifaces[0].1.name.clone();
+        let broken_dp = SocketAddr::from((sub.at(3, 2), 9));
+        let (stops, threads) = start_tiers(cfg, &names, &at, broken_dp, &fe_iface, store.clone())?;
         let tiers = ["client", "fe", "is", "be"];
         let mut tier_ifaces = Vec::new();
-        for ((il, ir), (l, r, _)) in ifaces.iter().zip(&links_used) {
+        for ((il, ir), (l, r, _)) in ifaces.iter().zip(&links) {
             tier_ifaces.push((tiers[*l].to_string(), names[*l].clone(), il.name.clone()));
             tier_ifaces.push((tiers[*r].to_string(), names[*r].clone(), ir.name.clone()));
-        }
-        for (l, up, first, ns) in [(is_l, be, false, &names[2]), (fe_l, is, true, &names[1])] {
-            let s = Stop::new()?;
-            stops.push(s.clone());
-            let pc = ProxyConfig {
-                upstreams: vec![up],
-                first,
-                disc: cfg.disc,
-                hook_iface: first.then(|| fe_iface.clone()),
-                stall: cfg.stall.unwrap_or(crate::proxy::DIRECT_STALL),
-            };
-            threads.push(crate::netns::spawn_in(
-                Some(ns.clone()),
-                "disc-proxy",
-                move || crate::proxy::run(l, pc, s).map_err(Into::into),
-            ));
         }
         Ok(Chain {
             client_ns: names[0].clone(),
             fe_ns: names[1].clone(),
             is_ns: names[2].clone(),
             be_ns: names[3].clone(),
-            fe,
-            is,
-            be,
-            dp,
-            client_addr: a(0, 1),
-            fe_if: ifaces[0].1.name.clone(),
+            fe: at.fe,
+            is: at.is,
+            be: at.be,
+            dp: at.dp,
+            client_addr: sub.at(0, 1),
+            fe_if: fe_iface,
             client_if: ifaces[0].0.name.clone(),
             store,
             lossy,

@@ -889,14 +889,7 @@ async fn fe_direct(
     }: Answer,
 ) -> io::Result<()> {
     let t0 = std::time::Instant::now();
-    let get = || -> io::Result<crate::bpf::ConnState> {
-        reg.hooks
-            .hooks
-            .borrow_mut()
-            .get(&reg.key)
-            .map_err(io::Error::other)?
-            .ok_or_else(|| io::Error::other("connection not registered"))
-    };
+    let get = || conn_state(reg);
     // Everything written before must have gone through the egress hook (then the slot's
     // `fe_nxt` is the FE's next byte). After a direct answer with nothing written since,
     // it has once its payload is acknowledged, below: the client acknowledged bytes behind
@@ -906,19 +899,7 @@ async fn fe_direct(
     if !after_direct {
         wait_sent(client, reg, t0).await?;
     }
-    let mut st = get()?;
-    // One epoch at a time: the previous payload (pipelined requests) must be acknowledged.
-    if let Some(prev) = reg.slot.inflight.get() {
-        let t0 = std::time::Instant::now();
-        while prev.acked_by(st.last_ack) != prev.size {
-            if t0.elapsed() > reg.hooks.stall || reg.slot.dp_refused() {
-                return Err(stalled(reg, prev.seq, prev.size));
-            }
-            iolab_runtime::sleep(ACK_POLL).await;
-            st = get()?;
-        }
-        reg.slot.inflight.set(None);
-    }
+    let mut st = previous_acknowledged(reg, get()?).await?;
     let size = u32::try_from(d.size).map_err(|_| io::Error::other("payload over 4 GiB"))?;
     // The hooks have seen nothing the FE sent since the connection was registered (this is
     // its first answer): its next sequence number is known only once the head has gone
@@ -1010,9 +991,52 @@ async fn fe_direct(
         }));
         return Ok(());
     }
-    // The ACK forwarder: woken by read_acks, and every MAP_CHECK reading the map itself (a
-    // full ring loses events). Only ACKs inside this payload count (crate::bpf::dp_progress:
-    // a stale `last_ack` compared modulo 2^32 was the pipelined stall, see Hooks::set_epoch).
+    forward_acks(reg, c, seq, size, wscale).await
+}
+
+/// The connection's state in the hooks' map.
+fn conn_state(reg: &Registered) -> io::Result<crate::bpf::ConnState> {
+    reg.hooks
+        .hooks
+        .borrow_mut()
+        .get(&reg.key)
+        .map_err(io::Error::other)?
+        .ok_or_else(|| io::Error::other("connection not registered"))
+}
+
+/// One epoch at a time: the previous payload (pipelined requests), if any, must be
+/// acknowledged. Returns the connection's state (`st`, or a later one) once it is.
+async fn previous_acknowledged(
+    reg: &Registered,
+    mut st: crate::bpf::ConnState,
+) -> io::Result<crate::bpf::ConnState> {
+    if let Some(prev) = reg.slot.inflight.get() {
+        let t0 = std::time::Instant::now();
+        while prev.acked_by(st.last_ack) != prev.size {
+            if t0.elapsed() > reg.hooks.stall || reg.slot.dp_refused() {
+                return Err(stalled(reg, prev.seq, prev.size));
+            }
+            iolab_runtime::sleep(ACK_POLL).await;
+            st = conn_state(reg)?;
+        }
+        reg.slot.inflight.set(None);
+    }
+    Ok(st)
+}
+
+/// The ACK forwarder of a payload DP sends without a tap (`seq`, `size`: its first byte and
+/// length in the client's view), until its last byte is acknowledged: woken by read_acks,
+/// and every MAP_CHECK reading the map itself (a full ring loses events). Only ACKs inside
+/// this payload count (crate::bpf::dp_progress: a stale `last_ack` compared modulo 2^32 was
+/// the pipelined stall, see Hooks::set_epoch).
+async fn forward_acks(
+    reg: &Registered,
+    c: &Conn,
+    seq: u32,
+    size: u32,
+    wscale: u8,
+) -> io::Result<()> {
+    let get = || conn_state(reg);
     let (mut acked, mut win, mut progress) = (0u32, 0u32, std::time::Instant::now());
     while acked != size {
         let step = reg.slot.latest.take().and_then(|(last_ack, last_win)| {
