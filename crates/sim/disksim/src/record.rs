@@ -279,6 +279,51 @@ struct Fd {
     append: bool,
 }
 
+/// One finished system call as strace prints it: `name(args) = ret [path] <seconds>`.
+struct Call<'a> {
+    name: &'a str,
+    args: Vec<&'a str>,
+    /// The return value, and the path strace shows for a returned descriptor (`-y`).
+    ret: i64,
+    ret_path: Option<&'a str>,
+    /// Seconds in the call (0 when strace shows none).
+    dur: f64,
+}
+
+impl<'a> Call<'a> {
+    /// None when `call` is not a finished call (`exit_group(0) = ?` and the like).
+    fn parse(call: &'a str) -> Option<Call<'a>> {
+        let open = call.find('(')?;
+        let eq = call.rfind(") = ")?;
+        if eq < open {
+            return None;
+        }
+        let ret_text = &call[eq + 4..];
+        // Duration " <0.000012>" at the end.
+        let mut dur = 0.0;
+        let mut ret_part = ret_text;
+        if let Some(lt) = ret_text.rfind(" <") {
+            if let Some(d) = ret_text[lt + 2..]
+                .strip_suffix('>')
+                .and_then(|d| d.parse::<f64>().ok())
+            {
+                if d.is_finite() && d >= 0.0 {
+                    dur = d;
+                    ret_part = &ret_text[..lt];
+                }
+            }
+        }
+        let (ret, ret_path) = fd_arg(ret_part.split_whitespace().next().unwrap_or(""))?;
+        Some(Call {
+            name: &call[..open],
+            args: split_args(&call[open + 1..eq]),
+            ret,
+            ret_path,
+            dur,
+        })
+    }
+}
+
 /// Turns strace's text (the options in [`STRACE_ARGS`]) into a [`FileTrace`], line by line;
 /// never fails: lines it cannot read are counted in `skipped`.
 #[derive(Debug, Default)]
@@ -465,86 +510,17 @@ impl StraceParser {
     }
 
     fn call(&mut self, pid: u32, t: f64, call: &str) {
-        let Some(open) = call.find('(') else {
+        let Some(c) = Call::parse(call) else {
             self.skipped += 1;
             return;
         };
-        let name = &call[..open];
-        let Some(eq) = call.rfind(") = ") else {
-            // "exit_group(0) = ?" and the like
-            self.skipped += 1;
-            return;
-        };
-        if eq < open {
-            self.skipped += 1;
-            return;
-        }
-        let args = split_args(&call[open + 1..eq]);
-        let ret_text = &call[eq + 4..];
-        // Duration " <0.000012>" at the end.
-        let mut dur = 0.0;
-        let mut ret_part = ret_text;
-        if let Some(lt) = ret_text.rfind(" <") {
-            if let Some(d) = ret_text[lt + 2..]
-                .strip_suffix('>')
-                .and_then(|d| d.parse::<f64>().ok())
-            {
-                if d.is_finite() && d >= 0.0 {
-                    dur = d;
-                    ret_part = &ret_text[..lt];
-                }
-            }
-        }
-        let ret_tok = ret_part.split_whitespace().next().unwrap_or("");
-        let (ret, ret_path) = match fd_arg(ret_tok) {
-            Some((r, p)) => (r, p),
-            None => {
-                self.skipped += 1;
-                return;
-            }
-        };
-        if ret < 0 {
+        if c.ret < 0 {
             self.lose("failed calls");
             return;
         }
-        let fd_path = args.first().and_then(|a| fd_arg(a));
-        match name {
-            "open" | "openat" | "creat" => {
-                let Some(path) = ret_path else {
-                    self.lose("open of a path outside the trace");
-                    return;
-                };
-                if !self.keeps(path) {
-                    self.fds.remove(&ret);
-                    return;
-                }
-                let flag_arg = match name {
-                    "openat" => args.get(2),
-                    "open" => args.get(1),
-                    _ => None,
-                };
-                let fl = flag_arg.copied().unwrap_or("O_WRONLY|O_CREAT|O_TRUNC");
-                let mut flags = Flags::default();
-                for f in fl.split('|') {
-                    match f.trim() {
-                        "O_DIRECT" => flags = flags.with(Flags::DIRECT),
-                        "O_DSYNC" => flags = flags.with(Flags::DSYNC),
-                        "O_SYNC" => flags = flags.with(Flags::OSYNC.with(Flags::DSYNC)),
-                        _ => {}
-                    }
-                }
-                let append = fl.contains("O_APPEND");
-                let id = self.file_id(path);
-                self.fds.insert(
-                    ret,
-                    Fd {
-                        file: id,
-                        pos: 0,
-                        flags,
-                        append,
-                    },
-                );
-            }
+        let fd_path = c.args.first().and_then(|a| fd_arg(a));
+        match c.name {
+            "open" | "openat" | "creat" => self.open(&c),
             "close" => {
                 if let Some((fd, _)) = fd_path {
                     self.fds.remove(&fd);
@@ -553,7 +529,7 @@ impl StraceParser {
             "lseek" => {
                 if let Some((fd, p)) = fd_path {
                     if let Some(mut f) = self.fd_for(fd, p) {
-                        f.pos = ret as u64;
+                        f.pos = c.ret as u64;
                         self.fds.insert(fd, f);
                     }
                 }
@@ -564,70 +540,121 @@ impl StraceParser {
                     self.skipped += 1;
                     return;
                 };
-                let Some(mut f) = self.fd_for(fd, p) else {
+                let Some(f) = self.fd_for(fd, p) else {
                     self.lose("I/O on pipes, sockets, devices or filtered paths");
                     return;
                 };
-                let write = name.starts_with("write") || name.starts_with("pwrite");
-                let positional = name.starts_with('p');
-                let bytes = ret as u64;
-                let offset = if positional {
-                    // pread64(fd, buf, count, off), preadv(fd, iov, cnt, off[, flags])
-                    let Some(off) = args.get(3).and_then(|a| a.parse::<u64>().ok()) else {
-                        self.skipped += 1;
-                        return;
-                    };
-                    off
-                } else if write && f.append {
-                    self.trace.files[f.file as usize].extent
-                } else {
-                    f.pos
-                };
-                if !positional {
-                    f.pos = offset.saturating_add(bytes);
-                    self.fds.insert(fd, f.clone());
-                }
-                if bytes == 0 {
-                    return; // end of file: its time stays in the next gap
-                }
-                if bytes > MAX_EVENT_BYTES || offset > MAX_OFFSET {
-                    self.skipped += 1;
-                    return;
-                }
-                let op = if write { EventOp::Write } else { EventOp::Read };
-                self.push(pid, t, dur, &f, op, offset, bytes);
+                self.io(pid, t, &c, fd, f);
             }
             "fsync" | "fdatasync" => {
                 let Some((fd, p)) = fd_path else { return };
                 let Some(f) = self.fd_for(fd, p) else { return };
-                let op = if name == "fsync" {
+                let op = if c.name == "fsync" {
                     EventOp::Fsync
                 } else {
                     EventOp::Fdatasync
                 };
-                self.push(pid, t, dur, &f, op, 0, 0);
+                self.push(pid, t, c.dur, &f, op, 0, 0);
             }
             "fadvise64" => {
                 let Some((fd, p)) = fd_path else { return };
                 let Some(f) = self.fd_for(fd, p) else { return };
-                let off = args.get(1).and_then(|a| a.parse::<u64>().ok());
-                let len = args.get(2).and_then(|a| a.parse::<u64>().ok());
-                let adv = args.get(3).and_then(|a| {
-                    Advice::parse(a.trim().strip_prefix("POSIX_FADV_").unwrap_or(""))
-                });
-                match (off, len, adv) {
-                    (Some(o), Some(l), Some(a)) if o <= MAX_OFFSET && l <= MAX_OFFSET => {
-                        let l = l.min(MAX_EVENT_BYTES);
-                        self.push(pid, t, dur, &f, EventOp::Fadvise(a), o, l)
-                    }
-                    _ => self.lose("fadvise64 with advice not modelled"),
-                }
+                self.fadvise(pid, t, &c, &f);
             }
             "copy_file_range" | "sendfile" | "sendfile64" | "splice" => {
-                self.lose(name);
-                self.lost_bytes = self.lost_bytes.saturating_add(ret as u64);
+                self.lose(c.name);
+                self.lost_bytes = self.lost_bytes.saturating_add(c.ret as u64);
             }
-            _ => self.lose(name),
+            _ => self.lose(c.name),
+        }
+    }
+
+    /// `open`, `openat`, `creat`: the returned descriptor now names its file (with the
+    /// flags that change the replay), or nothing the trace keeps.
+    fn open(&mut self, c: &Call) {
+        let Some(path) = c.ret_path else {
+            self.lose("open of a path outside the trace");
+            return;
+        };
+        if !self.keeps(path) {
+            self.fds.remove(&c.ret);
+            return;
+        }
+        let flag_arg = match c.name {
+            "openat" => c.args.get(2),
+            "open" => c.args.get(1),
+            _ => None,
+        };
+        let fl = flag_arg.copied().unwrap_or("O_WRONLY|O_CREAT|O_TRUNC");
+        let mut flags = Flags::default();
+        for f in fl.split('|') {
+            match f.trim() {
+                "O_DIRECT" => flags = flags.with(Flags::DIRECT),
+                "O_DSYNC" => flags = flags.with(Flags::DSYNC),
+                "O_SYNC" => flags = flags.with(Flags::OSYNC.with(Flags::DSYNC)),
+                _ => {}
+            }
+        }
+        let append = fl.contains("O_APPEND");
+        let id = self.file_id(path);
+        self.fds.insert(
+            c.ret,
+            Fd {
+                file: id,
+                pos: 0,
+                flags,
+                append,
+            },
+        );
+    }
+
+    /// A read or write family call on descriptor `fd` (`f`): at its offset (the call's own,
+    /// the end of the file when appending, else the descriptor's, which it moves).
+    fn io(&mut self, pid: u32, t: f64, c: &Call, fd: i64, mut f: Fd) {
+        let write = c.name.starts_with("write") || c.name.starts_with("pwrite");
+        let positional = c.name.starts_with('p');
+        let bytes = c.ret as u64;
+        let offset = if positional {
+            // pread64(fd, buf, count, off), preadv(fd, iov, cnt, off[, flags])
+            let Some(off) = c.args.get(3).and_then(|a| a.parse::<u64>().ok()) else {
+                self.skipped += 1;
+                return;
+            };
+            off
+        } else if write && f.append {
+            self.trace.files[f.file as usize].extent
+        } else {
+            f.pos
+        };
+        if !positional {
+            f.pos = offset.saturating_add(bytes);
+            self.fds.insert(fd, f.clone());
+        }
+        if bytes == 0 {
+            return; // end of file: its time stays in the next gap
+        }
+        if bytes > MAX_EVENT_BYTES || offset > MAX_OFFSET {
+            self.skipped += 1;
+            return;
+        }
+        let op = if write { EventOp::Write } else { EventOp::Read };
+        self.push(pid, t, c.dur, &f, op, offset, bytes);
+    }
+
+    /// `fadvise64(fd, offset, len, advice)`: an event for the advice the page cache models.
+    fn fadvise(&mut self, pid: u32, t: f64, c: &Call, f: &Fd) {
+        let off = c.args.get(1).and_then(|a| a.parse::<u64>().ok());
+        let len = c.args.get(2).and_then(|a| a.parse::<u64>().ok());
+        let adv = c
+            .args
+            .get(3)
+            .and_then(|a| Advice::parse(a.trim().strip_prefix("POSIX_FADV_").unwrap_or("")));
+        match (off, len, adv) {
+            (Some(o), Some(l), Some(a)) if o <= MAX_OFFSET && l <= MAX_OFFSET => {
+                let l = l.min(MAX_EVENT_BYTES);
+                self.push(pid, t, c.dur, f, EventOp::Fadvise(a), o, l)
+            }
+            _ => self.lose("fadvise64 with advice not modelled"),
         }
     }
 
