@@ -84,7 +84,8 @@
 //! record keeps the buffer until the completion arrives and then frees it (closing an fd
 //! the operation produced, e.g. an accepted socket). [`live_ops`] counts live records.
 //! Dropping the runtime drops every task, cancels everything still in flight and waits
-//! (bounded) for the kernel to let go of every buffer.
+//! (bounded) for the kernel to let go of every buffer; [`Runtime::shutdown`] does the same
+//! and returns the records it could not free (0 when everything was).
 //!
 //! **Keys and re-entrancy.** A record is named by (loop id, slot, generation); loop ids are
 //! never reused, so a started future polled on another loop (another runtime or worker)

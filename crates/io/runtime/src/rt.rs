@@ -274,8 +274,9 @@ impl Core {
     }
 
     /// Drops every task's future (cancelling what they had in flight), then lets the driver
-    /// wait for the kernel to finish with every buffer.
-    fn shutdown(&self) {
+    /// wait for the kernel to finish with every buffer; returns the operation records that
+    /// were not freed ([`IoDriver::shutdown`]).
+    fn shutdown(&self) -> usize {
         let _enter = Enter::new(self);
         loop {
             let tasks: Vec<_> = {
@@ -306,8 +307,9 @@ impl Core {
         let wakers = self.timers.borrow_mut().clear();
         drop(wakers);
         self.run_deferred();
-        self.driver.borrow_mut().shutdown();
+        let not_freed = self.driver.borrow_mut().shutdown();
         self.run_deferred();
+        not_freed
     }
 }
 
@@ -459,6 +461,7 @@ impl Builder {
             shareds,
             workers,
             kind,
+            stopped: false,
             _not_send: PhantomData,
         })
     }
@@ -511,6 +514,8 @@ pub struct Runtime {
     shareds: Vec<Arc<Shared>>,
     workers: Vec<thread::JoinHandle<()>>,
     kind: Driver,
+    /// Set by [`Runtime::shutdown`], so that the drop that follows it has nothing to do.
+    stopped: bool,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -560,10 +565,22 @@ impl Runtime {
     pub fn live_ops(&self) -> usize {
         self.core.driver.borrow().live_ops()
     }
-}
 
-impl Drop for Runtime {
-    fn drop(&mut self) {
+    /// Shuts the runtime down as dropping it does, and says whether that freed everything:
+    /// returns loop 0's operation records still live afterwards, counting those the kernel
+    /// did not let go of within the bound (their buffers leaked, not freed). 0 when every
+    /// in-flight operation was cancelled and freed.
+    pub fn shutdown(mut self) -> usize {
+        self.stop()
+    }
+
+    /// Stops the worker loops, drops every task (cancelling what it had in flight) and waits,
+    /// bounded, for the kernel to finish with every buffer; returns what
+    /// [`Runtime::shutdown`] does.
+    fn stop(&mut self) -> usize {
+        if std::mem::replace(&mut self.stopped, true) {
+            return 0;
+        }
         for s in &self.shareds[1..] {
             s.stop.store(true, Ordering::Release);
             s.pending.store(false, Ordering::Release);
@@ -572,10 +589,17 @@ impl Drop for Runtime {
         for w in self.workers.drain(..) {
             let _ = w.join();
         }
-        self.core.shutdown();
+        let not_freed = self.core.shutdown();
         for s in &self.shareds {
             s.all.lock().unwrap_or_else(|e| e.into_inner()).clear();
         }
+        not_freed
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 

@@ -740,8 +740,14 @@ fn runtime_drop_with_tasks_and_operations_in_flight() {
         yield_now().await;
         client
     });
-    // Tasks are parked with reads and an accept in flight; dropping the runtime must cancel
-    // them, wait for the kernel and free everything.
-    drop(rt);
+    assert!(
+        rt.live_ops() >= 51,
+        "the reads and the accept are in flight: {}",
+        rt.live_ops()
+    );
+    // Tasks are parked with reads and an accept in flight; shutting the runtime down (what
+    // dropping it does) must cancel them, wait for the kernel and free everything.
+    let not_freed = rt.shutdown();
     drop(client);
+    assert_eq!(not_freed, 0, "operation records left after the shutdown");
 }

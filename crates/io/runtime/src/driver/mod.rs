@@ -196,10 +196,13 @@ impl IoDriver {
         }
     }
 
-    pub(crate) fn shutdown(&mut self) {
+    /// Lets the kernel finish with every operation whose future is gone (io_uring; on epoll
+    /// nothing is in the kernel) and returns the records left: still live, or given up on
+    /// and leaked by the driver. 0 when every operation was freed.
+    pub(crate) fn shutdown(&mut self) -> usize {
         match self {
             IoDriver::Uring(u) => u.shutdown(),
-            IoDriver::Epoll(_) => {}
+            IoDriver::Epoll(e) => e.live_ops(),
         }
     }
 }

@@ -449,7 +449,9 @@ impl Uring {
     /// Cancels everything still in flight and waits (bounded) for the kernel to finish with
     /// every buffer. Records still in flight after that are leaked, never freed under the
     /// kernel's feet.
-    pub(crate) fn shutdown(&mut self) {
+    /// Cancels every record and turns the ring until each has completed (at most 5 s); returns
+    /// the records left: those still in flight then, which are leaked, plus any live one.
+    pub(crate) fn shutdown(&mut self) -> usize {
         let keys: Vec<usize> = self.records.iter().map(|(k, _)| k).collect();
         for k in keys {
             self.cancel_index(k);
@@ -463,10 +465,12 @@ impl Uring {
         {
             self.turn(Some(Duration::from_millis(20)));
         }
-        self.leak_in_flight();
+        self.leak_in_flight() + self.records.len()
     }
 
-    fn leak_in_flight(&mut self) {
+    /// Forgets the data of the records the kernel still holds (it may write into their
+    /// buffers at any time); returns how many.
+    fn leak_in_flight(&mut self) -> usize {
         let stuck: Vec<usize> = self
             .records
             .iter()
@@ -479,9 +483,11 @@ impl Uring {
                 stuck.len()
             );
         }
+        let leaked = stuck.len();
         for k in stuck {
             std::mem::forget(self.records.remove(k).data);
         }
+        leaked
     }
 }
 
