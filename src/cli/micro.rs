@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use iolab_lab::micro::MicroSpec;
+
 #[derive(Debug, clap::Args)]
 pub struct MicroArgs {
     /// Which benchmark: runtime, ctxswitch, queue, syscalls, echo, limits, or all.
@@ -14,7 +16,19 @@ pub struct MicroArgs {
     pub json: Option<PathBuf>,
 }
 
+impl MicroArgs {
+    /// The run asked for, as the spec the lab launches `iolab micro` with.
+    pub fn to_spec(&self) -> MicroSpec {
+        MicroSpec {
+            name: self.name.clone(),
+            quick: self.quick,
+            json: self.json.clone(),
+        }
+    }
+}
+
 pub fn run(args: MicroArgs) -> anyhow::Result<()> {
+    let args = args.to_spec();
     let opts = iolab_micro::Opts { quick: args.quick };
     let value = if args.name == "all" {
         let mut all = serde_json::Map::new();
@@ -31,4 +45,37 @@ pub fn run(args: MicroArgs) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsString;
+
+    use clap::Parser as _;
+
+    use super::*;
+
+    /// What the lab launches is what `iolab micro` runs: spec -> arguments -> the binary's
+    /// parser -> spec.
+    #[test]
+    fn a_spec_survives_the_command_line() {
+        for (name, quick, json) in [
+            ("queue", true, Some("/r/micro/queue.json")),
+            ("echo", false, None),
+            ("all", false, Some("out dir/all.json")),
+        ] {
+            let spec = MicroSpec {
+                name: name.into(),
+                quick,
+                json: json.map(PathBuf::from),
+            };
+            let argv = std::iter::once(OsString::from("iolab")).chain(spec.to_args());
+            let cli = crate::Cli::try_parse_from(argv)
+                .unwrap_or_else(|e| panic!("iolab micro refuses the spec's arguments: {e}"));
+            let crate::Command::Micro(args) = cli.command else {
+                panic!("not parsed as iolab micro");
+            };
+            assert_eq!(args.to_spec(), spec);
+        }
+    }
 }

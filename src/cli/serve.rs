@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
+use iolab_servers::spec::ServeSpec;
 use iolab_servers::stats::Stats;
-use iolab_servers::{Config, Ctx};
+use iolab_servers::Ctx;
 
 use super::{choice_enum, parse_secs};
 
@@ -106,14 +107,18 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
-    pub fn config(&self) -> Config {
-        Config {
+    /// What to serve, as the library's spec (the one the lab launches `iolab serve` with).
+    pub fn to_spec(&self) -> ServeSpec {
+        ServeSpec {
+            model: self.model.into(),
             root: self.root.clone(),
             addr: self.addr,
-            backlog: self.backlog,
             workers: self.workers,
+            backlog: self.backlog,
             max_conns: self.max_conns,
             idle_timeout: Duration::from_secs_f64(self.idle_timeout),
+            stats: self.stats.clone(),
+            accept: self.accept.into(),
             limits: iolab_http::Limits {
                 max_request_line: self.max_request_line,
                 max_header_bytes: self.max_header_bytes,
@@ -121,7 +126,6 @@ impl ServeArgs {
                 max_body: self.max_body,
                 max_queued: self.max_queued,
             },
-            accept: self.accept.into(),
             buffers: iolab_servers::Buffers {
                 read_buf: self.read_buf,
                 max_iov: self.max_iov,
@@ -131,9 +135,10 @@ impl ServeArgs {
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let config = args.config();
+    let spec = args.to_spec();
+    let config = spec.config();
     config.buffers.check().map_err(anyhow::Error::msg)?;
-    let model = iolab_servers::Model::from(args.model);
+    let model = spec.model;
     // Thousands of connections need descriptors; failure is not fatal (the soft limit stays).
     if let Err(e) = iolab_sys::raise_nofile_limit() {
         tracing::warn!("iolab serve: could not raise RLIMIT_NOFILE: {e}");
@@ -148,12 +153,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
         Err(e) => return Err(e).context("cannot serve on --addr"),
     }
-    let stats = match &args.stats {
+    let stats = match &spec.stats {
         Some(p) => Stats::create(p)?,
         None => Stats::private(),
     };
     let ctx =
-        Ctx::new(config, stats).with_context(|| format!("cannot serve {}", args.root.display()))?;
+        Ctx::new(config, stats).with_context(|| format!("cannot serve {}", spec.root.display()))?;
 
     // Test hook, debug builds only: a slow disk (every file read takes this much longer),
     // to watch by hand which models keep serving other connections meanwhile.
@@ -201,4 +206,90 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .run(&ctx)
         .with_context(|| format!("model {model} on {}", ctx.config.addr))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsString;
+
+    use clap::Parser as _;
+    use iolab_servers::spec::ServeSpec;
+    use iolab_servers::{AcceptMode, Model};
+
+    use super::*;
+
+    /// `args` as the binary's command line parses them (the real `iolab` parser, so the
+    /// subcommand's name is checked too).
+    fn parse(args: Vec<OsString>) -> ServeArgs {
+        let cli = crate::Cli::try_parse_from(std::iter::once(OsString::from("iolab")).chain(args))
+            .unwrap_or_else(|e| panic!("iolab serve refuses the spec's arguments: {e}"));
+        match cli.command {
+            crate::Command::Serve(a) => a,
+            _ => panic!("not parsed as iolab serve"),
+        }
+    }
+
+    /// What the lab launches is what `iolab serve` runs: spec -> arguments -> clap -> spec,
+    /// for every model and specs that change every field.
+    #[test]
+    fn a_spec_survives_the_command_line() {
+        let addr = "127.0.0.1:8099".parse().unwrap();
+        let mut specs: Vec<ServeSpec> = Model::ALL
+            .into_iter()
+            .map(|m| ServeSpec::new(m, "/srv/www".into(), addr))
+            .collect();
+        let mut every = ServeSpec::new(Model::UringCallback, "dir with space".into(), addr);
+        every.addr = "[::1]:9000".parse().unwrap();
+        every.workers = 3;
+        every.backlog = 200;
+        every.max_conns = 77;
+        every.idle_timeout = Duration::from_millis(2500);
+        every.stats = Some("/tmp/iolab stats".into());
+        every.accept = AcceptMode::Sync;
+        every.limits = iolab_http::Limits {
+            max_request_line: 101,
+            max_header_bytes: 102,
+            max_headers: 103,
+            max_body: 104,
+            max_queued: 105,
+        };
+        every.buffers = iolab_servers::Buffers {
+            read_buf: 4096,
+            max_iov: 8,
+        };
+        specs.push(every);
+        let mut never_idle = ServeSpec::new(Model::Runtime, "/w".into(), addr);
+        never_idle.idle_timeout = Duration::ZERO;
+        specs.push(never_idle);
+        for spec in specs {
+            assert_eq!(parse(spec.to_args()).to_spec(), spec);
+        }
+    }
+
+    /// `ServeSpec::new` says what `iolab serve` does when a flag is left out.
+    #[test]
+    fn the_spec_defaults_are_the_command_line_defaults() {
+        let args = [
+            "serve",
+            "--model",
+            "epoll",
+            "--root",
+            "/w",
+            "--addr",
+            "127.0.0.1:8099",
+        ];
+        let parsed = parse(args.iter().map(OsString::from).collect()).to_spec();
+        let spec = ServeSpec::new(Model::Epoll, "/w".into(), "127.0.0.1:8099".parse().unwrap());
+        assert_eq!(parsed, spec);
+        assert_eq!(
+            parse(
+                ["serve", "--model", "epoll", "--root", "/w"]
+                    .iter()
+                    .map(OsString::from)
+                    .collect()
+            )
+            .addr,
+            iolab_servers::Config::default().addr
+        );
+    }
 }

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use iolab_servers::spec::ServeSpec;
+use iolab_servers::{Config, Model};
 
 use crate::matrix::Matrix;
 pub use crate::plan::{budget_requests, hms, Plan, PointSpec, Profile};
@@ -75,8 +77,8 @@ pub(crate) fn write_site(www: &Path) -> anyhow::Result<()> {
 /// followed by its variants (`crate::server::MODEL_VARIANTS`).
 pub fn target_names() -> Vec<String> {
     let mut v = Vec::new();
-    for m in iolab_stats::models::names() {
-        v.push(m.to_string());
+    for m in Model::ALL {
+        v.push(m.name().to_string());
         for (name, base, _) in crate::server::MODEL_VARIANTS {
             if base == m {
                 v.push(name.to_string());
@@ -92,20 +94,22 @@ pub fn targets(models: &[String], peers: &[String]) -> (Vec<Target>, Vec<TargetI
     let mut skipped = Vec::new();
     for name in target_names() {
         if models.contains(&name) {
-            let (base, extra) = crate::server::model_args(&name);
-            let Some(m) = iolab_stats::models::find(base) else {
+            let Some((model, accept)) = crate::server::model_of(&name) else {
                 continue;
             };
-            let seed = match (name.as_str(), extra) {
+            let (seed, what) = model.describe();
+            // A variant names the flag it adds to `iolab serve`.
+            let with = ServeSpec::accept_arg(accept).join(" ");
+            let seed = match (name.as_str(), accept == Config::default().accept) {
                 ("uring-callback", _) => "CR-iocp, accept async".to_string(),
-                (_, []) => m.seed.to_string(),
-                _ if base == "uring-callback" => format!("CR, with {}", extra.join(" ")),
-                _ => format!("{}, with {}", m.seed, extra.join(" ")),
+                (_, true) => seed.to_string(),
+                _ if model == Model::UringCallback => format!("CR, with {with}"),
+                _ => format!("{seed}, with {with}"),
             };
             t.push(Target {
-                name: name.clone(),
-                kind: Kind::Model(name.clone()),
-                describe: format!("{} (seed: {seed})", m.what),
+                name,
+                kind: Kind::Model { model, accept },
+                describe: format!("{what} (seed: {seed})"),
             });
         }
     }

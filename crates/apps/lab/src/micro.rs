@@ -2,12 +2,40 @@
 //! benchmark that pins threads, changes limits, crashes or hangs cannot disturb the lab;
 //! it is killed at its time limit and its failure is shown in the report.
 
+use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+
+/// `iolab micro NAME`: one benchmark, the child role the lab runs it in. The binary's
+/// command line parses `to_args()` back into the same spec (src/cli/micro.rs,
+/// `MicroArgs::to_spec`, with the round-trip test).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MicroSpec {
+    pub name: String,
+    /// Seconds instead of minutes (`--quick`).
+    pub quick: bool,
+    /// Write the results as JSON to this file (`--json`).
+    pub json: Option<PathBuf>,
+}
+
+impl MicroSpec {
+    /// The arguments after the program name: `micro NAME [--quick] [--json FILE]`.
+    pub fn to_args(&self) -> Vec<OsString> {
+        let mut a: Vec<OsString> = vec!["micro".into(), self.name.clone().into()];
+        if self.quick {
+            a.push("--quick".into());
+        }
+        if let Some(p) = &self.json {
+            a.push("--json".into());
+            a.push(p.clone().into());
+        }
+        a
+    }
+}
 
 /// Runs one micro and returns its JSON (the convention in `iolab_micro`).
 pub fn run_one(
@@ -24,16 +52,16 @@ pub fn run_one(
     let log = std::fs::File::create(&log_path)
         .with_context(|| format!("creating {}", log_path.display()))?;
     let exe = std::env::current_exe().context("finding the iolab executable")?;
+    let spec = MicroSpec {
+        name: name.to_string(),
+        quick,
+        json: Some(json.clone()),
+    };
     let mut cmd = Command::new(exe);
-    cmd.arg("micro").arg(name);
-    if quick {
-        cmd.arg("--quick");
-    }
-    // A short error line in the report, not a backtrace.
-    cmd.env("RUST_BACKTRACE", "0")
-        .env("RUST_LIB_BACKTRACE", "0");
-    cmd.arg("--json")
-        .arg(&json)
+    cmd.args(spec.to_args())
+        // A short error line in the report, not a backtrace.
+        .env("RUST_BACKTRACE", "0")
+        .env("RUST_LIB_BACKTRACE", "0")
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
@@ -111,7 +139,23 @@ pub fn why(log: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::why;
+    use super::*;
+
+    #[test]
+    fn micro_args() {
+        let mut m = MicroSpec {
+            name: "queue".into(),
+            quick: true,
+            json: Some("/r/micro/queue.json".into()),
+        };
+        assert_eq!(
+            m.to_args(),
+            ["micro", "queue", "--quick", "--json", "/r/micro/queue.json"].map(OsString::from)
+        );
+        m.quick = false;
+        m.json = None;
+        assert_eq!(m.to_args(), ["micro", "queue"].map(OsString::from));
+    }
 
     #[test]
     fn failure_reason_skips_the_backtrace() {

@@ -13,6 +13,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use iolab_servers::spec::{model_named, ServeSpec, TokioSpec};
+use iolab_servers::{AcceptMode, Config, Model};
 
 /// Process groups of the running children, for the signal handler.
 static GROUPS: Mutex<Vec<i32>> = Mutex::new(Vec::new());
@@ -74,8 +76,11 @@ pub fn install_signal_handler() -> anyhow::Result<()> {
 /// What to run.
 #[derive(Debug, Clone)]
 pub enum Kind {
-    /// `iolab serve --model NAME`.
-    Model(String),
+    /// `iolab serve` with this model, accepting so.
+    Model {
+        model: Model,
+        accept: AcceptMode,
+    },
     Nginx(PathBuf),
     Tokio(PathBuf),
 }
@@ -89,7 +94,7 @@ pub struct Target {
 
 impl Target {
     pub fn is_peer(&self) -> bool {
-        !matches!(self.kind, Kind::Model(_))
+        !matches!(self.kind, Kind::Model { .. })
     }
 }
 
@@ -119,22 +124,44 @@ pub struct ServerProc {
     pub log_path: PathBuf,
 }
 
-/// Lab targets that run a model with options: (target name, model, extra `iolab serve`
-/// arguments). `uring-callback-sync` is seed 000's CR (completion routines, synchronous
-/// accept); plain `uring-callback` accepts asynchronously (CR-iocp).
-pub const MODEL_VARIANTS: [(&str, &str, &[&str]); 1] = [(
+/// Lab targets that run a model with options: (target name, model, how it accepts).
+/// `uring-callback-sync` is seed 000's CR (completion routines, synchronous accept); plain
+/// `uring-callback` accepts asynchronously (CR-iocp).
+pub const MODEL_VARIANTS: [(&str, Model, AcceptMode); 1] = [(
     "uring-callback-sync",
-    "uring-callback",
-    &["--accept", "sync"],
+    Model::UringCallback,
+    AcceptMode::Sync,
 )];
 
-/// The model and extra `iolab serve` arguments of a lab target name.
-pub fn model_args(name: &str) -> (&str, &'static [&'static str]) {
+/// The model and accept mode of a lab target name: a variant's, or a model's own with
+/// `iolab serve`'s default accept mode.
+pub fn model_of(name: &str) -> Option<(Model, AcceptMode)> {
     MODEL_VARIANTS
         .iter()
         .find(|v| v.0 == name)
         .map(|v| (v.1, v.2))
-        .unwrap_or((name, &[]))
+        .or_else(|| model_named(name).map(|m| (m, Config::default().accept)))
+}
+
+/// How the lab runs a model: `iolab serve` on the launch's site, address, workers and
+/// backlog, publishing its counters in `stats`.
+pub fn serve_spec(model: Model, accept: AcceptMode, l: &Launch, stats: PathBuf) -> ServeSpec {
+    ServeSpec {
+        workers: l.workers,
+        backlog: l.backlog,
+        stats: Some(stats),
+        accept,
+        ..ServeSpec::new(model, l.www.clone(), l.addr)
+    }
+}
+
+/// How the lab runs the tokio peer: at least one worker.
+pub fn tokio_spec(l: &Launch) -> TokioSpec {
+    TokioSpec {
+        workers: l.workers.max(1),
+        backlog: l.backlog,
+        ..TokioSpec::new(l.www.clone(), l.addr)
+    }
 }
 
 /// `worker_connections` per nginx worker: every connection the lab can open at once (its
@@ -214,21 +241,11 @@ impl ServerProc {
             .with_context(|| format!("creating {}", log_path.display()))?;
         let mut stats_path = None;
         let mut cmd = match &t.kind {
-            Kind::Model(m) => {
+            Kind::Model { model, accept } => {
                 let sp = l.run_dir.join("stats");
                 let _ = std::fs::remove_file(&sp);
-                let (model, extra) = model_args(m);
                 let mut c = Command::new(&l.iolab);
-                c.arg("serve")
-                    .args(["--model", model])
-                    .args(extra)
-                    .arg("--root")
-                    .arg(&l.www)
-                    .args(["--addr", &l.addr.to_string()])
-                    .args(["--workers", &l.workers.to_string()])
-                    .args(["--backlog", &l.backlog.to_string()])
-                    .arg("--stats")
-                    .arg(&sp);
+                c.args(serve_spec(*model, *accept, l, sp.clone()).to_args());
                 stats_path = Some(sp);
                 c
             }
@@ -249,11 +266,7 @@ impl ServerProc {
             }
             Kind::Tokio(bin) => {
                 let mut c = Command::new(bin);
-                c.arg("--root")
-                    .arg(&l.www)
-                    .args(["--addr", &l.addr.to_string()])
-                    .args(["--workers", &l.workers.max(1).to_string()])
-                    .args(["--backlog", &l.backlog.to_string()]);
+                c.args(tokio_spec(l).to_args());
                 c
             }
         };
@@ -509,10 +522,47 @@ mod tests {
     #[test]
     fn model_variants_map_to_serve_arguments() {
         assert_eq!(
-            model_args("uring-callback-sync"),
-            ("uring-callback", &["--accept", "sync"][..])
+            model_of("uring-callback-sync"),
+            Some((Model::UringCallback, AcceptMode::Sync))
         );
-        assert_eq!(model_args("epoll"), ("epoll", &[][..]));
+        assert_eq!(model_of("epoll"), Some((Model::Epoll, AcceptMode::Async)));
+        assert_eq!(model_of("nope"), None);
+        let l = Launch {
+            iolab: "/x/iolab".into(),
+            www: "/r/www".into(),
+            run_dir: "/r/run/x".into(),
+            addr: "127.0.0.1:8099".parse().unwrap(),
+            workers: 2,
+            backlog: 200,
+            cpu: None,
+            cpus: Vec::new(),
+            netns: None,
+        };
+        let args: Vec<String> = serve_spec(
+            Model::UringCallback,
+            AcceptMode::Sync,
+            &l,
+            "/r/run/x/stats".into(),
+        )
+        .to_args()
+        .into_iter()
+        .map(|a| a.into_string().unwrap())
+        .collect();
+        for pair in [
+            ["--model", "uring-callback"],
+            ["--accept", "sync"],
+            ["--root", "/r/www"],
+            ["--addr", "127.0.0.1:8099"],
+            ["--workers", "2"],
+            ["--backlog", "200"],
+            ["--stats", "/r/run/x/stats"],
+        ] {
+            assert!(args.windows(2).any(|w| w == pair), "{pair:?} in {args:?}");
+        }
+        assert_eq!(args[0], "serve");
+        // The tokio peer gets at least one worker.
+        let t = tokio_spec(&Launch { workers: 0, ..l });
+        assert_eq!((t.workers, t.backlog), (1, 200));
     }
 
     /// A relative output directory (`iolab lab --out report`) still starts nginx: its

@@ -41,6 +41,7 @@ use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use iolab_http::{direct, Session, Site};
+use iolab_servers::spec::{TokioEngine, TokioSpec};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
@@ -76,26 +77,59 @@ enum Engine {
     Iolab,
 }
 
+impl From<Engine> for TokioEngine {
+    fn from(e: Engine) -> Self {
+        match e {
+            Engine::Hyper => TokioEngine::Hyper,
+            Engine::Iolab => TokioEngine::Iolab,
+        }
+    }
+}
+
+impl From<TokioEngine> for Engine {
+    fn from(e: TokioEngine) -> Self {
+        match e {
+            TokioEngine::Hyper => Engine::Hyper,
+            TokioEngine::Iolab => Engine::Iolab,
+        }
+    }
+}
+
+impl Args {
+    /// What to serve, as the spec the lab launches this peer with; an idle timeout must be
+    /// seconds >= 0.
+    fn to_spec(&self) -> Result<TokioSpec> {
+        if !self.idle_timeout.is_finite() || self.idle_timeout < 0.0 {
+            anyhow::bail!(
+                "--idle-timeout must be a number of seconds >= 0, not {}",
+                self.idle_timeout
+            );
+        }
+        Ok(TokioSpec {
+            root: self.root.clone(),
+            addr: self.addr,
+            workers: self.workers,
+            backlog: self.backlog,
+            idle_timeout: Duration::from_secs_f64(self.idle_timeout),
+            engine: self.engine.into(),
+        })
+    }
+}
+
 fn main() {
     let args = Args::parse();
-    if let Err(e) = run(args) {
+    if let Err(e) = args.to_spec().and_then(run) {
         eprintln!("iolab-tokio-server: {e:#}");
         std::process::exit(1);
     }
 }
 
-fn run(args: Args) -> Result<()> {
-    if !args.idle_timeout.is_finite() || args.idle_timeout < 0.0 {
-        anyhow::bail!(
-            "--idle-timeout must be a number of seconds >= 0, not {}",
-            args.idle_timeout
-        );
-    }
-    let idle = (args.idle_timeout > 0.0).then(|| Duration::from_secs_f64(args.idle_timeout));
-    let site = Site::new(&args.root, iolab_http::Limits::default())
-        .with_context(|| format!("cannot serve {}", args.root.display()))?;
-    let workers = if args.workers > 0 {
-        args.workers
+fn run(spec: TokioSpec) -> Result<()> {
+    let idle = (!spec.idle_timeout.is_zero()).then_some(spec.idle_timeout);
+    let site = Site::new(&spec.root, iolab_http::Limits::default())
+        .with_context(|| format!("cannot serve {}", spec.root.display()))?;
+    let workers = if spec.workers > 0 {
+        spec.workers
     } else {
         std::thread::available_parallelism()
             .map(|n| n.get())
@@ -107,18 +141,15 @@ fn run(args: Args) -> Result<()> {
         .build()
         .context("cannot start the tokio runtime")?;
     rt.block_on(async move {
-        let listener = listen(args.addr, args.backlog)?;
+        let listener = listen(spec.addr, spec.backlog)?;
         let addr = listener.local_addr()?;
         println!(
             "serving {} on {addr} with tokio ({workers} workers, {} engine)",
-            args.root.display(),
-            match args.engine {
-                Engine::Hyper => "hyper",
-                Engine::Iolab => "iolab",
-            }
+            spec.root.display(),
+            spec.engine.name()
         );
         tokio::select! {
-            r = accept_loop(listener, site, args.engine, idle) => r,
+            r = accept_loop(listener, site, spec.engine.into(), idle) => r,
             r = stop_signal() => r,
         }
     })?;
@@ -407,4 +438,49 @@ fn to_hyper(chunks: &[Bytes]) -> Option<Response<Full<Bytes>>> {
         headers.append(name, value);
     }
     Some(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsString;
+
+    use super::*;
+
+    fn parse(args: Vec<OsString>) -> Args {
+        Args::try_parse_from(std::iter::once(OsString::from("iolab-tokio-server")).chain(args))
+            .unwrap_or_else(|e| panic!("the peer refuses the spec's arguments: {e}"))
+    }
+
+    /// What the lab launches is what the peer runs: spec -> arguments -> clap -> spec.
+    #[test]
+    fn a_spec_survives_the_command_line() {
+        let mut every = TokioSpec::new("dir with space".into(), "[::1]:9000".parse().unwrap());
+        every.workers = 3;
+        every.backlog = 200;
+        every.idle_timeout = Duration::from_millis(1500);
+        every.engine = TokioEngine::Iolab;
+        let mut never_idle = TokioSpec::new("/w".into(), "127.0.0.1:8099".parse().unwrap());
+        never_idle.idle_timeout = Duration::ZERO;
+        for spec in [
+            TokioSpec::new("/w".into(), "127.0.0.1:8099".parse().unwrap()),
+            every,
+            never_idle,
+        ] {
+            assert_eq!(parse(spec.to_args()).to_spec().unwrap(), spec);
+        }
+    }
+
+    /// `TokioSpec::new` says what the peer does when a flag is left out; a negative idle
+    /// timeout is refused.
+    #[test]
+    fn the_spec_defaults_are_the_command_line_defaults() {
+        let args = ["--root", "/w", "--addr", "127.0.0.1:8099"].map(OsString::from);
+        assert_eq!(
+            parse(args.to_vec()).to_spec().unwrap(),
+            TokioSpec::new("/w".into(), "127.0.0.1:8099".parse().unwrap())
+        );
+        let args = ["--root", "/w", "--idle-timeout=-1"].map(OsString::from);
+        let e = parse(args.to_vec()).to_spec().unwrap_err().to_string();
+        assert!(e.contains("--idle-timeout must be"), "{e}");
+    }
 }

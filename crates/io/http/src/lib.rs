@@ -62,7 +62,7 @@ pub use site::CacheConfig;
 pub const STREAM_CHUNK: usize = 64 * 1024;
 
 /// Explicit limits; every one is documented in the README and configurable.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     /// Longest request line accepted; longer gets 414.
     pub max_request_line: usize,

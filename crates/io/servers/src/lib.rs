@@ -57,6 +57,7 @@ pub mod epoll;
 pub mod poll;
 pub mod runtime;
 pub mod select;
+pub mod spec;
 pub mod thread_pool;
 pub mod threads;
 pub mod uring;

@@ -2,8 +2,8 @@
 //! the table of the models' names ([`models`]) and the list of the microbenchmarks'
 //! ([`microbenchmarks`]).
 //!
-//! This crate is small on purpose: the lab and the CLI read a running server's counters and
-//! list the models without linking the server stack (`iolab-servers`), which links this.
+//! This crate is small on purpose: what reads a running server's counters or lists the
+//! models need not link the server stack (`iolab-servers`), which links this.
 //!
 //! The counters live in a small fixed-layout block of shared memory: with `--stats PATH` it
 //! is a file mapped with `mmap(MAP_SHARED)`, so another process can map the same file
