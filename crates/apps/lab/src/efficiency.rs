@@ -23,7 +23,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::lab::{Options, Profile};
 use crate::point::{settle, Client};
-use crate::results::{median, min_max, ConnMode, FileKind, Results};
+use iolab_sys::percentile::median;
+
+use crate::results::{min_max, ConnMode, FileKind, Results};
 use crate::server::{Launch, ServerProc, Target};
 
 /// One measurement: one server, one mode, one repeat.
@@ -274,7 +276,7 @@ pub fn measure(
             server: srv.name.clone(),
             mode,
             rate,
-            us_per_request: median(&vals),
+            us_per_request: median(&vals).unwrap_or(0.0),
             spread: min_max(vals.iter().copied()),
             repeats: reps,
         },

@@ -328,22 +328,16 @@ fn connect_from(from: IpAddr, to: SocketAddr) -> std::io::Result<TcpStream> {
     };
     // SAFETY: socket(2) has no memory preconditions; the fd it returns is owned by the
     // TcpStream built right after, which closes it on every path.
-    let fd = unsafe { libc::socket(domain, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    let fd =
+        iolab_sys::cvt(unsafe { libc::socket(domain, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) })?;
     // SAFETY: fd is a fresh, valid socket that nothing else owns.
     let stream = unsafe { TcpStream::from_raw_fd(fd) };
     let (sa, len) = iolab_sys::sockaddr::to_raw(&SocketAddr::new(from, 0));
     // SAFETY: sa is a properly initialised sockaddr of `len` bytes for this socket's family.
-    if unsafe { libc::bind(fd, &sa as *const _ as *const libc::sockaddr, len) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    iolab_sys::cvt(unsafe { libc::bind(fd, &sa as *const _ as *const libc::sockaddr, len) })?;
     let (sa, len) = iolab_sys::sockaddr::to_raw(&to);
     // SAFETY: as above; a blocking connect on our own socket.
-    if unsafe { libc::connect(fd, &sa as *const _ as *const libc::sockaddr, len) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    iolab_sys::cvt(unsafe { libc::connect(fd, &sa as *const _ as *const libc::sockaddr, len) })?;
     Ok(stream)
 }
 

@@ -66,13 +66,8 @@ pub fn run_one(
         .stdout(log.try_clone()?)
         .stderr(log)
         .process_group(0);
-    // SAFETY: only a raw prctl between fork and exec: the benchmark dies with the lab.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
-    }
+    // The benchmark dies with the lab.
+    iolab_sys::process::die_with_parent(&mut cmd, libc::SIGKILL);
     let t0 = Instant::now();
     let mut child = cmd
         .spawn()

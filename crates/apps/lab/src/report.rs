@@ -3,6 +3,8 @@
 
 use std::fmt::Write as _;
 
+use iolab_sys::percentile::median;
+
 use crate::results::{ConnMode, FileKind, Point, Results, Status};
 use crate::svg::{self, esc, fmt_tick, BarChart, LineChart, ScatterPanel, Series};
 
@@ -266,7 +268,7 @@ fn keepalive_section(r: &Results, num: usize) -> String {
                     f2(p.spread.rps[0]),
                     f2(p.spread.rps[1]),
                     p.repeats.len(),
-                    f2(crate::results::median(&secs)),
+                    f2(median(&secs).unwrap_or(0.0)),
                     f2(p.metrics.mean_ms),
                     f2(p.metrics.p99_ms),
                     p.metrics.errors
@@ -559,7 +561,7 @@ pub fn render(r: &Results) -> String {
     let ms = |k: &str| machine.get(k).map(json_cell).unwrap_or_default();
     let _ = write!(
         out,
-        r#"<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>iolab lab report</title><style>{STYLE}</style></head><body><h1>iolab lab report</h1><p>Profile <b>{}</b>, {} servers, {} points, {:.0} s. Machine: {} ({} CPUs), kernel {}. Command: <code>{}</code></p>"#,
+        r#"<h1>iolab lab report</h1><p>Profile <b>{}</b>, {} servers, {} points, {:.0} s. Machine: {} ({} CPUs), kernel {}. Command: <code>{}</code></p>"#,
         esc(&r.profile),
         r.targets.len(),
         r.points.len(),
@@ -639,8 +641,7 @@ pub fn render(r: &Results) -> String {
     out.push_str(r#"<h2 id="machine">Machine and settings</h2>"#);
     out.push_str(&kv_table("Settings that decide the result", &r.settings));
     out.push_str(&kv_table("Method", &r.method));
-    out.push_str("</body></html>\n");
-    out
+    iolab_report::page("iolab lab report", STYLE, &out)
 }
 
 /// Figure 1b and its table: server CPU time per request at a fixed offered rate.
@@ -708,7 +709,7 @@ pub fn efficiency_section(r: &Results) -> String {
                     esc(n),
                     mode.label(),
                     f2(x.rate),
-                    f2(crate::results::median(&ach)),
+                    f2(median(&ach).unwrap_or(0.0)),
                     f2(x.us_per_request),
                     f2(x.spread[0]),
                     f2(x.spread[1]),

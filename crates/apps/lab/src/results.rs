@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 
+use iolab_sys::percentile::median;
 use serde::{Deserialize, Serialize};
 
 pub const SCHEMA: &str = "iolab-lab/1";
@@ -271,16 +272,6 @@ pub struct Results {
     pub seed_bench: Option<serde_json::Value>,
 }
 
-/// Median of values (mean of the middle two when even); 0 for none.
-pub fn median(vals: &[f64]) -> f64 {
-    iolab_sys::percentile::median_mean_of_middle(vals).unwrap_or(0.0)
-}
-
-fn median_u(vals: &[u64]) -> u64 {
-    let f: Vec<f64> = vals.iter().map(|&x| x as f64).collect();
-    median(&f).round() as u64
-}
-
 /// [min, max] of values; [0, 0] for none.
 pub(crate) fn min_max(vals: impl Iterator<Item = f64> + Clone) -> [f64; 2] {
     let lo = vals.clone().fold(f64::INFINITY, f64::min);
@@ -293,7 +284,8 @@ pub(crate) fn min_max(vals: impl Iterator<Item = f64> + Clone) -> [f64; 2] {
 }
 
 impl Point {
-    /// A point summarising its repeats: medians, spread, and sustained when most were.
+    /// A point summarising its repeats: medians (`iolab_sys::percentile::median`, the mean
+    /// of the middle two when even, 0 for none), spread, and sustained when most were.
     pub fn from_repeats(
         model: &str,
         file: FileKind,
@@ -302,10 +294,12 @@ impl Point {
         repeats: Vec<Repeat>,
     ) -> Point {
         let m = |f: fn(&Metrics) -> f64| {
-            median(&repeats.iter().map(|r| f(&r.metrics)).collect::<Vec<_>>())
+            let v: Vec<f64> = repeats.iter().map(|r| f(&r.metrics)).collect();
+            median(&v).unwrap_or(0.0)
         };
         let mu = |f: fn(&Metrics) -> u64| {
-            median_u(&repeats.iter().map(|r| f(&r.metrics)).collect::<Vec<_>>())
+            let v: Vec<f64> = repeats.iter().map(|r| f(&r.metrics) as f64).collect();
+            median(&v).unwrap_or(0.0).round() as u64
         };
         let metrics = Metrics {
             mean_ms: m(|x| x.mean_ms),
@@ -392,13 +386,16 @@ mod tests {
         }
     }
 
+    /// The lab's summaries: the middle value, the mean of the middle two when even, NaN
+    /// ignored, 0 for none.
     #[test]
-    fn medians() {
-        assert_eq!(median(&[]), 0.0);
-        assert_eq!(median(&[3.0]), 3.0);
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert_eq!(median(&[f64::NAN, 1.0]), 1.0);
+    fn summaries_take_the_middle_and_zero_for_none() {
+        let mid = |v: &[f64]| median(v).unwrap_or(0.0);
+        assert_eq!(mid(&[]), 0.0);
+        assert_eq!(mid(&[3.0]), 3.0);
+        assert_eq!(mid(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(mid(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(mid(&[f64::NAN, 1.0]), 1.0);
     }
 
     #[test]

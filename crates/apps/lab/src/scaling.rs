@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::lab::{hms, Options, Profile};
 use crate::point::Client;
-use crate::results::{median, min_max, ConnMode, FileKind, Results};
+use crate::results::{min_max, ConnMode, FileKind, Results};
 use crate::server::{ServerProc, Target};
 use crate::stage::Stage;
 use crate::svg::{self, esc, LineChart, Series};
@@ -172,18 +172,11 @@ fn params(p: Profile) -> Params {
 
 /// Pins the calling thread to `cpus` (the load generator's threads inherit it).
 fn pin_thread(cpus: &[usize]) -> std::io::Result<()> {
-    // SAFETY: all-zero bytes are a valid (empty) cpu_set_t.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for &c in cpus {
-        if c < libc::CPU_SETSIZE as usize {
-            // SAFETY: c < CPU_SETSIZE, so CPU_SET writes inside the set.
-            unsafe { libc::CPU_SET(c, &mut set) };
-        }
-    }
+    let set = crate::server::cpu_set(cpus);
     // SAFETY: pid 0 is the calling thread; the kernel reads the set we own.
-    if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    iolab_sys::cvt(unsafe {
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    })?;
     Ok(())
 }
 
@@ -373,7 +366,7 @@ fn measure_server(
             server: srv.name.clone(),
             mode,
             workers,
-            rps: median(&runs),
+            rps: iolab_sys::percentile::median(&runs).unwrap_or(0.0),
             rps_spread: min_max(runs.iter().copied()),
             runs,
             errors,
@@ -568,8 +561,7 @@ pub fn render_page(r: &Results, s: &Scaling) -> String {
     };
     let _ = write!(
         out,
-        r#"<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>iolab lab: scaling</title><style>{}</style></head><body><h1>iolab lab: scaling with cores</h1><p>Profile <b>{}</b>, {:.0} s. Machine: {} ({} CPUs), kernel {}. Command: <code>{}</code></p>"#,
-        crate::report::STYLE,
+        r#"<h1>iolab lab: scaling with cores</h1><p>Profile <b>{}</b>, {:.0} s. Machine: {} ({} CPUs), kernel {}. Command: <code>{}</code></p>"#,
         esc(&r.profile),
         r.elapsed_s,
         esc(&ms("cpu_model")),
@@ -583,8 +575,7 @@ pub fn render_page(r: &Results, s: &Scaling) -> String {
     out.push_str(r#"<h2 id="machine">Machine and settings</h2>"#);
     out.push_str(&crate::report::kv_table("Settings", &r.settings));
     out.push_str(&crate::report::kv_table("Method", &r.method));
-    out.push_str("</body></html>\n");
-    out
+    iolab_report::page("iolab lab: scaling", crate::report::STYLE, &out)
 }
 
 /// Writes only the files a scaling run has (results.json, index.html).

@@ -263,7 +263,7 @@ fn sustained_max(r: &Results, name: &str) -> Option<usize> {
 
 fn requests_of(p: &crate::results::Point) -> u64 {
     let v: Vec<f64> = p.repeats.iter().map(|x| x.requests as f64).collect();
-    crate::results::median(&v).round() as u64
+    iolab_sys::percentile::median(&v).unwrap_or(0.0).round() as u64
 }
 
 /// Why our row differs from the seed's, in one line.

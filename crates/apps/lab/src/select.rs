@@ -69,7 +69,10 @@ pub fn parse_micro(s: Option<&str>, none: bool) -> anyhow::Result<Vec<String>> {
         return Ok(Vec::new());
     }
     let Some(s) = s else {
-        return Ok(iolab_stats::microbenchmarks::NAMES.iter().map(|s| s.to_string()).collect());
+        return Ok(iolab_stats::microbenchmarks::NAMES
+            .iter()
+            .map(|s| s.to_string())
+            .collect());
     };
     let asked = list(s);
     for m in &asked {

@@ -31,12 +31,22 @@ pub(crate) fn unregister(pgid: i32) {
     }
 }
 
+/// Signals a group we created with `process_group(0)`; one already gone is no error.
 pub(crate) fn signal_group(pgid: i32, sig: i32) {
-    if pgid > 0 {
-        // SAFETY: kill(2) with a negative pid signals that process group only; pgid > 0 is
-        // one we created with process_group(0), never 0 or 1 (which would widen the target).
-        unsafe { libc::kill(-pgid, sig) };
+    if let Ok(pgid) = u32::try_from(pgid) {
+        let _ = iolab_sys::process::signal_group(pgid, sig);
     }
+}
+
+/// The CPU set of `cpus` (those below `CPU_SETSIZE`), for `sched_setaffinity`.
+pub(crate) fn cpu_set(cpus: &[usize]) -> libc::cpu_set_t {
+    // SAFETY: all-zero bytes are a valid (empty) cpu_set_t.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cpus.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
+        // SAFETY: c < CPU_SETSIZE, so CPU_SET writes inside the set.
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    set
 }
 
 /// Kills every registered child group (SIGTERM, then SIGKILL after a grace period).
@@ -250,10 +260,8 @@ impl ServerProc {
                 c
             }
             Kind::Nginx(bin) => {
-                // SAFETY: geteuid has no preconditions.
-                let as_root = unsafe { libc::geteuid() } == 0;
                 let conf = l.run_dir.join("nginx.conf");
-                std::fs::write(&conf, nginx_conf(l, as_root))
+                std::fs::write(&conf, nginx_conf(l, iolab_sys::process::is_root()))
                     .with_context(|| format!("writing {}", conf.display()))?;
                 let mut c = Command::new(bin);
                 c.arg("-p")
@@ -283,30 +291,22 @@ impl ServerProc {
         } else {
             l.cpus.clone()
         };
-        let set = (!cpus.is_empty()).then(|| {
-            // SAFETY: all-zero bytes are a valid (empty) cpu_set_t.
-            let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-            for &c in cpus.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
-                // SAFETY: c < CPU_SETSIZE, so CPU_SET writes inside the set.
-                unsafe { libc::CPU_SET(c, &mut set) };
+        if let Some(set) = (!cpus.is_empty()).then(|| cpu_set(&cpus)) {
+            // SAFETY: the closure runs in the child between fork and exec and makes one raw
+            // system call (no allocation, no locks): it pins the child to the server CPUs.
+            unsafe {
+                cmd.pre_exec(move || {
+                    iolab_sys::cvt(libc::sched_setaffinity(
+                        0,
+                        std::mem::size_of::<libc::cpu_set_t>(),
+                        &set,
+                    ))
+                    .map(drop)
+                });
             }
-            set
-        });
-        // SAFETY: the closure runs in the child between fork and exec and only makes raw
-        // system calls (no allocation, no locks): pin to the server CPUs, and ask for SIGKILL
-        // when the lab dies so no server outlives it.
-        unsafe {
-            cmd.pre_exec(move || {
-                if let Some(set) = &set {
-                    if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) != 0
-                    {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
         }
+        // SIGKILL when the lab dies, so that no server outlives it.
+        iolab_sys::process::die_with_parent(&mut cmd, libc::SIGKILL);
         let child = cmd
             .spawn()
             .with_context(|| format!("starting {}", t.name))?;
@@ -381,18 +381,9 @@ impl ServerProc {
         let Some(mut child) = self.child.take() else {
             return;
         };
-        signal_group(self.pgid, libc::SIGTERM);
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_secs(3) {
-            if let Ok(Some(_)) = child.try_wait() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        // Whatever is left of the group (nginx workers, a stuck model) goes now.
-        signal_group(self.pgid, libc::SIGKILL);
-        let _ = child.kill();
-        let _ = child.wait();
+        // Whatever is left of the group after the grace (nginx workers, a stuck model) is
+        // killed.
+        let _ = iolab_sys::process::terminate_group(&mut child, Duration::from_secs(3));
         unregister(self.pgid);
     }
 }
@@ -634,10 +625,8 @@ mod tests {
                 netns: None,
             };
             std::fs::create_dir_all(&l.run_dir).unwrap();
-            // SAFETY: geteuid has no preconditions.
-            let as_root = unsafe { libc::geteuid() } == 0;
             let conf = l.run_dir.join("nginx.conf");
-            std::fs::write(&conf, nginx_conf(&l, as_root)).unwrap();
+            std::fs::write(&conf, nginx_conf(&l, iolab_sys::process::is_root())).unwrap();
             let out = Command::new(&nginx)
                 .arg("-t")
                 .arg("-p")

@@ -16,6 +16,7 @@
 //! start the achieved concurrency was within the tolerance of the requested one.
 
 use iolab_load::{ErrorKind, RequestRecord};
+use iolab_sys::percentile::nearest_rank;
 
 /// Connect phases this long or longer are SYN-retransmit artefacts: on loopback a connect
 /// takes microseconds unless the SYN was dropped and re-sent after the 1 s initial RTO.
@@ -219,11 +220,6 @@ pub struct Analysis {
     pub kept_mask: Vec<bool>,
 }
 
-/// Nearest-rank percentile of sorted values (`q` in 0..=100); 0 for none.
-pub fn percentile(sorted: &[f64], q: f64) -> f64 {
-    iolab_sys::percentile::nearest_rank(sorted, q).unwrap_or(0.0)
-}
-
 fn duration_ms(r: &RequestRecord) -> f64 {
     r.end_us.saturating_sub(r.start_us) as f64 / 1000.0
 }
@@ -287,8 +283,8 @@ pub fn analyse(
     vals.sort_by(f64::total_cmp);
     if !vals.is_empty() {
         a.mean_ms = vals.iter().sum::<f64>() / vals.len() as f64;
-        a.p50_ms = percentile(&vals, 50.0);
-        a.p99_ms = percentile(&vals, 99.0);
+        a.p50_ms = nearest_rank(&vals, 50.0).unwrap_or(0.0);
+        a.p99_ms = nearest_rank(&vals, 99.0).unwrap_or(0.0);
     }
     // From the moment the requested level is first reached (the client's ramp-up is not
     // the server's doing) to the last start (after it the closed loop drains by design);
@@ -534,6 +530,7 @@ mod tests {
 
     #[test]
     fn percentiles_nearest_rank() {
+        let percentile = |v: &[f64], q: f64| nearest_rank(v, q).unwrap_or(0.0);
         let v: Vec<f64> = (1..=100).map(f64::from).collect();
         assert_eq!(percentile(&v, 50.0), 50.0);
         assert_eq!(percentile(&v, 99.0), 99.0);
