@@ -20,7 +20,7 @@ use std::time::Instant;
 use hdrhistogram::Histogram;
 
 use crate::response::{Progress, ResponseParser};
-use crate::stats::{new_histogram, syn_retransmits, Timeline};
+use crate::stats::{new_histogram, SynSchedule, Timeline};
 use crate::{ErrorKind, RequestRecord};
 
 /// How often in-flight requests are checked against their timeout.
@@ -71,6 +71,8 @@ pub(crate) struct Plan {
     pub rate: Option<f64>,
     pub keep_records: bool,
     pub pin_cpu: Option<usize>,
+    /// When connects complete after lost SYNs, on this host.
+    pub syn: SynSchedule,
 }
 
 /// What one client thread measured.
@@ -615,7 +617,7 @@ impl Worker<'_> {
         let took = now - slot.req.start_us;
         self.out.connects += 1;
         self.out.connect_sum_us += took;
-        if syn_retransmits(took) > 0 {
+        if self.plan.syn.retransmits(took) > 0 {
             self.out.syn_retries += 1;
         }
     }

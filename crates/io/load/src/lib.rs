@@ -17,7 +17,7 @@ pub mod response;
 pub mod stats;
 pub mod url;
 
-pub use stats::{read_csv, syn_retransmits, write_csv, SecondStats};
+pub use stats::{read_csv, write_csv, SecondStats, SynSchedule};
 pub use url::{parse_url, Target};
 
 /// Kinds of failure, counted separately.
@@ -292,6 +292,7 @@ pub fn run(config: &LoadConfig) -> anyhow::Result<LoadReport> {
     let shared = engine::Shared::new(threads);
     let request = config.request_bytes();
     let deadline_us = config.duration.map(|d| d.as_micros() as u64);
+    let syn = SynSchedule::of_host();
     let plans: Vec<engine::Plan> = (0..threads)
         .map(|k| engine::Plan {
             index: k,
@@ -307,6 +308,7 @@ pub fn run(config: &LoadConfig) -> anyhow::Result<LoadReport> {
             rate: config.rate,
             keep_records: config.keep_records,
             pin_cpu: config.pin_cpu,
+            syn,
         })
         .collect();
 
@@ -358,7 +360,7 @@ pub fn run(config: &LoadConfig) -> anyhow::Result<LoadReport> {
     for o in outcomes {
         outs.push(o?);
     }
-    let mut report = summarize(config, threads, outs);
+    let mut report = summarize(config, threads, outs, &syn);
     if nofile > 0 && (nofile as usize) < config.connections + 64 {
         report.warnings.push(format!(
             "the open-file limit ({nofile}) is below the connection count ({}): expect EMFILE errors",
@@ -403,7 +405,12 @@ fn update_bar(bar: &indicatif::ProgressBar, config: &LoadConfig, shared: &engine
     bar.set_message(format!("{ended} done, {failed} errors, {rps:.0} req/s"));
 }
 
-fn summarize(config: &LoadConfig, threads: usize, outs: Vec<engine::Outcome>) -> LoadReport {
+fn summarize(
+    config: &LoadConfig,
+    threads: usize,
+    outs: Vec<engine::Outcome>,
+    syn: &SynSchedule,
+) -> LoadReport {
     let mut hist = stats::new_histogram();
     let mut timeline = stats::Timeline::default();
     let mut errors = [0u64; ErrorKind::ALL.len()];
@@ -523,9 +530,11 @@ fn summarize(config: &LoadConfig, threads: usize, outs: Vec<engine::Outcome>) ->
         }
     }
     if r.syn_retries > 0 {
+        let [first, second, ..] = syn.steps_us().map(|us| us / 1_000_000);
         r.warnings.push(format!(
-            "{} request(s) connected after about 1 s, 3 s, ... : lost SYNs retransmitted by the \
-             client (listen backlog overflow?); their latency is the retransmit timer, not the server",
+            "{} request(s) connected after about {first} s, {second} s, ... : lost SYNs \
+             retransmitted by the client (listen backlog overflow?); their latency is the \
+             retransmit timer, not the server",
             r.syn_retries
         ));
     }

@@ -23,25 +23,60 @@ pub fn quantile_ms(h: &Histogram<u64>, q: f64) -> f64 {
     }
 }
 
-/// Linux retransmits a SYN that got no answer after the initial RTO of 1 s, then doubles the
-/// wait: connect() completes at about 1, 3, 7, 15, 31, 63 s after the first SYN when 1, 2, ...
-/// SYNs were lost. (The seed's Windows client showed the same step at 3 s.)
-pub const SYN_RETRY_STEPS_US: [u64; 6] = [
-    1_000_000, 3_000_000, 7_000_000, 15_000_000, 31_000_000, 63_000_000,
-];
+/// When a connect() completes after lost SYNs. Linux resends a SYN that got no answer after
+/// the initial RTO of 1 s; the first `net.ipv4.tcp_syn_linear_timeouts` resends (4 by default
+/// where the kernel has the setting, as 6.x kernels do) wait 1 s again, the later ones double
+/// the wait. With 1, 2, ... SYNs lost, connect() completes at about 1, 2, 3, 4, 5, 7 s after the
+/// first SYN by default, and at 1, 3, 7, 15, 31, 63 s without linear timeouts (older kernels;
+/// the seed's Windows client showed the same step at 3 s).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SynSchedule {
+    steps_us: [u64; 6],
+}
+
 /// A connect time this far below a step still counts (timer slack is small)...
 pub const SYN_EARLY_US: u64 = 20_000;
 /// ...and this far above it (the retransmitted SYN still has to be answered by a busy server).
 pub const SYN_LATE_US: u64 = 300_000;
 
-/// How many SYNs a connect that took `connect_us` most likely lost (0 = no artefact).
-pub fn syn_retransmits(connect_us: u64) -> u32 {
-    for (i, step) in SYN_RETRY_STEPS_US.iter().enumerate() {
-        if connect_us + SYN_EARLY_US >= *step && connect_us <= step + SYN_LATE_US {
-            return i as u32 + 1;
+impl SynSchedule {
+    /// The schedule when `linear` resends wait the initial RTO before the wait doubles.
+    pub fn with_linear_timeouts(linear: u32) -> SynSchedule {
+        let mut steps_us = [0; 6];
+        let (mut at, mut rto) = (0, 1_000_000);
+        for (resend, step) in (1..).zip(steps_us.iter_mut()) {
+            at += rto;
+            *step = at;
+            if resend > linear {
+                rto *= 2;
+            }
         }
+        SynSchedule { steps_us }
     }
-    0
+
+    /// The schedule of the caller's network namespace (none linear where the kernel does
+    /// not have the setting).
+    pub fn of_host() -> SynSchedule {
+        let linear = iolab_sys::host::sysctl("net.ipv4.tcp_syn_linear_timeouts")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        SynSchedule::with_linear_timeouts(linear)
+    }
+
+    /// The connect times (µs) after which 1, 2, ... lost SYNs complete.
+    pub fn steps_us(&self) -> &[u64; 6] {
+        &self.steps_us
+    }
+
+    /// How many SYNs a connect that took `connect_us` most likely lost (0 = no artefact).
+    pub fn retransmits(&self, connect_us: u64) -> u32 {
+        for (lost, step) in (1..).zip(self.steps_us) {
+            if connect_us + SYN_EARLY_US >= step && connect_us <= step + SYN_LATE_US {
+                return lost;
+            }
+        }
+        0
+    }
 }
 
 /// One second of the run, by completion time.
@@ -274,6 +309,13 @@ mod tests {
 
     #[test]
     fn syn_artefacts() {
+        // Exponential backoff from the first resend (kernels without linear timeouts).
+        let exponential = SynSchedule::with_linear_timeouts(0);
+        let syn_retransmits = |us| exponential.retransmits(us);
+        assert_eq!(
+            exponential.steps_us(),
+            &[1_000_000, 3_000_000, 7_000_000, 15_000_000, 31_000_000, 63_000_000]
+        );
         assert_eq!(syn_retransmits(0), 0);
         assert_eq!(syn_retransmits(150), 0);
         assert_eq!(syn_retransmits(500_000), 0);
@@ -286,6 +328,28 @@ mod tests {
         assert_eq!(syn_retransmits(7_100_000), 3);
         assert_eq!(syn_retransmits(15_000_000), 4);
         assert_eq!(syn_retransmits(10_000_000), 0);
+    }
+
+    #[test]
+    fn syn_artefacts_with_linear_timeouts() {
+        // Linux's default of 4 linear resends: 1 s apart, then the wait doubles.
+        let linear = SynSchedule::with_linear_timeouts(4);
+        assert_eq!(
+            linear.steps_us(),
+            &[1_000_000, 2_000_000, 3_000_000, 4_000_000, 5_000_000, 7_000_000]
+        );
+        assert_eq!(linear.retransmits(500_000), 0);
+        assert_eq!(linear.retransmits(1_010_000), 1);
+        assert_eq!(linear.retransmits(1_400_000), 0);
+        assert_eq!(linear.retransmits(2_050_000), 2);
+        assert_eq!(linear.retransmits(3_000_000), 3);
+        assert_eq!(linear.retransmits(5_100_000), 5);
+        assert_eq!(linear.retransmits(6_000_000), 0);
+        assert_eq!(linear.retransmits(7_000_000), 6);
+        assert_eq!(
+            SynSchedule::with_linear_timeouts(1).steps_us()[..3],
+            [1_000_000, 2_000_000, 4_000_000]
+        );
     }
 
     #[test]
