@@ -64,9 +64,6 @@ pub fn spread_pct(xs: &[f64]) -> Option<f64> {
     Some((hi - lo) / med.abs() * 100.0)
 }
 
-/// The name [`median`] had before it became the only one; kept until the last caller moves.
-pub use median as median_mean_of_middle;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -90,7 +87,6 @@ mod tests {
         assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
         assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
         assert_eq!(median(&[f64::NAN, f64::INFINITY]), None);
-        assert_eq!(median_mean_of_middle(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
         assert_eq!(spread_pct(&[90.0, 100.0, 110.0]), Some(20.0));
         assert_eq!(spread_pct(&[100.0]), None);
         assert_eq!(spread_pct(&[0.0, 0.0]), None);
