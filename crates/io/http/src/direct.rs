@@ -222,11 +222,12 @@ mod tests {
     /// The structured answer is the Session's: same status, field values and body.
     #[test]
     fn answers_match_the_session() {
-        let dir = std::env::temp_dir().join(format!("iolab-http-direct-{}", std::process::id()));
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path();
         std::fs::create_dir_all(dir.join("sub")).unwrap();
         std::fs::write(dir.join("small.html"), b"<p>hi</p>\n").unwrap();
         std::fs::write(dir.join("sub/index.html"), b"sub\n").unwrap();
-        let site = crate::Site::new(&dir, crate::Limits::default()).unwrap();
+        let site = crate::Site::new(dir, crate::Limits::default()).unwrap();
         let mut key = Vec::new();
         for target in [
             "/small.html",
@@ -258,7 +259,6 @@ mod tests {
                 );
             }
         }
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

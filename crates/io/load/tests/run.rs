@@ -181,10 +181,7 @@ fn open_loop_counts_waiting_for_a_connection_in_the_latency() {
 
 #[test]
 fn refused_on_a_closed_port() {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = iolab_sys::testing::free_port().unwrap();
     let r = run(&config(&format!("http://127.0.0.1:{port}/"), 2, 10)).unwrap();
     assert_eq!(r.requests, 10);
     assert_eq!(r.ok, 0);
