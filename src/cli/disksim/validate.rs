@@ -156,8 +156,8 @@ pub(super) fn linux_validate_cmd(a: LinuxValidateArgs) -> Result<()> {
                 bar.set_message(format!("calibrate: {w}"));
             })?;
             print!("{}", calibrate::table(&c));
-            let d = calibrate::tempdir("validate-cal")?;
-            let p = d.path.join("calibration.toml");
+            let d = iolab_sys::testing::tempdir("disksim-validate-cal")?;
+            let p = d.path().join("calibration.toml");
             std::fs::write(&p, calibrate::config_toml(&c))?;
             _cal_dir = d;
             p
@@ -199,8 +199,8 @@ mod tests {
 
     #[test]
     fn an_old_calibration_is_warned_about_and_a_fresh_one_is_not() {
-        let dir = calibrate::tempdir("stale-cal").unwrap();
-        let p = dir.path.join("cal.toml");
+        let dir = iolab_sys::testing::tempdir("disksim-stale-cal").unwrap();
+        let p = dir.path().join("cal.toml");
         std::fs::write(&p, "").unwrap();
         let now = std::time::SystemTime::now();
         assert_eq!(stale_calibration(&p, now), None);
@@ -208,7 +208,7 @@ mod tests {
         let w = stale_calibration(&p, later).expect("two hours old");
         assert!(w.contains("2 h 05 min ago"), "{w}");
         assert_eq!(
-            stale_calibration(&dir.path.join("missing.toml"), later),
+            stale_calibration(&dir.path().join("missing.toml"), later),
             None
         );
     }

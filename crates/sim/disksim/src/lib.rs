@@ -31,6 +31,7 @@ pub mod pagecache;
 mod pageset;
 pub mod record;
 pub mod report;
+pub mod scratch;
 pub mod request;
 pub mod sched;
 pub mod ssd;

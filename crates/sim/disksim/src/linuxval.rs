@@ -26,11 +26,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
+use iolab_sys::percentile::median;
 use serde::{Deserialize, Serialize};
 
-use crate::calibrate::TempDir;
 use crate::config::Config;
 use crate::engine::Simulator;
+use crate::fio::real::{DirOutput, Output};
 use crate::fio::{FioSource, JobStats};
 use crate::validate::{cdf, demerit, esc, quantile};
 
@@ -510,14 +511,15 @@ pub fn read_lat_log(path: &Path) -> Result<Vec<f64>> {
     Ok(v)
 }
 
-/// Runs fio on `text` inside the cgroup; returns (JSON, latencies in ms, wall s).
+/// Runs fio on `text` inside the cgroup; returns its output and (with the log) the
+/// latencies in ms.
 fn run_real(
     cg: &MemCgroup,
     work: &Path,
     text: &str,
     with_log: bool,
     interrupted: &AtomicBool,
-) -> Result<(serde_json::Value, Vec<f64>)> {
+) -> Result<(Output, Vec<f64>)> {
     let jf = work.join("job.fio");
     let prefix = work.join("lat");
     let mut t = text.to_string();
@@ -528,7 +530,7 @@ fn run_real(
         ));
     }
     std::fs::write(&jf, &t)?;
-    let v = crate::calibrate::run_fio_json_in(Some(&cg.procs), &jf, &[], interrupted)?;
+    let v = crate::fio::real::run(Some(&cg.procs), &jf, interrupted)?;
     let mut lat = Vec::new();
     if with_log {
         // fio names the log PREFIX_lat.1.log (job 1).
@@ -542,28 +544,17 @@ fn run_real(
     Ok((v, lat))
 }
 
-fn real_figures(v: &serde_json::Value, lat: &mut [f64]) -> Figures {
-    let job = &v["jobs"][0];
-    let d = if job["write"]["io_bytes"].as_u64().unwrap_or(0)
-        > job["read"]["io_bytes"].as_u64().unwrap_or(0)
-    {
-        &job["write"]
-    } else {
-        &job["read"]
-    };
+/// The real side's figures of the job's output `v` (its first job) and latencies `lat`.
+fn real_figures(v: &Output, lat: &mut [f64]) -> Figures {
+    let none = DirOutput::default();
+    let d = v.jobs.first().map_or(&none, |j| j.active());
     lat.sort_by(f64::total_cmp);
     Figures {
-        mb_s: d["bw_bytes"].as_f64().unwrap_or(0.0) / 1e6,
-        mean_ms: d["lat_ns"]["mean"].as_f64().unwrap_or(f64::NAN) / 1e6,
+        mb_s: d.bw_bytes / 1e6,
+        mean_ms: d.lat_ns.mean / 1e6,
         p50_ms: quantile(lat, 0.5),
         p99_ms: quantile(lat, 0.99),
     }
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    quantile(&s, 0.5)
 }
 
 /// Runs the suite. `only`: case names containing any of these (empty: all).
@@ -577,12 +568,12 @@ pub fn validate(
     interrupted: &AtomicBool,
     progress: &mut dyn FnMut(u64, u64, &str),
 ) -> Result<Report> {
-    let fio = crate::calibrate::require_fio()?;
+    let fio = crate::fio::real::require_fio()?;
     let cases = selected(&settings, only)?;
     let cg = create_cgroup(cgroup_root, settings.cgroup_limit)?;
-    let work = crate::calibrate::tempdir("validate")?;
-    let cold = crate::calibrate::create_direct_file(dir, "val-cold", settings.cold_file)?;
-    let warm = crate::calibrate::create_direct_file(dir, "val-warm", settings.warm_file)?;
+    let work = iolab_sys::testing::tempdir("disksim-validate")?;
+    let cold = crate::scratch::create_direct_file(dir, "val-cold", settings.cold_file)?;
+    let warm = crate::scratch::create_direct_file(dir, "val-warm", settings.warm_file)?;
     let capacity_pages = cache_pages(&settings);
     let total = cases.len() as u64;
     let mut results = Vec::new();
@@ -599,7 +590,7 @@ pub fn validate(
             warm_text.as_deref(),
             &settings,
             &cg,
-            &work,
+            work.path(),
             model,
             capacity_pages,
             interrupted,
@@ -772,7 +763,7 @@ fn run_case(
     warmup: Option<&str>,
     settings: &Settings,
     cg: &MemCgroup,
-    work: &TempDir,
+    work: &Path,
     model: &Model,
     capacity_pages: u64,
     interrupted: &AtomicBool,
@@ -791,12 +782,12 @@ fn run_case(
             // Cold as simulated: none of the file cached, none of it dirty or still being
             // written back by an earlier run (fio's `invalidate` cannot drop dirty pages, so
             // a write run would otherwise start in a cgroup full of the last run's).
-            crate::calibrate::drop_file_cache(file);
+            crate::scratch::drop_file_cache(file);
         }
         if let Some(w) = warmup {
-            run_real(cg, &work.path, w, false, interrupted)?;
+            run_real(cg, work, w, false, interrupted)?;
         }
-        let (v, mut lat) = run_real(cg, &work.path, text, logged, interrupted)?;
+        let (v, mut lat) = run_real(cg, work, text, logged, interrupted)?;
         let f = real_figures(&v, &mut lat);
         if logged {
             all_lat = lat;
@@ -807,10 +798,10 @@ fn run_case(
     }
     let real_wall = t0.elapsed().as_secs_f64();
     all_lat.sort_by(f64::total_cmp);
-    let med = median(&runs);
+    let med = median(&runs).unwrap_or(f64::NAN);
     let real = Figures {
         mb_s: med,
-        mean_ms: median(&figs.iter().map(|f| f.mean_ms).collect::<Vec<_>>()),
+        mean_ms: median(&figs.iter().map(|f| f.mean_ms).collect::<Vec<_>>()).unwrap_or(f64::NAN),
         p50_ms: quantile(&all_lat, 0.5),
         p99_ms: quantile(&all_lat, 0.99),
     };
@@ -1263,8 +1254,8 @@ mod tests {
 
     #[test]
     fn lat_log_lines() {
-        let d = crate::calibrate::tempdir("latlog-test").unwrap();
-        let p = d.path.join("l.log");
+        let d = iolab_sys::testing::tempdir("disksim-latlog").unwrap();
+        let p = d.path().join("l.log");
         std::fs::write(&p, "1, 250000, 0, 4096, 0\n2, 1500000, 0, 4096, 4096, 0\n").unwrap();
         assert_eq!(read_lat_log(&p).unwrap(), vec![0.25, 1.5]);
         std::fs::write(&p, "1, x, 0\n").unwrap();

@@ -44,14 +44,14 @@ mod tests {
 
     #[test]
     fn json_is_written_only_when_asked_for() {
-        let dir = crate::calibrate::tempdir("report-json").unwrap();
-        let p = dir.path.join("out.json");
+        let dir = iolab_sys::testing::tempdir("disksim-report-json").unwrap();
+        let p = dir.path().join("out.json");
         write_json(None, &serde_json::json!({"a": 1})).unwrap();
         assert!(!p.exists());
         write_json(Some(&p), &serde_json::json!({"a": 1})).unwrap();
         let back: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
         assert_eq!(back["a"], 1);
-        assert!(write_json(Some(&dir.path.join("no/such/dir/x.json")), &1).is_err());
+        assert!(write_json(Some(&dir.path().join("no/such/dir/x.json")), &1).is_err());
     }
 }

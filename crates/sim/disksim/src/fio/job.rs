@@ -40,6 +40,18 @@ pub enum Rw {
 }
 
 impl Rw {
+    /// fio's name of the pattern (`rw=`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Rw::Read => "read",
+            Rw::Write => "write",
+            Rw::RandRead => "randread",
+            Rw::RandWrite => "randwrite",
+            Rw::Rw => "rw",
+            Rw::RandRw => "randrw",
+        }
+    }
+
     pub fn random(self) -> bool {
         matches!(self, Rw::RandRead | Rw::RandWrite | Rw::RandRw)
     }

@@ -4,12 +4,15 @@
 //!   simulated, reporting-only or refused with its line);
 //! * [`source`]: the jobs as the engine's workload ([`FioSource`]: each clone a closed loop
 //!   of `iodepth` requests over its files);
-//! * [`results`]: the per-job figures fio would print ([`JobStats`], [`job_table`]).
+//! * [`results`]: the per-job figures fio would print ([`JobStats`], [`job_table`]);
+//! * [`real`]: the real fio, as `calibrate` and `validate` run it (typed job files, its
+//!   JSON output).
 //!
 //! The host stack the jobs run through (page cache, block layer, the calibrated CPU costs of
 //! system calls) is built by [`crate::host::HostParams::stack`].
 
 pub mod job;
+pub mod real;
 pub mod results;
 pub mod source;
 

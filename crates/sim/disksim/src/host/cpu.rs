@@ -2,6 +2,7 @@
 //! component that charges it ([`Syscalls`]).
 
 use anyhow::{bail, Result};
+use iolab_sys::percentile::median;
 use serde::Serialize;
 
 use crate::engine::{Component, Ctx, Finished};
@@ -256,20 +257,6 @@ impl Component for Syscalls {
     }
 }
 
-/// Median of a list (NaN if empty).
-pub(crate) fn median(v: &mut [f64]) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 /// Robust affine fit `latency = a + b × KiB` (Theil–Sen: the median of the pairwise slopes,
 /// the median intercept) of points of one operation, pattern and queue depth: on a shared
 /// machine one point in five can be several times too slow, and a table would keep it. The
@@ -287,15 +274,33 @@ pub fn fit_affine(pts: &[(f64, f64)]) -> Option<(f64, f64)> {
             }
         }
     }
-    let b = median(&mut slopes).max(0.0);
-    let mut icpt: Vec<f64> = pts.iter().map(|(x, y)| y - b * x).collect();
-    let a = median(&mut icpt);
+    let b = median(&slopes).unwrap_or(f64::NAN).max(0.0);
+    let icpt: Vec<f64> = pts.iter().map(|(x, y)| y - b * x).collect();
+    let a = median(&icpt).unwrap_or(f64::NAN);
     (a.is_finite() && b.is_finite()).then_some((a.max(1.0), b))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn affine_fit_ignores_an_outlier() {
+        let pts = [
+            (4.0, 160.0),
+            (16.0, 1242.0),
+            (64.0, 240.0),
+            (256.0, 600.0),
+            (1024.0, 2000.0),
+            (4096.0, 7500.0),
+        ];
+        let (a, b) = fit_affine(&pts).unwrap();
+        // The five regular points lie near 150 + 1.8 × KiB; the 16 KiB one is 1000 µs off.
+        assert!((100.0..250.0).contains(&a), "{a}");
+        assert!((1.6..2.0).contains(&b), "{b}");
+        assert!(fit_affine(&pts[..2]).is_none());
+    }
+
     use crate::engine::{ConstantDevice, Simulator};
     use crate::fio::{parse, FioSource};
 

@@ -58,7 +58,6 @@ use crate::pagecache::{DirtyConfig, PageCache, PageCacheConfig, Threshold, PAGE}
 use crate::wincache::{WinXpCache, WinXpConfig, BLOCK};
 
 mod cpu;
-pub(crate) use cpu::median;
 pub use cpu::{fit_affine, table_us, HostCpu, Syscalls, CACHED_TABLE_SET_MIB};
 
 /// Which operating system's caching policy sits above the device.
