@@ -140,11 +140,7 @@ unsafe impl Operation for NowaitRead {
     fn attempt(&mut self) -> io::Result<usize> {
         // SAFETY: reads into our own buffer of the length given.
         let r = unsafe { libc::read(self.fd, self.buf.as_mut_ptr().cast(), self.buf.len()) };
-        if r < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(r as usize)
-        }
+        iolab_sys::cvt(r).map(|n| n as usize)
     }
 
     fn readiness(&self) -> Option<(RawFd, Interest)> {
@@ -543,11 +539,7 @@ unsafe impl Operation for ReentrantRead {
         let _ = iolab_runtime::live_ops();
         // SAFETY: reads into our own buffer of the length given.
         let r = unsafe { libc::read(self.fd, self.buf.as_mut_ptr().cast(), self.buf.len()) };
-        if r < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(r as usize)
-        }
+        iolab_sys::cvt(r).map(|n| n as usize)
     }
 
     fn readiness(&self) -> Option<(RawFd, Interest)> {

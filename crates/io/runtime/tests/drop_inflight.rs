@@ -9,7 +9,7 @@ use std::task::{Context, Waker};
 use std::time::{Duration, Instant};
 
 use iolab_runtime::net::{TcpListener, TcpStream};
-use iolab_runtime::{live_ops, sleep, spawn, yield_now, Runtime};
+use iolab_runtime::{live_ops, sleep, spawn, yield_now, JoinHandle, Runtime};
 
 async fn pair(listener: &TcpListener) -> (TcpStream, TcpStream) {
     let c = TcpStream::connect(listener.local_addr().unwrap())
@@ -17,6 +17,21 @@ async fn pair(listener: &TcpListener) -> (TcpStream, TcpStream) {
         .unwrap();
     let (s, _) = listener.accept().await.unwrap();
     (c, s)
+}
+
+/// Four reads of `server` parked in the kernel, owned by tasks that are then aborted: the
+/// handles are awaited by the caller, which drops the futures and orphans the reads.
+async fn aborted_reads(server: &Rc<TcpStream>) -> Vec<JoinHandle<Option<usize>>> {
+    let mut hs = Vec::new();
+    for _ in 0..4 {
+        let s = server.clone();
+        hs.push(spawn(async move { s.read(vec![0u8; 4096]).await.0.ok() }));
+    }
+    yield_now().await;
+    for h in &hs {
+        h.abort();
+    }
+    hs
 }
 
 async fn settle() {
@@ -46,16 +61,7 @@ fn dropped_reads_then_peer_writes() {
             let (client, server) = pair(&listener).await;
             let server = Rc::new(server);
             // Several reads parked in the kernel, owned by tasks that get aborted...
-            let mut hs = Vec::new();
-            for _ in 0..4 {
-                let s = server.clone();
-                hs.push(spawn(async move { s.read(vec![0u8; 4096]).await.0.ok() }));
-            }
-            yield_now().await;
-            for h in &hs {
-                h.abort();
-            }
-            for h in hs {
+            for h in aborted_reads(&server).await {
                 let _ = h.await; // the futures are dropped: their reads are orphaned
             }
             // ...and one started and dropped before it was even submitted.
@@ -93,15 +99,7 @@ fn dropped_reads_racing_the_peer() {
         for _ in 0..200 {
             let (client, server) = pair(&listener).await;
             let server = Rc::new(server);
-            let mut hs = Vec::new();
-            for _ in 0..4 {
-                let s = server.clone();
-                hs.push(spawn(async move { s.read(vec![0u8; 4096]).await.0.ok() }));
-            }
-            yield_now().await;
-            for h in &hs {
-                h.abort();
-            }
+            let hs = aborted_reads(&server).await;
             let (r, _) = client.write_all(vec![9u8; 3000]).await;
             r.unwrap();
             for h in hs {
