@@ -31,10 +31,6 @@ const STDOUT_RESULTS: &[(&str, &str)] = &[
         "crates/apps/seeder/src/bench.rs",
         "`seed bench`'s result table",
     ),
-    (
-        "crates/tiers/testbed/src/disc_bench.rs",
-        "report: `tiers bench --disc`'s table and files written",
-    ),
 ];
 
 /// Print macros in `src` outside `#[cfg(test)]` items and comments: (line number, macro).

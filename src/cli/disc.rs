@@ -1,11 +1,12 @@
 //! `iolab disc ...`: run our tiers (BE, proxy as FE or IS) and check a chain end to end.
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
 use iolab_disc::proxy::ProxyConfig;
+use iolab_tiers::children::{BeDp, DiscBeSpec, DiscProxySpec, DiscRole, DpSend, DpSetupSpec};
 
 use super::choice_enum;
 
@@ -59,57 +60,13 @@ pub struct DiscArgs {
 #[derive(Debug, Subcommand)]
 pub enum DiscCommand {
     /// The BE: a static file server (iolab-http's answers) with beHook and DP.
-    Be {
-        /// HTTP listen address.
-        #[arg(long)]
-        listen: SocketAddr,
-        /// Directory served.
-        #[arg(long)]
-        root: PathBuf,
-        /// DP's control endpoint (enables the shortcut).
-        #[arg(long)]
-        dp: Option<SocketAddr>,
-        /// Address the FE reaches DP at, written in X-Disc (default: --dp).
-        #[arg(long)]
-        dp_advertise: Option<SocketAddr>,
-        /// Smallest payload shortcut, in bytes.
-        #[arg(long, default_value_t = iolab_disc::proto::DEFAULT_THRESHOLD)]
-        threshold: u64,
-        /// How DP puts the payload on the wire: `gso` (a packet socket, one send per up to
-        /// 64 KiB, segmented by the kernel), `raw` (a raw IPv4 socket, one send per
-        /// segment), `xdp` (an AF_XDP socket in copy mode on DP's link: segments written
-        /// into frames shared with the kernel, one send per 32) or `repair` (a TCP socket
-        /// of this namespace continuing the FE's
-        /// connection, TCP_REPAIR: needs the FE's client-facing address local here and the
-        /// FE's hooks cloning the ACKs to this DP, one hop away; see the crate's README).
-        #[arg(long, value_enum, default_value_t = SendPath::Gso)]
-        dp_send: SendPath,
-        /// DP takes no ACK from a tap: the FE forwards the client's ACKs as control lines
-        /// (the way when DP is not on the FE's link; for comparison).
-        #[arg(long)]
-        no_ack_tap: bool,
-    },
+    Be(BeArgs),
     /// FE or IS: a reverse proxy (keep-alive on both sides, round robin over upstreams).
-    Proxy {
-        #[arg(long)]
-        listen: SocketAddr,
-        /// Upstream address (repeat for several: round robin per client connection).
-        #[arg(long, required = true)]
-        upstream: Vec<SocketAddr>,
-        /// This tier holds the clients' connections (the FE): it writes X-Disc-Path.
-        #[arg(long)]
-        first: bool,
-        /// DISC participation.
-        #[arg(long, value_enum, default_value_t = DiscMode::Off)]
-        disc: DiscMode,
-        /// The FE's client-side interface for the eBPF hooks (`--disc direct --first`).
-        #[arg(long)]
-        hook_iface: Option<String>,
-        /// Direct mode: seconds a payload sent by DP may make no progress (no client ACK
-        /// for more of it) before the FE closes the client's connection.
-        #[arg(long, default_value_t = iolab_disc::proxy::DIRECT_STALL.as_secs())]
-        stall_secs: u64,
-    },
+    Proxy(ProxyArgs),
+    /// Sets up the namespace it runs in for DP's repaired sockets (`--dp-send repair`) and
+    /// prints the commands it ran: what `tiers bench --disc` starts in its BE's namespace.
+    #[command(hide = true)]
+    DpSetup(DpSetupArgs),
     /// Builds a client/FE/IS/BE chain in network namespaces (root), fetches 1 B .. 64 MiB
     /// through it and straight from the BE, and compares the bytes.
     Check {
@@ -136,59 +93,179 @@ pub enum DiscCommand {
     },
 }
 
+#[derive(Debug, Args)]
+pub struct BeArgs {
+    /// HTTP listen address.
+    #[arg(long)]
+    listen: SocketAddr,
+    /// Directory served.
+    #[arg(long)]
+    root: PathBuf,
+    /// DP's control endpoint (enables the shortcut).
+    #[arg(long)]
+    dp: Option<SocketAddr>,
+    /// Address the FE reaches DP at, written in X-Disc (default: --dp).
+    #[arg(long)]
+    dp_advertise: Option<SocketAddr>,
+    /// Smallest payload shortcut, in bytes.
+    #[arg(long, default_value_t = iolab_disc::proto::DEFAULT_THRESHOLD)]
+    threshold: u64,
+    /// How DP puts the payload on the wire: `gso` (a packet socket, one send per up to
+    /// 64 KiB, segmented by the kernel), `raw` (a raw IPv4 socket, one send per
+    /// segment), `xdp` (an AF_XDP socket in copy mode on DP's link: segments written
+    /// into frames shared with the kernel, one send per 32) or `repair` (a TCP socket
+    /// of this namespace continuing the FE's
+    /// connection, TCP_REPAIR: needs the FE's client-facing address local here and the
+    /// FE's hooks cloning the ACKs to this DP, one hop away; see the crate's README).
+    #[arg(long, value_enum, default_value_t = SendPath::Gso)]
+    dp_send: SendPath,
+    /// DP takes no ACK from a tap: the FE forwards the client's ACKs as control lines
+    /// (the way when DP is not on the FE's link; for comparison).
+    #[arg(long)]
+    no_ack_tap: bool,
+}
+
+/// The flags as the spec `tiers bench --disc` starts the BE with (a flag left at its
+/// default is the spec's None; the DP flags mean something only with --dp).
+impl From<BeArgs> for DiscBeSpec {
+    fn from(a: BeArgs) -> DiscBeSpec {
+        DiscBeSpec {
+            listen: a.listen,
+            root: a.root,
+            dp: a.dp.map(|listen| BeDp {
+                listen,
+                advertise: a.dp_advertise,
+                threshold: (a.threshold != iolab_disc::proto::DEFAULT_THRESHOLD)
+                    .then_some(a.threshold),
+                send: a.dp_send.into(),
+                no_ack_tap: a.no_ack_tap,
+            }),
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ProxyArgs {
+    #[arg(long)]
+    listen: SocketAddr,
+    /// Upstream address (repeat for several: round robin per client connection).
+    #[arg(long, required = true)]
+    upstream: Vec<SocketAddr>,
+    /// This tier holds the clients' connections (the FE): it writes X-Disc-Path.
+    #[arg(long)]
+    first: bool,
+    /// DISC participation.
+    #[arg(long, value_enum, default_value_t = DiscMode::Off)]
+    disc: DiscMode,
+    /// The FE's client-side interface for the eBPF hooks (`--disc direct --first`).
+    #[arg(long)]
+    hook_iface: Option<String>,
+    /// Direct mode: seconds a payload sent by DP may make no progress (no client ACK
+    /// for more of it) before the FE closes the client's connection.
+    #[arg(long, default_value_t = iolab_disc::proxy::DIRECT_STALL.as_secs())]
+    stall_secs: u64,
+}
+
+impl From<ProxyArgs> for DiscProxySpec {
+    fn from(a: ProxyArgs) -> DiscProxySpec {
+        DiscProxySpec {
+            listen: a.listen,
+            upstream: a.upstream,
+            first: a.first,
+            disc: a.disc.into(),
+            hook_iface: a.hook_iface,
+            stall_secs: (a.stall_secs != iolab_disc::proxy::DIRECT_STALL.as_secs())
+                .then_some(a.stall_secs),
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct DpSetupArgs {
+    /// The FE's client-facing address (put on `lo` here).
+    #[arg(long)]
+    fe: Ipv4Addr,
+    /// The client's network (CIDR).
+    #[arg(long)]
+    client_net: String,
+    /// The next hop to the client's network.
+    #[arg(long)]
+    via: Ipv4Addr,
+    /// This namespace's interface on the FE's link.
+    #[arg(long)]
+    fe_link: String,
+}
+
+impl From<DpSetupArgs> for DpSetupSpec {
+    fn from(a: DpSetupArgs) -> DpSetupSpec {
+        DpSetupSpec {
+            fe: a.fe,
+            client_net: a.client_net,
+            via: a.via,
+            fe_link: a.fe_link,
+        }
+    }
+}
+
+/// The spec's send path and the library's, both ways (the spec names the flag's values for
+/// the tiers, which do not link iolab-disc).
+impl From<SendPath> for DpSend {
+    fn from(v: SendPath) -> DpSend {
+        match v {
+            SendPath::Gso => DpSend::Gso,
+            SendPath::Raw => DpSend::Raw,
+            SendPath::Repair => DpSend::Repair,
+            SendPath::Xdp => DpSend::Xdp,
+        }
+    }
+}
+
+impl From<DpSend> for SendPath {
+    fn from(v: DpSend) -> SendPath {
+        match v {
+            DpSend::Gso => SendPath::Gso,
+            DpSend::Raw => SendPath::Raw,
+            DpSend::Repair => SendPath::Repair,
+            DpSend::Xdp => SendPath::Xdp,
+        }
+    }
+}
+
+impl From<DiscMode> for DiscRole {
+    fn from(v: DiscMode) -> DiscRole {
+        match v {
+            DiscMode::Off => DiscRole::Off,
+            DiscMode::Relay => DiscRole::Relay,
+            DiscMode::Direct => DiscRole::Direct,
+        }
+    }
+}
+
+impl From<DiscRole> for DiscMode {
+    fn from(v: DiscRole) -> DiscMode {
+        match v {
+            DiscRole::Off => DiscMode::Off,
+            DiscRole::Relay => DiscMode::Relay,
+            DiscRole::Direct => DiscMode::Direct,
+        }
+    }
+}
+
 pub fn run(args: DiscArgs) -> anyhow::Result<()> {
     match args.command {
-        DiscCommand::Be {
-            listen,
-            root,
-            dp,
-            dp_advertise,
-            threshold,
-            dp_send,
-            no_ack_tap,
-        } => {
-            let stop = iolab_disc::stop::Stop::new()?;
-            hook_signals(&stop)?;
-            let site = iolab_http::Site::new(&root, iolab_http::Limits::default())?;
-            let l = std::net::TcpListener::bind(listen)?;
-            let (dpl, disc) = match dp {
-                Some(d) => (
-                    Some(std::net::TcpListener::bind(d)?),
-                    Some(iolab_disc::be::BeDisc {
-                        store: iolab_disc::dp::Store::new(),
-                        advertise: dp_advertise.unwrap_or(d),
-                        policy: iolab_disc::proto::Policy { threshold },
-                        send: dp_send.into(),
-                        ack_tap: !no_ack_tap,
-                    }),
-                ),
-                None => (None, None),
-            };
-            iolab_disc::be::run(l, dpl, site, disc, stop)?;
-            Ok(())
-        }
-        DiscCommand::Proxy {
-            listen,
-            upstream,
-            first,
-            disc,
-            hook_iface,
-            stall_secs,
-        } => {
-            let stop = iolab_disc::stop::Stop::new()?;
-            hook_signals(&stop)?;
-            let l = std::net::TcpListener::bind(listen)?;
-            iolab_disc::proxy::run(
-                l,
-                ProxyConfig {
-                    upstreams: upstream,
-                    first,
-                    disc: disc.into(),
-                    hook_iface,
-                    stall: std::time::Duration::from_secs(stall_secs.max(1)),
-                },
-                stop,
-            )?;
+        DiscCommand::Be(a) => run_be(a.into()),
+        DiscCommand::Proxy(a) => run_proxy(a.into()),
+        DiscCommand::DpSetup(a) => {
+            let s = DpSetupSpec::from(a);
+            for line in iolab_disc::repair::dp_namespace_setup(
+                None,
+                s.fe,
+                &s.client_net,
+                s.via,
+                &s.fe_link,
+            )? {
+                println!("{line}");
+            }
             Ok(())
         }
         DiscCommand::Check {
@@ -198,6 +275,51 @@ pub fn run(args: DiscArgs) -> anyhow::Result<()> {
         } => check(disc.into(), &sizes, dp_send.into()),
         DiscCommand::Measure { sizes, requests } => measure(&sizes, requests),
     }
+}
+
+fn run_be(s: DiscBeSpec) -> anyhow::Result<()> {
+    let stop = iolab_disc::stop::Stop::new()?;
+    hook_signals(&stop)?;
+    let site = iolab_http::Site::new(&s.root, iolab_http::Limits::default())?;
+    let l = std::net::TcpListener::bind(s.listen)?;
+    let (dpl, disc) = match s.dp {
+        Some(d) => (
+            Some(std::net::TcpListener::bind(d.listen)?),
+            Some(iolab_disc::be::BeDisc {
+                store: iolab_disc::dp::Store::new(),
+                advertise: d.advertise.unwrap_or(d.listen),
+                policy: iolab_disc::proto::Policy {
+                    threshold: d.threshold.unwrap_or(iolab_disc::proto::DEFAULT_THRESHOLD),
+                },
+                send: SendPath::from(d.send).into(),
+                ack_tap: !d.no_ack_tap,
+            }),
+        ),
+        None => (None, None),
+    };
+    iolab_disc::be::run(l, dpl, site, disc, stop)?;
+    Ok(())
+}
+
+fn run_proxy(s: DiscProxySpec) -> anyhow::Result<()> {
+    let stop = iolab_disc::stop::Stop::new()?;
+    hook_signals(&stop)?;
+    let l = std::net::TcpListener::bind(s.listen)?;
+    let stall = s
+        .stall_secs
+        .unwrap_or(iolab_disc::proxy::DIRECT_STALL.as_secs());
+    iolab_disc::proxy::run(
+        l,
+        ProxyConfig {
+            upstreams: s.upstream,
+            first: s.first,
+            disc: DiscMode::from(s.disc).into(),
+            hook_iface: s.hook_iface,
+            stall: std::time::Duration::from_secs(stall.max(1)),
+        },
+        stop,
+    )?;
+    Ok(())
 }
 
 fn hook_signals(stop: &std::sync::Arc<iolab_disc::stop::Stop>) -> anyhow::Result<()> {
@@ -357,5 +479,108 @@ mod tests {
             iolab_disc::dp::SendPath::default(),
             "--dp-send's default is the library's"
         );
+    }
+
+    /// `iolab ARGS` as the binary parses them: the `iolab disc` command.
+    fn parse(args: Vec<String>) -> DiscCommand {
+        use clap::Parser;
+        let all = std::iter::once("iolab".to_string()).chain(args.iter().cloned());
+        match crate::Cli::try_parse_from(all) {
+            Ok(crate::Cli {
+                command: crate::Command::Disc(d),
+                ..
+            }) => d.command,
+            Ok(_) => panic!("{args:?}: not `iolab disc`"),
+            Err(e) => panic!("{args:?}: {e}"),
+        }
+    }
+
+    /// What `tiers bench --disc` starts our tiers with, through their flags and back: every
+    /// field of each spec survives (a renamed flag fails here).
+    #[test]
+    fn each_disc_child_spec_goes_through_its_flags_and_back() {
+        let at = |s: &str| -> SocketAddr { s.parse().unwrap() };
+        let mut bes = vec![DiscBeSpec {
+            listen: at("10.0.0.66:8102"),
+            root: "/srv/www".into(),
+            dp: None,
+        }];
+        for &send in SendPath::value_variants() {
+            for every in [false, true] {
+                bes.push(DiscBeSpec {
+                    dp: Some(BeDp {
+                        listen: at("10.0.0.98:8103"),
+                        advertise: every.then(|| at("10.9.9.9:7")),
+                        threshold: every.then_some(12345),
+                        send: send.into(),
+                        no_ack_tap: every,
+                    }),
+                    ..bes[0].clone()
+                });
+            }
+        }
+        for spec in bes {
+            match parse(spec.to_args()) {
+                DiscCommand::Be(a) => assert_eq!(DiscBeSpec::from(a), spec),
+                other => panic!("{spec:?} parsed as {other:?}"),
+            }
+        }
+        for &mode in DiscMode::value_variants() {
+            for every in [false, true] {
+                let spec = DiscProxySpec {
+                    listen: at("10.0.0.2:8100"),
+                    upstream: if every {
+                        vec![at("10.0.0.34:8101"), at("10.0.0.35:8101")]
+                    } else {
+                        vec![at("10.0.0.34:8101")]
+                    },
+                    first: every,
+                    disc: mode.into(),
+                    hook_iface: every.then(|| "tie3".into()),
+                    stall_secs: every.then_some(7),
+                };
+                match parse(spec.to_args()) {
+                    DiscCommand::Proxy(a) => assert_eq!(DiscProxySpec::from(a), spec),
+                    other => panic!("{spec:?} parsed as {other:?}"),
+                }
+            }
+        }
+        let setup = DpSetupSpec {
+            fe: "10.0.0.2".parse().unwrap(),
+            client_net: "10.0.0.0/27".into(),
+            via: "10.0.0.129".parse().unwrap(),
+            fe_link: "tie7".into(),
+        };
+        match parse(setup.to_args()) {
+            DiscCommand::DpSetup(a) => assert_eq!(DpSetupSpec::from(a), setup),
+            other => panic!("{setup:?} parsed as {other:?}"),
+        }
+    }
+
+    /// A flag left at its default is the spec's None, so that the spec the bench builds
+    /// (no threshold, no stall) is the one the BE and the proxy run.
+    #[test]
+    fn flags_at_their_defaults_are_the_spec_s_none() {
+        match parse(vec![
+            "disc".into(),
+            "be".into(),
+            "--listen".into(),
+            "1.2.3.4:5".into(),
+            "--root".into(),
+            "/r".into(),
+            "--dp".into(),
+            "1.2.3.4:6".into(),
+            "--threshold".into(),
+            iolab_disc::proto::DEFAULT_THRESHOLD.to_string(),
+        ]) {
+            DiscCommand::Be(a) => {
+                let dp = DiscBeSpec::from(a).dp.expect("--dp");
+                assert_eq!(
+                    (dp.threshold, dp.send, dp.advertise),
+                    (None, DpSend::Gso, None)
+                );
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

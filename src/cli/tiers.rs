@@ -1,8 +1,22 @@
 //! `iolab tiers up|down|status|bench|agent`.
 
 use anyhow::Context;
-use iolab_tiers::stack::Odb;
+use iolab_odb::spec::AgentSpec;
+use iolab_tiers::children::{DpSend, SuperviseSpec};
+use iolab_tiers::stack::{AgentProgram, Odb};
 use std::path::PathBuf;
+
+use super::choice_enum;
+
+choice_enum! {
+    /// `tiers bench --disc --dp-send`: what `iolab disc be --dp-send` is given (see there).
+    pub enum BenchDpSend => DpSend {
+        Gso,
+        Raw,
+        Xdp,
+        Repair,
+    }
+}
 
 #[derive(Debug, clap::Args)]
 pub struct TiersArgs {
@@ -96,8 +110,8 @@ pub struct BenchArgs {
     /// kernel, one send per 32) or `repair` (a TCP socket of the BE's stack continuing the
     /// FE's connection, TCP_REPAIR: the kernel's segmentation, congestion control and
     /// retransmission).
-    #[arg(long, default_value = "gso", value_parser = ["gso", "raw", "xdp", "repair"])]
-    pub dp_send: String,
+    #[arg(long, value_enum, default_value = "gso")]
+    pub dp_send: BenchDpSend,
     /// With --disc: how the client's ACKs reach DP: `tap` (the FE's hooks clone them to
     /// DP's packet-socket tap) or `forwarder` (the FE forwards them as control lines, woken
     /// by a BPF ring: the way when DP is not on the FE's link).
@@ -172,10 +186,38 @@ pub fn odb_for_this_build() -> anyhow::Result<Odb> {
     };
     Ok(Odb {
         lib,
-        agent: vec![exe.into(), "tiers".into(), "agent".into()],
+        agent: AgentProgram::Iolab(exe),
         agent_memory_mib: 256,
         threshold: 4096,
     })
+}
+
+/// The supervisor's spec: `up`'s flags as given.
+impl From<&UpArgs> for SuperviseSpec {
+    fn from(a: &UpArgs) -> SuperviseSpec {
+        SuperviseSpec {
+            rate: a.rate.clone(),
+            delay: a.delay.clone(),
+            vanilla: a.vanilla,
+            port: a.port,
+        }
+    }
+}
+
+impl TryFrom<&AgentArgs> for AgentSpec {
+    type Error = anyhow::Error;
+    fn try_from(a: &AgentArgs) -> anyhow::Result<AgentSpec> {
+        Ok(AgentSpec {
+            listen: a
+                .listen
+                .parse()
+                .with_context(|| format!("--listen {}", a.listen))?,
+            memory_mib: a.memory,
+            lifetime_s: a.lifetime,
+            drain_s: a.drain,
+            arena_user: a.arena_user.clone(),
+        })
+    }
 }
 
 fn up_config(a: &UpArgs) -> anyhow::Result<iolab_tiers::testbed::UpConfig> {
@@ -192,20 +234,6 @@ fn up_config(a: &UpArgs) -> anyhow::Result<iolab_tiers::testbed::UpConfig> {
     })
 }
 
-fn up_args(a: &UpArgs) -> Vec<String> {
-    let mut v = vec!["--port".to_string(), a.port.to_string()];
-    if let Some(r) = &a.rate {
-        v.extend(["--rate".into(), r.clone()]);
-    }
-    if let Some(d) = &a.delay {
-        v.extend(["--delay".into(), d.clone()]);
-    }
-    if a.vanilla {
-        v.push("--vanilla".into());
-    }
-    v
-}
-
 pub fn run(args: TiersArgs) -> anyhow::Result<()> {
     match args.cmd {
         TiersCmd::Up(a) => {
@@ -220,7 +248,7 @@ pub fn run(args: TiersArgs) -> anyhow::Result<()> {
             } else {
                 odb_for_this_build()?;
             }
-            let s = iolab_tiers::testbed::up(&std::env::current_exe()?, &up_args(&a))?;
+            let s = iolab_tiers::testbed::up(&std::env::current_exe()?, &SuperviseSpec::from(&a))?;
             print_state(&s);
             Ok(())
         }
@@ -248,22 +276,9 @@ pub fn run(args: TiersArgs) -> anyhow::Result<()> {
             Ok(())
         }
         TiersCmd::Agent(a) => {
-            let mut cfg = iolab_odb::agent::AgentConfig {
-                listen: a
-                    .listen
-                    .parse()
-                    .with_context(|| format!("--listen {}", a.listen))?,
-                arena_bytes: a.memory << 20,
-                lifetime: std::time::Duration::from_secs_f64(a.lifetime),
-                drain: std::time::Duration::from_secs_f64(a.drain),
-                ..Default::default()
-            };
-            if let Some(u) = &a.arena_user {
-                cfg.arena_uid = Some(
-                    iolab_odb::agent::user_uid(u)
-                        .with_context(|| format!("--arena-user {u}: no such user"))?,
-                );
-            }
+            let cfg = AgentSpec::try_from(&a)?
+                .config()
+                .map_err(anyhow::Error::msg)?;
             let s = iolab_odb::agent::run_foreground(cfg)?;
             eprintln!(
                 "odb agent: exit after drain; {}",
@@ -446,16 +461,8 @@ fn bench(b: BenchArgs) -> anyhow::Result<()> {
     finish_run_on_signals()?;
     let v = iolab_tiers::bench::run(&state, &opts, &|l| println!("{l}"))?;
     println!("\n{}", iolab_tiers::bench::table(&v));
-    std::fs::write(&b.json, serde_json::to_string_pretty(&v)? + "\n")
-        .with_context(|| format!("writing {}", b.json.display()))?;
-    std::fs::write(&b.html, iolab_tiers::bench::html(&v))
-        .with_context(|| format!("writing {}", b.html.display()))?;
-    println!("wrote {} and {}", b.json.display(), b.html.display());
-    if !b.no_chromium {
-        let png = iolab_tiers::bench::check_in_chromium(&b.html)?;
-        println!("report rendered in headless Chromium: {}", png.display());
-    }
-    Ok(())
+    let page = iolab_tiers::bench::html(&v);
+    write_report(&v, &page, &b.json, &b.html, !b.no_chromium)
 }
 
 fn disc_bench(state: &iolab_tiers::testbed::State, b: BenchArgs) -> anyhow::Result<()> {
@@ -490,7 +497,7 @@ fn disc_bench(state: &iolab_tiers::testbed::State, b: BenchArgs) -> anyhow::Resu
         exe: std::env::current_exe()?,
         tier_cpus: "0".into(),
         client_cpus: "1".into(),
-        dp_send: b.dp_send.clone(),
+        dp_send: b.dp_send.into(),
         dp_acks_forwarded: b.dp_acks == "forwarder",
         rate: b.rate,
     };
@@ -516,12 +523,29 @@ fn disc_bench(state: &iolab_tiers::testbed::State, b: BenchArgs) -> anyhow::Resu
             p.to_path_buf()
         }
     };
-    iolab_tiers::disc_bench::report(
-        &v,
-        &default(&b.json, "json"),
-        &default(&b.html, "html"),
-        !b.no_chromium,
-    )
+    let (json, html) = (default(&b.json, "json"), default(&b.html, "html"));
+    println!("\n{}", iolab_tiers::disc_bench::table(&v));
+    let page = iolab_tiers::disc_bench::html(&v);
+    write_report(&v, &page, &json, &html, !b.no_chromium)?;
+    // after printing everything
+    iolab_tiers::disc_bench::served_right_bytes(&v)
+}
+
+/// Writes a bench's JSON and page, says so, and checks the page in Chromium if asked.
+fn write_report<T: serde::Serialize>(
+    v: &T,
+    page: &str,
+    json: &std::path::Path,
+    html: &std::path::Path,
+    chromium: bool,
+) -> anyhow::Result<()> {
+    iolab_tiers::report::write_files(v, page, json, html)?;
+    println!("wrote {} and {}", json.display(), html.display());
+    if chromium {
+        let png = iolab_tiers::report::check_in_chromium(html)?;
+        println!("report rendered in headless Chromium: {}", png.display());
+    }
+    Ok(())
 }
 
 /// Ctrl-C or SIGTERM during a bench: finish the run in progress, then stop the stacks and
@@ -562,25 +586,86 @@ mod tests {
         }
     }
 
+    /// `iolab ARGS` as the binary parses them: the `iolab tiers` command.
+    fn parse(args: Vec<String>) -> TiersCmd {
+        use clap::Parser;
+        let all = std::iter::once("iolab".to_string()).chain(args.iter().cloned());
+        match crate::Cli::try_parse_from(all) {
+            Ok(crate::Cli {
+                command: crate::Command::Tiers(t),
+                ..
+            }) => t.cmd,
+            Ok(_) => panic!("{args:?}: not `iolab tiers`"),
+            Err(e) => panic!("{args:?}: {e}"),
+        }
+    }
+
+    /// The supervisor `up` starts and the agent a stack starts, through their flags and
+    /// back (a renamed flag fails here, a renamed field does not compile).
+    #[test]
+    fn the_tiers_child_specs_go_through_their_flags_and_back() {
+        for spec in [
+            SuperviseSpec {
+                rate: None,
+                delay: None,
+                vanilla: false,
+                port: 18080,
+            },
+            SuperviseSpec {
+                rate: Some("100mbit".into()),
+                delay: Some("1ms".into()),
+                vanilla: true,
+                port: 19000,
+            },
+        ] {
+            match parse(spec.to_args()) {
+                TiersCmd::Supervise(a) => assert_eq!(SuperviseSpec::from(&a), spec),
+                other => panic!("{spec:?} parsed as {other:?}"),
+            }
+        }
+        let plain = AgentSpec {
+            listen: "10.1.2.3:18083".parse().unwrap(),
+            memory_mib: 64,
+            ..Default::default()
+        };
+        let every = AgentSpec {
+            lifetime_s: 2.5,
+            drain_s: 0.25,
+            arena_user: Some("nobody".into()),
+            ..plain.clone()
+        };
+        for spec in [plain, every] {
+            let args: Vec<String> = AgentSpec::IOLAB_ROLE
+                .iter()
+                .map(|w| w.to_string())
+                .chain(spec.to_args())
+                .collect();
+            match parse(args) {
+                TiersCmd::Agent(a) => assert_eq!(AgentSpec::try_from(&a).unwrap(), spec),
+                other => panic!("{spec:?} parsed as {other:?}"),
+            }
+        }
+    }
+
     /// `tiers bench --disc --dp-send X` starts `iolab disc be --dp-send X`: every value the
-    /// one accepts, the other does.
+    /// one accepts, the other does, and means the same send path.
     #[test]
     fn every_bench_dp_send_is_a_disc_be_dp_send() {
-        use clap::{Args, ValueEnum};
-        let cmd = TiersArgs::augment_args(clap::Command::new("tiers"));
-        let bench = cmd.find_subcommand("bench").expect("tiers bench");
-        let arg = bench
-            .get_arguments()
-            .find(|a| a.get_id() == "dp_send")
-            .expect("--dp-send");
-        let values = arg.get_possible_values();
-        assert_eq!(values.len(), 4);
-        for v in values {
-            assert!(
-                crate::cli::disc::SendPath::from_str(v.get_name(), false).is_ok(),
-                "{}",
-                v.get_name()
-            );
+        use clap::ValueEnum;
+        let names: Vec<String> = BenchDpSend::value_variants()
+            .iter()
+            .map(|v| v.to_possible_value().unwrap().get_name().to_string())
+            .collect();
+        assert_eq!(
+            names,
+            ["gso", "raw", "xdp", "repair"],
+            "as the flag listed them"
+        );
+        for &v in BenchDpSend::value_variants() {
+            let send = DpSend::from(v);
+            let disc = crate::cli::disc::SendPath::from_str(send.name(), false)
+                .unwrap_or_else(|e| panic!("{}: {e}", send.name()));
+            assert_eq!(DpSend::from(disc), send);
         }
     }
 }

@@ -177,7 +177,7 @@ fn direct_path(
     }
     if dp_send == crate::dp::SendPath::Repair {
         crate::repair::dp_namespace_setup(
-            &ns[3],
+            Some(&ns[3]),
             sub.at(0, 2),
             &client_net,
             sub.at(4, 1),

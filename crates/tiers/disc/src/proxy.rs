@@ -545,41 +545,39 @@ async fn connection(
             }
             // FE role.
             let out_head = res.disc.replace(&rhead, DISC_FIELD, None);
-            if let (DiscMode::Direct, Some(reg)) = (cfg.disc, &reg) {
-                let hello = fe_hello(&mut dp, d.last, reg).await;
-                match hello.and_then(|kind| direct_link(kind, &mut dp_link, d.last)) {
-                    Ok(link) => {
-                        let c = dp.as_mut().expect("connected");
-                        let closing = !res.keep_alive || !req.keep_alive;
-                        let after = Answer {
-                            closing,
-                            after_direct: was_direct,
-                        };
-                        fe_direct(reg, &client.stream, c, d, out_head, link, after).await?;
-                        after_direct = true;
-                        break res.keep_alive;
-                    }
-                    Err(e) => {
-                        tracing::info!("DISC fallback (DP {}: {e}): normal path", d.last);
-                        dp = None;
-                        offer = false;
-                        continue;
-                    }
-                }
-            }
-            match fe_relay(&mut dp, d).await {
-                Ok(()) => {
-                    let c = &mut dp.as_mut().expect("connected").conn;
-                    let left =
-                        send_head(c, &client.stream, out_head, Framing::Length(d.size)).await?;
-                    relay_body(c, Some(&client.stream), left).await?;
-                    break res.keep_alive;
-                }
+            // Direct mode: DP answers HELLO and sends on the client's connection; else DP
+            // hands the payload over (relay). Either refused: the normal path.
+            let shortcut = match (cfg.disc, &reg) {
+                (DiscMode::Direct, Some(reg)) => fe_hello(&mut dp, d.last, reg)
+                    .await
+                    .and_then(|kind| direct_link(kind, &mut dp_link, d.last))
+                    .map(|link| Shortcut::Direct(reg, link)),
+                _ => fe_relay(&mut dp, d).await.map(|()| Shortcut::Relay),
+            };
+            match shortcut {
                 Err(e) => {
                     tracing::info!("DISC fallback (DP {}: {e}): normal path", d.last);
                     dp = None;
                     offer = false;
                     continue;
+                }
+                Ok(Shortcut::Direct(reg, link)) => {
+                    let c = dp.as_mut().expect("connected");
+                    let closing = !res.keep_alive || !req.keep_alive;
+                    let after = Answer {
+                        closing,
+                        after_direct: was_direct,
+                    };
+                    fe_direct(reg, &client.stream, c, d, out_head, link, after).await?;
+                    after_direct = true;
+                    break res.keep_alive;
+                }
+                Ok(Shortcut::Relay) => {
+                    let c = &mut dp.as_mut().expect("connected").conn;
+                    let left =
+                        send_head(c, &client.stream, out_head, Framing::Length(d.size)).await?;
+                    relay_body(c, Some(&client.stream), left).await?;
+                    break res.keep_alive;
                 }
             }
         };
@@ -587,6 +585,14 @@ async fn connection(
             return Ok(());
         }
     }
+}
+
+/// How the FE has the payload of an answer DP holds reach its client.
+enum Shortcut<'a> {
+    /// DP sends it on the client's connection (the FE's registration there, DP's link).
+    Direct(&'a Registered, Option<crate::bpf::DpLink>),
+    /// DP hands it to the FE, which writes it.
+    Relay,
 }
 
 /// Writes an answer's head with as much of its body as `from` holds (after waiting for a

@@ -12,6 +12,7 @@ use std::net::{SocketAddr, SocketAddrV4, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use crate::sockopt::{self, get_bytes, set, Plain};
+use anyhow::Context;
 
 /// `TCP_REPAIR_QUEUE` selectors (include/uapi/linux/tcp.h).
 const TCP_RECV_QUEUE: libc::c_int = 1;
@@ -324,17 +325,44 @@ impl FeEnd {
 /// is how deployments set a sender's first flight). 64 segments: a 64 KiB payload at once.
 pub const INITCWND: u32 = 64;
 
-/// Sets up DP's namespace `ns` for `--dp-send repair`: the FE's client-facing address `fe` on
-/// `lo` (the client's ACKs the FE's hooks clone to DP are addressed to it, and DP's sockets
-/// bind it), reverse-path filtering off (those ACKs arrive on the FE's link `fe_link`, the
-/// route to the client is another) and the route to the client's network `client_net`
-/// through `via` with [`INITCWND`]. Returns the commands it ran, for the record.
+/// Sets up DP's namespace `ns` (None: this process's, as in `iolab disc dp-setup`, which a
+/// bench starts inside DP's namespace) for `--dp-send repair`: the FE's client-facing
+/// address `fe` on `lo` (the client's ACKs the FE's hooks clone to DP are addressed to it,
+/// and DP's sockets bind it), reverse-path filtering off (those ACKs arrive on the FE's link
+/// `fe_link`, the route to the client is another) and the route to the client's network
+/// `client_net` through `via` with [`INITCWND`]. Returns the commands it ran, for the record.
 pub fn dp_namespace_setup(
-    ns: &iolab_netns::Namespace,
+    ns: Option<&iolab_netns::Namespace>,
     fe: std::net::Ipv4Addr,
     client_net: &str,
     via: std::net::Ipv4Addr,
     fe_link: &str,
+) -> anyhow::Result<Vec<String>> {
+    run_dp_setup(fe, client_net, via, fe_link, |program, args| {
+        if let Some(ns) = ns {
+            return ns.run(program, args).map(drop);
+        }
+        let out = std::process::Command::new(program)
+            .args(args)
+            .output()
+            .with_context(|| format!("running {program}"))?;
+        anyhow::ensure!(
+            out.status.success(),
+            "{program} {}: {}: {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        Ok(())
+    })
+}
+
+fn run_dp_setup(
+    fe: std::net::Ipv4Addr,
+    client_net: &str,
+    via: std::net::Ipv4Addr,
+    fe_link: &str,
+    run: impl Fn(&str, &[&str]) -> anyhow::Result<()>,
 ) -> anyhow::Result<Vec<String>> {
     let (addr, rp, via, cwnd) = (
         format!("{fe}/32"),
@@ -356,7 +384,7 @@ pub fn dp_namespace_setup(
     ];
     let mut ran = Vec::new();
     for (program, args) in commands {
-        ns.run(program, args)?;
+        run(program, args)?;
         ran.push(format!("{program} {}", args.join(" ")));
     }
     Ok(ran)

@@ -22,6 +22,11 @@ fn ready() -> bool {
     common::bpf_ready("the disc eBPF tests", "CAP_BPF")
 }
 
+/// The FE's hooks, loaded (None: the machine cannot run eBPF here, said once by `ready`).
+fn loaded() -> Option<Hooks> {
+    ready().then(|| Hooks::load().unwrap())
+}
+
 fn from_fe(seq: u32, payload: &[u8]) -> Vec<u8> {
     frame(
         &Segment {
@@ -82,10 +87,9 @@ fn run(h: &Hooks, prog: &str, pkt: &[u8]) -> (u32, Vec<u8>, Segment, bool) {
 
 #[test]
 fn egress_shifts_the_fes_segments_past_the_bes_bytes() {
-    if !ready() {
+    let Some(mut h) = loaded() else {
         return;
-    }
-    let mut h = Hooks::load().unwrap();
+    };
     let body = vec![0x5a; 100];
 
     // Not registered: untouched.
@@ -147,10 +151,9 @@ fn egress_shifts_the_fes_segments_past_the_bes_bytes() {
 
 #[test]
 fn ingress_translates_acks_and_gives_dp_its_own() {
-    if !ready() {
+    let Some(mut h) = loaded() else {
         return;
-    }
-    let mut h = Hooks::load().unwrap();
+    };
     // The FE sent bytes up to 1000, DP sends 5000 bytes: [1000, 6000) in the client's view.
     h.set(key(), epoch(1000, 0, 5000)).unwrap();
 
@@ -196,10 +199,9 @@ fn ingress_translates_acks_and_gives_dp_its_own() {
 /// none after it, and none without an epoch.
 #[test]
 fn acks_for_dp_go_to_the_ring_until_the_payload_is_acknowledged() {
-    if !ready() {
+    let Some(mut h) = loaded() else {
         return;
-    }
-    let mut h = Hooks::load().unwrap();
+    };
     let mut ring = h.take_acks().unwrap().expect("the ring is in the object");
     let drain = |ring: &mut aya::maps::RingBuf<aya::maps::MapData>| {
         let mut v = Vec::new();
@@ -469,10 +471,9 @@ fn sack_blocks(o: &[u8]) -> Option<Blocks> {
 /// stays right, the other options are untouched; a connection without a shift keeps them.
 #[test]
 fn ingress_translates_sack_blocks_to_the_fes_view() {
-    if !ready() {
+    let Some(mut h) = loaded() else {
         return;
-    }
-    let mut h = Hooks::load().unwrap();
+    };
     // A 5,000-byte payload inserted at the FE's 1000 after a shift of 100 from an earlier
     // one: the client sees the FE's bytes before 1000 at +100, the payload at
     // [1100, 6100), the FE's bytes from 1000 on at +5100.
@@ -581,10 +582,9 @@ fn ingress_translates_sack_blocks_to_the_fes_view() {
 
 #[test]
 fn hook_cost_per_packet() {
-    if !ready() {
+    let Some(mut h) = loaded() else {
         return;
-    }
-    let mut h = Hooks::load().unwrap();
+    };
     h.set(key(), epoch(1000, 0, 65536)).unwrap();
     let e = test_run(
         h.prog_fd(EGRESS).unwrap(),
@@ -610,10 +610,9 @@ fn hook_cost_per_packet() {
 /// shifted), unless the same 4-tuple is registered again meanwhile.
 #[test]
 fn closed_connections_linger_then_go() {
-    if !ready() {
+    let Some(mut h) = loaded() else {
         return;
-    }
-    let mut h = Hooks::load().unwrap();
+    };
     let (k1, k2) = (key(), ConnKey::new(CLIENT, CPORT + 1, FE, FPORT));
     h.register(k1).unwrap();
     h.register(k2).unwrap();
@@ -636,10 +635,9 @@ fn closed_connections_linger_then_go() {
 /// connection without the shortcut); a removed connection's slot serves a new one, fresh.
 #[test]
 fn connection_slots_run_out_cleanly_and_are_reused_fresh() {
-    if !ready() {
+    let Some(mut h) = loaded() else {
         return;
-    }
-    let mut h = Hooks::load().unwrap();
+    };
     let key_n = |n: u32| {
         ConnKey::new(
             Ipv4Addr::from(0x0a00_0000 + (n >> 16)),

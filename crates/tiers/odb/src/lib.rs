@@ -5,3 +5,4 @@
 pub mod agent;
 pub mod counters;
 pub mod proto;
+pub mod spec;

@@ -6,11 +6,14 @@
 //! of the shared machine hits both alike.
 
 use crate::cpu::TierCounters;
+use crate::report::{
+    esc, goal_line, goal_values, json_sorted, steal_line, Host, NginxConfig, Spread,
+};
 use crate::stack::{Odb, Stack};
 use crate::testbed::State;
 use anyhow::{bail, Context};
-use serde_json::{json, Value};
-use std::time::{Duration, Instant};
+use serde::Serialize;
+use std::time::Instant;
 
 pub const FULL_SIZES: [usize; 7] = [1024, 3072, 4096, 16384, 65536, 262144, 1 << 20];
 pub const QUICK_SIZES: [usize; 4] = [1024, 3072, 65536, 1 << 20];
@@ -229,79 +232,120 @@ impl Steal {
     }
 }
 
-/// One line on the host's steal during a bench's runs, per configuration (`runs`: label
-/// and the steal of each of its runs).
-pub(crate) fn steal_line(runs: &[(&str, Vec<f64>)]) -> String {
-    let all: Vec<f64> = runs.iter().flat_map(|(_, v)| v.iter().copied()).collect();
-    if all.is_empty() {
-        return "host steal on the tiers' CPU: not measured (/proc/stat unreadable)\n".into();
-    }
-    let st = stats(all);
-    let per: Vec<String> = runs
-        .iter()
-        .map(|(c, v)| {
-            format!(
-                "{c} {:.1}%",
-                stats(v.clone())["median"].as_f64().unwrap_or(f64::NAN)
-            )
-        })
-        .collect();
-    format!(
-        "host steal on the tiers' CPU during the runs (/proc/stat): median {:.1}% ({:.1}-{:.1}%); {}\n",
-        st["median"].as_f64().unwrap_or(f64::NAN),
-        st["min"].as_f64().unwrap_or(f64::NAN),
-        st["max"].as_f64().unwrap_or(f64::NAN),
-        per.join(", ")
-    )
-}
-
-/// (median, min, max) of the finite values, each NaN (JSON null) when there is none; shared
-/// by the ODB and DISC benches.
-pub(crate) fn stats(v: Vec<f64>) -> Value {
-    let f: Vec<f64> = v.into_iter().filter(|x| x.is_finite()).collect();
-    let median = iolab_sys::percentile::median_mean_of_middle(&f).unwrap_or(f64::NAN);
-    let lo = f.iter().copied().reduce(f64::min).unwrap_or(f64::NAN);
-    let hi = f.iter().copied().reduce(f64::max).unwrap_or(f64::NAN);
-    json!({"median": median, "min": lo, "max": hi})
-}
-
-fn summarize(runs: &[Run]) -> Value {
-    let per_req = |f: &dyn Fn(&Run) -> f64| -> Vec<f64> {
-        runs.iter()
-            .map(|r| f(r) / (r.requests.max(1) as f64))
-            .collect()
-    };
-    json!({
-        "rps": stats(runs.iter().map(|r| r.rps).collect()),
-        "p50_ms": stats(runs.iter().map(|r| r.p50_ms).collect()),
-        "p99_ms": stats(runs.iter().map(|r| r.p99_ms).collect()),
-        "fe_cpu_us_per_req": stats(per_req(&|r| r.cpu_s[0] * 1e6)),
-        "is_cpu_us_per_req": stats(per_req(&|r| r.cpu_s[1] * 1e6)),
-        "be_cpu_us_per_req": stats(per_req(&|r| r.cpu_s[2] * 1e6)),
-        "is_bytes_per_req": stats(per_req(&|r| r.is_bytes as f64)),
-        "errors": runs.iter().map(|r| r.errors).sum::<u64>(),
-        "runs": runs,
-    })
-}
-
-fn m(v: &Value, k: &str) -> f64 {
-    v[k]["median"].as_f64().unwrap_or(f64::NAN)
-}
-
 /// Set by the command's SIGINT/SIGTERM handler: the bench stops after the run in progress
 /// and returns an error, so its guards (stacks, cgroups, directories) remove what it made.
 pub static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Removes a directory tree when dropped (the bench's stack directories).
-struct RemoveDir(std::path::PathBuf);
+pub(crate) struct RemoveDir(pub(crate) std::path::PathBuf);
 impl Drop for RemoveDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
-/// Runs the bench against a testbed that is up; returns the JSON result.
-pub fn run(state: &State, o: &BenchOpts, progress: &dyn Fn(&str)) -> anyhow::Result<Value> {
+/// One mode's figures at one size over its repeats.
+#[derive(Clone, Debug, Serialize)]
+pub struct ModeSummary {
+    pub rps: Spread,
+    pub p50_ms: Spread,
+    pub p99_ms: Spread,
+    pub fe_cpu_us_per_req: Spread,
+    pub is_cpu_us_per_req: Spread,
+    pub be_cpu_us_per_req: Spread,
+    pub is_bytes_per_req: Spread,
+    pub errors: u64,
+    pub runs: Vec<Run>,
+}
+
+impl ModeSummary {
+    fn of(runs: Vec<Run>) -> ModeSummary {
+        let per_req = |f: &dyn Fn(&Run) -> f64| -> Spread {
+            let v: Vec<f64> = runs
+                .iter()
+                .map(|r| f(r) / (r.requests.max(1) as f64))
+                .collect();
+            Spread::of(&v)
+        };
+        let each = |f: &dyn Fn(&Run) -> f64| Spread::of(&runs.iter().map(f).collect::<Vec<_>>());
+        ModeSummary {
+            rps: each(&|r| r.rps),
+            p50_ms: each(&|r| r.p50_ms),
+            p99_ms: each(&|r| r.p99_ms),
+            fe_cpu_us_per_req: per_req(&|r| r.cpu_s[0] * 1e6),
+            is_cpu_us_per_req: per_req(&|r| r.cpu_s[1] * 1e6),
+            be_cpu_us_per_req: per_req(&|r| r.cpu_s[2] * 1e6),
+            is_bytes_per_req: per_req(&|r| r.is_bytes as f64),
+            errors: runs.iter().map(|r| r.errors).sum(),
+            runs,
+        }
+    }
+}
+
+/// One size's row: both modes and what ODB changed.
+#[derive(Clone, Debug, Serialize)]
+pub struct SizeRow {
+    pub size: usize,
+    pub vanilla: ModeSummary,
+    pub odb: ModeSummary,
+    /// IS CPU per request, ODB over vanilla (medians).
+    pub is_cpu_ratio: f64,
+    /// Of the bytes through the IS's interfaces, the share ODB saved.
+    pub is_bytes_bypass_pct: f64,
+    /// Of the payload, the share the IS received by reference and never fetched.
+    pub is_payload_by_reference_pct: f64,
+    pub rps_ratio: f64,
+    pub p99_ratio: f64,
+}
+
+impl SizeRow {
+    fn new(size: usize, vanilla: ModeSummary, odb: ModeSummary, by_ref_pct: f64) -> SizeRow {
+        let ratio = |f: fn(&ModeSummary) -> Spread| f(&odb).median / f(&vanilla).median;
+        SizeRow {
+            size,
+            is_cpu_ratio: ratio(|m| m.is_cpu_us_per_req),
+            is_bytes_bypass_pct: (1.0 - ratio(|m| m.is_bytes_per_req)) * 100.0,
+            is_payload_by_reference_pct: by_ref_pct,
+            rps_ratio: ratio(|m| m.rps),
+            p99_ratio: ratio(|m| m.p99_ms),
+            vanilla,
+            odb,
+        }
+    }
+}
+
+/// How the bench ran.
+#[derive(Clone, Debug, Serialize)]
+pub struct Method {
+    pub repeats: usize,
+    pub seconds: f64,
+    pub connections: usize,
+    pub client: &'static str,
+    pub tier_cpus: Option<String>,
+    pub client_cpus: Option<String>,
+    pub payloads: &'static str,
+    pub odb_threshold: usize,
+    pub agent_memory_mib: u64,
+    pub rate_bps: Option<u64>,
+    pub delay_us: Option<u64>,
+}
+
+/// The bench's result (`--json`; the table and the page are made from it).
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchResult {
+    pub bench: &'static str,
+    pub machine: Host,
+    pub method: Method,
+    pub nginx_configs: Vec<NginxConfig>,
+    pub php_fpm_config: Option<String>,
+    pub sizes: Vec<SizeRow>,
+    pub odb_counters_last_run: TierCounters,
+    /// The agent's own STATS (allocations refused as full, evictions, live buffers).
+    pub agent_stats_last_run: Option<serde_json::Value>,
+}
+
+/// Runs the bench against a testbed that is up.
+pub fn run(state: &State, o: &BenchOpts, progress: &dyn Fn(&str)) -> anyhow::Result<BenchResult> {
     let base = state.up.port + 100;
     let mk = |name: &str, port: u16, odb: Option<Odb>| {
         let mut c = state.stack_config(
@@ -324,85 +368,10 @@ pub fn run(state: &State, o: &BenchOpts, progress: &dyn Fn(&str)) -> anyhow::Res
         .context("starting the vanilla stack")?;
     let odb = Stack::start(mk("odb", base + 10, Some(o.odb.clone())), Some(&cg_o))
         .context("starting the ODB stack")?;
-    let mut sizes_out = Vec::new();
+    let mut sizes = Vec::new();
     for &size in &o.sizes {
-        // correctness gate and warm-up: both stacks serve the same bytes
-        let (path, want) = target(o.php, size);
-        for st in [&vanilla, &odb] {
-            let body = fetch_in_client_ns(state, &format!("http://{}{path}", st.cfg.listen("fe")))?;
-            if body != want {
-                bail!(
-                    "{} bytes from the {} stack differ from the file",
-                    size,
-                    if st.cfg.odb.is_some() {
-                        "ODB"
-                    } else {
-                        "vanilla"
-                    }
-                );
-            }
-        }
-        let odb_url = format!("http://{}{path}", odb.cfg.listen("fe"));
-        let before = odb_counters_fresh(state, &odb, &odb_url)?;
-        let mut runs_v = Vec::new();
-        let mut runs_o = Vec::new();
-        for rep in 0..o.repeats {
-            // alternate which mode goes first
-            let order: [(&Stack, &crate::cpu::Cgroups, bool); 2] = if rep % 2 == 0 {
-                [(&vanilla, &cg_v, false), (&odb, &cg_o, true)]
-            } else {
-                [(&odb, &cg_o, true), (&vanilla, &cg_v, false)]
-            };
-            for (st, cg, is_odb) in order {
-                if INTERRUPTED.load(std::sync::atomic::Ordering::Relaxed) {
-                    bail!("interrupted");
-                }
-                let r = one_run(state, st, cg, size, o)?;
-                progress(&format!(
-                    "  {:>8} B  {:<7} rep {}: {:>8.0} req/s  IS {:>6.1} us/req  IS bytes/req {:>9.0}  p99 {:.2} ms  steal {:.0}%",
-                    size,
-                    if is_odb { "odb" } else { "vanilla" },
-                    rep + 1,
-                    r.rps,
-                    r.cpu_s[1] * 1e6 / r.requests.max(1) as f64,
-                    r.is_bytes as f64 / r.requests.max(1) as f64,
-                    r.p99_ms,
-                    r.steal_pct.unwrap_or(f64::NAN)
-                ));
-                if is_odb {
-                    runs_o.push(r);
-                } else {
-                    runs_v.push(r);
-                }
-            }
-        }
-        let after = odb_counters_fresh(state, &odb, &odb_url)?;
-        let delta =
-            |counter: fn(&TierCounters) -> u64| counter(&after) as f64 - counter(&before) as f64;
-        // Responses between the snapshots, as the BE's library saw them: each one a
-        // reference (one per 4 MiB) or a copy fallback. wrk's count would miss the requests
-        // in flight when each of its runs stopped (up to one per connection), which the
-        // tiers served all the same.
-        let per_response = (size as f64 / (4u64 << 20) as f64).ceil().max(1.0);
-        let responses = (delta(|c| c.be.v_out_frames) / per_response
-            + delta(|c| c.be.store_fallbacks))
-        .max(1.0);
-        let by_ref_pct = (delta(|c| c.is.v_in_bytes) - delta(|c| c.is.fetch_bytes)).max(0.0)
-            / (responses * size as f64)
-            * 100.0;
-        let sv = summarize(&runs_v);
-        let so = summarize(&runs_o);
-        let ratio = |k: &str| m(&so, k) / m(&sv, k);
-        sizes_out.push(json!({
-            "size": size,
-            "vanilla": sv,
-            "odb": so,
-            "is_cpu_ratio": ratio("is_cpu_us_per_req"),
-            "is_bytes_bypass_pct": (1.0 - ratio("is_bytes_per_req")) * 100.0,
-            "is_payload_by_reference_pct": by_ref_pct,
-            "rps_ratio": ratio("rps"),
-            "p99_ratio": ratio("p99_ms"),
-        }));
+        let modes = [(&vanilla, &cg_v), (&odb, &cg_o)];
+        sizes.push(measure_size(state, modes, size, o, progress)?);
     }
     // the agent's own view (allocations refused as full, evictions, live buffers): why
     // stores fell back, when they did
@@ -415,22 +384,112 @@ pub fn run(state: &State, o: &BenchOpts, progress: &dyn Fn(&str)) -> anyhow::Res
         .map(|(_, c)| c.clone());
     drop(odb);
     drop(vanilla);
-    Ok(json!({
-        "bench": "tiers",
-        "machine": machine(),
-        "method": {
-            "repeats": o.repeats, "seconds": o.seconds, "connections": o.connections,
-            "client": "wrk -t1 (client namespace)", "tier_cpus": o.tier_cpus, "client_cpus": o.client_cpus,
-            "payloads": if o.php { "php-fpm /payload.php" } else { "static files" },
-            "odb_threshold": o.odb.threshold, "agent_memory_mib": o.odb.agent_memory_mib,
-            "rate_bps": state.up.rate_bps, "delay_us": state.up.delay_us,
+    Ok(BenchResult {
+        bench: "tiers",
+        machine: Host::probe(),
+        method: Method {
+            repeats: o.repeats,
+            seconds: o.seconds,
+            connections: o.connections,
+            client: "wrk -t1 (client namespace)",
+            tier_cpus: o.tier_cpus.clone(),
+            client_cpus: o.client_cpus.clone(),
+            payloads: if o.php {
+                "php-fpm /payload.php"
+            } else {
+                "static files"
+            },
+            odb_threshold: o.odb.threshold,
+            agent_memory_mib: o.odb.agent_memory_mib,
+            rate_bps: state.up.rate_bps,
+            delay_us: state.up.delay_us,
         },
-        "nginx_configs": state.configs.iter().map(|(t, c)| json!({"tier": t, "config": c})).collect::<Vec<_>>(),
-        "php_fpm_config": php_fpm_config,
-        "sizes": sizes_out,
-        "odb_counters_last_run": counters,
-        "agent_stats_last_run": agent_stats,
-    }))
+        nginx_configs: NginxConfig::list(&state.configs),
+        php_fpm_config,
+        sizes,
+        odb_counters_last_run: counters,
+        agent_stats_last_run: agent_stats,
+    })
+}
+
+/// One size: both stacks checked for the file's bytes, then `o.repeats` runs of each mode
+/// (alternating which goes first), and the ODB stack's counters around them.
+fn measure_size(
+    state: &State,
+    [(vanilla, cg_v), (odb, cg_o)]: [(&Stack, &crate::cpu::Cgroups); 2],
+    size: usize,
+    o: &BenchOpts,
+    progress: &dyn Fn(&str),
+) -> anyhow::Result<SizeRow> {
+    // correctness gate and warm-up: both stacks serve the same bytes
+    let (path, want) = target(o.php, size);
+    for st in [vanilla, odb] {
+        let body = fetch_in_client_ns(state, &format!("http://{}{path}", st.cfg.listen("fe")))?;
+        if body != want {
+            bail!(
+                "{} bytes from the {} stack differ from the file",
+                size,
+                if st.cfg.odb.is_some() {
+                    "ODB"
+                } else {
+                    "vanilla"
+                }
+            );
+        }
+    }
+    let odb_url = format!("http://{}{path}", odb.cfg.listen("fe"));
+    let before = odb_counters_fresh(state, odb, &odb_url)?;
+    let mut runs_v = Vec::new();
+    let mut runs_o = Vec::new();
+    for rep in 0..o.repeats {
+        // alternate which mode goes first
+        let order: [(&Stack, &crate::cpu::Cgroups, bool); 2] = if rep % 2 == 0 {
+            [(vanilla, cg_v, false), (odb, cg_o, true)]
+        } else {
+            [(odb, cg_o, true), (vanilla, cg_v, false)]
+        };
+        for (st, cg, is_odb) in order {
+            if INTERRUPTED.load(std::sync::atomic::Ordering::Relaxed) {
+                bail!("interrupted");
+            }
+            let r = one_run(state, st, cg, size, o)?;
+            progress(&format!(
+                "  {:>8} B  {:<7} rep {}: {:>8.0} req/s  IS {:>6.1} us/req  IS bytes/req {:>9.0}  p99 {:.2} ms  steal {:.0}%",
+                size,
+                if is_odb { "odb" } else { "vanilla" },
+                rep + 1,
+                r.rps,
+                r.cpu_s[1] * 1e6 / r.requests.max(1) as f64,
+                r.is_bytes as f64 / r.requests.max(1) as f64,
+                r.p99_ms,
+                r.steal_pct.unwrap_or(f64::NAN)
+            ));
+            if is_odb {
+                runs_o.push(r);
+            } else {
+                runs_v.push(r);
+            }
+        }
+    }
+    let after = odb_counters_fresh(state, odb, &odb_url)?;
+    let delta =
+        |counter: fn(&TierCounters) -> u64| counter(&after) as f64 - counter(&before) as f64;
+    // Responses between the snapshots, as the BE's library saw them: each one a
+    // reference (one per 4 MiB) or a copy fallback. wrk's count would miss the requests
+    // in flight when each of its runs stopped (up to one per connection), which the
+    // tiers served all the same.
+    let per_response = (size as f64 / (4u64 << 20) as f64).ceil().max(1.0);
+    let responses =
+        (delta(|c| c.be.v_out_frames) / per_response + delta(|c| c.be.store_fallbacks)).max(1.0);
+    let by_ref_pct = (delta(|c| c.is.v_in_bytes) - delta(|c| c.is.fetch_bytes)).max(0.0)
+        / (responses * size as f64)
+        * 100.0;
+    Ok(SizeRow::new(
+        size,
+        ModeSummary::of(runs_v),
+        ModeSummary::of(runs_o),
+        by_ref_pct,
+    ))
 }
 
 /// The tiers' ODB counters, fresh: the library writes them at most once a second, after a
@@ -457,223 +516,141 @@ fn fetch_in_client_ns(state: &State, url: &str) -> anyhow::Result<Vec<u8>> {
     Ok(out.stdout)
 }
 
-pub fn machine() -> Value {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
-        })
-        .unwrap_or_default();
-    let nginx = std::process::Command::new("nginx")
-        .arg("-v")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stderr).trim().to_string())
-        .unwrap_or_default();
-    json!({
-        "kernel": iolab_netns::kernel_release(),
-        "cpu": cpu,
-        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
-        "nginx": nginx,
-    })
-}
-
 /// The result as a plain-text table (what the closing note pastes).
-pub fn table(v: &Value) -> String {
+pub fn table(v: &BenchResult) -> String {
     let mut s = String::new();
     s.push_str("size      | IS CPU us/req van → odb (ratio) | IS bytes/req van → odb (bypass) | payload by ref | req/s van → odb | p50 ms van → odb | p99 ms van → odb\n");
-    for x in v["sizes"].as_array().into_iter().flatten() {
-        let (sv, so) = (&x["vanilla"], &x["odb"]);
+    for x in &v.sizes {
+        let (sv, so) = (&x.vanilla, &x.odb);
         s.push_str(&format!(
             "{:>9} | {:>7.1} → {:>7.1} ({:>5.2}x) | {:>9.0} → {:>9.0} ({:>5.1}%) | {:>13.2}% | {:>7.0} → {:>7.0} | {:>6.2} → {:>6.2} | {:>6.2} → {:>6.2}\n",
-            x["size"].as_u64().unwrap_or(0),
-            m(sv, "is_cpu_us_per_req"),
-            m(so, "is_cpu_us_per_req"),
-            x["is_cpu_ratio"].as_f64().unwrap_or(f64::NAN),
-            m(sv, "is_bytes_per_req"),
-            m(so, "is_bytes_per_req"),
-            x["is_bytes_bypass_pct"].as_f64().unwrap_or(f64::NAN),
-            x["is_payload_by_reference_pct"].as_f64().unwrap_or(f64::NAN),
-            m(sv, "rps"),
-            m(so, "rps"),
-            m(sv, "p50_ms"),
-            m(so, "p50_ms"),
-            m(sv, "p99_ms"),
-            m(so, "p99_ms"),
+            x.size,
+            sv.is_cpu_us_per_req.median,
+            so.is_cpu_us_per_req.median,
+            x.is_cpu_ratio,
+            sv.is_bytes_per_req.median,
+            so.is_bytes_per_req.median,
+            x.is_bytes_bypass_pct,
+            x.is_payload_by_reference_pct,
+            sv.rps.median,
+            so.rps.median,
+            sv.p50_ms.median,
+            so.p50_ms.median,
+            sv.p99_ms.median,
+            so.p99_ms.median,
         ));
     }
-    s.push_str(&goals(v));
-    let steal: Vec<(&str, Vec<f64>)> = ["vanilla", "odb"]
-        .iter()
-        .map(|mode| {
-            let sizes = v["sizes"].as_array().into_iter().flatten();
-            let runs = sizes.flat_map(|x| x[*mode]["runs"].as_array().into_iter().flatten());
-            (
-                *mode,
-                runs.filter_map(|r| r["steal_pct"].as_f64()).collect(),
-            )
-        })
-        .collect();
+    s.push_str(&goals(&v.sizes));
+    let steal_of = |m: &ModeSummary| {
+        m.runs
+            .iter()
+            .filter_map(|r| r.steal_pct)
+            .collect::<Vec<_>>()
+    };
+    let steal = [
+        (
+            "vanilla",
+            v.sizes.iter().flat_map(|x| steal_of(&x.vanilla)).collect(),
+        ),
+        (
+            "odb",
+            v.sizes.iter().flat_map(|x| steal_of(&x.odb)).collect(),
+        ),
+    ];
     s.push_str(&steal_line(&steal));
     s
-}
-
-/// One goal's line: its measured value at each size it names (`unit` after each) and
-/// whether all of them meet `ok`; a goal none of whose sizes was measured says so.
-pub(crate) fn goal_line(
-    name: &str,
-    vals: Vec<(u64, f64)>,
-    unit: &str,
-    ok: &dyn Fn(f64) -> bool,
-) -> String {
-    if vals.is_empty() {
-        return format!("  {name}: no size measured\n");
-    }
-    let met = vals.iter().all(|&(_, x)| ok(x));
-    // Two decimals, or three where rounding to two would read as the other verdict
-    // (0.504 printed "0.50x — NOT met" against a goal of 0.50).
-    let list: Vec<String> = vals
-        .iter()
-        .map(|&(size, x)| {
-            if ok((x * 100.0).round() / 100.0) == ok(x) {
-                format!("{size} B {x:.2}{unit}")
-            } else {
-                format!("{size} B {x:.3}{unit}")
-            }
-        })
-        .collect();
-    format!(
-        "  {name}: {} — {}\n",
-        list.join(", "),
-        if met { "met" } else { "NOT met" }
-    )
-}
-
-/// The figure `at` reads from each size of a bench's JSON (`v["sizes"]`), for the sizes
-/// `keep` names: (size, figure; NaN where it is missing).
-pub(crate) fn goal_values(
-    v: &Value,
-    keep: &dyn Fn(u64) -> bool,
-    at: &dyn Fn(&Value) -> Option<f64>,
-) -> Vec<(u64, f64)> {
-    v["sizes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|x| (x["size"].as_u64().unwrap_or(0), at(x).unwrap_or(f64::NAN)))
-        .filter(|&(size, _)| keep(size))
-        .collect()
 }
 
 /// Seed 004's goals for ODB (issue 14), each with what this run measured and whether it
 /// is met: IS CPU −50% or better from 64 KiB, ≥ 93.75% of the payload bypassing the IS at
 /// 64 KiB, ≤ 5% overhead below 4 KiB, no loss of client throughput at any size. A goal whose
 /// sizes the run did not measure says so.
-pub fn goals(v: &Value) -> String {
-    let pick = |keep: &dyn Fn(u64) -> bool, key: &str| goal_values(v, keep, &|x| x[key].as_f64());
+pub fn goals(sizes: &[SizeRow]) -> String {
+    let pick = |keep: &dyn Fn(u64) -> bool, at: fn(&SizeRow) -> f64| {
+        goal_values(sizes, |x| x.size, keep, at)
+    };
     let mut s = String::from("goals (seed 004):\n");
     s += &goal_line(
         "IS CPU ODB/vanilla <= 0.50x from 64 KiB",
-        pick(&|n| n >= 65536, "is_cpu_ratio"),
+        pick(&|n| n >= 65536, |x| x.is_cpu_ratio),
         "x",
         &|x| x <= 0.5,
     );
     s += &goal_line(
         "payload by reference >= 93.75% at 64 KiB",
-        pick(&|n| n == 65536, "is_payload_by_reference_pct"),
+        pick(&|n| n == 65536, |x| x.is_payload_by_reference_pct),
         "%",
         &|x| x >= 93.75,
     );
     s += &goal_line(
         "IS CPU ODB/vanilla <= 1.05x below 4 KiB",
-        pick(&|n| n < 4096, "is_cpu_ratio"),
+        pick(&|n| n < 4096, |x| x.is_cpu_ratio),
         "x",
         &|x| x <= 1.05,
     );
     s += &goal_line(
         "client req/s ODB/vanilla >= 1.00x at every size",
-        pick(&|_| true, "rps_ratio"),
+        pick(&|_| true, |x| x.rps_ratio),
         "x",
         &|x| x >= 1.0,
     );
     s
 }
 
-pub(crate) fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
-
-/// The printed nginx configurations of a result (`nginx_configs`), one heading and block per
-/// tier; `prefix` goes before each tier's name.
-pub(crate) fn nginx_configs_html(v: &Value, prefix: &str) -> String {
-    v["nginx_configs"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|c| {
-            format!(
-                "<h4>{prefix}{}</h4><pre>{}</pre>",
-                esc(c["tier"].as_str().unwrap_or("")),
-                esc(c["config"].as_str().unwrap_or(""))
-            )
-        })
-        .collect()
-}
-
 /// The report section (a self-contained HTML page with an SVG figure).
-pub fn html(v: &Value) -> String {
-    let sizes: Vec<&Value> = v["sizes"]
-        .as_array()
-        .map(|a| a.iter().collect())
-        .unwrap_or_default();
+pub fn html(v: &BenchResult) -> String {
     let mut rows = String::new();
-    for x in &sizes {
-        let (sv, so) = (&x["vanilla"], &x["odb"]);
-        let spread = |v: &Value, k: &str| {
-            format!(
-                "{:.1}–{:.1}",
-                v[k]["min"].as_f64().unwrap_or(f64::NAN),
-                v[k]["max"].as_f64().unwrap_or(f64::NAN)
-            )
-        };
+    for x in &v.sizes {
+        let (sv, so) = (&x.vanilla, &x.odb);
+        let spread = |s: &Spread| format!("{:.1}–{:.1}", s.min, s.max);
         rows.push_str(&format!(
             "<tr><td>{}</td><td>{:.1} <small>({})</small></td><td>{:.1} <small>({})</small></td><td>{:.2}×</td><td>{:.0}</td><td>{:.0}</td><td>{:.1}%</td><td>{:.2}%</td><td>{:.0}</td><td>{:.0}</td><td>{:.2} / {:.2}</td><td>{:.2} / {:.2}</td></tr>\n",
-            x["size"], m(sv, "is_cpu_us_per_req"), spread(sv, "is_cpu_us_per_req"), m(so, "is_cpu_us_per_req"), spread(so, "is_cpu_us_per_req"),
-            x["is_cpu_ratio"].as_f64().unwrap_or(f64::NAN), m(sv, "is_bytes_per_req"), m(so, "is_bytes_per_req"),
-            x["is_bytes_bypass_pct"].as_f64().unwrap_or(f64::NAN),
-            x["is_payload_by_reference_pct"].as_f64().unwrap_or(f64::NAN), m(sv, "rps"), m(so, "rps"),
-            m(sv, "p50_ms"), m(so, "p50_ms"), m(sv, "p99_ms"), m(so, "p99_ms")
+            x.size, sv.is_cpu_us_per_req.median, spread(&sv.is_cpu_us_per_req), so.is_cpu_us_per_req.median, spread(&so.is_cpu_us_per_req),
+            x.is_cpu_ratio, sv.is_bytes_per_req.median, so.is_bytes_per_req.median,
+            x.is_bytes_bypass_pct,
+            x.is_payload_by_reference_pct, sv.rps.median, so.rps.median,
+            sv.p50_ms.median, so.p50_ms.median, sv.p99_ms.median, so.p99_ms.median
         ));
     }
-    // figure: IS CPU per request, vanilla vs ODB, one pair of bars per size (log-free, scaled to max)
+    let svg = is_cpu_figure(&v.sizes);
+    let configs = crate::report::nginx_configs_html(&v.nginx_configs, "");
+    let goals_text = esc(&goals(&v.sizes));
+    format!(
+        "<!doctype html><html><head><meta charset='utf-8'><title>iolab tiers: ODB across nginx</title>\
+<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}pre{{background:#f6f6f6;padding:6px;font-size:11px}}</style></head><body>\
+<section id='tiers'><h2>ODB (on-demand buffers) across three nginx tiers</h2>\
+<p>client → FE → IS → BE, each tier unmodified Debian nginx in its own network namespace; ODB by <code>LD_PRELOAD</code>. Medians of {} repeats of {} s (min–max in brackets), wrk with {} connections. Goals (seed 004): IS CPU −50% from 64 KiB, ≥93.75% of bytes bypassing the IS at 64 KiB, ≤5% overhead below 4 KiB, no throughput loss. Two bypass figures: <em>interface bytes</em> counts every byte in and out of the IS (headers, frame headers, the page of real bytes around the response header, the tail); <em>payload by reference</em> is the seed's own measure (60 of 64 KB: 93.75%), the body bytes the IS received as references and never fetched, from its library's counters, per response.</p>\
+<table><tr><th>size B</th><th>IS µs/req vanilla</th><th>IS µs/req ODB</th><th>ratio</th><th>IS bytes/req vanilla</th><th>IS bytes/req ODB</th><th>bypass (interface bytes)</th><th>payload by reference</th><th>req/s vanilla</th><th>req/s ODB</th><th>p50 ms</th><th>p99 ms</th></tr>\n{rows}</table>\
+<pre>{goals_text}</pre><figure>{svg}</figure><p>Machine: {}</p><details><summary>nginx configurations</summary>{configs}</details></section></body></html>\n",
+        v.method.repeats, json_sorted(&v.method.seconds), v.method.connections, esc(&json_sorted(&v.machine))
+    )
+}
+
+/// The figure: IS CPU per request, vanilla vs ODB, one pair of bars per size (log-free,
+/// scaled to the largest).
+fn is_cpu_figure(sizes: &[SizeRow]) -> String {
     let maxc = sizes
         .iter()
         .flat_map(|x| {
             [
-                m(&x["vanilla"], "is_cpu_us_per_req"),
-                m(&x["odb"], "is_cpu_us_per_req"),
+                x.vanilla.is_cpu_us_per_req.median,
+                x.odb.is_cpu_us_per_req.median,
             ]
         })
         .filter(|x| x.is_finite())
         .fold(1.0, f64::max);
     let (w, h, pad) = (120.0 * sizes.len().max(1) as f64 + 80.0, 260.0, 40.0);
-    let mut svg = format!("<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' role='img' aria-label='IS CPU per request'>");
-    svg.push_str(&format!(
-        "<line x1='{pad}' y1='{}' x2='{}' y2='{}' stroke='#333'/>",
-        h - pad,
-        w - 10.0,
-        h - pad
-    ));
+    let mut svg = crate::report::svg_open(w, h, pad, "IS CPU per request");
     for (i, x) in sizes.iter().enumerate() {
         let x0 = pad + 20.0 + i as f64 * 120.0;
-        for (j, (k, col)) in [("vanilla", "#8a8a8a"), ("odb", "#2b6cb0")]
-            .iter()
-            .enumerate()
+        for (j, (k, m, col)) in [
+            ("vanilla", &x.vanilla, "#8a8a8a"),
+            ("odb", &x.odb, "#2b6cb0"),
+        ]
+        .iter()
+        .enumerate()
         {
-            let val = m(&x[*k], "is_cpu_us_per_req");
+            let val = m.is_cpu_us_per_req.median;
             let bh = if val.is_finite() {
                 (h - 2.0 * pad) * val / maxc
             } else {
@@ -685,52 +662,11 @@ pub fn html(v: &Value) -> String {
             "<text x='{}' y='{}' font-size='11' text-anchor='middle'>{} B</text>",
             x0 + 42.0,
             h - pad + 14.0,
-            x["size"]
+            x.size
         ));
     }
     svg.push_str(&format!("<text x='{pad}' y='16' font-size='12'>IS CPU µs per request (max {maxc:.0}); grey: vanilla, blue: ODB</text></svg>"));
-    let configs = nginx_configs_html(v, "");
-    let goals_text = esc(&goals(v));
-    format!(
-        "<!doctype html><html><head><meta charset='utf-8'><title>iolab tiers: ODB across nginx</title>\
-<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}pre{{background:#f6f6f6;padding:6px;font-size:11px}}</style></head><body>\
-<section id='tiers'><h2>ODB (on-demand buffers) across three nginx tiers</h2>\
-<p>client → FE → IS → BE, each tier unmodified Debian nginx in its own network namespace; ODB by <code>LD_PRELOAD</code>. Medians of {} repeats of {} s (min–max in brackets), wrk with {} connections. Goals (seed 004): IS CPU −50% from 64 KiB, ≥93.75% of bytes bypassing the IS at 64 KiB, ≤5% overhead below 4 KiB, no throughput loss. Two bypass figures: <em>interface bytes</em> counts every byte in and out of the IS (headers, frame headers, the page of real bytes around the response header, the tail); <em>payload by reference</em> is the seed's own measure (60 of 64 KB: 93.75%), the body bytes the IS received as references and never fetched, from its library's counters, per response.</p>\
-<table><tr><th>size B</th><th>IS µs/req vanilla</th><th>IS µs/req ODB</th><th>ratio</th><th>IS bytes/req vanilla</th><th>IS bytes/req ODB</th><th>bypass (interface bytes)</th><th>payload by reference</th><th>req/s vanilla</th><th>req/s ODB</th><th>p50 ms</th><th>p99 ms</th></tr>\n{rows}</table>\
-<pre>{goals_text}</pre><figure>{svg}</figure><p>Machine: {}</p><details><summary>nginx configurations</summary>{configs}</details></section></body></html>\n",
-        v["method"]["repeats"], v["method"]["seconds"], v["method"]["connections"], esc(&v["machine"].to_string())
-    )
-}
-
-/// Renders `html` in headless Chromium to a PNG next to it; an error if it does not render.
-pub fn check_in_chromium(html: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
-    let bin =
-        crate::stack::which("chromium").context("chromium not found (Debian package chromium)")?;
-    let png = html.with_extension("png");
-    let _ = std::fs::remove_file(&png);
-    let out = std::process::Command::new(bin)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--hide-scrollbars",
-            "--window-size=1200,900",
-        ])
-        .arg(format!("--screenshot={}", png.display()))
-        .arg(format!("file://{}", html.canonicalize()?.display()))
-        .output()
-        .context("running chromium")?;
-    let ok = std::fs::metadata(&png)
-        .map(|m| m.len() > 1000)
-        .unwrap_or(false);
-    if !ok {
-        bail!(
-            "chromium did not render {}: {}",
-            html.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(png)
+    svg
 }
 
 pub fn default_seconds(quick: bool) -> f64 {
@@ -741,13 +677,10 @@ pub fn default_seconds(quick: bool) -> f64 {
     }
 }
 
-pub fn sleep_settle() {
-    std::thread::sleep(Duration::from_millis(200));
-}
-
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
+    use crate::report::steal_line;
 
     #[test]
     fn steal_is_summed_over_the_tiers_cpus_and_summed_up_per_configuration() {
@@ -771,38 +704,28 @@ pub(crate) mod tests {
         assert!(steal_line(&[("odb", vec![])]).contains("not measured"));
     }
 
-    /// A value that rounds onto the goal's bound gets a third decimal, so that what is
-    /// printed agrees with the verdict.
-    #[test]
-    fn a_value_rounding_onto_the_bound_shows_a_third_decimal() {
-        let under = |x: f64| x <= 0.5;
-        let l = goal_line("CPU", vec![(65536, 0.5042), (1048576, 0.16)], "x", &under);
-        assert_eq!(l, "  CPU: 65536 B 0.504x, 1048576 B 0.16x — NOT met\n");
-        let l = goal_line("CPU", vec![(65536, 0.4962)], "x", &under);
-        assert_eq!(l, "  CPU: 65536 B 0.50x — met\n");
-        let l = goal_line("req/s", vec![(65536, 0.4951)], "x", &|x| x >= 0.5);
-        assert_eq!(l, "  req/s: 65536 B 0.495x — NOT met\n");
-    }
-
-    /// The line of `goals` that starts (indentation aside) with `start`.
-    pub(crate) fn goal_named(goals: &str, start: &str) -> String {
-        goals
-            .lines()
-            .find(|l| l.trim_start().starts_with(start))
-            .unwrap_or_else(|| panic!("no goal {start:?} in {goals}"))
-            .to_string()
-    }
-
     /// Each ODB goal is judged on the sizes it names: a miss at any of them is a miss.
     #[test]
     fn goals_are_judged_on_their_own_sizes() {
-        let v = json!({"sizes": [
-            {"size": 1024, "is_cpu_ratio": 1.04, "rps_ratio": 0.97, "is_payload_by_reference_pct": 0.0},
-            {"size": 3072, "is_cpu_ratio": 1.06, "rps_ratio": 1.01, "is_payload_by_reference_pct": 0.0},
-            {"size": 65536, "is_cpu_ratio": 0.45, "rps_ratio": 1.0, "is_payload_by_reference_pct": 93.75},
-        ]});
+        let row = |size, is_cpu_ratio, rps_ratio, is_payload_by_reference_pct| SizeRow {
+            size,
+            is_cpu_ratio,
+            rps_ratio,
+            is_payload_by_reference_pct,
+            ..SizeRow::new(
+                size,
+                ModeSummary::of(vec![]),
+                ModeSummary::of(vec![]),
+                f64::NAN,
+            )
+        };
+        let v = [
+            row(1024, 1.04, 0.97, 0.0),
+            row(3072, 1.06, 1.01, 0.0),
+            row(65536, 0.45, 1.0, 93.75),
+        ];
         let g = goals(&v);
-        let line = |start: &str| goal_named(&g, start);
+        let line = |start: &str| crate::report::tests::goal_named(&g, start);
         assert!(
             line("IS CPU ODB/vanilla <= 0.50x").contains("65536 B 0.45x — met"),
             "{g}"

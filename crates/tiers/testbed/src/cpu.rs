@@ -88,13 +88,10 @@ pub fn cleanup_stale_cgroups() -> Vec<String> {
         let Some(rest) = name.strip_prefix("iolab-tiers-") else {
             continue;
         };
-        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
             continue;
         };
-        // SAFETY: kill with signal 0 only checks existence.
-        let alive = unsafe { libc::kill(pid, 0) } == 0
-            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
-        if !alive {
+        if !iolab_sys::process::exists(pid) {
             remove_tree(&e.path());
             removed.push(name);
         }
@@ -192,15 +189,11 @@ pub fn sum_counter_files(dir: &Path) -> anyhow::Result<OdbCounters> {
 
 /// The ODB agent's STATS, asked from inside its namespace (a thread that enters it).
 pub fn agent_stats_in(ns: Option<&str>, addr: std::net::SocketAddrV4) -> Option<serde_json::Value> {
-    let path = ns.map(|n| format!("/var/run/netns/{n}"));
+    let path = ns.map(|n| PathBuf::from(format!("/var/run/netns/{n}")));
+    // a short-lived thread of its own: only it enters the namespace
     std::thread::spawn(move || {
         if let Some(p) = path {
-            let f = std::fs::File::open(p).ok()?;
-            use std::os::fd::AsRawFd;
-            // SAFETY: setns on this (short-lived) thread only, with an fd we opened.
-            if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                return None;
-            }
+            iolab_sys::process::enter_net_namespace_this_thread(&p).ok()?;
         }
         iolab_odb::agent::client::stats(addr).ok()
     })

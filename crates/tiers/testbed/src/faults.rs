@@ -227,8 +227,10 @@ pub fn measure(pages: usize, rounds: usize) -> anyhow::Result<Value> {
                 }
                 restore(libc::SIGBUS);
                 uffd_json["opened_with"] = json!(how);
-                uffd_json["prepare_ns_per_page"] = json!(median(uf_prep));
-                uffd_json["fault_ns_per_page"] = json!(median(uf_fault));
+                uffd_json["prepare_ns_per_page"] =
+                    json!(iolab_sys::percentile::median(&uf_prep).unwrap_or(f64::NAN));
+                uffd_json["fault_ns_per_page"] =
+                    json!(iolab_sys::percentile::median(&uf_fault).unwrap_or(f64::NAN));
                 if let Some(e) = err {
                     uffd_json["error"] = json!(e);
                 }
@@ -240,18 +242,10 @@ pub fn measure(pages: usize, rounds: usize) -> anyhow::Result<Value> {
     Ok(json!({
         "pages": pages,
         "rounds": rounds,
-        "sigsegv": {"prepare_ns_per_page": median(seg_prot), "fault_ns_per_page": median(seg_fault)},
+        "sigsegv": {"prepare_ns_per_page": iolab_sys::percentile::median(&seg_prot).unwrap_or(f64::NAN), "fault_ns_per_page": iolab_sys::percentile::median(&seg_fault).unwrap_or(f64::NAN)},
         "userfaultfd": uffd_json,
-        "machine": crate::bench::machine(),
+        "machine": crate::report::Host::probe(),
     }))
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 #[cfg(test)]

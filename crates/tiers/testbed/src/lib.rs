@@ -8,10 +8,12 @@
 //! `iolab` binary.
 
 pub mod bench;
+pub mod children;
 pub mod cpu;
 pub mod disc_bench;
 pub mod faults;
 pub mod nginx;
+pub mod report;
 pub mod stack;
 pub mod testbed;
 pub mod testutil;

@@ -4,7 +4,7 @@
 
 use crate::nginx;
 use anyhow::{bail, Context};
-use std::ffi::OsString;
+use iolab_odb::spec::AgentSpec;
 use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -57,10 +57,29 @@ pub struct StackConfig {
 pub struct Odb {
     /// libiolab_odb.so
     pub lib: PathBuf,
-    /// The agent's command line (program + args); `--listen ADDR` is appended.
-    pub agent: Vec<OsString>,
+    /// The program that runs the buffer agent.
+    pub agent: AgentProgram,
     pub agent_memory_mib: u64,
     pub threshold: usize,
+}
+
+/// The program that runs the ODB buffer agent (with an [`AgentSpec`]'s flags).
+#[derive(Clone, Debug)]
+pub enum AgentProgram {
+    /// `iolab tiers agent` of this `iolab`.
+    Iolab(PathBuf),
+    /// `iolab-odb-agent`.
+    Standalone(PathBuf),
+}
+
+impl AgentProgram {
+    /// The program, and the words before the agent's flags.
+    fn program(&self) -> (&Path, &'static [&'static str]) {
+        match self {
+            AgentProgram::Iolab(exe) => (exe, &AgentSpec::IOLAB_ROLE),
+            AgentProgram::Standalone(bin) => (bin, &[]),
+        }
+    }
 }
 
 pub struct Stack {
@@ -72,19 +91,8 @@ pub struct Stack {
 /// Makes `cmd` run in network namespace `ns` (setns before exec).
 pub fn enter_ns(cmd: &mut Command, ns: &str) -> anyhow::Result<()> {
     let path = format!("/var/run/netns/{ns}");
-    let f = std::fs::File::open(&path).with_context(|| format!("opening {path}"))?;
-    use std::os::fd::AsRawFd;
-    // SAFETY: runs in the forked child before exec; setns on an fd the parent opened (kept
-    // alive by the closure) is async-signal-safe, and nothing is allocated.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    Ok(())
+    iolab_sys::process::enter_net_namespace(cmd, Path::new(&path))
+        .with_context(|| format!("opening {path}"))
 }
 
 /// Puts the child into `cgroup.procs` of a cgroup directory before exec, so every process it
@@ -113,22 +121,7 @@ pub fn enter_cgroup(cmd: &mut Command, cg: &Path) -> anyhow::Result<()> {
 /// or agent processes behind (nginx's master stops its workers on SIGTERM, the agent drains
 /// and removes its arena). Hence a `Stack` is owned by the thread that starts it.
 pub fn die_with_parent(cmd: &mut Command) {
-    // SAFETY: getpid has no preconditions.
-    let parent = unsafe { libc::getpid() };
-    // SAFETY: runs in the forked child before exec; prctl, getppid and raise are
-    // async-signal-safe and nothing is allocated.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // the parent died between fork and prctl: no signal will come
-            if libc::getppid() != parent {
-                libc::raise(libc::SIGTERM);
-            }
-            Ok(())
-        });
-    }
+    iolab_sys::process::die_with_parent(cmd, libc::SIGTERM);
 }
 
 /// Removes the arena files an agent process left (`iolab-tiers-odb-<pid>-*` in /dev/shm and
@@ -175,13 +168,8 @@ pub fn which(prog: &str) -> Option<PathBuf> {
 }
 
 /// nginx workers run as `nobody` when started as root: the agent's arena must be theirs.
-fn worker_user_args() -> Vec<&'static str> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        vec!["--arena-user", WORKER_USER]
-    } else {
-        vec![]
-    }
+fn worker_user() -> Option<String> {
+    iolab_sys::process::is_root().then(|| WORKER_USER.to_string())
 }
 
 /// The user nginx workers run as (set in the generated configs).
@@ -199,6 +187,15 @@ impl StackConfig {
     }
     pub fn agent_addr(&self) -> SocketAddrV4 {
         SocketAddrV4::new(self.be.addr, self.port + 3)
+    }
+    /// The agent's flags: at its address, with its memory, its arena the workers'.
+    fn agent_spec(&self, odb: &Odb) -> AgentSpec {
+        AgentSpec {
+            listen: self.agent_addr(),
+            memory_mib: odb.agent_memory_mib,
+            arena_user: worker_user(),
+            ..Default::default()
+        }
     }
     pub fn place(&self, tier: &str) -> &Place {
         match tier {
@@ -275,13 +272,10 @@ impl Stack {
                 use std::os::unix::fs::PermissionsExt;
                 std::fs::set_permissions(odb_dir.join(t), std::fs::Permissions::from_mode(0o777))?;
             }
-            let mut c = cfg.command(&odb.agent[0]);
-            c.args(&odb.agent[1..])
-                .arg("--listen")
-                .arg(cfg.agent_addr().to_string())
-                .arg("--memory")
-                .arg(odb.agent_memory_mib.to_string())
-                .args(worker_user_args())
+            let (program, role) = odb.agent.program();
+            let mut c = cfg.command(program.as_os_str());
+            c.args(role)
+                .args(cfg.agent_spec(odb).to_args())
                 .stdout(Stdio::null())
                 .stderr(std::fs::File::create(cfg.dir.join("agent.log"))?);
             if let Some(ns) = &cfg.be.ns {
@@ -404,8 +398,7 @@ impl Stack {
         std::fs::create_dir_all(sock.parent().unwrap())?;
         std::fs::create_dir_all(&cfg.root)?;
         std::fs::write(cfg.root.join("payload.php"), nginx::PHP_SCRIPT)?;
-        // SAFETY: geteuid has no preconditions.
-        let root_user = unsafe { libc::geteuid() } == 0;
+        let root_user = iolab_sys::process::is_root();
         let text = nginx::php_fpm(&dir, sock, 4, root_user.then_some(WORKER_USER));
         let conf = dir.join("php-fpm.conf");
         std::fs::write(&conf, &text)?;
@@ -467,18 +460,14 @@ impl Stack {
         };
         if let Some(i) = self.procs.iter().position(|(n, _)| n == "agent") {
             let (_, mut c) = self.procs.remove(i);
-            // SAFETY: kill(2) on our own child's pid.
-            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let _ = iolab_sys::process::signal(c.id(), libc::SIGTERM);
             let _ = c.wait();
             remove_arena_files(c.id());
         }
-        let mut c = Command::new(&odb.agent[0]);
-        c.args(&odb.agent[1..])
-            .arg("--listen")
-            .arg(self.cfg.agent_addr().to_string())
-            .arg("--memory")
-            .arg(odb.agent_memory_mib.to_string())
-            .args(worker_user_args())
+        let (program, role) = odb.agent.program();
+        let mut c = Command::new(program);
+        c.args(role)
+            .args(self.cfg.agent_spec(&odb).to_args())
             .stdout(Stdio::null());
         if let Some(ns) = &self.cfg.be.ns {
             enter_ns(&mut c, ns)?;
@@ -505,8 +494,8 @@ impl Stack {
         // once: with every nginx gone nobody can fetch what its drain would wait for.
         for (name, c) in self.procs.iter_mut().rev() {
             if name != "agent" {
-                // SAFETY: kill(2) on our own child's pid (nginx: SIGTERM is a fast shutdown).
-                unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+                // (nginx: SIGTERM is a fast shutdown)
+                let _ = iolab_sys::process::signal(c.id(), libc::SIGTERM);
             }
         }
         let deadline = Instant::now() + Duration::from_secs(5);

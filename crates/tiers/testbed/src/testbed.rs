@@ -107,19 +107,11 @@ pub fn state_path() -> PathBuf {
     state_dir().join("state.json")
 }
 
-pub fn pid_alive(pid: u32) -> bool {
-    // SAFETY: signal 0 only checks existence.
-    unsafe {
-        libc::kill(pid as i32, 0) == 0
-            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-    }
-}
-
 /// The state of a running testbed (None if none is up; a state left by a dead supervisor
 /// counts as none).
 pub fn load_state() -> Option<State> {
     let s: State = serde_json::from_slice(&std::fs::read(state_path()).ok()?).ok()?;
-    pid_alive(s.supervisor_pid).then_some(s)
+    iolab_sys::process::exists(s.supervisor_pid).then_some(s)
 }
 
 /// Removes what dead supervisors left behind; returns a line per thing removed.
@@ -139,14 +131,14 @@ pub fn cleanup_stale() -> Vec<String> {
             let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
                 continue;
             };
-            if !pid_alive(pid) && std::fs::remove_file(e.path()).is_ok() {
+            if !iolab_sys::process::exists(pid) && std::fs::remove_file(e.path()).is_ok() {
                 out.push(format!("/dev/shm/{n}"));
             }
         }
     }
     if let Ok(b) = std::fs::read(state_path()) {
         if let Ok(s) = serde_json::from_slice::<State>(&b) {
-            if !pid_alive(s.supervisor_pid) {
+            if !iolab_sys::process::exists(s.supervisor_pid) {
                 let _ = std::fs::remove_file(state_path());
                 let _ = std::fs::remove_dir_all(&s.dir);
                 out.push(state_path().display().to_string());
@@ -154,6 +146,48 @@ pub fn cleanup_stale() -> Vec<String> {
         }
     }
     out
+}
+
+/// A free /24 for a set of namespaces' links, cut into subnets.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Subnets([u8; 3]);
+
+impl Subnets {
+    /// Host `host` of subnet `sub`, subnets of `size` addresses each.
+    pub(crate) fn at(self, sub: u8, size: u8, host: u8) -> Ipv4Addr {
+        let [x, y, z] = self.0;
+        Ipv4Addr::new(x, y, z, sub * size + host)
+    }
+}
+
+/// `n` namespaces with names tagged `tag` (removed with the returned guard), and a free
+/// /24 for their links.
+pub(crate) fn namespaces(
+    tag: &str,
+    n: usize,
+) -> anyhow::Result<(iolab_netns::Net, Vec<iolab_netns::Namespace>, Subnets)> {
+    let mut net = iolab_netns::Net::new(tag)?;
+    let ns = (0..n)
+        .map(|_| net.namespace())
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok((net, ns, Subnets(iolab_netns::free_subnet()?)))
+}
+
+/// A veth pair from `l` (address `la`) to `r` (`ra`), both `/prefix`, both ends up.
+pub(crate) fn link(
+    net: &mut iolab_netns::Net,
+    l: &iolab_netns::Namespace,
+    r: &iolab_netns::Namespace,
+    la: Ipv4Addr,
+    ra: Ipv4Addr,
+    prefix: u8,
+) -> anyhow::Result<(iolab_netns::Iface, iolab_netns::Iface)> {
+    let (il, ir) = net.veth(Some(l), Some(r))?;
+    il.add_addr(&format!("{la}/{prefix}"))?;
+    ir.add_addr(&format!("{ra}/{prefix}"))?;
+    il.up()?;
+    ir.up()?;
+    Ok((il, ir))
 }
 
 /// The supervisor: builds the testbed, writes the state, waits for SIGTERM/SIGINT, removes
@@ -174,14 +208,9 @@ fn build_and_wait(
     odb: Option<crate::stack::Odb>,
     stop: &std::sync::atomic::AtomicBool,
 ) -> anyhow::Result<()> {
-    let mut net = iolab_netns::Net::new(TAG)?;
     let names = ["client", "fe", "is", "be"];
-    let mut ns = Vec::new();
-    for _ in names {
-        ns.push(net.namespace()?);
-    }
-    let [x, y, z] = iolab_netns::free_subnet()?;
-    let a = |sub: u8, host: u8| Ipv4Addr::new(x, y, z, sub * 64 + host);
+    let (mut net, ns, sub) = namespaces(TAG, names.len())?;
+    let a = |s: u8, host: u8| sub.at(s, 64, host);
     let shape = match (up.rate_bps, up.delay_us) {
         (None, None) => None,
         (r, d) => {
@@ -199,12 +228,8 @@ fn build_and_wait(
     let links = [(0usize, 1usize, 0u8), (1, 2, 1), (2, 3, 2), (1, 3, 3)];
     let mut ifaces = Vec::new();
     let mut qdiscs = Vec::new();
-    for (l, r, sub) in links {
-        let (il, ir) = net.veth(Some(&ns[l]), Some(&ns[r]))?;
-        il.add_addr(&format!("{}/26", a(sub, 1)))?;
-        ir.add_addr(&format!("{}/26", a(sub, 2)))?;
-        il.up()?;
-        ir.up()?;
+    for (l, r, s) in links {
+        let (il, ir) = link(&mut net, &ns[l], &ns[r], a(s, 1), a(s, 2), 26)?;
         if let Some(s) = &shape {
             il.shape(s)?;
             ir.shape(s)?;
@@ -289,7 +314,7 @@ fn build_and_wait(
 
 /// `up`: starts the supervisor (this program, `tiers supervise`) detached and waits until
 /// it has written the state (or died).
-pub fn up(exe: &Path, args: &[String]) -> anyhow::Result<State> {
+pub fn up(exe: &Path, spec: &crate::children::SuperviseSpec) -> anyhow::Result<State> {
     if let Some(s) = load_state() {
         bail!(
             "a testbed is already up (supervisor pid {}); `iolab tiers down` first",
@@ -302,7 +327,7 @@ pub fn up(exe: &Path, args: &[String]) -> anyhow::Result<State> {
     std::fs::create_dir_all(state_dir())?;
     let log = state_dir().join("supervisor.log");
     let mut c = std::process::Command::new(exe);
-    c.arg("tiers").arg("supervise").args(args);
+    c.args(spec.to_args());
     c.stdin(std::process::Stdio::null())
         .stdout(std::fs::File::create(&log)?)
         .stderr(std::fs::File::options().append(true).open(&log)?);
@@ -330,8 +355,7 @@ pub fn up(exe: &Path, args: &[String]) -> anyhow::Result<State> {
             );
         }
         if t0.elapsed() > Duration::from_secs(60) {
-            // SAFETY: kill(2) on our child.
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let _ = iolab_sys::process::signal(child.id(), libc::SIGTERM);
             bail!(
                 "the testbed did not come up in 60 s:\n{}",
                 std::fs::read_to_string(&log).unwrap_or_default()
@@ -345,10 +369,9 @@ pub fn up(exe: &Path, args: &[String]) -> anyhow::Result<State> {
 pub fn down() -> anyhow::Result<Vec<String>> {
     let mut out = Vec::new();
     if let Some(s) = load_state() {
-        // SAFETY: kill(2) on the supervisor recorded in the state file (alive, checked).
-        unsafe { libc::kill(s.supervisor_pid as i32, libc::SIGTERM) };
+        let _ = iolab_sys::process::signal(s.supervisor_pid, libc::SIGTERM);
         let t0 = std::time::Instant::now();
-        while pid_alive(s.supervisor_pid) {
+        while iolab_sys::process::exists(s.supervisor_pid) {
             if t0.elapsed() > Duration::from_secs(30) {
                 bail!(
                     "the supervisor (pid {}) did not exit in 30 s",

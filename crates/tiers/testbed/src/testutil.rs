@@ -1,15 +1,16 @@
 //! Helpers shared by the tests and the bench: locating the built ODB artefacts, a minimal
 //! HTTP/1.1 client that returns the exact bytes it received, payload files.
 
+use crate::stack::{AgentProgram, Odb, Place, StackConfig};
 use anyhow::{bail, Context};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddrV4, TcpStream};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
 use std::path::{Path, PathBuf};
 
 /// `libiolab_odb.so` and the agent program, next to the running executable (target/<profile>
 /// or target/<profile>/deps), built with cargo first (a fresh clone has none; an existing
 /// one may be older than the source under test).
-pub fn odb_artifacts() -> anyhow::Result<(PathBuf, Vec<std::ffi::OsString>)> {
+pub fn odb_artifacts() -> anyhow::Result<(PathBuf, AgentProgram)> {
     let exe = std::env::current_exe()?;
     let mut dir = exe.parent().context("exe dir")?.to_path_buf();
     if dir.ends_with("deps") {
@@ -42,17 +43,85 @@ pub fn odb_artifacts() -> anyhow::Result<(PathBuf, Vec<std::ffi::OsString>)> {
     Ok((lib, agent_cmd(&dir)))
 }
 
-fn agent_cmd(dir: &Path) -> Vec<std::ffi::OsString> {
+fn agent_cmd(dir: &Path) -> AgentProgram {
     let a = dir.join("iolab-odb-agent");
     if a.exists() {
-        return vec![a.into()];
+        return AgentProgram::Standalone(a);
     }
     // the iolab binary itself: `iolab tiers agent`
-    vec![
-        std::env::current_exe().unwrap_or_default().into(),
-        "tiers".into(),
-        "agent".into(),
-    ]
+    AgentProgram::Iolab(std::env::current_exe().unwrap_or_default())
+}
+
+/// A stack of the three tiers on loopback, for the tests: FE, IS and BE on `.11`, `.12`,
+/// `.13` of a 127.x.y.0/24 of its own (x in 100..200), where a port (the FE's; IS +1, BE +2,
+/// agent +3) was free; `odb_mib`: ODB with an agent of that many MiB (None: vanilla nginx).
+pub fn loopback_stack(
+    dir: PathBuf,
+    root: &Path,
+    odb_mib: Option<u64>,
+) -> anyhow::Result<StackConfig> {
+    let (net, port) = free_loopback_place();
+    let at = |h: u8| Place {
+        ns: None,
+        addr: Ipv4Addr::new(net[0], net[1], net[2], h),
+    };
+    let odb = match odb_mib {
+        Some(mib) => {
+            let (lib, agent) = odb_artifacts()?;
+            Some(Odb {
+                lib,
+                agent,
+                agent_memory_mib: mib,
+                threshold: 4096,
+            })
+        }
+        None => None,
+    };
+    Ok(StackConfig {
+        fe: at(11),
+        is: at(12),
+        be: at(13),
+        port,
+        dir,
+        root: root.to_path_buf(),
+        odb,
+        loopback: true,
+        workers: 1,
+        skip_be: false,
+        fe_listen: None,
+        domain: None,
+        cpus: None,
+        php: false,
+    })
+}
+
+/// A loopback /24 picked at random (so that concurrent tests rarely meet) and a port free on
+/// its `.11` below 65001 (the tiers take the three above it).
+fn free_loopback_place() -> ([u8; 3], u16) {
+    static DRAWS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mut x = nanos
+        ^ (u64::from(std::process::id()) << 32)
+        ^ DRAWS
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        | 1;
+    loop {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let net = [127, 100 + (x % 100) as u8, ((x >> 8) % 250) as u8];
+        let fe = Ipv4Addr::new(net[0], net[1], net[2], 11);
+        let Ok(l) = std::net::TcpListener::bind((fe, 0)) else {
+            continue;
+        };
+        match l.local_addr() {
+            Ok(a) if a.port() <= 65000 => return (net, a.port()),
+            _ => continue,
+        }
+    }
 }
 
 /// A response as received.
@@ -242,7 +311,7 @@ pub fn cleanup_stale_scratch() -> Vec<PathBuf> {
             else {
                 continue;
             };
-            if crate::testbed::pid_alive(pid) {
+            if iolab_sys::process::exists(pid) {
                 continue;
             }
             let p = e.path();

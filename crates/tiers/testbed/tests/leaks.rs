@@ -3,54 +3,16 @@
 //! as with Ctrl-C of `cargo test`) leave no scratch directory, no arena file and no process.
 //! Its own binary: the check "nothing with my pid remains" needs no other test running.
 
-use iolab_tiers::stack::{Odb, Place, Stack, StackConfig};
+use iolab_tiers::stack::{Stack, StackConfig};
 use iolab_tiers::testutil::*;
 use std::io::BufRead;
-use std::net::{Ipv4Addr, TcpListener};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 const CHILD_ENV: &str = "IOLAB_TIERS_LEAK_CHILD";
 
 fn config(scratch: &ScratchDir, root: &Path) -> StackConfig {
-    // a free port on a loopback address of our own
-    let (net, port) = loop {
-        let c: u8 = rand::random::<u8>() % 250;
-        let b: u8 = 100 + rand::random::<u8>() % 100;
-        let Ok(l) = TcpListener::bind((Ipv4Addr::new(127, b, c, 11), 0)) else {
-            continue;
-        };
-        let port = l.local_addr().unwrap().port();
-        if port <= 65000 {
-            break ([127, b, c], port);
-        }
-    };
-    let at = |h: u8| Place {
-        ns: None,
-        addr: Ipv4Addr::new(net[0], net[1], net[2], h),
-    };
-    let (lib, agent) = odb_artifacts().expect("ODB artefacts");
-    StackConfig {
-        fe: at(11),
-        is: at(12),
-        be: at(13),
-        port,
-        dir: scratch.join("stack"),
-        root: root.to_path_buf(),
-        odb: Some(Odb {
-            lib,
-            agent,
-            agent_memory_mib: 16,
-            threshold: 4096,
-        }),
-        loopback: true,
-        workers: 1,
-        skip_be: false,
-        fe_listen: None,
-        domain: None,
-        cpus: None,
-        php: false,
-    }
+    loopback_stack(scratch.join("stack"), root, Some(16)).expect("ODB artefacts")
 }
 
 /// Starts a stack, checks one 1 MiB response through it; returns the stack and the pids of
@@ -69,7 +31,7 @@ fn run_one(scratch: &ScratchDir) -> (Stack, Vec<u32>) {
 }
 
 fn alive(pid: u32) -> bool {
-    iolab_tiers::testbed::pid_alive(pid)
+    iolab_sys::process::exists(pid)
         && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
             s.rsplit(')')
                 .next()

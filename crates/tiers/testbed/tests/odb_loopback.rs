@@ -6,7 +6,7 @@
 use iolab_odb::counters::OdbCounters;
 use iolab_tiers::cpu::TierCounters;
 use iolab_tiers::nginx::php_payload;
-use iolab_tiers::stack::{Odb, Place, Stack, StackConfig};
+use iolab_tiers::stack::{Stack, StackConfig};
 use iolab_tiers::testutil::*;
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
 use std::path::{Path, PathBuf};
@@ -19,56 +19,9 @@ fn have_nginx() -> bool {
     iolab_sys::testing::require_tool("nginx", "nginx").is_some()
 }
 
-/// A distinct loopback /24 and a free base port for one stack.
-fn place() -> (Ipv4Addr, u16) {
-    loop {
-        let b: u8 = 2 + (rand::random::<u8>() % 250);
-        let c: u8 = rand::random::<u8>() % 250;
-        let base = Ipv4Addr::new(127, 100 + b % 100, c, 0);
-        let fe = Ipv4Addr::new(127, base.octets()[1], c, 11);
-        let Ok(l) = TcpListener::bind((fe, 0)) else {
-            continue;
-        };
-        let port = l.local_addr().unwrap().port();
-        if port > 65000 {
-            continue;
-        }
-        return (base, port);
-    }
-}
-
 /// A stack's directory inside the test's scratch directory (removed with it).
 fn config(scratch: &ScratchDir, tag: &str, root: &Path, odb: bool, memory_mib: u64) -> StackConfig {
-    let (net, port) = place();
-    let o = net.octets();
-    let at = |h: u8| Place {
-        ns: None,
-        addr: Ipv4Addr::new(o[0], o[1], o[2], h),
-    };
-    StackConfig {
-        fe: at(11),
-        is: at(12),
-        be: at(13),
-        port,
-        dir: scratch.join(tag),
-        root: root.to_path_buf(),
-        odb: odb.then(|| {
-            let (lib, agent) = odb_artifacts().expect("ODB artefacts");
-            Odb {
-                lib,
-                agent,
-                agent_memory_mib: memory_mib,
-                threshold: 4096,
-            }
-        }),
-        loopback: true,
-        workers: 1,
-        skip_be: false,
-        fe_listen: None,
-        domain: None,
-        cpus: None,
-        php: false,
-    }
+    loopback_stack(scratch.join(tag), root, odb.then_some(memory_mib)).expect("ODB artefacts")
 }
 
 /// On a failure: the socket queues of the stack (where the bytes are stuck), what each tier
