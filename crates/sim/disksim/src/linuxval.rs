@@ -33,7 +33,8 @@ use crate::config::Config;
 use crate::engine::Simulator;
 use crate::fio::real::{DirOutput, Output};
 use crate::fio::{FioSource, JobStats};
-use crate::validate::{cdf, demerit, esc, quantile};
+use crate::validate::{cdf, demerit, quantile};
+use iolab_report::esc;
 
 /// A memory cgroup this tool created; removed when dropped.
 pub struct MemCgroup {
@@ -982,12 +983,7 @@ fn bars_svg(r: &Report) -> String {
 
 /// The HTML report: table, throughput bars, one latency CDF per job.
 pub fn html(r: &Report) -> String {
-    let mut h = String::from(
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>iolab disksim: validation against fio on this machine</title>\
-<style>body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse}td,th{padding:3px 6px;border-bottom:1px solid #ddd;text-align:right}\
-th:first-child,td:first-child{text-align:left}figure{display:inline-block;margin:8px}figcaption{font-size:90%}</style></head><body>\n\
-<h1>iolab disksim: the simulator against fio on this machine</h1>\n",
-    );
+    let mut h = String::from("<h1>iolab disksim: the simulator against fio on this machine</h1>\n");
     h.push_str(&format!(
         "<p>Machine: {}. {}. fio ran in a memory cgroup ({}); the simulator used the calibration <code>{}</code>, measured in a separate run. \
 Throughput error: (simulated − real) / real, real = median of {} runs; spread = (max − min) / median of the runs. Demerit: RMS of the latency distributions' difference at 10,000 percentiles.</p>\n",
@@ -1034,8 +1030,11 @@ Throughput error: (simulated − real) / real, real = median of {} runs; spread 
             &cap,
         ));
     }
-    h.push_str("</body></html>\n");
-    h
+    iolab_report::page(
+        "iolab disksim: validation against fio on this machine",
+        iolab_report::BASE_STYLE,
+        &h,
+    )
 }
 
 /// The recorded check values: `{"mean_abs_error_pct": X, "spread_pct": S}`.

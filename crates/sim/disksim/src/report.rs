@@ -8,17 +8,8 @@ use serde::Serialize;
 
 /// This machine in one line: CPU model (from `/proc/cpuinfo`), cores, architecture.
 pub fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
+    let cpu = iolab_sys::host::cpu_model().unwrap_or_else(|| "unknown CPU".into());
+    let cores = iolab_sys::host::cpus();
     format!("{cpu}, {cores} cores, {}", std::env::consts::ARCH)
 }
 

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
+use iolab_report::esc;
 use serde::Serialize;
 
 use crate::engine::Simulator;
@@ -391,10 +392,7 @@ pub fn table(results: &[DiskResult]) -> String {
 /// inline SVG (no script, no external resource).
 pub fn html(results: &[DiskResult], machine: &str) -> String {
     let mut h = String::from(
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>iolab disksim: validation on real disks</title>\
-<style>body{font-family:sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse}td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:right}\
-th:first-child,td:first-child{text-align:left}.ok{color:#070}.miss{color:#b00}figure{display:inline-block;margin:8px}figcaption{font-size:90%}</style></head><body>\n\
-<h1>iolab disksim: validation on DiskSim's real-disk traces</h1>\n<p>Each trace holds 10,000 requests measured on a real SCSI disk; our model of the disk is built from the disk's DiskSim parameter files only. \
+        "<h1>iolab disksim: validation on DiskSim's real-disk traces</h1>\n<p>Each trace holds 10,000 requests measured on a real SCSI disk; our model of the disk is built from the disk's DiskSim parameter files only. \
 Demerit: RMS difference of the response-time distributions at 10,000 evenly spaced percentiles (Ruemmler &amp; Wilkes), in ms and % of the real mean. \
 Goal: demerit ≤ DiskSim 4.0's own and mean within 5%. Per-request RMS: simulated minus measured response time, request by request.</p>\n",
     );
@@ -438,16 +436,12 @@ Goal: demerit ≤ DiskSim 4.0's own and mean within 5%. Per-request RMS: simulat
             ));
         }
     }
-    h.push_str("</table>\n</body></html>\n");
-    h
-}
-
-/// Escapes text for HTML.
-pub fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+    h.push_str("</table>\n");
+    let style = format!(
+        "{}.ok{{color:#070}}.miss{{color:#b00}}",
+        iolab_report::BASE_STYLE
+    );
+    iolab_report::page("iolab disksim: validation on real disks", &style, &h)
 }
 
 fn cdf_svg(r: &DiskResult) -> String {

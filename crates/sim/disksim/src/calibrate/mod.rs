@@ -76,7 +76,7 @@ pub fn read_host_settings(disk: Option<&str>) -> HostSettings {
     h.cgroup_limit_bytes = crate::host::read_memory()
         .ok()
         .and_then(|m| m.cgroup_limit)
-        .map(|(l, _)| l);
+        .map(|l| l.bytes);
     h
 }
 

@@ -630,42 +630,13 @@ fn parse_fadvise_hint(s: &str) -> std::result::Result<FadviseHint, &'static str>
 /// A size in fio's syntax (kb_base=1024): `4k` = 4096, `4KiB` = 4000 (fio's compatibility
 /// mode), `0x1000`, `1m`, `2g`...
 pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
-    let t = s.trim();
-    let (digits, suffix, radix) = if let Some(h) = t.strip_prefix("0x").or(t.strip_prefix("0X")) {
-        (h, "", 16)
-    } else {
-        let end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-        (&t[..end], &t[end..], 10)
-    };
-    if digits.is_empty() {
-        return Err(format!("'{t}' is not a number"));
-    }
-    let n = u64::from_str_radix(digits, radix).map_err(|_| format!("'{t}' is not a number"))?;
-    let suf = suffix.to_ascii_lowercase();
-    let (exp, base) = match suf.as_str() {
-        "" | "b" => (0, 1024),
-        _ => {
-            let p = match suf.as_bytes()[0] {
-                b'k' => 1,
-                b'm' => 2,
-                b'g' => 3,
-                b't' => 4,
-                b'p' => 5,
-                _ => return Err(format!("'{t}': unknown unit '{suffix}' (k, m, g, t, p)")),
-            };
-            match &suf[1..] {
-                "" | "b" | "i" => (p, 1024),
-                "ib" => (p, 1000),
-                _ => return Err(format!("'{t}': unknown unit '{suffix}' (k, m, g, t, p)")),
-            }
-        }
-    };
-    let mult = (base as u64).checked_pow(exp).ok_or("too large")?;
-    let v = n
-        .checked_mul(mult)
-        .ok_or_else(|| format!("'{t}' is too large"))?;
+    use iolab_sys::units::{parse_fio_size, UnitError};
+    let v = parse_fio_size(s).map_err(|e| match e {
+        UnitError::UnknownUnit { .. } => format!("{e} (k, m, g, t, p)"),
+        e => e.to_string(),
+    })?;
     if v > MAX_BYTES {
-        return Err(format!("'{t}' is larger than the limit of 1 PiB"));
+        return Err(format!("'{}' is larger than the limit of 1 PiB", s.trim()));
     }
     Ok(v)
 }

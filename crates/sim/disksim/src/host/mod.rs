@@ -50,6 +50,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
+use iolab_sys::host::{self, CgroupLimit};
 use serde::Serialize;
 
 use crate::blocklayer::{BlockConfig, BlockLayer, IoScheduler};
@@ -303,24 +304,22 @@ pub struct Memory {
     pub cache_bytes: u64,
     /// What the dirty ratios apply to, bytes.
     pub dirtyable_bytes: u64,
-    /// The memory cgroup limit, if any (bytes), and whether it is cgroup v2.
-    pub cgroup_limit: Option<(u64, bool)>,
+    /// The memory cgroup limit, if any.
+    pub cgroup_limit: Option<CgroupLimit>,
 }
 
-/// Reads `/proc/meminfo`, `/proc/self/cgroup` and the cgroup's limit files.
+/// Reads `/proc/meminfo` and the limit of this process's memory cgroup.
 pub fn read_memory() -> Result<Memory> {
-    let meminfo = read_text(Path::new("/proc/meminfo"))?;
-    let field = |name: &str| -> Option<u64> {
-        let line = meminfo.lines().find(|l| l.starts_with(name))?;
-        let kb: u64 = line[name.len()..].split_whitespace().next()?.parse().ok()?;
-        kb.checked_mul(1024)
-    };
-    let total = field("MemTotal:").context("no MemTotal in /proc/meminfo")?;
-    let available = field("MemAvailable:").unwrap_or(total);
-    let cg = read_text(Path::new("/proc/self/cgroup")).unwrap_or_default();
-    let limit = cgroup_memory_limit(&cg, Path::new("/sys/fs/cgroup"));
+    let meminfo = host::meminfo().context("reading /proc/meminfo")?;
+    let total = meminfo
+        .get("MemTotal")
+        .context("no MemTotal in /proc/meminfo")?;
+    let available = meminfo.get("MemAvailable").unwrap_or(total);
+    let limit = host::own_cgroup_memory_limit();
     let (cache_bytes, dirtyable_bytes) = match limit {
-        Some((l, v2)) => (l.min(total), if v2 { available.min(l) } else { available }),
+        Some(CgroupLimit { bytes: l, v2 }) => {
+            (l.min(total), if v2 { available.min(l) } else { available })
+        }
         None => (available, available),
     };
     Ok(Memory {
@@ -328,43 +327,6 @@ pub fn read_memory() -> Result<Memory> {
         dirtyable_bytes,
         cgroup_limit: limit,
     })
-}
-
-/// The effective memory limit of the cgroup named in `proc_self_cgroup` (the text of
-/// `/proc/self/cgroup`) under the cgroup mount `root`: the smallest limit from the cgroup up
-/// to the root, and whether it is v2. `None` when there is no limit.
-pub fn cgroup_memory_limit(proc_self_cgroup: &str, root: &Path) -> Option<(u64, bool)> {
-    for line in proc_self_cgroup.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-        let rel = path.trim_start_matches('/');
-        let (base, file, v2) = if controllers.split(',').any(|c| c == "memory") {
-            (root.join("memory"), "memory.limit_in_bytes", false)
-        } else if controllers.is_empty() && root.join("cgroup.controllers").exists() {
-            (root.to_path_buf(), "memory.max", true)
-        } else {
-            continue;
-        };
-        let mut dir: PathBuf = base.join(rel);
-        let mut best: Option<u64> = None;
-        loop {
-            if let Ok(text) = std::fs::read_to_string(dir.join(file)) {
-                if let Some(l) = crate::pagecache::parse_cgroup_limit(&text) {
-                    // v1 writes "no limit" as a page-rounded i64::MAX.
-                    if l < 1 << 60 {
-                        best = Some(best.map_or(l, |b| b.min(l)));
-                    }
-                }
-            }
-            if dir == base || !dir.pop() {
-                break;
-            }
-        }
-        if let Some(b) = best {
-            return Some((b, v2));
-        }
-    }
-    None
 }
 
 /// The whole-disk name in /sys/block for a name, a device node or a file on a device.
@@ -510,8 +472,12 @@ mod tests {
         std::fs::write(root.join("memory/a/memory.limit_in_bytes"), "268435456\n").unwrap();
         std::fs::write(leaf.join("memory.limit_in_bytes"), "9223372036854771712\n").unwrap();
         let cg = "9:name=systemd:/\n4:memory:/a/b\n0::/\n";
-        assert_eq!(cgroup_memory_limit(cg, &root), Some((256 << 20, false)));
-        assert_eq!(cgroup_memory_limit("4:memory:/\n", &root), None);
+        let want = CgroupLimit {
+            bytes: 256 << 20,
+            v2: false,
+        };
+        assert_eq!(host::cgroup_memory_limit(cg, &root), Some(want));
+        assert_eq!(host::cgroup_memory_limit("4:memory:/\n", &root), None);
     }
 
     #[test]

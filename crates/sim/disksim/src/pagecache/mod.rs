@@ -997,51 +997,6 @@ impl Component for PageCache {
     }
 }
 
-/// The page-cache capacity, in pages, of a process on this machine: the smallest of the
-/// memory cgroup limit (v2 `memory.max`, v1 `memory.limit_in_bytes`) and `MemTotal`.
-pub fn capacity_pages_from_system() -> std::io::Result<u64> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo")?;
-    let mut bytes = parse_memtotal(&meminfo).ok_or_else(|| {
-        std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            "no MemTotal in /proc/meminfo",
-        )
-    })?;
-    for path in [
-        "/sys/fs/cgroup/memory.max",
-        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
-    ] {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            if let Some(limit) = parse_cgroup_limit(&text) {
-                bytes = bytes.min(limit);
-            }
-        }
-    }
-    Ok(bytes / PAGE)
-}
-
-/// `MemTotal:  16384 kB` → bytes.
-pub fn parse_memtotal(meminfo: &str) -> Option<u64> {
-    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let mut it = line["MemTotal:".len()..].split_whitespace();
-    let n: u64 = it.next()?.parse().ok()?;
-    match it.next() {
-        Some("kB") => n.checked_mul(1024),
-        None => Some(n),
-        _ => None,
-    }
-}
-
-/// A cgroup memory limit file (`max` in v2, a byte count in both; v1 says "no limit" with a
-/// huge number, which `min` with MemTotal absorbs) → bytes, `None` for no limit.
-pub fn parse_cgroup_limit(text: &str) -> Option<u64> {
-    let t = text.trim();
-    if t == "max" {
-        return None;
-    }
-    t.parse().ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1925,16 +1880,20 @@ mod tests {
         check_reclaimable(&pc.borrow());
     }
 
+    /// What the page cache's size comes from on this machine (`HostParams::from_system`):
+    /// MemTotal in kB, a cgroup limit of `max` or a byte count.
     #[test]
     fn memory_limits_parse() {
+        let m = iolab_sys::host::Meminfo::parse("MemFree: 1 kB\nMemTotal:       16316412 kB\n");
+        assert_eq!(m.get("MemTotal"), Some(16316412 * 1024));
         assert_eq!(
-            parse_memtotal("MemFree: 1 kB\nMemTotal:       16316412 kB\n"),
-            Some(16316412 * 1024)
+            iolab_sys::host::Meminfo::parse("nothing").get("MemTotal"),
+            None
         );
-        assert_eq!(parse_memtotal("nothing"), None);
-        assert_eq!(parse_cgroup_limit("max\n"), None);
-        assert_eq!(parse_cgroup_limit("268435456\n"), Some(268435456));
-        assert_eq!(parse_cgroup_limit("junk"), None);
-        assert!(capacity_pages_from_system().unwrap() > 0);
+        let limit = iolab_sys::host::parse_cgroup_limit;
+        assert_eq!(limit("max\n"), None);
+        assert_eq!(limit("268435456\n"), Some(268435456));
+        assert_eq!(limit("junk"), None);
+        assert!(crate::host::read_memory().unwrap().cache_bytes / PAGE > 0);
     }
 }
