@@ -24,6 +24,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use iolab_sys::cvt;
+
 use crate::net::{self, Conn, Want};
 use crate::stats::ErrorKind;
 use crate::Ctx;
@@ -52,10 +54,7 @@ struct Epoll(OwnedFd);
 impl Epoll {
     fn new() -> io::Result<Epoll> {
         // SAFETY: epoll_create1 returns a new descriptor or -1.
-        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
         // SAFETY: fd is fresh and owned by nobody else.
         Ok(Epoll(unsafe { OwnedFd::from_raw_fd(fd) }))
     }
@@ -63,25 +62,20 @@ impl Epoll {
     fn add(&self, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
         let mut ev = libc::epoll_event { events, u64: token };
         // SAFETY: valid epoll descriptor and event struct; the kernel copies the event.
-        if unsafe { libc::epoll_ctl(self.0.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        cvt(unsafe { libc::epoll_ctl(self.0.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) })?;
         Ok(())
     }
 
     fn wait(&self, events: &mut [libc::epoll_event], timeout_ms: i32) -> io::Result<usize> {
         // SAFETY: `events` is a writable array of its length.
-        let n = unsafe {
+        let n = cvt(unsafe {
             libc::epoll_wait(
                 self.0.as_raw_fd(),
                 events.as_mut_ptr(),
                 events.len() as i32,
                 timeout_ms,
             )
-        };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        })?;
         Ok(n as usize)
     }
 }
@@ -149,21 +143,11 @@ fn event_loop(ctx: &Ctx, listener: TcpListener, held: &AtomicUsize) -> io::Resul
     // Accepts every queued connection; false after an error like EMFILE, which leaves
     // connections queued without a new edge to come: `accept_retry` then polls the queue.
     let accept_all = |conns: &mut slab::Slab<Conn>| -> bool {
-        loop {
-            let stream = match listener.accept() {
-                Ok((s, _)) => s,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
-                Err(e) if net::transient_accept_error(&e) => continue,
-                Err(e) => {
-                    stats.io_error(&e);
-                    return false;
-                }
-            };
-            stats.accepted();
+        net::accept_all(&listener, stats, |stream| {
             if held.fetch_add(1, Ordering::Relaxed) >= ctx.config.max_conns {
                 held.fetch_sub(1, Ordering::Relaxed);
                 stats.refused();
-                continue;
+                return;
             }
             stats.conn_opened();
             let entry = conns.vacant_entry();
@@ -174,7 +158,7 @@ fn event_loop(ctx: &Ctx, listener: TcpListener, held: &AtomicUsize) -> io::Resul
                 stats.error(ErrorKind::Io);
                 held.fetch_sub(1, Ordering::Relaxed);
                 stats.conn_closed();
-                continue;
+                return;
             }
             // Data often arrives with the connection: registering an already readable
             // socket queues its first event, so `progress` runs from the event loop.
@@ -183,7 +167,7 @@ fn event_loop(ctx: &Ctx, listener: TcpListener, held: &AtomicUsize) -> io::Resul
                 ctx.site.clone(),
                 ctx.config.buffers.max_iov,
             ));
-        }
+        })
     };
     let mut accept_retry: Option<Instant> = None;
 

@@ -27,16 +27,8 @@ pub fn listen(
     reuse_port: bool,
     nonblocking: bool,
 ) -> io::Result<TcpListener> {
-    use socket2::{Domain, Protocol, Socket, Type};
     let what = |e: io::Error, step: &str| io::Error::new(e.kind(), format!("{step} {addr}: {e}"));
-    let sock = Socket::new(
-        Domain::for_address(addr),
-        Type::STREAM.cloexec(),
-        Some(Protocol::TCP),
-    )
-    .map_err(|e| what(e, "socket for"))?;
-    sock.set_reuse_address(true)
-        .map_err(|e| what(e, "SO_REUSEADDR on"))?;
+    let sock = reuse_addr_socket(addr)?;
     if reuse_port {
         sock.set_reuse_port(true)
             .map_err(|e| what(e, "SO_REUSEPORT on"))?;
@@ -59,10 +51,23 @@ pub fn listen(
 /// once; every model that opens a reuseport group calls this first, and so does `iolab serve`
 /// before its start line.
 pub fn ensure_addr_free(addr: SocketAddr) -> io::Result<()> {
-    use socket2::{Domain, Protocol, Socket, Type};
     if addr.port() == 0 {
         return Ok(());
     }
+    let sock = reuse_addr_socket(addr)?;
+    match sock.bind(&addr.into()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AddrInUse => Err(io::Error::new(
+            e.kind(),
+            format!("{addr} is already in use (another server listens on it)"),
+        )),
+        Err(e) => Err(io::Error::new(e.kind(), format!("bind {addr}: {e}"))),
+    }
+}
+
+/// A TCP socket for `addr`'s family with SO_REUSEADDR; an error names the step and `addr`.
+fn reuse_addr_socket(addr: SocketAddr) -> io::Result<socket2::Socket> {
+    use socket2::{Domain, Protocol, Socket, Type};
     let what = |e: io::Error, step: &str| io::Error::new(e.kind(), format!("{step} {addr}: {e}"));
     let sock = Socket::new(
         Domain::for_address(addr),
@@ -72,14 +77,7 @@ pub fn ensure_addr_free(addr: SocketAddr) -> io::Result<()> {
     .map_err(|e| what(e, "socket for"))?;
     sock.set_reuse_address(true)
         .map_err(|e| what(e, "SO_REUSEADDR on"))?;
-    match sock.bind(&addr.into()) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::AddrInUse => Err(io::Error::new(
-            e.kind(),
-            format!("{addr} is already in use (another server listens on it)"),
-        )),
-        Err(e) => Err(what(e, "bind")),
-    }
+    Ok(sock)
 }
 
 /// The `n` listeners of a model with one accept loop per worker: one plain listener when `n`
@@ -124,6 +122,27 @@ pub fn transient_accept_error(e: &io::Error) -> bool {
     ) || e.kind() == io::ErrorKind::Interrupted
 }
 
+/// Accepts every connection waiting in a non-blocking listener's queue (the readiness
+/// models), counts each one accepted and hands it to `admit`. False after an accept error
+/// that is not the connection's fault (EMFILE, ENFILE, ENOBUFS; counted): the rest stays in
+/// the queue, and the loop stops watching the listener for [`ACCEPT_BACKOFF`].
+pub fn accept_all(listener: &TcpListener, stats: &Stats, mut admit: impl FnMut(TcpStream)) -> bool {
+    loop {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                stats.accepted();
+                admit(stream);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+            Err(e) if transient_accept_error(&e) => continue,
+            Err(e) => {
+                stats.io_error(&e);
+                return false;
+            }
+        }
+    }
+}
+
 /// How long a readiness loop stops watching its listener after an accept error that is not
 /// the connection's fault (EMFILE, ENFILE, ENOBUFS): the queue stays readable, so watching it
 /// would spin; the pending connections wait in the backlog until descriptors free up.
@@ -159,6 +178,66 @@ pub fn accept_registered(
         }
     }
     None
+}
+
+/// What the two thread models share: a blocking listener, the registry of the connections
+/// they hold (for `max_conns` and the stop request) and the idle timeout.
+pub struct BlockingServer {
+    listener: TcpListener,
+    registry: Registry,
+    idle: Option<Duration>,
+}
+
+impl BlockingServer {
+    /// Listens on `ctx.config.addr` (one blocking listener).
+    pub fn bind(ctx: &crate::Ctx) -> io::Result<BlockingServer> {
+        let cfg = &ctx.config;
+        Ok(BlockingServer {
+            listener: listen(cfg.addr, cfg.backlog, false, false)?,
+            registry: Registry::new(cfg.max_conns),
+            idle: idle(cfg),
+        })
+    }
+
+    /// The next connection, counted accepted and registered ([`accept_registered`]); None
+    /// once the server is stopping.
+    pub fn accept(&self, ctx: &crate::Ctx) -> Option<(TcpStream, usize)> {
+        accept_registered(&self.listener, &self.registry, &ctx.shutdown, &ctx.stats)
+    }
+
+    /// Serves a connection until it ends ([`serve_blocking`]), then closes it.
+    pub fn serve(&self, ctx: &crate::Ctx, mut stream: TcpStream, key: usize) {
+        serve_blocking(
+            &mut stream,
+            &ctx.site,
+            &ctx.stats,
+            self.idle,
+            ctx.config.buffers,
+        );
+        self.close(&ctx.stats, stream, key);
+    }
+
+    /// Closes a connection and counts it closed, unregistered first so that the stop
+    /// request never shuts down a reused descriptor number.
+    pub fn close(&self, stats: &Stats, stream: TcpStream, key: usize) {
+        self.registry.remove(key);
+        drop(stream);
+        stats.conn_closed();
+    }
+
+    /// Forgets a registered connection that was never served (its socket is closed by the
+    /// caller, or already).
+    pub fn unregister(&self, key: usize) {
+        self.registry.remove(key);
+    }
+
+    /// Waits for the stop request, then shuts the listener down (waking the threads blocked
+    /// in `accept`) and every registered connection (waking those blocked in `read`).
+    pub fn stop_when_asked(&self, shutdown: &crate::Shutdown) {
+        wait_for_shutdown(shutdown);
+        shutdown_fd(self.listener.as_raw_fd());
+        self.registry.close_all();
+    }
 }
 
 /// `shutdown(2)` of both directions; wakes a thread blocked in `accept`/`read`/`write` on it.
@@ -366,8 +445,51 @@ impl Conn {
         }
     }
 
+    /// A connection a single-threaded readiness loop (select, poll) has just admitted: set
+    /// up (non-blocking, no Nagle), counted open and served as far as it goes at once. With
+    /// what it waits for next; None when it could not be set up (counted as an I/O error,
+    /// never open) or is already over (counted closed).
+    pub fn start(ctx: &crate::Ctx, stream: TcpStream, buf: &mut [u8]) -> Option<(Conn, Want)> {
+        let stats = &*ctx.stats;
+        if prepare(&stream, true).is_err() {
+            stats.error(ErrorKind::Io);
+            return None;
+        }
+        stats.conn_opened();
+        let mut conn = Conn::new(stream, ctx.site.clone(), ctx.config.buffers.max_iov);
+        match conn.progress(buf, stats) {
+            Want::Close => {
+                stats.conn_closed();
+                None
+            }
+            want => Some((conn, want)),
+        }
+    }
+
     pub fn fd(&self) -> RawFd {
         self.stream.as_raw_fd()
+    }
+
+    /// This connection's part of one turn of a select or poll loop: `progress` when the
+    /// loop saw it ready, `Close` when it has been idle past its deadline (counted as a
+    /// timeout), None when neither.
+    pub fn turn(
+        &mut self,
+        ready: bool,
+        now: Instant,
+        idle: Option<Duration>,
+        buf: &mut [u8],
+        stats: &Stats,
+    ) -> Option<Want> {
+        if ready {
+            // POLLERR/POLLHUP too: the read or write inside `progress` reports it.
+            Some(self.progress(buf, stats))
+        } else if self.deadline(idle).is_some_and(|d| d <= now) {
+            stats.error(ErrorKind::Timeout);
+            Some(Want::Close)
+        } else {
+            None
+        }
     }
 
     /// Does all the I/O possible now without blocking: flushes pending bytes, then reads and

@@ -14,7 +14,6 @@ use std::os::fd::AsRawFd;
 use std::time::Instant;
 
 use crate::net::{self, Conn, Want};
-use crate::stats::ErrorKind;
 use crate::Ctx;
 
 /// `pollfds[0]` is the stop eventfd, `pollfds[1]` the listener, then one per connection.
@@ -76,25 +75,19 @@ pub fn run(ctx: &Ctx) -> io::Result<()> {
         let mut i = 0;
         while i < conns.len() {
             let p = &mut pollfds[FIRST_CONN + i];
-            let want = if p.revents != 0 {
-                // POLLERR/POLLHUP too: the read or write inside `progress` reports it.
-                conns[i].progress(&mut buf, stats)
-            } else if conns[i].deadline(idle).is_some_and(|d| d <= now) {
-                stats.error(ErrorKind::Timeout);
-                Want::Close
-            } else {
-                i += 1;
-                continue;
-            };
-            if want == Want::Close {
-                conns.swap_remove(i);
-                pollfds.swap_remove(FIRST_CONN + i);
-                stats.conn_closed();
-                // The last entry moved to `i`, with this turn's revents: look at it next.
-            } else {
-                p.events = events(want);
-                p.revents = 0;
-                i += 1;
+            match conns[i].turn(p.revents != 0, now, idle, &mut buf, stats) {
+                None => i += 1,
+                Some(Want::Close) => {
+                    conns.swap_remove(i);
+                    pollfds.swap_remove(FIRST_CONN + i);
+                    stats.conn_closed();
+                    // The last entry moved to `i`, with this turn's revents: look at it next.
+                }
+                Some(want) => {
+                    p.events = events(want);
+                    p.revents = 0;
+                    i += 1;
+                }
             }
         }
         if pollfds[1].revents != 0
@@ -118,38 +111,18 @@ fn accept_all(
     pollfds: &mut Vec<libc::pollfd>,
     buf: &mut [u8],
 ) -> bool {
-    let stats = &*ctx.stats;
-    loop {
-        let stream = match listener.accept() {
-            Ok((s, _)) => s,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
-            Err(e) if net::transient_accept_error(&e) => continue,
-            Err(e) => {
-                stats.io_error(&e);
-                return false;
-            }
-        };
-        stats.accepted();
+    net::accept_all(listener, &ctx.stats, |stream| {
         if conns.len() >= ctx.config.max_conns {
-            stats.refused();
-            continue;
+            ctx.stats.refused();
+            return;
         }
-        if net::prepare(&stream, true).is_err() {
-            stats.error(ErrorKind::Io);
-            continue;
+        if let Some((conn, want)) = Conn::start(ctx, stream, buf) {
+            pollfds.push(libc::pollfd {
+                fd: conn.fd(),
+                events: events(want),
+                revents: 0,
+            });
+            conns.push(conn);
         }
-        stats.conn_opened();
-        let mut conn = Conn::new(stream, ctx.site.clone(), ctx.config.buffers.max_iov);
-        match conn.progress(buf, stats) {
-            Want::Close => stats.conn_closed(),
-            want => {
-                pollfds.push(libc::pollfd {
-                    fd: conn.fd(),
-                    events: events(want),
-                    revents: 0,
-                });
-                conns.push(conn);
-            }
-        }
-    }
+    })
 }

@@ -20,7 +20,6 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::Instant;
 
 use crate::net::{self, Conn, Want};
-use crate::stats::ErrorKind;
 use crate::Ctx;
 
 /// Largest descriptor number + 1 that `select` can watch.
@@ -134,20 +133,15 @@ pub fn run(ctx: &Ctx) -> io::Result<()> {
             let Some(s) = &mut slots[fd as usize] else {
                 continue;
             };
-            let want = if rset.contains(fd) || wset.contains(fd) {
-                s.conn.progress(&mut buf, stats)
-            } else if s.conn.deadline(idle).is_some_and(|d| d <= now) {
-                stats.error(ErrorKind::Timeout);
-                Want::Close
-            } else {
-                continue;
-            };
-            if want == Want::Close {
-                slots[fd as usize] = None;
-                held -= 1;
-                stats.conn_closed();
-            } else {
-                s.want = want;
+            let ready = rset.contains(fd) || wset.contains(fd);
+            match s.conn.turn(ready, now, idle, &mut buf, stats) {
+                None => {}
+                Some(Want::Close) => {
+                    slots[fd as usize] = None;
+                    held -= 1;
+                    stats.conn_closed();
+                }
+                Some(want) => s.want = want,
             }
         }
     }
@@ -158,7 +152,8 @@ pub fn run(ctx: &Ctx) -> io::Result<()> {
 }
 
 /// Accepts every connection waiting in the queue; serves each as far as it goes at once.
-/// False when accepting failed for a reason that will not go away at once (EMFILE, ...).
+/// False when accepting failed for a reason that will not go away at once (EMFILE, ...):
+/// the rest is left in the queue for a later turn.
 fn accept_all(
     ctx: &Ctx,
     listener: &std::net::TcpListener,
@@ -166,36 +161,15 @@ fn accept_all(
     held: &mut usize,
     buf: &mut [u8],
 ) -> bool {
-    let stats = &*ctx.stats;
-    loop {
-        let stream = match listener.accept() {
-            Ok((s, _)) => s,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
-            Err(e) if net::transient_accept_error(&e) => continue,
-            Err(e) => {
-                // EMFILE and the like: leave the rest in the queue for the next turn.
-                stats.io_error(&e);
-                return false;
-            }
-        };
-        stats.accepted();
+    net::accept_all(listener, &ctx.stats, |stream| {
         let fd = stream.as_raw_fd();
         if fd as usize >= FD_SETSIZE || *held >= ctx.config.max_conns {
-            stats.refused();
-            continue;
+            ctx.stats.refused();
+            return;
         }
-        if net::prepare(&stream, true).is_err() {
-            stats.error(ErrorKind::Io);
-            continue;
+        if let Some((conn, want)) = Conn::start(ctx, stream, buf) {
+            slots[fd as usize] = Some(Slot { conn, want });
+            *held += 1;
         }
-        stats.conn_opened();
-        let mut conn = Conn::new(stream, ctx.site.clone(), ctx.config.buffers.max_iov);
-        match conn.progress(buf, stats) {
-            Want::Close => stats.conn_closed(),
-            want => {
-                slots[fd as usize] = Some(Slot { conn, want });
-                *held += 1;
-            }
-        }
-    }
+    })
 }

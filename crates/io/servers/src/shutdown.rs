@@ -14,10 +14,8 @@ pub struct Shutdown {
 impl Shutdown {
     pub fn new() -> std::io::Result<Arc<Shutdown>> {
         // SAFETY: eventfd returns a new descriptor we own, or -1.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+        let fd =
+            iolab_sys::cvt(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
         Ok(Arc::new(Shutdown {
             flag: AtomicBool::new(false),
             // SAFETY: fd is a fresh descriptor owned by nobody else.

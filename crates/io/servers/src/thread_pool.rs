@@ -15,10 +15,9 @@
 //! exclusive wait queue), so there is no thundering herd. A stop request `shutdown(2)`s the
 //! listener, which makes every blocked `accept` fail at once, and every open connection.
 
-use std::os::fd::AsRawFd;
 use std::thread;
 
-use crate::net::{self, Registry};
+use crate::net::{self, BlockingServer};
 use crate::stats::ErrorKind;
 use crate::Ctx;
 
@@ -35,30 +34,22 @@ pub fn workers(config: &crate::Config) -> usize {
 }
 
 pub fn run(ctx: &Ctx) -> std::io::Result<()> {
-    let cfg = &ctx.config;
-    let listener = net::listen(cfg.addr, cfg.backlog, false, false)?;
-    let registry = Registry::new(cfg.max_conns);
-    let idle = net::idle(cfg);
-    let (site, stats) = (&ctx.site, &*ctx.stats);
-    let n = workers(cfg);
+    let server = BlockingServer::bind(ctx)?;
+    let stats = &*ctx.stats;
+    let n = workers(&ctx.config);
 
     thread::scope(|scope| {
-        let (listener, registry) = (&listener, &registry);
+        let server = &server;
         let worker = move || {
-            while let Some((mut stream, key)) =
-                net::accept_registered(listener, registry, &ctx.shutdown, stats)
-            {
+            while let Some((stream, key)) = server.accept(ctx) {
                 stats.conn_opened();
                 match net::prepare(&stream, false) {
-                    Ok(()) => {
-                        net::serve_blocking(&mut stream, site, stats, idle, ctx.config.buffers)
+                    Ok(()) => server.serve(ctx, stream, key),
+                    Err(_) => {
+                        stats.error(ErrorKind::Io);
+                        server.close(stats, stream, key);
                     }
-                    Err(_) => stats.error(ErrorKind::Io),
                 }
-                // Unregister before closing, so `close_all` never sees a reused number.
-                registry.remove(key);
-                drop(stream);
-                stats.conn_closed();
             }
         };
         let mut failure = None;
@@ -81,9 +72,7 @@ pub fn run(ctx: &Ctx) -> std::io::Result<()> {
             // Stop the workers already started, then report.
             ctx.shutdown.trigger();
         }
-        net::wait_for_shutdown(&ctx.shutdown);
-        net::shutdown_fd(listener.as_raw_fd());
-        registry.close_all();
+        server.stop_when_asked(&ctx.shutdown);
         failure.map_or(Ok(()), Err)
     })
 }

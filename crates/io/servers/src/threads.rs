@@ -11,10 +11,9 @@
 //! listener (waking the blocked `accept`) and every open connection (waking blocked reads),
 //! then waits for every connection thread to finish.
 
-use std::os::fd::AsRawFd;
 use std::thread;
 
-use crate::net::{self, Registry};
+use crate::net::{self, BlockingServer};
 use crate::stats::ErrorKind;
 use crate::Ctx;
 
@@ -23,49 +22,33 @@ use crate::Ctx;
 pub const STACK: usize = 64 * 1024;
 
 pub fn run(ctx: &Ctx) -> std::io::Result<()> {
-    let cfg = &ctx.config;
-    let listener = net::listen(cfg.addr, cfg.backlog, false, false)?;
-    let registry = Registry::new(cfg.max_conns);
-    let idle = net::idle(cfg);
-    let (site, stats) = (&ctx.site, &*ctx.stats);
+    let server = BlockingServer::bind(ctx)?;
+    let stats = &*ctx.stats;
 
     // The scope joins every connection thread before `run` returns.
     thread::scope(|scope| {
-        let (listener, registry) = (&listener, &registry);
+        let server = &server;
         // The stop watcher: wakes the accept below and every blocked connection thread.
         thread::Builder::new()
             .name("stop-watcher".into())
-            .spawn_scoped(scope, move || {
-                net::wait_for_shutdown(&ctx.shutdown);
-                net::shutdown_fd(listener.as_raw_fd());
-                registry.close_all();
-            })?;
+            .spawn_scoped(scope, move || server.stop_when_asked(&ctx.shutdown))?;
 
-        while let Some((mut stream, key)) =
-            net::accept_registered(listener, registry, &ctx.shutdown, stats)
-        {
+        while let Some((stream, key)) = server.accept(ctx) {
             if net::prepare(&stream, false).is_err() {
-                registry.remove(key);
+                server.unregister(key);
                 stats.error(ErrorKind::Io);
                 continue;
             }
             stats.conn_opened();
             let spawned = thread::Builder::new()
                 .stack_size(STACK)
-                .spawn_scoped(scope, move || {
-                    net::serve_blocking(&mut stream, site, stats, idle, ctx.config.buffers);
-                    // Unregister before the descriptor is closed, so `close_all` never shuts
-                    // down a reused number.
-                    registry.remove(key);
-                    drop(stream);
-                    stats.conn_closed();
-                });
+                .spawn_scoped(scope, move || server.serve(ctx, stream, key));
             if spawned.is_err() {
                 // At the thread limit (EAGAIN): the closure and its socket are already
                 // dropped. The registry entry is removed just after; the only exposure is a
                 // stop request in between shutting down a reused descriptor number, while
                 // the whole server is stopping anyway.
-                registry.remove(key);
+                server.unregister(key);
                 stats.conn_closed();
                 stats.refused();
             }
