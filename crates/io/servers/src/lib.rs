@@ -58,13 +58,17 @@ pub mod poll;
 pub mod runtime;
 pub mod select;
 pub mod spec;
+#[cfg(test)]
+mod testing;
 pub mod thread_pool;
 pub mod threads;
 pub mod uring;
 pub mod uring_accept_sync;
 pub mod uring_callback;
 pub mod uring_common;
+pub(crate) mod uring_conn;
 pub mod uring_fixed;
+pub(crate) mod uring_worker;
 
 pub use shutdown::Shutdown;
 

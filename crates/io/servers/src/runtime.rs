@@ -262,7 +262,7 @@ async fn serve(stream: &TcpStream, env: &Env, stop: &Stop) {
 mod tests {
     #[test]
     fn slow_file_reads_hold_up_only_their_connection() {
-        crate::uring_common::slow_disk::slow_reads_hold_up_only_their_connection(
+        crate::testing::slow_reads_hold_up_only_their_connection(
             super::run,
             crate::AcceptMode::Async,
         );

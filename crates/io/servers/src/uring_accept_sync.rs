@@ -12,9 +12,9 @@
 //!   and posts the descriptor into a worker's ring with `IORING_OP_MSG_RING` (round robin
 //!   over the workers): the worker sees a completion whose result is the socket, exactly as
 //!   iocp1's loop dequeued a packet;
-//! - every worker runs the `uring` (iocp2) event loop and connection state machine
-//!   unchanged, minus its own accepts (`Source::Handoff` in `uring`): the comparison
-//!   between the two models is the comparison of the two ways to accept.
+//! - every worker runs the `uring` (iocp2) event loop, connection state machine and store
+//!   unchanged, minus its own accepts (`Source::Handoff` in [`crate::uring_worker`]): the
+//!   comparison between the two models is the comparison of the two ways to accept.
 //!
 //! When it stops, the accept thread posts a last message ("no more sockets") into every
 //! ring; a worker returns only after it, so that no socket can be posted into a ring that
@@ -28,8 +28,9 @@ use std::time::Duration;
 use io_uring::{opcode, types, IoUring};
 
 use crate::stats::ErrorKind;
-use crate::uring::{token, Op, Source, Worker};
+use crate::uring::Boxes;
 use crate::uring_common::{self as common, Gate};
+use crate::uring_worker::{token, Op, Source, Worker};
 use crate::Ctx;
 
 /// What each thread of the server is.
@@ -60,8 +61,10 @@ pub fn run(ctx: &Ctx) -> io::Result<()> {
             accept_thread(ctx, &gate, &listener, *ring, n, rings)
         }
         Role::Worker(tx) => {
-            let worker = common::ring()
-                .and_then(|ring| Worker::with_ring(ctx, &gate, Source::Handoff, ring));
+            let worker = common::ring().map(|ring| {
+                let store = Boxes::new(ctx.config.buffers);
+                Worker::new(ctx, &gate, Source::Handoff, ring, store)
+            });
             match worker {
                 Ok(w) => {
                     let _ = tx.send(Ok(w.ring_fd()));
@@ -154,29 +157,23 @@ fn accept_loop(
         }
         // Take every connection queued now.
         loop {
-            // SAFETY: accept4 on our listener, no peer address asked for.
-            let fd = unsafe {
-                libc::accept4(
-                    listener,
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                    libc::SOCK_CLOEXEC,
-                )
-            };
-            if fd < 0 {
-                let e = io::Error::last_os_error();
-                match e.raw_os_error() {
-                    Some(libc::EAGAIN | libc::EINTR | libc::ECONNABORTED | libc::EPROTO) => {}
-                    Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
-                        // Out of descriptors or memory: the connection waits in the backlog;
-                        // pause rather than spin on a listener that stays readable.
-                        ctx.stats.error(ErrorKind::Io);
-                        std::thread::sleep(Duration::from_millis(10));
+            let fd = match common::accept(listener) {
+                Ok(fd) => fd,
+                Err(e) => {
+                    match e.raw_os_error() {
+                        Some(libc::EAGAIN | libc::EINTR | libc::ECONNABORTED | libc::EPROTO) => {}
+                        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
+                            // Out of descriptors or memory: the connection waits in the
+                            // backlog; pause rather than spin on a listener that stays
+                            // readable.
+                            ctx.stats.error(ErrorKind::Io);
+                            std::thread::sleep(Duration::from_millis(10));
+                        }
+                        _ => return Err(io::Error::new(e.kind(), format!("accept failed: {e}"))),
                     }
-                    _ => return Err(io::Error::new(e.kind(), format!("accept failed: {e}"))),
+                    break;
                 }
-                break;
-            }
+            };
             ctx.stats.accepted();
             if !gate.enter() {
                 common::close_fd(fd);
@@ -224,24 +221,5 @@ fn post(ring: &mut IoUring, target: RawFd, res: i32, user_data: u64) -> io::Resu
 
 #[cfg(test)]
 mod serve_tests {
-    use crate::uring_common::testing::exercise;
-    use crate::AcceptMode;
-
-    #[test]
-    fn serves_one_worker() {
-        exercise(super::run, 1, AcceptMode::Async);
-    }
-
-    #[test]
-    fn serves_two_workers() {
-        exercise(super::run, 2, AcceptMode::Async);
-    }
-
-    #[test]
-    fn slow_file_reads_hold_up_only_their_connection() {
-        crate::uring_common::slow_disk::slow_reads_hold_up_only_their_connection(
-            super::run,
-            AcceptMode::Async,
-        );
-    }
+    crate::testing::serve_tests!(super::run);
 }

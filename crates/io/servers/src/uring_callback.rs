@@ -20,16 +20,20 @@
 //!   completed: the "alertable wait" of CR's blocking accept.
 //! - `--accept async` (CR-iocp): `AcceptEx` could not take a completion routine, so CR-iocp
 //!   accepted through a completion port and dispatched those packets in its main loop. Here:
-//!   [`uring::ACCEPTS_AHEAD`] accepts are posted with a plain tag instead of a callback, and
-//!   the loop handles them itself; everything else runs by callback.
+//!   [`ACCEPTS_AHEAD`](common::ACCEPTS_AHEAD) accepts are posted with a plain tag instead of
+//!   a callback, and the loop handles them itself; everything else runs by callback.
 //!
 //! File bytes (a cache miss, the chunks of a large file) are read with `IORING_OP_READ` and
 //! a completion routine too, like any client I/O: a slow disk delays only its connection.
 //!
+//! The connection's state machine is the one every io_uring model runs
+//! ([`crate::uring_conn`]: the same steps, the same rule for the next one); what is this
+//! model's own is that each step is a routine that owns the connection.
+//!
 //! The idle timeout, the stop request, and the accept-side events are the loop's own
 //! plumbing (tagged `user_data`, or callbacks on the loop); every client I/O is a callback.
 //! Idle timeout and shutdown: see [`crate::uring_common`] (a registry of open sockets per
-//! worker holds what the tick and the stop need: descriptor and time of last I/O).
+//! worker holds what the tick and the stop need: each connection's `uring_conn::Socket`).
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -41,8 +45,8 @@ use iolab_http::{FileRead, FileReads, Session, Site};
 use slab::Slab;
 
 use crate::stats::{ErrorKind, Stats};
-use crate::uring;
 use crate::uring_common::{self as common, Gate, StartLine};
+use crate::uring_conn::{self as conn, IoMemory, Next, Socket, Step};
 use crate::{AcceptMode, Ctx, Shutdown};
 
 pub fn run(ctx: &Ctx) -> io::Result<()> {
@@ -71,30 +75,15 @@ const ACCEPT: u64 = 1;
 const LISTENER_READY: u64 = 2;
 // Callback addresses are heap pointers, never 1 or 2.
 
-/// What the tick and the stop request need to know about an open connection.
-struct Entry {
-    fd: RawFd,
-    last_io: Instant,
-    /// Shut down by the worker (idle timeout or stop): no second shutdown.
-    shut: bool,
-    /// Its close is in flight: the descriptor may already be closed (and its number reused),
-    /// so the tick and the stop must leave it alone.
-    closing: bool,
-    /// Why it ends, counted when its close completes; None for an orderly end.
-    fault: Option<ErrorKind>,
-}
-
-/// A connection's state, owned by the callback of its operation in flight.
+/// A connection's state, owned by the callback of its operation in flight (what the tick
+/// and the stop request need, its `Socket`, is in the worker's registry).
 struct Conn {
     fd: RawFd,
-    /// Its entry in the worker's registry.
+    /// Its socket's entry in the worker's registry.
     key: usize,
     session: Session,
     buf: Box<[u8]>,
-    iov: Box<[libc::iovec]>,
-    msg: libc::msghdr,
-    /// The test hook's delay before a file read (see `uring_common::file_read_entries`).
-    delay: types::Timespec,
+    mem: IoMemory,
 }
 
 pub struct Loop {
@@ -107,7 +96,7 @@ pub struct Loop {
     stats: Arc<Stats>,
     shutdown: Arc<Shutdown>,
     gate: Arc<Gate>,
-    registry: Slab<Entry>,
+    registry: Slab<Socket>,
     in_flight: usize,
     /// `--accept async`: accepts posted now.
     accepts: usize,
@@ -151,16 +140,10 @@ impl Loop {
         entry: squeue::Entry,
         routine: impl FnOnce(&mut Loop, i32) -> io::Result<()> + 'static,
     ) -> io::Result<u64> {
-        let routine: Box<Routine> = Box::new(Box::new(routine));
-        let ptr = Box::into_raw(routine);
-        let user_data = ptr as u64;
-        if let Err(e) = common::push(&mut self.ring, &entry.user_data(user_data)) {
-            // SAFETY: ptr came from Box::into_raw just above and the entry was not queued.
-            drop(unsafe { Box::from_raw(ptr) });
-            return Err(e);
-        }
-        self.in_flight += 1;
-        Ok(user_data)
+        self.submit_routine(
+            |ring, user_data| common::push(ring, &entry.user_data(user_data)),
+            routine,
+        )
     }
 
     /// As [`Loop::submit`], for a file read (possibly two linked entries).
@@ -169,11 +152,22 @@ impl Loop {
         entries: common::FileReadEntries,
         routine: impl FnOnce(&mut Loop, i32) -> io::Result<()> + 'static,
     ) -> io::Result<u64> {
+        self.submit_routine(|ring, user_data| entries.push(ring, user_data), routine)
+    }
+
+    /// Boxes `routine`, queues with `push` the entries whose completion runs it (their
+    /// `user_data` is the box's address), and counts them in flight.
+    fn submit_routine(
+        &mut self,
+        push: impl FnOnce(&mut IoUring, u64) -> io::Result<()>,
+        routine: impl FnOnce(&mut Loop, i32) -> io::Result<()> + 'static,
+    ) -> io::Result<u64> {
         let routine: Box<Routine> = Box::new(Box::new(routine));
         let ptr = Box::into_raw(routine);
         let user_data = ptr as u64;
-        if let Err(e) = entries.push(&mut self.ring, user_data) {
-            // SAFETY: ptr came from Box::into_raw just above and the read was not queued.
+        if let Err(e) = push(&mut self.ring, user_data) {
+            // SAFETY: ptr came from Box::into_raw just above and no entry that completes was
+            // queued with it.
             drop(unsafe { Box::from_raw(ptr) });
             return Err(e);
         }
@@ -242,11 +236,8 @@ impl Loop {
     /// CR-iocp: accepts posted ahead, re-posted as they complete.
     fn post_accepts(&mut self) -> io::Result<()> {
         let fd = self.listener.as_raw_fd();
-        while !self.stopping && self.accepts < uring::ACCEPTS_AHEAD {
-            let e = opcode::Accept::new(types::Fd(fd), std::ptr::null_mut(), std::ptr::null_mut())
-                .flags(libc::SOCK_CLOEXEC)
-                .build();
-            self.submit_tagged(e, ACCEPT)?;
+        while !self.stopping && self.accepts < common::ACCEPTS_AHEAD {
+            self.submit_tagged(common::accept_entry(fd), ACCEPT)?;
             self.accepts += 1;
         }
         Ok(())
@@ -254,15 +245,11 @@ impl Loop {
 
     fn on_accept(&mut self, res: i32) -> io::Result<()> {
         self.accepts -= 1;
-        if res < 0 {
-            if res != -libc::ECANCELED {
-                // Re-posted at the next tick, not at once (EMFILE would make it spin).
-                self.stats.error(common::error_kind(res));
-            }
+        let Some(fd) = common::accepted(res, &self.stats) else {
             return Ok(());
-        }
+        };
         self.post_accepts()?;
-        self.take(res)
+        self.take(fd)
     }
 
     /// CR: accept synchronously until the kernel's queue is empty, then wait (in the ring)
@@ -270,20 +257,13 @@ impl Loop {
     fn accept_sync(&mut self) -> io::Result<()> {
         let listener = self.listener.as_raw_fd();
         while !self.stopping {
-            // SAFETY: accept4 on our non-blocking listener, no peer address asked for.
-            let fd = unsafe {
-                libc::accept4(
-                    listener,
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                    libc::SOCK_CLOEXEC,
-                )
+            let e = match common::accept(listener) {
+                Ok(fd) => {
+                    self.take(fd)?;
+                    continue;
+                }
+                Err(e) => e,
             };
-            if fd >= 0 {
-                self.take(fd)?;
-                continue;
-            }
-            let e = io::Error::last_os_error();
             match e.raw_os_error() {
                 Some(libc::EAGAIN) => break,
                 Some(libc::EINTR | libc::ECONNABORTED | libc::EPROTO) => continue,
@@ -312,39 +292,29 @@ impl Loop {
             return Ok(());
         }
         self.stats.conn_opened();
-        let key = self.registry.insert(Entry {
-            fd,
-            last_io: self.now,
-            shut: false,
-            closing: false,
-            fault: None,
-        });
+        let key = self.registry.insert(Socket::new(fd, self.now));
         let conn = Box::new(Conn {
             fd,
             key,
             session: Session::with_file_reads(Arc::clone(&self.site), FileReads::Caller),
             buf: vec![0u8; self.buffers.read_buf].into_boxed_slice(),
-            iov: common::empty_iovecs(self.buffers.max_iov),
-            msg: common::empty_msghdr(),
-            delay: types::Timespec::new(),
+            mem: IoMemory::new(self.buffers.max_iov),
         });
         receive(self, conn)
     }
 
-    /// Notes progress on a connection and, for a failed operation, why it ends.
-    fn touch(&mut self, key: usize, res: i32) {
-        let now = self.now;
-        let e = &mut self.registry[key];
-        e.last_io = now;
-        if res < 0 && e.fault.is_none() {
-            e.fault = Some(common::error_kind(res));
-        }
+    /// The connection's socket in the registry, now waiting for `step`.
+    fn step(&mut self, conn: &Conn, step: Step) -> &mut Socket {
+        let socket = &mut self.registry[conn.key];
+        socket.step = step;
+        socket
     }
 }
 
 // --- one connection, callback by callback ------------------------------------------------------
 
 fn receive(lp: &mut Loop, mut conn: Box<Conn>) -> io::Result<()> {
+    lp.step(&conn, Step::Receiving);
     // The buffer is a boxed slice owned by `conn`, which the callback owns until it runs, after
     // the receive has completed.
     let e = opcode::Recv::new(
@@ -358,107 +328,69 @@ fn receive(lp: &mut Loop, mut conn: Box<Conn>) -> io::Result<()> {
 }
 
 fn on_received(lp: &mut Loop, mut conn: Box<Conn>, res: i32) -> io::Result<()> {
-    lp.touch(conn.key, res);
-    if res <= 0 {
-        // 0: the peer closed (or our shutdown at an idle timeout or stop).
+    let Some(n) = lp.registry[conn.key].received(res, lp.now) else {
         return close(lp, conn);
-    }
+    };
     let stats = &lp.stats;
     let Conn { session, buf, .. } = &mut *conn;
-    session.feed(&buf[..res as usize], |status| stats.response(status));
+    session.feed(&buf[..n], |status| stats.response(status));
     next(lp, conn)
 }
 
-/// After a receive, a send or a file read: read the file bytes the session waits for, else
-/// send what is pending, else close if the session is over, else receive the next request.
+/// After a receive, a send or a file read (see [`conn::next`]).
 fn next(lp: &mut Loop, mut conn: Box<Conn>) -> io::Result<()> {
-    if lp.stopping {
-        close(lp, conn)
-    } else if let Some(job) = conn.session.file_read() {
-        read_file(lp, conn, job)
-    } else if conn.session.has_pending() {
-        send(lp, conn)
-    } else if conn.session.should_close() {
-        close(lp, conn)
-    } else {
-        receive(lp, conn)
+    match conn::next(&mut conn.session, lp.stopping) {
+        Next::ReadFile(job) => read_file(lp, conn, job),
+        Next::Send => send(lp, conn),
+        Next::Close => close(lp, conn),
+        Next::Receive => receive(lp, conn),
     }
 }
 
 fn send(lp: &mut Loop, mut conn: Box<Conn>) -> io::Result<()> {
-    let n = common::fill_iovecs(&conn.session, &mut conn.iov);
-    if n == 0 {
+    // The memory is inside the boxed Conn (moving the box does not move it), which the
+    // callback owns until the send has completed.
+    let Some(e) = conn.mem.send(&conn.session, conn.fd) else {
         return close(lp, conn);
-    }
-    conn.msg.msg_iov = conn.iov.as_mut_ptr();
-    conn.msg.msg_iovlen = n;
-    // msghdr and iovecs are inside the boxed Conn (moving the box does not move them); the
-    // bytes are the session's pending chunks, untouched until the callback runs.
-    let e = opcode::SendMsg::new(types::Fd(conn.fd), &conn.msg)
-        .flags(common::SEND_FLAGS)
-        .build();
+    };
+    lp.step(&conn, Step::Sending);
     lp.submit(e, move |lp, res| on_sent(lp, conn, res))?;
     Ok(())
 }
 
 fn read_file(lp: &mut Loop, mut conn: Box<Conn>, job: FileRead) -> io::Result<()> {
-    let mut buf = vec![0u8; job.len()];
-    // The routine owns the buffer's heap block and the job (the open descriptor) until the
-    // read completes; `delay` is in the boxed Conn, which does not move when the box does.
-    let entries = common::file_read_entries(&job, &mut buf, &mut conn.delay);
-    lp.submit_with(entries, move |lp, res| {
-        on_file_read(lp, conn, job, buf, res)
-    })?;
+    lp.step(&conn, Step::ReadingFile);
+    // The routine owns the boxed Conn, and so the read's buffer, its job (the open
+    // descriptor) and its delay, until the read completes; moving the box moves none of them.
+    let entries = conn.mem.read_file(job);
+    lp.submit_with(entries, move |lp, res| on_file_read(lp, conn, res))?;
     Ok(())
 }
 
-fn on_file_read(
-    lp: &mut Loop,
-    mut conn: Box<Conn>,
-    job: FileRead,
-    mut buf: Vec<u8>,
-    res: i32,
-) -> io::Result<()> {
-    drop(job);
-    let result = if res < 0 {
-        Err(io::Error::from_raw_os_error(-res))
-    } else {
-        buf.truncate(res as usize);
-        Ok(buf)
-    };
-    let stats = &lp.stats;
-    conn.session
-        .file_read_done(result, |status| stats.response(status));
+fn on_file_read(lp: &mut Loop, mut conn: Box<Conn>, res: i32) -> io::Result<()> {
+    let Conn { session, mem, .. } = &mut *conn;
+    if !mem.file_read_done(res, session, &lp.stats) {
+        return close(lp, conn);
+    }
     next(lp, conn)
 }
 
 fn on_sent(lp: &mut Loop, mut conn: Box<Conn>, res: i32) -> io::Result<()> {
-    lp.touch(conn.key, res);
-    if res <= 0 {
-        if res == 0 {
-            let e = &mut lp.registry[conn.key];
-            e.fault.get_or_insert(ErrorKind::Io);
-        }
+    let Some(n) = lp.registry[conn.key].sent(res, lp.now) else {
         return close(lp, conn);
-    }
-    let stats = &lp.stats;
-    conn.session.advance(res as usize);
-    // The requests held back while the queue was full (backpressure) are answered now.
-    conn.session.resume(|status| stats.response(status));
+    };
+    conn::advance(&mut conn.session, n, &lp.stats);
     next(lp, conn)
 }
 
 fn close(lp: &mut Loop, conn: Box<Conn>) -> io::Result<()> {
-    lp.registry[conn.key].closing = true;
-    let e = opcode::Close::new(types::Fd(conn.fd)).build();
+    lp.step(&conn, Step::Closing);
+    let e = conn::close_entry(conn.fd);
     lp.submit(e, move |lp, _| {
-        let entry = lp.registry.remove(conn.key);
-        if let Some(kind) = entry.fault {
-            lp.stats.error(kind);
-        }
-        lp.stats.conn_closed();
-        lp.gate.leave();
+        let key = conn.key;
+        // Everything the connection holds is released before it is counted closed.
         drop(conn);
+        lp.registry.remove(key).closed(&lp.stats, &lp.gate);
         Ok(())
     })?;
     Ok(())
@@ -478,12 +410,8 @@ fn on_tick(lp: &mut Loop) -> io::Result<()> {
         return Ok(());
     }
     let (now, idle) = (lp.now, lp.idle_timeout);
-    for (_, e) in lp.registry.iter_mut() {
-        if !e.shut && !e.closing && common::idle_expired(now, e.last_io, idle) {
-            common::shutdown_socket(e.fd);
-            e.shut = true;
-            e.fault = Some(ErrorKind::Timeout);
-        }
+    for (_, socket) in lp.registry.iter_mut() {
+        socket.shut_if_idle(now, idle);
     }
     match lp.mode {
         AcceptMode::Async => lp.post_accepts()?,
@@ -493,31 +421,27 @@ fn on_tick(lp: &mut Loop) -> io::Result<()> {
 }
 
 fn arm_stop(lp: &mut Loop) -> io::Result<()> {
-    let e = opcode::PollAdd::new(types::Fd(lp.shutdown.fd()), libc::POLLIN as u32).build();
-    lp.submit(e, |lp, _| on_stop(lp))?;
+    lp.submit(common::stop_entry(&lp.shutdown), |lp, _| on_stop(lp))?;
     Ok(())
 }
 
 fn on_stop(lp: &mut Loop) -> io::Result<()> {
     lp.stopping = true;
-    let cancel = types::CancelBuilder::fd(types::Fd(lp.listener.as_raw_fd())).all();
-    lp.submit(opcode::AsyncCancel2::new(cancel).build(), |_, _| Ok(()))?;
+    let cancel = common::cancel_accepts_entry(lp.listener.as_raw_fd());
+    lp.submit(cancel, |_, _| Ok(()))?;
     lp.submit(
         opcode::TimeoutRemove::new(lp.tick_user_data).build(),
         |_, _| Ok(()),
     )?;
-    for (_, e) in lp.registry.iter_mut() {
-        if !e.shut && !e.closing {
-            common::shutdown_socket(e.fd);
-            e.shut = true;
-        }
+    for (_, socket) in lp.registry.iter_mut() {
+        socket.shut_for_stop();
     }
     Ok(())
 }
 
 #[cfg(test)]
 mod serve_tests {
-    use crate::uring_common::testing::exercise;
+    use crate::testing::exercise;
     use crate::AcceptMode;
 
     #[test]
@@ -528,7 +452,7 @@ mod serve_tests {
 
     #[test]
     fn slow_file_reads_hold_up_only_their_connection() {
-        use crate::uring_common::slow_disk::slow_reads_hold_up_only_their_connection as check;
+        use crate::testing::slow_reads_hold_up_only_their_connection as check;
         check(super::run, AcceptMode::Sync);
         check(super::run, AcceptMode::Async);
     }

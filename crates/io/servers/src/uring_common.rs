@@ -1,6 +1,9 @@
 //! Plumbing shared by the four io_uring models (`uring-accept-sync`, `uring`, `uring-fixed`,
 //! `uring-callback`): listening sockets, ring creation, the connection limit shared by the
-//! worker threads, the scatter list for a response, and the counters.
+//! worker threads, the scatter list for a response, the entries every model builds alike
+//! (accept, its cancel, the stop's poll, a file read) and the counters. A connection's state
+//! machine is [`crate::uring_conn`]'s; the event loop of the models that find a connection by
+//! its key in `user_data` is [`crate::uring_worker`]'s.
 //!
 //! Nothing here decides how a model accepts, stores its connections or dispatches its
 //! completions: that is what the models differ in, and each module keeps it in view.
@@ -26,6 +29,7 @@ use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use iolab_sys::cvt;
 
 use crate::stats::ErrorKind;
 use crate::{Ctx, Shutdown};
@@ -34,6 +38,10 @@ use crate::{Ctx, Shutdown};
 /// a burst of completions (one per connection) rarely overflows it (and when it does, the
 /// kernel keeps the overflow: IORING_FEAT_NODROP).
 pub const RING_ENTRIES: u32 = 1024;
+
+/// Accepts kept in flight on each worker's listener by the models that accept on the ring,
+/// as iocp2 kept `AcceptEx` calls posted.
+pub const ACCEPTS_AHEAD: usize = 16;
 
 /// Resolves `workers` (0 = one per core).
 pub fn worker_count(workers: usize) -> usize {
@@ -59,10 +67,7 @@ pub fn bind(addr: SocketAddr, reuseport: bool, nonblocking: bool) -> io::Result<
         ty |= libc::SOCK_NONBLOCK;
     }
     // SAFETY: plain socket(2) call; the result is checked before use.
-    let fd = unsafe { libc::socket(domain, ty, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let fd = cvt(unsafe { libc::socket(domain, ty, 0) })?;
     // SAFETY: fd is a fresh descriptor that nothing else owns.
     let sock = unsafe { OwnedFd::from_raw_fd(fd) };
     setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
@@ -74,10 +79,8 @@ pub fn bind(addr: SocketAddr, reuseport: bool, nonblocking: bool) -> io::Result<
     setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1)?;
     let (storage, len) = iolab_sys::sockaddr::to_raw(&addr);
     // SAFETY: storage holds a valid sockaddr of `len` bytes for this address family.
-    if unsafe { libc::bind(fd, &storage as *const _ as *const libc::sockaddr, len) } < 0 {
-        let e = io::Error::last_os_error();
-        return Err(io::Error::new(e.kind(), format!("cannot bind {addr}: {e}")));
-    }
+    cvt(unsafe { libc::bind(fd, &storage as *const _ as *const libc::sockaddr, len) })
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot bind {addr}: {e}")))?;
     Ok(sock)
 }
 
@@ -89,16 +92,12 @@ pub fn bind(addr: SocketAddr, reuseport: bool, nonblocking: bool) -> io::Result<
 pub fn start_listening(sock: &OwnedFd, backlog: u32) -> io::Result<()> {
     let backlog = backlog.min(i32::MAX as u32) as i32;
     // SAFETY: listen(2) on our own socket.
-    if unsafe { libc::listen(sock.as_raw_fd(), backlog) } < 0 {
-        let e = io::Error::last_os_error();
+    cvt(unsafe { libc::listen(sock.as_raw_fd(), backlog) }).map_err(|e| {
         let at = local_addr(sock.as_raw_fd())
             .map(|a| a.to_string())
             .unwrap_or_default();
-        return Err(io::Error::new(
-            e.kind(),
-            format!("cannot listen on {at}: {e}"),
-        ));
-    }
+        io::Error::new(e.kind(), format!("cannot listen on {at}: {e}"))
+    })?;
     Ok(())
 }
 
@@ -127,7 +126,7 @@ pub use iolab_sys::sockaddr::local_addr;
 
 fn setsockopt_int(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()> {
     // SAFETY: value is a live i32 and its size is passed.
-    let r = unsafe {
+    cvt(unsafe {
         libc::setsockopt(
             fd,
             level,
@@ -135,12 +134,8 @@ fn setsockopt_int(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()
             &value as *const i32 as *const libc::c_void,
             std::mem::size_of::<i32>() as libc::socklen_t,
         )
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
+    })?;
+    Ok(())
 }
 
 /// A ring for one worker thread.
@@ -184,6 +179,44 @@ pub fn push(ring: &mut IoUring, entry: &squeue::Entry) -> io::Result<()> {
         }
         submit(ring)?;
     }
+}
+
+/// An accept on `listener` (the caller sets the `user_data`). No peer address is asked for
+/// (null pointers): nothing to keep alive.
+pub fn accept_entry(listener: RawFd) -> squeue::Entry {
+    opcode::Accept::new(
+        types::Fd(listener),
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+    )
+    .flags(libc::SOCK_CLOEXEC)
+    .build()
+}
+
+/// The cancel of every accept in flight on `listener`, at shutdown.
+pub fn cancel_accepts_entry(listener: RawFd) -> squeue::Entry {
+    let cancel = types::CancelBuilder::fd(types::Fd(listener)).all();
+    opcode::AsyncCancel2::new(cancel).build()
+}
+
+/// The POLL_ADD that completes when the server's stop is requested.
+pub fn stop_entry(shutdown: &Shutdown) -> squeue::Entry {
+    opcode::PollAdd::new(types::Fd(shutdown.fd()), libc::POLLIN as u32).build()
+}
+
+/// A synchronous `accept4` on `listener` (no peer address, close-on-exec): the accept of the
+/// models that take sockets outside the ring (`uring-accept-sync`'s accept thread,
+/// `uring-callback --accept sync`).
+pub fn accept(listener: RawFd) -> io::Result<RawFd> {
+    // SAFETY: accept4 on the caller's listener, no peer address asked for.
+    cvt(unsafe {
+        libc::accept4(
+            listener,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            libc::SOCK_CLOEXEC,
+        )
+    })
 }
 
 /// `user_data` of an entry that must never complete visibly (the linked delay of
@@ -381,6 +414,19 @@ pub fn shutdown_socket(fd: RawFd) {
 pub fn close_fd(fd: RawFd) {
     // SAFETY: the caller owns fd and forgets it after this call.
     unsafe { libc::close(fd) };
+}
+
+/// An accept posted on the ring completed with `res`: the socket, or None after an error,
+/// counted unless it is the cancel at shutdown. The failed accept is re-posted at the next
+/// tick rather than at once, which would spin while the condition (EMFILE...) lasts.
+pub fn accepted(res: i32, stats: &crate::Stats) -> Option<RawFd> {
+    if res >= 0 {
+        return Some(res);
+    }
+    if res != -libc::ECANCELED {
+        stats.error(error_kind(res));
+    }
+    None
 }
 
 /// Why a connection ended badly, from a negative completion result.
@@ -597,363 +643,5 @@ mod tests {
             shutdown.trigger();
             h.join().unwrap();
         });
-    }
-}
-
-/// An in-process exercise of a model, shared by the io_uring models' unit tests (the common
-/// suite in tests/models.rs runs the `iolab` binary; this one also covers settings it does
-/// not pass, such as `--accept sync` and several workers).
-#[cfg(test)]
-pub(crate) mod testing {
-    use std::io::{self, Read, Write};
-    use std::net::{SocketAddr, TcpStream};
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::time::{Duration, Instant};
-
-    use crate::{AcceptMode, Config, Ctx, Stats};
-
-    /// Reads one response with a Content-Length body; returns (head, body).
-    fn response(s: &mut TcpStream) -> (String, Vec<u8>) {
-        let mut head = Vec::new();
-        let mut byte = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            s.read_exact(&mut byte).expect("response head");
-            head.push(byte[0]);
-        }
-        let head = String::from_utf8(head).unwrap();
-        let len: usize = head
-            .lines()
-            .find_map(|l| l.strip_prefix("Content-Length: "))
-            .and_then(|v| v.trim().parse().ok())
-            .expect("Content-Length");
-        let mut body = vec![0u8; len];
-        s.read_exact(&mut body).expect("response body");
-        (head, body)
-    }
-
-    /// Triggers the server's shutdown when dropped: also when the client side panics (a
-    /// failed assertion), so the scoped server thread ends and the test fails at once instead
-    /// of waiting forever for a server nobody stops.
-    struct StopOnDrop<'a>(&'a crate::Shutdown);
-    impl Drop for StopOnDrop<'_> {
-        fn drop(&mut self) {
-            self.0.trigger();
-        }
-    }
-
-    /// Serves a temp root with `run` (`workers` rings, `accept` mode), drives real requests
-    /// through it, stops it, and checks the answers and the counters.
-    pub(crate) fn exercise(run: fn(&Ctx) -> io::Result<()>, workers: usize, accept: AcceptMode) {
-        let ctx = serve_and(run, workers, accept, client);
-        let s = ctx.stats.snapshot();
-        assert_eq!(
-            (s.open, s.accepted, s.requests, s.refused),
-            (0, 2, 6, 0),
-            "{s:?}"
-        );
-    }
-
-    /// The files `serve_and` serves: small.html and the 700 KB big.bin.
-    fn files() -> (Vec<u8>, Vec<u8>) {
-        let small = b"<html>uring unit</html>\n".to_vec();
-        let big: Vec<u8> = (0..700_000u32)
-            .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
-            .collect();
-        (small, big)
-    }
-
-    /// Serves a temp root holding `files()` with `run` while `client` runs against it (given
-    /// the first connection, made once the server is up, and the address), then
-    /// stops the server (also when `client` panics: the panic then ends the call promptly)
-    /// and returns the context, for its counters.
-    fn serve_and(
-        run: fn(&Ctx) -> io::Result<()>,
-        workers: usize,
-        accept: AcceptMode,
-        client: impl FnOnce(TcpStream, SocketAddr, &Ctx),
-    ) -> Ctx {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "iolab-uring-unit-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        // Removes the temp root however the call ends.
-        struct RemoveDir(std::path::PathBuf);
-        impl Drop for RemoveDir {
-            fn drop(&mut self) {
-                let _ = std::fs::remove_dir_all(&self.0);
-            }
-        }
-        std::fs::create_dir_all(&dir).unwrap();
-        let _remove = RemoveDir(dir.clone());
-        let (small, big) = files();
-        std::fs::write(dir.join("small.html"), &small).unwrap();
-        std::fs::write(dir.join("big.bin"), &big).unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let config = Config {
-            root: dir.clone(),
-            addr,
-            workers,
-            accept,
-            ..Config::default()
-        };
-        let ctx = Ctx::new(config, Stats::private()).unwrap();
-        let result = std::thread::scope(|s| {
-            let server = s.spawn(|| run(&ctx));
-            let stop = StopOnDrop(&ctx.shutdown);
-            let deadline = Instant::now() + Duration::from_secs(10);
-            let first = loop {
-                match TcpStream::connect(addr) {
-                    Ok(c) => break c,
-                    Err(e) => {
-                        assert!(
-                            Instant::now() < deadline && !server.is_finished(),
-                            "server not up: {e}"
-                        );
-                        std::thread::sleep(Duration::from_millis(10));
-                    }
-                }
-            };
-            client(first, addr, &ctx);
-            drop(stop);
-            server.join().expect("server thread panicked")
-        });
-        result.expect("model returned an error");
-        ctx
-    }
-
-    /// The requests `exercise` makes: keep-alive, pipelining, a client gone mid-response.
-    fn client(mut c: TcpStream, addr: SocketAddr, ctx: &Ctx) {
-        let (small, big) = files();
-        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        // Keep-alive: three requests on one connection.
-        for _ in 0..3 {
-            c.write_all(b"GET /small.html HTTP/1.1\r\nHost: t\r\n\r\n")
-                .unwrap();
-            let (head, body) = response(&mut c);
-            assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
-            assert_eq!(body, small);
-        }
-        // Two pipelined requests in one write, answered in order.
-        c.write_all(
-            b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\nGET /nope HTTP/1.1\r\nHost: t\r\n\r\n",
-        )
-        .unwrap();
-        let (head, body) = response(&mut c);
-        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
-        assert!(body == big, "700 KB body differs");
-        let (head, _) = response(&mut c);
-        assert!(head.starts_with("HTTP/1.1 404 "), "{head}");
-        // A client gone in the middle of the 700 KB response.
-        let mut d = TcpStream::connect(addr).unwrap();
-        d.write_all(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n")
-            .unwrap();
-        let mut some = [0u8; 100];
-        d.read_exact(&mut some).unwrap();
-        drop(d);
-        drop(c);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while ctx.stats.snapshot().open != 0 {
-            assert!(
-                Instant::now() < deadline,
-                "connections still open: {:?}",
-                ctx.stats.snapshot()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// A failing assertion on the client side ends the test promptly: the server is stopped
-    /// and the panic reaches the caller. (Before, the scoped server thread was never told to
-    /// stop and the test hung.) Run in a thread so a regression fails by a generous bound
-    /// instead of hanging the suite.
-    #[test]
-    fn a_failing_client_assertion_ends_the_test() {
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let outcome = std::panic::catch_unwind(|| {
-                serve_and(crate::uring::run, 1, AcceptMode::Async, |c, _, _| {
-                    // The connection stays open while the panic unwinds, as in a failing test.
-                    let _c = c;
-                    panic!("intentional client failure");
-                });
-            });
-            let _ = tx.send(outcome);
-        });
-        let outcome = rx
-            .recv_timeout(Duration::from_secs(120))
-            .expect("the failing exercise did not end within 120 s: the server was not stopped");
-        let err = outcome.expect_err("the client's panic must reach the caller");
-        let msg = err
-            .downcast_ref::<&str>()
-            .copied()
-            .map(str::to_owned)
-            .or_else(|| err.downcast_ref::<String>().cloned())
-            .unwrap_or_default();
-        assert!(msg.contains("intentional client failure"), "{msg}");
-    }
-}
-
-/// The check that a slow file read holds up only the connection waiting for it, shared by
-/// the models that read files through the ring or the blocking pool (the io_uring models and
-/// `runtime`).
-#[cfg(test)]
-pub(crate) mod slow_disk {
-    use std::io::{self, Read, Write};
-    use std::net::{SocketAddr, TcpStream};
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-    use std::sync::Arc;
-    use std::time::{Duration, Instant};
-
-    use crate::{AcceptMode, Config, Ctx, Shutdown, Stats};
-
-    /// The disk's injected slowness: every file read takes this much longer.
-    const DELAY: Duration = Duration::from_millis(400);
-
-    fn get(s: &mut TcpStream, path: &str) -> Vec<u8> {
-        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
-            .unwrap();
-        let mut head = Vec::new();
-        let mut byte = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            s.read_exact(&mut byte).expect("response head");
-            head.push(byte[0]);
-        }
-        let head = String::from_utf8(head).unwrap();
-        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{path}: {head}");
-        let len: usize = head
-            .lines()
-            .find_map(|l| l.strip_prefix("Content-Length: "))
-            .and_then(|v| v.trim().parse().ok())
-            .expect("Content-Length");
-        let mut body = vec![0u8; len];
-        s.read_exact(&mut body).expect("response body");
-        body
-    }
-
-    /// One loop (`workers` 1), a site whose files over 64 KiB are streamed, and a disk made
-    /// slow by [`DELAY`] once a small file is cached. A client asks for a file not cached (one
-    /// slow read), then for a streamed file (two slow chunk reads); meanwhile another client
-    /// keeps asking for the cached file on its keep-alive connection. Whatever the machine's
-    /// load, the other client must get several answers while the first waits (a model that
-    /// read on its loop would answer it at most once: its loop sleeps through each read), and
-    /// the slow answers must be exact and take at least the injected delay (the hook is
-    /// active).
-    pub(crate) fn slow_reads_hold_up_only_their_connection(
-        run: fn(&Ctx) -> io::Result<()>,
-        accept: AcceptMode,
-    ) {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "iolab-slow-disk-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        struct Cleanup(std::path::PathBuf);
-        impl Drop for Cleanup {
-            fn drop(&mut self) {
-                let _ = std::fs::remove_dir_all(&self.0);
-            }
-        }
-        std::fs::create_dir_all(&dir).unwrap();
-        let _cleanup = Cleanup(dir.clone());
-        let cached = b"<html>cached</html>\n".to_vec();
-        let miss: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 251) as u8).collect();
-        let big: Vec<u8> = (0..100_000u32)
-            .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
-            .collect();
-        std::fs::write(dir.join("cached.html"), &cached).unwrap();
-        std::fs::write(dir.join("miss.bin"), &miss).unwrap();
-        std::fs::write(dir.join("big.bin"), &big).unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let config = Config {
-            root: dir.clone(),
-            addr,
-            workers: 1,
-            accept,
-            ..Config::default()
-        };
-        let cache = iolab_http::CacheConfig {
-            max_cached_file: 64 * 1024,
-            revalidate_after: Duration::from_secs(3600),
-            ..iolab_http::CacheConfig::default()
-        };
-        let ctx = Ctx {
-            site: iolab_http::Site::with_cache(&dir, config.limits.clone(), cache).unwrap(),
-            config,
-            stats: Arc::new(Stats::private()),
-            shutdown: Shutdown::new().unwrap(),
-        };
-        /// Stops the server however the check ends, so that a failed assertion fails the
-        /// test instead of waiting forever for the server thread.
-        struct StopOnDrop<'a>(&'a Shutdown);
-        impl Drop for StopOnDrop<'_> {
-            fn drop(&mut self) {
-                self.0.trigger();
-            }
-        }
-        let result = std::thread::scope(|s| {
-            let server = s.spawn(|| run(&ctx));
-            let stop = StopOnDrop(&ctx.shutdown);
-            let deadline = Instant::now() + Duration::from_secs(10);
-            let mut fast = loop {
-                match TcpStream::connect(addr) {
-                    Ok(c) => break c,
-                    Err(e) => {
-                        assert!(Instant::now() < deadline, "server not up: {e}");
-                        std::thread::sleep(Duration::from_millis(10));
-                    }
-                }
-            };
-            fast.set_read_timeout(Some(Duration::from_secs(30)))
-                .unwrap();
-            assert_eq!(get(&mut fast, "/cached.html"), cached);
-            ctx.site.inject_read_delay(DELAY);
-            for (path, want) in [("/miss.bin", &miss), ("/big.bin", &big)] {
-                let done = Arc::new(AtomicBool::new(false));
-                let slow_done = Arc::clone(&done);
-                let slow = s.spawn(move || {
-                    let mut c = TcpStream::connect(addr).unwrap();
-                    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-                    let t0 = Instant::now();
-                    let body = get(&mut c, path);
-                    let took = t0.elapsed();
-                    slow_done.store(true, Ordering::SeqCst);
-                    (body, took)
-                });
-                let mut answered_meanwhile = 0;
-                while !done.load(Ordering::SeqCst) {
-                    assert_eq!(get(&mut fast, "/cached.html"), cached);
-                    if !done.load(Ordering::SeqCst) {
-                        answered_meanwhile += 1;
-                    }
-                }
-                let (body, took) = slow.join().unwrap();
-                assert!(body == *want, "{path}: bytes differ");
-                assert!(
-                    took >= DELAY,
-                    "{path} took {took:?}: the delay was not applied"
-                );
-                assert!(
-                    answered_meanwhile >= 3,
-                    "{path}: the cached file was answered only {answered_meanwhile} times in \
-                     the {took:?} a slow read took: the read stalled the loop"
-                );
-            }
-            drop(stop);
-            server.join().expect("server thread panicked")
-        });
-        result.expect("model returned an error");
     }
 }
