@@ -12,21 +12,17 @@ use iolab_servers::Ctx;
 
 use super::{choice_enum, parse_secs};
 
-choice_enum! {
-    /// Every model, in the order `iolab models` lists them.
-    #[value(rename_all = "kebab-case")]
-    pub enum Model => iolab_servers::Model {
-        Threads,
-        ThreadPool,
-        Select,
-        Poll,
-        Epoll,
-        UringAcceptSync,
-        Uring,
-        UringFixed,
-        UringCallback,
-        Runtime,
-    }
+/// `--model`'s values: the models' own names (`iolab models`), in their order, so a model
+/// added to the library is a flag value without a second list here.
+fn model_parser() -> impl clap::builder::TypedValueParser<Value = iolab_servers::Model> {
+    use clap::builder::TypedValueParser as _;
+    use iolab_servers::Model;
+    clap::builder::PossibleValuesParser::new(Model::ALL.map(Model::name)).map(|name| {
+        *Model::ALL
+            .iter()
+            .find(|m| m.name() == name)
+            .expect("the parser accepts only the models' names")
+    })
 }
 
 choice_enum! {
@@ -46,8 +42,8 @@ curl http://127.0.0.1:8080/index.html\n  iolab stats /tmp/iolab.stats --watch"
 )]
 pub struct ServeArgs {
     /// The I/O model (see `iolab models`).
-    #[arg(long, value_enum)]
-    pub model: Model,
+    #[arg(long, value_parser = model_parser())]
+    pub model: iolab_servers::Model,
     /// Directory to serve; `/` maps to it, a directory to its index.html. Nothing outside it
     /// is ever served (`..`, encoded dots, absolute paths and outward symlinks are refused).
     #[arg(long)]
@@ -110,7 +106,7 @@ impl ServeArgs {
     /// What to serve, as the library's spec (the one the lab launches `iolab serve` with).
     pub fn to_spec(&self) -> ServeSpec {
         ServeSpec {
-            model: self.model.into(),
+            model: self.model,
             root: self.root.clone(),
             addr: self.addr,
             workers: self.workers,
