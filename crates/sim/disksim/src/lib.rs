@@ -31,9 +31,9 @@ pub mod pagecache;
 mod pageset;
 pub mod record;
 pub mod report;
-pub mod scratch;
 pub mod request;
 pub mod sched;
+pub mod scratch;
 pub mod ssd;
 #[cfg(test)]
 pub(crate) mod testdev;
