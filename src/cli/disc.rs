@@ -351,15 +351,8 @@ fn check(
     let root = dir.join("www");
     iolab_disc::chain::write_payloads(&root, sizes)?;
     let chain = iolab_disc::chain::Chain::start(&iolab_disc::chain::ChainConfig {
-        root,
-        disc,
-        threshold: iolab_disc::proto::DEFAULT_THRESHOLD,
-        broken_dp: false,
-        loss_pct: 0.0,
         dp_send,
-        line: None,
-        stall: None,
-        no_ack_tap: false,
+        ..iolab_disc::chain::ChainConfig::new(root, disc)
     })?;
     println!(
         "chain up: client {} -> FE {} -> IS {} -> BE {} (DP {}), DISC {:?}",
@@ -406,17 +399,10 @@ fn measure(sizes: &[u64], requests: u64) -> anyhow::Result<()> {
         "mode", "size", "req/s", "FE bytes/req", "IS bytes/req"
     );
     for mode in [DiscMode::Off, DiscMode::Relay, DiscMode::Direct] {
-        let chain = iolab_disc::chain::Chain::start(&iolab_disc::chain::ChainConfig {
-            root: root.clone(),
-            disc: mode,
-            threshold: iolab_disc::proto::DEFAULT_THRESHOLD,
-            broken_dp: false,
-            loss_pct: 0.0,
-            dp_send: Default::default(),
-            line: None,
-            stall: None,
-            no_ack_tap: false,
-        })?;
+        let chain = iolab_disc::chain::Chain::start(&iolab_disc::chain::ChainConfig::new(
+            root.clone(),
+            mode,
+        ))?;
         for &size in sizes {
             let m = iolab_disc::chain::measure(&chain, size, requests, &dir)?;
             println!(

@@ -52,6 +52,24 @@ pub struct ChainConfig {
     pub no_ack_tap: bool,
 }
 
+impl ChainConfig {
+    /// The settings a chain starts from: the default threshold, a reachable DP with its
+    /// tap, DP's default send path, no loss, no delay line, the default stall time.
+    pub fn new(root: PathBuf, disc: DiscMode) -> ChainConfig {
+        ChainConfig {
+            root,
+            disc,
+            threshold: crate::proto::DEFAULT_THRESHOLD,
+            broken_dp: false,
+            loss_pct: 0.0,
+            dp_send: Default::default(),
+            line: None,
+            stall: None,
+            no_ack_tap: false,
+        }
+    }
+}
+
 pub struct Chain {
     /// The client's namespace (run curl, wrk, iolab load there).
     pub client_ns: String,

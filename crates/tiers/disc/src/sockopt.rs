@@ -56,10 +56,7 @@ pub fn set<T: Plain + ?Sized>(
             std::mem::size_of_val(v) as libc::socklen_t,
         )
     };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    iolab_sys::cvt(r).map(drop)
 }
 
 /// Offset of `tcpi_snd_wnd` (Linux 5.19) in `struct tcp_info`, past the fields libc's struct
@@ -87,9 +84,7 @@ pub fn get_bytes(
     // SAFETY: getsockopt writes at most `len` bytes into `buf` and the length into `len`,
     // both alive for the call.
     let r = unsafe { libc::getsockopt(fd, level, name, buf.as_mut_ptr().cast(), &mut len) };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    iolab_sys::cvt(r)?;
     Ok(len as usize)
 }
 

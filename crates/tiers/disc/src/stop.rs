@@ -17,10 +17,8 @@ pub struct Stop {
 impl Stop {
     pub fn new() -> std::io::Result<Arc<Stop>> {
         // SAFETY: eventfd(2) with constant flags; the result is checked before use.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+        let fd =
+            iolab_sys::cvt(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
         Ok(Arc::new(Stop {
             // SAFETY: fd is a new descriptor we own.
             fd: unsafe { OwnedFd::from_raw_fd(fd) },

@@ -96,17 +96,7 @@ fn chain(root: &Path, disc: DiscMode, broken_dp: bool) -> Chain {
 /// A chain's settings as every test starts from: the default threshold, a reachable DP
 /// with its tap, no loss, no delay line, the default stall time.
 fn config(root: &Path, disc: DiscMode) -> ChainConfig {
-    ChainConfig {
-        root: root.to_path_buf(),
-        disc,
-        threshold: iolab_disc::proto::DEFAULT_THRESHOLD,
-        broken_dp: false,
-        loss_pct: 0.0,
-        dp_send: Default::default(),
-        line: None,
-        stall: None,
-        no_ack_tap: false,
-    }
+    ChainConfig::new(root.to_path_buf(), disc)
 }
 
 fn assert_identical(chain: &Chain, scratch: &Path) {

@@ -519,12 +519,8 @@ impl Drop for Stack {
 /// Waits for a child already asked to stop (SIGTERM) until `deadline`, then kills it; either
 /// way it is reaped, so no zombie is left. One deadline serves a group stopped together.
 pub(crate) fn reap_by(c: &mut Child, deadline: Instant) {
-    while c.try_wait().ok().flatten().is_none() {
-        if Instant::now() > deadline {
-            let _ = c.kill();
-            let _ = c.wait();
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
+    if !matches!(iolab_sys::process::wait_until(c, deadline), Ok(Some(_))) {
+        let _ = c.kill();
+        let _ = c.wait();
     }
 }

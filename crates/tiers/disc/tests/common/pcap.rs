@@ -145,8 +145,8 @@ impl Tcpdump {
     }
 
     fn stop(&mut self) {
-        // SAFETY: kill(2) on our own child's pid (not yet waited for, so not reused).
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        // (our own child, not yet waited for: its pid is not reused)
+        let _ = iolab_sys::process::signal(self.child.id(), libc::SIGTERM);
         let _ = self.child.wait();
     }
 }
