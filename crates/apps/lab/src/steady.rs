@@ -529,7 +529,7 @@ mod tests {
     }
 
     #[test]
-    fn percentiles_nearest_rank() {
+    fn p50_and_p99_are_nearest_rank() {
         let percentile = |v: &[f64], q: f64| nearest_rank(v, q).unwrap_or(0.0);
         let v: Vec<f64> = (1..=100).map(f64::from).collect();
         assert_eq!(percentile(&v, 50.0), 50.0);
