@@ -20,6 +20,7 @@ use iolab_seeder::bench::{self, BenchConfig};
 use iolab_seeder::disk::{DiskMode, DiskStats};
 use iolab_seeder::metainfo::{CreateOptions, Meta};
 use iolab_seeder::seed::{Config, Counters, Seeder};
+use iolab_seeder::spec::SeedSpec;
 use iolab_seeder::swarm::{self, SwarmConfig};
 use iolab_seeder::tracker;
 
@@ -70,11 +71,11 @@ pub struct RunArgs {
     #[arg(long)]
     pub tracker: Option<String>,
     /// Address to accept peers on (port 0 picks a free port).
-    #[arg(long, default_value = "0.0.0.0:6881")]
+    #[arg(long, default_value_t = SeedSpec::default().listen)]
     pub listen: SocketAddr,
     /// How blocks are read from disk: uring (async reads on io_uring), mmap (Hekate's Unix
     /// design: mincore, then the blocking pool on a miss), pread (the blocking pool).
-    #[arg(long, value_enum, default_value_t = DiskArg::Uring)]
+    #[arg(long, value_enum, default_value_t = SeedSpec::default().disk.into())]
     pub disk: DiskArg,
     /// Keep the kernel's read-ahead on the data files. By default they are opened with a
     /// random-access hint (POSIX_FADV_RANDOM, MADV_RANDOM for mmap): with many peers each
@@ -84,7 +85,7 @@ pub struct RunArgs {
     pub read_ahead: bool,
     /// Upload slots (best uploaders + one optimistic, rotated); 0 = unchoke every
     /// interested peer.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = SeedSpec::default().slots)]
     pub slots: usize,
     /// Piece size of a created torrent (e.g. 262144, 256K, 4M): a power of two from 16 KiB
     /// to 64 MiB. Default: about 1,500 pieces, between 16 KiB and 4 MiB.
@@ -100,13 +101,13 @@ pub struct RunArgs {
     #[arg(long)]
     pub no_check: bool,
     /// Connections held at once.
-    #[arg(long, default_value_t = Config::default().max_peers)]
+    #[arg(long, default_value_t = SeedSpec::default().max_peers)]
     pub max_peers: usize,
     /// Requests queued per peer (more are rejected).
-    #[arg(long, default_value_t = Config::default().max_queue)]
+    #[arg(long, default_value_t = SeedSpec::default().max_queue)]
     pub max_queue: usize,
     /// Seconds between status lines on stderr (0 = none).
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = SeedSpec::default().status_every)]
     pub status_every: u64,
     /// Write the counters as JSON to this file every second and at exit.
     #[arg(long)]
@@ -116,16 +117,39 @@ pub struct RunArgs {
     pub driver: Option<DriverArg>,
 }
 
+impl RunArgs {
+    /// The seeding run the flags ask for.
+    pub fn to_spec(&self) -> SeedSpec {
+        SeedSpec {
+            paths: self.paths.clone(),
+            torrent: self.torrent.clone(),
+            data: self.data.clone(),
+            tracker: self.tracker.clone(),
+            listen: self.listen,
+            disk: self.disk.into(),
+            read_ahead: self.read_ahead,
+            slots: self.slots,
+            piece_length: self.piece_length,
+            name: self.name.clone(),
+            create_only: self.create_only,
+            no_check: self.no_check,
+            max_peers: self.max_peers,
+            max_queue: self.max_queue,
+            status_every: self.status_every,
+            json: self.json.clone(),
+            driver: self.driver.map(Into::into),
+        }
+    }
+}
+
 choice_enum! {
     /// `--disk`, `--disks`: [`DiskMode`].
     pub enum DiskArg => DiskMode { Uring, Mmap, Pread }
 }
 
-/// `--driver` of `seed` and `tracker`.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum DriverArg {
-    Uring,
-    Epoll,
+choice_enum! {
+    /// `--driver` of `seed` and `tracker`: [`iolab_runtime::Driver`].
+    pub enum DriverArg => iolab_runtime::Driver { Uring, Epoll }
 }
 
 #[derive(Debug, clap::Args)]
@@ -214,6 +238,11 @@ impl BenchArgs {
     }
 }
 
+/// The swarm flags' defaults: the library's ([`SwarmConfig::new`]).
+fn swarm_defaults() -> SwarmConfig {
+    SwarmConfig::new(SocketAddr::from(([0, 0, 0, 0], 0)), PathBuf::new())
+}
+
 #[derive(Debug, Clone, clap::Args)]
 pub struct SwarmArgs {
     /// The seeder to download from.
@@ -223,22 +252,22 @@ pub struct SwarmArgs {
     #[arg(long)]
     pub torrent: PathBuf,
     /// Connections held by this process.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = swarm_defaults().peers)]
     pub peers: usize,
     /// Seconds to hold the connections idle (handshaken, not interested) before downloading.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = swarm_defaults().idle_secs)]
     pub idle_secs: f64,
     /// Seconds of downloading.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = swarm_defaults().secs)]
     pub secs: f64,
     /// Requests outstanding per peer.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = swarm_defaults().pipeline)]
     pub pipeline: usize,
     /// New connections per second (0 = all at once).
-    #[arg(long, default_value_t = 5000)]
+    #[arg(long, default_value_t = swarm_defaults().connect_rate)]
     pub connect_rate: u64,
     /// Index of this process (varies the peer ids across processes).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = swarm_defaults().process)]
     pub process: u32,
 }
 
@@ -257,26 +286,23 @@ impl SwarmArgs {
     }
 }
 
-/// `256K`, `4M`, `1G` or a plain number of bytes.
+/// The largest size these flags take. They are piece sizes (a torrent then asks for a power
+/// of two up to 64 MiB): anything past 1 GiB is a mistake, refused as it always was.
+const MAX_SIZE: u64 = 1 << 30;
+
+/// `256K`, `4M`, `1G` or a plain number of bytes (iolab-sys's sizes), at most 1 GiB.
 pub fn parse_size(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let (num, mul) = match s.chars().last() {
-        Some('K' | 'k') => (&s[..s.len() - 1], 1u64 << 10),
-        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
-        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    num.parse::<u64>()
+    iolab_sys::units::parse_size(s)
         .ok()
-        .and_then(|n| n.checked_mul(mul))
-        .ok_or_else(|| format!("{s:?} is not a size (e.g. 16384, 256K, 4M)"))
+        .filter(|&n| n <= MAX_SIZE)
+        .ok_or_else(|| format!("{:?} is not a size (e.g. 16384, 256K, 4M)", s.trim()))
 }
 
 pub fn run(args: SeedArgs) -> anyhow::Result<()> {
     match args.command {
         Some(SeedCommand::Bench(b)) => bench::run(b.to_config()),
         Some(SeedCommand::Swarm(s)) => swarm::run(s.to_config()),
-        None => seed(args.run),
+        None => seed(args.run.to_spec()),
     }
 }
 
@@ -285,7 +311,7 @@ fn is_torrent(p: &Path) -> bool {
 }
 
 /// Loads or creates the torrent of `args`, checks the data.
-fn prepare(args: &RunArgs) -> anyhow::Result<Meta> {
+fn prepare(args: &SeedSpec) -> anyhow::Result<Meta> {
     if args.paths.is_empty() {
         bail!("give a .torrent to seed or the files to make one of (see --help)");
     }
@@ -351,12 +377,10 @@ fn prepare(args: &RunArgs) -> anyhow::Result<Meta> {
 }
 
 /// The runtime of a `seed` or `tracker` process: one worker, on `--driver`.
-pub(crate) fn runtime(driver: Option<DriverArg>) -> anyhow::Result<Runtime> {
+pub(crate) fn runtime(driver: Option<iolab_runtime::Driver>) -> anyhow::Result<Runtime> {
     let mut b = Runtime::builder().workers(1);
-    match driver {
-        Some(DriverArg::Uring) => b = b.driver(iolab_runtime::Driver::Uring),
-        Some(DriverArg::Epoll) => b = b.driver(iolab_runtime::Driver::Epoll),
-        None => {}
+    if let Some(d) = driver {
+        b = b.driver(d);
     }
     b.build().context("starting the runtime")
 }
@@ -390,7 +414,7 @@ fn write_json(path: &Path, meta: &Meta, counters: &Counters, disk: &DiskStats, m
 }
 
 /// `iolab seed PATH...`: seeds until SIGINT or SIGTERM (or makes the torrent only).
-fn seed(args: RunArgs) -> anyhow::Result<()> {
+fn seed(args: SeedSpec) -> anyhow::Result<()> {
     let meta = Arc::new(prepare(&args)?);
     if args.create_only {
         println!(
@@ -410,7 +434,7 @@ fn seed(args: RunArgs) -> anyhow::Result<()> {
     let stop = stop_flag()?;
     swarm::raise_nofile(args.max_peers as u64 + 256);
     let rt = runtime(args.driver)?;
-    let disk: DiskMode = args.disk.into();
+    let disk = args.disk;
     let cfg = Config {
         slots: args.slots,
         max_peers: args.max_peers,
@@ -542,6 +566,87 @@ mod tests {
         }
     }
 
+    /// `iolab ARGS...` through the binary's own parser, as `iolab seed ...`.
+    fn parse_iolab(args: Vec<std::ffi::OsString>) -> SeedArgs {
+        use clap::Parser as _;
+        let argv = std::iter::once("iolab".into()).chain(args.clone());
+        let cli = crate::Cli::try_parse_from(argv)
+            .unwrap_or_else(|e| panic!("iolab refuses {args:?}: {e}"));
+        match cli.command {
+            crate::Command::Seed(a) => a,
+            _ => panic!("{args:?} not parsed as iolab seed"),
+        }
+    }
+
+    /// What the bench launches is what `iolab seed` runs: spec -> arguments -> the binary's
+    /// parser -> spec, with every field away from its default in one of the specs.
+    #[test]
+    fn a_seed_spec_survives_the_command_line() {
+        let bench_like = SeedSpec {
+            paths: vec!["/tmp/b/bench.torrent".into()],
+            data: Some("/tmp/b".into()),
+            listen: "127.0.0.1:0".parse().unwrap(),
+            no_check: true,
+            status_every: 0,
+            disk: DiskMode::Mmap,
+            slots: 0,
+            max_peers: 2600,
+            read_ahead: true,
+            ..SeedSpec::default()
+        };
+        let everything = SeedSpec {
+            // A path named like the subcommand and one like a flag stay paths.
+            paths: vec!["bench".into(), "-odd".into(), "a dir/with space".into()],
+            torrent: Some("out.torrent".into()),
+            data: Some("data".into()),
+            tracker: Some("http://127.0.0.1:6969/announce".into()),
+            listen: "[::1]:7000".parse().unwrap(),
+            disk: DiskMode::Pread,
+            read_ahead: true,
+            slots: 3,
+            piece_length: Some(1 << 20),
+            name: Some("many files".into()),
+            create_only: true,
+            no_check: true,
+            max_peers: 77,
+            max_queue: 5,
+            status_every: 2,
+            json: Some("c.json".into()),
+            driver: Some(iolab_runtime::Driver::Epoll),
+        };
+        let uring = SeedSpec {
+            paths: vec!["x.torrent".into()],
+            driver: Some(iolab_runtime::Driver::Uring),
+            ..SeedSpec::default()
+        };
+        for spec in [SeedSpec::default(), bench_like, everything, uring] {
+            let a = parse_iolab(spec.to_args());
+            assert!(a.command.is_none(), "{spec:?}: {:?}", a.command);
+            assert_eq!(a.run.to_spec(), spec);
+        }
+    }
+
+    #[test]
+    fn a_swarm_spec_survives_the_command_line() {
+        let defaults = SwarmConfig::new("127.0.0.1:6881".parse().unwrap(), "t.torrent".into());
+        let changed = SwarmConfig {
+            target: "10.0.0.2:51413".parse().unwrap(),
+            torrent: "/tmp/d/bench.torrent".into(),
+            peers: 2500,
+            idle_secs: 0.25,
+            secs: 1.0 / 3.0,
+            pipeline: 4,
+            connect_rate: 0,
+            process: 3,
+        };
+        for spec in [defaults, changed] {
+            match parse_iolab(spec.to_args()).command {
+                Some(SeedCommand::Swarm(s)) => assert_eq!(s.to_config(), spec),
+                other => panic!("{spec:?}: {other:?}"),
+            }
+        }
+    }
+
     #[test]
     fn sizes_parse_with_and_without_a_suffix() {
         assert_eq!(parse_size("16384"), Ok(16384));
@@ -644,6 +749,14 @@ mod tests {
         assert_eq!(r.max_peers, Config::default().max_peers);
         assert_eq!(r.max_queue, Config::default().max_queue);
         assert_eq!(r.listen, "0.0.0.0:6881".parse().unwrap());
+        assert_eq!(r.status_every, 10);
+        assert_eq!(
+            r.to_spec(),
+            SeedSpec {
+                paths: vec!["x.torrent".into()],
+                ..SeedSpec::default()
+            }
+        );
         let a = parse(&["x", "--disk", "mmap", "--piece-length", "64K"]);
         assert_eq!(DiskMode::from(a.run.disk), DiskMode::Mmap);
         assert_eq!(a.run.piece_length, Some(64 << 10));

@@ -34,7 +34,7 @@ pub struct TrackerArgs {
 
 pub fn run(args: TrackerArgs) -> anyhow::Result<()> {
     let stop = stop_flag()?;
-    let rt = runtime(args.driver)?;
+    let rt = runtime(args.driver.map(Into::into))?;
     rt.block_on(async move {
         let listener = TcpListener::bind(args.listen).map_err(|e| {
             if e.kind() == std::io::ErrorKind::AddrInUse {

@@ -10,6 +10,7 @@
 //! seeder is pinned to CPU 0 and the swarm to CPU 1 (taskset) when there are two CPUs.
 
 use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -19,7 +20,8 @@ use serde::Serialize;
 
 use crate::disk::DiskMode;
 use crate::metainfo::{CreateOptions, Meta};
-use crate::swarm::SwarmResult;
+use crate::spec::SeedSpec;
+use crate::swarm::{SwarmConfig, SwarmResult};
 
 /// What `iolab seed bench` runs: the matrix (seeders x peer counts x cold and warm cache x
 /// repeats) and its torrent. [`Default`] is the full run, [`BenchConfig::quick`] the short one.
@@ -264,9 +266,29 @@ fn pinned(cpu: usize) -> Command {
     }
 }
 
-/// Starts a seeder; returns the process and its address.
+/// A seeder the bench runs: ours with one of its disk paths, or libtorrent's with its
+/// default settings or `high_performance_seed` ([`LIBTORRENT_SEEDER`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seeder {
+    Hekate(DiskMode),
+    Libtorrent { hps: bool },
+}
+
+impl std::fmt::Display for Seeder {
+    /// The name in the table and the JSON: hekate-uring, ..., libtorrent-default,
+    /// libtorrent-hps.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(&match self {
+            Seeder::Hekate(disk) => format!("hekate-{disk}"),
+            Seeder::Libtorrent { hps: false } => "libtorrent-default".into(),
+            Seeder::Libtorrent { hps: true } => "libtorrent-hps".into(),
+        })
+    }
+}
+
+/// Starts a seeder; returns the process, its address and (libtorrent) its settings.
 fn start_seeder(
-    kind: &str,
+    kind: Seeder,
     torrent: &Path,
     data: &Path,
     args: &BenchConfig,
@@ -274,33 +296,31 @@ fn start_seeder(
 ) -> anyhow::Result<(Proc, std::net::SocketAddr, Option<serde_json::Value>)> {
     let exe = std::env::current_exe()?;
     let mut cmd = pinned(0);
-    if let Some(mode) = kind.strip_prefix("libtorrent-") {
-        cmd.arg("/usr/bin/python3")
-            .arg("-c")
-            .arg(LIBTORRENT_SEEDER)
-            .arg(torrent)
-            .arg(data)
-            .arg(if mode == "hps" { "hps" } else { "default" })
-            .arg(args.slots.to_string())
-            .arg((peers + 100).to_string());
-    } else {
-        let disk = kind.strip_prefix("hekate-").unwrap_or("uring");
-        cmd.arg(exe)
-            .arg("seed")
-            .arg(torrent)
-            .arg("--data")
-            .arg(data)
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--no-check",
-                "--status-every",
-                "0",
-            ])
-            .args(["--disk", disk, "--slots", &args.slots.to_string()])
-            .args(["--max-peers", &(peers + 100).to_string()]);
-        if args.read_ahead {
-            cmd.arg("--read-ahead");
+    match kind {
+        Seeder::Libtorrent { hps } => {
+            cmd.arg("/usr/bin/python3")
+                .arg("-c")
+                .arg(LIBTORRENT_SEEDER)
+                .arg(torrent)
+                .arg(data)
+                .arg(if hps { "hps" } else { "default" })
+                .arg(args.slots.to_string())
+                .arg((peers + 100).to_string());
+        }
+        Seeder::Hekate(disk) => {
+            let spec = SeedSpec {
+                paths: vec![torrent.to_path_buf()],
+                data: Some(data.to_path_buf()),
+                listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+                no_check: true,
+                status_every: 0,
+                disk,
+                slots: args.slots,
+                max_peers: peers + 100,
+                read_ahead: args.read_ahead,
+                ..SeedSpec::default()
+            };
+            cmd.arg(exe).args(spec.to_args());
         }
     }
     let mut child = cmd
@@ -323,7 +343,7 @@ fn start_seeder(
             .parse()?
     };
     let mut settings = None;
-    if kind.starts_with("libtorrent") {
+    if matches!(kind, Seeder::Libtorrent { .. }) {
         let mut l2 = String::new();
         r.read_line(&mut l2)?;
         settings = serde_json::from_str(l2.trim()).ok();
@@ -339,7 +359,7 @@ fn start_seeder(
 
 #[allow(clippy::too_many_arguments)]
 fn one_run(
-    kind: &str,
+    kind: Seeder,
     peers: usize,
     cold: bool,
     meta: &Meta,
@@ -361,19 +381,17 @@ fn one_run(
     let mut swarm = Vec::new();
     for p in 0..nproc {
         let n = (peers - p * per_proc).min(per_proc);
+        let spec = SwarmConfig {
+            peers: n,
+            idle_secs: 1.0,
+            secs,
+            pipeline: args.pipeline,
+            process: p as u32,
+            ..SwarmConfig::new(addr, torrent.to_path_buf())
+        };
         let mut c = pinned(1);
         c.arg(&exe)
-            .args(["seed", "swarm", "--target", &addr.to_string()])
-            .arg("--torrent")
-            .arg(torrent)
-            .args(["--peers", &n.to_string(), "--idle-secs", "1.0"])
-            .args([
-                "--secs",
-                &secs.to_string(),
-                "--pipeline",
-                &args.pipeline.to_string(),
-            ])
-            .args(["--process", &p.to_string()])
+            .args(spec.to_args())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .stdin(Stdio::null());
@@ -494,22 +512,50 @@ fn libtorrent_available() -> bool {
         .is_ok_and(|s| s.success())
 }
 
-fn machine() -> serde_json::Value {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
-        })
-        .unwrap_or_default();
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    serde_json::json!({
-        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
-        "cpu": cpu,
-        "kernel": kernel.trim(),
-        "driver": format!("{:?}", iolab_runtime::driver()),
-    })
+/// `"machine"` of the bench's JSON.
+#[derive(Debug, Clone, Serialize)]
+struct Machine {
+    cpus: usize,
+    /// The CPU model ("" when unknown).
+    cpu: String,
+    kernel: String,
+    /// The runtime's driver, as `Debug` prints the probe's result.
+    driver: String,
+}
+
+fn machine() -> Machine {
+    use iolab_sys::host;
+    Machine {
+        cpus: host::cpus(),
+        cpu: host::cpu_model().unwrap_or_default(),
+        kernel: host::kernel_release().unwrap_or_default(),
+        driver: format!("{:?}", iolab_runtime::driver()),
+    }
+}
+
+/// `"config"` of the bench's JSON: what the numbers were measured with.
+#[derive(Debug, Clone, Serialize)]
+struct Settings {
+    peers: Vec<usize>,
+    secs: f64,
+    size_bytes: u64,
+    piece_length: u64,
+    slots: usize,
+    pipeline: usize,
+    /// Bytes per request.
+    block: u32,
+    read_ahead: bool,
+}
+
+/// What `--json` writes.
+#[derive(Debug, Clone, Serialize)]
+struct Results<'a> {
+    machine: Machine,
+    config: Settings,
+    /// libtorrent's settings as read back from each of its sessions, by seeder name.
+    libtorrent_settings: &'a serde_json::Map<String, serde_json::Value>,
+    summary: &'a [Summary],
+    rows: &'a [Row],
 }
 
 /// Writes `len` bytes of xorshift noise to `file` (the same bytes every time).
@@ -581,7 +627,7 @@ pub fn run(args: BenchConfig) -> anyhow::Result<()> {
     let torrent = dir.join("bench.torrent");
     std::fs::write(&torrent, bytes)?;
 
-    let mut kinds: Vec<String> = args.disks.iter().map(|d| format!("hekate-{d}")).collect();
+    let mut kinds: Vec<Seeder> = args.disks.iter().map(|&d| Seeder::Hekate(d)).collect();
     let lt = args.libtorrent && libtorrent_available();
     if args.libtorrent && !lt {
         tracing::warn!(
@@ -589,8 +635,8 @@ pub fn run(args: BenchConfig) -> anyhow::Result<()> {
         );
     }
     if lt {
-        kinds.push("libtorrent-default".into());
-        kinds.push("libtorrent-hps".into());
+        kinds.push(Seeder::Libtorrent { hps: false });
+        kinds.push(Seeder::Libtorrent { hps: true });
     }
     let caches: Vec<bool> = if args.warm_only {
         vec![false]
@@ -614,11 +660,11 @@ pub fn run(args: BenchConfig) -> anyhow::Result<()> {
             for r in 0..repeats {
                 // Rotate the order so no seeder always runs first (or right after another).
                 for j in 0..kinds.len() {
-                    let kind = &kinds[(j + r) % kinds.len()];
+                    let kind = kinds[(j + r) % kinds.len()];
                     match one_run(kind, n, cold, &meta, &torrent, &dir, &args, secs) {
                         Ok((mut row, settings)) => {
                             if let Some(s) = settings {
-                                lt_settings.insert(kind.clone(), s);
+                                lt_settings.insert(kind.to_string(), s);
                             }
                             row.repeat = r;
                             tracing::info!(target: "progress",
@@ -635,7 +681,8 @@ pub fn run(args: BenchConfig) -> anyhow::Result<()> {
                 }
             }
             for kind in &kinds {
-                let runs: Vec<&Row> = rows[first..].iter().filter(|r| &r.seeder == kind).collect();
+                let name = kind.to_string();
+                let runs: Vec<&Row> = rows[first..].iter().filter(|r| r.seeder == name).collect();
                 if let Some(s) = Summary::of(&runs) {
                     summary.push(s);
                 }
@@ -660,17 +707,24 @@ pub fn run(args: BenchConfig) -> anyhow::Result<()> {
     }
     println!("bench: {:.0} s", started.elapsed().as_secs_f64());
     if let Some(j) = &args.json {
-        let v = serde_json::json!({
-            "machine": machine(),
-            "config": {
-                "peers": peers, "secs": secs, "size_bytes": meta.total,
-                "piece_length": meta.piece_length, "slots": args.slots,
-                "pipeline": args.pipeline, "block": 16384, "read_ahead": args.read_ahead,
+        let results = Results {
+            machine: machine(),
+            config: Settings {
+                peers,
+                secs,
+                size_bytes: meta.total,
+                piece_length: meta.piece_length,
+                slots: args.slots,
+                pipeline: args.pipeline,
+                block: crate::wire::MAX_BLOCK,
+                read_ahead: args.read_ahead,
             },
-            "libtorrent_settings": lt_settings,
-            "summary": summary,
-            "rows": rows,
-        });
+            libtorrent_settings: &lt_settings,
+            summary: &summary,
+            rows: &rows,
+        };
+        // Through a Value, whose keys are sorted: the file reads as it always has.
+        let v = serde_json::to_value(&results)?;
         std::fs::write(j, serde_json::to_string_pretty(&v)?)
             .with_context(|| format!("writing {}", j.display()))?;
     }
@@ -700,21 +754,22 @@ pub struct Summary {
     pub lat_p99_ms: f64,
 }
 
-/// The median of `v` (the upper one of an even count) and its min and max.
-fn median(mut v: Vec<f64>) -> Option<(f64, f64, f64)> {
-    v.retain(|x| x.is_finite());
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    Some((v[v.len() / 2], v[0], v[v.len() - 1]))
+/// The median of the finite values of `v` (iolab-sys's: the mean of the middle two of an
+/// even count) and their min and max; `None` when there is none.
+fn middle_and_range(v: Vec<f64>) -> Option<(f64, f64, f64)> {
+    let middle = iolab_sys::percentile::median(&v)?;
+    let finite = v.iter().copied().filter(|x| x.is_finite());
+    let min = finite.clone().fold(f64::INFINITY, f64::min);
+    let max = finite.fold(f64::NEG_INFINITY, f64::max);
+    Some((middle, min, max))
 }
 
 impl Summary {
     fn of(runs: &[&Row]) -> Option<Summary> {
         let first = runs.first()?;
-        let m =
-            |f: &dyn Fn(&Row) -> Option<f64>| median(runs.iter().filter_map(|r| f(r)).collect());
+        let m = |f: &dyn Fn(&Row) -> Option<f64>| {
+            middle_and_range(runs.iter().filter_map(|r| f(r)).collect())
+        };
         let up = m(&|r| Some(r.upload_mb_s))?;
         let cpu = m(&|r| r.cpu_s_per_gb);
         Some(Summary {
@@ -787,5 +842,44 @@ impl Drop for CleanDir {
         if let Some(d) = &self.0 {
             let _ = std::fs::remove_dir_all(d);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians_come_with_their_range() {
+        assert_eq!(middle_and_range(vec![3.0, 1.0, 2.0]), Some((2.0, 1.0, 3.0)));
+        assert_eq!(
+            middle_and_range(vec![4.0, 1.0, f64::NAN, 2.0, 3.0]),
+            Some((2.5, 1.0, 4.0))
+        );
+        assert_eq!(middle_and_range(vec![7.5]), Some((7.5, 7.5, 7.5)));
+        assert_eq!(middle_and_range(vec![f64::NAN]), None);
+        assert_eq!(middle_and_range(Vec::new()), None);
+    }
+
+    #[test]
+    fn seeders_are_named_as_the_table_and_json_name_them() {
+        let names: Vec<String> = [
+            Seeder::Hekate(DiskMode::Uring),
+            Seeder::Hekate(DiskMode::Pread),
+            Seeder::Libtorrent { hps: false },
+            Seeder::Libtorrent { hps: true },
+        ]
+        .iter()
+        .map(|s| format!("{s:<19}|"))
+        .collect();
+        assert_eq!(
+            names,
+            [
+                "hekate-uring       |",
+                "hekate-pread       |",
+                "libtorrent-default |",
+                "libtorrent-hps     |"
+            ]
+        );
     }
 }

@@ -10,13 +10,15 @@
 //! libtorrent ([`bench`]).
 //!
 //! The command line (`iolab seed`, `iolab tracker`) is the `iolab` binary's (src/cli/seed.rs,
-//! src/cli/tracker.rs): it turns flags into [`seed::Config`], [`bench::BenchConfig`] and
-//! [`swarm::SwarmConfig`].
+//! src/cli/tracker.rs): it turns flags into [`spec::SeedSpec`], [`bench::BenchConfig`] and
+//! [`swarm::SwarmConfig`]; the bench starts its seeding and swarm processes from the same
+//! types ([`spec`]).
 
 pub mod bench;
 pub mod disk;
 pub mod metainfo;
 pub mod seed;
+pub mod spec;
 pub mod swarm;
 pub mod tracker;
 pub mod wire;

@@ -114,6 +114,48 @@ struct Req {
     length: u32,
 }
 
+impl Req {
+    /// Appends the BEP 6 reject of this request to `out`.
+    fn reject(self, out: &mut Vec<u8>) {
+        wire::encode(
+            &Message::Reject {
+                index: self.index,
+                begin: self.begin,
+                length: self.length,
+            },
+            out,
+        );
+    }
+}
+
+/// A peer's task state between its turns: what it negotiated, its queued requests and the
+/// protocol bytes waiting to be sent.
+struct Peer<'a> {
+    key: usize,
+    /// The peer has the fast extension (BEP 6): rejects are sent, allowed-fast pieces served
+    /// while choked.
+    fast: bool,
+    allowed: &'a [u32],
+    queue: VecDeque<Req>,
+    /// What the peer was last told.
+    sent_choked: bool,
+    out: Vec<u8>,
+}
+
+impl Peer<'_> {
+    /// Whether `r` may be served while the peer is choked (an allowed-fast piece).
+    fn allowed_fast(&self, r: &Req) -> bool {
+        self.fast && self.allowed.contains(&r.index)
+    }
+
+    /// Rejects `r` to a fast-extension peer; others cannot be told.
+    fn reject(&mut self, r: Req) {
+        if self.fast {
+            r.reject(&mut self.out);
+        }
+    }
+}
+
 struct PeerSlot {
     interested: bool,
     choked: bool,
@@ -341,7 +383,6 @@ impl Seeder {
         end
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn run_peer(
         &self,
         stream: &TcpStream,
@@ -351,130 +392,33 @@ impl Seeder {
         allowed: &[u32],
         mut inbuf: Vec<u8>,
     ) -> End {
-        let mut queue: VecDeque<Req> = VecDeque::new();
-        let mut sent_choked = true; // what the peer was last told
+        let mut peer = Peer {
+            key,
+            fast,
+            allowed,
+            queue: VecDeque::new(),
+            sent_choked: true,
+            out: Vec::new(),
+        };
         let mut last_input = Instant::now();
-        let mut out: Vec<u8> = Vec::new();
         loop {
             // 1. Every complete message in the input.
-            let mut pos = 0;
-            loop {
-                let (msg, n) = match wire::parse(&inbuf[pos..], self.limits) {
-                    Ok(Some(x)) => x,
-                    Ok(None) => break,
-                    Err(e) => return e.into(),
-                };
-                pos += n;
-                if debug_peers() && !matches!(msg, Message::Request { .. }) {
-                    tracing::info!(target: "progress", "seed: peer {key}: {:?}", DebugMsg(&msg));
-                }
-                if let Err(e) = self.on_message(key, msg, fast, allowed, &mut queue, &mut out) {
-                    return e;
-                }
-            }
-            inbuf.drain(..pos);
-            if inbuf.is_empty() && inbuf.capacity() > 0 {
-                inbuf = Vec::new(); // an idle peer keeps no buffer
+            if let Err(e) = self.on_input(&mut peer, &mut inbuf) {
+                return e;
             }
             // 2. The choker's decision.
-            let choked = self.swarm.borrow().peers[key].choked;
-            if choked != sent_choked {
-                sent_choked = choked;
-                if choked {
-                    wire::encode(&Message::Choke, &mut out);
-                    // BEP 6: a choke cancels pending requests, each explicitly rejected.
-                    queue.retain(|r| {
-                        let keep = fast && allowed.contains(&r.index);
-                        if fast && !keep {
-                            wire::encode(
-                                &Message::Reject {
-                                    index: r.index,
-                                    begin: r.begin,
-                                    length: r.length,
-                                },
-                                &mut out,
-                            );
-                        }
-                        keep
-                    });
-                } else {
-                    wire::encode(&Message::Unchoke, &mut out);
-                }
-            }
-            // 3. Serve up to `batch` queued blocks in one send. Their reads run together
-            // (with io_uring, one submission for all of them), not one after the other.
-            let mut served = 0;
-            let mut batch = Vec::new();
-            while batch.len() < self.cfg.batch {
-                let Some(r) = queue.front().copied() else {
-                    break;
-                };
-                if sent_choked && !(fast && allowed.contains(&r.index)) {
-                    break;
-                }
-                queue.pop_front();
-                batch.push(r);
-            }
-            let reads = batch.iter().map(|r| {
-                let off = r.index as u64 * self.meta.piece_length + r.begin as u64;
-                self.storage.read(off, r.length as usize)
-            });
-            let datas = join_all(reads.collect()).await;
-            // One gathered send: protocol bytes from `out`, blocks as the disk gave them
-            // (no copy into one buffer; from the mapping itself on the mmap path).
-            let mut chunks: Vec<Chunk> = Vec::new();
-            for (r, data) in batch.into_iter().zip(datas) {
-                match data {
-                    Ok(data) => {
-                        out.extend_from_slice(&wire::piece_header(r.index, r.begin, r.length));
-                        chunks.push(Chunk::new(Block::Owned(std::mem::take(&mut out))));
-                        chunks.push(Chunk::new(data));
-                        served += 1;
+            self.tell_choke(&mut peer);
+            // 3. Serve up to `batch` queued blocks in one send.
+            match self.serve_batch(stream, &mut peer).await {
+                Err(e) => return e,
+                Ok(true) => {
+                    // Input that arrived meanwhile (cancels, more requests) before more work.
+                    if let Err(e) = take_input(stream, &mut inbuf, &mut last_input) {
+                        return e;
                     }
-                    Err(_) => {
-                        inc(&self.counters.disk_errors);
-                        if fast {
-                            wire::encode(
-                                &Message::Reject {
-                                    index: r.index,
-                                    begin: r.begin,
-                                    length: r.length,
-                                },
-                                &mut out,
-                            );
-                        }
-                    }
+                    continue;
                 }
-            }
-            if queue.is_empty() && queue.capacity() > 0 {
-                queue = VecDeque::new();
-            }
-            if !out.is_empty() {
-                chunks.push(Chunk::new(Block::Owned(std::mem::take(&mut out))));
-            }
-            if !chunks.is_empty() {
-                let bytes: usize = chunks.iter().map(iolab_runtime::IoBuf::len).sum();
-                if let Err(e) = self.send_chunks(stream, chunks).await {
-                    return End::Io(e);
-                }
-                if served > 0 {
-                    let payload = bytes as u64; // headers included: close enough for rates
-                    self.counters
-                        .blocks_sent
-                        .fetch_add(served as u64, Ordering::Relaxed);
-                    self.counters
-                        .bytes_sent
-                        .fetch_add(payload, Ordering::Relaxed);
-                    self.swarm.borrow_mut().peers[key].uploaded += payload;
-                }
-                // Input that arrived meanwhile (cancels, more requests) before more work.
-                match recv_into(stream, &mut inbuf) {
-                    Ok(0) => return End::Closed,
-                    Ok(_) => last_input = Instant::now(),
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) => return End::Io(e),
-                }
-                continue;
+                Ok(false) => {}
             }
             // 4. Nothing to do: wait for input or the choker.
             let idle_left = self.cfg.idle_timeout.saturating_sub(last_input.elapsed());
@@ -487,38 +431,128 @@ impl Seeder {
                 Ok(Err(e)) => return End::Io(e),
                 Ok(Ok(())) => {}
             }
-            match recv_into(stream, &mut inbuf) {
-                Ok(0) => return End::Closed,
-                Ok(_) => last_input = Instant::now(),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return End::Io(e),
+            if let Err(e) = take_input(stream, &mut inbuf, &mut last_input) {
+                return e;
             }
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn on_message(
-        &self,
-        key: usize,
-        msg: Message<'_>,
-        fast: bool,
-        allowed: &[u32],
-        queue: &mut VecDeque<Req>,
-        out: &mut Vec<u8>,
-    ) -> Result<(), End> {
-        let npieces = self.meta.num_pieces();
-        let reject = |out: &mut Vec<u8>, r: Req| {
-            inc(&self.counters.requests_rejected);
-            if fast {
-                wire::encode(
-                    &Message::Reject {
-                        index: r.index,
-                        begin: r.begin,
-                        length: r.length,
-                    },
-                    out,
-                );
+    /// Acts on every complete message in `inbuf` and drops them from it.
+    fn on_input(&self, peer: &mut Peer, inbuf: &mut Vec<u8>) -> Result<(), End> {
+        let mut pos = 0;
+        loop {
+            let (msg, n) = match wire::parse(&inbuf[pos..], self.limits) {
+                Ok(Some(x)) => x,
+                Ok(None) => break,
+                Err(e) => return Err(e.into()),
+            };
+            pos += n;
+            if debug_peers() && !matches!(msg, Message::Request { .. }) {
+                tracing::info!(target: "progress", "seed: peer {}: {:?}", peer.key, DebugMsg(&msg));
             }
+            self.on_message(peer, msg)?;
+        }
+        inbuf.drain(..pos);
+        if inbuf.is_empty() && inbuf.capacity() > 0 {
+            *inbuf = Vec::new(); // an idle peer keeps no buffer
+        }
+        Ok(())
+    }
+
+    /// Tells the peer when the choker changed its mind; BEP 6: a choke cancels the pending
+    /// requests, each explicitly rejected (but those of allowed-fast pieces).
+    fn tell_choke(&self, peer: &mut Peer) {
+        let choked = self.swarm.borrow().peers[peer.key].choked;
+        if choked == peer.sent_choked {
+            return;
+        }
+        peer.sent_choked = choked;
+        if !choked {
+            wire::encode(&Message::Unchoke, &mut peer.out);
+            return;
+        }
+        wire::encode(&Message::Choke, &mut peer.out);
+        let queue = std::mem::take(&mut peer.queue);
+        for r in queue {
+            if peer.allowed_fast(&r) {
+                peer.queue.push_back(r);
+            } else {
+                peer.reject(r);
+            }
+        }
+    }
+
+    /// Serves up to `batch` queued blocks (and the protocol bytes waiting) in one gathered
+    /// send. Their reads run together (with io_uring, one submission for all of them), not
+    /// one after the other. `Ok(false)`: nothing was sent.
+    async fn serve_batch(&self, stream: &TcpStream, peer: &mut Peer<'_>) -> Result<bool, End> {
+        let mut batch = Vec::new();
+        while batch.len() < self.cfg.batch {
+            let Some(r) = peer.queue.front().copied() else {
+                break;
+            };
+            if peer.sent_choked && !peer.allowed_fast(&r) {
+                break;
+            }
+            peer.queue.pop_front();
+            batch.push(r);
+        }
+        let reads = batch.iter().map(|r| {
+            let off = r.index as u64 * self.meta.piece_length + r.begin as u64;
+            self.storage.read(off, r.length as usize)
+        });
+        let datas = join_all(reads.collect()).await;
+        // One gathered send: protocol bytes from `out`, blocks as the disk gave them
+        // (no copy into one buffer; from the mapping itself on the mmap path).
+        let mut chunks: Vec<Chunk> = Vec::new();
+        let mut served = 0;
+        for (r, data) in batch.into_iter().zip(datas) {
+            match data {
+                Ok(data) => {
+                    peer.out
+                        .extend_from_slice(&wire::piece_header(r.index, r.begin, r.length));
+                    chunks.push(Chunk::new(Block::Owned(std::mem::take(&mut peer.out))));
+                    chunks.push(Chunk::new(data));
+                    served += 1;
+                }
+                Err(_) => {
+                    inc(&self.counters.disk_errors);
+                    peer.reject(r);
+                }
+            }
+        }
+        if peer.queue.is_empty() && peer.queue.capacity() > 0 {
+            peer.queue = VecDeque::new();
+        }
+        if !peer.out.is_empty() {
+            chunks.push(Chunk::new(Block::Owned(std::mem::take(&mut peer.out))));
+        }
+        if chunks.is_empty() {
+            return Ok(false);
+        }
+        let bytes: usize = chunks.iter().map(iolab_runtime::IoBuf::len).sum();
+        self.send_chunks(stream, chunks).await.map_err(End::Io)?;
+        if served > 0 {
+            let payload = bytes as u64; // headers included: close enough for rates
+            self.counters
+                .blocks_sent
+                .fetch_add(served as u64, Ordering::Relaxed);
+            self.counters
+                .bytes_sent
+                .fetch_add(payload, Ordering::Relaxed);
+            self.swarm.borrow_mut().peers[peer.key].uploaded += payload;
+        }
+        Ok(true)
+    }
+
+    fn on_message(&self, peer: &mut Peer, msg: Message<'_>) -> Result<(), End> {
+        let key = peer.key;
+        let fast = peer.fast;
+        let npieces = self.meta.num_pieces();
+        let cancel = matches!(msg, Message::Cancel { .. });
+        let refuse = |peer: &mut Peer, r: Req| {
+            inc(&self.counters.requests_rejected);
+            peer.reject(r);
         };
         match msg {
             Message::KeepAlive | Message::Choke | Message::Unchoke | Message::Port(_) => {}
@@ -538,7 +572,11 @@ impl Seeder {
                     )));
                 }
             }
-            Message::HaveAll | Message::HaveNone => {
+            Message::HaveAll
+            | Message::HaveNone
+            | Message::Suggest(_)
+            | Message::AllowedFast(_)
+            | Message::Reject { .. } => {
                 if !fast {
                     return Err(End::Garbage(
                         "fast-extension message without the extension".into(),
@@ -549,31 +587,8 @@ impl Seeder {
                 index,
                 begin,
                 length,
-            } => {
-                let r = Req {
-                    index,
-                    begin,
-                    length,
-                };
-                if index >= npieces || begin as u64 >= self.meta.piece_len(index) || length == 0 {
-                    return Err(End::Garbage(format!(
-                        "request outside the torrent: piece {index} offset {begin} length {length}"
-                    )));
-                }
-                if !wire::check_request(index, begin, length, npieces, |i| self.meta.piece_len(i)) {
-                    // Too long (> 16 KiB) or running past the piece's end.
-                    reject(out, r);
-                } else if (self.swarm.borrow().peers[key].choked
-                    && !(fast && allowed.contains(&index)))
-                    || queue.len() >= self.cfg.max_queue
-                {
-                    // Choked (and not allowed-fast), or the queue is full.
-                    reject(out, r);
-                } else {
-                    queue.push_back(r);
-                }
             }
-            Message::Cancel {
+            | Message::Cancel {
                 index,
                 begin,
                 length,
@@ -583,30 +598,33 @@ impl Seeder {
                     begin,
                     length,
                 };
-                if let Some(p) = queue.iter().position(|q| *q == r) {
-                    queue.remove(p);
-                    if fast {
+                if cancel {
+                    if let Some(p) = peer.queue.iter().position(|q| *q == r) {
+                        peer.queue.remove(p);
                         // BEP 6: a cancelled request is answered with a reject.
-                        wire::encode(
-                            &Message::Reject {
-                                index,
-                                begin,
-                                length,
-                            },
-                            out,
-                        );
+                        peer.reject(r);
                     }
+                    return Ok(());
+                }
+                if index >= npieces || begin as u64 >= self.meta.piece_len(index) || length == 0 {
+                    return Err(End::Garbage(format!(
+                        "request outside the torrent: piece {index} offset {begin} length {length}"
+                    )));
+                }
+                if !wire::check_request(index, begin, length, npieces, |i| self.meta.piece_len(i)) {
+                    // Too long (> 16 KiB) or running past the piece's end.
+                    refuse(peer, r);
+                } else if (self.swarm.borrow().peers[key].choked && !peer.allowed_fast(&r))
+                    || peer.queue.len() >= self.cfg.max_queue
+                {
+                    // Choked (and not allowed-fast), or the queue is full.
+                    refuse(peer, r);
+                } else {
+                    peer.queue.push_back(r);
                 }
             }
             Message::Piece { .. } => {
                 // We never request; a seeder ignores unsolicited data (bounded by the cap).
-            }
-            Message::Suggest(_) | Message::AllowedFast(_) | Message::Reject { .. } => {
-                if !fast {
-                    return Err(End::Garbage(
-                        "fast-extension message without the extension".into(),
-                    ));
-                }
             }
             Message::Extended { id, payload } => {
                 if id == 0 {
@@ -729,6 +747,24 @@ fn is_transient_accept(e: &io::Error) -> bool {
         e.raw_os_error(),
         Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM | libc::ECONNABORTED)
     )
+}
+
+/// Takes what input is there into `inbuf` (the time of it into `last_input`); the end of
+/// the peer when it closed or the socket failed.
+fn take_input(
+    stream: &TcpStream,
+    inbuf: &mut Vec<u8>,
+    last_input: &mut Instant,
+) -> Result<(), End> {
+    match recv_into(stream, inbuf) {
+        Ok(0) => Err(End::Closed),
+        Ok(_) => {
+            *last_input = Instant::now();
+            Ok(())
+        }
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
+        Err(e) => Err(End::Io(e)),
+    }
 }
 
 /// One non-blocking receive into the loop's scratch buffer, appended to `inbuf`.

@@ -11,7 +11,7 @@
 use std::cell::RefCell;
 use std::io::{self, Write as _};
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -24,8 +24,9 @@ use serde::{Deserialize, Serialize};
 use crate::metainfo::Meta;
 use crate::wire::{self, Handshake, Message};
 
-/// One swarm process (`iolab seed swarm`, started by the bench).
-#[derive(Debug, Clone)]
+/// One swarm process (`iolab seed swarm`, started by the bench; its arguments:
+/// [`SwarmConfig::to_args`]).
+#[derive(Debug, Clone, PartialEq)]
 pub struct SwarmConfig {
     /// The seeder to download from.
     pub target: SocketAddr,
@@ -43,6 +44,23 @@ pub struct SwarmConfig {
     pub connect_rate: u64,
     /// Index of this process (varies the peer ids across processes).
     pub process: u32,
+}
+
+impl SwarmConfig {
+    /// A swarm process against `target` with the flags' defaults: 10 peers, idle 1 s, 10 s of
+    /// downloading, 16 requests outstanding, 5,000 connections per second, process 0.
+    pub fn new(target: SocketAddr, torrent: PathBuf) -> SwarmConfig {
+        SwarmConfig {
+            target,
+            torrent,
+            peers: 10,
+            idle_secs: 1.0,
+            secs: 10.0,
+            pipeline: 16,
+            connect_rate: 5000,
+            process: 0,
+        }
+    }
 }
 
 /// What one swarm process measured.
@@ -103,40 +121,13 @@ struct Shared {
 }
 
 /// Raises this process's open-file limit to `want` (or as far as allowed): the soft limit
-/// up to the hard one; as root, the hard one up to fs.nr_open.
+/// up to the hard one; as root, the hard one too, up to fs.nr_open (which the kernel will not
+/// exceed). Returns the soft limit in force.
 pub fn raise_nofile(want: u64) -> u64 {
-    let mut rl = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into the struct we own.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 {
-        return 1024;
-    }
-    if rl.rlim_cur >= want {
-        return rl.rlim_cur;
-    }
-    let nr_open: u64 = std::fs::read_to_string("/proc/sys/fs/nr_open")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(rl.rlim_max);
-    let mut new = libc::rlimit {
-        rlim_cur: want.min(nr_open.max(rl.rlim_max)),
-        rlim_max: rl.rlim_max.max(want.min(nr_open)),
-    };
-    // SAFETY: setrlimit reads the struct we own.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &new) } != 0 {
-        // Not root: the soft limit up to the hard one.
-        new = libc::rlimit {
-            rlim_cur: want.min(rl.rlim_max),
-            rlim_max: rl.rlim_max,
-        };
-        // SAFETY: as above.
-        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &new) };
-    }
-    // SAFETY: as above.
-    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) };
-    rl.rlim_cur
+    let nr_open = iolab_sys::host::read_collapsed("/proc/sys/fs/nr_open")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(u64::MAX);
+    iolab_sys::fdlimit::raise_nofile_to(want.min(nr_open))
 }
 
 /// Runs one swarm process: `connected N`, then the JSON [`SwarmResult`], on stdout.
@@ -217,18 +208,19 @@ struct Input {
     cur: (u32, u32, u32),
 }
 
-async fn leecher(
-    args: SwarmConfig,
+/// Connects peer `i` of this process to the target and sends its handshake; `None` (counted
+/// as a connect failure) when either fails.
+async fn connect(
+    args: &SwarmConfig,
     i: usize,
-    meta: Rc<Meta>,
-    sh: Rc<RefCell<Shared>>,
-    go: iolab_runtime::Cond,
-) {
+    meta: &Meta,
+    sh: &RefCell<Shared>,
+) -> Option<TcpStream> {
     let stream = match timeout(Duration::from_secs(30), TcpStream::connect(args.target)).await {
         Ok(Ok(s)) => s,
         _ => {
             sh.borrow_mut().res.connect_failures += 1;
-            return;
+            return None;
         }
     };
     let _ = stream.set_nodelay(true);
@@ -246,68 +238,74 @@ async fn leecher(
     let (r, _) = stream.write_all(hs.encode().to_vec()).await;
     if r.is_err() {
         sh.borrow_mut().res.connect_failures += 1;
-        return;
+        return None;
     }
-    let mut input = Input {
-        head: Vec::new(),
-        skip: 0,
-        cur: (0, 0, 0),
-    };
-    // Our handshake reply: 68 bytes, then messages.
-    let mut got_hs = false;
-    let mut unchoked = false;
-    let mut pending: Vec<(u32, u32, Instant)> = Vec::new();
-    let mut piece: Option<(u32, u32)> = None; // (index, next begin)
-    let fd = stream.as_raw_fd();
-    let mut counted_unchoke = false;
-    let mut interested_sent = false;
-    loop {
-        // Send interest once the bench says go.
-        if got_hs && !interested_sent && sh.borrow().go {
-            interested_sent = true;
-            let mut b = Vec::new();
-            wire::encode(&Message::Interested, &mut b);
-            if stream.write_all(b).await.0.is_err() {
-                break;
-            }
+    Some(stream)
+}
+
+/// Why a leecher stops: the seeder closed, broke the protocol or the socket failed. Each
+/// counts as a dropped peer.
+struct Dropped;
+
+/// One leecher's side of the protocol: what it was told and what it asked for.
+struct Leecher {
+    input: Input,
+    /// The seeder's handshake (68 bytes) has been received.
+    got_hs: bool,
+    unchoked: bool,
+    interested_sent: bool,
+    counted_unchoke: bool,
+    /// Requests sent and not answered: (index, begin, when).
+    pending: Vec<(u32, u32, Instant)>,
+    /// The piece being downloaded: (index, next begin).
+    piece: Option<(u32, u32)>,
+}
+
+impl Leecher {
+    fn new() -> Leecher {
+        Leecher {
+            input: Input {
+                head: Vec::new(),
+                skip: 0,
+                cur: (0, 0, 0),
+            },
+            got_hs: false,
+            unchoked: false,
+            interested_sent: false,
+            counted_unchoke: false,
+            pending: Vec::new(),
+            piece: None,
         }
-        // Keep the pipeline full.
-        if unchoked && interested_sent {
-            let mut out = Vec::new();
-            while pending.len() < args.pipeline {
-                let (idx, begin) = match piece {
-                    Some((idx, b)) if (b as u64) < meta.piece_len(idx) => (idx, b),
-                    _ => {
-                        let idx = rand::random_range(0..meta.num_pieces());
-                        (idx, 0)
-                    }
-                };
-                let len = (meta.piece_len(idx) - begin as u64).min(wire::MAX_BLOCK as u64) as u32;
-                piece = Some((idx, begin + len));
-                wire::encode(
-                    &Message::Request {
-                        index: idx,
-                        begin,
-                        length: len,
-                    },
-                    &mut out,
-                );
-                pending.push((idx, begin, Instant::now()));
-            }
-            if !out.is_empty() && stream.write_all(out).await.0.is_err() {
-                break;
-            }
+    }
+
+    /// The requests that fill the pipeline to `depth`: the current piece's next blocks, then
+    /// a random piece's.
+    fn requests(&mut self, meta: &Meta, depth: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        while self.pending.len() < depth {
+            let (idx, begin) = match self.piece {
+                Some((idx, b)) if (b as u64) < meta.piece_len(idx) => (idx, b),
+                _ => (rand::random_range(0..meta.num_pieces()), 0),
+            };
+            let len = (meta.piece_len(idx) - begin as u64).min(wire::MAX_BLOCK as u64) as u32;
+            self.piece = Some((idx, begin + len));
+            wire::encode(
+                &Message::Request {
+                    index: idx,
+                    begin,
+                    length: len,
+                },
+                &mut out,
+            );
+            self.pending.push((idx, begin, Instant::now()));
         }
-        // Wait for input (or for "go" while idle).
-        if got_hs && !interested_sent {
-            if !sh.borrow().go {
-                // Woken by the go broadcast, or by input (choke etc.).
-                let _ = iolab_runtime::wait_readable_or_cancel(fd, &go).await;
-            }
-        } else if wait_readable(fd).await.is_err() {
-            break;
-        }
-        let mut buf = std::mem::take(&mut input.head);
+        out
+    }
+
+    /// Receives what the socket holds into the input (piece data skipped as it streams by).
+    /// `Ok(false)`: nothing there yet.
+    fn recv(&mut self, fd: RawFd) -> Result<bool, Dropped> {
+        let mut buf = std::mem::take(&mut self.input.head);
         let n = SCRATCH.with(|s| {
             let mut s = s.borrow_mut();
             // SAFETY: `s` is an exclusively borrowed live buffer of s.len() bytes.
@@ -320,78 +318,137 @@ async fn leecher(
                 )
             };
             if n > 0 {
-                feed(&mut input, &mut buf, &s[..n as usize]);
+                feed(&mut self.input, &mut buf, &s[..n as usize]);
             }
             n
         });
-        input.head = buf;
-        if n == 0 {
-            sh.borrow_mut().res.dropped += 1;
-            return;
-        }
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::WouldBlock {
-                continue;
+        self.input.head = buf;
+        match n {
+            0 => Err(Dropped),
+            n if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock => {
+                Ok(false)
             }
-            sh.borrow_mut().res.dropped += 1;
-            return;
-        }
-        // Process what is complete.
-        if !got_hs {
-            if input.head.len() < wire::HANDSHAKE_LEN {
-                continue;
-            }
-            if Handshake::parse(&input.head).is_err() {
-                sh.borrow_mut().res.dropped += 1;
-                return;
-            }
-            input.head.drain(..wire::HANDSHAKE_LEN);
-            got_hs = true;
-            sh.borrow_mut().res.connected += 1;
-        }
-        let mut events = Vec::new();
-        drain_messages(&mut input, &mut events);
-        for ev in events {
-            match ev {
-                Ev::Unchoke => {
-                    unchoked = true;
-                    if !counted_unchoke {
-                        counted_unchoke = true;
-                        sh.borrow_mut().res.unchoked_peers += 1;
-                    }
-                }
-                Ev::Choke => {
-                    unchoked = false;
-                    pending.clear();
-                    piece = None;
-                }
-                Ev::Reject(idx, begin) => {
-                    pending.retain(|p| !(p.0 == idx && p.1 == begin));
-                    sh.borrow_mut().res.rejects += 1;
-                }
-                Ev::Block(idx, begin, len) => {
-                    if let Some(p) = pending.iter().position(|p| p.0 == idx && p.1 == begin) {
-                        let t = pending.swap_remove(p).2;
-                        let mut s = sh.borrow_mut();
-                        if s.go {
-                            let us = t.elapsed().as_micros().max(1) as u64;
-                            let _ = s.hist.record(us.min(60_000_000));
-                            s.res.bytes += len as u64;
-                            s.res.blocks += 1;
-                            let off = idx as u64 * meta.piece_length + begin as u64;
-                            set_bit(&mut s.seen, off / wire::MAX_BLOCK as u64);
-                        }
-                    }
-                }
-                Ev::Bad => {
-                    sh.borrow_mut().res.dropped += 1;
-                    return;
-                }
-            }
+            n if n < 0 => Err(Dropped),
+            _ => Ok(true),
         }
     }
+
+    /// Takes the seeder's handshake off the input once it is complete. `Ok(false)`: not yet.
+    fn handshake(&mut self, sh: &RefCell<Shared>) -> Result<bool, Dropped> {
+        if self.got_hs {
+            return Ok(true);
+        }
+        if self.input.head.len() < wire::HANDSHAKE_LEN {
+            return Ok(false);
+        }
+        if Handshake::parse(&self.input.head).is_err() {
+            return Err(Dropped);
+        }
+        self.input.head.drain(..wire::HANDSHAKE_LEN);
+        self.got_hs = true;
+        sh.borrow_mut().res.connected += 1;
+        Ok(true)
+    }
+
+    /// Acts on one message of the seeder's.
+    fn on_event(&mut self, ev: Ev, meta: &Meta, sh: &RefCell<Shared>) -> Result<(), Dropped> {
+        match ev {
+            Ev::Unchoke => {
+                self.unchoked = true;
+                if !self.counted_unchoke {
+                    self.counted_unchoke = true;
+                    sh.borrow_mut().res.unchoked_peers += 1;
+                }
+            }
+            Ev::Choke => {
+                self.unchoked = false;
+                self.pending.clear();
+                self.piece = None;
+            }
+            Ev::Reject(idx, begin) => {
+                self.pending.retain(|p| !(p.0 == idx && p.1 == begin));
+                sh.borrow_mut().res.rejects += 1;
+            }
+            Ev::Block(idx, begin, len) => {
+                if let Some(p) = self.pending.iter().position(|p| p.0 == idx && p.1 == begin) {
+                    let t = self.pending.swap_remove(p).2;
+                    let mut s = sh.borrow_mut();
+                    if s.go {
+                        let us = t.elapsed().as_micros().max(1) as u64;
+                        let _ = s.hist.record(us.min(60_000_000));
+                        s.res.bytes += len as u64;
+                        s.res.blocks += 1;
+                        let off = idx as u64 * meta.piece_length + begin as u64;
+                        set_bit(&mut s.seen, off / wire::MAX_BLOCK as u64);
+                    }
+                }
+            }
+            Ev::Bad => return Err(Dropped),
+        }
+        Ok(())
+    }
+}
+
+async fn leecher(
+    args: SwarmConfig,
+    i: usize,
+    meta: Rc<Meta>,
+    sh: Rc<RefCell<Shared>>,
+    go: iolab_runtime::Cond,
+) {
+    let Some(stream) = connect(&args, i, &meta, &sh).await else {
+        return;
+    };
+    let _ = download(&args, &stream, &meta, &sh, &go).await;
+    // However it ended (the tasks are aborted at the end of the run, not ended).
     sh.borrow_mut().res.dropped += 1;
+}
+
+/// The connected leecher: idle until the bench says go, then interested, then downloading
+/// with the pipeline kept full.
+async fn download(
+    args: &SwarmConfig,
+    stream: &TcpStream,
+    meta: &Meta,
+    sh: &RefCell<Shared>,
+    go: &iolab_runtime::Cond,
+) -> Result<(), Dropped> {
+    let fd = stream.as_raw_fd();
+    let mut l = Leecher::new();
+    loop {
+        // Send interest once the bench says go.
+        if l.got_hs && !l.interested_sent && sh.borrow().go {
+            l.interested_sent = true;
+            let mut b = Vec::new();
+            wire::encode(&Message::Interested, &mut b);
+            if stream.write_all(b).await.0.is_err() {
+                return Err(Dropped);
+            }
+        }
+        if l.unchoked && l.interested_sent {
+            let out = l.requests(meta, args.pipeline);
+            if !out.is_empty() && stream.write_all(out).await.0.is_err() {
+                return Err(Dropped);
+            }
+        }
+        // Wait for input (or for "go" while idle).
+        if l.got_hs && !l.interested_sent {
+            if !sh.borrow().go {
+                // Woken by the go broadcast, or by input (choke etc.).
+                let _ = iolab_runtime::wait_readable_or_cancel(fd, go).await;
+            }
+        } else if wait_readable(fd).await.is_err() {
+            return Err(Dropped);
+        }
+        if !l.recv(fd)? || !l.handshake(sh)? {
+            continue;
+        }
+        let mut events = Vec::new();
+        drain_messages(&mut l.input, &mut events);
+        for ev in events {
+            l.on_event(ev, meta, sh)?;
+        }
+    }
 }
 
 thread_local! {
