@@ -716,29 +716,18 @@ impl Component for BlockLayer {
 
     fn stats(&self) -> Vec<(String, f64)> {
         let s = self.stats;
-        vec![
-            ("blocklayer requests in".into(), s.requests_in as f64),
-            (
-                "blocklayer requests to device".into(),
-                s.requests_out as f64,
-            ),
-            ("blocklayer splits".into(), s.splits as f64),
-            ("blocklayer back merges".into(), s.back_merges as f64),
-            ("blocklayer front merges".into(), s.front_merges as f64),
-            ("blocklayer request merges".into(), s.request_merges as f64),
-            (
-                "blocklayer waits for a request (nr_requests)".into(),
-                s.tag_waits as f64,
-            ),
-            (
-                "blocklayer max requests allocated".into(),
-                s.max_requests as f64,
-            ),
-            (
-                "blocklayer deadline-expired dispatches".into(),
-                s.expired_dispatches as f64,
-            ),
-        ]
+        let stats = [
+            ("requests in", s.requests_in as f64),
+            ("requests to device", s.requests_out as f64),
+            ("splits", s.splits as f64),
+            ("back merges", s.back_merges as f64),
+            ("front merges", s.front_merges as f64),
+            ("request merges", s.request_merges as f64),
+            ("waits for a request (nr_requests)", s.tag_waits as f64),
+            ("max requests allocated", s.max_requests as f64),
+            ("deadline-expired dispatches", s.expired_dispatches as f64),
+        ];
+        crate::engine::prefixed_stats("blocklayer", &stats)
     }
 }
 

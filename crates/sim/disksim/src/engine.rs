@@ -781,22 +781,22 @@ impl Component for ConstantDevice {
     }
 }
 
+/// A component's statistics as [`Component::stats`] lists them, each name after the
+/// component's own (`"pagecache hit pages"`).
+pub fn prefixed_stats(component: &str, stats: &[(&str, f64)]) -> Vec<(String, f64)> {
+    stats
+        .iter()
+        .map(|&(name, v)| (format!("{component} {name}"), v))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::request::{Flags, Op};
+    use crate::request::Op;
 
     fn req(lba: u64) -> Request {
-        Request {
-            id: 0,
-            arrival: 0.0,
-            dev: 0,
-            lba,
-            sectors: 8,
-            op: Op::Read,
-            flags: Flags::default(),
-            file: None,
-        }
+        Request::block(lba, 8, Op::Read)
     }
 
     #[test]

@@ -148,6 +148,21 @@ pub struct Request {
 }
 
 impl Request {
+    /// A block-level request of `sectors` at `lba` (no file, no flags, device 0); the
+    /// engine gives it its id and arrival.
+    pub fn block(lba: u64, sectors: u32, op: Op) -> Request {
+        Request {
+            id: 0,
+            arrival: 0.0,
+            dev: 0,
+            lba,
+            sectors,
+            op,
+            flags: Flags::default(),
+            file: None,
+        }
+    }
+
     pub fn end(&self) -> u64 {
         self.lba + u64::from(self.sectors)
     }
@@ -211,6 +226,17 @@ pub struct Record {
 }
 
 impl Record {
+    /// The record of a request a device completes at `now` without serving it (out of its
+    /// range): the run goes on.
+    pub fn unserved(arrival: f64, now: f64) -> Record {
+        Record {
+            arrival,
+            device_start: now,
+            completion: now,
+            ..Default::default()
+        }
+    }
+
     pub fn response(&self) -> f64 {
         self.completion - self.arrival
     }

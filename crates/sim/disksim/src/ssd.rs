@@ -583,12 +583,7 @@ impl Component for Ssd {
     }
     fn submit(&mut self, req: Request, ctx: &mut Ctx) {
         if req.end() > self.spec.blocks() {
-            let rec = Record {
-                arrival: req.arrival,
-                device_start: ctx.now(),
-                completion: ctx.now(),
-                ..Default::default()
-            };
+            let rec = Record::unserved(req.arrival, ctx.now());
             ctx.up(Completion { req, rec });
             return;
         }
@@ -631,7 +626,6 @@ impl Component for Ssd {
 mod tests {
     use super::*;
     use crate::engine::{Pending, Simulator, VecSource, When};
-    use crate::request::Flags;
     use std::collections::HashMap;
 
     fn spec() -> SsdSpec {
@@ -681,16 +675,7 @@ mod tests {
             .iter()
             .map(|&p| Pending {
                 when: When::AfterCompletion { think: 0.0 },
-                req: Request {
-                    id: 0,
-                    arrival: 0.0,
-                    dev: 0,
-                    lba: p * u64::from(spp),
-                    sectors: spp,
-                    op: Op::Write,
-                    flags: Flags::default(),
-                    file: None,
-                },
+                req: Request::block(p * u64::from(spp), spp, Op::Write),
             })
             .collect();
         let mut sim = Simulator::new(vec![Box::new(Ssd::new(spec).unwrap())]);

@@ -7,7 +7,7 @@ use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 
 use crate::engine::{Component, Ctx, Pending, Simulator, VecSource, When};
-use crate::request::{Completion, Flags, Op, Record, Request};
+use crate::request::{Completion, Op, Record, Request};
 
 /// What the device saw, one entry per request it started.
 pub type Log<T> = Rc<RefCell<Vec<T>>>;
@@ -92,15 +92,6 @@ pub fn run_at(device: Box<dyn Component>, reqs: &[(f64, u64, u32, Op)]) -> Vec<C
 pub fn pending_at(t: f64, op: Op, lba: u64, sectors: u32) -> Pending {
     Pending {
         when: When::At(t),
-        req: Request {
-            id: 0,
-            arrival: 0.0,
-            dev: 0,
-            lba,
-            sectors,
-            op,
-            flags: Flags::default(),
-            file: None,
-        },
+        req: Request::block(lba, sectors, op),
     }
 }

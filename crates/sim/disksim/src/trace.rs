@@ -142,16 +142,7 @@ fn check_extent(lba: u64, sectors: u64, line: u64) -> Result<()> {
 }
 
 fn request(lba: u64, sectors: u64, op: Op) -> Request {
-    Request {
-        id: 0,
-        arrival: 0.0,
-        dev: 0,
-        lba,
-        sectors: sectors as u32,
-        op,
-        flags: Flags::default(),
-        file: None,
-    }
+    Request::block(lba, sectors as u32, op)
 }
 
 /// What the validate reader knows about each request beyond the request itself: the real

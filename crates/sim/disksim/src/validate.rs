@@ -358,34 +358,41 @@ pub fn table(results: &[DiskResult]) -> String {
         "req/s"
     ));
     for r in results {
-        let goal = match r.disksim_demerit_ms {
-            Some(ds) => {
-                if r.demerit_ms <= ds && r.mean_error_pct.abs() <= 5.0 {
-                    "ok"
-                } else {
-                    "MISS"
-                }
-            }
+        let goal = match goal_met(r) {
+            Some(true) => "ok",
+            Some(false) => "MISS",
             None => "-",
         };
+        let [real, sim, err, dem, dem_pct, ds_dem, rms, ds_rms] = row_figures(r);
         s.push_str(&format!(
-            "{:<11} {:>6} {:>9.3} {:>9.3} {:>+7.2} {:>9.3} {:>7.2}% {:>9} {:>6} {:>8.3} {:>8} {:>7.0}x {:>10.0}\n",
-            r.disk,
-            r.requests,
-            r.real_mean_ms,
-            r.sim_mean_ms,
-            r.mean_error_pct,
-            r.demerit_ms,
-            r.demerit_pct,
-            ms_or_dash(r.disksim_demerit_ms),
-            goal,
-            r.per_request_rms_ms,
-            ms_or_dash(r.disksim_per_request_rms_ms),
-            r.speedup,
-            r.requests_per_s
+            "{:<11} {:>6} {real:>9} {sim:>9} {err:>7} {dem:>9} {dem_pct:>8} {ds_dem:>9} {goal:>6} {rms:>8} {ds_rms:>8} {:>7.0}x {:>10.0}\n",
+            r.disk, r.requests, r.speedup, r.requests_per_s
         ));
     }
     s
+}
+
+/// Whether a disk meets the goal (demerit at most DiskSim's, mean within 5%); None without
+/// DiskSim's figure.
+fn goal_met(r: &DiskResult) -> Option<bool> {
+    r.disksim_demerit_ms
+        .map(|ds| r.demerit_ms <= ds && r.mean_error_pct.abs() <= 5.0)
+}
+
+/// A disk's figures as both tables show them: real and simulated mean (ms), mean error
+/// (%), demerit (ms and % of the real mean), DiskSim's demerit, per-request RMS and DiskSim's
+/// (ms).
+fn row_figures(r: &DiskResult) -> [String; 8] {
+    [
+        format!("{:.3}", r.real_mean_ms),
+        format!("{:.3}", r.sim_mean_ms),
+        format!("{:+.2}", r.mean_error_pct),
+        format!("{:.3}", r.demerit_ms),
+        format!("{:.2}%", r.demerit_pct),
+        ms_or_dash(r.disksim_demerit_ms),
+        format!("{:.3}", r.per_request_rms_ms),
+        ms_or_dash(r.disksim_per_request_rms_ms),
+    ]
 }
 
 /// The HTML report: the table and one response-time CDF (real vs simulated) per disk, as
@@ -399,22 +406,15 @@ Goal: demerit ≤ DiskSim 4.0's own and mean within 5%. Per-request RMS: simulat
     h.push_str(&format!("<p>Machine: {}</p>\n", esc(machine)));
     h.push_str("<table id=\"results\"><tr><th>disk</th><th>model</th><th>real mean ms</th><th>sim mean ms</th><th>mean error</th><th>demerit ms</th><th>demerit %</th><th>DiskSim ms</th><th>goal</th><th>per-request RMS ms</th><th>DiskSim's</th><th>sim/wall</th></tr>\n");
     for r in results {
-        let ok = r.disksim_demerit_ms.is_some_and(|d| r.demerit_ms <= d)
-            && r.mean_error_pct.abs() <= 5.0;
+        let (class, goal) = match goal_met(r) {
+            Some(true) => ("ok", "met"),
+            _ => ("miss", "missed"),
+        };
+        let [real, sim, err, dem, dem_pct, ds_dem, rms, ds_rms] = row_figures(r);
         h.push_str(&format!(
-            "<tr><td>{}</td><td>{}</td><td>{:.3}</td><td>{:.3}</td><td>{:+.2}%</td><td>{:.3}</td><td>{:.2}%</td><td>{}</td><td class=\"{}\">{}</td><td>{:.3}</td><td>{}</td><td>{:.0}×</td></tr>\n",
+            "<tr><td>{}</td><td>{}</td><td>{real}</td><td>{sim}</td><td>{err}%</td><td>{dem}</td><td>{dem_pct}</td><td>{ds_dem}</td><td class=\"{class}\">{goal}</td><td>{rms}</td><td>{ds_rms}</td><td>{:.0}×</td></tr>\n",
             esc(&r.disk),
             esc(&r.model),
-            r.real_mean_ms,
-            r.sim_mean_ms,
-            r.mean_error_pct,
-            r.demerit_ms,
-            r.demerit_pct,
-            ms_or_dash(r.disksim_demerit_ms),
-            if ok { "ok" } else { "miss" },
-            if ok { "met" } else { "missed" },
-            r.per_request_rms_ms,
-            ms_or_dash(r.disksim_per_request_rms_ms),
             r.speedup
         ));
     }

@@ -819,30 +819,25 @@ impl Component for WinXpCache {
 
     fn stats(&self) -> Vec<(String, f64)> {
         let s = self.stats;
-        vec![
-            ("winxp hit blocks (64 KB)".into(), s.hit_blocks as f64),
+        let stats = [
+            ("hit blocks (64 KB)", s.hit_blocks as f64),
+            ("blocks read by the application", s.app_read_blocks as f64),
+            ("blocks prefetched by the system", s.prefetch_blocks as f64),
             (
-                "winxp blocks read by the application".into(),
-                s.app_read_blocks as f64,
-            ),
-            (
-                "winxp blocks prefetched by the system".into(),
-                s.prefetch_blocks as f64,
-            ),
-            (
-                "winxp blocks written by the lazy writer".into(),
+                "blocks written by the lazy writer",
                 s.lazy_write_blocks as f64,
             ),
             (
-                "winxp blocks written by the application".into(),
+                "blocks written by the application",
                 s.app_write_blocks as f64,
             ),
             (
-                "winxp blocks written in batch flushes".into(),
+                "blocks written in batch flushes",
                 s.batch_flush_blocks as f64,
             ),
-            ("winxp evicted blocks".into(), s.evicted_blocks as f64),
-        ]
+            ("evicted blocks", s.evicted_blocks as f64),
+        ];
+        crate::engine::prefixed_stats("winxp", &stats)
     }
 }
 

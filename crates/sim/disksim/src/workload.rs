@@ -8,7 +8,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::Deserialize;
 
 use crate::engine::{Pending, Source, When};
-use crate::request::{Flags, Op, Request};
+use crate::request::{Op, Request};
 
 /// A distribution of non-negative values (ms for times, sectors for sizes).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -268,16 +268,7 @@ impl Source for Generator {
             }
         };
         self.made += 1;
-        let req = Request {
-            id: 0,
-            arrival: 0.0,
-            dev: 0,
-            lba,
-            sectors: sectors as u32,
-            op,
-            flags: Flags::default(),
-            file: None,
-        };
+        let req = Request::block(lba, sectors as u32, op);
         Ok(Some(Pending { when, req }))
     }
     fn len_hint(&self) -> Option<u64> {

@@ -24,20 +24,14 @@ fn validate_disksim_table_json_html_in_chromium() {
     let tmp = tempdir("validate");
     let dir = tmp.path();
     let (json, html) = (dir.join("v.json"), dir.join("v.html"));
-    let out = iolab()
-        .args(["disksim", "validate-disksim", "--json"])
-        .arg(&json)
-        .arg("--html")
-        .arg(&html)
-        .arg("--check")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("data/validation-baseline.json"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let text = stdout_of(
+        iolab()
+            .args(["disksim", "validate-disksim", "--json"])
+            .arg(&json)
+            .arg("--html")
+            .arg(&html)
+            .arg("--check")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("data/validation-baseline.json")),
     );
     for d in [
         "barracuda",
@@ -164,18 +158,12 @@ fn run_with_each_example_config_and_a_trace() {
         "measured-vda.toml",
     ] {
         let json = dir.join(format!("{cfg}.json"));
-        let out = iolab()
-            .args(["disksim", "run", "--quiet", "--config"])
-            .arg(configs().join(cfg))
-            .arg("--json")
-            .arg(&json)
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{cfg}: {text}\n{}",
-            String::from_utf8_lossy(&out.stderr)
+        let text = stdout_of(
+            iolab()
+                .args(["disksim", "run", "--quiet", "--config"])
+                .arg(configs().join(cfg))
+                .arg("--json")
+                .arg(&json),
         );
         assert!(text.contains("p99.9"), "{cfg}: {text}");
         let v: serde_json::Value =

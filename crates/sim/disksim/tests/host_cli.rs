@@ -178,13 +178,16 @@ fn record_tar_of_a_tree_and_replay_it() {
         offsets.windows(2).all(|w| w[0] < w[1]) && offsets[0] == 0,
         "{offsets:?}"
     );
-    let out = iolab()
-        .args(["disksim", "run", "--config"])
-        .arg(&cal)
-        .arg("--trace")
-        .arg(&trace)
-        .output()
-        .unwrap();
+    let replay = || {
+        iolab()
+            .args(["disksim", "run", "--config"])
+            .arg(&cal)
+            .arg("--trace")
+            .arg(&trace)
+            .output()
+            .unwrap()
+    };
+    let out = replay();
     let o = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && o.contains("replayed") && o.contains("simulated"),
@@ -196,13 +199,7 @@ fn record_tar_of_a_tree_and_replay_it() {
         "# iolab file trace v1\nfile 0 10 /x\n0 0 1 0 Q 0 10 -\n",
     )
     .unwrap();
-    let out = iolab()
-        .args(["disksim", "run", "--config"])
-        .arg(&cal)
-        .arg("--trace")
-        .arg(&trace)
-        .output()
-        .unwrap();
+    let out = replay();
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success() && e.contains("line 3") && e.contains("unknown OP"),

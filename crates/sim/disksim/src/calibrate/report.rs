@@ -61,35 +61,48 @@ pub fn config_toml(c: &Calibration) -> String {
         }
         s.push_str("]\n");
     }
-    let toml = |t: &[[f64; 2]]| join_table(t, |k, us| format!("[{k}, {us:.2}]"));
-    s.push_str(&format!(
-        "\n# buffered reads served by the page cache: [KiB, mean µs]\n[host_cpu]\ncached_read_us = [{}]\n",
-        toml(&c.host_cpu.cached_read_us)
-    ));
-    s.push_str(&format!(
-        "# buffered writes into new page-cache pages: [KiB, mean µs]\ncached_write_us = [{}]\n",
-        toml(&c.host_cpu.cached_write_us)
-    ));
-    s.push_str(&format!(
-        "# buffered 32 KiB reads by the cached set they go over: [MiB, mean µs]\ncached_set_us = [{}]\n",
-        toml(&c.host_cpu.cached_set_us)
-    ));
-    s.push_str(&format!(
-        "# fio's own time between a completion and its next request (µs)\napp_gap_us = {:.2}\n",
-        c.host_cpu.app_gap_us
-    ));
-    s.push_str(&format!(
-        "# a read's cost per new 4 KiB folio it brings into the cache (µs)\nmiss_folio_us = {:.2}\n",
-        c.host_cpu.miss_folio_us
-    ));
-    s.push_str(&format!(
-        "# what reclaiming room for it adds when the cache is full (µs)\nreclaim_folio_us = {:.2}\n",
-        c.host_cpu.reclaim_folio_us
-    ));
-    s.push_str(&format!(
-        "# POSIX_FADV_DONTNEED's cost per dirty page it sends to write-back (µs)\ndontneed_dirty_page_us = {:.3}\n",
-        c.host_cpu.dontneed_dirty_page_us
-    ));
+    let h = &c.host_cpu;
+    let toml = |t: &[[f64; 2]]| format!("[{}]", join_table(t, |k, us| format!("[{k}, {us:.2}]")));
+    s.push('\n');
+    for (comment, key, value) in [
+        (
+            "buffered reads served by the page cache: [KiB, mean µs]\n[host_cpu]",
+            "cached_read_us",
+            toml(&h.cached_read_us),
+        ),
+        (
+            "buffered writes into new page-cache pages: [KiB, mean µs]",
+            "cached_write_us",
+            toml(&h.cached_write_us),
+        ),
+        (
+            "buffered 32 KiB reads by the cached set they go over: [MiB, mean µs]",
+            "cached_set_us",
+            toml(&h.cached_set_us),
+        ),
+        (
+            "fio's own time between a completion and its next request (µs)",
+            "app_gap_us",
+            format!("{:.2}", h.app_gap_us),
+        ),
+        (
+            "a read's cost per new 4 KiB folio it brings into the cache (µs)",
+            "miss_folio_us",
+            format!("{:.2}", h.miss_folio_us),
+        ),
+        (
+            "what reclaiming room for it adds when the cache is full (µs)",
+            "reclaim_folio_us",
+            format!("{:.2}", h.reclaim_folio_us),
+        ),
+        (
+            "POSIX_FADV_DONTNEED's cost per dirty page it sends to write-back (µs)",
+            "dontneed_dirty_page_us",
+            format!("{:.3}", h.dontneed_dirty_page_us),
+        ),
+    ] {
+        s.push_str(&format!("# {comment}\n{key} = {value}\n"));
+    }
     s
 }
 

@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use super::job::{FioJob, JobFile};
 use crate::engine::{Pending, Source, When};
-use crate::request::{Advice, FileRef, Flags, Op, Request, SECTOR};
+use crate::request::{Advice, FileRef, Op, Request, SECTOR};
 
 /// Random maps (fio's per-block "done" bitmap, here a permutation of 4-byte block numbers)
 /// up to this many blocks per stream (4 MiB); larger regions draw with replacement, as
@@ -71,17 +71,11 @@ struct Stream {
 /// A `posix_fadvise(fd, 0, 0, a)` on file `id`.
 fn advise_request(f: &SimFile, id: u32, a: Advice) -> Request {
     Request {
-        id: 0,
-        arrival: 0.0,
-        dev: 0,
-        lba: f.lba,
-        sectors: 0,
-        op: Op::Advise(a),
-        flags: Flags::default(),
         file: Some(FileRef {
             file: id,
             offset: 0,
         }),
+        ..Request::block(f.lba, 0, Op::Advise(a))
     }
 }
 

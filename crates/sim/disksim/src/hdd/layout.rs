@@ -831,42 +831,13 @@ mod tests {
         let l = Layout::uniform(2, 10, 100, 10.0, 20.0).unwrap();
         // Track 1 (head switch): skew 10 sectors. Cylinder 1, head 0: one head switch within
         // cylinder 0 (surfaces-1 = 1) plus one cylinder skew = 10 + 20.
-        assert!(
-            (l.angle(
-                0,
-                Pbn {
-                    cyl: 0,
-                    head: 1,
-                    sector: 0
-                }
-            ) - 0.10)
-                .abs()
-                < 1e-12
-        );
-        assert!(
-            (l.angle(
-                0,
-                Pbn {
-                    cyl: 1,
-                    head: 0,
-                    sector: 0
-                }
-            ) - 0.30)
-                .abs()
-                < 1e-12
-        );
-        assert!(
-            (l.angle(
-                0,
-                Pbn {
-                    cyl: 1,
-                    head: 0,
-                    sector: 95
-                }
-            ) - 0.25)
-                .abs()
-                < 1e-12
-        );
+        // Sector 95 there: (30 + 95) mod 100 = 25 sectors past the index.
+        for (cyl, head, sector, revolutions) in [(0, 1, 0, 0.10), (1, 0, 0, 0.30), (1, 0, 95, 0.25)]
+        {
+            let pbn = Pbn { cyl, head, sector };
+            let angle = l.angle(0, pbn);
+            assert!((angle - revolutions).abs() < 1e-12, "{pbn:?}: {angle}");
+        }
     }
 
     #[test]

@@ -946,12 +946,7 @@ impl Component for Hdd {
         {
             // Out of range: complete with no service so the run goes on; the trace readers
             // reject such lines before they get here.
-            let rec = Record {
-                arrival: req.arrival,
-                device_start: ctx.now(),
-                completion: ctx.now(),
-                ..Default::default()
-            };
+            let rec = Record::unserved(req.arrival, ctx.now());
             ctx.up(Completion { req, rec });
             return;
         }
@@ -1047,6 +1042,14 @@ mod tests {
         }
     }
 
+    /// `got` is `want` (ms) to within a nanosecond.
+    fn assert_ms(got: f64, want: f64, what: &dyn std::fmt::Debug) {
+        assert!(
+            (got - want).abs() < 1e-9,
+            "{got} ms, want {want} ms: {what:?}"
+        );
+    }
+
     fn run(spec: HddSpec, reqs: &[(f64, u64, u32, Op)]) -> Vec<Completion> {
         crate::testdev::run_at(Box::new(Hdd::new(spec)), reqs)
     }
@@ -1056,7 +1059,7 @@ mod tests {
         // A whole track from sector 0 at t = 0: the head is at angle 0, no seek, no latency:
         // media transfer = one revolution (10 ms).
         let c = &run(spec(false), &[(0.0, 0, 100, Op::Read)])[0];
-        assert!((c.rec.transfer - 10.0).abs() < 1e-9, "{:?}", c.rec);
+        assert_ms(c.rec.transfer, 10.0, &c.rec);
         assert!(c.rec.rotation.abs() < 1e-9 && c.rec.seek == 0.0);
         // Four tracks (two cylinders): each switch costs its skew (head switch: 6 sectors =
         // 0.6 ms; cylinder switch: 10 sectors = 1 ms), so the zone's sequential rate is
@@ -1147,13 +1150,9 @@ mod tests {
             ],
         );
         assert_eq!(out[0].rec.cache, CacheOutcome::Miss);
-        assert!((out[0].rec.transfer - 0.8).abs() < 1e-9, "{:?}", out[0].rec);
+        assert_ms(out[0].rec.transfer, 0.8, &out[0].rec);
         assert_eq!(out[1].rec.cache, CacheOutcome::Hit, "{:?}", out[1].rec);
-        assert!(
-            (out[1].response() - 0.08).abs() < 1e-9,
-            "{}",
-            out[1].response()
-        );
+        assert_ms(out[1].response(), 0.08, &out[1].rec);
         assert_eq!(out[2].rec.cache, CacheOutcome::Hit, "{:?}", out[2].rec);
         // At 12 ms track 1 is only read up to sector 114: 150..158 misses. The read-ahead
         // finishes the sector under the head (114, until 12.1 ms) and stops; the head is
@@ -1187,11 +1186,7 @@ mod tests {
         );
         assert_eq!(out[0].rec.cache, CacheOutcome::Miss);
         assert_eq!(out[1].rec.cache, CacheOutcome::Hit);
-        assert!(
-            (out[1].response() - 0.08).abs() < 1e-9,
-            "{}",
-            out[1].response()
-        );
+        assert_ms(out[1].response(), 0.08, &out[1].rec);
         assert_eq!(out[2].rec.cache, CacheOutcome::Miss);
         assert_eq!(
             out[3].rec.cache,
@@ -1265,7 +1260,7 @@ mod tests {
         let plain = &run(disk(vec![]), &[(0.0, 0, 10, Op::Read)])[0];
         let remapped = &run(disk(vec![(5, 198)]), &[(0.0, 0, 10, Op::Read)])[0];
         // Without the defect: 10 sectors in one sweep, 1 ms from angle 0.
-        assert!((plain.rec.transfer - 1.0).abs() < 1e-9, "{:?}", plain.rec);
+        assert_ms(plain.rec.transfer, 1.0, &plain.rec);
         // With it: sectors 0-4, a head switch to the spare, then back for 6-9: the spindle
         // must come round again (more than half a revolution more).
         let media = |c: &Completion| c.rec.transfer + c.rec.rotation;
@@ -1290,11 +1285,7 @@ mod tests {
             ],
         );
         assert_eq!(out[1].rec.cache, CacheOutcome::WriteBack);
-        assert!(
-            (out[1].response() - 0.08).abs() < 1e-9,
-            "bus only: {}",
-            out[1].response()
-        );
+        assert_ms(out[1].response(), 0.08, &"bus only");
         // The write landed inside the read-ahead segment [1000, 1208): the segment is dropped.
         assert_eq!(out[2].rec.cache, CacheOutcome::Miss);
     }
@@ -1338,7 +1329,7 @@ mod tests {
         );
         let r = &out[1].rec;
         assert_eq!(r.cache, CacheOutcome::Miss, "{r:?}");
-        assert!((r.seek - 0.8).abs() < 1e-9, "{r:?}");
+        assert_ms(r.seek, 0.8, &r);
     }
 
     #[test]
@@ -1371,10 +1362,10 @@ mod tests {
         sp.bus_write_ms = 0.02;
         let w = [(0.0, 1, 20, Op::Write)];
         let e = ends(&run(sp.clone(), &w));
-        assert!((e[0] - 2.1).abs() < 1e-9, "{e:?}");
+        assert_ms(e[0], 2.1, &e);
         sp.overheads.extra_write_disconnect = Some((0.0, 0.0, 0.0));
         let e = ends(&run(sp, &w));
-        assert!((e[0] - 12.1).abs() < 1e-9, "{e:?}");
+        assert_ms(e[0], 12.1, &e);
     }
 
     #[test]
@@ -1388,9 +1379,9 @@ mod tests {
         sp.bus_write_ms = 0.2;
         let out = run(sp, &[(0.0, 8, 10, Op::Write)]);
         let r = &out[0].rec;
-        assert!((r.completion - 11.8).abs() < 1e-9, "{r:?}");
-        assert!((r.transfer - 1.0).abs() < 1e-9, "{r:?}");
-        assert!((r.rotation - 10.8).abs() < 1e-9, "{r:?}");
+        assert_ms(r.completion, 11.8, &r);
+        assert_ms(r.transfer, 1.0, &r);
+        assert_ms(r.rotation, 10.8, &r);
     }
 
     #[test]
@@ -1404,7 +1395,7 @@ mod tests {
             sp,
             &[(0.0, 10, 10, Op::Write), (11.9, 20, 10, Op::Write)],
         ));
-        assert!((e[0] - 2.0).abs() < 1e-9, "{e:?}");
-        assert!((e[1] - 23.0).abs() < 1e-9, "{e:?}");
+        assert_ms(e[0], 2.0, &e);
+        assert_ms(e[1], 23.0, &e);
     }
 }

@@ -810,6 +810,38 @@ impl PageCache {
     }
 }
 
+impl PageCache {
+    /// The id of a new request this component sends down.
+    fn child_id(&mut self) -> u64 {
+        let id = CHILD_ID_BIT | self.next_child;
+        self.next_child += 1;
+        id
+    }
+}
+
+/// The request (no flags) for `pages` of file `sk`, whose byte 0 is at sector `base`, that
+/// this component sends down at `now` as `id`.
+fn child_request(
+    id: u64,
+    now: f64,
+    sk: StreamKey,
+    base: i64,
+    pages: std::ops::Range<u64>,
+    op: Op,
+) -> Request {
+    let lba = base + (pages.start * SECTORS_PER_PAGE) as i64;
+    Request {
+        id,
+        arrival: now,
+        dev: sk.dev,
+        ..Request::block(
+            lba.max(0) as u64,
+            ((pages.end - pages.start) * SECTORS_PER_PAGE) as u32,
+            op,
+        )
+    }
+}
+
 fn key(dev: u32, file: Option<u32>) -> StreamKey {
     StreamKey {
         dev,
@@ -944,56 +976,39 @@ impl Component for PageCache {
 
     fn stats(&self) -> Vec<(String, f64)> {
         let s = self.stats;
-        vec![
-            ("pagecache hit pages".into(), s.hit_pages as f64),
-            ("pagecache miss pages".into(), s.miss_pages as f64),
-            ("pagecache readahead pages".into(), s.readahead_pages as f64),
-            ("pagecache evicted pages".into(), s.evicted_pages as f64),
-            ("pagecache reads down".into(), s.reads_down as f64),
+        let stats = [
+            ("hit pages", s.hit_pages as f64),
+            ("miss pages", s.miss_pages as f64),
+            ("readahead pages", s.readahead_pages as f64),
+            ("evicted pages", s.evicted_pages as f64),
+            ("reads down", s.reads_down as f64),
+            ("reads into large folios", s.large_folio_reads as f64),
+            ("dropped pages (DONTNEED)", s.dropped_pages as f64),
+            ("dirtied pages", s.dirtied_pages as f64),
+            ("written-back pages", s.written_pages as f64),
+            ("write-back writes", s.writes_down as f64),
+            ("max dirty pages", s.max_dirty_pages as f64),
             (
-                "pagecache reads into large folios".into(),
-                s.large_folio_reads as f64,
-            ),
-            (
-                "pagecache dropped pages (DONTNEED)".into(),
-                s.dropped_pages as f64,
-            ),
-            ("pagecache dirtied pages".into(), s.dirtied_pages as f64),
-            (
-                "pagecache written-back pages".into(),
-                s.written_pages as f64,
-            ),
-            ("pagecache write-back writes".into(), s.writes_down as f64),
-            ("pagecache max dirty pages".into(), s.max_dirty_pages as f64),
-            (
-                "pagecache max dirty+writeback pages".into(),
+                "max dirty+writeback pages",
                 s.max_dirty_writeback_pages as f64,
             ),
+            ("throttled writes", s.throttled_writes as f64),
+            ("throttled ms", s.throttled_ms),
             (
-                "pagecache throttled writes".into(),
-                s.throttled_writes as f64,
-            ),
-            ("pagecache throttled ms".into(), s.throttled_ms),
-            (
-                "pagecache reclaim write-backs (cache full of dirty pages)".into(),
+                "reclaim write-backs (cache full of dirty pages)",
                 s.reclaim_writebacks as f64,
             ),
             (
-                "pagecache writes waiting on reclaim (v1 memcg)".into(),
+                "writes waiting on reclaim (v1 memcg)",
                 s.reclaim_waits as f64,
             ),
-            (
-                "pagecache expired-page flusher runs".into(),
-                s.expire_runs as f64,
-            ),
-            (
-                "pagecache background write-back runs".into(),
-                s.background_runs as f64,
-            ),
-            ("pagecache fsyncs".into(), s.fsyncs as f64),
-            ("pagecache O_DSYNC writes".into(), s.dsync_writes as f64),
-            ("pagecache device flushes".into(), s.flushes_down as f64),
-        ]
+            ("expired-page flusher runs", s.expire_runs as f64),
+            ("background write-back runs", s.background_runs as f64),
+            ("fsyncs", s.fsyncs as f64),
+            ("O_DSYNC writes", s.dsync_writes as f64),
+            ("device flushes", s.flushes_down as f64),
+        ];
+        crate::engine::prefixed_stats("pagecache", &stats)
     }
 }
 

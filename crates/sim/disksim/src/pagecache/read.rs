@@ -88,18 +88,10 @@ impl PageCache {
         let mut run: Option<(u64, u64)> = None; // (first, count)
         let flush = |this: &mut PageCache, run: &mut Option<(u64, u64)>, ctx: &mut Ctx| {
             if let Some((first, count)) = run.take() {
-                let id = CHILD_ID_BIT | this.next_child;
-                this.next_child += 1;
-                let lba = base + (first * SECTORS_PER_PAGE) as i64;
+                let id = this.child_id();
                 let req = Request {
-                    id,
-                    arrival: ctx.now(),
-                    dev: sk.dev,
-                    lba: lba.max(0) as u64,
-                    sectors: (count * SECTORS_PER_PAGE) as u32,
-                    op: Op::Read,
                     flags,
-                    file: None,
+                    ..child_request(id, ctx.now(), sk, base, first..first + count, Op::Read)
                 };
                 this.children.insert(id, (sk, first..first + count));
                 let lru = &mut this.lru;

@@ -148,8 +148,7 @@ impl PageCache {
                 n += 1;
             }
             i += n as usize;
-            let id = CHILD_ID_BIT | self.next_child;
-            self.next_child += 1;
+            let id = self.child_id();
             let mut keys = Vec::with_capacity(n as usize);
             for index in first..first + n {
                 let k = PageKey { stream: sk, index };
@@ -177,16 +176,9 @@ impl PageCache {
             self.stats.written_pages += keys.len() as u64;
             self.stats.writes_down += 1;
             self.wb_children.insert(id, keys);
-            let lba = base + (first * SECTORS_PER_PAGE) as i64;
             ctx.down(Request {
-                id,
-                arrival: ctx.now(),
-                dev: sk.dev,
-                lba: lba.max(0) as u64,
-                sectors: (n * SECTORS_PER_PAGE) as u32,
-                op: Op::Write,
                 flags: if sync { Flags::SYNC } else { Flags::default() },
-                file: None,
+                ..child_request(id, ctx.now(), sk, base, first..first + n, Op::Write)
             });
             ids.push(id);
         }
@@ -422,6 +414,7 @@ impl PageCache {
         };
         if w.flush {
             w.flush = false;
+            // (not child_id(): `w` still borrows the syncs)
             let child = CHILD_ID_BIT | self.next_child;
             self.next_child += 1;
             self.flush_children.insert(child, id);
