@@ -222,24 +222,24 @@ fn proc_cpu_secs(pid: u32) -> Option<f64> {
     Some(ticks / hz.max(1.0))
 }
 
-fn proc_rss_kib(pid: u32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+/// The number after `key` in `/proc/PID/FILE` (`status`: `VmRSS:   1234 kB`; `io`:
+/// `read_bytes: 4096`).
+fn proc_number(pid: u32, file: &str, key: &str) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/{file}")).ok()?;
     s.lines()
-        .find(|l| l.starts_with("VmRSS:"))?
+        .find(|l| l.starts_with(key))?
         .split_whitespace()
         .nth(1)?
         .parse()
         .ok()
 }
 
+fn proc_rss_kib(pid: u32) -> Option<u64> {
+    proc_number(pid, "status", "VmRSS:")
+}
+
 fn proc_read_bytes(pid: u32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
-    s.lines()
-        .find(|l| l.starts_with("read_bytes:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
+    proc_number(pid, "io", "read_bytes:")
 }
 
 struct Proc(Child);
