@@ -179,36 +179,22 @@ fn run_with_each_example_config_and_a_trace() {
     )
     .unwrap();
     let log = dir.join("log.csv");
-    let out = iolab()
-        .args(["disksim", "run", "--quiet", "--config"])
-        .arg(configs().join("hdd-7200.toml"))
-        .arg("--trace")
-        .arg(&trace)
-        .arg("--format")
-        .arg("iolab")
-        .arg("--log")
-        .arg(&log)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let run_trace = || {
+        let mut c = iolab();
+        c.args(["disksim", "run", "--quiet", "--config"])
+            .arg(configs().join("hdd-7200.toml"))
+            .arg("--trace")
+            .arg(&trace)
+            .args(["--format", "iolab"]);
+        c
+    };
+    stdout_of(run_trace().arg("--log").arg(&log));
     let csv = std::fs::read_to_string(&log).unwrap();
     assert_eq!(csv.lines().count(), 5, "header and four requests:\n{csv}");
     assert!(csv.lines().next().unwrap().contains("seek_ms,rotation_ms"));
     // A bad trace line: one clear error with the line number, no panic.
     std::fs::write(&trace, "0 R 0 8\n1 X 0 8\n").unwrap();
-    let out = iolab()
-        .args(["disksim", "run", "--quiet", "--config"])
-        .arg(configs().join("hdd-7200.toml"))
-        .arg("--trace")
-        .arg(&trace)
-        .arg("--format")
-        .arg("iolab")
-        .output()
-        .unwrap();
+    let out = run_trace().output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(err.contains("line 2"), "{err}");
