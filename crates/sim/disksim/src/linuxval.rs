@@ -1202,7 +1202,7 @@ mod tests {
             1 + 3,
             "bars and one CDF per job"
         );
-        let dir = tempfile::tempdir().unwrap();
+        let dir = iolab_sys::testing::tempdir("disksim-validate-html").unwrap();
         let path = dir.path().join("validate.html");
         std::fs::write(&path, &page).unwrap();
         let Some(dom) = iolab_sys::testing::chromium_renders(&path) else {

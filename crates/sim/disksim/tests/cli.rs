@@ -8,11 +8,8 @@ mod common;
 use common::{iolab, stdout_of};
 
 /// A scratch directory removed when the guard drops, also when the test fails or returns early.
-fn tempdir(tag: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(&format!("iolab-disksim-{tag}-"))
-        .tempdir()
-        .unwrap()
+fn tempdir(tag: &str) -> iolab_sys::testing::TempDir {
+    iolab_sys::testing::tempdir(&format!("disksim-{tag}")).unwrap()
 }
 
 fn configs() -> PathBuf {

@@ -2,17 +2,14 @@
 //! reports the page cache's and block layer's counters, and bad host flags give one clear
 //! error.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 mod common;
 use common::{iolab, stdout_of};
 
-/// Removes the directory even when the test fails.
-struct TempDir(PathBuf);
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// A scratch directory, removed even when the test fails.
+fn tempdir(tag: &str) -> iolab_sys::testing::TempDir {
+    iolab_sys::testing::tempdir(tag).unwrap()
 }
 
 fn run(args: &[&str], trace: &Path) -> (bool, String, String) {
@@ -42,9 +39,7 @@ fn stat(out: &str, name: &str) -> f64 {
 
 #[test]
 fn run_with_a_host_reports_its_counters() {
-    let dir =
-        TempDir(std::env::temp_dir().join(format!("iolab-dlmodel-host-{}", std::process::id())));
-    std::fs::create_dir_all(&dir.0).unwrap();
+    let dir = tempdir("dlmodel-host");
     // 256 sequential 4 KiB reads of the raw device, then 256 sequential 4 KiB writes.
     let mut t = String::from("# time_ms op lba sectors\n");
     for i in 0..256u64 {
@@ -53,7 +48,7 @@ fn run_with_a_host_reports_its_counters() {
     for i in 0..256u64 {
         t += &format!("{} W {} 8\n", 10.0 + i as f64 * 0.01, 100_000 + i * 8);
     }
-    let trace = dir.0.join("t.iolab");
+    let trace = dir.path().join("t.iolab");
     std::fs::write(&trace, t).unwrap();
 
     let (ok, out, err) = run(&["--host", "linux", "--read-ahead-kb", "128"], &trace);
@@ -117,30 +112,29 @@ fn record_tar_of_a_tree_and_replay_it() {
     if !have("strace", "strace") || !have("tar", "tar") {
         return;
     }
-    let dir =
-        TempDir(std::env::temp_dir().join(format!("iolab-dlinux-rec-{}", std::process::id())));
-    let tree = dir.0.join("tree");
+    let dir = tempdir("dlinux-rec");
+    let tree = dir.path().join("tree");
     std::fs::create_dir_all(&tree).unwrap();
     for i in 0..10u64 {
         std::fs::write(tree.join(format!("f{i}")), vec![i as u8; 40960]).unwrap();
     }
-    let trace = dir.0.join("t.trace");
-    let json = dir.0.join("r.json");
+    let trace = dir.path().join("t.trace");
+    let json = dir.path().join("r.json");
     let cal = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/calibration-vda-quick.toml");
     let out = iolab()
         .args(["disksim", "record", "--compare", "1", "--config"])
         .arg(&cal)
         .arg("--only-under")
-        .arg(&dir.0)
+        .arg(dir.path())
         .arg("--out")
         .arg(&trace)
         .arg("--json")
         .arg(&json)
         .arg("--")
         .args(["tar", "-cf"])
-        .arg(dir.0.join("out.tar"))
+        .arg(dir.path().join("out.tar"))
         .arg("-C")
-        .arg(&dir.0)
+        .arg(dir.path())
         .arg("tree")
         .output()
         .unwrap();
@@ -154,13 +148,13 @@ fn record_tar_of_a_tree_and_replay_it() {
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(v["read_bytes"], 10 * 40960, "{v}");
     // The archive: a 512-byte header per file and the data, in 10240-byte records.
-    let archive = std::fs::metadata(dir.0.join("out.tar")).unwrap().len();
+    let archive = std::fs::metadata(dir.path().join("out.tar")).unwrap().len();
     assert_eq!(v["write_bytes"].as_u64(), Some(archive), "{v}");
     assert!(v["compare"]["sim_s"].as_f64().unwrap() > 0.0, "{v}");
     assert!(v["compare"]["real_wall_s"].as_f64().unwrap() > 0.0, "{v}");
     let text = std::fs::read_to_string(&trace).unwrap();
     assert!(text.starts_with("# iolab file trace"));
-    let archive_path = format!(" {}", dir.0.join("out.tar").display());
+    let archive_path = format!(" {}", dir.path().join("out.tar").display());
     let aid = text
         .lines()
         .find(|l| l.starts_with("file ") && l.ends_with(&archive_path))
@@ -206,16 +200,16 @@ fn record_tar_of_a_tree_and_replay_it() {
         "{e}"
     );
     // A path that is not ours is never replaced.
-    std::fs::write(dir.0.join("mine.txt"), "not a trace").unwrap();
+    std::fs::write(dir.path().join("mine.txt"), "not a trace").unwrap();
     let out = iolab()
         .args(["disksim", "record", "--out"])
-        .arg(dir.0.join("mine.txt"))
+        .arg(dir.path().join("mine.txt"))
         .args(["--", "true"])
         .output()
         .unwrap();
     assert!(!out.status.success());
     assert_eq!(
-        std::fs::read_to_string(dir.0.join("mine.txt")).unwrap(),
+        std::fs::read_to_string(dir.path().join("mine.txt")).unwrap(),
         "not a trace"
     );
 }
@@ -224,15 +218,14 @@ fn record_tar_of_a_tree_and_replay_it() {
 /// accept the flag and write nothing).
 #[test]
 fn a_fio_run_writes_its_request_log() {
-    let dir = TempDir(std::env::temp_dir().join(format!("iolab-fio-log-{}", std::process::id())));
-    std::fs::create_dir_all(&dir.0).unwrap();
-    let job = dir.0.join("j.fio");
+    let dir = tempdir("fio-log");
+    let job = dir.path().join("j.fio");
     std::fs::write(
         &job,
         "[j]\nfilename=/nonexistent/iolab-fio-log/f\nsize=1m\nrw=randwrite\nbs=32k\nsync=1\n",
     )
     .unwrap();
-    let log = dir.0.join("log.csv");
+    let log = dir.path().join("log.csv");
     let cal = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/sata-ssd.toml");
     stdout_of(
         iolab()
@@ -331,13 +324,11 @@ fn calibrate_on_a_filesystem_refusing_o_direct_is_one_clear_error() {
         eprintln!("SKIPPED: needs root and unshare (mount namespace)");
         return;
     }
-    let dir =
-        TempDir(std::env::temp_dir().join(format!("iolab-dlinux-ramfs-{}", std::process::id())));
-    std::fs::create_dir_all(&dir.0).unwrap();
+    let dir = tempdir("dlinux-ramfs");
     let exe = iolab().get_program().to_owned();
     let script = format!(
         "mount -t ramfs iolab-dlinux {d} && {exe} disksim calibrate --quick --quiet --dir {d}; rc=$?; ls -A {d}; exit $rc",
-        d = dir.0.display(),
+        d = dir.path().display(),
         exe = Path::new(&exe).display()
     );
     let out = std::process::Command::new("unshare")
@@ -359,10 +350,7 @@ fn calibrate_on_a_filesystem_refusing_o_direct_is_one_clear_error() {
 /// nothing created in `--dir`, no fio needed; without `--calibration` it is refused.
 #[test]
 fn validate_sim_only_is_deterministic_and_touches_nothing() {
-    let tmp = tempfile::Builder::new()
-        .prefix("iolab-simonly-")
-        .tempdir()
-        .unwrap();
+    let tmp = tempdir("simonly");
     let cal = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/calibration-vda-quick.toml");
     let run = |json: &Path| {
         let out = iolab()
@@ -389,7 +377,7 @@ fn validate_sim_only_is_deterministic_and_touches_nothing() {
             serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
         (text, v)
     };
-    let out_dir = tempfile::tempdir().unwrap();
+    let out_dir = tempdir("simonly-out");
     let (text, a) = run(&out_dir.path().join("a.json"));
     let (_, b) = run(&out_dir.path().join("b.json"));
     assert!(

@@ -501,9 +501,9 @@ mod tests {
     use super::*;
 
     /// The IBM 18ES's files, edited by `edit` (on the `.model` text), in a scratch directory.
-    fn ibm_with(edit: impl Fn(String) -> String) -> (tempfile::TempDir, Result<HddSpec>) {
+    fn ibm_with(edit: impl Fn(String) -> String) -> (iolab_sys::testing::TempDir, Result<HddSpec>) {
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/disksim-valid");
-        let dir = tempfile::tempdir().unwrap();
+        let dir = iolab_sys::testing::tempdir("disksim-ibm").unwrap();
         for f in ["ibm18es.diskspecs", "ibm18es.seek"] {
             std::fs::copy(src.join(f), dir.path().join(f)).unwrap();
         }
