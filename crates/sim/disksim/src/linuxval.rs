@@ -6,7 +6,7 @@
 //! throttling show in short runs), on a file this tool creates, each job for its whole run
 //! time (`time_based`); its JSON (throughput, mean latency: median of the runs) and, from one
 //! more run, its per-request latency log (p50, p99, CDF) are the ground truth. The simulator
-//! runs the *same job text* (the fio job reader, `fio.rs`) through the host stack over the
+//! runs the *same job text* (the fio job reader, `fio/job.rs`) through the host stack over the
 //! measured device of a calibration made in a separate run (`calibrate`): it never sees the
 //! measurements it predicts.
 //!
