@@ -850,7 +850,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn medians_come_with_their_range() {
+    fn the_middle_comes_with_its_range() {
         assert_eq!(middle_and_range(vec![3.0, 1.0, 2.0]), Some((2.0, 1.0, 3.0)));
         assert_eq!(
             middle_and_range(vec![4.0, 1.0, f64::NAN, 2.0, 3.0]),
