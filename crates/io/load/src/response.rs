@@ -203,6 +203,11 @@ impl ResponseParser {
         let status = status_line[9..12]
             .iter()
             .fold(0u16, |acc, d| acc * 10 + u16::from(d - b'0'));
+        // RFC 9110 §15: values outside 100..599 are invalid; counting "002" as a status would
+        // credit the server with answers it did not give.
+        if !(100..=599).contains(&status) {
+            return Err(ErrorKind::Malformed);
+        }
         let mut length: Option<u64> = None;
         let mut chunked = false;
         let mut close = http10;
@@ -519,6 +524,9 @@ mod tests {
             b"HTTP/1.1 200 OK\r\nno colon\r\n\r\n",
             b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
             b"HTTP/1.1 101 Switching\r\n\r\n",
+            // not status codes (RFC 9110 §15): found by the fuzz target
+            b"HTTP/1.1 002 OK\r\nContent-Length: 0\r\n\r\n",
+            b"HTTP/1.1 600 OK\r\nContent-Length: 0\r\n\r\n",
         ] {
             let mut p = ResponseParser::new();
             assert_eq!(

@@ -422,9 +422,9 @@ impl Snapshot {
         self.errors.get(kind.name()).copied().unwrap_or(0)
     }
 
-    /// All errors together.
+    /// All errors together (saturating: a file not written by a server may hold anything).
     pub fn total_errors(&self) -> u64 {
-        self.errors.values().sum()
+        self.errors.values().fold(0u64, |a, &b| a.saturating_add(b))
     }
 }
 
@@ -535,6 +535,12 @@ mod tests {
         assert_eq!(snap.error(ErrorKind::Other4xx), 1);
         assert_eq!(snap.error(ErrorKind::ServerError), 2);
         assert_eq!(snap.total_errors(), 8);
+        // a file's counters near 2^64 (found by the fuzz target) saturate rather than panic
+        let mut huge = [0u64; COUNTERS];
+        for k in ErrorKind::ALL {
+            huge[k.counter() as usize] = u64::MAX / 2;
+        }
+        assert_eq!(Snapshot::from_values(&huge).total_errors(), u64::MAX);
         assert_eq!(snap.errors.len(), ErrorKind::ALL.len());
     }
 
