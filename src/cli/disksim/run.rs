@@ -40,6 +40,10 @@ pub struct RunArgs {
     /// Trace format: validate, ascii, fio, blkparse, msr, iolab, files (`record`'s file trace, replayed through the host stack) (default: guessed).
     #[arg(long)]
     pub format: Option<String>,
+    /// With a trace that numbers its devices (DiskSim's ascii): replay only device N (one
+    /// device is modelled; a trace addressing several is an error without this).
+    #[arg(long, value_name = "N")]
+    pub device: Option<u32>,
     /// Write the summary as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -137,7 +141,14 @@ struct RunReport {
     host_stats: Vec<(String, f64)>,
 }
 
-fn open_trace(path: &Path, format: Option<&str>) -> Result<Box<dyn Source>> {
+/// Opens a trace, its format given or guessed (the guess and its reason on stderr), every
+/// request checked against the device's `capacity` sectors.
+fn open_trace(
+    path: &Path,
+    format: Option<&str>,
+    capacity: u64,
+    device: Option<u32>,
+) -> Result<TraceSource<BufReader<std::fs::File>>> {
     let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let mut r = BufReader::new(f);
     let fmt = match format {
@@ -150,15 +161,19 @@ fn open_trace(path: &Path, format: Option<&str>) -> Result<Box<dyn Source>> {
                 .next()
                 .unwrap_or("")
                 .to_string();
-            let g = Format::guess(&path.to_string_lossy(), &first);
+            let (g, why) = Format::guess_why(&path.to_string_lossy(), &first);
             eprintln!(
-                "trace format: {g:?} (guessed; --format to choose) — units: {}",
+                "note: trace format guessed as {g:?} ({why}; --format to choose) — units: {}",
                 g.units()
             );
             g
         }
     };
-    Ok(Box::new(TraceSource::new(r, fmt)))
+    let mut src = TraceSource::new(r, fmt).with_capacity(capacity);
+    if let Some(d) = device {
+        src = src.with_device(d);
+    }
+    Ok(src)
 }
 
 pub(super) fn run_cmd(a: RunArgs) -> Result<()> {
@@ -178,8 +193,12 @@ pub(super) fn run_cmd(a: RunArgs) -> Result<()> {
     }
     let cfg = Config::load(&a.config)?;
     let dev = cfg.device(&a.config)?;
-    let mut source: Box<dyn Source> = match &a.trace {
-        Some(t) => open_trace(t, a.format.as_deref())?,
+    let mut trace = match &a.trace {
+        Some(t) => Some(open_trace(t, a.format.as_deref(), dev.blocks, a.device)?),
+        None => None,
+    };
+    let mut source: Box<dyn Source + '_> = match &mut trace {
+        Some(t) => Box::new(t),
         None => match &cfg.workload {
             Some(w) => Box::new(Generator::new(w.clone(), dev.blocks)?),
             None => bail!(
@@ -224,8 +243,24 @@ pub(super) fn run_cmd(a: RunArgs) -> Result<()> {
     })?;
     bar.finish_and_clear();
     let wall = t0.elapsed().as_secs_f64().max(1e-9);
+    drop(source);
     if let Some(l) = log {
         l.finish()?;
+    }
+    if let (Some(t), Some(d)) = (&trace, a.device) {
+        let others: u64 = t
+            .per_device
+            .iter()
+            .filter(|(k, _)| **k != d)
+            .map(|(_, v)| v)
+            .sum();
+        if others > 0 {
+            eprintln!(
+                "note: replayed device {d}'s {} requests; skipped {others} of the trace's other devices ({:?})",
+                t.per_device.get(&d).copied().unwrap_or(0),
+                t.per_device
+            );
+        }
     }
     let span = (sum.last_completion - sum.first_arrival.unwrap_or(0.0)).max(1e-9);
     let n = sum.n.max(1) as f64;

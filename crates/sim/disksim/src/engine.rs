@@ -150,6 +150,19 @@ pub trait Source {
     }
 }
 
+/// A source lent to a run (the caller reads its counters after).
+impl<S: Source + ?Sized> Source for &mut S {
+    fn next(&mut self) -> anyhow::Result<Option<Pending>> {
+        (**self).next()
+    }
+    fn len_hint(&self) -> Option<u64> {
+        (**self).len_hint()
+    }
+    fn next_in_stream(&mut self, stream: u32, now: f64) -> anyhow::Result<Option<Pending>> {
+        (**self).next_in_stream(stream, now)
+    }
+}
+
 /// Marks an issued request that belongs to no stream.
 const NO_STREAM: u32 = u32::MAX;
 

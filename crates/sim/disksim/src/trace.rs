@@ -50,19 +50,36 @@ impl Format {
     }
     /// Guesses the format from a file name and its first line.
     pub fn guess(name: &str, first_line: &str) -> Format {
+        Format::guess_why(name, first_line).0
+    }
+    /// [`Format::guess`] and what the guess rests on (for the user's note).
+    pub fn guess_why(name: &str, first_line: &str) -> (Format, &'static str) {
         let l = first_line.trim_start();
         if l.starts_with("fio version") {
-            Format::Fio
-        } else if name.ends_with(".csv") || l.split(',').count() >= 7 {
-            Format::Msr
+            (Format::Fio, "the first line starts with 'fio version'")
+        } else if name.ends_with(".csv") {
+            (Format::Msr, "the name ends in .csv")
+        } else if l.split(',').count() >= 7 {
+            (
+                Format::Msr,
+                "the first line has 7 or more comma-separated fields",
+            )
         } else if l.starts_with('R') || l.starts_with('W') {
-            Format::Validate
+            (Format::Validate, "the first line starts with R or W")
         } else if l.contains(" Q ") || l.contains(',') && l.split_whitespace().count() > 6 {
-            Format::Blkparse
-        } else if name.ends_with(".iolab") || l.starts_with('#') {
-            Format::Iolab
+            (
+                Format::Blkparse,
+                "the first line looks like a blkparse event",
+            )
+        } else if name.ends_with(".iolab") {
+            (Format::Iolab, "the name ends in .iolab")
+        } else if l.starts_with('#') {
+            (Format::Iolab, "the first line is a # comment")
         } else {
-            Format::Ascii
+            (
+                Format::Ascii,
+                "nothing else matched: DiskSim's ascii is the default",
+            )
         }
     }
     pub fn units(self) -> &'static str {
@@ -168,8 +185,17 @@ pub struct TraceSource<R> {
     fio_files: Vec<String>,
     fio_wait: f64,
     pub measured: Option<MeasuredQueue>,
+    /// The one device replayed from a trace that numbers its devices (ascii); None: the
+    /// trace must address a single device.
     pub dev_filter: Option<u32>,
+    /// The modelled device's capacity, sectors: a request beyond it is an error.
+    capacity: Option<u64>,
     first: Option<String>,
+    /// Requests handed out, and lines not recognised as this format (skipped).
+    pub requests: u64,
+    pub unrecognised: u64,
+    /// Requests per device number (ascii), including the ones `dev_filter` skips.
+    pub per_device: std::collections::BTreeMap<u32, u64>,
 }
 
 impl<R: BufRead> TraceSource<R> {
@@ -184,8 +210,25 @@ impl<R: BufRead> TraceSource<R> {
             fio_wait: 0.0,
             measured: None,
             dev_filter: None,
+            capacity: None,
             first: None,
+            requests: 0,
+            unrecognised: 0,
+            per_device: Default::default(),
         }
+    }
+
+    /// Refuses, with its line, a request that ends beyond `blocks` sectors (the modelled
+    /// device's capacity): a device would otherwise complete it at once and count it.
+    pub fn with_capacity(mut self, blocks: u64) -> Self {
+        self.capacity = Some(blocks);
+        self
+    }
+
+    /// Replays only device `dev` of a trace that numbers its devices.
+    pub fn with_device(mut self, dev: u32) -> Self {
+        self.dev_filter = Some(dev);
+        self
     }
 
     /// Keeps each line's measured service time (validate format) in `q`.
@@ -245,8 +288,22 @@ impl<R: BufRead> TraceSource<R> {
         let sectors: u64 = num(it.next(), "size", n)?;
         let flags: u32 = num(it.next(), "flags", n)?;
         check_extent(lba, sectors, n)?;
-        if self.dev_filter.is_some_and(|d| d != dev) {
-            return Ok(None);
+        *self.per_device.entry(dev).or_default() += 1;
+        match self.dev_filter {
+            Some(d) if d != dev => return Ok(None),
+            Some(_) => {}
+            None if self.per_device.len() > 1 => {
+                let seen: Vec<String> = self
+                    .per_device
+                    .iter()
+                    .map(|(d, k)| format!("device {d}: {k}"))
+                    .collect();
+                bail!(
+                    "line {n}: the trace addresses several devices ({} requests so far) and one is modelled: choose one with --device N (DiskSim's systems of several disks are not modelled)",
+                    seen.join(", ")
+                );
+            }
+            None => {}
         }
         let op = if flags & 1 == 1 { Op::Read } else { Op::Write };
         let mut r = request(lba, sectors, op);
@@ -325,7 +382,9 @@ impl<R: BufRead> TraceSource<R> {
         // "  8,0    3        1     0.000000000   697  Q   R 223490 + 8 [kjournald]"
         let f: Vec<&str> = l.split_whitespace().collect();
         if f.len() < 7 || !f[0].contains(',') {
-            // Summary lines at the end of blkparse output ("CPU0 (8,0):", totals): skip.
+            // Summary lines at the end of blkparse output ("CPU0 (8,0):", totals): skip,
+            // counted (a file of nothing else is not a trace).
+            self.unrecognised += 1;
             return Ok(None);
         }
         if f[5] != "Q" {
@@ -451,6 +510,9 @@ impl<R: BufRead> Source for TraceSource<R> {
     fn next(&mut self) -> Result<Option<Pending>> {
         loop {
             let Some(l) = self.line()? else {
+                if self.requests == 0 {
+                    bail!("{}", self.no_request());
+                }
                 return Ok(None);
             };
             let p = match self.format {
@@ -473,9 +535,48 @@ impl<R: BufRead> Source for TraceSource<R> {
                     }
                     self.last_time = self.last_time.max(t);
                 }
+                if let Some(cap) = self.capacity {
+                    let r = &p.req;
+                    if matches!(r.op, Op::Read | Op::Write) && r.end() > cap {
+                        bail!(
+                            "line {}: {} of {} sectors at LBA {} ends at sector {}, beyond the device's {cap} sectors",
+                            self.lines.lineno,
+                            if r.op == Op::Read { "read" } else { "write" },
+                            r.sectors,
+                            r.lba,
+                            r.end()
+                        );
+                    }
+                }
+                self.requests += 1;
                 return Ok(Some(p));
             }
         }
+    }
+}
+
+impl<R> TraceSource<R> {
+    /// Why a trace that ended without a request is not one.
+    fn no_request(&self) -> String {
+        let lines = self.lines.lineno;
+        let mut why = format!(
+            "the trace yields no request: {lines} line{} read as {:?}",
+            if lines == 1 { "" } else { "s" },
+            self.format
+        );
+        if self.unrecognised > 0 {
+            why += &format!(
+                ", {} of them not {:?} events",
+                self.unrecognised, self.format
+            );
+        }
+        if let Some(d) = self.dev_filter.filter(|_| !self.per_device.is_empty()) {
+            why += &format!(
+                ", none on device {d} (the trace's devices: {:?})",
+                self.per_device
+            );
+        }
+        why + " (is it the right file, and --format?)"
     }
 }
 
@@ -590,6 +691,77 @@ mod tests {
         assert!(matches!(m[1].when, When::At(t) if (t - 1.0).abs() < 1e-6));
         let i = read_all(b"# iolab\n0 R 0 8\n1.5 F 0 0\n", Format::Iolab).unwrap();
         assert_eq!(i[1].req.op, Op::Flush);
+    }
+
+    /// A request past the device's end is refused with its line (it completed in 0 ms and
+    /// counted in the statistics), in every format that addresses sectors.
+    #[test]
+    fn a_request_beyond_the_capacity_is_refused_with_its_line() {
+        for (text, fmt) in [
+            (&b"0 R 0 8\n1 W 996 8\n"[..], Format::Iolab),
+            (&b"0.0 0 0 8 1\n1.0 0 996 8 0\n"[..], Format::Ascii),
+            (&b"R Miss 0 8 1 1\nW Miss 996 8 1 1\n"[..], Format::Validate),
+        ] {
+            let mut s = TraceSource::new(text, fmt).with_capacity(1000);
+            assert!(s.next().unwrap().is_some());
+            let e = s.next().unwrap_err().to_string();
+            assert!(
+                e.contains("line 2") && e.contains("beyond the device's 1000 sectors"),
+                "{fmt:?}: {e}"
+            );
+        }
+        // The last sector is still the device's.
+        let mut s = TraceSource::new(&b"0 R 992 8\n"[..], Format::Iolab).with_capacity(1000);
+        assert!(s.next().unwrap().is_some());
+    }
+
+    /// An empty file, or 100 KB of random bytes read as blkparse (whose reader skips what is
+    /// not an event), yields no request: an error, not a run of zero requests.
+    #[test]
+    fn a_trace_with_no_request_is_an_error() {
+        let e = read_all(b"", Format::Ascii).unwrap_err().to_string();
+        assert!(e.contains("no request") && e.contains("0 lines"), "{e}");
+        let noise = iolab_sys::testing::random_bytes(100_000, 44);
+        let e = read_all(&noise, Format::Blkparse).unwrap_err().to_string();
+        assert!(
+            e.contains("no request") && e.contains("not Blkparse events"),
+            "{e}"
+        );
+        let e = read_all(b"# only a comment\n", Format::Iolab)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no request"), "{e}");
+    }
+
+    #[test]
+    fn the_guess_says_what_it_rests_on() {
+        assert_eq!(Format::guess_why("t", "fio version 2 iolog").0, Format::Fio);
+        let (f, why) = Format::guess_why("x.bin", "\u{1}\u{2}garbage");
+        assert_eq!(f, Format::Ascii);
+        assert!(why.contains("default"), "{why}");
+    }
+
+    /// DiskSim's ascii traces number their devices (ascii.trace: 18 disks); one device is
+    /// modelled, so a second device number is an error unless one is chosen, and the
+    /// choice counts what it skips (they were merged onto one disk, silently).
+    #[test]
+    fn several_devices_are_refused_or_one_is_chosen() {
+        let text = &b"0.0 0 10 8 1\n1.0 1 10 8 1\n2.0 0 20 8 1\n3.0 2 20 8 1\n"[..];
+        let e = read_all(text, Format::Ascii).unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("--device"), "{e}");
+        let mut s = TraceSource::new(text, Format::Ascii).with_device(0);
+        let mut n = 0;
+        while let Some(p) = s.next().unwrap() {
+            assert_eq!(p.req.dev, 0);
+            n += 1;
+        }
+        assert_eq!(n, 2);
+        assert_eq!(s.per_device.values().sum::<u64>(), 4);
+        let e = read_all(text, Format::Ascii).map(|_| ());
+        assert!(e.is_err());
+        let mut s = TraceSource::new(text, Format::Ascii).with_device(7);
+        let e = s.next().unwrap_err().to_string();
+        assert!(e.contains("none on device 7"), "{e}");
     }
 
     #[test]
