@@ -7,6 +7,7 @@ use anyhow::{bail, Context};
 
 use iolab_lab::lab::Options;
 use iolab_lab::select::{parse_micro, parse_models, parse_peers, read_seed_bench};
+use iolab_lab::server::Kind;
 
 use super::choice_enum;
 
@@ -37,11 +38,31 @@ pub struct LabArgs {
     pub profile: Profile,
     /// Comma-separated models to run (see `iolab models`; also uring-callback-sync, i.e.
     /// uring-callback --accept sync, seed 000's CR), "all", or "none" (peers only).
-    #[arg(long, value_name = "LIST", default_value = "all")]
-    pub models: String,
+    /// Default: all, or none when --target or --url is given.
+    #[arg(long, value_name = "LIST")]
+    pub models: Option<String>,
     /// Comma-separated peers: nginx, tokio; or "none". Peers not installed are skipped.
-    #[arg(long, value_name = "LIST", default_value = "nginx,tokio")]
-    pub peers: String,
+    /// Default: nginx,tokio, or none when --target or --url is given.
+    #[arg(long, value_name = "LIST")]
+    pub peers: Option<String>,
+    /// Your own server, started and stopped by the lab like its models (repeatable):
+    /// NAME='COMMAND', run with `sh -c` in its own process group, pinned to the server CPU,
+    /// after {addr} (IP:PORT), {ip}, {port}, {root} (the directory of the lab's small.html
+    /// and big.bin) and {dir} (a scratch directory) are replaced. Ready when it serves
+    /// both files; its CPU time is counted in Figure 1b; stdout/stderr in DIR/run/NAME/.
+    /// E.g. --target py='python3 -m http.server {port} --bind {ip} --directory {root}'
+    #[arg(
+        long = "target",
+        value_name = "NAME=COMMAND",
+        conflicts_with = "scaling"
+    )]
+    pub targets: Vec<String>,
+    /// A server already running (repeatable): NAME=http://IP:PORT[/PATH]. It must serve the
+    /// lab's files (DIR/www/small.html and big.bin, the same bytes every run) as
+    /// PATH/small.html and PATH/big.bin: the lab checks that first. Its CPU time is not
+    /// measured (the report says so).
+    #[arg(long = "url", value_name = "NAME=URL", conflicts_with = "scaling")]
+    pub urls: Vec<String>,
     /// Output directory.
     #[arg(long, value_name = "DIR", default_value = "report")]
     pub out: PathBuf,
@@ -105,6 +126,12 @@ pub struct LabArgs {
     /// Print results.json to stdout at the end (progress stays on stderr).
     #[arg(long)]
     pub json: bool,
+    /// Do not run anything: compare two results folders, every point and Figure 1b row
+    /// side by side (medians, B/A, Mann-Whitney U p-value over the repeats; "n too small"
+    /// when the repeats cannot show a difference: give both runs --repeat 5). Prints the
+    /// tables (or JSON with --json) and writes OUT/compare.html.
+    #[arg(long, num_args = 2, value_names = ["A", "B"], conflicts_with_all = ["check", "render", "scaling"])]
+    pub compare: Vec<PathBuf>,
     /// Do not run anything: validate DIR/results.json and the SVGs of DIR/index.html.
     #[arg(long, value_name = "DIR", conflicts_with = "render")]
     pub check: Option<PathBuf>,
@@ -130,6 +157,20 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
             c.paths,
             c.circles
         );
+        return Ok(());
+    }
+    if let [a, b] = args.compare.as_slice() {
+        let c = iolab_lab::compare::compare_dirs(a, b)?;
+        std::fs::create_dir_all(&args.out)
+            .with_context(|| format!("creating {}", args.out.display()))?;
+        let page = args.out.join("compare.html");
+        std::fs::write(&page, c.html()).with_context(|| format!("writing {}", page.display()))?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&c)?);
+        } else {
+            print!("{}", c.text());
+            println!("page: {}", page.display());
+        }
         return Ok(());
     }
     if let Some(dir) = &args.render {
@@ -174,10 +215,23 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         4096
     });
     let no_micro = args.no_micro || (args.seed_conditions && args.micro.is_none());
+    let mut targets = Vec::new();
+    for t in &args.targets {
+        targets.push(iolab_lab::byo::parse_command_target(t)?);
+    }
+    for u in &args.urls {
+        targets.push(iolab_lab::byo::parse_url_target(u)?);
+    }
+    // Your own servers alone unless the built-in ones are named too.
+    let (models, peers) = if targets.is_empty() {
+        ("all", "nginx,tokio")
+    } else {
+        ("none", "none")
+    };
     let opts = Options {
         profile: args.profile.into(),
-        models: parse_models(&args.models)?,
-        peers: parse_peers(&args.peers)?,
+        models: parse_models(args.models.as_deref().unwrap_or(models))?,
+        peers: parse_peers(args.peers.as_deref().unwrap_or(peers))?,
         out: args.out.clone(),
         repeat: args.repeat,
         micro: parse_micro(args.micro.as_deref(), no_micro)?,
@@ -189,6 +243,7 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         efficiency_rate: args.efficiency_rate,
         link,
         seed_conditions: args.seed_conditions,
+        targets,
     };
     if args.scaling {
         let parse = |s: &Option<String>| {
@@ -210,8 +265,14 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    if opts.models.is_empty() && opts.peers.is_empty() {
-        bail!("nothing to measure: --models none and --peers none");
+    if opts.models.is_empty() && opts.peers.is_empty() && opts.targets.is_empty() {
+        bail!("nothing to measure: --models none and --peers none (and no --target or --url)");
+    }
+    if opts.targets.iter().any(|t| matches!(t.kind, Kind::Url(_))) {
+        tracing::warn!(
+            "--url: the server must serve {}/small.html and big.bin as PATH/small.html and PATH/big.bin (the lab checks before each start); its CPU time is not measured",
+            opts.out.join("www").display()
+        );
     }
     let seed_bench = args
         .seed_bench

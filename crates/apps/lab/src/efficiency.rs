@@ -9,8 +9,10 @@
 //! own counters before and after each repeat, summed over every process of its process
 //! group (nginx's workers included) and every thread (exited ones included): the kernel's
 //! per-process CPU clock (`clock_getcpuclockid`, nanoseconds), or `/proc/PID/stat`
-//! utime + stime (clock ticks) where that clock cannot be read. CPU seconds over requests
-//! answered is the figure; the spread is over the repeats.
+//! utime + stime (clock ticks) where that clock cannot be read, plus the CPU of the
+//! children each process has reaped (cutime + cstime: a server forking per connection,
+//! such as busybox httpd under `--target`). CPU seconds over requests answered is the
+//! figure; the spread is over the repeats.
 //!
 //! On loopback part of the kernel's TCP work (the receive path of a segment) runs in the
 //! sender's context, so some of the server's network-stack cost is charged to the client:
@@ -129,17 +131,30 @@ fn stat_fields(stat: &str) -> Option<Vec<&str>> {
     Some(stat[close + 1..].split_whitespace().collect())
 }
 
-/// utime + stime of a whole process (all its threads, exited ones included), in seconds,
-/// from /proc/PID/stat (proc(5) fields 14 and 15, in clock ticks).
-pub fn proc_stat_cpu(pid: i32) -> Option<f64> {
+/// Two fields of /proc/PID/stat summed, by their index in [`stat_fields`], in seconds
+/// (the fields count clock ticks).
+fn proc_stat_seconds(pid: i32, a: usize, b: usize) -> Option<f64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let f = stat_fields(&s)?;
-    let utime: u64 = f.get(11)?.parse().ok()?;
-    let stime: u64 = f.get(12)?.parse().ok()?;
+    let x: u64 = f.get(a)?.parse().ok()?;
+    let y: u64 = f.get(b)?.parse().ok()?;
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     let hz = if hz > 0 { hz as f64 } else { 100.0 };
-    Some((utime + stime) as f64 / hz)
+    Some((x + y) as f64 / hz)
+}
+
+/// utime + stime of a whole process (all its threads, exited ones included), in seconds,
+/// from /proc/PID/stat (proc(5) fields 14 and 15, in clock ticks).
+pub fn proc_stat_cpu(pid: i32) -> Option<f64> {
+    proc_stat_seconds(pid, 11, 12)
+}
+
+/// cutime + cstime of a process: the CPU of the children it has waited for (proc(5)
+/// fields 16 and 17), which is where a server that forks per connection (busybox httpd)
+/// spends its time.
+pub fn proc_stat_children_cpu(pid: i32) -> Option<f64> {
+    proc_stat_seconds(pid, 13, 14)
 }
 
 /// The CPU time of a whole process (all threads, exited ones included), in seconds, from
@@ -174,10 +189,12 @@ pub fn cpu_of(pid: i32) -> Option<(f64, Source)> {
         .or_else(|| proc_stat_cpu(pid).map(|c| (c, Source::ProcStat)))
 }
 
-/// CPU seconds of every process in a group, by pid.
+/// CPU seconds of every process in a group, by pid: its own, and its reaped children's.
 #[derive(Debug, Clone, Default)]
 pub struct GroupCpu {
     pub by_pid: BTreeMap<i32, f64>,
+    /// cutime + cstime by pid (children it waited for).
+    pub children_by_pid: BTreeMap<i32, f64>,
     pub proc_stat_only: bool,
 }
 
@@ -188,20 +205,24 @@ impl GroupCpu {
             if let Some((c, src)) = cpu_of(pid) {
                 g.by_pid.insert(pid, c);
                 g.proc_stat_only |= src == Source::ProcStat;
+                let reaped = proc_stat_children_cpu(pid).unwrap_or(0.0);
+                g.children_by_pid.insert(pid, reaped);
             }
         }
         g
     }
 
-    /// CPU spent between `self` (earlier) and `later`: per process, a process that started
-    /// in between counts whole; one that ended in between is lost (servers do not fork
-    /// while serving).
+    /// Everything the group has spent: its live processes' own CPU and what they reaped.
+    fn total(&self) -> f64 {
+        self.by_pid.values().sum::<f64>() + self.children_by_pid.values().sum::<f64>()
+    }
+
+    /// CPU spent between `self` (earlier) and `later`: the difference of the totals. A
+    /// process that started in between counts whole; one that ended in between counts
+    /// through its parent's reaped-children time when a member of the group reaped it
+    /// (a server forking per connection), and is lost otherwise. Never negative.
     pub fn since(&self, later: &GroupCpu) -> f64 {
-        later
-            .by_pid
-            .iter()
-            .map(|(pid, &c)| (c - self.by_pid.get(pid).copied().unwrap_or(0.0)).max(0.0))
-            .sum()
+        (later.total() - self.total()).max(0.0)
     }
 }
 
@@ -226,11 +247,16 @@ pub fn measure(
     (duration, repeats): (Duration, usize),
     client: &Client,
 ) -> anyhow::Result<(EffRow, bool)> {
-    let pgid = srv.pgid();
+    let Some(pgid) = srv.pgid() else {
+        anyhow::bail!(
+            "{}: server CPU not measured (not the lab's child)",
+            srv.name
+        );
+    };
     let mut reps = Vec::new();
     let mut proc_stat_only = false;
     for _ in 0..repeats {
-        let mut cfg = client.load(srv.addr, FileKind::Small, mode, CONNECTIONS);
+        let mut cfg = client.load_on(srv, FileKind::Small, mode, CONNECTIONS);
         cfg.requests = None;
         cfg.duration = Some(duration);
         cfg.rate = Some(rate);
@@ -331,6 +357,13 @@ pub fn pass(
     rates(results, opts.efficiency_rate, &mut e);
     tracing::info!(target: "progress", "efficiency: server CPU per request at {}", e.rate_basis);
     for t in targets {
+        if let crate::server::Kind::Url(u) = &t.kind {
+            e.failures.push(format!(
+                "{}: server CPU not measured ({} is a server the lab did not start)",
+                t.name, u.url
+            ));
+            continue;
+        }
         let launch = match launch(t) {
             Ok(l) => l,
             Err(err) => {
@@ -351,7 +384,7 @@ pub fn pass(
                 continue;
             };
             // A short closed-loop warm-up: caches filled, the server's threads started.
-            let mut w = client.load(srv.addr, FileKind::Small, mode, 10);
+            let mut w = client.load_on(&srv, FileKind::Small, mode, 10);
             w.requests = Some(200);
             w.keep_records = false;
             let _ = iolab_load::run(&w);
@@ -420,6 +453,46 @@ mod tests {
         assert!(burned < 1.0, "{burned}");
         // The two counters agree to within a few clock ticks.
         assert!((stat - clock).abs() < 0.05, "stat {stat} clock {clock}");
+    }
+
+    /// A group whose leader forks short-lived busy children (as busybox httpd forks per
+    /// connection): their CPU counts once they are reaped, though none is alive at the
+    /// second reading.
+    #[test]
+    fn reaped_children_count() {
+        use std::os::unix::process::CommandExt;
+        let mut child = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "sleep 0.3; for k in 1 2 3; do sh -c 'i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done'; done; sleep 5",
+            ])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pgid = child.id() as i32;
+        let before = GroupCpu::read(pgid);
+        // Until the busy children are gone (only the leader and its sleep are left).
+        let t0 = Instant::now();
+        let mut after = GroupCpu::read(pgid);
+        while t0.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(100));
+            after = GroupCpu::read(pgid);
+            if t0.elapsed() > Duration::from_millis(400)
+                && after.children_by_pid.get(&pgid).copied().unwrap_or(0.0) > 0.05
+                && after.by_pid.len() <= 2
+            {
+                break;
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        let burned = before.since(&after);
+        let own: f64 = after.by_pid.values().sum::<f64>() - before.by_pid.values().sum::<f64>();
+        assert!(burned > 0.05, "the reaped children's CPU: {burned} s");
+        assert!(
+            burned > own + 0.04,
+            "counted beyond the live processes' {own} s"
+        );
     }
 
     #[test]

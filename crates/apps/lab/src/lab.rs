@@ -45,6 +45,8 @@ pub struct Options {
     pub link: Option<crate::link::LinkSpec>,
     /// `--seed-conditions`: the seed's method (new connection per request only).
     pub seed_conditions: bool,
+    /// The user's servers (`--target`, `--url`), run after the built-in ones.
+    pub targets: Vec<Target>,
 }
 
 /// Writes the two files every server serves: `small.html` and `big.bin`.
@@ -138,6 +140,7 @@ pub fn targets(models: &[String], peers: &[String]) -> (Vec<Target>, Vec<TargetI
                 describe: describe.into(),
                 status: Status::Skipped,
                 failures: vec![format!("{bin} not found next to iolab or on PATH")],
+                ..TargetInfo::default()
             }),
         }
     }
@@ -147,6 +150,9 @@ pub fn targets(models: &[String], peers: &[String]) -> (Vec<Target>, Vec<TargetI
 /// Runs the whole lab and writes the report. Returns the results.
 pub fn run(opts: &Options) -> anyhow::Result<Results> {
     let t0 = Instant::now();
+    let mut reserved = target_names();
+    reserved.extend(["nginx".to_string(), "tokio".to_string()]);
+    crate::byo::check_unique(&opts.targets, &reserved)?;
     let plan = Plan::for_run(opts);
     let stage = Stage::prepare(opts, true, "iolab lab")?;
     let nofile = iolab_sys::raise_nofile_limit().unwrap_or((0, 0));
@@ -165,7 +171,8 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
         (server_cpu, client_cpu),
         nofile,
     );
-    let (targets, skipped) = targets(&opts.models, &opts.peers);
+    let (mut targets, skipped) = targets(&opts.models, &opts.peers);
+    targets.extend(opts.targets.iter().cloned());
     for s in &skipped {
         tracing::warn!("peer {} skipped: {}", s.name, s.failures.join("; "));
     }

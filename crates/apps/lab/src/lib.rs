@@ -10,6 +10,8 @@
 //! is started from one typed spec that its own command line parses back:
 //! `iolab_servers::spec::{ServeSpec, TokioSpec}` ([`server`]) and [`micro::MicroSpec`].
 
+pub mod byo;
+pub mod compare;
 pub mod efficiency;
 pub mod lab;
 pub mod link;
@@ -27,5 +29,6 @@ pub mod server;
 pub mod settings;
 pub mod stage;
 pub mod steady;
+pub mod utest;
 pub use iolab_report::svg;
 pub mod validate;

@@ -44,17 +44,30 @@ impl Progress {
 
 /// A server as results.json lists it, before anything has happened to it.
 fn info(t: &Target) -> TargetInfo {
-    TargetInfo {
+    let mut i = TargetInfo {
         name: t.name.clone(),
-        kind: if t.is_peer() {
-            TargetKind::Peer
-        } else {
-            TargetKind::Model
-        },
+        kind: TargetKind::Model,
         describe: t.describe.clone(),
         status: Status::Ok,
-        failures: Vec::new(),
+        not_measured: crate::byo::not_measured(&t.kind),
+        ..TargetInfo::default()
+    };
+    match &t.kind {
+        Kind::Model { .. } => {}
+        Kind::Nginx(_) | Kind::Tokio(_) => i.kind = TargetKind::Peer,
+        Kind::Command(c) => {
+            i.kind = TargetKind::Command;
+            i.command = Some(c.clone());
+            i.logs = ["stdout.log", "stderr.log"]
+                .map(|f| format!("run/{}/{f}", t.name))
+                .into();
+        }
+        Kind::Url(u) => {
+            i.kind = TargetKind::Url;
+            i.url = Some(u.url.clone());
+        }
     }
+    i
 }
 
 /// A point of one server.

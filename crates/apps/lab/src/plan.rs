@@ -433,6 +433,7 @@ mod tests {
             efficiency_rate: None,
             link: None,
             seed_conditions: true,
+            targets: Vec::new(),
         };
         let p = Plan::for_run(&o);
         assert_eq!(p.repeats, 1);

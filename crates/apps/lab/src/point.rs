@@ -42,6 +42,25 @@ impl Client {
         cfg.pin_cpu = self.cpu;
         cfg
     }
+
+    /// [`Client::load`] against a running server: its Host header and the path its files
+    /// are under (a `--url`'s); from no fixed source address when the server is not on
+    /// loopback (the sources are loopback addresses there).
+    pub fn load_on(
+        &self,
+        srv: &ServerProc,
+        file: FileKind,
+        mode: ConnMode,
+        connections: usize,
+    ) -> LoadConfig {
+        let mut cfg = self.load(srv.addr, file, mode, connections);
+        cfg.host = srv.host.clone();
+        cfg.path = format!("{}{}", srv.prefix, file.path());
+        if !srv.addr.ip().is_loopback() && self.sources.iter().all(|s| s.is_loopback()) {
+            cfg.source_addrs.clear();
+        }
+        cfg
+    }
 }
 
 /// One run of one point.
@@ -78,7 +97,7 @@ impl Bench<'_> {
             mode,
             concurrency: c,
         } = shot.point;
-        let mut cfg = self.client.load(srv.addr, file, mode, c);
+        let mut cfg = self.client.load_on(srv, file, mode, c);
         cfg.requests = shot.sizing.requests;
         cfg.duration = Some(shot.sizing.cap);
         cfg.timeout = self.plan.timeout;

@@ -825,12 +825,20 @@ fn peer_configs(r: &Results) -> String {
 fn servers_table(r: &Results) -> String {
     let mut out = String::from("<table><caption>Servers</caption><tr><th>server</th><th>kind</th><th>what</th><th>status</th><th>failures</th></tr>");
     for t in &r.targets {
+        // A user's server (--target, --url): its logs and what the lab cannot measure.
+        let mut what = esc(&t.describe);
+        if !t.logs.is_empty() {
+            let _ = write!(what, "<br>output: {}", esc(&t.logs.join(", ")));
+        }
+        for n in &t.not_measured {
+            let _ = write!(what, "<br>not measured: {}", esc(n));
+        }
         let _ = write!(
             out,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&t.name),
             t.kind.name(),
-            esc(&t.describe),
+            what,
             t.status,
             esc(&t.failures.join("; "))
         );

@@ -133,13 +133,16 @@ impl std::fmt::Display for Status {
     }
 }
 
-/// One of iolab's models or a peer (nginx, the tokio server). Serialised as "model", "peer".
+/// One of iolab's models, a peer (nginx, the tokio server), a user's command (`--target`)
+/// or a server already running (`--url`). Serialised as "model", "peer", "command", "url".
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TargetKind {
     #[default]
     Model,
     Peer,
+    Command,
+    Url,
 }
 
 impl TargetKind {
@@ -147,6 +150,8 @@ impl TargetKind {
         match self {
             TargetKind::Model => "model",
             TargetKind::Peer => "peer",
+            TargetKind::Command => "command",
+            TargetKind::Url => "url",
         }
     }
 }
@@ -229,6 +234,19 @@ pub struct TargetInfo {
     pub describe: String,
     pub status: Status,
     pub failures: Vec<String>,
+    /// `--target`: the command as given, placeholders and all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// `--url`: the URL as given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// `--target`: its stdout and stderr, relative to the report directory (every start
+    /// appended, each after a `--- iolab lab: start` line).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub logs: Vec<String>,
+    /// What the lab cannot measure of this server (`--target`, `--url`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_measured: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -489,7 +507,12 @@ mod tests {
             assert_eq!(json(&s), want);
             assert_eq!(s.name(), want);
         }
-        for (k, want) in [(TargetKind::Model, "model"), (TargetKind::Peer, "peer")] {
+        for (k, want) in [
+            (TargetKind::Model, "model"),
+            (TargetKind::Peer, "peer"),
+            (TargetKind::Command, "command"),
+            (TargetKind::Url, "url"),
+        ] {
             assert_eq!(json(&k), want);
             assert_eq!(k.name(), want);
         }

@@ -93,6 +93,11 @@ pub enum Kind {
     },
     Nginx(PathBuf),
     Tokio(PathBuf),
+    /// `--target`: a user's command, run with `sh -c` after the placeholders of
+    /// [`crate::byo::substitute`] are replaced.
+    Command(String),
+    /// `--url`: a server already running, which the lab only loads.
+    Url(crate::byo::UrlTarget),
 }
 
 #[derive(Debug, Clone)]
@@ -130,8 +135,15 @@ pub struct ServerProc {
     pgid: i32,
     pub name: String,
     pub addr: SocketAddr,
+    /// The Host header the load sends (the address, or a `--url`'s authority).
+    pub host: String,
+    /// The path the lab's files are under ("" but for a `--url` with a path).
+    pub prefix: String,
     pub stats_path: Option<PathBuf>,
+    /// Where its output goes (a `--target`'s stderr; its stdout is beside it).
     pub log_path: PathBuf,
+    /// A `--target`'s stdout.
+    pub stdout_path: Option<PathBuf>,
 }
 
 /// Lab targets that run a model with options: (target name, model, how it accepts).
@@ -246,6 +258,11 @@ impl ServerProc {
         };
         std::fs::create_dir_all(&l.run_dir)
             .with_context(|| format!("creating {}", l.run_dir.display()))?;
+        match &t.kind {
+            Kind::Url(u) => return ServerProc::url(t, u, l),
+            Kind::Command(template) => return ServerProc::command(t, template, l),
+            _ => {}
+        }
         let log_path = l.run_dir.join("server.log");
         let log = std::fs::File::create(&log_path)
             .with_context(|| format!("creating {}", log_path.display()))?;
@@ -277,11 +294,67 @@ impl ServerProc {
                 c.args(tokio_spec(l).to_args());
                 c
             }
+            Kind::Command(_) | Kind::Url(_) => unreachable!("started above"),
         };
         cmd.stdin(Stdio::null())
             .stdout(log.try_clone()?)
-            .stderr(log)
-            .process_group(0);
+            .stderr(log);
+        let mut p = ServerProc::spawn(t, cmd, l, log_path, None)?;
+        p.stats_path = stats_path;
+        p.wait_ready(Duration::from_secs(10))?;
+        Ok(p)
+    }
+
+    /// A `--target`: `sh -c` of its command with this start's values, in its own process
+    /// group like the models; ready when it serves the lab's two files.
+    fn command(t: &Target, template: &str, l: &Launch) -> anyhow::Result<ServerProc> {
+        let line = crate::byo::substitute(template, l);
+        let (stdout_path, log_path) = (l.run_dir.join("stdout.log"), l.run_dir.join("stderr.log"));
+        let (out, err) = crate::byo::open_logs(&stdout_path, &log_path, &line)?;
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(&line)
+            .current_dir(&l.run_dir)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err);
+        let mut p = ServerProc::spawn(t, cmd, l, log_path, Some(stdout_path))?;
+        let ready =
+            crate::byo::wait_serving(l.addr, &l.www, Duration::from_secs(10), || p.exited());
+        if let Err(e) = ready {
+            let tail = p.log_tail();
+            p.stop();
+            bail!("{} {e:#}; {tail}", t.name);
+        }
+        Ok(p)
+    }
+
+    /// A `--url`: nothing to start; the server must serve the lab's files.
+    fn url(t: &Target, u: &crate::byo::UrlTarget, l: &Launch) -> anyhow::Result<ServerProc> {
+        crate::byo::check_url(u, &l.www).with_context(|| t.name.clone())?;
+        Ok(ServerProc {
+            child: None,
+            pgid: 0,
+            name: t.name.clone(),
+            addr: u.addr,
+            host: u.host.clone(),
+            prefix: u.prefix.clone(),
+            stats_path: None,
+            log_path: l.run_dir.join("server.log"),
+            stdout_path: None,
+        })
+    }
+
+    /// Spawns `cmd` in its own process group, pinned to the launch's CPUs, dying with the
+    /// lab, and registers the group for the signal handler.
+    fn spawn(
+        t: &Target,
+        mut cmd: Command,
+        l: &Launch,
+        log_path: PathBuf,
+        stdout_path: Option<PathBuf>,
+    ) -> anyhow::Result<ServerProc> {
+        cmd.process_group(0);
         if let Some(ns) = &l.netns {
             ns.enter(&mut cmd)?;
         }
@@ -312,20 +385,24 @@ impl ServerProc {
             .with_context(|| format!("starting {}", t.name))?;
         let pgid = child.id() as i32;
         register(pgid);
-        let mut p = ServerProc {
+        Ok(ServerProc {
             child: Some(child),
             pgid,
             name: t.name.clone(),
             addr: l.addr,
-            stats_path,
+            host: l.addr.to_string(),
+            prefix: String::new(),
+            stats_path: None,
             log_path,
-        };
-        p.wait_ready(Duration::from_secs(10))?;
-        Ok(p)
+            stdout_path,
+        })
     }
 
     fn log_tail(&self) -> String {
-        crate::micro::why(&std::fs::read_to_string(&self.log_path).unwrap_or_default())
+        match &self.stdout_path {
+            Some(out) => crate::byo::log_tail(&self.log_path, out),
+            None => crate::micro::why(&std::fs::read_to_string(&self.log_path).unwrap_or_default()),
+        }
     }
 
     fn wait_ready(&mut self, limit: Duration) -> anyhow::Result<()> {
@@ -355,9 +432,9 @@ impl ServerProc {
     }
 
     /// The child's process group (the server and any process it started, e.g. nginx's
-    /// workers).
-    pub fn pgid(&self) -> i32 {
-        self.pgid
+    /// workers); None for a `--url` server, which is not the lab's child.
+    pub fn pgid(&self) -> Option<i32> {
+        self.child.is_some().then_some(self.pgid)
     }
 
     /// `Some(status)` once the child has exited.
