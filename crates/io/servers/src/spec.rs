@@ -2,7 +2,8 @@
 //! used by both sides. The launcher (the lab) fills a spec and runs the binary with
 //! `to_args()`; the binary's command line parses those flags back into the same spec
 //! (`iolab serve`: src/cli/serve.rs, `ServeArgs::to_spec`; the tokio peer:
-//! crates/apps/tokio-server, `Args::to_spec`), and a round-trip test on each side (spec ->
+//! crates/apps/tokio-server, `Args::to_spec`; the monoio and glommio peers likewise in
+//! crates/apps/{monoio,glommio}-server), and a round-trip test on each side (spec ->
 //! `to_args` -> clap -> spec) fails when a flag is renamed on one side only.
 //!
 //! `to_args` writes every field, defaults included, so that what the child runs with never
@@ -164,17 +165,163 @@ impl TokioSpec {
 
     /// The arguments after the program name.
     pub fn to_args(&self) -> Vec<OsString> {
-        let mut a: Vec<OsString> = Vec::new();
-        let mut flag = |name: &str, value: OsString| {
-            a.push(name.into());
-            a.push(value);
-        };
-        flag("--root", self.root.clone().into());
-        flag("--addr", self.addr.to_string().into());
-        flag("--workers", self.workers.to_string().into());
-        flag("--backlog", self.backlog.to_string().into());
-        flag("--idle-timeout", secs(self.idle_timeout));
-        flag("--engine", self.engine.name().into());
+        let mut a = peer_args(
+            &self.root,
+            self.addr,
+            self.workers,
+            self.backlog,
+            self.idle_timeout,
+        );
+        a.push("--engine".into());
+        a.push(self.engine.name().into());
+        a
+    }
+}
+
+/// The flags every peer binary shares: what to serve, where, on how many threads, with
+/// which listen backlog and idle timeout.
+fn peer_args(
+    root: &std::path::Path,
+    addr: SocketAddr,
+    workers: usize,
+    backlog: u32,
+    idle_timeout: Duration,
+) -> Vec<OsString> {
+    let mut a: Vec<OsString> = Vec::new();
+    let mut flag = |name: &str, value: OsString| {
+        a.push(name.into());
+        a.push(value);
+    };
+    flag("--root", root.into());
+    flag("--addr", addr.to_string().into());
+    flag("--workers", workers.to_string().into());
+    flag("--backlog", backlog.to_string().into());
+    flag("--idle-timeout", secs(idle_timeout));
+    a
+}
+
+/// `iolab-monoio-server`: the monoio peer serving a directory (monoio's io_uring driver,
+/// one runtime per thread, each thread bound to one CPU, one SO_REUSEPORT listener each).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MonoioSpec {
+    pub root: PathBuf,
+    pub addr: SocketAddr,
+    /// Threads, each its own runtime (0 = one per CPU the process may run on).
+    pub workers: usize,
+    pub backlog: u32,
+    /// 0 = never.
+    pub idle_timeout: Duration,
+    /// Submission queue entries of each thread's ring (monoio's `with_entries`; it raises
+    /// anything below 256 to 256).
+    pub entries: u32,
+}
+
+impl MonoioSpec {
+    /// monoio's configuration guide: "When your QPS is high, setting larger entries can
+    /// increase the ring size and reduce the number of submits"; its own benchmark servers
+    /// use 32768.
+    pub const RECOMMENDED_ENTRIES: u32 = 32768;
+
+    /// The peer serving `root` on `addr` with its defaults: a thread per CPU, backlog 1024,
+    /// 60 s idle timeout, rings of [`MonoioSpec::RECOMMENDED_ENTRIES`].
+    pub fn new(root: PathBuf, addr: SocketAddr) -> MonoioSpec {
+        MonoioSpec {
+            root,
+            addr,
+            workers: 0,
+            backlog: 1024,
+            idle_timeout: Duration::from_secs(60),
+            entries: Self::RECOMMENDED_ENTRIES,
+        }
+    }
+
+    /// The arguments after the program name.
+    pub fn to_args(&self) -> Vec<OsString> {
+        let mut a = peer_args(
+            &self.root,
+            self.addr,
+            self.workers,
+            self.backlog,
+            self.idle_timeout,
+        );
+        a.push("--entries".into());
+        a.push(self.entries.to_string().into());
+        a
+    }
+}
+
+/// How the glommio peer sets up its executors: glommio's defaults, or one of the two
+/// trade-offs its documentation describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GlommioProfile {
+    /// `LocalExecutorBuilder::new(Placement::Fixed(cpu))` and nothing else: ring depth 128,
+    /// preemption every 100 ms, connections in the default task queue.
+    Default,
+    /// Connections in a task queue marked `Latency::Matters(1 ms)` (glommio: latency
+    /// sensitive queues get their own ring and make background work preempt itself).
+    Latency,
+    /// Connections in a `Latency::NotImportant` queue, a deeper ring (1024: "a higher ring
+    /// depth allows a shard to submit a greater number of IO requests") and preemption
+    /// every 500 ms ("lower values ... can help latency but harm throughput").
+    Throughput,
+}
+
+impl GlommioProfile {
+    pub const ALL: [GlommioProfile; 3] = [
+        GlommioProfile::Default,
+        GlommioProfile::Latency,
+        GlommioProfile::Throughput,
+    ];
+
+    /// The value of `--profile`.
+    pub fn name(self) -> &'static str {
+        match self {
+            GlommioProfile::Default => "default",
+            GlommioProfile::Latency => "latency",
+            GlommioProfile::Throughput => "throughput",
+        }
+    }
+}
+
+/// `iolab-glommio-server`: the glommio peer serving a directory (one `LocalExecutor` per
+/// thread, each placed on one CPU, one SO_REUSEPORT listener each).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GlommioSpec {
+    pub root: PathBuf,
+    pub addr: SocketAddr,
+    /// Threads, each its own executor (0 = one per CPU the process may run on).
+    pub workers: usize,
+    pub backlog: u32,
+    /// 0 = never.
+    pub idle_timeout: Duration,
+    pub profile: GlommioProfile,
+}
+
+impl GlommioSpec {
+    /// The peer serving `root` on `addr` with its defaults: a thread per CPU, backlog 1024,
+    /// 60 s idle timeout, glommio's default executor settings.
+    pub fn new(root: PathBuf, addr: SocketAddr) -> GlommioSpec {
+        GlommioSpec {
+            root,
+            addr,
+            workers: 0,
+            backlog: 1024,
+            idle_timeout: Duration::from_secs(60),
+            profile: GlommioProfile::Default,
+        }
+    }
+
+    /// The arguments after the program name.
+    pub fn to_args(&self) -> Vec<OsString> {
+        let mut a = peer_args(
+            &self.root,
+            self.addr,
+            self.workers,
+            self.backlog,
+            self.idle_timeout,
+        );
+        a.push("--profile".into());
+        a.push(self.profile.name().into());
         a
     }
 }
@@ -215,6 +362,8 @@ mod tests {
         assert_eq!(value("--stats"), "/run/stats");
         assert_eq!(value("--accept"), "sync");
         assert_eq!(value("--idle-timeout"), "2.5");
+        assert_eq!(value("--header-timeout"), "60");
+        assert_eq!(value("--send-timeout"), "60");
         assert_eq!(value("--backlog"), "1024");
         // Flags and values alternate after the subcommand.
         assert_eq!(args.len() % 2, 1);
@@ -241,6 +390,45 @@ mod tests {
             assert_eq!(model_named(m.name()), Some(m));
         }
         assert_eq!(model_named("uring-callback-sync"), None);
+    }
+
+    fn strings(args: Vec<OsString>) -> Vec<String> {
+        args.into_iter().map(|a| a.into_string().unwrap()).collect()
+    }
+
+    #[test]
+    fn monoio_and_glommio_args() {
+        let mut m = MonoioSpec::new("/w".into(), "127.0.0.1:9000".parse().unwrap());
+        m.entries = 4096;
+        m.workers = 2;
+        assert_eq!(
+            strings(m.to_args()),
+            [
+                "--root",
+                "/w",
+                "--addr",
+                "127.0.0.1:9000",
+                "--workers",
+                "2",
+                "--backlog",
+                "1024",
+                "--idle-timeout",
+                "60",
+                "--entries",
+                "4096"
+            ]
+        );
+        assert_eq!(MonoioSpec::new("/w".into(), m.addr).entries, 32768);
+        let mut g = GlommioSpec::new("/w".into(), "127.0.0.1:9000".parse().unwrap());
+        g.profile = GlommioProfile::Latency;
+        g.idle_timeout = Duration::from_millis(250);
+        let args = strings(g.to_args());
+        assert_eq!(
+            args[8..],
+            ["--idle-timeout", "0.25", "--profile", "latency"]
+        );
+        let names: Vec<_> = GlommioProfile::ALL.iter().map(|p| p.name()).collect();
+        assert_eq!(names, ["default", "latency", "throughput"]);
     }
 
     #[test]
