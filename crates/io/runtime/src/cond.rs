@@ -335,11 +335,3 @@ impl<F: Future> Future for Cancellable<'_, F> {
         Poll::Pending
     }
 }
-
-/// [`crate::sleep`] that returns `Err(Cancelled)` early when `cancel` is signalled.
-pub async fn sleep_or_cancel(
-    duration: std::time::Duration,
-    cancel: &Cond,
-) -> Result<(), Cancelled> {
-    cancellable(cancel, crate::time::sleep(duration)).await
-}

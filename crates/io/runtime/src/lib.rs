@@ -139,7 +139,7 @@ mod task;
 pub mod time;
 
 pub use buf::{IoBuf, IoBufMut, Slice};
-pub use cond::{cancellable, sleep_or_cancel, Cancelled, Cond, CondWait};
+pub use cond::{cancellable, Cancelled, Cond, CondWait};
 pub use detach::{detach, MAX_DETACH_THREADS};
 pub use driver::{current_driver, driver, Driver};
 pub use op::{
@@ -151,7 +151,7 @@ pub use rt::{
     YieldNow,
 };
 pub use task::{JoinError, JoinHandle};
-pub use time::{sleep, sleep_until, timeout, timeout_with, Elapsed, Sleep};
+pub use time::{sleep, sleep_or_cancel, sleep_until, timeout, timeout_with, Elapsed, Sleep};
 
 /// The io-uring crate, for implementing [`Operation`].
 pub use io_uring;

@@ -293,3 +293,11 @@ impl<F: Future, S: Future<Output = ()> + Unpin> Future for Timeout<F, S> {
         }
     }
 }
+
+/// [`sleep`] that returns `Err(Cancelled)` early when `cancel` is signalled.
+pub async fn sleep_or_cancel(
+    duration: std::time::Duration,
+    cancel: &crate::cond::Cond,
+) -> Result<(), crate::cond::Cancelled> {
+    crate::cond::cancellable(cancel, sleep(duration)).await
+}
