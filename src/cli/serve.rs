@@ -64,10 +64,21 @@ pub struct ServeArgs {
     /// and counted as refused.
     #[arg(long, default_value_t = 10_000)]
     pub max_conns: usize,
-    /// Seconds a connection may stay without any byte moving before the server closes it
-    /// (counted as a timeout); fractions allowed, 0 = never.
+    /// Seconds a keep-alive connection may wait between requests (or a request body
+    /// stall) before the server closes it (counted as a timeout); fractions allowed, 0 =
+    /// never.
     #[arg(long, default_value_t = 60.0, value_parser = parse_secs)]
     pub idle_timeout: f64,
+    /// Seconds a whole request head may take, from its first byte (from the connection's
+    /// start for the first request), however slowly it trickles in (nginx's
+    /// client_header_timeout); then the connection is closed, counted as a timeout. 0 =
+    /// never.
+    #[arg(long, default_value_t = 60.0, value_parser = parse_secs)]
+    pub header_timeout: f64,
+    /// Seconds a response may wait for the client to take any of its bytes (nginx's
+    /// send_timeout); then the connection is closed, counted as a timeout. 0 = never.
+    #[arg(long, default_value_t = 60.0, value_parser = parse_secs)]
+    pub send_timeout: f64,
     /// Publish the live counters in this shared-memory file, for `iolab stats PATH` and the lab.
     #[arg(long)]
     pub stats: Option<PathBuf>,
@@ -113,6 +124,8 @@ impl ServeArgs {
             backlog: self.backlog,
             max_conns: self.max_conns,
             idle_timeout: Duration::from_secs_f64(self.idle_timeout),
+            header_timeout: Duration::from_secs_f64(self.header_timeout),
+            send_timeout: Duration::from_secs_f64(self.send_timeout),
             stats: self.stats.clone(),
             accept: self.accept.into(),
             limits: iolab_http::Limits {
@@ -240,6 +253,8 @@ mod tests {
         every.backlog = 200;
         every.max_conns = 77;
         every.idle_timeout = Duration::from_millis(2500);
+        every.header_timeout = Duration::from_millis(1250);
+        every.send_timeout = Duration::from_secs(7);
         every.stats = Some("/tmp/iolab stats".into());
         every.accept = AcceptMode::Sync;
         every.limits = iolab_http::Limits {

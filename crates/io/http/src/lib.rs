@@ -46,6 +46,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 mod conditional;
+mod deadline;
 pub mod direct;
 mod reply;
 mod request;
@@ -54,6 +55,7 @@ mod session;
 mod site;
 mod target;
 
+pub use deadline::{Deadline, Phase, Timeouts, DEFAULT_TIMEOUT};
 pub use session::{FileRead, FileReads, Session};
 pub use site::CacheConfig;
 

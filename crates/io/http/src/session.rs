@@ -360,6 +360,12 @@ impl Session {
         self.buf.is_empty() && matches!(self.body, Body::None) && self.held.is_none()
     }
 
+    /// True while part of a request head has arrived and the rest has not (the head
+    /// deadline runs, [`crate::Deadline`]).
+    pub fn is_reading_head(&self) -> bool {
+        !self.closing && !self.buf.is_empty() && matches!(self.body, Body::None)
+    }
+
     fn push(&mut self, chunk: Bytes) {
         if !chunk.is_empty() {
             self.out_len += chunk.len();

@@ -15,8 +15,9 @@
 //!   would block ([`Conn::progress`]), which is what edge triggering requires.
 //! - Workers: `--workers N` loops, 0 = one per core (available parallelism).
 //! - `max_conns` is server-wide (one atomic count over all loops).
-//! - Idle timeout: each loop sweeps its connections every [`sweep_interval`]; a connection
-//!   idle past the limit is closed (counted as a timeout) within that slack.
+//! - Deadlines (`iolab_http::Deadline`: a head's, a stalled send's, the idle one): each loop
+//!   sweeps its connections every [`sweep_interval`]; a connection past its deadline is
+//!   closed (counted as a timeout) within that slack.
 
 use std::io;
 use std::net::TcpListener;
@@ -44,9 +45,10 @@ pub fn workers(config: &crate::Config) -> usize {
     }
 }
 
-/// How often a loop looks for idle connections: an eighth of the timeout, within 10 ms..1 s.
-pub fn sweep_interval(idle: Duration) -> Duration {
-    (idle / 8).clamp(Duration::from_millis(10), Duration::from_secs(1))
+/// How often a loop looks for connections past their deadline: a sixteenth of the shortest
+/// timeout, within 10 ms..1 s (a 2 s head deadline is kept within 125 ms, so ±10%).
+pub fn sweep_interval(shortest: Duration) -> Duration {
+    (shortest / 16).clamp(Duration::from_millis(10), Duration::from_secs(1))
 }
 
 struct Epoll(OwnedFd);
@@ -118,7 +120,6 @@ pub fn run(ctx: &Ctx) -> io::Result<()> {
 
 fn event_loop(ctx: &Ctx, listener: TcpListener, held: &AtomicUsize) -> io::Result<()> {
     let stats = &*ctx.stats;
-    let idle = net::idle(&ctx.config);
     let ep = Epoll::new()?;
     ep.add(ctx.shutdown.fd(), libc::EPOLLIN as u32, STOP)?;
     ep.add(
@@ -130,7 +131,7 @@ fn event_loop(ctx: &Ctx, listener: TcpListener, held: &AtomicUsize) -> io::Resul
     let mut conns: slab::Slab<Conn> = slab::Slab::new();
     let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; EVENTS];
     let mut buf = vec![0u8; ctx.config.buffers.read_buf];
-    let sweep = idle.map(sweep_interval);
+    let sweep = ctx.config.timeouts().shortest().map(sweep_interval);
     let mut next_sweep = sweep.map(|s| Instant::now() + s);
 
     let close = |conns: &mut slab::Slab<Conn>, key: usize| {
@@ -162,11 +163,7 @@ fn event_loop(ctx: &Ctx, listener: TcpListener, held: &AtomicUsize) -> io::Resul
             }
             // Data often arrives with the connection: registering an already readable
             // socket queues its first event, so `progress` runs from the event loop.
-            entry.insert(Conn::new(
-                stream,
-                ctx.site.clone(),
-                ctx.config.buffers.max_iov,
-            ));
+            entry.insert(Conn::new(stream, ctx));
         })
     };
     let mut accept_retry: Option<Instant> = None;
@@ -209,7 +206,7 @@ fn event_loop(ctx: &Ctx, listener: TcpListener, held: &AtomicUsize) -> io::Resul
             if now >= at {
                 let expired: Vec<usize> = conns
                     .iter()
-                    .filter(|(_, c)| c.deadline(idle).is_some_and(|d| d <= now))
+                    .filter(|(_, c)| c.deadline().is_some_and(|d| d <= now))
                     .map(|(k, _)| k)
                     .collect();
                 for key in expired {

@@ -8,7 +8,7 @@
 //! then either `stats.refused()` (closed at once: `max_conns`, FD_SETSIZE, no thread) or
 //! `stats.conn_opened()` ... `stats.conn_closed()` around its service; `stats.response(status)`
 //! from `Session::feed`'s `on_response`; `stats.error(kind)` / `stats.io_error(&e)` for the
-//! socket error or idle timeout that ended it. [`net`] holds the socket plumbing the thread
+//! socket error or deadline (`iolab_http::Deadline`: head, send, idle) that ended it. [`net`] holds the socket plumbing the thread
 //! and readiness models share (listeners, `Conn::progress`, `serve_blocking`, `Registry`).
 //!
 //! Same sizes everywhere: every model reads a connection into a buffer of
@@ -139,8 +139,14 @@ pub struct Config {
     pub workers: usize,
     /// Connections held at once; beyond it new connections are closed and counted as refused.
     pub max_conns: usize,
-    /// A connection idle this long is closed.
+    /// A keep-alive connection without a byte between requests this long is closed (also a
+    /// request body stalled this long); zero = never.
     pub idle_timeout: Duration,
+    /// A request head not complete this long after its first byte (the connection's start,
+    /// for the first request) is closed, however its bytes trickle in; zero = never.
+    pub header_timeout: Duration,
+    /// A response whose send makes no progress this long is closed; zero = never.
+    pub send_timeout: Duration,
     pub limits: iolab_http::Limits,
     pub accept: AcceptMode,
     /// Receive buffer and iovec count, the same for every model.
@@ -155,10 +161,23 @@ impl Default for Config {
             backlog: 1024,
             workers: 0,
             max_conns: 10_000,
-            idle_timeout: Duration::from_secs(60),
+            idle_timeout: iolab_http::DEFAULT_TIMEOUT,
+            header_timeout: iolab_http::DEFAULT_TIMEOUT,
+            send_timeout: iolab_http::DEFAULT_TIMEOUT,
             limits: iolab_http::Limits::default(),
             accept: AcceptMode::Async,
             buffers: Buffers::default(),
+        }
+    }
+}
+
+impl Config {
+    /// The deadlines of every connection ([`iolab_http::Deadline`]).
+    pub fn timeouts(&self) -> iolab_http::Timeouts {
+        iolab_http::Timeouts {
+            header: self.header_timeout,
+            idle: self.idle_timeout,
+            send: self.send_timeout,
         }
     }
 }

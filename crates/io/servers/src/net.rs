@@ -6,14 +6,14 @@
 //! what makes the models comparable: they differ only in how they wait.
 
 use std::collections::VecDeque;
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{self, IoSlice, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use iolab_http::Session;
+use iolab_http::{Deadline, Session, Timeouts};
 
 use crate::stats::{ErrorKind, Stats};
 
@@ -181,11 +181,11 @@ pub fn accept_registered(
 }
 
 /// What the two thread models share: a blocking listener, the registry of the connections
-/// they hold (for `max_conns` and the stop request) and the idle timeout.
+/// they hold (for `max_conns` and the stop request) and the deadlines.
 pub struct BlockingServer {
     listener: TcpListener,
     registry: Registry,
-    idle: Option<Duration>,
+    timeouts: Timeouts,
 }
 
 impl BlockingServer {
@@ -195,7 +195,7 @@ impl BlockingServer {
         Ok(BlockingServer {
             listener: listen(cfg.addr, cfg.backlog, false, false)?,
             registry: Registry::new(cfg.max_conns),
-            idle: idle(cfg),
+            timeouts: cfg.timeouts(),
         })
     }
 
@@ -211,7 +211,7 @@ impl BlockingServer {
             &mut stream,
             &ctx.site,
             &ctx.stats,
-            self.idle,
+            self.timeouts,
             ctx.config.buffers,
         );
         self.close(&ctx.stats, stream, key);
@@ -276,15 +276,15 @@ pub fn write_pending(
     Ok(n)
 }
 
+/// One `sendmsg(2)` of the first `max_iov` pending chunks that never blocks (MSG_DONTWAIT,
+/// whether the socket is blocking or not): the thread models wait for room themselves with
+/// a deadline ([`wait_writable`]), so that a send is timed from its last progress.
 fn writev(stream: &mut TcpStream, pending: &VecDeque<Bytes>, max_iov: usize) -> io::Result<usize> {
-    if pending.len() == 1 || max_iov == 1 {
-        return pending.front().map_or(Ok(0), |c| stream.write(c));
-    }
     // On the stack up to the default count (the thread models run on small stacks).
     let mut small: [IoSlice<'_>; MAX_IOV] = [IoSlice::new(&[]); MAX_IOV];
     let mut large = Vec::new();
     let iov: &mut [IoSlice<'_>] = if max_iov <= MAX_IOV {
-        &mut small[..max_iov]
+        &mut small[..max_iov.max(1)]
     } else {
         large.resize(max_iov, IoSlice::new(&[]));
         &mut large
@@ -297,36 +297,80 @@ fn writev(stream: &mut TcpStream, pending: &VecDeque<Bytes>, max_iov: usize) -> 
     if k == 0 {
         return Ok(0);
     }
-    stream.write_vectored(&iov[..k])
+    // SAFETY: an all-zero msghdr is valid (no address, no control data).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    // IoSlice is ABI-compatible with iovec on Unix (std guarantees it); sendmsg only reads.
+    msg.msg_iov = iov.as_mut_ptr().cast::<libc::iovec>();
+    msg.msg_iovlen = k;
+    // SAFETY: msg points to `k` live iovecs whose bytes outlive the call.
+    let n = unsafe {
+        libc::sendmsg(
+            stream.as_raw_fd(),
+            &msg,
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
+/// Waits until `fd` can take bytes (or has an error to report) for at most `limit` (None:
+/// without limit); false when the limit passed first.
+pub fn wait_writable(fd: RawFd, limit: Option<Duration>) -> io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    let now = Instant::now();
+    let ms = timeout_ms(limit.map(|l| now + l), now);
+    loop {
+        // SAFETY: one valid pollfd.
+        match unsafe { libc::poll(&mut pfd, 1, ms) } {
+            0 => return Ok(false),
+            n if n > 0 => return Ok(true),
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
 }
 
 /// Serves one connection with blocking I/O until it closes (the thread models).
 ///
-/// `idle` becomes SO_RCVTIMEO and SO_SNDTIMEO: a read or a write that makes no progress for
-/// that long ends the connection, counted as a timeout. A stop request reaches this loop as
-/// `shutdown(2)` of the socket (see [`Registry`]), which makes the blocked read return 0.
+/// The deadlines ([`Deadline`]): a write never blocks ([`writev`]); when the socket is full
+/// the thread waits for room with `poll(2)` until the send deadline (counted from the last
+/// write that moved bytes). Before each read SO_RCVTIMEO is set to the time left until the
+/// phase's deadline (a head's, counted from its first byte, or the idle one), so a read that
+/// waits past it fails. Either ends the connection, counted as a timeout. A stop request reaches this loop as `shutdown(2)` of the socket (see
+/// [`Registry`]), which makes the blocked read return 0.
 pub fn serve_blocking(
     stream: &mut TcpStream,
     site: &std::sync::Arc<iolab_http::Site>,
     stats: &Stats,
-    idle: Option<Duration>,
+    timeouts: Timeouts,
     buffers: Buffers,
 ) {
-    if stream
-        .set_read_timeout(idle)
-        .and_then(|_| stream.set_write_timeout(idle))
-        .is_err()
-    {
-        stats.error(ErrorKind::Io);
-        return;
-    }
     let mut session = Session::new(site.clone());
+    let mut deadline = Deadline::new(timeouts, Instant::now());
     // On the heap: the thread models run on small stacks.
     let mut buf = vec![0u8; buffers.read_buf];
     loop {
         while session.has_pending() {
             match write_pending(stream, &mut session, stats, buffers.max_iov) {
-                Ok(_) => {}
+                Ok(_) => deadline.update(&session, Instant::now()),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    match wait_writable(stream.as_raw_fd(), deadline.left(Instant::now())) {
+                        Ok(true) => {}
+                        Ok(false) => return stats.error(ErrorKind::Timeout),
+                        Err(e) => return stats.io_error(&e),
+                    }
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return stats.io_error(&e),
             }
@@ -334,9 +378,22 @@ pub fn serve_blocking(
         if session.should_close() {
             return;
         }
+        let wait = match deadline.left(Instant::now()) {
+            // SO_RCVTIMEO cannot be zero (zero is "forever"): below a millisecond is over.
+            Some(left) if left < Duration::from_millis(1) => {
+                return stats.error(ErrorKind::Timeout)
+            }
+            left => left,
+        };
+        if stream.set_read_timeout(wait).is_err() {
+            return stats.error(ErrorKind::Io);
+        }
         match stream.read(&mut buf) {
             Ok(0) => return,
-            Ok(n) => session.feed(&buf[..n], |status| stats.response(status)),
+            Ok(n) => {
+                session.feed(&buf[..n], |status| stats.response(status));
+                deadline.update(&session, Instant::now());
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return stats.io_error(&e),
         }
@@ -429,19 +486,19 @@ pub enum Want {
 pub struct Conn {
     pub stream: TcpStream,
     session: Session,
-    /// Last time bytes moved either way; the idle timeout counts from here.
-    pub last_active: Instant,
+    /// When it must be closed, updated each time bytes move.
+    deadline: Deadline,
     max_iov: usize,
 }
 
 impl Conn {
     /// A connection whose sends hand at most `max_iov` chunks to one `writev`.
-    pub fn new(stream: TcpStream, site: std::sync::Arc<iolab_http::Site>, max_iov: usize) -> Conn {
+    pub fn new(stream: TcpStream, ctx: &crate::Ctx) -> Conn {
         Conn {
             stream,
-            session: Session::new(site),
-            last_active: Instant::now(),
-            max_iov,
+            session: Session::new(ctx.site.clone()),
+            deadline: Deadline::new(ctx.config.timeouts(), Instant::now()),
+            max_iov: ctx.config.buffers.max_iov,
         }
     }
 
@@ -456,7 +513,7 @@ impl Conn {
             return None;
         }
         stats.conn_opened();
-        let mut conn = Conn::new(stream, ctx.site.clone(), ctx.config.buffers.max_iov);
+        let mut conn = Conn::new(stream, ctx);
         match conn.progress(buf, stats) {
             Want::Close => {
                 stats.conn_closed();
@@ -471,20 +528,19 @@ impl Conn {
     }
 
     /// This connection's part of one turn of a select or poll loop: `progress` when the
-    /// loop saw it ready, `Close` when it has been idle past its deadline (counted as a
-    /// timeout), None when neither.
+    /// loop saw it ready, `Close` when it is past its deadline (counted as a timeout), None
+    /// when neither.
     pub fn turn(
         &mut self,
         ready: bool,
         now: Instant,
-        idle: Option<Duration>,
         buf: &mut [u8],
         stats: &Stats,
     ) -> Option<Want> {
         if ready {
             // POLLERR/POLLHUP too: the read or write inside `progress` reports it.
             Some(self.progress(buf, stats))
-        } else if self.deadline(idle).is_some_and(|d| d <= now) {
+        } else if self.deadline().is_some_and(|d| d <= now) {
             stats.error(ErrorKind::Timeout);
             Some(Want::Close)
         } else {
@@ -499,7 +555,7 @@ impl Conn {
         loop {
             while self.session.has_pending() {
                 match write_pending(&mut self.stream, &mut self.session, stats, self.max_iov) {
-                    Ok(_) => self.last_active = Instant::now(),
+                    Ok(_) => self.deadline.update(&self.session, Instant::now()),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Want::Write,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) => {
@@ -514,9 +570,9 @@ impl Conn {
             match self.stream.read(buf) {
                 Ok(0) => return Want::Close,
                 Ok(n) => {
-                    self.last_active = Instant::now();
                     self.session
                         .feed(&buf[..n], |status| stats.response(status));
+                    self.deadline.update(&self.session, Instant::now());
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Want::Read,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -528,15 +584,10 @@ impl Conn {
         }
     }
 
-    /// When this connection times out, if `idle` is set.
-    pub fn deadline(&self, idle: Option<Duration>) -> Option<Instant> {
-        idle.map(|d| self.last_active + d)
+    /// When this connection times out (None: not in its present phase).
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline.at()
     }
-}
-
-/// `Config::idle_timeout` as an option: zero means "never".
-pub fn idle(config: &crate::Config) -> Option<Duration> {
-    (!config.idle_timeout.is_zero()).then_some(config.idle_timeout)
 }
 
 /// Milliseconds until `deadline` for poll/epoll_wait (rounded up, at least 0; -1 = forever).

@@ -6,8 +6,8 @@
 //! FD_SETSIZE ceiling; the kernel still scans the whole array on every call, which is the
 //! O(n) cost this model exhibits. Closed connections leave the array by swap-remove.
 //!
-//! Idle timeout: the `poll` timeout is the earliest idle deadline; expired connections are
-//! closed and counted as timeouts.
+//! Deadlines (`iolab_http::Deadline`: a head's, a stalled send's, the idle one): the `poll`
+//! timeout is the earliest; expired connections are closed and counted as timeouts.
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -29,7 +29,6 @@ fn events(want: Want) -> libc::c_short {
 pub fn run(ctx: &Ctx) -> io::Result<()> {
     let cfg = &ctx.config;
     let stats = &*ctx.stats;
-    let idle = net::idle(cfg);
     let listener = net::listen(cfg.addr, cfg.backlog, false, true)?;
     let pollfd = |fd, events| libc::pollfd {
         fd,
@@ -55,7 +54,7 @@ pub fn run(ctx: &Ctx) -> io::Result<()> {
         };
         let earliest = conns
             .iter()
-            .filter_map(|c| c.deadline(idle))
+            .filter_map(|c| c.deadline())
             .chain(accept_paused)
             .min();
         let timeout = net::timeout_ms(earliest, Instant::now());
@@ -75,7 +74,7 @@ pub fn run(ctx: &Ctx) -> io::Result<()> {
         let mut i = 0;
         while i < conns.len() {
             let p = &mut pollfds[FIRST_CONN + i];
-            match conns[i].turn(p.revents != 0, now, idle, &mut buf, stats) {
+            match conns[i].turn(p.revents != 0, now, &mut buf, stats) {
                 None => i += 1,
                 Some(Want::Close) => {
                     conns.swap_remove(i);

@@ -4,9 +4,11 @@
 //! Each worker loop (`--workers`, 0 = one per core) owns a SO_REUSEPORT listener with
 //! several accepts in flight (the pre-posted AcceptEx of the seed's CPC server) and spawns a
 //! task per accepted connection. The task reads, feeds the `Session`, writes what is pending
-//! — the same loop as the `threads` model, with `.await` where that one blocks. The idle
-//! timeout is one timer per connection, reset before each read and write and raced against
-//! it (`timeout_with`; on expiry the operation is dropped, which cancels it), so a loop's
+//! — the same loop as the `threads` model, with `.await` where that one blocks. The deadline
+//! (`iolab_http::Deadline`: a request head's, from its first byte; a send's, from its last
+//! progress; the idle one between requests) is one timer per connection, set to the phase's
+//! deadline before each read and write and raced against it (`timeout_with`; on expiry the
+//! operation is dropped, which cancels it), so a loop's
 //! timer structure holds one entry per connection, not one per operation;
 //! a stop request wakes every loop through the shutdown eventfd (`wait_readable`) and is
 //! broadcast on a `Cond` that cancels every accept, read and write in flight.
@@ -25,7 +27,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use iolab_http::{FileReads, Session};
+use iolab_http::{Deadline, FileReads, Session};
 use iolab_runtime::net::{TcpListener, TcpStream};
 use iolab_runtime::{
     cancellable, detach, sleep, spawn, timeout_with, wait_readable, Cancelled, Cond, Runtime, Sleep,
@@ -46,7 +48,7 @@ struct Env {
     shutdown: Arc<Shutdown>,
     held: Arc<AtomicUsize>,
     max_conns: usize,
-    idle: Option<Duration>,
+    timeouts: iolab_http::Timeouts,
     buffers: crate::Buffers,
 }
 
@@ -68,7 +70,7 @@ pub fn run(ctx: &Ctx) -> io::Result<()> {
         shutdown: ctx.shutdown.clone(),
         held: Arc::new(AtomicUsize::new(0)),
         max_conns: cfg.max_conns,
-        idle: net::idle(cfg),
+        timeouts: cfg.timeouts(),
         buffers: cfg.buffers,
     };
     let rt = Runtime::builder().workers(n).build()?;
@@ -164,25 +166,21 @@ enum Waited<T> {
     Stopped,
 }
 
-/// A connection's idle limit: one timer, pushed back before each operation.
-struct Idle {
-    limit: Duration,
+/// A connection's deadline and its one timer, set to it before each operation.
+struct Timer {
+    deadline: Deadline,
     timer: Sleep,
 }
 
-async fn wait<F: std::future::Future>(
-    idle: &mut Option<Idle>,
-    stop: &Stop,
-    fut: F,
-) -> Waited<F::Output> {
+async fn wait<F: std::future::Future>(timer: &mut Timer, stop: &Stop, fut: F) -> Waited<F::Output> {
     if stop.flag.get() {
         return Waited::Stopped;
     }
     let fut = cancellable(&stop.cond, fut);
-    let r = match idle {
-        Some(idle) => {
-            idle.timer.reset(Instant::now() + idle.limit);
-            match timeout_with(&mut idle.timer, fut).await {
+    let r = match timer.deadline.at() {
+        Some(at) => {
+            timer.timer.reset(at);
+            match timeout_with(&mut timer.timer, fut).await {
                 Ok(r) => r,
                 Err(_) => return Waited::TimedOut,
             }
@@ -204,16 +202,18 @@ async fn serve(stream: &TcpStream, env: &Env, stop: &Stop) {
     let mut session = Session::with_file_reads(env.site.clone(), FileReads::Caller);
     let read_buf = env.buffers.read_buf;
     let mut buf = vec![0u8; read_buf];
-    let mut idle = env.idle.map(|limit| Idle {
-        limit,
-        timer: sleep(limit),
-    });
+    let now = Instant::now();
+    let mut timer = Timer {
+        deadline: Deadline::new(env.timeouts, now),
+        timer: sleep(Duration::ZERO),
+    };
     loop {
         if let Some(job) = session.file_read() {
-            // Not raced against the idle timer: a disk read is not the client being idle.
+            // Not raced against the timer: a disk read is not the client being slow.
             // A stop waits for it (bounded by the disk), then ends the connection.
             let result = detach(move || job.read_blocking()).await;
             session.file_read_done(result, |status| stats.response(status));
+            timer.deadline.update(&session, Instant::now());
             continue;
         }
         if session.has_pending() {
@@ -224,11 +224,12 @@ async fn serve(stream: &TcpStream, env: &Env, stop: &Stop) {
                 .take(env.buffers.max_iov)
                 .cloned()
                 .collect();
-            match wait(&mut idle, stop, stream.writev(chunks)).await {
+            match wait(&mut timer, stop, stream.writev(chunks)).await {
                 Waited::Done((Ok(n), _)) => {
                     session.advance(n);
                     // Requests held back while the queue was full (backpressure).
                     session.resume(|status| stats.response(status));
+                    timer.deadline.update(&session, Instant::now());
                 }
                 Waited::Done((Err(e), _)) if e.kind() == io::ErrorKind::Interrupted => {}
                 Waited::Done((Err(e), _)) => return stats.io_error(&e),
@@ -241,12 +242,15 @@ async fn serve(stream: &TcpStream, env: &Env, stop: &Stop) {
             return;
         }
         buf.resize(read_buf, 0);
-        match wait(&mut idle, stop, stream.read(buf)).await {
+        match wait(&mut timer, stop, stream.read(buf)).await {
             Waited::Done((r, b)) => {
                 buf = b;
                 match r {
                     Ok(0) => return,
-                    Ok(n) => session.feed(&buf[..n], |status| stats.response(status)),
+                    Ok(n) => {
+                        session.feed(&buf[..n], |status| stats.response(status));
+                        timer.deadline.update(&session, Instant::now());
+                    }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) => return stats.io_error(&e),
                 }

@@ -12,8 +12,8 @@
 //! 1,000 connections are held at most. Every loop turn rebuilds both sets and scans every
 //! slot: the O(FD_SETSIZE) cost per wake-up is the point of the model.
 //!
-//! Idle timeout: the `select` timeout is the earliest idle deadline; expired connections
-//! are closed and counted as timeouts.
+//! Deadlines (`iolab_http::Deadline`: a head's, a stalled send's, the idle one): the `select`
+//! timeout is the earliest; expired connections are closed and counted as timeouts.
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
@@ -57,7 +57,6 @@ struct Slot {
 pub fn run(ctx: &Ctx) -> io::Result<()> {
     let cfg = &ctx.config;
     let stats = &*ctx.stats;
-    let idle = net::idle(cfg);
     let listener = net::listen(cfg.addr, cfg.backlog, false, true)?;
     let (lfd, efd) = (listener.as_raw_fd(), ctx.shutdown.fd());
     if lfd as usize >= FD_SETSIZE || efd as usize >= FD_SETSIZE {
@@ -88,7 +87,7 @@ pub fn run(ctx: &Ctx) -> io::Result<()> {
                 _ => rset.insert(fd as RawFd),
             }
             maxfd = maxfd.max(fd as RawFd);
-            if let Some(d) = s.conn.deadline(idle) {
+            if let Some(d) = s.conn.deadline() {
                 earliest = Some(earliest.map_or(d, |e| e.min(d)));
             }
         }
@@ -134,7 +133,7 @@ pub fn run(ctx: &Ctx) -> io::Result<()> {
                 continue;
             };
             let ready = rset.contains(fd) || wset.contains(fd);
-            match s.conn.turn(ready, now, idle, &mut buf, stats) {
+            match s.conn.turn(ready, now, &mut buf, stats) {
                 None => {}
                 Some(Want::Close) => {
                     slots[fd as usize] = None;

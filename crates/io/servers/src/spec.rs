@@ -28,6 +28,10 @@ pub struct ServeSpec {
     pub max_conns: usize,
     /// 0 = never.
     pub idle_timeout: Duration,
+    /// The whole request head, from its first byte; 0 = never.
+    pub header_timeout: Duration,
+    /// A send without progress; 0 = never.
+    pub send_timeout: Duration,
     /// Publish the live counters in this file (`--stats`).
     pub stats: Option<PathBuf>,
     pub accept: AcceptMode,
@@ -48,6 +52,8 @@ impl ServeSpec {
             backlog: d.backlog,
             max_conns: d.max_conns,
             idle_timeout: d.idle_timeout,
+            header_timeout: d.header_timeout,
+            send_timeout: d.send_timeout,
             stats: None,
             accept: d.accept,
             limits: d.limits,
@@ -80,6 +86,8 @@ impl ServeSpec {
         flag("--backlog", self.backlog.to_string().into());
         flag("--max-conns", self.max_conns.to_string().into());
         flag("--idle-timeout", secs(self.idle_timeout));
+        flag("--header-timeout", secs(self.header_timeout));
+        flag("--send-timeout", secs(self.send_timeout));
         if let Some(p) = &self.stats {
             flag("--stats", p.clone().into());
         }
@@ -105,6 +113,8 @@ impl ServeSpec {
             workers: self.workers,
             max_conns: self.max_conns,
             idle_timeout: self.idle_timeout,
+            header_timeout: self.header_timeout,
+            send_timeout: self.send_timeout,
             limits: self.limits.clone(),
             accept: self.accept,
             buffers: self.buffers,

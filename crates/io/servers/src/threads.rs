@@ -6,7 +6,8 @@
 //! the seed, the stack size is given explicitly at creation ([`STACK`], close to what a
 //! connection really uses) instead of the 8 MiB default; the read buffer is on the heap.
 //!
-//! Linux specifics: the idle timeout is SO_RCVTIMEO/SO_SNDTIMEO; `max_conns` and a failed
+//! Linux specifics: the deadlines are SO_RCVTIMEO and a `poll` for room before a send
+//! (`net::serve_blocking`); `max_conns` and a failed
 //! thread creation both refuse (close at once, counted). A stop request `shutdown(2)`s the
 //! listener (waking the blocked `accept`) and every open connection (waking blocked reads),
 //! then waits for every connection thread to finish.

@@ -38,7 +38,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use iolab_http::{FileRead, FileReads, Session, Site};
@@ -103,7 +103,7 @@ pub struct Loop {
     /// `--accept sync`: the POLL_ADD on the listener is in flight.
     listener_armed: bool,
     stopping: bool,
-    idle_timeout: Duration,
+    timeouts: iolab_http::Timeouts,
     tick: types::Timespec,
     /// `user_data` of the tick in flight, to remove it at the stop.
     tick_user_data: u64,
@@ -127,8 +127,8 @@ impl Loop {
             accepts: 0,
             listener_armed: false,
             stopping: false,
-            idle_timeout: ctx.config.idle_timeout,
-            tick: common::tick_period(ctx.config.idle_timeout).into(),
+            timeouts: ctx.config.timeouts(),
+            tick: common::tick_period(ctx.config.timeouts()).into(),
             tick_user_data: 0,
             now: Instant::now(),
         })
@@ -292,7 +292,9 @@ impl Loop {
             return Ok(());
         }
         self.stats.conn_opened();
-        let key = self.registry.insert(Socket::new(fd, self.now));
+        let key = self
+            .registry
+            .insert(Socket::new(fd, self.timeouts, self.now));
         let conn = Box::new(Conn {
             fd,
             key,
@@ -328,12 +330,13 @@ fn receive(lp: &mut Loop, mut conn: Box<Conn>) -> io::Result<()> {
 }
 
 fn on_received(lp: &mut Loop, mut conn: Box<Conn>, res: i32) -> io::Result<()> {
-    let Some(n) = lp.registry[conn.key].received(res, lp.now) else {
+    let Some(n) = lp.registry[conn.key].received(res) else {
         return close(lp, conn);
     };
     let stats = &lp.stats;
     let Conn { session, buf, .. } = &mut *conn;
     session.feed(&buf[..n], |status| stats.response(status));
+    lp.registry[conn.key].update(&conn.session, lp.now);
     next(lp, conn)
 }
 
@@ -372,14 +375,16 @@ fn on_file_read(lp: &mut Loop, mut conn: Box<Conn>, res: i32) -> io::Result<()> 
     if !mem.file_read_done(res, session, &lp.stats) {
         return close(lp, conn);
     }
+    lp.registry[conn.key].update(&conn.session, lp.now);
     next(lp, conn)
 }
 
 fn on_sent(lp: &mut Loop, mut conn: Box<Conn>, res: i32) -> io::Result<()> {
-    let Some(n) = lp.registry[conn.key].sent(res, lp.now) else {
+    let Some(n) = lp.registry[conn.key].sent(res) else {
         return close(lp, conn);
     };
     conn::advance(&mut conn.session, n, &lp.stats);
+    lp.registry[conn.key].update(&conn.session, lp.now);
     next(lp, conn)
 }
 
@@ -409,9 +414,9 @@ fn on_tick(lp: &mut Loop) -> io::Result<()> {
     if lp.stopping {
         return Ok(());
     }
-    let (now, idle) = (lp.now, lp.idle_timeout);
+    let now = lp.now;
     for (_, socket) in lp.registry.iter_mut() {
-        socket.shut_if_idle(now, idle);
+        socket.shut_if_expired(now);
     }
     match lp.mode {
         AcceptMode::Async => lp.post_accepts()?,

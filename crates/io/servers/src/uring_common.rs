@@ -8,13 +8,15 @@
 //! Nothing here decides how a model accepts, stores its connections or dispatches its
 //! completions: that is what the models differ in, and each module keeps it in view.
 //!
-//! Idle timeout (all four models): each ring keeps one periodic `IORING_OP_TIMEOUT` (a "tick",
-//! [`tick_period`]); on each tick the worker looks at the time of every open connection's last
-//! completed I/O and `shutdown(2)`s the sockets idle longer than `idle_timeout`. The shutdown
-//! makes the connection's pending receive (or send) complete at once, so the connection leaves
-//! through its ordinary close path and the timeout costs nothing on the I/O path (no linked
-//! timeout per operation). A connection is therefore closed between `idle_timeout` and
-//! `idle_timeout + tick` after its last I/O; an `idle_timeout` of zero means no timeout.
+//! Deadlines (all four models): each ring keeps one periodic `IORING_OP_TIMEOUT` (a "tick",
+//! [`tick_period`]); on each tick the worker looks at every open connection's deadline
+//! (`iolab_http::Deadline`, updated at each completed receive, send and file read: the
+//! request head's, counted from its first byte; a send's, from its last progress; the idle
+//! one between requests) and `shutdown(2)`s the sockets past it. The shutdown makes the
+//! connection's pending receive (or send) complete at once, so the connection leaves through
+//! its ordinary close path and the timeout costs nothing on the I/O path (no linked timeout
+//! per operation). A connection is therefore closed between its deadline and deadline +
+//! tick; a timeout of zero means none for that phase.
 //!
 //! Shutdown (all four models): each ring keeps a `POLL_ADD` on the shutdown eventfd. When it
 //! completes the worker cancels its accepts, shuts every open socket down, and keeps reaping
@@ -26,7 +28,7 @@ use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use iolab_sys::cvt;
@@ -320,19 +322,14 @@ pub fn drain(ring: &mut IoUring, out: &mut Vec<cqueue::Entry>) {
     out.extend(ring.completion());
 }
 
-/// The period of the idle-timeout tick: a quarter of the timeout, between 10 ms and 1 s
-/// (1 s when there is no timeout: the tick then only re-posts accepts after an error).
-pub fn tick_period(idle_timeout: Duration) -> Duration {
-    if idle_timeout.is_zero() {
-        return Duration::from_secs(1);
+/// The period of the deadline tick: a sixteenth of the shortest timeout (a 2 s head deadline
+/// is kept within 125 ms, ±10%), between 10 ms and 1 s (1 s when there is no timeout: the
+/// tick then only re-posts accepts after an error).
+pub fn tick_period(timeouts: iolab_http::Timeouts) -> Duration {
+    match timeouts.shortest() {
+        None => Duration::from_secs(1),
+        Some(t) => (t / 16).clamp(Duration::from_millis(10), Duration::from_secs(1)),
     }
-    (idle_timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1))
-}
-
-/// True when a connection whose last I/O completed at `last_io` has been idle too long
-/// (`idle_timeout` zero: never).
-pub fn idle_expired(now: Instant, last_io: Instant, idle_timeout: Duration) -> bool {
-    !idle_timeout.is_zero() && now.duration_since(last_io) >= idle_timeout
 }
 
 /// `max_conns` for the whole server, shared by its worker threads.
@@ -533,26 +530,19 @@ mod tests {
     }
 
     #[test]
-    fn tick_is_a_quarter_of_the_timeout_within_bounds() {
-        assert_eq!(tick_period(Duration::from_secs(60)), Duration::from_secs(1));
+    fn tick_is_a_sixteenth_of_the_shortest_timeout_within_bounds() {
+        let t = |header, idle, send| iolab_http::Timeouts {
+            header: Duration::from_millis(header),
+            idle: Duration::from_millis(idle),
+            send: Duration::from_millis(send),
+        };
         assert_eq!(
-            tick_period(Duration::from_millis(500)),
-            Duration::from_millis(125)
+            tick_period(t(60_000, 60_000, 60_000)),
+            Duration::from_secs(1)
         );
-        assert_eq!(
-            tick_period(Duration::from_millis(1)),
-            Duration::from_millis(10)
-        );
-        assert_eq!(tick_period(Duration::ZERO), Duration::from_secs(1));
-    }
-
-    #[test]
-    fn idle_expiry_and_zero_meaning_never() {
-        let t0 = Instant::now();
-        let later = t0 + Duration::from_secs(5);
-        assert!(idle_expired(later, t0, Duration::from_secs(5)));
-        assert!(!idle_expired(later, t0, Duration::from_secs(6)));
-        assert!(!idle_expired(later, t0, Duration::ZERO), "0 = no timeout");
+        assert_eq!(tick_period(t(2000, 60_000, 0)), Duration::from_millis(125));
+        assert_eq!(tick_period(t(0, 1, 60_000)), Duration::from_millis(10));
+        assert_eq!(tick_period(t(0, 0, 0)), Duration::from_secs(1));
     }
 
     #[test]

@@ -19,10 +19,10 @@
 
 use std::io;
 use std::os::fd::RawFd;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use io_uring::{opcode, squeue, types};
-use iolab_http::{FileRead, Session};
+use iolab_http::{Deadline, FileRead, Session, Timeouts};
 
 use crate::stats::{ErrorKind, Stats};
 use crate::uring_common::{self as common, FileReadEntries, Gate};
@@ -81,8 +81,8 @@ pub(crate) fn advance(session: &mut Session, sent: usize, stats: &Stats) {
 pub(crate) struct Socket {
     pub(crate) fd: RawFd,
     pub(crate) step: Step,
-    /// When its last receive or send completed (for the idle timeout).
-    last_io: Instant,
+    /// When it must be closed, as of its last completed receive, send or file read.
+    deadline: Deadline,
     /// Shut down by the worker (idle timeout or stop): no second shutdown.
     shut: bool,
     /// Why it ends, counted when the close completes; None for an orderly end.
@@ -91,11 +91,11 @@ pub(crate) struct Socket {
 
 impl Socket {
     /// A socket just taken, about to receive.
-    pub(crate) fn new(fd: RawFd, now: Instant) -> Socket {
+    pub(crate) fn new(fd: RawFd, timeouts: Timeouts, now: Instant) -> Socket {
         Socket {
             fd,
             step: Step::Receiving,
-            last_io: now,
+            deadline: Deadline::new(timeouts, now),
             shut: false,
             fault: None,
         }
@@ -103,8 +103,7 @@ impl Socket {
 
     /// A receive completed with `res`: the bytes it brought, or None when the connection
     /// ends (0: the peer closed, or our shutdown at an idle timeout or stop).
-    pub(crate) fn received(&mut self, res: i32, now: Instant) -> Option<usize> {
-        self.last_io = now;
+    pub(crate) fn received(&mut self, res: i32) -> Option<usize> {
         if res > 0 {
             return Some(res as usize);
         }
@@ -116,8 +115,7 @@ impl Socket {
 
     /// A send completed with `res`: the bytes it took, or None when the connection ends (a
     /// send that takes nothing is an I/O error).
-    pub(crate) fn sent(&mut self, res: i32, now: Instant) -> Option<usize> {
-        self.last_io = now;
+    pub(crate) fn sent(&mut self, res: i32) -> Option<usize> {
         if res > 0 {
             return Some(res as usize);
         }
@@ -131,14 +129,17 @@ impl Socket {
         None
     }
 
-    /// The idle tick: a socket idle past `idle_timeout` is shut down, so that its pending
-    /// operation completes at once and the connection leaves through its close, counted as
-    /// a timeout.
-    pub(crate) fn shut_if_idle(&mut self, now: Instant, idle_timeout: Duration) {
-        if self.step != Step::Closing
-            && !self.shut
-            && common::idle_expired(now, self.last_io, idle_timeout)
-        {
+    /// After a receive fed to `session`, a send that advanced it or a file read handed
+    /// back, at `now`: its deadline follows the session's phase.
+    pub(crate) fn update(&mut self, session: &Session, now: Instant) {
+        self.deadline.update(session, now);
+    }
+
+    /// The tick: a socket past its deadline (a head not complete in time, a send without
+    /// progress, idle too long) is shut down, so that its pending operation completes at
+    /// once and the connection leaves through its close, counted as a timeout.
+    pub(crate) fn shut_if_expired(&mut self, now: Instant) {
+        if self.step != Step::Closing && !self.shut && self.deadline.expired(now).is_some() {
             common::shutdown_socket(self.fd);
             self.shut = true;
             self.fault = Some(ErrorKind::Timeout);

@@ -17,7 +17,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use iolab_http::{FileRead, FileReads, Session};
@@ -34,7 +34,7 @@ pub(crate) enum Op {
     Recv,
     Send,
     Close,
-    /// The periodic idle-timeout tick.
+    /// The periodic tick that closes connections past their deadline.
     Tick,
     /// The POLL_ADD on the shutdown eventfd.
     Stop,
@@ -134,7 +134,7 @@ pub(crate) struct Worker<'a, S: Store> {
     stopping: bool,
     /// `uring-accept-sync`: the accept thread may still post sockets.
     handoff_open: bool,
-    idle_timeout: Duration,
+    timeouts: iolab_http::Timeouts,
     tick: types::Timespec,
     now: Instant,
 }
@@ -158,8 +158,8 @@ impl<'a, S: Store> Worker<'a, S> {
             accepts: 0,
             stopping: false,
             handoff_open,
-            idle_timeout: ctx.config.idle_timeout,
-            tick: common::tick_period(ctx.config.idle_timeout).into(),
+            timeouts: ctx.config.timeouts(),
+            tick: common::tick_period(ctx.config.timeouts()).into(),
             now: Instant::now(),
         }
     }
@@ -287,7 +287,7 @@ impl<'a, S: Store> Worker<'a, S> {
             self.ctx.stats.conn_opened();
         }
         let key = self.store.insert(Conn {
-            socket: Socket::new(fd, self.now),
+            socket: Socket::new(fd, self.timeouts, self.now),
             session: Session::with_file_reads(Arc::clone(&self.ctx.site), FileReads::Caller),
         });
         self.receive(key)
@@ -343,20 +343,22 @@ impl<'a, S: Store> Worker<'a, S> {
         let stats = &*self.ctx.stats;
         let (c, buf) = self.store.received(key);
         debug_assert_eq!(c.socket.step, Step::Receiving);
-        let Some(n) = c.socket.received(res, self.now) else {
+        let Some(n) = c.socket.received(res) else {
             return self.close(key);
         };
         c.session.feed(&buf[..n], |status| stats.response(status));
+        c.socket.update(&c.session, self.now);
         self.next_step(key)
     }
 
     fn on_send(&mut self, key: usize, res: i32) -> io::Result<()> {
         let c = self.store.get(key).0;
         debug_assert_eq!(c.socket.step, Step::Sending);
-        let Some(n) = c.socket.sent(res, self.now) else {
+        let Some(n) = c.socket.sent(res) else {
             return self.close(key);
         };
         conn::advance(&mut c.session, n, &self.ctx.stats);
+        c.socket.update(&c.session, self.now);
         self.next_step(key)
     }
 
@@ -366,6 +368,7 @@ impl<'a, S: Store> Worker<'a, S> {
         if !mem.file_read_done(res, &mut c.session, &self.ctx.stats) {
             return self.close(key);
         }
+        c.socket.update(&c.session, self.now);
         self.next_step(key)
     }
 
@@ -395,8 +398,8 @@ impl<'a, S: Store> Worker<'a, S> {
         if self.stopping {
             return Ok(());
         }
-        let (now, idle) = (self.now, self.idle_timeout);
-        self.store.for_each(|c| c.socket.shut_if_idle(now, idle));
+        let now = self.now;
+        self.store.for_each(|c| c.socket.shut_if_expired(now));
         self.post_accepts()?;
         self.arm_tick()
     }

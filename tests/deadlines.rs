@@ -1,0 +1,289 @@
+//! The deadlines of every model, started as `iolab serve --model M`: a request head that
+//! trickles in is closed at `--header-timeout` (counted from its first byte, or from the
+//! connection's start for the first request), however steadily its bytes come; a client that
+//! stops reading a response is closed at `--send-timeout`. Each case runs every model at once
+//! (one thread each), so the whole file takes a few seconds.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use iolab_stats::{ErrorKind, Snapshot, StatsReader};
+use iolab_sys::testing::free_port;
+
+mod common;
+use common::closed_by_peer;
+
+const BIN: &str = env!("CARGO_BIN_EXE_iolab");
+
+/// Every model, and uring-callback's second accept mode.
+const VARIANTS: [(&str, &[&str]); 11] = [
+    ("threads", &[]),
+    ("thread-pool", &["--workers", "8"]),
+    ("select", &[]),
+    ("poll", &[]),
+    ("epoll", &[]),
+    ("uring-accept-sync", &[]),
+    ("uring", &[]),
+    ("uring-fixed", &[]),
+    ("uring-callback", &[]),
+    ("uring-callback", &["--accept", "sync"]),
+    ("runtime", &[]),
+];
+
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+    stats: StatsReader,
+    name: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    /// `iolab serve --model NAME ARGS EXTRA` on a free port, serving small.html and a
+    /// 2 MB big.bin; retried when the port was taken meanwhile.
+    fn start(name: &str, args: &[&str], extra: &[&str]) -> Server {
+        let label = format!("{name} {}", args.join(" "));
+        let mut last = String::new();
+        for _ in 0..5 {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("small.html"), b"<p>small</p>\n").unwrap();
+            std::fs::write(dir.path().join("big.bin"), vec![7u8; 2 << 20]).unwrap();
+            let addr: SocketAddr = format!("127.0.0.1:{}", free_port().unwrap())
+                .parse()
+                .unwrap();
+            let stats_path = dir.path().join("stats");
+            let mut child = Command::new(BIN)
+                .args(["serve", "--model", name])
+                .args(args)
+                .arg("--root")
+                .arg(dir.path())
+                .args(["--addr", &addr.to_string(), "--stats"])
+                .arg(&stats_path)
+                .args(extra)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn iolab serve");
+            let mut out = BufReader::new(child.stdout.take().unwrap());
+            let mut line = String::new();
+            let _ = out.read_line(&mut line);
+            std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+            // The start line comes before the model binds: wait until it accepts.
+            let end = Instant::now() + Duration::from_secs(15);
+            let mut ready = false;
+            while line.starts_with("serving ") && Instant::now() < end && !ready {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                ready = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok();
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if ready {
+                let stats = StatsReader::open(&stats_path).expect("the server's stats file");
+                let srv = Server {
+                    child,
+                    addr,
+                    stats,
+                    name: label,
+                    _dir: dir,
+                };
+                // The probe was a connection too (closed before any head: no timeout).
+                srv.wait_for(|s| s.accepted >= 1 && s.open == 0, "the probe to close");
+                return srv;
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = e.read_to_string(&mut err);
+            }
+            last = format!("{line}{err}");
+            if !last.contains("in use") {
+                break;
+            }
+        }
+        panic!("iolab serve --model {label} did not start: {last}");
+    }
+
+    fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(self.addr).expect("connect");
+        s.set_nodelay(true).unwrap();
+        s
+    }
+
+    /// Waits (10 s at most) until the counters satisfy `cond`.
+    fn wait_for(&self, cond: impl Fn(&Snapshot) -> bool, what: &str) -> Snapshot {
+        let end = Instant::now() + Duration::from_secs(10);
+        loop {
+            let s = self.stats.snapshot();
+            if cond(&s) {
+                return s;
+            }
+            assert!(
+                Instant::now() < end,
+                "{}: waiting for {what}; counters {s:?}",
+                self.name
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// Runs `case` for every variant, each on its own thread, and panics with every failure.
+fn every_model(case: fn(&str, &[&str])) {
+    let failures: Vec<String> = std::thread::scope(|s| {
+        let runs: Vec<_> = VARIANTS
+            .iter()
+            .map(|&(name, args)| (name, args, s.spawn(move || case(name, args))))
+            .collect();
+        runs.into_iter()
+            .filter_map(|(name, args, h)| {
+                h.join().err().map(|e| {
+                    let msg = e
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_default();
+                    format!("{name} {args:?}: {msg}")
+                })
+            })
+            .collect()
+    });
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+const HEADER_TIMEOUT: Duration = Duration::from_secs(2);
+/// A byte every this often: the head stays far from complete, and far from idle.
+const TRICKLE: Duration = Duration::from_millis(250);
+
+/// Writes a request head one byte every [`TRICKLE`] until the server closes; returns how
+/// long after `from` the close came.
+fn trickle_until_closed(mut s: TcpStream, from: Instant, srv: &Server) -> Duration {
+    let mut writer = s.try_clone().unwrap();
+    let head = b"GET /small.html HTTP/1.1\r\nHost: t\r\nX-Slow: ".repeat(4);
+    let feeder = std::thread::spawn(move || {
+        for b in head {
+            if writer.write_all(&[b]).is_err() {
+                return;
+            }
+            std::thread::sleep(TRICKLE);
+        }
+    });
+    let closed = closed_by_peer(&mut s, Duration::from_secs(10));
+    let after = from.elapsed();
+    assert!(closed, "{}: a trickling head not closed in 10 s", srv.name);
+    drop(s);
+    let _ = feeder.join();
+    after
+}
+
+fn within_ten_percent(name: &str, what: &str, took: Duration, limit: Duration) {
+    let (lo, hi) = (limit.mul_f64(0.9), limit.mul_f64(1.1));
+    assert!(
+        took >= lo && took <= hi,
+        "{name}: {what} closed after {took:?}, not within 10% of {limit:?}"
+    );
+}
+
+fn slow_head(name: &str, args: &[&str]) {
+    let srv = Server::start(
+        name,
+        args,
+        &[
+            "--header-timeout",
+            "2",
+            "--idle-timeout",
+            "30",
+            "--send-timeout",
+            "30",
+        ],
+    );
+    // The first request: the head is due 2 s after the connection's start.
+    let (first, later) = std::thread::scope(|s| {
+        let first = s.spawn(|| {
+            let c = srv.connect();
+            trickle_until_closed(c, Instant::now(), &srv)
+        });
+        // A keep-alive connection: one request answered, 1 s idle, then a head trickles in;
+        // it is due 2 s after its own first byte.
+        let mut c = srv.connect();
+        c.write_all(b"GET /small.html HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+        let mut r = BufReader::new(c.try_clone().unwrap());
+        let mut status = String::new();
+        r.read_line(&mut status).unwrap();
+        assert!(status.starts_with("HTTP/1.1 200"), "{}: {status}", srv.name);
+        std::thread::sleep(Duration::from_secs(1));
+        let later = trickle_until_closed(c, Instant::now(), &srv);
+        (first.join().unwrap(), later)
+    });
+    eprintln!(
+        "{}: slowloris closed after {first:?} (first head), {later:?} (keep-alive head)",
+        srv.name
+    );
+    within_ten_percent(&srv.name, "a first head", first, HEADER_TIMEOUT);
+    within_ten_percent(&srv.name, "a keep-alive head", later, HEADER_TIMEOUT);
+    let snap = srv.wait_for(|s| s.open == 0, "both connections closed");
+    assert_eq!(snap.error(ErrorKind::Timeout), 2, "{}: {snap:?}", srv.name);
+}
+
+/// A head sent one byte every 250 ms never completes; every model closes it at the
+/// header deadline (±10%), the first request's counted from the connection's start and a
+/// keep-alive request's from its first byte, and counts a timeout for each.
+#[test]
+fn a_trickling_head_is_closed_at_the_header_deadline() {
+    every_model(slow_head);
+}
+
+const SEND_TIMEOUT: Duration = Duration::from_secs(2);
+
+fn stalled_reader(name: &str, args: &[&str]) {
+    let srv = Server::start(
+        name,
+        args,
+        &[
+            "--header-timeout",
+            "30",
+            "--idle-timeout",
+            "30",
+            "--send-timeout",
+            "2",
+        ],
+    );
+    let mut c = srv.connect();
+    // 32 MB of responses asked for and none read: the socket buffers fill within
+    // milliseconds, then the server's sends make no progress.
+    c.write_all(&b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n".repeat(16))
+        .unwrap();
+    let t = Instant::now();
+    let snap = srv.wait_for(|s| s.error(ErrorKind::Timeout) >= 1, "a send timeout");
+    let took = t.elapsed();
+    eprintln!("{}: stalled send closed after {took:?}", srv.name);
+    // The buffers take a little while to fill: up to 10% on top, and never before.
+    let (lo, hi) = (SEND_TIMEOUT, SEND_TIMEOUT.mul_f64(1.1) + TRICKLE);
+    assert!(
+        took >= lo.mul_f64(0.9) && took <= hi,
+        "{}: a stalled send closed after {took:?}, not at {SEND_TIMEOUT:?}; {snap:?}",
+        srv.name
+    );
+    srv.wait_for(|s| s.open == 0, "the stalled connection closed");
+    // The connection really is gone: what is left in the buffers, then EOF or a reset.
+    assert!(closed_by_peer(&mut c, Duration::from_secs(10)));
+}
+
+/// A client that asks for large responses and reads none of them is closed at the send
+/// deadline and counted as a timeout, in every model.
+#[test]
+fn a_client_that_stops_reading_is_closed_at_the_send_deadline() {
+    every_model(stalled_reader);
+}
