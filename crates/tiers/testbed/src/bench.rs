@@ -15,16 +15,7 @@ use anyhow::{bail, Context};
 use serde::Serialize;
 use std::time::Instant;
 
-pub const FULL_SIZES: [usize; 7] = [1024, 3072, 4096, 16384, 65536, 262144, 1 << 20];
-pub const QUICK_SIZES: [usize; 4] = [1024, 3072, 65536, 1 << 20];
-
-pub fn all_sizes() -> Vec<usize> {
-    let mut v: Vec<usize> = FULL_SIZES.to_vec();
-    v.extend(QUICK_SIZES);
-    v.sort_unstable();
-    v.dedup();
-    v
-}
+pub use crate::testutil::{all_sizes, FULL_SIZES, QUICK_SIZES};
 
 #[derive(Clone, Debug)]
 pub struct BenchOpts {

@@ -131,7 +131,7 @@ fn remove_arena_files(agent_pid: u32) {
         let Ok(rd) = std::fs::read_dir(&dir) else {
             continue;
         };
-        let prefix = format!("{}{agent_pid}-", crate::testutil::ARENA_PREFIX);
+        let prefix = format!("{}{agent_pid}-", ARENA_PREFIX);
         for e in rd.flatten() {
             if e.file_name().to_string_lossy().starts_with(&prefix) {
                 let _ = std::fs::remove_file(e.path());
@@ -172,8 +172,10 @@ fn worker_user() -> Option<String> {
     iolab_sys::process::is_root().then(|| WORKER_USER.to_string())
 }
 
-/// The user nginx workers run as (set in the generated configs).
-pub const WORKER_USER: &str = "nobody";
+pub use crate::nginx::WORKER_USER;
+
+/// Prefix of the agent's arena files (`iolab-tiers-odb-<agent pid>-<n>`).
+pub const ARENA_PREFIX: &str = "iolab-tiers-odb-";
 
 impl StackConfig {
     pub fn listen(&self, tier: &str) -> SocketAddrV4 {

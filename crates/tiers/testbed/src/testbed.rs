@@ -252,7 +252,7 @@ fn build_and_wait(
     let dir = state_dir().join(format!("run-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let root = dir.join("www");
-    crate::testutil::write_payloads(&root, &crate::bench::all_sizes())?;
+    crate::testutil::write_payloads(&root, &crate::testutil::all_sizes())?;
     let state = State {
         supervisor_pid: std::process::id(),
         up: up.clone(),

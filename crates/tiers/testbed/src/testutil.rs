@@ -328,8 +328,7 @@ pub fn cleanup_stale_scratch() -> Vec<PathBuf> {
     out
 }
 
-/// Prefix of the agent's arena files (`iolab-tiers-odb-<agent pid>-<n>`).
-pub const ARENA_PREFIX: &str = "iolab-tiers-odb-";
+pub use crate::stack::ARENA_PREFIX;
 
 /// Everything in the temp dir and /dev/shm whose name carries one of our prefixes and
 /// `pid` (what a process with that pid left behind).
@@ -352,4 +351,17 @@ pub fn leftovers_of(pid: u32) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+/// The response sizes `tiers bench` measures, and those of `--quick`.
+pub const FULL_SIZES: [usize; 7] = [1024, 3072, 4096, 16384, 65536, 262144, 1 << 20];
+pub const QUICK_SIZES: [usize; 4] = [1024, 3072, 65536, 1 << 20];
+
+/// Every size either bench may ask for (the payloads `tiers up` writes).
+pub fn all_sizes() -> Vec<usize> {
+    let mut v: Vec<usize> = FULL_SIZES.to_vec();
+    v.extend(QUICK_SIZES);
+    v.sort_unstable();
+    v.dedup();
+    v
 }
