@@ -41,8 +41,9 @@ pub struct LabArgs {
     /// Default: all, or none when --target or --url is given.
     #[arg(long, value_name = "LIST")]
     pub models: Option<String>,
-    /// Comma-separated peers: nginx, tokio; or "none". Peers not installed are skipped.
-    /// Default: nginx,tokio, or none when --target or --url is given.
+    /// Comma-separated peers: nginx, tokio, monoio, glommio; or "none". Peers not installed
+    /// are skipped; one that cannot start here (io_uring refused) is reported with its error.
+    /// Default: all four, or none when --target or --url is given.
     #[arg(long, value_name = "LIST")]
     pub peers: Option<String>,
     /// Your own server, started and stopped by the lab like its models (repeatable):
@@ -224,7 +225,7 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
     }
     // Your own servers alone unless the built-in ones are named too.
     let (models, peers) = if targets.is_empty() {
-        ("all", "nginx,tokio")
+        ("all", "nginx,tokio,monoio,glommio")
     } else {
         ("none", "none")
     };

@@ -122,15 +122,24 @@ pub fn targets(models: &[String], peers: &[String]) -> (Vec<Target>, Vec<TargetI
                 "iolab-tokio-server",
                 "tokio + hyper, work-stealing async runtime",
             ),
+            "monoio" => (
+                "iolab-monoio-server",
+                "monoio, io_uring thread-per-core runtime, iolab HTTP",
+            ),
+            "glommio" => (
+                "iolab-glommio-server",
+                "glommio, io_uring thread-per-core executor, iolab HTTP",
+            ),
             _ => continue,
         };
         match crate::server::find_binary(bin) {
             Some(path) => t.push(Target {
                 name: p.clone(),
-                kind: if p == "nginx" {
-                    Kind::Nginx(path)
-                } else {
-                    Kind::Tokio(path)
+                kind: match p.as_str() {
+                    "nginx" => Kind::Nginx(path),
+                    "monoio" => Kind::Monoio(path),
+                    "glommio" => Kind::Glommio(path),
+                    _ => Kind::Tokio(path),
                 },
                 describe: describe.into(),
             }),
@@ -151,7 +160,7 @@ pub fn targets(models: &[String], peers: &[String]) -> (Vec<Target>, Vec<TargetI
 pub fn run(opts: &Options) -> anyhow::Result<Results> {
     let t0 = Instant::now();
     let mut reserved = target_names();
-    reserved.extend(["nginx".to_string(), "tokio".to_string()]);
+    reserved.extend(crate::select::PEERS.map(String::from));
     crate::byo::check_unique(&opts.targets, &reserved)?;
     let plan = Plan::for_run(opts);
     let stage = Stage::prepare(opts, true, "iolab lab")?;

@@ -54,7 +54,9 @@ fn info(t: &Target) -> TargetInfo {
     };
     match &t.kind {
         Kind::Model { .. } => {}
-        Kind::Nginx(_) | Kind::Tokio(_) => i.kind = TargetKind::Peer,
+        Kind::Nginx(_) | Kind::Tokio(_) | Kind::Monoio(_) | Kind::Glommio(_) => {
+            i.kind = TargetKind::Peer
+        }
         Kind::Command(c) => {
             i.kind = TargetKind::Command;
             i.command = Some(c.clone());
@@ -202,6 +204,17 @@ impl<'a> Matrix<'a> {
                 return Ok(());
             }
         };
+        if matches!(t.kind, Kind::Tokio(_) | Kind::Monoio(_) | Kind::Glommio(_))
+            && !results.peer_configs.contains_key(&t.name)
+        {
+            // The peer's start line names the configuration it runs with.
+            if let Some(line) = crate::server::start_line(&srv.log_path, Duration::from_secs(2)) {
+                let copy = self.bench.out.join(format!("{}.conf", t.name));
+                std::fs::write(&copy, format!("{line}\n"))
+                    .with_context(|| format!("writing {}", copy.display()))?;
+                results.peer_configs.insert(t.name.clone(), line);
+            }
+        }
         if let Kind::Nginx(_) = t.kind {
             // The configuration it really ran with, for the report and the results dir.
             let conf = launch.run_dir.join("nginx.conf");

@@ -51,14 +51,17 @@ pub fn parse_models(s: &str) -> anyhow::Result<Vec<String>> {
     Ok(asked)
 }
 
+/// Every peer `--peers` accepts, in report order.
+pub const PEERS: [&str; 4] = ["nginx", "tokio", "monoio", "glommio"];
+
 pub fn parse_peers(s: &str) -> anyhow::Result<Vec<String>> {
     let asked = list(s);
     if asked.iter().any(|p| p == "none") {
         return Ok(Vec::new());
     }
     for p in &asked {
-        if p != "nginx" && p != "tokio" {
-            bail!("unknown peer {p:?}; known: nginx, tokio (or none)");
+        if !PEERS.contains(&p.as_str()) {
+            bail!("unknown peer {p:?}; known: {} (or none)", PEERS.join(", "));
         }
     }
     Ok(asked)
@@ -131,7 +134,12 @@ mod tests {
     fn peer_and_micro_lists() {
         assert!(parse_peers("none").unwrap().is_empty());
         assert_eq!(parse_peers("nginx").unwrap(), vec!["nginx"]);
-        assert!(parse_peers("apache").is_err());
+        assert_eq!(
+            parse_peers("nginx,tokio,monoio,glommio").unwrap(),
+            ["nginx", "tokio", "monoio", "glommio"]
+        );
+        let e = parse_peers("apache").unwrap_err().to_string();
+        assert!(e.contains("known: nginx, tokio, monoio, glommio"), "{e}");
         assert!(parse_micro(None, true).unwrap().is_empty());
         assert_eq!(
             parse_micro(None, false).unwrap().len(),

@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use iolab_servers::spec::{model_named, ServeSpec, TokioSpec};
+use iolab_servers::spec::{model_named, GlommioSpec, MonoioSpec, ServeSpec, TokioSpec};
 use iolab_servers::{AcceptMode, Config, Model};
 
 /// Process groups of the running children, for the signal handler.
@@ -93,6 +93,10 @@ pub enum Kind {
     },
     Nginx(PathBuf),
     Tokio(PathBuf),
+    /// iolab-monoio-server (its defaults: monoio's recommended ring size).
+    Monoio(PathBuf),
+    /// iolab-glommio-server (its defaults: glommio's default executor settings).
+    Glommio(PathBuf),
     /// `--target`: a user's command, run with `sh -c` after the placeholders of
     /// [`crate::byo::substitute`] are replaced.
     Command(String),
@@ -183,6 +187,40 @@ pub fn tokio_spec(l: &Launch) -> TokioSpec {
         workers: l.workers.max(1),
         backlog: l.backlog,
         ..TokioSpec::new(l.www.clone(), l.addr)
+    }
+}
+
+/// How the lab runs the monoio peer: one thread per worker, at least one.
+pub fn monoio_spec(l: &Launch) -> MonoioSpec {
+    MonoioSpec {
+        workers: l.workers.max(1),
+        backlog: l.backlog,
+        ..MonoioSpec::new(l.www.clone(), l.addr)
+    }
+}
+
+/// How the lab runs the glommio peer: one executor per worker, at least one.
+pub fn glommio_spec(l: &Launch) -> GlommioSpec {
+    GlommioSpec {
+        workers: l.workers.max(1),
+        backlog: l.backlog,
+        ..GlommioSpec::new(l.www.clone(), l.addr)
+    }
+}
+
+/// The first line a server wrote to its log (a peer's start line, which names its
+/// configuration), waiting up to `limit` for it: a peer listens before it prints.
+pub fn start_line(log: &Path, limit: Duration) -> Option<String> {
+    let t0 = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if let Some((line, _)) = text.split_once('\n') {
+            return Some(line.to_string());
+        }
+        if t0.elapsed() > limit {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -292,6 +330,16 @@ impl ServerProc {
             Kind::Tokio(bin) => {
                 let mut c = Command::new(bin);
                 c.args(tokio_spec(l).to_args());
+                c
+            }
+            Kind::Monoio(bin) => {
+                let mut c = Command::new(bin);
+                c.args(monoio_spec(l).to_args());
+                c
+            }
+            Kind::Glommio(bin) => {
+                let mut c = Command::new(bin);
+                c.args(glommio_spec(l).to_args());
                 c
             }
             Kind::Command(_) | Kind::Url(_) => unreachable!("started above"),
@@ -629,8 +677,32 @@ mod tests {
         }
         assert_eq!(args[0], "serve");
         // The tokio peer gets at least one worker.
-        let t = tokio_spec(&Launch { workers: 0, ..l });
+        let t = tokio_spec(&Launch {
+            workers: 0,
+            ..l.clone()
+        });
         assert_eq!((t.workers, t.backlog), (1, 200));
+        // So do the monoio and glommio peers, with their documented defaults otherwise.
+        let m = monoio_spec(&Launch {
+            workers: 0,
+            ..l.clone()
+        });
+        assert_eq!((m.workers, m.backlog, m.entries), (1, 200, 32768));
+        let g = glommio_spec(&Launch { workers: 2, ..l });
+        assert_eq!((g.workers, g.backlog), (2, 200));
+        assert_eq!(g.profile, iolab_servers::spec::GlommioProfile::Default);
+    }
+
+    #[test]
+    fn a_start_line_is_waited_for_and_the_first_line_kept() {
+        let dir = iolab_sys::testing::tempdir("lab-start-line").unwrap();
+        let log = dir.path().join("server.log");
+        assert_eq!(start_line(&log, Duration::from_millis(50)), None);
+        std::fs::write(&log, "serving x on 127.0.0.1:1 with monoio (...)\nmore\n").unwrap();
+        assert_eq!(
+            start_line(&log, Duration::ZERO).as_deref(),
+            Some("serving x on 127.0.0.1:1 with monoio (...)")
+        );
     }
 
     /// A relative output directory (`iolab lab --out report`) still starts nginx: its
