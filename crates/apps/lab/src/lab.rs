@@ -162,6 +162,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
     let mut reserved = target_names();
     reserved.extend(crate::select::PEERS.map(String::from));
     crate::byo::check_unique(&opts.targets, &reserved)?;
+    check_urls(opts)?;
     let plan = Plan::for_run(opts);
     let stage = Stage::prepare(opts, true, "iolab lab")?;
     let nofile = iolab_sys::raise_nofile_limit().unwrap_or((0, 0));
@@ -241,6 +242,29 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
         opts.out.join("index.html").display()
     );
     Ok(results)
+}
+
+/// Every `--url` server serves the lab's files, or the run stops before it starts: the
+/// site is written first (the same bytes every run) so that a server pointed at
+/// `OUT/www` passes.
+fn check_urls(opts: &Options) -> anyhow::Result<()> {
+    let urls: Vec<(&str, &crate::byo::UrlTarget)> = opts
+        .targets
+        .iter()
+        .filter_map(|t| match &t.kind {
+            Kind::Url(u) => Some((t.name.as_str(), u)),
+            _ => None,
+        })
+        .collect();
+    if urls.is_empty() {
+        return Ok(());
+    }
+    let www = opts.out.join("www");
+    write_site(&www)?;
+    for (name, u) in urls {
+        crate::byo::check_url(u, &www).with_context(|| format!("--url {name}"))?;
+    }
+    Ok(())
 }
 
 /// The settings table and the warnings of this run (see [`crate::settings`]), which the
