@@ -5,7 +5,7 @@
 //! [`whole_layout`], [`reference_len`]). The calls that read, write, fetch and count live in
 //! `recv`, `send` and `sendfile`; this module decides, they perform.
 
-use crate::regions::{round_down, round_up, PAGE};
+use crate::pages::{round_down, round_up, PAGE};
 use iolab_odb::proto::{self, Header, ProtoError, Ref};
 use libc::{c_void, iovec};
 use smallvec::SmallVec;
@@ -674,7 +674,7 @@ fn whole_pages_at(at: usize, len: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::VecDeque;
+    use crate::recv_peer::{End, Peer};
     use std::net::{Ipv4Addr, SocketAddrV4};
 
     fn reference(len: u32, offset: u64) -> Ref {
@@ -691,115 +691,6 @@ mod tests {
         let mut v = proto::encode_r(data.len() as u32).to_vec();
         v.extend_from_slice(data);
         v
-    }
-
-    /// How one receive call ended, as the receive path would report it.
-    #[derive(Debug, PartialEq, Eq)]
-    enum End {
-        Bytes(usize),
-        Eof,
-        Reset,
-        WouldBlock,
-    }
-
-    /// The receive path without its system calls: `kernel` holds what each read from the
-    /// socket returns in turn (empty: EAGAIN; a `None` entry: the peer closed); the
-    /// application's bytes go to `app` and the references placed to `placed`.
-    struct Peer {
-        kernel: VecDeque<Option<Vec<u8>>>,
-        app: Vec<u8>,
-        placed: Vec<Ref>,
-    }
-
-    impl Peer {
-        fn new(chunks: &[&[u8]]) -> Peer {
-            Peer {
-                kernel: chunks.iter().map(|c| Some(c.to_vec())).collect(),
-                app: Vec::new(),
-                placed: Vec::new(),
-            }
-        }
-
-        /// Takes up to `max` bytes of the kernel's next chunk (the rest stays queued).
-        fn read(&mut self, max: usize) -> Result<Vec<u8>, End> {
-            match self.kernel.pop_front() {
-                None => Err(End::WouldBlock),
-                Some(None) => Ok(Vec::new()),
-                Some(Some(mut c)) => {
-                    if c.len() > max {
-                        let rest = c.split_off(max);
-                        self.kernel.push_front(Some(rest));
-                    }
-                    Ok(c)
-                }
-            }
-        }
-
-        /// One receive call asking for `want` bytes.
-        fn recv(&mut self, rx: &mut FrameReader, want: usize) -> End {
-            if rx.broken() {
-                return End::Reset;
-            }
-            rx.start_call();
-            let mut produced = 0;
-            let finish = |produced: usize, e: End| {
-                if produced > 0 {
-                    End::Bytes(produced)
-                } else {
-                    e
-                }
-            };
-            loop {
-                if produced == want {
-                    return End::Bytes(produced);
-                }
-                match rx.next(want - produced, produced) {
-                    RecvAction::Copy { len, frame } => {
-                        self.app.extend_from_slice(&rx.buffered()[..len]);
-                        rx.copied(len, frame);
-                        produced += len;
-                    }
-                    RecvAction::Place { part, len } => {
-                        assert_eq!(part.len as usize, len);
-                        self.placed.push(part);
-                        self.app.extend(std::iter::repeat_n(b'V', len));
-                        rx.placed(len);
-                        produced += len;
-                    }
-                    RecvAction::ReadDirect { len, frame } => match self.read(len) {
-                        Ok(b) if b.is_empty() => return finish(produced, End::Eof),
-                        Ok(b) => {
-                            self.app.extend_from_slice(&b);
-                            produced += b.len();
-                            if frame {
-                                rx.read_direct(b.len());
-                            }
-                            if b.len() < len {
-                                return End::Bytes(produced);
-                            }
-                        }
-                        Err(e) => return finish(produced, e),
-                    },
-                    RecvAction::Fill => {
-                        let space = rx.space().len();
-                        match self.read(space) {
-                            Ok(b) => {
-                                rx.space()[..b.len()].copy_from_slice(&b);
-                                match rx.filled(b.len()) {
-                                    Filled::Data => {}
-                                    Filled::Eof => return finish(produced, End::Eof),
-                                    Filled::Broken => return finish(produced, End::Reset),
-                                }
-                            }
-                            Err(e) => return finish(produced, e),
-                        }
-                    }
-                    RecvAction::Return => return End::Bytes(produced),
-                    RecvAction::Unframed => {}
-                    RecvAction::ProtoError => return finish(produced, End::Reset),
-                }
-            }
-        }
     }
 
     #[test]

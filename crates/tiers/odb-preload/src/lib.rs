@@ -28,7 +28,10 @@ mod agentconn;
 mod alloc;
 mod exports;
 mod frames;
+mod pages;
 mod recv;
+#[cfg(test)]
+mod recv_peer;
 mod regions;
 mod send;
 mod sendfile;

@@ -17,7 +17,7 @@ use crate::sys;
 use iolab_odb::proto::Ref;
 use std::sync::atomic::Ordering::Relaxed;
 
-pub const PAGE: usize = 4096;
+pub use crate::pages::{round_down, round_up, PAGE};
 pub const CAPACITY: usize = 16384;
 
 #[derive(Clone, Copy, Debug)]
@@ -44,13 +44,6 @@ impl Region {
 
 pub struct Registry {
     pub v: Vec<Region>,
-}
-
-pub fn round_up(x: usize) -> usize {
-    (x + PAGE - 1) & !(PAGE - 1)
-}
-pub fn round_down(x: usize) -> usize {
-    x & !(PAGE - 1)
 }
 
 impl Registry {
