@@ -495,8 +495,8 @@ fn run_fio(a: &RunArgs, job: &Path) -> Result<()> {
     let mut log = RequestLog::create(a.log.as_deref())?;
     let mut n = 0u64;
     let t0 = Instant::now();
-    let totals = sim.run(&mut src, &mut |c| {
-        stats.add(c);
+    let totals = sim.run_streams(&mut src, &mut |c, stream| {
+        stats.add(c, stream);
         if let Some(l) = &mut log {
             l.write(c);
         }

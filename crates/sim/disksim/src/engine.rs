@@ -286,6 +286,10 @@ pub struct Simulator {
     seq: u64,
     next_id: u64,
     in_flight: u64,
+    /// Whether the source may have another request for [`Source::next`]: false once it
+    /// said None, true again if it does not after a stream's completion (a fio job that
+    /// waits for others, `stonewall`, starts when they end).
+    more: bool,
     /// Closed-loop issues waiting for a completion (think times, FIFO).
     waiting_for_completion: VecDeque<(f64, Request)>,
     /// Stream of each in-flight request issued with [`When::Stream`], by request id.
@@ -312,6 +316,7 @@ impl Simulator {
             seq: 0,
             next_id: 0,
             in_flight: 0,
+            more: true,
             waiting_for_completion: VecDeque::new(),
             stream_of: Default::default(),
             events: 0,
@@ -406,7 +411,17 @@ impl Simulator {
         source: &mut dyn Source,
         observe: &mut dyn FnMut(&Completion),
     ) -> anyhow::Result<RunTotals> {
-        let mut more = self.pull(source)?;
+        self.run_streams(source, &mut |c, _| observe(c))
+    }
+
+    /// [`Simulator::run`], `observe` also told the stream of each completed request (None:
+    /// not a [`When::Stream`] request): jobs sharing a file are told apart by it.
+    pub fn run_streams(
+        &mut self,
+        source: &mut dyn Source,
+        observe: &mut dyn FnMut(&Completion, Option<u32>),
+    ) -> anyhow::Result<RunTotals> {
+        self.more = self.pull(source)?;
         let mut done_count = 0u64;
         // The source is pulled again each time one of its requests is issued, so at most one
         // future request is held besides those in flight.
@@ -438,8 +453,8 @@ impl Simulator {
                     self.next_id += 1;
                     req.arrival = self.now;
                     self.in_flight += 1;
-                    if more {
-                        more = self.pull(source)?;
+                    if self.more {
+                        self.more = self.pull(source)?;
                     }
                     if self.shortcut && self.passing < self.chain.len() {
                         // (The lane notes the request's stream only if it leaves the lane.)
@@ -517,7 +532,7 @@ impl Simulator {
         level: usize,
         ctx: &mut Ctx,
         source: &mut dyn Source,
-        observe: &mut dyn FnMut(&Completion),
+        observe: &mut dyn FnMut(&Completion, Option<u32>),
         done_count: &mut u64,
     ) -> anyhow::Result<()> {
         let mut actions = std::mem::take(&mut ctx.actions);
@@ -583,18 +598,18 @@ impl Simulator {
         done: &Completion,
         lane: Option<u32>,
         source: &mut dyn Source,
-        observe: &mut dyn FnMut(&Completion),
+        observe: &mut dyn FnMut(&Completion, Option<u32>),
         done_count: &mut u64,
     ) -> anyhow::Result<()> {
         self.in_flight -= 1;
         *done_count += 1;
-        observe(done);
         // (Most runs have no streams: skip the hash then.)
         let stream = match lane {
             Some(s) => (s != NO_STREAM).then_some(s),
             None if self.stream_of.is_empty() => None,
             None => self.stream_of.remove(&done.req.id),
         };
+        observe(done, stream);
         if let Some(stream) = stream {
             if let Some(p) = source.next_in_stream(stream, self.now)? {
                 let at = match p.when {
@@ -602,6 +617,10 @@ impl Simulator {
                     When::AfterCompletion { think } => self.now + think,
                 };
                 self.push_stream(stream, at, p.req);
+            }
+            if !self.more {
+                // A stream's end may start streams that waited for it.
+                self.more = self.pull(source)?;
             }
         } else if let Some((think, req)) = self.waiting_for_completion.pop_front() {
             let at = self.now + think;
@@ -621,7 +640,7 @@ impl Simulator {
         stream: u32,
         ctx: &mut Ctx,
         source: &mut dyn Source,
-        observe: &mut dyn FnMut(&Completion),
+        observe: &mut dyn FnMut(&Completion, Option<u32>),
         done_count: &mut u64,
     ) -> anyhow::Result<Option<(usize, Request)>> {
         // What this step made so far (the source's next request) is queued first.

@@ -466,8 +466,8 @@ impl Model {
         let mut stats = JobStats::new(&src);
         let mut lat = Vec::new();
         let mut job_end = start;
-        sim.run(&mut src, &mut |c| {
-            stats.add(c);
+        sim.run_streams(&mut src, &mut |c, stream| {
+            stats.add(c, stream);
             lat.push(c.response());
             job_end = job_end.max(c.rec.completion);
         })?;

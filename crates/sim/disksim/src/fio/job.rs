@@ -128,6 +128,29 @@ pub struct FioJob {
     /// fio's `invalidate` (drop the file's cached pages before the job; default on).
     pub invalidate: bool,
     pub filename: Option<String>,
+    /// `filename_format` (fio's `$jobname`, `$jobnum`, `$filenum` expanded at layout).
+    pub filename_format: Option<String>,
+    /// The offset modifier of `rw=PATTERN:N`.
+    pub rw_mod: RwModifier,
+    /// `stonewall`: starts once every job before it in the file has ended.
+    pub stonewall: bool,
+    /// `wait_for`: starts once every clone of the named (earlier) job has ended.
+    pub wait_for: Option<String>,
+    /// `startdelay`: the job starts this long after it may, ms.
+    pub startdelay_ms: f64,
+    /// `loops`: passes over the job's `io_size` (fio's default 1).
+    pub loops: u64,
+}
+
+/// The `:N` of `rw=PATTERN:N` (fio's "offset modifier", `rw_sequencer=sequential`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum RwModifier {
+    None,
+    /// Sequential patterns: N bytes added to each next offset (a hole; negative: backwards;
+    /// past either end of the region the position wraps, as fio's `get_next_seq_offset`).
+    Hole(i64),
+    /// Random patterns: N I/Os sequential from each random offset before a new one.
+    RandomRun(u64),
 }
 
 impl FioJob {
@@ -156,6 +179,12 @@ impl FioJob {
             randseed: 0x5eed,
             invalidate: true,
             filename: None,
+            filename_format: None,
+            rw_mod: RwModifier::None,
+            stonewall: false,
+            wait_for: None,
+            startdelay_ms: 0.0,
+            loops: 1,
         }
     }
 
@@ -253,6 +282,11 @@ const REPORTING_ONLY: &[&str] = &[
     "randrepeat",
     "random_generator",
     "unlink",
+    // Reporting groups (`new_group`; a stonewall also starts one): fio sums the group's
+    // jobs in its report, the I/O is the same.
+    "new_group",
+    // Threads instead of processes (fio also takes `threads`): the same I/O.
+    "threads",
 ];
 
 /// Options the simulation uses.
@@ -286,6 +320,13 @@ const SIMULATED: &[&str] = &[
     "randseed",
     "invalidate",
     "filename",
+    "filename_format",
+    "stonewall",
+    "wait_for_previous",
+    "wait_for",
+    "startdelay",
+    "loops",
+    "timeout",
 ];
 
 /// Every option name the reader knows (simulated or reporting-only).
@@ -303,8 +344,10 @@ pub fn parse(text: &str, allow_unknown: bool) -> Result<JobFile> {
     let mut sections: Vec<Section> = Vec::new();
     for (i, raw) in text.lines().enumerate() {
         let n = i + 1;
-        let l = raw.trim();
-        if l.is_empty() || l.starts_with('#') || l.starts_with(';') {
+        // fio ends a line at its first ';' or '#' (checked with fio 3.33's --showcmd:
+        // `numjobs=2 ; 4 threads` is numjobs=2, `filename=a#b` is `a`).
+        let l = raw.split([';', '#']).next().unwrap_or("").trim();
+        if l.is_empty() {
             continue;
         }
         if let Some(rest) = l.strip_prefix('[') {
@@ -335,8 +378,19 @@ pub fn parse(text: &str, allow_unknown: bool) -> Result<JobFile> {
         if k.is_empty() {
             bail!("line {n}: option with no name: {l}");
         }
-        if v.is_some_and(|v| v.contains('$')) {
-            bail!("line {n}: environment variables ('$') in values are not supported: {l}");
+        if let Some(v) = v.filter(|v| v.contains('$')) {
+            // fio's own keywords: `$jobname`, `$jobnum`, `$filenum` in filename_format.
+            let own = k == "filename_format"
+                && v.split('$').skip(1).all(|w| {
+                    ["jobname", "jobnum", "filenum"]
+                        .iter()
+                        .any(|kw| w.starts_with(kw))
+                });
+            if !own {
+                bail!(
+                    "line {n}: {k}={v}: '$' (an environment variable, or a keyword other than filename_format's $jobname, $jobnum, $filenum) is not expanded by the simulator: give the value"
+                );
+            }
         }
         sec.opts.push((k, v, n));
     }
@@ -383,6 +437,18 @@ pub fn parse(text: &str, allow_unknown: bool) -> Result<JobFile> {
     }
     if jobs.is_empty() {
         bail!("no job section (a [name] other than [global]) in the job file");
+    }
+    for (i, j) in jobs.iter().enumerate() {
+        if let Some(w) = &j.wait_for {
+            let earlier = jobs[..i].iter().filter(|e| &e.name == w).count();
+            if earlier != 1 {
+                bail!(
+                    "line {}: job '{}': wait_for={w}: fio needs one job of that name before this one ({earlier} found)",
+                    j.line,
+                    j.name
+                );
+            }
+        }
     }
     let streams: u64 = jobs.iter().map(|j| j.numjobs).sum();
     if streams > MAX_STREAMS {
@@ -466,7 +532,9 @@ fn apply(job: &mut FioJob, k: &str, v: Option<&str>, n: usize) -> Result<()> {
     let range = |s: &str| parse_range(s).map_err(|e| err(&e));
     match k {
         "name" => job.name = need(k, v, n)?.to_string(),
-        "rw" | "readwrite" => job.rw = parse_rw(need(k, v, n)?).map_err(err)?,
+        "rw" | "readwrite" => {
+            (job.rw, job.rw_mod) = parse_rw(need(k, v, n)?).map_err(|e| err(&e))?
+        }
         "rwmixread" => job.rwmixread = parse_count(k, v, n, 0, 100)? as f64,
         "rwmixwrite" => job.rwmixread = 100.0 - parse_count(k, v, n, 0, 100)? as f64,
         "bs" | "blocksize" => job.bs = parse_bs(need(k, v, n)?, job.bs).map_err(|e| err(&e))?,
@@ -492,7 +560,18 @@ fn apply(job: &mut FioJob, k: &str, v: Option<&str>, n: usize) -> Result<()> {
         "sync" => job.sync = parse_sync(v).map_err(err)?,
         "fadvise_hint" => job.fadvise_hint = parse_fadvise_hint(need(k, v, n)?).map_err(err)?,
         "numjobs" => job.numjobs = parse_count(k, v, n, 1, MAX_STREAMS)?,
-        "runtime" => {
+        "stonewall" | "wait_for_previous" => job.stonewall = parse_bool(k, v, n)?,
+        "wait_for" => job.wait_for = Some(need(k, v, n)?.to_string()),
+        "startdelay" => {
+            let s = need(k, v, n)?;
+            if s.contains(['-', ':']) {
+                return Err(err("a random range of start delays is not supported"));
+            }
+            job.startdelay_ms = parse_time_ms(s, 1000.0).map_err(|e| err(&e))?
+        }
+        "loops" => job.loops = parse_count(k, v, n, 1, 1 << 32)?,
+        "filename_format" => job.filename_format = Some(need(k, v, n)?.to_string()),
+        "runtime" | "timeout" => {
             let ms = parse_time_ms(need(k, v, n)?, 1000.0).map_err(|e| err(&e))?;
             job.runtime_ms = (ms > 0.0).then_some(ms);
         }
@@ -516,12 +595,13 @@ fn apply(job: &mut FioJob, k: &str, v: Option<&str>, n: usize) -> Result<()> {
     Ok(())
 }
 
-/// `rw=`: the pattern (or why not).
-fn parse_rw(s: &str) -> std::result::Result<Rw, &'static str> {
-    if s.contains(':') {
-        return Err("offset modifiers (rw=...:N) are not supported");
-    }
-    Ok(match s {
+/// `rw=PATTERN[:N]`: the pattern and its offset modifier (or why not).
+fn parse_rw(s: &str) -> std::result::Result<(Rw, RwModifier), String> {
+    let (pat, modifier) = match s.split_once(':') {
+        Some((p, m)) => (p.trim(), Some(m.trim())),
+        None => (s, None),
+    };
+    let rw = match pat {
         "read" => Rw::Read,
         "write" => Rw::Write,
         "randread" => Rw::RandRead,
@@ -529,10 +609,32 @@ fn parse_rw(s: &str) -> std::result::Result<Rw, &'static str> {
         "rw" | "readwrite" => Rw::Rw,
         "randrw" => Rw::RandRw,
         "trim" | "randtrim" | "trimwrite" | "randtrimwrite" => {
-            return Err("trim workloads are not supported")
+            return Err("trim workloads are not supported".into())
         }
-        _ => return Err("expected read, write, randread, randwrite, rw or randrw"),
-    })
+        _ => return Err("expected read, write, randread, randwrite, rw or randrw".into()),
+    };
+    let m = match modifier {
+        None => RwModifier::None,
+        Some(m) if rw.random() => {
+            let k = parse_size(m)?;
+            if k == 0 || k > 1 << 32 {
+                return Err("rw=PATTERN:N: N I/Os per random offset, 1..=2^32".into());
+            }
+            RwModifier::RandomRun(k)
+        }
+        Some(m) => {
+            let (neg, v) = match m.strip_prefix('-') {
+                Some(v) => (true, v),
+                None => (false, m),
+            };
+            let b = parse_size(v)?;
+            if b > MAX_BS * 1024 {
+                return Err("rw=PATTERN:N: a hole of at most 1 TiB".into());
+            }
+            RwModifier::Hole(if neg { -(b as i64) } else { b as i64 })
+        }
+    };
+    Ok((rw, m))
 }
 
 /// `bs=READ[,WRITE[,TRIM]]` over the block sizes `bs` set so far: a read size sets both
@@ -785,5 +887,23 @@ mod tests {
             assert!(e.contains(line) && e.contains(what), "{text:?}: {e}");
         }
         assert!(parse("[global]\nsize=1m\n", false).is_err(), "no job");
+    }
+
+    /// fio ends a line at its first ';' or '#' (fio 3.33's --showcmd of these lines:
+    /// `--numjobs=2 --rw=read --filename=/tmp/x`); they were refused as bad values.
+    #[test]
+    fn inline_comments_end_the_line_as_in_fio() {
+        let jf = parse(
+            "[j] ; the job\nsize=1m ; 1 MiB\nnumjobs=2\t; 2 threads\nfilename=/tmp/x#y\nrw=read;\nbs=4k # block\n",
+            false,
+        )
+        .unwrap();
+        let j = &jf.jobs[0];
+        assert_eq!(
+            (j.name.as_str(), j.numjobs, j.size),
+            ("j", 2, Some(1 << 20))
+        );
+        assert_eq!(j.filename.as_deref(), Some("/tmp/x"));
+        assert_eq!((j.rw, j.bs[0].0), (Rw::Read, 4096));
     }
 }

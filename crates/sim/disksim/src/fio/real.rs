@@ -56,6 +56,9 @@ pub struct Job {
     pub dsync: bool,
     /// The job starts once the jobs before it are done.
     pub stonewall: bool,
+    /// Percentiles of the total latency (`lat_percentiles=1`): fio reports percentiles of
+    /// the completion latency only by default, and `lat_ns` then has none.
+    pub lat_percentiles: bool,
 }
 
 impl Job {
@@ -117,6 +120,9 @@ impl Job {
         }
         if self.stonewall {
             opts.push(("stonewall", String::new()));
+        }
+        if self.lat_percentiles {
+            opts.push(("lat_percentiles", "1".into()));
         }
         let mut s = format!("[{}]\n", self.name);
         for (k, v) in opts {
@@ -334,6 +340,7 @@ mod tests {
                 randrepeat: Some(false),
                 invalidate: Some(true),
                 stonewall: true,
+                lat_percentiles: true,
                 ..Default::default()
             },
             jobs: vec![
@@ -357,7 +364,7 @@ mod tests {
             jf.text(),
             "[global]\nfilename=/mnt/a\\:b/f.dat\nsize=536870912\nioengine=libaio\ndirect=1\n\
              runtime=250ms\ntime_based\nramp_time=0ms\nrandrepeat=0\ninvalidate=1\nstonewall\n\
-             [s64]\nrw=read:64k\nbs=4k\niodepth=1\n\
+             lat_percentiles=1\n[s64]\nrw=read:64k\nbs=4k\niodepth=1\n\
              [w]\nrw=randwrite\nbs=4k\nfsync=1\nsync=dsync\n"
         );
     }

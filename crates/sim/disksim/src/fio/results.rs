@@ -6,7 +6,8 @@ use super::source::FioSource;
 use crate::request::Op;
 
 /// Per-job results of a simulated job file, as fio reports them: bandwidth over the job's
-/// run (from its start at 0 to its last completion), IOPS and total latency (`lat`: from
+/// run (from its first request to its last completion: a job behind a `stonewall` starts
+/// when the jobs before it end), IOPS and total latency (`lat`: from
 /// submission to completion), for reads and writes.
 #[derive(Clone, Debug, Serialize)]
 pub struct JobResult {
@@ -32,13 +33,15 @@ pub struct DirResult {
 /// Collects completions per job and direction.
 pub struct JobStats {
     names: Vec<String>,
-    /// File id → job.
-    job_of_file: Vec<usize>,
+    /// Stream (clone) → job: a completion is credited to the job of its stream (jobs may
+    /// share a file, `filename=`).
+    job_of_stream: Vec<usize>,
     /// Per job, per direction (read, write): latencies (ms).
     lat: Vec<[Vec<f64>; 2]>,
     bytes: Vec<[u64; 2]>,
     end: Vec<f64>,
-    start: f64,
+    /// Each job's first request (its own start), ms.
+    first: Vec<f64>,
 }
 
 impl JobStats {
@@ -46,22 +49,24 @@ impl JobStats {
         let n = src.jobs.len();
         JobStats {
             names: src.jobs.iter().map(|j| j.name.clone()).collect(),
-            job_of_file: src.job_of_files(),
+            job_of_stream: src.job_of_streams(),
             lat: vec![[Vec::new(), Vec::new()]; n],
             bytes: vec![[0, 0]; n],
             end: vec![0.0; n],
-            start: src.start(),
+            first: vec![f64::INFINITY; n],
         }
     }
 
-    pub fn add(&mut self, c: &crate::request::Completion) {
+    /// Counts a completed request of `stream` (as the engine's
+    /// [`crate::engine::Simulator::run_streams`] tells it).
+    pub fn add(&mut self, c: &crate::request::Completion, stream: Option<u32>) {
+        let Some(&j) = stream.and_then(|s| self.job_of_stream.get(s as usize)) else {
+            return;
+        };
+        self.first[j] = self.first[j].min(c.rec.arrival);
         if !matches!(c.req.op, Op::Read | Op::Write) {
             return;
         }
-        let Some(f) = c.req.file else { return };
-        let Some(&j) = self.job_of_file.get(f.file as usize) else {
-            return;
-        };
         let d = usize::from(c.req.op != Op::Read);
         self.lat[j][d].push(c.response());
         self.bytes[j][d] += c.req.bytes();
@@ -71,7 +76,12 @@ impl JobStats {
     pub fn results(mut self) -> Vec<JobResult> {
         let mut out = Vec::new();
         for j in 0..self.names.len() {
-            let runtime_s = ((self.end[j] - self.start) / 1000.0).max(1e-12);
+            let start = if self.first[j].is_finite() {
+                self.first[j]
+            } else {
+                0.0
+            };
+            let runtime_s = ((self.end[j] - start) / 1000.0).max(1e-12);
             let mut dirs = [DirResult::default(), DirResult::default()];
             for (d, dir) in dirs.iter_mut().enumerate() {
                 let v = &mut self.lat[j][d];

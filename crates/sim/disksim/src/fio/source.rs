@@ -15,7 +15,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
-use super::job::{FioJob, JobFile};
+use super::job::{FioJob, JobFile, RwModifier};
 use crate::engine::{Pending, Source, When};
 use crate::request::{Advice, FileRef, Op, Request, SECTOR};
 
@@ -64,8 +64,15 @@ struct Stream {
     prelude: Vec<Request>,
     /// Completions of prelude calls still to come: they free no I/O slot.
     prelude_pending: u64,
-    /// `time_based`: the bytes issued at which the next pass over the job's `io_size` starts.
+    /// `time_based` or `loops`: the bytes issued at which the next pass over the job's
+    /// `io_size` starts.
     pass_end: u64,
+    /// When the clone started (its job's `runtime` and `rate` count from here), ms.
+    start: f64,
+    /// Requests handed out and not yet completed (prelude calls included).
+    in_flight: u64,
+    /// `rw=randread:N`: sequential I/Os left before the next random offset.
+    run_left: u64,
 }
 
 /// A `posix_fadvise(fd, 0, 0, a)` on file `id`.
@@ -91,9 +98,15 @@ pub struct FioSource {
     pub jobs: Vec<FioJob>,
     pub files: Vec<SimFile>,
     streams: Vec<Stream>,
-    /// Initial requests not yet handed out: (stream, remaining).
-    initial: Vec<(u32, u64)>,
-    initial_i: usize,
+    /// Initial requests of started clones not yet handed out: (stream, remaining, at ms).
+    initial: std::collections::VecDeque<(u32, u64, f64)>,
+    /// Per job: the jobs it waits for (`stonewall`: all before it; `wait_for`: one), its
+    /// clones still running, whether it has started.
+    waits_on: Vec<Vec<usize>>,
+    clones_left: Vec<u64>,
+    started: Vec<bool>,
+    /// Each clone's initial requests (stream, iodepth + prelude calls).
+    depth_of: Vec<(u32, u64)>,
     /// Simulated time the jobs start at (ms): runtime and rate count from here.
     start: f64,
     /// The application's time between a completion and its next request, ms.
@@ -106,7 +119,15 @@ impl FioSource {
     /// Starts the jobs at `t` ms instead of 0 (a second run in the same simulator, after a
     /// warm-up pass).
     pub fn start_at(mut self, t: f64) -> FioSource {
-        self.start = t.max(0.0);
+        let t = t.max(0.0);
+        let shift = t - self.start;
+        self.start = t;
+        for i in &mut self.initial {
+            i.2 += shift;
+        }
+        for s in &mut self.streams {
+            s.start += shift;
+        }
         self
     }
 
@@ -133,9 +154,10 @@ impl FioSource {
             for clone in 0..job.numjobs {
                 let mut ids = Vec::new();
                 for f in 0..job.nrfiles {
-                    let name = match &job.filename {
-                        Some(n) => n.clone(),
-                        None => format!("{}.{}.{}", job.name, clone, f),
+                    let name = match (&job.filename, &job.filename_format) {
+                        (Some(n), _) => n.clone(),
+                        (None, Some(fmt)) => expand_filename(fmt, &job.name, clone, f),
+                        (None, None) => format!("{}.{}.{}", job.name, clone, f),
                     };
                     if let Some(&id) = by_name.get(&name) {
                         let existing = &mut files[id as usize];
@@ -187,6 +209,9 @@ impl FioSource {
                     prelude: Vec::new(),
                     prelude_pending: 0,
                     pass_end: job.io_bytes.unwrap_or(0),
+                    start: 0.0,
+                    in_flight: 0,
+                    run_left: 0,
                 });
                 let mut prelude = Vec::new();
                 for &id in &streams_files_dedup(&ids) {
@@ -207,16 +232,57 @@ impl FioSource {
                 initial.push((sid, job.effective_depth() + np));
             }
         }
-        Ok(FioSource {
+        let waits_on = waits_on(&jf.jobs);
+        let mut src = FioSource {
             jobs: jf.jobs.clone(),
+            clones_left: jf.jobs.iter().map(|j| j.numjobs).collect(),
+            started: vec![false; jf.jobs.len()],
+            waits_on,
             files,
             streams,
-            initial,
-            initial_i: 0,
+            initial: Default::default(),
+            depth_of: initial,
             start: 0.0,
             gap: 0.0,
             map_budget: MAX_RANDOM_MAPS,
-        })
+        };
+        src.start_ready_jobs(0.0);
+        Ok(src)
+    }
+
+    /// Starts, at `now`, every job not started whose waits are over.
+    fn start_ready_jobs(&mut self, now: f64) {
+        for j in 0..self.jobs.len() {
+            if self.started[j] || self.waits_on[j].iter().any(|&w| self.clones_left[w] > 0) {
+                continue;
+            }
+            self.started[j] = true;
+            let at = now + self.jobs[j].startdelay_ms;
+            for &(sid, depth) in &self.depth_of {
+                let s = &mut self.streams[sid as usize];
+                if s.job == j {
+                    s.start = at;
+                    self.initial.push_back((sid, depth, at));
+                }
+            }
+        }
+    }
+
+    /// A clone with nothing in flight and nothing more to issue has ended: its job ends with
+    /// its last clone, and the jobs waiting for it may start.
+    fn clone_may_end(&mut self, sid: u32, now: f64) {
+        let Some(s) = self.streams.get_mut(sid as usize) else {
+            return;
+        };
+        if !s.done || s.in_flight > 0 || !s.prelude.is_empty() {
+            return;
+        }
+        s.in_flight = u64::MAX; // ended: counted once
+        let j = s.job;
+        self.clones_left[j] -= 1;
+        if self.clones_left[j] == 0 {
+            self.start_ready_jobs(now);
+        }
     }
 
     /// The job a file belongs to (its first user).
@@ -242,11 +308,11 @@ impl FioSource {
         }
         let job = &self.jobs[s.job];
         let total = job.io_bytes.unwrap_or(0);
-        if !job.time_based && s.issued_bytes >= total {
+        if !job.time_based && s.issued_bytes >= total.saturating_mul(job.loops) {
             s.done = true;
             return None;
         }
-        if job.time_based && total > 0 && s.issued_bytes >= s.pass_end {
+        if total > 0 && s.issued_bytes >= s.pass_end {
             s.start_pass(total, job.invalidate, &self.files);
             if !s.prelude.is_empty() {
                 return self.make(sid, now, first);
@@ -266,13 +332,14 @@ impl FioSource {
         let (fi, offset) = if job.rw.random() {
             s.random_offset(job, share, region, bs, &mut self.map_budget)
         } else {
-            s.sequential_offset(region, bs)
+            s.sequential_offset(region, bs, job.rw_mod)
         };
-        // The last request of a size-bound job is cut to what is left (fio does the same).
+        // The last request of a size-bound pass is cut to what is left (fio does the same).
         let bs = if job.time_based {
             bs
         } else {
-            bs.min(total - s.issued_bytes).max(SECTOR.min(bs))
+            bs.min(s.pass_end.saturating_sub(s.issued_bytes))
+                .max(SECTOR.min(bs))
         };
         let fid = s.files[fi];
         s.issued_bytes += bs;
@@ -283,12 +350,12 @@ impl FioSource {
             now + self.gap + job.thinktime_us / 1000.0
         };
         if let Some(rate) = job.rate[slot] {
-            let due = self.start + s.rate_bytes[slot] as f64 / rate as f64 * 1000.0;
+            let due = s.start + s.rate_bytes[slot] as f64 / rate as f64 * 1000.0;
             at = at.max(due);
             s.rate_bytes[slot] += bs;
         }
         if let Some(rt) = job.runtime_ms {
-            if at - self.start >= rt {
+            if at - s.start >= rt {
                 s.done = true;
                 return None;
             }
@@ -330,8 +397,25 @@ impl Stream {
         }
     }
 
-    /// The next sequential (file index, offset) of a `bs`-byte request.
-    fn sequential_offset(&mut self, region: u64, bs: u64) -> (usize, u64) {
+    /// The next sequential (file index, offset) of a `bs`-byte request; `rw=read:N` adds N
+    /// bytes (maybe negative) to each offset after the first, wrapping to the region's start
+    /// (holes) or to its last block (backwards) as fio's `get_next_seq_offset`.
+    fn sequential_offset(&mut self, region: u64, bs: u64, m: RwModifier) -> (usize, u64) {
+        if let RwModifier::Hole(add) = m {
+            if self.pos > 0 && add != 0 {
+                let p = self.pos as i128 + i128::from(add);
+                self.pos = if p >= 0 && p as u64 + bs <= region {
+                    p as u64
+                } else if add > 0 {
+                    0
+                } else {
+                    region - bs
+                };
+            }
+            let offset = self.pos;
+            self.pos += bs;
+            return (self.file_i, offset);
+        }
         if self.pos + bs > region {
             self.pos = 0;
             self.file_i = (self.file_i + 1) % self.files.len();
@@ -345,6 +429,29 @@ impl Stream {
     /// being reads: from the stream's random map, when it has one (its room taken from the
     /// run's `map_budget` on the first pass), else drawn with replacement.
     fn random_offset(
+        &mut self,
+        job: &FioJob,
+        share: f64,
+        region: u64,
+        bs: u64,
+        map_budget: &mut u64,
+    ) -> (usize, u64) {
+        if self.run_left > 0 && self.pos + bs <= region {
+            // `rw=randread:N`: the run from the last random offset goes on.
+            self.run_left -= 1;
+            let offset = self.pos;
+            self.pos += bs;
+            return (self.file_i, offset);
+        }
+        let (fi, offset) = self.random_start(job, share, region, bs, map_budget);
+        if let RwModifier::RandomRun(n) = job.rw_mod {
+            self.run_left = n - 1;
+            (self.file_i, self.pos) = (fi, offset + bs);
+        }
+        (fi, offset)
+    }
+
+    fn random_start(
         &mut self,
         job: &FioJob,
         share: f64,
@@ -395,15 +502,9 @@ impl Stream {
 }
 
 impl FioSource {
-    /// The job of each file (indexed by file id): the last stream using it.
-    pub fn job_of_files(&self) -> Vec<usize> {
-        let mut job_of_file = vec![0; self.files.len()];
-        for s in &self.streams {
-            for &f in &s.files {
-                job_of_file[f as usize] = s.job;
-            }
-        }
-        job_of_file
+    /// The job of each stream (clone), indexed by stream number.
+    pub fn job_of_streams(&self) -> Vec<usize> {
+        self.streams.iter().map(|s| s.job).collect()
     }
 
     /// The jobs' files as (file id, bytes), for the page cache's end-of-file read-ahead
@@ -419,30 +520,43 @@ impl FioSource {
 
 impl Source for FioSource {
     fn next(&mut self) -> Result<Option<Pending>> {
-        // The first `depth` requests of every stream, at time 0.
-        while let Some(&(sid, left)) = self.initial.get(self.initial_i) {
+        // The first `depth` requests of every started clone, at its start.
+        while let Some(&(sid, left, at)) = self.initial.front() {
             if left == 0 {
-                self.initial_i += 1;
+                self.initial.pop_front();
                 continue;
             }
-            self.initial[self.initial_i].1 -= 1;
-            if let Some(p) = self.make(sid, self.start, true) {
+            self.initial[0].1 -= 1;
+            if let Some(p) = self.make(sid, at, true) {
+                self.streams[sid as usize].in_flight += 1;
                 return Ok(Some(p));
             }
-            self.initial_i += 1;
+            self.initial.pop_front();
+            self.clone_may_end(sid, at);
         }
         Ok(None)
     }
     fn next_in_stream(&mut self, stream: u32, now: f64) -> Result<Option<Pending>> {
+        let Some(s) = self.streams.get_mut(stream as usize) else {
+            return Ok(None);
+        };
+        s.in_flight = s.in_flight.saturating_sub(1);
         // A completed prelude call (fadvise) frees no I/O slot. The prelude is issued first
         // and completes at once, so its completions come before any I/O's.
-        if let Some(s) = self.streams.get_mut(stream as usize) {
-            if s.prelude_pending > 0 {
-                s.prelude_pending -= 1;
-                return Ok(None);
+        if s.prelude_pending > 0 {
+            s.prelude_pending -= 1;
+            return Ok(None);
+        }
+        match self.make(stream, now, false) {
+            Some(p) => {
+                self.streams[stream as usize].in_flight += 1;
+                Ok(Some(p))
+            }
+            None => {
+                self.clone_may_end(stream, now);
+                Ok(None)
             }
         }
-        Ok(self.make(stream, now, false))
     }
     fn len_hint(&self) -> Option<u64> {
         let mut n = 0u64;
@@ -452,10 +566,36 @@ impl Source for FioSource {
                 return None;
             }
             let bs = j.bs[0].0.min(j.bs[1].0).max(1);
-            n = n.saturating_add(j.io_bytes.unwrap_or(0) / bs);
+            n = n.saturating_add(j.io_bytes.unwrap_or(0).saturating_mul(j.loops) / bs);
         }
         Some(n)
     }
+}
+
+/// fio's `filename_format` keywords: `$jobname`, `$jobnum` (the clone), `$filenum`.
+fn expand_filename(fmt: &str, job: &str, clone: u64, file: u64) -> String {
+    fmt.replace("$jobname", job)
+        .replace("$jobnum", &clone.to_string())
+        .replace("$filenum", &file.to_string())
+}
+
+/// What each job waits for before it starts: a `stonewall` job and every job after it
+/// (fio's `run_threads` stops starting jobs at a stonewall while others run), all jobs of
+/// the groups before; a `wait_for` job, the named earlier job.
+fn waits_on(jobs: &[FioJob]) -> Vec<Vec<usize>> {
+    let mut group_start = 0;
+    let mut out = Vec::with_capacity(jobs.len());
+    for (i, j) in jobs.iter().enumerate() {
+        if j.stonewall {
+            group_start = i;
+        }
+        let mut w: Vec<usize> = (0..group_start).collect();
+        if let Some(name) = &j.wait_for {
+            w.extend(jobs[..i].iter().position(|e| &e.name == name));
+        }
+        out.push(w);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -497,7 +637,8 @@ mod tests {
             let chain = host.stack().files(&sizes).on(dev).unwrap();
             let mut stats = JobStats::new(&src);
             let mut sim = Simulator::new(chain);
-            sim.run(&mut src, &mut |c| stats.add(c)).unwrap();
+            sim.run_streams(&mut src, &mut |c, s| stats.add(c, s))
+                .unwrap();
             let read = &stats.results()[0].read;
             let passes = read.ios / 4;
             assert!(passes >= 5, "{} reads", read.ios);
@@ -559,7 +700,7 @@ mod tests {
         let mut src = FioSource::new(&jf, 0, 1 << 30).unwrap();
         let mut stats = JobStats::new(&src);
         Simulator::new(chain)
-            .run(&mut src, &mut |c| stats.add(c))
+            .run_streams(&mut src, &mut |c, s| stats.add(c, s))
             .unwrap();
         assert_eq!(stats.results()[0].read.ios, 16);
     }
@@ -687,5 +828,115 @@ mod tests {
             "{}",
             out[15].rec.arrival
         );
+    }
+
+    /// Runs a job file on a constant-time device and returns each job's results.
+    fn results(text: &str) -> Vec<crate::fio::JobResult> {
+        let text = format!("[global]\ninvalidate=0\nfadvise_hint=0\n{text}");
+        let jf = parse(&text, false).unwrap();
+        let mut src = FioSource::new(&jf, 0, 1 << 30).unwrap();
+        let mut stats = JobStats::new(&src);
+        let mut sim = Simulator::new(vec![Box::new(ConstantDevice::new(0.1))]);
+        sim.run_streams(&mut src, &mut |c, s| stats.add(c, s))
+            .unwrap();
+        stats.results()
+    }
+
+    /// A reader and a writer on one file: each job's I/O is its own (all of it went to
+    /// the last job using the file: `reader` had none).
+    #[test]
+    fn jobs_sharing_a_file_keep_their_own_io() {
+        let r = results(
+            "[reader]\nfilename=shared\nsize=64k\nrw=read\n[writer]\nfilename=shared\nsize=64k\nrw=write\n",
+        );
+        assert_eq!((r[0].read.ios, r[0].write.ios), (16, 0), "reader");
+        assert_eq!((r[1].read.ios, r[1].write.ios), (0, 16), "writer");
+    }
+
+    /// `stonewall` and `wait_for` start a job when the ones it waits for end; without them
+    /// jobs run side by side. Each job's bandwidth counts from its own start.
+    #[test]
+    fn stonewall_and_wait_for_serialise_jobs() {
+        let spans = |text: &str| -> Vec<(f64, f64)> {
+            let text = format!("[global]\ninvalidate=0\nfadvise_hint=0\n{text}");
+            let jf = parse(&text, false).unwrap();
+            let mut src = FioSource::new(&jf, 0, 1 << 30).unwrap();
+            let jobs = src.job_of_streams();
+            let mut span = vec![(f64::MAX, 0.0f64); jf.jobs.len()];
+            let mut sim = Simulator::new(vec![Box::new(ConstantDevice::new(1.0))]);
+            sim.run_streams(&mut src, &mut |c, st| {
+                let j = jobs[st.unwrap() as usize];
+                span[j].0 = span[j].0.min(c.rec.arrival);
+                span[j].1 = span[j].1.max(c.rec.completion);
+            })
+            .unwrap();
+            span
+        };
+        let two = "[a]\nsize=16k\nrw=read\n[b]\nsize=16k\nrw=read\n";
+        let side = spans(two);
+        assert_eq!(side[1].0, 0.0, "no stonewall: b starts at once");
+        let wall = spans(&two.replace("[b]\n", "[b]\nstonewall\n"));
+        assert_eq!(wall[0], (0.0, 4.0));
+        assert_eq!(wall[1], (4.0, 8.0), "b after a");
+        // A job after the stonewall runs with it, both after the first.
+        let three = spans("[a]\nsize=16k\n[b]\nstonewall\nsize=16k\n[c]\nsize=16k\n");
+        assert_eq!((three[1].0, three[2].0), (4.0, 4.0));
+        // wait_for: c waits for a only (2 clones), b runs at once; startdelay adds to it.
+        let w = spans(
+            "[a]\nsize=16k\nnumjobs=2\n[b]\nsize=32k\n[c]\nwait_for=a\nstartdelay=5ms\nsize=16k\n",
+        );
+        assert_eq!(w[1].0, 0.0);
+        assert!(w[2].0 >= w[0].1 + 5.0 && w[0].1 > 0.0, "{w:?}");
+        let r = results("[a]\nsize=16k\n[b]\nstonewall\nsize=16k\n");
+        assert!(
+            (r[0].read.mb_s - r[1].read.mb_s).abs() < 1e-9,
+            "b's rate from its start"
+        );
+        let e = parse("[a]\nsize=1m\nwait_for=z\n", false).unwrap_err();
+        assert!(e.to_string().contains("wait_for=z"), "{e}");
+    }
+
+    /// `rw=read:-8k` at bs=4k reads backwards (fio: the first block, then from the end down);
+    /// `rw=write:4k` leaves a 4 KiB hole after each write; `rw=randread:4` reads 4 blocks in
+    /// a row from each random offset.
+    #[test]
+    fn offset_modifiers_of_rw() {
+        let offs = |text: &str| -> Vec<u64> {
+            run(text, 0.1)
+                .iter()
+                .map(|c| c.req.file.unwrap().offset / 4096)
+                .collect()
+        };
+        assert_eq!(
+            offs("[j]\nrw=read:-8k\nbs=4k\nsize=32k\n"),
+            [0, 7, 6, 5, 4, 3, 2, 1]
+        );
+        assert_eq!(
+            offs("[j]\nrw=write:4k\nbs=4k\nsize=32k\n"),
+            [0, 2, 4, 6, 0, 2, 4, 6]
+        );
+        let r = offs("[j]\nrw=randread:4\nbs=4k\nsize=256k\n");
+        assert_eq!(r.len(), 64);
+        // A new random offset every 4 reads (or at the file's end): ~16 jumps, not ~63.
+        let jumps = r.windows(2).filter(|w| w[1] != w[0] + 1).count();
+        assert!((12..=20).contains(&jumps), "{jumps} jumps: {r:?}");
+        assert!(parse("[j]\nsize=1m\nrw=randread:0\n", false).is_err());
+    }
+
+    /// fio's own `$jobnum`/`$filenum` in `filename_format`: clones of two jobs with
+    /// `f.$jobnum` share files f.0, f.1; `loops` repeats the job.
+    #[test]
+    fn filename_format_and_loops() {
+        let jf = parse(
+            "[a]\nfilename_format=f.$jobnum.$filenum\nnumjobs=2\nsize=64k\n[b]\nfilename_format=f.$jobnum.$filenum\nnumjobs=2\nsize=64k\n",
+            false,
+        )
+        .unwrap();
+        let src = FioSource::new(&jf, 0, 1 << 30).unwrap();
+        let names: Vec<&str> = src.files.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["f.0.0", "f.1.0"]);
+        assert!(parse("[a]\nsize=1m\nfilename=${HOME}/x\n", false).is_err());
+        let r = results("[j]\nsize=16k\nloops=3\n");
+        assert_eq!(r[0].read.ios, 12);
     }
 }
