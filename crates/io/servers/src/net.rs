@@ -143,15 +143,17 @@ pub fn accept_all(listener: &TcpListener, stats: &Stats, mut admit: impl FnMut(T
     }
 }
 
-/// How long a readiness loop stops watching its listener after an accept error that is not
-/// the connection's fault (EMFILE, ENFILE, ENOBUFS): the queue stays readable, so watching it
-/// would spin; the pending connections wait in the backlog until descriptors free up.
-pub const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
+/// How long every model stops accepting after an accept error that is not the connection's
+/// fault (EMFILE, ENFILE, ENOBUFS), as nginx's `accept_mutex_delay` (500 ms) does: the queue
+/// stays readable, so retrying at once would spin (a 10 ms retry cost 9% of a core); the
+/// pending connections wait in the backlog until descriptors free up, and accepting resumes
+/// by itself.
+pub const ACCEPT_BACKOFF: Duration = Duration::from_millis(200);
 
 /// The blocking accept of the thread models (`threads`, `thread-pool`): waits for the next
 /// connection, counts it and registers it. An error like EMFILE means the process is at a
-/// limit, not that the listener is broken: it is counted and retried after 10 ms rather than
-/// spun on. A connection past `max_conns` is refused (closed at once, counted). `None` once
+/// limit, not that the listener is broken: it is counted and retried after
+/// [`ACCEPT_BACKOFF`] rather than spun on. A connection past `max_conns` is refused (closed at once, counted). `None` once
 /// the server is stopping.
 pub fn accept_registered(
     listener: &TcpListener,
@@ -166,7 +168,7 @@ pub fn accept_registered(
             Err(e) if transient_accept_error(&e) => continue,
             Err(e) => {
                 stats.io_error(&e);
-                std::thread::sleep(Duration::from_millis(10));
+                std::thread::sleep(ACCEPT_BACKOFF);
                 continue;
             }
         };

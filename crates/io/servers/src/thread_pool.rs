@@ -11,6 +11,17 @@
 //! not refused: they wait in the kernel's accept queue (`--backlog`) until a thread is free,
 //! which is this model's defining behaviour under load. `max_conns` below N still refuses.
 //!
+//! Descriptors: Linux's `accept(2)` reserves its descriptor slot before it waits, so each
+//! thread blocked in `accept` holds one, and a served connection holds two (its socket and
+//! the file it sends). Below a limit of about the pool size plus what the process already
+//! holds, every `open` of a file failed with EMFILE and every request was a 500. So the
+//! pool is sized to `RLIMIT_NOFILE` ([`pool_size`]): at most (limit − descriptors open at
+//! start − [`FD_RESERVE`]) / 2 threads, with a warning when that is fewer than asked.
+//!
+//! Starvation (documented, the model's nature): a thread serves one connection until it
+//! ends, so N idle keep-alive clients (256 with the default pool) hold every thread until
+//! their idle timeout, and new clients wait in the accept queue meanwhile.
+//!
 //! Linux specifics: threads blocked in `accept` on one socket are woken one at a time (an
 //! exclusive wait queue), so there is no thundering herd. A stop request `shutdown(2)`s the
 //! listener, which makes every blocked `accept` fail at once, and every open connection.
@@ -24,7 +35,11 @@ use crate::Ctx;
 /// Pool size when `workers` is 0.
 pub const DEFAULT_WORKERS: usize = 256;
 
-/// The pool size for a configuration.
+/// Descriptors kept free beyond two per thread: the stats file, the cache's files being
+/// loaded, the stop watcher, a library opening one.
+pub const FD_RESERVE: usize = 16;
+
+/// The pool size asked for (`workers`, 0 = [`DEFAULT_WORKERS`]).
 pub fn workers(config: &crate::Config) -> usize {
     if config.workers == 0 {
         DEFAULT_WORKERS
@@ -33,10 +48,42 @@ pub fn workers(config: &crate::Config) -> usize {
     }
 }
 
+/// The pool that `limit` descriptors can hold when `open` are taken already: `asked`, or
+/// fewer (at least 1) with the reason, when each thread's two descriptors do not fit.
+pub fn pool_size(asked: usize, limit: u64, open: usize) -> (usize, Option<String>) {
+    let spare = usize::try_from(limit)
+        .unwrap_or(usize::MAX)
+        .saturating_sub(open + FD_RESERVE);
+    let fits = (spare / 2).max(1);
+    if fits >= asked {
+        return (asked, None);
+    }
+    let why = format!(
+        "thread-pool: RLIMIT_NOFILE {limit} holds {fits} of the {asked} workers asked for          (each blocked accept reserves a descriptor, each connection served needs two,          {open} are open, {FD_RESERVE} kept spare): running {fits}; raise `ulimit -n` for more"
+    );
+    (fits, Some(why))
+}
+
+/// Descriptors this process holds now (the entries of /proc/self/fd, less the one used to
+/// list them); 0 when it cannot be read.
+fn open_descriptors() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count().saturating_sub(1))
+}
+
 pub fn run(ctx: &Ctx) -> std::io::Result<()> {
     let server = BlockingServer::bind(ctx)?;
     let stats = &*ctx.stats;
-    let n = workers(&ctx.config);
+    let asked = workers(&ctx.config);
+    let n = match iolab_sys::fdlimit::nofile_limit() {
+        Ok((soft, _)) => {
+            let (n, why) = pool_size(asked, soft, open_descriptors());
+            if let Some(why) = why {
+                tracing::warn!("{why}");
+            }
+            n
+        }
+        Err(_) => asked,
+    };
 
     thread::scope(|scope| {
         let server = &server;
@@ -75,4 +122,21 @@ pub fn run(ctx: &Ctx) -> std::io::Result<()> {
         server.stop_when_asked(&ctx.shutdown);
         failure.map_or(Ok(()), Err)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pool_fits_the_descriptor_limit() {
+        assert_eq!(pool_size(256, 1 << 20, 10), (256, None));
+        // 200 descriptors, 10 open, 16 spare: 87 threads of two.
+        let (n, why) = pool_size(256, 200, 10);
+        assert_eq!(n, 87);
+        assert!(why
+            .unwrap()
+            .contains("RLIMIT_NOFILE 200 holds 87 of the 256"));
+        assert_eq!(pool_size(8, 10, 10).0, 1, "never below one thread");
+    }
 }

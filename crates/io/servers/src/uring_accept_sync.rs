@@ -23,7 +23,6 @@
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::mpsc;
-use std::time::Duration;
 
 use io_uring::{opcode, types, IoUring};
 
@@ -167,7 +166,7 @@ fn accept_loop(
                             // backlog; pause rather than spin on a listener that stays
                             // readable.
                             ctx.stats.error(ErrorKind::Io);
-                            std::thread::sleep(Duration::from_millis(10));
+                            std::thread::sleep(crate::net::ACCEPT_BACKOFF);
                         }
                         _ => return Err(io::Error::new(e.kind(), format!("accept failed: {e}"))),
                     }

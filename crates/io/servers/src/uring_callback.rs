@@ -104,6 +104,8 @@ pub struct Loop {
     listener_armed: bool,
     stopping: bool,
     timeouts: iolab_http::Timeouts,
+    /// Set after an accept failed for want of descriptors: no accepts meanwhile.
+    accept_pause: common::AcceptPause,
     tick: types::Timespec,
     /// `user_data` of the tick in flight, to remove it at the stop.
     tick_user_data: u64,
@@ -128,6 +130,7 @@ impl Loop {
             listener_armed: false,
             stopping: false,
             timeouts: ctx.config.timeouts(),
+            accept_pause: common::AcceptPause::default(),
             tick: common::tick_period(ctx.config.timeouts()).into(),
             tick_user_data: 0,
             now: Instant::now(),
@@ -236,6 +239,9 @@ impl Loop {
     /// CR-iocp: accepts posted ahead, re-posted as they complete.
     fn post_accepts(&mut self) -> io::Result<()> {
         let fd = self.listener.as_raw_fd();
+        if !self.accept_pause.allows(self.now) {
+            return Ok(());
+        }
         while !self.stopping && self.accepts < common::ACCEPTS_AHEAD {
             self.submit_tagged(common::accept_entry(fd), ACCEPT)?;
             self.accepts += 1;
@@ -245,6 +251,7 @@ impl Loop {
 
     fn on_accept(&mut self, res: i32) -> io::Result<()> {
         self.accepts -= 1;
+        self.accept_pause.after(res, self.now);
         let Some(fd) = common::accepted(res, &self.stats) else {
             return Ok(());
         };
@@ -256,6 +263,9 @@ impl Loop {
     /// for the listener to become readable again.
     fn accept_sync(&mut self) -> io::Result<()> {
         let listener = self.listener.as_raw_fd();
+        if !self.accept_pause.allows(self.now) {
+            return Ok(());
+        }
         while !self.stopping {
             let e = match common::accept(listener) {
                 Ok(fd) => {
@@ -268,8 +278,9 @@ impl Loop {
                 Some(libc::EAGAIN) => break,
                 Some(libc::EINTR | libc::ECONNABORTED | libc::EPROTO) => continue,
                 Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
-                    // The listener stays readable: wait for the next tick, not for it.
+                    // The listener stays readable: wait for the backoff, not for it.
                     self.stats.error(ErrorKind::Io);
+                    self.accept_pause.after(-libc::EMFILE, self.now);
                     return Ok(());
                 }
                 _ => return Err(io::Error::new(e.kind(), format!("accept failed: {e}"))),

@@ -28,7 +28,7 @@ use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use iolab_sys::cvt;
@@ -424,6 +424,28 @@ pub fn accepted(res: i32, stats: &crate::Stats) -> Option<RawFd> {
         stats.error(error_kind(res));
     }
     None
+}
+
+/// When a ring may post accepts again after an accept failed for want of descriptors or
+/// memory (not the connection's fault): [`crate::net::ACCEPT_BACKOFF`] later, checked at
+/// the tick, so that a lasting EMFILE is not retried in a loop.
+#[derive(Debug, Default)]
+pub struct AcceptPause(Option<Instant>);
+
+impl AcceptPause {
+    /// An accept completed with `res` at `now`: a failure other than the cancel at shutdown
+    /// pauses accepting.
+    pub fn after(&mut self, res: i32, now: Instant) {
+        if res < 0 && res != -libc::ECANCELED && res != -libc::ECONNABORTED {
+            self.0 = Some(now + crate::net::ACCEPT_BACKOFF);
+        }
+    }
+
+    /// True when accepts may be posted at `now`.
+    pub fn allows(&mut self, now: Instant) -> bool {
+        self.0 = self.0.filter(|&t| t > now);
+        self.0.is_none()
+    }
 }
 
 /// Why a connection ended badly, from a negative completion result.

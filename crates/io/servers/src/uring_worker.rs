@@ -135,6 +135,8 @@ pub(crate) struct Worker<'a, S: Store> {
     /// `uring-accept-sync`: the accept thread may still post sockets.
     handoff_open: bool,
     timeouts: iolab_http::Timeouts,
+    /// Set after an accept failed for want of descriptors: no accepts posted meanwhile.
+    accept_pause: common::AcceptPause,
     tick: types::Timespec,
     now: Instant,
 }
@@ -159,6 +161,7 @@ impl<'a, S: Store> Worker<'a, S> {
             stopping: false,
             handoff_open,
             timeouts: ctx.config.timeouts(),
+            accept_pause: common::AcceptPause::default(),
             tick: common::tick_period(ctx.config.timeouts()).into(),
             now: Instant::now(),
         }
@@ -242,6 +245,9 @@ impl<'a, S: Store> Worker<'a, S> {
             return Ok(());
         };
         let fd = listener.as_raw_fd();
+        if !self.accept_pause.allows(self.now) {
+            return Ok(());
+        }
         while !self.stopping && self.accepts < common::ACCEPTS_AHEAD {
             self.submit(common::accept_entry(fd).user_data(token(0, Op::Accept)))?;
             self.accepts += 1;
@@ -251,6 +257,7 @@ impl<'a, S: Store> Worker<'a, S> {
 
     fn on_accept(&mut self, res: i32) -> io::Result<()> {
         self.accepts -= 1;
+        self.accept_pause.after(res, self.now);
         let Some(fd) = common::accepted(res, &self.ctx.stats) else {
             return Ok(());
         };

@@ -26,7 +26,8 @@ pub const MODELS: [ModelInfo; 10] = [
     ModelInfo {
         name: "thread-pool",
         seed: "thread-static",
-        what: "N threads started up front, each accept -> serve -> loop",
+        what: "N threads started up front, each accept -> serve -> loop; N idle \
+               keep-alive clients (256 by default) stop it for --idle-timeout",
     },
     ModelInfo {
         name: "select",
