@@ -1,6 +1,6 @@
 //! `iolab disc ...`: run our tiers (BE, proxy as FE or IS) and check a chain end to end.
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
@@ -123,13 +123,26 @@ pub struct BeArgs {
     /// (the way when DP is not on the FE's link; for comparison).
     #[arg(long)]
     no_ack_tap: bool,
+    /// Where to write the run's key of DP's control connections (a new random key, mode
+    /// 0600, replacing the file): the FE reads it (`disc proxy --dp-key-file`). Required
+    /// with --dp.
+    #[arg(long, requires = "dp")]
+    dp_key_file: Option<PathBuf>,
+    /// Address an FE tier's control connections come from (repeat for several); DP
+    /// refuses connections from any other. Required with --dp.
+    #[arg(long, requires = "dp")]
+    dp_peer: Vec<IpAddr>,
 }
 
 /// The flags as the spec `tiers bench --disc` starts the BE with (a flag left at its
 /// default is the spec's None; the DP flags mean something only with --dp).
-impl From<BeArgs> for DiscBeSpec {
-    fn from(a: BeArgs) -> DiscBeSpec {
-        DiscBeSpec {
+impl TryFrom<BeArgs> for DiscBeSpec {
+    type Error = anyhow::Error;
+    fn try_from(a: BeArgs) -> anyhow::Result<DiscBeSpec> {
+        if a.dp.is_some() && (a.dp_key_file.is_none() || a.dp_peer.is_empty()) {
+            anyhow::bail!("--dp needs --dp-key-file and at least one --dp-peer (the FE tiers)");
+        }
+        Ok(DiscBeSpec {
             listen: a.listen,
             root: a.root,
             dp: a.dp.map(|listen| BeDp {
@@ -139,8 +152,10 @@ impl From<BeArgs> for DiscBeSpec {
                     .then_some(a.threshold),
                 send: a.dp_send.into(),
                 no_ack_tap: a.no_ack_tap,
+                key_file: a.dp_key_file.unwrap_or_default(),
+                peers: a.dp_peer,
             }),
-        }
+        })
     }
 }
 
@@ -164,6 +179,10 @@ pub struct ProxyArgs {
     /// for more of it) before the FE closes the client's connection.
     #[arg(long, default_value_t = iolab_disc::proxy::DIRECT_STALL.as_secs())]
     stall_secs: u64,
+    /// The FE role: the file the BE wrote the run's DP key to (`disc be --dp-key-file`;
+    /// must be mode 0600). Without it the FE takes the normal path.
+    #[arg(long)]
+    dp_key_file: Option<PathBuf>,
 }
 
 impl From<ProxyArgs> for DiscProxySpec {
@@ -176,6 +195,7 @@ impl From<ProxyArgs> for DiscProxySpec {
             hook_iface: a.hook_iface,
             stall_secs: (a.stall_secs != iolab_disc::proxy::DIRECT_STALL.as_secs())
                 .then_some(a.stall_secs),
+            dp_key_file: a.dp_key_file,
         }
     }
 }
@@ -253,7 +273,7 @@ impl From<DiscRole> for DiscMode {
 
 pub fn run(args: DiscArgs) -> anyhow::Result<()> {
     match args.command {
-        DiscCommand::Be(a) => run_be(a.into()),
+        DiscCommand::Be(a) => run_be(a.try_into()?),
         DiscCommand::Proxy(a) => run_proxy(a.into()),
         DiscCommand::DpSetup(a) => {
             let s = DpSetupSpec::from(a);
@@ -286,6 +306,10 @@ fn run_be(s: DiscBeSpec) -> anyhow::Result<()> {
         Some(d) => (
             Some(std::net::TcpListener::bind(d.listen)?),
             Some(iolab_disc::be::BeDisc {
+                access: std::sync::Arc::new(iolab_disc::dp::Access {
+                    key: iolab_disc::control::ControlKey::create_file(&d.key_file)?,
+                    peers: d.peers,
+                }),
                 store: iolab_disc::dp::Store::new(),
                 advertise: d.advertise.unwrap_or(d.listen),
                 policy: iolab_disc::proto::Policy {
@@ -316,6 +340,11 @@ fn run_proxy(s: DiscProxySpec) -> anyhow::Result<()> {
             disc: DiscMode::from(s.disc).into(),
             hook_iface: s.hook_iface,
             stall: std::time::Duration::from_secs(stall.max(1)),
+            dp_key: s
+                .dp_key_file
+                .as_deref()
+                .map(iolab_disc::control::ControlKey::read_file)
+                .transpose()?,
         },
         stop,
     )?;
@@ -500,6 +529,12 @@ mod tests {
                         threshold: every.then_some(12345),
                         send: send.into(),
                         no_ack_tap: every,
+                        key_file: "/run/dp.key".into(),
+                        peers: if every {
+                            vec!["10.0.0.97".parse().unwrap(), "10.0.0.1".parse().unwrap()]
+                        } else {
+                            vec!["10.0.0.97".parse().unwrap()]
+                        },
                     }),
                     ..bes[0].clone()
                 });
@@ -507,7 +542,7 @@ mod tests {
         }
         for spec in bes {
             match parse(spec.to_args()) {
-                DiscCommand::Be(a) => assert_eq!(DiscBeSpec::from(a), spec),
+                DiscCommand::Be(a) => assert_eq!(DiscBeSpec::try_from(a).unwrap(), spec),
                 other => panic!("{spec:?} parsed as {other:?}"),
             }
         }
@@ -524,6 +559,7 @@ mod tests {
                     disc: mode.into(),
                     hook_iface: every.then(|| "tie3".into()),
                     stall_secs: every.then_some(7),
+                    dp_key_file: every.then(|| "/run/dp.key".into()),
                 };
                 match parse(spec.to_args()) {
                     DiscCommand::Proxy(a) => assert_eq!(DiscProxySpec::from(a), spec),
@@ -558,9 +594,13 @@ mod tests {
             "1.2.3.4:6".into(),
             "--threshold".into(),
             iolab_disc::proto::DEFAULT_THRESHOLD.to_string(),
+            "--dp-key-file".into(),
+            "/k".into(),
+            "--dp-peer".into(),
+            "1.2.3.7".into(),
         ]) {
             DiscCommand::Be(a) => {
-                let dp = DiscBeSpec::from(a).dp.expect("--dp");
+                let dp = DiscBeSpec::try_from(a).unwrap().dp.expect("--dp");
                 assert_eq!(
                     (dp.threshold, dp.send, dp.advertise),
                     (None, DpSend::Gso, None)

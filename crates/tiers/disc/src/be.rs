@@ -34,6 +34,8 @@ pub struct BeDisc {
     /// DP reads the client's ACKs from its tap (the FE's hooks clone them to it); false:
     /// the FE forwards them as control lines.
     pub ack_tap: bool,
+    /// Who may use DP's control endpoint ([`crate::dp::Access`]).
+    pub access: Arc<crate::dp::Access>,
 }
 
 /// Serves `listener` (and DP's control endpoint on `dp_listener`, when DISC is on) until
@@ -61,6 +63,7 @@ pub fn run(
                 d.store.clone(),
                 d.send,
                 flows,
+                d.access.clone(),
                 watch.clone(),
             ));
         }

@@ -239,6 +239,8 @@ struct Listeners {
     is: SocketAddr,
     be: SocketAddr,
     dp: SocketAddr,
+    /// The FE's address on link D (its control connections to DP come from it).
+    fe_dp: Ipv4Addr,
 }
 
 /// The running tiers: a stop and a thread each.
@@ -264,7 +266,15 @@ fn start_tiers(
     let site = iolab_http::Site::new(&cfg.root, iolab_http::Limits::default())?;
     let mut stops = Vec::new();
     let mut threads = Vec::new();
+    // The run's key, handed to the BE and the FE in memory (the processes of `tiers bench
+    // --disc` share it through a file of mode 0600).
+    let key = crate::control::ControlKey::random()?;
+    let access = Arc::new(crate::dp::Access {
+        key: key.clone(),
+        peers: vec![at.fe_dp.into()],
+    });
     let be_disc = store.map(|store| BeDisc {
+        access,
         store,
         advertise: if cfg.broken_dp { broken_dp } else { at.dp },
         policy: crate::proto::Policy {
@@ -292,6 +302,7 @@ fn start_tiers(
             disc: cfg.disc,
             hook_iface: first.then(|| fe_iface.to_string()),
             stall: cfg.stall.unwrap_or(crate::proxy::DIRECT_STALL),
+            dp_key: first.then(|| key.clone()),
         };
         threads.push(crate::netns::spawn_in(
             Some(ns.clone()),
@@ -327,6 +338,7 @@ impl Chain {
             is: SocketAddr::from((sub.at(1, 2), 8080)),
             be: SocketAddr::from((sub.at(2, 2), 8080)),
             dp: SocketAddr::from((sub.at(3, 2), 8081)),
+            fe_dp: sub.at(3, 1),
         };
         let store = (cfg.disc != DiscMode::Off).then(crate::dp::Store::new);
         let fe_iface = ifaces[0].1.name.clone();

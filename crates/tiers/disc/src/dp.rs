@@ -2,7 +2,14 @@
 //! back (a job per payload, named by its payload id), and its control endpoint, a TCP
 //! listener the FE role talks to.
 //!
-//! Control protocol (one command per line, several per connection):
+//! Access (issue 43): DP closes unread a connection from an address not in
+//! [`Access::peers`] (the FE tiers it was told of), greets the others with a nonce and
+//! takes only lines authenticated under the run's key ([`crate::control`]: counter, MAC,
+//! command); a refused line is answered `ERR <why>` and ends the connection. Every refusal
+//! is counted by reason ([`Store::refusals`]).
+//!
+//! Control protocol (one command per line, several per connection; shown without the
+//! counter and MAC in front of each):
 //! - `FETCH <id>\r\n` → `OK <size>\r\n` and the payload's bytes, or `ERR <why>\r\n`. The
 //!   relay mode: the FE writes the payload on the client connection itself. It exercises
 //!   the whole header path and the store without any packet forging.
@@ -36,200 +43,29 @@
 //!   [`INITIAL_WINDOW`]); then `ACK <ack> <window bytes>\r\n` lines (the FE's ack
 //!   forwarder) feed its go-back-N. One transfer per control connection at a time.
 //!
-//! Limits: at most [`MAX_JOBS`] jobs and [`MAX_BYTES`] bytes held; a job not claimed within
-//! [`JOB_TTL`] is dropped (the FE died or fell back). A BE whose store is full answers on the
-//! normal path (no shortcut), so a slow or absent FE never makes the BE hold more.
+//!   A SEND (or start signal) must be for the flow the connection's HELLO named, start
+//!   at or after the end of the last payload DP sent on it and less than
+//!   [`MAX_SEQ_ADVANCE`] past it; DP sends at most [`MAX_CLIENT_WINDOW`] before an ACK.
+//!
+//! Limits: the store's ([`crate::store`]: at most [`MAX_JOBS`] jobs and [`MAX_BYTES`] bytes,
+//! a job not claimed within [`JOB_TTL`] dropped); control lines of at most [`MAX_LINE`]
+//! bytes.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io;
-use std::net::SocketAddrV4;
+use std::net::{IpAddr, SocketAddrV4};
 use std::rc::{Rc, Weak};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use iolab_runtime::net::{TcpListener, TcpStream};
 
+use crate::control::{Command, ControlKey, Refusal, Verifier};
 use crate::http1::{write_all, Conn};
+pub use crate::store::{Fault, Store, JOB_TTL, MAX_BYTES, MAX_JOBS};
 use crate::tap::{TapFrame, TapStart};
-
-pub const MAX_JOBS: usize = 4096;
-pub const MAX_BYTES: u64 = 1 << 30;
-pub const JOB_TTL: Duration = Duration::from_secs(30);
-
-struct Job {
-    body: Bytes,
-    created: Instant,
-}
-
-#[derive(Default)]
-struct Inner {
-    /// The last payload id handed out (ids run 1..=u32::MAX and wrap: the FE's start signal
-    /// carries 32 bits; a job lives at most [`JOB_TTL`]).
-    last_id: u32,
-    kept: u64,
-    taken: u64,
-    jobs: HashMap<u64, Job>,
-    bytes: u64,
-    /// Transfers DP sent through the GSO packet socket and through the raw socket.
-    sends: [u64; 2],
-    /// Transfers DP sent from a socket continuing the FE's connection.
-    repaired: u64,
-    /// Transfers DP sent through its AF_XDP socket.
-    xdp: u64,
-    /// Client ACKs DP received from its tap, and as the FE's control lines.
-    acks: [u64; 2],
-    /// Transfers started by the FE's start signal (from the tap), and by SEND lines.
-    starts: [u64; 2],
-}
-
-/// The payloads held for the FE.
-#[derive(Default)]
-pub struct Store {
-    inner: Mutex<Inner>,
-    /// Tests: a [`Fault`] DP shows its FEs.
-    fault: std::sync::atomic::AtomicU8,
-}
-
-/// Faults tests make DP show ([`Store::set_fault`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Fault {
-    None = 0,
-    /// DP accepts SENDs and sends nothing (a DP that dies mid-payload).
-    HoldSends = 1,
-    /// DP refuses every SEND as a payload it does not hold (one that expired, or a BE that
-    /// restarted at the same address).
-    RefuseSends = 2,
-    /// DP never sees the FE's start signals (as if the tap's socket had dropped them).
-    LoseSignals = 3,
-}
-
-impl Store {
-    pub fn new() -> Arc<Store> {
-        Arc::new(Store::default())
-    }
-
-    /// Keeps `body`; its payload id, or None when the store is full.
-    pub fn insert(&self, body: Bytes) -> Option<u64> {
-        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        let expired: Vec<u64> = g
-            .jobs
-            .iter()
-            .filter(|(_, j)| now.duration_since(j.created) > JOB_TTL)
-            .map(|(id, _)| *id)
-            .collect();
-        for id in expired {
-            if let Some(j) = g.jobs.remove(&id) {
-                g.bytes -= j.body.len() as u64;
-            }
-        }
-        if g.jobs.len() >= MAX_JOBS || g.bytes + body.len() as u64 > MAX_BYTES {
-            return None;
-        }
-        g.last_id = g.last_id.checked_add(1).unwrap_or(1);
-        g.kept += 1;
-        let id = u64::from(g.last_id);
-        g.bytes += body.len() as u64;
-        g.jobs.insert(id, Job { body, created: now });
-        Some(id)
-    }
-
-    /// The size of payload `id`, if held.
-    pub fn size(&self, id: u64) -> Option<u64> {
-        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        g.jobs.get(&id).map(|j| j.body.len() as u64)
-    }
-
-    /// Removes and returns the payload `id`.
-    pub fn take(&self, id: u64) -> Option<Bytes> {
-        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let j = g.jobs.remove(&id)?;
-        g.bytes -= j.body.len() as u64;
-        g.taken += 1;
-        Some(j.body)
-    }
-
-    /// Payloads kept so far (ids handed out) and payloads claimed by an FE.
-    pub fn counts(&self) -> (u64, u64) {
-        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        (g.kept, g.taken)
-    }
-
-    /// Direct-mode transfers sent (through the GSO packet socket, through the raw socket).
-    pub fn send_paths(&self) -> (u64, u64) {
-        self.pair(|g| g.sends)
-    }
-
-    /// Transfers sent from a TCP socket continuing the FE's connection (`--dp-send repair`).
-    pub fn repaired_sends(&self) -> u64 {
-        self.inner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .repaired
-    }
-
-    /// Transfers sent through the AF_XDP socket (`--dp-send xdp`).
-    pub fn xdp_sends(&self) -> u64 {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).xdp
-    }
-
-    /// Client ACKs DP received (from its tap, as the FE's control lines).
-    pub fn ack_sources(&self) -> (u64, u64) {
-        self.pair(|g| g.acks)
-    }
-
-    /// Transfers started (by the FE's start signal from the tap, by SEND lines).
-    pub fn start_sources(&self) -> (u64, u64) {
-        self.pair(|g| g.starts)
-    }
-
-    fn count_send(&self, gso: bool) {
-        self.bump(|g| &mut g.sends[usize::from(!gso)]);
-    }
-
-    fn count_ack(&self, tap: bool) {
-        self.bump(|g| &mut g.acks[usize::from(!tap)]);
-    }
-
-    fn count_start(&self, signal: bool) {
-        self.bump(|g| &mut g.starts[usize::from(!signal)]);
-    }
-
-    fn pair(&self, of: impl FnOnce(&Inner) -> [u64; 2]) -> (u64, u64) {
-        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let [a, b] = of(&g);
-        (a, b)
-    }
-
-    fn bump(&self, counter: impl FnOnce(&mut Inner) -> &mut u64) {
-        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        *counter(&mut g) += 1;
-    }
-
-    /// Tests: the fault DP shows from now on.
-    pub fn set_fault(&self, f: Fault) {
-        self.fault
-            .store(f as u8, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    fn fault(&self) -> Fault {
-        match self.fault.load(std::sync::atomic::Ordering::Relaxed) {
-            1 => Fault::HoldSends,
-            2 => Fault::RefuseSends,
-            3 => Fault::LoseSignals,
-            _ => Fault::None,
-        }
-    }
-
-    /// (jobs, bytes) held now.
-    pub fn usage(&self) -> (usize, u64) {
-        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        (g.jobs.len(), g.bytes)
-    }
-}
 
 /// The flows DP serves, by (client, FE): where the tap hands the client's ACKs and the
 /// FE's start signals. Each entry carries its sender's [`Sender::id`].
@@ -276,17 +112,32 @@ pub fn start_tap() -> Option<Flows> {
     Some(flows)
 }
 
+/// Who may talk to DP: the run's key and the addresses of the FE tiers.
+#[derive(Clone, Debug)]
+pub struct Access {
+    pub key: ControlKey,
+    /// Source addresses of the FE tiers' control connections; any other is refused.
+    pub peers: Vec<IpAddr>,
+}
+
 /// Serves the control endpoint until `stop`.
 pub async fn serve(
     listener: TcpListener,
     store: Arc<Store>,
     send: SendPath,
     flows: Option<Flows>,
+    access: Arc<Access>,
     stop: std::rc::Rc<crate::stop::Watch>,
 ) {
     loop {
         let stream = match stop.accept(&listener).await {
-            Ok(Some((s, _))) => s,
+            Ok(Some((s, peer))) if access.peers.contains(&peer.ip()) => s,
+            Ok(Some((_, peer))) => {
+                // Closed unread: not one of the FE tiers DP was told of.
+                tracing::warn!("dp: control connection from {peer} refused");
+                store.refuse(Refusal::Peer);
+                continue;
+            }
             Ok(None) => return,
             Err(e) => {
                 tracing::warn!("dp accept: {e}");
@@ -294,23 +145,30 @@ pub async fn serve(
                 continue;
             }
         };
-        let (store, flows) = (store.clone(), flows.clone());
+        let (store, flows, key) = (store.clone(), flows.clone(), access.key.clone());
         iolab_runtime::spawn(async move {
-            if let Err(e) = control(stream, store, send, flows).await {
+            if let Err(e) = control(stream, store, send, flows, key).await {
                 tracing::debug!("dp control connection: {e}");
             }
         });
     }
 }
 
+/// The longest control line DP reads (a SEND with every field is about 150 bytes).
+pub const MAX_LINE: usize = 256;
+
 async fn control(
     stream: TcpStream,
     store: Arc<Store>,
     send: SendPath,
     flows: Option<Flows>,
+    key: ControlKey,
 ) -> io::Result<()> {
     let _ = stream.set_nodelay(true);
     let mut conn = Conn::new(stream);
+    let nonce = u64::from_ne_bytes(crate::control::random_bytes()?);
+    write_all(&conn.stream, crate::control::greeting(nonce).into_bytes()).await?;
+    let mut verifier = Verifier::new(key, nonce);
     // The payload of the last CHECK, held for the SEND that follows it.
     let mut prepared: Option<(u64, Bytes)> = None;
     // The connection's sender, opened with its first SEND; shared with its timer task.
@@ -326,6 +184,8 @@ async fn control(
         timer: false,
         flows,
         flow: None,
+        hello: None,
+        next_seq: None,
         wscale: 0,
         started: 0,
         control: conn.stream.as_raw_fd(),
@@ -335,43 +195,45 @@ async fn control(
         }),
     }));
     loop {
-        let line = match conn.read_line(256).await {
+        let line = match conn.read_line(MAX_LINE).await {
             Ok(l) => l,
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
             Err(e) => return Err(e),
         };
         let text = String::from_utf8_lossy(&line[..line.len() - 2]).into_owned();
-        let mut words = text.split_ascii_whitespace();
-        match (
-            words.next(),
-            words.next().and_then(|w| w.parse::<u64>().ok()),
-        ) {
-            (Some("CHECK"), Some(id)) => {
-                prepared = store.take(id).map(|body| (id, body));
-                let line = match &prepared {
-                    // `tap`: the FE may clone the client's ACKs to this DP.
-                    Some((_, body)) if tap => format!("OK {} tap\r\n", body.len()),
-                    Some((_, body)) => format!("OK {}\r\n", body.len()),
-                    None => "ERR unknown payload\r\n".to_string(),
+        let command = verifier
+            .check(&text)
+            .and_then(crate::control::parse_command);
+        let command = match command {
+            Ok(c) => c,
+            Err(why) => {
+                tracing::warn!("dp: control line refused ({})", why.name());
+                store.refuse(why);
+                return refuse(&conn, why).await;
+            }
+        };
+        match command {
+            Command::Check(id) => {
+                let body = match store.take(id) {
+                    Ok(b) => b,
+                    Err(why) => return refuse(&conn, why).await,
                 };
+                // `tap`: the FE may clone the client's ACKs to this DP.
+                let line = match tap {
+                    true => format!("OK {} tap\r\n", body.len()),
+                    false => format!("OK {}\r\n", body.len()),
+                };
+                prepared = Some((id, body));
                 write_all(&conn.stream, line.into_bytes()).await?;
             }
-            (Some("HELLO"), None) => {
-                let mut rest = text.split_ascii_whitespace().skip(1);
+            Command::Hello(hello) => {
                 let mut repair = false;
-                if let (Some(client), Some(fe), Some(wscale)) = (
-                    rest.next().and_then(|w| w.parse::<SocketAddrV4>().ok()),
-                    rest.next().and_then(|w| w.parse::<SocketAddrV4>().ok()),
-                    rest.next()
-                        .and_then(|w| w.parse::<u8>().ok())
-                        .filter(|s| *s <= 14),
-                ) {
-                    Sender::serve_flow(&sender, (client, fe), wscale);
+                if let Some(h) = hello {
+                    Sender::serve_flow(&sender, h.flow, h.wscale);
                     // The stack needs the client's ACKs cloned to it: DP on the FE's link.
                     if send == SendPath::Repair && tap {
-                        let end = crate::repair::FeEnd::parse(&mut rest);
-                        repair = end.is_some();
-                        sender.borrow_mut().fe_end = end;
+                        repair = h.fe_end.is_some();
+                        sender.borrow_mut().fe_end = h.fe_end;
                     }
                 }
                 let line: &[u8] = match (tap, repair) {
@@ -381,95 +243,79 @@ async fn control(
                 };
                 write_all(&conn.stream, line.to_vec()).await?;
             }
-            (Some("SEND"), Some(id)) => {
+            Command::Send(f) => {
                 // No answer: the FE has written the head and goes on at once. A SEND that
                 // cannot start says why and ends the control connection (the FE then closes
                 // the client's).
-                if id == sender.borrow().started {
+                if f.id == sender.borrow().started {
                     continue; // started by the FE's start signal (this is the FE's resend)
                 }
-                let body = match prepared.take() {
-                    Some((p, body)) if p == id => Some(body),
-                    _ => store.take(id),
+                let allowed = sender.borrow().may_send(&f.flow);
+                if let Err(why) = allowed {
+                    tracing::warn!("dp: SEND `{text}` refused ({})", why.name());
+                    store.refuse(why);
+                    return refuse(&conn, why).await;
                 }
-                .filter(|_| store.fault() != Fault::RefuseSends);
-                let Some((flow, wnd, wscale)) = parse_send(&mut words) else {
-                    tracing::warn!("dp: bad SEND `{text}`");
-                    return refuse(&conn, "bad SEND").await;
+                let body = match prepared.take() {
+                    Some((p, body)) if p == f.id => Ok(body),
+                    _ => store.take(f.id),
                 };
-                let Some(body) = body else {
-                    tracing::warn!("dp: SEND of payload {id}, not held");
-                    return refuse(&conn, "unknown payload").await;
+                let body = match body {
+                    Ok(_) if store.fault() == Fault::RefuseSends => {
+                        return refuse(&conn, Refusal::UnknownPayload).await
+                    }
+                    Ok(b) => b,
+                    Err(why) => {
+                        tracing::warn!("dp: SEND of payload {}: {}", f.id, why.name());
+                        return refuse(&conn, why).await;
+                    }
                 };
                 if store.fault() == Fault::HoldSends {
                     continue; // a DP that died after accepting the payload (tests)
                 }
-                if let Err(e) = Sender::start(&sender, id, flow, (Vec::new(), body), wnd, wscale) {
-                    tracing::warn!("dp: cannot send to {}: {e}", flow.client);
-                    return refuse(&conn, "cannot send").await;
+                let started = Sender::start(
+                    &sender,
+                    f.id,
+                    f.flow,
+                    (Vec::new(), body),
+                    f.client_window,
+                    f.wscale,
+                );
+                if let Err(e) = started {
+                    tracing::warn!("dp: cannot send to {}: {e}", f.flow.client);
+                    write_all(&conn.stream, b"ERR cannot send\r\n".to_vec()).await?;
+                    return Ok(());
                 }
                 store.count_start(false);
             }
-            (Some("ACK"), Some(ack)) => {
-                let win = words
-                    .next()
-                    .and_then(|w| w.parse::<usize>().ok())
-                    .unwrap_or(0);
+            Command::Ack { ack, window } => {
                 store.count_ack(false);
-                sender.borrow_mut().on_ack(ack as u32, win);
+                sender.borrow_mut().on_ack(ack, window);
             }
-            (Some("FETCH"), Some(id)) => match store.take(id) {
-                Some(body) => {
+            Command::Fetch(id) => match store.take(id) {
+                Ok(body) => {
                     write_all(&conn.stream, format!("OK {}\r\n", body.len()).into_bytes()).await?;
                     let (r, _) = conn.stream.write_all(body).await;
                     r?;
                 }
-                None => write_all(&conn.stream, b"ERR unknown payload\r\n".to_vec()).await?,
+                Err(why) => return refuse(&conn, why).await,
             },
-            _ => {
-                write_all(&conn.stream, b"ERR bad command\r\n".to_vec()).await?;
-                return Ok(());
-            }
         }
     }
 }
 
-/// Answers a SEND that cannot start and ends the control connection.
-async fn refuse(conn: &Conn, why: &str) -> io::Result<()> {
-    write_all(&conn.stream, format!("ERR {why}\r\n").into_bytes()).await
+/// Answers a refused line and ends the control connection (the refusal is counted).
+async fn refuse(conn: &Conn, why: Refusal) -> io::Result<()> {
+    write_all(&conn.stream, format!("ERR {}\r\n", why.name()).into_bytes()).await
 }
 
-/// SEND's fields; the last two (the client's window in bytes, 0 = unknown; its window
-/// scale, for the ACKs the tap reads) are optional.
-fn parse_send<'a>(
-    w: &mut impl Iterator<Item = &'a str>,
-) -> Option<(crate::sender::Flow, usize, u8)> {
-    let client: SocketAddrV4 = w.next()?.parse().ok()?;
-    let fe: SocketAddrV4 = w.next()?.parse().ok()?;
-    let seq: u32 = w.next()?.parse().ok()?;
-    let ack: u32 = w.next()?.parse().ok()?;
-    let window: u16 = w.next()?.parse().ok()?;
-    let client_window = match w.next() {
-        None => 0,
-        Some(x) => x.parse::<u32>().ok()? as usize,
-    };
-    let wscale = match w.next() {
-        None => 0,
-        Some(x) => x.parse::<u8>().ok().filter(|s| *s <= 14)?,
-    };
-    Some((
-        crate::sender::Flow {
-            fe,
-            client,
-            seq,
-            ack,
-            window,
-            mss: SEND_MSS,
-        },
-        client_window,
-        wscale,
-    ))
-}
+/// How far past the end of the last payload sent on a connection the next may start (its
+/// sequence window; a quarter of the sequence space: the FE's own bytes between two
+/// payloads, normal-path answers, must stay under 1 GiB or its next payload is refused).
+pub const MAX_SEQ_ADVANCE: u32 = 1 << 30;
+/// The largest client window DP sends into before an ACK (a larger one from SEND is cut
+/// to this): what one line can make DP put on the wire.
+pub const MAX_CLIENT_WINDOW: usize = 16 << 20;
 
 /// Payload bytes per segment DP sends (an Ethernet MTU less IP and TCP headers, rounded
 /// down for the options DP does not write).
@@ -591,6 +437,10 @@ pub struct Sender {
     flows: Option<Flows>,
     /// The flow this sender has in `flows` (HELLO's, or its last transfer's).
     flow: Option<(SocketAddrV4, SocketAddrV4)>,
+    /// The flow the connection's HELLO named: the only one its payloads may go to.
+    hello: Option<(SocketAddrV4, SocketAddrV4)>,
+    /// Client-view sequence number after the last payload sent (the window's left edge).
+    next_seq: Option<u32>,
     /// The client's window scale (the tap's ACKs carry raw window fields).
     wscale: u8,
     /// The id of the last payload started (a SEND for it is the FE's resend: ignored).
@@ -689,7 +539,23 @@ impl Sender {
     fn serve_flow(this: &Rc<RefCell<Sender>>, flow: (SocketAddrV4, SocketAddrV4), wscale: u8) {
         let mut s = this.borrow_mut();
         s.wscale = wscale;
+        if s.hello != Some(flow) {
+            s.next_seq = None;
+        }
+        s.hello = Some(flow);
         s.register(this, flow);
+    }
+
+    /// Whether this connection may send a payload on `flow` from `flow.seq`: the flow its
+    /// HELLO named, within its sequence window.
+    fn may_send(&self, flow: &crate::sender::Flow) -> Result<(), Refusal> {
+        if self.hello != Some((flow.client, flow.fe)) {
+            return Err(Refusal::OtherFlow);
+        }
+        match self.next_seq {
+            Some(left) if flow.seq.wrapping_sub(left) >= MAX_SEQ_ADVANCE => Err(Refusal::Window),
+            _ => Ok(()),
+        }
     }
 
     fn register(&mut self, this: &Rc<RefCell<Sender>>, flow: (SocketAddrV4, SocketAddrV4)) {
@@ -707,45 +573,49 @@ impl Sender {
             let s = this.borrow();
             (s.store.clone(), s.started)
         };
-        let id = u64::from(st.id);
-        if id == started || store.fault() == Fault::LoseSignals {
+        // The signal carries the id's low 32 bits ([`crate::store`]).
+        if (started != 0 && started as u32 == st.id) || store.fault() == Fault::LoseSignals {
             return; // started already (by the FE's resent SEND), or a test's lost signal
         }
-        let body = store
-            .take(id)
-            .filter(|_| store.fault() != Fault::RefuseSends);
-        let started = body.and_then(|body| {
-            if store.fault() == Fault::HoldSends {
-                return Some(());
-            }
-            // A head redirected to DP goes in front of the payload: the transfer starts at
-            // its first byte, and the client's window counts from there.
-            let head = st.head.len() as u32;
-            let flow = crate::sender::Flow {
-                fe: st.fe,
-                client: st.client,
-                seq: st.seq.wrapping_sub(head),
-                ack: st.ack,
-                window: st.window,
-                mss: SEND_MSS,
-            };
-            let wscale = this.borrow().wscale;
-            let wnd = crate::sender::window_bytes(u32::from(st.client_window), wscale);
-            let wnd = if wnd > 0 { wnd + head as usize } else { 0 };
-            match Sender::start(this, id, flow, (st.head, body), wnd, wscale) {
-                Ok(()) => {
-                    store.count_start(true);
-                    Some(())
-                }
-                Err(e) => {
-                    tracing::warn!("dp: cannot send to {}: {e}", st.client);
-                    None
-                }
-            }
+        // A head redirected to DP goes in front of the payload: the transfer starts at its
+        // first byte, and the client's window counts from there.
+        let head = st.head.len() as u32;
+        let flow = crate::sender::Flow {
+            fe: st.fe,
+            client: st.client,
+            seq: st.seq.wrapping_sub(head),
+            ack: st.ack,
+            window: st.window,
+            mss: SEND_MSS,
+        };
+        let allowed = this.borrow().may_send(&flow);
+        let taken = allowed.and_then(|()| match store.take_signalled(st.id) {
+            Ok(_) if store.fault() == Fault::RefuseSends => Err(Refusal::UnknownPayload),
+            r => r,
         });
-        if started.is_none() {
-            tracing::warn!("dp: start signal for payload {id}, not sent");
-            this.borrow().refuse_now("payload not sent");
+        let (id, body) = match taken {
+            Ok(x) => x,
+            Err(why) => {
+                if why == Refusal::OtherFlow || why == Refusal::Window {
+                    store.refuse(why);
+                }
+                tracing::warn!("dp: start signal for payload {:#x}: {}", st.id, why.name());
+                this.borrow().refuse_now(why.name());
+                return;
+            }
+        };
+        if store.fault() == Fault::HoldSends {
+            return;
+        }
+        let wscale = this.borrow().wscale;
+        let wnd = crate::sender::window_bytes(u32::from(st.client_window), wscale);
+        let wnd = if wnd > 0 { wnd + head as usize } else { 0 };
+        match Sender::start(this, id, flow, (st.head, body), wnd, wscale) {
+            Ok(()) => store.count_start(true),
+            Err(e) => {
+                tracing::warn!("dp: cannot send to {}: {e}", st.client);
+                this.borrow().refuse_now("payload not sent");
+            }
         }
     }
 
@@ -770,6 +640,9 @@ impl Sender {
         let mut s = this.borrow_mut();
         s.wscale = wscale;
         s.started = id;
+        let wnd = wnd.min(MAX_CLIENT_WINDOW);
+        let len = (head.len() + body.len()) as u32;
+        s.next_seq = Some(flow.seq.wrapping_add(len));
         if let (SendPath::Repair, Some(end)) = (s.send, s.fe_end) {
             let window = if wnd > 0 { wnd } else { INITIAL_WINDOW };
             s.start_stack(&flow, end, (head, body), window)?;
@@ -1012,11 +885,16 @@ impl Sender {
     }
 }
 
-/// The FE side: asks DP at the other end of `conn` for payload `id`; Ok(size) once DP has
-/// answered OK (the payload's bytes follow on `conn`), Err before any payload byte.
-pub async fn fetch(conn: &mut Conn, id: u64) -> io::Result<u64> {
-    write_all(&conn.stream, format!("FETCH {id}\r\n").into_bytes()).await?;
-    let line = conn.read_line(256).await?;
+/// The FE side: asks DP at the other end of `conn` (lines signed by `signer`) for payload
+/// `id`; Ok(size) once DP has answered OK (the payload's bytes follow on `conn`), Err
+/// before any payload byte.
+pub async fn fetch(conn: &mut Conn, signer: &crate::control::Signer, id: u64) -> io::Result<u64> {
+    write_all(
+        &conn.stream,
+        signer.line(&format!("FETCH {id}")).into_bytes(),
+    )
+    .await?;
+    let line = conn.read_line(MAX_LINE).await?;
     let text = String::from_utf8_lossy(&line[..line.len() - 2]).into_owned();
     match text.strip_prefix("OK ").and_then(|n| n.parse::<u64>().ok()) {
         Some(n) => Ok(n),
@@ -1024,23 +902,18 @@ pub async fn fetch(conn: &mut Conn, id: u64) -> io::Result<u64> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_store_is_bounded_and_ids_are_single_use() {
-        let s = Store::new();
-        let a = s.insert(Bytes::from_static(b"abc")).unwrap();
-        let b = s.insert(Bytes::from_static(b"de")).unwrap();
-        assert_ne!(a, b);
-        assert_eq!(s.usage(), (2, 5));
-        assert_eq!(&s.take(a).unwrap()[..], b"abc");
-        assert!(s.take(a).is_none());
-        assert_eq!(s.usage(), (1, 2));
-        for _ in 1..MAX_JOBS {
-            assert!(s.insert(Bytes::new()).is_some());
-        }
-        assert!(s.insert(Bytes::new()).is_none(), "MAX_JOBS is a bound");
-    }
+/// The FE side of a new control connection: DP's greeting read (within `deadline`), the
+/// signer of the lines to send on it under `key`.
+pub async fn greeted(
+    conn: &mut Conn,
+    key: &ControlKey,
+    deadline: Duration,
+) -> io::Result<crate::control::Signer> {
+    let line = iolab_runtime::timeout(deadline, conn.read_line(MAX_LINE))
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "DP did not greet"))??;
+    let text = String::from_utf8_lossy(&line[..line.len() - 2]).into_owned();
+    let nonce = crate::control::parse_greeting(&text)
+        .ok_or_else(|| io::Error::other(format!("DP greeted `{text}`")))?;
+    Ok(crate::control::Signer::new(key.clone(), nonce))
 }

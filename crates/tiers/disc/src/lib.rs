@@ -17,6 +17,7 @@
 pub mod be;
 pub mod bpf;
 pub mod chain;
+pub mod control;
 pub mod dp;
 pub mod gso;
 pub mod http1;
@@ -29,5 +30,6 @@ pub mod sender;
 pub mod slots;
 pub mod sockopt;
 pub mod stop;
+pub mod store;
 pub mod tap;
 pub mod xdp;

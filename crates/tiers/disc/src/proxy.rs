@@ -49,6 +49,9 @@ pub struct ProxyConfig {
     /// How long a payload sent by DP may make no progress before the FE closes the
     /// client's connection (direct mode; [`DIRECT_STALL`] by default).
     pub stall: std::time::Duration,
+    /// The run's key of DP's control connections (the FE role; without it the FE takes
+    /// the normal path).
+    pub dp_key: Option<crate::control::ControlKey>,
 }
 
 /// The FE's hooks and, per registered connection, where the ACK forwarder's events land.
@@ -71,7 +74,7 @@ struct AckSlot {
     /// the descriptor could be reused, see `connection`).
     fd: std::os::fd::RawFd,
     /// The control connection of DP sending `inflight` (see [`DpConn::watch`]).
-    dp_watch: RefCell<Option<Rc<std::os::fd::OwnedFd>>>,
+    dp_watch: RefCell<Option<DpWatch>>,
     /// The connection: (client, FE).
     flow: (std::net::SocketAddrV4, std::net::SocketAddrV4),
 }
@@ -79,7 +82,10 @@ struct AckSlot {
 impl AckSlot {
     /// DP refused the payload in flight (it answers a SEND only to refuse it, then closes).
     fn dp_refused(&self) -> bool {
-        self.dp_watch.borrow().as_deref().is_some_and(dp_refused)
+        self.dp_watch
+            .borrow()
+            .as_ref()
+            .is_some_and(|(fd, _)| dp_refused(fd))
     }
 
     /// Sends DP the `SEND` line of the payload in flight, whose start signal may have been
@@ -87,8 +93,8 @@ impl AckSlot {
     /// fit is not sent (the stall check then has the last word).
     fn resend(&self, send: &SendLine) {
         use std::os::fd::AsRawFd;
-        if let Some(fd) = self.dp_watch.borrow().as_deref() {
-            crate::http1::send_now(fd.as_raw_fd(), &send.line(self.flow));
+        if let Some((fd, signer)) = self.dp_watch.borrow().as_ref() {
+            crate::http1::send_now(fd.as_raw_fd(), &signer.line(&send.line(self.flow)));
         }
     }
 }
@@ -108,9 +114,10 @@ struct SendLine {
 }
 
 impl SendLine {
+    /// The command (to be signed: [`crate::control::Signer::line`]).
     fn line(&self, (client, fe): (std::net::SocketAddrV4, std::net::SocketAddrV4)) -> String {
         format!(
-            "SEND {} {client} {fe} {} {} {} {} {}\r\n",
+            "SEND {} {client} {fe} {} {} {} {} {}",
             self.id, self.seq, self.fe_ack, self.fe_win, self.wnd, self.wscale
         )
     }
@@ -461,6 +468,7 @@ async fn connection(
     // The last answer on this connection was a direct one: nothing written since its head
     // (see fe_direct's `after_direct`).
     let mut after_direct = false;
+    let key = cfg.dp_key.as_ref();
     loop {
         let was_direct = std::mem::take(&mut after_direct);
         let Some(h) = (match client.read_head().await {
@@ -548,11 +556,11 @@ async fn connection(
             // Direct mode: DP answers HELLO and sends on the client's connection; else DP
             // hands the payload over (relay). Either refused: the normal path.
             let shortcut = match (cfg.disc, &reg) {
-                (DiscMode::Direct, Some(reg)) => fe_hello(&mut dp, d.last, reg)
+                (DiscMode::Direct, Some(reg)) => fe_hello(&mut dp, d.last, key, reg)
                     .await
                     .and_then(|kind| direct_link(kind, &mut dp_link, d.last))
                     .map(|link| Shortcut::Direct(reg, link)),
-                _ => fe_relay(&mut dp, d).await.map(|()| Shortcut::Relay),
+                _ => fe_relay(&mut dp, d, key).await.map(|()| Shortcut::Relay),
             };
             match shortcut {
                 Err(e) => {
@@ -652,22 +660,38 @@ struct DpConn {
     conn: Conn,
     /// Direct mode: what DP answered HELLO.
     kind: Option<DpKind>,
+    /// Signs the lines sent on it.
+    signer: Rc<crate::control::Signer>,
     /// Direct mode: a second descriptor of the connection, for the watchdog, which must see
     /// that DP refused a payload (written why and closed) without owning the connection.
-    watch: Option<Rc<std::os::fd::OwnedFd>>,
+    watch: Option<DpWatch>,
 }
 
-async fn dp_conn(dp: &mut Option<DpConn>, at: SocketAddr) -> io::Result<&mut DpConn> {
+/// A second descriptor of a control connection and its signer (the watchdog's resend).
+type DpWatch = (Rc<std::os::fd::OwnedFd>, Rc<crate::control::Signer>);
+
+/// How long DP may take to greet a new control connection.
+const DP_GREETING: std::time::Duration = std::time::Duration::from_secs(2);
+
+async fn dp_conn<'a>(
+    dp: &'a mut Option<DpConn>,
+    at: SocketAddr,
+    key: Option<&crate::control::ControlKey>,
+) -> io::Result<&'a mut DpConn> {
     if dp.as_ref().is_some_and(|c| c.at != at) {
         *dp = None;
     }
     if dp.is_none() {
+        let key = key.ok_or_else(|| io::Error::other("no DP key (--dp-key-file)"))?;
         let s = TcpStream::connect(at).await?;
         let _ = s.set_nodelay(true);
+        let mut conn = Conn::new(s);
+        let signer = crate::dp::greeted(&mut conn, key, DP_GREETING).await?;
         *dp = Some(DpConn {
             at,
-            conn: Conn::new(s),
+            conn,
             kind: None,
+            signer: Rc::new(signer),
             watch: None,
         });
     }
@@ -691,9 +715,10 @@ fn dp_refused(fd: &std::os::fd::OwnedFd) -> bool {
     r >= 0 || io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock
 }
 
-async fn dp_line(c: &mut Conn, line: String) -> io::Result<String> {
-    write_all(&c.stream, line.into_bytes()).await?;
-    let l = c.read_line(256).await?;
+/// Sends `command` signed and reads DP's answer.
+async fn dp_line(c: &mut DpConn, command: &str) -> io::Result<String> {
+    write_all(&c.conn.stream, c.signer.line(command).into_bytes()).await?;
+    let l = c.conn.read_line(crate::dp::MAX_LINE).await?;
     Ok(String::from_utf8_lossy(&l[..l.len() - 2]).into_owned())
 }
 
@@ -702,19 +727,24 @@ async fn dp_line(c: &mut Conn, line: String) -> io::Result<String> {
 /// payload in DP's store as it wrote the head, on the same loop, so the payload is not
 /// asked for). With the FE's TCP state in HELLO, DP may continue the connection from a
 /// socket of its own.
-async fn fe_hello(dp: &mut Option<DpConn>, at: SocketAddr, reg: &Registered) -> io::Result<DpKind> {
-    let c = dp_conn(dp, at).await?;
+async fn fe_hello(
+    dp: &mut Option<DpConn>,
+    at: SocketAddr,
+    key: Option<&crate::control::ControlKey>,
+    reg: &Registered,
+) -> io::Result<DpKind> {
+    let c = dp_conn(dp, at, key).await?;
     if let Some(kind) = c.kind {
         return Ok(kind);
     }
     let (client, fe) = reg.slot.flow;
     let tcp = reg.tcp.map(|t| format!(" {}", t.fields()));
     let hello = format!(
-        "HELLO {client} {fe} {}{}\r\n",
+        "HELLO {client} {fe} {}{}",
         reg.wscale,
         tcp.unwrap_or_default()
     );
-    let answer = dp_line(&mut c.conn, hello).await?;
+    let answer = dp_line(c, &hello).await?;
     let kind = match answer.as_str() {
         "OK" => DpKind::Lines,
         "OK tap" => DpKind::Tap,
@@ -722,7 +752,10 @@ async fn fe_hello(dp: &mut Option<DpConn>, at: SocketAddr, reg: &Registered) -> 
         _ => return Err(io::Error::other(format!("DP answered `{answer}`"))),
     };
     use std::os::fd::AsFd;
-    c.watch = Some(Rc::new(c.conn.stream.as_fd().try_clone_to_owned()?));
+    c.watch = Some((
+        Rc::new(c.conn.stream.as_fd().try_clone_to_owned()?),
+        c.signer.clone(),
+    ));
     c.kind = Some(kind);
     Ok(kind)
 }
@@ -940,11 +973,10 @@ async fn fe_direct(
         ends_only: l.to_stack.is_none() && u64::from(wnd) >= d.size,
         ..l
     });
-    // Ids fit in 32 bits (crate::dp::Store): the start signal carries them.
-    let start = match (first || link.is_none(), u32::try_from(d.id)) {
-        (true, _) => 0,
-        (false, Ok(id)) => id,
-        (false, Err(_)) => return Err(io::Error::other("payload id over 32 bits")),
+    // The start signal carries the id's low 32 bits, never 0 (crate::store).
+    let start = match first || link.is_none() {
+        true => 0,
+        false => d.id as u32,
     };
     reg.slot.latest.set(None);
     reg.hooks
@@ -981,9 +1013,11 @@ async fn fe_direct(
         wnd,
         wscale,
     };
+    let signer = dp.signer.clone();
     let c = &mut dp.conn;
     if start == 0 {
-        write_all(&c.stream, send.line(reg.slot.flow).into_bytes()).await?;
+        let line = signer.line(&send.line(reg.slot.flow));
+        write_all(&c.stream, line.into_bytes()).await?;
     }
     if link.is_some() {
         // The hooks start DP (or the line did) and clone the client's ACKs to it: nothing
@@ -997,7 +1031,7 @@ async fn fe_direct(
         }));
         return Ok(());
     }
-    forward_acks(reg, c, seq, size, wscale).await
+    forward_acks(reg, (c, &signer), seq, size, wscale).await
 }
 
 /// The connection's state in the hooks' map.
@@ -1037,7 +1071,7 @@ async fn previous_acknowledged(
 /// the pipelined stall, see Hooks::set_epoch).
 async fn forward_acks(
     reg: &Registered,
-    c: &Conn,
+    (c, signer): (&Conn, &crate::control::Signer),
     seq: u32,
     size: u32,
     wscale: u8,
@@ -1056,16 +1090,12 @@ async fn forward_acks(
         if let Some((a, w)) = step {
             (acked, win) = (a, w);
             progress = std::time::Instant::now();
-            write_all(
-                &c.stream,
-                format!(
-                    "ACK {} {}\r\n",
-                    seq.wrapping_add(a),
-                    crate::sender::window_bytes(w, wscale)
-                )
-                .into_bytes(),
-            )
-            .await?;
+            let ack = format!(
+                "ACK {} {}",
+                seq.wrapping_add(a),
+                crate::sender::window_bytes(w, wscale)
+            );
+            write_all(&c.stream, signer.line(&ack).into_bytes()).await?;
             continue;
         }
         if progress.elapsed() > reg.hooks.stall {
@@ -1089,9 +1119,13 @@ async fn forward_acks(
 
 /// FE role in relay mode: DP at `d.last` has answered OK for payload `d.id` (its bytes
 /// follow on the DP connection). Errors come before any payload byte.
-async fn fe_relay(dp: &mut Option<DpConn>, d: Disc) -> io::Result<()> {
-    let c = dp_conn(dp, d.last).await?;
-    let size = crate::dp::fetch(&mut c.conn, d.id).await?;
+async fn fe_relay(
+    dp: &mut Option<DpConn>,
+    d: Disc,
+    key: Option<&crate::control::ControlKey>,
+) -> io::Result<()> {
+    let c = dp_conn(dp, d.last, key).await?;
+    let size = crate::dp::fetch(&mut c.conn, &c.signer, d.id).await?;
     if size != d.size {
         return Err(io::Error::other(format!(
             "DP holds {size} bytes, the head announced {}",

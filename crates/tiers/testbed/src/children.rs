@@ -7,7 +7,7 @@
 //!
 //! Optional fields stand for flags the launcher leaves out: `None` is the child's default.
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
 fn words(v: &[&str]) -> Vec<String> {
@@ -109,6 +109,11 @@ pub struct BeDp {
     pub send: DpSend,
     /// The FE forwards the client's ACKs (no tap).
     pub no_ack_tap: bool,
+    /// Where the BE writes the run's key of DP's control connections (mode 0600, replaced
+    /// at each start); the FE reads it ([`DiscProxySpec::dp_key_file`]).
+    pub key_file: PathBuf,
+    /// Addresses the FE tiers' control connections come from; DP refuses any other.
+    pub peers: Vec<IpAddr>,
 }
 
 impl DiscBeSpec {
@@ -128,6 +133,10 @@ impl DiscBeSpec {
             if let Some(t) = dp.threshold {
                 v.extend(["--threshold".into(), t.to_string()]);
             }
+            v.extend(["--dp-key-file".into(), dp.key_file.display().to_string()]);
+            for p in &dp.peers {
+                v.extend(["--dp-peer".into(), p.to_string()]);
+            }
         }
         v
     }
@@ -146,6 +155,8 @@ pub struct DiscProxySpec {
     pub hook_iface: Option<String>,
     /// Direct mode: seconds a payload may make no progress (None: the proxy's default).
     pub stall_secs: Option<u64>,
+    /// The FE role: the file the BE wrote the run's DP key to ([`BeDp::key_file`]).
+    pub dp_key_file: Option<PathBuf>,
 }
 
 impl DiscProxySpec {
@@ -164,6 +175,9 @@ impl DiscProxySpec {
         }
         if let Some(s) = self.stall_secs {
             v.extend(["--stall-secs".into(), s.to_string()]);
+        }
+        if let Some(k) = &self.dp_key_file {
+            v.extend(["--dp-key-file".into(), k.display().to_string()]);
         }
         v
     }
@@ -209,11 +223,14 @@ mod tests {
                 threshold: None,
                 send: DpSend::Repair,
                 no_ack_tap: true,
+                key_file: "/run/dp.key".into(),
+                peers: vec!["10.0.0.97".parse().unwrap()],
             }),
         };
         assert_eq!(
             be.to_args().join(" "),
-            "disc be --listen 10.0.0.66:8102 --root /run/www --dp 10.0.0.98:8103 --dp-send repair --no-ack-tap"
+            "disc be --listen 10.0.0.66:8102 --root /run/www --dp 10.0.0.98:8103 --dp-send repair --no-ack-tap \
+             --dp-key-file /run/dp.key --dp-peer 10.0.0.97"
         );
         let fe = DiscProxySpec {
             listen: "10.0.0.2:8100".parse().unwrap(),
@@ -222,10 +239,12 @@ mod tests {
             disc: DiscRole::Direct,
             hook_iface: Some("tie0".into()),
             stall_secs: None,
+            dp_key_file: Some("/run/dp.key".into()),
         };
         assert_eq!(
             fe.to_args().join(" "),
-            "disc proxy --listen 10.0.0.2:8100 --upstream 10.0.0.34:8101 --disc direct --first --hook-iface tie0"
+            "disc proxy --listen 10.0.0.2:8100 --upstream 10.0.0.34:8101 --disc direct --first --hook-iface tie0 \
+             --dp-key-file /run/dp.key"
         );
         let up = SuperviseSpec {
             rate: Some("1gbit".into()),

@@ -18,6 +18,8 @@ pub(super) struct Net {
     pub(super) is: Ipv4Addr,
     pub(super) be: Ipv4Addr,
     pub(super) dp: Ipv4Addr,
+    /// The FE's address on link D (its control connections to DP come from it).
+    pub(super) fe_dp: Ipv4Addr,
     /// The FE's interface on link A (where the hooks go).
     pub(super) fe_if: String,
     pub(super) sysctls: Vec<String>,
@@ -89,6 +91,7 @@ impl Net {
             is: a(1, 2),
             be: a(2, 2),
             dp: a(3, 2),
+            fe_dp: a(3, 1),
             fe_if: ifs[0].1.name.clone(),
             sysctls,
         })

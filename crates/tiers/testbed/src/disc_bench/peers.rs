@@ -114,6 +114,11 @@ impl OurTier {
     }
 }
 
+/// Where the BE writes the run's DP key (mode 0600) and the FE reads it.
+fn dp_key_file(o: &DiscOpts) -> std::path::PathBuf {
+    o.dir.join("dp.key")
+}
+
 /// Our tiers in a configuration (DISC direct or off), BE first: (tier, what it runs).
 pub(super) fn our_tiers(net: &Net, o: &DiscOpts, disc: bool) -> Vec<(&'static str, OurTier)> {
     let p = if disc { Config::Disc } else { Config::Ours }.port();
@@ -133,6 +138,8 @@ pub(super) fn our_tiers(net: &Net, o: &DiscOpts, disc: bool) -> Vec<(&'static st
             threshold: None,
             send: o.dp_send,
             no_ack_tap: o.dp_acks_forwarded,
+            key_file: dp_key_file(o),
+            peers: vec![net.fe_dp.into()],
         }),
     };
     let proxy = |listen, up, first: bool| DiscProxySpec {
@@ -142,6 +149,7 @@ pub(super) fn our_tiers(net: &Net, o: &DiscOpts, disc: bool) -> Vec<(&'static st
         disc: mode,
         hook_iface: (first && disc).then(|| net.fe_if.clone()),
         stall_secs: None,
+        dp_key_file: (first && disc).then(|| dp_key_file(o)),
     };
     vec![
         ("be", OurTier::Be(be_spec)),
