@@ -4,18 +4,20 @@
 //! Models: `threads` (one blocking thread per connection, as the seed's blocking model),
 //! `select` (FD_SETSIZE bound: a connection whose fd is ≥ 1024 is refused), `poll`, `epoll`
 //! (level-triggered), `io_uring` (accept, recv and send completions) and `iolab-runtime`
-//! (one task per connection on one runtime loop: threaded-style code on lightweight tasks). Each server runs in this process, pinned to the
+//! (one task per connection on one runtime loop: threaded-style code on lightweight tasks),
+//! and the same task-per-connection server on the runtimes users would pick instead
+//! (`tokio`, `monoio`, `glommio`: [`crate::echo_peers`]). Each server runs in this process, pinned to the
 //! first CPU; one client thread pinned to the second CPU holds N connections (10 … 10,000),
 //! each continuously sending a message (100 B or 1 KB) and waiting for its echo (one message
 //! in flight per connection). Per point: connections held (those that got echoes; a model
 //! that cannot hold N stops there and larger N are skipped), messages per second, round trip
 //! p50/p99, server CPU (the server threads' run time from /proc/self/task/TID/schedstat over
-//! the measured window) and the growth of the process's RSS (VmRSS) while the server runs.
+//! the measured window), messages per CPU-second of the server (messages / that run time) and the growth of the process's RSS (VmRSS) while the server runs.
 //! Client sockets are moved to fds ≥ 1024 so that the select server gets the low ones.
 //!
 //! JSON fields: `"clients"`, `"sizes"`, `"window_ms"`, `"nofile"` (the fd limit in force),
-//! `"points"`: `[{model, clients, bytes, held, msgs_per_s, p50_us, p99_us, server_cpu_pct,
-//! rss_growth_kib, refused, status}]`, `"max_held"`: {model: most connections held},
+//! `"points"`: `[{model, clients, bytes, held, msgs_per_s, msgs_per_cpu_s, p50_us, p99_us,
+//! server_cpu_pct, rss_growth_kib, refused, status}]`, `"max_held"`: {model: most connections held},
 //! `"runtime_status"` (the runtime's driver), `"tables"`, `"figures"`.
 
 use std::collections::{BTreeMap, HashMap};
@@ -34,7 +36,7 @@ use iolab_sys::cvt;
 use crate::osutil;
 use crate::table::{Cell, Figure, Num, Report, Table};
 
-const BUF: usize = 2048;
+pub(crate) const BUF: usize = 2048;
 /// Client sockets are duplicated to fds at or above this, leaving the low ones to servers.
 const CLIENT_FD_BASE: RawFd = 1024;
 
@@ -46,16 +48,22 @@ pub enum Model {
     Epoll,
     Uring,
     Runtime,
+    Tokio,
+    Monoio,
+    Glommio,
 }
 
 /// Every model, in the order of the table.
-pub const MODELS: [Model; 6] = [
+pub const MODELS: [Model; 9] = [
     Model::Threads,
     Model::Select,
     Model::Poll,
     Model::Epoll,
     Model::Uring,
     Model::Runtime,
+    Model::Tokio,
+    Model::Monoio,
+    Model::Glommio,
 ];
 
 impl Model {
@@ -67,16 +75,19 @@ impl Model {
             Model::Epoll => "epoll",
             Model::Uring => "io_uring",
             Model::Runtime => "iolab-runtime",
+            Model::Tokio => "tokio",
+            Model::Monoio => "monoio",
+            Model::Glommio => "glommio",
         }
     }
 }
 
 /// Shared between a server and the harness.
 #[derive(Default)]
-struct Ctl {
+pub(crate) struct Ctl {
     stop: AtomicBool,
     tids: Mutex<Vec<i32>>,
-    refused: AtomicU64,
+    pub(crate) refused: AtomicU64,
 }
 
 impl Ctl {
@@ -98,7 +109,7 @@ impl Ctl {
             })
             .sum()
     }
-    fn stopped(&self) -> bool {
+    pub(crate) fn stopped(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
     }
 }
@@ -512,6 +523,9 @@ fn start(model: Model, cpu: usize) -> anyhow::Result<Server> {
                 Model::Epoll => serve_epoll(l, c2),
                 Model::Uring => serve_uring(l, c2),
                 Model::Runtime => serve_runtime(l, c2),
+                Model::Tokio => crate::echo_peers::serve_tokio(l, c2),
+                Model::Monoio => crate::echo_peers::serve_monoio(l, c2),
+                Model::Glommio => crate::echo_peers::serve_glommio(l, c2),
             }
         })?;
     Ok(Server { addr, ctl, join })
@@ -547,6 +561,8 @@ fn connect_client(addr: SocketAddr) -> io::Result<OwnedFd> {
 struct PointResult {
     held: usize,
     msgs_per_s: f64,
+    /// Messages per second of server run time (msgs_per_s / (cpu_pct / 100)).
+    msgs_per_cpu_s: f64,
     p50_us: f64,
     p99_us: f64,
     cpu_pct: f64,
@@ -721,7 +737,11 @@ fn run_point(
             r.rss_growth_kib = osutil::rss_kib() as i64 - rss0;
             r.held = c.held();
             r.msgs_per_s = echoes as f64 / secs;
-            r.cpu_pct = 100.0 * (cpu1.saturating_sub(cpu0)) as f64 / (secs * 1e9);
+            let cpu_ns = cpu1.saturating_sub(cpu0);
+            r.cpu_pct = 100.0 * cpu_ns as f64 / (secs * 1e9);
+            if cpu_ns > 0 {
+                r.msgs_per_cpu_s = echoes as f64 / (cpu_ns as f64 / 1e9);
+            }
             if let Some(s) = crate::stats::Summary::of(&mut rtts) {
                 r.p50_us = s.p50 as f64 / 1000.0;
                 r.p99_us = s.p99 as f64 / 1000.0;
@@ -777,6 +797,7 @@ pub struct Point {
 #[derive(Debug, Clone, Serialize)]
 struct Measured {
     msgs_per_s: Num,
+    msgs_per_cpu_s: Num,
     p50_us: Num,
     p99_us: Num,
     server_cpu_pct: Num,
@@ -804,6 +825,7 @@ impl Point {
             held: Some(r.held),
             measured: Some(Measured {
                 msgs_per_s: Num(r.msgs_per_s),
+                msgs_per_cpu_s: Num(r.msgs_per_cpu_s),
                 p50_us: Num(r.p50_us),
                 p99_us: Num(r.p99_us),
                 server_cpu_pct: Num(r.cpu_pct),
@@ -823,6 +845,7 @@ impl Point {
             self.bytes.into(),
             self.held.into(),
             m.map(|m| m.msgs_per_s).into(),
+            m.map(|m| m.msgs_per_cpu_s).into(),
             m.map(|m| m.p50_us).into(),
             m.map(|m| m.p99_us).into(),
             m.map(|m| m.server_cpu_pct).into(),
@@ -977,6 +1000,7 @@ pub fn run(opts: &crate::Opts) -> anyhow::Result<Report<Fields>> {
             "bytes",
             "held",
             "msgs/s",
+            "msgs per CPU-s",
             "p50 µs",
             "p99 µs",
             "server CPU %",
@@ -990,7 +1014,7 @@ pub fn run(opts: &crate::Opts) -> anyhow::Result<Report<Fields>> {
     let table = table.with_note(format!(
         "Server pinned to CPU {}, one client thread pinned to CPU {}; each connection keeps one message in flight; {} ms measured after a warm-up in which every connection gets one echo. \
          clients = connections attempted (capped so that 2 per connection fit under ulimit -n); held = connections still echoing at the end (select refuses fds ≥ FD_SETSIZE = 1024; a model that cannot hold N is not tried with more). \
-         iolab-runtime: {rt}. server CPU % = run time of the server's threads (schedstat) / window; RSS growth = VmRSS of the process during the point minus before (includes the client's small per-connection state, the same for every model). ulimit -n in force: {nofile}.",
+         iolab-runtime: {rt}. server CPU % = run time of the server's threads (schedstat) / window; msgs per CPU-s = messages / that run time; tokio: current-thread runtime; monoio: io_uring driver, 32768-entry ring; glommio: LocalExecutor defaults; RSS growth = VmRSS of the process during the point minus before (includes the client's small per-connection state, the same for every model). ulimit -n in force: {nofile}.",
         pair.0, pair.1, plan.window.as_millis()
     ));
     table.print();
@@ -1032,8 +1056,8 @@ mod tests {
         assert!(v["held"].is_null());
         assert_eq!(v["model"], "select");
         let cells = p.cells();
-        assert_eq!(cells.len(), 10);
-        assert_eq!(cells[3..9], vec![Cell::Empty; 6]);
+        assert_eq!(cells.len(), 11);
+        assert_eq!(cells[3..10], vec![Cell::Empty; 7]);
         let failed = PointResult {
             status: "failed: x".into(),
             ..Default::default()
@@ -1046,6 +1070,7 @@ mod tests {
                 "clients",
                 "held",
                 "model",
+                "msgs_per_cpu_s",
                 "msgs_per_s",
                 "p50_us",
                 "p99_us",
@@ -1075,7 +1100,7 @@ mod tests {
                 Ok(r) => {
                     assert_eq!(r.held, 4, "{}: {r:?}", model.name());
                     assert!(
-                        r.msgs_per_s > 0.0 && r.p99_us > 0.0,
+                        r.msgs_per_s > 0.0 && r.p99_us > 0.0 && r.msgs_per_cpu_s > r.msgs_per_s,
                         "{}: {r:?}",
                         model.name()
                     );

@@ -14,6 +14,7 @@
 
 pub mod ctxswitch;
 pub mod echo;
+mod echo_peers;
 pub mod limits;
 pub mod machine;
 pub mod osutil;
