@@ -151,11 +151,16 @@ fn run(spec: GlommioSpec) -> Result<()> {
     }
     println!(
         "serving {} on {addr} with glommio ({threads} executors on CPUs {}, profile {}: {}, \
-         one SO_REUSEPORT listener per executor, backlog {}, idle timeout {})",
+         {}, backlog {}, idle timeout {})",
         spec.root.display(),
         list(&used),
         spec.profile.name(),
         shard::settings(spec.profile),
+        if threads > 1 {
+            "one SO_REUSEPORT listener per executor"
+        } else {
+            "one listener"
+        },
         spec.backlog,
         idle.map_or("none".to_string(), |d| format!("{} s", d.as_secs_f64())),
     );

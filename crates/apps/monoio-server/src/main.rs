@@ -148,10 +148,15 @@ fn run(spec: MonoioSpec) -> Result<()> {
     }
     println!(
         "serving {} on {addr} with monoio ({threads} threads on CPUs {}, io_uring driver, \
-         {}-entry rings, one SO_REUSEPORT listener per thread, backlog {}, idle timeout {})",
+         {}-entry rings, {}, backlog {}, idle timeout {})",
         spec.root.display(),
         list(&used),
         spec.entries.max(256),
+        if threads > 1 {
+            "one SO_REUSEPORT listener per thread"
+        } else {
+            "one listener"
+        },
         spec.backlog,
         idle.map_or("none".to_string(), |d| format!("{} s", d.as_secs_f64())),
     );
