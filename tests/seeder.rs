@@ -923,6 +923,128 @@ fn bad_peers_are_dropped_and_others_served() {
     assert_eq!(n("peers_now"), 1, "{c}");
 }
 
+// ------------------------------------------------------------------ the choker
+
+/// `iolab seed` of one `len`-byte file in `piece`-byte pieces (created in a new fixture).
+fn fixture_of(tag: &str, len: usize, piece: &str) -> (Fixture, PathBuf, PathBuf) {
+    let fx = Fixture::new(tag);
+    let d = fx.dir.join("data");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("f.bin"), random_bytes(len, 11)).unwrap();
+    let t = fx.dir.join("f.torrent");
+    let st = Command::new(BIN)
+        .arg("seed")
+        .arg(d.join("f.bin"))
+        .arg("--torrent")
+        .arg(&t)
+        .arg("--create-only")
+        .args(["--piece-length", piece])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    (fx, d, t)
+}
+
+/// The wire bytes of `interested` and a request for every 16 KiB block of `pieces` pieces
+/// of `piece` bytes.
+fn interested_and_every_request(pieces: u32, piece: u32) -> Vec<u8> {
+    let mut m = vec![0, 0, 0, 1, 2];
+    for index in 0..pieces {
+        for begin in (0..piece).step_by(16384) {
+            m.extend_from_slice(&[0, 0, 0, 13, 6]);
+            m.extend_from_slice(&index.to_be_bytes());
+            m.extend_from_slice(&begin.to_be_bytes());
+            m.extend_from_slice(&16384u32.to_be_bytes());
+        }
+    }
+    m
+}
+
+/// The denial of service: 200 peers that say interested, request every block and
+/// never read (the first ones unchoked at once, the others served their allowed-fast
+/// pieces) do not keep a good peer (plain BEP 3, no fast extension, reading everything)
+/// out for more than one rechoke round; it is then served, and the stalled ones are
+/// dropped at the send-progress deadline. Before, the stalled peers kept their slots until
+/// the 60 s send timeout and the newcomer lost every tie at 0 bytes.
+#[test]
+fn stalled_peers_do_not_starve_a_good_one() {
+    let _g = lock();
+    const PIECE: u32 = 64 << 10;
+    const PIECES: u32 = 64;
+    let (mut fx, d, t) = fixture_of("starve", (PIECES * PIECE) as usize, "64K");
+    let json = fx.dir.join("c.json");
+    // The default rechoke round (10 s) and snub time (5 s); a send-progress deadline of
+    // 6 s rather than 20 s, to see the stalled peers dropped quickly.
+    let round = Duration::from_secs(10);
+    let send_timeout = Duration::from_secs(6);
+    let addr = fx.seed(&[
+        t.to_str().unwrap(),
+        "--data",
+        d.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+        "--send-timeout",
+        "6",
+    ]);
+    let ih = info_hash_of(&t);
+    let stalled_start = Instant::now();
+    let stalled_msgs = interested_and_every_request(PIECES, PIECE);
+    let mut stalled = Vec::new();
+    for _ in 0..200 {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(&handshake(&ih, true)).unwrap();
+        s.write_all(&stalled_msgs).unwrap();
+        stalled.push(s); // never read
+    }
+    // Let them take the slots and fill their buffers.
+    std::thread::sleep(Duration::from_millis(500));
+    let mut good = TcpStream::connect(addr).unwrap();
+    good.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    good.write_all(&handshake(&ih, false)).unwrap();
+    good.write_all(&[0, 0, 0, 1, 2]).unwrap();
+    let asked = Instant::now();
+    let mut hs = [0u8; 68];
+    good.read_exact(&mut hs).unwrap();
+    read_until(&mut good, 1); // unchoke (a read timeout fails the test)
+    let waited = asked.elapsed();
+    assert!(
+        waited <= round,
+        "the good peer waited {waited:?} to be unchoked (round {round:?})"
+    );
+    let src = std::fs::read(d.join("f.bin")).unwrap();
+    let mut req = Vec::new();
+    for begin in (0..PIECE).step_by(16384) {
+        req.extend_from_slice(&[0, 0, 0, 13, 6]);
+        req.extend_from_slice(&5u32.to_be_bytes());
+        req.extend_from_slice(&begin.to_be_bytes());
+        req.extend_from_slice(&16384u32.to_be_bytes());
+    }
+    good.write_all(&req).unwrap();
+    for _ in 0..PIECE / 16384 {
+        let p = read_until(&mut good, 7);
+        let begin = u32::from_be_bytes(p[4..8].try_into().unwrap()) as usize;
+        let off = 5 * PIECE as usize + begin;
+        assert_eq!(
+            &p[8..],
+            &src[off..off + 16384],
+            "block at {begin} of piece 5"
+        );
+    }
+    // The stalled peers whose sends made no progress for 6 s are dropped.
+    let deadline = stalled_start + send_timeout + Duration::from_secs(3);
+    std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+    let c: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let n = |k: &str| c["counters"][k].as_u64().unwrap();
+    assert_eq!(n("send_stalls"), 200, "{c}");
+    assert!(n("peers_snubbed") >= 200, "{c}");
+    assert_eq!(n("peers_dropped_garbage"), 0, "{c}");
+    assert_eq!(n("peers_now"), 1, "only the good peer is left: {c}");
+    drop(stalled);
+}
+
 /// The tracker answers announces with compact peers and scrapes (BEP 48) over HTTP.
 #[test]
 fn tracker_over_http() {

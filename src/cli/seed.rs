@@ -106,6 +106,10 @@ pub struct RunArgs {
     /// Requests queued per peer (more are rejected).
     #[arg(long, default_value_t = SeedSpec::default().max_queue)]
     pub max_queue: usize,
+    /// The send-progress deadline: seconds a peer may take none of the data waiting for it
+    /// before it is dropped (it is choked as snubbed after 5 s).
+    #[arg(long, default_value_t = SeedSpec::default().send_timeout, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub send_timeout: u64,
     /// Seconds between status lines on stderr (0 = none).
     #[arg(long, default_value_t = SeedSpec::default().status_every)]
     pub status_every: u64,
@@ -135,6 +139,7 @@ impl RunArgs {
             no_check: self.no_check,
             max_peers: self.max_peers,
             max_queue: self.max_queue,
+            send_timeout: self.send_timeout,
             status_every: self.status_every,
             json: self.json.clone(),
             driver: self.driver.map(Into::into),
@@ -439,6 +444,7 @@ fn seed(args: SeedSpec) -> anyhow::Result<()> {
         slots: args.slots,
         max_peers: args.max_peers,
         max_queue: args.max_queue.max(1),
+        send_timeout: Duration::from_secs(args.send_timeout),
         disk,
         read_ahead: args.read_ahead,
         ..Config::default()
@@ -513,7 +519,7 @@ fn seed(args: SeedSpec) -> anyhow::Result<()> {
                 last_bytes = b;
                 last_status = Instant::now();
                 eprintln!(
-                    "seed: {:.0}s peers {} (unchoked {}), sent {:.1} MB at {:.1} MB/s, dropped {} bad, {} timed out",
+                    "seed: {:.0}s peers {} (unchoked {}), sent {:.1} MB at {:.1} MB/s, dropped {} bad, {} timed out, {} stalled",
                     started.elapsed().as_secs_f64(),
                     Counters::get(&c.peers_now),
                     Counters::get(&c.unchoked_now),
@@ -521,6 +527,7 @@ fn seed(args: SeedSpec) -> anyhow::Result<()> {
                     rate,
                     Counters::get(&c.peers_dropped_garbage),
                     Counters::get(&c.handshake_timeouts) + Counters::get(&c.idle_timeouts),
+                    Counters::get(&c.send_stalls),
                 );
             }
             if let Some(j) = &args.json {
@@ -610,6 +617,7 @@ mod tests {
             no_check: true,
             max_peers: 77,
             max_queue: 5,
+            send_timeout: 7,
             status_every: 2,
             json: Some("c.json".into()),
             driver: Some(iolab_runtime::Driver::Epoll),

@@ -15,6 +15,7 @@
 //! types ([`spec`]).
 
 pub mod bench;
+pub mod choker;
 pub mod disk;
 pub mod metainfo;
 pub mod seed;

@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 use iolab_runtime::net::{TcpListener, TcpStream};
 use iolab_runtime::{sleep, spawn, timeout, wait_readable_or_cancel, Cancelled, Cond};
 use serde::Serialize;
-use slab::Slab;
 
+use crate::choker::{self, ChokeLimits, PeerSlot, Swarm, SNUB_TICK};
 use crate::disk::{advance, Block, Chunk, DiskMode, Storage};
 use crate::metainfo::Meta;
 use crate::wire::{self, Handshake, Limits, Message, WireError};
@@ -47,8 +47,14 @@ pub struct Config {
     pub handshake_timeout: Duration,
     /// A peer that sends nothing for this long is dropped (clients send keep-alives every 2 min).
     pub idle_timeout: Duration,
-    /// A send that makes no progress for this long drops the peer.
+    /// The send-progress deadline: a peer that takes none of the data waiting for it (a
+    /// write that does not advance, or bytes left unacknowledged in the socket's send
+    /// queue) for this long is dropped. Well under the 60 s it used to be: such a peer
+    /// held an upload slot all that time.
     pub send_timeout: Duration,
+    /// A peer that takes nothing for this long while data waits for it, or while it is
+    /// unchoked and interested, is snubbed: choked and ranked last ([`crate::choker`]).
+    pub snub_after: Duration,
     /// Blocks sent in one write (gathered into one buffer).
     pub batch: usize,
     /// Period of the choker's rounds.
@@ -68,7 +74,8 @@ impl Default for Config {
             max_queue: 2000,
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(300),
-            send_timeout: Duration::from_secs(60),
+            send_timeout: Duration::from_secs(20),
+            snub_after: Duration::from_secs(5),
             batch: 4,
             choke_interval: Duration::from_secs(10),
             allowed_fast: 10,
@@ -90,6 +97,10 @@ pub struct Counters {
     pub handshake_timeouts: AtomicU64,
     pub idle_timeouts: AtomicU64,
     pub send_failures: AtomicU64,
+    /// Dropped at the send-progress deadline (took nothing for `send_timeout`).
+    pub send_stalls: AtomicU64,
+    /// Times a peer was snubbed (took nothing for `snub_after`).
+    pub peers_snubbed: AtomicU64,
     pub blocks_sent: AtomicU64,
     pub bytes_sent: AtomicU64,
     pub requests_rejected: AtomicU64,
@@ -156,41 +167,6 @@ impl Peer<'_> {
     }
 }
 
-struct PeerSlot {
-    interested: bool,
-    choked: bool,
-    optimistic: bool,
-    uploaded: u64,
-    uploaded_last_round: u64,
-    wake: Cond,
-}
-
-struct Swarm {
-    peers: Slab<PeerSlot>,
-    unchoked: usize,
-}
-
-impl Swarm {
-    /// The one place a peer's choke state changes: keeps `unchoked` and the `unchoked_now`
-    /// counter in step, and wakes the peer's task so that it tells the peer.
-    fn set_choked(&mut self, key: usize, choked: bool, unchoked_now: &AtomicU64) {
-        let p = &mut self.peers[key];
-        if p.choked == choked {
-            return;
-        }
-        p.choked = choked;
-        p.wake.broadcast();
-        if choked {
-            p.optimistic = false;
-            self.unchoked -= 1;
-            unchoked_now.fetch_sub(1, Ordering::Relaxed);
-        } else {
-            self.unchoked += 1;
-            unchoked_now.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-}
-
 pub struct Seeder {
     pub meta: Arc<Meta>,
     pub storage: Storage,
@@ -215,6 +191,8 @@ enum End {
     WrongTorrent,
     HandshakeTimeout,
     Idle,
+    /// Took nothing of what was sent for `send_timeout`.
+    SendStalled,
     Io(io::Error),
 }
 
@@ -235,18 +213,13 @@ impl Seeder {
             counters: Arc::new(Counters::default()),
             peer_id: wire::make_peer_id(),
             limits,
-            swarm: RefCell::new(Swarm {
-                peers: Slab::new(),
-                unchoked: 0,
-            }),
+            swarm: RefCell::new(Swarm::new()),
         }))
     }
 
     /// Accepts peers forever (run it inside the runtime). Also starts the choker.
     pub async fn serve(self: Rc<Self>, listener: TcpListener) -> io::Result<()> {
-        if self.cfg.slots > 0 {
-            spawn(self.clone().choker());
-        }
+        spawn(self.clone().choker());
         let mut acceptor = listener.accept_many(16);
         loop {
             let (stream, addr) = match acceptor.next().await {
@@ -279,6 +252,7 @@ impl Seeder {
                     End::WrongTorrent => inc(&me.counters.peers_wrong_torrent),
                     End::HandshakeTimeout => inc(&me.counters.handshake_timeouts),
                     End::Idle => inc(&me.counters.idle_timeouts),
+                    End::SendStalled => inc(&me.counters.send_stalls),
                     End::Io(_) => inc(&me.counters.send_failures),
                 }
             });
@@ -366,14 +340,11 @@ impl Seeder {
         }
 
         let wake = Cond::new();
-        let key = self.swarm.borrow_mut().peers.insert(PeerSlot {
-            interested: false,
-            choked: true,
-            optimistic: false,
-            uploaded: 0,
-            uploaded_last_round: 0,
-            wake: wake.clone(),
-        });
+        let key = self
+            .swarm
+            .borrow_mut()
+            .peers
+            .insert(PeerSlot::new(stream.as_raw_fd(), wake.clone()));
         let end = self
             .run_peer(stream, key, &wake, fast, &allowed, inbuf)
             .await;
@@ -402,6 +373,10 @@ impl Seeder {
         };
         let mut last_input = Instant::now();
         loop {
+            // 0. The choker found it taking nothing for the send timeout.
+            if self.swarm.borrow().peers[key].stalled {
+                return End::SendStalled;
+            }
             // 1. Every complete message in the input.
             if let Err(e) = self.on_input(&mut peer, &mut inbuf) {
                 return e;
@@ -531,7 +506,7 @@ impl Seeder {
             return Ok(false);
         }
         let bytes: usize = chunks.iter().map(iolab_runtime::IoBuf::len).sum();
-        self.send_chunks(stream, chunks).await.map_err(End::Io)?;
+        self.send_chunks(stream, peer.key, chunks).await?;
         if served > 0 {
             let payload = bytes as u64; // headers included: close enough for rates
             self.counters
@@ -540,7 +515,6 @@ impl Seeder {
             self.counters
                 .bytes_sent
                 .fetch_add(payload, Ordering::Relaxed);
-            self.swarm.borrow_mut().peers[peer.key].uploaded += payload;
         }
         Ok(true)
     }
@@ -651,81 +625,63 @@ impl Seeder {
     }
 
     fn set_interested(&self, key: usize, on: bool) {
-        let mut sw = self.swarm.borrow_mut();
-        if sw.peers[key].interested == on {
-            return;
-        }
-        sw.peers[key].interested = on;
-        let free_slot = self.cfg.slots == 0 || sw.unchoked < self.cfg.slots;
-        if !on || free_slot {
-            // Interested with a slot free: unchoked now, not at the next round.
-            sw.set_choked(key, !on, &self.counters.unchoked_now);
-        }
+        self.swarm.borrow_mut().set_interested(
+            key,
+            on,
+            self.cfg.slots,
+            &self.counters.unchoked_now,
+        );
     }
 
-    /// The choker: every round, the interested peers with the best upload rate over the last
-    /// round get `slots - 1` slots; one more slot goes optimistically to a choked interested
-    /// peer, moved every third round (so a newcomer gets a chance to show its rate).
+    /// The choker ([`crate::choker`]): a snub pass every second (peers that take nothing
+    /// are choked, or dropped at the send-progress deadline), a rechoke round every
+    /// `choke_interval` when slots are limited.
     async fn choker(self: Rc<Self>) {
-        let mut round = 0u64;
+        let lim = ChokeLimits {
+            slots: self.cfg.slots,
+            snub_after: self.cfg.snub_after,
+            send_timeout: self.cfg.send_timeout,
+        };
+        let mut next_round = Instant::now() + self.cfg.choke_interval;
         loop {
-            sleep(self.cfg.choke_interval).await;
-            round += 1;
+            sleep(SNUB_TICK.min(self.cfg.choke_interval)).await;
+            let now = Instant::now();
             let mut sw = self.swarm.borrow_mut();
-            let mut ranked: Vec<(u64, usize)> = Vec::new();
-            let mut optimistic = None;
-            for (k, p) in sw.peers.iter_mut() {
-                let rate = p.uploaded - p.uploaded_last_round;
-                p.uploaded_last_round = p.uploaded;
-                if p.optimistic {
-                    optimistic = Some(k);
-                }
-                if p.interested {
-                    ranked.push((rate, k));
-                }
-            }
-            ranked.sort_unstable_by_key(|x| std::cmp::Reverse(x.0));
-            let regular = self.cfg.slots.saturating_sub(1).max(1);
-            let mut unchoke: Vec<usize> = ranked.iter().take(regular).map(|x| x.1).collect();
-            if round % 3 == 0 || optimistic.is_none_or(|k| !sw.peers[k].interested) {
-                let rest: Vec<usize> = ranked.iter().skip(regular).map(|x| x.1).collect();
-                optimistic = if rest.is_empty() {
-                    None
-                } else {
-                    Some(rest[rand::random_range(0..rest.len())])
-                };
-            }
-            if let Some(k) = optimistic {
-                if !unchoke.contains(&k) && self.cfg.slots > 1 {
-                    unchoke.push(k);
-                }
-            }
-            let keys: Vec<usize> = sw.peers.iter().map(|(k, _)| k).collect();
-            for k in keys {
-                let want = unchoke.contains(&k);
-                sw.set_choked(k, !want, &self.counters.unchoked_now);
-                sw.peers[k].optimistic = Some(k) == optimistic && want;
+            let c = &self.counters;
+            let o = sw.snub_pass(now, lim, choker::send_queue, &c.unchoked_now);
+            c.peers_snubbed.fetch_add(o.snubbed, Ordering::Relaxed);
+            if self.cfg.slots > 0 && now >= next_round {
+                next_round = now + self.cfg.choke_interval;
+                sw.rechoke(self.cfg.slots, &c.unchoked_now);
             }
         }
     }
 
-    /// Sends every byte of `chunks` (gathered sends until done), within the send timeout.
-    async fn send_chunks(&self, stream: &TcpStream, mut chunks: Vec<Chunk>) -> io::Result<()> {
-        let all = async {
-            while !chunks.is_empty() {
-                let (r, back) = stream.writev(chunks).await;
-                chunks = back;
-                match r? {
-                    0 => return Err(io::Error::from(io::ErrorKind::WriteZero)),
-                    n => advance(&mut chunks, n),
+    /// Sends every byte of `chunks` to peer `key` (gathered sends until done, each written
+    /// byte counted in its slot); a write that makes no progress within the send timeout
+    /// ends the peer ([`End::SendStalled`]).
+    async fn send_chunks(
+        &self,
+        stream: &TcpStream,
+        key: usize,
+        mut chunks: Vec<Chunk>,
+    ) -> Result<(), End> {
+        while !chunks.is_empty() {
+            let (r, back) = match timeout(self.cfg.send_timeout, stream.writev(chunks)).await {
+                Ok(x) => x,
+                Err(_) => return Err(End::SendStalled),
+            };
+            chunks = back;
+            match r {
+                Ok(0) => return Err(End::Io(io::Error::from(io::ErrorKind::WriteZero))),
+                Ok(n) => {
+                    advance(&mut chunks, n);
+                    self.swarm.borrow_mut().peers[key].written += n as u64;
                 }
+                Err(e) => return Err(End::Io(e)),
             }
-            Ok(())
-        };
-        match timeout(self.cfg.send_timeout, all).await {
-            Ok(r) => r,
-            Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "send timed out")),
         }
+        Ok(())
     }
 
     async fn send(&self, stream: &TcpStream, buf: Vec<u8>) -> io::Result<()> {
@@ -834,43 +790,4 @@ async fn join_all<F: Future>(futs: Vec<F>) -> Vec<F::Output> {
     })
     .await;
     out.into_iter().flatten().collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn slot() -> PeerSlot {
-        PeerSlot {
-            interested: true,
-            choked: true,
-            optimistic: false,
-            uploaded: 0,
-            uploaded_last_round: 0,
-            wake: Cond::new(),
-        }
-    }
-
-    #[test]
-    fn set_choked_keeps_the_unchoked_count_in_step() {
-        let counter = AtomicU64::new(0);
-        let mut sw = Swarm {
-            peers: Slab::new(),
-            unchoked: 0,
-        };
-        let a = sw.peers.insert(slot());
-        let b = sw.peers.insert(slot());
-        sw.set_choked(a, false, &counter);
-        sw.set_choked(a, false, &counter); // no change: counted once
-        sw.set_choked(b, false, &counter);
-        assert_eq!((sw.unchoked, counter.load(Ordering::Relaxed)), (2, 2));
-        sw.peers[b].optimistic = true;
-        sw.set_choked(b, true, &counter);
-        assert!(
-            !sw.peers[b].optimistic,
-            "a choked peer holds no optimistic slot"
-        );
-        sw.set_choked(b, true, &counter);
-        assert_eq!((sw.unchoked, counter.load(Ordering::Relaxed)), (1, 1));
-    }
 }

@@ -46,6 +46,8 @@ pub struct SeedSpec {
     pub max_peers: usize,
     /// Requests queued per peer.
     pub max_queue: usize,
+    /// Seconds a peer may take none of the data waiting for it before it is dropped.
+    pub send_timeout: u64,
     /// Seconds between status lines on stderr (0 = none).
     pub status_every: u64,
     /// Where to write the counters as JSON, every second and at exit.
@@ -72,6 +74,7 @@ impl Default for SeedSpec {
             no_check: false,
             max_peers: engine.max_peers,
             max_queue: engine.max_queue,
+            send_timeout: engine.send_timeout.as_secs(),
             status_every: 10,
             json: None,
             driver: None,
@@ -137,6 +140,7 @@ impl SeedSpec {
             .flag_if("--no-check", self.no_check)
             .value("--max-peers", self.max_peers.to_string())
             .value("--max-queue", self.max_queue.to_string())
+            .value("--send-timeout", self.send_timeout.to_string())
             .value("--status-every", self.status_every.to_string())
             .value_if("--json", self.json.as_ref())
             .value_if("--driver", self.driver.map(driver_flag))
