@@ -284,6 +284,8 @@ impl Setup<'_> {
             randrepeat: Some(false),
             invalidate: Some(true),
             stonewall: true,
+            // p50/p99 of the latency a request sees (lat_ns), not only its completion part
+            lat_percentiles: true,
             ..Default::default()
         }
     }
@@ -424,6 +426,26 @@ pub fn fitted_points(points: &[CalPoint]) -> Vec<CalPoint> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn device_jobs_ask_fio_for_latency_percentiles() {
+        let (dir, plan, stop) = (Path::new("/tmp"), Plan::new(true), AtomicBool::new(false));
+        let s = Setup {
+            dir,
+            work: dir,
+            file: &dir.join("f"),
+            plan: &plan,
+            per_round: 1,
+            interrupted: &stop,
+        };
+        // without it fio's lat_ns has no percentile table and p50/p99 read as NaN (null)
+        let text = crate::fio::real::JobFile {
+            global: s.device_global(),
+            jobs: vec![],
+        }
+        .text();
+        assert!(text.contains("\nlat_percentiles=1\n"), "{text}");
+    }
 
     #[test]
     fn seek_profile_verdict() {
