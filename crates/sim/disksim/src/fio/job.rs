@@ -140,6 +140,10 @@ pub struct FioJob {
     pub startdelay_ms: f64,
     /// `loops`: passes over the job's `io_size` (fio's default 1).
     pub loops: u64,
+    /// `bssplit`: block sizes with their weights (%), reads and writes (empty: `bs`).
+    pub bssplit: [Vec<(u64, u32)>; 2],
+    /// `rate_iops`: I/Os per second per clone, reads and writes.
+    pub rate_iops: [Option<u64>; 2],
 }
 
 /// The `:N` of `rw=PATTERN:N` (fio's "offset modifier", `rw_sequencer=sequential`).
@@ -185,6 +189,8 @@ impl FioJob {
             wait_for: None,
             startdelay_ms: 0.0,
             loops: 1,
+            bssplit: [Vec::new(), Vec::new()],
+            rate_iops: [None, None],
         }
     }
 
@@ -273,6 +279,12 @@ const REPORTING_ONLY: &[&str] = &[
     "significant_figures",
     "cpus_allowed",
     "cpus_allowed_policy",
+    // CPU and memory placement (NUMA): no effect on the simulated I/O.
+    "numa_cpu_nodes",
+    "numa_mem_policy",
+    // A floor fio checks (it ends a job that falls below it); not checked here.
+    "ratemin",
+    "rate_min",
     "cpumask",
     "kb_base",
     "directory",
@@ -327,6 +339,8 @@ const SIMULATED: &[&str] = &[
     "startdelay",
     "loops",
     "timeout",
+    "bssplit",
+    "rate_iops",
 ];
 
 /// Every option name the reader knows (simulated or reporting-only).
@@ -569,6 +583,18 @@ fn apply(job: &mut FioJob, k: &str, v: Option<&str>, n: usize) -> Result<()> {
             }
             job.startdelay_ms = parse_time_ms(s, 1000.0).map_err(|e| err(&e))?
         }
+        "bssplit" => {
+            job.bssplit = parse_bssplit(need(k, v, n)?).map_err(|e| err(&e))?;
+            for (d, split) in job.bssplit.iter().enumerate() {
+                let lo = split.iter().map(|b| b.0).min().unwrap_or(job.bs[d].0);
+                let hi = split.iter().map(|b| b.0).max().unwrap_or(job.bs[d].1);
+                job.bs[d] = (lo, hi);
+            }
+        }
+        "rate_iops" => {
+            let r = parse_rate(need(k, v, n)?).map_err(|e| err(&e))?;
+            job.rate_iops = r;
+        }
         "loops" => job.loops = parse_count(k, v, n, 1, 1 << 32)?,
         "filename_format" => job.filename_format = Some(need(k, v, n)?.to_string()),
         "runtime" | "timeout" => {
@@ -682,6 +708,59 @@ fn parse_bsrange(s: &str) -> std::result::Result<[(u64, u64); 2], String> {
         return Err("a block size must be within 1 byte..=1 GiB".into());
     }
     Ok(bs)
+}
+
+/// `bssplit=BS/PCT:BS/PCT...[,WRITES]`: weighted block sizes; sizes without a % share what
+/// the others leave, equally (fio's `bssplit_ddir`).
+fn parse_bssplit(s: &str) -> std::result::Result<[Vec<(u64, u32)>; 2], String> {
+    let parts: Vec<&str> = s.split(',').collect();
+    if parts.len() > 3 {
+        return Err("expected bssplit=READS[,WRITES[,TRIMS]]".into());
+    }
+    let mut out = [Vec::new(), Vec::new()];
+    for (d, p) in parts.iter().take(2).enumerate() {
+        let mut v: Vec<(u64, Option<u32>)> = Vec::new();
+        for item in p.split(':').filter(|i| !i.is_empty()) {
+            let (b, pct) = match item.split_once('/') {
+                Some((b, pct)) => {
+                    let x: u32 = pct
+                        .trim()
+                        .parse()
+                        .map_err(|_| format!("'{pct}' is not a percentage"))?;
+                    (b, (x > 0).then_some(x.min(100)))
+                }
+                None => (item, None),
+            };
+            let b = parse_size(b)?;
+            if b == 0 || b > MAX_BS {
+                return Err("a block size must be within 1 byte..=1 GiB".into());
+            }
+            v.push((b, pct));
+            if v.len() > 64 {
+                return Err("at most 64 sizes in a bssplit".into());
+            }
+        }
+        let given: u32 = v.iter().filter_map(|x| x.1).sum();
+        if given > 100 {
+            return Err(format!("the percentages add up to {given}, over 100"));
+        }
+        let missing = v.iter().filter(|x| x.1.is_none()).count() as u32;
+        let share = if missing > 0 {
+            (100 - given) / missing
+        } else {
+            0
+        };
+        out[d] = v
+            .into_iter()
+            .map(|(b, p)| (b, p.unwrap_or(share)))
+            .collect();
+    }
+    if parts.len() == 1 {
+        out[1] = out[0].clone();
+    } else if out[1].is_empty() {
+        out[1] = out[0].clone();
+    }
+    Ok(out)
 }
 
 /// `rate=READ[,WRITE]`, bytes/s (0: no cap); one value caps both directions.

@@ -322,7 +322,20 @@ impl FioSource {
         let read = share >= 1.0 || (share > 0.0 && s.rng.random::<f64>() < share);
         let slot = usize::from(!read);
         let (lo, hi) = job.bs[slot];
-        let bs = if hi > lo {
+        let split = &job.bssplit[slot];
+        let weights: u64 = split.iter().map(|b| u64::from(b.1)).sum();
+        let bs = if weights > 0 {
+            let mut x = s.rng.random_range(0..weights);
+            let mut pick = lo;
+            for &(b, w) in split {
+                if x < u64::from(w) {
+                    pick = b;
+                    break;
+                }
+                x -= u64::from(w);
+            }
+            pick
+        } else if hi > lo {
             // Multiples of the smallest size, as fio picks within bsrange.
             lo * s.rng.random_range(1..=hi / lo)
         } else {
@@ -349,7 +362,12 @@ impl FioSource {
         } else {
             now + self.gap + job.thinktime_us / 1000.0
         };
-        if let Some(rate) = job.rate[slot] {
+        if let Some(iops) = job.rate_iops[slot] {
+            // One I/O every 1/iops s from the clone's start (bytes counted as I/Os here).
+            let due = s.start + s.rate_bytes[slot] as f64 / iops as f64 * 1000.0;
+            at = at.max(due);
+            s.rate_bytes[slot] += 1;
+        } else if let Some(rate) = job.rate[slot] {
             let due = s.start + s.rate_bytes[slot] as f64 / rate as f64 * 1000.0;
             at = at.max(due);
             s.rate_bytes[slot] += bs;
@@ -938,5 +956,26 @@ mod tests {
         assert!(parse("[a]\nsize=1m\nfilename=${HOME}/x\n", false).is_err());
         let r = results("[j]\nsize=16k\nloops=3\n");
         assert_eq!(r[0].read.ios, 12);
+    }
+
+    /// `bssplit` draws each size by its weight (the IOmeter file server pattern's syntax);
+    /// `rate_iops` spaces a clone's I/Os.
+    #[test]
+    fn bssplit_weights_and_rate_iops() {
+        let out = run(
+            "[j]\nrw=randread\nsize=16m\nbssplit=4k/75:64k\nio_size=4m\n",
+            0.01,
+        );
+        let small = out.iter().filter(|c| c.req.bytes() == 4096).count() as f64;
+        let share = small / out.len() as f64;
+        assert!((share - 0.75).abs() < 0.05, "{share}");
+        assert!(out.iter().all(|c| matches!(c.req.bytes(), 4096 | 65536)));
+        let out = run("[j]\nrw=read\nsize=64k\nrate_iops=100\n", 0.1);
+        assert!(
+            (out[15].rec.arrival - 150.0).abs() < 1e-6,
+            "{}",
+            out[15].rec.arrival
+        );
+        assert!(parse("[j]\nsize=1m\nbssplit=4k/80:8k/30\n", false).is_err());
     }
 }
