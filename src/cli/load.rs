@@ -232,6 +232,47 @@ mod tests {
         }
     }
 
+    /// What `iolab load` runs when started from an [`iolab_load::spec::LoadSpec`] (the
+    /// tiers bench's client): every field of the spec comes back from the flags.
+    #[test]
+    fn a_load_spec_survives_the_command_line() {
+        use iolab_load::spec::LoadSpec;
+        let closed = LoadSpec::new("http://10.0.0.1:8080/f65536");
+        let open = LoadSpec {
+            connections: 64,
+            duration: Duration::from_millis(2500),
+            keepalive: true,
+            rate: Some(300.5),
+            timeout: Duration::from_secs(5),
+            threads: 1,
+            json: Some("-".into()),
+            quiet: true,
+            ..LoadSpec::new("http://127.0.0.1:1/x")
+        };
+        for spec in [closed, open] {
+            let argv: Vec<String> = spec
+                .to_args()
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
+            assert_eq!(argv[0], "load");
+            let args: Vec<&str> = argv[1..].iter().map(String::as_str).collect();
+            let a = parse(&args).unwrap();
+            let back = LoadSpec {
+                url: a.url.clone(),
+                connections: a.connections,
+                duration: a.duration.unwrap(),
+                keepalive: a.keepalive && !a.no_keepalive,
+                rate: a.rate,
+                timeout: a.timeout,
+                threads: a.threads,
+                json: a.json.clone(),
+                quiet: a.quiet,
+            };
+            assert_eq!(back, spec);
+        }
+    }
+
     #[test]
     fn durations() {
         assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));

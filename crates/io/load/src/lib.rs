@@ -14,6 +14,7 @@ use std::time::Duration;
 
 mod engine;
 pub mod response;
+pub mod spec;
 pub mod stats;
 pub mod url;
 

@@ -65,7 +65,7 @@ fn client_output(
     o: &DiscOpts,
     name: &str,
     program: &std::ffi::OsStr,
-    args: &[String],
+    args: &[impl AsRef<std::ffi::OsStr>],
 ) -> anyhow::Result<Option<std::process::Output>> {
     let bound = (o.seconds + 30).to_string();
     let mut c = Command::new("timeout");
@@ -118,24 +118,18 @@ pub(super) fn client_run(net: &Net, url: &str, o: &DiscOpts) -> anyhow::Result<C
 
 /// Runs `iolab load --rate` from the client's namespace, as [`wrk`] runs wrk.
 fn load(net: &Net, url: &str, o: &DiscOpts, rate: f64) -> anyhow::Result<ClientRun> {
-    let args = [
-        "load".to_string(),
-        "--rate".into(),
-        rate.to_string(),
-        "--keepalive".into(),
-        "-c".into(),
-        o.connections.to_string(),
-        "--threads".into(),
-        "1".into(),
-        "-d".into(),
-        format!("{}s", o.seconds),
-        "--timeout".into(),
-        "5s".into(),
-        "--json".into(),
-        "-".into(),
-        "-q".into(),
-        url.into(),
-    ];
+    let spec = iolab_load::spec::LoadSpec {
+        connections: o.connections,
+        duration: std::time::Duration::from_secs(o.seconds),
+        keepalive: true,
+        rate: Some(rate),
+        timeout: std::time::Duration::from_secs(5),
+        threads: 1,
+        json: Some("-".into()),
+        quiet: true,
+        ..iolab_load::spec::LoadSpec::new(url)
+    };
+    let args = spec.to_args();
     match client_output(net, o, "iolab load", o.exe.as_os_str(), &args)? {
         Some(out) => parse_load(&String::from_utf8_lossy(&out.stdout)),
         None => Ok(KILLED),
