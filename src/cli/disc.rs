@@ -132,6 +132,11 @@ pub struct BeArgs {
     /// refuses connections from any other. Required with --dp.
     #[arg(long, requires = "dp")]
     dp_peer: Vec<IpAddr>,
+    /// Address of an upstream tier (repeat for several): with --dp, the BE closes
+    /// connections from any other, so only they may offer the shortcut. Required with
+    /// --dp.
+    #[arg(long, requires = "dp")]
+    upstream_peer: Vec<IpAddr>,
 }
 
 /// The flags as the spec `tiers bench --disc` starts the BE with (a flag left at its
@@ -139,8 +144,13 @@ pub struct BeArgs {
 impl TryFrom<BeArgs> for DiscBeSpec {
     type Error = anyhow::Error;
     fn try_from(a: BeArgs) -> anyhow::Result<DiscBeSpec> {
-        if a.dp.is_some() && (a.dp_key_file.is_none() || a.dp_peer.is_empty()) {
-            anyhow::bail!("--dp needs --dp-key-file and at least one --dp-peer (the FE tiers)");
+        if a.dp.is_some()
+            && (a.dp_key_file.is_none() || a.dp_peer.is_empty() || a.upstream_peer.is_empty())
+        {
+            anyhow::bail!(
+                "--dp needs --dp-key-file, at least one --dp-peer (the FE tiers) and one \
+                 --upstream-peer (the tiers in front of the BE)"
+            );
         }
         Ok(DiscBeSpec {
             listen: a.listen,
@@ -154,6 +164,7 @@ impl TryFrom<BeArgs> for DiscBeSpec {
                 no_ack_tap: a.no_ack_tap,
                 key_file: a.dp_key_file.unwrap_or_default(),
                 peers: a.dp_peer,
+                upstreams: a.upstream_peer,
             }),
         })
     }
@@ -310,6 +321,7 @@ fn run_be(s: DiscBeSpec) -> anyhow::Result<()> {
                     key: iolab_disc::control::ControlKey::create_file(&d.key_file)?,
                     peers: d.peers,
                 }),
+                upstreams: d.upstreams,
                 store: iolab_disc::dp::Store::new(),
                 advertise: d.advertise.unwrap_or(d.listen),
                 policy: iolab_disc::proto::Policy {
@@ -535,6 +547,7 @@ mod tests {
                         } else {
                             vec!["10.0.0.97".parse().unwrap()]
                         },
+                        upstreams: vec!["10.0.0.65".parse().unwrap()],
                     }),
                     ..bes[0].clone()
                 });
@@ -598,6 +611,8 @@ mod tests {
             "/k".into(),
             "--dp-peer".into(),
             "1.2.3.7".into(),
+            "--upstream-peer".into(),
+            "1.2.3.8".into(),
         ]) {
             DiscCommand::Be(a) => {
                 let dp = DiscBeSpec::try_from(a).unwrap().dp.expect("--dp");

@@ -36,6 +36,12 @@ pub struct BeDisc {
     pub ack_tap: bool,
     /// Who may use DP's control endpoint ([`crate::dp::Access`]).
     pub access: Arc<crate::dp::Access>,
+    /// The addresses of the BE's upstream tiers: the only ones whose `X-Disc-Path` it
+    /// honours. With DISC on, a connection from any other address is closed unread
+    /// (counted: [`crate::control::Refusal::Upstream`]): in the direct topology the
+    /// client's namespace is wired to the BE's (DP's link), and Linux takes packets for a
+    /// local address on any interface, so a client routing via that link reached the BE.
+    pub upstreams: Vec<std::net::IpAddr>,
 }
 
 /// Serves `listener` (and DP's control endpoint on `dp_listener`, when DISC is on) until
@@ -69,7 +75,14 @@ pub fn run(
         }
         loop {
             let stream = match watch.accept(&listener).await {
-                Ok(Some((s, _))) => s,
+                Ok(Some((s, peer))) => match &disc {
+                    Some(d) if !d.upstreams.contains(&peer.ip()) => {
+                        tracing::warn!("be: connection from {peer} refused: not an upstream tier");
+                        d.store.refuse(crate::control::Refusal::Upstream);
+                        continue;
+                    }
+                    _ => s,
+                },
                 Ok(None) => return Ok(()),
                 Err(e) => {
                     tracing::warn!("be accept: {e}");

@@ -84,6 +84,8 @@ pub struct Chain {
     /// DP's control endpoint (on link D).
     pub dp: SocketAddr,
     pub client_addr: Ipv4Addr,
+    /// Direct mode: the BE's address on link E (DP's link to the client).
+    pub be_link_e: Option<Ipv4Addr>,
     /// The FE's and client's interfaces on link A.
     pub fe_if: String,
     pub client_if: String,
@@ -241,6 +243,8 @@ struct Listeners {
     dp: SocketAddr,
     /// The FE's address on link D (its control connections to DP come from it).
     fe_dp: Ipv4Addr,
+    /// The IS's address on link C (its connections to the BE come from it).
+    is_be: Ipv4Addr,
 }
 
 /// The running tiers: a stop and a thread each.
@@ -275,6 +279,7 @@ fn start_tiers(
     });
     let be_disc = store.map(|store| BeDisc {
         access,
+        upstreams: vec![at.is_be.into()],
         store,
         advertise: if cfg.broken_dp { broken_dp } else { at.dp },
         policy: crate::proto::Policy {
@@ -339,6 +344,7 @@ impl Chain {
             be: SocketAddr::from((sub.at(2, 2), 8080)),
             dp: SocketAddr::from((sub.at(3, 2), 8081)),
             fe_dp: sub.at(3, 1),
+            is_be: sub.at(2, 1),
         };
         let store = (cfg.disc != DiscMode::Off).then(crate::dp::Store::new);
         let fe_iface = ifaces[0].1.name.clone();
@@ -360,6 +366,7 @@ impl Chain {
             be: at.be,
             dp: at.dp,
             client_addr: sub.at(0, 1),
+            be_link_e: direct.then(|| sub.at(4, 2)),
             fe_if: fe_iface,
             client_if: ifaces[0].0.name.clone(),
             store,

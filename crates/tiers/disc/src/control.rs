@@ -218,10 +218,13 @@ pub enum Refusal {
     OtherFlow,
     /// A SEND or start outside the connection's sequence window.
     Window,
+    /// A connection to the BE's HTTP port from an address that is not one of its
+    /// upstream tiers (with DISC on, only they may offer the shortcut, or reach the BE).
+    Upstream,
 }
 
 impl Refusal {
-    pub const ALL: [Refusal; 8] = [
+    pub const ALL: [Refusal; 9] = [
         Refusal::Peer,
         Refusal::Unauthenticated,
         Refusal::Replay,
@@ -230,6 +233,7 @@ impl Refusal {
         Refusal::Expired,
         Refusal::OtherFlow,
         Refusal::Window,
+        Refusal::Upstream,
     ];
 
     pub fn name(self) -> &'static str {
@@ -242,6 +246,7 @@ impl Refusal {
             Refusal::Expired => "expired",
             Refusal::OtherFlow => "other flow",
             Refusal::Window => "sequence window",
+            Refusal::Upstream => "not an upstream tier",
         }
     }
 

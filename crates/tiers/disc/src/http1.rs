@@ -249,6 +249,8 @@ pub struct RequestHead {
     pub keep_alive: bool,
     /// Where its `X-Disc-Path` field is.
     pub path: Field,
+    /// It has other fields named `X-Disc...` (the FE strips them: [`strip_disc_fields`]).
+    pub other_disc: bool,
 }
 
 /// Where a field of a parsed head is, so that a tier can read or replace it without
@@ -408,7 +410,37 @@ pub fn parse_request(head: &[u8]) -> io::Result<RequestHead> {
         },
         keep_alive: connection_keep_alive(http10, req.headers),
         path: Field::locate(head, req.headers, crate::proto::PATH_FIELD),
+        other_disc: req.headers.iter().any(|h| {
+            is_disc_name(h.name.as_bytes())
+                && !h.name.eq_ignore_ascii_case(crate::proto::PATH_FIELD)
+        }),
     })
+}
+
+/// A field name of DISC's (`X-Disc`, `X-Disc-Path`, and any other `X-Disc...`).
+fn is_disc_name(name: &[u8]) -> bool {
+    name.len() >= 6 && name[..6].eq_ignore_ascii_case(b"x-disc")
+}
+
+/// `head` without any field named `X-Disc...` and with `extra` (a line ending in CRLF)
+/// before the empty line: the first tier's rewrite of a client's head that carries DISC
+/// fields of its own (none of them reaches the tiers behind it).
+pub fn strip_disc_fields(head: &[u8], extra: Option<&[u8]>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(head.len() + 64);
+    let body = &head[..head.len() - 2]; // drop the final empty line's CRLF
+    for (i, line) in body.split_inclusive(|&b| b == b'\n').enumerate() {
+        let name = line
+            .iter()
+            .position(|&b| b == b':')
+            .map(|colon| line[..colon].trim_ascii());
+        if i > 0 && name.is_some_and(is_disc_name) {
+            continue;
+        }
+        out.extend_from_slice(line);
+    }
+    out.extend_from_slice(extra.unwrap_or_default());
+    out.extend_from_slice(b"\r\n");
+    out
 }
 
 /// What the proxy needs of a response head.

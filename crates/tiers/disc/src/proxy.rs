@@ -22,7 +22,7 @@ use std::sync::Arc;
 use iolab_runtime::net::{TcpListener, TcpStream};
 use iolab_runtime::Runtime;
 
-use crate::http1::{parse_request, parse_response, relay_body, write_all, Conn, Field, Framing};
+use crate::http1::{parse_request, parse_response, relay_body, write_all, Conn, Framing};
 use crate::proto::{Disc, PathInfo, DISC_FIELD, PATH_FIELD};
 use crate::stop::Stop;
 
@@ -341,21 +341,23 @@ impl Upstream {
 /// where the head's X-Disc-Path field is (from [`parse_request`]).
 fn outgoing_head(
     head: &[u8],
-    path: &Field,
+    req: &crate::http1::RequestHead,
     cfg: &ProxyConfig,
     offer: bool,
 ) -> (Vec<u8>, Option<u32>) {
     let mut buf = [0u8; 96];
+    let path = &req.path;
     if cfg.first {
-        // A client's own X-Disc-Path is never trusted.
-        if cfg.disc == DiscMode::Off {
-            return (path.replace(head, PATH_FIELD, None), None);
+        // A client's own DISC fields are never trusted, nor passed on (issue 43: its
+        // X-Disc reached the BE verbatim).
+        let (line, me) = match cfg.disc {
+            DiscMode::Off => (None, None),
+            _ => (Some(path_line(PathInfo::first(offer), &mut buf)), Some(0)),
+        };
+        if req.other_disc {
+            return (crate::http1::strip_disc_fields(head, line), me);
         }
-        let p = PathInfo::first(offer);
-        return (
-            path.replace(head, PATH_FIELD, Some(path_line(p, &mut buf))),
-            Some(0),
-        );
+        return (path.replace(head, PATH_FIELD, line), me);
     }
     let incoming = path.value(head, PATH_FIELD).map(PathInfo::parse);
     match incoming {
@@ -496,7 +498,7 @@ async fn connection(
         // Loops again only to resend: a stale keep-alive upstream, or the DISC fallback.
         let keep = loop {
             attempts += 1;
-            let (out, me) = outgoing_head(&head, &req.path, cfg, offer);
+            let (out, me) = outgoing_head(&head, &req, cfg, offer);
             let reused = up.reused && up.conn.is_some();
             let sent = send_request(&mut up, &mut client, out, req.framing).await;
             let res = match sent {
@@ -1138,6 +1140,36 @@ async fn fe_relay(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 43: a client's `X-Disc` (and any `X-Disc...`) reached the BE verbatim.
+    #[test]
+    fn the_first_tier_strips_the_client_s_disc_fields() {
+        let head = b"GET /f HTTP/1.1\r\nHost: a\r\nX-Disc: id=1;size=9;last=10.0.0.1:1;fe=0\r\n\
+            x-disc-path: nb=5;bypass=ff\r\nX-DISC-Other: 1\r\nAccept: */*\r\n\r\n";
+        for disc in [DiscMode::Off, DiscMode::Relay, DiscMode::Direct] {
+            let cfg = ProxyConfig {
+                upstreams: vec!["127.0.0.1:1".parse().unwrap()],
+                first: true,
+                disc,
+                hook_iface: None,
+                stall: DIRECT_STALL,
+                dp_key: None,
+            };
+            let req = parse_request(head).unwrap();
+            let (out, me) = outgoing_head(head, &req, &cfg, true);
+            let text = String::from_utf8(out).unwrap().to_ascii_lowercase();
+            let disc_lines: Vec<&str> = text.lines().filter(|l| l.starts_with("x-disc")).collect();
+            let want: &[&str] = match disc {
+                DiscMode::Off => &[],
+                _ => &["x-disc-path: nb=1;bypass=1"],
+            };
+            assert_eq!(disc_lines, want, "{disc:?}: {text}");
+            assert!(text.starts_with("get /f http/1.1\r\nhost: a\r\n"), "{text}");
+            assert!(text.contains("\r\naccept: */*\r\n"), "{text}");
+            assert!(text.ends_with("\r\n\r\n"), "{text}");
+            assert_eq!(me, (disc != DiscMode::Off).then_some(0));
+        }
+    }
 
     /// The client's window as the FE reads it: a peer with Linux's default buffers
     /// advertises more than 64 KiB once it has read some data, and its window scale.

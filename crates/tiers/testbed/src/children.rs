@@ -114,6 +114,8 @@ pub struct BeDp {
     pub key_file: PathBuf,
     /// Addresses the FE tiers' control connections come from; DP refuses any other.
     pub peers: Vec<IpAddr>,
+    /// Addresses of the BE's upstream tiers: the BE closes connections from any other.
+    pub upstreams: Vec<IpAddr>,
 }
 
 impl DiscBeSpec {
@@ -136,6 +138,9 @@ impl DiscBeSpec {
             v.extend(["--dp-key-file".into(), dp.key_file.display().to_string()]);
             for p in &dp.peers {
                 v.extend(["--dp-peer".into(), p.to_string()]);
+            }
+            for u in &dp.upstreams {
+                v.extend(["--upstream-peer".into(), u.to_string()]);
             }
         }
         v
@@ -225,12 +230,13 @@ mod tests {
                 no_ack_tap: true,
                 key_file: "/run/dp.key".into(),
                 peers: vec!["10.0.0.97".parse().unwrap()],
+                upstreams: vec!["10.0.0.65".parse().unwrap()],
             }),
         };
         assert_eq!(
             be.to_args().join(" "),
             "disc be --listen 10.0.0.66:8102 --root /run/www --dp 10.0.0.98:8103 --dp-send repair --no-ack-tap \
-             --dp-key-file /run/dp.key --dp-peer 10.0.0.97"
+             --dp-key-file /run/dp.key --dp-peer 10.0.0.97 --upstream-peer 10.0.0.65"
         );
         let fe = DiscProxySpec {
             listen: "10.0.0.2:8100".parse().unwrap(),

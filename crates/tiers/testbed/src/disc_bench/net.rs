@@ -20,6 +20,8 @@ pub(super) struct Net {
     pub(super) dp: Ipv4Addr,
     /// The FE's address on link D (its control connections to DP come from it).
     pub(super) fe_dp: Ipv4Addr,
+    /// The IS's address on link C (its connections to the BE come from it).
+    pub(super) is_be: Ipv4Addr,
     /// The FE's interface on link A (where the hooks go).
     pub(super) fe_if: String,
     pub(super) sysctls: Vec<String>,
@@ -92,6 +94,7 @@ impl Net {
             be: a(2, 2),
             dp: a(3, 2),
             fe_dp: a(3, 1),
+            is_be: a(2, 1),
             fe_if: ifs[0].1.name.clone(),
             sysctls,
         })

@@ -140,6 +140,7 @@ pub(super) fn our_tiers(net: &Net, o: &DiscOpts, disc: bool) -> Vec<(&'static st
             no_ack_tap: o.dp_acks_forwarded,
             key_file: dp_key_file(o),
             peers: vec![net.fe_dp.into()],
+            upstreams: vec![net.is_be.into()],
         }),
     };
     let proxy = |listen, up, first: bool| DiscProxySpec {
