@@ -22,8 +22,13 @@ use super::host::{print_host, HostArgs};
 #[derive(Args, Debug)]
 pub struct RunArgs {
     /// TOML configuration (device and optional [workload]); see crates/sim/disksim/configs/.
+    /// A DiskSim parameter file (.parv, .diskspecs) is taken as it is: an HDD of its disk.
     #[arg(long)]
     pub config: PathBuf,
+    /// The disk (disksim_disk block name) of a DiskSim parameter file that has several
+    /// (default: the one instantiated first, named on stderr).
+    #[arg(long, value_name = "NAME")]
+    pub disk: Option<String>,
     /// Trace to replay (default: the config's [workload] generator).
     #[arg(long, conflicts_with = "fio")]
     pub trace: Option<PathBuf>,
@@ -191,8 +196,11 @@ pub(super) fn run_cmd(a: RunArgs) -> Result<()> {
             return run_file_trace(&a, t);
         }
     }
-    let cfg = Config::load(&a.config)?;
+    let cfg = Config::load(&a.config)?.with_disk_name(a.disk.as_deref());
     let dev = cfg.device(&a.config)?;
+    for n in &dev.notes {
+        eprintln!("note: {n}");
+    }
     let mut trace = match &a.trace {
         Some(t) => Some(open_trace(t, a.format.as_deref(), dev.blocks, a.device)?),
         None => None,
@@ -447,8 +455,11 @@ fn run_fio(a: &RunArgs, job: &Path) -> Result<()> {
     for w in &jf.warnings {
         eprintln!("warning: {}: {w}", job.display());
     }
-    let cfg = Config::load(&a.config)?;
+    let cfg = Config::load(&a.config)?.with_disk_name(a.disk.as_deref());
     let dev = cfg.device(&a.config)?;
+    for n in &dev.notes {
+        eprintln!("note: {n}");
+    }
     let gap = cfg.host_cpu.as_ref().map_or(0.0, |c| c.app_gap_us);
     let mut src = fio::FioSource::new(&jf, 0, dev.blocks)?.with_app_gap_us(gap);
     // --fio simulates file I/O, so a host stack is always there: the one the --host flags
