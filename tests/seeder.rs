@@ -118,6 +118,7 @@ impl Fixture {
         );
         let line = first_line(&mut self.children[i]);
         line.strip_prefix("tracker on ")
+            .and_then(|rest| rest.split_whitespace().next())
             .unwrap_or_else(|| panic!("unexpected tracker line {line:?}"))
             .to_string()
     }
@@ -1064,7 +1065,7 @@ fn tracker_over_http() {
     };
     let ih = "%01".repeat(20);
     let r = get(&format!(
-        "/announce?info_hash={ih}&peer_id=-AA0000-aaaaaaaaaaaa&port=5000&left=0&compact=1"
+        "/announce?info_hash={ih}&peer_id=-AA0000-aaaaaaaaaaaa&port=5000&left=0&uploaded=1&compact=1"
     ));
     assert!(r.starts_with(b"HTTP/1.1 200"));
     let r = get(&format!(
@@ -1084,6 +1085,86 @@ fn tracker_over_http() {
     );
     let bad = get("/announce?info_hash=short");
     assert!(bad.windows(14).any(|w| w == b"failure reason"));
+}
+
+/// `s` as a bencoded string.
+fn bstr(s: &str) -> String {
+    format!("{}:{s}", s.len())
+}
+
+/// BEP 12 and 15: a torrent with only an `announce-list` (as anacrolix's `create` makes) is
+/// announced, tier by tier: the first tier's wss:// URL is skipped (said once) and its
+/// http:// tracker refuses connections, so the seeder falls through to the second tier, a
+/// udp:// tracker (`iolab tracker` serves both), where a leecher then finds it. Before, such
+/// a torrent was never announced, without a word.
+#[test]
+fn announce_list_tiers_fall_through_to_a_udp_tracker() {
+    let _g = lock();
+    let (mut fx, d, t) = small_fixture("announcelist");
+    let http = fx.tracker();
+    let hostport = http
+        .trim_start_matches("http://")
+        .trim_end_matches("/announce");
+    let udp = format!("udp://{hostport}");
+    let dead = format!("http://127.0.0.1:{}/announce", free_port().unwrap());
+    // The created torrent has no announce: an announce-list goes in before "created by"
+    // (the first key; BEP 3 dictionaries are sorted).
+    let bytes = std::fs::read(&t).unwrap();
+    assert!(bytes.starts_with(b"d10:created by"), "{:?}", &bytes[..20]);
+    let list = format!(
+        "13:announce-listll{}{}el{}ee",
+        bstr("wss://tracker.example/announce"),
+        bstr(&dead),
+        bstr(&udp)
+    );
+    let out = [b"d", list.as_bytes(), &bytes[1..]].concat();
+    let listed = fx.dir.join("listed.torrent");
+    std::fs::write(&listed, &out).unwrap();
+    assert_eq!(
+        info_hash_of(&listed),
+        info_hash_of(&t),
+        "the info is unchanged"
+    );
+    let seed = fx.seed(&[listed.to_str().unwrap(), "--data", d.to_str().unwrap()]);
+    let ih: String = info_hash_of(&t)
+        .iter()
+        .map(|b| format!("%{b:02x}"))
+        .collect();
+    let want = [
+        b"5:peers6:".as_slice(),
+        &[127, 0, 0, 1],
+        &seed.port().to_be_bytes(),
+    ]
+    .concat();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let mut s = TcpStream::connect(hostport).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        write!(
+            s,
+            "GET /announce?info_hash={ih}&peer_id=-LL0000-llllllllllll&port=7777&left=5 HTTP/1.1\r\n\r\n"
+        )
+        .unwrap();
+        let mut r = Vec::new();
+        let _ = s.read_to_end(&mut r);
+        if r.windows(want.len()).any(|w| w == want.as_slice()) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the seeder never reached the udp tracker: {}\n{}",
+            String::from_utf8_lossy(&r),
+            fx.seed_log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let log = fx.seed_log();
+    assert_eq!(
+        log.matches("wss://tracker.example/announce skipped")
+            .count(),
+        1,
+        "{log}"
+    );
 }
 
 /// `iolab seed bench` with libtorrent: every leecher of the swarm connects to libtorrent's

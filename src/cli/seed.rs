@@ -16,13 +16,13 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use iolab_runtime::net::TcpListener;
 use iolab_runtime::{sleep, spawn, Runtime};
+use iolab_seeder::announce::Tiers;
 use iolab_seeder::bench::{self, BenchConfig};
 use iolab_seeder::disk::{DiskMode, DiskStats};
 use iolab_seeder::metainfo::{CreateOptions, Meta};
 use iolab_seeder::seed::{Config, Counters, Seeder};
 use iolab_seeder::spec::SeedSpec;
 use iolab_seeder::swarm::{self, SwarmConfig};
-use iolab_seeder::tracker;
 
 use super::choice_enum;
 
@@ -66,8 +66,9 @@ pub struct RunArgs {
     /// Directory holding a loaded torrent's data (default: the .torrent's directory).
     #[arg(long)]
     pub data: Option<PathBuf>,
-    /// Tracker announce URL: written into a created torrent, and announced to (http:// only).
-    /// A loaded torrent's own announce URL is used when this is absent.
+    /// Tracker announce URL: written into a created torrent, and announced to (http:// or
+    /// udp://). When absent, a loaded torrent's own trackers are used: its announce-list
+    /// tiers (BEP 12), else its announce URL.
     #[arg(long)]
     pub tracker: Option<String>,
     /// Address to accept peers on (port 0 picks a free port).
@@ -449,7 +450,15 @@ fn seed(args: SeedSpec) -> anyhow::Result<()> {
         read_ahead: args.read_ahead,
         ..Config::default()
     };
-    let tracker_url = args.tracker.clone().or_else(|| meta.announce.clone());
+    // --tracker replaces the torrent's trackers; else its announce-list tiers (BEP 12) or
+    // its announce URL. A scheme we cannot announce to is said once, here.
+    let tiers = match &args.tracker {
+        Some(url) => vec![vec![url.clone()]],
+        None => meta.tracker_tiers(),
+    };
+    let tiers = Tiers::new(tiers, |url| {
+        eprintln!("seed: tracker {url} skipped: only http:// and udp:// trackers are supported")
+    });
     rt.block_on(async move {
         // A deep accept queue (capped by net.core.somaxconn): a swarm arriving at once is
         // not made to wait for SYN retransmissions.
@@ -483,22 +492,26 @@ fn seed(args: SeedSpec) -> anyhow::Result<()> {
                 }
             });
         }
-        if let Some(url) = tracker_url.clone() {
+        let tiers = Rc::new(std::cell::RefCell::new(tiers));
+        if !tiers.borrow().is_empty() {
             let s = seeder.clone();
+            let tiers = tiers.clone();
             spawn(async move {
                 let mut event = "started";
                 loop {
                     let up = Counters::get(&s.counters.bytes_sent);
-                    let wait = match tracker::announce(&url, &s.meta.info_hash, &s.peer_id, local.port(), up, 0, event).await {
+                    let mut t = tiers.borrow().clone();
+                    let wait = match t.announce(&s.meta.info_hash, &s.peer_id, local.port(), up, event).await {
                         Ok(r) => {
                             event = "";
                             r.interval
                         }
-                        Err(e) => {
-                            eprintln!("seed: announce failed: {e:#} (retrying in 30 s)");
+                        Err(errors) => {
+                            eprintln!("seed: announce failed: {} (retrying in 30 s)", errors.join("; "));
                             Duration::from_secs(30)
                         }
                     };
+                    *tiers.borrow_mut() = t;
                     sleep(wait).await;
                 }
             });
@@ -540,11 +553,12 @@ fn seed(args: SeedSpec) -> anyhow::Result<()> {
         if let Some(j) = &args.json {
             write_json(j, &meta, &seeder.counters, &seeder.storage.stats, disk);
         }
-        if let Some(url) = tracker_url {
+        if !tiers.borrow().is_empty() {
             let up = Counters::get(&seeder.counters.bytes_sent);
+            let mut t = tiers.borrow().clone();
             let _ = iolab_runtime::timeout(
                 Duration::from_secs(2),
-                tracker::announce(&url, &meta.info_hash, &seeder.peer_id, local.port(), up, 0, "stopped"),
+                t.announce(&meta.info_hash, &seeder.peer_id, local.port(), up, "stopped"),
             )
             .await;
         }

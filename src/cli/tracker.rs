@@ -10,14 +10,16 @@ use std::time::Duration;
 use iolab_runtime::net::TcpListener;
 use iolab_runtime::{sleep, spawn};
 use iolab_seeder::tracker::Tracker;
+use iolab_seeder::udp_tracker::UdpServer;
 
 use super::seed::{runtime, stop_flag, DriverArg};
 
-/// A small HTTP BitTorrent tracker (BEP 3 announce, BEP 23 compact, BEP 48 scrape).
+/// A small BitTorrent tracker: HTTP (BEP 3 announce, BEP 23 compact, BEP 48 scrape) and
+/// UDP (BEP 15) on the same port.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Prints \"tracker on http://ADDR/announce\" and serves until SIGINT or \
-SIGTERM. Peers announce to /announce, statistics at /scrape (BEP 48).\n\nExample:\n  iolab \
+    after_help = "Prints \"tracker on http://ADDR/announce and udp://ADDR\" and serves until \
+SIGINT or SIGTERM. Peers announce to /announce, statistics at /scrape (BEP 48).\n\nExample:\n  iolab \
 tracker --listen 127.0.0.1:6969"
 )]
 pub struct TrackerArgs {
@@ -44,9 +46,20 @@ pub fn run(args: TrackerArgs) -> anyhow::Result<()> {
             }
         })?;
         let local = listener.local_addr()?;
-        println!("tracker on http://{local}/announce");
+        // BEP 15 on the same address and port, over UDP.
+        let udp = std::net::UdpSocket::bind(local)
+            .map_err(|e| anyhow::anyhow!("cannot listen on udp://{local}: {e}"))?;
+        println!("tracker on http://{local}/announce and udp://{local}");
         let _ = std::io::stdout().flush();
         let t = Tracker::new(Duration::from_secs(args.interval.max(1)));
+        {
+            let srv = UdpServer::new(t.clone());
+            spawn(async move {
+                if let Err(e) = srv.serve(udp).await {
+                    eprintln!("tracker: udp serving failed: {e}");
+                }
+            });
+        }
         let failed: Rc<std::cell::RefCell<Option<std::io::Error>>> = Default::default();
         {
             let t = t.clone();

@@ -14,6 +14,7 @@
 //! [`swarm::SwarmConfig`]; the bench starts its seeding and swarm processes from the same
 //! types ([`spec`]).
 
+pub mod announce;
 pub mod bench;
 pub mod choker;
 pub mod disk;
@@ -22,4 +23,5 @@ pub mod seed;
 pub mod spec;
 pub mod swarm;
 pub mod tracker;
+pub mod udp_tracker;
 pub mod wire;

@@ -44,6 +44,8 @@ pub struct Meta {
     /// True for a torrent with a `files` list (even of one file).
     pub multi: bool,
     pub announce: Option<String>,
+    /// BEP 12 `announce-list`: tiers of tracker URLs (empty when the torrent has none).
+    pub announce_list: Vec<Vec<String>>,
 }
 
 /// How to make a torrent.
@@ -199,6 +201,7 @@ impl Meta {
             total,
             multi,
             announce: t.announce.clone(),
+            announce_list: t.announce_list.clone().unwrap_or_default(),
         })
     }
 
@@ -317,9 +320,25 @@ impl Meta {
                 total,
                 multi,
                 announce: opts.announce.clone(),
+                announce_list: Vec::new(),
             },
             bytes,
         ))
+    }
+
+    /// The trackers to announce to, as BEP 12 tiers: `announce-list` when the torrent has
+    /// one (its `announce` is then ignored, as BEP 12 says), else `announce` alone.
+    pub fn tracker_tiers(&self) -> Vec<Vec<String>> {
+        let tiers: Vec<Vec<String>> = self
+            .announce_list
+            .iter()
+            .filter(|t| !t.is_empty())
+            .cloned()
+            .collect();
+        if !tiers.is_empty() {
+            return tiers;
+        }
+        self.announce.iter().map(|a| vec![a.clone()]).collect()
     }
 
     pub fn num_pieces(&self) -> u32 {

@@ -26,12 +26,25 @@ struct PeerEntry {
     addr: SocketAddr,
     left: u64,
     last: Instant,
+    /// Counted in `complete`: it says `left=0` and has shown it has the data (see
+    /// [`Tracker::announce_peers`]).
+    seeder: bool,
 }
 
 #[derive(Debug, Default)]
 struct TorrentEntry {
     peers: HashMap<[u8; 20], PeerEntry>,
     completed: u64,
+}
+
+/// What the tracker answers to an announce, whatever the transport.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnnounceAnswer {
+    pub complete: u64,
+    pub incomplete: u64,
+    pub downloaded: u64,
+    pub interval: Duration,
+    pub peers: Vec<([u8; 20], SocketAddr)>,
 }
 
 /// The tracker's state (one loop).
@@ -50,6 +63,7 @@ pub struct Announce {
     pub peer_id: [u8; 20],
     pub port: u16,
     pub left: u64,
+    pub uploaded: u64,
     pub event: String,
     pub compact: bool,
     pub numwant: usize,
@@ -95,6 +109,7 @@ pub fn parse_announce(q: &[(String, Vec<u8>)]) -> Result<Announce, String> {
         .filter(|p| *p != 0)
         .ok_or("missing or invalid port")?;
     let left = get("left").and_then(num).unwrap_or(0);
+    let uploaded = get("uploaded").and_then(num).unwrap_or(0);
     let event = get("event")
         .map(|e| String::from_utf8_lossy(e).into_owned())
         .unwrap_or_default();
@@ -108,6 +123,7 @@ pub fn parse_announce(q: &[(String, Vec<u8>)]) -> Result<Announce, String> {
         peer_id,
         port,
         left,
+        uploaded,
         event,
         compact,
         numwant,
@@ -133,9 +149,20 @@ impl Tracker {
         })
     }
 
-    /// Answers one announce from `from` (the connection's address: the `ip` parameter is
-    /// ignored so a client cannot add somebody else's address).
-    pub fn announce(&self, a: &Announce, from: IpAddr) -> Vec<u8> {
+    /// Records one announce from `from` (the connection's address: the `ip` parameter is
+    /// ignored so a client cannot add somebody else's address) and chooses the peers of
+    /// the reply.
+    ///
+    /// BEP 3 and 23 leave two choices to the tracker; ours (issue 47):
+    /// - **Who counts in `complete`**: a peer with `left=0` that has shown it has the data:
+    ///   it announced `event=completed`, or was seen with `left>0` before, or reports
+    ///   `uploaded>0`. A magnet client announces `left=0` before it has even the metadata
+    ///   (rqbit does), and so does a fresh seeder: neither is counted until it shows data
+    ///   (a seeder does at its next announce after serving anybody).
+    /// - **Who gets whom**: everyone gets everyone else; a peer with `left>0` gets the
+    ///   seeders first, a peer with `left=0` too (a magnet client needs a peer with the
+    ///   metadata, and a seeder connecting to a seeder costs one handshake).
+    pub fn announce_peers(&self, a: &Announce, from: IpAddr) -> AnnounceAnswer {
         let now = Instant::now();
         let expiry = self.interval * 2;
         let mut torrents = self.torrents.borrow_mut();
@@ -147,6 +174,13 @@ impl Tracker {
             if a.event == "completed" {
                 t.completed += 1;
             }
+            let before = t.peers.get(&a.peer_id);
+            let had_left = before.is_some_and(|p| p.left > 0);
+            let seeder = a.left == 0
+                && (a.event == "completed"
+                    || had_left
+                    || a.uploaded > 0
+                    || before.is_some_and(|p| p.seeder));
             if t.peers.len() < MAX_PEERS_PER_TORRENT || t.peers.contains_key(&a.peer_id) {
                 t.peers.insert(
                     a.peer_id,
@@ -154,24 +188,35 @@ impl Tracker {
                         addr: SocketAddr::new(from, a.port),
                         left: a.left,
                         last: now,
+                        seeder,
                     },
                 );
             }
         }
-        let complete = t.peers.values().filter(|p| p.left == 0).count() as i64;
-        let incomplete = t.peers.len() as i64 - complete;
-        // Seeders need no seeders; everyone else gets everyone else, seeders first.
-        let mut others: Vec<(&[u8; 20], &PeerEntry)> = t
-            .peers
-            .iter()
-            .filter(|(id, p)| **id != a.peer_id && !(a.left == 0 && p.left == 0))
-            .collect();
-        others.sort_by_key(|(_, p)| p.left != 0);
+        let complete = t.peers.values().filter(|p| p.seeder).count() as u64;
+        let incomplete = t.peers.len() as u64 - complete;
+        let mut others: Vec<(&[u8; 20], &PeerEntry)> =
+            t.peers.iter().filter(|(id, _)| **id != a.peer_id).collect();
+        // Those with everything (left=0) first, the counted seeders before them all.
+        others.sort_by_key(|(_, p)| (!p.seeder, p.left != 0));
         others.truncate(a.numwant);
+        self.announces.set(self.announces.get() + 1);
+        AnnounceAnswer {
+            complete,
+            incomplete,
+            downloaded: t.completed,
+            interval: self.interval,
+            peers: others.iter().map(|(id, p)| (**id, p.addr)).collect(),
+        }
+    }
+
+    /// Answers one HTTP announce (bencoded) from `from`.
+    pub fn announce(&self, a: &Announce, from: IpAddr) -> Vec<u8> {
+        let ans = self.announce_peers(a, from);
         let mut items = vec![
-            ("complete", BencodeElem::Integer(complete)),
-            ("incomplete", BencodeElem::Integer(incomplete)),
-            ("downloaded", BencodeElem::Integer(t.completed as i64)),
+            ("complete", BencodeElem::Integer(ans.complete as i64)),
+            ("incomplete", BencodeElem::Integer(ans.incomplete as i64)),
+            ("downloaded", BencodeElem::Integer(ans.downloaded as i64)),
             (
                 "interval",
                 BencodeElem::Integer(self.interval.as_secs() as i64),
@@ -184,8 +229,8 @@ impl Tracker {
         if a.compact {
             let mut v4 = Vec::new();
             let mut v6 = Vec::new();
-            for (_, p) in &others {
-                match p.addr {
+            for (_, addr) in &ans.peers {
+                match addr {
                     SocketAddr::V4(s) => {
                         v4.extend_from_slice(&s.ip().octets());
                         v4.extend_from_slice(&s.port().to_be_bytes());
@@ -201,58 +246,63 @@ impl Tracker {
                 items.push(("peers6", BencodeElem::Bytes(v6)));
             }
         } else {
-            let list = others
+            let list = ans
+                .peers
                 .iter()
-                .map(|(id, p)| {
+                .map(|(id, addr)| {
                     dict(vec![
                         ("peer id", BencodeElem::Bytes(id.to_vec())),
-                        ("ip", BencodeElem::String(p.addr.ip().to_string())),
-                        ("port", BencodeElem::Integer(p.addr.port() as i64)),
+                        ("ip", BencodeElem::String(addr.ip().to_string())),
+                        ("port", BencodeElem::Integer(addr.port() as i64)),
                     ])
                 })
                 .collect();
             items.push(("peers", BencodeElem::List(list)));
         }
-        self.announces.set(self.announces.get() + 1);
         dict(items).encode()
+    }
+
+    /// Scrape figures of one torrent: (complete, incomplete, downloaded).
+    pub fn scrape_one(&self, h: &[u8; 20]) -> (u64, u64, u64) {
+        let torrents = self.torrents.borrow();
+        let now = Instant::now();
+        let expiry = self.interval * 2;
+        match torrents.get(h) {
+            Some(t) => {
+                let (mut c, mut i) = (0, 0);
+                for p in t
+                    .peers
+                    .values()
+                    .filter(|p| now.duration_since(p.last) < expiry)
+                {
+                    if p.seeder {
+                        c += 1
+                    } else {
+                        i += 1
+                    }
+                }
+                (c, i, t.completed)
+            }
+            None => (0, 0, 0),
+        }
     }
 
     /// BEP 48: statistics for the given info hashes (all torrents, at most 1,000, if none).
     pub fn scrape(&self, hashes: &[[u8; 20]]) -> Vec<u8> {
-        let torrents = self.torrents.borrow();
-        let now = Instant::now();
-        let expiry = self.interval * 2;
         let keys: Vec<[u8; 20]> = if hashes.is_empty() {
-            torrents.keys().take(1000).copied().collect()
+            self.torrents.borrow().keys().take(1000).copied().collect()
         } else {
             hashes.to_vec()
         };
         let mut files = HashMap::new();
         for h in keys {
-            let (c, i, d) = match torrents.get(&h) {
-                Some(t) => {
-                    let live = t
-                        .peers
-                        .values()
-                        .filter(|p| now.duration_since(p.last) < expiry);
-                    let (mut c, mut i) = (0i64, 0i64);
-                    for p in live {
-                        if p.left == 0 {
-                            c += 1
-                        } else {
-                            i += 1
-                        }
-                    }
-                    (c, i, t.completed as i64)
-                }
-                None => (0, 0, 0),
-            };
+            let (c, i, d) = self.scrape_one(&h);
             files.insert(
                 h.to_vec(),
                 dict(vec![
-                    ("complete", BencodeElem::Integer(c)),
-                    ("downloaded", BencodeElem::Integer(d)),
-                    ("incomplete", BencodeElem::Integer(i)),
+                    ("complete", BencodeElem::Integer(c as i64)),
+                    ("downloaded", BencodeElem::Integer(d as i64)),
+                    ("incomplete", BencodeElem::Integer(i as i64)),
                 ]),
             );
         }
@@ -526,7 +576,7 @@ mod tests {
         let t = Tracker::new(Duration::from_secs(60));
         let ih = "%aa".repeat(20);
         let a1 = parse_announce(&q(&format!(
-            "info_hash={ih}&peer_id=AAAAAAAAAAAAAAAAAAAA&port=6881&left=0&event=started"
+            "info_hash={ih}&peer_id=AAAAAAAAAAAAAAAAAAAA&port=6881&left=0&uploaded=1&event=started"
         )))
         .unwrap();
         assert_eq!(a1.info_hash, [0xaa; 20]);
@@ -560,6 +610,39 @@ mod tests {
         );
         assert_eq!(code, 200);
         assert!(body.starts_with(b"d14:failure reason"));
+    }
+
+    /// Issue 47: a magnet client announces `left=0` before it has the metadata. It gets the
+    /// seeder in its reply (before, "seeders need no seeders" left it out), and neither it
+    /// nor a seeder that has not yet shown data counts in `complete` (before, both did).
+    #[test]
+    fn a_left_0_announce_gets_the_seeders_and_counts_only_with_data() {
+        let t = Tracker::new(Duration::from_secs(60));
+        let ih = "%bb".repeat(20);
+        let ann = |peer: &str, port: u16, rest: &str, ip: &str| {
+            let a = parse_announce(&q(&format!(
+                "info_hash={ih}&peer_id={peer}&port={port}&{rest}"
+            )))
+            .unwrap();
+            t.announce_peers(&a, ip.parse().unwrap())
+        };
+        let seeder = "SSSSSSSSSSSSSSSSSSSS";
+        let r = ann(seeder, 6881, "left=0&uploaded=0&event=started", "10.0.0.1");
+        assert_eq!((r.complete, r.incomplete), (0, 1), "no data shown yet");
+        let magnet = "MMMMMMMMMMMMMMMMMMMM";
+        let r = ann(magnet, 7000, "left=0&uploaded=0&event=started", "10.0.0.2");
+        let addrs: Vec<SocketAddr> = r.peers.iter().map(|p| p.1).collect();
+        assert_eq!(addrs, vec!["10.0.0.1:6881".parse().unwrap()]);
+        // The seeder's next announce reports bytes served: now it counts.
+        let r = ann(seeder, 6881, "left=0&uploaded=5000", "10.0.0.1");
+        assert_eq!((r.complete, r.incomplete), (1, 1));
+        // A leecher that finishes counts (left>0 then left=0), and one that says completed.
+        ann("LLLLLLLLLLLLLLLLLLLL", 7001, "left=100", "10.0.0.3");
+        let r = ann("LLLLLLLLLLLLLLLLLLLL", 7001, "left=0", "10.0.0.3");
+        assert_eq!((r.complete, r.incomplete), (2, 1));
+        let r = ann(magnet, 7000, "left=0&event=completed", "10.0.0.2");
+        assert_eq!((r.complete, r.incomplete, r.downloaded), (3, 0, 1));
+        assert_eq!(t.scrape_one(&[0xbb; 20]), (3, 0, 1));
     }
 
     #[test]
