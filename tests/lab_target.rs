@@ -114,6 +114,10 @@ fn two_servers_not_written_here_are_measured_and_reported() {
         assert!(html.contains(s), "index.html lacks {s:?}");
     }
     iolab_lab::validate::check_report(&out).unwrap();
+    // The page as Chromium builds it has both servers' rows.
+    if let Some(dom) = iolab_sys::testing::chromium_renders(&out.join("index.html")) {
+        assert!(dom.contains("<td>ngx</td>") && dom.contains("<td>bb</td>"));
+    }
     let left = processes_with(out.to_str().unwrap());
     assert!(left.is_empty(), "left running: {left:?}");
     std::fs::remove_dir_all(&out).unwrap();
@@ -242,5 +246,49 @@ fn wrong_servers_fail_with_what_they_said() {
         t.failures[0].contains("exited at start") && t.failures[0].contains("cannot listen on"),
         "{:?}",
         t.failures
+    );
+}
+
+/// Ctrl-C stops a command target's whole group (sh and the server it started) before the
+/// lab exits.
+#[test]
+fn ctrl_c_stops_a_command_target() {
+    let Some(_) = iolab_sys::testing::require_tool("busybox", "busybox") else {
+        return;
+    };
+    let scratch = iolab_sys::testing::tempdir("lab-target-sigint").unwrap();
+    let out = scratch.path().join("report");
+    // Not `exec`: sh stays as the group's leader, with busybox its child.
+    let mut run = lab(
+        &out,
+        &[
+            "--repeat",
+            "50",
+            "--target",
+            "bb=busybox httpd -f -p {addr} -h {root}; echo after",
+        ],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let needle = out.join("www");
+    let needle = needle.to_str().unwrap();
+    let t0 = std::time::Instant::now();
+    while processes_with(needle).len() < 2 {
+        assert!(t0.elapsed().as_secs() < 60, "busybox did not start");
+        assert!(run.try_wait().unwrap().is_none(), "the lab ended early");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    iolab_sys::process::signal(run.id(), libc::SIGINT).unwrap();
+    assert_eq!(run.wait().unwrap().code(), Some(130));
+    let t1 = std::time::Instant::now();
+    while !processes_with(needle).is_empty() && t1.elapsed().as_secs() < 5 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(
+        processes_with(needle).is_empty(),
+        "left running: {:?}",
+        processes_with(needle)
     );
 }

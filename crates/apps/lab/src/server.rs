@@ -16,18 +16,29 @@ use anyhow::{bail, Context};
 use iolab_servers::spec::{model_named, GlommioSpec, MonoioSpec, ServeSpec, TokioSpec};
 use iolab_servers::{AcceptMode, Config, Model};
 
-/// Process groups of the running children, for the signal handler.
-static GROUPS: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+/// Process groups of the running children, for the signal handler, and whether the lab
+/// is stopping (then no group may be added).
+static GROUPS: Mutex<(Vec<i32>, bool)> = Mutex::new((Vec::new(), false));
 
-pub(crate) fn register(pgid: i32) {
-    if let Ok(mut g) = GROUPS.lock() {
-        g.push(pgid);
+/// Records a child's group for the signal handler. Once the lab is stopping, the group is
+/// killed instead and false returned: the run goes on for a moment after the handler's
+/// sweep, and a server started then would outlive it (a `--target`'s processes are not
+/// all covered by PR_SET_PDEATHSIG, which only the `sh` gets).
+pub(crate) fn register(pgid: i32) -> bool {
+    let Ok(mut g) = GROUPS.lock() else {
+        return true;
+    };
+    if g.1 {
+        signal_group(pgid, libc::SIGKILL);
+        return false;
     }
+    g.0.push(pgid);
+    true
 }
 
 pub(crate) fn unregister(pgid: i32) {
     if let Ok(mut g) = GROUPS.lock() {
-        g.retain(|&p| p != pgid);
+        g.0.retain(|&p| p != pgid);
     }
 }
 
@@ -49,9 +60,16 @@ pub(crate) fn cpu_set(cpus: &[usize]) -> libc::cpu_set_t {
     set
 }
 
-/// Kills every registered child group (SIGTERM, then SIGKILL after a grace period).
+/// Kills every registered child group (SIGTERM, then SIGKILL after a grace period); no
+/// child may register after it started.
 pub fn kill_all() {
-    let groups: Vec<i32> = GROUPS.lock().map(|g| g.clone()).unwrap_or_default();
+    let groups: Vec<i32> = GROUPS
+        .lock()
+        .map(|mut g| {
+            g.1 = true;
+            g.0.clone()
+        })
+        .unwrap_or_default();
     for &g in &groups {
         signal_group(g, libc::SIGTERM);
     }
@@ -432,7 +450,14 @@ impl ServerProc {
             .spawn()
             .with_context(|| format!("starting {}", t.name))?;
         let pgid = child.id() as i32;
-        register(pgid);
+        if !register(pgid) {
+            let mut child = child;
+            let _ = child.wait();
+            // The signal thread is taking the lab down and exits with the signal's status;
+            // going on would only fail every server left in moments and finish first.
+            std::thread::sleep(Duration::from_secs(30));
+            bail!("{}: not started, the lab is stopping", t.name);
+        }
         Ok(ServerProc {
             child: Some(child),
             pgid,
@@ -821,7 +846,7 @@ mod tests {
             .expect("must fail")
             .to_string();
         assert!(e.contains("exited at start"), "{e}");
-        assert!(GROUPS.lock().unwrap().is_empty());
+        assert!(GROUPS.lock().unwrap().0.is_empty());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
