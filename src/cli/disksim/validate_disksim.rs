@@ -11,8 +11,9 @@ use super::check_replaceable;
 
 #[derive(Args, Debug)]
 pub struct ValidateArgs {
-    /// Directory with NAME.parv / NAME.trace pairs (default: the copy in the repository,
-    /// crates/sim/disksim/data/disksim-valid).
+    /// Directory with NAME.parv / NAME.trace pairs, the trace in DiskSim's validate format
+    /// (default: the copy in the repository, crates/sim/disksim/data/disksim-valid; DiskSim
+    /// 4.0's own valid/ works as it is).
     pub dir: Option<PathBuf>,
     /// Only these disks (file stems), comma-separated.
     #[arg(long, value_delimiter = ',')]
@@ -74,7 +75,7 @@ pub(super) fn validate_disksim(a: ValidateArgs) -> Result<()> {
         );
     }
     print!("{}", validate::table(&results));
-    println!("demerit: RMS of real vs simulated response-time distributions at 10,000 percentiles; goal: <= DiskSim's and |mean| <= 5%");
+    println!("demerit: RMS of real vs simulated response-time distributions at 10,000 percentiles; vs DS: ours / DiskSim 4.0's; goal: <= {}x DiskSim's and |mean| <= {}% (\"-\": DiskSim has no figure)", validate::DEMERIT_GOAL_RATIO, validate::MEAN_GOAL_PCT);
     println!("req rms: RMS of simulated minus real response time request by request (ms); DiskSim: DiskSim 4.0's on the same trace");
     if a.by_class {
         println!();

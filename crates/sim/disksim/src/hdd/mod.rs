@@ -17,6 +17,7 @@
 //! evaluated lazily when the next request arrives: read-ahead is abandoned at a sector
 //! boundary when the mechanism is needed, while a destage must finish first.
 
+mod bus;
 pub mod layout;
 pub mod mech;
 pub mod params;
@@ -752,30 +753,8 @@ impl Hdd {
         let (free, pos) = (mech.free, mech.pos);
         let buf = std::mem::take(&mut self.spare_chunks);
         let m = self.media(free, pos, req.lba + hit, n - hit, false, free, buf);
-        let mut bus_done = mech.asked + c.prep + hit as f64 * c.bus;
-        // Bus: reconnect at the water mark, then each sector once read.
-        let need = ((self.spec.cache.read_watermark * (n - hit) as f64).ceil() as u64).max(1);
-        let mut seen = 0u64;
-        let mut floor = 0.0;
-        for ch in &m.chunks {
-            if seen + u64::from(ch.n) >= need {
-                floor = ch.t0 + (need - seen) as f64 * ch.ms;
-                break;
-            }
-            seen += u64::from(ch.n);
-        }
-        bus_done = bus_done.max(floor + self.oh(self.spec.overheads.reselect));
-        if !self.spec.cache.hold_bus_read {
-            // A drive that releases the bus during the media access reconnects once, when
-            // the requested sectors are all in the buffer.
-            bus_done = bus_done.max(m.end);
-        }
-        for ch in &m.chunks {
-            let k = f64::from(ch.n);
-            bus_done = (bus_done + k * c.bus)
-                .max(ch.t0 + ch.ms + k * c.bus)
-                .max(ch.t0 + k * ch.ms + c.bus);
-        }
+        let rb = bus::ReadBus::of(&self.spec, n, self.last_read);
+        let bus_done = rb.done(&m.chunks, Self::bus_start(hit, &mech, c, &rb));
         rec.seek = m.seek;
         rec.rotation = m.rotation + (free - mech.asked).max(0.0);
         rec.transfer = m.transfer;
@@ -794,6 +773,17 @@ impl Hdd {
         let (end, mpos) = (m.end, m.pos);
         self.spare_chunks = m.chunks;
         self.start_prefetch(seg, req.end(), req.end(), end, mpos);
+    }
+
+    /// The bus when a read's media transfer starts: a cached prefix (`hit` sectors) goes to
+    /// the host at once and the drive stays connected; a miss disconnected after its command
+    /// (DiskSim's `disk_read_arrive`).
+    fn bus_start(hit: u64, mech: &MechStart, c: &ReadCosts, rb: &bus::ReadBus) -> bus::BusState {
+        if hit > 0 {
+            bus::BusState::Connected(mech.asked + c.prep + hit as f64 * c.bus)
+        } else {
+            bus::BusState::Disconnected(mech.asked + rb.disconnect)
+        }
     }
 
     fn add_media_stats(&mut self, m: &Media) {
@@ -838,6 +828,9 @@ impl Hdd {
         m.data_per = bt;
         while self.media_step(&mut m) {}
         self.add_media_stats(&m);
+        let bus_end = bus::WriteBus::of(&self.spec, n)
+            .done(&m.chunks, bus_start, n)
+            .max(bus_end);
         let completion = self.oh(o.write_completion);
         rec.overhead = oh + completion;
         rec.bus = n as f64 * bt;
@@ -1035,7 +1028,10 @@ mod tests {
                 read_hits_on_write_data: true,
                 combine_seq_writes: false,
                 read_watermark: 0.0,
+                watermark_by_request: true,
                 hold_bus_read: true,
+                write_watermark: 0.0,
+                hold_bus_write: true,
             },
             queue_depth: 1,
             scheduler: Policy::Fcfs,
@@ -1288,6 +1284,23 @@ mod tests {
         assert_ms(out[1].response(), 0.08, &"bus only");
         // The write landed inside the read-ahead segment [1000, 1208): the segment is dropped.
         assert_eq!(out[2].rec.cache, CacheOutcome::Miss);
+    }
+
+    #[test]
+    fn a_write_back_larger_than_its_segment_waits_for_the_media_to_make_room() {
+        // A 40-sector segment, the bus 0.01 ms a sector, the media 0.1 (100 sectors a
+        // track): a 40-sector write is in the buffer after 0.4 ms; of a 100-sector one the
+        // last 60 wait for room, the last until sector 59 is on the media (DiskSim's
+        // `disk_buffer_transfer_size`), where the bus alone would take 1 ms.
+        let mut s = spec(true);
+        s.cache.fast_write = 2;
+        s.cache.segment_sectors = 40;
+        let out = run(s.clone(), &[(0.0, 0, 40, Op::Write)]);
+        assert_ms(out[0].response(), 0.4, &"within the segment");
+        let out = run(s, &[(0.0, 0, 100, Op::Write)]);
+        let r = out[0].response();
+        assert!(r > 6.0, "{r} ms: the last sector goes after sector 59 is written");
+        assert!(r < out[0].rec.completion + 1e-9 && r < 20.0, "{r}");
     }
 
     /// Completion time of each request (ms).

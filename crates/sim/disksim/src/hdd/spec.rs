@@ -34,8 +34,19 @@ pub struct Overheads {
     pub write_completion: f64,
     /// Before the first data transfer on the bus [Data preparation overhead].
     pub data_prep: f64,
-    /// Reconnection to the host before sending data read from the media [First reselect overhead].
+    /// Every reconnection to the host before sending data read from the media [First
+    /// reselect overhead] (DiskSim's code charges it on each, not only the first).
     pub reselect: f64,
+    /// A read's disconnection when its buffer runs dry, previous request a read / a write
+    /// [Read disconnect afterread / afterwrite].
+    pub read_disconnect_after_read: f64,
+    pub read_disconnect_after_write: f64,
+    /// A write's disconnection when its segment is full [Write disconnect overhead], and
+    /// for a drive with an extra write disconnect [Extradisc 2nd disconnect overhead].
+    pub write_disconnect: f64,
+    pub extradisc_write_disconnect: f64,
+    /// Reconnection of a drive with an extra write disconnect [Other reselect overhead].
+    pub reselect_other: f64,
     /// A nonsequential write waits at least this long before touching the media [Minimum seek delay].
     pub min_seek_delay: f64,
     /// Drives that disconnect before taking a write's data [Extra write disconnect and the
@@ -83,13 +94,21 @@ pub struct CacheSpec {
     pub read_hits_on_write_data: bool,
     /// A write that appends to the data being written joins it [Combine seq writes].
     pub combine_seq_writes: bool,
-    /// Reconnect for a read when this fraction of the request is in the buffer
-    /// [High (read) water mark], only when the drive holds the bus [Hold bus entire read xfer].
+    /// A read reconnects when this fraction of the request (or of the segment, see
+    /// `watermark_by_request`) is in the buffer past what was sent [High (read) water mark].
     pub read_watermark: f64,
-    /// The drive keeps the bus for a whole read [Hold bus entire read xfer]: it sends data
-    /// from the water mark on. Otherwise it disconnects during the media access and
-    /// reconnects once the requested sectors are all in the buffer.
+    /// The water mark is a fraction of the request, not of the segment [Set watermark by
+    /// reqsize].
+    pub watermark_by_request: bool,
+    /// The drive keeps the bus when a read's buffer runs dry and waits for the media
+    /// [Hold bus entire read xfer]; otherwise it disconnects and reconnects at the water
+    /// mark (see `bus.rs` for DiskSim's rules).
     pub hold_bus_read: bool,
+    /// A write reconnects when no more than this fraction of the request (or segment) is
+    /// left in the buffer to write [Low (write) water mark].
+    pub write_watermark: f64,
+    /// The drive keeps the bus while a write's segment is full [Hold bus entire write xfer].
+    pub hold_bus_write: bool,
 }
 
 /// Everything the HDD model needs.
@@ -408,8 +427,17 @@ fn seek_from(mech_b: &Block, dir: &Path, cylinders: u32) -> Result<SeekCurve> {
     })
 }
 
-/// The interface's time per sector (read, write): the slowest of the disk, the buses and
-/// the controller.
+/// DiskSim's controller types whose own "Bulk sector transfer time" bounds a transfer from
+/// the disk: 2 (53C700-based, `controller_53c700_data_transfer`) and 3 (smart). A pass-thru
+/// controller (1) forwards the disk's transfer without a time of its own
+/// (`controller_passthru_event_arrive`).
+const CTLR_TYPES_WITH_TRANSFER_TIME: [f64; 2] = [2.0, 3.0];
+
+/// The interface's time per sector (read, write), as DiskSim's `disk_get_blktranstime` and
+/// its controllers take it: the slowest of the disk's "Bulk sector transfer time", the
+/// buses' block transfer times and, for 53C700 and smart controllers, the controller's
+/// bulk sector time (not multiplied by its "Scale for delays", which scales only its
+/// overheads). The topology is not read, so every bus counts, not only the disk's own.
 fn bus_times(d: &Block, pf: &ParamFile) -> Result<(f64, f64)> {
     let mut bus_read = nonneg(d, "Bulk sector transfer time")?;
     let mut bus_write = bus_read;
@@ -418,7 +446,10 @@ fn bus_times(d: &Block, pf: &ParamFile) -> Result<(f64, f64)> {
         bus_write = bus_write.max(b.num_or("Write block transfer time", 0.0)?);
     }
     for c in pf.find("disksim_ctlr") {
-        let t = c.num_or("Bulk sector transfer time", 0.0)? * c.num_or("Scale for delays", 0.0)?;
+        if !CTLR_TYPES_WITH_TRANSFER_TIME.contains(&c.num_or("type", 1.0)?) {
+            continue;
+        }
+        let t = c.num_or("Bulk sector transfer time", 0.0)?;
         bus_read = bus_read.max(t);
         bus_write = bus_write.max(t);
     }
@@ -463,6 +494,11 @@ fn overheads_from(d: &Block) -> Result<Overheads> {
         write_completion: nonneg(d, "Write completion overhead")?,
         data_prep: nonneg(d, "Data preparation overhead")?,
         reselect: nonneg(d, "First reselect overhead")?,
+        read_disconnect_after_read: nonneg(d, "Read disconnect afterread")?,
+        read_disconnect_after_write: nonneg(d, "Read disconnect afterwrite")?,
+        write_disconnect: nonneg(d, "Write disconnect overhead")?,
+        extradisc_write_disconnect: d.num_or("Extradisc 2nd disconnect overhead", 0.0)?.max(0.0),
+        reselect_other: nonneg(d, "Other reselect overhead")?,
         min_seek_delay: d.num_or("Minimum seek delay", 0.0)?.max(0.0),
         extra_write_disconnect,
     })
@@ -470,7 +506,6 @@ fn overheads_from(d: &Block) -> Result<Overheads> {
 
 fn cache_from(d: &Block) -> Result<CacheSpec> {
     let segments = count(d, "Number of buffer segments", 4096.0)? as usize;
-    let hold_read = flag(d, "Hold bus entire read xfer")?;
     Ok(CacheSpec {
         enabled: flag(d, "Enable caching in buffer")? && segments > 0,
         segments: segments.max(1),
@@ -487,12 +522,11 @@ fn cache_from(d: &Block) -> Result<CacheSpec> {
         fast_write: count(d, "Fast write level", 2.0)? as u8,
         read_hits_on_write_data: flag(d, "Allow read hits on write data")?,
         combine_seq_writes: flag(d, "Combine seq writes")?,
-        hold_bus_read: hold_read,
-        read_watermark: if hold_read {
-            d.num("High (read) water mark")?.clamp(0.0, 1.0)
-        } else {
-            0.0
-        },
+        hold_bus_read: flag(d, "Hold bus entire read xfer")?,
+        read_watermark: d.num("High (read) water mark")?.clamp(0.0, 1.0),
+        watermark_by_request: flag(d, "Set watermark by reqsize")?,
+        write_watermark: d.num("Low (write) water mark")?.clamp(0.0, 1.0),
+        hold_bus_write: flag(d, "Hold bus entire write xfer")?,
     })
 }
 
@@ -511,6 +545,38 @@ mod tests {
         std::fs::write(dir.path().join("ibm18es.model"), edit(model)).unwrap();
         let spec = HddSpec::from_disksim(&dir.path().join("ibm18es.diskspecs"), None);
         (dir, spec)
+    }
+
+    /// The HP C2247's `.parv` with its controller block edited by `edit`.
+    fn hp_bus_with(edit: impl Fn(String) -> String) -> HddSpec {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/disksim-valid");
+        let dir = iolab_sys::testing::tempdir("disksim-hp-ctlr").unwrap();
+        for f in ["hp_c2247a.diskspecs", "hp_c2247a_validate.model"] {
+            std::fs::copy(src.join(f), dir.path().join(f)).unwrap();
+        }
+        let parv = std::fs::read_to_string(src.join("hp_c2247a.parv")).unwrap();
+        std::fs::write(dir.path().join("hp_c2247a.parv"), edit(parv)).unwrap();
+        HddSpec::from_disksim(&dir.path().join("hp_c2247a.parv"), None).unwrap()
+    }
+
+    #[test]
+    fn a_controllers_transfer_time_counts_as_disksims_controller_types_use_it() {
+        // The HP's bus1 takes 0.17010 ms per sector read, 0.18686 written.
+        let plain = hp_bus_with(|p| p);
+        assert_eq!((plain.bus_read_ms, plain.bus_write_ms), (0.17010, 0.18686));
+        fn ctlr(ty: &'static str, scale: &'static str) -> impl Fn(String) -> String {
+            move |p: String| {
+                p.replace(
+                    "type = 1,\nScale for delays = 0.0,\nBulk sector transfer time = 0.0,",
+                    &format!("type = {ty},\nScale for delays = {scale},\nBulk sector transfer time = 0.5,"),
+                )
+            }
+        }
+        // A pass-thru controller's own time is not used, whatever its scale.
+        assert_eq!(hp_bus_with(ctlr("1", "1.0")).bus_read_ms, 0.17010);
+        // A 53C700 one bounds the transfer, its scale (0: no overheads) aside.
+        let c700 = hp_bus_with(ctlr("2", "0.0"));
+        assert_eq!((c700.bus_read_ms, c700.bus_write_ms), (0.5, 0.5));
     }
 
     #[test]
