@@ -858,6 +858,13 @@ fn bad_peers_are_dropped_and_others_served() {
     let mut g = open();
     g.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
     assert!(closed(&mut g), "an HTTP request is dropped");
+    // 1b. An MSE/PE opening (96 bytes of DH key, padding): closed, but not a bad peer.
+    let mut mse = open();
+    mse.write_all(&random_bytes(96 + 100, 5)).unwrap();
+    assert!(
+        closed(&mut mse),
+        "an MSE opening is closed (not spoken yet)"
+    );
     // 2. The wrong torrent.
     let mut w = open();
     w.write_all(&handshake(&[7; 20], true)).unwrap();
@@ -917,7 +924,8 @@ fn bad_peers_are_dropped_and_others_served() {
     let c: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let n = |k: &str| c["counters"][k].as_u64().unwrap();
-    assert!(n("peers_dropped_garbage") >= 3, "{c}");
+    assert_eq!(n("peers_dropped_garbage"), 3, "{c}");
+    assert_eq!(n("mse_openings"), 1, "an MSE opening is no bad peer: {c}");
     assert_eq!(n("peers_wrong_torrent"), 1, "{c}");
     assert!(n("requests_rejected") >= 1, "{c}");
     assert!(n("blocks_sent") >= 1, "{c}");

@@ -532,13 +532,14 @@ fn seed(args: SeedSpec) -> anyhow::Result<()> {
                 last_bytes = b;
                 last_status = Instant::now();
                 eprintln!(
-                    "seed: {:.0}s peers {} (unchoked {}), sent {:.1} MB at {:.1} MB/s, dropped {} bad, {} timed out, {} stalled",
+                    "seed: {:.0}s peers {} (unchoked {}), sent {:.1} MB at {:.1} MB/s, dropped {} bad, {} mse openings, {} timed out, {} stalled",
                     started.elapsed().as_secs_f64(),
                     Counters::get(&c.peers_now),
                     Counters::get(&c.unchoked_now),
                     b as f64 / 1e6,
                     rate,
                     Counters::get(&c.peers_dropped_garbage),
+                    Counters::get(&c.mse_openings),
                     Counters::get(&c.handshake_timeouts) + Counters::get(&c.idle_timeouts),
                     Counters::get(&c.send_stalls),
                 );

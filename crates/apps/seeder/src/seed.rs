@@ -94,6 +94,8 @@ pub struct Counters {
     /// Dropped for a protocol violation (garbage, bad handshake, out-of-bounds request, ...).
     pub peers_dropped_garbage: AtomicU64,
     pub peers_wrong_torrent: AtomicU64,
+    /// Closed because they opened with MSE/PE (not counted as bad peers).
+    pub mse_openings: AtomicU64,
     pub handshake_timeouts: AtomicU64,
     pub idle_timeouts: AtomicU64,
     pub send_failures: AtomicU64,
@@ -193,6 +195,8 @@ enum End {
     Idle,
     /// Took nothing of what was sent for `send_timeout`.
     SendStalled,
+    /// The peer opened with MSE/PE (encryption), which we do not speak yet.
+    MseOpening,
     Io(io::Error),
 }
 
@@ -253,6 +257,7 @@ impl Seeder {
                     End::HandshakeTimeout => inc(&me.counters.handshake_timeouts),
                     End::Idle => inc(&me.counters.idle_timeouts),
                     End::SendStalled => inc(&me.counters.send_stalls),
+                    End::MseOpening => inc(&me.counters.mse_openings),
                     End::Io(_) => inc(&me.counters.send_failures),
                 }
             });
@@ -278,6 +283,9 @@ impl Seeder {
                 Err(e) => return End::Io(e),
             }
             if inbuf.len() >= 20 && (inbuf[0] != 19 || &inbuf[1..20] != wire::PROTOCOL) {
+                if wire::looks_like_mse(&inbuf) {
+                    return End::MseOpening;
+                }
                 return End::Garbage("not a BitTorrent handshake".into());
             }
         }

@@ -60,6 +60,22 @@ impl Handshake {
     }
 }
 
+/// Whether the first bytes of a connection that are not a BitTorrent handshake are an
+/// MSE/PE opening (a 768-bit Diffie-Hellman public key, 96 bytes, then up to 512 bytes of
+/// padding, sent in one write by every client that encrypts): at least 96 bytes, and not
+/// text (an HTTP request or a line protocol sent to the wrong port). A heuristic for the
+/// counters, until MSE is spoken.
+pub fn looks_like_mse(first: &[u8]) -> bool {
+    if first.len() < 96 || first.len() > 96 + 512 {
+        return false;
+    }
+    let text = first[..96]
+        .iter()
+        .filter(|&&b| b == b'\t' || b == b'\n' || b == b'\r' || (0x20..0x7f).contains(&b))
+        .count();
+    text < 80
+}
+
 /// Our BEP 20 peer id: `-IL0100-` and 12 random bytes.
 pub fn make_peer_id() -> [u8; 20] {
     let mut id = [0u8; 20];
@@ -382,6 +398,20 @@ pub fn check_request(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_mse_opening_is_told_from_text() {
+        let key: Vec<u8> = (0..96u32).map(|i| (i * 151 % 251) as u8 ^ 0x80).collect();
+        assert!(looks_like_mse(&key));
+        assert!(looks_like_mse(&[key.clone(), vec![7; 512]].concat()));
+        assert!(!looks_like_mse(&key[..95]), "shorter than a DH key");
+        assert!(
+            !looks_like_mse(&[key, vec![7; 513]].concat()),
+            "longer than key and padding"
+        );
+        let http = format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(100));
+        assert!(!looks_like_mse(http.as_bytes()));
+    }
 
     #[test]
     fn round_trip_every_message() {
