@@ -13,9 +13,12 @@ use serde::Serialize;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Requests per workload.
-    #[arg(long, default_value_t = 1_000_000)]
-    pub requests: u64,
+    /// Requests per workload (default 1,000,000; 100,000 with --quick).
+    #[arg(long)]
+    pub requests: Option<u64>,
+    /// 100,000 requests per workload (about a second in all): a check, not a figure.
+    #[arg(long, conflicts_with = "requests")]
+    pub quick: bool,
     /// Write the figures as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -45,7 +48,10 @@ fn thread_cpu_s() -> Option<f64> {
 }
 
 pub(super) fn bench(a: BenchArgs) -> Result<()> {
-    if a.requests == 0 {
+    let requests = a
+        .requests
+        .unwrap_or(if a.quick { 100_000 } else { 1_000_000 });
+    if requests == 0 {
         bail!("--requests must be at least 1");
     }
     let parv = iolab_disksim::default_valid_dir().join("barracuda.parv");
@@ -67,18 +73,19 @@ pub(super) fn bench(a: BenchArgs) -> Result<()> {
     ];
     println!("machine: {}", machine());
     println!(
-        "{:<42} {:>9} {:>7} {:>7} {:>11} {:>11} {:>10}",
+        "{:<42} {:>9} {:>7} {:>7} {:>11} {:>11} {:>10} {:>10}",
         "workload (HDD: Seagate Barracuda model)",
         "requests",
         "wall s",
         "cpu s",
         "req/s wall",
         "req/s cpu",
+        "sim/wall",
         "sim/cpu"
     );
     for (name, address, rf) in workloads {
         let w = WorkloadSpec {
-            requests: a.requests,
+            requests,
             read_fraction: rf,
             size: Dist::Constant { value: 8.0 },
             address,
@@ -113,13 +120,14 @@ pub(super) fn bench(a: BenchArgs) -> Result<()> {
             sim_per_cpu: totals.sim_end / 1000.0 / cpu,
         };
         println!(
-            "{:<42} {:>9} {:>7.3} {:>7.3} {:>11.0} {:>11.0} {:>9.0}x",
+            "{:<42} {:>9} {:>7.3} {:>7.3} {:>11.0} {:>11.0} {:>9.0}x {:>9.0}x",
             r.workload,
             r.requests,
             r.wall_s,
             r.cpu_s,
             r.requests_per_s,
             r.requests_per_cpu_s,
+            r.sim_per_wall,
             r.sim_per_cpu
         );
         out.push(r);

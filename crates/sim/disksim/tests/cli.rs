@@ -212,3 +212,71 @@ fn bench_prints_rates() {
         "{text}"
     );
 }
+
+/// `bench --quick`: 100,000 requests a workload, simulated time over wall time in the table.
+#[test]
+fn bench_quick_prints_sim_per_wall() {
+    let out = iolab()
+        .args(["disksim", "bench", "--quick"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("sim/wall"), "{text}");
+    assert_eq!(
+        text.lines().filter(|l| l.contains(" 100000 ")).count(),
+        3,
+        "{text}"
+    );
+}
+
+/// Bad input is an error, not a plausible run: random bytes or an empty file (0 requests,
+/// exit 0 before), a request past the device's end (completed in 0 ms and counted), a
+/// second device number (merged onto one disk); a `.parv` is a config.
+#[test]
+fn bad_traces_are_errors_and_a_parv_is_a_config() {
+    let dir = tempdir("disksim-bad");
+    let dir = dir.path();
+    let run = |trace: &Path, config: &Path| {
+        let out = iolab()
+            .args(["disksim", "run", "--quiet", "--config"])
+            .arg(config)
+            .arg("--trace")
+            .arg(trace)
+            .env("RUST_BACKTRACE", "0")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(!err.contains("panicked"), "{err}");
+        (out.status.success(), err)
+    };
+    let hdd = configs().join("hdd-7200.toml");
+    let noise = dir.join("noise.bin");
+    std::fs::write(&noise, iolab_sys::testing::random_bytes(100_000, 7)).unwrap();
+    let empty = dir.join("empty.trace");
+    std::fs::write(&empty, "").unwrap();
+    for t in [&noise, &empty] {
+        let (ok, err) = run(t, &hdd);
+        assert!(!ok && err.contains("guessed as"), "{}: {err}", t.display());
+    }
+    let (ok, err) = run(&empty, &hdd);
+    assert!(!ok && err.contains("no request"), "{err}");
+    let big = dir.join("big.iolab");
+    std::fs::write(&big, "0 R 0 8\n1 R 99999999999 8\n").unwrap();
+    for c in ["hdd-7200.toml", "nvme.toml", "measured-vda.toml"] {
+        let (ok, err) = run(&big, &configs().join(c));
+        assert!(
+            !ok && err.contains("line 2") && err.contains("beyond"),
+            "{c}: {err}"
+        );
+    }
+    let multi = dir.join("multi.ascii");
+    std::fs::write(&multi, "0.0 0 10 8 1\n1.0 1 10 8 1\n").unwrap();
+    let (ok, err) = run(&multi, &hdd);
+    assert!(!ok && err.contains("--device"), "{err}");
+    let parv = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/disksim-valid/barracuda.parv");
+    let ok_trace = dir.join("ok.iolab");
+    std::fs::write(&ok_trace, "0 R 0 8\n1 R 800 8\n").unwrap();
+    let (ok, err) = run(&ok_trace, &parv);
+    assert!(ok, "{err}");
+}
