@@ -112,9 +112,67 @@ fn text(status: u16, extra: Vec<(&'static str, Bytes)>) -> Answer {
     }
 }
 
+/// Where the body of an [`AnswerSource`] is.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// In memory: the cache's bytes, or an error's text.
+    Memory(Bytes),
+    /// A file not in the cache, opened and checked, not read: the caller sends it in
+    /// bounded pieces (its length is the answer's `Content-Length`).
+    File {
+        file: std::sync::Arc<std::fs::File>,
+        len: u64,
+    },
+}
+
+impl Source {
+    pub fn len(&self) -> u64 {
+        match self {
+            Source::Memory(b) => b.len() as u64,
+            Source::File { len, .. } => *len,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// [`Answer`] with the body where it is: nothing of a file outside the cache is read.
+#[derive(Debug, Clone)]
+pub struct AnswerSource {
+    pub status: u16,
+    pub fields: Vec<(&'static str, Bytes)>,
+    pub body: Source,
+}
+
 /// Answers a plain GET or HEAD of `target` ([`Request::is_plain`]). `key` is scratch
-/// space for the decoded path, reusable across calls.
+/// space for the decoded path, reusable across calls. A file outside the cache is read
+/// whole: [`answer_source`] leaves it unread.
 pub fn answer(site: &Site, target: &[u8], key: &mut Vec<u8>) -> Answer {
+    let a = answer_source(site, target, key);
+    let body = match a.body {
+        Source::Memory(b) => b,
+        Source::File { file, len } => match read_whole(&file, len) {
+            Ok(b) => b,
+            Err(_) => return text(500, Vec::new()),
+        },
+    };
+    Answer {
+        status: a.status,
+        fields: a.fields,
+        body,
+    }
+}
+
+/// [`answer`] without reading a file that is not in the cache (a server that sends
+/// bodies from files in bounded pieces: the DISC BE's payloads).
+pub fn answer_source(site: &Site, target: &[u8], key: &mut Vec<u8>) -> AnswerSource {
+    let sourced = |a: Answer| AnswerSource {
+        status: a.status,
+        fields: a.fields,
+        body: Source::Memory(a.body),
+    };
     match crate::target::lookup(target, key, |key| site.files().lookup(key)) {
         Lookup::File(file) => {
             let content_type = field_value(&file.fields.content_type, "Content-Type")
@@ -140,27 +198,26 @@ pub fn answer(site: &Site, target: &[u8], key: &mut Vec<u8>) -> Answer {
             }
             fields.push(("accept-ranges", Bytes::from_static(b"bytes")));
             let body = match file.body {
-                crate::site::Body::Memory(b) => b,
-                // A file too large for the cache: this entry point has no streaming body, so
-                // the caller holds it whole (a Session streams it in bounded chunks).
-                crate::site::Body::Disk(f) => match read_whole(&f, file.len) {
-                    Ok(b) => b,
-                    Err(_) => return text(500, Vec::new()),
+                crate::site::Body::Memory(b) => Source::Memory(b),
+                // A file too large for the cache: left to the caller to send in pieces.
+                crate::site::Body::Disk(f) => Source::File {
+                    file: f,
+                    len: file.len,
                 },
-                // `lookup` reads a cache miss whole; this keeps the match total.
-                crate::site::Body::Load(load) => match read_whole(&load.file, file.len) {
-                    Ok(b) => b,
-                    Err(_) => return text(500, Vec::new()),
+                // A cache miss: opened, not read (and not cached by this entry point).
+                crate::site::Body::Load(load) => Source::File {
+                    file: load.file.clone(),
+                    len: file.len,
                 },
             };
-            Answer {
+            AnswerSource {
                 status: 200,
                 fields,
                 body,
             }
         }
-        Lookup::Redirect(location) => text(301, vec![("location", Bytes::from(location))]),
-        Lookup::Status(status) => text(status, Vec::new()),
+        Lookup::Redirect(location) => sourced(text(301, vec![("location", Bytes::from(location))])),
+        Lookup::Status(status) => sourced(text(status, Vec::new())),
     }
 }
 

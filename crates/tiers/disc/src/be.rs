@@ -207,9 +207,11 @@ fn shortcut(head: &[u8], site: &Site, d: &BeDisc, key: &mut Vec<u8>) -> Option<(
     if request.method != b"GET" || !request.is_plain() {
         return None;
     }
-    let answer = iolab_http::direct::answer(site, request.target, key);
-    let size = answer.body.len() as u64;
-    if answer.status != 200 || !d.policy.shortcut(Some(path), size) {
+    // Nothing of the file is read here: a payload is the open file (or the cache's bytes),
+    // and one the store has no room for takes the normal path (which streams it).
+    let answer = iolab_http::direct::answer_source(site, request.target, key);
+    let size = answer.body.len();
+    if answer.status != 200 || !d.policy.shortcut(Some(path), size) || !d.store.has_room(size) {
         return None;
     }
     let keep = iolab_http::direct::keep_alive(
@@ -219,7 +221,7 @@ fn shortcut(head: &[u8], site: &Site, d: &BeDisc, key: &mut Vec<u8>) -> Option<(
             .filter(|h| h.name.eq_ignore_ascii_case("connection"))
             .map(|h| h.value),
     );
-    let id = d.store.insert(answer.body)?;
+    let id = d.store.insert(crate::payload::Payload::from(answer.body))?;
     let disc = Disc {
         id,
         size,

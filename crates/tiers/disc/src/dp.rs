@@ -59,7 +59,7 @@ use std::rc::{Rc, Weak};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use crate::payload::Payload;
 use iolab_runtime::net::{TcpListener, TcpStream};
 
 use crate::control::{Command, ControlKey, Refusal, Verifier};
@@ -170,7 +170,7 @@ async fn control(
     write_all(&conn.stream, crate::control::greeting(nonce).into_bytes()).await?;
     let mut verifier = Verifier::new(key, nonce);
     // The payload of the last CHECK, held for the SEND that follows it.
-    let mut prepared: Option<(u64, Bytes)> = None;
+    let mut prepared: Option<(u64, Payload)> = None;
     // The connection's sender, opened with its first SEND; shared with its timer task.
     let tap = flows.is_some();
     use std::os::fd::AsRawFd;
@@ -295,13 +295,31 @@ async fn control(
             Command::Fetch(id) => match store.take(id) {
                 Ok(body) => {
                     write_all(&conn.stream, format!("OK {}\r\n", body.len()).into_bytes()).await?;
-                    let (r, _) = conn.stream.write_all(body).await;
-                    r?;
+                    relay_payload(&conn.stream, body).await?;
                 }
                 Err(why) => return refuse(&conn, why).await,
             },
         }
     }
+}
+
+/// Writes a payload on `stream`: a memory payload at once, a file's in pieces of
+/// [`crate::payload::CHUNK`] (what a relay holds of it at a time).
+async fn relay_payload(stream: &TcpStream, body: Payload) -> io::Result<()> {
+    let file = match body {
+        Payload::Memory(b) => return stream.write_all(b).await.0,
+        file => file,
+    };
+    let len = file.len();
+    let mut r = file.reader();
+    let mut at = 0;
+    while at < len {
+        let end = (at + crate::payload::CHUNK).min(len);
+        let piece = r.get(at, end)?.to_vec();
+        write_all(stream, piece).await?;
+        at = end;
+    }
+    Ok(())
 }
 
 /// Answers a refused line and ends the control connection (the refusal is counted).
@@ -472,7 +490,7 @@ struct StackSend {
     sock: std::net::TcpStream,
     /// The head (redirected to DP) and the payload, and how much of both is written.
     head: Vec<u8>,
-    body: Bytes,
+    body: crate::payload::Reader,
     written: usize,
     /// The bytes not acknowledged at the last tick, and when they last went down (or more
     /// was written).
@@ -485,10 +503,17 @@ impl StackSend {
     fn pump(&mut self) -> io::Result<bool> {
         let total = self.head.len() + self.body.len();
         while self.written < total {
-            let (h, b) = match self.written.checked_sub(self.head.len()) {
-                None => (&self.head[self.written..], &self.body[..]),
-                Some(o) => (&[][..], &self.body[o..]),
+            // At most a chunk of a file payload at a time (a memory payload's rest).
+            let (from, h) = match self.written.checked_sub(self.head.len()) {
+                None => (0, &self.head[self.written..]),
+                Some(o) => (o, &[][..]),
             };
+            let n = self.body.len();
+            let to = match &self.body {
+                r if r.is_memory() => n,
+                _ => (from + crate::payload::CHUNK).min(n),
+            };
+            let b = self.body.get(from, to)?;
             let iov = [
                 libc::iovec {
                     iov_base: h.as_ptr() as *mut libc::c_void,
@@ -633,7 +658,7 @@ impl Sender {
         this: &Rc<RefCell<Sender>>,
         id: u64,
         flow: crate::sender::Flow,
-        (head, body): (Vec<u8>, Bytes),
+        (head, body): (Vec<u8>, Payload),
         wnd: usize,
         wscale: u8,
     ) -> io::Result<()> {
@@ -704,7 +729,7 @@ impl Sender {
         &mut self,
         flow: &crate::sender::Flow,
         end: crate::repair::FeEnd,
-        (head, body): (Vec<u8>, Bytes),
+        (head, body): (Vec<u8>, Payload),
         wnd: usize,
     ) -> io::Result<()> {
         self.close_stack();
@@ -758,7 +783,7 @@ impl Sender {
         let mut st = StackSend {
             sock,
             head,
-            body,
+            body: body.reader(),
             written: 0,
             unacked: u32::MAX,
             since: Instant::now(),

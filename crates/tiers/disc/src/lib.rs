@@ -23,6 +23,7 @@ pub mod gso;
 pub mod http1;
 pub mod netns;
 pub mod packet;
+pub mod payload;
 pub mod proto;
 pub mod proxy;
 pub mod repair;

@@ -18,8 +18,6 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-
 use crate::packet::{self, Segment, ACK, PSH};
 
 /// Where and as whom DP sends.
@@ -147,7 +145,8 @@ pub const RTO_MIN: Duration = Duration::from_millis(20);
 pub struct Transfer {
     pub flow: Flow,
     prefix: Vec<u8>,
-    payload: Bytes,
+    /// The payload, read in bounded pieces where it is a file's.
+    payload: crate::payload::Reader,
     /// Offset of the first unacknowledged byte.
     una: usize,
     /// Offset of the next byte to send.
@@ -184,13 +183,19 @@ pub struct Transfer {
 
 impl Transfer {
     /// `window`: the client's receive window in bytes when the transfer starts.
-    pub fn new(flow: Flow, payload: Bytes, window: usize) -> Transfer {
+    pub fn new(flow: Flow, payload: impl Into<crate::payload::Payload>, window: usize) -> Transfer {
         Transfer::with_prefix(flow, Vec::new(), payload, window)
     }
 
     /// A transfer of `prefix` then `payload`, `flow.seq` being the prefix's first byte and
     /// `window` counted from it.
-    pub fn with_prefix(flow: Flow, prefix: Vec<u8>, payload: Bytes, window: usize) -> Transfer {
+    pub fn with_prefix(
+        flow: Flow,
+        prefix: Vec<u8>,
+        payload: impl Into<crate::payload::Payload>,
+        window: usize,
+    ) -> Transfer {
+        let payload = payload.into().reader();
         let whole_in_window = prefix.len() + payload.len() <= window;
         Transfer {
             flow,
@@ -224,13 +229,13 @@ impl Transfer {
         self.una == self.len()
     }
 
-    /// Bytes [from, to) of prefix and payload.
-    fn pieces(&self, from: usize, to: usize) -> Pieces<'_> {
+    /// Bytes [from, to) of prefix and payload (a file payload's read here, if not held).
+    fn pieces(&mut self, from: usize, to: usize) -> io::Result<Pieces<'_>> {
         let p = self.prefix.len();
-        [
+        Ok([
             &self.prefix[from.min(p)..to.min(p)],
-            &self.payload[from.max(p) - p..to.max(p) - p],
-        ]
+            self.payload.get(from.max(p) - p, to.max(p) - p)?,
+        ])
     }
 
     /// Bytes acknowledged so far.
@@ -249,8 +254,9 @@ impl Transfer {
         while self.nxt < limit {
             let end = (self.nxt + burst).min(limit);
             let flags = if end == self.len() { ACK | PSH } else { ACK };
-            let seq = self.flow.seq.wrapping_add(self.nxt as u32);
-            match out.emit(&self.flow, seq, self.pieces(self.nxt, end), flags) {
+            let flow = self.flow;
+            let seq = flow.seq.wrapping_add(self.nxt as u32);
+            match out.emit(&flow, seq, self.pieces(self.nxt, end)?, flags) {
                 Ok(()) => {}
                 // The socket's buffer is full: the rest goes with the next ACK or tick.
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -389,6 +395,7 @@ pub fn v4(ip: Ipv4Addr, port: u16) -> SocketAddrV4 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
 
     #[derive(Default)]
     struct Record(Vec<(u32, usize, u8)>);

@@ -14,9 +14,8 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-
 use crate::control::Refusal;
+use crate::payload::Payload;
 
 pub const MAX_JOBS: usize = 4096;
 pub const MAX_BYTES: u64 = 1 << 30;
@@ -24,7 +23,7 @@ pub const MAX_BYTES: u64 = 1 << 30;
 pub const JOB_TTL: Duration = Duration::from_secs(30);
 
 struct Job {
-    body: Bytes,
+    body: Payload,
     created: Instant,
 }
 
@@ -126,7 +125,8 @@ impl Store {
     }
 
     /// Keeps `body`; its payload id, or None when the store is full.
-    pub fn insert(&self, body: Bytes) -> Option<u64> {
+    pub fn insert(&self, body: impl Into<Payload>) -> Option<u64> {
+        let body = body.into();
         let mut g = self.lock();
         self.expire(&mut g);
         if g.jobs.len() >= MAX_JOBS || g.bytes + body.len() as u64 > self.max_bytes {
@@ -152,7 +152,7 @@ impl Store {
     }
 
     /// Removes and returns the payload `id`, unless unknown or expired (refusals counted).
-    pub fn take(&self, id: u64) -> Result<Bytes, Refusal> {
+    pub fn take(&self, id: u64) -> Result<Payload, Refusal> {
         let mut g = self.lock();
         let r = match Store::remove(&mut g, id) {
             None => Err(Refusal::UnknownPayload),
@@ -169,7 +169,7 @@ impl Store {
     }
 
     /// [`Store::take`] of the payload whose id's low 32 bits are `low` (the start signal's).
-    pub fn take_signalled(&self, low: u32) -> Result<(u64, Bytes), Refusal> {
+    pub fn take_signalled(&self, low: u32) -> Result<(u64, Payload), Refusal> {
         let id = self.lock().signals.get(&low).copied();
         match id {
             Some(id) => self.take(id).map(|b| (id, b)),
@@ -277,6 +277,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
 
     #[test]
     fn the_store_is_bounded_and_ids_are_single_use() {
@@ -285,8 +286,8 @@ mod tests {
         let b = s.insert(Bytes::from_static(b"de")).unwrap();
         assert_ne!(a, b);
         assert_eq!(s.usage(), (2, 5));
-        assert_eq!(&s.take(a).unwrap()[..], b"abc");
-        assert_eq!(s.take(a), Err(Refusal::UnknownPayload));
+        assert_eq!(s.take(a).unwrap().reader().get(0, 3).unwrap(), b"abc");
+        assert_eq!(s.take(a).unwrap_err(), Refusal::UnknownPayload);
         assert_eq!(s.usage(), (1, 2));
         for _ in 1..MAX_JOBS {
             assert!(s.insert(Bytes::new()).is_some());
@@ -309,8 +310,8 @@ mod tests {
         let (id, _) = s.take_signalled(ids[5] as u32).unwrap();
         assert_eq!(id, ids[5]);
         assert_eq!(
-            s.take_signalled(ids[5] as u32),
-            Err(Refusal::UnknownPayload)
+            s.take_signalled(ids[5] as u32).unwrap_err(),
+            Refusal::UnknownPayload
         );
     }
 
@@ -319,7 +320,7 @@ mod tests {
         let s = Store::with_limits(Duration::from_millis(20), MAX_BYTES);
         let a = s.insert(Bytes::from_static(b"abc")).unwrap();
         std::thread::sleep(Duration::from_millis(40));
-        assert_eq!(s.take(a), Err(Refusal::Expired));
+        assert_eq!(s.take(a).unwrap_err(), Refusal::Expired);
         assert_eq!(s.refused(Refusal::Expired), 1);
         assert_eq!(s.usage(), (0, 0));
     }
