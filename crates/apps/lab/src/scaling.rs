@@ -1,7 +1,7 @@
 //! `iolab lab --scaling`: requests/s against server workers (issue 10 §3).
 //!
-//! For `epoll`, `uring-fixed`, `runtime`, nginx (`worker_processes N`) and the tokio peer
-//! (`--workers N`), with 1, 2, 4, … workers up to the number of CPUs the server is given,
+//! For `epoll`, `uring-fixed`, `runtime`, nginx (`worker_processes N`) and the tokio,
+//! monoio and glommio peers (`--workers N`), with 1, 2, 4, … workers up to the number of CPUs the server is given,
 //! keep-alive and a new connection per request. The server is pinned to `--server-cpus`,
 //! the load generator (as many threads as client CPUs) to `--client-cpus`; by default the
 //! machine is split in half. On a 2-core machine that is 1 worker against 1 client core,
@@ -23,7 +23,7 @@ use crate::server::{ServerProc, Target};
 use crate::stage::Stage;
 use crate::svg::{self, esc, LineChart, Series};
 
-/// The models the issue names; the peers are nginx and tokio.
+/// The models the issue names; the peers are those of `--peers`.
 pub const MODELS: [&str; 3] = ["epoll", "uring-fixed", "runtime"];
 /// Client connections per mode.
 pub const KEEPALIVE_CONNECTIONS: usize = 100;
@@ -205,7 +205,7 @@ fn measure(
     Ok((r.rps, r.error_count.saturating_sub(r.unfinished)))
 }
 
-/// The servers to scale: the issue's three models and the two peers (as asked with
+/// The servers to scale: the issue's three models and the peers (as asked with
 /// --models / --peers: a model list other than "all" narrows the three).
 fn targets(opts: &Options) -> (Vec<Target>, Vec<String>) {
     let all_models = opts.models.len() == iolab_stats::models::MODELS.len();
