@@ -1,5 +1,6 @@
-//! Fuzzes every trace reader, the DiskSim parameter parser, the fio job reader and `record`'s
-//! strace parser and file trace reader. Beyond "never panics", it
+//! Fuzzes every trace reader (also with the device's capacity and a chosen device), the
+//! DiskSim parameter parser, the fio job reader (stonewall/wait_for, bssplit, rw offset
+//! modifiers, loops included) and `record`'s strace parser and file trace reader. Beyond "never panics", it
 //! checks that what a reader accepts is within the documented limits (sizes, addresses,
 //! times), and replays accepted requests through the HDD model (which must finish, with
 //! completions after arrivals).
@@ -83,7 +84,7 @@ fuzz_target!(|data: &[u8]| {
                 self.0.next_in_stream(s, now)
             }
         }
-        sim.run(&mut Capped(&mut src, budget), &mut |c| {
+        sim.run_streams(&mut Capped(&mut src, budget), &mut |c, _| {
             let Some(f) = c.req.file else { return };
             let file = &files[f.file as usize];
             assert!(f.offset + c.req.bytes() <= file.bytes.div_ceil(512) * 512 + 4096);
@@ -103,6 +104,29 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     let fmt = FORMATS[sel as usize % 8];
+    // The capacity and device checks: what a capped reader accepts lies within the device,
+    // on the chosen device only.
+    if sel >= 128 {
+        let cap = 1u64 << (sel % 40);
+        let mut s = iolab_disksim::trace::TraceSource::new(rest, fmt).with_capacity(cap);
+        if sel % 2 == 1 {
+            s = s.with_device(u32::from(sel % 3));
+        }
+        let mut n = 0;
+        while let Ok(Some(p)) = iolab_disksim::engine::Source::next(&mut s) {
+            if matches!(p.req.op, iolab_disksim::request::Op::Read | iolab_disksim::request::Op::Write) {
+                assert!(p.req.end() <= cap);
+            }
+            if let Some(d) = s.dev_filter {
+                assert_eq!(p.req.dev, d);
+            }
+            n += 1;
+            if n > 100_000 {
+                break;
+            }
+        }
+        return;
+    }
     let Ok(reqs) = read_all(rest, fmt) else { return };
     for p in &reqs {
         let r = &p.req;

@@ -745,19 +745,13 @@ fn parse_bssplit(s: &str) -> std::result::Result<[Vec<(u64, u32)>; 2], String> {
             return Err(format!("the percentages add up to {given}, over 100"));
         }
         let missing = v.iter().filter(|x| x.1.is_none()).count() as u32;
-        let share = if missing > 0 {
-            (100 - given) / missing
-        } else {
-            0
-        };
+        let share = (100 - given).checked_div(missing).unwrap_or(0);
         out[d] = v
             .into_iter()
             .map(|(b, p)| (b, p.unwrap_or(share)))
             .collect();
     }
-    if parts.len() == 1 {
-        out[1] = out[0].clone();
-    } else if out[1].is_empty() {
+    if out[1].is_empty() {
         out[1] = out[0].clone();
     }
     Ok(out)
