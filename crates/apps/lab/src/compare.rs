@@ -221,9 +221,10 @@ impl Comparison {
         for s in self.significant_servers() {
             let rows: Vec<&Row> = self.rows.iter().filter(|r| r.server == s).collect();
             let count = |v: Verdict| rows.iter().filter(|r| r.verdict == v).count();
+            let worse = count(Verdict::Worse);
             out.push(format!(
-                "{s}: {} figures worse, {} better, of {} compared",
-                count(Verdict::Worse),
+                "{s}: {worse} figure{} worse, {} better, of {} compared",
+                if worse == 1 { "" } else { "s" },
                 count(Verdict::Better),
                 rows.len()
             ));
