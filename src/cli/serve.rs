@@ -111,6 +111,12 @@ pub struct ServeArgs {
     /// 1024).
     #[arg(long, default_value_t = iolab_servers::MAX_IOV)]
     pub max_iov: usize,
+    /// uring-fixed: connection slots per worker, each with a --read-buf receive buffer,
+    /// allocated and registered (pinned) at start; a connection beyond them is refused. 0 =
+    /// --max-conns / workers + 25%, within 256 to 4096 (and at most --max-conns). The start
+    /// line says how much memory it pins. Others ignore it.
+    #[arg(long, default_value_t = 0)]
+    pub slots: usize,
 }
 
 impl ServeArgs {
@@ -139,6 +145,7 @@ impl ServeArgs {
                 read_buf: self.read_buf,
                 max_iov: self.max_iov,
             },
+            slots: self.slots,
         }
     }
 }
@@ -268,6 +275,7 @@ mod tests {
             read_buf: 4096,
             max_iov: 8,
         };
+        every.slots = 321;
         specs.push(every);
         let mut never_idle = ServeSpec::new(Model::Runtime, "/w".into(), addr);
         never_idle.idle_timeout = Duration::ZERO;

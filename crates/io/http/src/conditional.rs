@@ -147,9 +147,12 @@ fn parse_range(value: &[u8], len: u64) -> RangeSpec {
         std::str::from_utf8(d).ok()?.parse().ok()
     };
     if a.is_empty() {
-        // Suffix: the last N bytes.
+        // Suffix: the last N bytes. RFC 9110 §14.1.1: on a zero-length representation a
+        // suffix-range with a non-zero length is the one satisfiable form, yet no
+        // Content-Range can name zero bytes, so the whole (empty) file is sent: 200, as nginx.
         return match number(b) {
             Some(n) if n > 0 && len > 0 => RangeSpec::Part(len - n.min(len), len - 1),
+            Some(n) if n > 0 => RangeSpec::Whole,
             _ => RangeSpec::Unsatisfiable,
         };
     }

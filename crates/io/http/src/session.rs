@@ -144,6 +144,8 @@ pub struct Session {
     /// [`FileReads::Caller`]: a read was handed out by `file_read` and is not done.
     reading: bool,
     closing: bool,
+    /// The connection ends with an error answer, likely with input left unread.
+    error_close: bool,
     /// Scratch for the decoded request path, reused across requests.
     key: Vec<u8>,
 }
@@ -169,6 +171,7 @@ impl Session {
             reads,
             reading: false,
             closing: false,
+            error_close: false,
             key: Vec::new(),
         }
     }
@@ -354,6 +357,14 @@ impl Session {
         self.closing
     }
 
+    /// True once the connection ends with an error answer (400, 413, 414, 431, 505): the
+    /// client may have sent more that will never be read, and closing with unread input
+    /// sends a reset that can destroy the answer. The model then closes lingering: shut the
+    /// sending side once the answer is flushed, read and discard for a bounded time, close.
+    pub fn lingers(&self) -> bool {
+        self.error_close
+    }
+
     /// True when no request is partly received: closing the connection now loses nothing
     /// the client sent (useful to tell an idle keep-alive timeout from a slow client).
     pub fn is_between_requests(&self) -> bool {
@@ -376,6 +387,7 @@ impl Session {
     /// Queues an error response that ends the connection.
     fn fatal(&mut self, status: u16, on_response: &mut impl FnMut(u16)) {
         self.held = None;
+        self.error_close = true;
         self.emit(Reply::text(status, &[], false), false, on_response);
     }
 

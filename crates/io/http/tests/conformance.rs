@@ -151,9 +151,9 @@ fn unsatisfiable_and_invalid_ranges_are_416() {
             assert!(!r.closes(), "a 416 keeps the connection");
         }
     }
-    // An empty file has no satisfiable range.
+    // An empty file has no satisfiable range but a suffix (`a_suffix_range_on_an_empty_file_is_200`).
     std::fs::write(f.www().join("zero.txt"), b"").unwrap();
-    for spec in ["bytes=0-5", "bytes=-5", "bytes=0-"] {
+    for spec in ["bytes=0-5", "bytes=0-"] {
         let r = get_with(&f.site, "/zero.txt", &format!("Range: {spec}\r\n"));
         assert_eq!(r.status, 416, "{spec}");
         assert_eq!(r.header("content-range"), Some("bytes */0"));
@@ -370,4 +370,35 @@ fn a_streamed_file_that_shrinks_closes_the_connection() {
     let out = drain(&mut s);
     assert!(s.should_close());
     assert!(out.len() < BIG_LEN, "{}", out.len());
+}
+
+/// RFC 9110 §14.1.1: on an empty file a suffix range `-N` (N > 0) is the one satisfiable
+/// form, but no Content-Range names zero bytes: the whole empty file, 200, as nginx answers.
+/// `-0` and `0-` stay 416 (nothing is satisfiable from position 0 of nothing).
+#[test]
+fn a_suffix_range_on_an_empty_file_is_200() {
+    let f = Fixture::new();
+    std::fs::write(f.www().join("empty.txt"), b"").unwrap();
+    let r = get_with(&f.site, "/empty.txt", "Range: bytes=-5\r\n");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-length"), Some("0"));
+    assert_eq!(
+        get_with(&f.site, "/empty.txt", "Range: bytes=-0\r\n").status,
+        416
+    );
+    assert_eq!(
+        get_with(&f.site, "/empty.txt", "Range: bytes=0-\r\n").status,
+        416
+    );
+}
+
+/// `OPTIONS *` (RFC 9110 §7.1: the asterisk-form, valid for OPTIONS only) is a method this
+/// server does not implement: 405 with `Allow`, like any other; `*` with GET is a 400.
+#[test]
+fn options_asterisk_is_405_and_get_asterisk_400() {
+    let f = Fixture::new();
+    let r = get(&f, "OPTIONS * HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(r.status, 405);
+    assert_eq!(r.header("allow"), Some("GET, HEAD"));
+    assert_eq!(get(&f, "GET * HTTP/1.1\r\nHost: t\r\n\r\n").status, 400);
 }

@@ -54,6 +54,8 @@ pub mod shutdown;
 pub use iolab_stats as stats;
 
 pub mod epoll;
+pub mod linger;
+pub mod memory;
 pub mod poll;
 pub mod runtime;
 pub mod select;
@@ -151,6 +153,9 @@ pub struct Config {
     pub accept: AcceptMode,
     /// Receive buffer and iovec count, the same for every model.
     pub buffers: Buffers,
+    /// `uring-fixed`: connection slots per worker, allocated and pinned at start (0 = sized
+    /// from `max_conns` and the workers, [`uring_fixed::slots_per_worker`]).
+    pub slots: usize,
 }
 
 impl Default for Config {
@@ -167,6 +172,7 @@ impl Default for Config {
             limits: iolab_http::Limits::default(),
             accept: AcceptMode::Async,
             buffers: Buffers::default(),
+            slots: 0,
         }
     }
 }
@@ -262,7 +268,8 @@ impl Model {
             Model::ThreadPool => format!("{} workers", thread_pool::workers(config)),
             Model::Epoll => format!("{} workers", epoll::workers(config)),
             Model::Select | Model::Poll => "1 worker".to_string(),
-            Model::UringAcceptSync | Model::Uring | Model::UringFixed | Model::UringCallback => {
+            Model::UringFixed => uring_fixed::start_note(config),
+            Model::UringAcceptSync | Model::Uring | Model::UringCallback => {
                 format!("{} workers", uring_common::worker_count(config.workers))
             }
             _ if config.workers == 0 => "workers: model default".to_string(),
@@ -270,7 +277,13 @@ impl Model {
         }
     }
 
+    /// Serves until the stop request, with freed memory given back when connections
+    /// close ([`memory::with_trimming`]).
     pub fn run(self, ctx: &Ctx) -> std::io::Result<()> {
+        memory::with_trimming(&ctx.stats, || self.run_model(ctx))
+    }
+
+    fn run_model(self, ctx: &Ctx) -> std::io::Result<()> {
         match self {
             Model::Threads => threads::run(ctx),
             Model::ThreadPool => thread_pool::run(ctx),

@@ -209,13 +209,18 @@ impl BlockingServer {
 
     /// Serves a connection until it ends ([`serve_blocking`]), then closes it.
     pub fn serve(&self, ctx: &crate::Ctx, mut stream: TcpStream, key: usize) {
-        serve_blocking(
+        let lingers = serve_blocking(
             &mut stream,
             &ctx.site,
             &ctx.stats,
             self.timeouts,
             ctx.config.buffers,
         );
+        if lingers {
+            if let Some(dup) = crate::linger::dup(stream.as_raw_fd()) {
+                crate::linger::linger(dup);
+            }
+        }
         self.close(&ctx.stats, stream, key);
     }
 
@@ -351,21 +356,35 @@ pub fn wait_writable(fd: RawFd, limit: Option<Duration>) -> io::Result<bool> {
 /// phase's deadline (a head's, counted from its first byte, or the idle one), so a read that
 /// waits past it fails. Either ends the connection, counted as a timeout. A stop request reaches this loop as `shutdown(2)` of the socket (see
 /// [`Registry`]), which makes the blocked read return 0.
+///
+/// True when the connection ends with an error answer, flushed: close it lingering
+/// ([`crate::linger`]).
 pub fn serve_blocking(
     stream: &mut TcpStream,
     site: &std::sync::Arc<iolab_http::Site>,
     stats: &Stats,
     timeouts: Timeouts,
     buffers: Buffers,
-) {
+) -> bool {
     let mut session = Session::new(site.clone());
+    serve_session(stream, &mut session, stats, timeouts, buffers);
+    session.lingers() && !session.has_pending()
+}
+
+fn serve_session(
+    stream: &mut TcpStream,
+    session: &mut Session,
+    stats: &Stats,
+    timeouts: Timeouts,
+    buffers: Buffers,
+) {
     let mut deadline = Deadline::new(timeouts, Instant::now());
     // On the heap: the thread models run on small stacks.
     let mut buf = vec![0u8; buffers.read_buf];
     loop {
         while session.has_pending() {
-            match write_pending(stream, &mut session, stats, buffers.max_iov) {
-                Ok(_) => deadline.update(&session, Instant::now()),
+            match write_pending(stream, session, stats, buffers.max_iov) {
+                Ok(_) => deadline.update(session, Instant::now()),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     match wait_writable(stream.as_raw_fd(), deadline.left(Instant::now())) {
                         Ok(true) => {}
@@ -394,7 +413,7 @@ pub fn serve_blocking(
             Ok(0) => return,
             Ok(n) => {
                 session.feed(&buf[..n], |status| stats.response(status));
-                deadline.update(&session, Instant::now());
+                deadline.update(session, Instant::now());
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return stats.io_error(&e),
@@ -491,6 +510,18 @@ pub struct Conn {
     /// When it must be closed, updated each time bytes move.
     deadline: Deadline,
     max_iov: usize,
+}
+
+/// A connection ended by an error answer, flushed, closes lingering ([`crate::linger`]):
+/// its socket lives on in a duplicate the lingering thread drains.
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if self.session.lingers() && !self.session.has_pending() {
+            if let Some(dup) = crate::linger::dup(self.stream.as_raw_fd()) {
+                crate::linger::linger(dup);
+            }
+        }
+    }
 }
 
 impl Conn {

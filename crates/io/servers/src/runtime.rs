@@ -141,7 +141,12 @@ async fn worker(env: Env, listener: std::net::TcpListener) -> io::Result<()> {
         let (env, stop, live, all_closed) =
             (env.clone(), stop.clone(), live.clone(), all_closed.clone());
         spawn(async move {
-            serve(&stream, &env, &stop).await;
+            if serve(&stream, &env, &stop).await {
+                // Ended by an error answer: the socket lingers in a duplicate.
+                if let Some(dup) = crate::linger::dup(std::os::fd::AsRawFd::as_raw_fd(&stream)) {
+                    crate::linger::linger(dup);
+                }
+            }
             drop(stream);
             env.held.fetch_sub(1, Ordering::AcqRel);
             env.stats.conn_closed();
@@ -193,13 +198,19 @@ async fn wait<F: std::future::Future>(timer: &mut Timer, stop: &Stop, fut: F) ->
     }
 }
 
-/// One connection, threaded style.
-async fn serve(stream: &TcpStream, env: &Env, stop: &Stop) {
+/// One connection, threaded style; true when it ends with an error answer, flushed, to
+/// close lingering.
+async fn serve(stream: &TcpStream, env: &Env, stop: &Stop) -> bool {
+    let mut session = Session::with_file_reads(env.site.clone(), FileReads::Caller);
+    serve_session(stream, &mut session, env, stop).await;
+    session.lingers() && !session.has_pending()
+}
+
+async fn serve_session(stream: &TcpStream, session: &mut Session, env: &Env, stop: &Stop) {
     let stats = &env.stats;
     if stream.set_nodelay(true).is_err() {
         return stats.error(ErrorKind::Io);
     }
-    let mut session = Session::with_file_reads(env.site.clone(), FileReads::Caller);
     let read_buf = env.buffers.read_buf;
     let mut buf = vec![0u8; read_buf];
     let now = Instant::now();
@@ -213,7 +224,7 @@ async fn serve(stream: &TcpStream, env: &Env, stop: &Stop) {
             // A stop waits for it (bounded by the disk), then ends the connection.
             let result = detach(move || job.read_blocking()).await;
             session.file_read_done(result, |status| stats.response(status));
-            timer.deadline.update(&session, Instant::now());
+            timer.deadline.update(session, Instant::now());
             continue;
         }
         if session.has_pending() {
@@ -229,7 +240,7 @@ async fn serve(stream: &TcpStream, env: &Env, stop: &Stop) {
                     session.advance(n);
                     // Requests held back while the queue was full (backpressure).
                     session.resume(|status| stats.response(status));
-                    timer.deadline.update(&session, Instant::now());
+                    timer.deadline.update(session, Instant::now());
                 }
                 Waited::Done((Err(e), _)) if e.kind() == io::ErrorKind::Interrupted => {}
                 Waited::Done((Err(e), _)) => return stats.io_error(&e),
@@ -249,7 +260,7 @@ async fn serve(stream: &TcpStream, env: &Env, stop: &Stop) {
                     Ok(0) => return,
                     Ok(n) => {
                         session.feed(&buf[..n], |status| stats.response(status));
-                        timer.deadline.update(&session, Instant::now());
+                        timer.deadline.update(session, Instant::now());
                     }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) => return stats.io_error(&e),

@@ -37,6 +37,8 @@ pub struct ServeSpec {
     pub accept: AcceptMode,
     pub limits: iolab_http::Limits,
     pub buffers: Buffers,
+    /// `uring-fixed`'s slots per worker (0 = from `max_conns` / workers).
+    pub slots: usize,
 }
 
 impl ServeSpec {
@@ -58,6 +60,7 @@ impl ServeSpec {
             accept: d.accept,
             limits: d.limits,
             buffers: d.buffers,
+            slots: d.slots,
         }
     }
 
@@ -101,6 +104,7 @@ impl ServeSpec {
         flag("--max-queued", l.max_queued.to_string().into());
         flag("--read-buf", self.buffers.read_buf.to_string().into());
         flag("--max-iov", self.buffers.max_iov.to_string().into());
+        flag("--slots", self.slots.to_string().into());
         a
     }
 
@@ -118,6 +122,7 @@ impl ServeSpec {
             limits: self.limits.clone(),
             accept: self.accept,
             buffers: self.buffers,
+            slots: self.slots,
         }
     }
 }

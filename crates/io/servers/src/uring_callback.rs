@@ -400,6 +400,7 @@ fn on_sent(lp: &mut Loop, mut conn: Box<Conn>, res: i32) -> io::Result<()> {
 }
 
 fn close(lp: &mut Loop, conn: Box<Conn>) -> io::Result<()> {
+    conn::linger_if_needed(&conn.session, conn.fd);
     lp.step(&conn, Step::Closing);
     let e = conn::close_entry(conn.fd);
     lp.submit(e, move |lp, _| {

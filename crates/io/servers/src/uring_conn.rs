@@ -164,6 +164,16 @@ impl Socket {
     }
 }
 
+/// Before the close of a connection's socket: one ended by an error answer, flushed,
+/// lingers in a duplicate ([`crate::linger`]), so that the ring's close does not reset it.
+pub(crate) fn linger_if_needed(session: &Session, fd: RawFd) {
+    if session.lingers() && !session.has_pending() {
+        if let Some(dup) = crate::linger::dup(fd) {
+            crate::linger::linger(dup);
+        }
+    }
+}
+
 /// The close of a connection's socket.
 pub(crate) fn close_entry(fd: RawFd) -> squeue::Entry {
     opcode::Close::new(types::Fd(fd)).build()

@@ -7,18 +7,20 @@
 //! kept posted, the same explicit `Step` per connection, `user_data` = (slot, operation):
 //! the same worker ([`crate::uring_worker`]). The difference is its store, [`FixedSlots`]:
 //!
-//! - each worker allocates at start a fixed array of `max_conns` `Slot`s and one arena
-//!   holding every slot's receive buffer; a free list of slot numbers (allocated at start
-//!   too) gives a slot to an accepted socket and takes it back when its close completes.
-//!   Every worker can hold the whole `max_conns` because SO_REUSEPORT spreads connections
-//!   over workers by hash, not by load: a smaller share could refuse a connection while the
-//!   server is below its limit. The server-wide limit is the shared gate, as in every model;
-//!   beyond it a connection is closed at once and counted as refused;
+//! - each worker allocates at start a fixed array of `--slots` `Slot`s
+//!   ([`slots_per_worker`]) and one arena holding every slot's receive buffer; a free list
+//!   of slot numbers (allocated at start too) gives a slot to an accepted socket and takes it
+//!   back when its close completes. The default is the worker's share of `max_conns` plus
+//!   25% (SO_REUSEPORT spreads connections over workers by hash, not by load), within
+//!   [`MIN_SLOTS`]..[`MAX_DEFAULT_SLOTS`]: every worker used to hold the whole `max_conns`,
+//!   10,000 slots × 16 KiB = 177 MiB pinned per worker. A connection that finds its worker's
+//!   slots full, or the server-wide gate closed, is closed at once and counted as refused;
 //! - the arena is registered with the ring (`IORING_REGISTER_BUFFERS`, one buffer) and read
 //!   into with `IORING_OP_READ_FIXED`, so the kernel does not map the buffer on each receive.
-//!   Registration pins the arena in memory (`max_conns` x `read_buf` per worker: 160 MB at
-//!   the default 10,000 and 16 KiB); above [`MAX_REGISTERED`], or if registration fails (memory-lock
-//!   limit), the worker says so once and uses plain `IORING_OP_RECV` into the same arena.
+//!   Registration pins the arena in memory (slots × `read_buf` per worker, said on the
+//!   start line: [`start_note`]); above [`MAX_REGISTERED`], or if registration fails
+//!   (memory-lock limit), the worker says so once and uses plain `IORING_OP_RECV` into the
+//!   same arena.
 //!   Sockets are not registered as fixed files.
 //!
 //! Nothing is allocated on the request path of a cached file by this module: the completion
@@ -41,12 +43,47 @@ use crate::{Buffers, Ctx};
 
 /// Largest receive arena registered (pinned) per worker.
 pub const MAX_REGISTERED: usize = 256 << 20;
+/// Fewest slots per worker by default (unless `max_conns` is lower).
+pub const MIN_SLOTS: usize = 256;
+/// Most slots per worker by default (`--slots` may ask for more): 64 MiB at 16 KiB each.
+pub const MAX_DEFAULT_SLOTS: usize = 4096;
+
+/// Slots per worker: `--slots`, or the worker's share of `max_conns` plus 25%, within
+/// [`MIN_SLOTS`]..[`MAX_DEFAULT_SLOTS`] and never more than `max_conns`.
+pub fn slots_per_worker(config: &crate::Config) -> usize {
+    if config.slots > 0 {
+        return config.slots;
+    }
+    let workers = common::worker_count(config.workers);
+    let share = config.max_conns.div_ceil(workers);
+    (share + share / 4)
+        .clamp(MIN_SLOTS, MAX_DEFAULT_SLOTS)
+        .min(config.max_conns)
+        .max(1)
+}
+
+/// The start line's "(N workers)" for this model: workers, slots, and the memory the
+/// receive arenas take (pinned when registered).
+pub fn start_note(config: &crate::Config) -> String {
+    let workers = common::worker_count(config.workers);
+    let slots = slots_per_worker(config);
+    let arena = slots.saturating_mul(config.buffers.read_buf);
+    let how = if arena > MAX_REGISTERED {
+        "not pinned: above the registration bound"
+    } else {
+        "registered and pinned"
+    };
+    format!(
+        "{workers} workers, {slots} slots each: {:.1} MiB of receive buffers, {how}",
+        (arena.saturating_mul(workers)) as f64 / (1 << 20) as f64
+    )
+}
 
 pub fn run(ctx: &Ctx) -> io::Result<()> {
     let n = common::worker_count(ctx.config.workers);
     let sockets = common::bound_sockets(ctx, n, false)?;
     let gate = Gate::new(ctx.config.max_conns);
-    let slots = ctx.config.max_conns.max(1);
+    let slots = slots_per_worker(&ctx.config);
     let start = StartLine::new(n);
     common::run_workers(ctx, sockets, "uring-fixed", |_, sock| {
         let worker = common::ring().and_then(|ring| {
@@ -193,6 +230,35 @@ impl Store for FixedSlots {
     fn leak(&mut self) {
         std::mem::forget(std::mem::take(&mut self.arena));
         std::mem::forget(std::mem::take(&mut self.slots));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_follow_max_conns_within_bounds() {
+        let c = |max_conns, workers, slots| crate::Config {
+            max_conns,
+            workers,
+            slots,
+            ..crate::Config::default()
+        };
+        assert_eq!(slots_per_worker(&c(10_000, 2, 0)), MAX_DEFAULT_SLOTS);
+        assert_eq!(slots_per_worker(&c(2_000, 2, 0)), 1250);
+        assert_eq!(
+            slots_per_worker(&c(100, 4, 0)),
+            100,
+            "never above max_conns"
+        );
+        assert_eq!(slots_per_worker(&c(1_000, 8, 0)), MIN_SLOTS);
+        assert_eq!(slots_per_worker(&c(10_000, 2, 9)), 9, "--slots wins");
+        let note = start_note(&c(10_000, 2, 0));
+        assert!(
+            note.starts_with("2 workers, 4096 slots each: 128.0 MiB"),
+            "{note}"
+        );
     }
 }
 

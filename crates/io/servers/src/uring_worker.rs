@@ -329,7 +329,9 @@ impl<'a, S: Store> Worker<'a, S> {
 
     /// Step → Closing.
     fn close(&mut self, key: usize) -> io::Result<()> {
-        let socket = &mut self.store.get(key).0.socket;
+        let c = self.store.get(key).0;
+        conn::linger_if_needed(&c.session, c.socket.fd);
+        let socket = &mut c.socket;
         socket.step = Step::Closing;
         let e = conn::close_entry(socket.fd);
         self.submit(e.user_data(token(key, Op::Close)))
