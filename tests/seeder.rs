@@ -1175,6 +1175,114 @@ fn announce_list_tiers_fall_through_to_a_udp_tracker() {
     );
 }
 
+/// One BEP 10 extended message: length, id 20, extended id, payload.
+fn extended(id: u8, payload: &[u8]) -> Vec<u8> {
+    let mut m = ((payload.len() + 2) as u32).to_be_bytes().to_vec();
+    m.extend_from_slice(&[20, id]);
+    m.extend_from_slice(payload);
+    m
+}
+
+/// The value of integer key `key` in a bencoded dictionary's bytes.
+fn bint(d: &[u8], key: &str) -> Option<u64> {
+    let k = format!("{}:{key}i", key.len());
+    let at = d.windows(k.len()).position(|w| w == k.as_bytes())? + k.len();
+    let end = at + d[at..].iter().position(|&b| b == b'e')?;
+    std::str::from_utf8(&d[at..end]).ok()?.parse().ok()
+}
+
+/// BEP 9: `iolab seed` prints the torrent's magnet link, and a client that has only the
+/// info hash fetches the info dictionary from it (a raw-socket client here: extension
+/// handshake, ut_metadata requests of 16 KiB pieces, one out of range), whose SHA-1 is the
+/// info hash. Before, no client could start from a magnet link.
+#[test]
+fn a_magnet_client_fetches_the_metadata() {
+    let _g = lock();
+    // 2,000 pieces of 16 KiB: an info dictionary of 40 KB, 3 metadata pieces.
+    let (mut fx, d, t) = fixture_of("magnet", 2_000 * 16384, "16K");
+    let log = std::fs::File::create(fx.dir.join("seed.log")).unwrap();
+    let i = fx.spawn(
+        Command::new(BIN)
+            .arg("seed")
+            .arg(&t)
+            .args(["--data", d.to_str().unwrap(), "--no-check"])
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--tracker",
+                "udp://127.0.0.1:9/x",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(log),
+    );
+    let mut out = BufReader::new(fx.children[i].stdout.take().unwrap());
+    let (mut first, mut second) = (String::new(), String::new());
+    out.read_line(&mut first).unwrap();
+    out.read_line(&mut second).unwrap();
+    let addr: SocketAddr = first
+        .split(" on ")
+        .last()
+        .and_then(|s| s.split_whitespace().next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    let ih = info_hash_of(&t);
+    let hex: String = ih.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(
+        second.trim(),
+        format!(
+            "magnet magnet:?xt=urn:btih:{hex}&dn=f%2Ebin&tr=udp%3A%2F%2F127%2E0%2E0%2E1%3A9%2Fx"
+        ),
+    );
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut hs = handshake(&ih, true);
+    hs[25] |= 0x10; // BEP 10
+    s.write_all(&hs).unwrap();
+    s.write_all(&extended(0, b"d1:md11:ut_metadatai3eee"))
+        .unwrap();
+    let mut theirs = [0u8; 68];
+    s.read_exact(&mut theirs).unwrap();
+    assert_ne!(theirs[25] & 0x10, 0, "the seeder speaks BEP 10");
+    let h = read_until(&mut s, 20);
+    assert_eq!(h[0], 0, "the extension handshake first");
+    let our_id = bint(&h[1..], "ut_metadata").expect("ut_metadata offered") as u8;
+    let size = bint(&h[1..], "metadata_size").unwrap() as usize;
+    let pieces = size.div_ceil(16384);
+    assert_eq!(pieces, 3, "{size} bytes");
+    let mut req = Vec::new();
+    for p in 0..=pieces {
+        req.extend(extended(
+            our_id,
+            format!("d8:msg_typei0e5:piecei{p}ee").as_bytes(),
+        ));
+    }
+    s.write_all(&req).unwrap();
+    let mut info = vec![0u8; size];
+    for p in 0..=pieces {
+        let m = read_until(&mut s, 20);
+        assert_eq!(m[0], 3, "sent with the id we asked for");
+        let head = format!("d8:msg_typei1e5:piecei{p}e10:total_sizei{size}ee");
+        if p == pieces {
+            assert_eq!(&m[1..], format!("d8:msg_typei2e5:piecei{p}ee").as_bytes());
+            break;
+        }
+        assert!(m[1..].starts_with(head.as_bytes()), "piece {p}");
+        let data = &m[1 + head.len()..];
+        assert!(data.len() == 16384 || p == pieces - 1, "{}", data.len());
+        info[p * 16384..p * 16384 + data.len()].copy_from_slice(data);
+    }
+    let dump = fx.dir.join("info.bin");
+    std::fs::write(&dump, &info).unwrap();
+    let sum = Command::new("sha1sum").arg(&dump).output().unwrap();
+    let sum = String::from_utf8_lossy(&sum.stdout);
+    assert_eq!(
+        sum.split_whitespace().next(),
+        Some(hex.as_str()),
+        "SHA-1 of the metadata"
+    );
+}
+
 /// `iolab seed bench` with libtorrent: every leecher of the swarm connects to libtorrent's
 /// seeder too (both profiles) and downloads from it, and the JSON has a summary per seeder.
 /// Before, libtorrent's torrent was still paused by its session queue when the swarm

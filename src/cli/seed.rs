@@ -19,6 +19,7 @@ use iolab_runtime::{sleep, spawn, Runtime};
 use iolab_seeder::announce::Tiers;
 use iolab_seeder::bench::{self, BenchConfig};
 use iolab_seeder::disk::{DiskMode, DiskStats};
+use iolab_seeder::metadata;
 use iolab_seeder::metainfo::{CreateOptions, Meta};
 use iolab_seeder::seed::{Config, Counters, Seeder};
 use iolab_seeder::spec::SeedSpec;
@@ -35,7 +36,8 @@ default the .torrent's directory) or the data itself: one file (a single-file to
 directory (a multi-file torrent named after it) or several paths (a multi-file torrent named \
 --name). The data is checked against the piece hashes at start (progress bar), then seeded \
 until SIGINT or SIGTERM. The first line on stdout is \"seeding NAME (info hash H, N pieces of \
-P bytes, T bytes) on ADDR with disk path D\".\n\nExamples:\n  iolab tracker --listen \
+P bytes, T bytes) on ADDR with disk path D\", the second \"magnet URI\" (BEP 9: clients can \
+start from the link alone).\n\nExamples:\n  iolab tracker --listen \
 127.0.0.1:6969 &\n  iolab seed ./iso --tracker http://127.0.0.1:6969/announce --torrent \
 iso.torrent --listen 127.0.0.1:6881\n  iolab seed iso.torrent --data . --disk mmap\n  iolab \
 seed bench --quick --json bench.json"
@@ -481,6 +483,11 @@ fn seed(args: SeedSpec) -> anyhow::Result<()> {
             local,
             disk
         );
+        if !meta.info.is_empty() {
+            // BEP 9: clients can start from this alone (the metadata comes from us).
+            let trackers: Vec<String> = tiers.tiers.iter().flatten().cloned().collect();
+            println!("magnet {}", metadata::magnet(&meta.info_hash_hex(), &meta.name, &trackers));
+        }
         let _ = std::io::stdout().flush();
         let failed: Rc<std::cell::RefCell<Option<std::io::Error>>> = Default::default();
         {

@@ -18,6 +18,7 @@ pub mod announce;
 pub mod bench;
 pub mod choker;
 pub mod disk;
+pub mod metadata;
 pub mod metainfo;
 pub mod seed;
 pub mod spec;

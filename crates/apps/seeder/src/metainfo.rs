@@ -46,6 +46,8 @@ pub struct Meta {
     pub announce: Option<String>,
     /// BEP 12 `announce-list`: tiers of tracker URLs (empty when the torrent has none).
     pub announce_list: Vec<Vec<String>>,
+    /// The raw info dictionary (BEP 9 serves it); empty if its SHA-1 is not the info hash.
+    pub info: Vec<u8>,
 }
 
 /// How to make a torrent.
@@ -121,7 +123,19 @@ impl Meta {
         let t = Torrent::read_from_bytes(bytes).map_err(|e| {
             anyhow::anyhow!("malformed bencode or metainfo ({e}); a truncated download?")
         })?;
-        Meta::from_torrent(&t, data)
+        let mut meta = Meta::from_torrent(&t, data)?;
+        meta.set_info(bytes);
+        Ok(meta)
+    }
+
+    /// Keeps the raw info dictionary of `torrent` when its SHA-1 is our info hash.
+    fn set_info(&mut self, torrent: &[u8]) {
+        use sha1::Digest as _;
+        if let Some(info) = crate::metadata::raw_info(torrent) {
+            if sha1::Sha1::digest(info).as_slice() == self.info_hash {
+                self.info = info.to_vec();
+            }
+        }
     }
 
     fn from_torrent(t: &Torrent, data: &Path) -> anyhow::Result<Meta> {
@@ -202,6 +216,7 @@ impl Meta {
             multi,
             announce: t.announce.clone(),
             announce_list: t.announce_list.clone().unwrap_or_default(),
+            info: Vec::new(),
         })
     }
 
@@ -310,20 +325,20 @@ impl Meta {
         let mut info_hash = [0u8; 20];
         info_hash.copy_from_slice(&t.info_hash_bytes());
         let bytes = t.encode().map_err(|e| anyhow::anyhow!("encoding: {e}"))?;
-        Ok((
-            Meta {
-                info_hash,
-                name,
-                piece_length,
-                pieces,
-                files,
-                total,
-                multi,
-                announce: opts.announce.clone(),
-                announce_list: Vec::new(),
-            },
-            bytes,
-        ))
+        let mut meta = Meta {
+            info_hash,
+            name,
+            piece_length,
+            pieces,
+            files,
+            total,
+            multi,
+            announce: opts.announce.clone(),
+            announce_list: Vec::new(),
+            info: Vec::new(),
+        };
+        meta.set_info(&bytes);
+        Ok((meta, bytes))
     }
 
     /// The trackers to announce to, as BEP 12 tiers: `announce-list` when the torrent has

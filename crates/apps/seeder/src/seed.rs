@@ -26,6 +26,7 @@ use serde::Serialize;
 
 use crate::choker::{self, ChokeLimits, PeerSlot, Swarm, SNUB_TICK};
 use crate::disk::{advance, Block, Chunk, DiskMode, Storage};
+use crate::metadata;
 use crate::metainfo::Meta;
 use crate::wire::{self, Handshake, Limits, Message, WireError};
 
@@ -149,6 +150,8 @@ struct Peer<'a> {
     /// while choked.
     fast: bool,
     allowed: &'a [u32],
+    /// The peer's id for ut_metadata messages (BEP 9), from its extension handshake.
+    ut_metadata: Option<u8>,
     queue: VecDeque<Req>,
     /// What the peer was last told.
     sent_choked: bool,
@@ -219,6 +222,11 @@ impl Seeder {
             limits,
             swarm: RefCell::new(Swarm::new()),
         }))
+    }
+
+    /// Whether ut_metadata (BEP 9) is offered: we have the info dictionary, not too big.
+    fn offers_metadata(&self) -> bool {
+        !self.meta.info.is_empty() && self.meta.info.len() <= metadata::MAX_METADATA
     }
 
     /// Accepts peers forever (run it inside the runtime). Also starts the choker.
@@ -310,12 +318,16 @@ impl Seeder {
         .encode()
         .to_vec();
         if extended {
-            let v = concat!("iolab-hekate ", env!("CARGO_PKG_VERSION"));
-            let payload = format!("d1:mde4:reqqi{}e1:v{}:{}e", self.cfg.max_queue, v.len(), v);
+            let size = if self.offers_metadata() {
+                self.meta.info.len()
+            } else {
+                0
+            };
+            let payload = metadata::our_handshake(self.cfg.max_queue, size);
             wire::encode(
                 &Message::Extended {
                     id: 0,
-                    payload: payload.as_bytes(),
+                    payload: &payload,
                 },
                 &mut out,
             );
@@ -375,6 +387,7 @@ impl Seeder {
             key,
             fast,
             allowed,
+            ut_metadata: None,
             queue: VecDeque::new(),
             sent_choked: true,
             out: Vec::new(),
@@ -608,25 +621,30 @@ impl Seeder {
             Message::Piece { .. } => {
                 // We never request; a seeder ignores unsolicited data (bounded by the cap).
             }
-            Message::Extended { id, payload } => {
-                if id == 0 {
-                    // The extension handshake: must be a bencoded dictionary.
-                    match lava_torrent::bencode::BencodeElem::from_bytes(payload) {
-                        Ok(v)
-                            if v.len() == 1
-                                && matches!(
-                                    v[0],
-                                    lava_torrent::bencode::BencodeElem::Dictionary(_)
-                                        | lava_torrent::bencode::BencodeElem::RawDictionary(_)
-                                ) => {}
-                        _ => {
-                            return Err(End::Garbage(
-                                "extension handshake is not a bencoded dictionary".into(),
-                            ))
-                        }
-                    }
+            Message::Extended { id: 0, payload } => {
+                // The extension handshake: a bencoded dictionary, maybe with the id the
+                // peer takes ut_metadata messages with.
+                peer.ut_metadata = metadata::peer_handshake(payload).map_err(End::Garbage)?;
+            }
+            Message::Extended {
+                id: metadata::UT_METADATA_ID,
+                payload,
+            } if self.offers_metadata() => {
+                // BEP 9: a request is answered with the piece, or a reject out of range.
+                let piece = metadata::parse_message(payload).map_err(End::Garbage)?;
+                if let (Some(piece), Some(their_id)) = (piece, peer.ut_metadata) {
+                    let answer = metadata::answer(&self.meta.info, piece);
+                    wire::encode(
+                        &Message::Extended {
+                            id: their_id,
+                            payload: &answer,
+                        },
+                        &mut peer.out,
+                    );
                 }
-                // Other extensions (ut_metadata, ut_pex) are not offered: ignored.
+            }
+            Message::Extended { .. } => {
+                // Extensions we do not offer (ut_pex, ...): ignored.
             }
         }
         Ok(())
