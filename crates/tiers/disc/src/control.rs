@@ -378,7 +378,7 @@ pub fn parse_send<'a>(
             seq,
             ack,
             window,
-            mss: crate::dp::SEND_MSS,
+            mss: crate::sender::SEND_MSS,
         },
         client_window,
         wscale,

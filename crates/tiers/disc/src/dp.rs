@@ -335,9 +335,7 @@ pub const MAX_SEQ_ADVANCE: u32 = 1 << 30;
 /// to this): what one line can make DP put on the wire.
 pub const MAX_CLIENT_WINDOW: usize = 16 << 20;
 
-/// Payload bytes per segment DP sends (an Ethernet MTU less IP and TCP headers, rounded
-/// down for the options DP does not write).
-pub const SEND_MSS: usize = 1400;
+pub use crate::sender::SEND_MSS;
 /// The client's window DP assumes until its first ACK when the FE could not tell it.
 pub const INITIAL_WINDOW: usize = 65535;
 /// A transfer without any progress for this long is abandoned (the FE closes the

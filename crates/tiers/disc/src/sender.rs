@@ -132,6 +132,9 @@ impl Emit for RawSocket {
     }
 }
 
+/// Payload bytes per segment DP sends (an Ethernet MTU less IP and TCP headers, rounded
+/// down for the options DP does not write).
+pub const SEND_MSS: usize = 1400;
 /// The retransmission timeout before a round trip is measured (the seed's timer).
 pub const RTO_INITIAL: Duration = Duration::from_millis(200);
 pub const RTO_MAX: Duration = Duration::from_millis(3200);

@@ -21,7 +21,61 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::bpf::ConnState;
+/// A connection's state as [`crate::bpf::Hooks::get`] reads it from its slot: the epoch in force (see
+/// bpf/disc.bpf.c) and the programs' records.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnState {
+    /// The FE stack's sequence number where the BE's payload was inserted.
+    pub boundary: u32,
+    /// Shift of the FE's bytes before `boundary`.
+    pub off_lo: u32,
+    /// Shift from `boundary` on: off_lo + the payload's length.
+    pub off_hi: u32,
+    /// Latest client ACK at or past the payload's start (client view), for DP.
+    pub last_ack: u32,
+    /// Its raw window field.
+    pub last_win: u32,
+    pub acks: u32,
+    pub dp_acks: u32,
+    /// Pure ACKs inside the payload range, kept from the FE's stack.
+    pub dropped: u32,
+    /// FE segments whose sequence number was shifted.
+    pub shifted: u32,
+    /// Highest sequence number + length the FE's stack sent (its own view).
+    pub fe_nxt: u32,
+    /// The FE's latest ACK: the client's next byte.
+    pub fe_ack: u32,
+    /// The FE's latest raw window field.
+    pub fe_win: u32,
+    /// FE segments seen.
+    pub fe_seen: u32,
+    /// Client ACKs whose SACK option `disc_ingress` made NOPs (the connection had a shift
+    /// and the option had no block left in the FE's view, or could not be rewritten).
+    pub sack_stripped: u32,
+    /// Client ACKs whose SACK blocks `disc_ingress` translated to the FE's view.
+    pub sack_translated: u32,
+    /// Where the ACKs for DP also go ([`crate::bpf::NOTIFY_RING`], [`crate::bpf::NOTIFY_CLONE`]): set with an
+    /// epoch, cleared by `disc_ingress` at the ACK of the payload's last byte.
+    pub notify: u32,
+    /// With [`crate::bpf::NOTIFY_CLONE`]: the FE's interface towards DP and its link address.
+    pub dp_ifindex: u32,
+    pub dp_src_mac: [u8; 6],
+    pub _pad: [u8; 2],
+    /// The client's latest raw window field (any ACK; `disc_ingress`).
+    pub cl_win: u32,
+    /// The payload DP starts when the FE's segment ending at `boundary` (the answer's head)
+    /// goes out: `disc_egress` clones that segment to DP's link, addressed to
+    /// [`crate::bpf::DP_START_MAC`], and clears this (0: none).
+    pub start_id: u32,
+    /// The ACK that carried `cl_win` (client view): the client's window ends at
+    /// `cl_ack + (cl_win << cl_wscale)`.
+    pub cl_ack: u32,
+    /// The client's window scale (set at registration).
+    pub cl_wscale: u32,
+    /// With [`crate::bpf::NOTIFY_STACK`]: DP's own link address (the clone is for the BE's TCP stack).
+    pub dp_dst_mac: [u8; 6],
+}
 
 /// struct epoch.
 #[repr(C)]
