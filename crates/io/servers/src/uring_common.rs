@@ -322,13 +322,13 @@ pub fn drain(ring: &mut IoUring, out: &mut Vec<cqueue::Entry>) {
     out.extend(ring.completion());
 }
 
-/// The period of the deadline tick: a sixteenth of the shortest timeout (a 2 s head deadline
-/// is kept within 125 ms, ±10%), between 10 ms and 1 s (1 s when there is no timeout: the
+/// The period of the deadline tick: a thirty-second of the shortest timeout (a 2 s head
+/// deadline is kept within 63 ms, well inside ±10%), between 10 ms and 1 s (1 s when there is no timeout: the
 /// tick then only re-posts accepts after an error).
 pub fn tick_period(timeouts: iolab_http::Timeouts) -> Duration {
     match timeouts.shortest() {
         None => Duration::from_secs(1),
-        Some(t) => (t / 16).clamp(Duration::from_millis(10), Duration::from_secs(1)),
+        Some(t) => (t / 32).clamp(Duration::from_millis(10), Duration::from_secs(1)),
     }
 }
 
@@ -552,7 +552,7 @@ mod tests {
     }
 
     #[test]
-    fn tick_is_a_sixteenth_of_the_shortest_timeout_within_bounds() {
+    fn tick_is_a_thirty_second_of_the_shortest_timeout_within_bounds() {
         let t = |header, idle, send| iolab_http::Timeouts {
             header: Duration::from_millis(header),
             idle: Duration::from_millis(idle),
@@ -562,7 +562,7 @@ mod tests {
             tick_period(t(60_000, 60_000, 60_000)),
             Duration::from_secs(1)
         );
-        assert_eq!(tick_period(t(2000, 60_000, 0)), Duration::from_millis(125));
+        assert_eq!(tick_period(t(3200, 60_000, 0)), Duration::from_millis(100));
         assert_eq!(tick_period(t(0, 1, 60_000)), Duration::from_millis(10));
         assert_eq!(tick_period(t(0, 0, 0)), Duration::from_secs(1));
     }
