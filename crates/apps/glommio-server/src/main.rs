@@ -19,15 +19,11 @@ mod shard;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::mpsc;
-use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use clap::{Parser, ValueEnum};
-use iolab_http::Site;
+use iolab_peer_common::shards::{self, Plan};
 use iolab_servers::spec::{GlommioProfile, GlommioSpec};
-
-use crate::shard::Shard;
 
 /// Serve a directory over HTTP with glommio (the lab's glommio peer).
 #[derive(Debug, Parser)]
@@ -84,18 +80,12 @@ impl From<Profile> for GlommioProfile {
 impl Args {
     /// The spec the lab launches this peer with; an idle timeout must be seconds >= 0.
     fn to_spec(&self) -> Result<GlommioSpec> {
-        if !self.idle_timeout.is_finite() || self.idle_timeout < 0.0 {
-            bail!(
-                "--idle-timeout must be a number of seconds >= 0, not {}",
-                self.idle_timeout
-            );
-        }
         Ok(GlommioSpec {
             root: self.root.clone(),
             addr: self.addr,
             workers: self.workers,
             backlog: self.backlog,
-            idle_timeout: Duration::from_secs_f64(self.idle_timeout),
+            idle_timeout: iolab_peer_common::idle_timeout(self.idle_timeout)?,
             profile: self.profile.into(),
         })
     }
@@ -103,101 +93,43 @@ impl Args {
 
 fn main() {
     let args = Args::parse();
-    if let Err(e) = args.to_spec().and_then(run) {
-        eprintln!("iolab-glommio-server: {e:#}");
-        std::process::exit(1);
-    }
+    iolab_peer_common::exit_on_error("iolab-glommio-server", args.to_spec().and_then(run));
 }
 
 fn run(spec: GlommioSpec) -> Result<()> {
-    let site = Site::new(&spec.root, iolab_http::Limits::default())
-        .with_context(|| format!("cannot serve {}", spec.root.display()))?;
-    let cpus = iolab_sys::cpu::allowed_cpus().context("reading the process's CPU set")?;
-    let threads = if spec.workers > 0 {
-        spec.workers
-    } else {
-        cpus.len().max(1)
+    let plan = Plan {
+        root: &spec.root,
+        addr: spec.addr,
+        workers: spec.workers,
+        backlog: spec.backlog,
+        idle_timeout: spec.idle_timeout,
+        thread_prefix: "glommio",
+        thread_noun: "an executor thread",
     };
-    let listeners = iolab_servers::net::listen_group(spec.addr, spec.backlog, threads, false)?;
-    let addr = listeners[0].local_addr()?;
-    let idle = (!spec.idle_timeout.is_zero()).then_some(spec.idle_timeout);
-    stop_on_signal()?;
+    let profile = spec.profile;
     // Each thread reports whether its executor could be made before anything is announced:
     // glommio's io_uring set-up (its rings, its registered I/O memory) fails here if at all.
-    let (ready_tx, ready_rx) = mpsc::channel::<Result<()>>();
-    let mut used = Vec::new();
-    let mut handles = Vec::new();
-    for (i, listener) in listeners.into_iter().enumerate() {
-        let cpu = cpus.get(i % cpus.len().max(1)).copied().unwrap_or(0);
-        used.push(cpu);
-        let shard = Shard {
-            listener,
-            cpu,
-            site: site.clone(),
-            profile: spec.profile,
-            idle,
-        };
-        let ready = ready_tx.clone();
-        handles.push(
-            std::thread::Builder::new()
-                .name(format!("glommio-{i}"))
-                .spawn(move || shard.serve(ready))
-                .context("starting an executor thread")?,
-        );
-    }
-    drop(ready_tx);
-    for r in ready_rx.iter().take(threads) {
-        r?;
-    }
+    let started = shards::start(plan, move |s, ready| shard::serve(s, profile, ready))?;
     println!(
-        "serving {} on {addr} with glommio ({threads} executors on CPUs {}, profile {}: {}, \
+        "serving {} on {} with glommio ({} executors on CPUs {}, profile {}: {}, \
          {}, backlog {}, idle timeout {})",
         spec.root.display(),
-        list(&used),
+        started.addr,
+        started.threads,
+        started.cpu_list(),
         spec.profile.name(),
         shard::settings(spec.profile),
-        if threads > 1 {
-            "one SO_REUSEPORT listener per executor"
-        } else {
-            "one listener"
-        },
+        started.listeners_text("executor"),
         spec.backlog,
-        idle.map_or("none".to_string(), |d| format!("{} s", d.as_secs_f64())),
+        iolab_peer_common::idle_text(started.idle),
     );
-    for h in handles {
-        match h.join() {
-            Ok(r) => r?,
-            Err(_) => bail!("an executor thread panicked"),
-        }
-    }
-    Ok(())
-}
-
-fn list(cpus: &[usize]) -> String {
-    let v: Vec<String> = cpus.iter().map(|c| c.to_string()).collect();
-    v.join(",")
-}
-
-/// SIGINT or SIGTERM ends the process with status 0 from a thread of its own: the executor
-/// threads block in io_uring_enter and have no signal to poll.
-fn stop_on_signal() -> Result<()> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals =
-        signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).context("signal handlers")?;
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            if signals.forever().next().is_some() {
-                std::process::exit(0);
-            }
-        })
-        .context("starting the signal thread")?;
-    Ok(())
+    started.join()
 }
 
 #[cfg(test)]
 mod tests {
     use std::ffi::OsString;
+    use std::time::Duration;
 
     use super::*;
 

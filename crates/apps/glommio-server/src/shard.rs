@@ -1,16 +1,20 @@
 //! One executor thread of the glommio peer: its executor made as the profile says, its
 //! accept loop, and the models' HTTP loop on each connection.
 
+use std::collections::VecDeque;
 use std::os::fd::{FromRawFd, IntoRawFd};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
+use bytes::Bytes;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
 use glommio::{GlommioError, Latency, LocalExecutorBuilder, Placement, Shares, TaskQueueHandle};
 use iolab_http::{Session, Site};
+use iolab_peer_common::session_io::{self, SessionIo};
+use iolab_peer_common::shards::Shard;
 use iolab_servers::spec::GlommioProfile;
 
 /// Bytes one read may bring in (as the models' default read buffer).
@@ -43,57 +47,45 @@ pub fn settings(p: GlommioProfile) -> String {
     }
 }
 
-/// What one thread needs: its listener, its CPU, the shared site and settings.
-pub struct Shard {
-    pub listener: std::net::TcpListener,
-    pub cpu: usize,
-    pub site: Arc<Site>,
-    pub profile: GlommioProfile,
-    pub idle: Option<Duration>,
+fn builder(cpu: usize, profile: GlommioProfile) -> LocalExecutorBuilder {
+    let b = LocalExecutorBuilder::new(Placement::Fixed(cpu)).name("iolab-glommio");
+    match profile {
+        GlommioProfile::Default | GlommioProfile::Latency => b,
+        GlommioProfile::Throughput => b
+            .ring_depth(THROUGHPUT_RING_DEPTH)
+            .preempt_timer(THROUGHPUT_PREEMPT),
+    }
 }
 
-impl Shard {
-    fn builder(&self) -> LocalExecutorBuilder {
-        let b = LocalExecutorBuilder::new(Placement::Fixed(self.cpu)).name("iolab-glommio");
-        match self.profile {
-            GlommioProfile::Default | GlommioProfile::Latency => b,
-            GlommioProfile::Throughput => b
-                .ring_depth(THROUGHPUT_RING_DEPTH)
-                .preempt_timer(THROUGHPUT_PREEMPT),
+/// Makes this thread's executor as `profile` says (reporting the outcome on `ready`) and
+/// serves until the process ends.
+pub fn serve(shard: Shard, profile: GlommioProfile, ready: mpsc::Sender<Result<()>>) -> Result<()> {
+    let ex = match builder(shard.cpu, profile).make() {
+        Ok(ex) => {
+            let _ = ready.send(Ok(()));
+            ex
         }
-    }
-
-    /// Makes this thread's executor (reporting the outcome on `ready`) and serves until the
-    /// process ends.
-    pub fn serve(self, ready: mpsc::Sender<Result<()>>) -> Result<()> {
-        let ex = match self.builder().make() {
-            Ok(ex) => {
-                let _ = ready.send(Ok(()));
-                ex
-            }
-            Err(e) => {
-                let _ = ready.send(Err(anyhow::anyhow!(
-                    "glommio's executor could not start on CPU {}: {e}",
-                    self.cpu
-                )));
-                return Ok(());
-            }
-        };
-        let Shard {
-            listener,
-            site,
-            profile,
-            idle,
-            ..
-        } = self;
-        ex.run(async move {
-            let queue = task_queue(profile)?;
-            // SAFETY: the descriptor comes from a listening std socket whose ownership
-            // `into_raw_fd` gives up here; glommio's listener owns and closes it from now on.
-            let listener = unsafe { TcpListener::from_raw_fd(listener.into_raw_fd()) };
-            accept_loop(listener, site, idle, queue).await
-        })
-    }
+        Err(e) => {
+            let _ = ready.send(Err(anyhow::anyhow!(
+                "glommio's executor could not start on CPU {}: {e}",
+                shard.cpu
+            )));
+            return Ok(());
+        }
+    };
+    let Shard {
+        listener,
+        site,
+        idle,
+        ..
+    } = shard;
+    ex.run(async move {
+        let queue = task_queue(profile)?;
+        // SAFETY: the descriptor comes from a listening std socket whose ownership
+        // `into_raw_fd` gives up here; glommio's listener owns and closes it from now on.
+        let listener = unsafe { TcpListener::from_raw_fd(listener.into_raw_fd()) };
+        accept_loop(listener, site, idle, queue).await
+    })
 }
 
 /// The task queue connections run in: none of their own for the default profile.
@@ -138,7 +130,7 @@ async fn accept_loop(
         if stream.set_read_timeout(idle).is_err() || stream.set_write_timeout(idle).is_err() {
             continue; // dropping it closes it; glommio refuses only a zero duration
         }
-        let conn = serve(stream, Arc::clone(&site));
+        let conn = serve_connection(stream, Arc::clone(&site));
         let task = match queue {
             Some(q) => glommio::spawn_local_into(conn, q)
                 .map_err(|e| anyhow::anyhow!("spawning a connection: {e}"))?,
@@ -149,39 +141,51 @@ async fn accept_loop(
 }
 
 /// One connection: the models' loop on a glommio socket.
-async fn serve(mut stream: TcpStream, site: Arc<Site>) {
-    let mut session = Session::new(site);
-    let mut buf = vec![0u8; READ_BUF];
-    let mut gathered: Vec<u8> = Vec::with_capacity(READ_BUF);
-    loop {
+async fn serve_connection(stream: TcpStream, site: Arc<Site>) {
+    let mut io = GlommioSessionIo {
+        stream,
+        buf: vec![0u8; READ_BUF],
+        gathered: Vec::with_capacity(READ_BUF),
+    };
+    session_io::drive(Session::new(site), &mut io).await;
+}
+
+/// A glommio socket for the session loop; its deadlines are the socket's own timeouts.
+/// glommio's streams have no vectored write: several chunks up to [`GATHER_MAX`] in all
+/// are gathered into one buffer and sent with one write, larger ones sent one by one.
+struct GlommioSessionIo {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    gathered: Vec<u8>,
+}
+
+impl SessionIo for GlommioSessionIo {
+    async fn read(&mut self) -> Option<&[u8]> {
         // Errors include glommio's own timeouts (the idle deadline): the connection ends.
-        let n = match stream.read(&mut buf).await {
-            Ok(n) if n > 0 => n,
-            _ => return,
-        };
-        session.feed(&buf[..n], |_| {});
-        while session.has_pending() {
-            let written = if session.pending().len() > 1 && session.pending_len() <= GATHER_MAX {
-                gathered.clear();
-                for c in session.pending() {
-                    gathered.extend_from_slice(c);
-                }
-                stream.write(&gathered).await
-            } else {
-                match session.pending().front() {
-                    Some(first) => stream.write(first).await,
-                    None => break,
-                }
-            };
-            match written {
-                Ok(w) if w > 0 => session.advance(w),
-                _ => return,
+        match self.stream.read(&mut self.buf).await {
+            Ok(n) if n > 0 => Some(&self.buf[..n]),
+            _ => None,
+        }
+    }
+
+    async fn write(&mut self, pending: &VecDeque<Bytes>, len: usize) -> Option<usize> {
+        let written = if pending.len() > 1 && len <= GATHER_MAX {
+            self.gathered.clear();
+            for c in pending {
+                self.gathered.extend_from_slice(c);
             }
-            session.resume(|_| {});
+            self.stream.write(&self.gathered).await
+        } else {
+            // The session has a chunk pending whenever the loop asks for a write.
+            self.stream.write(pending.front()?).await
+        };
+        match written {
+            Ok(w) if w > 0 => Some(w),
+            _ => None,
         }
-        if session.should_close() {
-            let _ = stream.close().await;
-            return;
-        }
+    }
+
+    async fn close(&mut self) {
+        let _ = self.stream.close().await;
     }
 }

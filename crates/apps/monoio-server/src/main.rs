@@ -16,15 +16,19 @@
 
 mod writev;
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
+use bytes::Bytes;
 use clap::Parser;
 use iolab_http::{Session, Site};
+use iolab_peer_common::session_io::{self, SessionIo};
+use iolab_peer_common::shards::{self, Plan, Shard};
 use iolab_servers::spec::MonoioSpec;
 use monoio::io::{AsyncReadRent, AsyncWriteRent};
 use monoio::net::{TcpListener, TcpStream};
@@ -72,18 +76,12 @@ struct Args {
 impl Args {
     /// The spec the lab launches this peer with; an idle timeout must be seconds >= 0.
     fn to_spec(&self) -> Result<MonoioSpec> {
-        if !self.idle_timeout.is_finite() || self.idle_timeout < 0.0 {
-            bail!(
-                "--idle-timeout must be a number of seconds >= 0, not {}",
-                self.idle_timeout
-            );
-        }
         Ok(MonoioSpec {
             root: self.root.clone(),
             addr: self.addr,
             workers: self.workers,
             backlog: self.backlog,
-            idle_timeout: Duration::from_secs_f64(self.idle_timeout),
+            idle_timeout: iolab_peer_common::idle_timeout(self.idle_timeout)?,
             entries: self.entries,
         })
     }
@@ -91,116 +89,48 @@ impl Args {
 
 fn main() {
     let args = Args::parse();
-    if let Err(e) = args.to_spec().and_then(run) {
-        eprintln!("iolab-monoio-server: {e:#}");
-        std::process::exit(1);
-    }
-}
-
-/// What one thread needs: its listener, its CPU, the shared site and settings.
-struct Shard {
-    listener: std::net::TcpListener,
-    cpu: usize,
-    site: Arc<Site>,
-    entries: u32,
-    idle: Option<Duration>,
+    iolab_peer_common::exit_on_error("iolab-monoio-server", args.to_spec().and_then(run));
 }
 
 fn run(spec: MonoioSpec) -> Result<()> {
-    let site = Site::new(&spec.root, iolab_http::Limits::default())
-        .with_context(|| format!("cannot serve {}", spec.root.display()))?;
-    let cpus = iolab_sys::cpu::allowed_cpus().context("reading the process's CPU set")?;
-    let threads = if spec.workers > 0 {
-        spec.workers
-    } else {
-        cpus.len().max(1)
+    let plan = Plan {
+        root: &spec.root,
+        addr: spec.addr,
+        workers: spec.workers,
+        backlog: spec.backlog,
+        idle_timeout: spec.idle_timeout,
+        thread_prefix: "monoio",
+        thread_noun: "a runtime thread",
     };
-    let listeners = iolab_servers::net::listen_group(spec.addr, spec.backlog, threads, false)?;
-    let addr = listeners[0].local_addr()?;
-    let idle = (!spec.idle_timeout.is_zero()).then_some(spec.idle_timeout);
-    stop_on_signal()?;
+    let entries = spec.entries;
     // Each thread reports whether its ring could be built before anything is announced, so
     // that an io_uring refusal is this process's error, not a silent dead thread.
-    let (ready_tx, ready_rx) = mpsc::channel::<Result<()>>();
-    let mut used = Vec::new();
-    let mut handles = Vec::new();
-    for (i, listener) in listeners.into_iter().enumerate() {
-        let cpu = cpus.get(i % cpus.len().max(1)).copied().unwrap_or(0);
-        used.push(cpu);
-        let shard = Shard {
-            listener,
-            cpu,
-            site: Arc::clone(&site),
-            entries: spec.entries,
-            idle,
-        };
-        let ready = ready_tx.clone();
-        handles.push(
-            std::thread::Builder::new()
-                .name(format!("monoio-{i}"))
-                .spawn(move || serve_shard(shard, ready))
-                .context("starting a runtime thread")?,
-        );
-    }
-    drop(ready_tx);
-    for r in ready_rx.iter().take(threads) {
-        r?;
-    }
+    let started = shards::start(plan, move |shard, ready| serve_shard(shard, entries, ready))?;
     println!(
-        "serving {} on {addr} with monoio ({threads} threads on CPUs {}, io_uring driver, \
+        "serving {} on {} with monoio ({} threads on CPUs {}, io_uring driver, \
          {}-entry rings, {}, backlog {}, idle timeout {})",
         spec.root.display(),
-        list(&used),
+        started.addr,
+        started.threads,
+        started.cpu_list(),
         spec.entries.max(256),
-        if threads > 1 {
-            "one SO_REUSEPORT listener per thread"
-        } else {
-            "one listener"
-        },
+        started.listeners_text("thread"),
         spec.backlog,
-        idle.map_or("none".to_string(), |d| format!("{} s", d.as_secs_f64())),
+        iolab_peer_common::idle_text(started.idle),
     );
-    for h in handles {
-        match h.join() {
-            Ok(r) => r?,
-            Err(_) => bail!("a runtime thread panicked"),
-        }
-    }
-    Ok(())
-}
-
-fn list(cpus: &[usize]) -> String {
-    let v: Vec<String> = cpus.iter().map(|c| c.to_string()).collect();
-    v.join(",")
-}
-
-/// SIGINT or SIGTERM ends the process with status 0 from a thread of its own: the runtime
-/// threads block in io_uring_enter and have no signal to poll.
-fn stop_on_signal() -> Result<()> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals =
-        signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).context("signal handlers")?;
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            if signals.forever().next().is_some() {
-                std::process::exit(0);
-            }
-        })
-        .context("starting the signal thread")?;
-    Ok(())
+    started.join()
 }
 
 /// One thread: bound to its CPU, its own ring, its own accept loop.
-fn serve_shard(shard: Shard, ready: mpsc::Sender<Result<()>>) -> Result<()> {
+fn serve_shard(shard: Shard, entries: u32, ready: mpsc::Sender<Result<()>>) -> Result<()> {
     let built = iolab_sys::cpu::pin_current_thread(shard.cpu)
         .with_context(|| format!("binding a runtime thread to CPU {}", shard.cpu))
         .and_then(|()| {
             RuntimeBuilder::<IoUringDriver>::new()
-                .with_entries(shard.entries)
+                .with_entries(entries)
                 .enable_timer()
                 .build()
-                .map_err(|e| ring_refused(e, shard.entries))
+                .map_err(|e| ring_refused(e, entries))
         });
     let mut rt = match built {
         Ok(rt) => {
@@ -272,38 +202,52 @@ async fn within<T>(idle: Option<Duration>, f: impl std::future::Future<Output = 
 }
 
 /// One connection: the models' loop on a monoio socket.
-async fn serve(mut stream: TcpStream, site: Arc<Site>, idle: Option<Duration>) {
-    let mut session = Session::new(site);
-    let mut buf: Vec<u8> = Vec::with_capacity(READ_BUF);
-    let mut chunks = Chunks::default();
-    loop {
+async fn serve(stream: TcpStream, site: Arc<Site>, idle: Option<Duration>) {
+    let mut io = MonoioSessionIo {
+        stream,
+        buf: Some(Vec::with_capacity(READ_BUF)),
+        chunks: Some(Chunks::default()),
+        idle,
+    };
+    session_io::drive(Session::new(site), &mut io).await;
+}
+
+/// A monoio socket for the session loop. monoio takes a read's or a write's buffer by
+/// value and gives it back with the result; a buffer is `None` only after an idle
+/// deadline, when the connection ends.
+struct MonoioSessionIo {
+    stream: TcpStream,
+    buf: Option<Vec<u8>>,
+    chunks: Option<Chunks>,
+    idle: Option<Duration>,
+}
+
+impl SessionIo for MonoioSessionIo {
+    async fn read(&mut self) -> Option<&[u8]> {
+        let mut buf = self.buf.take()?;
         buf.clear();
-        let (r, b) = match within(idle, stream.read(buf)).await {
-            Some(rb) => rb,
-            None => return, // idle: dropping the stream closes it
-        };
-        buf = b;
+        // idle: dropping the stream closes it
+        let (r, b) = within(self.idle, self.stream.read(buf)).await?;
+        let buf = self.buf.insert(b);
         match r {
-            Ok(n) if n > 0 => session.feed(&buf[..n], |_| {}),
-            _ => return, // peer closed or error
+            Ok(n) if n > 0 => Some(&buf[..n]),
+            _ => None, // peer closed or error
         }
-        while session.has_pending() {
-            chunks.fill(session.pending());
-            let (r, c) = match within(idle, stream.writev(chunks)).await {
-                Some(rc) => rc,
-                None => return,
-            };
-            chunks = c;
-            match r {
-                Ok(w) if w > 0 => session.advance(w),
-                _ => return,
-            }
-            session.resume(|_| {});
+    }
+
+    async fn write(&mut self, pending: &VecDeque<Bytes>, _len: usize) -> Option<usize> {
+        let mut chunks = self.chunks.take()?;
+        chunks.fill(pending);
+        let (r, c) = within(self.idle, self.stream.writev(chunks)).await?;
+        self.chunks = Some(c);
+        match r {
+            Ok(w) if w > 0 => Some(w),
+            _ => None,
         }
-        if session.should_close() {
-            let _ = stream.shutdown().await;
-            return;
-        }
+    }
+
+    async fn close(&mut self) {
+        let _ = self.stream.shutdown().await;
     }
 }
 

@@ -7,57 +7,24 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-pub struct Peer {
-    child: Child,
-    pub addr: SocketAddr,
-    pub start_line: String,
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+pub use iolab_peer_common::testing::Peer;
 
 /// Starts `bin` serving `root` on a free port with two threads, a 1 s idle timeout and
 /// `extra` flags; returns once it has printed its start line.
 pub fn start(bin: &str, root: &Path, extra: &[&str]) -> Peer {
-    let mut child = Command::new(bin)
-        .arg("--root")
-        .arg(root)
-        .args([
-            "--addr",
-            "127.0.0.1:0",
-            "--workers",
-            "2",
-            "--idle-timeout",
-            "1",
-        ])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap_or_else(|e| panic!("start {bin}: {e}"));
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    // "serving DIR on ADDR with ..."
-    let addr = line
-        .split(" on ")
-        .nth(1)
-        .and_then(|s| s.split(' ').next())
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("{bin}: no address in {line:?}"));
-    Peer {
-        child,
-        addr,
-        start_line: line,
-    }
+    let mut args = vec![
+        "--addr",
+        "127.0.0.1:0",
+        "--workers",
+        "2",
+        "--idle-timeout",
+        "1",
+    ];
+    args.extend_from_slice(extra);
+    iolab_peer_common::testing::start(bin, root, &args)
 }
 
 /// One response read from `s`: status code and body (by Content-Length).

@@ -25,6 +25,7 @@
 //!
 //! SIGINT or SIGTERM stops accepting and exits 0 (connections in progress are dropped).
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
@@ -41,6 +42,7 @@ use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use iolab_http::{direct, Session, Site};
+use iolab_peer_common::session_io::{self, SessionIo};
 use iolab_servers::spec::{TokioEngine, TokioSpec};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
@@ -99,18 +101,12 @@ impl Args {
     /// What to serve, as the spec the lab launches this peer with; an idle timeout must be
     /// seconds >= 0.
     fn to_spec(&self) -> Result<TokioSpec> {
-        if !self.idle_timeout.is_finite() || self.idle_timeout < 0.0 {
-            anyhow::bail!(
-                "--idle-timeout must be a number of seconds >= 0, not {}",
-                self.idle_timeout
-            );
-        }
         Ok(TokioSpec {
             root: self.root.clone(),
             addr: self.addr,
             workers: self.workers,
             backlog: self.backlog,
-            idle_timeout: Duration::from_secs_f64(self.idle_timeout),
+            idle_timeout: iolab_peer_common::idle_timeout(self.idle_timeout)?,
             engine: self.engine.into(),
         })
     }
@@ -118,14 +114,11 @@ impl Args {
 
 fn main() {
     let args = Args::parse();
-    if let Err(e) = args.to_spec().and_then(run) {
-        eprintln!("iolab-tokio-server: {e:#}");
-        std::process::exit(1);
-    }
+    iolab_peer_common::exit_on_error("iolab-tokio-server", args.to_spec().and_then(run));
 }
 
 fn run(spec: TokioSpec) -> Result<()> {
-    let idle = (!spec.idle_timeout.is_zero()).then_some(spec.idle_timeout);
+    let idle = iolab_peer_common::idle_deadline(spec.idle_timeout);
     let site = Site::new(&spec.root, iolab_http::Limits::default())
         .with_context(|| format!("cannot serve {}", spec.root.display()))?;
     let workers = if spec.workers > 0 {
@@ -231,33 +224,46 @@ async fn within<T>(idle: Option<Duration>, f: impl std::future::Future<Output = 
 
 // --- engine iolab: the models' loop on a tokio socket -------------------------------------------
 
-async fn serve_iolab(mut stream: TcpStream, site: Arc<Site>, idle: Option<Duration>) {
-    let mut session = Session::new(site);
-    let mut buf = vec![0u8; 8 * 1024];
-    loop {
-        let n = match within(idle, stream.read(&mut buf)).await {
-            Some(Ok(n)) if n > 0 => n,
-            _ => return, // peer closed, error, or idle: dropping the stream closes it
-        };
-        session.feed(&buf[..n], |_| {});
-        while session.has_pending() {
-            let mut slices = [IoSlice::new(&[]); 8];
-            let mut k = 0;
-            for chunk in session.pending().iter().take(slices.len()) {
-                slices[k] = IoSlice::new(chunk);
-                k += 1;
-            }
-            let written = match within(idle, stream.write_vectored(&slices[..k])).await {
-                Some(Ok(w)) if w > 0 => w,
-                _ => return,
-            };
-            session.advance(written);
-            session.resume(|_| {});
+async fn serve_iolab(stream: TcpStream, site: Arc<Site>, idle: Option<Duration>) {
+    let mut io = TokioSessionIo {
+        stream,
+        buf: vec![0u8; 8 * 1024],
+        idle,
+    };
+    session_io::drive(Session::new(site), &mut io).await;
+}
+
+/// A tokio socket for the session loop: reads into a buffer of its own, writes up to 8
+/// chunks in one vectored write, every read and write within the idle deadline.
+struct TokioSessionIo {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    idle: Option<Duration>,
+}
+
+impl SessionIo for TokioSessionIo {
+    async fn read(&mut self) -> Option<&[u8]> {
+        match within(self.idle, self.stream.read(&mut self.buf)).await {
+            Some(Ok(n)) if n > 0 => Some(&self.buf[..n]),
+            _ => None,
         }
-        if session.should_close() {
-            let _ = stream.shutdown().await;
-            return;
+    }
+
+    async fn write(&mut self, pending: &VecDeque<Bytes>, _len: usize) -> Option<usize> {
+        let mut slices = [IoSlice::new(&[]); 8];
+        let mut k = 0;
+        for chunk in pending.iter().take(slices.len()) {
+            slices[k] = IoSlice::new(chunk);
+            k += 1;
         }
+        match within(self.idle, self.stream.write_vectored(&slices[..k])).await {
+            Some(Ok(w)) if w > 0 => Some(w),
+            _ => None,
+        }
+    }
+
+    async fn close(&mut self) {
+        let _ = self.stream.shutdown().await;
     }
 }
 

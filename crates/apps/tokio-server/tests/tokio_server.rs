@@ -1,11 +1,13 @@
 //! iolab-tokio-server, both engines, with curl and raw sockets: the files come back byte for
 //! byte, the response head is the models' (`iolab_http`) one, and SIGTERM stops it cleanly.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
+
+use iolab_peer_common::testing::Peer as Server;
 
 const BIN: &str = env!("CARGO_BIN_EXE_iolab-tokio-server");
 
@@ -45,49 +47,24 @@ impl Drop for Root {
     }
 }
 
-struct Server {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn start(root: &Root, engine: &str) -> Server {
-    let mut child = Command::new(BIN)
-        .arg("--root")
-        .arg(root.dir.join("root"))
-        .args([
-            "--addr",
-            "127.0.0.1:0",
-            "--workers",
-            "2",
-            "--engine",
-            engine,
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start iolab-tokio-server");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    // "serving DIR on ADDR with tokio (...)"
-    let addr = line
-        .split(" on ")
-        .nth(1)
-        .and_then(|s| s.split(' ').next())
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
-    Server { child, addr }
+    let args = [
+        "--addr",
+        "127.0.0.1:0",
+        "--workers",
+        "2",
+        "--engine",
+        engine,
+    ];
+    iolab_peer_common::testing::start(BIN, &root.dir.join("root"), &args)
 }
 
-impl Server {
+trait PeerRequests {
+    fn url(&self, path: &str) -> String;
+    fn raw(&self, request: &[u8]) -> Vec<u8>;
+}
+
+impl PeerRequests for Server {
     fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
