@@ -1299,7 +1299,10 @@ mod tests {
         assert_ms(out[0].response(), 0.4, &"within the segment");
         let out = run(s, &[(0.0, 0, 100, Op::Write)]);
         let r = out[0].response();
-        assert!(r > 6.0, "{r} ms: the last sector goes after sector 59 is written");
+        assert!(
+            r > 6.0,
+            "{r} ms: the last sector goes after sector 59 is written"
+        );
         assert!(r < out[0].rec.completion + 1e-9 && r < 20.0, "{r}");
     }
 
