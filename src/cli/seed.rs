@@ -421,6 +421,47 @@ fn write_json(path: &Path, meta: &Meta, counters: &Counters, disk: &DiskStats, m
     }
 }
 
+/// Announces to the trackers (BEP 12 tiers), then again at each interval they ask for.
+async fn announce_every_interval(s: Rc<Seeder>, tiers: Rc<std::cell::RefCell<Tiers>>, port: u16) {
+    let mut event = "started";
+    loop {
+        let up = Counters::get(&s.counters.bytes_sent);
+        let mut t = tiers.borrow().clone();
+        let wait = match t
+            .announce(&s.meta.info_hash, &s.peer_id, port, up, event)
+            .await
+        {
+            Ok(r) => {
+                event = "";
+                r.interval
+            }
+            Err(errors) => {
+                eprintln!(
+                    "seed: announce failed: {} (retrying in 30 s)",
+                    errors.join("; ")
+                );
+                Duration::from_secs(30)
+            }
+        };
+        *tiers.borrow_mut() = t;
+        sleep(wait).await;
+    }
+}
+
+/// The `--status-every` line: `secs` since the start, the send rate in MB/s since the last.
+fn status_line(c: &Counters, secs: f64, rate: f64) -> String {
+    format!(
+        "seed: {secs:.0}s peers {} (unchoked {}), sent {:.1} MB at {rate:.1} MB/s, dropped {} bad, {} mse openings, {} timed out, {} stalled",
+        Counters::get(&c.peers_now),
+        Counters::get(&c.unchoked_now),
+        Counters::get(&c.bytes_sent) as f64 / 1e6,
+        Counters::get(&c.peers_dropped_garbage),
+        Counters::get(&c.mse_openings),
+        Counters::get(&c.handshake_timeouts) + Counters::get(&c.idle_timeouts),
+        Counters::get(&c.send_stalls),
+    )
+}
+
 /// `iolab seed PATH...`: seeds until SIGINT or SIGTERM (or makes the torrent only).
 fn seed(args: SeedSpec) -> anyhow::Result<()> {
     let meta = Arc::new(prepare(&args)?);
@@ -464,13 +505,19 @@ fn seed(args: SeedSpec) -> anyhow::Result<()> {
     rt.block_on(async move {
         // A deep accept queue (capped by net.core.somaxconn): a swarm arriving at once is
         // not made to wait for SYN retransmissions.
-        let listener = TcpListener::builder(args.listen).backlog(4096).bind().map_err(|e| {
-            if e.kind() == std::io::ErrorKind::AddrInUse {
-                anyhow::anyhow!("cannot listen on {}: the address is in use (another seeder?)", args.listen)
-            } else {
-                anyhow::anyhow!("cannot listen on {}: {e}", args.listen)
-            }
-        })?;
+        let listener = TcpListener::builder(args.listen)
+            .backlog(4096)
+            .bind()
+            .map_err(|e| {
+                if e.kind() == std::io::ErrorKind::AddrInUse {
+                    anyhow::anyhow!(
+                        "cannot listen on {}: the address is in use (another seeder?)",
+                        args.listen
+                    )
+                } else {
+                    anyhow::anyhow!("cannot listen on {}: {e}", args.listen)
+                }
+            })?;
         let local = listener.local_addr()?;
         let seeder = Seeder::new(meta.clone(), cfg).context("opening the data files")?;
         println!(
@@ -486,7 +533,10 @@ fn seed(args: SeedSpec) -> anyhow::Result<()> {
         if !meta.info.is_empty() {
             // BEP 9: clients can start from this alone (the metadata comes from us).
             let trackers: Vec<String> = tiers.tiers.iter().flatten().cloned().collect();
-            println!("magnet {}", metadata::magnet(&meta.info_hash_hex(), &meta.name, &trackers));
+            println!(
+                "magnet {}",
+                metadata::magnet(&meta.info_hash_hex(), &meta.name, &trackers)
+            );
         }
         let _ = std::io::stdout().flush();
         let failed: Rc<std::cell::RefCell<Option<std::io::Error>>> = Default::default();
@@ -501,27 +551,11 @@ fn seed(args: SeedSpec) -> anyhow::Result<()> {
         }
         let tiers = Rc::new(std::cell::RefCell::new(tiers));
         if !tiers.borrow().is_empty() {
-            let s = seeder.clone();
-            let tiers = tiers.clone();
-            spawn(async move {
-                let mut event = "started";
-                loop {
-                    let up = Counters::get(&s.counters.bytes_sent);
-                    let mut t = tiers.borrow().clone();
-                    let wait = match t.announce(&s.meta.info_hash, &s.peer_id, local.port(), up, event).await {
-                        Ok(r) => {
-                            event = "";
-                            r.interval
-                        }
-                        Err(errors) => {
-                            eprintln!("seed: announce failed: {} (retrying in 30 s)", errors.join("; "));
-                            Duration::from_secs(30)
-                        }
-                    };
-                    *tiers.borrow_mut() = t;
-                    sleep(wait).await;
-                }
-            });
+            spawn(announce_every_interval(
+                seeder.clone(),
+                tiers.clone(),
+                local.port(),
+            ));
         }
         let started = Instant::now();
         let mut last_status = Instant::now();
@@ -533,23 +567,14 @@ fn seed(args: SeedSpec) -> anyhow::Result<()> {
                 return Err(anyhow::anyhow!("accepting peers failed: {e}"));
             }
             let c = &seeder.counters;
-            if args.status_every > 0 && last_status.elapsed() >= Duration::from_secs(args.status_every) {
+            if args.status_every > 0
+                && last_status.elapsed() >= Duration::from_secs(args.status_every)
+            {
                 let b = Counters::get(&c.bytes_sent);
                 let rate = (b - last_bytes) as f64 / last_status.elapsed().as_secs_f64() / 1e6;
                 last_bytes = b;
                 last_status = Instant::now();
-                eprintln!(
-                    "seed: {:.0}s peers {} (unchoked {}), sent {:.1} MB at {:.1} MB/s, dropped {} bad, {} mse openings, {} timed out, {} stalled",
-                    started.elapsed().as_secs_f64(),
-                    Counters::get(&c.peers_now),
-                    Counters::get(&c.unchoked_now),
-                    b as f64 / 1e6,
-                    rate,
-                    Counters::get(&c.peers_dropped_garbage),
-                    Counters::get(&c.mse_openings),
-                    Counters::get(&c.handshake_timeouts) + Counters::get(&c.idle_timeouts),
-                    Counters::get(&c.send_stalls),
-                );
+                eprintln!("{}", status_line(c, started.elapsed().as_secs_f64(), rate));
             }
             if let Some(j) = &args.json {
                 if last_json.elapsed() >= Duration::from_secs(1) {
@@ -566,11 +591,20 @@ fn seed(args: SeedSpec) -> anyhow::Result<()> {
             let mut t = tiers.borrow().clone();
             let _ = iolab_runtime::timeout(
                 Duration::from_secs(2),
-                t.announce(&meta.info_hash, &seeder.peer_id, local.port(), up, "stopped"),
+                t.announce(
+                    &meta.info_hash,
+                    &seeder.peer_id,
+                    local.port(),
+                    up,
+                    "stopped",
+                ),
             )
             .await;
         }
-        eprintln!("seed: stopped after sending {} bytes", Counters::get(&seeder.counters.bytes_sent));
+        eprintln!(
+            "seed: stopped after sending {} bytes",
+            Counters::get(&seeder.counters.bytes_sent)
+        );
         Ok(())
     })
 }

@@ -217,21 +217,7 @@ pub(super) fn run_cmd(a: RunArgs) -> Result<()> {
     };
     let total = source.len_hint();
     let mut log = RequestLog::create(a.log.as_deref())?;
-    let bar = if a.quiet {
-        indicatif::ProgressBar::hidden()
-    } else {
-        let b = match total {
-            Some(n) => indicatif::ProgressBar::new(n),
-            None => indicatif::ProgressBar::new_spinner(),
-        };
-        b.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} {pos}/{len} requests [{elapsed_precise}] {per_sec}",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        b
-    };
+    let bar = progress_bar(a.quiet, total);
     let description = dev.description.clone();
     let host = a.host.to_params()?;
     let mut sim = Simulator::new(match &host {
@@ -316,6 +302,33 @@ pub(super) fn run_cmd(a: RunArgs) -> Result<()> {
         host: host.map(|h| h.describe()),
         host_stats,
     };
+    print_report(&rep);
+    print_host(rep.host.as_deref(), &rep.host_stats);
+    write_json(a.json.as_deref(), &rep)?;
+    Ok(())
+}
+
+/// The replay's progress line (hidden with --quiet): a bar when the length is known.
+fn progress_bar(quiet: bool, total: Option<u64>) -> indicatif::ProgressBar {
+    if quiet {
+        indicatif::ProgressBar::hidden()
+    } else {
+        let b = match total {
+            Some(n) => indicatif::ProgressBar::new(n),
+            None => indicatif::ProgressBar::new_spinner(),
+        };
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} {pos}/{len} requests [{elapsed_precise}] {per_sec}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b
+    }
+}
+
+/// The run's summary, for people (--json writes it for programs).
+fn print_report(rep: &RunReport) {
     println!("device      {}", rep.device);
     println!(
         "requests    {} ({:.1}% reads) in {:.3} s simulated, {:.3} s wall ({:.0}x real time)",
@@ -345,9 +358,6 @@ pub(super) fn run_cmd(a: RunArgs) -> Result<()> {
         rep.rotation_share * 100.0,
         rep.transfer_share * 100.0
     );
-    print_host(rep.host.as_deref(), &rep.host_stats);
-    write_json(a.json.as_deref(), &rep)?;
-    Ok(())
 }
 
 /// Replays a file trace of `record` through the host stack (this machine's settings) over
