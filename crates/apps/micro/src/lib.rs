@@ -14,7 +14,6 @@
 
 pub mod ctxswitch;
 pub mod echo;
-mod echo_peers;
 pub mod limits;
 pub mod machine;
 pub mod osutil;

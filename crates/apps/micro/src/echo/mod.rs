@@ -6,7 +6,7 @@
 //! (level-triggered), `io_uring` (accept, recv and send completions) and `iolab-runtime`
 //! (one task per connection on one runtime loop: threaded-style code on lightweight tasks),
 //! and the same task-per-connection server on the runtimes users would pick instead
-//! (`tokio`, `monoio`, `glommio`: [`crate::echo_peers`]). Each server runs in this process, pinned to the
+//! (`tokio`, `monoio`, `glommio`: [`crate::echo::peers`]). Each server runs in this process, pinned to the
 //! first CPU; one client thread pinned to the second CPU holds N connections (10 … 10,000),
 //! each continuously sending a message (100 B or 1 KB) and waiting for its echo (one message
 //! in flight per connection). Per point: connections held (those that got echoes; a model
@@ -31,6 +31,7 @@ use serde::Serialize;
 
 mod clients;
 mod fd;
+mod peers;
 mod servers;
 
 use crate::osutil;

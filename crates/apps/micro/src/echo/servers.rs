@@ -1,5 +1,5 @@
 //! The echo servers, one per I/O model (threads, select, poll, epoll, io_uring,
-//! iolab-runtime; the peers' runtimes are in `crate::echo_peers`), and [`start`], which runs
+//! iolab-runtime; the peers' runtimes are in `crate::echo::peers`), and [`start`], which runs
 //! one on a thread of its own pinned to a CPU.
 
 use std::collections::HashMap;
@@ -367,9 +367,9 @@ pub(super) fn start(model: Model, cpu: usize) -> anyhow::Result<Server> {
                 Model::Epoll => serve_epoll(l, c2),
                 Model::Uring => serve_uring(l, c2),
                 Model::Runtime => serve_runtime(l, c2),
-                Model::Tokio => crate::echo_peers::serve_tokio(l, c2),
-                Model::Monoio => crate::echo_peers::serve_monoio(l, c2),
-                Model::Glommio => crate::echo_peers::serve_glommio(l, c2),
+                Model::Tokio => crate::echo::peers::serve_tokio(l, c2),
+                Model::Monoio => crate::echo::peers::serve_monoio(l, c2),
+                Model::Glommio => crate::echo::peers::serve_glommio(l, c2),
             }
         })?;
     Ok(Server { addr, ctl, join })
