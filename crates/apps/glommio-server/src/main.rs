@@ -93,7 +93,10 @@ impl Args {
 
 fn main() {
     let args = Args::parse();
-    iolab_peer_common::exit_on_error("iolab-glommio-server", args.to_spec().and_then(run));
+    if let Err(e) = args.to_spec().and_then(run) {
+        eprintln!("iolab-glommio-server: {e:#}");
+        std::process::exit(1);
+    }
 }
 
 fn run(spec: GlommioSpec) -> Result<()> {

@@ -89,7 +89,10 @@ impl Args {
 
 fn main() {
     let args = Args::parse();
-    iolab_peer_common::exit_on_error("iolab-monoio-server", args.to_spec().and_then(run));
+    if let Err(e) = args.to_spec().and_then(run) {
+        eprintln!("iolab-monoio-server: {e:#}");
+        std::process::exit(1);
+    }
 }
 
 fn run(spec: MonoioSpec) -> Result<()> {

@@ -1,7 +1,8 @@
 //! What the lab's peer servers (iolab-tokio-server, iolab-monoio-server,
 //! iolab-glommio-server) share, so that the three differ only in their runtime's I/O:
 //!
-//! - the checks and the exit of their `main` ([`idle_timeout`], [`exit_on_error`]);
+//! - the checks of their flags ([`idle_timeout`]); each `main` prints its own errors, as a
+//!   library does not print;
 //! - the thread-per-core start of the monoio and glommio peers ([`shards`]: site, CPUs,
 //!   one SO_REUSEPORT listener per thread, signals, readiness, join);
 //! - the models' session loop on any runtime's socket ([`session_io`]);
@@ -33,14 +34,6 @@ pub fn idle_deadline(timeout: Duration) -> Option<Duration> {
 /// The idle deadline as the start lines print it.
 pub fn idle_text(idle: Option<Duration>) -> String {
     idle.map_or("none".to_string(), |d| format!("{} s", d.as_secs_f64()))
-}
-
-/// Ends a peer's `main`: an error is printed after the program's name, status 1.
-pub fn exit_on_error(program: &str, result: Result<()>) {
-    if let Err(e) = result {
-        eprintln!("{program}: {e:#}");
-        std::process::exit(1);
-    }
 }
 
 #[cfg(test)]

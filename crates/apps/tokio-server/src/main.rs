@@ -114,7 +114,10 @@ impl Args {
 
 fn main() {
     let args = Args::parse();
-    iolab_peer_common::exit_on_error("iolab-tokio-server", args.to_spec().and_then(run));
+    if let Err(e) = args.to_spec().and_then(run) {
+        eprintln!("iolab-tokio-server: {e:#}");
+        std::process::exit(1);
+    }
 }
 
 fn run(spec: TokioSpec) -> Result<()> {
