@@ -448,13 +448,14 @@ async fn announce_every_interval(s: Rc<Seeder>, tiers: Rc<std::cell::RefCell<Tie
     }
 }
 
-/// The `--status-every` line: `secs` since the start, the send rate in MB/s since the last.
-fn status_line(c: &Counters, secs: f64, rate: f64) -> String {
+/// The `--status-every` line: `secs` since the start, `sent` bytes in all (the figure the
+/// rate was computed from), the send rate in MB/s since the last line.
+fn status_line(c: &Counters, secs: f64, sent: u64, rate: f64) -> String {
     format!(
         "seed: {secs:.0}s peers {} (unchoked {}), sent {:.1} MB at {rate:.1} MB/s, dropped {} bad, {} mse openings, {} timed out, {} stalled",
         Counters::get(&c.peers_now),
         Counters::get(&c.unchoked_now),
-        Counters::get(&c.bytes_sent) as f64 / 1e6,
+        sent as f64 / 1e6,
         Counters::get(&c.peers_dropped_garbage),
         Counters::get(&c.mse_openings),
         Counters::get(&c.handshake_timeouts) + Counters::get(&c.idle_timeouts),
@@ -574,7 +575,10 @@ fn seed(args: SeedSpec) -> anyhow::Result<()> {
                 let rate = (b - last_bytes) as f64 / last_status.elapsed().as_secs_f64() / 1e6;
                 last_bytes = b;
                 last_status = Instant::now();
-                eprintln!("{}", status_line(c, started.elapsed().as_secs_f64(), rate));
+                eprintln!(
+                    "{}",
+                    status_line(c, started.elapsed().as_secs_f64(), b, rate)
+                );
             }
             if let Some(j) = &args.json {
                 if last_json.elapsed() >= Duration::from_secs(1) {
