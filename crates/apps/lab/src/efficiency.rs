@@ -21,68 +21,14 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
-use crate::lab::{Options, Profile};
+use crate::options::{Options, Profile};
 use crate::point::{settle, Client};
 use iolab_sys::percentile::median;
 
 use crate::results::{min_max, ConnMode, FileKind, Results};
 use crate::server::{Launch, ServerProc, Target};
 
-/// One measurement: one server, one mode, one repeat.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct EffRepeat {
-    pub ok: u64,
-    pub errors: u64,
-    /// Server CPU seconds (user + system, every process and thread of the server).
-    pub cpu_s: f64,
-    pub elapsed_s: f64,
-    /// Requests answered per second (should match the offered rate).
-    pub achieved_rps: f64,
-    pub us_per_request: f64,
-    pub client_cpu_s: f64,
-}
-
-/// One server in one mode: median and spread over the repeats.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct EffRow {
-    pub server: String,
-    pub mode: ConnMode,
-    /// Offered rate, requests/s.
-    pub rate: f64,
-    /// Median over repeats of server CPU µs per request.
-    pub us_per_request: f64,
-    /// [min, max] over repeats.
-    pub spread: [f64; 2],
-    pub repeats: Vec<EffRepeat>,
-}
-
-/// The `efficiency` block of results.json.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Efficiency {
-    /// Offered rate per mode, requests/s.
-    pub rates: BTreeMap<ConnMode, f64>,
-    /// How the rates were chosen.
-    pub rate_basis: String,
-    pub duration_s: f64,
-    pub repeats: usize,
-    /// Open-loop connection cap (requests in flight at most).
-    pub connections: usize,
-    /// Where the CPU times come from.
-    pub cpu_source: String,
-    pub rows: Vec<EffRow>,
-    /// Servers or modes that could not be measured, and why.
-    pub failures: Vec<String>,
-}
-
-impl Efficiency {
-    pub fn row(&self, server: &str, mode: ConnMode) -> Option<&EffRow> {
-        self.rows
-            .iter()
-            .find(|r| r.server == server && r.mode == mode)
-    }
-}
+pub use crate::results::{EffRepeat, EffRow, Efficiency};
 
 /// Half the lowest peak among the servers measured, per mode: (rate, which server set it,
 /// its peak). None for a mode no server was measured in.

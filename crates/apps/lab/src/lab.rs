@@ -3,164 +3,27 @@
 //! report.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use iolab_servers::spec::ServeSpec;
-use iolab_servers::{Config, Model};
 
 use crate::matrix::Matrix;
 pub use crate::plan::{budget_requests, hms, Plan, PointSpec, Profile};
 use crate::point::{Bench, Client};
-use crate::results::{FileKind, Results, Status, TargetInfo, TargetKind};
+use crate::results::Results;
 use crate::server::{Kind, Target};
 use crate::stage::Stage;
 
-/// The size of the small file, as the seed's small HTML page.
-pub const SMALL_BYTES: usize = 300;
-/// The seed's large file: 700 KB.
-pub const BIG_BYTES: usize = 700 * 1024;
-
-#[derive(Debug, Clone)]
-pub struct Options {
-    pub profile: Profile,
-    pub models: Vec<String>,
-    pub peers: Vec<String>,
-    pub out: PathBuf,
-    pub repeat: Option<usize>,
-    /// Micro names to run (empty = none).
-    pub micro: Vec<String>,
-    pub workers: usize,
-    pub backlog: u32,
-    /// Whole-run time budget (quick); None = the profile's.
-    pub budget: Option<Duration>,
-    pub command: String,
-    /// Measure server CPU time per request at a fixed offered rate (see [`crate::efficiency`]).
-    pub efficiency: bool,
-    /// The offered rate of the efficiency pass (requests/s, both modes); None = half the
-    /// slowest server's peak in this run.
-    pub efficiency_rate: Option<f64>,
-    /// Run the server behind a shaped link instead of loopback (`--link`).
-    pub link: Option<crate::link::LinkSpec>,
-    /// `--seed-conditions`: the seed's method (new connection per request only).
-    pub seed_conditions: bool,
-    /// The user's servers (`--target`, `--url`), run after the built-in ones.
-    pub targets: Vec<Target>,
-}
-
-/// Writes the two files every server serves: `small.html` and `big.bin`.
-pub(crate) fn write_site(www: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(www).with_context(|| format!("creating {}", www.display()))?;
-    let head = "<!DOCTYPE html>\n<html><head><title>iolab</title></head><body>\n<p>";
-    let tail = "</p>\n</body></html>\n";
-    let fill = SMALL_BYTES - head.len() - tail.len();
-    let mut small = String::from(head);
-    small.extend(std::iter::repeat_n('x', fill));
-    small.push_str(tail);
-    std::fs::write(
-        www.join(FileKind::Small.path().trim_start_matches('/')),
-        &small,
-    )?;
-    // Deterministic, incompressible-looking bytes (nothing compresses them anyway).
-    let mut big = vec![0u8; BIG_BYTES];
-    let mut x: u32 = 0x9e37_79b9;
-    for b in &mut big {
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        *b = x as u8;
-    }
-    std::fs::write(www.join(FileKind::Big.path().trim_start_matches('/')), &big)?;
-    Ok(())
-}
-
-/// Every model target the lab knows, in report order: the models of `iolab models`, each
-/// followed by its variants (`crate::server::MODEL_VARIANTS`).
-pub fn target_names() -> Vec<String> {
-    let mut v = Vec::new();
-    for m in Model::ALL {
-        v.push(m.name().to_string());
-        for (name, base, _) in crate::server::MODEL_VARIANTS {
-            if base == m {
-                v.push(name.to_string());
-            }
-        }
-    }
-    v
-}
-
-/// The servers to run, in report order.
-pub fn targets(models: &[String], peers: &[String]) -> (Vec<Target>, Vec<TargetInfo>) {
-    let mut t = Vec::new();
-    let mut skipped = Vec::new();
-    for name in target_names() {
-        if models.contains(&name) {
-            let Some((model, accept)) = crate::server::model_of(&name) else {
-                continue;
-            };
-            let (seed, what) = model.describe();
-            // A variant names the flag it adds to `iolab serve`.
-            let with = ServeSpec::accept_arg(accept).join(" ");
-            let seed = match (name.as_str(), accept == Config::default().accept) {
-                ("uring-callback", _) => "CR-iocp, accept async".to_string(),
-                (_, true) => seed.to_string(),
-                _ if model == Model::UringCallback => format!("CR, with {with}"),
-                _ => format!("{seed}, with {with}"),
-            };
-            t.push(Target {
-                name,
-                kind: Kind::Model { model, accept },
-                describe: format!("{what} (seed: {seed})"),
-            });
-        }
-    }
-    for p in peers {
-        let (bin, describe) = match p.as_str() {
-            "nginx" => ("nginx", "nginx (Debian), event loop per worker, sendfile"),
-            "tokio" => (
-                "iolab-tokio-server",
-                "tokio + hyper, work-stealing async runtime",
-            ),
-            "monoio" => (
-                "iolab-monoio-server",
-                "monoio, io_uring thread-per-core runtime, iolab HTTP",
-            ),
-            "glommio" => (
-                "iolab-glommio-server",
-                "glommio, io_uring thread-per-core executor, iolab HTTP",
-            ),
-            _ => continue,
-        };
-        match crate::server::find_binary(bin) {
-            Some(path) => t.push(Target {
-                name: p.clone(),
-                kind: match p.as_str() {
-                    "nginx" => Kind::Nginx(path),
-                    "monoio" => Kind::Monoio(path),
-                    "glommio" => Kind::Glommio(path),
-                    _ => Kind::Tokio(path),
-                },
-                describe: describe.into(),
-            }),
-            None => skipped.push(TargetInfo {
-                name: p.clone(),
-                kind: TargetKind::Peer,
-                describe: describe.into(),
-                status: Status::Skipped,
-                failures: vec![format!("{bin} not found next to iolab or on PATH")],
-                ..TargetInfo::default()
-            }),
-        }
-    }
-    (t, skipped)
-}
+pub use crate::catalog::{target_names, targets};
+pub use crate::options::Options;
+pub use crate::report::write_outputs;
+pub use crate::site::{write_site, BIG_BYTES, SMALL_BYTES};
 
 /// Runs the whole lab and writes the report. Returns the results.
 pub fn run(opts: &Options) -> anyhow::Result<Results> {
     let t0 = Instant::now();
     let mut reserved = target_names();
-    reserved.extend(crate::select::PEERS.map(String::from));
+    reserved.extend(crate::catalog::PEERS.map(String::from));
     crate::byo::check_unique(&opts.targets, &reserved)?;
     check_urls(opts)?;
     let plan = Plan::for_run(opts);
@@ -350,53 +213,5 @@ fn run_micros(opts: &Options, plan: &Plan, t0: Instant, results: &mut Results) {
                     .insert(name.clone(), format!("{e:#}"));
             }
         }
-    }
-}
-
-/// results.json, index.html and Figure 1 as standalone SVGs (figure1-small.svg, figure1-big.svg).
-pub fn write_outputs(results: &Results, out: &Path) -> anyhow::Result<()> {
-    let json = out.join("results.json");
-    // Compact: the traces make it megabytes when pretty-printed (`jq .` to read it).
-    std::fs::write(&json, serde_json::to_string(results)? + "\n")
-        .with_context(|| format!("writing {}", json.display()))?;
-    // Figure 1 on its own, for a README or a slide.
-    for file in FileKind::ALL {
-        let svg_path = out.join(format!("figure1-{file}.svg"));
-        let num = if file == FileKind::Small { 1 } else { 3 };
-        let svg = crate::report::figure1(results, file, num);
-        std::fs::write(&svg_path, svg)
-            .with_context(|| format!("writing {}", svg_path.display()))?;
-    }
-    let html = out.join("index.html");
-    std::fs::write(&html, crate::report::render(results))
-        .with_context(|| format!("writing {}", html.display()))?;
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn site_files_have_the_seed_sizes() {
-        let d = std::env::temp_dir().join(format!("iolab-lab-site-{}", std::process::id()));
-        write_site(&d).unwrap();
-        assert_eq!(
-            std::fs::metadata(d.join("small.html")).unwrap().len(),
-            SMALL_BYTES as u64
-        );
-        assert_eq!(
-            std::fs::metadata(d.join("big.bin")).unwrap().len(),
-            BIG_BYTES as u64
-        );
-        std::fs::remove_dir_all(&d).unwrap();
-    }
-
-    #[test]
-    fn unknown_peers_are_ignored_and_missing_ones_skipped() {
-        let (t, s) = targets(&["epoll".into(), "nope".into()], &["bogus".into()]);
-        assert_eq!(t.len(), 1);
-        assert_eq!(t[0].name, "epoll");
-        assert!(s.is_empty());
     }
 }

@@ -11,12 +11,14 @@
 //! `iolab_servers::spec::{ServeSpec, TokioSpec}` ([`server`]) and [`micro::MicroSpec`].
 
 pub mod byo;
+pub mod catalog;
 pub mod compare;
 pub mod efficiency;
 pub mod lab;
 pub mod link;
 pub mod matrix;
 pub mod micro;
+pub mod options;
 pub mod plan;
 pub mod point;
 pub mod report;
@@ -27,6 +29,7 @@ pub mod seedtable;
 pub mod select;
 pub mod server;
 pub mod settings;
+pub mod site;
 pub mod stage;
 pub mod steady;
 pub mod utest;

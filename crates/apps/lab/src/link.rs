@@ -19,7 +19,6 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use serde::{Deserialize, Serialize};
 
 /// The netns tag of the lab's namespaces and veths.
 pub const TAG: &str = "lab";
@@ -51,33 +50,7 @@ impl LinkSpec {
     }
 }
 
-/// The link as built and measured, recorded with every result.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct LinkInfo {
-    /// Rate asked for, bits per second, each direction.
-    pub rate_bps: u64,
-    /// One-way delay asked for, ms (0: none).
-    pub delay_ms: f64,
-    /// The server's network namespace.
-    pub namespace: String,
-    pub server_addr: String,
-    pub client_addrs: Vec<String>,
-    /// `tc qdisc show` of each end, read back after shaping.
-    pub qdisc_server_end: String,
-    pub qdisc_client_end: String,
-    /// The same as JSON (`tc -j qdisc show`), server end then client end.
-    pub qdiscs: Vec<serde_json::Value>,
-    /// Listen backlog asked of every server.
-    pub backlog: u32,
-    /// TCP limits inside the server's namespace (they are per namespace).
-    pub namespace_sysctls: BTreeMap<String, String>,
-    /// Bulk transfer before the matrix: bytes each way and the rate measured, bits/s.
-    pub bulk_bytes: u64,
-    pub measured_down_bps: f64,
-    pub measured_up_bps: f64,
-    /// Set by `--seed-conditions`.
-    pub seed_conditions: bool,
-}
+pub use crate::results::LinkInfo;
 
 /// The link and everything it owns; removed on drop.
 pub struct Link {

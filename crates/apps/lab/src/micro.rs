@@ -91,7 +91,7 @@ pub fn run_one(
     crate::server::signal_group(pgid, libc::SIGKILL);
     let _ = child.wait();
     crate::server::unregister(pgid);
-    let tail = || why(&std::fs::read_to_string(&log_path).unwrap_or_default());
+    let tail = || crate::server::logs::why(&std::fs::read_to_string(&log_path).unwrap_or_default());
     match status {
         None => bail!(
             "killed after {:.0} s (its time limit): {}",
@@ -106,30 +106,6 @@ pub fn run_one(
     let v: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("parsing {}", json.display()))?;
     Ok(v)
-}
-
-/// The reason in a failed benchmark's output: its "Error:" line (and the causes after it),
-/// else its last lines.
-pub fn why(log: &str) -> String {
-    let lines: Vec<&str> = log
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect();
-    if let Some(i) = lines
-        .iter()
-        .position(|l| l.starts_with("Error:") || l.contains("panicked at"))
-    {
-        return lines[i..]
-            .iter()
-            .take_while(|l| !l.starts_with("Stack backtrace") && !l.starts_with("note: run with"))
-            .take(4)
-            .copied()
-            .collect::<Vec<_>>()
-            .join(" | ");
-    }
-    let n = lines.len();
-    lines[n.saturating_sub(3)..].join(" | ")
 }
 
 #[cfg(test)]
@@ -150,15 +126,5 @@ mod tests {
         m.quick = false;
         m.json = None;
         assert_eq!(m.to_args(), ["micro", "queue"].map(OsString::from));
-    }
-
-    #[test]
-    fn failure_reason_skips_the_backtrace() {
-        let log = "table...\nError: micro echo is not written yet\n\nStack backtrace:\n   0: anyhow::x\n  19: _start\n";
-        assert_eq!(why(log), "Error: micro echo is not written yet");
-        let p = "thread 'main' panicked at src/x.rs:3:5:\nboom\nnote: run with `RUST_BACKTRACE=1`";
-        assert_eq!(why(p), "thread 'main' panicked at src/x.rs:3:5: | boom");
-        assert_eq!(why("a\nb\nc\nd"), "b | c | d");
-        assert_eq!(why(""), "");
     }
 }

@@ -5,27 +5,11 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use crate::lab::Options;
+use crate::options::Options;
 use crate::results::{ConnMode, FileKind};
 use crate::steady;
 
-/// How much a run measures (the CLI's `--profile` lists what each does).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Profile {
-    Tiny,
-    Quick,
-    Full,
-}
-
-impl Profile {
-    pub fn name(self) -> &'static str {
-        match self {
-            Profile::Tiny => "tiny",
-            Profile::Quick => "quick",
-            Profile::Full => "full",
-        }
-    }
-}
+pub use crate::options::Profile;
 
 /// One point of the matrix for one server: a file, a connection mode, a concurrency.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

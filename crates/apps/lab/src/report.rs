@@ -2,11 +2,16 @@
 //! (so a report can be re-rendered from its `results.json`).
 
 use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Context;
 
 use iolab_sys::percentile::median;
 
 use crate::results::{ConnMode, FileKind, Point, Results, Status};
 use crate::svg::{self, esc, fmt_tick, BarChart, LineChart, ScatterPanel, Series};
+
+pub mod scaling;
 
 fn f2(v: f64) -> String {
     if !v.is_finite() {
@@ -77,11 +82,7 @@ pub fn figure1(r: &Results, file: FileKind, num: usize) -> String {
     };
     svg::line_chart(&chart)
 }
-
-/// The highest close-mode concurrency measured for a file (1,000 in quick and full).
-pub fn top_level(r: &Results, file: FileKind) -> Option<usize> {
-    r.levels(file, ConnMode::Close).last().copied()
-}
+pub use crate::results::top_level;
 
 fn figure2(r: &Results, file: FileKind, num: usize) -> String {
     let label = file.label();
@@ -554,7 +555,7 @@ figure{margin:1em 0}figcaption{font-size:13px;margin-bottom:.4em}svg.figure{bord
 
 pub fn render(r: &Results) -> String {
     if let (true, Some(s)) = (r.points.is_empty(), r.scaling.as_ref()) {
-        return crate::scaling::render_page(r, s);
+        return scaling::render_page(r, s);
     }
     let mut out = String::new();
     let machine = &r.machine;
@@ -858,6 +859,26 @@ fn capitalise(s: &str) -> String {
 /// A tick label helper re-exported for text output.
 pub fn short(v: f64) -> String {
     fmt_tick(v)
+}
+
+/// results.json, index.html and Figure 1 as standalone SVGs (figure1-small.svg, figure1-big.svg).
+pub fn write_outputs(results: &Results, out: &Path) -> anyhow::Result<()> {
+    let json = out.join("results.json");
+    // Compact: the traces make it megabytes when pretty-printed (`jq .` to read it).
+    std::fs::write(&json, serde_json::to_string(results)? + "\n")
+        .with_context(|| format!("writing {}", json.display()))?;
+    // Figure 1 on its own, for a README or a slide.
+    for file in FileKind::ALL {
+        let svg_path = out.join(format!("figure1-{file}.svg"));
+        let num = if file == FileKind::Small { 1 } else { 3 };
+        let svg = figure1(results, file, num);
+        std::fs::write(&svg_path, svg)
+            .with_context(|| format!("writing {}", svg_path.display()))?;
+    }
+    let html = out.join("index.html");
+    std::fs::write(&html, render(results))
+        .with_context(|| format!("writing {}", html.display()))?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -271,20 +271,20 @@ pub struct Results {
     pub micro_failures: BTreeMap<String, String>,
     /// Seed 000's figures next to ours (see `seedtable`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub seed_vs_iolab: Option<crate::seedtable::SeedTable>,
+    pub seed_vs_iolab: Option<SeedTable>,
     /// Server CPU time per request at a fixed offered rate (see `efficiency`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub efficiency: Option<crate::efficiency::Efficiency>,
+    pub efficiency: Option<Efficiency>,
     /// The configuration each peer ran with (nginx.conf), by peer name.
     #[serde(default)]
     pub peer_configs: BTreeMap<String, String>,
     /// The shaped link the server ran behind (`--link`, `--seed-conditions`); absent on
     /// loopback.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub link: Option<crate::link::LinkInfo>,
+    pub link: Option<LinkInfo>,
     /// `--scaling`: requests/s against server workers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scaling: Option<crate::scaling::Scaling>,
+    pub scaling: Option<Scaling>,
     /// `iolab seed bench --json` results, as that command wrote them (`--seed-bench`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed_bench: Option<serde_json::Value>,
@@ -383,6 +383,175 @@ pub const REQUIRED_POINT_FIELDS: [&str; 7] = [
     "syn_retries",
     "achieved_concurrency",
 ];
+
+// The blocks of results.json that the passes fill (efficiency, link, scaling, seed table):
+// their types live here so that results imports nothing of the lab.
+
+/// One measurement: one server, one mode, one repeat.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EffRepeat {
+    pub ok: u64,
+    pub errors: u64,
+    /// Server CPU seconds (user + system, every process and thread of the server).
+    pub cpu_s: f64,
+    pub elapsed_s: f64,
+    /// Requests answered per second (should match the offered rate).
+    pub achieved_rps: f64,
+    pub us_per_request: f64,
+    pub client_cpu_s: f64,
+}
+
+/// One server in one mode: median and spread over the repeats.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EffRow {
+    pub server: String,
+    pub mode: ConnMode,
+    /// Offered rate, requests/s.
+    pub rate: f64,
+    /// Median over repeats of server CPU µs per request.
+    pub us_per_request: f64,
+    /// [min, max] over repeats.
+    pub spread: [f64; 2],
+    pub repeats: Vec<EffRepeat>,
+}
+
+/// The `efficiency` block of results.json.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Efficiency {
+    /// Offered rate per mode, requests/s.
+    pub rates: BTreeMap<ConnMode, f64>,
+    /// How the rates were chosen.
+    pub rate_basis: String,
+    pub duration_s: f64,
+    pub repeats: usize,
+    /// Open-loop connection cap (requests in flight at most).
+    pub connections: usize,
+    /// Where the CPU times come from.
+    pub cpu_source: String,
+    pub rows: Vec<EffRow>,
+    /// Servers or modes that could not be measured, and why.
+    pub failures: Vec<String>,
+}
+
+impl Efficiency {
+    pub fn row(&self, server: &str, mode: ConnMode) -> Option<&EffRow> {
+        self.rows
+            .iter()
+            .find(|r| r.server == server && r.mode == mode)
+    }
+}
+
+/// The link as built and measured, recorded with every result.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct LinkInfo {
+    /// Rate asked for, bits per second, each direction.
+    pub rate_bps: u64,
+    /// One-way delay asked for, ms (0: none).
+    pub delay_ms: f64,
+    /// The server's network namespace.
+    pub namespace: String,
+    pub server_addr: String,
+    pub client_addrs: Vec<String>,
+    /// `tc qdisc show` of each end, read back after shaping.
+    pub qdisc_server_end: String,
+    pub qdisc_client_end: String,
+    /// The same as JSON (`tc -j qdisc show`), server end then client end.
+    pub qdiscs: Vec<serde_json::Value>,
+    /// Listen backlog asked of every server.
+    pub backlog: u32,
+    /// TCP limits inside the server's namespace (they are per namespace).
+    pub namespace_sysctls: BTreeMap<String, String>,
+    /// Bulk transfer before the matrix: bytes each way and the rate measured, bits/s.
+    pub bulk_bytes: u64,
+    pub measured_down_bps: f64,
+    pub measured_up_bps: f64,
+    /// Set by `--seed-conditions`.
+    pub seed_conditions: bool,
+}
+
+/// The `scaling` block of results.json.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Scaling {
+    pub server_cpus: Vec<usize>,
+    pub client_cpus: Vec<usize>,
+    /// How the CPUs were chosen and what that means for the curve.
+    pub note: String,
+    /// Worker counts measured.
+    pub workers: Vec<usize>,
+    /// Seconds per measurement, and measurements per (server, workers, mode).
+    pub duration_s: f64,
+    pub repeats: usize,
+    /// Client connections by mode.
+    pub connections: BTreeMap<ConnMode, usize>,
+    pub rows: Vec<ScalingRow>,
+    pub failures: Vec<String>,
+}
+
+/// One server at one worker count in one mode.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ScalingRow {
+    pub server: String,
+    pub mode: ConnMode,
+    pub workers: usize,
+    /// Median requests/s over the repeats, and [min, max].
+    pub rps: f64,
+    pub rps_spread: [f64; 2],
+    pub runs: Vec<f64>,
+    /// Failed requests over all repeats (those in flight at the end do not count).
+    pub errors: u64,
+}
+
+/// One row of the table: a seed server, its analogue, both sides' figures.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SeedRow {
+    pub seed_server: String,
+    pub seed_what: String,
+    pub analogue: String,
+    pub analogue_command: String,
+    /// The analogue was measured in this run.
+    pub measured: bool,
+    /// Small file, c = top level, mean response time (ms): the seed's [low, high] and text.
+    pub seed_small_mean_ms: Option<[f64; 2]>,
+    pub seed_small_mean_text: String,
+    pub ours_small_mean_ms: Option<f64>,
+    /// Our point at the top level was sustained (else the mean is over unsteady requests).
+    pub ours_small_sustained: Option<bool>,
+    /// Our requests/s at that point (with the mean: Little's law, mean = c / rate).
+    #[serde(default)]
+    pub ours_small_rps: Option<f64>,
+    /// Errors at the top level: the seed's out of its 50,000; ours out of our requests.
+    pub seed_errors: u64,
+    pub seed_requests: u64,
+    pub ours_errors: Option<u64>,
+    pub ours_requests: Option<u64>,
+    /// Highest concurrency sustained (every level up to it sustained).
+    pub seed_sustained: String,
+    pub ours_sustained_max: Option<usize>,
+    /// The 700 KB file at the top level: the seed's [59, 60] s and ours.
+    pub seed_big_mean_s: [f64; 2],
+    pub ours_big_mean_ms: Option<f64>,
+    /// Why ours differs, in one line.
+    pub why: String,
+    /// Where the seed's figures come from.
+    pub refs: String,
+}
+
+/// The "seed vs iolab" block of results.json.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SeedTable {
+    /// The concurrency our columns are taken at (the seed's is 1000; a tiny run's lower).
+    pub concurrency: usize,
+    pub seed_conditions: String,
+    /// Under which conditions our figures were measured.
+    pub our_conditions: String,
+    pub rows: Vec<SeedRow>,
+    pub source: String,
+}
+
+/// The highest close-mode concurrency measured for a file (1,000 in quick and full).
+pub fn top_level(r: &Results, file: FileKind) -> Option<usize> {
+    r.levels(file, ConnMode::Close).last().copied()
+}
 
 #[cfg(test)]
 mod tests {

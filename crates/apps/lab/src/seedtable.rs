@@ -6,7 +6,7 @@
 //! link): the table says under which conditions ours were measured, and each row says in
 //! one line why ours differs.
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::results::{ConnMode, FileKind, Results};
 
@@ -86,52 +86,7 @@ pub fn seed() -> Seed {
     serde_json::from_str(SEED_JSON).expect("crates/apps/lab/data/seed000.json parses (tested)")
 }
 
-/// One row of the table: a seed server, its analogue, both sides' figures.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct SeedRow {
-    pub seed_server: String,
-    pub seed_what: String,
-    pub analogue: String,
-    pub analogue_command: String,
-    /// The analogue was measured in this run.
-    pub measured: bool,
-    /// Small file, c = top level, mean response time (ms): the seed's [low, high] and text.
-    pub seed_small_mean_ms: Option<[f64; 2]>,
-    pub seed_small_mean_text: String,
-    pub ours_small_mean_ms: Option<f64>,
-    /// Our point at the top level was sustained (else the mean is over unsteady requests).
-    pub ours_small_sustained: Option<bool>,
-    /// Our requests/s at that point (with the mean: Little's law, mean = c / rate).
-    #[serde(default)]
-    pub ours_small_rps: Option<f64>,
-    /// Errors at the top level: the seed's out of its 50,000; ours out of our requests.
-    pub seed_errors: u64,
-    pub seed_requests: u64,
-    pub ours_errors: Option<u64>,
-    pub ours_requests: Option<u64>,
-    /// Highest concurrency sustained (every level up to it sustained).
-    pub seed_sustained: String,
-    pub ours_sustained_max: Option<usize>,
-    /// The 700 KB file at the top level: the seed's [59, 60] s and ours.
-    pub seed_big_mean_s: [f64; 2],
-    pub ours_big_mean_ms: Option<f64>,
-    /// Why ours differs, in one line.
-    pub why: String,
-    /// Where the seed's figures come from.
-    pub refs: String,
-}
-
-/// The "seed vs iolab" block of results.json.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct SeedTable {
-    /// The concurrency our columns are taken at (the seed's is 1000; a tiny run's lower).
-    pub concurrency: usize,
-    pub seed_conditions: String,
-    /// Under which conditions our figures were measured.
-    pub our_conditions: String,
-    pub rows: Vec<SeedRow>,
-    pub source: String,
-}
+pub use crate::results::{SeedRow, SeedTable};
 
 /// The link the run was shaped with (`--link`, `--seed-conditions`: results' `link` block,
 /// or any setting whose name starts with "link"), or None on loopback.
@@ -344,7 +299,7 @@ fn why(s: &SeedServer, row: &SeedRow, seed: &Seed, r: &Results, c: usize) -> Str
 /// The table for a run; None when the run measured no close-mode point.
 pub fn build(r: &Results) -> Option<SeedTable> {
     let seed = seed();
-    let c = crate::report::top_level(r, FileKind::Small)?;
+    let c = crate::results::top_level(r, FileKind::Small)?;
     let seed_conditions = format!(
         "{}; client {}; {}; {} requests per point, concurrency up to {}; listen backlog {} (fixed on Windows 7), a dropped SYN re-sent after {} s ({})",
         seed.conditions.server,

@@ -28,7 +28,7 @@ fn list(s: &str) -> Vec<String> {
 
 /// The model names asked for, checked against `iolab models`.
 pub fn parse_models(s: &str) -> anyhow::Result<Vec<String>> {
-    let known = crate::lab::target_names();
+    let known = crate::catalog::target_names();
     let known: Vec<&str> = known.iter().map(String::as_str).collect();
     let asked = list(s);
     if asked.is_empty() {
@@ -51,8 +51,7 @@ pub fn parse_models(s: &str) -> anyhow::Result<Vec<String>> {
     Ok(asked)
 }
 
-/// Every peer `--peers` accepts, in report order.
-pub const PEERS: [&str; 4] = ["nginx", "tokio", "monoio", "glommio"];
+pub use crate::catalog::PEERS;
 
 pub fn parse_peers(s: &str) -> anyhow::Result<Vec<String>> {
     let asked = list(s);
@@ -105,7 +104,7 @@ pub fn render(
     if seed_bench.is_some() || bench.exists() {
         r.seed_bench = Some(read_seed_bench(&bench)?);
     }
-    crate::lab::write_outputs(&r, dir)?;
+    crate::report::write_outputs(&r, dir)?;
     Ok(dir.join("index.html"))
 }
 

@@ -16,6 +16,10 @@ use anyhow::{bail, Context};
 use iolab_servers::spec::{model_named, GlommioSpec, MonoioSpec, ServeSpec, TokioSpec};
 use iolab_servers::{AcceptMode, Config, Model};
 
+pub mod command;
+pub mod logs;
+pub mod probe;
+
 /// Process groups of the running children, for the signal handler, and whether the lab
 /// is stopping (then no group may be added).
 static GROUPS: Mutex<(Vec<i32>, bool)> = Mutex::new((Vec::new(), false));
@@ -116,10 +120,10 @@ pub enum Kind {
     /// iolab-glommio-server (its defaults: glommio's default executor settings).
     Glommio(PathBuf),
     /// `--target`: a user's command, run with `sh -c` after the placeholders of
-    /// [`crate::byo::substitute`] are replaced.
+    /// [`command::substitute`] are replaced.
     Command(String),
     /// `--url`: a server already running, which the lab only loads.
-    Url(crate::byo::UrlTarget),
+    Url(probe::UrlTarget),
 }
 
 #[derive(Debug, Clone)]
@@ -374,9 +378,9 @@ impl ServerProc {
     /// A `--target`: `sh -c` of its command with this start's values, in its own process
     /// group like the models; ready when it serves the lab's two files.
     fn command(t: &Target, template: &str, l: &Launch) -> anyhow::Result<ServerProc> {
-        let line = crate::byo::substitute(template, l);
+        let line = command::substitute(template, l);
         let (stdout_path, log_path) = (l.run_dir.join("stdout.log"), l.run_dir.join("stderr.log"));
-        let (out, err) = crate::byo::open_logs(&stdout_path, &log_path, &line)?;
+        let (out, err) = logs::open_logs(&stdout_path, &log_path, &line)?;
         let mut cmd = Command::new("sh");
         cmd.arg("-c")
             .arg(&line)
@@ -385,8 +389,7 @@ impl ServerProc {
             .stdout(out)
             .stderr(err);
         let mut p = ServerProc::spawn(t, cmd, l, log_path, Some(stdout_path))?;
-        let ready =
-            crate::byo::wait_serving(l.addr, &l.www, Duration::from_secs(10), || p.exited());
+        let ready = probe::wait_serving(l.addr, &l.www, Duration::from_secs(10), || p.exited());
         if let Err(e) = ready {
             let tail = p.log_tail();
             p.stop();
@@ -396,8 +399,8 @@ impl ServerProc {
     }
 
     /// A `--url`: nothing to start; the server must serve the lab's files.
-    fn url(t: &Target, u: &crate::byo::UrlTarget, l: &Launch) -> anyhow::Result<ServerProc> {
-        crate::byo::check_url(u, &l.www).with_context(|| t.name.clone())?;
+    fn url(t: &Target, u: &probe::UrlTarget, l: &Launch) -> anyhow::Result<ServerProc> {
+        probe::check_url(u, &l.www).with_context(|| t.name.clone())?;
         Ok(ServerProc {
             child: None,
             pgid: 0,
@@ -473,8 +476,8 @@ impl ServerProc {
 
     fn log_tail(&self) -> String {
         match &self.stdout_path {
-            Some(out) => crate::byo::log_tail(&self.log_path, out),
-            None => crate::micro::why(&std::fs::read_to_string(&self.log_path).unwrap_or_default()),
+            Some(out) => logs::log_tail(&self.log_path, out),
+            None => logs::why(&std::fs::read_to_string(&self.log_path).unwrap_or_default()),
         }
     }
 

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-use crate::lab::Options;
 use crate::link::Link;
+use crate::options::Options;
 use crate::results::{Results, SCHEMA};
 use crate::server::Launch;
 
@@ -35,7 +35,7 @@ impl Stage {
         let dir = if logs { out.join("logs") } else { out.clone() };
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", out.display()))?;
         let www = out.join("www");
-        crate::lab::write_site(&www)?;
+        crate::site::write_site(&www)?;
         crate::server::install_signal_handler()?;
         let link = match &opts.link {
             Some(spec) => {
