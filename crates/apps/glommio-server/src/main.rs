@@ -17,15 +17,16 @@
 
 mod shard;
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
-
 use anyhow::Result;
 use clap::{Parser, ValueEnum};
 use iolab_peer_common::shards::{self, Plan};
 use iolab_servers::spec::{GlommioProfile, GlommioSpec};
 
+#[path = "../../peer-common/cli/basic_flags.rs"]
+mod basic_flags;
+
 /// Serve a directory over HTTP with glommio (the lab's glommio peer).
+
 #[derive(Debug, Parser)]
 #[command(
     name = "iolab-glommio-server",
@@ -39,22 +40,8 @@ use iolab_servers::spec::{GlommioProfile, GlommioSpec};
                   start line repeats this with the values in force."
 )]
 struct Args {
-    /// Directory to serve; `/` maps to it, a directory to its index.html. Nothing outside it
-    /// is ever served (same rules as `iolab serve`: iolab_http::Site)
-    #[arg(long)]
-    root: PathBuf,
-    /// Address to listen on (port 0 picks a free port; the chosen address is printed)
-    #[arg(long, default_value = "127.0.0.1:8080")]
-    addr: SocketAddr,
-    /// Threads, each its own glommio executor placed on one CPU (0 = one per allowed CPU)
-    #[arg(long, default_value_t = 0)]
-    workers: usize,
-    /// Length of each listener's queue of connections not yet accepted (listen(2) backlog)
-    #[arg(long, default_value_t = 1024)]
-    backlog: u32,
-    /// Seconds a connection may wait for a read or a write before it is closed; 0 = never
-    #[arg(long, default_value_t = 60.0)]
-    idle_timeout: f64,
+    #[command(flatten)]
+    basics: basic_flags::BasicFlags,
     /// Executor settings: glommio's defaults, or its latency or throughput trade-off
     #[arg(long, value_enum, default_value_t = Profile::Default)]
     profile: Profile,
@@ -81,31 +68,19 @@ impl Args {
     /// The spec the lab launches this peer with; an idle timeout must be seconds >= 0.
     fn to_spec(&self) -> Result<GlommioSpec> {
         Ok(GlommioSpec {
-            root: self.root.clone(),
-            addr: self.addr,
-            workers: self.workers,
-            backlog: self.backlog,
-            idle_timeout: iolab_peer_common::idle_timeout(self.idle_timeout)?,
             profile: self.profile.into(),
+            ..GlommioSpec::with(self.basics.to_basics()?)
         })
     }
 }
 
 fn main() {
-    let args = Args::parse();
-    if let Err(e) = args.to_spec().and_then(run) {
-        eprintln!("iolab-glommio-server: {e:#}");
-        std::process::exit(1);
-    }
+    basic_flags::main_with("iolab-glommio-server", Args::to_spec, run);
 }
 
 fn run(spec: GlommioSpec) -> Result<()> {
     let plan = Plan {
-        root: &spec.root,
-        addr: spec.addr,
-        workers: spec.workers,
-        backlog: spec.backlog,
-        idle_timeout: spec.idle_timeout,
+        basics: &spec.peer,
         thread_prefix: "glommio",
         thread_noun: "an executor thread",
     };
@@ -116,14 +91,14 @@ fn run(spec: GlommioSpec) -> Result<()> {
     println!(
         "serving {} on {} with glommio ({} executors on CPUs {}, profile {}: {}, \
          {}, backlog {}, idle timeout {})",
-        spec.root.display(),
+        spec.peer.root.display(),
         started.addr,
         started.threads,
         started.cpu_list(),
         spec.profile.name(),
         shard::settings(spec.profile),
         started.listeners_text("executor"),
-        spec.backlog,
+        spec.peer.backlog,
         iolab_peer_common::idle_text(started.idle),
     );
     started.join()
@@ -132,46 +107,28 @@ fn run(spec: GlommioSpec) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use std::ffi::OsString;
-    use std::time::Duration;
 
     use super::*;
 
-    fn parse(args: Vec<OsString>) -> Args {
-        Args::try_parse_from(std::iter::once(OsString::from("iolab-glommio-server")).chain(args))
-            .unwrap_or_else(|e| panic!("the peer refuses the spec's arguments: {e}"))
+    fn to_spec(args: Vec<OsString>) -> Result<GlommioSpec> {
+        basic_flags::parse_spec(args, Args::to_spec)
     }
 
-    /// What the lab launches is what the peer runs: spec -> arguments -> clap -> spec.
+    /// The shared flags' contract (`check_command_line`), and this peer's own flag through
+    /// the command line.
     #[test]
     fn a_spec_survives_the_command_line() {
-        let mut specs = Vec::new();
-        for profile in GlommioProfile::ALL {
-            let mut s = GlommioSpec::new("dir with space".into(), "[::1]:9000".parse().unwrap());
-            s.workers = 3;
-            s.backlog = 200;
-            s.idle_timeout = Duration::from_millis(1500);
-            s.profile = profile;
-            specs.push(s);
-        }
-        let mut never_idle = GlommioSpec::new("/w".into(), "127.0.0.1:8099".parse().unwrap());
-        never_idle.idle_timeout = Duration::ZERO;
-        specs.push(never_idle);
-        for spec in specs {
-            assert_eq!(parse(spec.to_args()).to_spec().unwrap(), spec);
-        }
-    }
-
-    /// `GlommioSpec::new` says what the peer does when a flag is left out; a negative idle
-    /// timeout is refused.
-    #[test]
-    fn the_spec_defaults_are_the_command_line_defaults() {
-        let args = ["--root", "/w", "--addr", "127.0.0.1:8099"].map(OsString::from);
-        assert_eq!(
-            parse(args.to_vec()).to_spec().unwrap(),
-            GlommioSpec::new("/w".into(), "127.0.0.1:8099".parse().unwrap())
+        iolab_peer_common::testing::check_command_line(
+            to_spec,
+            GlommioSpec::with,
+            GlommioSpec::to_args,
         );
-        let args = ["--root", "/w", "--idle-timeout=-1"].map(OsString::from);
-        let e = parse(args.to_vec()).to_spec().unwrap_err().to_string();
-        assert!(e.contains("--idle-timeout must be"), "{e}");
+        for profile in GlommioProfile::ALL {
+            let spec = GlommioSpec {
+                profile,
+                ..GlommioSpec::new("/w".into(), "127.0.0.1:8099".parse().unwrap())
+            };
+            assert_eq!(to_spec(spec.to_args()).unwrap(), spec);
+        }
     }
 }

@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use iolab_servers::spec::{model_named, GlommioSpec, MonoioSpec, ServeSpec, TokioSpec};
+use iolab_servers::spec::{model_named, GlommioSpec, MonoioSpec, PeerBasics, ServeSpec, TokioSpec};
 use iolab_servers::{AcceptMode, Config, Model};
 
 pub mod command;
@@ -203,31 +203,29 @@ pub fn serve_spec(model: Model, accept: AcceptMode, l: &Launch, stats: PathBuf) 
     }
 }
 
-/// How the lab runs the tokio peer: at least one worker.
+/// What the lab tells every peer: at least one worker (one thread each for monoio's
+/// runtimes and glommio's executors), the lab's backlog.
+fn peer_basics(l: &Launch) -> PeerBasics {
+    PeerBasics {
+        workers: l.workers.max(1),
+        backlog: l.backlog,
+        ..PeerBasics::new(l.www.clone(), l.addr)
+    }
+}
+
+/// How the lab runs the tokio peer.
 pub fn tokio_spec(l: &Launch) -> TokioSpec {
-    TokioSpec {
-        workers: l.workers.max(1),
-        backlog: l.backlog,
-        ..TokioSpec::new(l.www.clone(), l.addr)
-    }
+    TokioSpec::with(peer_basics(l))
 }
 
-/// How the lab runs the monoio peer: one thread per worker, at least one.
+/// How the lab runs the monoio peer.
 pub fn monoio_spec(l: &Launch) -> MonoioSpec {
-    MonoioSpec {
-        workers: l.workers.max(1),
-        backlog: l.backlog,
-        ..MonoioSpec::new(l.www.clone(), l.addr)
-    }
+    MonoioSpec::with(peer_basics(l))
 }
 
-/// How the lab runs the glommio peer: one executor per worker, at least one.
+/// How the lab runs the glommio peer.
 pub fn glommio_spec(l: &Launch) -> GlommioSpec {
-    GlommioSpec {
-        workers: l.workers.max(1),
-        backlog: l.backlog,
-        ..GlommioSpec::new(l.www.clone(), l.addr)
-    }
+    GlommioSpec::with(peer_basics(l))
 }
 
 /// The first line a server wrote to its log (a peer's start line, which names its
@@ -709,15 +707,15 @@ mod tests {
             workers: 0,
             ..l.clone()
         });
-        assert_eq!((t.workers, t.backlog), (1, 200));
+        assert_eq!((t.peer.workers, t.peer.backlog), (1, 200));
         // So do the monoio and glommio peers, with their documented defaults otherwise.
         let m = monoio_spec(&Launch {
             workers: 0,
             ..l.clone()
         });
-        assert_eq!((m.workers, m.backlog, m.entries), (1, 200, 32768));
+        assert_eq!((m.peer.workers, m.peer.backlog, m.entries), (1, 200, 32768));
         let g = glommio_spec(&Launch { workers: 2, ..l });
-        assert_eq!((g.workers, g.backlog), (2, 200));
+        assert_eq!((g.peer.workers, g.peer.backlog), (2, 200));
         assert_eq!(g.profile, iolab_servers::spec::GlommioProfile::Default);
     }
 

@@ -17,8 +17,6 @@
 mod writev;
 
 use std::collections::VecDeque;
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,7 +37,11 @@ use crate::writev::Chunks;
 /// Bytes one read may bring in (as the models' default read buffer).
 const READ_BUF: usize = iolab_servers::READ_BUF;
 
+#[path = "../../peer-common/cli/basic_flags.rs"]
+mod basic_flags;
+
 /// Serve a directory over HTTP with monoio (the lab's monoio peer).
+
 #[derive(Debug, Parser)]
 #[command(
     name = "iolab-monoio-server",
@@ -52,22 +54,8 @@ const READ_BUF: usize = iolab_servers::READ_BUF;
                   repeats this with the values in force."
 )]
 struct Args {
-    /// Directory to serve; `/` maps to it, a directory to its index.html. Nothing outside it
-    /// is ever served (same rules as `iolab serve`: iolab_http::Site)
-    #[arg(long)]
-    root: PathBuf,
-    /// Address to listen on (port 0 picks a free port; the chosen address is printed)
-    #[arg(long, default_value = "127.0.0.1:8080")]
-    addr: SocketAddr,
-    /// Threads, each its own monoio runtime bound to one CPU (0 = one per allowed CPU)
-    #[arg(long, default_value_t = 0)]
-    workers: usize,
-    /// Length of each listener's queue of connections not yet accepted (listen(2) backlog)
-    #[arg(long, default_value_t = 1024)]
-    backlog: u32,
-    /// Seconds a connection may wait for a read or a write before it is closed; 0 = never
-    #[arg(long, default_value_t = 60.0)]
-    idle_timeout: f64,
+    #[command(flatten)]
+    basics: basic_flags::BasicFlags,
     /// Submission queue entries of each thread's io_uring (monoio raises values below 256)
     #[arg(long, default_value_t = MonoioSpec::RECOMMENDED_ENTRIES)]
     entries: u32,
@@ -77,31 +65,19 @@ impl Args {
     /// The spec the lab launches this peer with; an idle timeout must be seconds >= 0.
     fn to_spec(&self) -> Result<MonoioSpec> {
         Ok(MonoioSpec {
-            root: self.root.clone(),
-            addr: self.addr,
-            workers: self.workers,
-            backlog: self.backlog,
-            idle_timeout: iolab_peer_common::idle_timeout(self.idle_timeout)?,
             entries: self.entries,
+            ..MonoioSpec::with(self.basics.to_basics()?)
         })
     }
 }
 
 fn main() {
-    let args = Args::parse();
-    if let Err(e) = args.to_spec().and_then(run) {
-        eprintln!("iolab-monoio-server: {e:#}");
-        std::process::exit(1);
-    }
+    basic_flags::main_with("iolab-monoio-server", Args::to_spec, run);
 }
 
 fn run(spec: MonoioSpec) -> Result<()> {
     let plan = Plan {
-        root: &spec.root,
-        addr: spec.addr,
-        workers: spec.workers,
-        backlog: spec.backlog,
-        idle_timeout: spec.idle_timeout,
+        basics: &spec.peer,
         thread_prefix: "monoio",
         thread_noun: "a runtime thread",
     };
@@ -112,13 +88,13 @@ fn run(spec: MonoioSpec) -> Result<()> {
     println!(
         "serving {} on {} with monoio ({} threads on CPUs {}, io_uring driver, \
          {}-entry rings, {}, backlog {}, idle timeout {})",
-        spec.root.display(),
+        spec.peer.root.display(),
         started.addr,
         started.threads,
         started.cpu_list(),
         spec.entries.max(256),
         started.listeners_text("thread"),
-        spec.backlog,
+        spec.peer.backlog,
         iolab_peer_common::idle_text(started.idle),
     );
     started.join()
@@ -260,28 +236,24 @@ mod tests {
 
     use super::*;
 
-    fn parse(args: Vec<OsString>) -> Args {
-        Args::try_parse_from(std::iter::once(OsString::from("iolab-monoio-server")).chain(args))
-            .unwrap_or_else(|e| panic!("the peer refuses the spec's arguments: {e}"))
+    fn to_spec(args: Vec<OsString>) -> Result<MonoioSpec> {
+        basic_flags::parse_spec(args, Args::to_spec)
     }
 
-    /// What the lab launches is what the peer runs: spec -> arguments -> clap -> spec.
+    /// The shared flags' contract (`check_command_line`), and this peer's own flag through
+    /// the command line.
     #[test]
     fn a_spec_survives_the_command_line() {
-        let mut every = MonoioSpec::new("dir with space".into(), "[::1]:9000".parse().unwrap());
-        every.workers = 3;
-        every.backlog = 200;
-        every.idle_timeout = Duration::from_millis(1500);
-        every.entries = 512;
-        let mut never_idle = MonoioSpec::new("/w".into(), "127.0.0.1:8099".parse().unwrap());
-        never_idle.idle_timeout = Duration::ZERO;
-        for spec in [
-            MonoioSpec::new("/w".into(), "127.0.0.1:8099".parse().unwrap()),
-            every,
-            never_idle,
-        ] {
-            assert_eq!(parse(spec.to_args()).to_spec().unwrap(), spec);
-        }
+        iolab_peer_common::testing::check_command_line(
+            to_spec,
+            MonoioSpec::with,
+            MonoioSpec::to_args,
+        );
+        let spec = MonoioSpec {
+            entries: 512,
+            ..MonoioSpec::new("/w".into(), "127.0.0.1:8099".parse().unwrap())
+        };
+        assert_eq!(to_spec(spec.to_args()).unwrap(), spec);
     }
 
     /// A ring refused for its memory says which limit to raise; other refusals are passed on.
@@ -294,19 +266,5 @@ mod tests {
         );
         let e = ring_refused(std::io::Error::from_raw_os_error(libc::ENOSYS), 256).to_string();
         assert!(e.contains("256 entries") && !e.contains("ulimit"), "{e}");
-    }
-
-    /// `MonoioSpec::new` says what the peer does when a flag is left out; a negative idle
-    /// timeout is refused.
-    #[test]
-    fn the_spec_defaults_are_the_command_line_defaults() {
-        let args = ["--root", "/w", "--addr", "127.0.0.1:8099"].map(OsString::from);
-        assert_eq!(
-            parse(args.to_vec()).to_spec().unwrap(),
-            MonoioSpec::new("/w".into(), "127.0.0.1:8099".parse().unwrap())
-        );
-        let args = ["--root", "/w", "--idle-timeout=-1"].map(OsString::from);
-        let e = parse(args.to_vec()).to_spec().unwrap_err().to_string();
-        assert!(e.contains("--idle-timeout must be"), "{e}");
     }
 }

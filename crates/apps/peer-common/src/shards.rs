@@ -4,7 +4,6 @@
 //! the peer's own (its runtime, its accept loop).
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -12,15 +11,12 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use iolab_http::Site;
+use iolab_servers::spec::PeerBasics;
 
-/// What the thread-per-core peers are told to serve (the fields their specs share).
+/// What the thread-per-core peers are told to serve (the fields their specs share), and
+/// what their threads are called.
 pub struct Plan<'a> {
-    pub root: &'a Path,
-    pub addr: SocketAddr,
-    /// Threads; 0 = one per allowed CPU.
-    pub workers: usize,
-    pub backlog: u32,
-    pub idle_timeout: Duration,
+    pub basics: &'a PeerBasics,
     /// Thread names are this, a dash and the thread's index ("monoio-0").
     pub thread_prefix: &'a str,
     /// What a thread is, in errors: "a runtime thread", "an executor thread".
@@ -54,17 +50,18 @@ pub fn start<F>(plan: Plan<'_>, serve: F) -> Result<Started>
 where
     F: Fn(Shard, mpsc::Sender<Result<()>>) -> Result<()> + Clone + Send + 'static,
 {
-    let site = Site::new(plan.root, iolab_http::Limits::default())
-        .with_context(|| format!("cannot serve {}", plan.root.display()))?;
+    let site = Site::new(&plan.basics.root, iolab_http::Limits::default())
+        .with_context(|| format!("cannot serve {}", plan.basics.root.display()))?;
     let cpus = iolab_sys::cpu::allowed_cpus().context("reading the process's CPU set")?;
-    let threads = if plan.workers > 0 {
-        plan.workers
+    let threads = if plan.basics.workers > 0 {
+        plan.basics.workers
     } else {
         cpus.len().max(1)
     };
-    let listeners = iolab_servers::net::listen_group(plan.addr, plan.backlog, threads, false)?;
+    let listeners =
+        iolab_servers::net::listen_group(plan.basics.addr, plan.basics.backlog, threads, false)?;
     let addr = listeners[0].local_addr()?;
-    let idle = crate::idle_deadline(plan.idle_timeout);
+    let idle = crate::idle_deadline(plan.basics.idle_timeout);
     stop_on_signal()?;
     let (ready_tx, ready_rx) = mpsc::channel::<Result<()>>();
     let mut used = Vec::new();

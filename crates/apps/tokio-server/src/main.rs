@@ -29,7 +29,6 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -47,27 +46,16 @@ use iolab_servers::spec::{TokioEngine, TokioSpec};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
+#[path = "../../peer-common/cli/basic_flags.rs"]
+mod basic_flags;
+
 /// Serve a directory over HTTP with tokio (the lab's tokio + hyper peer).
+
 #[derive(Debug, Parser)]
 #[command(name = "iolab-tokio-server", version)]
 struct Args {
-    /// Directory to serve; `/` maps to it, a directory to its index.html. Nothing outside it
-    /// is ever served (same rules as `iolab serve`: iolab_http::Site)
-    #[arg(long)]
-    root: PathBuf,
-    /// Address to listen on (port 0 picks a free port; the chosen address is printed)
-    #[arg(long, default_value = "127.0.0.1:8080")]
-    addr: SocketAddr,
-    /// tokio worker threads (0 = one per core)
-    #[arg(long, default_value_t = 0)]
-    workers: usize,
-    /// Length of the kernel's queue of connections not yet accepted (listen(2) backlog)
-    #[arg(long, default_value_t = 1024)]
-    backlog: u32,
-    /// Seconds a connection may stay without any byte moving before it is closed (iolab engine;
-    /// hyper engine: waiting for the next request head); 0 = never
-    #[arg(long, default_value_t = 60.0)]
-    idle_timeout: f64,
+    #[command(flatten)]
+    basics: basic_flags::BasicFlags,
     /// Which HTTP implementation answers: hyper's server, or iolab's Session on tokio sockets
     #[arg(long, value_enum, default_value_t = Engine::Hyper)]
     engine: Engine,
@@ -102,30 +90,23 @@ impl Args {
     /// seconds >= 0.
     fn to_spec(&self) -> Result<TokioSpec> {
         Ok(TokioSpec {
-            root: self.root.clone(),
-            addr: self.addr,
-            workers: self.workers,
-            backlog: self.backlog,
-            idle_timeout: iolab_peer_common::idle_timeout(self.idle_timeout)?,
             engine: self.engine.into(),
+            ..TokioSpec::with(self.basics.to_basics()?)
         })
     }
 }
 
 fn main() {
-    let args = Args::parse();
-    if let Err(e) = args.to_spec().and_then(run) {
-        eprintln!("iolab-tokio-server: {e:#}");
-        std::process::exit(1);
-    }
+    basic_flags::main_with("iolab-tokio-server", Args::to_spec, run);
 }
 
 fn run(spec: TokioSpec) -> Result<()> {
-    let idle = iolab_peer_common::idle_deadline(spec.idle_timeout);
-    let site = Site::new(&spec.root, iolab_http::Limits::default())
-        .with_context(|| format!("cannot serve {}", spec.root.display()))?;
-    let workers = if spec.workers > 0 {
-        spec.workers
+    let TokioSpec { peer, engine } = spec;
+    let idle = iolab_peer_common::idle_deadline(peer.idle_timeout);
+    let site = Site::new(&peer.root, iolab_http::Limits::default())
+        .with_context(|| format!("cannot serve {}", peer.root.display()))?;
+    let workers = if peer.workers > 0 {
+        peer.workers
     } else {
         std::thread::available_parallelism()
             .map(|n| n.get())
@@ -137,15 +118,15 @@ fn run(spec: TokioSpec) -> Result<()> {
         .build()
         .context("cannot start the tokio runtime")?;
     rt.block_on(async move {
-        let listener = listen(spec.addr, spec.backlog)?;
+        let listener = listen(peer.addr, peer.backlog)?;
         let addr = listener.local_addr()?;
         println!(
             "serving {} on {addr} with tokio ({workers} workers, {} engine)",
-            spec.root.display(),
-            spec.engine.name()
+            peer.root.display(),
+            engine.name()
         );
         tokio::select! {
-            r = accept_loop(listener, site, spec.engine.into(), idle) => r,
+            r = accept_loop(listener, site, engine.into(), idle) => r,
             r = stop_signal() => r,
         }
     })?;
@@ -455,41 +436,23 @@ mod tests {
 
     use super::*;
 
-    fn parse(args: Vec<OsString>) -> Args {
-        Args::try_parse_from(std::iter::once(OsString::from("iolab-tokio-server")).chain(args))
-            .unwrap_or_else(|e| panic!("the peer refuses the spec's arguments: {e}"))
+    fn to_spec(args: Vec<OsString>) -> Result<TokioSpec> {
+        basic_flags::parse_spec(args, Args::to_spec)
     }
 
-    /// What the lab launches is what the peer runs: spec -> arguments -> clap -> spec.
+    /// The shared flags' contract (`check_command_line`), and this peer's own flag through
+    /// the command line.
     #[test]
     fn a_spec_survives_the_command_line() {
-        let mut every = TokioSpec::new("dir with space".into(), "[::1]:9000".parse().unwrap());
-        every.workers = 3;
-        every.backlog = 200;
-        every.idle_timeout = Duration::from_millis(1500);
-        every.engine = TokioEngine::Iolab;
-        let mut never_idle = TokioSpec::new("/w".into(), "127.0.0.1:8099".parse().unwrap());
-        never_idle.idle_timeout = Duration::ZERO;
-        for spec in [
-            TokioSpec::new("/w".into(), "127.0.0.1:8099".parse().unwrap()),
-            every,
-            never_idle,
-        ] {
-            assert_eq!(parse(spec.to_args()).to_spec().unwrap(), spec);
-        }
-    }
-
-    /// `TokioSpec::new` says what the peer does when a flag is left out; a negative idle
-    /// timeout is refused.
-    #[test]
-    fn the_spec_defaults_are_the_command_line_defaults() {
-        let args = ["--root", "/w", "--addr", "127.0.0.1:8099"].map(OsString::from);
-        assert_eq!(
-            parse(args.to_vec()).to_spec().unwrap(),
-            TokioSpec::new("/w".into(), "127.0.0.1:8099".parse().unwrap())
+        iolab_peer_common::testing::check_command_line(
+            to_spec,
+            TokioSpec::with,
+            TokioSpec::to_args,
         );
-        let args = ["--root", "/w", "--idle-timeout=-1"].map(OsString::from);
-        let e = parse(args.to_vec()).to_spec().unwrap_err().to_string();
-        assert!(e.contains("--idle-timeout must be"), "{e}");
+        let spec = TokioSpec {
+            engine: TokioEngine::Iolab,
+            ..TokioSpec::new("/w".into(), "127.0.0.1:8099".parse().unwrap())
+        };
+        assert_eq!(to_spec(spec.to_args()).unwrap(), spec);
     }
 }

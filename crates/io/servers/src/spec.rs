@@ -151,16 +151,55 @@ impl TokioEngine {
     }
 }
 
-/// `iolab-tokio-server`: the tokio peer serving a directory.
+/// What every peer binary is told, whatever its runtime: what to serve, where, on how many
+/// threads, with which listen backlog and idle timeout (the flags they share).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TokioSpec {
+pub struct PeerBasics {
     pub root: PathBuf,
     pub addr: SocketAddr,
-    /// tokio worker threads (0 = one per core).
+    /// Threads, each its runtime's worker or executor (0 = one per CPU the process may
+    /// run on).
     pub workers: usize,
     pub backlog: u32,
     /// 0 = never.
     pub idle_timeout: Duration,
+}
+
+impl PeerBasics {
+    /// `root` on `addr` with the peers' defaults: a thread per CPU, backlog 1024, 60 s
+    /// idle timeout.
+    pub fn new(root: PathBuf, addr: SocketAddr) -> PeerBasics {
+        PeerBasics {
+            root,
+            addr,
+            workers: 0,
+            backlog: 1024,
+            idle_timeout: Duration::from_secs(60),
+        }
+    }
+
+    /// The shared flags, followed by `extra`: one peer's own flag and its value.
+    fn to_args_with(&self, extra: (&str, OsString)) -> Vec<OsString> {
+        let mut a: Vec<OsString> = Vec::new();
+        let mut flag = |name: &str, value: OsString| {
+            a.push(name.into());
+            a.push(value);
+        };
+        flag("--root", self.root.clone().into());
+        flag("--addr", self.addr.to_string().into());
+        flag("--workers", self.workers.to_string().into());
+        flag("--backlog", self.backlog.to_string().into());
+        flag("--idle-timeout", secs(self.idle_timeout));
+        flag(extra.0, extra.1);
+        a
+    }
+}
+
+/// `iolab-tokio-server`: the tokio peer serving a directory (`peer.workers`: tokio worker
+/// threads).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokioSpec {
+    pub peer: PeerBasics,
     pub engine: TokioEngine,
 }
 
@@ -168,64 +207,29 @@ impl TokioSpec {
     /// The peer serving `root` on `addr` with its defaults: a thread per core, backlog
     /// 1024, 60 s idle timeout, hyper.
     pub fn new(root: PathBuf, addr: SocketAddr) -> TokioSpec {
+        TokioSpec::with(PeerBasics::new(root, addr))
+    }
+
+    /// The peer told `peer`, answering with hyper.
+    pub fn with(peer: PeerBasics) -> TokioSpec {
         TokioSpec {
-            root,
-            addr,
-            workers: 0,
-            backlog: 1024,
-            idle_timeout: Duration::from_secs(60),
+            peer,
             engine: TokioEngine::Hyper,
         }
     }
 
     /// The arguments after the program name.
     pub fn to_args(&self) -> Vec<OsString> {
-        let mut a = peer_args(
-            &self.root,
-            self.addr,
-            self.workers,
-            self.backlog,
-            self.idle_timeout,
-        );
-        a.push("--engine".into());
-        a.push(self.engine.name().into());
-        a
+        self.peer
+            .to_args_with(("--engine", self.engine.name().into()))
     }
-}
-
-/// The flags every peer binary shares: what to serve, where, on how many threads, with
-/// which listen backlog and idle timeout.
-fn peer_args(
-    root: &std::path::Path,
-    addr: SocketAddr,
-    workers: usize,
-    backlog: u32,
-    idle_timeout: Duration,
-) -> Vec<OsString> {
-    let mut a: Vec<OsString> = Vec::new();
-    let mut flag = |name: &str, value: OsString| {
-        a.push(name.into());
-        a.push(value);
-    };
-    flag("--root", root.into());
-    flag("--addr", addr.to_string().into());
-    flag("--workers", workers.to_string().into());
-    flag("--backlog", backlog.to_string().into());
-    flag("--idle-timeout", secs(idle_timeout));
-    a
 }
 
 /// `iolab-monoio-server`: the monoio peer serving a directory (monoio's io_uring driver,
 /// one runtime per thread, each thread bound to one CPU, one SO_REUSEPORT listener each).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MonoioSpec {
-    pub root: PathBuf,
-    pub addr: SocketAddr,
-    /// Threads, each its own runtime (0 = one per CPU the process may run on).
-    pub workers: usize,
-    pub backlog: u32,
-    /// 0 = never.
-    pub idle_timeout: Duration,
+    pub peer: PeerBasics,
     /// Submission queue entries of each thread's ring (monoio's `with_entries`; it raises
     /// anything below 256 to 256).
     pub entries: u32,
@@ -240,28 +244,21 @@ impl MonoioSpec {
     /// The peer serving `root` on `addr` with its defaults: a thread per CPU, backlog 1024,
     /// 60 s idle timeout, rings of [`MonoioSpec::RECOMMENDED_ENTRIES`].
     pub fn new(root: PathBuf, addr: SocketAddr) -> MonoioSpec {
+        MonoioSpec::with(PeerBasics::new(root, addr))
+    }
+
+    /// The peer told `peer`, with rings of [`MonoioSpec::RECOMMENDED_ENTRIES`].
+    pub fn with(peer: PeerBasics) -> MonoioSpec {
         MonoioSpec {
-            root,
-            addr,
-            workers: 0,
-            backlog: 1024,
-            idle_timeout: Duration::from_secs(60),
+            peer,
             entries: Self::RECOMMENDED_ENTRIES,
         }
     }
 
     /// The arguments after the program name.
     pub fn to_args(&self) -> Vec<OsString> {
-        let mut a = peer_args(
-            &self.root,
-            self.addr,
-            self.workers,
-            self.backlog,
-            self.idle_timeout,
-        );
-        a.push("--entries".into());
-        a.push(self.entries.to_string().into());
-        a
+        self.peer
+            .to_args_with(("--entries", self.entries.to_string().into()))
     }
 }
 
@@ -302,13 +299,7 @@ impl GlommioProfile {
 /// thread, each placed on one CPU, one SO_REUSEPORT listener each).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GlommioSpec {
-    pub root: PathBuf,
-    pub addr: SocketAddr,
-    /// Threads, each its own executor (0 = one per CPU the process may run on).
-    pub workers: usize,
-    pub backlog: u32,
-    /// 0 = never.
-    pub idle_timeout: Duration,
+    pub peer: PeerBasics,
     pub profile: GlommioProfile,
 }
 
@@ -316,28 +307,21 @@ impl GlommioSpec {
     /// The peer serving `root` on `addr` with its defaults: a thread per CPU, backlog 1024,
     /// 60 s idle timeout, glommio's default executor settings.
     pub fn new(root: PathBuf, addr: SocketAddr) -> GlommioSpec {
+        GlommioSpec::with(PeerBasics::new(root, addr))
+    }
+
+    /// The peer told `peer`, with glommio's default executor settings.
+    pub fn with(peer: PeerBasics) -> GlommioSpec {
         GlommioSpec {
-            root,
-            addr,
-            workers: 0,
-            backlog: 1024,
-            idle_timeout: Duration::from_secs(60),
+            peer,
             profile: GlommioProfile::Default,
         }
     }
 
     /// The arguments after the program name.
     pub fn to_args(&self) -> Vec<OsString> {
-        let mut a = peer_args(
-            &self.root,
-            self.addr,
-            self.workers,
-            self.backlog,
-            self.idle_timeout,
-        );
-        a.push("--profile".into());
-        a.push(self.profile.name().into());
-        a
+        self.peer
+            .to_args_with(("--profile", self.profile.name().into()))
     }
 }
 
@@ -415,7 +399,7 @@ mod tests {
     fn monoio_and_glommio_args() {
         let mut m = MonoioSpec::new("/w".into(), "127.0.0.1:9000".parse().unwrap());
         m.entries = 4096;
-        m.workers = 2;
+        m.peer.workers = 2;
         assert_eq!(
             strings(m.to_args()),
             [
@@ -433,10 +417,10 @@ mod tests {
                 "4096"
             ]
         );
-        assert_eq!(MonoioSpec::new("/w".into(), m.addr).entries, 32768);
+        assert_eq!(MonoioSpec::new("/w".into(), m.peer.addr).entries, 32768);
         let mut g = GlommioSpec::new("/w".into(), "127.0.0.1:9000".parse().unwrap());
         g.profile = GlommioProfile::Latency;
-        g.idle_timeout = Duration::from_millis(250);
+        g.peer.idle_timeout = Duration::from_millis(250);
         let args = strings(g.to_args());
         assert_eq!(
             args[8..],
@@ -450,7 +434,7 @@ mod tests {
     fn tokio_args() {
         let mut t = TokioSpec::new("/w".into(), "[::1]:9000".parse().unwrap());
         t.engine = TokioEngine::Iolab;
-        t.idle_timeout = Duration::ZERO;
+        t.peer.idle_timeout = Duration::ZERO;
         let args: Vec<String> = t
             .to_args()
             .into_iter()
