@@ -59,6 +59,9 @@ struct Fixture {
     children: Vec<Child>,
     /// The address the tracker and the seeder listen on.
     ip: String,
+    /// Clients are started with MSE/PE required (RC4 only), the seeder with
+    /// `--encryption require`: a download proves RC4 end to end.
+    forced_mse: bool,
 }
 
 impl Drop for Fixture {
@@ -83,19 +86,25 @@ impl Fixture {
             dir,
             children: Vec::new(),
             ip: "127.0.0.1".into(),
+            forced_mse: false,
         }
     }
 
     /// The shared data set: `data/multi/{a.bin (64 MiB + 12345), empty, sub/b.bin}` and
     /// `data/single.bin` (64 MiB + 777).
     fn data(&self) -> PathBuf {
+        self.data_of(64 << 20)
+    }
+
+    /// [`Fixture::data`] with files of `big` bytes (and a few) instead of 64 MiB.
+    fn data_of(&self, big: usize) -> PathBuf {
         let d = self.dir.join("data");
         let m = d.join("multi");
         std::fs::create_dir_all(m.join("sub")).unwrap();
-        std::fs::write(m.join("a.bin"), random_bytes((64 << 20) + 12345, 1)).unwrap();
+        std::fs::write(m.join("a.bin"), random_bytes(big + 12345, 1)).unwrap();
         std::fs::write(m.join("empty"), b"").unwrap();
         std::fs::write(m.join("sub/b.bin"), random_bytes(300_001, 2)).unwrap();
-        std::fs::write(d.join("single.bin"), random_bytes((64 << 20) + 777, 3)).unwrap();
+        std::fs::write(d.join("single.bin"), random_bytes(big + 777, 3)).unwrap();
         d
     }
 
@@ -312,6 +321,11 @@ impl Client {
                         "--console-log-level=warn",
                         "--file-allocation=none",
                     ])
+                    .args(if fx.forced_mse {
+                        &["--bt-require-crypto=true", "--bt-min-crypto-level=arc4"][..]
+                    } else {
+                        &[]
+                    })
                     .arg(format!("--listen-port={port}"))
                     .arg(torrent);
             }
@@ -336,7 +350,13 @@ impl Client {
                     .arg("-c")
                     .arg(&watch)
                     .args(["-P", &port, "-p", &free_port().unwrap().to_string()])
-                    .args(["--no-dht", "--no-lpd", "-M", "-et"]);
+                    // Encryption: its default (preferred: MSE first), or required.
+                    .args(["--no-dht", "--no-lpd", "-M"])
+                    .args(if fx.forced_mse {
+                        &["-er"][..]
+                    } else {
+                        &["-ep"]
+                    });
             }
             Client::Libtorrent => {
                 c = Command::new("/usr/bin/python3");
@@ -344,7 +364,8 @@ impl Client {
                     .arg(LIBTORRENT_LEECHER)
                     .arg(torrent)
                     .arg(dl)
-                    .arg(&port);
+                    .arg(&port)
+                    .arg(if fx.forced_mse { "forced" } else { "stock" });
             }
             Client::Ctorrent => {
                 c = Command::new("ctorrent");
@@ -399,12 +420,18 @@ impl Client {
     }
 }
 
-/// A libtorrent leecher: downloads into argv[2], listening on argv[3], exits 0 when done.
+/// A libtorrent leecher: downloads into argv[2], listening on argv[3], MSE forced when
+/// argv[4] is `forced`, exits 0 when done.
 const LIBTORRENT_LEECHER: &str = r#"
 import sys, time, libtorrent as lt
-ses = lt.session({'listen_interfaces': '127.0.0.1:' + sys.argv[3], 'enable_dht': False,
-                  'enable_lsd': False, 'enable_upnp': False, 'enable_natpmp': False,
-                  'allow_multiple_connections_per_ip': True})
+settings = {'listen_interfaces': '127.0.0.1:' + sys.argv[3], 'enable_dht': False,
+            'enable_lsd': False, 'enable_upnp': False, 'enable_natpmp': False,
+            'allow_multiple_connections_per_ip': True}
+if sys.argv[4] == 'forced':
+    settings.update({'out_enc_policy': int(lt.enc_policy.forced),
+                     'in_enc_policy': int(lt.enc_policy.forced),
+                     'allowed_enc_level': int(lt.enc_level.rc4)})
+ses = lt.session(settings)
 h = ses.add_torrent({'ti': lt.torrent_info(sys.argv[1]), 'save_path': sys.argv[2]})
 deadline = time.time() + 170
 while time.time() < deadline:
@@ -417,11 +444,19 @@ sys.exit(1)
 
 /// One interop case: `client` downloads a torrent of `src` (piece size `piece`) from us.
 fn interop(client: Client, single: bool, piece: &str) {
+    interop_with(client, single, piece, false);
+}
+
+/// [`interop`], with MSE required on both sides when `forced_mse` (and a smaller data set:
+/// RC4 is what is tested, not size).
+fn interop_with(client: Client, single: bool, piece: &str, forced_mse: bool) {
     let _g = lock();
     if !client.available() {
         return;
     }
-    let mut fx = Fixture::new(&format!("{client:?}").to_lowercase());
+    let mut fx =
+        Fixture::new(&format!("{client:?}{}", if forced_mse { "-mse" } else { "" }).to_lowercase());
+    fx.forced_mse = forced_mse;
     if let Client::Transmission = client {
         // Transmission drops every peer in 127.0.0.0/8 that a tracker gives it (it counts
         // loopback as a "martian" address), so its swarm runs on this host's own address.
@@ -435,7 +470,11 @@ fn interop(client: Client, single: bool, piece: &str) {
             }
         }
     }
-    let data = fx.data();
+    let data = if forced_mse {
+        fx.data_of(6 << 20)
+    } else {
+        fx.data()
+    };
     let src = if single {
         data.join("single.bin")
     } else {
@@ -449,6 +488,7 @@ fn interop(client: Client, single: bool, piece: &str) {
         Client::Libtorrent | Client::Ctorrent => "pread",
         _ => "uring",
     };
+    let json = fx.dir.join("counters.json");
     let seed = fx.seed(&[
         src.to_str().unwrap(),
         "--torrent",
@@ -459,6 +499,10 @@ fn interop(client: Client, single: bool, piece: &str) {
         piece,
         "--disk",
         disk,
+        "--json",
+        json.to_str().unwrap(),
+        "--encryption",
+        if forced_mse { "require" } else { "prefer" },
     ]);
     assert!(TcpStream::connect(seed).is_ok());
     let dl = fx.dir.join("dl");
@@ -488,10 +532,24 @@ fn interop(client: Client, single: bool, piece: &str) {
         src.display(),
         fx.seed_log()
     );
+    std::thread::sleep(Duration::from_millis(1100)); // the counters are written every second
+    let c: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap_or_default())
+            .unwrap_or_default();
+    let n = |k: &str| c["counters"][k].as_u64().unwrap_or(0);
+    if forced_mse {
+        assert!(
+            n("mse_rc4") >= 1,
+            "{client:?} got the data without RC4? {c}"
+        );
+    }
     eprintln!(
-        "interop: {client:?} downloaded {} ({}, piece {piece}, our disk path {disk}) byte for byte in {secs:.1} s",
+        "interop: {client:?} downloaded {} ({}, piece {piece}, our disk path {disk}) byte for byte in {secs:.1} s; MSE exchanges {} ({} RC4), plaintext refused {}",
         src.file_name().unwrap().to_string_lossy(),
-        if single { "single-file" } else { "multi-file" }
+        if single { "single-file" } else { "multi-file" },
+        n("mse_established"),
+        n("mse_rc4"),
+        n("plaintext_refused"),
     );
 }
 
@@ -541,6 +599,25 @@ fn interop_rtorrent() {
 #[test]
 fn interop_qbittorrent() {
     matrix(Client::Qbittorrent, "1M", true);
+}
+
+/// aria2c with `--bt-require-crypto=true` (arc4 only), the seeder with `--encryption
+/// require`.
+#[test]
+fn interop_mse_aria2c() {
+    interop_with(Client::Aria2, false, "64K", true);
+}
+
+/// transmission-daemon with encryption required (`-er`), on this host's address.
+#[test]
+fn interop_mse_transmission() {
+    interop_with(Client::Transmission, false, "64K", true);
+}
+
+/// python3-libtorrent with `out_enc_policy` / `in_enc_policy` forced, RC4 only.
+#[test]
+fn interop_mse_libtorrent() {
+    interop_with(Client::Libtorrent, true, "256K", true);
 }
 
 /// A torrent made by mktorrent (not by us) is seeded by us: aria2c downloads it.
@@ -814,7 +891,7 @@ fn info_hash_of(t: &Path) -> [u8; 20] {
 }
 
 /// Reads messages until one with id `want`; returns its payload.
-fn read_until(s: &mut TcpStream, want: u8) -> Vec<u8> {
+fn read_until(s: &mut impl Read, want: u8) -> Vec<u8> {
     loop {
         let mut len = [0u8; 4];
         s.read_exact(&mut len).unwrap();
@@ -858,13 +935,13 @@ fn bad_peers_are_dropped_and_others_served() {
     let mut g = open();
     g.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
     assert!(closed(&mut g), "an HTTP request is dropped");
-    // 1b. An MSE/PE opening (96 bytes of DH key, padding): closed, but not a bad peer.
+    // 1b. An MSE/PE opening (96 bytes of DH key, padding): answered with our key, not
+    // counted as a bad peer when it goes away.
     let mut mse = open();
     mse.write_all(&random_bytes(96 + 100, 5)).unwrap();
-    assert!(
-        closed(&mut mse),
-        "an MSE opening is closed (not spoken yet)"
-    );
+    let mut yb = [0u8; 96];
+    mse.read_exact(&mut yb).unwrap();
+    drop(mse);
     // 2. The wrong torrent.
     let mut w = open();
     w.write_all(&handshake(&[7; 20], true)).unwrap();
@@ -926,10 +1003,157 @@ fn bad_peers_are_dropped_and_others_served() {
     let n = |k: &str| c["counters"][k].as_u64().unwrap();
     assert_eq!(n("peers_dropped_garbage"), 3, "{c}");
     assert_eq!(n("mse_openings"), 1, "an MSE opening is no bad peer: {c}");
+    assert_eq!(n("mse_failures"), 1, "{c}");
     assert_eq!(n("peers_wrong_torrent"), 1, "{c}");
     assert!(n("requests_rejected") >= 1, "{c}");
     assert!(n("blocks_sent") >= 1, "{c}");
     assert_eq!(n("peers_now"), 1, "{c}");
+}
+
+// ------------------------------------------------------------------ MSE/PE
+
+/// A peer connection under MSE: RC4 both ways, or plaintext after the exchange.
+struct MseStream {
+    s: TcpStream,
+    rc4: Option<iolab_seeder::mse::Rc4Pair>,
+    /// Payload bytes received with the end of the exchange, already decrypted.
+    early: Vec<u8>,
+}
+
+impl Read for MseStream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if !self.early.is_empty() {
+            let n = buf.len().min(self.early.len());
+            buf[..n].copy_from_slice(&self.early[..n]);
+            self.early.drain(..n);
+            return Ok(n);
+        }
+        let n = self.s.read(buf)?;
+        if let Some(rc4) = &mut self.rc4 {
+            rc4.decrypt(&mut buf[..n]);
+        }
+        Ok(n)
+    }
+}
+
+impl MseStream {
+    fn send(&mut self, data: &[u8]) {
+        let mut d = data.to_vec();
+        if let Some(rc4) = &mut self.rc4 {
+            rc4.encrypt(&mut d);
+        }
+        self.s.write_all(&d).unwrap();
+    }
+}
+
+/// Dials `addr` with MSE for `ih`, offering `provide`, our handshake as the initial payload.
+/// `None` when the seeder closes during the exchange.
+fn mse_dial(addr: SocketAddr, ih: &[u8; 20], provide: u32) -> Option<MseStream> {
+    use iolab_seeder::mse::Initiator;
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let (mut mse, opening) = Initiator::new(*ih, provide, handshake(ih, true));
+    s.write_all(&opening).unwrap();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = s.read(&mut buf).ok()?;
+        if n == 0 {
+            return None;
+        }
+        let p = mse
+            .feed(&buf[..n])
+            .expect("the seeder's side of MSE follows the spec");
+        s.write_all(&p.send).unwrap();
+        if let Some(done) = p.done {
+            return Some(MseStream {
+                s,
+                rc4: done.rc4,
+                early: done.payload,
+            });
+        }
+    }
+}
+
+/// Under MSE (RC4, and plaintext chosen inside MSE) the seeder's handshake and a block
+/// arrive intact; `--encryption require` refuses plaintext and plaintext-only offers.
+#[test]
+fn mse_peers_are_served_and_the_policy_holds() {
+    use iolab_seeder::mse::{CRYPTO_PLAINTEXT, CRYPTO_RC4};
+    let _g = lock();
+    let (mut fx, d, t) = small_fixture("mse");
+    let json = fx.dir.join("c.json");
+    let ih = info_hash_of(&t);
+    let src = std::fs::read(d.join("f.bin")).unwrap();
+    let addr = fx.seed(&[
+        t.to_str().unwrap(),
+        "--data",
+        d.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+        "--slots",
+        "0",
+    ]);
+    for provide in [CRYPTO_RC4 | CRYPTO_PLAINTEXT, CRYPTO_PLAINTEXT] {
+        let mut p = mse_dial(addr, &ih, provide).expect("the default policy accepts MSE");
+        assert_eq!(
+            p.rc4.is_some(),
+            provide & CRYPTO_RC4 != 0,
+            "RC4 chosen when offered"
+        );
+        let mut hs = [0u8; 68];
+        p.read_exact(&mut hs).unwrap();
+        assert_eq!(&hs[28..48], &ih, "the seeder's handshake, decrypted");
+        let mut m = vec![0, 0, 0, 1, 2];
+        m.extend_from_slice(&[0, 0, 0, 13, 6]);
+        m.extend_from_slice(&3u32.to_be_bytes());
+        m.extend_from_slice(&0u32.to_be_bytes());
+        m.extend_from_slice(&16384u32.to_be_bytes());
+        p.send(&m);
+        let block = read_until(&mut p, 7);
+        assert_eq!(
+            &block[8..],
+            &src[3 * 16384..4 * 16384],
+            "block 3, byte for byte"
+        );
+    }
+    // A plaintext peer is still served by default.
+    let mut plain = TcpStream::connect(addr).unwrap();
+    plain
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    plain.write_all(&handshake(&ih, true)).unwrap();
+    let mut hs = [0u8; 68];
+    plain.read_exact(&mut hs).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let c: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let n = |k: &str| c["counters"][k].as_u64().unwrap();
+    assert_eq!(n("mse_openings"), 2, "{c}");
+    assert_eq!(n("mse_established"), 2, "{c}");
+    assert_eq!(n("mse_rc4"), 1, "{c}");
+
+    let mut fx2 = Fixture::new("mse-require");
+    let addr = fx2.seed(&[
+        t.to_str().unwrap(),
+        "--data",
+        d.to_str().unwrap(),
+        "--encryption",
+        "require",
+    ]);
+    assert!(
+        mse_dial(addr, &ih, CRYPTO_PLAINTEXT).is_none(),
+        "require: a plaintext-only offer is refused"
+    );
+    let mut plain = TcpStream::connect(addr).unwrap();
+    plain.write_all(&handshake(&ih, true)).unwrap();
+    assert!(
+        common::closed_by_peer(&mut plain, Duration::from_secs(5)),
+        "require: a plaintext handshake is closed"
+    );
+    let mut p = mse_dial(addr, &ih, CRYPTO_RC4).expect("require: RC4 accepted");
+    let mut hs = [0u8; 68];
+    p.read_exact(&mut hs).unwrap();
+    assert_eq!(&hs[28..48], &ih);
 }
 
 // ------------------------------------------------------------------ the choker

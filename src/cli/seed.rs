@@ -21,6 +21,7 @@ use iolab_seeder::bench::{self, BenchConfig};
 use iolab_seeder::disk::{DiskMode, DiskStats};
 use iolab_seeder::metadata;
 use iolab_seeder::metainfo::{CreateOptions, Meta};
+use iolab_seeder::mse::Policy;
 use iolab_seeder::seed::{Config, Counters, Seeder};
 use iolab_seeder::spec::SeedSpec;
 use iolab_seeder::swarm::{self, SwarmConfig};
@@ -122,6 +123,10 @@ pub struct RunArgs {
     /// Event-loop driver for this run (default: io_uring when available).
     #[arg(long, value_enum)]
     pub driver: Option<DriverArg>,
+    /// MSE/PE (protocol encryption): prefer (accept plaintext and MSE, choose RC4 when
+    /// offered, dial with MSE), require (MSE with RC4 only), off (plaintext only).
+    #[arg(long, value_enum, default_value_t = SeedSpec::default().encryption.into())]
+    pub encryption: EncryptionArg,
 }
 
 impl RunArgs {
@@ -146,8 +151,14 @@ impl RunArgs {
             status_every: self.status_every,
             json: self.json.clone(),
             driver: self.driver.map(Into::into),
+            encryption: self.encryption.into(),
         }
     }
+}
+
+choice_enum! {
+    /// `--encryption`: [`Policy`].
+    pub enum EncryptionArg => Policy { Prefer, Require, Off }
 }
 
 choice_enum! {
@@ -452,12 +463,14 @@ async fn announce_every_interval(s: Rc<Seeder>, tiers: Rc<std::cell::RefCell<Tie
 /// rate was computed from), the send rate in MB/s since the last line.
 fn status_line(c: &Counters, secs: f64, sent: u64, rate: f64) -> String {
     format!(
-        "seed: {secs:.0}s peers {} (unchoked {}), sent {:.1} MB at {rate:.1} MB/s, dropped {} bad, {} mse openings, {} timed out, {} stalled",
+        "seed: {secs:.0}s peers {} (unchoked {}), sent {:.1} MB at {rate:.1} MB/s, dropped {} bad, {} mse openings ({} established, {} rc4), {} timed out, {} stalled",
         Counters::get(&c.peers_now),
         Counters::get(&c.unchoked_now),
         sent as f64 / 1e6,
         Counters::get(&c.peers_dropped_garbage),
         Counters::get(&c.mse_openings),
+        Counters::get(&c.mse_established),
+        Counters::get(&c.mse_rc4),
         Counters::get(&c.handshake_timeouts) + Counters::get(&c.idle_timeouts),
         Counters::get(&c.send_stalls),
     )
@@ -492,6 +505,7 @@ fn seed(args: SeedSpec) -> anyhow::Result<()> {
         send_timeout: Duration::from_secs(args.send_timeout),
         disk,
         read_ahead: args.read_ahead,
+        encryption: args.encryption,
         ..Config::default()
     };
     // --tracker replaces the torrent's trackers; else its announce-list tiers (BEP 12) or
@@ -681,6 +695,7 @@ mod tests {
             status_every: 2,
             json: Some("c.json".into()),
             driver: Some(iolab_runtime::Driver::Epoll),
+            encryption: Policy::Require,
         };
         let uring = SeedSpec {
             paths: vec!["x.torrent".into()],

@@ -97,6 +97,11 @@ impl Chunk {
     pub fn new(block: Block) -> Chunk {
         Chunk { block, skip: 0 }
     }
+
+    /// The bytes still to send.
+    pub fn bytes(&self) -> &[u8] {
+        &self.block[self.skip..]
+    }
 }
 
 // SAFETY: an Owned block's heap buffer does not move when the value moves; a Mapped block

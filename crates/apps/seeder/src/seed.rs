@@ -26,8 +26,10 @@ use serde::Serialize;
 
 use crate::choker::{self, ChokeLimits, PeerSlot, Swarm, SNUB_TICK};
 use crate::disk::{advance, Block, Chunk, DiskMode, Storage};
+use crate::link::{self, recv_into, ExchangeFailure};
 use crate::metadata;
 use crate::metainfo::Meta;
+use crate::mse::{self, Policy, Rc4Pair};
 use crate::wire::{self, Handshake, Limits, Message, WireError};
 
 /// Limits and knobs of the seeder.
@@ -65,6 +67,8 @@ pub struct Config {
     pub disk: DiskMode,
     /// Keep the kernel's read-ahead on the data files (default off: random access hint).
     pub read_ahead: bool,
+    /// MSE/PE (`--encryption`): what is accepted and chosen ([`crate::mse`]).
+    pub encryption: Policy,
 }
 
 impl Default for Config {
@@ -82,6 +86,7 @@ impl Default for Config {
             allowed_fast: 10,
             disk: DiskMode::Uring,
             read_ahead: false,
+            encryption: Policy::Prefer,
         }
     }
 }
@@ -95,8 +100,16 @@ pub struct Counters {
     /// Dropped for a protocol violation (garbage, bad handshake, out-of-bounds request, ...).
     pub peers_dropped_garbage: AtomicU64,
     pub peers_wrong_torrent: AtomicU64,
-    /// Closed because they opened with MSE/PE (not counted as bad peers).
+    /// Connections that opened with MSE/PE (closed at once under `--encryption off`; not
+    /// counted as bad peers).
     pub mse_openings: AtomicU64,
+    /// MSE exchanges completed (either way), and how many of them chose RC4.
+    pub mse_established: AtomicU64,
+    pub mse_rc4: AtomicU64,
+    /// MSE exchanges that failed (bad hashes, timeouts, no method in common, ...).
+    pub mse_failures: AtomicU64,
+    /// Plaintext handshakes closed under `--encryption require`.
+    pub plaintext_refused: AtomicU64,
     pub handshake_timeouts: AtomicU64,
     pub idle_timeouts: AtomicU64,
     pub send_failures: AtomicU64,
@@ -156,6 +169,8 @@ struct Peer<'a> {
     /// What the peer was last told.
     sent_choked: bool,
     out: Vec<u8>,
+    /// RC4 both ways when MSE chose it.
+    rc4: Option<Rc4Pair>,
 }
 
 impl Peer<'_> {
@@ -182,11 +197,6 @@ pub struct Seeder {
     swarm: RefCell<Swarm>,
 }
 
-thread_local! {
-    /// The loop's receive buffer: a peer's input lands here first, so an idle peer holds none.
-    static SCRATCH: RefCell<Vec<u8>> = RefCell::new(vec![0u8; 64 * 1024]);
-}
-
 /// Why a peer's task ended (the payloads are read through `Debug` in the debug log).
 #[derive(Debug)]
 #[allow(dead_code)]
@@ -198,8 +208,12 @@ enum End {
     Idle,
     /// Took nothing of what was sent for `send_timeout`.
     SendStalled,
-    /// The peer opened with MSE/PE (encryption), which we do not speak yet.
+    /// The peer opened with MSE/PE under `--encryption off`.
     MseOpening,
+    /// The MSE exchange failed.
+    MseFailed(String),
+    /// A plaintext handshake under `--encryption require`.
+    PlaintextRefused,
     Io(io::Error),
 }
 
@@ -222,6 +236,19 @@ impl Seeder {
             limits,
             swarm: RefCell::new(Swarm::new()),
         }))
+    }
+
+    /// Our BitTorrent handshake: the fast and extension bits, our peer id.
+    fn our_handshake(&self) -> [u8; wire::HANDSHAKE_LEN] {
+        let mut reserved = [0u8; 8];
+        reserved[wire::RESERVED_FAST.0] |= wire::RESERVED_FAST.1;
+        reserved[wire::RESERVED_EXTENDED.0] |= wire::RESERVED_EXTENDED.1;
+        Handshake {
+            reserved,
+            info_hash: self.meta.info_hash,
+            peer_id: self.peer_id,
+        }
+        .encode()
     }
 
     /// Whether ut_metadata (BEP 9) is offered: we have the info dictionary, not too big.
@@ -266,57 +293,127 @@ impl Seeder {
                     End::Idle => inc(&me.counters.idle_timeouts),
                     End::SendStalled => inc(&me.counters.send_stalls),
                     End::MseOpening => inc(&me.counters.mse_openings),
+                    End::MseFailed(_) => inc(&me.counters.mse_failures),
+                    End::PlaintextRefused => inc(&me.counters.plaintext_refused),
                     End::Io(_) => inc(&me.counters.send_failures),
                 }
             });
         }
     }
 
+    /// An accepted peer: its opening (plaintext or MSE) and handshake within the
+    /// handshake timeout, then the session.
     async fn peer(self: Rc<Self>, stream: &TcpStream, addr: SocketAddr) -> End {
-        let mut inbuf: Vec<u8> = Vec::new();
-        // Handshake, within the timeout.
-        let never = Cond::new();
         let deadline = Instant::now() + self.cfg.handshake_timeout;
+        match self.accept_handshake(stream, deadline).await {
+            Ok((hs, inbuf, rc4)) => self.session(stream, addr, hs, inbuf, rc4, true).await,
+            Err(end) => end,
+        }
+    }
+
+    /// Reads an accepted peer's opening: a plaintext handshake, or an MSE exchange then the
+    /// handshake under it, as `--encryption` allows. Returns the handshake, the input after
+    /// it and the stream's RC4 if MSE chose it.
+    async fn accept_handshake(
+        &self,
+        stream: &TcpStream,
+        deadline: Instant,
+    ) -> Result<(Handshake, Vec<u8>, Option<Rc4Pair>), End> {
+        let mut inbuf: Vec<u8> = Vec::new();
+        let mut rc4 = None;
+        // Whether the first 20 bytes were looked at (plaintext, MSE or garbage).
+        let mut opened = false;
         while inbuf.len() < wire::HANDSHAKE_LEN {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match timeout(left, wait_readable_or_cancel(stream.as_raw_fd(), &never)).await {
-                Err(_) => return End::HandshakeTimeout,
-                Ok(Err(e)) => return End::Io(e),
-                Ok(Ok(())) => {}
-            }
-            match recv_into(stream, &mut inbuf) {
-                Ok(0) => return End::Closed,
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return End::Io(e),
-            }
-            if inbuf.len() >= 20 && (inbuf[0] != 19 || &inbuf[1..20] != wire::PROTOCOL) {
-                if wire::looks_like_mse(&inbuf) {
-                    return End::MseOpening;
+            read_some(stream, &mut inbuf, &mut rc4, deadline).await?;
+            if !opened && inbuf.len() >= 20 {
+                opened = true;
+                let policy = self.cfg.encryption;
+                if is_handshake_start(&inbuf) {
+                    if policy == Policy::Require {
+                        return Err(End::PlaintextRefused);
+                    }
+                } else if wire::looks_like_text(&inbuf) {
+                    return Err(End::Garbage("not a BitTorrent handshake".into()));
+                } else if policy == Policy::Off {
+                    if wire::looks_like_mse(&inbuf) {
+                        return Err(End::MseOpening);
+                    }
+                    return Err(End::Garbage("not a BitTorrent handshake".into()));
+                } else {
+                    inc(&self.counters.mse_openings);
+                    let first = std::mem::take(&mut inbuf);
+                    let est = self.accept_mse(stream, first, deadline).await?;
+                    inbuf = est.payload;
+                    rc4 = est.rc4;
                 }
-                return End::Garbage("not a BitTorrent handshake".into());
+            }
+            if opened && inbuf.len() >= 20 && !is_handshake_start(&inbuf) {
+                return Err(End::Garbage("not a BitTorrent handshake".into()));
             }
         }
-        let hs = match Handshake::parse(&inbuf) {
-            Ok(h) => h,
-            Err(e) => return e.into(),
-        };
+        let hs = Handshake::parse(&inbuf)?;
         inbuf.drain(..wire::HANDSHAKE_LEN);
         if hs.info_hash != self.meta.info_hash {
-            return End::WrongTorrent;
+            return Err(End::WrongTorrent);
         }
+        Ok((hs, inbuf, rc4))
+    }
+
+    /// The responder's side of MSE over `stream`, `first` being the bytes received so far.
+    async fn accept_mse(
+        &self,
+        stream: &TcpStream,
+        first: Vec<u8>,
+        deadline: Instant,
+    ) -> Result<mse::Established, End> {
+        let mut r = mse::Responder::new(self.cfg.encryption, vec![self.meta.info_hash]);
+        let res = link::exchange(stream, first, deadline, |d| r.feed(d)).await;
+        self.mse_result(res)
+    }
+
+    /// Counts an MSE exchange's outcome, and turns a failure into the peer's end.
+    fn mse_result(
+        &self,
+        res: Result<mse::Established, ExchangeFailure>,
+    ) -> Result<mse::Established, End> {
+        let c = &self.counters;
+        match res {
+            Ok(est) => {
+                inc(&c.mse_established);
+                if est.rc4.is_some() {
+                    inc(&c.mse_rc4);
+                }
+                Ok(est)
+            }
+            Err(ExchangeFailure::Mse(mse::MseError::UnknownTorrent)) => Err(End::WrongTorrent),
+            Err(f) => {
+                inc(&c.mse_failures);
+                Err(match f {
+                    ExchangeFailure::Timeout => End::HandshakeTimeout,
+                    ExchangeFailure::Io(e) => End::Io(e),
+                    other => End::MseFailed(format!("{other:?}")),
+                })
+            }
+        }
+    }
+
+    /// A handshaken peer: our handshake (unless we dialled and sent it already), extension
+    /// handshake, what we have, then the message loop until it ends.
+    async fn session(
+        &self,
+        stream: &TcpStream,
+        addr: SocketAddr,
+        hs: Handshake,
+        inbuf: Vec<u8>,
+        mut rc4: Option<Rc4Pair>,
+        send_handshake: bool,
+    ) -> End {
         let fast = hs.fast();
         let extended = hs.extended();
-        let mut reserved = [0u8; 8];
-        reserved[wire::RESERVED_FAST.0] |= wire::RESERVED_FAST.1;
-        reserved[wire::RESERVED_EXTENDED.0] |= wire::RESERVED_EXTENDED.1;
-        let mut out = Handshake {
-            reserved,
-            info_hash: self.meta.info_hash,
-            peer_id: self.peer_id,
+        let mut out = Vec::new();
+        if send_handshake {
+            out = self.our_handshake().to_vec();
         }
-        .encode()
-        .to_vec();
         if extended {
             let size = if self.offers_metadata() {
                 self.meta.info.len()
@@ -355,7 +452,7 @@ impl Seeder {
             }
             wire::encode(&Message::Bitfield(&bf), &mut out);
         }
-        if let Err(e) = self.send(stream, out).await {
+        if let Err(e) = self.send(stream, out, &mut rc4).await {
             return End::Io(e);
         }
 
@@ -365,33 +462,32 @@ impl Seeder {
             .borrow_mut()
             .peers
             .insert(PeerSlot::new(stream.as_raw_fd(), wake.clone()));
-        let end = self
-            .run_peer(stream, key, &wake, fast, &allowed, inbuf)
-            .await;
+        let peer = Peer {
+            key,
+            fast,
+            allowed: &allowed,
+            ut_metadata: None,
+            queue: VecDeque::new(),
+            sent_choked: true,
+            out: Vec::new(),
+            rc4,
+        };
+        let end = self.run_peer(stream, &wake, peer, inbuf).await;
         let mut sw = self.swarm.borrow_mut();
         sw.set_choked(key, true, &self.counters.unchoked_now);
         sw.peers.remove(key);
         end
     }
 
+    /// The message loop of a handshaken peer.
     async fn run_peer(
         &self,
         stream: &TcpStream,
-        key: usize,
         wake: &Cond,
-        fast: bool,
-        allowed: &[u32],
+        mut peer: Peer<'_>,
         mut inbuf: Vec<u8>,
     ) -> End {
-        let mut peer = Peer {
-            key,
-            fast,
-            allowed,
-            ut_metadata: None,
-            queue: VecDeque::new(),
-            sent_choked: true,
-            out: Vec::new(),
-        };
+        let key = peer.key;
         let mut last_input = Instant::now();
         loop {
             // 0. The choker found it taking nothing for the send timeout.
@@ -409,7 +505,7 @@ impl Seeder {
                 Err(e) => return e,
                 Ok(true) => {
                     // Input that arrived meanwhile (cancels, more requests) before more work.
-                    if let Err(e) = take_input(stream, &mut inbuf, &mut last_input) {
+                    if let Err(e) = take_input(stream, &mut inbuf, &mut last_input, &mut peer.rc4) {
                         return e;
                     }
                     continue;
@@ -427,7 +523,7 @@ impl Seeder {
                 Ok(Err(e)) => return End::Io(e),
                 Ok(Ok(())) => {}
             }
-            if let Err(e) = take_input(stream, &mut inbuf, &mut last_input) {
+            if let Err(e) = take_input(stream, &mut inbuf, &mut last_input, &mut peer.rc4) {
                 return e;
             }
         }
@@ -527,7 +623,8 @@ impl Seeder {
             return Ok(false);
         }
         let bytes: usize = chunks.iter().map(iolab_runtime::IoBuf::len).sum();
-        self.send_chunks(stream, peer.key, chunks).await?;
+        self.send_chunks(stream, peer.key, link::seal(chunks, &mut peer.rc4))
+            .await?;
         if served > 0 {
             let payload = bytes as u64; // headers included: close enough for rates
             self.counters
@@ -710,7 +807,15 @@ impl Seeder {
         Ok(())
     }
 
-    async fn send(&self, stream: &TcpStream, buf: Vec<u8>) -> io::Result<()> {
+    async fn send(
+        &self,
+        stream: &TcpStream,
+        mut buf: Vec<u8>,
+        rc4: &mut Option<Rc4Pair>,
+    ) -> io::Result<()> {
+        if let Some(rc4) = rc4 {
+            rc4.encrypt(&mut buf);
+        }
         match timeout(self.cfg.send_timeout, stream.write_all(buf)).await {
             Ok((r, _)) => r,
             Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "send timed out")),
@@ -731,14 +836,42 @@ fn is_transient_accept(e: &io::Error) -> bool {
     )
 }
 
+/// Whether `b` starts as a plaintext BitTorrent handshake (19, "BitTorrent protocol").
+fn is_handshake_start(b: &[u8]) -> bool {
+    b.len() >= 20 && b[0] == 19 && &b[1..20] == wire::PROTOCOL
+}
+
+/// Waits (until `deadline`) for input and appends what arrived to `inbuf`.
+async fn read_some(
+    stream: &TcpStream,
+    inbuf: &mut Vec<u8>,
+    rc4: &mut Option<Rc4Pair>,
+    deadline: Instant,
+) -> Result<(), End> {
+    let never = Cond::new();
+    let left = deadline.saturating_duration_since(Instant::now());
+    match timeout(left, wait_readable_or_cancel(stream.as_raw_fd(), &never)).await {
+        Err(_) => return Err(End::HandshakeTimeout),
+        Ok(Err(e)) => return Err(End::Io(e)),
+        Ok(Ok(())) => {}
+    }
+    match recv_into(stream, inbuf, rc4) {
+        Ok(0) => Err(End::Closed),
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
+        Err(e) => Err(End::Io(e)),
+    }
+}
+
 /// Takes what input is there into `inbuf` (the time of it into `last_input`); the end of
 /// the peer when it closed or the socket failed.
 fn take_input(
     stream: &TcpStream,
     inbuf: &mut Vec<u8>,
     last_input: &mut Instant,
+    rc4: &mut Option<Rc4Pair>,
 ) -> Result<(), End> {
-    match recv_into(stream, inbuf) {
+    match recv_into(stream, inbuf, rc4) {
         Ok(0) => Err(End::Closed),
         Ok(_) => {
             *last_input = Instant::now();
@@ -747,29 +880,6 @@ fn take_input(
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
         Err(e) => Err(End::Io(e)),
     }
-}
-
-/// One non-blocking receive into the loop's scratch buffer, appended to `inbuf`.
-fn recv_into(stream: &TcpStream, inbuf: &mut Vec<u8>) -> io::Result<usize> {
-    SCRATCH.with(|s| {
-        let mut s = s.borrow_mut();
-        // SAFETY: `s` is a live buffer of s.len() bytes, exclusively borrowed here; recv
-        // writes at most that many bytes into it.
-        let n = unsafe {
-            libc::recv(
-                stream.as_raw_fd(),
-                s.as_mut_ptr() as *mut libc::c_void,
-                s.len(),
-                libc::MSG_DONTWAIT,
-            )
-        };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let n = n as usize;
-        inbuf.extend_from_slice(&s[..n]);
-        Ok(n)
-    })
 }
 
 /// A message for the debug log, with payloads abbreviated.

@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use iolab_runtime::Driver;
 
 use crate::disk::DiskMode;
+use crate::mse::Policy;
 use crate::seed::Config;
 use crate::swarm::SwarmConfig;
 
@@ -54,6 +55,8 @@ pub struct SeedSpec {
     pub json: Option<PathBuf>,
     /// Event-loop driver (`None`: io_uring when available).
     pub driver: Option<Driver>,
+    /// MSE/PE policy (`--encryption`).
+    pub encryption: Policy,
 }
 
 impl Default for SeedSpec {
@@ -78,6 +81,7 @@ impl Default for SeedSpec {
             status_every: 10,
             json: None,
             driver: None,
+            encryption: engine.encryption,
         }
     }
 }
@@ -144,6 +148,7 @@ impl SeedSpec {
             .value("--status-every", self.status_every.to_string())
             .value_if("--json", self.json.as_ref())
             .value_if("--driver", self.driver.map(driver_flag))
+            .value("--encryption", self.encryption.name())
             .words(&["--"]);
         args.0.extend(self.paths.iter().map(OsString::from));
         args.0

@@ -76,6 +76,16 @@ pub fn looks_like_mse(first: &[u8]) -> bool {
     text < 80
 }
 
+/// Whether the first 20 bytes of a connection are text (every byte printable): an HTTP
+/// request or a line protocol at the wrong port, never a DH key (for a random key the odds
+/// are (95/256)^20, about 2.5e-9).
+pub fn looks_like_text(first: &[u8]) -> bool {
+    first.len() >= 20
+        && first[..20]
+            .iter()
+            .all(|&b| b == b'\t' || b == b'\n' || b == b'\r' || (0x20..0x7f).contains(&b))
+}
+
 /// Our BEP 20 peer id: `-IL0100-` and 12 random bytes.
 pub fn make_peer_id() -> [u8; 20] {
     let mut id = [0u8; 20];
