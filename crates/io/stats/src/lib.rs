@@ -39,7 +39,8 @@ const MAGIC: u64 = u64::from_le_bytes(*b"IOLABST\0");
 const VERSION: u32 = 1;
 const LINE: usize = 64;
 
-/// Every counter, in file order. New counters are appended (readers check the count).
+/// The counters before the errors, in file order; the error counters follow them, one per
+/// [`ErrorKind`] in its order. New counters are appended (readers check the count).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(usize)]
 pub enum Counter {
@@ -49,23 +50,19 @@ pub enum Counter {
     /// Responses queued (one per request answered, whatever its status).
     Requests,
     Refused,
-    BadRequest,
-    NotFound,
-    Method,
-    UriTooLong,
-    HeaderTooLarge,
-    ServerError,
-    Other4xx,
-    Reset,
-    Timeout,
-    Io,
 }
 
-/// Number of counters in the block.
-pub const COUNTERS: usize = 14;
+/// The slot of the first error counter.
+const FIRST_ERROR: usize = Counter::Refused as usize + 1;
 
-/// Error kinds, as counted and as named in [`Snapshot::errors`].
+/// Number of counters in the block.
+pub const COUNTERS: usize = FIRST_ERROR + ErrorKind::ALL.len();
+const _: () = assert!(COUNTERS == 14, "the file layout is version 1's");
+
+/// Error kinds, as counted and as named in [`Snapshot::errors`]; their order is their
+/// counters' order in the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
 pub enum ErrorKind {
     /// 400: malformed request.
     BadRequest,
@@ -119,19 +116,9 @@ impl ErrorKind {
         }
     }
 
-    fn counter(self) -> Counter {
-        match self {
-            ErrorKind::BadRequest => Counter::BadRequest,
-            ErrorKind::NotFound => Counter::NotFound,
-            ErrorKind::Method => Counter::Method,
-            ErrorKind::UriTooLong => Counter::UriTooLong,
-            ErrorKind::HeaderTooLarge => Counter::HeaderTooLarge,
-            ErrorKind::ServerError => Counter::ServerError,
-            ErrorKind::Other4xx => Counter::Other4xx,
-            ErrorKind::Reset => Counter::Reset,
-            ErrorKind::Timeout => Counter::Timeout,
-            ErrorKind::Io => Counter::Io,
-        }
+    /// This kind's counter slot in the block.
+    fn slot(self) -> usize {
+        FIRST_ERROR + self as usize
     }
 
     /// The error kind of an HTTP status, or None for 1xx/2xx/3xx.
@@ -305,7 +292,11 @@ impl Stats {
 
     #[inline]
     fn add(&self, c: Counter, n: u64) {
-        self.block().counters[c as usize]
+        self.add_slot(c as usize, n);
+    }
+
+    fn add_slot(&self, slot: usize, n: u64) {
+        self.block().counters[slot]
             .0
             .fetch_add(n, Ordering::Relaxed);
     }
@@ -353,7 +344,7 @@ impl Stats {
 
     #[inline]
     pub fn error(&self, kind: ErrorKind) {
-        self.add(kind.counter(), 1);
+        self.add_slot(kind.slot(), 1);
     }
 
     /// A socket error ended a connection: counted under [`ErrorKind::of_io`].
@@ -400,7 +391,7 @@ impl Snapshot {
     fn from_values(v: &[u64; COUNTERS]) -> Snapshot {
         let errors: BTreeMap<String, u64> = ErrorKind::ALL
             .iter()
-            .map(|k| (k.name().to_string(), v[k.counter() as usize]))
+            .map(|k| (k.name().to_string(), v[k.slot()]))
             .collect();
         Snapshot {
             // A transiently "negative" gauge (close seen before open by a racing reader)
@@ -519,6 +510,17 @@ impl StatsReader {
 mod tests {
     use super::*;
 
+    /// The file layout: the error counters follow `Refused` in `ErrorKind::ALL`'s order,
+    /// which is the enum's own, so a kind's slot never moves when the list is read.
+    #[test]
+    fn error_slots_follow_the_counters_in_order() {
+        for (i, k) in ErrorKind::ALL.iter().enumerate() {
+            assert_eq!(*k as usize, i, "{k:?}");
+            assert_eq!(k.slot(), 4 + i);
+        }
+        assert_eq!(ErrorKind::Io.slot(), COUNTERS - 1);
+    }
+
     #[test]
     fn statuses_map_to_kinds() {
         let s = Stats::private();
@@ -538,7 +540,7 @@ mod tests {
         // a file's counters near 2^64 (found by the fuzz target) saturate rather than panic
         let mut huge = [0u64; COUNTERS];
         for k in ErrorKind::ALL {
-            huge[k.counter() as usize] = u64::MAX / 2;
+            huge[k.slot()] = u64::MAX / 2;
         }
         assert_eq!(Snapshot::from_values(&huge).total_errors(), u64::MAX);
         assert_eq!(snap.errors.len(), ErrorKind::ALL.len());
