@@ -292,3 +292,81 @@ fn ctrl_c_stops_a_command_target() {
         processes_with(needle)
     );
 }
+
+/// A server that answers the lab's readiness check and then, for every other request of
+/// the load generator, sends the response head and closes: Figure 1b's table shows those
+/// failures as short answers and warns that its CPU per request is not comparable.
+const CLOSES_AFTER_THE_HEAD: &str = r#"
+import itertools, os, socketserver, sys
+port, root = int(sys.argv[1]), sys.argv[2]
+files = {p: open(os.path.join(root, p[1:]), "rb").read() for p in ("/small.html", "/big.bin")}
+count = itertools.count()
+class Handler(socketserver.StreamRequestHandler):
+    def handle(self):
+        while True:
+            line = self.rfile.readline()
+            if not line:
+                return
+            agent = b""
+            while True:
+                h = self.rfile.readline()
+                if h in (b"\r\n", b"\n", b""):
+                    break
+                if h.lower().startswith(b"user-agent:"):
+                    agent = h
+            body = files.get(line.split()[1].decode(), b"")
+            head = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body)
+            if b"iolab-load" in agent and next(count) % 2:
+                self.wfile.write(head)
+                self.wfile.flush()
+                return
+            self.wfile.write(head + body)
+            self.wfile.flush()
+class Server(socketserver.ThreadingTCPServer):
+    allow_reuse_address = True
+    daemon_threads = True
+Server(("127.0.0.1", port), Handler).serve_forever()
+"#;
+
+#[test]
+fn figure_1b_breaks_errors_down_by_kind() {
+    let Some(_) = iolab_sys::testing::require_tool("python3", "python3") else {
+        return;
+    };
+    let scratch = iolab_sys::testing::tempdir("lab-errors-by-kind").unwrap();
+    let script = scratch.path().join("closes_after_the_head.py");
+    std::fs::write(&script, CLOSES_AFTER_THE_HEAD).unwrap();
+    let out = scratch.path().join("report");
+    let target = format!(
+        "halfdead=exec python3 {} {{port}} {{root}}",
+        script.display()
+    );
+    let res = lab(&out, &["--efficiency-rate", "200", "--target", &target])
+        .output()
+        .unwrap();
+    assert!(
+        res.status.success(),
+        "{}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    let r = iolab_lab::validate::load_results(&out).unwrap();
+    let e = r.efficiency.as_ref().expect("efficiency block");
+    assert!(!e.rows.is_empty(), "{:?}", e.failures);
+    for row in &e.rows {
+        let kinds = row.errors_by_kind();
+        assert!(
+            kinds.get("short_response").copied().unwrap_or(0) > 0,
+            "{} {:?}: {kinds:?}",
+            row.server,
+            row.mode
+        );
+    }
+    let html = std::fs::read_to_string(out.join("index.html")).unwrap();
+    assert!(html.contains("<th>short or malformed answers</th>"));
+    assert!(
+        html.contains("requests failed (") && html.contains(" short or malformed answers)"),
+        "no warning for the server that drops requests"
+    );
+    let left = processes_with(script.to_str().unwrap());
+    assert!(left.is_empty(), "left running: {left:?}");
+}

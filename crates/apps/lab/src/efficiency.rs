@@ -234,6 +234,7 @@ pub fn measure(
                 0.0
             },
             client_cpu_s: report.client_cpu_s,
+            errors_by_kind: report.errors.clone(),
         });
         // Let the connections of this repeat close before the next one is measured.
         std::thread::sleep(Duration::from_millis(100));

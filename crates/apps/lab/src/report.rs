@@ -8,7 +8,7 @@ use anyhow::Context;
 
 use iolab_sys::percentile::median;
 
-use crate::results::{ConnMode, FileKind, Point, Results, Status};
+use crate::results::{error_groups, ConnMode, FileKind, Point, Results, Status, ERROR_GROUPS};
 use crate::svg::{self, esc, fmt_tick, BarChart, LineChart, ScatterPanel, Series};
 
 pub mod scaling;
@@ -697,31 +697,67 @@ pub fn efficiency_section(r: &Results) -> String {
             series,
         }));
     }
-    out.push_str("<table><caption>Server CPU µs per request (median over runs; spread = min..max)</caption><tr><th>server</th><th>mode</th><th>offered req/s</th><th>answered req/s</th><th>CPU µs per request</th><th>spread</th><th>server CPU s</th><th>errors</th></tr>");
-    for n in &cats {
+    out.push_str(&efficiency_table(e, &cats));
+    for f in &e.failures {
+        let _ = write!(out, r#"<p class="warn">{}</p>"#, esc(f));
+    }
+    out
+}
+
+/// The efficiency table: per server and mode its CPU per answered request and its failed
+/// requests by kind (over all runs), then a warning for each row whose failures exceed 1%:
+/// a server that drops requests does less work for them, so its CPU per request is no
+/// like-for-like figure.
+fn efficiency_table(e: &crate::results::Efficiency, servers: &[String]) -> String {
+    let mut out = String::from("<table><caption>Server CPU µs per request (median over runs; spread = min..max). Failed: requests that got no complete 2xx answer, over all runs, by kind (requests still in flight when a run ended are not failures)</caption><tr><th>server</th><th>mode</th><th>offered req/s</th><th>answered req/s</th><th>CPU µs per request</th><th>spread</th><th>server CPU s</th><th>failed</th>");
+    for (group, _) in ERROR_GROUPS {
+        let _ = write!(out, "<th>{group}</th>");
+    }
+    out.push_str("</tr>");
+    let mut warnings = Vec::new();
+    for n in servers {
         for mode in ConnMode::REPORT_ORDER {
-            if let Some(x) = e.row(n, mode) {
-                let ach: Vec<f64> = x.repeats.iter().map(|y| y.achieved_rps).collect();
-                let cpu: f64 = x.repeats.iter().map(|y| y.cpu_s).sum();
-                let errors: u64 = x.repeats.iter().map(|y| y.errors).sum();
-                let _ = write!(
-                    out,
-                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}..{}</td><td>{}</td><td>{errors}</td></tr>",
-                    esc(n),
+            let Some(x) = e.row(n, mode) else { continue };
+            let ach: Vec<f64> = x.repeats.iter().map(|y| y.achieved_rps).collect();
+            let cpu: f64 = x.repeats.iter().map(|y| y.cpu_s).sum();
+            let ok: u64 = x.repeats.iter().map(|y| y.ok).sum();
+            let groups = error_groups(&x.errors_by_kind());
+            let failed: u64 = groups.iter().sum();
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}..{}</td><td>{}</td><td>{failed}</td>",
+                esc(n),
+                mode.label(),
+                f2(x.rate),
+                f2(median(&ach).unwrap_or(0.0)),
+                f2(x.us_per_request),
+                f2(x.spread[0]),
+                f2(x.spread[1]),
+                f2(cpu)
+            );
+            for g in groups {
+                let _ = write!(out, "<td>{g}</td>");
+            }
+            out.push_str("</tr>");
+            if failed * 100 > ok + failed {
+                let kinds: Vec<String> = ERROR_GROUPS
+                    .iter()
+                    .zip(groups)
+                    .filter(|(_, g)| *g > 0)
+                    .map(|((name, _), g)| format!("{g} {name}"))
+                    .collect();
+                warnings.push(format!(
+                    "{n} {}: {failed} of {} requests failed ({}); its CPU per request is over the {ok} it answered, and a server that drops requests spends less on them: not comparable with the others.",
                     mode.label(),
-                    f2(x.rate),
-                    f2(median(&ach).unwrap_or(0.0)),
-                    f2(x.us_per_request),
-                    f2(x.spread[0]),
-                    f2(x.spread[1]),
-                    f2(cpu)
-                );
+                    ok + failed,
+                    kinds.join(", ")
+                ));
             }
         }
     }
     out.push_str("</table>");
-    for f in &e.failures {
-        let _ = write!(out, r#"<p class="warn">{}</p>"#, esc(f));
+    for w in warnings {
+        let _ = write!(out, r#"<p class="warn">{}</p>"#, esc(&w));
     }
     out
 }
@@ -1069,5 +1105,53 @@ pub(crate) mod tests {
         assert!(html.contains("ns per op") && html.contains("vecdeque"));
         assert!(html.contains("Errors at concurrency 100"));
         assert!(html.contains("<td>reset</td>") || html.contains("<th>reset</th>"));
+    }
+
+    /// Figure 1b's table breaks failures down by kind and warns about a server that
+    /// drops requests; requests in flight at the end are no failure.
+    #[test]
+    fn the_efficiency_table_shows_errors_by_kind() {
+        use crate::results::{EffRepeat, EffRow, Efficiency};
+        let rep = |ok: u64, kinds: &[(&str, u64)]| EffRepeat {
+            ok,
+            errors_by_kind: kinds.iter().map(|(k, n)| (k.to_string(), *n)).collect(),
+            ..EffRepeat::default()
+        };
+        let e = Efficiency {
+            rows: vec![
+                EffRow {
+                    server: "drops".into(),
+                    mode: ConnMode::KeepAlive,
+                    repeats: vec![
+                        rep(100, &[("short_response", 30), ("timeout", 2)]),
+                        rep(100, &[("reset", 4), ("refused", 1), ("weird", 1)]),
+                    ],
+                    ..EffRow::default()
+                },
+                EffRow {
+                    server: "fine".into(),
+                    mode: ConnMode::KeepAlive,
+                    repeats: vec![rep(500, &[("unfinished", 7)])],
+                    ..EffRow::default()
+                },
+            ],
+            ..Efficiency::default()
+        };
+        let html = efficiency_table(&e, &["drops".into(), "fine".into()]);
+        assert!(
+            html.contains("<th>short or malformed answers</th>"),
+            "{html}"
+        );
+        // failed, then timeouts, resets or refused, short or malformed, non-2xx, other
+        assert!(
+            html.contains("<td>38</td><td>2</td><td>5</td><td>30</td><td>0</td><td>1</td></tr>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<td>0</td><td>0</td><td>0</td><td>0</td><td>0</td><td>0</td></tr>"),
+            "{html}"
+        );
+        assert!(html.contains("drops keep-alive: 38 of 238 requests failed (2 timeouts, 5 resets or refused, 30 short or malformed answers, 1 other)"), "{html}");
+        assert!(!html.contains("fine keep-alive:"), "{html}");
     }
 }

@@ -399,6 +399,56 @@ pub struct EffRepeat {
     pub achieved_rps: f64,
     pub us_per_request: f64,
     pub client_cpu_s: f64,
+    /// `errors` by the load generator's kind (`timeout`, `reset`, `short_response`, ...;
+    /// `unfinished`: still in flight when the run ended). Absent when there were none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub errors_by_kind: BTreeMap<String, u64>,
+}
+
+/// The groups of error kinds the efficiency table shows, each with the load generator's
+/// kinds it sums (`iolab_load::ErrorKind::name`). A kind not named here counts as "other";
+/// `unfinished` (in flight when the run ended, normal for an open loop) is no failure.
+pub const ERROR_GROUPS: [(&str, &[&str]); 5] = [
+    ("timeouts", &["timeout"]),
+    ("resets or refused", &["reset", "refused"]),
+    (
+        "short or malformed answers",
+        &["short_response", "malformed"],
+    ),
+    ("non-2xx", &["non2xx"]),
+    ("other", &[]),
+];
+
+/// The load generator's error name of requests still in flight at the end of a run.
+pub const UNFINISHED: &str = "unfinished";
+
+/// `by_kind` summed into [`ERROR_GROUPS`], in their order.
+pub fn error_groups(by_kind: &BTreeMap<String, u64>) -> [u64; ERROR_GROUPS.len()] {
+    let mut out = [0u64; ERROR_GROUPS.len()];
+    for (kind, &n) in by_kind {
+        if kind == UNFINISHED {
+            continue;
+        }
+        let i = ERROR_GROUPS
+            .iter()
+            .position(|(_, kinds)| kinds.contains(&kind.as_str()))
+            .unwrap_or(ERROR_GROUPS.len() - 1);
+        out[i] += n;
+    }
+    out
+}
+
+impl EffRow {
+    /// The repeats' errors by kind, summed.
+    pub fn errors_by_kind(&self) -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        for r in &self.repeats {
+            for (k, n) in &r.errors_by_kind {
+                *out.entry(k.clone()).or_insert(0) += n;
+            }
+        }
+        out
+    }
 }
 
 /// One server in one mode: median and spread over the repeats.
