@@ -27,7 +27,7 @@ use anyhow::Context as _;
 use serde::Serialize;
 
 use crate::osutil::{self, Usage};
-use crate::table::{Cell, Figure, Num, Report, Table};
+use crate::table::{Cell, Figure, Num, Report, RoundedPoints, Table};
 
 /// Fields shared by the two participants; lives in a MAP_SHARED mapping so that a forked
 /// child sees the same words.
@@ -786,7 +786,7 @@ fn placement_figure(cases: &[Case]) -> Figure {
             _ => 2.0,
         };
         if let Some(ns) = c.ns_per_switch {
-            fig.point(c.between.plural(), x, ns.0);
+            fig.point_rounded(c.between.plural(), x, ns.0);
         }
     }
     fig

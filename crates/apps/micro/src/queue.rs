@@ -38,7 +38,7 @@ use anyhow::Context as _;
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use serde::Serialize;
 
-use crate::table::{Cell, Figure, Num, Report, Table};
+use crate::table::{Cell, Figure, Num, Report, RoundedPoints, Table};
 
 /// The data every queue carries (the fields of a completion entry).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -511,7 +511,7 @@ pub fn run(opts: &crate::Opts) -> anyhow::Result<Report<Fields>> {
                 t
             });
             if let Ok(t) = &r {
-                fig.point(&v.name(), d as f64, t.cpu_ns);
+                fig.point_rounded(&v.name(), d as f64, t.cpu_ns);
             }
             points.push(Point::new(v, d, &r));
         }

@@ -31,7 +31,7 @@ use anyhow::Context as _;
 use io_uring::{opcode, squeue, types, IoUring};
 use serde::Serialize;
 
-use crate::table::{Cell, Figure, Num, Report, Table};
+use crate::table::{Cell, Figure, Num, Report, RoundedPoints, Table};
 
 const MSG: usize = 256;
 
@@ -539,7 +539,7 @@ pub fn run(opts: &crate::Opts) -> anyhow::Result<Report<Fields>> {
         let mut row = vec![Cell::from(*name)];
         for ((&w, r), &base) in windows.iter().zip(results).zip(&baseline) {
             if let Ok((_, _, rate, _)) = r {
-                fig.point(name, w as f64, *rate);
+                fig.point_rounded(name, w as f64, *rate);
             }
             let point = Point::new(name, w, r, base);
             row.extend(point.cells());

@@ -246,52 +246,19 @@ pub fn fmt_num(x: f64) -> String {
     }
 }
 
-/// One series of a figure: its points as JSON gives them, y rounded to 4 significant digits.
-#[derive(Debug, Clone, Serialize)]
-pub struct Series {
-    pub name: String,
-    pub points: Vec<(f64, f64)>,
+/// A figure in the JSON convention: the report's line chart, whose JSON the lab reads back.
+pub type Figure = iolab_report::svg::LineChart;
+
+/// How the micro benchmarks add a point: y rounded to 4 significant digits, so the JSON
+/// says no more than was measured.
+pub trait RoundedPoints {
+    fn point_rounded(&mut self, name: &str, x: f64, y: f64);
 }
 
-/// A figure in the JSON convention.
-#[derive(Debug, Clone, Serialize)]
-pub struct Figure {
-    pub title: String,
-    pub x_label: String,
-    pub y_label: String,
-    pub log_x: bool,
-    pub log_y: bool,
-    pub series: Vec<Series>,
-}
-
-impl Figure {
-    pub fn new(
-        title: impl Into<String>,
-        x_label: impl Into<String>,
-        y_label: impl Into<String>,
-    ) -> Figure {
-        Figure {
-            title: title.into(),
-            x_label: x_label.into(),
-            y_label: y_label.into(),
-            log_x: false,
-            log_y: false,
-            series: Vec::new(),
-        }
-    }
-
-    /// Adds `(x, y)` to the series `name`, creating it on first use; non-finite y is skipped.
-    pub fn point(&mut self, name: &str, x: f64, y: f64) {
-        if !x.is_finite() || !y.is_finite() {
-            return;
-        }
-        let y = crate::stats::round_sig(y, 4);
-        match self.series.iter_mut().find(|s| s.name == name) {
-            Some(s) => s.points.push((x, y)),
-            None => self.series.push(Series {
-                name: name.to_string(),
-                points: vec![(x, y)],
-            }),
+impl RoundedPoints for Figure {
+    fn point_rounded(&mut self, name: &str, x: f64, y: f64) {
+        if y.is_finite() {
+            self.point(name, x, crate::stats::round_sig(y, 4));
         }
     }
 }
@@ -347,15 +314,15 @@ mod tests {
     #[test]
     fn figure_series() {
         let mut f = Figure::new("F", "x", "y");
-        f.point("a", 1.0, 2.0);
-        f.point("a", 10.0, 3.0);
-        f.point("b", 1.0, f64::INFINITY);
-        f.point("b", 1.0, 1.0);
+        f.point_rounded("a", 1.0, 2.0);
+        f.point_rounded("a", 10.0, 3.0);
+        f.point_rounded("b", 1.0, f64::INFINITY);
+        f.point_rounded("b", 1.0, 1.0);
         let j = json_of(&f);
         assert_eq!(j["series"][0]["points"].as_array().unwrap().len(), 2);
         assert_eq!(j["series"][1]["name"], "b");
         assert_eq!(j["log_x"], false);
-        f.point("b", 3.0, 123.456);
+        f.point_rounded("b", 3.0, 123.456);
         assert_eq!(json_of(&f)["series"][1]["points"][1], json!([3.0, 123.5]));
     }
 

@@ -202,14 +202,15 @@ pub fn ellipsize(s: &str, max: usize) -> String {
 }
 
 /// One curve of a line chart.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Series {
     pub name: String,
     pub points: Vec<(f64, f64)>,
 }
 
-/// A line chart with markers: Figure 1, the micro figures.
-#[derive(Debug, Clone)]
+/// A line chart with markers: Figure 1, the micro figures. Its JSON form is the one the
+/// micro benchmarks write and the lab reads back.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct LineChart {
     pub title: String,
     pub x_label: String,
@@ -217,6 +218,39 @@ pub struct LineChart {
     pub log_x: bool,
     pub log_y: bool,
     pub series: Vec<Series>,
+}
+
+impl LineChart {
+    /// An empty chart on linear axes.
+    pub fn new(
+        title: impl Into<String>,
+        x_label: impl Into<String>,
+        y_label: impl Into<String>,
+    ) -> LineChart {
+        LineChart {
+            title: title.into(),
+            x_label: x_label.into(),
+            y_label: y_label.into(),
+            log_x: false,
+            log_y: false,
+            series: Vec::new(),
+        }
+    }
+
+    /// Adds `(x, y)` to the series `name`, creating it on first use; a point with a
+    /// non-finite coordinate is skipped (it has no place on the chart).
+    pub fn point(&mut self, name: &str, x: f64, y: f64) {
+        if !x.is_finite() || !y.is_finite() {
+            return;
+        }
+        match self.series.iter_mut().find(|s| s.name == name) {
+            Some(s) => s.points.push((x, y)),
+            None => self.series.push(Series {
+                name: name.to_string(),
+                points: vec![(x, y)],
+            }),
+        }
+    }
 }
 
 const W: f64 = 900.0;

@@ -35,7 +35,7 @@ mod peers;
 mod servers;
 
 use crate::osutil;
-use crate::table::{Cell, Figure, Num, Report, Table};
+use crate::table::{Cell, Figure, Num, Report, RoundedPoints, Table};
 use clients::Clients;
 use servers::start;
 
@@ -386,8 +386,9 @@ fn run_model(
             failed_at = Some(asked);
         }
         if r.held > 0 {
-            figs.throughput.point(model.name(), n as f64, r.msgs_per_s);
-            figs.p99.point(model.name(), n as f64, r.p99_us);
+            figs.throughput
+                .point_rounded(model.name(), n as f64, r.msgs_per_s);
+            figs.p99.point_rounded(model.name(), n as f64, r.p99_us);
         }
         points.push(Point::measured(model, n, size, r));
     }
