@@ -11,6 +11,7 @@
 //! - [`host`]: the host probe (kernel, CPU, memory, cgroup limits, sysctls, block devices) and
 //!   [`host::Machine`], the record of it results carry;
 //! - [`units`]: sizes (`256K`, `0x1000`) and durations (`500ms`, `2m`);
+//! - [`zram`]: a zram block device with ext4 mounted on it, removed when dropped;
 //! - [`testing`]: the test policy for external tools (nginx, wrk, curl, chromium): skip
 //!   with one clear line outside CI, fail under `CI=true`; and what tests need (a free port,
 //!   a scratch directory, reproducible bytes).
@@ -28,6 +29,7 @@ pub mod process;
 pub mod sockaddr;
 pub mod testing;
 pub mod units;
+pub mod zram;
 
 pub use cvt::cvt;
 /// For [`syscall!`]: the macro names `libc` through this crate, so a caller need not.
