@@ -181,6 +181,20 @@ unsafe impl<B: IoBuf> Operation for SendOp<B> {
     fn readiness(&self) -> Option<(RawFd, Interest)> {
         Some((self.fd, Interest::Writable))
     }
+
+    fn attempt_inline(&mut self) -> Option<io::Result<usize>> {
+        let len = self.buf.len() - self.pos;
+        // SAFETY: the range [pos, len) of the buffer is initialised and valid for reads.
+        let r = unsafe {
+            libc::send(
+                self.fd,
+                self.buf.stable_ptr().add(self.pos) as *const _,
+                len,
+                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+            )
+        };
+        Some(cvt(r).map(|n| n as usize))
+    }
 }
 
 struct SendvOp<B> {
@@ -228,6 +242,13 @@ unsafe impl<B: IoBuf> Operation for SendvOp<B> {
 
     fn readiness(&self) -> Option<(RawFd, Interest)> {
         Some((self.fd, Interest::Writable))
+    }
+
+    fn attempt_inline(&mut self) -> Option<io::Result<usize>> {
+        self.fill_msg();
+        let flags = libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT;
+        // SAFETY: msg describes valid iovecs into live buffers.
+        Some(cvt(unsafe { libc::sendmsg(self.fd, &self.msg, flags) }).map(|n| n as usize))
     }
 }
 

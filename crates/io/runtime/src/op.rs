@@ -51,6 +51,17 @@ pub unsafe trait Operation: 'static {
     fn orphaned(&mut self, result: io::Result<usize>) {
         let _ = result;
     }
+
+    /// io_uring driver: an attempt made on the task's thread before anything is submitted,
+    /// which must not block (`MSG_DONTWAIT`). `Some(Ok(n))` or a real error completes the
+    /// operation at once, without an SQE, a completion or a wake-up of the task (the
+    /// counterpart of IOCP's skip-completion-on-success); `Some(Err(WouldBlock))` submits
+    /// it. `None` (the default) always submits. Worth it only for operations that usually
+    /// succeed at once and whose io_uring form would complete inline anyway (a send with
+    /// room in the socket buffer): the attempt then replaces a ring round trip.
+    fn attempt_inline(&mut self) -> Option<io::Result<usize>> {
+        None
+    }
 }
 
 fn to_result(res: i32) -> io::Result<usize> {
@@ -106,11 +117,29 @@ fn is_uring() -> bool {
     with_core(|c| matches!(&*c.driver.borrow(), IoDriver::Uring(_)))
 }
 
+/// Which driver the loop has, and for io_uring whether [`Operation::attempt_inline`] is
+/// used (not under `simulate_eagain`, whose tests need every operation on the ring).
+fn uring_inline() -> Option<bool> {
+    with_core(|c| match &*c.driver.borrow() {
+        IoDriver::Uring(u) => Some(u.inline_attempts()),
+        IoDriver::Epoll(_) => None,
+    })
+}
+
 pub(crate) async fn submit_inner<O: Operation>(
-    op: O,
+    mut op: O,
     cancel: Option<&Cond>,
 ) -> (io::Result<usize>, O) {
-    if is_uring() {
+    if let Some(inline) = uring_inline() {
+        if inline {
+            match op.attempt_inline() {
+                None => {}
+                Some(Err(e))
+                    if e.kind() == io::ErrorKind::WouldBlock
+                        || e.raw_os_error() == Some(libc::EINTR) => {}
+                Some(r) => return (r, op),
+            }
+        }
         UringOp {
             op: Some(op),
             key: None,

@@ -177,6 +177,12 @@ impl Uring {
         self.records.len()
     }
 
+    /// Whether operations may complete on the task's thread before reaching the ring
+    /// ([`crate::Operation::attempt_inline`]); off under `simulate_eagain`.
+    pub(crate) fn inline_attempts(&self) -> bool {
+        !self.simulate_eagain
+    }
+
     fn arm_efd(&mut self) {
         let e = opcode::PollAdd::new(types::Fd(self.efd), libc::POLLIN as u32)
             .build()
