@@ -14,16 +14,27 @@
 //! broadcast on a `Cond` that cancels every accept, read and write in flight.
 //! `max_conns` is server-wide (one atomic count over all loops).
 //!
+//! Per request, on a keep-alive connection: the next read is started alongside the
+//! answer's write, so one `io_uring_enter` posts it and the task is not woken in between
+//! (its bytes are fed once the answer is out, so the session sees no input while output is
+//! pending); the write itself usually completes on the task's thread
+//! (`Operation::attempt_inline`). Per connection: TCP_NODELAY comes from the listener
+//! (accepted sockets inherit it), and a loop reuses the receive buffers of closed
+//! connections (at most [`SPARE_BUFFERS`]).
+//!
 //! File bytes (a cache miss, the chunks of a large file) are read on the runtime's blocking
 //! pool (`detach`), the task waiting meanwhile: CPC's way of running a blocking call off the
 //! loop. A slow disk holds up only the connection waiting for it, on either driver (the
 //! runtime's `File::read_at` would run on the loop under the epoll fallback).
 
 use std::cell::Cell;
+use std::future::{poll_fn, Future};
 use std::io;
+use std::pin::pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -39,6 +50,11 @@ use crate::{Ctx, Shutdown, Stats};
 
 /// Accepts kept in flight per loop.
 const ACCEPTS: usize = 4;
+
+/// Receive buffers of closed connections a loop keeps for the next ones (at the default
+/// 16 KiB, 1 MiB per loop at most): a new connection then costs no allocation and no
+/// zeroing of its buffer.
+const SPARE_BUFFERS: usize = 64;
 
 /// What every loop shares.
 #[derive(Clone)]
@@ -57,6 +73,32 @@ struct Env {
 struct Stop {
     flag: Rc<Cell<bool>>,
     cond: Cond,
+}
+
+/// What one loop's connections share besides [`Env`].
+#[derive(Clone)]
+struct LoopState {
+    /// Receive buffers handed back by closed connections (at most [`SPARE_BUFFERS`]).
+    spare: Rc<std::cell::RefCell<Vec<Vec<u8>>>>,
+    /// TCP_NODELAY is set on the listener, so accepted sockets have it already (Linux
+    /// copies it to them): no setsockopt per connection.
+    nodelay_inherited: bool,
+}
+
+impl LoopState {
+    fn take_buffer(&self, len: usize) -> Vec<u8> {
+        match self.spare.borrow_mut().pop() {
+            Some(b) if b.len() == len => b,
+            _ => vec![0u8; len],
+        }
+    }
+
+    fn give_back(&self, buf: Vec<u8>) {
+        let mut spare = self.spare.borrow_mut();
+        if spare.len() < SPARE_BUFFERS {
+            spare.push(buf);
+        }
+    }
 }
 
 pub fn run(ctx: &Ctx) -> io::Result<()> {
@@ -97,6 +139,13 @@ pub fn run(ctx: &Ctx) -> io::Result<()> {
 }
 
 async fn worker(env: Env, listener: std::net::TcpListener) -> io::Result<()> {
+    let nodelay_inherited = socket2::SockRef::from(&listener)
+        .set_tcp_nodelay(true)
+        .is_ok();
+    let state = LoopState {
+        spare: Default::default(),
+        nodelay_inherited,
+    };
     let listener = TcpListener::from_std(listener)?;
     let stop = Stop {
         flag: Rc::new(Cell::new(false)),
@@ -138,10 +187,15 @@ async fn worker(env: Env, listener: std::net::TcpListener) -> io::Result<()> {
         }
         env.stats.conn_opened();
         live.set(live.get() + 1);
-        let (env, stop, live, all_closed) =
-            (env.clone(), stop.clone(), live.clone(), all_closed.clone());
+        let (env, stop, live, all_closed, state) = (
+            env.clone(),
+            stop.clone(),
+            live.clone(),
+            all_closed.clone(),
+            state.clone(),
+        );
         spawn(async move {
-            if serve(&stream, &env, &stop).await {
+            if serve(&stream, &env, &stop, &state).await {
                 // Ended by an error answer: the socket lingers in a duplicate.
                 if let Some(dup) = crate::linger::dup(std::os::fd::AsRawFd::as_raw_fd(&stream)) {
                     crate::linger::linger(dup);
@@ -177,7 +231,7 @@ struct Timer {
     timer: Sleep,
 }
 
-async fn wait<F: std::future::Future>(timer: &mut Timer, stop: &Stop, fut: F) -> Waited<F::Output> {
+async fn wait<F: Future>(timer: &mut Timer, stop: &Stop, fut: F) -> Waited<F::Output> {
     if stop.flag.get() {
         return Waited::Stopped;
     }
@@ -200,19 +254,36 @@ async fn wait<F: std::future::Future>(timer: &mut Timer, stop: &Stop, fut: F) ->
 
 /// One connection, threaded style; true when it ends with an error answer, flushed, to
 /// close lingering.
-async fn serve(stream: &TcpStream, env: &Env, stop: &Stop) -> bool {
+async fn serve(stream: &TcpStream, env: &Env, stop: &Stop, state: &LoopState) -> bool {
     let mut session = Session::with_file_reads(env.site.clone(), FileReads::Caller);
-    serve_session(stream, &mut session, env, stop).await;
+    let mut buf = Some(state.take_buffer(env.buffers.read_buf));
+    serve_session(stream, &mut session, env, stop, state, &mut buf).await;
+    if let Some(b) = buf {
+        state.give_back(b);
+    }
     session.lingers() && !session.has_pending()
 }
 
-async fn serve_session(stream: &TcpStream, session: &mut Session, env: &Env, stop: &Stop) {
+/// `buf`: the receive buffer, here between reads, in the read's operation record during
+/// one (and gone with it when a read is cancelled).
+async fn serve_session(
+    stream: &TcpStream,
+    session: &mut Session,
+    env: &Env,
+    stop: &Stop,
+    state: &LoopState,
+    buf: &mut Option<Vec<u8>>,
+) {
     let stats = &env.stats;
-    if stream.set_nodelay(true).is_err() {
+    if !state.nodelay_inherited && stream.set_nodelay(true).is_err() {
         return stats.error(ErrorKind::Io);
     }
-    let read_buf = env.buffers.read_buf;
-    let mut buf = vec![0u8; read_buf];
+    // The read in flight, if any. It is started alongside each write of a keep-alive
+    // connection (one io_uring_enter submits both, and the task is not woken in between
+    // just to post the read), and awaited once the answer is out; what it brings is fed
+    // only then, so the session still sees no input while output is pending.
+    let mut read = pin!(None);
+    let mut read_done = None;
     let now = Instant::now();
     let mut timer = Timer {
         deadline: Deadline::new(env.timeouts, now),
@@ -235,7 +306,22 @@ async fn serve_session(stream: &TcpStream, session: &mut Session, env: &Env, sto
                 .take(env.buffers.max_iov)
                 .cloned()
                 .collect();
-            match wait(&mut timer, stop, stream.writev(chunks)).await {
+            if read.is_none() && read_done.is_none() && !session.should_close() {
+                if let Some(b) = buf.take() {
+                    read.set(Some(stream.read(b)));
+                }
+            }
+            let mut write = pin!(stream.writev(chunks));
+            let write_and_read = poll_fn(|cx| {
+                if let Some(r) = read.as_mut().as_pin_mut() {
+                    if let Poll::Ready(v) = r.poll(cx) {
+                        read_done = Some(v);
+                        read.set(None);
+                    }
+                }
+                write.as_mut().poll(cx)
+            });
+            match wait(&mut timer, stop, write_and_read).await {
                 Waited::Done((Ok(n), _)) => {
                     session.advance(n);
                     // Requests held back while the queue was full (backpressure).
@@ -252,23 +338,37 @@ async fn serve_session(stream: &TcpStream, session: &mut Session, env: &Env, sto
         if session.should_close() {
             return;
         }
-        buf.resize(read_buf, 0);
-        match wait(&mut timer, stop, stream.read(buf)).await {
-            Waited::Done((r, b)) => {
-                buf = b;
-                match r {
-                    Ok(0) => return,
-                    Ok(n) => {
-                        session.feed(&buf[..n], |status| stats.response(status));
-                        timer.deadline.update(session, Instant::now());
+        let (r, b) = match read_done.take() {
+            Some(done) => done,
+            None => {
+                if read.is_none() {
+                    let Some(b) = buf.take() else { return };
+                    read.set(Some(stream.read(b)));
+                }
+                let Some(r) = read.as_mut().as_pin_mut() else {
+                    return;
+                };
+                match wait(&mut timer, stop, r).await {
+                    Waited::Done(done) => {
+                        read.set(None);
+                        done
                     }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return stats.io_error(&e),
+                    // The read is dropped with the task (cancelled in the kernel); its
+                    // buffer is released there.
+                    Waited::TimedOut => return stats.error(ErrorKind::Timeout),
+                    Waited::Stopped => return,
                 }
             }
-            // The read was dropped (cancelled in the kernel); its buffer is released there.
-            Waited::TimedOut => return stats.error(ErrorKind::Timeout),
-            Waited::Stopped => return,
+        };
+        let b = buf.insert(b);
+        match r {
+            Ok(0) => return,
+            Ok(n) => {
+                session.feed(&b[..n], |status| stats.response(status));
+                timer.deadline.update(session, Instant::now());
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return stats.io_error(&e),
         }
     }
 }
