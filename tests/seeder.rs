@@ -62,6 +62,8 @@ struct Fixture {
     /// Clients are started with MSE/PE required (RC4 only), the seeder with
     /// `--encryption require`: a download proves RC4 end to end.
     forced_mse: bool,
+    /// Transmission as shipped: uTP on (else off, so that it reaches us over TCP itself).
+    transmission_utp: bool,
 }
 
 impl Drop for Fixture {
@@ -87,6 +89,7 @@ impl Fixture {
             children: Vec::new(),
             ip: "127.0.0.1".into(),
             forced_mse: false,
+            transmission_utp: false,
         }
     }
 
@@ -338,7 +341,7 @@ impl Client {
                 std::fs::copy(torrent, watch.join("t.torrent")).unwrap();
                 std::fs::write(
                     home.join("settings.json"),
-                    "{\"utp-enabled\": false, \"pex-enabled\": false, \"rpc-bind-address\": \"127.0.0.1\", \"start-added-torrents\": true, \"download-queue-enabled\": false}\n",
+                    format!("{{\"utp-enabled\": {}, \"pex-enabled\": false, \"rpc-bind-address\": \"127.0.0.1\", \"start-added-torrents\": true, \"download-queue-enabled\": false}}\n", fx.transmission_utp),
                 )
                 .unwrap();
                 c = Command::new("transmission-daemon");
@@ -618,6 +621,89 @@ fn interop_mse_transmission() {
 #[test]
 fn interop_mse_libtorrent() {
     interop_with(Client::Libtorrent, true, "256K", true);
+}
+
+/// Stock transmission-daemon 3.00 (uTP on, encryption preferred) in a network namespace on
+/// a non-loopback address: it sends one uTP SYN to the seeder and never falls back to TCP,
+/// so it downloads only because the seeder dials it (the tracker lists it; the seeder
+/// re-announces every 5 s). Without dialling it never gets a byte.
+#[test]
+fn stock_transmission_is_dialled_and_downloads() {
+    let _g = lock();
+    if !Client::Transmission.available() {
+        return;
+    }
+    let netns = iolab_netns::preflight().and_then(|_| iolab_netns::Net::new("sd"));
+    let mut net = match netns {
+        Ok(n) => n,
+        Err(e) if !ci() => {
+            eprintln!("SKIPPED: no network namespace here ({e:#})");
+            return;
+        }
+        Err(e) => panic!("network namespaces are needed: {e:#}"),
+    };
+    let ns = net.namespace().unwrap();
+    let (inside, outside) = net.veth(Some(&ns), None).unwrap();
+    let [a, b, c] = iolab_netns::free_subnet().unwrap();
+    let (seed_ip, client_ip) = (format!("{a}.{b}.{c}.1"), format!("{a}.{b}.{c}.2"));
+    outside.add_addr(&format!("{seed_ip}/24")).unwrap();
+    inside.add_addr(&format!("{client_ip}/24")).unwrap();
+    outside.up().unwrap();
+    inside.up().unwrap();
+    let mut fx = Fixture::new("dial");
+    fx.ip = seed_ip;
+    fx.transmission_utp = true;
+    let data = fx.data_of(6 << 20);
+    let src = data.join("multi");
+    let torrent = fx.dir.join("t.torrent");
+    let url = fx.tracker();
+    let json = fx.dir.join("counters.json");
+    fx.seed(&[
+        src.to_str().unwrap(),
+        "--torrent",
+        torrent.to_str().unwrap(),
+        "--tracker",
+        &url,
+        "--piece-length",
+        "64K",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let dl = fx.dir.join("dl");
+    std::fs::create_dir_all(&dl).unwrap();
+    let mut cmd = Client::Transmission.start(&fx, &torrent, &dl);
+    ns.enter(&mut cmd).unwrap();
+    let i = fx.spawn(cmd.stdout(Stdio::null()).stderr(Stdio::null()));
+    let t0 = Instant::now();
+    let ok = wait_complete(
+        &src,
+        &dl.join("multi"),
+        &mut fx.children[i],
+        Duration::from_secs(60),
+        true,
+    );
+    let secs = t0.elapsed().as_secs_f64();
+    std::thread::sleep(Duration::from_millis(1100));
+    let c: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap_or_default())
+            .unwrap_or_default();
+    assert!(
+        ok,
+        "stock Transmission did not download; counters {c}; seed log:\n{}",
+        fx.seed_log()
+    );
+    let n = |k: &str| c["counters"][k].as_u64().unwrap_or(0);
+    assert!(n("peers_dialled_handshaken") >= 1, "{c}");
+    eprintln!(
+        "dial: stock Transmission downloaded in {secs:.1} s; dialled {} (handshaken {}), accepted {}, MSE {} ({} RC4)",
+        n("peers_dialled"),
+        n("peers_dialled_handshaken"),
+        n("peers_accepted"),
+        n("mse_established"),
+        n("mse_rc4"),
+    );
+    drop(fx); // the processes go before the namespace
+    drop(net);
 }
 
 /// A torrent made by mktorrent (not by us) is seeded by us: aria2c downloads it.

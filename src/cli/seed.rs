@@ -18,6 +18,7 @@ use iolab_runtime::net::TcpListener;
 use iolab_runtime::{sleep, spawn, Runtime};
 use iolab_seeder::announce::Tiers;
 use iolab_seeder::bench::{self, BenchConfig};
+use iolab_seeder::dial::DialLimits;
 use iolab_seeder::disk::{DiskMode, DiskStats};
 use iolab_seeder::metadata;
 use iolab_seeder::metainfo::{CreateOptions, Meta};
@@ -127,6 +128,10 @@ pub struct RunArgs {
     /// offered, dial with MSE), require (MSE with RC4 only), off (plaintext only).
     #[arg(long, value_enum, default_value_t = SeedSpec::default().encryption.into())]
     pub encryption: EncryptionArg,
+    /// Tracker peers dialled and held at once (a bounded budget, back-off per address,
+    /// never our own address); 0 = never dial.
+    #[arg(long, default_value_t = SeedSpec::default().max_dialled)]
+    pub max_dialled: usize,
 }
 
 impl RunArgs {
@@ -152,6 +157,7 @@ impl RunArgs {
             json: self.json.clone(),
             driver: self.driver.map(Into::into),
             encryption: self.encryption.into(),
+            max_dialled: self.max_dialled,
         }
     }
 }
@@ -444,6 +450,8 @@ async fn announce_every_interval(s: Rc<Seeder>, tiers: Rc<std::cell::RefCell<Tie
         {
             Ok(r) => {
                 event = "";
+                // Dial the leechers we were told of (within the dialler's budget).
+                s.dial_peers(&r.peers);
                 r.interval
             }
             Err(errors) => {
@@ -463,9 +471,11 @@ async fn announce_every_interval(s: Rc<Seeder>, tiers: Rc<std::cell::RefCell<Tie
 /// rate was computed from), the send rate in MB/s since the last line.
 fn status_line(c: &Counters, secs: f64, sent: u64, rate: f64) -> String {
     format!(
-        "seed: {secs:.0}s peers {} (unchoked {}), sent {:.1} MB at {rate:.1} MB/s, dropped {} bad, {} mse openings ({} established, {} rc4), {} timed out, {} stalled",
+        "seed: {secs:.0}s peers {} (unchoked {}, accepted {}, dialled {}), sent {:.1} MB at {rate:.1} MB/s, dropped {} bad, {} mse openings ({} established, {} rc4), {} timed out, {} stalled",
         Counters::get(&c.peers_now),
         Counters::get(&c.unchoked_now),
+        Counters::get(&c.peers_accepted),
+        Counters::get(&c.peers_dialled_handshaken),
         sent as f64 / 1e6,
         Counters::get(&c.peers_dropped_garbage),
         Counters::get(&c.mse_openings),
@@ -506,6 +516,10 @@ fn seed(args: SeedSpec) -> anyhow::Result<()> {
         disk,
         read_ahead: args.read_ahead,
         encryption: args.encryption,
+        dial: DialLimits {
+            max_dialled: args.max_dialled,
+            ..DialLimits::default()
+        },
         ..Config::default()
     };
     // --tracker replaces the torrent's trackers; else its announce-list tiers (BEP 12) or
@@ -696,6 +710,7 @@ mod tests {
             json: Some("c.json".into()),
             driver: Some(iolab_runtime::Driver::Epoll),
             encryption: Policy::Require,
+            max_dialled: 3,
         };
         let uring = SeedSpec {
             paths: vec!["x.torrent".into()],

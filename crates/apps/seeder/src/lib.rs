@@ -17,11 +17,13 @@
 pub mod announce;
 pub mod bench;
 pub mod choker;
+pub mod dial;
 pub mod disk;
 pub mod link;
 pub mod metadata;
 pub mod metainfo;
 pub mod mse;
+pub mod opening;
 pub mod seed;
 pub mod spec;
 pub mod swarm;

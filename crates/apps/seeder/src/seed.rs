@@ -8,7 +8,7 @@
 //! incomplete message are kept.
 
 use std::cell::RefCell;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -25,11 +25,12 @@ use iolab_runtime::{sleep, spawn, timeout, wait_readable_or_cancel, Cancelled, C
 use serde::Serialize;
 
 use crate::choker::{self, ChokeLimits, PeerSlot, Swarm, SNUB_TICK};
+use crate::dial::{DialLimits, Dialer};
 use crate::disk::{advance, Block, Chunk, DiskMode, Storage};
-use crate::link::{self, recv_into, ExchangeFailure};
+use crate::link::{self, recv_into};
 use crate::metadata;
 use crate::metainfo::Meta;
-use crate::mse::{self, Policy, Rc4Pair};
+use crate::mse::{Policy, Rc4Pair};
 use crate::wire::{self, Handshake, Limits, Message, WireError};
 
 /// Limits and knobs of the seeder.
@@ -69,6 +70,8 @@ pub struct Config {
     pub read_ahead: bool,
     /// MSE/PE (`--encryption`): what is accepted and chosen ([`crate::mse`]).
     pub encryption: Policy,
+    /// Dialling out to tracker peers ([`crate::dial`]).
+    pub dial: DialLimits,
 }
 
 impl Default for Config {
@@ -87,6 +90,7 @@ impl Default for Config {
             disk: DiskMode::Uring,
             read_ahead: false,
             encryption: Policy::Prefer,
+            dial: DialLimits::default(),
         }
     }
 }
@@ -95,7 +99,13 @@ impl Default for Config {
 #[derive(Debug, Default, Serialize)]
 pub struct Counters {
     pub peers_now: AtomicU64,
+    /// Peers that connected to us.
     pub peers_accepted: AtomicU64,
+    /// Tracker peers we dialled, those that completed the handshake, those that failed
+    /// (connect, MSE or handshake).
+    pub peers_dialled: AtomicU64,
+    pub peers_dialled_handshaken: AtomicU64,
+    pub dial_failures: AtomicU64,
     pub peers_refused_full: AtomicU64,
     /// Dropped for a protocol violation (garbage, bad handshake, out-of-bounds request, ...).
     pub peers_dropped_garbage: AtomicU64,
@@ -130,7 +140,7 @@ impl Counters {
     }
 }
 
-fn inc(c: &AtomicU64) {
+pub(crate) fn inc(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
@@ -195,12 +205,17 @@ pub struct Seeder {
     pub peer_id: [u8; 20],
     limits: Limits,
     swarm: RefCell<Swarm>,
+    /// Which tracker peers to dial ([`crate::dial`]).
+    pub(crate) dialer: RefCell<Dialer>,
+    /// Peer ids of the handshaken peers (and how many connections each): a dialled peer
+    /// already connected is closed.
+    peer_ids: RefCell<HashMap<[u8; 20], usize>>,
 }
 
 /// Why a peer's task ended (the payloads are read through `Debug` in the debug log).
 #[derive(Debug)]
 #[allow(dead_code)]
-enum End {
+pub(crate) enum End {
     Closed,
     Garbage(String),
     WrongTorrent,
@@ -214,6 +229,8 @@ enum End {
     MseFailed(String),
     /// A plaintext handshake under `--encryption require`.
     PlaintextRefused,
+    /// A dialled peer is us, or already connected.
+    Ourselves,
     Io(io::Error),
 }
 
@@ -227,6 +244,7 @@ impl Seeder {
     pub fn new(meta: Arc<Meta>, cfg: Config) -> io::Result<Rc<Seeder>> {
         let storage = Storage::open(meta.clone(), cfg.disk, cfg.read_ahead)?;
         let limits = Limits::for_pieces(meta.num_pieces());
+        let cfg_dial = cfg.dial;
         Ok(Rc::new(Seeder {
             meta,
             storage,
@@ -235,11 +253,13 @@ impl Seeder {
             peer_id: wire::make_peer_id(),
             limits,
             swarm: RefCell::new(Swarm::new()),
+            dialer: RefCell::new(Dialer::new(cfg_dial)),
+            peer_ids: RefCell::new(HashMap::new()),
         }))
     }
 
     /// Our BitTorrent handshake: the fast and extension bits, our peer id.
-    fn our_handshake(&self) -> [u8; wire::HANDSHAKE_LEN] {
+    pub(crate) fn our_handshake(&self) -> [u8; wire::HANDSHAKE_LEN] {
         let mut reserved = [0u8; 8];
         reserved[wire::RESERVED_FAST.0] |= wire::RESERVED_FAST.1;
         reserved[wire::RESERVED_EXTENDED.0] |= wire::RESERVED_EXTENDED.1;
@@ -258,6 +278,9 @@ impl Seeder {
 
     /// Accepts peers forever (run it inside the runtime). Also starts the choker.
     pub async fn serve(self: Rc<Self>, listener: TcpListener) -> io::Result<()> {
+        if let Ok(own) = listener.local_addr() {
+            self.dialer.borrow_mut().set_own(own);
+        }
         spawn(self.clone().choker());
         let mut acceptor = listener.accept_many(16);
         loop {
@@ -282,23 +305,39 @@ impl Seeder {
                 let _ = stream.set_nodelay(true);
                 let end = me.clone().peer(&stream, addr).await;
                 me.counters.peers_now.fetch_sub(1, Ordering::Relaxed);
-                if debug_peers() {
-                    tracing::info!(target: "progress", "seed: peer {addr} ended: {end:?}");
-                }
-                match end {
-                    End::Closed => {}
-                    End::Garbage(_) => inc(&me.counters.peers_dropped_garbage),
-                    End::WrongTorrent => inc(&me.counters.peers_wrong_torrent),
-                    End::HandshakeTimeout => inc(&me.counters.handshake_timeouts),
-                    End::Idle => inc(&me.counters.idle_timeouts),
-                    End::SendStalled => inc(&me.counters.send_stalls),
-                    End::MseOpening => inc(&me.counters.mse_openings),
-                    End::MseFailed(_) => inc(&me.counters.mse_failures),
-                    End::PlaintextRefused => inc(&me.counters.plaintext_refused),
-                    End::Io(_) => inc(&me.counters.send_failures),
-                }
+                me.count_end(addr, end);
             });
         }
+    }
+
+    /// Logs why a peer's connection ended (`IOLAB_SEED_DEBUG`).
+    pub(crate) fn log_end(&self, addr: SocketAddr, end: &End) {
+        if debug_peers() {
+            tracing::info!(target: "progress", "seed: peer {addr} ended: {end:?}");
+        }
+    }
+
+    /// Counts why a peer's connection ended.
+    pub(crate) fn count_end(&self, addr: SocketAddr, end: End) {
+        self.log_end(addr, &end);
+        let c = &self.counters;
+        match end {
+            End::Closed | End::Ourselves => {}
+            End::Garbage(_) => inc(&c.peers_dropped_garbage),
+            End::WrongTorrent => inc(&c.peers_wrong_torrent),
+            End::HandshakeTimeout => inc(&c.handshake_timeouts),
+            End::Idle => inc(&c.idle_timeouts),
+            End::SendStalled => inc(&c.send_stalls),
+            End::MseOpening => inc(&c.mse_openings),
+            End::MseFailed(_) => inc(&c.mse_failures),
+            End::PlaintextRefused => inc(&c.plaintext_refused),
+            End::Io(_) => inc(&c.send_failures),
+        }
+    }
+
+    /// Whether a peer with this id is handshaken with us.
+    pub(crate) fn is_connected(&self, peer_id: &[u8; 20]) -> bool {
+        self.peer_ids.borrow().contains_key(peer_id)
     }
 
     /// An accepted peer: its opening (plaintext or MSE) and handshake within the
@@ -311,95 +350,9 @@ impl Seeder {
         }
     }
 
-    /// Reads an accepted peer's opening: a plaintext handshake, or an MSE exchange then the
-    /// handshake under it, as `--encryption` allows. Returns the handshake, the input after
-    /// it and the stream's RC4 if MSE chose it.
-    async fn accept_handshake(
-        &self,
-        stream: &TcpStream,
-        deadline: Instant,
-    ) -> Result<(Handshake, Vec<u8>, Option<Rc4Pair>), End> {
-        let mut inbuf: Vec<u8> = Vec::new();
-        let mut rc4 = None;
-        // Whether the first 20 bytes were looked at (plaintext, MSE or garbage).
-        let mut opened = false;
-        while inbuf.len() < wire::HANDSHAKE_LEN {
-            read_some(stream, &mut inbuf, &mut rc4, deadline).await?;
-            if !opened && inbuf.len() >= 20 {
-                opened = true;
-                let policy = self.cfg.encryption;
-                if is_handshake_start(&inbuf) {
-                    if policy == Policy::Require {
-                        return Err(End::PlaintextRefused);
-                    }
-                } else if wire::looks_like_text(&inbuf) {
-                    return Err(End::Garbage("not a BitTorrent handshake".into()));
-                } else if policy == Policy::Off {
-                    if wire::looks_like_mse(&inbuf) {
-                        return Err(End::MseOpening);
-                    }
-                    return Err(End::Garbage("not a BitTorrent handshake".into()));
-                } else {
-                    inc(&self.counters.mse_openings);
-                    let first = std::mem::take(&mut inbuf);
-                    let est = self.accept_mse(stream, first, deadline).await?;
-                    inbuf = est.payload;
-                    rc4 = est.rc4;
-                }
-            }
-            if opened && inbuf.len() >= 20 && !is_handshake_start(&inbuf) {
-                return Err(End::Garbage("not a BitTorrent handshake".into()));
-            }
-        }
-        let hs = Handshake::parse(&inbuf)?;
-        inbuf.drain(..wire::HANDSHAKE_LEN);
-        if hs.info_hash != self.meta.info_hash {
-            return Err(End::WrongTorrent);
-        }
-        Ok((hs, inbuf, rc4))
-    }
-
-    /// The responder's side of MSE over `stream`, `first` being the bytes received so far.
-    async fn accept_mse(
-        &self,
-        stream: &TcpStream,
-        first: Vec<u8>,
-        deadline: Instant,
-    ) -> Result<mse::Established, End> {
-        let mut r = mse::Responder::new(self.cfg.encryption, vec![self.meta.info_hash]);
-        let res = link::exchange(stream, first, deadline, |d| r.feed(d)).await;
-        self.mse_result(res)
-    }
-
-    /// Counts an MSE exchange's outcome, and turns a failure into the peer's end.
-    fn mse_result(
-        &self,
-        res: Result<mse::Established, ExchangeFailure>,
-    ) -> Result<mse::Established, End> {
-        let c = &self.counters;
-        match res {
-            Ok(est) => {
-                inc(&c.mse_established);
-                if est.rc4.is_some() {
-                    inc(&c.mse_rc4);
-                }
-                Ok(est)
-            }
-            Err(ExchangeFailure::Mse(mse::MseError::UnknownTorrent)) => Err(End::WrongTorrent),
-            Err(f) => {
-                inc(&c.mse_failures);
-                Err(match f {
-                    ExchangeFailure::Timeout => End::HandshakeTimeout,
-                    ExchangeFailure::Io(e) => End::Io(e),
-                    other => End::MseFailed(format!("{other:?}")),
-                })
-            }
-        }
-    }
-
     /// A handshaken peer: our handshake (unless we dialled and sent it already), extension
     /// handshake, what we have, then the message loop until it ends.
-    async fn session(
+    pub(crate) async fn session(
         &self,
         stream: &TcpStream,
         addr: SocketAddr,
@@ -472,7 +425,16 @@ impl Seeder {
             out: Vec::new(),
             rc4,
         };
+        *self.peer_ids.borrow_mut().entry(hs.peer_id).or_default() += 1;
         let end = self.run_peer(stream, &wake, peer, inbuf).await;
+        let mut ids = self.peer_ids.borrow_mut();
+        if let Some(n) = ids.get_mut(&hs.peer_id) {
+            *n -= 1;
+            if *n == 0 {
+                ids.remove(&hs.peer_id);
+            }
+        }
+        drop(ids);
         let mut sw = self.swarm.borrow_mut();
         sw.set_choked(key, true, &self.counters.unchoked_now);
         sw.peers.remove(key);
@@ -834,33 +796,6 @@ fn is_transient_accept(e: &io::Error) -> bool {
         e.raw_os_error(),
         Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM | libc::ECONNABORTED)
     )
-}
-
-/// Whether `b` starts as a plaintext BitTorrent handshake (19, "BitTorrent protocol").
-fn is_handshake_start(b: &[u8]) -> bool {
-    b.len() >= 20 && b[0] == 19 && &b[1..20] == wire::PROTOCOL
-}
-
-/// Waits (until `deadline`) for input and appends what arrived to `inbuf`.
-async fn read_some(
-    stream: &TcpStream,
-    inbuf: &mut Vec<u8>,
-    rc4: &mut Option<Rc4Pair>,
-    deadline: Instant,
-) -> Result<(), End> {
-    let never = Cond::new();
-    let left = deadline.saturating_duration_since(Instant::now());
-    match timeout(left, wait_readable_or_cancel(stream.as_raw_fd(), &never)).await {
-        Err(_) => return Err(End::HandshakeTimeout),
-        Ok(Err(e)) => return Err(End::Io(e)),
-        Ok(Ok(())) => {}
-    }
-    match recv_into(stream, inbuf, rc4) {
-        Ok(0) => Err(End::Closed),
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
-        Err(e) => Err(End::Io(e)),
-    }
 }
 
 /// Takes what input is there into `inbuf` (the time of it into `last_input`); the end of

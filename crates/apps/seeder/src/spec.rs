@@ -57,6 +57,8 @@ pub struct SeedSpec {
     pub driver: Option<Driver>,
     /// MSE/PE policy (`--encryption`).
     pub encryption: Policy,
+    /// Tracker peers dialled and held at once (0: never dial).
+    pub max_dialled: usize,
 }
 
 impl Default for SeedSpec {
@@ -82,6 +84,7 @@ impl Default for SeedSpec {
             json: None,
             driver: None,
             encryption: engine.encryption,
+            max_dialled: engine.dial.max_dialled,
         }
     }
 }
@@ -149,6 +152,7 @@ impl SeedSpec {
             .value_if("--json", self.json.as_ref())
             .value_if("--driver", self.driver.map(driver_flag))
             .value("--encryption", self.encryption.name())
+            .value("--max-dialled", self.max_dialled.to_string())
             .words(&["--"]);
         args.0.extend(self.paths.iter().map(OsString::from));
         args.0
