@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 
 use iolab_disc::proxy::ProxyConfig;
-use iolab_tiers::children::{BeDp, DiscBeSpec, DiscProxySpec, DiscRole, DpSend, DpSetupSpec};
+use iolab_tiers::children::{
+    BeDp, DiscBeSpec, DiscProxySpec, DiscRole, DpSend, DpSetupSpec, TierTimeouts,
+};
 
 use super::choice_enum;
 
@@ -93,6 +95,38 @@ pub enum DiscCommand {
     },
 }
 
+/// The deadlines of a tier's client connections.
+#[derive(Debug, Args)]
+pub struct TimeoutArgs {
+    /// Seconds a whole request head may take from its first byte (the connection's start
+    /// for the first); 0: none. Default 60, as nginx's `client_header_timeout`.
+    #[arg(long, value_name = "SECS")]
+    header_timeout: Option<u64>,
+    /// Seconds bytes sent to a client may wait with none acknowledged; 0: none. Default
+    /// 60, as nginx's `send_timeout`.
+    #[arg(long, value_name = "SECS")]
+    send_timeout: Option<u64>,
+}
+
+impl From<TimeoutArgs> for TierTimeouts {
+    fn from(a: TimeoutArgs) -> TierTimeouts {
+        TierTimeouts {
+            header_secs: a.header_timeout,
+            send_secs: a.send_timeout,
+        }
+    }
+}
+
+/// The library's deadlines for the spec's (None: the default).
+fn client_timeouts(t: TierTimeouts) -> iolab_disc::deadline::ClientTimeouts {
+    let d = iolab_disc::deadline::ClientTimeouts::default();
+    let secs = |s: Option<u64>, default| s.map_or(default, std::time::Duration::from_secs);
+    iolab_disc::deadline::ClientTimeouts {
+        header: secs(t.header_secs, d.header),
+        send: secs(t.send_secs, d.send),
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct BeArgs {
     /// HTTP listen address.
@@ -137,6 +171,8 @@ pub struct BeArgs {
     /// --dp.
     #[arg(long, requires = "dp")]
     upstream_peer: Vec<IpAddr>,
+    #[command(flatten)]
+    timeouts: TimeoutArgs,
 }
 
 /// The flags as the spec `tiers bench --disc` starts the BE with (a flag left at its
@@ -166,6 +202,7 @@ impl TryFrom<BeArgs> for DiscBeSpec {
                 peers: a.dp_peer,
                 upstreams: a.upstream_peer,
             }),
+            timeouts: a.timeouts.into(),
         })
     }
 }
@@ -194,6 +231,8 @@ pub struct ProxyArgs {
     /// must be mode 0600). Without it the FE takes the normal path.
     #[arg(long)]
     dp_key_file: Option<PathBuf>,
+    #[command(flatten)]
+    timeouts: TimeoutArgs,
 }
 
 impl From<ProxyArgs> for DiscProxySpec {
@@ -207,6 +246,7 @@ impl From<ProxyArgs> for DiscProxySpec {
             stall_secs: (a.stall_secs != iolab_disc::proxy::DIRECT_STALL.as_secs())
                 .then_some(a.stall_secs),
             dp_key_file: a.dp_key_file,
+            timeouts: a.timeouts.into(),
         }
     }
 }
@@ -333,7 +373,7 @@ fn run_be(s: DiscBeSpec) -> anyhow::Result<()> {
         ),
         None => (None, None),
     };
-    iolab_disc::be::run(l, dpl, site, disc, stop)?;
+    iolab_disc::be::run(l, dpl, site, disc, client_timeouts(s.timeouts), stop)?;
     Ok(())
 }
 
@@ -357,6 +397,7 @@ fn run_proxy(s: DiscProxySpec) -> anyhow::Result<()> {
                 .as_deref()
                 .map(iolab_disc::control::ControlKey::read_file)
                 .transpose()?,
+            timeouts: client_timeouts(s.timeouts),
         },
         stop,
     )?;
@@ -531,6 +572,7 @@ mod tests {
             listen: at("10.0.0.66:8102"),
             root: "/srv/www".into(),
             dp: None,
+            timeouts: TierTimeouts::default(),
         }];
         for &send in SendPath::value_variants() {
             for every in [false, true] {
@@ -549,6 +591,10 @@ mod tests {
                         },
                         upstreams: vec!["10.0.0.65".parse().unwrap()],
                     }),
+                    timeouts: TierTimeouts {
+                        header_secs: every.then_some(3),
+                        send_secs: every.then_some(0),
+                    },
                     ..bes[0].clone()
                 });
             }
@@ -573,6 +619,10 @@ mod tests {
                     hook_iface: every.then(|| "tie3".into()),
                     stall_secs: every.then_some(7),
                     dp_key_file: every.then(|| "/run/dp.key".into()),
+                    timeouts: TierTimeouts {
+                        header_secs: every.then_some(0),
+                        send_secs: every.then_some(9),
+                    },
                 };
                 match parse(spec.to_args()) {
                     DiscCommand::Proxy(a) => assert_eq!(DiscProxySpec::from(a), spec),

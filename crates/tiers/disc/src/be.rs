@@ -51,6 +51,7 @@ pub fn run(
     dp_listener: Option<std::net::TcpListener>,
     site: Arc<Site>,
     disc: Option<BeDisc>,
+    timeouts: crate::deadline::ClientTimeouts,
     stop: Arc<Stop>,
 ) -> io::Result<()> {
     let rt = Runtime::builder().workers(1).build()?;
@@ -92,7 +93,7 @@ pub fn run(
             };
             let (site, disc) = (site.clone(), disc.clone());
             iolab_runtime::spawn(async move {
-                if let Err(e) = connection(stream, site, disc).await {
+                if let Err(e) = connection(stream, site, disc, timeouts).await {
                     tracing::debug!("be connection: {e}");
                 }
             });
@@ -100,12 +101,18 @@ pub fn run(
     })
 }
 
-async fn connection(stream: TcpStream, site: Arc<Site>, disc: Option<BeDisc>) -> io::Result<()> {
+async fn connection(
+    stream: TcpStream,
+    site: Arc<Site>,
+    disc: Option<BeDisc>,
+    timeouts: crate::deadline::ClientTimeouts,
+) -> io::Result<()> {
     let _ = stream.set_nodelay(true);
-    let mut conn = Conn::new(stream);
+    let mut conn = Conn::client(stream, timeouts);
     let mut session = Session::new(site.clone());
     let mut key = Vec::new();
     loop {
+        conn.head_pending();
         let Some(h) = find_head_end(conn.buffered(), 0) else {
             if conn.buffered().len() > MAX_HEAD {
                 return session_rest(conn, session).await;
@@ -115,6 +122,7 @@ async fn connection(stream: TcpStream, site: Arc<Site>, disc: Option<BeDisc>) ->
             }
             continue;
         };
+        conn.head_done();
         if let Some(d) = &disc {
             if let Some((head, keep)) = shortcut(&conn.buffered()[..h], &site, d, &mut key) {
                 conn.consume(h);
@@ -164,6 +172,8 @@ async fn flush(stream: &TcpStream, session: &mut Session) -> io::Result<()> {
 
 /// The Session alone for the rest of the connection.
 async fn session_rest(mut conn: Conn, mut session: Session) -> io::Result<()> {
+    // The Session answers (a refusal, or a chunked body's request): no longer a head's time.
+    conn.head_done();
     loop {
         let data = conn.buffered().to_vec();
         conn.consume(data.len());

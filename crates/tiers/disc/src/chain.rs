@@ -293,7 +293,10 @@ fn start_tiers(
     threads.push(crate::netns::spawn_in(
         Some(names[3].clone()),
         "disc-be",
-        move || crate::be::run(be_l, Some(dp_l), site, be_disc, s).map_err(Into::into),
+        move || {
+            crate::be::run(be_l, Some(dp_l), site, be_disc, Default::default(), s)
+                .map_err(Into::into)
+        },
     ));
     for (l, up, first, ns) in [
         (is_l, at.be, false, &names[2]),
@@ -308,6 +311,7 @@ fn start_tiers(
             hook_iface: first.then(|| fe_iface.to_string()),
             stall: cfg.stall.unwrap_or(crate::proxy::DIRECT_STALL),
             dp_key: first.then(|| key.clone()),
+            timeouts: Default::default(),
         };
         threads.push(crate::netns::spawn_in(
             Some(ns.clone()),

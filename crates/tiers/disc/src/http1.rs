@@ -37,6 +37,8 @@ pub struct Conn {
     /// `buf[pos..end]` are the bytes read and not consumed.
     pos: usize,
     end: usize,
+    /// A client connection's deadlines (its heads are timed by [`Conn::read_head`]).
+    watch: Option<crate::deadline::ClientWatch>,
 }
 
 impl Conn {
@@ -46,7 +48,38 @@ impl Conn {
             buf: Vec::new(),
             pos: 0,
             end: 0,
+            watch: None,
         }
+    }
+
+    /// A client's connection, accepted now, under `timeouts` ([`crate::deadline`]).
+    pub fn client(stream: TcpStream, timeouts: crate::deadline::ClientTimeouts) -> Conn {
+        let watch = crate::deadline::watch(&stream, timeouts);
+        Conn {
+            watch: Some(watch),
+            ..Conn::new(stream)
+        }
+    }
+
+    /// A head is being read: its clock runs from now if it has bytes and was not running.
+    pub fn head_pending(&self) {
+        if let Some(w) = &self.watch {
+            if !self.buffered().is_empty() {
+                w.head_started(std::time::Instant::now());
+            }
+        }
+    }
+
+    /// The head being read is complete (or no longer timed as one).
+    pub fn head_done(&self) {
+        if let Some(w) = &self.watch {
+            w.head_done();
+        }
+    }
+
+    /// Why the deadline watcher closed this connection, if it did.
+    pub fn expired(&self) -> Option<crate::deadline::Expiry> {
+        self.watch.as_ref().and_then(|w| w.expired())
     }
 
     /// Bytes buffered and not consumed.
@@ -151,8 +184,10 @@ impl Conn {
     pub async fn read_head(&mut self) -> io::Result<Option<usize>> {
         let mut scanned = 0;
         loop {
+            self.head_pending();
             let b = self.buffered();
             if let Some(i) = find_head_end(b, scanned) {
+                self.head_done();
                 return Ok(Some(i));
             }
             scanned = b.len().saturating_sub(3);

@@ -8,6 +8,7 @@
 //! - [`be`], [`proxy`], [`dp`]: our tiers — BE (static files through iolab-http), FE and IS
 //!   (one reverse proxy, its place in the chain told by its role), DP (the BE's payload
 //!   store and control endpoint);
+//! - [`deadline`]: the head and send deadlines of a tier's client connections;
 //! - [`netns`]: running a tier's loop inside a network namespace (tests, CLI);
 //! - [`sockopt`]: socket options as plain bytes;
 //! - [`repair`]: a TCP connection continued on another socket (`TCP_REPAIR`; not used yet);
@@ -18,6 +19,7 @@ pub mod be;
 pub mod bpf;
 pub mod chain;
 pub mod control;
+pub mod deadline;
 pub mod dp;
 pub mod gso;
 pub mod http1;

@@ -52,6 +52,8 @@ pub struct ProxyConfig {
     /// The run's key of DP's control connections (the FE role; without it the FE takes
     /// the normal path).
     pub dp_key: Option<crate::control::ControlKey>,
+    /// The deadlines of a client's connection: its heads and what is sent to it.
+    pub timeouts: crate::deadline::ClientTimeouts,
 }
 
 /// The FE's hooks and, per registered connection, where the ACK forwarder's events land.
@@ -457,7 +459,7 @@ async fn connection(
     // `reg` before `client`: dropped after it, with no await between, so the watchdog never
     // sees a slot whose descriptor was closed (and maybe reused).
     let reg = register(&stream, &hooks)?;
-    let mut client = Conn::new(stream);
+    let mut client = Conn::client(stream, cfg.timeouts);
     let mut up = Upstream {
         addr: up_addr,
         conn: None,
@@ -1154,6 +1156,7 @@ mod tests {
                 hook_iface: None,
                 stall: DIRECT_STALL,
                 dp_key: None,
+                timeouts: Default::default(),
             };
             let req = parse_request(head).unwrap();
             let (out, me) = outgoing_head(head, &req, &cfg, true);

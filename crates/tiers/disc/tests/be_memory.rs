@@ -129,7 +129,9 @@ fn the_be_never_holds_a_whole_file() {
     };
     let stop = iolab_disc::stop::Stop::new().unwrap();
     let s = stop.clone();
-    let server = std::thread::spawn(move || iolab_disc::be::run(l, Some(dl), site, Some(disc), s));
+    let server = std::thread::spawn(move || {
+        iolab_disc::be::run(l, Some(dl), site, Some(disc), Default::default(), s)
+    });
     // Once up, the baseline.
     let (h, n) = get(be, "/mid.bin");
     assert_eq!(n, 0, "{h}");

@@ -88,6 +88,27 @@ impl DiscRole {
     }
 }
 
+/// The client-connection deadlines of our tiers (`--header-timeout`, `--send-timeout`), in
+/// seconds: None is the tier's default (60 s, as nginx), 0 none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TierTimeouts {
+    /// A whole request head, from its first byte.
+    pub header_secs: Option<u64>,
+    /// Bytes waiting for the client with none acknowledged.
+    pub send_secs: Option<u64>,
+}
+
+impl TierTimeouts {
+    fn push_args(&self, v: &mut Vec<String>) {
+        if let Some(s) = self.header_secs {
+            v.extend(["--header-timeout".into(), s.to_string()]);
+        }
+        if let Some(s) = self.send_secs {
+            v.extend(["--send-timeout".into(), s.to_string()]);
+        }
+    }
+}
+
 /// `iolab disc be`: our BE, a static file server, with DP when `dp` is set.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DiscBeSpec {
@@ -95,6 +116,7 @@ pub struct DiscBeSpec {
     /// Directory served.
     pub root: PathBuf,
     pub dp: Option<BeDp>,
+    pub timeouts: TierTimeouts,
 }
 
 /// The BE's DP (the flags that mean something only with `--dp`).
@@ -143,6 +165,7 @@ impl DiscBeSpec {
                 v.extend(["--upstream-peer".into(), u.to_string()]);
             }
         }
+        self.timeouts.push_args(&mut v);
         v
     }
 }
@@ -162,6 +185,7 @@ pub struct DiscProxySpec {
     pub stall_secs: Option<u64>,
     /// The FE role: the file the BE wrote the run's DP key to ([`BeDp::key_file`]).
     pub dp_key_file: Option<PathBuf>,
+    pub timeouts: TierTimeouts,
 }
 
 impl DiscProxySpec {
@@ -184,6 +208,7 @@ impl DiscProxySpec {
         if let Some(k) = &self.dp_key_file {
             v.extend(["--dp-key-file".into(), k.display().to_string()]);
         }
+        self.timeouts.push_args(&mut v);
         v
     }
 }
@@ -232,6 +257,7 @@ mod tests {
                 peers: vec!["10.0.0.97".parse().unwrap()],
                 upstreams: vec!["10.0.0.65".parse().unwrap()],
             }),
+            timeouts: TierTimeouts::default(),
         };
         assert_eq!(
             be.to_args().join(" "),
@@ -246,6 +272,7 @@ mod tests {
             hook_iface: Some("tie0".into()),
             stall_secs: None,
             dp_key_file: Some("/run/dp.key".into()),
+            timeouts: TierTimeouts::default(),
         };
         assert_eq!(
             fe.to_args().join(" "),

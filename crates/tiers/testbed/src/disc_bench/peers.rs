@@ -142,6 +142,7 @@ pub(super) fn our_tiers(net: &Net, o: &DiscOpts, disc: bool) -> Vec<(&'static st
             peers: vec![net.fe_dp.into()],
             upstreams: vec![net.is_be.into()],
         }),
+        timeouts: Default::default(),
     };
     let proxy = |listen, up, first: bool| DiscProxySpec {
         listen,
@@ -151,6 +152,7 @@ pub(super) fn our_tiers(net: &Net, o: &DiscOpts, disc: bool) -> Vec<(&'static st
         hook_iface: (first && disc).then(|| net.fe_if.clone()),
         stall_secs: None,
         dp_key_file: (first && disc).then(|| dp_key_file(o)),
+        timeouts: Default::default(),
     };
     vec![
         ("be", OurTier::Be(be_spec)),
