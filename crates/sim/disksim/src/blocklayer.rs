@@ -137,6 +137,11 @@ pub struct BlockConfig {
     pub fifo_batch: u32,
     /// mq-deadline `writes_starved`: read batches allowed before a write batch (default 2).
     pub writes_starved: u32,
+    /// A bio-based driver (`submit_bio` of its own, no blk-mq queue: zram, brd, md,
+    /// device-mapper; sysfs shows no `queue/scheduler`, no `mq/`): the block layer hands
+    /// each bio to the driver as it comes, so nothing is split to `max_sectors_kb`, merged,
+    /// plugged, scheduled or held for a request (`nr_requests` does not apply).
+    pub bio_based: bool,
 }
 
 impl BlockConfig {
@@ -154,6 +159,7 @@ impl BlockConfig {
             write_expire_ms: 5000.0,
             fifo_batch: 16,
             writes_starved: 2,
+            bio_based: false,
         }
     }
 }
@@ -305,7 +311,16 @@ impl BlockLayer {
         self.stats
     }
 
+    /// Whether submissions are held in a plug: a bio-based driver has no requests to hold.
+    fn plugs(&self) -> bool {
+        self.cfg.plug && !self.cfg.bio_based
+    }
+
+    /// The largest request, in sectors: a bio-based driver takes bios of any size.
     fn max_sectors(&self) -> u64 {
+        if self.cfg.bio_based {
+            return u64::from(u32::MAX);
+        }
         (self.cfg.max_sectors_kb * 2).max(8)
     }
 
@@ -334,7 +349,10 @@ impl BlockLayer {
 
     /// Tries to merge `bio` into a queued request; true if it did.
     fn try_merge(&mut self, bio: &Bio) -> bool {
-        if !matches!(bio.op, Op::Read | Op::Write) || bio.flags.contains(Flags::FUA) {
+        if self.cfg.bio_based
+            || !matches!(bio.op, Op::Read | Op::Write)
+            || bio.flags.contains(Flags::FUA)
+        {
             return false;
         }
         let read = bio.op == Op::Read;
@@ -486,7 +504,7 @@ impl BlockLayer {
         if self.try_merge(&bio) {
             return true;
         }
-        if self.allocated >= u64::from(self.cfg.nr_requests.max(1)) {
+        if !self.cfg.bio_based && self.allocated >= u64::from(self.cfg.nr_requests.max(1)) {
             return false;
         }
         self.allocated += 1;
@@ -506,7 +524,7 @@ impl BlockLayer {
             },
         );
         self.index(id);
-        if self.cfg.plug {
+        if self.plugs() {
             self.plug.push(id);
             if !self.plug_armed {
                 self.plug_armed = true;
@@ -667,7 +685,7 @@ impl Component for BlockLayer {
         for bio in bios {
             self.submit_bio(bio, ctx);
         }
-        if !self.cfg.plug {
+        if !self.plugs() {
             self.dispatch(ctx);
         }
     }
@@ -859,6 +877,31 @@ mod tests {
         let mut r = rig(cfg, 1.0);
         run(&mut r, burst());
         assert_eq!(*r.log.borrow(), vec![(0.0, 'W', 0, 8), (1.0, 'W', 8, 120)]);
+    }
+
+    /// A bio-based driver (zram) takes every bio as it comes: a burst of adjacent writes is
+    /// not merged or plugged, a 4 MiB request is not split, and nr_requests holds nothing.
+    #[test]
+    fn a_bio_based_driver_gets_every_bio_as_it_comes() {
+        let mut cfg = BlockConfig::linux_defaults();
+        cfg.bio_based = true;
+        cfg.queue_depth = u32::MAX;
+        cfg.nr_requests = 4;
+        let mut r = rig(cfg, 1.0);
+        let mut items: Vec<_> = (0..16).map(|i| req(0.0, Op::Write, i * 8, 8)).collect();
+        items.push(req(0.0, Op::Read, 100_000, 8192));
+        let (out, _) = run(&mut r, items);
+        assert_eq!(out.len(), 17);
+        let log = r.log.borrow();
+        assert_eq!(log.len(), 17, "{log:?}");
+        assert!(log.iter().all(|e| e.0 == 0.0), "{log:?}");
+        assert!(log.iter().any(|e| e.2 == 100_000 && e.3 == 8192), "{log:?}");
+        assert_eq!(stat(&r, "blocklayer back merges"), 0.0);
+        assert_eq!(stat(&r, "blocklayer splits"), 0.0);
+        assert_eq!(
+            stat(&r, "blocklayer waits for a request (nr_requests)"),
+            0.0
+        );
     }
 
     /// nr_requests = 4: ten scattered writes hold at most 4 requests; the others wait for

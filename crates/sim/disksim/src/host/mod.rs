@@ -114,7 +114,8 @@ impl HostParams {
     /// (`/dev/vda`, `/dev/vda1`), or any file or directory (the device holding it; a
     /// partition maps to its disk).
     ///
-    /// Reads `/sys/block/<disk>/queue/{read_ahead_kb,max_sectors_kb,nr_requests,scheduler}`
+    /// Reads `/sys/block/<disk>/queue/{read_ahead_kb,max_sectors_kb,nr_requests,scheduler}` (a
+    /// bio-based disk, zram for one, has no request queue: [`BlockConfig::bio_based`])
     /// and the hardware queue depth (`mq/*/nr_tags` summed, else `device/queue_depth`),
     /// `/proc/sys/vm/dirty_*` (`_bytes` wins over `_ratio` when non-zero, as in the kernel),
     /// and the memory: page-cache capacity = the memory cgroup limit of this process (v2
@@ -129,12 +130,20 @@ impl HostParams {
         let mut p = HostParams::linux_defaults();
         p.page_cache.read_ahead_kb = read_num(&q.join("read_ahead_kb"))?;
         p.block.max_sectors_kb = read_num(&q.join("max_sectors_kb"))?;
-        p.block.nr_requests = read_num(&q.join("nr_requests"))? as u32;
-        let sched = read_text(&q.join("scheduler"))?;
-        p.block.scheduler = IoScheduler::from_sysfs(&sched)
-            .with_context(|| format!("{}", q.join("scheduler").display()))?;
-        if let Some(qd) = queue_depth(&Path::new("/sys/block").join(&disk)) {
-            p.block.queue_depth = qd;
+        if is_bio_based(&Path::new("/sys/block").join(&disk)) {
+            // No request queue: no scheduler, no requests to allocate, no tags to wait for.
+            p.block.bio_based = true;
+            p.block.scheduler = IoScheduler::None;
+            p.block.plug = false;
+            p.block.queue_depth = u32::MAX;
+        } else {
+            p.block.nr_requests = read_num(&q.join("nr_requests"))? as u32;
+            let sched = read_text(&q.join("scheduler"))?;
+            p.block.scheduler = IoScheduler::from_sysfs(&sched)
+                .with_context(|| format!("{}", q.join("scheduler").display()))?;
+            if let Some(qd) = queue_depth(&Path::new("/sys/block").join(&disk)) {
+                p.block.queue_depth = qd;
+            }
         }
         let mem = read_memory()?;
         p.page_cache.capacity_pages = mem.cache_bytes / PAGE;
@@ -191,6 +200,14 @@ impl HostParams {
             ),
             ("nr_requests".into(), self.block.nr_requests.to_string()),
             ("scheduler".into(), self.block.scheduler.name()),
+            (
+                "request queue".into(),
+                if self.block.bio_based {
+                    "none: a bio-based driver (no split, merge, plug or request limit)".into()
+                } else {
+                    "blk-mq".into()
+                },
+            ),
             ("queue depth".into(), self.block.queue_depth.to_string()),
         ]
     }
@@ -378,6 +395,13 @@ fn libc_minor(dev: u64) -> u64 {
 }
 
 /// The hardware queue depth: the tags of every hardware queue, else the SCSI queue depth.
+/// A disk whose driver takes bios itself (zram, brd, md, device-mapper): the kernel
+/// registers no blk-mq queue for it, so sysfs has neither `mq/` nor `queue/scheduler`
+/// (block/blk-sysfs.c shows `scheduler` and `nr_requests` only for a queue with requests).
+fn is_bio_based(disk_dir: &Path) -> bool {
+    !disk_dir.join("mq").exists() && !disk_dir.join("queue/scheduler").exists()
+}
+
 fn queue_depth(disk_dir: &Path) -> Option<u32> {
     let mut total = 0u64;
     if let Ok(rd) = std::fs::read_dir(disk_dir.join("mq")) {
