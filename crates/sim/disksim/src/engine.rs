@@ -148,6 +148,12 @@ pub trait Source {
     fn next_in_stream(&mut self, _stream: u32, _now: f64) -> anyhow::Result<Option<Pending>> {
         Ok(None)
     }
+    /// Whether a request of `stream` handed out earlier (for a later time) is still to be
+    /// issued at `now`: false drops it, as if it had never been handed out (a fio job stopped
+    /// by another's `exitall` while it waited for its rate). The default keeps every one.
+    fn still_wanted(&mut self, _stream: u32, _now: f64) -> bool {
+        true
+    }
 }
 
 /// A source lent to a run (the caller reads its counters after).
@@ -160,6 +166,9 @@ impl<S: Source + ?Sized> Source for &mut S {
     }
     fn next_in_stream(&mut self, stream: u32, now: f64) -> anyhow::Result<Option<Pending>> {
         (**self).next_in_stream(stream, now)
+    }
+    fn still_wanted(&mut self, stream: u32, now: f64) -> bool {
+        (**self).still_wanted(stream, now)
     }
 }
 
@@ -433,6 +442,7 @@ impl Simulator {
         let mut next: Option<(f64, Kind)> = None;
         loop {
             self.shortcut_or_queue(&mut next);
+            let before = self.now;
             let kind = if let Some((at, k)) = next.take() {
                 self.now = self.now.max(at);
                 k
@@ -449,12 +459,34 @@ impl Simulator {
             let level = match kind {
                 Kind::Issue(r, stream) => {
                     let mut req = self.payloads.take_request(r);
+                    if stream != NO_STREAM && !source.still_wanted(stream, self.now) {
+                        // Dropped: as if it had never been there (every later event is at
+                        // or after it, so the clock may stay where it was).
+                        self.now = before;
+                        if !self.more {
+                            // (its end may start jobs that waited for it)
+                            self.more = self.pull(source)?;
+                        }
+                        continue;
+                    }
                     req.id = self.next_id;
                     self.next_id += 1;
                     req.arrival = self.now;
                     self.in_flight += 1;
                     if self.more {
                         self.more = self.pull(source)?;
+                    }
+                    if req.flags.contains(crate::request::Flags::NO_IO) {
+                        let rec = Record {
+                            arrival: self.now,
+                            device_start: self.now,
+                            completion: self.now,
+                            ..Record::default()
+                        };
+                        let done = Completion { req, rec };
+                        self.queue_made();
+                        self.arrived(&done, Some(stream), source, observe, &mut done_count)?;
+                        continue;
                     }
                     if self.shortcut && self.passing < self.chain.len() {
                         // (The lane notes the request's stream only if it leaves the lane.)

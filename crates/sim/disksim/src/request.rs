@@ -109,6 +109,9 @@ impl Flags {
     /// memory segments per request, which some devices serve faster (a measured device's
     /// `large_folio_points`).
     pub const LARGE_FOLIOS: Flags = Flags(64);
+    /// No I/O at all (fio's `null` engine, `/dev/null`, `/dev/zero`): the engine completes the
+    /// request the instant it is issued, without the chain ([`crate::engine::Simulator`]).
+    pub const NO_IO: Flags = Flags(128);
 
     pub fn contains(self, other: Flags) -> bool {
         self.0 & other.0 == other.0

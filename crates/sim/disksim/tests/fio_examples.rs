@@ -20,6 +20,12 @@ const SIMULATED: &[&str] = &[
     "numa.fio",
     "tiobench-example.fio",
     "waitfor.fio",
+    // fio's null engine, random distributions, exitall, submission modes (src/fio/extra.rs).
+    "zipf.fio",
+    "rand-zones.fio",
+    "exitwhat.fio",
+    "fixed-rate-submission.fio",
+    "poisson-rate-submission.fio",
 ];
 
 fn examples() -> Option<PathBuf> {

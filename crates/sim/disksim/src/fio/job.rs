@@ -17,8 +17,7 @@ use serde::Serialize;
 
 use crate::request::{Advice, Flags, SECTOR};
 
-/// Largest size accepted anywhere (1 PiB): beyond it is a typo, not a workload.
-pub const MAX_BYTES: u64 = 1 << 50;
+pub use super::units::{parse_size, MAX_BYTES};
 /// Largest block size (fio's own limit is lower; a request must fit the simulator's limits).
 pub const MAX_BS: u64 = 1 << 30;
 /// Most streams (numjobs summed over jobs) and most requests in flight per stream.
@@ -72,6 +71,10 @@ pub enum IoEngine {
     Sync,
     Libaio,
     IoUring,
+    /// fio's `null` engine (and a file `/dev/null` or `/dev/zero`): every I/O completes at
+    /// once, with no device I/O; the time per I/O is fio's own loop (see
+    /// [`crate::fio::source`]).
+    Null,
 }
 
 /// `fadvise_hint`.
@@ -144,6 +147,13 @@ pub struct FioJob {
     pub bssplit: [Vec<(u64, u32)>; 2],
     /// `rate_iops`: I/Os per second per clone, reads and writes.
     pub rate_iops: [Option<u64>; 2],
+    /// Distributions, exit rules, flow control, verify ([`super::extra`]).
+    pub extra: super::extra::JobExtra,
+    /// The file is a block device (`filename=/dev/...`) and no size was given: the job uses
+    /// the whole simulated device, as fio uses the device's size.
+    pub whole_device: bool,
+    /// Reporting group (fio's `groupid`: a new one at each `new_group` or `stonewall`).
+    pub group: usize,
 }
 
 /// The `:N` of `rw=PATTERN:N` (fio's "offset modifier", `rw_sequencer=sequential`).
@@ -191,13 +201,17 @@ impl FioJob {
             loops: 1,
             bssplit: [Vec::new(), Vec::new()],
             rate_iops: [None, None],
+            extra: Default::default(),
+            whole_device: false,
+            group: 0,
         }
     }
 
     /// Requests this job keeps in flight per clone.
     pub fn effective_depth(&self) -> u64 {
         match self.ioengine {
-            IoEngine::Sync => 1,
+            // fio's null engine "completes" in its own loop, one I/O at a time.
+            IoEngine::Sync | IoEngine::Null => 1,
             // libaio on a buffered file: io_submit does the I/O before returning.
             IoEngine::Libaio if !self.direct => 1,
             _ => self.iodepth,
@@ -343,9 +357,18 @@ const SIMULATED: &[&str] = &[
     "rate_iops",
 ];
 
+/// Whether `k` is an option the simulation uses (here or in [`super::extra`]).
+fn simulated(k: &str) -> bool {
+    SIMULATED.contains(&k) || super::extra::OPTIONS.contains(&k)
+}
+
 /// Every option name the reader knows (simulated or reporting-only).
 pub fn known_options() -> impl Iterator<Item = &'static str> {
-    SIMULATED.iter().chain(REPORTING_ONLY).copied()
+    SIMULATED
+        .iter()
+        .chain(super::extra::OPTIONS)
+        .chain(REPORTING_ONLY)
+        .copied()
 }
 
 /// Parses a job file. `allow_unknown`: unsupported options become warnings.
@@ -427,26 +450,38 @@ pub fn parse(text: &str, allow_unknown: bool) -> Result<JobFile> {
         if !allow_unknown {
             bail!(
                 "{msg}\n  the simulator would silently differ from fio; remove them or pass --allow-unknown to simulate without them\n  supported: {}\n  reporting only (accepted, no effect on the I/O): {}",
-                SIMULATED.join(" "),
+                known_options()
+                    .filter(|o| simulated(o))
+                    .collect::<Vec<_>>()
+                    .join(" "),
                 REPORTING_ONLY.join(" ")
             );
         }
         warnings.push(format!("{msg} — ignored (--allow-unknown)"));
     }
     let mut global: Vec<(&str, Option<&str>, usize)> = Vec::new();
-    let mut jobs = Vec::new();
+    let mut jobs: Vec<FioJob> = Vec::new();
     for s in &sections {
         if s.name == "global" {
             global.extend(s.opts.iter().copied());
             continue;
         }
         let mut job = FioJob::defaults(s.name, s.line);
+        let mut new_group = false;
         for &(k, v, n) in global.iter().chain(&s.opts) {
+            if k == "new_group" {
+                new_group = parse_bool(k, v, n)?;
+            }
             if known_options().any(|o| o == k) {
                 apply(&mut job, k, v, n)?;
             }
         }
         finish(&mut job)?;
+        // fio's groupid: the first job's is 0, a stonewall or new_group starts the next.
+        job.group = match jobs.last() {
+            None => 0,
+            Some(prev) => prev.group + usize::from(job.stonewall || new_group),
+        };
         jobs.push(job);
     }
     if jobs.is_empty() {
@@ -473,7 +508,29 @@ pub fn parse(text: &str, allow_unknown: bool) -> Result<JobFile> {
 
 fn finish(job: &mut FioJob) -> Result<()> {
     let l = job.line;
-    if job.size.is_none() && job.filesize.is_none() {
+    if let Some(f) = job.filename.as_deref() {
+        if f == "/dev/null" || f == "/dev/zero" {
+            // No I/O reaches a device: the I/O is fio's null engine's.
+            job.ioengine = IoEngine::Null;
+        } else if f.starts_with("/dev/") && job.size.is_none() && job.filesize.is_none() {
+            job.whole_device = true;
+        }
+    }
+    if job.ioengine == IoEngine::Null && job.size.is_none() && job.filesize.is_none() {
+        bail!(
+            "line {l}: job '{}' has no size (size= or filesize=): fio's null engine needs one",
+            job.name
+        );
+    }
+    super::extra::check(&super::extra::JobFacts {
+        name: &job.name,
+        extra: &job.extra,
+        random: job.rw.random(),
+        write_only: matches!(job.rw, Rw::Write | Rw::RandWrite),
+        passes: job.time_based || job.loops > 1,
+        norandommap: job.norandommap,
+    })?;
+    if job.size.is_none() && job.filesize.is_none() && !job.whole_device {
         bail!(
             "line {l}: job '{}' has no size (size= or filesize=)",
             job.name
@@ -482,7 +539,7 @@ fn finish(job: &mut FioJob) -> Result<()> {
     if job.size.is_none() {
         job.size = job.filesize.map(|(lo, _)| lo.saturating_mul(job.nrfiles));
     }
-    if job.io_bytes.is_none() {
+    if job.io_bytes.is_none() && !job.whole_device {
         job.io_bytes = job.size;
     }
     if job.time_based && job.runtime_ms.is_none() {
@@ -493,7 +550,7 @@ fn finish(job: &mut FioJob) -> Result<()> {
     }
     let fb = job.file_bytes();
     let max_bs = job.bs[0].1.max(job.bs[1].1);
-    if fb < max_bs {
+    if fb < max_bs && !job.whole_device {
         bail!(
             "line {l}: job '{}': each file ({fb} bytes) is smaller than the block size ({max_bs} bytes)",
             job.name
@@ -616,7 +673,9 @@ fn apply(job: &mut FioJob, k: &str, v: Option<&str>, n: usize) -> Result<()> {
             }
             job.filename = Some(s.to_string());
         }
-        _ => {} // reporting-only
+        _ => {
+            super::extra::apply(&mut job.extra, k, v, n)?;
+        } // else reporting-only
     }
     Ok(())
 }
@@ -778,7 +837,8 @@ fn parse_ioengine(s: &str) -> std::result::Result<IoEngine, &'static str> {
         "psync" | "sync" | "pvsync" | "pvsync2" => Ok(IoEngine::Sync),
         "libaio" => Ok(IoEngine::Libaio),
         "io_uring" => Ok(IoEngine::IoUring),
-        _ => Err("supported engines: psync, sync, pvsync, pvsync2, libaio, io_uring"),
+        "null" => Ok(IoEngine::Null),
+        _ => Err("supported engines: psync, sync, pvsync, pvsync2, libaio, io_uring, null"),
     }
 }
 
@@ -800,20 +860,6 @@ fn parse_fadvise_hint(s: &str) -> std::result::Result<FadviseHint, &'static str>
         "random" => Ok(FadviseHint::Random),
         _ => Err("expected 0, 1, sequential or random"),
     }
-}
-
-/// A size in fio's syntax (kb_base=1024): `4k` = 4096, `4KiB` = 4000 (fio's compatibility
-/// mode), `0x1000`, `1m`, `2g`...
-pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
-    use iolab_sys::units::{parse_fio_size, UnitError};
-    let v = parse_fio_size(s).map_err(|e| match e {
-        UnitError::UnknownUnit { .. } => format!("{e} (k, m, g, t, p)"),
-        e => e.to_string(),
-    })?;
-    if v > MAX_BYTES {
-        return Err(format!("'{}' is larger than the limit of 1 PiB", s.trim()));
-    }
-    Ok(v)
 }
 
 /// `a-b`, `a:b` or a single value (lo = hi).
@@ -924,10 +970,10 @@ mod tests {
 
     #[test]
     fn unknown_options_are_listed_with_lines_once() {
-        let text = "[j]\nsize=1m\nfoo=1\nverify=md5\nrw=read\n";
+        let text = "[j]\nsize=1m\nfoo=1\nlatency_target=5\nrw=read\n";
         let e = parse(text, false).unwrap_err().to_string();
         assert!(
-            e.contains("foo (line 3)") && e.contains("verify (line 4)"),
+            e.contains("foo (line 3)") && e.contains("latency_target (line 4)"),
             "{e}"
         );
         assert!(e.starts_with("unsupported fio options"), "{e}");

@@ -11,10 +11,13 @@
 //! The host stack the jobs run through (page cache, block layer, the calibrated CPU costs of
 //! system calls) is built by [`crate::host::HostParams::stack`].
 
+pub mod extra;
 pub mod job;
+mod phases;
 pub mod real;
 pub mod results;
 pub mod source;
+mod units;
 
 pub use job::{
     known_options, parse, parse_range, parse_size, parse_time_ms, FadviseHint, FioJob, IoEngine,

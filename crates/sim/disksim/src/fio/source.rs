@@ -15,9 +15,17 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
-use super::job::{FioJob, JobFile, RwModifier};
+use super::extra::{ExitWhat, Sampler};
+use super::job::{FioJob, IoEngine, JobFile, RwModifier};
+use super::phases::{verify_calls, FlowGroup, Verify};
 use crate::engine::{Pending, Source, When};
-use crate::request::{Advice, FileRef, Op, Request, SECTOR};
+use crate::request::{Advice, FileRef, Flags, Op, Request, SECTOR};
+
+/// The time of one I/O of fio's `null` engine when no calibrated loop time is given, ms:
+/// fio 3.33 on this project's 2-core machine did 6.55 M null 4 KiB random reads a second
+/// with `norandommap` (`fio --name=n --ioengine=null --size=1g --bs=4k --rw=randread
+/// --norandommap`), 0.15 µs each.
+pub const NULL_IO_MS: f64 = 0.15e-3;
 
 /// Random maps (fio's per-block "done" bitmap, here a permutation of 4-byte block numbers)
 /// up to this many blocks per stream (4 MiB); larger regions draw with replacement, as
@@ -73,6 +81,25 @@ struct Stream {
     in_flight: u64,
     /// `rw=randread:N`: sequential I/Os left before the next random offset.
     run_left: u64,
+    /// The generator's seed (the verify phase replays the writes' offsets from it).
+    seed: u64,
+    /// I/Os issued (`number_ios`).
+    ios: u64,
+    /// The random map's room was taken from the run's budget (once, not again on replay).
+    map_charged: bool,
+    /// `random_distribution`'s generator, made on the first random offset.
+    sampler: Option<Sampler>,
+    /// `rate_process=poisson`: the last I/O's due time per direction, ms.
+    poisson_due: [f64; 2],
+    /// `flow`: I/Os this clone issued; waiting for its share (since when, ms).
+    flow_count: u64,
+    flow_parked: Option<f64>,
+    verify: Verify,
+    verify_calls: Vec<Request>,
+    /// Stopped by another job's `exitall`: requests handed out are dropped at issue.
+    stopped: bool,
+    /// The latest time of a request handed out, ms (later than now: not issued yet).
+    last_at: f64,
 }
 
 /// A `posix_fadvise(fd, 0, 0, a)` on file `id`.
@@ -113,6 +140,9 @@ pub struct FioSource {
     gap: f64,
     /// Blocks of random maps still allowed ([`MAX_RANDOM_MAPS`]).
     map_budget: u64,
+    /// fio's flow groups by `flow_id`, and how many clones wait for their share.
+    flows: HashMap<u32, FlowGroup>,
+    parked: usize,
 }
 
 impl FioSource {
@@ -149,7 +179,24 @@ impl FioSource {
         let mut next_lba = first_lba;
         let mut streams = Vec::new();
         let mut initial = Vec::new();
-        for (ji, job) in jf.jobs.iter().enumerate() {
+        let mut jobs = jf.jobs.clone();
+        for j in &mut jobs {
+            if j.whole_device {
+                // fio takes a block device's size: here the simulated device's.
+                let b = capacity.saturating_sub(first_lba) * SECTOR;
+                j.size = Some(b);
+                j.io_bytes.get_or_insert(b);
+                if b < j.bs[0].1.max(j.bs[1].1) {
+                    bail!(
+                        "line {}: job '{}': the device is smaller than a block",
+                        j.line,
+                        j.name
+                    );
+                }
+            }
+        }
+        let mut flows: HashMap<u32, FlowGroup> = HashMap::new();
+        for (ji, job) in jobs.iter().enumerate() {
             let fb = job.file_bytes();
             for clone in 0..job.numjobs {
                 let mut ids = Vec::new();
@@ -168,8 +215,13 @@ impl FioSource {
                         continue;
                     }
                     let id = files.len() as u32;
-                    // Files start on 1 MiB boundaries, as an empty ext4 lays out large files.
-                    let sectors = fb.div_ceil(1 << 20) * ((1 << 20) / SECTOR);
+                    // Files start on 1 MiB boundaries, as an empty ext4 lays out large files;
+                    // a whole device is its sectors.
+                    let sectors = if job.whole_device {
+                        fb / SECTOR
+                    } else {
+                        fb.div_ceil(1 << 20) * ((1 << 20) / SECTOR)
+                    };
                     if next_lba + sectors > capacity {
                         bail!(
                             "the job file's files ({} MiB so far) do not fit the device ({} MiB)",
@@ -212,9 +264,29 @@ impl FioSource {
                     start: 0.0,
                     in_flight: 0,
                     run_left: 0,
+                    seed,
+                    ios: 0,
+                    map_charged: false,
+                    sampler: None,
+                    poisson_due: [0.0; 2],
+                    flow_count: 0,
+                    flow_parked: None,
+                    verify: Verify::Off,
+                    verify_calls: Vec::new(),
+                    stopped: false,
+                    last_at: 0.0,
                 });
+                if job.extra.flow > 0 {
+                    flows.entry(job.extra.flow_id).or_default().weight += u64::from(job.extra.flow);
+                }
                 let mut prelude = Vec::new();
-                for &id in &streams_files_dedup(&ids) {
+                // (fio's null engine opens no file: no cache drop, no advice)
+                let ids_used = if job.ioengine == IoEngine::Null {
+                    Vec::new()
+                } else {
+                    streams_files_dedup(&ids)
+                };
+                for &id in &ids_used {
                     let advise = |a: Advice| advise_request(&files[id as usize], id, a);
                     if job.invalidate {
                         prelude.push(advise(Advice::DontNeed));
@@ -232,11 +304,11 @@ impl FioSource {
                 initial.push((sid, job.effective_depth() + np));
             }
         }
-        let waits_on = waits_on(&jf.jobs);
+        let waits_on = waits_on(&jobs);
         let mut src = FioSource {
-            jobs: jf.jobs.clone(),
-            clones_left: jf.jobs.iter().map(|j| j.numjobs).collect(),
-            started: vec![false; jf.jobs.len()],
+            clones_left: jobs.iter().map(|j| j.numjobs).collect(),
+            started: vec![false; jobs.len()],
+            jobs,
             waits_on,
             files,
             streams,
@@ -245,6 +317,8 @@ impl FioSource {
             start: 0.0,
             gap: 0.0,
             map_budget: MAX_RANDOM_MAPS,
+            flows,
+            parked: 0,
         };
         src.start_ready_jobs(0.0);
         Ok(src)
@@ -278,11 +352,131 @@ impl FioSource {
             return;
         }
         s.in_flight = u64::MAX; // ended: counted once
+        if s.flow_parked.take().is_some() {
+            self.parked -= 1;
+        }
         let j = s.job;
         self.clones_left[j] -= 1;
+        let x = self.jobs[j].extra.clone();
+        if x.flow > 0 {
+            // fio's flow_exit_job: the group's weight without this clone.
+            let id = x.flow_id;
+            if let Some(g) = self.flows.get_mut(&id) {
+                g.weight = g.weight.saturating_sub(u64::from(x.flow));
+            }
+            self.release_parked(id, now);
+        }
+        if x.exitall {
+            self.stop_jobs(j, x.exit_what, now);
+        }
         if self.clones_left[j] == 0 {
             self.start_ready_jobs(now);
         }
+    }
+
+    /// fio's `exitall` when a clone of job `j` ends: the jobs of its reporting group, every
+    /// job started (`stonewall`) or every job (`all`) issue no more.
+    fn stop_jobs(&mut self, j: usize, what: ExitWhat, now: f64) {
+        let group = self.jobs[j].group;
+        // The targets first: ending them may start the jobs after them, which stay.
+        let hit: Vec<bool> = (0..self.jobs.len())
+            .map(|k| match what {
+                ExitWhat::Group => self.jobs[k].group == group && self.started[k],
+                ExitWhat::Stonewall => self.started[k],
+                ExitWhat::All => true,
+            })
+            .collect();
+        for sid in 0..self.streams.len() {
+            let t = &mut self.streams[sid];
+            if !hit[t.job] || t.stopped {
+                continue;
+            }
+            t.stopped = true;
+            t.done = true;
+            t.prelude.clear();
+            t.verify_calls.clear();
+            // A clone whose requests all wait for a later time (its rate) ends now, as fio's
+            // does; those requests are dropped when due ([`Source::still_wanted`]).
+            if self.started[t.job] && (t.in_flight == 0 || t.last_at > now) {
+                t.in_flight = 0;
+                self.clone_may_end(sid as u32, now);
+            }
+        }
+    }
+
+    /// Lets the clones of flow group `id` that waited for their share go on, if it is theirs
+    /// now: after their `flow_sleep` steps (fio sleeps, then checks again), with as many
+    /// requests as they have free slots.
+    fn release_parked(&mut self, id: u32, now: f64) {
+        if self.parked == 0 {
+            return;
+        }
+        let Some(g) = self.flows.get(&id) else {
+            return;
+        };
+        for sid in 0..self.streams.len() {
+            let s = &mut self.streams[sid];
+            let x = &self.jobs[s.job].extra;
+            let Some(since) = s.flow_parked else {
+                continue;
+            };
+            if x.flow_id != id || g.exceeded(s.flow_count, x.flow) {
+                continue;
+            }
+            s.flow_parked = None;
+            self.parked -= 1;
+            let at = if x.flow_sleep_us > 0.0 {
+                let step = x.flow_sleep_us / 1000.0;
+                since + ((now - since) / step).ceil().max(1.0) * step
+            } else {
+                now
+            };
+            let free = self.jobs[s.job]
+                .effective_depth()
+                .saturating_sub(s.in_flight);
+            if free > 0 {
+                self.initial.push_back((sid as u32, free, at));
+            }
+        }
+    }
+
+    /// Verify's steps once the writes are issued: wait for the last to complete, then the
+    /// `fsync` and cache drop calls one at a time, then the read-back (the clone's replay).
+    fn verify_step(&mut self, sid: u32, now: f64) -> Option<Pending> {
+        let s = self.streams.get_mut(sid as usize)?;
+        if s.in_flight > 0 {
+            return None;
+        }
+        if s.verify == Verify::Pending {
+            let files: Vec<(u32, u64)> = streams_files_dedup(&s.files)
+                .into_iter()
+                .map(|id| (id, self.files[id as usize].lba))
+                .collect();
+            s.verify_calls = verify_calls(&files);
+            s.verify = Verify::Calls(0);
+        }
+        if let Verify::Calls(i) = s.verify {
+            if let Some(req) = s.verify_calls.get(i).cloned() {
+                s.verify = Verify::Calls(i + 1);
+                return Some(Pending {
+                    when: When::Stream {
+                        stream: sid,
+                        at: now,
+                    },
+                    req,
+                });
+            }
+            let job = &self.jobs[s.job];
+            s.verify = Verify::Reading;
+            s.verify_calls = Vec::new();
+            s.replay(job.io_bytes.unwrap_or(0));
+            let depth = job.effective_depth();
+            if depth > 1 {
+                self.initial.push_back((sid, depth - 1, now));
+            }
+            return self.make(sid, now, true);
+        }
+        None
     }
 
     /// The job a file belongs to (its first user).
@@ -306,12 +500,37 @@ impl FioSource {
         if s.done {
             return None;
         }
+        if matches!(s.verify, Verify::Pending | Verify::Calls(_)) {
+            return self.verify_step(sid, now);
+        }
         let job = &self.jobs[s.job];
         let total = job.io_bytes.unwrap_or(0);
-        if !job.time_based && s.issued_bytes >= total.saturating_mul(job.loops) {
+        let issued_all = !job.time_based && s.issued_bytes >= total.saturating_mul(job.loops);
+        if issued_all || job.extra.number_ios.is_some_and(|n| s.ios >= n) {
+            if issued_all && s.verify == Verify::Off && job.extra.verify && job.extra.do_verify {
+                s.verify = Verify::Pending;
+                return self.verify_step(sid, now);
+            }
             s.done = true;
             return None;
         }
+        if job.extra.flow > 0 {
+            let x = &job.extra;
+            let g = self.flows.entry(x.flow_id).or_default();
+            if g.exceeded(s.flow_count, x.flow) {
+                if s.flow_parked.is_none() {
+                    s.flow_parked = Some(now);
+                    self.parked += 1;
+                }
+                return None;
+            }
+            g.issued += 1;
+            s.flow_count += 1;
+            let id = x.flow_id;
+            self.release_parked(id, now);
+        }
+        let s = &mut self.streams[sid as usize];
+        let job = &self.jobs[s.job];
         if total > 0 && s.issued_bytes >= s.pass_end {
             s.start_pass(total, job.invalidate, &self.files);
             if !s.prelude.is_empty() {
@@ -320,7 +539,10 @@ impl FioSource {
         }
         let share = job.rw.read_share(job.rwmixread);
         let read = share >= 1.0 || (share > 0.0 && s.rng.random::<f64>() < share);
+        // The read-back reads the writes' blocks: their sizes, drawn as they were.
         let slot = usize::from(!read);
+        let read = read || s.verify == Verify::Reading;
+        s.ios += 1;
         let (lo, hi) = job.bs[slot];
         let split = &job.bssplit[slot];
         let weights: u64 = split.iter().map(|b| u64::from(b.1)).sum();
@@ -357,12 +579,24 @@ impl FioSource {
         let fid = s.files[fi];
         s.issued_bytes += bs;
         // When: after the think time, and no earlier than the rate allows.
+        let null = job.ioengine == IoEngine::Null;
+        let gap = if null {
+            self.gap.max(NULL_IO_MS)
+        } else {
+            self.gap
+        };
         let mut at = if first {
             now
         } else {
-            now + self.gap + job.thinktime_us / 1000.0
+            now + gap + job.thinktime_us / 1000.0
         };
-        if let Some(iops) = job.rate_iops[slot] {
+        if let (Some(iops), true) = (job.rate_iops[slot], job.extra.poisson) {
+            // fio's rate_process=poisson: exponential gaps from the clone's start.
+            let base = s.poisson_due[slot].max(s.start);
+            let due = base + super::extra::poisson_gap_ms(&mut s.rng, iops);
+            s.poisson_due[slot] = due;
+            at = at.max(due);
+        } else if let Some(iops) = job.rate_iops[slot] {
             // One I/O every 1/iops s from the clone's start (bytes counted as I/Os here).
             let due = s.start + s.rate_bytes[slot] as f64 / iops as f64 * 1000.0;
             at = at.max(due);
@@ -388,7 +622,11 @@ impl FioSource {
                 lba: f.lba + offset / SECTOR,
                 sectors: (bs.div_ceil(SECTOR)) as u32,
                 op: if read { Op::Read } else { Op::Write },
-                flags: job.flags(read),
+                flags: if null {
+                    job.flags(read).with(Flags::NO_IO)
+                } else {
+                    job.flags(read)
+                },
                 file: Some(FileRef { file: fid, offset }),
             },
         })
@@ -396,6 +634,22 @@ impl FioSource {
 }
 
 impl Stream {
+    /// Back to the clone's first request, with the same generator: fio's verify reads the
+    /// blocks in the order they were written (its verify list, with a random map).
+    fn replay(&mut self, total: u64) {
+        self.rng = ChaCha8Rng::seed_from_u64(self.seed);
+        self.pos = 0;
+        self.file_i = 0;
+        self.perm.clear();
+        self.perm_i = 0;
+        self.issued_bytes = 0;
+        self.pass_end = total;
+        self.run_left = 0;
+        self.ios = 0;
+        self.rate_bytes = [0, 0];
+        self.poisson_due = [0.0; 2];
+    }
+
     /// A time_based job goes over its `io_size` again and again; each pass starts from the
     /// first block with a new random map and, with `invalidate`, drops the files' cached
     /// pages first (fio 3.33, checked: a 32 MiB file read for 1 s with invalidate=1 came
@@ -482,21 +736,38 @@ impl Stream {
         // block size): with one size per direction, or a range, a unit of this request's
         // size gave a map that the next request's larger size overran past the file's end
         // (found by the fuzzer: `bs=,3k`, reads of 4 KiB at 3 KiB blocks).
-        let unit = match share {
-            x if x >= 1.0 => job.bs[0].0,
-            x if x <= 0.0 => job.bs[1].0,
-            _ => job.bs[0].0.min(job.bs[1].0),
-        }
-        .max(1);
+        let unit = job
+            .extra
+            .blockalign
+            .unwrap_or(match share {
+                x if x >= 1.0 => job.bs[0].0,
+                x if x <= 0.0 => job.bs[1].0,
+                _ => job.bs[0].0.min(job.bs[1].0),
+            })
+            .max(1);
         let blocks = (region / unit).max(1);
+        let dist = &job.extra.distribution;
+        if *dist != super::extra::Distribution::Random {
+            // (with norandommap, checked by the reader: drawn with replacement)
+            let d = super::extra::with_unit(dist, unit);
+            if self.sampler.as_ref().is_none_or(|s| s.blocks() != blocks) {
+                self.sampler = Some(Sampler::new(&d, blocks));
+            }
+            let drawn = self
+                .sampler
+                .as_ref()
+                .map_or(0, |sm| sm.next(&d, &mut self.rng));
+            return (fi, (drawn * unit).min((region - bs) / unit * unit));
+        }
         let mut mapped =
             !(job.norandommap || blocks > MAX_RANDOM_MAP || self.files.len() > 1 || self.no_map);
-        if mapped && self.perm.is_empty() {
+        if mapped && self.perm.is_empty() && !self.map_charged {
             // The stream's first pass: its map's room comes out of the run's budget.
             if blocks > *map_budget {
                 (self.no_map, mapped) = (true, false);
             } else {
                 *map_budget -= blocks;
+                self.map_charged = true;
             }
         }
         let drawn = if !mapped {
@@ -546,7 +817,9 @@ impl Source for FioSource {
             }
             self.initial[0].1 -= 1;
             if let Some(p) = self.make(sid, at, true) {
-                self.streams[sid as usize].in_flight += 1;
+                let s = &mut self.streams[sid as usize];
+                s.in_flight += 1;
+                s.last_at = stream_at(&p);
                 return Ok(Some(p));
             }
             self.initial.pop_front();
@@ -567,7 +840,9 @@ impl Source for FioSource {
         }
         match self.make(stream, now, false) {
             Some(p) => {
-                self.streams[stream as usize].in_flight += 1;
+                let s = &mut self.streams[stream as usize];
+                s.in_flight += 1;
+                s.last_at = stream_at(&p);
                 Ok(Some(p))
             }
             None => {
@@ -575,6 +850,19 @@ impl Source for FioSource {
                 Ok(None)
             }
         }
+    }
+    fn still_wanted(&mut self, stream: u32, now: f64) -> bool {
+        let Some(s) = self.streams.get_mut(stream as usize) else {
+            return true;
+        };
+        if !s.stopped {
+            return true;
+        }
+        if s.in_flight != u64::MAX {
+            s.in_flight = s.in_flight.saturating_sub(1);
+            self.clone_may_end(stream, now);
+        }
+        false
     }
     fn len_hint(&self) -> Option<u64> {
         let mut n = 0u64;
@@ -587,6 +875,13 @@ impl Source for FioSource {
             n = n.saturating_add(j.io_bytes.unwrap_or(0).saturating_mul(j.loops) / bs);
         }
         Some(n)
+    }
+}
+
+fn stream_at(p: &Pending) -> f64 {
+    match p.when {
+        When::Stream { at, .. } | When::At(at) => at,
+        When::AfterCompletion { .. } => 0.0,
     }
 }
 
