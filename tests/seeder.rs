@@ -706,6 +706,83 @@ fn stock_transmission_is_dialled_and_downloads() {
     drop(net);
 }
 
+/// Makes a torrent of argv[1] with python3-libtorrent's `create_torrent` (16 KiB pieces,
+/// tracker argv[3]) into argv[2]: its default, hybrid v1+v2 with BEP 47 pad files, or
+/// v2-only when argv[4] is `v2`.
+const LIBTORRENT_CREATE: &str = r#"
+import sys, os, libtorrent as lt
+src, out, tracker, mode = sys.argv[1:5]
+fs = lt.file_storage()
+lt.add_files(fs, src)
+t = lt.create_torrent(fs, 16384, flags=lt.create_torrent.v2_only if mode == 'v2' else 0)
+t.add_tracker(tracker)
+lt.set_piece_hashes(t, os.path.dirname(os.path.abspath(src)))
+open(out, 'wb').write(lt.bencode(t.generate()))
+"#;
+
+/// A hybrid torrent made by libtorrent 2.0 (its default output: pad files `.pad/N` after
+/// every file but the last) is seeded by its v1 side with no pad file on disk, and
+/// libtorrent downloads every real file byte for byte (aria2c 1.36 cannot: it computes
+/// another info hash for a hybrid torrent); a v2-only torrent is a clear error.
+#[test]
+fn libtorrent_hybrid_torrent_seeded_v2_only_refused() {
+    let _g = lock();
+    if !Client::Libtorrent.available() {
+        return;
+    }
+    let mut fx = Fixture::new("hybrid");
+    let data = fx.data_of(3 << 20);
+    let src = data.join("multi");
+    let url = fx.tracker();
+    let make = |out: &Path, mode: &str| {
+        common::run_ok(
+            Command::new("/usr/bin/python3")
+                .args(["-c", LIBTORRENT_CREATE])
+                .arg(&src)
+                .arg(out)
+                .args([url.as_str(), mode]),
+        );
+    };
+    let v2 = fx.dir.join("v2.torrent");
+    make(&v2, "v2");
+    let err = seed_fails(&[v2.to_str().unwrap(), "--data", data.to_str().unwrap()]);
+    assert!(
+        err.contains("v2-only torrents are not supported yet"),
+        "{err}"
+    );
+    let hybrid = fx.dir.join("hybrid.torrent");
+    make(&hybrid, "hybrid");
+    assert!(
+        std::fs::read(&hybrid)
+            .unwrap()
+            .windows(4)
+            .any(|w| w == b".pad"),
+        "libtorrent's default torrent has pad files"
+    );
+    fx.seed(&[hybrid.to_str().unwrap(), "--data", data.to_str().unwrap()]);
+    assert!(!data.join("multi/.pad").exists(), "no pad file on disk");
+    let dl = fx.dir.join("dl");
+    std::fs::create_dir_all(&dl).unwrap();
+    let i = fx.spawn(
+        Client::Libtorrent
+            .start(&fx, &hybrid, &dl)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    let ok = wait_complete(
+        &src,
+        &dl.join("multi"),
+        &mut fx.children[i],
+        Duration::from_secs(60),
+        false,
+    );
+    assert!(
+        ok,
+        "libtorrent did not get the hybrid torrent; seed log:\n{}",
+        fx.seed_log()
+    );
+}
+
 /// A torrent made by mktorrent (not by us) is seeded by us: aria2c downloads it.
 #[test]
 fn mktorrent_torrent_seeded() {

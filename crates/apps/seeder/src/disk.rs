@@ -60,6 +60,8 @@ pub struct DiskStats {
 
 enum Backing {
     Empty,
+    /// A BEP 47 pad file: zeros, no file on disk.
+    Zeros,
     Uring(iolab_runtime::fs::File),
     Pread(Arc<fs::File>),
     Mmap(Arc<Mmap>),
@@ -156,6 +158,10 @@ impl Storage {
                 files.push(Backing::Empty);
                 continue;
             }
+            if f.pad {
+                files.push(Backing::Zeros);
+                continue;
+            }
             let fh = fs::File::open(&f.disk_path).map_err(|e| {
                 io::Error::new(e.kind(), format!("opening {}: {e}", f.disk_path.display()))
             })?;
@@ -229,6 +235,7 @@ impl Storage {
     async fn read_file(&self, fi: usize, off: u64, len: usize) -> io::Result<Block> {
         match &self.files[fi] {
             Backing::Empty => Ok(Block::Owned(Vec::new())),
+            Backing::Zeros => Ok(Block::Owned(vec![0u8; len])),
             Backing::Uring(f) => {
                 let (r, mut buf) = f.read_at(vec![0u8; len], off).await;
                 let n = r?;
@@ -368,7 +375,7 @@ fn advise_random(fh: &fs::File) -> io::Result<()> {
 pub fn drop_cache(meta: &Meta) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     for f in &meta.files {
-        if f.length == 0 {
+        if f.length == 0 || f.pad {
             continue;
         }
         let fh = fs::File::open(&f.disk_path)?;

@@ -30,6 +30,8 @@ pub struct FileEntry {
     pub length: u64,
     /// Offset of the file's first byte in the concatenation of all files.
     pub offset: u64,
+    /// A BEP 47 pad file (`attr` holds `p`, or under `.pad/`): zeros, never on disk.
+    pub pad: bool,
 }
 
 /// A loaded or created torrent.
@@ -120,6 +122,7 @@ impl Meta {
         if bytes.is_empty() {
             bail!("the file is empty");
         }
+        reject_v2_only(bytes)?;
         let t = Torrent::read_from_bytes(bytes).map_err(|e| {
             anyhow::anyhow!("malformed bencode or metainfo ({e}); a truncated download?")
         })?;
@@ -166,6 +169,7 @@ impl Meta {
                         disk_path: data.join(&t.name).join(&f.path),
                         length: f.length as u64,
                         offset,
+                        pad: is_pad(f),
                     });
                     offset = offset
                         .checked_add(f.length as u64)
@@ -181,6 +185,7 @@ impl Meta {
                     disk_path: data.join(&t.name),
                     length: t.length as u64,
                     offset: 0,
+                    pad: false,
                 });
                 offset = t.length as u64;
             }
@@ -284,6 +289,7 @@ impl Meta {
                 disk_path: dp.clone(),
                 length: *len,
                 offset,
+                pad: false,
             });
             offset += len;
         }
@@ -389,7 +395,7 @@ impl Meta {
 
     /// Checks that every file is there with its size and every piece matches its hash.
     pub fn verify(&self, progress: bool) -> anyhow::Result<()> {
-        for f in &self.files {
+        for f in self.files.iter().filter(|f| !f.pad) {
             let md = fs::metadata(&f.disk_path)
                 .with_context(|| format!("data file {} is missing", f.disk_path.display()))?;
             if md.len() != f.length {
@@ -431,6 +437,42 @@ impl Meta {
     pub fn info_hash_hex(&self) -> String {
         self.info_hash.iter().map(|b| format!("{b:02x}")).collect()
     }
+}
+
+/// BEP 47: a file whose `attr` holds `p` is padding; so is one under `.pad/` (the older
+/// convention, which libtorrent's hybrid torrents also follow).
+fn is_pad(f: &LtFile) -> bool {
+    let attr = f.extra_fields.as_ref().and_then(|x| x.get("attr"));
+    let by_attr = match attr {
+        Some(lava_torrent::bencode::BencodeElem::String(a)) => a.contains('p'),
+        Some(lava_torrent::bencode::BencodeElem::Bytes(a)) => a.contains(&b'p'),
+        _ => false,
+    };
+    by_attr
+        || f.path
+            .components()
+            .next()
+            .is_some_and(|c| c.as_os_str() == ".pad")
+}
+
+/// A v2-only torrent (BEP 52: `meta version` 2, a `file tree`, no v1 `pieces`) is a clear
+/// error; a hybrid one (both) is seeded by its v1 side.
+fn reject_v2_only(torrent: &[u8]) -> anyhow::Result<()> {
+    use lava_torrent::bencode::BencodeElem;
+    let Some(info) = crate::metadata::raw_info(torrent) else {
+        return Ok(()); // the full parse says what is wrong
+    };
+    let Ok(elems) = BencodeElem::from_bytes(info) else {
+        return Ok(());
+    };
+    if let Some(BencodeElem::Dictionary(d)) = elems.first() {
+        let v2 = matches!(d.get("meta version"), Some(BencodeElem::Integer(2)))
+            || d.contains_key("file tree");
+        if v2 && !d.contains_key("pieces") {
+            bail!("v2-only torrents are not supported yet (BEP 52); a hybrid v1+v2 torrent is");
+        }
+    }
+    Ok(())
 }
 
 fn file_name(p: &Path) -> anyhow::Result<String> {
@@ -494,6 +536,23 @@ fn hash_pieces(
     let mut buf = vec![0u8; 1 << 20];
     for f in files {
         if f.length == 0 {
+            continue;
+        }
+        if f.pad {
+            // BEP 47: a pad file's bytes are zeros.
+            let mut left = f.length;
+            buf.fill(0);
+            while left > 0 {
+                let n = (piece_length - in_piece).min(left).min(buf.len() as u64) as usize;
+                hasher.update(&buf[..n]);
+                in_piece += n as u64;
+                left -= n as u64;
+                bar.inc(n as u64);
+                if in_piece == piece_length {
+                    pieces.push(hasher.finalize_reset().into());
+                    in_piece = 0;
+                }
+            }
             continue;
         }
         let mut fh = fs::File::open(&f.disk_path)
