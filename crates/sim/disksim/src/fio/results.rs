@@ -84,8 +84,13 @@ impl JobStats {
         }
         let d = usize::from(c.req.op != Op::Read);
         let ms = c.response().max(0.0);
-        // (saturating: a latency past u64 ns, 584 years, is the histogram's top)
-        self.lat[j][d].saturating_record((ms * 1e6).round() as u64);
+        let ns = (ms * 1e6).round() as u64;
+        let h = &mut self.lat[j][d];
+        // `record` grows the histogram to the value (`saturating_record` would clamp it to
+        // the range so far: every latency was 0); past what it can grow to, the top.
+        if h.record(ns).is_err() {
+            h.saturating_record(ns);
+        }
         self.sum_ms[j][d] += ms;
         self.ios[j][d] += 1;
         self.bytes[j][d] += c.req.bytes();
