@@ -9,6 +9,11 @@
 //! of the nonce, `n` and the command (16 hex digits). A line on another connection, with an
 //! old counter or another key is refused and counted ([`Refusal`]).
 //!
+//! DP's answers (`OK ...`, `ERR ...`) are signed the same way in the other direction
+//! ([`Side::Answers`]: the MAC also covers the side, so a command cannot be reflected as an
+//! answer), with their own counter: the FE refuses a forged or replayed answer and counts
+//! it ([`refused_answers`]). The payload bytes a `FETCH` answer announces are not covered.
+//!
 //! The key: 16 random bytes per run, held by the BE (DP) and the FE only, in a file of mode
 //! 0600 written by the BE when it starts ([`ControlKey::create_file`]) and read by the FE
 //! ([`ControlKey::read_file`]); never on a command line.
@@ -110,11 +115,51 @@ impl ControlKey {
 
     /// The MAC of `command`, line `n` of the connection greeted with `nonce`.
     pub fn mac(&self, nonce: u64, n: u64, command: &str) -> u64 {
+        self.mac_on(Side::Commands, nonce, n, command)
+    }
+
+    /// The MAC of line `n` on `side` of the connection greeted with `nonce`.
+    pub fn mac_on(&self, side: Side, nonce: u64, n: u64, text: &str) -> u64 {
         let mut h = SipHasher24::new_with_key(&self.0);
+        if side == Side::Answers {
+            h.write(b"answer\0");
+        }
         h.write(&nonce.to_le_bytes());
         h.write(&n.to_le_bytes());
-        h.write(command.as_bytes());
+        h.write(text.as_bytes());
         h.finish()
+    }
+}
+
+/// Which way a signed line goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// The FE's commands to DP.
+    Commands,
+    /// DP's answers to the FE.
+    Answers,
+}
+
+/// DP answers this process's FE tiers refused (forged, replayed or unsigned).
+static REFUSED_ANSWERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many DP answers the FE tiers of this process refused.
+pub fn refused_answers() -> u64 {
+    REFUSED_ANSWERS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The text of DP's answer `line` (CRLF removed) once `answers` has checked it; a refused
+/// one is counted and an error naming why.
+pub fn check_answer(answers: &mut Verifier, line: &str) -> io::Result<String> {
+    match answers.check(line) {
+        Ok(text) => Ok(text.to_string()),
+        Err(why) => {
+            REFUSED_ANSWERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("DP's answer refused ({}): `{line}`", why.name()),
+            ))
+        }
     }
 }
 
@@ -136,14 +181,26 @@ pub fn parse_greeting(line: &str) -> Option<u64> {
 pub struct Signer {
     key: ControlKey,
     nonce: u64,
+    side: Side,
     next: Cell<u64>,
 }
 
 impl Signer {
+    /// The FE's signer of its commands.
     pub fn new(key: ControlKey, nonce: u64) -> Signer {
+        Signer::on(Side::Commands, key, nonce)
+    }
+
+    /// DP's signer of its answers.
+    pub fn answers(key: ControlKey, nonce: u64) -> Signer {
+        Signer::on(Side::Answers, key, nonce)
+    }
+
+    fn on(side: Side, key: ControlKey, nonce: u64) -> Signer {
         Signer {
             key,
             nonce,
+            side,
             next: Cell::new(1),
         }
     }
@@ -154,24 +211,37 @@ impl Signer {
         self.next.set(n + 1);
         format!(
             "{n} {:016x} {command}\r\n",
-            self.key.mac(self.nonce, n, command)
+            self.key.mac_on(self.side, self.nonce, n, command)
         )
     }
 }
 
-/// DP's end: checks each line's counter and MAC.
+/// The receiving end: checks each line's counter and MAC (DP: the commands; the FE: the
+/// answers).
 #[derive(Debug)]
 pub struct Verifier {
     key: ControlKey,
     nonce: u64,
+    side: Side,
     last: u64,
 }
 
 impl Verifier {
+    /// DP's verifier of the FE's commands.
     pub fn new(key: ControlKey, nonce: u64) -> Verifier {
+        Verifier::on(Side::Commands, key, nonce)
+    }
+
+    /// The FE's verifier of DP's answers.
+    pub fn answers(key: ControlKey, nonce: u64) -> Verifier {
+        Verifier::on(Side::Answers, key, nonce)
+    }
+
+    fn on(side: Side, key: ControlKey, nonce: u64) -> Verifier {
         Verifier {
             key,
             nonce,
+            side,
             last: 0,
         }
     }
@@ -187,7 +257,7 @@ impl Verifier {
             .then(|| u64::from_str_radix(mac, 16).ok())
             .flatten()
             .ok_or(Refusal::Unauthenticated)?;
-        if mac != self.key.mac(self.nonce, n, command) {
+        if mac != self.key.mac_on(self.side, self.nonce, n, command) {
             return Err(Refusal::Unauthenticated);
         }
         if n <= self.last {

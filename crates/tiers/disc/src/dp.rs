@@ -168,6 +168,8 @@ async fn control(
     let mut conn = Conn::new(stream);
     let nonce = u64::from_ne_bytes(crate::control::random_bytes()?);
     write_all(&conn.stream, crate::control::greeting(nonce).into_bytes()).await?;
+    // DP's answers are signed as the FE's commands are, in the other direction.
+    let answers = Rc::new(crate::control::Signer::answers(key.clone(), nonce));
     let mut verifier = Verifier::new(key, nonce);
     // The payload of the last CHECK, held for the SEND that follows it.
     let mut prepared: Option<(u64, Payload)> = None;
@@ -189,6 +191,7 @@ async fn control(
         wscale: 0,
         started: 0,
         control: conn.stream.as_raw_fd(),
+        answers: answers.clone(),
         id: NEXT_SENDER.with(|n| {
             n.set(n.get() + 1);
             n.get()
@@ -209,22 +212,22 @@ async fn control(
             Err(why) => {
                 tracing::warn!("dp: control line refused ({})", why.name());
                 store.refuse(why);
-                return refuse(&conn, why).await;
+                return refuse(&conn, &answers, why).await;
             }
         };
         match command {
             Command::Check(id) => {
                 let body = match store.take(id) {
                     Ok(b) => b,
-                    Err(why) => return refuse(&conn, why).await,
+                    Err(why) => return refuse(&conn, &answers, why).await,
                 };
                 // `tap`: the FE may clone the client's ACKs to this DP.
                 let line = match tap {
-                    true => format!("OK {} tap\r\n", body.len()),
-                    false => format!("OK {}\r\n", body.len()),
+                    true => format!("OK {} tap", body.len()),
+                    false => format!("OK {}", body.len()),
                 };
                 prepared = Some((id, body));
-                write_all(&conn.stream, line.into_bytes()).await?;
+                write_all(&conn.stream, answers.line(&line).into_bytes()).await?;
             }
             Command::Hello(hello) => {
                 let mut repair = false;
@@ -236,12 +239,12 @@ async fn control(
                         sender.borrow_mut().fe_end = h.fe_end;
                     }
                 }
-                let line: &[u8] = match (tap, repair) {
-                    (true, true) => b"OK tap repair\r\n",
-                    (true, false) => b"OK tap\r\n",
-                    _ => b"OK\r\n",
+                let line = match (tap, repair) {
+                    (true, true) => "OK tap repair",
+                    (true, false) => "OK tap",
+                    _ => "OK",
                 };
-                write_all(&conn.stream, line.to_vec()).await?;
+                write_all(&conn.stream, answers.line(line).into_bytes()).await?;
             }
             Command::Send(f) => {
                 // No answer: the FE has written the head and goes on at once. A SEND that
@@ -254,7 +257,7 @@ async fn control(
                 if let Err(why) = allowed {
                     tracing::warn!("dp: SEND `{text}` refused ({})", why.name());
                     store.refuse(why);
-                    return refuse(&conn, why).await;
+                    return refuse(&conn, &answers, why).await;
                 }
                 let body = match prepared.take() {
                     Some((p, body)) if p == f.id => Ok(body),
@@ -262,12 +265,12 @@ async fn control(
                 };
                 let body = match body {
                     Ok(_) if store.fault() == Fault::RefuseSends => {
-                        return refuse(&conn, Refusal::UnknownPayload).await
+                        return refuse(&conn, &answers, Refusal::UnknownPayload).await
                     }
                     Ok(b) => b,
                     Err(why) => {
                         tracing::warn!("dp: SEND of payload {}: {}", f.id, why.name());
-                        return refuse(&conn, why).await;
+                        return refuse(&conn, &answers, why).await;
                     }
                 };
                 if store.fault() == Fault::HoldSends {
@@ -283,7 +286,7 @@ async fn control(
                 );
                 if let Err(e) = started {
                     tracing::warn!("dp: cannot send to {}: {e}", f.flow.client);
-                    write_all(&conn.stream, b"ERR cannot send\r\n".to_vec()).await?;
+                    write_all(&conn.stream, answers.line("ERR cannot send").into_bytes()).await?;
                     return Ok(());
                 }
                 store.count_start(false);
@@ -294,10 +297,11 @@ async fn control(
             }
             Command::Fetch(id) => match store.take(id) {
                 Ok(body) => {
-                    write_all(&conn.stream, format!("OK {}\r\n", body.len()).into_bytes()).await?;
+                    let ok = answers.line(&format!("OK {}", body.len()));
+                    write_all(&conn.stream, ok.into_bytes()).await?;
                     relay_payload(&conn.stream, body).await?;
                 }
-                Err(why) => return refuse(&conn, why).await,
+                Err(why) => return refuse(&conn, &answers, why).await,
             },
         }
     }
@@ -323,8 +327,9 @@ async fn relay_payload(stream: &TcpStream, body: Payload) -> io::Result<()> {
 }
 
 /// Answers a refused line and ends the control connection (the refusal is counted).
-async fn refuse(conn: &Conn, why: Refusal) -> io::Result<()> {
-    write_all(&conn.stream, format!("ERR {}\r\n", why.name()).into_bytes()).await
+async fn refuse(conn: &Conn, answers: &crate::control::Signer, why: Refusal) -> io::Result<()> {
+    let line = answers.line(&format!("ERR {}", why.name()));
+    write_all(&conn.stream, line.into_bytes()).await
 }
 
 /// How far past the end of the last payload sent on a connection the next may start (its
@@ -469,6 +474,8 @@ pub struct Sender {
     /// The control connection's descriptor (open while the sender lives: both belong to
     /// the control connection's task), to refuse a start signal from the tap.
     control: std::os::fd::RawFd,
+    /// Signs DP's answers on that connection.
+    answers: Rc<crate::control::Signer>,
     /// Tells this sender's entries in `flows` from others'.
     id: u64,
 }
@@ -647,7 +654,7 @@ impl Sender {
     fn refuse_now(&self, why: &str) {
         // The control connection's descriptor is open while this sender lives (see
         // `control`).
-        crate::http1::send_now(self.control, &format!("ERR {why}\r\n"));
+        crate::http1::send_now(self.control, &self.answers.line(&format!("ERR {why}")));
         // SAFETY: shutdown(2) on that descriptor.
         unsafe { libc::shutdown(self.control, libc::SHUT_RDWR) };
     }
@@ -911,14 +918,19 @@ impl Sender {
 /// The FE side: asks DP at the other end of `conn` (lines signed by `signer`) for payload
 /// `id`; Ok(size) once DP has answered OK (the payload's bytes follow on `conn`), Err
 /// before any payload byte.
-pub async fn fetch(conn: &mut Conn, signer: &crate::control::Signer, id: u64) -> io::Result<u64> {
+pub async fn fetch(
+    conn: &mut Conn,
+    (signer, answers): (&crate::control::Signer, &mut Verifier),
+    id: u64,
+) -> io::Result<u64> {
     write_all(
         &conn.stream,
         signer.line(&format!("FETCH {id}")).into_bytes(),
     )
     .await?;
     let line = conn.read_line(MAX_LINE).await?;
-    let text = String::from_utf8_lossy(&line[..line.len() - 2]).into_owned();
+    let line = String::from_utf8_lossy(&line[..line.len() - 2]).into_owned();
+    let text = crate::control::check_answer(answers, &line)?;
     match text.strip_prefix("OK ").and_then(|n| n.parse::<u64>().ok()) {
         Some(n) => Ok(n),
         None => Err(io::Error::other(format!("DP answered `{text}`"))),
@@ -926,17 +938,20 @@ pub async fn fetch(conn: &mut Conn, signer: &crate::control::Signer, id: u64) ->
 }
 
 /// The FE side of a new control connection: DP's greeting read (within `deadline`), the
-/// signer of the lines to send on it under `key`.
+/// signer of the lines to send on it under `key` and the verifier of DP's answers.
 pub async fn greeted(
     conn: &mut Conn,
     key: &ControlKey,
     deadline: Duration,
-) -> io::Result<crate::control::Signer> {
+) -> io::Result<(crate::control::Signer, Verifier)> {
     let line = iolab_runtime::timeout(deadline, conn.read_line(MAX_LINE))
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "DP did not greet"))??;
     let text = String::from_utf8_lossy(&line[..line.len() - 2]).into_owned();
     let nonce = crate::control::parse_greeting(&text)
         .ok_or_else(|| io::Error::other(format!("DP greeted `{text}`")))?;
-    Ok(crate::control::Signer::new(key.clone(), nonce))
+    Ok((
+        crate::control::Signer::new(key.clone(), nonce),
+        Verifier::answers(key.clone(), nonce),
+    ))
 }

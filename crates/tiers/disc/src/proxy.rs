@@ -666,6 +666,8 @@ struct DpConn {
     kind: Option<DpKind>,
     /// Signs the lines sent on it.
     signer: Rc<crate::control::Signer>,
+    /// Checks DP's answers on it.
+    answers: crate::control::Verifier,
     /// Direct mode: a second descriptor of the connection, for the watchdog, which must see
     /// that DP refused a payload (written why and closed) without owning the connection.
     watch: Option<DpWatch>,
@@ -690,12 +692,13 @@ async fn dp_conn<'a>(
         let s = TcpStream::connect(at).await?;
         let _ = s.set_nodelay(true);
         let mut conn = Conn::new(s);
-        let signer = crate::dp::greeted(&mut conn, key, DP_GREETING).await?;
+        let (signer, answers) = crate::dp::greeted(&mut conn, key, DP_GREETING).await?;
         *dp = Some(DpConn {
             at,
             conn,
             kind: None,
             signer: Rc::new(signer),
+            answers,
             watch: None,
         });
     }
@@ -719,11 +722,12 @@ fn dp_refused(fd: &std::os::fd::OwnedFd) -> bool {
     r >= 0 || io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock
 }
 
-/// Sends `command` signed and reads DP's answer.
+/// Sends `command` signed and reads DP's answer (refused unless DP signed it).
 async fn dp_line(c: &mut DpConn, command: &str) -> io::Result<String> {
     write_all(&c.conn.stream, c.signer.line(command).into_bytes()).await?;
     let l = c.conn.read_line(crate::dp::MAX_LINE).await?;
-    Ok(String::from_utf8_lossy(&l[..l.len() - 2]).into_owned())
+    let line = String::from_utf8_lossy(&l[..l.len() - 2]).into_owned();
+    crate::control::check_answer(&mut c.answers, &line)
 }
 
 /// Direct mode, before anything of the answer is written: DP at `at` can be reached (HELLO
@@ -1129,7 +1133,7 @@ async fn fe_relay(
     key: Option<&crate::control::ControlKey>,
 ) -> io::Result<()> {
     let c = dp_conn(dp, d.last, key).await?;
-    let size = crate::dp::fetch(&mut c.conn, &c.signer, d.id).await?;
+    let size = crate::dp::fetch(&mut c.conn, (&c.signer, &mut c.answers), d.id).await?;
     if size != d.size {
         return Err(io::Error::other(format!(
             "DP holds {size} bytes, the head announced {}",

@@ -78,7 +78,9 @@ fn fetch(dp: SocketAddr, key: &ControlKey, head: &str) -> u64 {
     (&s).write_all(line.as_bytes()).unwrap();
     let mut ok = String::new();
     r.read_line(&mut ok).unwrap();
-    let size: u64 = ok.trim_end().strip_prefix("OK ").unwrap().parse().unwrap();
+    let mut answers = iolab_disc::control::Verifier::answers(key.clone(), nonce);
+    let ok = iolab_disc::control::check_answer(&mut answers, ok.trim_end()).unwrap();
+    let size: u64 = ok.strip_prefix("OK ").unwrap().parse().unwrap();
     let mut buf = vec![0u8; 64 << 10];
     let mut n = 0;
     while n < size {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use iolab_disc::control::{ControlKey, Refusal, Signer};
+use iolab_disc::control::{ControlKey, Refusal, Signer, Verifier};
 use iolab_disc::dp::{Access, SendPath, Store};
 
 mod common;
@@ -66,6 +66,7 @@ impl Dp {
             s,
             r,
             signer: nonce.map(|n| Signer::new(self.key.clone(), n)),
+            answers: nonce.map(|n| Verifier::answers(self.key.clone(), n)),
             nonce,
         }
     }
@@ -123,6 +124,8 @@ struct Client {
     s: TcpStream,
     r: BufReader<TcpStream>,
     signer: Option<Signer>,
+    /// Checks DP's answers, signed as the FE's lines are.
+    answers: Option<Verifier>,
     nonce: Option<u64>,
 }
 
@@ -133,10 +136,16 @@ impl Client {
         self.answer()
     }
 
+    /// DP's next answer, its signature checked and removed ("" when DP closed).
     fn answer(&mut self) -> String {
         let mut a = String::new();
         let _ = self.r.read_line(&mut a);
-        a.trim_end().to_string()
+        let a = a.trim_end();
+        if a.is_empty() {
+            return String::new();
+        }
+        let v = self.answers.as_mut().expect("greeted");
+        iolab_disc::control::check_answer(v, a).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// `command` signed as the FE signs it; the line sent, without CRLF.
@@ -274,4 +283,90 @@ fn a_send_outside_the_sequence_window_is_refused() {
     assert_eq!(dp.store.refused(Refusal::Window), 1);
     assert_eq!(dp.store.start_sources(), (0, 1), "the first one started");
     assert_eq!(dp.store.usage().0, 1, "the second still held");
+}
+
+/// A fake DP greeting on a std listener: answers each line it reads with the next of
+/// `answers` (made by `make(key, nonce)`).
+fn fake_dp(make: fn(&ControlKey, u64) -> Vec<String>) -> (SocketAddr, ControlKey) {
+    let key = ControlKey::random().unwrap();
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let at = l.local_addr().unwrap();
+    let k = key.clone();
+    std::thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        let nonce = 0x1234_5678_9abc_def0;
+        (&s).write_all(iolab_disc::control::greeting(nonce).as_bytes())
+            .unwrap();
+        let mut r = BufReader::new(s.try_clone().unwrap());
+        for answer in make(&k, nonce) {
+            let mut line = String::new();
+            if r.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            let _ = (&s).write_all(answer.as_bytes());
+        }
+        let mut rest = String::new();
+        let _ = r.read_line(&mut rest);
+    });
+    (at, key)
+}
+
+/// The FE's fetches of two payloads from `at`: each result.
+fn two_fetches(at: SocketAddr, key: ControlKey) -> Vec<std::io::Result<u64>> {
+    let rt = iolab_runtime::Runtime::builder()
+        .workers(1)
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let s = iolab_runtime::net::TcpStream::connect(at).await.unwrap();
+        let mut conn = iolab_disc::http1::Conn::new(s);
+        let (signer, mut answers) =
+            iolab_disc::dp::greeted(&mut conn, &key, Duration::from_secs(5))
+                .await
+                .unwrap();
+        let mut out = Vec::new();
+        for id in [11, 12] {
+            let r = iolab_disc::dp::fetch(&mut conn, (&signer, &mut answers), id).await;
+            out.push(r);
+        }
+        out
+    })
+}
+
+/// DP's answers carried no MAC: whoever could write on the control connection (or pose as
+/// DP) made the FE take any size. A forged answer and a replayed one are refused, and
+/// counted; a signed one passes.
+#[test]
+fn a_forged_or_replayed_answer_of_dp_is_refused_and_counted() {
+    let before = iolab_disc::control::refused_answers();
+    // Unsigned, then under another key.
+    let (at, key) = fake_dp(|_, nonce| {
+        let other = Signer::answers(ControlKey::from_bytes([5; 16]), nonce);
+        vec!["OK 0\r\n".into(), other.line("OK 0")]
+    });
+    let r = two_fetches(at, key);
+    assert!(
+        r[0].as_ref()
+            .is_err_and(|e| e.to_string().contains("unauthenticated")),
+        "{r:?}"
+    );
+    assert!(r[1].is_err(), "{r:?}");
+    assert_eq!(iolab_disc::control::refused_answers(), before + 2);
+    // Signed by the right key: accepted; the same line again: a replay.
+    let (at, key) = fake_dp(|k, nonce| {
+        let line = Signer::answers(k.clone(), nonce).line("OK 0");
+        vec![line.clone(), line]
+    });
+    let r = two_fetches(at, key);
+    assert_eq!(r[0].as_ref().ok(), Some(&0), "{r:?}");
+    assert!(
+        r[1].as_ref()
+            .is_err_and(|e| e.to_string().contains("replay")),
+        "{r:?}"
+    );
+    // A command of the FE reflected back as an answer: the MAC covers the side.
+    let (at, key) = fake_dp(|k, nonce| vec![Signer::new(k.clone(), nonce).line("OK 0")]);
+    let r = two_fetches(at, key);
+    assert!(r[0].is_err(), "{r:?}");
+    assert_eq!(iolab_disc::control::refused_answers(), before + 4);
 }
