@@ -1212,7 +1212,7 @@ impl MseStream {
 /// Dials `addr` with MSE for `ih`, offering `provide`, our handshake as the initial payload.
 /// `None` when the seeder closes during the exchange.
 fn mse_dial(addr: SocketAddr, ih: &[u8; 20], provide: u32) -> Option<MseStream> {
-    use iolab_seeder::mse::Initiator;
+    use iolab_seeder::mse::{Exchange as _, Initiator};
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let (mut mse, opening) = Initiator::new(*ih, provide, handshake(ih, true));

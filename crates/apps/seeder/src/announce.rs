@@ -5,8 +5,11 @@
 
 use std::future::Future;
 
-use crate::tracker::{self, AnnounceReply};
+use crate::tracker::{self, Announce, AnnounceReply};
 use crate::udp_tracker;
+
+/// Peers asked of a tracker per announce (the leechers we may dial).
+pub const ANNOUNCE_NUMWANT: usize = 50;
 
 /// The schemes we announce to.
 pub fn supported(url: &str) -> bool {
@@ -79,11 +82,22 @@ impl Tiers {
         uploaded: u64,
         event: &str,
     ) -> Result<AnnounceReply, Vec<String>> {
+        let a = Announce {
+            info_hash: *info_hash,
+            peer_id: *peer_id,
+            port,
+            left: 0,
+            uploaded,
+            event: event.to_string(),
+            compact: true,
+            numwant: ANNOUNCE_NUMWANT,
+        };
+        let a = &a;
         self.announce_with(|url| async move {
             if url.starts_with("udp://") {
-                udp_tracker::announce(&url, info_hash, peer_id, port, uploaded, 0, event).await
+                udp_tracker::announce(&url, a).await
             } else {
-                tracker::announce(&url, info_hash, peer_id, port, uploaded, 0, event).await
+                tracker::announce(&url, a).await
             }
         })
         .await

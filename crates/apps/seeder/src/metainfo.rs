@@ -538,31 +538,26 @@ fn hash_pieces(
         if f.length == 0 {
             continue;
         }
-        if f.pad {
-            // BEP 47: a pad file's bytes are zeros.
-            let mut left = f.length;
-            buf.fill(0);
-            while left > 0 {
-                let n = (piece_length - in_piece).min(left).min(buf.len() as u64) as usize;
-                hasher.update(&buf[..n]);
-                in_piece += n as u64;
-                left -= n as u64;
-                bar.inc(n as u64);
-                if in_piece == piece_length {
-                    pieces.push(hasher.finalize_reset().into());
-                    in_piece = 0;
-                }
-            }
-            continue;
-        }
-        let mut fh = fs::File::open(&f.disk_path)
-            .with_context(|| format!("opening {}", f.disk_path.display()))?;
+        // BEP 47: a pad file's bytes are zeros, with no file behind them.
+        let mut fh = match f.pad {
+            true => None,
+            false => Some(
+                fs::File::open(&f.disk_path)
+                    .with_context(|| format!("opening {}", f.disk_path.display()))?,
+            ),
+        };
         let mut left = f.length;
         while left > 0 {
             let want = (piece_length - in_piece).min(left).min(buf.len() as u64) as usize;
-            let n = fh
-                .read(&mut buf[..want])
-                .with_context(|| format!("reading {}", f.disk_path.display()))?;
+            let n = match &mut fh {
+                None => {
+                    buf[..want].fill(0);
+                    want
+                }
+                Some(fh) => fh
+                    .read(&mut buf[..want])
+                    .with_context(|| format!("reading {}", f.disk_path.display()))?,
+            };
             if n == 0 {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,

@@ -284,29 +284,8 @@ impl Responder {
         }
     }
 
-    /// Received bytes held, waiting for the rest of a step (≤ [`MAX_BUFFERED`]).
-    pub fn buffered(&self) -> usize {
-        self.buf.len()
-    }
-
-    /// Feeds received bytes; returns what to send and, at the end, the established stream.
-    pub fn feed(&mut self, data: &[u8]) -> Result<Progress, MseError> {
-        if self.step == RStep::Done {
-            return Err(bad("fed after the end"));
-        }
-        self.buf.extend_from_slice(data);
-        let mut out = Progress::default();
-        while let Some(consumed) = self.advance(&mut out)? {
-            self.buf.drain(..consumed);
-            if out.done.is_some() {
-                break;
-            }
-        }
-        Ok(out)
-    }
-
     /// One step if its bytes are there: `Some(bytes consumed)`, `None` to wait for more.
-    fn advance(&mut self, out: &mut Progress) -> Result<Option<usize>, MseError> {
+    fn take_step(&mut self, out: &mut Progress) -> Result<Option<usize>, MseError> {
         let b = &mut self.buf;
         match self.step {
             RStep::Key if b.len() >= KEY_LEN => {
@@ -438,28 +417,8 @@ impl Initiator {
         (me, opening)
     }
 
-    /// Received bytes held, waiting for the rest of a step (≤ [`MAX_BUFFERED`]).
-    pub fn buffered(&self) -> usize {
-        self.buf.len()
-    }
-
-    /// Feeds received bytes; returns what to send and, at the end, the established stream.
-    pub fn feed(&mut self, data: &[u8]) -> Result<Progress, MseError> {
-        if self.step == IStep::Done {
-            return Err(bad("fed after the end"));
-        }
-        self.buf.extend_from_slice(data);
-        let mut out = Progress::default();
-        while let Some(consumed) = self.advance(&mut out)? {
-            self.buf.drain(..consumed);
-            if out.done.is_some() {
-                break;
-            }
-        }
-        Ok(out)
-    }
-
-    fn advance(&mut self, out: &mut Progress) -> Result<Option<usize>, MseError> {
+    /// One step if its bytes are there: `Some(bytes consumed)`, `None` to wait for more.
+    fn take_step(&mut self, out: &mut Progress) -> Result<Option<usize>, MseError> {
         let b = &mut self.buf;
         match self.step {
             IStep::Key if b.len() >= KEY_LEN => {
@@ -529,6 +488,61 @@ impl Initiator {
             }
             _ => Ok(None),
         }
+    }
+}
+
+/// Either side of the exchange, fed the bytes received.
+pub trait Exchange {
+    /// The received bytes not yet consumed.
+    fn input(&mut self) -> &mut Vec<u8>;
+    /// Whether the exchange has ended.
+    fn finished(&self) -> bool;
+    /// One step if its bytes are there: `Some(bytes consumed)`, `None` to wait for more.
+    fn advance(&mut self, out: &mut Progress) -> Result<Option<usize>, MseError>;
+
+    /// Received bytes held, waiting for the rest of a step (≤ [`MAX_BUFFERED`]).
+    fn buffered(&mut self) -> usize {
+        self.input().len()
+    }
+
+    /// Feeds received bytes; returns what to send and, at the end, the established stream.
+    fn feed(&mut self, data: &[u8]) -> Result<Progress, MseError> {
+        if self.finished() {
+            return Err(bad("fed after the end"));
+        }
+        self.input().extend_from_slice(data);
+        let mut out = Progress::default();
+        while let Some(consumed) = self.advance(&mut out)? {
+            self.input().drain(..consumed);
+            if out.done.is_some() {
+                break;
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Exchange for Responder {
+    fn input(&mut self) -> &mut Vec<u8> {
+        &mut self.buf
+    }
+    fn finished(&self) -> bool {
+        self.step == RStep::Done
+    }
+    fn advance(&mut self, out: &mut Progress) -> Result<Option<usize>, MseError> {
+        self.take_step(out)
+    }
+}
+
+impl Exchange for Initiator {
+    fn input(&mut self) -> &mut Vec<u8> {
+        &mut self.buf
+    }
+    fn finished(&self) -> bool {
+        self.step == IStep::Done
+    }
+    fn advance(&mut self, out: &mut Progress) -> Result<Option<usize>, MseError> {
+        self.take_step(out)
     }
 }
 

@@ -16,7 +16,7 @@ use iolab_runtime::{spawn, timeout, wait_readable_or_cancel, Cond};
 
 use crate::dial::Outcome;
 use crate::link::{self, recv_into, ExchangeFailure};
-use crate::mse::{self, Policy, Rc4Pair};
+use crate::mse::{self, Exchange as _, Policy, Rc4Pair};
 use crate::seed::{inc, Counters, End, Seeder};
 use crate::wire::{self, Handshake};
 

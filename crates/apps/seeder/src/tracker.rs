@@ -56,7 +56,8 @@ pub struct Tracker {
     pub bad_requests: std::cell::Cell<u64>,
 }
 
-/// A parsed announce.
+/// An announce: what `iolab tracker` parsed from a client, and what our clients send (the
+/// HTTP one, [`announce`], and the UDP one, [`crate::udp_tracker::announce`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Announce {
     pub info_hash: [u8; 20],
@@ -452,30 +453,23 @@ pub fn parse_http_url(url: &str) -> anyhow::Result<(String, u16, String)> {
 }
 
 /// One announce over HTTP.
-pub async fn announce(
-    url: &str,
-    info_hash: &[u8; 20],
-    peer_id: &[u8; 20],
-    port: u16,
-    uploaded: u64,
-    left: u64,
-    event: &str,
-) -> anyhow::Result<AnnounceReply> {
+pub async fn announce(url: &str, a: &Announce) -> anyhow::Result<AnnounceReply> {
     let (host, tport, path) = parse_http_url(url)?;
-    let h2 = host.clone();
-    let addr = iolab_runtime::detach(move || (h2.as_str(), tport).to_socket_addrs())
-        .await?
-        .next()
-        .ok_or_else(|| anyhow::anyhow!("{host} has no address"))?;
+    let addr = resolve(&host, tport).await?;
     let sep = if path.contains('?') { '&' } else { '?' };
     let mut target = format!(
-        "{path}{sep}info_hash={}&peer_id={}&port={port}&uploaded={uploaded}&downloaded=0&left={left}&compact=1",
-        percent_encode(info_hash, NON_ALPHANUMERIC),
-        percent_encode(peer_id, NON_ALPHANUMERIC),
+        "{path}{sep}info_hash={}&peer_id={}&port={}&uploaded={}&downloaded=0&left={}&compact={}&numwant={}",
+        percent_encode(&a.info_hash, NON_ALPHANUMERIC),
+        percent_encode(&a.peer_id, NON_ALPHANUMERIC),
+        a.port,
+        a.uploaded,
+        a.left,
+        u8::from(a.compact),
+        a.numwant,
     );
-    if !event.is_empty() {
+    if !a.event.is_empty() {
         target.push_str("&event=");
-        target.push_str(event);
+        target.push_str(&a.event);
     }
     let req = format!(
         "GET {target} HTTP/1.1\r\nHost: {host}:{tport}\r\nUser-Agent: iolab-hekate\r\nConnection: close\r\n\r\n"
@@ -502,6 +496,15 @@ pub async fn announce(
     .map_err(|_| anyhow::anyhow!("tracker {url} did not answer within 15 s"))?
     .map_err(|e| anyhow::anyhow!("tracker {url}: {e}"))?;
     parse_announce_reply(url, &body)
+}
+
+/// The first address of `host` (resolved on the blocking pool: getaddrinfo blocks).
+pub(crate) async fn resolve(host: &str, port: u16) -> anyhow::Result<SocketAddr> {
+    let h = host.to_string();
+    iolab_runtime::detach(move || (h.as_str(), port).to_socket_addrs())
+        .await?
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("{host} has no address"))
 }
 
 /// The longest re-announce interval a tracker can ask of us (a day).

@@ -11,7 +11,7 @@
 //! two minutes as BEP 15 asks; at most [`crate::tracker::MAX_NUMWANT`] peers per reply.
 
 use std::io;
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -420,22 +420,9 @@ async fn exchange(
 }
 
 /// One announce to a UDP tracker (BEP 15): connect, then announce.
-#[allow(clippy::too_many_arguments)]
-pub async fn announce(
-    url: &str,
-    info_hash: &[u8; 20],
-    peer_id: &[u8; 20],
-    port: u16,
-    uploaded: u64,
-    left: u64,
-    event: &str,
-) -> anyhow::Result<AnnounceReply> {
+pub async fn announce(url: &str, a: &Announce) -> anyhow::Result<AnnounceReply> {
     let (host, tport) = parse_udp_url(url)?;
-    let h2 = host.clone();
-    let addr = iolab_runtime::detach(move || (h2.as_str(), tport).to_socket_addrs())
-        .await?
-        .next()
-        .ok_or_else(|| anyhow::anyhow!("{host} has no address"))?;
+    let addr = crate::tracker::resolve(&host, tport).await?;
     let local: SocketAddr = if addr.is_ipv4() {
         ([0, 0, 0, 0], 0).into()
     } else {
@@ -460,15 +447,15 @@ pub async fn announce(
     let req = UdpAnnounce {
         connection_id,
         tid,
-        info_hash: *info_hash,
-        peer_id: *peer_id,
+        info_hash: a.info_hash,
+        peer_id: a.peer_id,
         downloaded: 0,
-        left,
-        uploaded,
-        event: event_number(event),
+        left: a.left,
+        uploaded: a.uploaded,
+        event: event_number(&a.event),
         key: rand::random(),
-        numwant: -1,
-        port,
+        numwant: i32::try_from(a.numwant).unwrap_or(i32::MAX),
+        port: a.port,
     };
     let mut reply = None;
     exchange(

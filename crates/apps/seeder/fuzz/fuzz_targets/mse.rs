@@ -6,7 +6,9 @@
 //! within MAX_BUFFERED.
 #![no_main]
 
-use iolab_seeder::mse::{Initiator, Policy, Responder, CRYPTO_PLAINTEXT, CRYPTO_RC4, MAX_BUFFERED};
+use iolab_seeder::mse::{
+    Exchange, Initiator, Policy, Responder, CRYPTO_PLAINTEXT, CRYPTO_RC4, MAX_BUFFERED,
+};
 use libfuzzer_sys::fuzz_target;
 
 const IH: [u8; 20] = [7; 20];
