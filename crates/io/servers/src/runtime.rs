@@ -375,6 +375,35 @@ async fn serve_session(
 
 #[cfg(test)]
 mod tests {
+    use super::{LoopState, SPARE_BUFFERS};
+
+    /// What `nodelay_inherited` relies on: Linux copies TCP_NODELAY from a listener to the
+    /// sockets it accepts (if this fails on some kernel, the model sets it per connection
+    /// only when setting it on the listener fails, so the answer would wait for Nagle).
+    #[test]
+    fn accepted_sockets_inherit_nodelay_from_the_listener() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        socket2::SockRef::from(&l).set_tcp_nodelay(true).unwrap();
+        let _client = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (s, _) = l.accept().unwrap();
+        assert!(s.nodelay().unwrap());
+    }
+
+    /// A loop keeps at most SPARE_BUFFERS buffers, and hands out only one of the size asked.
+    #[test]
+    fn spare_buffers_are_bounded_and_sized() {
+        let state = LoopState {
+            spare: Default::default(),
+            nodelay_inherited: true,
+        };
+        for _ in 0..SPARE_BUFFERS + 10 {
+            state.give_back(vec![7u8; 16]);
+        }
+        assert_eq!(state.spare.borrow().len(), SPARE_BUFFERS);
+        assert_eq!(state.take_buffer(16), vec![7u8; 16]);
+        assert_eq!(state.take_buffer(32), vec![0u8; 32]);
+    }
+
     #[test]
     fn slow_file_reads_hold_up_only_their_connection() {
         crate::testing::slow_reads_hold_up_only_their_connection(
