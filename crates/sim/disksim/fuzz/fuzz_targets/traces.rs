@@ -1,6 +1,7 @@
 //! Fuzzes every trace reader (also with the device's capacity and a chosen device), the
 //! DiskSim parameter parser, the fio job reader (stonewall/wait_for, bssplit, rw offset
-//! modifiers, loops included) and `record`'s strace parser and file trace reader. Beyond "never panics", it
+//! modifiers, loops, and fio/extra.rs's distributions, exitall, flow, verify, null engine
+//! included) and `record`'s strace parser and file trace reader. Beyond "never panics", it
 //! checks that what a reader accepts is within the documented limits (sizes, addresses,
 //! times), and replays accepted requests through the HDD model (which must finish, with
 //! completions after arrivals).
@@ -82,6 +83,9 @@ fuzz_target!(|data: &[u8]| {
                 if self.1 == 0 { return Ok(None) }
                 self.1 -= 1;
                 self.0.next_in_stream(s, now)
+            }
+            fn still_wanted(&mut self, s: u32, now: f64) -> bool {
+                self.0.still_wanted(s, now)
             }
         }
         sim.run_streams(&mut Capped(&mut src, budget), &mut |c, _| {
