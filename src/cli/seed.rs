@@ -486,6 +486,24 @@ fn status_line(c: &Counters, secs: f64, sent: u64, rate: f64) -> String {
     )
 }
 
+/// The engine's limits and knobs from the flags.
+fn engine_config(args: &SeedSpec) -> Config {
+    Config {
+        slots: args.slots,
+        max_peers: args.max_peers,
+        max_queue: args.max_queue.max(1),
+        send_timeout: Duration::from_secs(args.send_timeout),
+        disk: args.disk,
+        read_ahead: args.read_ahead,
+        encryption: args.encryption,
+        dial: DialLimits {
+            max_dialled: args.max_dialled,
+            ..DialLimits::default()
+        },
+        ..Config::default()
+    }
+}
+
 /// `iolab seed PATH...`: seeds until SIGINT or SIGTERM (or makes the torrent only).
 fn seed(args: SeedSpec) -> anyhow::Result<()> {
     let meta = Arc::new(prepare(&args)?);
@@ -508,20 +526,7 @@ fn seed(args: SeedSpec) -> anyhow::Result<()> {
     swarm::raise_nofile(args.max_peers as u64 + 256);
     let rt = runtime(args.driver)?;
     let disk = args.disk;
-    let cfg = Config {
-        slots: args.slots,
-        max_peers: args.max_peers,
-        max_queue: args.max_queue.max(1),
-        send_timeout: Duration::from_secs(args.send_timeout),
-        disk,
-        read_ahead: args.read_ahead,
-        encryption: args.encryption,
-        dial: DialLimits {
-            max_dialled: args.max_dialled,
-            ..DialLimits::default()
-        },
-        ..Config::default()
-    };
+    let cfg = engine_config(&args);
     // --tracker replaces the torrent's trackers; else its announce-list tiers (BEP 12) or
     // its announce URL. A scheme we cannot announce to is said once, here.
     let tiers = match &args.tracker {
