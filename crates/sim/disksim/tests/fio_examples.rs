@@ -44,6 +44,8 @@ fn examples() -> Option<PathBuf> {
 /// returns (job, ios) per job.
 fn simulate(text: &str) -> anyhow::Result<Vec<(String, u64)>> {
     let jf = fio::parse(text, false)?;
+    // (Linux's defaults: mq-deadline, where I/O priorities are refused)
+    jf.check_scheduler(false)?;
     let cfg_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/nvme.toml");
     let cfg = Config::load(&cfg_path)?;
     let dev = cfg.device(&cfg_path)?;

@@ -127,3 +127,20 @@ fn distributions_and_whole_devices() {
     let src = fio::FioSource::new(&jf, 0, 2048).unwrap();
     assert_eq!(src.files[0].bytes, 1 << 20);
 }
+
+/// I/O priorities: accepted where they have no effect, under the `none` scheduler (blk-mq
+/// without an elevator dispatches in submission order, whatever the priority); refused with
+/// the option's line under mq-deadline, which serves by class (not modelled). Before, every
+/// priority option was refused.
+#[test]
+fn priorities_only_where_they_do_nothing() {
+    let text = "[r]\nrw=randread\nsize=1m\nprioclass=3\ncmdprio_percentage=20\ncmdprio_class=1\nlog_prio=1\n";
+    let jf = fio::parse(text, false).unwrap();
+    jf.check_scheduler(true).unwrap();
+    let e = jf.check_scheduler(false).unwrap_err().to_string();
+    assert!(e.contains("line 4") && e.contains("mq-deadline"), "{e}");
+    let plain = run("[r]\nrw=randread\nsize=1m\n", 0.1).0;
+    let with = run(text, 0.1).0;
+    assert_eq!(plain[0].read.ios, with[0].read.ios);
+    assert_eq!(plain[0].read.mean_ms, with[0].read.mean_ms);
+}

@@ -49,6 +49,12 @@ pub(crate) const OPTIONS: &[&str] = &[
     "io_submit_mode",
     "verify",
     "do_verify",
+    "prio",
+    "prioclass",
+    "cmdprio_percentage",
+    "cmdprio_class",
+    "cmdprio",
+    "cmdprio_bssplit",
 ];
 
 /// fio's zipf generator sums at most this many ranks (`ZIPF_MAX_GEN`).
@@ -102,6 +108,11 @@ pub struct JobExtra {
     pub do_verify: bool,
     /// Line of the `random_distribution` and `verify` options, for the checks.
     pub lines: [usize; 2],
+    /// Line of the first I/O priority option (`prio`, `prioclass`, `cmdprio*`), if any: no
+    /// effect under the `none` scheduler, which dispatches in submission order whatever the
+    /// priority (the kernel's blk-mq without an elevator); mq-deadline serves by class, which
+    /// is not modelled ([`crate::fio::JobFile::check_scheduler`]).
+    pub prio_line: Option<usize>,
 }
 
 impl Default for JobExtra {
@@ -119,6 +130,7 @@ impl Default for JobExtra {
             verify: false,
             do_verify: true,
             lines: [0, 0],
+            prio_line: None,
         }
     }
 }
@@ -210,6 +222,11 @@ pub(crate) fn apply(x: &mut JobExtra, k: &str, v: Option<&str>, n: usize) -> Res
             x.lines[1] = n;
         }
         "do_verify" => x.do_verify = boolean(k, v, n)?,
+        "prio" | "prioclass" | "cmdprio_percentage" | "cmdprio_class" | "cmdprio"
+        | "cmdprio_bssplit" => {
+            val(k, v, n)?;
+            x.prio_line.get_or_insert(n);
+        }
         _ => return Ok(false),
     }
     Ok(true)

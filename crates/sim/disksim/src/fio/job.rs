@@ -264,9 +264,33 @@ pub struct JobFile {
     pub warnings: Vec<String>,
 }
 
+impl JobFile {
+    /// I/O priorities (`prio`, `prioclass`, `cmdprio*`) are modelled only where they have no
+    /// effect: under the `none` scheduler (`scheduler_is_none`). Elsewhere (mq-deadline
+    /// serves RT before BE before IDLE) the first such option is refused with its line.
+    pub fn check_scheduler(&self, scheduler_is_none: bool) -> Result<()> {
+        if scheduler_is_none {
+            return Ok(());
+        }
+        if let Some((j, n)) = self
+            .jobs
+            .iter()
+            .find_map(|j| j.extra.prio_line.map(|n| (j, n)))
+        {
+            bail!(
+                "line {n}: job '{}': I/O priorities have no effect only under the none scheduler; mq-deadline's service by priority class is not modelled (use a host with scheduler none)",
+                j.name
+            );
+        }
+        Ok(())
+    }
+}
+
 /// Options that change what fio reports but not the I/O it does.
 const REPORTING_ONLY: &[&str] = &[
     "description",
+    // Logs each I/O's priority (fio's latency logs): reporting.
+    "log_prio",
     "group_reporting",
     "write_lat_log",
     "write_bw_log",
