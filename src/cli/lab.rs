@@ -124,6 +124,11 @@ pub struct LabArgs {
     /// connections (default: half the lowest peak any server reached in this run, per mode).
     #[arg(long, value_name = "REQ_PER_S", conflicts_with = "no_efficiency")]
     pub efficiency_rate: Option<f64>,
+    /// Run over hosts reached with OpenSSH: the server on the inventory's server host, the
+    /// load from every client host at once, their results merged (TOML: see
+    /// crates/apps/lab/README.md). Built-in models only; --peers defaults to none.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["scaling", "check", "render", "seed_conditions"])]
+    pub hosts: Option<PathBuf>,
     /// Print results.json to stdout at the end (progress stays on stderr).
     #[arg(long)]
     pub json: bool,
@@ -161,18 +166,7 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     if let [a, b] = args.compare.as_slice() {
-        let c = iolab_lab::compare::compare_dirs(a, b)?;
-        std::fs::create_dir_all(&args.out)
-            .with_context(|| format!("creating {}", args.out.display()))?;
-        let page = args.out.join("compare.html");
-        std::fs::write(&page, c.html()).with_context(|| format!("writing {}", page.display()))?;
-        if args.json {
-            println!("{}", serde_json::to_string_pretty(&c)?);
-        } else {
-            print!("{}", c.text());
-            println!("page: {}", page.display());
-        }
-        return Ok(());
+        return run_compare(a, b, &args.out, args.json);
     }
     if let Some(dir) = &args.render {
         let page = iolab_lab::select::render(dir, args.seed_bench.as_deref())?;
@@ -224,7 +218,9 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         targets.push(iolab_lab::byo::parse_url_target(u)?);
     }
     // Your own servers alone unless the built-in ones are named too.
-    let (models, peers) = if targets.is_empty() {
+    let (models, peers) = if args.hosts.is_some() {
+        ("all", "none")
+    } else if targets.is_empty() {
         ("all", "nginx,tokio,monoio,glommio")
     } else {
         ("none", "none")
@@ -266,6 +262,9 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
+    if let Some(inventory) = &args.hosts {
+        return run_hosts(&opts, inventory, args.json);
+    }
     if opts.models.is_empty() && opts.peers.is_empty() && opts.targets.is_empty() {
         bail!("nothing to measure: --models none and --peers none (and no --target or --url)");
     }
@@ -292,6 +291,54 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
             println!("- {s}");
         }
         println!("report: {}", opts.out.join("index.html").display());
+    }
+    Ok(())
+}
+
+/// `--hosts`: the run over the inventory's hosts, its points printed one per line.
+fn run_hosts(opts: &Options, inventory: &std::path::Path, json: bool) -> anyhow::Result<()> {
+    let r = iolab_lab::hosts::run(opts, inventory)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else if let Some(h) = &r.hosts {
+        for p in &h.points {
+            println!(
+                "- {} {} {} c={}: {:.0} req/s from {} hosts, p50 {:.2} ms, p99 {:.2} ms, {} errors",
+                p.server,
+                p.file,
+                p.mode,
+                p.merged.connections,
+                p.merged.rps,
+                p.per_host.len(),
+                p.merged.p50_ms,
+                p.merged.p99_ms,
+                p.merged.errors
+            );
+        }
+        for f in &h.failures {
+            println!("- failed: {f}");
+        }
+        println!("report: {}", opts.out.join("index.html").display());
+    }
+    Ok(())
+}
+
+/// `--compare A B`: two results folders side by side, the page in OUT/compare.html.
+fn run_compare(
+    a: &std::path::Path,
+    b: &std::path::Path,
+    out: &std::path::Path,
+    json: bool,
+) -> anyhow::Result<()> {
+    let c = iolab_lab::compare::compare_dirs(a, b)?;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let page = out.join("compare.html");
+    std::fs::write(&page, c.html()).with_context(|| format!("writing {}", page.display()))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&c)?);
+    } else {
+        print!("{}", c.text());
+        println!("page: {}", page.display());
     }
     Ok(())
 }

@@ -246,6 +246,7 @@ mod tests {
             timeout: Duration::from_secs(5),
             threads: 1,
             json: Some("-".into()),
+            log: Some("/r/load.csv".into()),
             quiet: true,
             ..LoadSpec::new("http://127.0.0.1:1/x")
         };
@@ -267,6 +268,7 @@ mod tests {
                 timeout: a.timeout,
                 threads: a.threads,
                 json: a.json.clone(),
+                log: a.log.clone(),
                 quiet: a.quiet,
             };
             assert_eq!(back, spec);

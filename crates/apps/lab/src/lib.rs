@@ -14,6 +14,7 @@ pub mod byo;
 pub mod catalog;
 pub mod compare;
 pub mod efficiency;
+pub mod hosts;
 pub mod lab;
 pub mod link;
 pub mod matrix;

@@ -11,6 +11,7 @@ use iolab_sys::percentile::median;
 use crate::results::{error_groups, ConnMode, FileKind, Point, Results, Status, ERROR_GROUPS};
 use crate::svg::{self, esc, fmt_tick, BarChart, LineChart, ScatterPanel, Series};
 
+pub mod hosts;
 pub mod scaling;
 
 fn f2(v: f64) -> String {
@@ -556,6 +557,9 @@ figure{margin:1em 0}figcaption{font-size:13px;margin-bottom:.4em}svg.figure{bord
 pub fn render(r: &Results) -> String {
     if let (true, Some(s)) = (r.points.is_empty(), r.scaling.as_ref()) {
         return scaling::render_page(r, s);
+    }
+    if let Some(h) = &r.hosts {
+        return hosts::render_page(r, h);
     }
     let mut out = String::new();
     let machine = &r.machine;

@@ -285,6 +285,9 @@ pub struct Results {
     /// `--scaling`: requests/s against server workers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scaling: Option<Scaling>,
+    /// `--hosts`: the run over an inventory of hosts (server and client hosts apart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosts: Option<HostsRun>,
     /// `iolab seed bench --json` results, as that command wrote them (`--seed-bench`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed_bench: Option<serde_json::Value>,
@@ -601,6 +604,85 @@ pub struct SeedTable {
 /// The highest close-mode concurrency measured for a file (1,000 in quick and full).
 pub fn top_level(r: &Results, file: FileKind) -> Option<usize> {
     r.levels(file, ConnMode::Close).last().copied()
+}
+
+/// The `hosts` block of results.json (`iolab lab --hosts FILE`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct HostsRun {
+    /// The inventory file, as given.
+    pub inventory: String,
+    /// The server host first, then the client hosts.
+    pub hosts: Vec<HostInfo>,
+    pub points: Vec<HostPoint>,
+    /// Servers or points that could not be measured, and why.
+    pub failures: Vec<String>,
+}
+
+/// One host as the run found it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct HostInfo {
+    pub name: String,
+    /// "server" or "client".
+    pub role: String,
+    pub address: String,
+    pub cpus: Vec<usize>,
+    /// The host's clock minus the controller's at the start, ms, and the round trip of
+    /// the sample it was measured over.
+    pub clock_offset_ms: f64,
+    pub clock_rtt_ms: f64,
+    /// What the host said of itself (kernel, CPUs, CPU model, memory, hostname).
+    pub machine: BTreeMap<String, String>,
+}
+
+/// One point measured from every client host at once.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct HostPoint {
+    pub server: String,
+    pub file: FileKind,
+    pub mode: ConnMode,
+    /// Connections over all client hosts (split as evenly as they go).
+    pub concurrency: usize,
+    pub duration_s: f64,
+    pub per_host: Vec<HostLoad>,
+    pub merged: MergedLoad,
+    /// The server's CPU seconds over the point (read on the server host), and per
+    /// answered request in µs.
+    pub server_cpu_s: Option<f64>,
+    pub us_per_request: Option<f64>,
+}
+
+/// One client host's share of a point.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct HostLoad {
+    pub host: String,
+    pub connections: usize,
+    /// Requests in flight on average (the sum of latencies over the run's length).
+    pub achieved_concurrency: f64,
+    pub ok: u64,
+    pub errors: u64,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub errors_by_kind: BTreeMap<String, u64>,
+    pub rps: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    /// When its load started on the controller's clock (the host's clock corrected by
+    /// its offset), ms after the first host's start: one time axis for all hosts.
+    pub start_ms: f64,
+}
+
+/// Every host's requests together: latency quantiles from the hosts' histograms merged.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct MergedLoad {
+    pub connections: usize,
+    pub achieved_concurrency: f64,
+    pub ok: u64,
+    pub errors: u64,
+    pub rps: f64,
+    pub mean_ms: f64,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
 }
 
 #[cfg(test)]

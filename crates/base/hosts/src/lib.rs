@@ -16,4 +16,4 @@ pub mod inventory;
 pub mod ssh;
 
 pub use inventory::{Host, Inventory};
-pub use ssh::{Leased, Ssh};
+pub use ssh::{Leased, Master, Ssh};

@@ -35,6 +35,25 @@ pub struct Ssh {
     /// Accept a host's key the first time (into `known_hosts`, a file the lab owns);
     /// false: the key must already be in `known_hosts`.
     accept_new: bool,
+    /// The socket of this host's master connection ([`Ssh::start_master`]): every later
+    /// session goes over it instead of a new TCP connection and handshake each.
+    control: Option<PathBuf>,
+}
+
+/// A master connection (`ssh -M -N`): killed when dropped, and with the controller
+/// (PR_SET_PDEATHSIG), which ends every session over it.
+#[derive(Debug)]
+pub struct Master {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Drop for Master {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.socket);
+    }
 }
 
 /// A word quoted for a POSIX shell.
@@ -115,7 +134,53 @@ impl Ssh {
             host: host.clone(),
             known_hosts: known_hosts.to_path_buf(),
             accept_new,
+            control: None,
         }
+    }
+
+    /// Opens the master connection with its socket at `socket` (keep the path short: a
+    /// Unix socket's is at most 107 bytes) and sends every later session over it.
+    pub fn start_master(&mut self, socket: &Path) -> anyhow::Result<Master> {
+        let mut cmd = self.base();
+        cmd.args(["-M", "-N", "-o", "ControlPersist=no", "-o"])
+            .arg(format!("ControlPath={}", socket.display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        iolab_sys::process::die_with_parent(&mut cmd, libc::SIGKILL);
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("ssh to {}", self.host.name))?;
+        let mut master = Master {
+            child,
+            socket: socket.to_path_buf(),
+        };
+        let deadline = Instant::now() + CONNECT_TIMEOUT * 2;
+        while !socket.exists() {
+            if let Some(status) = master.child.try_wait()? {
+                let mut err = String::new();
+                if let Some(mut e) = master.child.stderr.take() {
+                    let _ = e.read_to_string(&mut err);
+                }
+                bail!(
+                    "ssh {}@{} ({}): {status}: {}",
+                    self.host.user,
+                    self.host.address,
+                    self.host.name,
+                    err.trim()
+                );
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{}: no SSH connection within {:?}",
+                    self.host.name,
+                    CONNECT_TIMEOUT * 2
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.control = Some(socket.to_path_buf());
+        Ok(master)
     }
 
     /// `ssh` with the options every session uses, up to the destination.
@@ -143,6 +208,10 @@ impl Ssh {
             ),
         );
         opt(&mut c, "LogLevel=ERROR".into());
+        if let Some(socket) = &self.control {
+            opt(&mut c, format!("ControlPath={}", socket.display()));
+            opt(&mut c, "ControlMaster=no".into());
+        }
         if let Some(id) = &self.host.identity {
             c.arg("-i").arg(id);
             opt(&mut c, "IdentitiesOnly=yes".into());

@@ -24,6 +24,8 @@ pub struct LoadSpec {
     pub threads: usize,
     /// Where the JSON report goes (`-`: standard output).
     pub json: Option<PathBuf>,
+    /// Where the per-request CSV log goes (`--log`; the lab merges remote hosts' logs).
+    pub log: Option<PathBuf>,
     /// No progress line.
     pub quiet: bool,
 }
@@ -40,6 +42,7 @@ impl LoadSpec {
             timeout: Duration::from_secs(10),
             threads: 0,
             json: None,
+            log: None,
             quiet: false,
         }
     }
@@ -69,6 +72,10 @@ impl LoadSpec {
         if let Some(j) = &self.json {
             a.push("--json".into());
             a.push(j.into());
+        }
+        if let Some(l) = &self.log {
+            a.push("--log".into());
+            a.push(l.into());
         }
         if self.quiet {
             a.push("-q".into());

@@ -1,0 +1,275 @@
+//! End to end: `iolab lab --hosts` over three hosts that are network namespaces on one
+//! bridge, each running Debian's sshd with a key this test makes: the server on one, the
+//! load from the two others, their results merged; then the controller killed mid-run
+//! (SIGKILL) leaves no process on any host. Needs root (namespaces) and openssh-server.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use iolab_netns::{Namespace, Net};
+
+const SSHD: &str = "/usr/sbin/sshd";
+
+/// Three hosts and their sshds; everything removed on drop, also when a test fails.
+struct Rig {
+    sshds: Vec<Child>,
+    hosts: Vec<(Namespace, Ipv4Addr)>,
+    dir: tempfile::TempDir,
+    made_privsep_dir: bool,
+    // Last: the namespaces go after the sshds in them.
+    _net: Net,
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        for c in &mut self.sshds {
+            iolab_sys::testing::stop_child(c);
+        }
+        if self.made_privsep_dir {
+            let _ = std::fs::remove_dir("/run/sshd");
+        }
+    }
+}
+
+fn run(cmd: &mut Command) {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn rig() -> Option<Rig> {
+    if !iolab_sys::process::is_root() {
+        eprintln!("skipped: lab --hosts needs root (network namespaces for its hosts)");
+        return None;
+    }
+    if !Path::new(SSHD).exists() {
+        eprintln!("skipped: {SSHD} not found (apt-get install openssh-server)");
+        return None;
+    }
+    iolab_sys::testing::require_tool("ssh", "openssh-client")?;
+    let mut net = Net::new("lh").unwrap();
+    let switch = net.namespace().unwrap();
+    switch
+        .run("ip", &["link", "add", "br0", "type", "bridge"])
+        .unwrap();
+    switch.run("ip", &["link", "set", "br0", "up"]).unwrap();
+    let [a, b, c] = iolab_netns::free_subnet().unwrap();
+    let ip = |n: u8| Ipv4Addr::new(a, b, c, n);
+    let plug = |net: &mut Net, ns: Option<&Namespace>, n: u8| {
+        let (inside, port) = net.veth(ns, Some(&switch)).unwrap();
+        inside.add_addr(&format!("{}/24", ip(n))).unwrap();
+        inside.up().unwrap();
+        switch
+            .run("ip", &["link", "set", &port.name, "master", "br0"])
+            .unwrap();
+        port.up().unwrap();
+    };
+    // The controller (this namespace) is .1; the hosts .2, .3, .4.
+    plug(&mut net, None, 1);
+    let mut hosts = Vec::new();
+    for n in 2..5 {
+        let ns = net.namespace().unwrap();
+        plug(&mut net, Some(&ns), n);
+        hosts.push((ns, ip(n)));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for key in ["id", "host_key"] {
+        run(Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(d.join(key)));
+    }
+    std::fs::copy(d.join("id.pub"), d.join("authorized_keys")).unwrap();
+    let made_privsep_dir = !Path::new("/run/sshd").exists();
+    std::fs::create_dir_all("/run/sshd").unwrap();
+    let mut sshds = Vec::new();
+    for (i, (ns, addr)) in hosts.iter().enumerate() {
+        let conf = d.join(format!("sshd-{i}.conf"));
+        std::fs::write(
+            &conf,
+            format!(
+                "ListenAddress {addr}\nPort 22\nHostKey {d}/host_key\nPidFile {d}/sshd-{i}.pid\nAuthorizedKeysFile {d}/authorized_keys\nPermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nPrintMotd no\n",
+                d = d.display()
+            ),
+        )
+        .unwrap();
+        let child = ns
+            .command(SSHD)
+            .unwrap()
+            .arg("-D")
+            .arg("-f")
+            .arg(&conf)
+            .arg("-E")
+            .arg(d.join(format!("sshd-{i}.log")))
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        sshds.push(child);
+    }
+    let rig = Rig {
+        sshds,
+        hosts,
+        dir,
+        made_privsep_dir,
+        _net: net,
+    };
+    for (_, addr) in &rig.hosts {
+        let t0 = Instant::now();
+        let to = SocketAddr::new(IpAddr::V4(*addr), 22);
+        while TcpStream::connect_timeout(&to, Duration::from_millis(200)).is_err() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "sshd on {addr} not up"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    Some(rig)
+}
+
+impl Rig {
+    /// The inventory: the first host serves (its iolab is this build's), the two others
+    /// load it (with `copy`, the second gets a copy of the binary: 160 MB in a debug
+    /// build, so only once).
+    fn inventory(&self, copy: bool) -> PathBuf {
+        let d = self.dir.path();
+        let id = d.join("id");
+        let exe = env!("CARGO_BIN_EXE_iolab");
+        let host = |n: usize, how: &str| {
+            format!(
+                "name = \"h{n}\"\naddress = \"{}\"\nidentity = \"{}\"\n{how}\n",
+                self.hosts[n].1,
+                id.display()
+            )
+        };
+        let text = format!(
+            "[server]\n{}\n[[client]]\n{}\n[[client]]\n{}",
+            host(0, &format!("iolab = \"{exe}\"")),
+            host(1, &format!("iolab = \"{exe}\"")),
+            if copy {
+                host(2, "copy = true")
+            } else {
+                host(2, &format!("iolab = \"{exe}\""))
+            }
+        );
+        let path = d.join(format!("hosts-{copy}.toml"));
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// Processes of the run on any host: their command lines name the run's directory or
+    /// the lab's out directory.
+    fn leftovers(&self, needles: &[&str]) -> Vec<String> {
+        let ps = Command::new("ps")
+            .args(["-eo", "pid,args"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&ps.stdout)
+            .lines()
+            .filter(|l| needles.iter().any(|n| l.contains(n)) && !l.contains(" ps -eo"))
+            .map(String::from)
+            .collect()
+    }
+}
+
+fn lab(out: &Path, inventory: &Path, extra: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_iolab"));
+    c.args([
+        "lab",
+        "--profile",
+        "tiny",
+        "--models",
+        "epoll",
+        "--no-micro",
+        "--out",
+    ])
+    .arg(out)
+    .arg("--hosts")
+    .arg(inventory)
+    .args(extra);
+    c
+}
+
+#[test]
+fn lab_over_three_hosts_merges_and_leaves_nothing() {
+    let Some(rig) = rig() else {
+        return;
+    };
+    let out = rig.dir.path().join("report");
+    let res = lab(&out, &rig.inventory(true), &[]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&res.stderr);
+    assert!(res.status.success(), "{stderr}");
+    assert!(stderr.contains("clock offset"), "{stderr}");
+    let r = iolab_lab::validate::load_results(&out).unwrap();
+    let h = r.hosts.as_ref().expect("a hosts block");
+    assert!(h.failures.is_empty(), "{:?}", h.failures);
+    assert_eq!(h.hosts.len(), 3);
+    assert_eq!(h.hosts[0].role, "server");
+    for x in &h.hosts {
+        assert!(x.machine.contains_key("kernel"), "{x:?}");
+        // The same clock: the namespaces share this machine's.
+        assert!(x.clock_offset_ms.abs() < 50.0, "{x:?}");
+    }
+    let plan = iolab_lab::lab::Plan::for_profile(iolab_lab::lab::Profile::Tiny);
+    assert_eq!(h.points.len(), plan.points().len());
+    for p in &h.points {
+        assert_eq!(p.per_host.len(), 2, "{p:?}");
+        let ok: u64 = p.per_host.iter().map(|x| x.ok).sum();
+        assert!(ok > 0, "{p:?}");
+        assert_eq!(p.merged.ok, ok);
+        assert_eq!(
+            p.merged.connections,
+            p.per_host.iter().map(|x| x.connections).sum::<usize>()
+        );
+        let rps: f64 = p.per_host.iter().map(|x| x.rps).sum();
+        assert!((p.merged.rps - rps).abs() < 1e-6);
+        // Merged quantiles lie within the hosts' own.
+        let lo = p.per_host.iter().map(|x| x.p50_ms).fold(f64::MAX, f64::min);
+        let hi = p.per_host.iter().map(|x| x.p50_ms).fold(0.0, f64::max);
+        assert!(
+            p.merged.p50_ms >= lo * 0.95 - 0.01 && p.merged.p50_ms <= hi * 1.05 + 0.01,
+            "{p:?}"
+        );
+        assert!(p.server_cpu_s.is_some(), "{p:?}");
+    }
+    let html = std::fs::read_to_string(out.join("index.html")).unwrap();
+    assert!(html.contains("iolab lab over hosts") && html.contains("<td>h2</td>"));
+    let needles = ["/tmp/iolab-lab-", out.to_str().unwrap()];
+    assert!(
+        rig.leftovers(&needles).is_empty(),
+        "{:?}",
+        rig.leftovers(&needles)
+    );
+
+    // The controller killed mid-run: its agents and server end with their leases.
+    let out2 = rig.dir.path().join("killed");
+    let mut run = lab(&out2, &rig.inventory(false), &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while rig.leftovers(&[" load -c "]).is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "no agent started");
+        assert!(run.try_wait().unwrap().is_none(), "the lab ended early");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!rig.leftovers(&[" serve "]).is_empty(), "no server running");
+    iolab_sys::process::signal(run.id(), libc::SIGKILL).unwrap();
+    let _ = run.wait();
+    let needles = ["/tmp/iolab-lab-"];
+    let t1 = Instant::now();
+    while !rig.leftovers(&needles).is_empty() && t1.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        rig.leftovers(&needles).is_empty(),
+        "left running: {:?}",
+        rig.leftovers(&needles)
+    );
+}
