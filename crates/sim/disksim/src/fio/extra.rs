@@ -17,8 +17,10 @@
 //!   (`group`, fio's default), every running job (`stonewall`) or every job, started or not
 //!   (`all`) stop issuing.
 //! * `flow`, `flow_id`, `flow_sleep`: fio's token flow control: a clone issues while its share
-//!   of the flow group's I/Os is at most its share of the group's weights; else it waits for its
-//!   I/Os in flight and `flow_sleep` µs (or, with none, until the others have issued more).
+//!   of the flow group's I/Os is at most its share of the group's weights; else it waits until
+//!   the others have issued enough, rounded up to whole `flow_sleep` steps (fio sleeps, then
+//!   checks again). fio first also waits for the clone's I/Os in flight (`io_u_quiesce`);
+//!   here they complete meanwhile, which the ratio does not see.
 //! * `rate_process=poisson`: `rate_iops` with exponential gaps (fio's `usec_for_io`).
 //! * `io_submit_mode=offload`: a helper thread submits at the rate's times; the I/O and its
 //!   times are those of `inline`.
