@@ -262,6 +262,17 @@ fn lab_over_three_hosts_merges_and_leaves_nothing() {
     assert!(!rig.leftovers(&[" serve "]).is_empty(), "no server running");
     iolab_sys::process::signal(run.id(), libc::SIGKILL).unwrap();
     let _ = run.wait();
+    // A killed controller cannot remove its files; the hosts share this /tmp.
+    let killed = run.id();
+    for e in std::fs::read_dir("/tmp").unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        for prefix in ["iolab-lab-", "iolab-ssh-"] {
+            if name.starts_with(&format!("{prefix}{killed}-")) {
+                let _ =
+                    std::fs::remove_dir_all(e.path()).or_else(|_| std::fs::remove_file(e.path()));
+            }
+        }
+    }
     let needles = ["/tmp/iolab-lab-"];
     let t1 = Instant::now();
     while !rig.leftovers(&needles).is_empty() && t1.elapsed() < Duration::from_secs(10) {
