@@ -57,16 +57,7 @@ impl Drop for Master {
 }
 
 /// A word quoted for a POSIX shell.
-pub fn quote(s: &str) -> String {
-    if !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"/._:,+-=@%".contains(&b))
-    {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
-    }
-}
+pub use iolab_sys::process::shell_quote as quote;
 
 /// `argv` as one shell command line.
 pub fn shell_line(argv: &[OsString]) -> String {

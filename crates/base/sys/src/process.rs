@@ -8,6 +8,20 @@ use std::path::Path;
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
+/// `s` as one word of a POSIX shell command line: as it is when it holds only characters
+/// no shell treats specially, else in single quotes (a quote inside as `'\''`). For the
+/// commands the lab hands to `sh -c` and to ssh, which runs them through the remote shell.
+pub fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._:,+-=@%".contains(&b))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
 /// True when this process runs with effective uid 0.
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
@@ -168,6 +182,21 @@ mod tests {
     use super::*;
     use std::os::unix::process::ExitStatusExt as _;
     use std::process::Stdio;
+
+    /// What sh reads back is the word given: plain words as they are, the rest quoted.
+    #[test]
+    fn shell_quote_gives_back_the_word() {
+        assert_eq!(shell_quote("/usr/bin/iolab"), "/usr/bin/iolab");
+        assert_eq!(shell_quote(""), "''");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        for word in ["a b", "it's", "$HOME", "x;y", "", "tab\there", "*"] {
+            let out = Command::new("sh")
+                .args(["-c", &format!("printf %s {}", shell_quote(word))])
+                .output()
+                .unwrap();
+            assert_eq!(String::from_utf8(out.stdout).unwrap(), word);
+        }
+    }
 
     fn sleeper(script: &str) -> Command {
         let mut c = Command::new("sh");

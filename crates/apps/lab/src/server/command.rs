@@ -1,5 +1,7 @@
 //! A user's server command (`--target`): its placeholders and one start's command line.
 
+use iolab_sys::process::shell_quote;
+
 use super::Launch;
 
 /// The placeholders a `--target` command may use, and what each becomes.
@@ -14,18 +16,6 @@ pub const PLACEHOLDERS: [(&str, &str); 5] = [
     ),
 ];
 
-/// A value as one shell word: as it is when it needs no quoting, else single-quoted.
-fn shell_word(s: &str) -> String {
-    if !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"/._:,+-=@%".contains(&b))
-    {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
-    }
-}
-
 /// The command of one start: the placeholders replaced by this launch's values (paths
 /// quoted for the shell when they need it). Other braces are left to the shell.
 pub fn substitute(template: &str, l: &Launch) -> String {
@@ -33,8 +23,8 @@ pub fn substitute(template: &str, l: &Launch) -> String {
         .replace("{addr}", &l.addr.to_string())
         .replace("{ip}", &l.addr.ip().to_string())
         .replace("{port}", &l.addr.port().to_string())
-        .replace("{root}", &shell_word(&l.www.to_string_lossy()))
-        .replace("{dir}", &shell_word(&l.run_dir.to_string_lossy()))
+        .replace("{root}", &shell_quote(&l.www.to_string_lossy()))
+        .replace("{dir}", &shell_quote(&l.run_dir.to_string_lossy()))
 }
 
 #[cfg(test)]
@@ -65,6 +55,6 @@ mod tests {
             c,
             "python3 -m http.server 8099 --bind 127.0.0.1 --directory '/r/my www' # 127.0.0.1:8099 /r/run/py ${HOME} {x}"
         );
-        assert_eq!(shell_word("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
     }
 }
