@@ -179,28 +179,47 @@ pub fn parse_greeting(line: &str) -> Option<u64> {
 /// writers (the request path, the ACK forwarder, the watchdog's resend).
 #[derive(Debug)]
 pub struct Signer {
+    lines: LineKey,
+    next: Cell<u64>,
+}
+
+/// One direction of one connection: the run's key, the connection's nonce, and which way
+/// the lines go (so that a command echoed back is no answer).
+#[derive(Debug)]
+struct LineKey {
     key: ControlKey,
     nonce: u64,
     side: Side,
-    next: Cell<u64>,
+}
+
+impl LineKey {
+    fn mac(&self, n: u64, command: &str) -> u64 {
+        self.key.mac_on(self.side, self.nonce, n, command)
+    }
 }
 
 impl Signer {
     /// The FE's signer of its commands.
     pub fn new(key: ControlKey, nonce: u64) -> Signer {
-        Signer::on(Side::Commands, key, nonce)
+        Signer::on(LineKey {
+            key,
+            nonce,
+            side: Side::Commands,
+        })
     }
 
     /// DP's signer of its answers.
     pub fn answers(key: ControlKey, nonce: u64) -> Signer {
-        Signer::on(Side::Answers, key, nonce)
-    }
-
-    fn on(side: Side, key: ControlKey, nonce: u64) -> Signer {
-        Signer {
+        Signer::on(LineKey {
             key,
             nonce,
-            side,
+            side: Side::Answers,
+        })
+    }
+
+    fn on(lines: LineKey) -> Signer {
+        Signer {
+            lines,
             next: Cell::new(1),
         }
     }
@@ -209,10 +228,7 @@ impl Signer {
     pub fn line(&self, command: &str) -> String {
         let n = self.next.get();
         self.next.set(n + 1);
-        format!(
-            "{n} {:016x} {command}\r\n",
-            self.key.mac_on(self.side, self.nonce, n, command)
-        )
+        format!("{n} {:016x} {command}\r\n", self.lines.mac(n, command))
     }
 }
 
@@ -220,30 +236,31 @@ impl Signer {
 /// answers).
 #[derive(Debug)]
 pub struct Verifier {
-    key: ControlKey,
-    nonce: u64,
-    side: Side,
+    lines: LineKey,
     last: u64,
 }
 
 impl Verifier {
     /// DP's verifier of the FE's commands.
     pub fn new(key: ControlKey, nonce: u64) -> Verifier {
-        Verifier::on(Side::Commands, key, nonce)
+        Verifier::on(LineKey {
+            key,
+            nonce,
+            side: Side::Commands,
+        })
     }
 
     /// The FE's verifier of DP's answers.
     pub fn answers(key: ControlKey, nonce: u64) -> Verifier {
-        Verifier::on(Side::Answers, key, nonce)
-    }
-
-    fn on(side: Side, key: ControlKey, nonce: u64) -> Verifier {
-        Verifier {
+        Verifier::on(LineKey {
             key,
             nonce,
-            side,
-            last: 0,
-        }
+            side: Side::Answers,
+        })
+    }
+
+    fn on(lines: LineKey) -> Verifier {
+        Verifier { lines, last: 0 }
     }
 
     /// The command of an authenticated line (CRLF removed), or why it is refused.
@@ -257,7 +274,7 @@ impl Verifier {
             .then(|| u64::from_str_radix(mac, 16).ok())
             .flatten()
             .ok_or(Refusal::Unauthenticated)?;
-        if mac != self.key.mac_on(self.side, self.nonce, n, command) {
+        if mac != self.lines.mac(n, command) {
             return Err(Refusal::Unauthenticated);
         }
         if n <= self.last {
