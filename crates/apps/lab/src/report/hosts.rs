@@ -41,43 +41,52 @@ pub fn render_page(r: &Results, h: &HostsRun) -> String {
     out.push_str(r#"<h2 id="points">Points</h2><p>Latency quantiles of all hosts' requests together (their histograms merged); requests/s and concurrency summed over the hosts; each host's start on the controller's clock (offset-corrected).</p><table><tr><th>server</th><th>file</th><th>mode</th><th>connections</th><th>host</th><th>achieved concurrency</th><th>ok</th><th>errors</th><th>req/s</th><th>p50 ms</th><th>p99 ms</th><th>start ms</th><th>server CPU µs per request</th></tr>"#);
     for p in &h.points {
         let cpu = p.us_per_request.map_or("-".into(), f2);
+        let point = [
+            esc(&p.server),
+            p.file.to_string(),
+            p.mode.label().to_string(),
+        ];
         for l in &p.per_host {
-            let _ = write!(
-                out,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.0}</td><td>{}</td><td>{}</td><td>{}</td><td></td></tr>",
-                esc(&p.server),
-                p.file,
-                p.mode.label(),
-                l.connections,
-                esc(&l.host),
+            let share = [l.connections.to_string(), esc(&l.host)];
+            let figures = [
                 f2(l.achieved_concurrency),
-                l.ok,
-                l.errors,
-                l.rps,
+                l.ok.to_string(),
+                l.errors.to_string(),
+                format!("{:.0}", l.rps),
                 f2(l.p50_ms),
                 f2(l.p99_ms),
-                f2(l.start_ms)
-            );
+                f2(l.start_ms),
+                String::new(),
+            ];
+            row(&mut out, "td", point.iter().chain(&share).chain(&figures));
         }
         let m = &p.merged;
-        let _ = write!(
-            out,
-            "<tr><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>all</th><th>{}</th><th>{}</th><th>{}</th><th>{:.0}</th><th>{}</th><th>{}</th><th></th><th>{cpu}</th></tr>",
-            esc(&p.server),
-            p.file,
-            p.mode.label(),
-            m.connections,
+        let all = [m.connections.to_string(), "all".to_string()];
+        let figures = [
             f2(m.achieved_concurrency),
-            m.ok,
-            m.errors,
-            m.rps,
+            m.ok.to_string(),
+            m.errors.to_string(),
+            format!("{:.0}", m.rps),
             f2(m.p50_ms),
-            f2(m.p99_ms)
-        );
+            f2(m.p99_ms),
+            String::new(),
+            cpu,
+        ];
+        row(&mut out, "th", point.iter().chain(&all).chain(&figures));
     }
     out.push_str("</table>");
     for f in &h.failures {
         let _ = write!(out, r#"<p class="warn">{}</p>"#, esc(f));
     }
     iolab_report::page("iolab lab: hosts", super::STYLE, &out)
+}
+
+/// One table row: each cell (already escaped) in `<td>` (a host's share) or `<th>` (the
+/// merged figures, set off from the shares).
+fn row<'a>(out: &mut String, tag: &str, cells: impl Iterator<Item = &'a String>) {
+    out.push_str("<tr>");
+    for c in cells {
+        let _ = write!(out, "<{tag}>{c}</{tag}>");
+    }
+    out.push_str("</tr>");
 }
