@@ -20,6 +20,23 @@ use crate::buf::{IoBuf, IoBufMut};
 use crate::cond::Cond;
 use crate::op::{submit_inner, Interest, Operation};
 
+/// `AsRawFd` and `AsFd` of a socket type through its `fd: OwnedFd` field.
+macro_rules! fd_of_field {
+    ($t:ty) => {
+        impl AsRawFd for $t {
+            fn as_raw_fd(&self) -> RawFd {
+                self.fd.as_raw_fd()
+            }
+        }
+
+        impl AsFd for $t {
+            fn as_fd(&self) -> BorrowedFd<'_> {
+                self.fd.as_fd()
+            }
+        }
+    };
+}
+
 // ---------------------------------------------------------------- operations
 
 struct AcceptOp {
@@ -434,17 +451,7 @@ async fn accept_fd(fd: RawFd, cancel: Option<&Cond>) -> io::Result<(TcpStream, S
     Ok((stream, peer))
 }
 
-impl AsRawFd for TcpListener {
-    fn as_raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
-    }
-}
-
-impl AsFd for TcpListener {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
-    }
-}
+fd_of_field!(TcpListener);
 
 type AcceptFuture<'a> = Pin<Box<dyn Future<Output = io::Result<(TcpStream, SocketAddr)>> + 'a>>;
 
@@ -669,17 +676,7 @@ impl TcpStream {
     }
 }
 
-impl AsRawFd for TcpStream {
-    fn as_raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
-    }
-}
-
-impl AsFd for TcpStream {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
-    }
-}
+fd_of_field!(TcpStream);
 
 impl IntoRawFd for TcpStream {
     fn into_raw_fd(self) -> RawFd {
