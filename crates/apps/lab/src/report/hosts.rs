@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::results::{HostsRun, Results};
+use crate::results::{HostLoad, HostsRun, MergedLoad, Results};
 use crate::svg::esc;
 
 fn f2(v: f64) -> String {
@@ -48,31 +48,22 @@ pub fn render_page(r: &Results, h: &HostsRun) -> String {
         ];
         for l in &p.per_host {
             let share = [l.connections.to_string(), esc(&l.host)];
-            let figures = [
-                f2(l.achieved_concurrency),
-                l.ok.to_string(),
-                l.errors.to_string(),
-                format!("{:.0}", l.rps),
-                f2(l.p50_ms),
-                f2(l.p99_ms),
-                f2(l.start_ms),
-                String::new(),
-            ];
-            row(&mut out, "td", point.iter().chain(&share).chain(&figures));
+            let rest = [f2(l.start_ms), String::new()];
+            let load = l.cells();
+            row(
+                &mut out,
+                "td",
+                point.iter().chain(&share).chain(&load).chain(&rest),
+            );
         }
         let m = &p.merged;
         let all = [m.connections.to_string(), "all".to_string()];
-        let figures = [
-            f2(m.achieved_concurrency),
-            m.ok.to_string(),
-            m.errors.to_string(),
-            format!("{:.0}", m.rps),
-            f2(m.p50_ms),
-            f2(m.p99_ms),
-            String::new(),
-            cpu,
-        ];
-        row(&mut out, "th", point.iter().chain(&all).chain(&figures));
+        let rest = [String::new(), cpu];
+        row(
+            &mut out,
+            "th",
+            point.iter().chain(&all).chain(&m.cells()).chain(&rest),
+        );
     }
     out.push_str("</table>");
     for f in &h.failures {
@@ -80,6 +71,25 @@ pub fn render_page(r: &Results, h: &HostsRun) -> String {
     }
     iolab_report::page("iolab lab: hosts", super::STYLE, &out)
 }
+
+/// The load figures a host's share and the merged line both show, in the table's order.
+macro_rules! load_cells {
+    ($($t:ty),*) => {$(
+        impl $t {
+            fn cells(&self) -> [String; 6] {
+                [
+                    f2(self.achieved_concurrency),
+                    self.ok.to_string(),
+                    self.errors.to_string(),
+                    format!("{:.0}", self.rps),
+                    f2(self.p50_ms),
+                    f2(self.p99_ms),
+                ]
+            }
+        }
+    )*};
+}
+load_cells!(HostLoad, MergedLoad);
 
 /// One table row: each cell (already escaped) in `<td>` (a host's share) or `<th>` (the
 /// merged figures, set off from the shares).
