@@ -170,6 +170,23 @@ struct SendOp<B> {
     pos: usize,
 }
 
+impl<B: IoBuf> SendOp<B> {
+    /// send(2) of what is left, at once, with `flags`.
+    fn send_now(&mut self, flags: libc::c_int) -> io::Result<usize> {
+        let len = self.buf.len() - self.pos;
+        // SAFETY: the range [pos, len) of the buffer is initialised and valid for reads.
+        let r = unsafe {
+            libc::send(
+                self.fd,
+                self.buf.stable_ptr().add(self.pos) as *const _,
+                len,
+                flags,
+            )
+        };
+        cvt(r).map(|n| n as usize)
+    }
+}
+
 // SAFETY: the SQE points into the buffer, which IoBuf guarantees stays put.
 unsafe impl<B: IoBuf> Operation for SendOp<B> {
     fn prepare(&mut self) -> squeue::Entry {
@@ -182,17 +199,7 @@ unsafe impl<B: IoBuf> Operation for SendOp<B> {
     }
 
     fn attempt(&mut self) -> io::Result<usize> {
-        let len = self.buf.len() - self.pos;
-        // SAFETY: the range [pos, len) of the buffer is initialised and valid for reads.
-        let r = unsafe {
-            libc::send(
-                self.fd,
-                self.buf.stable_ptr().add(self.pos) as *const _,
-                len,
-                libc::MSG_NOSIGNAL,
-            )
-        };
-        cvt(r).map(|n| n as usize)
+        self.send_now(libc::MSG_NOSIGNAL)
     }
 
     fn readiness(&self) -> Option<(RawFd, Interest)> {
@@ -200,17 +207,7 @@ unsafe impl<B: IoBuf> Operation for SendOp<B> {
     }
 
     fn attempt_inline(&mut self) -> Option<io::Result<usize>> {
-        let len = self.buf.len() - self.pos;
-        // SAFETY: the range [pos, len) of the buffer is initialised and valid for reads.
-        let r = unsafe {
-            libc::send(
-                self.fd,
-                self.buf.stable_ptr().add(self.pos) as *const _,
-                len,
-                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
-            )
-        };
-        Some(cvt(r).map(|n| n as usize))
+        Some(self.send_now(libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT))
     }
 }
 
