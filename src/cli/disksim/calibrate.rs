@@ -7,13 +7,20 @@ use clap::Args;
 use iolab_disksim::calibrate;
 use iolab_disksim::report::write_json;
 
-use super::{check_replaceable, on_bar, progress_bar};
+use super::{check_replaceable, on_bar, progress_bar, scratch_device};
 
 #[derive(Args, Debug)]
 pub struct CalibrateArgs {
     /// Directory on the device to measure (a file is created there and removed at the end).
     #[arg(long, default_value = ".")]
     pub dir: PathBuf,
+    /// Measure on a zram device of this size (e.g. 2g; fio size syntax) made for the run
+    /// instead of --dir: ext4 on it, mounted on a new directory, all removed at the end (also
+    /// on an error or Ctrl-C; a killed run's leftovers are removed by the next). zram's speed
+    /// is the CPU's and memory's, the steadiest block device a kernel without modules
+    /// offers. Needs root.
+    #[arg(long, value_name = "SIZE", conflicts_with = "dir")]
+    pub zram: Option<String>,
     /// Fewer points and shorter runs: under 2 minutes (512 MiB file, 250 ms per point).
     #[arg(long)]
     pub quick: bool,
@@ -38,8 +45,9 @@ pub(super) fn calibrate_cmd(a: CalibrateArgs) -> Result<()> {
         check_replaceable(p, "{")?;
     }
     let flag = calibrate::install_interrupt_flag()?;
+    let (_zram, dir) = scratch_device(a.zram.as_deref(), &a.dir)?;
     let bar = progress_bar(a.quiet);
-    let c = calibrate::calibrate(&a.dir, a.quick, &flag, &mut on_bar(&bar));
+    let c = calibrate::calibrate(&dir, a.quick, &flag, &mut on_bar(&bar));
     bar.finish_and_clear();
     let c = c?;
     print!("{}", calibrate::table(&c));

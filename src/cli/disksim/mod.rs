@@ -11,8 +11,9 @@ mod validate_disksim;
 
 use std::path::Path;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+use iolab_sys::zram::Zram;
 
 #[derive(Args, Debug)]
 pub struct DisksimArgs {
@@ -58,6 +59,35 @@ pub fn run(a: DisksimArgs) -> Result<()> {
 
 /// Refuses to replace a file this tool did not write (its first line must start with
 /// `marker`).
+/// The directory to measure in: `dir`, or with `--zram SIZE` a zram device made for the run
+/// (returned too: dropping it removes the device, its filesystem and the mount). A device a
+/// killed run left is removed first.
+fn scratch_device(zram: Option<&str>, dir: &Path) -> Result<(Option<Zram>, std::path::PathBuf)> {
+    let Some(size) = zram else {
+        return Ok((None, dir.to_path_buf()));
+    };
+    let bytes =
+        iolab_disksim::fio::parse_size(size).map_err(|e| anyhow::anyhow!("--zram {size}: {e}"))?;
+    if bytes < 64 << 20 {
+        bail!("--zram {size}: at least 64 MiB (the measurements' files must fit)");
+    }
+    for stale in iolab_sys::zram::cleanup_stale()? {
+        eprintln!(
+            "removed a zram device a killed run left: {}",
+            stale.display()
+        );
+    }
+    let z = Zram::create(bytes).with_context(|| format!("making a {size} zram device"))?;
+    eprintln!(
+        "measuring on /dev/{} ({size}, ext4, mounted on {}; compression {})",
+        z.name(),
+        z.dir().display(),
+        z.attr("comp_algorithm").unwrap_or_default().trim()
+    );
+    let dir = z.dir().to_path_buf();
+    Ok((Some(z), dir))
+}
+
 fn check_replaceable(p: &Path, marker: &str) -> Result<()> {
     if p.exists() {
         let head = std::fs::read(p).unwrap_or_default();

@@ -7,13 +7,20 @@ use clap::Args;
 use iolab_disksim::report::{machine, write_json};
 use iolab_disksim::{calibrate, fio, linuxval};
 
-use super::{check_replaceable, on_bar, progress_bar};
+use super::{check_replaceable, on_bar, progress_bar, scratch_device};
 
 #[derive(Args, Debug)]
 pub struct LinuxValidateArgs {
     /// Directory on the device to test (files are created there and removed at the end).
     #[arg(long, default_value = ".")]
     pub dir: PathBuf,
+    /// Measure on a zram device of this size (e.g. 2g; fio size syntax) made for the run
+    /// instead of --dir: ext4 on it, mounted on a new directory, all removed at the end (also
+    /// on an error or Ctrl-C; a killed run's leftovers are removed by the next). zram's speed
+    /// is the CPU's and memory's, the steadiest block device a kernel without modules
+    /// offers. Needs root.
+    #[arg(long, value_name = "SIZE", conflicts_with = "dir")]
+    pub zram: Option<String>,
     /// Measured-device config from an earlier `calibrate --out` (default: run
     /// `calibrate` first, separately from the validation runs).
     #[arg(long)]
@@ -111,6 +118,12 @@ pub(super) fn linux_validate_cmd(a: LinuxValidateArgs) -> Result<()> {
         check_replaceable(p, "{")?;
     }
     let flag = calibrate::install_interrupt_flag()?;
+    let (_zram, dir) = if a.sim_only {
+        (None, a.dir.clone())
+    } else {
+        scratch_device(a.zram.as_deref(), &a.dir)?
+    };
+    let a = LinuxValidateArgs { dir, ..a };
     let bar = progress_bar(a.quiet);
     if a.sim_only {
         let cal = a
