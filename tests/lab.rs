@@ -298,15 +298,7 @@ fn chromium_renders_the_figures() {
 
 /// `iolab serve` processes whose command line mentions `needle`.
 fn servers_with(needle: &str) -> Vec<String> {
-    let ps = Command::new("ps")
-        .args(["-eo", "pid,args"])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&ps.stdout)
-        .lines()
-        .filter(|l| l.contains(" serve ") && l.contains(needle))
-        .map(String::from)
-        .collect()
+    common::processes(|l| l.contains(" serve ") && l.contains(needle))
 }
 
 #[test]

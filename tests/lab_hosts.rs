@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use iolab_netns::{Namespace, Net};
 
+mod common;
+
 const SSHD: &str = "/usr/sbin/sshd";
 
 /// Three hosts and their sshds; everything removed on drop, also when a test fails.
@@ -165,15 +167,7 @@ impl Rig {
     /// Processes of the run on any host: their command lines name the run's directory or
     /// the lab's out directory.
     fn leftovers(&self, needles: &[&str]) -> Vec<String> {
-        let ps = Command::new("ps")
-            .args(["-eo", "pid,args"])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&ps.stdout)
-            .lines()
-            .filter(|l| needles.iter().any(|n| l.contains(n)) && !l.contains(" ps -eo"))
-            .map(String::from)
-            .collect()
+        common::processes(|l| needles.iter().any(|n| l.contains(n)))
     }
 }
 

@@ -19,15 +19,7 @@ fn lab(out: &Path, args: &[&str]) -> Command {
 
 /// Processes whose command line holds `needle`, but for `ps` itself.
 fn processes_with(needle: &str) -> Vec<String> {
-    let ps = Command::new("ps")
-        .args(["-eo", "pid,args"])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&ps.stdout)
-        .lines()
-        .filter(|l| l.contains(needle) && !l.contains(" ps -eo"))
-        .map(String::from)
-        .collect()
+    common::processes(|l| l.contains(needle))
 }
 
 /// nginx from its own configuration, which the command fills in per start: the lab only

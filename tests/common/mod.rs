@@ -37,3 +37,17 @@ pub fn closed_by_peer(s: &mut TcpStream, within: Duration) -> bool {
         }
     }
 }
+
+/// The processes (`pid args`, as `ps -eo pid,args` prints them) whose line `wanted` keeps,
+/// `ps` itself left out: what a test checks is gone after a run.
+pub fn processes(wanted: impl Fn(&str) -> bool) -> Vec<String> {
+    let ps = Command::new("ps")
+        .args(["-eo", "pid,args"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&ps.stdout)
+        .lines()
+        .filter(|l| wanted(l) && !l.contains(" ps -eo"))
+        .map(String::from)
+        .collect()
+}
