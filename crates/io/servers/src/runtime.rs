@@ -306,7 +306,15 @@ async fn serve_session(
                 .take(env.buffers.max_iov)
                 .cloned()
                 .collect();
-            if read.is_none() && read_done.is_none() && !session.should_close() {
+            // Only when the session holds no input of its own: with pipelined requests held
+            // back, the next read would take more than one read's worth off the socket
+            // while output is pending (Session::feed's contract; tests/models.rs,
+            // read_buf_is_honoured).
+            let early_read = read.is_none()
+                && read_done.is_none()
+                && !session.should_close()
+                && session.is_between_requests();
+            if early_read {
                 if let Some(b) = buf.take() {
                     read.set(Some(stream.read(b)));
                 }
