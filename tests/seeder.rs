@@ -119,6 +119,20 @@ impl Fixture {
         self.children.len() - 1
     }
 
+    /// Starts `client` on `torrent` into `dl` (its output discarded) and waits until
+    /// `want.got` is `want.src` byte for byte ([`wait_complete`]).
+    fn download(&mut self, client: Client, torrent: &Path, dl: &Path, want: Want) -> bool {
+        let mut cmd = client.start(self, torrent, dl);
+        let i = self.spawn(cmd.stdout(Stdio::null()).stderr(Stdio::null()));
+        let Want {
+            src,
+            got,
+            limit,
+            skip_empty,
+        } = want;
+        wait_complete(src, got, &mut self.children[i], limit, skip_empty)
+    }
+
     /// Starts `iolab tracker` on a free port; returns its announce URL.
     fn tracker(&mut self) -> String {
         let i = self.spawn(
@@ -225,6 +239,15 @@ fn same_data(src: &Path, got: &Path, skip_empty: bool) -> bool {
         let a = std::fs::read(src.join(rel)).unwrap();
         std::fs::read(got.join(rel)).ok() == Some(a)
     })
+}
+
+/// What a download must end as: `got` identical to `src` within `limit` (`skip_empty`: a
+/// file of 0 bytes may be missing).
+struct Want<'a> {
+    src: &'a Path,
+    got: &'a Path,
+    limit: Duration,
+    skip_empty: bool,
 }
 
 /// Waits until `got` matches `src` byte for byte (sizes first, then contents once a
@@ -511,23 +534,17 @@ fn interop_with(client: Client, single: bool, piece: &str, forced_mse: bool) {
     let dl = fx.dir.join("dl");
     std::fs::create_dir_all(&dl).unwrap();
     let t0 = Instant::now();
-    let i = fx.spawn(
-        client
-            .start(&fx, &torrent, &dl)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-    );
     let got = dl.join(src.file_name().unwrap());
     // Transmission 3.00 never creates a file of 0 bytes (its known limitation, not ours:
     // the file has no piece to write); every other file is compared.
     let skip_empty = matches!(client, Client::Transmission);
-    let ok = wait_complete(
-        &src,
-        &got,
-        &mut fx.children[i],
-        Duration::from_secs(150),
+    let want = Want {
+        src: &src,
+        got: &got,
+        limit: Duration::from_secs(150),
         skip_empty,
-    );
+    };
+    let ok = fx.download(client, &torrent, &dl, want);
     let secs = t0.elapsed().as_secs_f64();
     assert!(
         ok,
@@ -763,19 +780,14 @@ fn libtorrent_hybrid_torrent_seeded_v2_only_refused() {
     assert!(!data.join("multi/.pad").exists(), "no pad file on disk");
     let dl = fx.dir.join("dl");
     std::fs::create_dir_all(&dl).unwrap();
-    let i = fx.spawn(
-        Client::Libtorrent
-            .start(&fx, &hybrid, &dl)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-    );
-    let ok = wait_complete(
-        &src,
-        &dl.join("multi"),
-        &mut fx.children[i],
-        Duration::from_secs(60),
-        false,
-    );
+    let got = dl.join("multi");
+    let want = Want {
+        src: &src,
+        got: &got,
+        limit: Duration::from_secs(60),
+        skip_empty: false,
+    };
+    let ok = fx.download(Client::Libtorrent, &hybrid, &dl, want);
     assert!(
         ok,
         "libtorrent did not get the hybrid torrent; seed log:\n{}",
@@ -805,19 +817,14 @@ fn mktorrent_torrent_seeded() {
     fx.seed(&[torrent.to_str().unwrap(), "--data", data.to_str().unwrap()]);
     let dl = fx.dir.join("dl");
     std::fs::create_dir_all(&dl).unwrap();
-    let i = fx.spawn(
-        Client::Aria2
-            .start(&fx, &torrent, &dl)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-    );
-    let ok = wait_complete(
-        &data.join("multi"),
-        &dl.join("multi"),
-        &mut fx.children[i],
-        Duration::from_secs(120),
-        false,
-    );
+    let (src, got) = (data.join("multi"), dl.join("multi"));
+    let want = Want {
+        src: &src,
+        got: &got,
+        limit: Duration::from_secs(120),
+        skip_empty: false,
+    };
+    let ok = fx.download(Client::Aria2, &torrent, &dl, want);
     assert!(
         ok,
         "aria2c did not get the mktorrent torrent; seed log:\n{}",
