@@ -131,10 +131,10 @@ impl Drop for Zram {
     }
 }
 
-/// Unmounts `dir` (when `mounted`), removes it if this module made it, resets and
-/// hot-removes device `id`. Best effort: each step is tried whatever the one before did,
-/// and a failure is reported on stderr by the caller's logging only through the state it
-/// leaves (a later [`cleanup_stale`] finishes the job).
+/// Unmounts `dir` (when `mounted`), removes it if it carries our name, resets and
+/// hot-removes device `id`. Best effort and silent (it runs in a drop): each step is tried
+/// whatever the one before did. A mount left behind is found again by [`cleanup_stale`];
+/// a device whose mount is gone but whose reset failed is not.
 fn remove(id: u32, dir: &Path, mounted: bool) {
     if mounted {
         let _ = Command::new("umount").arg(dir).status();
