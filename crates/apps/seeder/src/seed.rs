@@ -329,7 +329,8 @@ impl Seeder {
             End::Idle => inc(&c.idle_timeouts),
             End::SendStalled => inc(&c.send_stalls),
             End::MseOpening => inc(&c.mse_openings),
-            End::MseFailed(_) => inc(&c.mse_failures),
+            // Counted where the exchange failed (`mse_result`), dialled or accepted.
+            End::MseFailed(_) => {}
             End::PlaintextRefused => inc(&c.plaintext_refused),
             End::Io(_) => inc(&c.send_failures),
         }
