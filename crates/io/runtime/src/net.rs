@@ -1,5 +1,5 @@
 //! TCP on the runtime: listeners with several accepts in flight (seed 000's pre-posted
-//! AcceptEx), and streams with owned-buffer reads and writes.
+//! AcceptEx), and streams with owned-buffer reads and writes; UDP sockets in [`UdpSocket`].
 //!
 //! Sockets are always non-blocking: the epoll driver needs it, and io_uring handles it
 //! (network opcodes poll internally; an -EAGAIN that still comes back is retried after a
@@ -19,6 +19,9 @@ use socket2::{Domain, Protocol, SockAddr, SockRef, Socket, Type};
 use crate::buf::{IoBuf, IoBufMut};
 use crate::cond::Cond;
 use crate::op::{submit_inner, Interest, Operation};
+
+mod udp;
+pub use udp::UdpSocket;
 
 /// `AsRawFd` and `AsFd` of a socket type through its `fd: OwnedFd` field.
 macro_rules! fd_of_field {
