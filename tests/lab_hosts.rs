@@ -3,163 +3,40 @@
 //! load from the two others, their results merged; then the controller killed mid-run
 //! (SIGKILL) leaves no process on any host. Needs root (namespaces) and openssh-server.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use iolab_netns::{Namespace, Net};
-
 mod common;
+#[path = "common/ssh_rig.rs"]
+mod ssh_rig;
 
-const SSHD: &str = "/usr/sbin/sshd";
-
-/// Three hosts and their sshds; everything removed on drop, also when a test fails.
-struct Rig {
-    sshds: Vec<Child>,
-    hosts: Vec<(Namespace, Ipv4Addr)>,
-    dir: tempfile::TempDir,
-    made_privsep_dir: bool,
-    // Last: the namespaces go after the sshds in them.
-    _net: Net,
-}
-
-impl Drop for Rig {
-    fn drop(&mut self) {
-        for c in &mut self.sshds {
-            iolab_sys::testing::stop_child(c);
-        }
-        if self.made_privsep_dir {
-            let _ = std::fs::remove_dir("/run/sshd");
-        }
-    }
-}
-
-fn run(cmd: &mut Command) {
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+use ssh_rig::SshRig as Rig;
 
 fn rig() -> Option<Rig> {
-    if !iolab_sys::process::is_root() {
-        eprintln!("skipped: lab --hosts needs root (network namespaces for its hosts)");
-        return None;
-    }
-    if !Path::new(SSHD).exists() {
-        eprintln!("skipped: {SSHD} not found (apt-get install openssh-server)");
-        return None;
-    }
-    iolab_sys::testing::require_tool("ssh", "openssh-client")?;
-    let mut net = Net::new("lh").unwrap();
-    let switch = net.namespace().unwrap();
-    switch
-        .run("ip", &["link", "add", "br0", "type", "bridge"])
-        .unwrap();
-    switch.run("ip", &["link", "set", "br0", "up"]).unwrap();
-    let [a, b, c] = iolab_netns::free_subnet().unwrap();
-    let ip = |n: u8| Ipv4Addr::new(a, b, c, n);
-    let plug = |net: &mut Net, ns: Option<&Namespace>, n: u8| {
-        let (inside, port) = net.veth(ns, Some(&switch)).unwrap();
-        inside.add_addr(&format!("{}/24", ip(n))).unwrap();
-        inside.up().unwrap();
-        switch
-            .run("ip", &["link", "set", &port.name, "master", "br0"])
-            .unwrap();
-        port.up().unwrap();
-    };
-    // The controller (this namespace) is .1; the hosts .2, .3, .4.
-    plug(&mut net, None, 1);
-    let mut hosts = Vec::new();
-    for n in 2..5 {
-        let ns = net.namespace().unwrap();
-        plug(&mut net, Some(&ns), n);
-        hosts.push((ns, ip(n)));
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    for key in ["id", "host_key"] {
-        run(Command::new("ssh-keygen")
-            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-            .arg(d.join(key)));
-    }
-    std::fs::copy(d.join("id.pub"), d.join("authorized_keys")).unwrap();
-    let made_privsep_dir = !Path::new("/run/sshd").exists();
-    std::fs::create_dir_all("/run/sshd").unwrap();
-    let mut sshds = Vec::new();
-    for (i, (ns, addr)) in hosts.iter().enumerate() {
-        let conf = d.join(format!("sshd-{i}.conf"));
-        std::fs::write(
-            &conf,
-            format!(
-                "ListenAddress {addr}\nPort 22\nHostKey {d}/host_key\nPidFile {d}/sshd-{i}.pid\nAuthorizedKeysFile {d}/authorized_keys\nPermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nPrintMotd no\n",
-                d = d.display()
-            ),
-        )
-        .unwrap();
-        let child = ns
-            .command(SSHD)
-            .unwrap()
-            .arg("-D")
-            .arg("-f")
-            .arg(&conf)
-            .arg("-E")
-            .arg(d.join(format!("sshd-{i}.log")))
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap();
-        sshds.push(child);
-    }
-    let rig = Rig {
-        sshds,
-        hosts,
-        dir,
-        made_privsep_dir,
-        _net: net,
-    };
-    for (_, addr) in &rig.hosts {
-        let t0 = Instant::now();
-        let to = SocketAddr::new(IpAddr::V4(*addr), 22);
-        while TcpStream::connect_timeout(&to, Duration::from_millis(200)).is_err() {
-            assert!(
-                t0.elapsed() < Duration::from_secs(10),
-                "sshd on {addr} not up"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-    Some(rig)
+    Rig::new("lh", 3)
 }
 
-impl Rig {
+/// What this test asks of the shared rig.
+trait LabRig {
+    fn inventory(&self, copy: bool) -> PathBuf;
+    fn leftovers(&self, needles: &[&str]) -> Vec<String>;
+}
+
+impl LabRig for Rig {
     /// The inventory: the first host serves (its iolab is this build's), the two others
     /// load it (with `copy`, the second gets a copy of the binary: 160 MB in a debug
     /// build, so only once).
     fn inventory(&self, copy: bool) -> PathBuf {
-        let d = self.dir.path();
-        let id = d.join("id");
         let exe = env!("CARGO_BIN_EXE_iolab");
-        let host = |n: usize, how: &str| {
-            format!(
-                "name = \"h{n}\"\naddress = \"{}\"\nidentity = \"{}\"\n{how}\n",
-                self.hosts[n].1,
-                id.display()
-            )
-        };
+        let at = format!("iolab = \"{exe}\"");
         let text = format!(
             "[server]\n{}\n[[client]]\n{}\n[[client]]\n{}",
-            host(0, &format!("iolab = \"{exe}\"")),
-            host(1, &format!("iolab = \"{exe}\"")),
-            if copy {
-                host(2, "copy = true")
-            } else {
-                host(2, &format!("iolab = \"{exe}\""))
-            }
+            self.host_lines(0, "h0", &at),
+            self.host_lines(1, "h1", &at),
+            self.host_lines(2, "h2", if copy { "copy = true" } else { &at })
         );
-        let path = d.join(format!("hosts-{copy}.toml"));
+        let path = self.dir.path().join(format!("hosts-{copy}.toml"));
         std::fs::write(&path, text).unwrap();
         path
     }

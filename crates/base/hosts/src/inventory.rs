@@ -90,37 +90,7 @@ impl Inventory {
         for (role, h) in std::iter::once(("server", &mut inv.server))
             .chain(inv.clients.iter_mut().map(|c| ("client", c)))
         {
-            if h.name.is_empty() {
-                h.name = h.address.to_string();
-            }
-            if h.iolab.is_some() == h.copy {
-                bail!(
-                    "{}: {role} {}: give either iolab = \"PATH\" (the binary on that host) or copy = true",
-                    origin.display(),
-                    h.name
-                );
-            }
-            let valid = |c: char| c.is_ascii_alphanumeric() || "-_.:".contains(c);
-            if h.name.len() > 64 || !h.name.chars().all(valid) {
-                bail!(
-                    "{}: host name {:?}: up to 64 of a-z A-Z 0-9 - _ . :",
-                    origin.display(),
-                    h.name
-                );
-            }
-            if h.user.is_empty() || h.user.starts_with('-') || h.user.contains(char::is_whitespace)
-            {
-                bail!(
-                    "{}: {role} {}: bad user {:?}",
-                    origin.display(),
-                    h.name,
-                    h.user
-                );
-            }
-            if names.contains(&h.name) {
-                bail!("{}: host name {} given twice", origin.display(), h.name);
-            }
-            names.push(h.name.clone());
+            check_host(origin, role, h, &mut names)?;
         }
         Ok(inv)
     }
@@ -136,6 +106,60 @@ impl Inventory {
     pub fn hosts(&self) -> impl Iterator<Item = &Host> {
         std::iter::once(&self.server).chain(&self.clients)
     }
+}
+
+/// Fills in a host's default name and checks it (how its binary is given, its name, its
+/// user, a name given twice: `names` holds those seen so far).
+pub(crate) fn check_host(
+    origin: &Path,
+    role: &str,
+    h: &mut Host,
+    names: &mut Vec<String>,
+) -> anyhow::Result<()> {
+    check_host_iolab(origin, role, h, names, true)
+}
+
+/// [`check_host`], where `needs_iolab` false lets a host give neither `iolab` nor `copy`
+/// (a host that runs no iolab of its own).
+pub(crate) fn check_host_iolab(
+    origin: &Path,
+    role: &str,
+    h: &mut Host,
+    names: &mut Vec<String>,
+    needs_iolab: bool,
+) -> anyhow::Result<()> {
+    if h.name.is_empty() {
+        h.name = h.address.to_string();
+    }
+    let neither = h.iolab.is_none() && !h.copy;
+    if (h.iolab.is_some() && h.copy) || (neither && needs_iolab) {
+        bail!(
+            "{}: {role} {}: give either iolab = \"PATH\" (the binary on that host) or copy = true",
+            origin.display(),
+            h.name
+        );
+    }
+    let valid = |c: char| c.is_ascii_alphanumeric() || "-_.:".contains(c);
+    if h.name.len() > 64 || !h.name.chars().all(valid) {
+        bail!(
+            "{}: host name {:?}: up to 64 of a-z A-Z 0-9 - _ . :",
+            origin.display(),
+            h.name
+        );
+    }
+    if h.user.is_empty() || h.user.starts_with('-') || h.user.contains(char::is_whitespace) {
+        bail!(
+            "{}: {role} {}: bad user {:?}",
+            origin.display(),
+            h.name,
+            h.user
+        );
+    }
+    if names.contains(&h.name) {
+        bail!("{}: host name {} given twice", origin.display(), h.name);
+    }
+    names.push(h.name.clone());
+    Ok(())
 }
 
 #[cfg(test)]

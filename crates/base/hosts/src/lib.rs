@@ -3,6 +3,8 @@
 //! - [`inventory`]: the TOML file that names the hosts (one server host, one or more client
 //!   hosts: address, SSH user and port, identity file, CPU lists, where iolab is or
 //!   `copy = true`).
+//! - [`tiers`]: the TOML file of `iolab tiers up --hosts` (a host per role: client, FE,
+//!   IS, BE).
 //! - [`ssh`]: one `ssh -o BatchMode=yes ...` command per remote step, every step with a
 //!   deadline; remote processes under a lease ([`ssh::Leased`]): the remote side runs the
 //!   command in its own session and kills that session when its standard input (the
@@ -14,6 +16,8 @@
 
 pub mod inventory;
 pub mod ssh;
+pub mod tiers;
 
 pub use inventory::{Host, Inventory};
 pub use ssh::{Leased, Master, Ssh};
+pub use tiers::TiersInventory;
