@@ -21,7 +21,7 @@ use iolab_seeder::bench::{self, BenchConfig};
 use iolab_seeder::dial::DialLimits;
 use iolab_seeder::disk::{DiskMode, DiskStats};
 use iolab_seeder::metadata;
-use iolab_seeder::metainfo::{CreateOptions, Meta};
+use iolab_seeder::metainfo::{CreateOptions, Meta, MetaVersion};
 use iolab_seeder::mse::Policy;
 use iolab_seeder::seed::{Config, Counters, Seeder};
 use iolab_seeder::spec::SeedSpec;
@@ -70,8 +70,8 @@ pub struct RunArgs {
     /// Directory holding a loaded torrent's data (default: the .torrent's directory).
     #[arg(long)]
     pub data: Option<PathBuf>,
-    /// Tracker announce URL: written into a created torrent, and announced to (http:// or
-    /// udp://). When absent, a loaded torrent's own trackers are used: its announce-list
+    /// Tracker announce URL: written into a created torrent, and announced to (http://,
+    /// https:// or udp://). When absent, a loaded torrent's own trackers are used: its announce-list
     /// tiers (BEP 12), else its announce URL.
     #[arg(long)]
     pub tracker: Option<String>,
@@ -108,6 +108,9 @@ pub struct RunArgs {
     /// Connections held at once.
     #[arg(long, default_value_t = SeedSpec::default().max_peers)]
     pub max_peers: usize,
+    /// uTP (BEP 29): accept it over UDP on the --listen port (on), or TCP only (off).
+    #[arg(long, value_enum, default_value_t = OnOff::from(SeedSpec::default().utp))]
+    pub utp: OnOff,
     /// Requests queued per peer (more are rejected).
     #[arg(long, default_value_t = SeedSpec::default().max_queue)]
     pub max_queue: usize,
@@ -132,6 +135,30 @@ pub struct RunArgs {
     /// never our own address); 0 = never dial.
     #[arg(long, default_value_t = SeedSpec::default().max_dialled)]
     pub max_dialled: usize,
+    /// Make a v2-only torrent (BEP 52: SHA-256 merkle trees, `file tree`, `piece layers`).
+    /// Clients without v2 cannot use it; seeding one answers v2 handshakes only.
+    #[arg(long, conflicts_with = "hybrid")]
+    pub v2: bool,
+    /// Make a hybrid v1+v2 torrent (BEP 52, with BEP 47 pad files so that every file
+    /// starts at a piece boundary): v1 and v2 clients can both use it.
+    #[arg(long)]
+    pub hybrid: bool,
+    /// A web seed (BEP 19 `url-list`) to write into a created torrent: an http(s) URL of
+    /// the file (single-file) or of the directory holding the torrent's directory
+    /// (multi-file, ending in `/`). Repeatable.
+    #[arg(long = "web-seed", value_name = "URL")]
+    pub web_seeds: Vec<String>,
+    /// Mark a created torrent private (BEP 27): clients then take peers from its trackers
+    /// only (no DHT, PEX or LSD; Hekate has none of them anyway).
+    #[arg(long)]
+    pub private: bool,
+    /// A comment written into a created torrent.
+    #[arg(long, value_name = "TEXT")]
+    pub comment: Option<String>,
+    /// PEM file of the certificate authorities to check https trackers against (default:
+    /// Mozilla's root CAs, built in).
+    #[arg(long, value_name = "FILE")]
+    pub tracker_ca: Option<PathBuf>,
 }
 
 impl RunArgs {
@@ -151,6 +178,7 @@ impl RunArgs {
             create_only: self.create_only,
             no_check: self.no_check,
             max_peers: self.max_peers,
+            utp: self.utp == OnOff::On,
             max_queue: self.max_queue,
             send_timeout: self.send_timeout,
             status_every: self.status_every,
@@ -158,6 +186,15 @@ impl RunArgs {
             driver: self.driver.map(Into::into),
             encryption: self.encryption.into(),
             max_dialled: self.max_dialled,
+            version: match (self.v2, self.hybrid) {
+                (true, _) => MetaVersion::V2,
+                (_, true) => MetaVersion::Hybrid,
+                _ => MetaVersion::V1,
+            },
+            web_seeds: self.web_seeds.clone(),
+            private: self.private,
+            comment: self.comment.clone(),
+            tracker_ca: self.tracker_ca.clone(),
         }
     }
 }
@@ -165,6 +202,23 @@ impl RunArgs {
 choice_enum! {
     /// `--encryption`: [`Policy`].
     pub enum EncryptionArg => Policy { Prefer, Require, Off }
+}
+
+/// A switch given as `on` or `off` (`--utp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+impl From<bool> for OnOff {
+    fn from(on: bool) -> OnOff {
+        if on {
+            OnOff::On
+        } else {
+            OnOff::Off
+        }
+    }
 }
 
 choice_enum! {
@@ -383,6 +437,10 @@ fn prepare(args: &SeedSpec) -> anyhow::Result<Meta> {
             announce: args.tracker.clone(),
             name: args.name.clone(),
             progress,
+            version: args.version,
+            web_seeds: args.web_seeds.clone(),
+            private: args.private,
+            comment: args.comment.clone(),
         },
     )?;
     match &args.torrent {
@@ -491,6 +549,7 @@ fn engine_config(args: &SeedSpec) -> Config {
     Config {
         slots: args.slots,
         max_peers: args.max_peers,
+        utp: args.utp,
         max_queue: args.max_queue.max(1),
         send_timeout: Duration::from_secs(args.send_timeout),
         disk: args.disk,
@@ -504,12 +563,24 @@ fn engine_config(args: &SeedSpec) -> Config {
     }
 }
 
+/// What the start lines say of a v2 or hybrid torrent: its format and full v2 info hash.
+fn v2_note(meta: &Meta) -> String {
+    match &meta.v2 {
+        Some(v2) => format!(
+            ", {}, v2 info hash {}",
+            meta.version.name(),
+            v2.info_hash_hex()
+        ),
+        None => String::new(),
+    }
+}
+
 /// `iolab seed PATH...`: seeds until SIGINT or SIGTERM (or makes the torrent only).
 fn seed(args: SeedSpec) -> anyhow::Result<()> {
     let meta = Arc::new(prepare(&args)?);
     if args.create_only {
         println!(
-            "created {} ({}, info hash {}, {} pieces of {} bytes, {} bytes)",
+            "created {} ({}, info hash {}, {} pieces of {} bytes, {} bytes){}",
             args.torrent
                 .as_ref()
                 .map(|p| p.display().to_string())
@@ -518,7 +589,8 @@ fn seed(args: SeedSpec) -> anyhow::Result<()> {
             meta.info_hash_hex(),
             meta.num_pieces(),
             meta.piece_length,
-            meta.total
+            meta.total,
+            v2_note(&meta),
         );
         return Ok(());
     }
@@ -533,9 +605,17 @@ fn seed(args: SeedSpec) -> anyhow::Result<()> {
         Some(url) => vec![vec![url.clone()]],
         None => meta.tracker_tiers(),
     };
-    let tiers = Tiers::new(tiers, |url| {
-        eprintln!("seed: tracker {url} skipped: only http:// and udp:// trackers are supported")
+    let mut tiers = Tiers::new(tiers, |url| {
+        eprintln!(
+            "seed: tracker {url} skipped: only http://, https:// and udp:// trackers are supported"
+        )
     });
+    if let Some(ca) = &args.tracker_ca {
+        tiers = tiers.with_tls(iolab_seeder::https::TlsClient::with_ca_file(ca)?);
+    }
+    if meta.private {
+        eprintln!("seed: a private torrent (BEP 27): peers from its trackers only (Hekate has no DHT, PEX or LSD)");
+    }
     rt.block_on(async move {
         // A deep accept queue (capped by net.core.somaxconn): a swarm arriving at once is
         // not made to wait for SYN retransmissions.
@@ -709,6 +789,7 @@ mod tests {
             create_only: true,
             no_check: true,
             max_peers: 77,
+            utp: false,
             max_queue: 5,
             send_timeout: 7,
             status_every: 2,
@@ -716,13 +797,23 @@ mod tests {
             driver: Some(iolab_runtime::Driver::Epoll),
             encryption: Policy::Require,
             max_dialled: 3,
+            version: MetaVersion::Hybrid,
+            web_seeds: vec!["http://a/x".into(), "https://b/y/".into()],
+            private: true,
+            comment: Some("a -comment".into()),
+            tracker_ca: Some("ca.pem".into()),
+        };
+        let v2 = SeedSpec {
+            paths: vec!["d".into()],
+            version: MetaVersion::V2,
+            ..SeedSpec::default()
         };
         let uring = SeedSpec {
             paths: vec!["x.torrent".into()],
             driver: Some(iolab_runtime::Driver::Uring),
             ..SeedSpec::default()
         };
-        for spec in [SeedSpec::default(), bench_like, everything, uring] {
+        for spec in [SeedSpec::default(), bench_like, everything, uring, v2] {
             let a = parse_iolab(spec.to_args());
             assert!(a.command.is_none(), "{spec:?}: {:?}", a.command);
             assert_eq!(a.run.to_spec(), spec);

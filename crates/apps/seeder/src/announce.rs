@@ -1,10 +1,11 @@
 //! Announcing to a torrent's trackers as BEP 12 says: tiers tried in order, the URLs of a
 //! tier shuffled once, the first that answers moved to the front of its tier; http:// (BEP
-//! 3) and udp:// (BEP 15) trackers. A URL of another scheme is reported once, when the
-//! tiers are made, and never tried.
+//! 3), https:// (the same over TLS) and udp:// (BEP 15) trackers. A URL of another scheme
+//! (wss://) is reported once, when the tiers are made, and never tried.
 
 use std::future::Future;
 
+use crate::https::TlsClient;
 use crate::tracker::{self, Announce, AnnounceReply};
 use crate::udp_tracker;
 
@@ -13,13 +14,15 @@ pub const ANNOUNCE_NUMWANT: usize = 50;
 
 /// The schemes we announce to.
 pub fn supported(url: &str) -> bool {
-    url.starts_with("http://") || url.starts_with("udp://")
+    url.starts_with("http://") || url.starts_with("https://") || url.starts_with("udp://")
 }
 
 /// A torrent's trackers as BEP 12 tiers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tiers {
     pub tiers: Vec<Vec<String>>,
+    /// Whose certificates https:// trackers may show (`None`: Mozilla's roots).
+    pub tls: Option<TlsClient>,
 }
 
 impl Tiers {
@@ -43,7 +46,15 @@ impl Tiers {
                 tiers.push(t);
             }
         }
-        Tiers { tiers }
+        Tiers { tiers, tls: None }
+    }
+
+    /// These tiers with https:// trackers checked by `tls`.
+    pub fn with_tls(self, tls: TlsClient) -> Tiers {
+        Tiers {
+            tls: Some(tls),
+            ..self
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -93,11 +104,13 @@ impl Tiers {
             numwant: ANNOUNCE_NUMWANT,
         };
         let a = &a;
+        let tls = self.tls.clone();
+        let tls = tls.as_ref();
         self.announce_with(|url| async move {
             if url.starts_with("udp://") {
                 udp_tracker::announce(&url, a).await
             } else {
-                tracker::announce(&url, a).await
+                tracker::announce_over(&url, a, tls).await
             }
         })
         .await
@@ -117,6 +130,7 @@ mod tests {
                 vec![
                     "http://dead1/a".into(),
                     "wss://x/a".into(),
+                    "https://x/a".into(),
                     "http://dead2/a".into(),
                 ],
                 vec!["ftp://nope".into()],
@@ -147,8 +161,9 @@ mod tests {
         assert_eq!(r.unwrap().interval, Duration::from_secs(7));
         let tried = tried.into_inner();
         // Both of tier 1 (in either order), then tier 2 until the good one.
-        assert!(tried.len() >= 3 && tried.len() <= 4, "{tried:?}");
-        assert!(tried[..2].contains(&"http://dead1/a".to_string()));
+        assert!(tried.len() >= 4 && tried.len() <= 5, "{tried:?}");
+        assert!(tried[..3].contains(&"http://dead1/a".to_string()));
+        assert!(tried[..3].contains(&"https://x/a".to_string()));
         assert_eq!(tried.last().unwrap(), "http://good/a");
         assert_eq!(t.tiers[1][0], "http://good/a", "BEP 12: moved to the front");
         let none = rt.block_on(

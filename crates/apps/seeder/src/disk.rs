@@ -407,9 +407,7 @@ mod tests {
         drop(f);
         let opts = CreateOptions {
             piece_length: Some(256 * 1024),
-            announce: None,
-            name: None,
-            progress: false,
+            ..Default::default()
         };
         let (meta, _) = crate::metainfo::Meta::create(&[path], &opts).unwrap();
         let meta = Arc::new(meta);

@@ -1,7 +1,9 @@
-//! Metainfo (`.torrent`, BEP 3 v1): create one from files, load an existing one, check the
-//! data against the piece hashes. Bencode and the `.torrent` structure come from the
-//! `lava_torrent` crate; this module adds the layout (which bytes of which file make a
-//! piece), path safety and the hash check with a progress bar.
+//! Metainfo (`.torrent`): create one from files, load an existing one, check the data
+//! against the piece hashes. v1 (BEP 3) here, with bencode and the v1 structure from the
+//! `lava_torrent` crate; v2 and hybrid (BEP 52) in [`crate::v2`]. This module adds the
+//! layout (which bytes of which file make a piece), path safety, the hash check with a
+//! progress bar, and the optional keys: `private` (BEP 27), `url-list` (BEP 19 web seeds),
+//! `comment`.
 
 use std::fs;
 use std::io::{self, Read};
@@ -9,8 +11,11 @@ use std::path::{Component, Path, PathBuf};
 
 use anyhow::{bail, Context as _};
 use indicatif::{ProgressBar, ProgressStyle};
+use lava_torrent::bencode::BencodeElem;
 use lava_torrent::torrent::v1::{File as LtFile, Torrent};
 use sha1::{Digest, Sha1};
+
+pub use crate::v2::{V2File, V2Meta};
 
 /// Smallest piece we create or accept: one request block.
 pub const MIN_PIECE: u64 = 16 * 1024;
@@ -34,13 +39,40 @@ pub struct FileEntry {
     pub pad: bool,
 }
 
+/// Which metainfo format a torrent has (BEP 52).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MetaVersion {
+    /// SHA-1 `pieces` only (BEP 3).
+    #[default]
+    V1,
+    /// `meta version` 2, `file tree` and `piece layers` only: SHA-256 merkle trees.
+    V2,
+    /// Both: v1 `pieces` over files padded to piece boundaries (BEP 47), and the v2 keys.
+    Hybrid,
+}
+
+impl MetaVersion {
+    pub fn name(self) -> &'static str {
+        match self {
+            MetaVersion::V1 => "v1",
+            MetaVersion::V2 => "v2",
+            MetaVersion::Hybrid => "hybrid",
+        }
+    }
+}
+
 /// A loaded or created torrent.
 #[derive(Debug, Clone)]
 pub struct Meta {
+    /// The info hash of the handshake and the tracker: SHA-1 of the info dictionary, or
+    /// for a v2-only torrent its SHA-256 truncated to 20 bytes (BEP 52).
     pub info_hash: [u8; 20],
     pub name: String,
     pub piece_length: u64,
+    /// The v1 SHA-1 piece hashes; empty for a v2-only torrent (its hashes are in `v2`).
     pub pieces: Vec<[u8; 20]>,
+    /// The files in piece order, pad files included (a v2-only torrent's are implied:
+    /// each file starts at a piece boundary, so the gaps are pads with no entry in it).
     pub files: Vec<FileEntry>,
     pub total: u64,
     /// True for a torrent with a `files` list (even of one file).
@@ -50,6 +82,15 @@ pub struct Meta {
     pub announce_list: Vec<Vec<String>>,
     /// The raw info dictionary (BEP 9 serves it); empty if its SHA-1 is not the info hash.
     pub info: Vec<u8>,
+    pub version: MetaVersion,
+    /// The v2 side (v2-only and hybrid torrents).
+    pub v2: Option<V2Meta>,
+    /// BEP 27 `private`: peers only from the trackers (no DHT, PEX or LSD; Hekate has none
+    /// of them anyway).
+    pub private: bool,
+    /// BEP 19 `url-list`: HTTP servers that hold the same files.
+    pub web_seeds: Vec<String>,
+    pub comment: Option<String>,
 }
 
 /// How to make a torrent.
@@ -61,6 +102,35 @@ pub struct CreateOptions {
     /// Name of a multi-file torrent made of several paths (default: "files").
     pub name: Option<String>,
     pub progress: bool,
+    pub version: MetaVersion,
+    /// BEP 19 web seeds (http:// or https:// URLs).
+    pub web_seeds: Vec<String>,
+    /// BEP 27: `private` = 1 in the info dictionary.
+    pub private: bool,
+    pub comment: Option<String>,
+}
+
+/// What a created torrent says it was made by.
+pub fn created_by() -> String {
+    format!("iolab-seeder {}", env!("CARGO_PKG_VERSION"))
+}
+
+/// The top-level keys of a created torrent besides `info` (and v2's `piece layers`).
+pub(crate) fn top_level_keys(opts: &CreateOptions) -> anyhow::Result<Vec<(String, BencodeElem)>> {
+    let mut keys = vec![("created by".to_string(), BencodeElem::String(created_by()))];
+    if let Some(c) = &opts.comment {
+        keys.push(("comment".to_string(), BencodeElem::String(c.clone())));
+    }
+    if !opts.web_seeds.is_empty() {
+        for url in &opts.web_seeds {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                bail!("web seed {url:?} is not an http:// or https:// URL (BEP 19)");
+            }
+        }
+        let list = opts.web_seeds.iter().cloned().map(BencodeElem::String);
+        keys.push(("url-list".to_string(), BencodeElem::List(list.collect())));
+    }
+    Ok(keys)
 }
 
 /// The piece size chosen for `total` bytes: about 1,000 to 2,000 pieces, a power of two
@@ -70,7 +140,7 @@ pub fn auto_piece_length(total: u64) -> u64 {
     target.next_power_of_two().clamp(MIN_PIECE, 4 * 1024 * 1024)
 }
 
-fn check_piece_length(p: u64) -> anyhow::Result<()> {
+pub(crate) fn check_piece_length(p: u64) -> anyhow::Result<()> {
     if !p.is_power_of_two() || !(MIN_PIECE..=MAX_PIECE).contains(&p) {
         bail!(
             "piece length {p} is not a power of two between {} KiB and {} MiB",
@@ -81,7 +151,7 @@ fn check_piece_length(p: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn safe_relative(p: &Path) -> anyhow::Result<()> {
+pub(crate) fn safe_relative(p: &Path) -> anyhow::Result<()> {
     if p.as_os_str().is_empty() {
         bail!("a file has an empty path");
     }
@@ -122,20 +192,73 @@ impl Meta {
         if bytes.is_empty() {
             bail!("the file is empty");
         }
-        reject_v2_only(bytes)?;
-        let t = Torrent::read_from_bytes(bytes).map_err(|e| {
-            anyhow::anyhow!("malformed bencode or metainfo ({e}); a truncated download?")
-        })?;
-        let mut meta = Meta::from_torrent(&t, data)?;
-        meta.set_info(bytes);
+        // The whole torrent as bencode, for the keys lava_torrent's v1 view does not give.
+        let top = BencodeElem::from_bytes(bytes)
+            .ok()
+            .and_then(|v| v.into_iter().next());
+        let info = top.as_ref().and_then(|t| crate::v2::get(t, "info"));
+        let v2 = info.is_some_and(|i| {
+            matches!(
+                crate::v2::get(i, "meta version"),
+                Some(BencodeElem::Integer(2))
+            )
+        });
+        let has_pieces = info.is_some_and(|i| crate::v2::get(i, "pieces").is_some());
+        let mut meta = match (top.as_ref(), info) {
+            (Some(top), Some(info)) if !has_pieces && v2 => {
+                Meta::from_v2_only(top, info, bytes, data)?
+            }
+            (_, Some(info)) if !has_pieces && crate::v2::get(info, "file tree").is_some() => {
+                bail!(
+                    "a `file tree` without `meta version` 2 or v1 `pieces`: not a torrent we know"
+                )
+            }
+            _ => {
+                let t = Torrent::read_from_bytes(bytes).map_err(|e| {
+                    anyhow::anyhow!("malformed bencode or metainfo ({e}); a truncated download?")
+                })?;
+                let mut meta = Meta::from_torrent(&t, data)?;
+                meta.set_info(bytes);
+                if let (Some(top), Some(info), true) = (top.as_ref(), info, v2) {
+                    meta.attach_v2(top, info, bytes)
+                        .context("the v2 side of this hybrid torrent")?;
+                }
+                meta
+            }
+        };
+        if let (Some(top), Some(info)) = (top.as_ref(), info) {
+            meta.read_optional_keys(top, info);
+        }
         Ok(meta)
     }
 
-    /// Keeps the raw info dictionary of `torrent` when its SHA-1 is our info hash.
-    fn set_info(&mut self, torrent: &[u8]) {
+    /// `private`, `url-list` and `comment` (none of them required; a malformed one is left
+    /// out).
+    fn read_optional_keys(&mut self, top: &BencodeElem, info: &BencodeElem) {
+        use crate::v2::{bytes, get};
+        self.private = matches!(get(info, "private"), Some(BencodeElem::Integer(1)));
+        let text = |e: &BencodeElem| bytes(e).and_then(|b| String::from_utf8(b.to_vec()).ok());
+        self.comment = get(top, "comment").and_then(text);
+        self.web_seeds = match get(top, "url-list") {
+            Some(BencodeElem::List(l)) => l.iter().filter_map(text).collect(),
+            Some(one) => text(one).into_iter().collect(),
+            None => Vec::new(),
+        };
+        self.web_seeds.retain(|u| !u.is_empty());
+    }
+
+    /// Keeps the raw info dictionary of `torrent` when its hash is our info hash (SHA-1, or
+    /// SHA-256 truncated for a v2-only torrent).
+    pub(crate) fn set_info(&mut self, torrent: &[u8]) {
         use sha1::Digest as _;
         if let Some(info) = crate::metadata::raw_info(torrent) {
-            if sha1::Sha1::digest(info).as_slice() == self.info_hash {
+            let v1 = sha1::Sha1::digest(info);
+            let v2 = sha2::Sha256::digest(info);
+            let h = match self.version {
+                MetaVersion::V2 => &v2[..20],
+                _ => &v1[..],
+            };
+            if h == self.info_hash {
                 self.info = info.to_vec();
             }
         }
@@ -222,6 +345,11 @@ impl Meta {
             announce: t.announce.clone(),
             announce_list: t.announce_list.clone().unwrap_or_default(),
             info: Vec::new(),
+            version: MetaVersion::V1,
+            v2: None,
+            private: false,
+            web_seeds: Vec::new(),
+            comment: None,
         })
     }
 
@@ -280,6 +408,9 @@ impl Meta {
             .piece_length
             .unwrap_or_else(|| auto_piece_length(total));
         check_piece_length(piece_length)?;
+        if opts.version != MetaVersion::V1 {
+            return crate::v2::create(list, name, multi, piece_length, opts);
+        }
 
         let mut files = Vec::new();
         let mut offset = 0;
@@ -315,18 +446,10 @@ impl Meta {
             name: name.clone(),
             piece_length: piece_length as i64,
             pieces: pieces.iter().map(|p| p.to_vec()).collect(),
-            extra_fields: Some(
-                [(
-                    "created by".to_string(),
-                    lava_torrent::bencode::BencodeElem::String(format!(
-                        "iolab-seeder {}",
-                        env!("CARGO_PKG_VERSION")
-                    )),
-                )]
-                .into_iter()
-                .collect(),
-            ),
-            extra_info_fields: None,
+            extra_fields: Some(top_level_keys(opts)?.into_iter().collect()),
+            extra_info_fields: opts
+                .private
+                .then(|| [("private".to_string(), BencodeElem::Integer(1))].into()),
         };
         let mut info_hash = [0u8; 20];
         info_hash.copy_from_slice(&t.info_hash_bytes());
@@ -342,6 +465,11 @@ impl Meta {
             announce: opts.announce.clone(),
             announce_list: Vec::new(),
             info: Vec::new(),
+            version: MetaVersion::V1,
+            v2: None,
+            private: opts.private,
+            web_seeds: opts.web_seeds.clone(),
+            comment: opts.comment.clone(),
         };
         meta.set_info(&bytes);
         Ok((meta, bytes))
@@ -362,8 +490,9 @@ impl Meta {
         self.announce.iter().map(|a| vec![a.clone()]).collect()
     }
 
+    /// Pieces in the torrent (v1 and hybrid: as many as `pieces` has hashes).
     pub fn num_pieces(&self) -> u32 {
-        self.pieces.len() as u32
+        self.total.div_ceil(self.piece_length) as u32
     }
 
     /// Length of piece `i` (the last one may be shorter).
@@ -406,6 +535,9 @@ impl Meta {
                     f.length
                 );
             }
+        }
+        if let (MetaVersion::V2, Some(v2)) = (self.version, &self.v2) {
+            return self.verify_v2(v2, progress);
         }
         let got = hash_pieces(
             &self.files,
@@ -455,26 +587,6 @@ fn is_pad(f: &LtFile) -> bool {
             .is_some_and(|c| c.as_os_str() == ".pad")
 }
 
-/// A v2-only torrent (BEP 52: `meta version` 2, a `file tree`, no v1 `pieces`) is a clear
-/// error; a hybrid one (both) is seeded by its v1 side.
-fn reject_v2_only(torrent: &[u8]) -> anyhow::Result<()> {
-    use lava_torrent::bencode::BencodeElem;
-    let Some(info) = crate::metadata::raw_info(torrent) else {
-        return Ok(()); // the full parse says what is wrong
-    };
-    let Ok(elems) = BencodeElem::from_bytes(info) else {
-        return Ok(());
-    };
-    if let Some(BencodeElem::Dictionary(d)) = elems.first() {
-        let v2 = matches!(d.get("meta version"), Some(BencodeElem::Integer(2)))
-            || d.contains_key("file tree");
-        if v2 && !d.contains_key("pieces") {
-            bail!("v2-only torrents are not supported yet (BEP 52); a hybrid v1+v2 torrent is");
-        }
-    }
-    Ok(())
-}
-
 fn file_name(p: &Path) -> anyhow::Result<String> {
     let canon = fs::canonicalize(p).with_context(|| format!("reading {}", p.display()))?;
     let n = canon
@@ -485,7 +597,11 @@ fn file_name(p: &Path) -> anyhow::Result<String> {
         .with_context(|| format!("{} is not valid UTF-8", p.display()))
 }
 
-fn walk(dir: &Path, prefix: &Path, out: &mut Vec<(PathBuf, PathBuf, u64)>) -> anyhow::Result<()> {
+pub(crate) fn walk(
+    dir: &Path,
+    prefix: &Path,
+    out: &mut Vec<(PathBuf, PathBuf, u64)>,
+) -> anyhow::Result<()> {
     let mut entries: Vec<_> = fs::read_dir(dir)
         .with_context(|| format!("listing {}", dir.display()))?
         .collect::<Result<_, _>>()
@@ -508,28 +624,32 @@ fn walk(dir: &Path, prefix: &Path, out: &mut Vec<(PathBuf, PathBuf, u64)>) -> an
     Ok(())
 }
 
+/// A progress bar over `total` bytes saying `what` (hidden unless `progress`).
+pub(crate) fn progress_bar(total: u64, what: &str, progress: bool) -> ProgressBar {
+    if !progress {
+        return ProgressBar::hidden();
+    }
+    let b = ProgressBar::new(total);
+    b.set_style(
+        ProgressStyle::with_template(
+            "{msg} [{bar:40}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
+        )
+        .expect("static template")
+        .progress_chars("=> "),
+    );
+    b.set_message(what.to_string());
+    b
+}
+
 /// SHA-1 of every piece of the concatenated files, read sequentially.
-fn hash_pieces(
+pub(crate) fn hash_pieces(
     files: &[FileEntry],
     piece_length: u64,
     total: u64,
     progress: bool,
     what: &str,
 ) -> anyhow::Result<Vec<[u8; 20]>> {
-    let bar = if progress {
-        let b = ProgressBar::new(total);
-        b.set_style(
-            ProgressStyle::with_template(
-                "{msg} [{bar:40}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
-            )
-            .expect("static template")
-            .progress_chars("=> "),
-        );
-        b.set_message(what.to_string());
-        b
-    } else {
-        ProgressBar::hidden()
-    };
+    let bar = progress_bar(total, what, progress);
     let mut pieces = Vec::with_capacity(total.div_ceil(piece_length) as usize);
     let mut hasher = Sha1::new();
     let mut in_piece = 0u64;

@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use iolab_runtime::Driver;
 
 use crate::disk::DiskMode;
+use crate::metainfo::MetaVersion;
 use crate::mse::Policy;
 use crate::seed::Config;
 use crate::swarm::SwarmConfig;
@@ -45,6 +46,8 @@ pub struct SeedSpec {
     pub no_check: bool,
     /// Connections held at once.
     pub max_peers: usize,
+    /// Accept uTP over UDP on the listen port (`--utp on|off`).
+    pub utp: bool,
     /// Requests queued per peer.
     pub max_queue: usize,
     /// Seconds a peer may take none of the data waiting for it before it is dropped.
@@ -59,6 +62,17 @@ pub struct SeedSpec {
     pub encryption: Policy,
     /// Tracker peers dialled and held at once (0: never dial).
     pub max_dialled: usize,
+    /// Format of a created torrent (`--v2`, `--hybrid`; v1 by default).
+    pub version: MetaVersion,
+    /// BEP 19 web seeds written into a created torrent.
+    pub web_seeds: Vec<String>,
+    /// BEP 27: a created torrent is private.
+    pub private: bool,
+    /// `comment` of a created torrent.
+    pub comment: Option<String>,
+    /// PEM file of the CAs that https trackers' certificates are checked against (`None`:
+    /// Mozilla's roots).
+    pub tracker_ca: Option<PathBuf>,
 }
 
 impl Default for SeedSpec {
@@ -78,6 +92,7 @@ impl Default for SeedSpec {
             create_only: false,
             no_check: false,
             max_peers: engine.max_peers,
+            utp: engine.utp,
             max_queue: engine.max_queue,
             send_timeout: engine.send_timeout.as_secs(),
             status_every: 10,
@@ -85,6 +100,11 @@ impl Default for SeedSpec {
             driver: None,
             encryption: engine.encryption,
             max_dialled: engine.dial.max_dialled,
+            version: MetaVersion::V1,
+            web_seeds: Vec::new(),
+            private: false,
+            comment: None,
+            tracker_ca: None,
         }
     }
 }
@@ -146,6 +166,7 @@ impl SeedSpec {
             .flag_if("--create-only", self.create_only)
             .flag_if("--no-check", self.no_check)
             .value("--max-peers", self.max_peers.to_string())
+            .value("--utp", if self.utp { "on" } else { "off" })
             .value("--max-queue", self.max_queue.to_string())
             .value("--send-timeout", self.send_timeout.to_string())
             .value("--status-every", self.status_every.to_string())
@@ -153,7 +174,15 @@ impl SeedSpec {
             .value_if("--driver", self.driver.map(driver_flag))
             .value("--encryption", self.encryption.name())
             .value("--max-dialled", self.max_dialled.to_string())
-            .words(&["--"]);
+            .flag_if("--v2", self.version == MetaVersion::V2)
+            .flag_if("--hybrid", self.version == MetaVersion::Hybrid)
+            .flag_if("--private", self.private)
+            .value_if("--comment", self.comment.as_ref())
+            .value_if("--tracker-ca", self.tracker_ca.as_ref());
+        for url in &self.web_seeds {
+            args = args.value("--web-seed", url);
+        }
+        args = args.words(&["--"]);
         args.0.extend(self.paths.iter().map(OsString::from));
         args.0
     }

@@ -1,5 +1,6 @@
 //! A small HTTP tracker on iolab-runtime (BEP 3 announce, BEP 23 compact peer lists,
-//! BEP 7 `peers6`, BEP 48 scrape), and the announce client the seeder uses.
+//! BEP 7 `peers6`, BEP 48 scrape), and the announce client the seeder uses (http://, and
+//! https:// through [`crate::https`]).
 //!
 //! Limits: a request must arrive within 10 s and fit in 8 KiB; at most 200 peers per reply
 //! (`numwant` is capped); a torrent holds at most 50,000 peers; peers that have not
@@ -431,6 +432,24 @@ pub fn parse_http_url(url: &str) -> anyhow::Result<(String, u16, String)> {
     let rest = url.strip_prefix("http://").ok_or_else(|| {
         anyhow::anyhow!("tracker URL {url:?}: only http:// trackers are supported")
     })?;
+    split_host_path(url, rest, 80)
+}
+
+/// Splits `http://` or `https://host[:port]/path[?query]`: (TLS, host, port, path).
+pub fn parse_tracker_url(url: &str) -> anyhow::Result<(bool, String, u16, String)> {
+    if let Some(rest) = url.strip_prefix("https://") {
+        let (h, p, path) = split_host_path(url, rest, 443)?;
+        return Ok((true, h, p, path));
+    }
+    let (h, p, path) = parse_http_url(url)?;
+    Ok((false, h, p, path))
+}
+
+fn split_host_path(
+    url: &str,
+    rest: &str,
+    default_port: u16,
+) -> anyhow::Result<(String, u16, String)> {
     let (hostport, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/"),
@@ -439,23 +458,38 @@ pub fn parse_http_url(url: &str) -> anyhow::Result<(String, u16, String)> {
         let (h, p) = h
             .split_once(']')
             .ok_or_else(|| anyhow::anyhow!("tracker URL {url:?}: bad IPv6 literal"))?;
-        (h.to_string(), p.strip_prefix(':').unwrap_or("80"))
+        (h.to_string(), p.strip_prefix(':'))
     } else {
         match hostport.rsplit_once(':') {
-            Some((h, p)) => (h.to_string(), p),
-            None => (hostport.to_string(), "80"),
+            Some((h, p)) => (h.to_string(), Some(p)),
+            None => (hostport.to_string(), None),
         }
     };
-    let port: u16 = port
-        .parse()
-        .map_err(|_| anyhow::anyhow!("tracker URL {url:?}: bad port"))?;
+    let port: u16 = match port {
+        None => default_port,
+        Some(p) => p
+            .parse()
+            .map_err(|_| anyhow::anyhow!("tracker URL {url:?}: bad port"))?,
+    };
+    if host.is_empty() {
+        anyhow::bail!("tracker URL {url:?}: no host");
+    }
     Ok((host, port, path.to_string()))
 }
 
 /// One announce over HTTP.
 pub async fn announce(url: &str, a: &Announce) -> anyhow::Result<AnnounceReply> {
-    let (host, tport, path) = parse_http_url(url)?;
-    let addr = resolve(&host, tport).await?;
+    announce_over(url, a, None).await
+}
+
+/// One announce over HTTP or HTTPS; an https:// tracker's certificate is checked with
+/// `tls` (default: Mozilla's roots).
+pub async fn announce_over(
+    url: &str,
+    a: &Announce,
+    tls: Option<&crate::https::TlsClient>,
+) -> anyhow::Result<AnnounceReply> {
+    let (https, host, tport, path) = parse_tracker_url(url)?;
     let sep = if path.contains('?') { '&' } else { '?' };
     let mut target = format!(
         "{path}{sep}info_hash={}&peer_id={}&port={}&uploaded={}&downloaded=0&left={}&compact={}&numwant={}",
@@ -474,6 +508,18 @@ pub async fn announce(url: &str, a: &Announce) -> anyhow::Result<AnnounceReply> 
     let req = format!(
         "GET {target} HTTP/1.1\r\nHost: {host}:{tport}\r\nUser-Agent: iolab-hekate\r\nConnection: close\r\n\r\n"
     );
+    if https {
+        let tls = tls
+            .cloned()
+            .unwrap_or_else(crate::https::TlsClient::mozilla_roots);
+        let body = iolab_runtime::detach(move || {
+            crate::https::exchange(&tls, &host, tport, req.as_bytes(), Duration::from_secs(15))
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("tracker {url}: {e}"))?;
+        return parse_announce_reply(url, &body);
+    }
+    let addr = resolve(&host, tport).await?;
     let body = timeout(Duration::from_secs(15), async {
         let s = TcpStream::connect(addr).await?;
         let (r, _) = s.write_all(req.into_bytes()).await;
@@ -659,5 +705,20 @@ mod tests {
             ("::1".into(), 80, "/a?x=1".into())
         );
         assert!(parse_http_url("udp://x:1").is_err());
+        assert!(parse_http_url("https://x/a").is_err());
+        assert_eq!(
+            parse_tracker_url("https://t.example/a").unwrap(),
+            (true, "t.example".into(), 443, "/a".into())
+        );
+        assert_eq!(
+            parse_tracker_url("https://[::1]:8443").unwrap(),
+            (true, "::1".into(), 8443, "/".into())
+        );
+        assert_eq!(
+            parse_tracker_url("http://h:1/x").unwrap(),
+            (false, "h".into(), 1, "/x".into())
+        );
+        assert!(parse_tracker_url("https://:1/a").is_err());
+        assert!(parse_tracker_url("https://h:99999/a").is_err());
     }
 }
