@@ -67,8 +67,9 @@ pub struct LabArgs {
     /// Output directory.
     #[arg(long, value_name = "DIR", default_value = "report")]
     pub out: PathBuf,
-    /// Repeats per point (default: 3 in full, 1 otherwise); the model order is shuffled
-    /// for each repeat and the report gives medians and min..max.
+    /// Repeats per point (default: 3 in full, 1 otherwise), and of each efficiency
+    /// measurement (default: 2 in tiny, 3 otherwise); the model order is shuffled for each
+    /// repeat and the report gives medians and min..max.
     #[arg(long, value_name = "N")]
     pub repeat: Option<usize>,
     /// Skip the Microbenchmarks section.

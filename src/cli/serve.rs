@@ -186,6 +186,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             tracing::warn!("test hook: every file read takes {ms} ms longer");
             ctx.site.inject_read_delay(Duration::from_millis(ms));
         }
+        // A deliberately slower build of a model, for `lab --compare`'s own test.
+        if let Ok(v) = std::env::var("IOLAB_TEST_CPU_PER_REQUEST_US") {
+            let us: u64 = v.parse().with_context(|| {
+                format!("IOLAB_TEST_CPU_PER_REQUEST_US={v:?}: not microseconds")
+            })?;
+            tracing::warn!("test hook: every request costs {us} µs more CPU");
+            ctx.site.inject_request_cost(Duration::from_micros(us));
+        }
     }
 
     let shutdown = ctx.shutdown.clone();

@@ -172,13 +172,16 @@ impl GroupCpu {
     }
 }
 
-/// Durations and repeats of the efficiency pass for a profile.
-pub fn plan_for(profile: Profile) -> (Duration, usize) {
-    match profile {
+/// Durations and repeats of the efficiency pass for a profile; `repeat` (`--repeat`), when
+/// given, is the repeats here too, so that `lab --compare` has as many samples of Figure
+/// 1b's rows as of the matrix's points.
+pub fn plan_for(profile: Profile, repeat: Option<usize>) -> (Duration, usize) {
+    let (duration, repeats) = match profile {
         Profile::Tiny => (Duration::from_millis(500), 2),
         Profile::Full => (Duration::from_secs(5), 3),
         Profile::Quick => (Duration::from_millis(1500), 3),
-    }
+    };
+    (duration, repeat.unwrap_or(repeats).max(1))
 }
 
 /// Open-loop connection cap.

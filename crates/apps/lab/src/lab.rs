@@ -67,7 +67,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
     };
     // Reserve for writing the report and shutting servers down, and for the efficiency
     // pass after the matrix.
-    let eff_plan = crate::efficiency::plan_for(opts.profile);
+    let eff_plan = crate::efficiency::plan_for(opts.profile, opts.repeat);
     let eff_reserve = if opts.efficiency {
         let (duration, repeats) = eff_plan;
         targets.len() as f64 * (2.0 * repeats as f64 * (duration.as_secs_f64() + 0.15) + 1.5)

@@ -70,17 +70,7 @@ fn rusage(who: libc::c_int) -> Usage {
     }
 }
 
-/// CPU time (user + system) consumed by the calling thread, in ns. Unlike wall time it does
-/// not grow while the thread waits for a CPU, which matters on a shared machine.
-pub fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into the timespec we pass.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+pub use iolab_sys::cpu::thread_cpu_ns;
 
 /// Usage of the calling thread.
 pub fn thread_usage() -> Usage {

@@ -97,6 +97,8 @@ pub struct Site {
     root: PathBuf,
     limits: Limits,
     files: site::Files,
+    /// Test hook ([`Site::inject_request_cost`]): CPU burnt per request, in nanoseconds.
+    request_cost_ns: std::sync::atomic::AtomicU64,
 }
 
 impl Site {
@@ -128,6 +130,7 @@ impl Site {
             files: site::Files::new(root.clone(), cache),
             root,
             limits,
+            request_cost_ns: std::sync::atomic::AtomicU64::new(0),
         }))
     }
 
@@ -160,6 +163,33 @@ impl Site {
     #[doc(hidden)]
     pub fn inject_read_delay(&self, delay: std::time::Duration) {
         self.files.set_read_delay(delay);
+    }
+
+    /// Test hook: from now on every request costs at least `cost` more CPU time on the
+    /// thread that answers it (a busy loop before the answer) — a deliberately slower
+    /// build of a model, for checking that `iolab lab --compare` finds it. `iolab serve`
+    /// sets it from `IOLAB_TEST_CPU_PER_REQUEST_US` in debug builds only. Zero (the
+    /// default) turns it off: one relaxed load per request.
+    #[doc(hidden)]
+    pub fn inject_request_cost(&self, cost: std::time::Duration) {
+        let ns = u64::try_from(cost.as_nanos()).unwrap_or(u64::MAX);
+        self.request_cost_ns
+            .store(ns, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Burns the injected per-request cost, if any (thread CPU time, so that a preempted
+    /// thread still pays the whole cost).
+    pub(crate) fn pay_request_cost(&self) {
+        let ns = self
+            .request_cost_ns
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if ns == 0 {
+            return;
+        }
+        let start = iolab_sys::cpu::thread_cpu_ns();
+        while iolab_sys::cpu::thread_cpu_ns().saturating_sub(start) < ns {
+            std::hint::spin_loop();
+        }
     }
 
     pub(crate) fn files(&self) -> &site::Files {

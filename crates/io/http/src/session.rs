@@ -518,6 +518,7 @@ impl Session {
 
     /// Frames the body of a parsed request and queues (or holds) its response.
     fn answer(&mut self, req: Request<'_>, on_response: &mut impl FnMut(u16)) {
+        self.site.pay_request_cost();
         let max_body = self.site.limits().max_body as u64;
         if req.chunked {
             if req.content_length.is_some() || req.http10 {

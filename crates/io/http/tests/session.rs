@@ -539,3 +539,26 @@ fn advance_handles_partial_and_excess_counts() {
     s.advance(10);
     assert!(s.is_between_requests());
 }
+
+/// The test hook behind `IOLAB_TEST_CPU_PER_REQUEST_US` (a deliberately slower build for
+/// `lab --compare`'s test): each request costs the thread that answers it that much CPU
+/// more, and nothing when it is off.
+#[test]
+fn an_injected_request_cost_is_paid_per_request() {
+    let f = Fixture::new();
+    let cpu = |s: &mut iolab_http::Session, n: usize| {
+        let t0 = iolab_sys::cpu::thread_cpu_ns();
+        for _ in 0..n {
+            s.feed(b"GET /index.html HTTP/1.1\r\nHost: x\r\n\r\n", |_| {});
+            drain(s);
+        }
+        iolab_sys::cpu::thread_cpu_ns() - t0
+    };
+    let mut s = f.session();
+    let plain = cpu(&mut s, 5);
+    f.site
+        .inject_request_cost(std::time::Duration::from_millis(4));
+    let costly = cpu(&mut s, 5);
+    assert!(costly >= 20_000_000, "5 requests at 4 ms each: {costly} ns");
+    assert!(plain < 20_000_000, "no cost injected: {plain} ns");
+}
