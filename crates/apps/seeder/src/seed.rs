@@ -31,6 +31,7 @@ use crate::link::{self, recv_into};
 use crate::metadata;
 use crate::metainfo::Meta;
 use crate::mse::{Policy, Rc4Pair};
+use crate::utp::mux::UtpLimits;
 use crate::wire::{self, Handshake, Limits, Message, WireError};
 
 /// Limits and knobs of the seeder.
@@ -72,6 +73,9 @@ pub struct Config {
     pub encryption: Policy,
     /// Dialling out to tracker peers ([`crate::dial`]).
     pub dial: DialLimits,
+    /// Accept uTP (BEP 29) on the listener's port number over UDP (`--utp`).
+    pub utp: bool,
+    pub utp_limits: UtpLimits,
 }
 
 impl Default for Config {
@@ -91,6 +95,8 @@ impl Default for Config {
             read_ahead: false,
             encryption: Policy::Prefer,
             dial: DialLimits::default(),
+            utp: true,
+            utp_limits: UtpLimits::default(),
         }
     }
 }
@@ -99,8 +105,19 @@ impl Default for Config {
 #[derive(Debug, Default, Serialize)]
 pub struct Counters {
     pub peers_now: AtomicU64,
-    /// Peers that connected to us.
+    /// Peers that connected to us over TCP.
     pub peers_accepted: AtomicU64,
+    /// Peers that connected to us over uTP (a SYN taken: socket pair and session made).
+    pub utp_accepted: AtomicU64,
+    /// SYNs dropped at the half-open limit (or for want of a socket pair).
+    pub utp_refused: AtomicU64,
+    /// uTP connections closed by a RESET, by a deadline (handshake, retransmissions, idle,
+    /// FIN).
+    pub utp_resets: AtomicU64,
+    pub utp_timeouts: AtomicU64,
+    /// Datagrams that are not uTP packets; packets for no connection of ours.
+    pub utp_garbage: AtomicU64,
+    pub utp_unknown: AtomicU64,
     /// Tracker peers we dialled, those that completed the handshake, those that failed
     /// (connect, MSE or handshake).
     pub peers_dialled: AtomicU64,
@@ -280,6 +297,9 @@ impl Seeder {
     pub async fn serve(self: Rc<Self>, listener: TcpListener) -> io::Result<()> {
         if let Ok(own) = listener.local_addr() {
             self.dialer.borrow_mut().set_own(own);
+            if self.cfg.utp {
+                self.start_utp(own);
+            }
         }
         spawn(self.clone().choker());
         let mut acceptor = listener.accept_many(16);
@@ -307,6 +327,22 @@ impl Seeder {
                 me.counters.peers_now.fetch_sub(1, Ordering::Relaxed);
                 me.count_end(addr, end);
             });
+        }
+    }
+
+    /// uTP on UDP at the TCP listener's address and port; a port taken over UDP is said
+    /// and the seeder goes on over TCP alone.
+    fn start_utp(self: &Rc<Self>, addr: SocketAddr) {
+        match iolab_runtime::net::UdpSocket::bind(addr) {
+            Ok(socket) => {
+                let me = self.clone();
+                spawn(async move {
+                    if let Err(e) = me.serve_utp(socket).await {
+                        tracing::warn!("seed: uTP stopped: {e}");
+                    }
+                });
+            }
+            Err(e) => tracing::warn!("seed: no uTP: {e}"),
         }
     }
 
@@ -343,7 +379,7 @@ impl Seeder {
 
     /// An accepted peer: its opening (plaintext or MSE) and handshake within the
     /// handshake timeout, then the session.
-    async fn peer(self: Rc<Self>, stream: &TcpStream, addr: SocketAddr) -> End {
+    pub(crate) async fn peer(self: Rc<Self>, stream: &TcpStream, addr: SocketAddr) -> End {
         let deadline = Instant::now() + self.cfg.handshake_timeout;
         match self.accept_handshake(stream, deadline).await {
             Ok((hs, inbuf, rc4)) => self.session(stream, addr, hs, inbuf, rc4, true).await,

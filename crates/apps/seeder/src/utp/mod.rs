@@ -7,6 +7,7 @@
 
 pub mod conn;
 pub mod ledbat;
+pub mod mux;
 pub mod packet;
 
 #[cfg(test)]
