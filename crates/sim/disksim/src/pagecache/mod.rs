@@ -334,6 +334,52 @@ impl PageMap {
         }
     }
 
+    /// Every slot of `[first, last)` of `stream`, cached or not, in index order, chunk by
+    /// chunk (one lookup per chunk, chunks created as needed): `f` may fill or empty a slot,
+    /// and the counts follow (a chunk left empty is freed).
+    fn for_each_slot(
+        &mut self,
+        stream: StreamKey,
+        first: u64,
+        last: u64,
+        mut f: impl FnMut(u64, &mut Option<Page>),
+    ) {
+        let mut i = first;
+        while i < last {
+            let c = i / CHUNK_PAGES;
+            let end = last.min((c + 1) * CHUNK_PAGES);
+            let chunk = self.chunks.entry((stream, c)).or_insert_with(|| {
+                Box::new(Chunk {
+                    pages: std::array::from_fn(|_| None),
+                    len: 0,
+                })
+            });
+            let lo = (i % CHUNK_PAGES) as usize;
+            for (j, slot) in chunk.pages[lo..lo + (end - i) as usize]
+                .iter_mut()
+                .enumerate()
+            {
+                let was = slot.is_some();
+                f(i + j as u64, slot);
+                match (was, slot.is_some()) {
+                    (false, true) => {
+                        chunk.len += 1;
+                        self.len += 1;
+                    }
+                    (true, false) => {
+                        chunk.len -= 1;
+                        self.len -= 1;
+                    }
+                    _ => {}
+                }
+            }
+            if chunk.len == 0 {
+                self.chunks.remove(&(stream, c));
+            }
+            i = end;
+        }
+    }
+
     fn remove(&mut self, k: &PageKey) -> Option<Page> {
         let (c, i) = Self::at(k);
         let chunk = self.chunks.get_mut(&c)?;
@@ -594,8 +640,10 @@ pub struct PageCache {
     /// Pages dirty, and pages under write-back (kernel NR_FILE_DIRTY, NR_WRITEBACK).
     nr_dirty: u64,
     nr_writeback: u64,
-    /// Writes sent down by write-back: the pages they carry.
-    wb_children: Map<u64, Vec<PageKey>>,
+    /// Writes sent down by write-back: the file and the run of pages each carries (the
+    /// pages of the run under write-back by it are those whose `wb` is its id: a page
+    /// dropped and cached again meanwhile is not).
+    wb_children: Map<u64, (StreamKey, std::ops::Range<u64>)>,
     /// Device flushes sent down, and the sync each one finishes.
     flush_children: Map<u64, u64>,
     /// Which syncs each write-back write holds up.
@@ -904,8 +952,8 @@ impl Component for PageCache {
     }
 
     fn complete(&mut self, done: Completion, ctx: &mut Ctx) {
-        if let Some(pages) = self.wb_children.remove(&done.req.id) {
-            self.writeback_done(done.req.id, pages, ctx);
+        if let Some((sk, pages)) = self.wb_children.remove(&done.req.id) {
+            self.writeback_done(done.req.id, sk, pages, ctx);
             return;
         }
         if let Some(sync) = self.flush_children.remove(&done.req.id) {

@@ -66,25 +66,39 @@ impl PageCache {
     /// is taken as whole: no read before the write, see the module notes).
     pub(super) fn dirty_range(&mut self, sk: StreamKey, first: u64, last: u64, now: f64) {
         let mut newly = false;
-        for index in first..last {
+        let mut activated = false;
+        let (lru, nr_dirty, stats) = (&mut self.lru, &mut self.nr_dirty, &mut self.stats);
+        // Page by page in index order, as `insert_page`, `Page::accessed` and `activate`
+        // would, with one map lookup per chunk; the inactive list is compacted once at the
+        // end (renumbering keeps the order, so when it happens changes nothing).
+        self.pages.for_each_slot(sk, first, last, |index, slot| {
             let k = PageKey { stream: sk, index };
-            if !self.pages.contains_key(&k) {
-                self.insert_page(k, false);
+            let p = slot.get_or_insert_with(|| Page {
+                list: List::Inactive,
+                seq: lru[List::Inactive].push(k, true),
+                referenced: false,
+                marker: false,
+                pending: None,
+                dirty: false,
+                wb: None,
+            });
+            if p.accessed() {
+                lru[List::Inactive].remove(p.seq);
+                p.list = List::Active;
+                p.referenced = false;
+                p.seq = lru[List::Active].push(k, p.reclaimable());
+                activated = true;
             }
-            let p = self.pages.get_mut(&k).expect("inserted above");
-            let p = if p.accessed() {
-                self.activate(k);
-                self.pages.get_mut(&k).expect("still cached")
-            } else {
-                p
-            };
             if !p.dirty {
-                self.lru[p.list].set_reclaimable(p.seq, false);
+                lru[p.list].set_reclaimable(p.seq, false);
                 p.dirty = true;
-                self.nr_dirty += 1;
-                self.stats.dirtied_pages += 1;
+                *nr_dirty += 1;
+                stats.dirtied_pages += 1;
                 newly = true;
             }
+        });
+        if activated {
+            self.compact(List::Inactive);
         }
         if newly {
             // (the set holds exactly the dirty pages: adding those already dirty is nothing)
@@ -149,23 +163,21 @@ impl PageCache {
             }
             i += n as usize;
             let id = self.child_id();
-            let mut keys = Vec::with_capacity(n as usize);
-            for index in first..first + n {
-                let k = PageKey { stream: sk, index };
-                let Some(p) = self.pages.get_mut(&k) else {
-                    continue;
-                };
-                self.lru[p.list].set_reclaimable(p.seq, false);
+            let mut sent = 0u64;
+            let (lru, nr_dirty, nr_writeback) =
+                (&mut self.lru, &mut self.nr_dirty, &mut self.nr_writeback);
+            self.pages.for_each_mut(sk, first, first + n, |_, p| {
+                lru[p.list].set_reclaimable(p.seq, false);
                 if p.dirty {
                     p.dirty = false;
-                    self.nr_dirty -= 1;
+                    *nr_dirty -= 1;
                 }
                 if p.wb.is_none() {
-                    self.nr_writeback += 1;
+                    *nr_writeback += 1;
                 }
                 p.wb = Some(id);
-                keys.push(k);
-            }
+                sent += 1;
+            });
             if let Some(s) = self.streams.get_mut(&sk) {
                 // (dirty pages are cached: the run's absent pages were not in the set)
                 s.dirty.remove_range(first, first + n);
@@ -173,9 +185,9 @@ impl PageCache {
                     s.dirtied_when = None;
                 }
             }
-            self.stats.written_pages += keys.len() as u64;
+            self.stats.written_pages += sent;
             self.stats.writes_down += 1;
-            self.wb_children.insert(id, keys);
+            self.wb_children.insert(id, (sk, first..first + n));
             ctx.down(Request {
                 flags: if sync { Flags::SYNC } else { Flags::default() },
                 ..child_request(id, ctx.now(), sk, base, first..first + n, Op::Write)
@@ -471,16 +483,21 @@ impl PageCache {
     }
 
     /// A write-back write finished: its pages are clean (unless dirtied again meanwhile).
-    pub(super) fn writeback_done(&mut self, id: u64, pages: Vec<PageKey>, ctx: &mut Ctx) {
-        for k in pages {
-            if let Some(p) = self.pages.get_mut(&k) {
-                if p.wb == Some(id) {
-                    p.wb = None;
-                    self.nr_writeback -= 1;
-                    self.lru[p.list].set_reclaimable(p.seq, p.reclaimable());
-                }
+    pub(super) fn writeback_done(
+        &mut self,
+        id: u64,
+        sk: StreamKey,
+        pages: std::ops::Range<u64>,
+        ctx: &mut Ctx,
+    ) {
+        let (lru, nr_writeback) = (&mut self.lru, &mut self.nr_writeback);
+        self.pages.for_each_mut(sk, pages.start, pages.end, |_, p| {
+            if p.wb == Some(id) {
+                p.wb = None;
+                *nr_writeback -= 1;
+                lru[p.list].set_reclaimable(p.seq, p.reclaimable());
             }
-        }
+        });
         for sync in self.sync_waiters.remove(&id).unwrap_or_default() {
             let finished = match self.syncs.get_mut(&sync) {
                 Some(w) => {
