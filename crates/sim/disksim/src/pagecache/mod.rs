@@ -234,6 +234,7 @@ impl PageMap {
         self.get(k).is_some()
     }
 
+    #[cfg(test)]
     fn insert(&mut self, k: PageKey, p: Page) -> Option<Page> {
         let (c, i) = Self::at(&k);
         let chunk = self.chunks.entry(c).or_insert_with(|| {
@@ -793,24 +794,6 @@ impl PageCache {
         p.referenced = false;
         p.seq = self.lru[List::Active].push(k, p.reclaimable());
         self.compact(List::Inactive);
-    }
-
-    /// Adds a clean page, not yet read, at the young end of the inactive list (where the
-    /// kernel's `add_to_page_cache_lru` puts a new page); `marker` sets its read-ahead mark.
-    fn insert_page(&mut self, k: PageKey, marker: bool) {
-        let seq = self.lru[List::Inactive].push(k, true);
-        self.pages.insert(
-            k,
-            Page {
-                list: List::Inactive,
-                seq,
-                referenced: false,
-                marker,
-                pending: None,
-                dirty: false,
-                wb: None,
-            },
-        );
     }
 
     /// Reclaims until the cache fits its capacity (pages in flight are skipped).

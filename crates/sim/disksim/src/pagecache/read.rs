@@ -85,64 +85,85 @@ impl PageCache {
             Some(&eof) => n.min(eof.saturating_sub(start)),
             None => n,
         };
+        // First every absent page is added, in index order, with one map lookup per chunk,
+        // noting each run of added pages and how many pages were cached when it ended (what
+        // a run's reclaim cost counts); then each run goes down, in order, as it would have
+        // when the loop reached its end (sending a run changes no other page).
+        let mut runs: Vec<(u64, u64, usize)> = Vec::new(); // (first, count, cached then)
         let mut run: Option<(u64, u64)> = None; // (first, count)
-        let flush = |this: &mut PageCache, run: &mut Option<(u64, u64)>, ctx: &mut Ctx| {
-            if let Some((first, count)) = run.take() {
-                let id = this.child_id();
-                let req = Request {
-                    flags,
-                    ..child_request(id, ctx.now(), sk, base, first..first + count, Op::Read)
-                };
-                this.children.insert(id, (sk, first..first + count));
-                let lru = &mut this.lru;
-                this.pages.for_each_mut(sk, first, first + count, |_, p| {
-                    p.pending = Some(id);
-                    lru[p.list].set_reclaimable(p.seq, false);
+        let mut len = self.pages.len();
+        let (lru, added) = (&mut self.lru, &mut self.stats.readahead_pages);
+        self.pages
+            .for_each_slot(sk, start, start + n, |index, slot| {
+                if slot.is_some() {
+                    if let Some((first, count)) = run.take() {
+                        runs.push((first, count, len));
+                    }
+                    return;
+                }
+                *slot = Some(Page {
+                    list: List::Inactive,
+                    seq: lru[List::Inactive].push(PageKey { stream: sk, index }, true),
+                    referenced: false,
+                    marker: marker == Some(index),
+                    pending: None,
+                    dirty: false,
+                    wb: None,
                 });
-                this.stats.reads_down += 1;
-                if flags.contains(Flags::LARGE_FOLIOS) {
-                    this.stats.large_folio_reads += 1;
-                }
-                let folios = (count >> order).max(1);
-                // The run's pages are in the map already: those past the capacity are
-                // room this read has to reclaim (the shrink comes after the read's loop).
-                let over = (this.pages.len() as u64)
-                    .saturating_sub(this.cfg.capacity_pages)
-                    .min(count);
-                let reclaimed = if over > 0 { (over >> order).max(1) } else { 0 };
-                let cost = folios as f64 * this.cfg.miss_folio_ms
-                    + reclaimed as f64 * this.cfg.reclaim_folio_ms;
-                if cost > 0.0 {
-                    let now = ctx.now();
-                    this.alloc_until = this.alloc_until.max(now) + cost;
-                    let token = DELAYED_READ_BIT | (id & !CHILD_ID_BIT);
-                    this.delayed.insert(token, req);
-                    ctx.wake_at(this.alloc_until, token);
-                } else {
-                    ctx.down(req);
-                }
-            }
-        };
-        for index in start..start + n {
-            let k = PageKey { stream: sk, index };
-            if self.pages.contains_key(&k) {
-                flush(self, &mut run, ctx);
-                continue;
-            }
-            self.insert_page(k, marker == Some(index));
-            self.stats.readahead_pages += 1; // corrected for the requested pages by the caller
-            run = match run {
-                Some((first, count)) if first + count == index && count < u32::MAX as u64 / 8 => {
-                    Some((first, count + 1))
-                }
-                other => {
-                    let mut r = other;
-                    flush(self, &mut r, ctx);
-                    Some((index, 1))
-                }
-            };
+                len += 1;
+                *added += 1; // corrected for the requested pages by the caller
+                run = match run {
+                    Some((first, count))
+                        if first + count == index && count < u32::MAX as u64 / 8 =>
+                    {
+                        Some((first, count + 1))
+                    }
+                    other => {
+                        if let Some((first, count)) = other {
+                            runs.push((first, count, len));
+                        }
+                        Some((index, 1))
+                    }
+                };
+            });
+        if let Some((first, count)) = run {
+            runs.push((first, count, len));
         }
-        flush(self, &mut run, ctx);
+        for (first, count, len_then) in runs {
+            let id = self.child_id();
+            let req = Request {
+                flags,
+                ..child_request(id, ctx.now(), sk, base, first..first + count, Op::Read)
+            };
+            self.children.insert(id, (sk, first..first + count));
+            let lru = &mut self.lru;
+            self.pages.for_each_mut(sk, first, first + count, |_, p| {
+                p.pending = Some(id);
+                lru[p.list].set_reclaimable(p.seq, false);
+            });
+            self.stats.reads_down += 1;
+            if flags.contains(Flags::LARGE_FOLIOS) {
+                self.stats.large_folio_reads += 1;
+            }
+            let folios = (count >> order).max(1);
+            // The run's pages are in the map already: those past the capacity are
+            // room this read has to reclaim (the shrink comes after the read's loop).
+            let over = (len_then as u64)
+                .saturating_sub(self.cfg.capacity_pages)
+                .min(count);
+            let reclaimed = if over > 0 { (over >> order).max(1) } else { 0 };
+            let cost = folios as f64 * self.cfg.miss_folio_ms
+                + reclaimed as f64 * self.cfg.reclaim_folio_ms;
+            if cost > 0.0 {
+                let now = ctx.now();
+                self.alloc_until = self.alloc_until.max(now) + cost;
+                let token = DELAYED_READ_BIT | (id & !CHILD_ID_BIT);
+                self.delayed.insert(token, req);
+                ctx.wake_at(self.alloc_until, token);
+            } else {
+                ctx.down(req);
+            }
+        }
     }
 
     /// The common tail of the kernel's on-demand read-ahead (`readit:`): if the read at
