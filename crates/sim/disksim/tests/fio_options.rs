@@ -144,3 +144,139 @@ fn priorities_only_where_they_do_nothing() {
     assert_eq!(plain[0].read.ios, with[0].read.ios);
     assert_eq!(plain[0].read.mean_ms, with[0].read.mean_ms);
 }
+
+/// The offsets of a job's reads, MiB, in issue order, with how many in a row (as `uniq -c`).
+fn read_runs_mib(text: &str) -> Vec<(u64, u64)> {
+    let text = format!("[global]\ninvalidate=0\nfadvise_hint=0\n{text}");
+    let jf = fio::parse(&text, false).unwrap();
+    let mut src = fio::FioSource::new(&jf, 0, 1 << 30).unwrap();
+    let mut sim = Simulator::new(vec![Box::new(ConstantDevice::new(0.01))]);
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    sim.run_streams(&mut src, &mut |c, _| {
+        if c.req.op != Op::Read {
+            return;
+        }
+        let mib = c.req.file.map_or(0, |f| f.offset >> 20);
+        match runs.last_mut() {
+            Some((m, n)) if *m == mib => *n += 1,
+            _ => runs.push((mib, 1)),
+        }
+    })
+    .unwrap();
+    runs
+}
+
+/// `zonemode=strided`: fio 3.33 (`--size=8m --bs=64k --zonemode=strided --zonesize=1m
+/// --zoneskip=1m`, its `write_iolog`) read 16 blocks in each of the zones at 0, 2, 4, 6 MiB,
+/// then again from the start (128 reads, its size), for `rw=read` and `rw=randread` alike.
+/// Before, zonemode was refused.
+#[test]
+fn strided_zones_as_fio_reads_them() {
+    let want: Vec<(u64, u64)> = [0, 2, 4, 6, 0, 2, 4, 6].iter().map(|&m| (m, 16)).collect();
+    for rw in ["read", "randread"] {
+        let job =
+            format!("[z]\nrw={rw}\nsize=8m\nbs=64k\nzonemode=strided\nzonesize=1m\nzoneskip=1m\n");
+        assert_eq!(read_runs_mib(&job), want, "{rw}");
+    }
+    // zonesize alone is strided (fio's rule); zonemode=zbd is refused with its line and why.
+    let alone = "[z]\nrw=read\nsize=8m\nbs=64k\nzonesize=1m\nzoneskip=1m\n";
+    assert_eq!(read_runs_mib(alone), want);
+    let e = fio::parse("[z]\nrw=read\nsize=8m\nzonemode=zbd\n", false).unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("zonemode=zbd (line 4): zoned block device"),
+        "{e}"
+    );
+}
+
+/// fio's `cpuio` engine: no I/O; cycles of `cpuchunks` µs of CPU and the rest of the
+/// `cpuload` share asleep until the runtime ends; the job after its stonewall starts then.
+#[test]
+fn cpuio_burns_its_runtime_without_io() {
+    let (r, end, ops) = run(
+        "[burn]\nioengine=cpuio\ncpuload=50\ncpumode=qsort\ntime_based\nruntime=1\n[after]\nstonewall\nrw=read\nsize=64k\n",
+        0.1,
+    );
+    assert_eq!((r[0].read.ios, r[0].write.ios), (0, 0));
+    assert_eq!(r[1].read.ios, 16);
+    // 50 ms of CPU + 50 ms asleep per cycle: the last cycle starts before 1 s, the reads after.
+    assert!((1000.0..1102.0).contains(&end), "{end}");
+    assert_eq!(ops.iter().filter(|o| **o == Op::Read).count(), 16);
+    let e = fio::parse("[c]\nioengine=cpuio\nruntime=1\n", false).unwrap_err();
+    assert!(e.to_string().contains("cpuload"), "{e}");
+}
+
+/// Options of no effect on the simulated I/O (data content, error handling, io_uring's
+/// submission flags) are accepted and change nothing; refusals name the option, its line and
+/// why, the engine first.
+#[test]
+fn inert_options_change_nothing_and_refusals_say_why() {
+    let plain = "[w]\nrw=randwrite\nsize=1m\nioengine=io_uring\niodepth=4\ndirect=1\n";
+    let inert = format!(
+        "{plain}dedupe_percentage=50\nbuffer_compress_percentage=50\nbuffer_pattern=0xaa\nscramble_buffers=1\ncontinue_on_error=all\nignore_error=,ENOSPC\nsqthread_poll=1\nregisterfiles\nfixedbufs\nverify_pattern=0x55\n"
+    );
+    let (a, ta, _) = run(plain, 0.1);
+    let (b, tb, _) = run(&inert, 0.1);
+    assert_eq!((a[0].write.ios, ta), (b[0].write.ios, tb));
+    let e = fio::parse("[n]\nsize=1m\nport=8888\nioengine=net\n", false).unwrap_err();
+    let first = e.to_string().lines().next().unwrap_or("").to_string();
+    assert!(
+        first.starts_with("ioengine=net (line 4): network I/O")
+            && first.ends_with("(and 1 more refusal below)"),
+        "{first}"
+    );
+    // An engine not modelled stays refused with --allow-unknown; options become warnings.
+    assert!(fio::parse("[n]\nsize=1m\nioengine=rdma\n", true).is_err());
+    let jf = fio::parse("[n]\nsize=1m\nlatency_target=1\n", true).unwrap();
+    assert!(jf.warnings[0].starts_with("latency_target=1 (line 3)"));
+}
+
+/// `${VAR}` is taken from the environment, as fio's `fio_option_dup_subs`; an unset one is
+/// refused by name (fio would put nothing in its place). Before, every `$` was refused.
+#[test]
+fn environment_variables_expand_as_in_fio() {
+    let env = |k: &str| (k == "BS").then(|| "8k".to_string());
+    let jf = fio::parse_with_env("[j]\nsize=1m\nbs=${BS}\n", false, &env).unwrap();
+    assert_eq!(jf.jobs[0].bs, [(8192, 8192); 2]);
+    let e = fio::parse_with_env("[j]\nsize=1m\nrw=${FIO_RW}\n", false, &env).unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("rw=${FIO_RW} (line 3): environment variable FIO_RW is not set"),
+        "{e}"
+    );
+    // fio's $clientuid is empty outside client/server mode.
+    let jf = fio::parse(
+        "[j]\nsize=1m\nfilename_format=f.$clientuid.$jobnum\n",
+        false,
+    )
+    .unwrap();
+    let src = fio::FioSource::new(&jf, 0, 1 << 20).unwrap();
+    assert_eq!(src.files[0].name, "f..0");
+}
+
+/// `fill_device`: a file with no size takes the device's free space (fio writes until ENOSPC);
+/// a later job on that file with no size takes its size (fio: the existing file's), and
+/// verify on a read-only job adds no I/O (fio checks blocks as it reads them):
+/// surface-scan.fio's pattern. A file no earlier job makes, with no size, is refused.
+#[test]
+fn fill_device_and_the_file_it_leaves() {
+    let text = "[w]\nfilename=data\nrw=write\nbs=64k\nfill_device=1\nverify=meta\ndo_verify=0\n[r]\nstonewall\nfilename=data\nrw=read\nbs=64k\nverify=meta\ndo_verify=1\n";
+    let jf = fio::parse(text, false).unwrap();
+    // 64 MiB of device: the file takes all but the 1 MiB of layout slack.
+    let src = fio::FioSource::new(&jf, 0, (64 << 20) / 512).unwrap();
+    assert_eq!(src.files.len(), 1);
+    assert_eq!(src.files[0].bytes, 63 << 20);
+    let mut stats = fio::JobStats::new(&src);
+    let mut src = src;
+    let mut sim = Simulator::new(vec![Box::new(ConstantDevice::new(0.01))]);
+    sim.run_streams(&mut src, &mut |c, s| stats.add(c, s))
+        .unwrap();
+    let r = stats.results();
+    assert_eq!((r[0].write.ios, r[0].read.ios), (1008, 0));
+    assert_eq!((r[1].write.ios, r[1].read.ios), (0, 1008));
+    let e = fio::parse("[f]\nfilename=/tmp/x\nrw=read\n", false).unwrap_err();
+    assert!(
+        e.to_string().contains("no earlier job makes its file"),
+        "{e}"
+    );
+}

@@ -57,6 +57,15 @@ pub(crate) const OPTIONS: &[&str] = &[
     "cmdprio_class",
     "cmdprio",
     "cmdprio_bssplit",
+    "cpuload",
+    "cpuchunks",
+    "cpumode",
+    "zonemode",
+    "zonesize",
+    "zonerange",
+    "zoneskip",
+    "fill_device",
+    "fill_fs",
 ];
 
 /// fio's zipf generator sums at most this many ranks (`ZIPF_MAX_GEN`).
@@ -115,6 +124,56 @@ pub struct JobExtra {
     /// priority (the kernel's blk-mq without an elevator); mq-deadline serves by class, which
     /// is not modelled ([`crate::fio::JobFile::check_scheduler`]).
     pub prio_line: Option<usize>,
+    /// fio's `cpuio` engine: the CPU share (%, 0: not given) and the burn cycle, µs.
+    pub cpuload: u32,
+    pub cpuchunks_us: u64,
+    /// `zonemode` (None: not given; fio then takes strided when `zonesize` is given) and
+    /// `zonesize`, `zonerange`, `zoneskip`, bytes; the zonemode's line.
+    pub zonemode: Option<ZoneMode>,
+    pub zone: [u64; 3],
+    pub zone_line: usize,
+    /// `fill_device`: a new file takes the device's free space (fio writes until ENOSPC).
+    pub fill_device: bool,
+    /// No size given, and the file is made by an earlier job: fio takes the existing file's
+    /// size (set by the job reader, checked against the earlier jobs).
+    pub size_of_earlier_file: bool,
+}
+
+/// `zonemode=`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ZoneMode {
+    None,
+    Strided,
+    Zbd,
+}
+
+/// fio's `zonemode=strided`: I/O in one zone of `range` bytes until `size` bytes were
+/// transferred there, then the next zone, `range + skip` bytes further, wrapping to the
+/// file's start past its end (fio's `setup_strided_zone_mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Strided {
+    pub size: u64,
+    pub range: u64,
+    pub skip: u64,
+}
+
+impl JobExtra {
+    /// The strided zones of a job of `files` files (fio: strided only with one file open,
+    /// else no zones).
+    pub(crate) fn strided(&self, files: u64) -> Option<Strided> {
+        let [size, range, skip] = self.zone;
+        let on = match self.zonemode {
+            Some(ZoneMode::Strided) => true,
+            None => size > 0,
+            _ => false,
+        };
+        (on && files == 1 && size > 0).then_some(Strided {
+            size,
+            range: if range > 0 { range } else { size },
+            skip,
+        })
+    }
 }
 
 impl Default for JobExtra {
@@ -133,6 +192,13 @@ impl Default for JobExtra {
             do_verify: true,
             lines: [0, 0],
             prio_line: None,
+            cpuload: 0,
+            cpuchunks_us: 50_000,
+            zonemode: None,
+            zone: [0; 3],
+            zone_line: 0,
+            fill_device: false,
+            size_of_earlier_file: false,
         }
     }
 }
@@ -229,9 +295,77 @@ pub(crate) fn apply(x: &mut JobExtra, k: &str, v: Option<&str>, n: usize) -> Res
             val(k, v, n)?;
             x.prio_line.get_or_insert(n);
         }
+        "cpuload" => {
+            let c: u32 = val(k, v, n)?
+                .parse()
+                .map_err(|_| bad("a percentage".into()))?;
+            // fio caps it at 100 (`fio_cpuio_init`).
+            x.cpuload = c.min(100);
+        }
+        "cpuchunks" => {
+            let us: u64 = val(k, v, n)?
+                .parse()
+                .map_err(|_| bad("microseconds, a whole number".into()))?;
+            if !(1..=60_000_000).contains(&us) {
+                return Err(bad("1 µs..=60 s".into()));
+            }
+            x.cpuchunks_us = us;
+        }
+        // qsort's cycle is the time this machine's sorts took (fio measures it); the
+        // simulator's cycle is `cpuchunks` for both: the job's span, its runtime, is the same.
+        "zonemode" => {
+            x.zonemode = Some(match val(k, v, n)? {
+                "none" => ZoneMode::None,
+                "strided" => ZoneMode::Strided,
+                "zbd" => ZoneMode::Zbd,
+                _ => return Err(bad("expected none, strided or zbd".into())),
+            });
+            x.zone_line = n;
+        }
+        "zonesize" | "zonerange" | "zoneskip" => {
+            let b = parse_size(val(k, v, n)?).map_err(bad)?;
+            if b > MAX_BYTES {
+                return Err(bad("larger than the simulator's limit".into()));
+            }
+            let i = ["zonesize", "zonerange", "zoneskip"]
+                .iter()
+                .position(|z| *z == k)
+                .unwrap_or(0);
+            x.zone[i] = b;
+            if x.zone_line == 0 {
+                x.zone_line = n;
+            }
+        }
+        "fill_device" | "fill_fs" => x.fill_device = boolean(k, v, n)?,
+        "cpumode" => match val(k, v, n)? {
+            "noop" | "qsort" => {}
+            _ => return Err(bad("expected noop or qsort".into())),
+        },
         _ => return Ok(false),
     }
     Ok(true)
+}
+
+/// fio's `cpuio` needs `cpuload` (fio: "cpu thread needs rate"); with no file it runs until
+/// its runtime ends, so the simulator needs one.
+pub(crate) fn check_cpuio(name: &str, x: &JobExtra, runtime: bool, line: usize) -> Result<()> {
+    if x.cpuload == 0 {
+        bail!("line {line}: job '{name}': ioengine=cpuio needs cpuload= (fio's rule)");
+    }
+    if !runtime {
+        bail!("line {line}: job '{name}': ioengine=cpuio without a runtime runs until stopped: give runtime=");
+    }
+    Ok(())
+}
+
+impl JobExtra {
+    /// fio's cpuio cycle: `cpuchunks` µs of CPU, then `cpuchunks·(100 - cpuload)/cpuload` µs
+    /// of sleep (`fio_cpuio_init`'s thinktime, integer µs as fio's), ms.
+    pub(crate) fn cpuio_cycle_ms(&self) -> f64 {
+        let load = u64::from(self.cpuload.max(1));
+        let think = self.cpuchunks_us * (100 - load) / load;
+        (self.cpuchunks_us + think) as f64 / 1000.0
+    }
 }
 
 /// What [`check`] needs to know of a job.
@@ -242,6 +376,7 @@ pub(crate) struct JobFacts<'a> {
     /// `loops`).
     pub random: bool,
     pub write_only: bool,
+    pub read_only: bool,
     pub passes: bool,
     pub norandommap: bool,
 }
@@ -250,6 +385,28 @@ pub(crate) struct JobFacts<'a> {
 pub(crate) fn check(job: &JobFacts) -> Result<()> {
     let x = job.extra;
     let [dl, vl] = x.lines;
+    match (x.zonemode, x.zone[0]) {
+        (Some(ZoneMode::Zbd), _) => bail!(
+            "{}",
+            super::refusals::refusal(
+                "zonemode",
+                Some("zbd"),
+                x.zone_line,
+                "zoned block device mode (write pointers, zone resets, open-zone limits): no zoned device model"
+            )
+        ),
+        (Some(ZoneMode::None), z) if z > 0 => bail!(
+            "line {}: job '{}': zonemode=none and zonesize are not compatible (fio's rule)",
+            x.zone_line,
+            job.name
+        ),
+        (Some(ZoneMode::Strided), 0) => bail!(
+            "line {}: job '{}': zonemode=strided needs zonesize (fio's rule)",
+            x.zone_line,
+            job.name
+        ),
+        _ => {}
+    }
     if x.distribution != Distribution::Random && !job.norandommap {
         bail!(
             "line {dl}: job '{}': random_distribution without norandommap: fio then moves a drawn block already done to the next free one, which is not modelled (add norandommap)",
@@ -263,7 +420,10 @@ pub(crate) fn check(job: &JobFacts) -> Result<()> {
         );
     }
     if x.verify && x.do_verify {
-        let why = if !job.write_only {
+        let why = if job.read_only {
+            // fio checks each block as it reads it: no I/O of its own.
+            None
+        } else if !job.write_only {
             Some("a job that is not write-only (fio verifies its reads as they come)")
         } else if job.passes {
             Some("time_based or loops (fio's read-back after a runtime or of several passes)")

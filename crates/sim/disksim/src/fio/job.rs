@@ -12,6 +12,8 @@
 //! unsupported option with its line (`allow_unknown` turns that into warnings). A bad value
 //! is an error naming its line. Nothing here panics on any input (fuzzed, `fuzz/`).
 
+use std::collections::HashMap;
+
 use anyhow::{bail, Result};
 use serde::Serialize;
 
@@ -75,6 +77,10 @@ pub enum IoEngine {
     /// once, with no device I/O; the time per I/O is fio's own loop (see
     /// [`crate::fio::source`]).
     Null,
+    /// fio's `cpuio` engine: no I/O; each "I/O" burns `cpuchunks` µs of CPU, then sleeps
+    /// for the rest of the `cpuload` share (fio's `fio_cpuio_init` thinktime), until the
+    /// runtime ends.
+    Cpuio,
 }
 
 /// `fadvise_hint`.
@@ -211,7 +217,7 @@ impl FioJob {
     pub fn effective_depth(&self) -> u64 {
         match self.ioengine {
             // fio's null engine "completes" in its own loop, one I/O at a time.
-            IoEngine::Sync | IoEngine::Null => 1,
+            IoEngine::Sync | IoEngine::Null | IoEngine::Cpuio => 1,
             // libaio on a buffered file: io_submit does the I/O before returning.
             IoEngine::Libaio if !self.direct => 1,
             _ => self.iodepth,
@@ -386,17 +392,74 @@ fn simulated(k: &str) -> bool {
     SIMULATED.contains(&k) || super::extra::OPTIONS.contains(&k)
 }
 
-/// Every option name the reader knows (simulated or reporting-only).
+/// Every option name the reader knows (simulated, reporting-only or of no effect on the
+/// simulated I/O, [`super::inert`]).
 pub fn known_options() -> impl Iterator<Item = &'static str> {
     SIMULATED
         .iter()
         .chain(super::extra::OPTIONS)
         .chain(REPORTING_ONLY)
         .copied()
+        .chain(super::inert::names())
 }
 
-/// Parses a job file. `allow_unknown`: unsupported options become warnings.
+/// Parses a job file, `${VAR}` taken from the environment as fio does. `allow_unknown`:
+/// unsupported options become warnings (an engine that is not modelled stays an error).
 pub fn parse(text: &str, allow_unknown: bool) -> Result<JobFile> {
+    parse_with_env(text, allow_unknown, &|k| std::env::var(k).ok())
+}
+
+/// fio's `${VAR}` in a value (`fio_option_dup_subs`: every `${NAME}` with a non-empty name
+/// and a closing brace is replaced by the variable's value). fio replaces an unset one with
+/// nothing; the simulator refuses it, naming it, since an empty value is almost never what
+/// the job file means.
+fn expand_env(k: &str, v: &str, n: usize, env: &dyn Fn(&str) -> Option<String>) -> Result<String> {
+    let mut out = String::new();
+    let mut rest = v;
+    while let Some(i) = rest.find("${") {
+        let Some(len) = rest[i + 2..].find('}').filter(|&l| l > 0) else {
+            break;
+        };
+        let name = &rest[i + 2..i + 2 + len];
+        let Some(val) = env(name) else {
+            bail!(
+                "{}",
+                super::refusals::refusal(
+                    k,
+                    Some(v),
+                    n,
+                    &format!("environment variable {name} is not set (fio would put nothing in its place): set it")
+                )
+            );
+        };
+        out.push_str(&rest[..i]);
+        out.push_str(&val);
+        rest = &rest[i + 3 + len..];
+    }
+    out.push_str(rest);
+    if out.len() > 4096 {
+        bail!("line {n}: {k}: the value with its variables expanded is longer than 4096 bytes");
+    }
+    Ok(out)
+}
+
+/// Parses a job file, `${VAR}` taken from `env`.
+pub fn parse_with_env(
+    text: &str,
+    allow_unknown: bool,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<JobFile> {
+    // The values with their variables expanded, by line (kept here: the sections borrow them).
+    let mut expanded: HashMap<usize, String> = HashMap::new();
+    for (i, raw) in text.lines().enumerate() {
+        let l = raw.split([';', '#']).next().unwrap_or("").trim();
+        if l.starts_with('[') {
+            continue;
+        }
+        if let Some((k, v)) = l.split_once('=').filter(|(_, v)| v.contains("${")) {
+            expanded.insert(i + 1, expand_env(k.trim(), v.trim(), i + 1, env)?);
+        }
+    }
     struct Section<'a> {
         name: &'a str,
         line: usize,
@@ -433,6 +496,9 @@ pub fn parse(text: &str, allow_unknown: bool) -> Result<JobFile> {
             bail!("line {n}: option outside any [section]: {l}");
         };
         let (k, v) = match l.split_once('=') {
+            Some((k, _)) if expanded.contains_key(&n) => {
+                (k.trim(), expanded.get(&n).map(String::as_str))
+            }
             Some((k, v)) => (k.trim(), Some(v.trim())),
             None => (l, None),
         };
@@ -440,49 +506,28 @@ pub fn parse(text: &str, allow_unknown: bool) -> Result<JobFile> {
             bail!("line {n}: option with no name: {l}");
         }
         if let Some(v) = v.filter(|v| v.contains('$')) {
-            // fio's own keywords: `$jobname`, `$jobnum`, `$filenum` in filename_format.
+            // fio's own keywords: `$jobname`, `$jobnum`, `$filenum`, `$clientuid` in
+            // filename_format (any case: fio's `strcasestr`).
             let own = k == "filename_format"
                 && v.split('$').skip(1).all(|w| {
-                    ["jobname", "jobnum", "filenum"]
+                    let w = w.to_ascii_lowercase();
+                    ["jobname", "jobnum", "filenum", "clientuid"]
                         .iter()
                         .any(|kw| w.starts_with(kw))
                 });
             if !own {
                 bail!(
-                    "line {n}: {k}={v}: '$' (an environment variable, or a keyword other than filename_format's $jobname, $jobnum, $filenum) is not expanded by the simulator: give the value"
+                    "{}",
+                    super::refusals::refusal(k, Some(v), n, "a '$' keyword other than filename_format's $jobname, $jobnum, $filenum, $clientuid (fio's $pagesize, $mb_memory, $ncpus are this machine's, not the simulated one's): give the value")
                 );
             }
         }
         sec.opts.push((k, v, n));
     }
-    // Unknown options: all at once.
-    let mut unknown: Vec<String> = Vec::new();
-    for s in &sections {
-        for (k, _, n) in &s.opts {
-            if !known_options().any(|o| o == *k) {
-                unknown.push(format!("{k} (line {n})"));
-            }
-        }
-    }
-    let mut warnings = Vec::new();
-    if !unknown.is_empty() {
-        let msg = format!(
-            "unsupported fio option{}: {}",
-            if unknown.len() == 1 { "" } else { "s" },
-            unknown.join(", ")
-        );
-        if !allow_unknown {
-            bail!(
-                "{msg}\n  the simulator would silently differ from fio; remove them or pass --allow-unknown to simulate without them\n  supported: {}\n  reporting only (accepted, no effect on the I/O): {}",
-                known_options()
-                    .filter(|o| simulated(o))
-                    .collect::<Vec<_>>()
-                    .join(" "),
-                REPORTING_ONLY.join(" ")
-            );
-        }
-        warnings.push(format!("{msg} — ignored (--allow-unknown)"));
-    }
+    let warnings = refuse(
+        sections.iter().flat_map(|s| s.opts.iter().copied()),
+        allow_unknown,
+    )?;
     let mut global: Vec<(&str, Option<&str>, usize)> = Vec::new();
     let mut jobs: Vec<FioJob> = Vec::new();
     for s in &sections {
@@ -523,11 +568,80 @@ pub fn parse(text: &str, allow_unknown: bool) -> Result<JobFile> {
             }
         }
     }
+    for (i, j) in jobs.iter().enumerate() {
+        let file = j.filename.as_deref().unwrap_or("");
+        if j.extra.size_of_earlier_file
+            && !jobs[..i]
+                .iter()
+                .any(|e| e.filename.as_deref() == Some(file) && !e.extra.size_of_earlier_file)
+        {
+            bail!(
+                "line {}: job '{}' has no size (size= or filesize=), and no earlier job makes its file {file}: fio would take the existing file's size, which the simulator does not know",
+                j.line,
+                j.name
+            );
+        }
+    }
     let streams: u64 = jobs.iter().map(|j| j.numjobs).sum();
     if streams > MAX_STREAMS {
         bail!("{streams} jobs in all (numjobs summed) is more than the limit of {MAX_STREAMS}");
     }
     Ok(JobFile { jobs, warnings })
+}
+
+/// The job file's refusals, all at once (engines first: an engine not modelled makes its
+/// options moot), each as [`super::refusals::refusal`]; with `allow_unknown` the options
+/// (not the engines) are warnings instead.
+fn refuse<'a>(
+    opts: impl Iterator<Item = (&'a str, Option<&'a str>, usize)>,
+    allow_unknown: bool,
+) -> Result<Vec<String>> {
+    use super::refusals::{engine_why, option_why, refusal};
+    let mut engines = Vec::new();
+    let mut unknown = Vec::new();
+    for (k, v, n) in opts {
+        if k == "ioengine" {
+            if let Some(why) = v.and_then(engine_why) {
+                engines.push(refusal(k, v, n, why));
+            }
+        } else if !known_options().any(|o| o == k) {
+            let why = option_why(k).unwrap_or(
+                "not an option the simulator models (without it the simulation would silently differ from fio)",
+            );
+            unknown.push(refusal(k, v, n, why));
+        }
+    }
+    if engines.is_empty() && allow_unknown {
+        return Ok(unknown
+            .into_iter()
+            .map(|u| format!("{u} — ignored (--allow-unknown)"))
+            .collect());
+    }
+    let all: Vec<String> = engines.into_iter().chain(unknown).collect();
+    let Some(first) = all.first() else {
+        return Ok(Vec::new());
+    };
+    let more = match all.len() - 1 {
+        0 => String::new(),
+        m => format!(
+            " (and {m} more refusal{} below)",
+            if m == 1 { "" } else { "s" }
+        ),
+    };
+    bail!(
+        "{first}{more}{}\n  --allow-unknown simulates without the options (not the engines)\n  supported: {}\n  reporting only or of no effect on the simulated I/O: {}",
+        all[1..].iter().map(|r| format!("\n  {r}")).collect::<String>(),
+        known_options()
+            .filter(|o| simulated(o))
+            .collect::<Vec<_>>()
+            .join(" "),
+        REPORTING_ONLY
+            .iter()
+            .copied()
+            .chain(super::inert::names())
+            .collect::<Vec<_>>()
+            .join(" ")
+    )
 }
 
 fn finish(job: &mut FioJob) -> Result<()> {
@@ -540,6 +654,12 @@ fn finish(job: &mut FioJob) -> Result<()> {
             job.whole_device = true;
         }
     }
+    if job.ioengine == IoEngine::Cpuio {
+        super::extra::check_cpuio(&job.name, &job.extra, job.runtime_ms.is_some(), l)?;
+        // No file: fio's cpuio opens none; the loop runs until the runtime ends.
+        job.time_based = true;
+        job.size = Some(job.bs[0].1.max(job.bs[1].1));
+    }
     if job.ioengine == IoEngine::Null && job.size.is_none() && job.filesize.is_none() {
         bail!(
             "line {l}: job '{}' has no size (size= or filesize=): fio's null engine needs one",
@@ -551,10 +671,17 @@ fn finish(job: &mut FioJob) -> Result<()> {
         extra: &job.extra,
         random: job.rw.random(),
         write_only: matches!(job.rw, Rw::Write | Rw::RandWrite),
+        read_only: matches!(job.rw, Rw::Read | Rw::RandRead),
         passes: job.time_based || job.loops > 1,
         norandommap: job.norandommap,
     })?;
-    if job.size.is_none() && job.filesize.is_none() && !job.whole_device {
+    let sized = job.size.is_some() || job.filesize.is_some() || job.whole_device;
+    if !sized && job.extra.fill_device {
+        // (the size is the device's free space, known at layout)
+    } else if !sized && job.filename.is_some() {
+        // fio takes the file's size: the file of an earlier job (checked by `parse`).
+        job.extra.size_of_earlier_file = true;
+    } else if !sized {
         bail!(
             "line {l}: job '{}' has no size (size= or filesize=)",
             job.name
@@ -563,7 +690,7 @@ fn finish(job: &mut FioJob) -> Result<()> {
     if job.size.is_none() {
         job.size = job.filesize.map(|(lo, _)| lo.saturating_mul(job.nrfiles));
     }
-    if job.io_bytes.is_none() && !job.whole_device {
+    if job.io_bytes.is_none() && sized && !job.whole_device {
         job.io_bytes = job.size;
     }
     if job.time_based && job.runtime_ms.is_none() {
@@ -574,7 +701,8 @@ fn finish(job: &mut FioJob) -> Result<()> {
     }
     let fb = job.file_bytes();
     let max_bs = job.bs[0].1.max(job.bs[1].1);
-    if fb < max_bs && !job.whole_device {
+    // (a size set at layout, from the device or the earlier file, is checked there)
+    if fb < max_bs && sized && !job.whole_device {
         bail!(
             "line {l}: job '{}': each file ({fb} bytes) is smaller than the block size ({max_bs} bytes)",
             job.name
@@ -649,7 +777,7 @@ fn apply(job: &mut FioJob, k: &str, v: Option<&str>, n: usize) -> Result<()> {
         "filesize" => job.filesize = Some(range(need(k, v, n)?)?),
         "nrfiles" => job.nrfiles = parse_count(k, v, n, 1, 4096)?,
         "iodepth" => job.iodepth = parse_count(k, v, n, 1, MAX_IODEPTH)?,
-        "ioengine" => job.ioengine = parse_ioengine(need(k, v, n)?).map_err(err)?,
+        "ioengine" => job.ioengine = parse_ioengine(need(k, v, n)?, n)?,
         "direct" => job.direct = parse_bool(k, v, n)?,
         "buffered" => job.direct = !parse_bool(k, v, n)?,
         "sync" => job.sync = parse_sync(v).map_err(err)?,
@@ -856,13 +984,22 @@ fn parse_rate(s: &str) -> std::result::Result<[Option<u64>; 2], String> {
     Ok(if parts.len() == 1 { [r[0], r[0]] } else { r })
 }
 
-fn parse_ioengine(s: &str) -> std::result::Result<IoEngine, &'static str> {
+fn parse_ioengine(s: &str, n: usize) -> Result<IoEngine> {
     match s {
         "psync" | "sync" | "pvsync" | "pvsync2" => Ok(IoEngine::Sync),
         "libaio" => Ok(IoEngine::Libaio),
         "io_uring" => Ok(IoEngine::IoUring),
         "null" => Ok(IoEngine::Null),
-        _ => Err("supported engines: psync, sync, pvsync, pvsync2, libaio, io_uring, null"),
+        "cpuio" => Ok(IoEngine::Cpuio),
+        _ => bail!(
+            "{}",
+            super::refusals::refusal(
+                "ioengine",
+                Some(s),
+                n,
+                super::refusals::engine_why(s).unwrap_or("not modelled")
+            )
+        ),
     }
 }
 
@@ -996,14 +1133,15 @@ mod tests {
     fn unknown_options_are_listed_with_lines_once() {
         let text = "[j]\nsize=1m\nfoo=1\nlatency_target=5\nrw=read\n";
         let e = parse(text, false).unwrap_err().to_string();
+        // Each refusal: the option, its line and why; the first on the first line.
         assert!(
-            e.contains("foo (line 3)") && e.contains("latency_target (line 4)"),
+            e.starts_with("foo=1 (line 3): not an option the simulator models"),
             "{e}"
         );
-        assert!(e.starts_with("unsupported fio options"), "{e}");
+        assert!(e.contains("\n  latency_target=5 (line 4): "), "{e}");
         let jf = parse(text, true).unwrap();
-        assert_eq!(jf.warnings.len(), 1);
-        assert!(jf.warnings[0].contains("foo (line 3)"));
+        assert_eq!(jf.warnings.len(), 2);
+        assert!(jf.warnings[0].starts_with("foo=1 (line 3)"));
     }
 
     #[test]

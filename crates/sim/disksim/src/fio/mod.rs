@@ -12,16 +12,19 @@
 //! system calls) is built by [`crate::host::HostParams::stack`].
 
 pub mod extra;
+mod inert;
 pub mod job;
 mod phases;
 pub mod real;
+mod refusals;
 pub mod results;
 pub mod source;
 mod units;
 
 pub use job::{
-    known_options, parse, parse_range, parse_size, parse_time_ms, FadviseHint, FioJob, IoEngine,
-    JobFile, Rw, SyncMode, MAX_BS, MAX_BYTES, MAX_IODEPTH, MAX_RUNTIME_MS, MAX_STREAMS,
+    known_options, parse, parse_range, parse_size, parse_time_ms, parse_with_env, FadviseHint,
+    FioJob, IoEngine, JobFile, Rw, SyncMode, MAX_BS, MAX_BYTES, MAX_IODEPTH, MAX_RUNTIME_MS,
+    MAX_STREAMS,
 };
 pub use results::{job_table, DirResult, JobResult, JobStats};
 pub use source::{FioSource, SimFile};

@@ -100,6 +100,9 @@ struct Stream {
     stopped: bool,
     /// The latest time of a request handed out, ms (later than now: not issued yet).
     last_at: f64,
+    /// `zonemode=strided`: the zone's first byte, and the bytes done in it.
+    zone_start: u64,
+    zone_bytes: u64,
 }
 
 /// A `posix_fadvise(fd, 0, 0, a)` on file `id`.
@@ -196,7 +199,9 @@ impl FioSource {
             }
         }
         let mut flows: HashMap<u32, FlowGroup> = HashMap::new();
-        for (ji, job) in jobs.iter().enumerate() {
+        for (ji, job) in jobs.iter_mut().enumerate() {
+            size_at_layout(job, &files, &by_name, capacity - next_lba.min(capacity))?;
+            let job = &*job;
             let fb = job.file_bytes();
             for clone in 0..job.numjobs {
                 let mut ids = Vec::new();
@@ -245,43 +250,19 @@ impl FioSource {
                     .wrapping_mul(0x9E37_79B9_7F4A_7C15)
                     .wrapping_add(ji as u64 * 1_000_003 + clone);
                 let sid = streams.len() as u32;
-                streams.push(Stream {
-                    job: ji,
-                    files: ids.clone(),
+                streams.push(Stream::new(
+                    ji,
+                    ids.clone(),
                     region,
-                    rng: ChaCha8Rng::seed_from_u64(seed),
-                    pos: 0,
-                    file_i: 0,
-                    perm: Vec::new(),
-                    perm_i: 0,
-                    no_map: false,
-                    issued_bytes: 0,
-                    rate_bytes: [0, 0],
-                    done: false,
-                    prelude: Vec::new(),
-                    prelude_pending: 0,
-                    pass_end: job.io_bytes.unwrap_or(0),
-                    start: 0.0,
-                    in_flight: 0,
-                    run_left: 0,
                     seed,
-                    ios: 0,
-                    map_charged: false,
-                    sampler: None,
-                    poisson_due: [0.0; 2],
-                    flow_count: 0,
-                    flow_parked: None,
-                    verify: Verify::Off,
-                    verify_calls: Vec::new(),
-                    stopped: false,
-                    last_at: 0.0,
-                });
+                    job.io_bytes.unwrap_or(0),
+                ));
                 if job.extra.flow > 0 {
                     flows.entry(job.extra.flow_id).or_default().weight += u64::from(job.extra.flow);
                 }
                 let mut prelude = Vec::new();
                 // (fio's null engine opens no file: no cache drop, no advice)
-                let ids_used = if job.ioengine == IoEngine::Null {
+                let ids_used = if matches!(job.ioengine, IoEngine::Null | IoEngine::Cpuio) {
                     Vec::new()
                 } else {
                     streams_files_dedup(&ids)
@@ -507,7 +488,14 @@ impl FioSource {
         let total = job.io_bytes.unwrap_or(0);
         let issued_all = !job.time_based && s.issued_bytes >= total.saturating_mul(job.loops);
         if issued_all || job.extra.number_ios.is_some_and(|n| s.ios >= n) {
-            if issued_all && s.verify == Verify::Off && job.extra.verify && job.extra.do_verify {
+            // (a read-only job checks what it reads: no read-back)
+            let writes = job.rw.read_share(job.rwmixread) == 0.0;
+            if issued_all
+                && writes
+                && s.verify == Verify::Off
+                && job.extra.verify
+                && job.extra.do_verify
+            {
                 s.verify = Verify::Pending;
                 return self.verify_step(sid, now);
             }
@@ -564,7 +552,9 @@ impl FioSource {
             lo
         };
         let region = s.region.max(bs);
-        let (fi, offset) = if job.rw.random() {
+        let (fi, offset) = if let Some(z) = job.extra.strided(job.nrfiles) {
+            s.strided_offset(job, z, share, region, bs, &mut self.map_budget)
+        } else if job.rw.random() {
             s.random_offset(job, share, region, bs, &mut self.map_budget)
         } else {
             s.sequential_offset(region, bs, job.rw_mod)
@@ -579,40 +569,23 @@ impl FioSource {
         let fid = s.files[fi];
         s.issued_bytes += bs;
         // When: after the think time, and no earlier than the rate allows.
-        let null = job.ioengine == IoEngine::Null;
-        let gap = if null {
-            self.gap.max(NULL_IO_MS)
-        } else {
-            self.gap
+        let null = matches!(job.ioengine, IoEngine::Null | IoEngine::Cpuio);
+        let gap = match job.ioengine {
+            IoEngine::Null => self.gap.max(NULL_IO_MS),
+            IoEngine::Cpuio => job.extra.cpuio_cycle_ms(),
+            _ => self.gap,
         };
-        let mut at = if first {
-            now
-        } else {
-            now + gap + job.thinktime_us / 1000.0
-        };
-        if let (Some(iops), true) = (job.rate_iops[slot], job.extra.poisson) {
-            // fio's rate_process=poisson: exponential gaps from the clone's start.
-            let base = s.poisson_due[slot].max(s.start);
-            let due = base + super::extra::poisson_gap_ms(&mut s.rng, iops);
-            s.poisson_due[slot] = due;
-            at = at.max(due);
-        } else if let Some(iops) = job.rate_iops[slot] {
-            // One I/O every 1/iops s from the clone's start (bytes counted as I/Os here).
-            let due = s.start + s.rate_bytes[slot] as f64 / iops as f64 * 1000.0;
-            at = at.max(due);
-            s.rate_bytes[slot] += 1;
-        } else if let Some(rate) = job.rate[slot] {
-            let due = s.start + s.rate_bytes[slot] as f64 / rate as f64 * 1000.0;
-            at = at.max(due);
-            s.rate_bytes[slot] += bs;
-        }
-        if let Some(rt) = job.runtime_ms {
-            if at - s.start >= rt {
-                s.done = true;
-                return None;
-            }
-        }
+        let at = s.issue_at(job, now, first, gap, slot, bs)?;
         let f = &self.files[fid as usize];
+        if job.ioengine == IoEngine::Cpuio {
+            // A burn cycle: no I/O, not counted as one (fio's cpuio is FIO_NOIO).
+            let mut req = Request::block(0, 0, Op::Flush);
+            req.flags = Flags::default().with(Flags::NO_IO);
+            return Some(Pending {
+                when: When::Stream { stream: sid, at },
+                req,
+            });
+        }
         Some(Pending {
             when: When::Stream { stream: sid, at },
             req: Request {
@@ -634,6 +607,95 @@ impl FioSource {
 }
 
 impl Stream {
+    /// A clone of job `job` over `files`, at its start.
+    fn new(job: usize, files: Vec<u32>, region: u64, seed: u64, pass_end: u64) -> Stream {
+        Stream {
+            job,
+            files,
+            region,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            pos: 0,
+            file_i: 0,
+            perm: Vec::new(),
+            perm_i: 0,
+            no_map: false,
+            issued_bytes: 0,
+            rate_bytes: [0, 0],
+            done: false,
+            prelude: Vec::new(),
+            prelude_pending: 0,
+            pass_end,
+            start: 0.0,
+            in_flight: 0,
+            run_left: 0,
+            seed,
+            ios: 0,
+            map_charged: false,
+            sampler: None,
+            poisson_due: [0.0; 2],
+            flow_count: 0,
+            flow_parked: None,
+            verify: Verify::Off,
+            verify_calls: Vec::new(),
+            stopped: false,
+            last_at: 0.0,
+            zone_start: 0,
+            zone_bytes: 0,
+        }
+    }
+
+    /// When the clone's next request (direction `slot`, `bs` bytes) issues, `gap` ms after a
+    /// completion at `now` (at once if `first`): after the think time, and no earlier than
+    /// the rate allows; None when that is past the runtime (the clone is done).
+    fn issue_at(
+        &mut self,
+        job: &FioJob,
+        now: f64,
+        first: bool,
+        gap: f64,
+        slot: usize,
+        bs: u64,
+    ) -> Option<f64> {
+        let mut at = if first {
+            now
+        } else {
+            now + gap + job.thinktime_us / 1000.0
+        };
+        if let (Some(iops), true) = (job.rate_iops[slot], job.extra.poisson) {
+            // fio's rate_process=poisson: exponential gaps from the clone's start.
+            let base = self.poisson_due[slot].max(self.start);
+            let due = base + super::extra::poisson_gap_ms(&mut self.rng, iops);
+            self.poisson_due[slot] = due;
+            at = at.max(due);
+        } else if let Some(iops) = job.rate_iops[slot] {
+            // One I/O every 1/iops s from the clone's start (bytes counted as I/Os here).
+            let due = self.start + self.rate_bytes[slot] as f64 / iops as f64 * 1000.0;
+            at = at.max(due);
+            self.rate_bytes[slot] += 1;
+        } else if let Some(rate) = job.rate[slot] {
+            let due = self.start + self.rate_bytes[slot] as f64 / rate as f64 * 1000.0;
+            at = at.max(due);
+            self.rate_bytes[slot] += bs;
+        }
+        match job.runtime_ms {
+            // fio's cpuio checks the runtime after each cycle's sleep: the last cycle's end
+            // is the job's (a no-I/O marker at the runtime's end).
+            Some(rt) if job.ioengine == IoEngine::Cpuio => {
+                if now - self.start >= rt {
+                    self.done = true;
+                    return None;
+                }
+                at = at.min(self.start + rt);
+            }
+            Some(rt) if at - self.start >= rt => {
+                self.done = true;
+                return None;
+            }
+            _ => {}
+        }
+        Some(at)
+    }
+
     /// Back to the clone's first request, with the same generator: fio's verify reads the
     /// blocks in the order they were written (its verify list, with a random map).
     fn replay(&mut self, total: u64) {
@@ -695,6 +757,47 @@ impl Stream {
         let offset = self.pos;
         self.pos += bs;
         (self.file_i, offset)
+    }
+
+    /// The (file index, offset) of a `bs`-byte request in fio's strided zones
+    /// (`setup_strided_zone_mode`): the next zone once `size` bytes were done in this one
+    /// (back to the start past the region's end), sequential offsets wrapping within the
+    /// zone's `range`, random ones drawn within it with a new random map every `range` bytes.
+    fn strided_offset(
+        &mut self,
+        job: &FioJob,
+        z: super::extra::Strided,
+        share: f64,
+        region: u64,
+        bs: u64,
+        map_budget: &mut u64,
+    ) -> (usize, u64) {
+        if self.zone_bytes >= z.size {
+            self.zone_bytes = 0;
+            self.zone_start = self
+                .zone_start
+                .saturating_add(z.range.saturating_add(z.skip));
+            if self.zone_start >= region.saturating_sub(bs.min(region)).saturating_add(1) {
+                self.zone_start = 0;
+            }
+            self.pos = self.zone_start;
+        }
+        let zone = z.range.min(region - self.zone_start).max(bs);
+        if self.zone_bytes % z.range == 0 {
+            // fio's fio_file_reset: a new random map.
+            self.perm_i = self.perm.len();
+        }
+        self.zone_bytes = self.zone_bytes.saturating_add(bs);
+        if job.rw.random() {
+            let (fi, o) = self.random_start(job, share, zone, bs, map_budget);
+            return (fi, self.zone_start + o);
+        }
+        if self.pos >= self.zone_start + z.range || self.pos + bs > region {
+            self.pos = self.zone_start;
+        }
+        let offset = self.pos;
+        self.pos += bs;
+        (0, offset)
     }
 
     /// A random (file index, offset) of a `bs`-byte request, `share` of the job's requests
@@ -878,6 +981,40 @@ impl Source for FioSource {
     }
 }
 
+/// The size of a job whose size comes from the layout: `fill_device` takes the device's
+/// `free` sectors (split among its clones and files, whole blocks, as fio writes until
+/// ENOSPC); a job on an earlier job's file takes that file's size.
+fn size_at_layout(
+    job: &mut FioJob,
+    files: &[SimFile],
+    by_name: &HashMap<String, u32>,
+    free: u64,
+) -> Result<()> {
+    let bs = job.bs[0].1.max(job.bs[1].1).max(1);
+    let bytes = if job.extra.size_of_earlier_file {
+        let name = job.filename.as_deref().unwrap_or("");
+        by_name.get(name).map(|&id| files[id as usize].bytes)
+    } else if job.extra.fill_device && job.size.is_none() && job.filesize.is_none() {
+        // (1 MiB per file of layout slack: files start on 1 MiB boundaries)
+        let per = (free * SECTOR / job.numjobs.max(1)).saturating_sub(1 << 20);
+        Some(per / bs * bs * job.nrfiles)
+    } else {
+        return Ok(());
+    };
+    match bytes.filter(|&b| b >= bs) {
+        Some(b) => {
+            job.size = Some(b);
+            job.io_bytes.get_or_insert(b);
+            Ok(())
+        }
+        None => bail!(
+            "line {}: job '{}': no room for a block of its file on the device",
+            job.line,
+            job.name
+        ),
+    }
+}
+
 fn stream_at(p: &Pending) -> f64 {
     match p.when {
         When::Stream { at, .. } | When::At(at) => at,
@@ -885,9 +1022,12 @@ fn stream_at(p: &Pending) -> f64 {
     }
 }
 
-/// fio's `filename_format` keywords: `$jobname`, `$jobnum` (the clone), `$filenum`.
+/// fio's `filename_format` keywords: `$jobname`, `$jobnum` (the clone), `$filenum`,
+/// `$clientuid`.
 fn expand_filename(fmt: &str, job: &str, clone: u64, file: u64) -> String {
-    fmt.replace("$jobname", job)
+    // ($clientuid: the client's address in fio's client/server mode, empty otherwise)
+    fmt.replace("$clientuid", "")
+        .replace("$jobname", job)
         .replace("$jobnum", &clone.to_string())
         .replace("$filenum", &file.to_string())
 }
@@ -1248,7 +1388,11 @@ mod tests {
         let src = FioSource::new(&jf, 0, 1 << 30).unwrap();
         let names: Vec<&str> = src.files.iter().map(|f| f.name.as_str()).collect();
         assert_eq!(names, ["f.0.0", "f.1.0"]);
-        assert!(parse("[a]\nsize=1m\nfilename=${HOME}/x\n", false).is_err());
+        // `${VAR}` from the environment; fio's other `$` keywords are refused.
+        let home = |k: &str| (k == "HOME").then(|| "/h".to_string());
+        let jf = crate::fio::parse_with_env("[a]\nsize=1m\nfilename=${HOME}/x\n", false, &home);
+        assert_eq!(jf.unwrap().jobs[0].filename.as_deref(), Some("/h/x"));
+        assert!(parse("[a]\nsize=1m\nfilename=$ncpus\n", false).is_err());
         let r = results("[j]\nsize=16k\nloops=3\n");
         assert_eq!(r[0].read.ios, 12);
     }
