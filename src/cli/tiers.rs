@@ -54,6 +54,13 @@ pub enum TiersCmd {
     },
     #[command(hide = true)]
     Supervise(UpArgs),
+    /// One tier on this host for `up --hosts` (started over ssh by the controller).
+    #[command(hide = true)]
+    Node {
+        /// The node's spec (JSON, `iolab_tiers::hosts::node::NodeSpec`).
+        #[arg(long)]
+        spec: String,
+    },
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -70,6 +77,11 @@ pub struct UpArgs {
     /// Base port of the testbed's nginx (FE; IS +1, BE +2, agent +3).
     #[arg(long, default_value_t = 18080)]
     pub port: u16,
+    /// Put client, FE, IS and BE on the hosts of this TOML file (tables [client], [fe],
+    /// [is], [be]; see crates/tiers/testbed/README.md), reached over ssh, instead of
+    /// network namespaces here.
+    #[arg(long)]
+    pub hosts: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -200,6 +212,7 @@ impl From<&UpArgs> for SuperviseSpec {
             delay: a.delay.clone(),
             vanilla: a.vanilla,
             port: a.port,
+            hosts: a.hosts.clone(),
         }
     }
 }
@@ -231,6 +244,7 @@ fn up_config(a: &UpArgs) -> anyhow::Result<iolab_tiers::testbed::UpConfig> {
             .map(|d| d.as_micros() as u64),
         odb: !a.vanilla,
         port: a.port,
+        hosts: a.hosts.clone(),
     })
 }
 
@@ -238,6 +252,13 @@ pub fn run(args: TiersArgs) -> anyhow::Result<()> {
     match args.cmd {
         TiersCmd::Up(a) => {
             let cfg = up_config(&a)?;
+            if let Some(h) = &cfg.hosts {
+                if cfg.rate_bps.is_some() || cfg.delay_us.is_some() {
+                    anyhow::bail!("--rate and --delay shape this machine's veths; with --hosts the links are the hosts' own");
+                }
+                // its errors now, before a supervisor is started
+                iolab_tiers::hosts::TiersInventory::read(h)?;
+            }
             if let Some(d) = cfg.delay_us {
                 if d > 0 && !iolab_netns::netem_available() {
                     anyhow::bail!("--delay needs the netem qdisc, which this kernel lacks (modprobe sch_netem)");
@@ -260,6 +281,10 @@ pub fn run(args: TiersArgs) -> anyhow::Result<()> {
                 None
             };
             iolab_tiers::testbed::supervise(cfg, odb)
+        }
+        TiersCmd::Node { spec } => {
+            let spec = iolab_tiers::hosts::node::NodeSpec::from_json(&spec)?;
+            iolab_tiers::hosts::node::run(&spec, &std::env::current_exe()?)
         }
         TiersCmd::Down => {
             for l in iolab_tiers::testbed::down()? {
@@ -290,6 +315,10 @@ pub fn run(args: TiersArgs) -> anyhow::Result<()> {
 }
 
 fn print_state(s: &iolab_tiers::testbed::State) {
+    if let Some(h) = &s.hosts {
+        print_hosts_state(s, h);
+        return;
+    }
     println!(
         "testbed up (supervisor pid {}), ODB {}",
         s.supervisor_pid,
@@ -324,6 +353,41 @@ fn print_state(s: &iolab_tiers::testbed::State) {
     );
 }
 
+/// The testbed of `up --hosts`: the hosts, their run directories, the nodes.
+fn print_hosts_state(s: &iolab_tiers::testbed::State, h: &iolab_tiers::hosts::HostsState) {
+    println!(
+        "testbed up on hosts ({}; supervisor pid {}), ODB {}",
+        h.inventory_file.display(),
+        s.supervisor_pid,
+        if s.up.odb { "on" } else { "off" }
+    );
+    for (role, host) in h.inventory.hosts() {
+        let dir = h.dirs.iter().find(|d| d.role == role);
+        println!(
+            "  {role:<6} {} ({}@{}) run directory {}",
+            host.name,
+            host.user,
+            host.address,
+            dir.map_or("?", |d| d.dir.as_str())
+        );
+    }
+    println!(
+        "  client {} → FE {}:{} → IS {}:{} → BE {}:{} (agent :{})",
+        s.client.addr,
+        s.fe_client,
+        s.up.port,
+        s.is.addr,
+        s.up.port + 1,
+        s.be.addr,
+        s.up.port + 2,
+        s.up.port + 3
+    );
+    println!("  ODB domain {}", s.domain);
+    for (t, c) in &s.configs {
+        println!("---- nginx.conf ({t}) ----\n{c}");
+    }
+}
+
 fn status(json: bool) -> anyhow::Result<()> {
     let Some(s) = iolab_tiers::testbed::load_state() else {
         let stale = iolab_tiers::testbed::cleanup_stale();
@@ -344,6 +408,17 @@ fn status(json: bool) -> anyhow::Result<()> {
         }
         return Ok(());
     };
+    if let Some(h) = &s.hosts {
+        if json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&serde_json::json!({"up": true, "state": s}))?
+            );
+        } else {
+            print_hosts_state(&s, h);
+        }
+        return Ok(());
+    }
     let mut cpu = serde_json::Map::new();
     if let Some(cg) = &s.cgroup {
         for t in iolab_tiers::stack::TIERS {
@@ -420,6 +495,9 @@ fn bench(b: BenchArgs) -> anyhow::Result<()> {
         anyhow::bail!("no testbed up: run `iolab tiers up` first");
     };
     if b.disc {
+        if state.hosts.is_some() {
+            anyhow::bail!("--disc runs on this machine's namespaces only: DP sends the payload from the BE straight to the client (raw or packet sockets) over a client–BE link the bench makes, which real hosts' routing need not carry; `iolab tiers down` and `iolab tiers up` without --hosts");
+        }
         return disc_bench(&state, b);
     }
     if b.rate.is_some() {
@@ -433,9 +511,11 @@ fn bench(b: BenchArgs) -> anyhow::Result<()> {
             iolab_tiers::bench::FULL_SIZES.to_vec()
         }
     });
-    for &s in &sizes {
-        if !state.root.join(format!("f{s}")).exists() {
-            iolab_tiers::testutil::write_payloads(&state.root, &[s])?;
+    if state.hosts.is_none() {
+        for &s in &sizes {
+            if !state.root.join(format!("f{s}")).exists() {
+                iolab_tiers::testutil::write_payloads(&state.root, &[s])?;
+            }
         }
     }
     let repeats = b.repeats.unwrap_or(if quick { 3 } else { 5 }).max(3);
@@ -451,15 +531,25 @@ fn bench(b: BenchArgs) -> anyhow::Result<()> {
         client_cpus: Some("1".into()),
         php: b.php,
     };
+    let on_hosts = state.hosts.is_some();
     println!(
-        "tiers bench{}: {} sizes x {} repeats x 2 modes x {} s (tiers on CPU 0, wrk on CPU 1)",
+        "tiers bench{}: {} sizes x {} repeats x 2 modes x {} s ({})",
         if opts.php { " --php" } else { "" },
         opts.sizes.len(),
         opts.repeats,
-        opts.seconds
+        opts.seconds,
+        if on_hosts {
+            "on the hosts of `up --hosts`, CPUs as the hosts file pins them"
+        } else {
+            "tiers on CPU 0, wrk on CPU 1"
+        }
     );
     finish_run_on_signals()?;
-    let v = iolab_tiers::bench::run(&state, &opts, &|l| println!("{l}"))?;
+    let v = if on_hosts {
+        iolab_tiers::hosts::bench::run(&state, &opts, &|l| println!("{l}"))?
+    } else {
+        iolab_tiers::bench::run(&state, &opts, &|l| println!("{l}"))?
+    };
     println!("\n{}", iolab_tiers::bench::table(&v));
     let page = iolab_tiers::bench::html(&v);
     write_report(&v, &page, &b.json, &b.html, !b.no_chromium)
@@ -610,12 +700,14 @@ mod tests {
                 delay: None,
                 vanilla: false,
                 port: 18080,
+                hosts: None,
             },
             SuperviseSpec {
                 rate: Some("100mbit".into()),
                 delay: Some("1ms".into()),
                 vanilla: true,
                 port: 19000,
+                hosts: Some("/etc/iolab/tiers hosts.toml".into()),
             },
         ] {
             match parse(spec.to_args()) {

@@ -28,7 +28,7 @@ use serde::Deserialize;
 pub const MAX_CLIENTS: usize = 64;
 
 /// One host of the inventory.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Host {
     /// A name for the report (default: the address).
@@ -59,7 +59,7 @@ fn ssh_port() -> u16 {
 }
 
 /// The whole file.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Inventory {
     pub known_hosts: Option<PathBuf>,

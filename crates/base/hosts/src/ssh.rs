@@ -411,6 +411,12 @@ pub struct Leased {
 }
 
 impl Leased {
+    /// The remote command's exit status if it has ended (its ssh session has), without
+    /// waiting.
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
     /// Waits for the remote command to end by itself, at most `limit` (then stops it):
     /// its exit status.
     pub fn wait(&mut self, limit: Duration) -> anyhow::Result<ExitStatus> {

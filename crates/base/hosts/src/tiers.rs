@@ -36,7 +36,7 @@ use crate::inventory::{check_host_iolab, Host};
 pub const ROLES: [&str; 4] = ["client", "fe", "is", "be"];
 
 /// The whole file.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TiersInventory {
     pub known_hosts: Option<PathBuf>,

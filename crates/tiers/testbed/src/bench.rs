@@ -106,71 +106,136 @@ pub fn parse_wrk(out: &str) -> anyhow::Result<(u64, f64, f64, u64)> {
     Ok((req, p50, p99, errors))
 }
 
-fn is_bytes(state: &State) -> u64 {
-    let Ok(v) = crate::cpu::iface_bytes(state.ns("is")) else {
-        return 0;
-    };
-    v.iter().map(|(_, rx, tx)| rx + tx).sum()
+/// A moment of a run: each tier's CPU seconds so far, the bytes through the IS's
+/// interfaces, and the tiers' CPUs' times (for the host's steal).
+pub(crate) struct Snapshot {
+    pub(crate) cpu_s: [f64; 3],
+    pub(crate) is_bytes: u64,
+    pub(crate) cpu_times: Option<iolab_sys::cpu::CpuTimes>,
 }
 
-fn wrk(
-    state: &State,
-    url: &str,
-    secs: f64,
-    conns: usize,
-    cpus: &Option<String>,
-) -> anyhow::Result<String> {
-    let mut c = match cpus {
-        Some(cp) => {
-            let mut c = std::process::Command::new("taskset");
-            c.args(["-c", cp, "wrk"]);
-            c
+/// Where the bench's two stacks (vanilla and ODB) run and how it reaches them: this
+/// machine's namespaces ([`LocalRig`]) or the hosts of `up --hosts`
+/// (`crate::hosts::bench`).
+pub(crate) trait Rig {
+    /// The FE's URL for `path` in one mode.
+    fn url(&self, odb: bool, path: &str) -> String;
+    /// A GET from the client: the body (an error unless a 2xx).
+    fn fetch(&self, url: &str) -> anyhow::Result<Vec<u8>>;
+    /// wrk from the client ([`wrk_args`]): its output.
+    fn wrk(&self, args: &[String]) -> anyhow::Result<String>;
+    fn snapshot(&self, odb: bool) -> anyhow::Result<Snapshot>;
+    /// The ODB stack's counters.
+    fn odb_counters(&self) -> anyhow::Result<TierCounters>;
+}
+
+/// wrk's arguments for one run (the program's name first).
+pub(crate) fn wrk_args(url: &str, secs: f64, conns: usize) -> Vec<String> {
+    [
+        "wrk".to_string(),
+        "-t1".into(),
+        format!("-c{conns}"),
+        format!("-d{}s", secs.max(1.0).round() as u64),
+        "--latency".into(),
+        "--timeout".into(),
+        "10s".into(),
+        url.into(),
+    ]
+    .into()
+}
+
+/// The summed times of `cpus` (None: all CPUs) in a `/proc/stat` text.
+pub(crate) fn cpu_times(stat: &str, cpus: &[Option<usize>]) -> Option<iolab_sys::cpu::CpuTimes> {
+    let mut sum = iolab_sys::cpu::CpuTimes { steal: 0, total: 0 };
+    for &c in cpus {
+        let t = iolab_sys::cpu::CpuTimes::parse(stat, c)?;
+        (sum.steal, sum.total) = (sum.steal + t.steal, sum.total + t.total);
+    }
+    Some(sum)
+}
+
+/// The taskset list's CPUs (None or unreadable: all of them together).
+pub(crate) fn cpu_choice(list: Option<&str>) -> Vec<Option<usize>> {
+    match list.map(iolab_sys::cpu::parse_cpu_list) {
+        Some(Ok(l)) if !l.is_empty() => l.into_iter().map(Some).collect(),
+        _ => vec![None],
+    }
+}
+
+/// The bench's stacks in the testbed's namespaces on this machine.
+pub(crate) struct LocalRig<'a> {
+    state: &'a State,
+    stacks: [(&'a Stack, &'a crate::cpu::Cgroups); 2],
+    client_cpus: Option<String>,
+    tier_cpus: Vec<Option<usize>>,
+}
+
+impl Rig for LocalRig<'_> {
+    fn url(&self, odb: bool, path: &str) -> String {
+        format!(
+            "http://{}{path}",
+            self.stacks[usize::from(odb)].0.cfg.listen("fe")
+        )
+    }
+
+    fn fetch(&self, url: &str) -> anyhow::Result<Vec<u8>> {
+        fetch_in_client_ns(self.state, url)
+    }
+
+    fn wrk(&self, args: &[String]) -> anyhow::Result<String> {
+        let mut c = match &self.client_cpus {
+            Some(cp) => {
+                let mut c = std::process::Command::new("taskset");
+                c.args(["-c", cp]).args(args);
+                c
+            }
+            None => {
+                let mut c = std::process::Command::new(&args[0]);
+                c.args(&args[1..]);
+                c
+            }
+        };
+        if let Some(ns) = self.state.ns("client") {
+            crate::stack::enter_ns(&mut c, ns)?;
         }
-        None => std::process::Command::new("wrk"),
-    };
-    c.args([
-        "-t1",
-        &format!("-c{conns}"),
-        &format!("-d{}s", secs.max(1.0).round() as u64),
-        "--latency",
-        "--timeout",
-        "10s",
-        url,
-    ]);
-    if let Some(ns) = state.ns("client") {
-        crate::stack::enter_ns(&mut c, ns)?;
+        let out = c.output().context("running wrk (Debian package wrk)")?;
+        if !out.status.success() {
+            bail!("wrk failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
-    let out = c.output().context("running wrk (Debian package wrk)")?;
-    if !out.status.success() {
-        bail!("wrk failed: {}", String::from_utf8_lossy(&out.stderr));
+
+    fn snapshot(&self, odb: bool) -> anyhow::Result<Snapshot> {
+        let cg = self.stacks[usize::from(odb)].1;
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let is_bytes = crate::cpu::iface_bytes(self.state.ns("is"))
+            .map(|v| v.iter().map(|(_, rx, tx)| rx + tx).sum())
+            .unwrap_or(0);
+        Ok(Snapshot {
+            cpu_s: crate::stack::TIERS.map(|t| cg.cpu_seconds(t)),
+            is_bytes,
+            cpu_times: cpu_times(&stat, &self.tier_cpus),
+        })
     }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+
+    fn odb_counters(&self) -> anyhow::Result<TierCounters> {
+        self.stacks[1].0.odb_counters()
+    }
 }
 
-fn one_run(
-    state: &State,
-    stack: &Stack,
-    cg: &crate::cpu::Cgroups,
-    size: usize,
-    o: &BenchOpts,
-) -> anyhow::Result<Run> {
-    let url = format!("http://{}{}", stack.cfg.listen("fe"), target(o.php, size).0);
-    let cpu0: Vec<f64> = crate::stack::TIERS
-        .iter()
-        .map(|t| cg.cpu_seconds(t))
-        .collect();
-    let b0 = is_bytes(state);
-    let steal = Steal::start(o.tier_cpus.as_deref());
+fn one_run(rig: &dyn Rig, odb: bool, size: usize, o: &BenchOpts) -> anyhow::Result<Run> {
+    let url = rig.url(odb, &target(o.php, size).0);
+    let before = rig.snapshot(odb)?;
     let t0 = Instant::now();
-    let out = wrk(state, &url, o.seconds, o.connections, &o.client_cpus)?;
+    let out = rig.wrk(&wrk_args(&url, o.seconds, o.connections))?;
     let secs = t0.elapsed().as_secs_f64();
-    let steal_pct = steal.pct();
-    let b1 = is_bytes(state);
-    let cpu1: Vec<f64> = crate::stack::TIERS
-        .iter()
-        .map(|t| cg.cpu_seconds(t))
-        .collect();
+    let after = rig.snapshot(odb)?;
+    let steal_pct = match (&before.cpu_times, &after.cpu_times) {
+        (Some(b), Some(a)) => a.steal_pct_since(b),
+        _ => None,
+    };
     let (requests, p50, p99, errors) = parse_wrk(&out)?;
+    let cpu = |i: usize| after.cpu_s[i] - before.cpu_s[i];
     Ok(Run {
         requests,
         seconds: secs,
@@ -178,8 +243,8 @@ fn one_run(
         p50_ms: p50,
         p99_ms: p99,
         errors,
-        cpu_s: [cpu1[0] - cpu0[0], cpu1[1] - cpu0[1], cpu1[2] - cpu0[2]],
-        is_bytes: b1 - b0,
+        cpu_s: [cpu(0), cpu(1), cpu(2)],
+        is_bytes: after.is_bytes.saturating_sub(before.is_bytes),
         steal_pct,
     })
 }
@@ -333,6 +398,9 @@ pub struct BenchResult {
     pub odb_counters_last_run: TierCounters,
     /// The agent's own STATS (allocations refused as full, evictions, live buffers).
     pub agent_stats_last_run: Option<serde_json::Value>,
+    /// The hosts of `up --hosts` (None: this machine's namespaces).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hosts: Option<Vec<crate::hosts::bench::BenchHost>>,
 }
 
 /// Runs the bench against a testbed that is up.
@@ -359,11 +427,13 @@ pub fn run(state: &State, o: &BenchOpts, progress: &dyn Fn(&str)) -> anyhow::Res
         .context("starting the vanilla stack")?;
     let odb = Stack::start(mk("odb", base + 10, Some(o.odb.clone())), Some(&cg_o))
         .context("starting the ODB stack")?;
-    let mut sizes = Vec::new();
-    for &size in &o.sizes {
-        let modes = [(&vanilla, &cg_v), (&odb, &cg_o)];
-        sizes.push(measure_size(state, modes, size, o, progress)?);
-    }
+    let rig = LocalRig {
+        state,
+        stacks: [(&vanilla, &cg_v), (&odb, &cg_o)],
+        client_cpus: o.client_cpus.clone(),
+        tier_cpus: cpu_choice(o.tier_cpus.as_deref()),
+    };
+    let sizes = measure(&rig, o, progress)?;
     // the agent's own view (allocations refused as full, evictions, live buffers): why
     // stores fell back, when they did
     let agent_stats = crate::cpu::agent_stats_in(odb.cfg.be.ns.as_deref(), odb.cfg.agent_addr());
@@ -400,50 +470,58 @@ pub fn run(state: &State, o: &BenchOpts, progress: &dyn Fn(&str)) -> anyhow::Res
         sizes,
         odb_counters_last_run: counters,
         agent_stats_last_run: agent_stats,
+        hosts: None,
     })
+}
+
+/// Every size of `o` on `rig`: a row each.
+pub(crate) fn measure(
+    rig: &dyn Rig,
+    o: &BenchOpts,
+    progress: &dyn Fn(&str),
+) -> anyhow::Result<Vec<SizeRow>> {
+    o.sizes
+        .iter()
+        .map(|&size| measure_size(rig, size, o, progress))
+        .collect()
 }
 
 /// One size: both stacks checked for the file's bytes, then `o.repeats` runs of each mode
 /// (alternating which goes first), and the ODB stack's counters around them.
 fn measure_size(
-    state: &State,
-    [(vanilla, cg_v), (odb, cg_o)]: [(&Stack, &crate::cpu::Cgroups); 2],
+    rig: &dyn Rig,
     size: usize,
     o: &BenchOpts,
     progress: &dyn Fn(&str),
 ) -> anyhow::Result<SizeRow> {
     // correctness gate and warm-up: both stacks serve the same bytes
     let (path, want) = target(o.php, size);
-    for st in [vanilla, odb] {
-        let body = fetch_in_client_ns(state, &format!("http://{}{path}", st.cfg.listen("fe")))?;
+    for odb in [false, true] {
+        let body = rig.fetch(&rig.url(odb, &path))?;
         if body != want {
             bail!(
                 "{} bytes from the {} stack differ from the file",
                 size,
-                if st.cfg.odb.is_some() {
-                    "ODB"
-                } else {
-                    "vanilla"
-                }
+                if odb { "ODB" } else { "vanilla" }
             );
         }
     }
-    let odb_url = format!("http://{}{path}", odb.cfg.listen("fe"));
-    let before = odb_counters_fresh(state, odb, &odb_url)?;
+    let odb_url = rig.url(true, &path);
+    let before = odb_counters_fresh(rig, &odb_url)?;
     let mut runs_v = Vec::new();
     let mut runs_o = Vec::new();
     for rep in 0..o.repeats {
         // alternate which mode goes first
-        let order: [(&Stack, &crate::cpu::Cgroups, bool); 2] = if rep % 2 == 0 {
-            [(vanilla, cg_v, false), (odb, cg_o, true)]
+        let order = if rep % 2 == 0 {
+            [false, true]
         } else {
-            [(odb, cg_o, true), (vanilla, cg_v, false)]
+            [true, false]
         };
-        for (st, cg, is_odb) in order {
+        for is_odb in order {
             if INTERRUPTED.load(std::sync::atomic::Ordering::Relaxed) {
                 bail!("interrupted");
             }
-            let r = one_run(state, st, cg, size, o)?;
+            let r = one_run(rig, is_odb, size, o)?;
             progress(&format!(
                 "  {:>8} B  {:<7} rep {}: {:>8.0} req/s  IS {:>6.1} us/req  IS bytes/req {:>9.0}  p99 {:.2} ms  steal {:.0}%",
                 size,
@@ -462,7 +540,7 @@ fn measure_size(
             }
         }
     }
-    let after = odb_counters_fresh(state, odb, &odb_url)?;
+    let after = odb_counters_fresh(rig, &odb_url)?;
     let delta =
         |counter: fn(&TierCounters) -> u64| counter(&after) as f64 - counter(&before) as f64;
     // Responses between the snapshots, as the BE's library saw them: each one a
@@ -487,11 +565,11 @@ fn measure_size(
 /// call, so wait a second and make one request (each tier's first call for it writes the
 /// file; its response comes after the snapshot and counts with the next one, at every
 /// tier alike).
-fn odb_counters_fresh(state: &State, stack: &Stack, url: &str) -> anyhow::Result<TierCounters> {
+fn odb_counters_fresh(rig: &dyn Rig, url: &str) -> anyhow::Result<TierCounters> {
     std::thread::sleep(std::time::Duration::from_millis(1100));
-    fetch_in_client_ns(state, url)?;
+    rig.fetch(url)?;
     std::thread::sleep(std::time::Duration::from_millis(100));
-    stack.odb_counters()
+    rig.odb_counters()
 }
 
 fn fetch_in_client_ns(state: &State, url: &str) -> anyhow::Result<Vec<u8>> {

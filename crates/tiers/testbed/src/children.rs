@@ -25,6 +25,8 @@ pub struct SuperviseSpec {
     pub vanilla: bool,
     /// Base port of the testbed's nginx.
     pub port: u16,
+    /// The hosts file of `up --hosts` (None: namespaces on this machine).
+    pub hosts: Option<PathBuf>,
 }
 
 impl SuperviseSpec {
@@ -39,6 +41,9 @@ impl SuperviseSpec {
         }
         if self.vanilla {
             v.push("--vanilla".into());
+        }
+        if let Some(h) = &self.hosts {
+            v.extend(["--hosts".into(), h.display().to_string()]);
         }
         v
     }
@@ -284,10 +289,20 @@ mod tests {
             delay: None,
             vanilla: true,
             port: 18080,
+            hosts: None,
         };
         assert_eq!(
             up.to_args().join(" "),
             "tiers supervise --port 18080 --rate 1gbit --vanilla"
+        );
+        let on_hosts = SuperviseSpec {
+            rate: None,
+            hosts: Some("/etc/iolab/tiers.toml".into()),
+            ..up
+        };
+        assert_eq!(
+            on_hosts.to_args().join(" "),
+            "tiers supervise --port 18080 --vanilla --hosts /etc/iolab/tiers.toml"
         );
     }
 }

@@ -39,21 +39,30 @@ impl Cgroups {
         self.base.join(tier)
     }
 
+    /// A cgroup v2 hierarchy (`cpu.stat`) rather than v1's `cpuacct.usage`.
+    pub fn is_v2(&self) -> bool {
+        self.v2
+    }
+
     /// CPU seconds used so far by the tier's processes (and the ones that exited).
     pub fn cpu_seconds(&self, tier: &str) -> f64 {
         let d = self.dir(tier);
-        if self.v2 {
-            let s = std::fs::read_to_string(d.join("cpu.stat")).unwrap_or_default();
-            s.lines()
-                .find_map(|l| l.strip_prefix("usage_usec "))
-                .and_then(|v| v.trim().parse::<f64>().ok())
-                .map_or(0.0, |us| us / 1e6)
-        } else {
-            std::fs::read_to_string(d.join("cpuacct.usage"))
-                .ok()
-                .and_then(|v| v.trim().parse::<f64>().ok())
-                .map_or(0.0, |ns| ns / 1e9)
-        }
+        let file = if self.v2 { "cpu.stat" } else { "cpuacct.usage" };
+        let text = std::fs::read_to_string(d.join(file)).unwrap_or_default();
+        cgroup_cpu_seconds(&text, self.v2).unwrap_or(0.0)
+    }
+}
+
+/// The CPU seconds in a cgroup's `cpu.stat` (v2: `usage_usec`) or `cpuacct.usage` (v1:
+/// nanoseconds) text.
+pub fn cgroup_cpu_seconds(text: &str, v2: bool) -> Option<f64> {
+    if v2 {
+        text.lines()
+            .find_map(|l| l.strip_prefix("usage_usec "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .map(|us| us / 1e6)
+    } else {
+        text.trim().parse::<f64>().ok().map(|ns| ns / 1e9)
     }
 }
 
@@ -109,7 +118,12 @@ pub fn iface_bytes(ns: Option<&str>) -> anyhow::Result<Vec<(String, u64, u64)>> 
         .args(["-s", "-j", "link", "show"])
         .output()
         .context("running ip -s -j link")?;
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("parsing ip -j")?;
+    parse_iface_bytes(&out.stdout)
+}
+
+/// rx/tx bytes of every non-loopback interface in `ip -s -j link show`'s output.
+pub fn parse_iface_bytes(json: &[u8]) -> anyhow::Result<Vec<(String, u64, u64)>> {
+    let v: serde_json::Value = serde_json::from_slice(json).context("parsing ip -j")?;
     let mut r = Vec::new();
     for l in v.as_array().into_iter().flatten() {
         let name = l["ifname"].as_str().unwrap_or("").to_string();

@@ -12,6 +12,7 @@ pub mod children;
 pub mod cpu;
 pub mod disc_bench;
 pub mod faults;
+pub mod hosts;
 pub mod nginx;
 pub mod report;
 pub mod stack;

@@ -258,6 +258,17 @@ pub fn wait_listening(
 
 impl Stack {
     pub fn start(cfg: StackConfig, cgroups: Option<&crate::cpu::Cgroups>) -> anyhow::Result<Stack> {
+        Stack::start_tiers(cfg, cgroups, &TIERS)
+    }
+
+    /// Starts only `tiers` of the configuration here (the agent and php-fpm with the BE):
+    /// one tier per host, the others at their addresses on other hosts.
+    pub fn start_tiers(
+        cfg: StackConfig,
+        cgroups: Option<&crate::cpu::Cgroups>,
+        tiers: &[&str],
+    ) -> anyhow::Result<Stack> {
+        let with_be = tiers.contains(&"be");
         let nginx_bin = which("nginx").context("nginx not found (Debian package nginx)")?;
         std::fs::create_dir_all(&cfg.dir)?;
         let mut st = Stack {
@@ -266,14 +277,16 @@ impl Stack {
             configs: Vec::new(),
         };
         let odb_dir = cfg.dir.join("odb");
-        if let Some(odb) = &cfg.odb {
+        if cfg.odb.is_some() {
             std::fs::create_dir_all(&odb_dir)?;
-            for t in TIERS {
+            for t in TIERS.into_iter().filter(|t| tiers.contains(t)) {
                 // the workers (user nobody under a root master) write their counters here
                 std::fs::create_dir_all(odb_dir.join(t))?;
                 use std::os::unix::fs::PermissionsExt;
                 std::fs::set_permissions(odb_dir.join(t), std::fs::Permissions::from_mode(0o777))?;
             }
+        }
+        if let Some(odb) = cfg.odb.as_ref().filter(|_| with_be) {
             let (program, role) = odb.agent.program();
             let mut c = cfg.command(program.as_os_str());
             c.args(role)
@@ -297,12 +310,12 @@ impl Stack {
             st.procs.push(("agent".into(), child));
         }
         let php_sock = cfg.dir.join("be").join("php.sock");
-        if cfg.php {
+        if cfg.php && with_be {
             st.start_php(cgroups, &php_sock)?;
         }
         // BE first, then IS, then FE: each finds its upstream listening.
         for tier in ["be", "is", "fe"] {
-            if tier == "be" && cfg.skip_be {
+            if (tier == "be" && cfg.skip_be) || !tiers.contains(&tier) {
                 continue;
             }
             let tdir = cfg.dir.join(tier);

@@ -36,6 +36,9 @@ pub struct UpConfig {
     pub odb: bool,
     /// Base port of the testbed's stack (the bench uses others).
     pub port: u16,
+    /// The hosts file of `up --hosts` (None: namespaces on this machine).
+    #[serde(default)]
+    pub hosts: Option<PathBuf>,
 }
 
 /// Everything `status`, `bench` and `down` need, written by the supervisor.
@@ -59,6 +62,9 @@ pub struct State {
     pub cgroup: Option<PathBuf>,
     pub configs: Vec<(String, String)>,
     pub qdiscs: Vec<String>,
+    /// The hosts of `up --hosts` (None: this machine's namespaces).
+    #[serde(default)]
+    pub hosts: Option<crate::hosts::HostsState>,
 }
 
 impl State {
@@ -139,6 +145,9 @@ pub fn cleanup_stale() -> Vec<String> {
     if let Ok(b) = std::fs::read(state_path()) {
         if let Ok(s) = serde_json::from_slice::<State>(&b) {
             if !iolab_sys::process::exists(s.supervisor_pid) {
+                if let Some(h) = &s.hosts {
+                    out.extend(crate::hosts::cleanup_stale(h));
+                }
                 let _ = std::fs::remove_file(state_path());
                 let _ = std::fs::remove_dir_all(&s.dir);
                 out.push(state_path().display().to_string());
@@ -197,7 +206,12 @@ pub fn supervise(up: UpConfig, odb: Option<crate::stack::Odb>) -> anyhow::Result
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
-    let result = build_and_wait(&up, odb, &stop);
+    let result = match &up.hosts {
+        Some(file) => {
+            crate::hosts::build_and_wait(&up, file, odb.as_ref().map(|o| o.lib.as_path()), &stop)
+        }
+        None => build_and_wait(&up, odb, &stop),
+    };
     iolab_netns::cleanup_all();
     let _ = std::fs::remove_file(state_path());
     result
@@ -285,6 +299,7 @@ fn build_and_wait(
         cgroup: None,
         configs: Vec::new(),
         qdiscs,
+        hosts: None,
     };
     // The IS reaches the BE on link C from a(2,1), the FE reaches the IS from a(1,1): the
     // addresses above are what each tier is known by inside the domain.
@@ -299,9 +314,7 @@ fn build_and_wait(
     let mut state = state;
     state.cgroup = cg.as_ref().map(|c| c.base.clone());
     state.configs = stack.configs.clone();
-    let tmp = state_dir().join(".state.json.tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(&state)?)?;
-    std::fs::rename(&tmp, state_path())?;
+    write_state(&state)?;
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -309,6 +322,14 @@ fn build_and_wait(
     drop(cg);
     net.remove()?;
     let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// Writes the state file (whole or not at all: a new file renamed over the old).
+pub(crate) fn write_state(state: &State) -> anyhow::Result<()> {
+    let tmp = state_dir().join(".state.json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(state)?)?;
+    std::fs::rename(&tmp, state_path())?;
     Ok(())
 }
 
@@ -354,10 +375,13 @@ pub fn up(exe: &Path, spec: &crate::children::SuperviseSpec) -> anyhow::Result<S
                 std::fs::read_to_string(&log).unwrap_or_default()
             );
         }
-        if t0.elapsed() > Duration::from_secs(60) {
+        // hosts: copies of iolab, an SSH session per step
+        let limit = Duration::from_secs(if spec.hosts.is_some() { 300 } else { 60 });
+        if t0.elapsed() > limit {
             let _ = iolab_sys::process::signal(child.id(), libc::SIGTERM);
             bail!(
-                "the testbed did not come up in 60 s:\n{}",
+                "the testbed did not come up in {} s:\n{}",
+                limit.as_secs(),
                 std::fs::read_to_string(&log).unwrap_or_default()
             );
         }
