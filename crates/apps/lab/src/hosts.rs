@@ -2,13 +2,17 @@
 //! all reached over OpenSSH ([`iolab_hosts`]).
 //!
 //! For every model asked for, the lab starts `iolab serve` (a [`ServeSpec`]) on the server
-//! host and, for each point of the profile, `iolab load` (a [`LoadSpec`]) on every client
+//! host; a `--target` command runs there too (`sh -c`, the placeholders naming the server
+//! host's address and the run's directory there), a `--url` server is reached where it
+//! is. For each point of the profile, `iolab load` (a [`LoadSpec`]) on every client
 //! host at once, the point's connections split between them. Each agent writes its JSON
 //! report and its per-request log on its host; the lab fetches both, builds one
 //! HdrHistogram per host from the log and merges them (quantiles of all requests, not an
 //! average of the hosts' quantiles), sums the hosts' rates and achieved concurrency, and
 //! places every host's start on the controller's clock with the offset measured at the
-//! start. The server's CPU time is read from `/proc` on the server host around each point.
+//! start. The server's CPU time is read from `/proc` on the server host around each point:
+//! every process of the server's session (a target's forked children and helpers too),
+//! none for a `--url` server.
 //!
 //! Every remote process runs under a lease ([`iolab_hosts::Leased`]): it ends when the run
 //! does, on error, on Ctrl-C, and when the controller is killed. The run's files on each
@@ -29,6 +33,8 @@ use iolab_servers::Model;
 
 use crate::options::{Options, Profile};
 use crate::results::{FileKind, HostInfo, HostLoad, HostPoint, HostsRun, MergedLoad, Results};
+use crate::server::probe::UrlTarget;
+use crate::server::{Kind, Launch};
 
 /// Longest a remote step other than a load run may take (copying the binary included).
 const STEP_LIMIT: Duration = Duration::from_secs(60);
@@ -76,23 +82,43 @@ impl Remote {
             .map(drop)
     }
 
-    /// The CPU seconds (user + system, its threads and reaped children) of `pid`.
-    fn cpu_seconds(&self, pid: u32) -> anyhow::Result<f64> {
-        let out = self.run(&format!("getconf CLK_TCK; cat /proc/{pid}/stat"))?;
+    /// The CPU seconds (user + system, threads and reaped children) of every live process
+    /// in session `sid` (a leased command's: its leader's pid).
+    fn session_cpu_seconds(&self, sid: u32) -> anyhow::Result<f64> {
+        let out = self.run("getconf CLK_TCK; cat /proc/[0-9]*/stat 2>/dev/null; true")?;
         let text = String::from_utf8_lossy(&out);
-        let (tck, stat) = text.split_once('\n').context("no CLK_TCK")?;
+        let (tck, stats) = text.split_once('\n').context("no CLK_TCK")?;
         let tck: f64 = tck.trim().parse().context("CLK_TCK")?;
-        let after = stat.rsplit_once(')').context("/proc/PID/stat")?.1;
-        let f: Vec<f64> = after
-            .split_whitespace()
-            .filter_map(|x| x.parse().ok())
-            .collect();
-        // After the command: state is skipped (not a number), so utime is f[10].
-        if f.len() < 14 || tck <= 0.0 {
-            bail!("{}: short /proc/{pid}/stat: {stat:?}", self.ssh.host.name);
+        let ticks = session_ticks(stats, sid);
+        if tck <= 0.0 || ticks.is_none() {
+            bail!(
+                "{}: no process of session {sid} in /proc",
+                self.ssh.host.name
+            );
         }
-        Ok((f[10] + f[11] + f[12] + f[13]) / tck)
+        Ok(ticks.unwrap_or(0.0) / tck)
     }
+}
+
+/// The clock ticks (utime + stime + cutime + cstime) of the processes of session `sid`
+/// in `stats` (lines of /proc/PID/stat); None when none is in it.
+pub fn session_ticks(stats: &str, sid: u32) -> Option<f64> {
+    let mut total = None;
+    for line in stats.lines() {
+        // After the command name (which may hold spaces and parentheses): state, ppid,
+        // pgrp, session, tty, tpgid, flags, minflt, cminflt, majflt, cmajflt, utime,
+        // stime, cutime, cstime.
+        let Some((_, after)) = line.rsplit_once(')') else {
+            continue;
+        };
+        let f: Vec<&str> = after.split_whitespace().collect();
+        if f.len() < 15 || f[3].parse::<u32>().ok() != Some(sid) {
+            continue;
+        }
+        let t: f64 = f[11..15].iter().filter_map(|x| x.parse::<f64>().ok()).sum();
+        *total.get_or_insert(0.0) += t;
+    }
+    total
 }
 
 /// The run's directories on every host, removed when dropped.
@@ -172,20 +198,71 @@ fn connect(inv: &Inventory, out: &Path) -> anyhow::Result<(Remotes, Vec<HostInfo
     Ok((remotes, infos))
 }
 
+/// A server of a hosts run: started on the server host, or reached where it runs.
+enum HostServer {
+    Model(Model),
+    /// `--target NAME=COMMAND`, run with `sh -c` on the server host.
+    Command {
+        name: String,
+        template: String,
+    },
+    /// `--url NAME=URL`: already running; the lab neither starts nor measures it.
+    Url {
+        name: String,
+        url: UrlTarget,
+    },
+}
+
+impl HostServer {
+    fn name(&self) -> &str {
+        match self {
+            HostServer::Model(m) => m.name(),
+            HostServer::Command { name, .. } | HostServer::Url { name, .. } => name,
+        }
+    }
+
+    /// The servers of `opts`: its models, then its `--target`s and `--url`s.
+    fn of(opts: &Options) -> Vec<HostServer> {
+        let models = opts
+            .models
+            .iter()
+            .filter_map(|m| iolab_servers::spec::model_named(m))
+            .map(HostServer::Model);
+        let targets = opts.targets.iter().filter_map(|t| match &t.kind {
+            Kind::Command(template) => Some(HostServer::Command {
+                name: t.name.clone(),
+                template: template.clone(),
+            }),
+            Kind::Url(url) => Some(HostServer::Url {
+                name: t.name.clone(),
+                url: url.clone(),
+            }),
+            _ => None,
+        });
+        models.chain(targets).collect()
+    }
+
+    /// The URL the load agents ask for `file` at.
+    fn url(&self, addr: SocketAddr, file: FileKind) -> String {
+        match self {
+            HostServer::Url { url, .. } => {
+                format!("http://{}{}{}", url.host, url.prefix, file.path())
+            }
+            _ => format!("http://{addr}{}", file.path()),
+        }
+    }
+}
+
 /// Runs the lab over the hosts of `inventory` and writes results.json and index.html.
 pub fn run(opts: &Options, inventory: &Path) -> anyhow::Result<Results> {
     let t0 = Instant::now();
     let inv = Inventory::read(inventory)?;
-    if !opts.peers.is_empty() || !opts.targets.is_empty() || opts.link.is_some() {
-        bail!("--hosts runs the built-in models only (give --peers none, no --target, --url or --link)");
+    if !opts.peers.is_empty() || opts.link.is_some() {
+        bail!("--hosts runs the built-in models, --target commands (on the server host) and --url servers (give --peers none, no --link)");
     }
-    let models: Vec<Model> = opts
-        .models
-        .iter()
-        .filter_map(|m| iolab_servers::spec::model_named(m))
-        .collect();
-    if models.is_empty() {
-        bail!("--hosts: no model to run (--models)");
+    let servers = HostServer::of(opts);
+    if servers.is_empty() {
+        bail!("--hosts: no server to run (--models, --target or --url)");
     }
     std::fs::create_dir_all(&opts.out)
         .with_context(|| format!("creating {}", opts.out.display()))?;
@@ -210,10 +287,10 @@ pub fn run(opts: &Options, inventory: &Path) -> anyhow::Result<Results> {
     let plan = crate::plan::Plan::for_profile(opts.profile);
     let port = 20_000 + (std::process::id() % 20_000) as u16;
     let addr = SocketAddr::new(inv.server.address, port);
-    for model in models {
-        if let Err(e) = run_model(opts, &remotes, &inv, model, addr, &www, &plan, &mut run) {
-            tracing::warn!("{}: {e:#}", model.name());
-            run.failures.push(format!("{}: {e:#}", model.name()));
+    for server in &servers {
+        if let Err(e) = run_server(opts, &remotes, &inv, server, addr, &www, &plan, &mut run) {
+            tracing::warn!("{}: {e:#}", server.name());
+            run.failures.push(format!("{}: {e:#}", server.name()));
         }
     }
     drop(remotes);
@@ -223,38 +300,98 @@ pub fn run(opts: &Options, inventory: &Path) -> anyhow::Result<Results> {
     Ok(results)
 }
 
+/// Starts `server` on the server host (nothing for a URL) and waits until it serves the
+/// lab's files; returns its lease and the session whose CPU is its own.
+fn start_server(
+    opts: &Options,
+    srv: &Remote,
+    inv: &Inventory,
+    server: &HostServer,
+    addr: SocketAddr,
+    www: &Path,
+) -> anyhow::Result<Option<(Leased, u32)>> {
+    let argv: Vec<OsString> = match server {
+        HostServer::Url { url, .. } => {
+            crate::server::probe::check_url(url, www)?;
+            return Ok(None);
+        }
+        HostServer::Model(model) => {
+            let spec = ServeSpec {
+                workers: opts.workers,
+                backlog: opts.backlog,
+                ..ServeSpec::new(*model, PathBuf::from(format!("{}/www", srv.dir)), addr)
+            };
+            let mut argv: Vec<OsString> = vec![srv.iolab.clone().into()];
+            argv.extend(spec.to_args());
+            argv
+        }
+        HostServer::Command { name, template } => {
+            let run_dir = format!("{}/run/{name}", srv.dir);
+            srv.run(&format!("mkdir -p {}", iolab_hosts::ssh::quote(&run_dir)))?;
+            let launch = Launch {
+                iolab: PathBuf::from(&srv.iolab),
+                www: PathBuf::from(format!("{}/www", srv.dir)),
+                run_dir: PathBuf::from(run_dir),
+                addr,
+                workers: opts.workers,
+                backlog: opts.backlog,
+                cpu: None,
+                cpus: inv.server.cpus.clone(),
+                netns: None,
+            };
+            let line = crate::server::command::substitute(template, &launch);
+            vec!["sh".into(), "-c".into(), line.into()]
+        }
+    };
+    let log = format!("{}/serve-{}.log", srv.dir, server.name());
+    let mut lease = srv.ssh.spawn_leased(&argv, &inv.server.cpus, &log)?;
+    let sid = lease.remote_pid.context("no server pid")?;
+    // An early exit says why with the end of the server's output.
+    let exited = || {
+        let status = lease.try_wait()?;
+        let tail = srv
+            .run(&format!("tail -n 5 {}", iolab_hosts::ssh::quote(&log)))
+            .unwrap_or_default();
+        Some(format!(
+            "{status}: {}",
+            String::from_utf8_lossy(&tail).trim()
+        ))
+    };
+    crate::server::probe::wait_serving(addr, www, Duration::from_secs(10), exited)
+        .with_context(|| format!("{} on {}", server.name(), inv.server.name))?;
+    Ok(Some((lease, sid)))
+}
+
 #[allow(clippy::too_many_arguments)]
-fn run_model(
+fn run_server(
     opts: &Options,
     remotes: &Remotes,
     inv: &Inventory,
-    model: Model,
+    server: &HostServer,
     addr: SocketAddr,
     www: &Path,
     plan: &crate::plan::Plan,
     run: &mut HostsRun,
 ) -> anyhow::Result<()> {
     let srv = &remotes.server;
-    let spec = ServeSpec {
-        workers: opts.workers,
-        backlog: opts.backlog,
-        ..ServeSpec::new(model, PathBuf::from(format!("{}/www", srv.dir)), addr)
-    };
-    let mut argv: Vec<OsString> = vec![srv.iolab.clone().into()];
-    argv.extend(spec.to_args());
-    let log = format!("{}/serve-{}.log", srv.dir, model.name());
-    let mut server = srv.ssh.spawn_leased(&argv, &inv.server.cpus, &log)?;
-    let pid = server.remote_pid.context("no server pid")?;
-    crate::server::probe::wait_serving(addr, www, Duration::from_secs(10), || None)
-        .with_context(|| format!("{} on {}", model.name(), inv.server.name))?;
-    tracing::info!(target: "progress", "{} serving on {addr} (host {})", model.name(), inv.server.name);
+    let mut started = start_server(opts, srv, inv, server, addr, www)?;
+    let name = server.name();
+    match &started {
+        Some(_) => {
+            tracing::info!(target: "progress", "{name} serving on {addr} (host {})", inv.server.name)
+        }
+        None => tracing::info!(target: "progress", "{name}: already running, its CPU not measured"),
+    }
+    let sid = started.as_ref().map(|(_, sid)| *sid);
+    let cpu = |sid: Option<u32>| sid.and_then(|s| srv.session_cpu_seconds(s).ok());
     let duration = point_duration(opts.profile);
     for (n, p) in plan.points().into_iter().enumerate() {
-        let cpu0 = srv.cpu_seconds(pid).ok();
-        let point = one_point(remotes, inv, addr, p, duration, plan.timeout, n, run);
-        let cpu1 = srv.cpu_seconds(pid).ok();
-        let mut point = point.with_context(|| format!("{} {p:?}", model.name()))?;
-        point.server = model.name().into();
+        let cpu0 = cpu(sid);
+        let url = server.url(addr, p.file);
+        let point = one_point(remotes, inv, &url, p, duration, plan.timeout, n, run);
+        let cpu1 = cpu(sid);
+        let mut point = point.with_context(|| format!("{name} {p:?}"))?;
+        point.server = name.into();
         if let (Some(a), Some(b)) = (cpu0, cpu1) {
             let cpu = (b - a).max(0.0);
             point.server_cpu_s = Some(cpu);
@@ -263,11 +400,13 @@ fn run_model(
             }
         }
         tracing::info!(target: "progress",
-            "{} {} {} c={}: {:.0} req/s over {} hosts, p99 {:.2} ms",
-            model.name(), p.file, p.mode, p.concurrency, point.merged.rps, point.per_host.len(), point.merged.p99_ms);
+            "{name} {} {} c={}: {:.0} req/s over {} hosts, p99 {:.2} ms",
+            p.file, p.mode, p.concurrency, point.merged.rps, point.per_host.len(), point.merged.p99_ms);
         run.points.push(point);
     }
-    server.stop();
+    if let Some((lease, _)) = started.as_mut() {
+        lease.stop();
+    }
     Ok(())
 }
 
@@ -276,7 +415,7 @@ fn run_model(
 fn one_point(
     remotes: &Remotes,
     inv: &Inventory,
-    addr: SocketAddr,
+    url: &str,
     p: crate::plan::PointSpec,
     duration: Duration,
     timeout: Duration,
@@ -299,7 +438,7 @@ fn one_point(
             json: Some(json.clone().into()),
             log: Some(log.clone().into()),
             quiet: true,
-            ..LoadSpec::new(format!("http://{addr}{}", p.file.path()))
+            ..LoadSpec::new(url.to_string())
         };
         let mut argv: Vec<OsString> = vec![r.iolab.clone().into()];
         argv.extend(spec.to_args());
@@ -422,6 +561,16 @@ pub fn merge(per_host: &[HostLoad], hists: &[Histogram<u64>]) -> anyhow::Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sessions_cpu_is_its_processes_ticks() {
+        let stats = "10 (sh -c x) S 1 10 10 0 -1 0 0 0 0 0 5 6 7 8 0\n\
+                     11 (odd ) name) R 10 10 10 0 -1 0 0 0 0 0 1 1 0 0 0\n\
+                     12 (other) S 1 12 12 0 -1 0 0 0 0 0 100 100 0 0 0\n";
+        assert_eq!(session_ticks(stats, 10), Some(28.0));
+        assert_eq!(session_ticks(stats, 12), Some(200.0));
+        assert_eq!(session_ticks(stats, 99), None);
+    }
 
     #[test]
     fn connections_split_evenly_at_least_one_each() {
