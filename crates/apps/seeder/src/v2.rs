@@ -236,13 +236,16 @@ impl V2Meta {
     }
 }
 
+/// A torrent's v2 keys: its files, their piece layers and the v2 info hash.
+type V2Keys = (Vec<TreeFile>, Vec<Vec<Hash>>, [u8; 32]);
+
 /// The v2 keys of a torrent: its files, their piece layers (checked) and the info hash.
 fn read_v2(
     top: &BencodeElem,
     info: &BencodeElem,
     torrent: &[u8],
     piece_length: u64,
-) -> anyhow::Result<(Vec<TreeFile>, Vec<Vec<Hash>>, [u8; 32])> {
+) -> anyhow::Result<V2Keys> {
     let raw = crate::metadata::raw_info(torrent).context("no info dictionary")?;
     let tree = parse_file_tree(get(info, "file tree").context("no `file tree`")?)?;
     let layers = piece_layers(get(top, "piece layers"), &tree, piece_length)?;
@@ -719,7 +722,7 @@ mod tests {
             (PathBuf::from("d/c"), 7, Some([2; 32])),
         ];
         let tree = file_tree(&files).unwrap();
-        let back = BencodeElem::from_bytes(&tree.encode()).unwrap();
+        let back = BencodeElem::from_bytes(tree.encode()).unwrap();
         let got = parse_file_tree(&back[0]).unwrap();
         let want: Vec<TreeFile> = files
             .iter()
