@@ -740,9 +740,10 @@ open(out, 'wb').write(lt.bencode(t.generate()))
 /// A hybrid torrent made by libtorrent 2.0 (its default output: pad files `.pad/N` after
 /// every file but the last) is seeded by its v1 side with no pad file on disk, and
 /// libtorrent downloads every real file byte for byte (aria2c 1.36 cannot: it computes
-/// another info hash for a hybrid torrent); a v2-only torrent is a clear error.
+/// another info hash for a hybrid torrent). (libtorrent's v2-only torrents: see
+/// `v2_and_hybrid_torrents_are_libtorrents_own`.)
 #[test]
-fn libtorrent_hybrid_torrent_seeded_v2_only_refused() {
+fn libtorrent_hybrid_torrent_seeded() {
     let _g = lock();
     if !Client::Libtorrent.available() {
         return;
@@ -760,13 +761,6 @@ fn libtorrent_hybrid_torrent_seeded_v2_only_refused() {
                 .args([url.as_str(), mode]),
         );
     };
-    let v2 = fx.dir.join("v2.torrent");
-    make(&v2, "v2");
-    let err = seed_fails(&[v2.to_str().unwrap(), "--data", data.to_str().unwrap()]);
-    assert!(
-        err.contains("v2-only torrents are not supported yet"),
-        "{err}"
-    );
     let hybrid = fx.dir.join("hybrid.torrent");
     make(&hybrid, "hybrid");
     assert!(
@@ -1747,4 +1741,419 @@ fn bench_swarm_connects_to_libtorrent_and_hekate() {
         v["libtorrent_settings"]["libtorrent-hps"]["peer_turnover"],
         0
     );
+}
+
+// ------------------------------------------------- BEP 52 v2/hybrid creation, https trackers
+
+/// Makes a torrent of argv[1] into argv[2] with python3-libtorrent: piece size argv[3],
+/// `v2` (v2-only) or `hybrid`, no tracker.
+const LIBTORRENT_MAKE: &str = r#"
+import sys, os, libtorrent as lt
+src, out, piece, mode = sys.argv[1:5]
+fs = lt.file_storage()
+lt.add_files(fs, src)
+t = lt.create_torrent(fs, int(piece), flags=lt.create_torrent.v2_only if mode == 'v2' else 0)
+lt.set_piece_hashes(t, os.path.dirname(os.path.abspath(src)))
+open(out, 'wb').write(lt.bencode(t.generate()))
+"#;
+
+/// For each .torrent in argv: the v1 and v2 info hashes libtorrent computes ('-' for none),
+/// its private flag, comment and web seeds, on one line.
+const LIBTORRENT_READ: &str = r#"
+import sys, libtorrent as lt
+for p in sys.argv[1:]:
+    ti = lt.torrent_info(p)
+    ih = ti.info_hashes()
+    print(ih.v1.to_bytes().hex() if ih.has_v1() else '-',
+          ih.v2.to_bytes().hex() if ih.has_v2() else '-',
+          ti.priv(), repr(ti.comment()), ','.join(w['url'] for w in ti.web_seeds()))
+"#;
+
+/// `iolab seed --create-only` of `src` into `out` with `extra` flags: (info hash, v2 info
+/// hash or "-") from its line.
+fn create_torrent(src: &Path, out: &Path, extra: &[&str]) -> (String, String) {
+    let o = Command::new(BIN)
+        .arg("seed")
+        .args(["--create-only", "--piece-length", "32K", "--torrent"])
+        .arg(out)
+        .args(extra)
+        .arg("--")
+        .arg(src)
+        .output()
+        .unwrap();
+    let line = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        o.status.success(),
+        "{line}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let after = |tag: &str| {
+        line.split(tag)
+            .nth(1)
+            .and_then(|s| s.split([',', ' ', ')']).next())
+            .map_or("-".to_string(), |h| h.trim().to_string())
+    };
+    (after(", info hash "), after("v2 info hash "))
+}
+
+/// The lines of [`LIBTORRENT_READ`] for `torrents`.
+fn libtorrent_reads(torrents: &[&Path]) -> Vec<String> {
+    let o = Command::new("/usr/bin/python3")
+        .args(["-c", LIBTORRENT_READ])
+        .args(torrents)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// `iolab seed torrent --data data`: its first line (the seeder is left to the fixture).
+fn seed_line(fx: &mut Fixture, torrent: &Path, data: &Path) -> String {
+    let i = fx.spawn(
+        Command::new(BIN)
+            .arg("seed")
+            .arg(torrent)
+            .arg("--data")
+            .arg(data)
+            .args(["--listen", "127.0.0.1:0", "--status-every", "0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null()),
+    );
+    first_line(&mut fx.children[i])
+}
+
+/// Issue 47: `--v2` and `--hybrid` torrents, multi- and single-file, are read by libtorrent
+/// with the info hashes we print, and are byte for byte the info dictionaries libtorrent
+/// makes of the same files (the same info hashes); libtorrent's own v2 and hybrid torrents
+/// load in Hekate (data checked by the merkle trees for v2-only). `--private`, `--comment`
+/// and `--web-seed` are read back by libtorrent.
+#[test]
+fn v2_and_hybrid_torrents_are_libtorrents_own() {
+    let _g = lock();
+    if !Client::Libtorrent.available() {
+        return;
+    }
+    let mut fx = Fixture::new("v2make");
+    let data = fx.data_of(1 << 20);
+    for (what, mode) in [
+        ("multi", "v2"),
+        ("multi", "hybrid"),
+        ("single.bin", "v2"),
+        ("single.bin", "hybrid"),
+    ] {
+        let src = data.join(what);
+        let ours = fx.dir.join(format!("ours-{what}-{mode}.torrent"));
+        let theirs = fx.dir.join(format!("lt-{what}-{mode}.torrent"));
+        let (ih, v2) = create_torrent(&src, &ours, &[&format!("--{mode}")]);
+        assert_eq!(v2.len(), 64, "{what} {mode}: {v2}");
+        common::run_ok(
+            Command::new("/usr/bin/python3")
+                .args(["-c", LIBTORRENT_MAKE])
+                .arg(&src)
+                .arg(&theirs)
+                .args(["32768", mode]),
+        );
+        let read = libtorrent_reads(&[&ours, &theirs]);
+        let want_v1 = if mode == "v2" { "-" } else { ih.as_str() };
+        assert!(
+            read[0].starts_with(&format!("{want_v1} {v2} False")),
+            "{what} {mode}: ours {ih} {v2}, libtorrent reads {}",
+            read[0]
+        );
+        if mode == "v2" {
+            assert_eq!(
+                ih,
+                v2[..40],
+                "the v2-only info hash is the SHA-256 truncated"
+            );
+        }
+        assert_eq!(read[0], read[1], "{what} {mode}: ours, then libtorrent's");
+        let line = seed_line(&mut fx, &theirs, &data);
+        assert!(
+            line.contains(&format!("(info hash {ih},")),
+            "{what} {mode}: {line}"
+        );
+    }
+    let ours = fx.dir.join("extras.torrent");
+    let ws = "http://127.0.0.1:1/ws/";
+    let (_, v2) = create_torrent(
+        &data.join("multi"),
+        &ours,
+        &[
+            "--hybrid",
+            "--private",
+            "--comment",
+            "made here",
+            "--web-seed",
+            ws,
+        ],
+    );
+    let read = libtorrent_reads(&[&ours]);
+    assert!(
+        read[0].ends_with(&format!("{v2} True 'made here' {ws}")),
+        "{}",
+        read[0]
+    );
+}
+
+/// A v2-only torrent made by `iolab seed --v2` is seeded to libtorrent, which downloads
+/// it byte for byte (the handshake and the tracker carry the truncated SHA-256; libtorrent
+/// checks each piece against the torrent's piece layers).
+///
+/// Known failure (issue 47, left open): libtorrent 2.0.8 gets 147 of 148 pieces and stalls
+/// (one piece never completes; not yet found which, nor whether it wants BEP 52 hash
+/// messages or is given a file's last piece with pad bytes).
+#[test]
+#[ignore = "v2-only seeding to libtorrent stalls on one piece (issue 47)"]
+fn a_v2_only_torrent_is_seeded_to_libtorrent() {
+    let _g = lock();
+    if !Client::Libtorrent.available() {
+        return;
+    }
+    let mut fx = Fixture::new("v2seed");
+    let data = fx.data_of(2 << 20);
+    let src = data.join("multi");
+    let url = fx.tracker();
+    let torrent = fx.dir.join("v2.torrent");
+    fx.seed(&[
+        "--v2",
+        "--tracker",
+        &url,
+        "--torrent",
+        torrent.to_str().unwrap(),
+        src.to_str().unwrap(),
+    ]);
+    let dl = fx.dir.join("dl");
+    std::fs::create_dir_all(&dl).unwrap();
+    let got = dl.join("multi");
+    let want = Want {
+        src: &src,
+        got: &got,
+        limit: Duration::from_secs(60),
+        skip_empty: false,
+    };
+    let ok = fx.download(Client::Libtorrent, &torrent, &dl, want);
+    assert!(
+        ok,
+        "libtorrent did not get the v2 torrent; seed log:\n{}",
+        fx.seed_log()
+    );
+}
+
+/// A hybrid torrent made by `iolab seed --hybrid` (pad files) is seeded by its v1 side to
+/// ctorrent, a v1-only client, which downloads every real file byte for byte.
+#[test]
+fn a_hybrid_torrent_we_make_is_seeded_to_a_v1_client() {
+    let _g = lock();
+    if !Client::Ctorrent.available() {
+        return;
+    }
+    let mut fx = Fixture::new("hybridseed");
+    let data = fx.data_of(2 << 20);
+    let src = data.join("multi");
+    let url = fx.tracker();
+    let torrent = fx.dir.join("hybrid.torrent");
+    fx.seed(&[
+        "--hybrid",
+        "--tracker",
+        &url,
+        "--torrent",
+        torrent.to_str().unwrap(),
+        src.to_str().unwrap(),
+    ]);
+    assert!(
+        std::fs::read(&torrent)
+            .unwrap()
+            .windows(4)
+            .any(|w| w == b".pad"),
+        "a hybrid has pad files"
+    );
+    let dl = fx.dir.join("dl");
+    std::fs::create_dir_all(&dl).unwrap();
+    let got = dl.join("multi");
+    let want = Want {
+        src: &src,
+        got: &got,
+        limit: Duration::from_secs(90),
+        skip_empty: true,
+    };
+    let ok = fx.download(Client::Ctorrent, &torrent, &dl, want);
+    assert!(
+        ok,
+        "ctorrent did not get the hybrid torrent; seed log:\n{}",
+        fx.seed_log()
+    );
+}
+
+/// A TLS terminator for the https tracker test: accepts on 127.0.0.1, forwards each
+/// connection's request to the plain HTTP `backend` and its reply back, one connection at
+/// a time, until dropped.
+struct TlsFront {
+    addr: SocketAddr,
+    handshakes: std::sync::Arc<AtomicUsize>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for TlsFront {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn tls_front(cert: &Path, key: &Path, backend: SocketAddr) -> TlsFront {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs: Vec<CertificateDer> = CertificateDer::pem_file_iter(cert)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let key = PrivateKeyDer::from_pem_file(key).unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+    let cfg = std::sync::Arc::new(cfg);
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.set_nonblocking(true).unwrap();
+    let addr = l.local_addr().unwrap();
+    let handshakes = std::sync::Arc::new(AtomicUsize::new(0));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (h, s) = (handshakes.clone(), stop.clone());
+    let thread = std::thread::spawn(move || {
+        while !s.load(Ordering::Relaxed) {
+            let Ok((sock, _)) = l.accept() else {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            };
+            let _ = sock.set_nonblocking(false);
+            let _ = sock.set_read_timeout(Some(Duration::from_secs(5)));
+            let conn = rustls::ServerConnection::new(cfg.clone()).unwrap();
+            let mut tls = rustls::StreamOwned::new(conn, sock);
+            let mut req = Vec::new();
+            let mut buf = [0u8; 2048];
+            while !req.windows(4).any(|w| w == b"\r\n\r\n") && req.len() < 8192 {
+                match tls.read(&mut buf) {
+                    Ok(n) if n > 0 => req.extend_from_slice(&buf[..n]),
+                    _ => break,
+                }
+            }
+            if !req.ends_with(b"\r\n\r\n") {
+                continue; // the handshake failed (a client that refused our certificate)
+            }
+            h.fetch_add(1, Ordering::Relaxed);
+            let mut reply = Vec::new();
+            if let Ok(mut b) = TcpStream::connect(backend) {
+                let _ = b.set_read_timeout(Some(Duration::from_secs(5)));
+                let _ = b.write_all(&req);
+                let _ = b.read_to_end(&mut reply);
+            }
+            let _ = tls.write_all(&reply);
+            tls.conn.send_close_notify();
+            let _ = tls.flush();
+        }
+    });
+    TlsFront {
+        addr,
+        handshakes,
+        stop,
+        thread: Some(thread),
+    }
+}
+
+/// Issue 47: an https:// tracker. `iolab tracker` behind a TLS terminator with a
+/// certificate from a CA the test makes (openssl): the seeder given that CA
+/// (`--tracker-ca`) announces through it (the tracker then lists it); a seeder checking
+/// against the default roots refuses the certificate and says so.
+#[test]
+fn an_https_tracker_is_announced_to_with_its_ca() {
+    let _g = lock();
+    if !have("openssl", "openssl") {
+        return;
+    }
+    let mut fx = Fixture::new("https");
+    let d = fx.dir.clone();
+    let sh =
+        |script: &str| common::run_ok(Command::new("sh").arg("-c").arg(script).current_dir(&d));
+    sh(
+        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -keyout ca.key -out ca.pem -days 2 -subj /CN=iolab-test-ca 2>/dev/null",
+    );
+    sh("openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout srv.key \
+        -out srv.csr -subj /CN=127.0.0.1 2>/dev/null && \
+        printf 'subjectAltName=IP:127.0.0.1\\nbasicConstraints=CA:FALSE\\nextendedKeyUsage=serverAuth\\n' > ext && \
+        openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out srv.pem \
+        -days 2 -extfile ext 2>/dev/null");
+    let plain = fx.tracker();
+    let backend: SocketAddr = plain
+        .trim_start_matches("http://")
+        .trim_end_matches("/announce")
+        .parse()
+        .unwrap();
+    let front = tls_front(&d.join("srv.pem"), &d.join("srv.key"), backend);
+    let url = format!("https://127.0.0.1:{}/announce", front.addr.port());
+    std::fs::write(d.join("f.bin"), random_bytes(100_000, 9)).unwrap();
+    let torrent = d.join("f.torrent");
+    let ca = d.join("ca.pem");
+    fx.seed(&[
+        "--tracker",
+        &url,
+        "--tracker-ca",
+        ca.to_str().unwrap(),
+        "--torrent",
+        torrent.to_str().unwrap(),
+        d.join("f.bin").to_str().unwrap(),
+    ]);
+    let ih: String = info_hash_of(&torrent)
+        .iter()
+        .map(|b| format!("%{b:02x}"))
+        .collect();
+    let scrape = || {
+        let mut s = TcpStream::connect(backend).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let req = format!("GET /scrape?info_hash={ih} HTTP/1.1\r\nHost: x\r\n\r\n");
+        s.write_all(req.as_bytes()).unwrap();
+        let mut b = Vec::new();
+        let _ = s.read_to_end(&mut b);
+        b
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !scrape().windows(13).any(|w| w == b"incompletei1e") {
+        assert!(
+            Instant::now() < deadline,
+            "the seeder never reached the tracker through TLS; seed log:\n{}",
+            fx.seed_log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(front.handshakes.load(Ordering::Relaxed) >= 1);
+    // The default roots do not know our CA: the announce fails on the certificate.
+    let mut other = Fixture::new("https-noca");
+    other.seed(&[
+        torrent.to_str().unwrap(),
+        "--data",
+        d.to_str().unwrap(),
+        "--tracker",
+        &url,
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !other.seed_log().contains("announce failed") {
+        assert!(Instant::now() < deadline, "{}", other.seed_log());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        other.seed_log().contains("invalid peer certificate"),
+        "{}",
+        other.seed_log()
+    );
+    drop(front);
 }

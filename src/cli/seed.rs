@@ -644,7 +644,8 @@ fn seed(args: SeedSpec) -> anyhow::Result<()> {
             local,
             disk
         );
-        if !meta.info.is_empty() {
+        // A v2-only torrent's magnet link would be `btmh` (not written yet): none is said.
+        if !meta.info.is_empty() && meta.version != MetaVersion::V2 {
             // BEP 9: clients can start from this alone (the metadata comes from us).
             let trackers: Vec<String> = tiers.tiers.iter().flatten().cloned().collect();
             println!(

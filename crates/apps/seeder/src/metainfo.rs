@@ -566,6 +566,18 @@ impl Meta {
         Ok(())
     }
 
+    /// Every info hash a peer may name this torrent by (in its handshake, and as MSE's
+    /// SKEY): `info_hash`, then for a hybrid its v2 hash truncated to 20 bytes (BEP 52).
+    /// The handshake code accepts only `info_hash` so far: a v2 peer reaches a hybrid by
+    /// its v1 hash.
+    pub fn info_hashes(&self) -> Vec<[u8; 20]> {
+        let mut v = vec![self.info_hash];
+        if let (MetaVersion::Hybrid, Some(v2)) = (self.version, &self.v2) {
+            v.extend(<[u8; 20]>::try_from(&v2.info_hash[..20]));
+        }
+        v
+    }
+
     pub fn info_hash_hex(&self) -> String {
         self.info_hash.iter().map(|b| format!("{b:02x}")).collect()
     }

@@ -606,6 +606,7 @@ mod tests {
             "BEP 52: truncated SHA-256"
         );
         assert_eq!(back.info_hash, m.info_hash);
+        assert_eq!(back.info_hashes(), [back.info_hash], "v2-only: one name");
         let info = crate::metadata::raw_info(&bytes).unwrap();
         assert_eq!(v2.info_hash, <[u8; 32]>::from(Sha256::digest(info)));
         assert_eq!(back.info, info, "kept for BEP 9: its hash is the info hash");
@@ -656,6 +657,9 @@ mod tests {
         );
         let info = crate::metadata::raw_info(&bytes).unwrap();
         assert_eq!(back.info_hash, <[u8; 20]>::from(sha1::Sha1::digest(info)));
+        let v2_hash = back.v2.as_ref().unwrap().info_hash;
+        assert_eq!(back.info_hashes()[1][..], v2_hash[..20]);
+        assert_eq!(back.info_hashes().len(), 2);
         // Pads after a (24,768 bytes), c (16,384) and the last file, sub/b.
         let pads: Vec<u64> = back
             .files
