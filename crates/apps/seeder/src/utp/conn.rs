@@ -18,9 +18,7 @@ use std::time::{Duration, Instant};
 use super::ledbat::Ledbat;
 use super::packet::{Kind, Packet, SACK_BYTES};
 
-/// Payload bytes of a full DATA packet: a 20-byte header, a selective ACK and this fit in a
-/// 1,500-byte link under IPv6 and UDP headers.
-pub const MSS: usize = 1400;
+pub use super::packet::MSS;
 /// Bytes written and not yet acknowledged, at most.
 pub const SEND_BUFFER: usize = 256 * 1024;
 /// Bytes received and not yet read (in order or waiting for a hole), at most.

@@ -12,7 +12,7 @@ pub const CCONTROL_TARGET_US: i64 = 100_000;
 /// does: 3,000 bytes, about two full packets).
 pub const MAX_CWND_INCREASE_BYTES_PER_RTT: f64 = 3000.0;
 /// The window never falls below this (bytes): one full packet can always be in flight.
-pub const MIN_CWND: usize = super::conn::MSS;
+pub const MIN_CWND: usize = super::packet::MSS;
 /// Nor grows past this (bytes): bounds what one connection holds unacknowledged.
 pub const MAX_CWND: usize = 1 << 20;
 /// The base delay is the lowest delay over this long (BEP 29: two minutes), kept as the

@@ -4,6 +4,10 @@
 
 use std::fmt;
 
+/// Payload bytes of a full DATA packet: a 20-byte header, a selective ACK and this fit in a
+/// 1,500-byte link under IPv6 and UDP headers.
+pub const MSS: usize = 1400;
+
 /// Header bytes before extensions and payload.
 pub const HEADER_LEN: usize = 20;
 /// The only version there is.
