@@ -108,7 +108,8 @@ pub struct RunArgs {
     /// Connections held at once.
     #[arg(long, default_value_t = SeedSpec::default().max_peers)]
     pub max_peers: usize,
-    /// uTP (BEP 29): accept it over UDP on the --listen port (on), or TCP only (off).
+    /// uTP (BEP 29): accept it over UDP on the --listen port (on), or TCP only (off, the
+    /// default until real clients have downloaded over it).
     #[arg(long, value_enum, default_value_t = OnOff::from(SeedSpec::default().utp))]
     pub utp: OnOff,
     /// Requests queued per peer (more are rejected).

@@ -95,7 +95,9 @@ impl Default for Config {
             read_ahead: false,
             encryption: Policy::Prefer,
             dial: DialLimits::default(),
-            utp: true,
+            // Off until a real client has downloaded over it (issue 47): libtorrent, which
+            // tries uTP first, did not complete against it.
+            utp: false,
             utp_limits: UtpLimits::default(),
         }
     }
