@@ -327,18 +327,7 @@ fn print_state(s: &iolab_tiers::testbed::State) {
     for (t, n) in &s.namespaces {
         println!("  {t:<6} namespace {n}");
     }
-    println!(
-        "  client {} → FE {}:{} → IS {}:{} → BE {}:{} (agent :{})",
-        s.client.addr,
-        s.fe_client,
-        s.up.port,
-        s.is.addr,
-        s.up.port + 1,
-        s.be.addr,
-        s.up.port + 2,
-        s.up.port + 3
-    );
-    println!("  ODB domain {}", s.domain);
+    print_chain(s);
     for q in &s.qdiscs {
         println!("  qdisc {q}");
     }
@@ -351,6 +340,22 @@ fn print_state(s: &iolab_tiers::testbed::State) {
         s.fe_client,
         s.up.port
     );
+}
+
+/// The chain's addresses and ports, and the ODB domain: the same in namespaces and on hosts.
+fn print_chain(s: &iolab_tiers::testbed::State) {
+    println!(
+        "  client {} → FE {}:{} → IS {}:{} → BE {}:{} (agent :{})",
+        s.client.addr,
+        s.fe_client,
+        s.up.port,
+        s.is.addr,
+        s.up.port + 1,
+        s.be.addr,
+        s.up.port + 2,
+        s.up.port + 3
+    );
+    println!("  ODB domain {}", s.domain);
 }
 
 /// The testbed of `up --hosts`: the hosts, their run directories, the nodes.
@@ -371,18 +376,7 @@ fn print_hosts_state(s: &iolab_tiers::testbed::State, h: &iolab_tiers::hosts::Ho
             dir.map_or("?", |d| d.dir.as_str())
         );
     }
-    println!(
-        "  client {} → FE {}:{} → IS {}:{} → BE {}:{} (agent :{})",
-        s.client.addr,
-        s.fe_client,
-        s.up.port,
-        s.is.addr,
-        s.up.port + 1,
-        s.be.addr,
-        s.up.port + 2,
-        s.up.port + 3
-    );
-    println!("  ODB domain {}", s.domain);
+    print_chain(s);
     for (t, c) in &s.configs {
         println!("---- nginx.conf ({t}) ----\n{c}");
     }
