@@ -108,6 +108,17 @@ fn lab_over_three_hosts_merges_and_leaves_nothing() {
         );
         assert!(p.server_cpu_s.is_some(), "{p:?}");
     }
+    // Each agent wrote its own records: h1 and h2 share this filesystem, and one shared run
+    // directory once had both read one file (equal counts and quantiles at every point).
+    let same = |p: &&iolab_lab::results::HostPoint| {
+        let (a, b) = (&p.per_host[0], &p.per_host[1]);
+        (a.ok, a.errors, a.p50_ms, a.p99_ms) == (b.ok, b.errors, b.p50_ms, b.p99_ms)
+    };
+    assert!(
+        h.points.iter().filter(same).count() < h.points.len(),
+        "{:?}",
+        h.points
+    );
     let html = std::fs::read_to_string(out.join("index.html")).unwrap();
     assert!(html.contains("iolab lab over hosts") && html.contains("<td>h2</td>"));
     let needles = ["/tmp/iolab-lab-", out.to_str().unwrap()];
@@ -130,6 +141,19 @@ fn lab_over_three_hosts_merges_and_leaves_nothing() {
         assert!(run.try_wait().unwrap().is_none(), "the lab ended early");
         std::thread::sleep(Duration::from_millis(20));
     }
+    // Each agent logs into its own host's directory: h1 and h2 share this /tmp, and one
+    // shared run directory once had one agent's log truncated while the other's was read.
+    let mut logs = std::collections::BTreeSet::new();
+    let t2 = Instant::now();
+    while logs.len() < 2 && t2.elapsed() < Duration::from_secs(15) {
+        for l in rig.leftovers(&[" load -c "]) {
+            if let Some(path) = l.split(" --log ").nth(1).and_then(|x| x.split(' ').next()) {
+                logs.insert(path.to_string());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(logs.len(), 2, "the agents' logs: {logs:?}");
     assert!(!rig.leftovers(&[" serve "]).is_empty(), "no server running");
     iolab_sys::process::signal(run.id(), libc::SIGKILL).unwrap();
     let _ = run.wait();

@@ -138,12 +138,19 @@ impl Drop for Remotes {
     }
 }
 
+/// The n-th host's own directory: two hosts may share one filesystem (one machine listed
+/// twice, or namespaces on one machine), and each one's files and removal must not touch
+/// another's.
+fn host_dir(run: &str, n: usize) -> String {
+    format!("{run}-h{n}")
+}
+
 fn connect(inv: &Inventory, out: &Path) -> anyhow::Result<(Remotes, Vec<HostInfo>)> {
     let (known_hosts, accept_new) = match &inv.known_hosts {
         Some(k) => (k.clone(), false),
         None => (out.join("known_hosts"), true),
     };
-    let dir = format!(
+    let run = format!(
         "/tmp/iolab-lab-{}-{}",
         std::process::id(),
         iolab_sys::host::Machine::collect().collected_at_unix
@@ -156,6 +163,7 @@ fn connect(inv: &Inventory, out: &Path) -> anyhow::Result<(Remotes, Vec<HostInfo
         n += 1;
         let socket = PathBuf::from(format!("/tmp/iolab-ssh-{}-{n}", std::process::id()));
         let master = ssh.start_master(&socket)?;
+        let dir = host_dir(&run, n);
         ssh.run(&format!("mkdir -p {dir}/www"), STEP_LIMIT)?;
         let iolab = match &h.iolab {
             Some(p) => p.to_string_lossy().into_owned(),
@@ -164,7 +172,7 @@ fn connect(inv: &Inventory, out: &Path) -> anyhow::Result<(Remotes, Vec<HostInfo
         let r = Remote {
             ssh,
             _master: Some(master),
-            dir: dir.clone(),
+            dir,
             iolab,
         };
         if h.copy {
@@ -512,8 +520,9 @@ fn one_point(
     })
 }
 
-/// One host's latency histogram (µs, successful requests, the load generator's bounds)
-/// and its achieved concurrency: the requests' summed time over the run's length.
+/// One host's latency histogram (µs, successful requests, the load generator's bounds and
+/// latency, so merged quantiles are of the same measure as each host's report) and its
+/// achieved concurrency: the requests' summed time in flight over the run's length.
 pub fn histogram(
     records: &[RequestRecord],
     elapsed_s: f64,
@@ -521,10 +530,9 @@ pub fn histogram(
     let mut h = Histogram::new_with_bounds(1, 3_600_000_000, 3)?;
     let mut busy_us = 0u64;
     for r in records {
-        let us = r.end_us.saturating_sub(r.start_us);
-        busy_us += us;
+        busy_us += r.end_us.saturating_sub(r.start_us);
         if r.error.is_none() {
-            h.saturating_record(us.max(1));
+            h.saturating_record(r.latency_us().max(1));
         }
     }
     let concurrency = if elapsed_s > 0.0 {
@@ -612,5 +620,25 @@ mod tests {
         assert!((m.max_ms - 100.0).abs() < 0.1, "{m:?}");
         assert_eq!((m.ok, m.connections), (100, 2));
         assert!((m.rps - 100.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_hosts_histogram_measures_latency_as_its_report_does() {
+        // Due at 0, sent at 3 ms (its connection was busy), done at 4 ms: the report counts
+        // 4 ms, and so must the merge, or merged quantiles fall below every host's own.
+        let r = RequestRecord {
+            scheduled_us: 0,
+            start_us: 3000,
+            connected_us: None,
+            first_byte_us: None,
+            end_us: 4000,
+            status: Some(200),
+            bytes: 1,
+            error: None,
+            conn_id: 1,
+        };
+        let (h, concurrency) = histogram(&[r], 1.0).unwrap();
+        assert_eq!(h.value_at_quantile(0.5), h.highest_equivalent(4000));
+        assert!((concurrency - 0.001).abs() < 1e-9);
     }
 }

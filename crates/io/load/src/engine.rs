@@ -857,7 +857,7 @@ impl Worker<'_> {
         self.ended_unreported += 1;
         match rec.error {
             None => {
-                let latency = rec.end_us.saturating_sub(rec.scheduled_us);
+                let latency = rec.latency_us();
                 out.ok += 1;
                 out.latency_sum_us += latency;
                 out.hist.saturating_record(latency.max(1));

@@ -216,6 +216,14 @@ pub struct RequestRecord {
     pub conn_id: u64,
 }
 
+impl RequestRecord {
+    /// The latency the report's quantiles are of: from when the request was due, so a
+    /// request held back by a busy connection counts its wait (no coordinated omission).
+    pub fn latency_us(&self) -> u64 {
+        self.end_us.saturating_sub(self.scheduled_us)
+    }
+}
+
 /// The result of a run. Latency statistics cover the successful (2xx) requests; failures
 /// are counted in `errors` by kind (names as in the CSV log: refused, reset, timeout,
 /// port_exhaustion, emfile, short_response, malformed, non2xx, other, unfinished).

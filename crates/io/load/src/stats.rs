@@ -229,7 +229,12 @@ pub fn read_csv(text: &str) -> anyhow::Result<Vec<RequestRecord>> {
     for (i, line) in lines.enumerate() {
         let f: Vec<&str> = line.split(',').collect();
         if f.len() != 9 {
-            anyhow::bail!("line {}: expected 9 fields, found {}", i + 2, f.len());
+            let shown: String = line.chars().take(80).collect();
+            anyhow::bail!(
+                "line {}: expected 9 fields, found {}: {shown:?}",
+                i + 2,
+                f.len()
+            );
         }
         let num = |s: &str| -> anyhow::Result<u64> {
             s.parse()
