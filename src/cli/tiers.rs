@@ -233,8 +233,8 @@ impl TryFrom<&AgentArgs> for AgentSpec {
     }
 }
 
-fn up_config(a: &UpArgs) -> anyhow::Result<iolab_tiers::testbed::UpConfig> {
-    Ok(iolab_tiers::testbed::UpConfig {
+fn up_config(a: &UpArgs) -> anyhow::Result<iolab_tiers::state::UpConfig> {
+    Ok(iolab_tiers::state::UpConfig {
         rate_bps: a.rate.as_deref().map(iolab_netns::parse_rate).transpose()?,
         delay_us: a
             .delay
@@ -314,7 +314,7 @@ pub fn run(args: TiersArgs) -> anyhow::Result<()> {
     }
 }
 
-fn print_state(s: &iolab_tiers::testbed::State) {
+fn print_state(s: &iolab_tiers::state::State) {
     if let Some(h) = &s.hosts {
         print_hosts_state(s, h);
         return;
@@ -343,7 +343,7 @@ fn print_state(s: &iolab_tiers::testbed::State) {
 }
 
 /// The chain's addresses and ports, and the ODB domain: the same in namespaces and on hosts.
-fn print_chain(s: &iolab_tiers::testbed::State) {
+fn print_chain(s: &iolab_tiers::state::State) {
     println!(
         "  client {} → FE {}:{} → IS {}:{} → BE {}:{} (agent :{})",
         s.client.addr,
@@ -359,7 +359,7 @@ fn print_chain(s: &iolab_tiers::testbed::State) {
 }
 
 /// The testbed of `up --hosts`: the hosts, their run directories, the nodes.
-fn print_hosts_state(s: &iolab_tiers::testbed::State, h: &iolab_tiers::hosts::HostsState) {
+fn print_hosts_state(s: &iolab_tiers::state::State, h: &iolab_tiers::state::HostsState) {
     println!(
         "testbed up on hosts ({}; supervisor pid {}), ODB {}",
         h.inventory_file.display(),
@@ -383,7 +383,7 @@ fn print_hosts_state(s: &iolab_tiers::testbed::State, h: &iolab_tiers::hosts::Ho
 }
 
 fn status(json: bool) -> anyhow::Result<()> {
-    let Some(s) = iolab_tiers::testbed::load_state() else {
+    let Some(s) = iolab_tiers::state::load_state() else {
         let stale = iolab_tiers::testbed::cleanup_stale();
         if json {
             println!(
@@ -485,7 +485,7 @@ fn status(json: bool) -> anyhow::Result<()> {
 }
 
 fn bench(b: BenchArgs) -> anyhow::Result<()> {
-    let Some(state) = iolab_tiers::testbed::load_state() else {
+    let Some(state) = iolab_tiers::state::load_state() else {
         anyhow::bail!("no testbed up: run `iolab tiers up` first");
     };
     if b.disc {
@@ -549,7 +549,7 @@ fn bench(b: BenchArgs) -> anyhow::Result<()> {
     write_report(&v, &page, &b.json, &b.html, !b.no_chromium)
 }
 
-fn disc_bench(state: &iolab_tiers::testbed::State, b: BenchArgs) -> anyhow::Result<()> {
+fn disc_bench(state: &iolab_tiers::state::State, b: BenchArgs) -> anyhow::Result<()> {
     let sizes = b.sizes.clone().unwrap_or_else(|| {
         if b.quick {
             iolab_tiers::disc_bench::QUICK_SIZES.to_vec()

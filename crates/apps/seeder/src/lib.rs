@@ -32,5 +32,4 @@ pub mod swarm;
 pub mod tracker;
 pub mod udp_tracker;
 pub mod utp;
-pub mod v2;
 pub mod wire;

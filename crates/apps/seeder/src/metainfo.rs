@@ -1,6 +1,6 @@
 //! Metainfo (`.torrent`): create one from files, load an existing one, check the data
 //! against the piece hashes. v1 (BEP 3) here, with bencode and the v1 structure from the
-//! `lava_torrent` crate; v2 and hybrid (BEP 52) in [`crate::v2`]. This module adds the
+//! `lava_torrent` crate; v2 and hybrid (BEP 52) in [`v2`]. This module adds the
 //! layout (which bytes of which file make a piece), path safety, the hash check with a
 //! progress bar, and the optional keys: `private` (BEP 27), `url-list` (BEP 19 web seeds),
 //! `comment`.
@@ -15,7 +15,9 @@ use lava_torrent::bencode::BencodeElem;
 use lava_torrent::torrent::v1::{File as LtFile, Torrent};
 use sha1::{Digest, Sha1};
 
-pub use crate::v2::{V2File, V2Meta};
+pub mod v2;
+
+pub use v2::{V2File, V2Meta};
 
 /// Smallest piece we create or accept: one request block.
 pub const MIN_PIECE: u64 = 16 * 1024;
@@ -196,19 +198,15 @@ impl Meta {
         let top = BencodeElem::from_bytes(bytes)
             .ok()
             .and_then(|v| v.into_iter().next());
-        let info = top.as_ref().and_then(|t| crate::v2::get(t, "info"));
-        let v2 = info.is_some_and(|i| {
-            matches!(
-                crate::v2::get(i, "meta version"),
-                Some(BencodeElem::Integer(2))
-            )
-        });
-        let has_pieces = info.is_some_and(|i| crate::v2::get(i, "pieces").is_some());
+        let info = top.as_ref().and_then(|t| v2::get(t, "info"));
+        let v2 = info
+            .is_some_and(|i| matches!(v2::get(i, "meta version"), Some(BencodeElem::Integer(2))));
+        let has_pieces = info.is_some_and(|i| v2::get(i, "pieces").is_some());
         let mut meta = match (top.as_ref(), info) {
             (Some(top), Some(info)) if !has_pieces && v2 => {
                 Meta::from_v2_only(top, info, bytes, data)?
             }
-            (_, Some(info)) if !has_pieces && crate::v2::get(info, "file tree").is_some() => {
+            (_, Some(info)) if !has_pieces && v2::get(info, "file tree").is_some() => {
                 bail!(
                     "a `file tree` without `meta version` 2 or v1 `pieces`: not a torrent we know"
                 )
@@ -235,7 +233,7 @@ impl Meta {
     /// `private`, `url-list` and `comment` (none of them required; a malformed one is left
     /// out).
     fn read_optional_keys(&mut self, top: &BencodeElem, info: &BencodeElem) {
-        use crate::v2::{bytes, get};
+        use v2::{bytes, get};
         self.private = matches!(get(info, "private"), Some(BencodeElem::Integer(1)));
         let text = |e: &BencodeElem| bytes(e).and_then(|b| String::from_utf8(b.to_vec()).ok());
         self.comment = get(top, "comment").and_then(text);
@@ -409,7 +407,7 @@ impl Meta {
             .unwrap_or_else(|| auto_piece_length(total));
         check_piece_length(piece_length)?;
         if opts.version != MetaVersion::V1 {
-            return crate::v2::create(list, name, multi, piece_length, opts);
+            return v2::create(list, name, multi, piece_length, opts);
         }
 
         let mut files = Vec::new();

@@ -31,8 +31,10 @@ use crate::link::{self, recv_into};
 use crate::metadata;
 use crate::metainfo::Meta;
 use crate::mse::{Policy, Rc4Pair};
-use crate::utp::mux::UtpLimits;
 use crate::wire::{self, Handshake, Limits, Message, WireError};
+use utp_mux::UtpLimits;
+
+mod utp_mux;
 
 /// Limits and knobs of the seeder.
 #[derive(Debug, Clone)]

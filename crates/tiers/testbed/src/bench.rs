@@ -10,7 +10,7 @@ use crate::report::{
     esc, goal_line, goal_values, json_sorted, steal_line, Host, NginxConfig, Spread,
 };
 use crate::stack::{Odb, Stack};
-use crate::testbed::State;
+use crate::state::State;
 use anyhow::{bail, Context};
 use serde::Serialize;
 use std::time::Instant;
@@ -400,7 +400,17 @@ pub struct BenchResult {
     pub agent_stats_last_run: Option<serde_json::Value>,
     /// The hosts of `up --hosts` (None: this machine's namespaces).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub hosts: Option<Vec<crate::hosts::bench::BenchHost>>,
+    pub hosts: Option<Vec<BenchHost>>,
+}
+
+/// One host of a bench over hosts, as the result names it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct BenchHost {
+    pub role: String,
+    pub name: String,
+    pub address: String,
+    pub cpus: Vec<usize>,
+    pub machine: std::collections::BTreeMap<String, String>,
 }
 
 /// Runs the bench against a testbed that is up.

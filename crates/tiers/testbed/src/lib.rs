@@ -16,5 +16,6 @@ pub mod hosts;
 pub mod nginx;
 pub mod report;
 pub mod stack;
+pub mod state;
 pub mod testbed;
 pub mod testutil;

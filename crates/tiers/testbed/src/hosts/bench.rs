@@ -11,23 +11,15 @@ use anyhow::{bail, Context};
 use iolab_hosts::ssh::{quote, shell_line};
 
 use super::{Hosts, HostsStack, Node, STEP_LIMIT};
-use crate::bench::{cpu_choice, cpu_times, measure, BenchOpts, BenchResult, Method, Rig, Snapshot};
+use crate::bench::{
+    cpu_choice, cpu_times, measure, BenchHost, BenchOpts, BenchResult, Method, Rig, Snapshot,
+};
 use crate::cpu::TierCounters;
 use crate::report::{Host, NginxConfig};
-use crate::testbed::State;
+use crate::state::State;
 
 /// How long a wrk run may take beyond its own duration (ssh, wrk's timeout).
 const WRK_GRACE: Duration = Duration::from_secs(30);
-
-/// One host of a bench over hosts, as the result names it.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct BenchHost {
-    pub role: String,
-    pub name: String,
-    pub address: String,
-    pub cpus: Vec<usize>,
-    pub machine: std::collections::BTreeMap<String, String>,
-}
 
 struct HostsRig<'a> {
     hosts: &'a Hosts,

@@ -22,7 +22,6 @@
 pub mod bench;
 pub mod node;
 
-use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -32,8 +31,8 @@ use anyhow::{bail, Context};
 use iolab_hosts::ssh::quote;
 pub use iolab_hosts::TiersInventory;
 use iolab_hosts::{Host, Leased, Master, Ssh};
-use serde::{Deserialize, Serialize};
 
+use crate::state::{HostsState, RemoteDir};
 use node::{NodeOdb, NodeSpec, NodeStatus};
 
 /// Longest remote step (copying a binary included).
@@ -43,30 +42,6 @@ pub const NODE_START_LIMIT: Duration = Duration::from_secs(30);
 const CLEANUP_LIMIT: Duration = Duration::from_secs(10);
 /// The ODB library's file name, beside iolab on a host.
 pub const ODB_LIB: &str = "libiolab_odb.so";
-
-/// Where a run's files are on one host (kept in the state: `bench`, `status` and `down`
-/// find them there).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RemoteDir {
-    pub role: String,
-    pub dir: String,
-    pub iolab: String,
-    pub odb_lib: String,
-}
-
-/// The hosts part of the testbed's state.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct HostsState {
-    pub inventory_file: PathBuf,
-    pub inventory: TiersInventory,
-    pub known_hosts: PathBuf,
-    pub accept_new: bool,
-    pub dirs: Vec<RemoteDir>,
-    /// The testbed's own stack's nodes: (tier, node directory on its host).
-    pub nodes: Vec<(String, String)>,
-    /// Each host's description (kernel, CPUs, model, memory, hostname), by role.
-    pub machines: Vec<(String, BTreeMap<String, String>)>,
-}
 
 /// A host with its SSH connection and the run's directory there.
 pub struct Remote {
@@ -381,13 +356,13 @@ fn start_node(r: &Remote, spec: NodeSpec, name: &str) -> anyhow::Result<Node> {
 /// The supervisor of a hosts testbed: connects, makes the run's directories, starts the
 /// testbed's own stack, writes the state, waits for `stop`, removes everything.
 pub fn build_and_wait(
-    up: &crate::testbed::UpConfig,
+    up: &crate::state::UpConfig,
     inventory_file: &Path,
     odb_lib: Option<&Path>,
     stop: &std::sync::atomic::AtomicBool,
 ) -> anyhow::Result<()> {
     let inv = TiersInventory::read(inventory_file)?;
-    let state_dir = crate::testbed::state_dir();
+    let state_dir = crate::state::state_dir();
     let (known, accept_new) = known_hosts(&inv, &state_dir);
     let dir = state_dir.join(format!("run-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -407,7 +382,7 @@ pub fn build_and_wait(
             addr: ipv4(&hosts.get(role).ssh.host)?,
         })
     };
-    let state = crate::testbed::State {
+    let state = crate::state::State {
         supervisor_pid: std::process::id(),
         up: up.clone(),
         namespaces: Vec::new(),
@@ -437,7 +412,7 @@ pub fn build_and_wait(
             machines,
         }),
     };
-    crate::testbed::write_state(&state)?;
+    crate::state::write_state(&state)?;
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100));
     }

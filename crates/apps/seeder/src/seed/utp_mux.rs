@@ -27,9 +27,9 @@ use std::time::{Duration, Instant};
 use iolab_runtime::net::{TcpStream, UdpSocket};
 use iolab_runtime::{sleep, spawn, timeout, wait_readable_or_cancel, Cond};
 
-use super::conn::{Close, Conn, Deadlines, State};
-use super::packet::{self, Kind};
-use crate::seed::{inc, Counters, Seeder};
+use super::{inc, Counters, Seeder};
+use crate::utp::conn::{Close, Conn, Deadlines, State};
+use crate::utp::packet::{self, Kind};
 
 /// Limits of the uTP side.
 #[derive(Debug, Clone, Copy)]

@@ -12,11 +12,11 @@ use anyhow::{bail, Context as _};
 use lava_torrent::bencode::BencodeElem;
 use sha2::{Digest, Sha256};
 
-use crate::merkle::{hash_file, root_of_layer, Hash, ZERO};
-use crate::metainfo::{
+use super::{
     check_piece_length, hash_pieces, progress_bar, safe_relative, top_level_keys, CreateOptions,
     FileEntry, Meta, MetaVersion,
 };
+use crate::merkle::{hash_file, root_of_layer, Hash, ZERO};
 
 /// Deepest `file tree` we follow (directory levels of one path).
 pub const MAX_DEPTH: usize = 64;
