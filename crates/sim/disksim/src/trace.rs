@@ -82,6 +82,11 @@ impl Format {
             )
         }
     }
+    /// Whether the format's lines carry a device number (`--device` chooses among them).
+    pub fn numbers_devices(self) -> bool {
+        matches!(self, Format::Ascii | Format::Msr)
+    }
+
     pub fn units(self) -> &'static str {
         match self {
             Format::Validate => "LBA and size in 512-byte sectors; service and next-request times in microseconds",
@@ -279,19 +284,13 @@ impl<R: BufRead> TraceSource<R> {
         })
     }
 
-    fn ascii(&mut self, l: &str) -> Result<Option<Pending>> {
-        let n = self.lines.lineno;
-        let mut it = l.split_whitespace();
-        let t = check_time(num(it.next(), "time", n)?, "time", n)?;
-        let dev: u32 = num(it.next(), "device", n)?;
-        let lba: u64 = num(it.next(), "LBA", n)?;
-        let sectors: u64 = num(it.next(), "size", n)?;
-        let flags: u32 = num(it.next(), "flags", n)?;
-        check_extent(lba, sectors, n)?;
+    /// Counts a request on device `dev` (a trace that numbers its devices) and tells whether
+    /// it is replayed: one device is modelled, so a second one is an error unless
+    /// `dev_filter` chose one (they would otherwise be merged onto one disk, silently).
+    fn admit_device(&mut self, dev: u32, n: u64) -> Result<bool> {
         *self.per_device.entry(dev).or_default() += 1;
         match self.dev_filter {
-            Some(d) if d != dev => return Ok(None),
-            Some(_) => {}
+            Some(d) => Ok(d == dev),
             None if self.per_device.len() > 1 => {
                 let seen: Vec<String> = self
                     .per_device
@@ -303,7 +302,21 @@ impl<R: BufRead> TraceSource<R> {
                     seen.join(", ")
                 );
             }
-            None => {}
+            None => Ok(true),
+        }
+    }
+
+    fn ascii(&mut self, l: &str) -> Result<Option<Pending>> {
+        let n = self.lines.lineno;
+        let mut it = l.split_whitespace();
+        let t = check_time(num(it.next(), "time", n)?, "time", n)?;
+        let dev: u32 = num(it.next(), "device", n)?;
+        let lba: u64 = num(it.next(), "LBA", n)?;
+        let sectors: u64 = num(it.next(), "size", n)?;
+        let flags: u32 = num(it.next(), "flags", n)?;
+        check_extent(lba, sectors, n)?;
+        if !self.admit_device(dev, n)? {
+            return Ok(None);
         }
         let op = if flags & 1 == 1 { Op::Read } else { Op::Write };
         let mut r = request(lba, sectors, op);
@@ -353,6 +366,7 @@ impl<R: BufRead> TraceSource<R> {
             return Ok(None); // a header line
         }
         let ts: u64 = num(Some(f[0]), "timestamp", n)?;
+        let dev: u32 = num(Some(f[2]), "disk number", n)?;
         let op = match f[3].to_ascii_lowercase().as_str() {
             "read" => Op::Read,
             "write" => Op::Write,
@@ -371,9 +385,14 @@ impl<R: BufRead> TraceSource<R> {
             self.fio_wait = t_ms; // origin
         }
         let rel = check_time(t_ms - self.fio_wait, "time (before the first request)", n)?;
+        if !self.admit_device(dev, n)? {
+            return Ok(None);
+        }
+        let mut r = request(lba, sectors, op);
+        r.dev = dev;
         Ok(Some(Pending {
             when: When::At(rel),
-            req: request(lba, sectors, op),
+            req: r,
         }))
     }
 
@@ -508,6 +527,14 @@ impl<R: BufRead> TraceSource<R> {
 
 impl<R: BufRead> Source for TraceSource<R> {
     fn next(&mut self) -> Result<Option<Pending>> {
+        if let Some(d) = self.dev_filter {
+            if !self.format.numbers_devices() {
+                bail!(
+                    "device {d} chosen, but a {:?} trace does not number its devices (ascii and msr traces do): it addresses one device",
+                    self.format
+                );
+            }
+        }
         loop {
             let Some(l) = self.line()? else {
                 if self.requests == 0 {
@@ -762,6 +789,24 @@ mod tests {
         let mut s = TraceSource::new(text, Format::Ascii).with_device(7);
         let e = s.next().unwrap_err().to_string();
         assert!(e.contains("none on device 7"), "{e}");
+    }
+
+    /// A device chosen on a trace without device numbers is refused (the fuzz target found
+    /// its requests handed out as device 0), and an MSR trace's DiskNumber is honoured.
+    #[test]
+    fn a_device_is_chosen_only_where_the_trace_numbers_them() {
+        let text = &b"#\n0 R 0 8\n1.5 W 8 8\n"[..];
+        let mut s = TraceSource::new(text, Format::Iolab).with_device(1);
+        let e = s.next().unwrap_err().to_string();
+        assert!(e.contains("does not number its devices"), "{e}");
+        assert_eq!(read_all(text, Format::Iolab).unwrap().len(), 2);
+        let msr = &b"128166372003061629,src1,0,Read,0,4096,100\n128166372003061630,src1,1,Write,8192,4096,100\n"[..];
+        let e = read_all(msr, Format::Msr).unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("--device"), "{e}");
+        let mut s = TraceSource::new(msr, Format::Msr).with_device(1);
+        let p = s.next().unwrap().unwrap();
+        assert_eq!((p.req.dev, p.req.lba), (1, 16));
+        assert!(s.next().unwrap().is_none());
     }
 
     #[test]
