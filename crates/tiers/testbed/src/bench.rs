@@ -386,6 +386,26 @@ pub struct Method {
     pub delay_us: Option<u64>,
 }
 
+impl Method {
+    /// What `o` fixes for every rig; the rig names its client and fills in its placement,
+    /// payloads and shaping.
+    pub(crate) fn of(o: &BenchOpts, client: &'static str) -> Method {
+        Method {
+            repeats: o.repeats,
+            seconds: o.seconds,
+            connections: o.connections,
+            client,
+            tier_cpus: None,
+            client_cpus: None,
+            payloads: "static files",
+            odb_threshold: o.odb.threshold,
+            agent_memory_mib: o.odb.agent_memory_mib,
+            rate_bps: None,
+            delay_us: None,
+        }
+    }
+}
+
 /// The bench's result (`--json`; the table and the page are made from it).
 #[derive(Clone, Debug, Serialize)]
 pub struct BenchResult {
@@ -459,10 +479,6 @@ pub fn run(state: &State, o: &BenchOpts, progress: &dyn Fn(&str)) -> anyhow::Res
         bench: "tiers",
         machine: Host::probe(),
         method: Method {
-            repeats: o.repeats,
-            seconds: o.seconds,
-            connections: o.connections,
-            client: "wrk -t1 (client namespace)",
             tier_cpus: o.tier_cpus.clone(),
             client_cpus: o.client_cpus.clone(),
             payloads: if o.php {
@@ -470,10 +486,9 @@ pub fn run(state: &State, o: &BenchOpts, progress: &dyn Fn(&str)) -> anyhow::Res
             } else {
                 "static files"
             },
-            odb_threshold: o.odb.threshold,
-            agent_memory_mib: o.odb.agent_memory_mib,
             rate_bps: state.up.rate_bps,
             delay_us: state.up.delay_us,
+            ..Method::of(o, "wrk -t1 (client namespace)")
         },
         nginx_configs: NginxConfig::list(&state.configs),
         php_fpm_config,

@@ -271,17 +271,8 @@ pub fn run(state: &State, o: &BenchOpts, progress: &dyn Fn(&str)) -> anyhow::Res
         bench: "tiers",
         machine: Host::probe(),
         method: Method {
-            repeats: o.repeats,
-            seconds: o.seconds,
-            connections: o.connections,
-            client: "wrk -t1 (client host, over ssh)",
-            tier_cpus: None,
             client_cpus: cpus_of("client"),
-            payloads: "static files",
-            odb_threshold: o.odb.threshold,
-            agent_memory_mib: o.odb.agent_memory_mib,
-            rate_bps: None,
-            delay_us: None,
+            ..Method::of(o, "wrk -t1 (client host, over ssh)")
         },
         nginx_configs: NginxConfig::list(&configs),
         php_fpm_config: None,
