@@ -135,8 +135,10 @@ pub struct LabArgs {
     pub json: bool,
     /// Do not run anything: compare two results folders, every point and Figure 1b row
     /// side by side (medians, B/A, Mann-Whitney U p-value over the repeats; "n too small"
-    /// when the repeats cannot show a difference: give both runs --repeat 5). Prints the
-    /// tables (or JSON with --json) and writes OUT/compare.html.
+    /// when the repeats cannot show a difference: give both runs --repeat 5). A side may be
+    /// several folders, comma-separated (A1,A2 B1,B2): their repeats are pooled, so runs of
+    /// the two builds taken in turns (A B B A) share the machine's drift. Prints the tables
+    /// (or JSON with --json) and writes OUT/compare.html.
     #[arg(long, num_args = 2, value_names = ["A", "B"], conflicts_with_all = ["check", "render", "scaling"])]
     pub compare: Vec<PathBuf>,
     /// Do not run anything: validate DIR/results.json and the SVGs of DIR/index.html.
@@ -293,7 +295,31 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         }
         println!("report: {}", opts.out.join("index.html").display());
     }
-    Ok(())
+    refuse_if_nothing_measured(&results)
+}
+
+/// A run that measured nothing because its servers failed exits non-zero (scripts and CI
+/// would take its empty report for a result); the report is written first and says why.
+fn refuse_if_nothing_measured(r: &iolab_lab::results::Results) -> anyhow::Result<()> {
+    use iolab_lab::results::Status;
+    let measured = !r.points.is_empty()
+        || r.efficiency.as_ref().is_some_and(|e| !e.rows.is_empty())
+        || r.scaling.is_some();
+    let failed: Vec<&iolab_lab::results::TargetInfo> = r
+        .targets
+        .iter()
+        .filter(|t| t.status == Status::Failed)
+        .collect();
+    if measured || failed.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<&str> = failed.iter().map(|t| t.name.as_str()).collect();
+    let first = failed.iter().flat_map(|t| t.failures.first()).next();
+    bail!(
+        "nothing measured: every server failed ({}; first: {}); the report says why",
+        names.join(", "),
+        first.map_or("no reason recorded", String::as_str)
+    )
 }
 
 /// `--hosts`: the run over the inventory's hosts, its points printed one per line.
@@ -324,14 +350,22 @@ fn run_hosts(opts: &Options, inventory: &std::path::Path, json: bool) -> anyhow:
     Ok(())
 }
 
-/// `--compare A B`: two results folders side by side, the page in OUT/compare.html.
+/// `--compare A B`: two results folders (or comma-separated lists of them) side by side,
+/// the page in OUT/compare.html.
 fn run_compare(
     a: &std::path::Path,
     b: &std::path::Path,
     out: &std::path::Path,
     json: bool,
 ) -> anyhow::Result<()> {
-    let c = iolab_lab::compare::compare_dirs(a, b)?;
+    let side = |p: &std::path::Path| -> Vec<PathBuf> {
+        p.to_string_lossy()
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(PathBuf::from)
+            .collect()
+    };
+    let c = iolab_lab::compare::compare_dirs(&side(a), &side(b))?;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let page = out.join("compare.html");
     std::fs::write(&page, c.html()).with_context(|| format!("writing {}", page.display()))?;

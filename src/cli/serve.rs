@@ -150,6 +150,20 @@ impl ServeArgs {
     }
 }
 
+/// The test hook's `IOLAB_TEST_CPU_PER_REQUEST_US` value, `US` (every model) or `MODEL:US`
+/// (that model only: one model of a lab run made slower): the microseconds this model's
+/// requests cost more, if any.
+fn injected_cost(value: &str, model: &str) -> anyhow::Result<Option<u64>> {
+    let (only, us) = match value.rsplit_once(':') {
+        Some((m, us)) => (Some(m), us),
+        None => (None, value),
+    };
+    let us: u64 = us.trim().parse().with_context(|| {
+        format!("IOLAB_TEST_CPU_PER_REQUEST_US={value:?}: not [MODEL:]MICROSECONDS")
+    })?;
+    Ok(only.is_none_or(|m| m == model).then_some(us))
+}
+
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let spec = args.to_spec();
     let config = spec.config();
@@ -188,11 +202,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
         // A deliberately slower build of a model, for `lab --compare`'s own test.
         if let Ok(v) = std::env::var("IOLAB_TEST_CPU_PER_REQUEST_US") {
-            let us: u64 = v.parse().with_context(|| {
-                format!("IOLAB_TEST_CPU_PER_REQUEST_US={v:?}: not microseconds")
-            })?;
-            tracing::warn!("test hook: every request costs {us} µs more CPU");
-            ctx.site.inject_request_cost(Duration::from_micros(us));
+            if let Some(us) = injected_cost(&v, model.name())? {
+                tracing::warn!("test hook: every request costs {us} µs more CPU");
+                ctx.site.inject_request_cost(Duration::from_micros(us));
+            }
         }
     }
 
@@ -251,6 +264,20 @@ mod tests {
             crate::Command::Serve(a) => a,
             _ => panic!("not parsed as iolab serve"),
         }
+    }
+
+    /// The slower-build hook applies to every model, or to the one it names only.
+    #[test]
+    fn the_cost_hook_applies_to_the_model_it_names() {
+        assert_eq!(injected_cost("40", "epoll").unwrap(), Some(40));
+        assert_eq!(injected_cost("epoll:40", "epoll").unwrap(), Some(40));
+        assert_eq!(injected_cost("epoll:40", "poll").unwrap(), None);
+        assert_eq!(
+            injected_cost("uring-callback:7", "uring-callback").unwrap(),
+            Some(7)
+        );
+        assert!(injected_cost("epoll:fast", "epoll").is_err());
+        assert!(injected_cost("", "epoll").is_err());
     }
 
     /// What the lab launches is what `iolab serve` runs: spec -> arguments -> clap -> spec,

@@ -9,7 +9,7 @@
 //! page.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
@@ -100,26 +100,39 @@ fn point_label(p: &Point) -> String {
 /// The repeats of each figure of each point, by (server, point label).
 type Samples = BTreeMap<(String, String), Vec<(&'static str, Vec<f64>)>>;
 
-fn samples(r: &Results) -> Samples {
+/// The repeats of every run in `runs` pooled by server, point and figure: one side of an
+/// interleaved comparison (A B B A ...) is several results folders.
+fn samples(runs: &[&Results]) -> Samples {
     let mut out = Samples::new();
-    for p in &r.points {
-        let reps = &p.repeats;
-        let figures = vec![
-            ("rps", reps.iter().map(|x| x.metrics.rps).collect()),
-            ("mean_ms", reps.iter().map(|x| x.metrics.mean_ms).collect()),
-            ("p99_ms", reps.iter().map(|x| x.metrics.p99_ms).collect()),
-        ];
-        out.insert((p.model.clone(), point_label(p)), figures);
-    }
-    for row in r.efficiency.iter().flat_map(|e| &e.rows) {
-        let v = row
-            .repeats
-            .iter()
-            .filter(|x| x.ok > 0)
-            .map(|x| x.us_per_request)
-            .collect();
-        let label = format!("efficiency {}", row.mode);
-        out.insert((row.server.clone(), label), vec![("us_per_request", v)]);
+    let mut add = |key: (String, String), figures: Vec<(&'static str, Vec<f64>)>| {
+        let have = out.entry(key).or_default();
+        for (metric, values) in figures {
+            match have.iter_mut().find(|(m, _)| *m == metric) {
+                Some((_, v)) => v.extend(values),
+                None => have.push((metric, values)),
+            }
+        }
+    };
+    for r in runs {
+        for p in &r.points {
+            let reps = &p.repeats;
+            let figures = vec![
+                ("rps", reps.iter().map(|x| x.metrics.rps).collect()),
+                ("mean_ms", reps.iter().map(|x| x.metrics.mean_ms).collect()),
+                ("p99_ms", reps.iter().map(|x| x.metrics.p99_ms).collect()),
+            ];
+            add((p.model.clone(), point_label(p)), figures);
+        }
+        for row in r.efficiency.iter().flat_map(|e| &e.rows) {
+            let v = row
+                .repeats
+                .iter()
+                .filter(|x| x.ok > 0)
+                .map(|x| x.us_per_request)
+                .collect();
+            let label = format!("efficiency {}", row.mode);
+            add((row.server.clone(), label), vec![("us_per_request", v)]);
+        }
     }
     out
 }
@@ -146,6 +159,11 @@ pub fn judge(a: &[f64], b: &[f64], higher_is_better: bool) -> (Option<f64>, Verd
 
 /// Compares run `b` against run `a` (labelled as given).
 pub fn compare(a: &Results, b: &Results, labels: (&str, &str)) -> Comparison {
+    compare_runs(&[a], &[b], labels)
+}
+
+/// Compares the runs of side `b` against those of side `a`, each side's repeats pooled.
+pub fn compare_runs(a: &[&Results], b: &[&Results], labels: (&str, &str)) -> Comparison {
     let (sa, sb) = (samples(a), samples(b));
     let mut c = Comparison {
         a: labels.0.into(),
@@ -192,14 +210,27 @@ pub fn compare(a: &Results, b: &Results, labels: (&str, &str)) -> Comparison {
     c
 }
 
-/// Loads `A/results.json` and `B/results.json` and compares them.
-pub fn compare_dirs(a: &Path, b: &Path) -> anyhow::Result<Comparison> {
-    let ra = crate::validate::load_results(a)?;
-    let rb = crate::validate::load_results(b)?;
-    Ok(compare(
-        &ra,
-        &rb,
-        (&a.display().to_string(), &b.display().to_string()),
+/// Loads each folder's results.json and compares side `b` against side `a`; a side of
+/// several folders pools their repeats (runs of the two builds taken in turns, so that a
+/// machine's drift falls on both).
+pub fn compare_dirs(a: &[PathBuf], b: &[PathBuf]) -> anyhow::Result<Comparison> {
+    let load = |side: &[PathBuf]| -> anyhow::Result<Vec<Results>> {
+        anyhow::ensure!(!side.is_empty(), "a side of the comparison names no folder");
+        side.iter()
+            .map(|d| crate::validate::load_results(d))
+            .collect()
+    };
+    let (ra, rb) = (load(a)?, load(b)?);
+    let label = |side: &[PathBuf]| {
+        side.iter()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    Ok(compare_runs(
+        &ra.iter().collect::<Vec<_>>(),
+        &rb.iter().collect::<Vec<_>>(),
+        (&label(a), &label(b)),
     ))
 }
 
@@ -428,6 +459,27 @@ mod tests {
         );
         let html = c.html();
         assert!(html.contains("<h2>requests/s</h2>") && html.contains("worse"));
+    }
+
+    /// Runs taken in turns pool their repeats: two runs of 3 per side reach what one run of
+    /// 3 cannot (a point measured in one run of a side only adds that run's repeats).
+    #[test]
+    fn several_runs_per_side_pool_their_repeats() {
+        let (a1, a2) = (run(3, None), run(3, None));
+        let (b1, b2) = (run(3, Some(("steady", 0.8))), run(3, Some(("steady", 0.8))));
+        let one = compare(&a1, &b1, ("a", "b"));
+        assert!(one.significant_servers().is_empty());
+        let c = compare_runs(&[&a1, &a2], &[&b1, &b2], ("a1,a2", "b1,b2"));
+        assert!(
+            c.rows.iter().all(|r| r.a.len() == 6 && r.b.len() == 6),
+            "{:?}",
+            c.rows[0]
+        );
+        assert_eq!(c.significant_servers(), ["steady"]);
+        let mut partial = a2.clone();
+        partial.points.pop();
+        let c = compare_runs(&[&a1, &partial], &[&b1, &b2], ("a", "b"));
+        assert!(c.rows.iter().any(|r| r.a.len() == 3) && c.only_in_a.is_empty());
     }
 
     /// Three repeats against three cannot reach p < 0.05: said so, even for a big change.
