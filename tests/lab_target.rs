@@ -230,7 +230,13 @@ fn wrong_servers_fail_with_what_they_said() {
     )
     .output()
     .unwrap();
-    assert!(res.status.success());
+    // Nothing measured: an error, with the report written and the server's words in both.
+    let err = String::from_utf8_lossy(&res.stderr);
+    assert!(!res.status.success(), "{err}");
+    assert!(
+        err.contains("nothing measured") && err.contains("cannot listen on"),
+        "{err}"
+    );
     let r = iolab_lab::validate::load_results(&out).unwrap();
     let t = &r.targets[0];
     assert_eq!(t.status, iolab_lab::results::Status::Failed);
