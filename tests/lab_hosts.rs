@@ -13,8 +13,12 @@ mod ssh_rig;
 
 use ssh_rig::SshRig as Rig;
 
-fn rig() -> Option<Rig> {
-    Rig::new("lh", 3)
+/// One rig at a time: each takes a free subnet, and two built at once could take the same.
+static ONE_RIG: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn rig(tag: &str) -> Option<(Rig, std::sync::MutexGuard<'static, ()>)> {
+    let guard = ONE_RIG.lock().unwrap_or_else(|e| e.into_inner());
+    Some((Rig::new(tag, 3)?, guard))
 }
 
 /// What this test asks of the shared rig.
@@ -49,13 +53,17 @@ impl LabRig for Rig {
 }
 
 fn lab(out: &Path, inventory: &Path, extra: &[&str]) -> Command {
+    lab_of("epoll", out, inventory, extra)
+}
+
+fn lab_of(models: &str, out: &Path, inventory: &Path, extra: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_iolab"));
     c.args([
         "lab",
         "--profile",
         "tiny",
         "--models",
-        "epoll",
+        models,
         "--no-micro",
         "--out",
     ])
@@ -68,7 +76,7 @@ fn lab(out: &Path, inventory: &Path, extra: &[&str]) -> Command {
 
 #[test]
 fn lab_over_three_hosts_merges_and_leaves_nothing() {
-    let Some(rig) = rig() else {
+    let Some((rig, _one)) = rig("lh") else {
         return;
     };
     let out = rig.dir.path().join("report");
@@ -176,6 +184,47 @@ fn lab_over_three_hosts_merges_and_leaves_nothing() {
     assert!(
         rig.leftovers(&needles).is_empty(),
         "left running: {:?}",
+        rig.leftovers(&needles)
+    );
+}
+
+/// A `--target` command over hosts: Python's http.server started on the server host (its
+/// address and the run's directory there in the placeholders), loaded from both client
+/// hosts, its session's CPU counted; nothing of it left running afterwards.
+#[test]
+fn a_target_command_runs_on_the_server_host() {
+    let Some(_) = iolab_sys::testing::require_tool("python3", "python3") else {
+        return;
+    };
+    let Some((rig, _one)) = rig("lt") else {
+        return;
+    };
+    let out = rig.dir.path().join("target-report");
+    let target = "py=exec python3 -m http.server {port} --bind {ip} --directory {root}";
+    let res = lab_of("none", &out, &rig.inventory(false), &["--target", target])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&res.stderr);
+    assert!(res.status.success(), "{stderr}");
+    let r = iolab_lab::validate::load_results(&out).unwrap();
+    let h = r.hosts.as_ref().expect("a hosts block");
+    assert!(h.failures.is_empty(), "{:?}", h.failures);
+    assert!(!h.points.is_empty());
+    for p in &h.points {
+        assert_eq!(p.server, "py", "{p:?}");
+        assert_eq!(p.per_host.len(), 2, "{p:?}");
+        assert!(p.per_host.iter().all(|x| x.ok > 0), "{p:?}");
+        // The command's whole session on the server host, read from its /proc.
+        assert!(p.server_cpu_s.is_some_and(|s| s > 0.0), "{p:?}");
+    }
+    let needles = ["http.server", "/tmp/iolab-lab-"];
+    let t0 = Instant::now();
+    while !rig.leftovers(&needles).is_empty() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        rig.leftovers(&needles).is_empty(),
+        "{:?}",
         rig.leftovers(&needles)
     );
 }
