@@ -176,7 +176,7 @@ fn open_trace(
     };
     let mut src = TraceSource::new(r, fmt).with_capacity(capacity);
     if let Some(d) = device {
-        src = src.with_device(d);
+        src = src.with_device(d)?;
     }
     Ok(src)
 }

@@ -230,10 +230,17 @@ impl<R: BufRead> TraceSource<R> {
         self
     }
 
-    /// Replays only device `dev` of a trace that numbers its devices.
-    pub fn with_device(mut self, dev: u32) -> Self {
+    /// Replays only device `dev` of a trace that numbers its devices; refused for a format
+    /// without device numbers (its requests would all come out as device 0).
+    pub fn with_device(mut self, dev: u32) -> Result<Self> {
+        if !self.format.numbers_devices() {
+            bail!(
+                "device {dev} chosen, but a {:?} trace does not number its devices (ascii and msr traces do): it addresses one device",
+                self.format
+            );
+        }
         self.dev_filter = Some(dev);
-        self
+        Ok(self)
     }
 
     /// Keeps each line's measured service time (validate format) in `q`.
@@ -527,14 +534,6 @@ impl<R: BufRead> TraceSource<R> {
 
 impl<R: BufRead> Source for TraceSource<R> {
     fn next(&mut self) -> Result<Option<Pending>> {
-        if let Some(d) = self.dev_filter {
-            if !self.format.numbers_devices() {
-                bail!(
-                    "device {d} chosen, but a {:?} trace does not number its devices (ascii and msr traces do): it addresses one device",
-                    self.format
-                );
-            }
-        }
         loop {
             let Some(l) = self.line()? else {
                 if self.requests == 0 {
@@ -776,7 +775,9 @@ mod tests {
         let text = &b"0.0 0 10 8 1\n1.0 1 10 8 1\n2.0 0 20 8 1\n3.0 2 20 8 1\n"[..];
         let e = read_all(text, Format::Ascii).unwrap_err().to_string();
         assert!(e.contains("line 2") && e.contains("--device"), "{e}");
-        let mut s = TraceSource::new(text, Format::Ascii).with_device(0);
+        let mut s = TraceSource::new(text, Format::Ascii)
+            .with_device(0)
+            .unwrap();
         let mut n = 0;
         while let Some(p) = s.next().unwrap() {
             assert_eq!(p.req.dev, 0);
@@ -786,7 +787,9 @@ mod tests {
         assert_eq!(s.per_device.values().sum::<u64>(), 4);
         let e = read_all(text, Format::Ascii).map(|_| ());
         assert!(e.is_err());
-        let mut s = TraceSource::new(text, Format::Ascii).with_device(7);
+        let mut s = TraceSource::new(text, Format::Ascii)
+            .with_device(7)
+            .unwrap();
         let e = s.next().unwrap_err().to_string();
         assert!(e.contains("none on device 7"), "{e}");
     }
@@ -796,14 +799,17 @@ mod tests {
     #[test]
     fn a_device_is_chosen_only_where_the_trace_numbers_them() {
         let text = &b"#\n0 R 0 8\n1.5 W 8 8\n"[..];
-        let mut s = TraceSource::new(text, Format::Iolab).with_device(1);
-        let e = s.next().unwrap_err().to_string();
+        let e = TraceSource::new(text, Format::Iolab)
+            .with_device(1)
+            .err()
+            .expect("refused")
+            .to_string();
         assert!(e.contains("does not number its devices"), "{e}");
         assert_eq!(read_all(text, Format::Iolab).unwrap().len(), 2);
         let msr = &b"128166372003061629,src1,0,Read,0,4096,100\n128166372003061630,src1,1,Write,8192,4096,100\n"[..];
         let e = read_all(msr, Format::Msr).unwrap_err().to_string();
         assert!(e.contains("line 2") && e.contains("--device"), "{e}");
-        let mut s = TraceSource::new(msr, Format::Msr).with_device(1);
+        let mut s = TraceSource::new(msr, Format::Msr).with_device(1).unwrap();
         let p = s.next().unwrap().unwrap();
         assert_eq!((p.req.dev, p.req.lba), (1, 16));
         assert!(s.next().unwrap().is_none());
