@@ -709,15 +709,40 @@ pub fn html(v: &BenchResult) -> String {
     let svg = is_cpu_figure(&v.sizes);
     let configs = crate::report::nginx_configs_html(&v.nginx_configs, "");
     let goals_text = esc(&goals(&v.sizes));
+    let (placement, hosts) = match &v.hosts {
+        Some(h) => (
+            "on its own host (the hosts of <code>up --hosts</code>, below)",
+            hosts_html(h),
+        ),
+        None => ("in its own network namespace", String::new()),
+    };
     format!(
         "<!doctype html><html><head><meta charset='utf-8'><title>iolab tiers: ODB across nginx</title>\
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}pre{{background:#f6f6f6;padding:6px;font-size:11px}}</style></head><body>\
 <section id='tiers'><h2>ODB (on-demand buffers) across three nginx tiers</h2>\
-<p>client → FE → IS → BE, each tier unmodified Debian nginx in its own network namespace; ODB by <code>LD_PRELOAD</code>. Medians of {} repeats of {} s (min–max in brackets), wrk with {} connections. Goals (seed 004): IS CPU −50% from 64 KiB, ≥93.75% of bytes bypassing the IS at 64 KiB, ≤5% overhead below 4 KiB, no throughput loss. Two bypass figures: <em>interface bytes</em> counts every byte in and out of the IS (headers, frame headers, the page of real bytes around the response header, the tail); <em>payload by reference</em> is the seed's own measure (60 of 64 KB: 93.75%), the body bytes the IS received as references and never fetched, from its library's counters, per response.</p>\
+<p>client → FE → IS → BE, each tier unmodified Debian nginx {placement}; ODB by <code>LD_PRELOAD</code>. Medians of {} repeats of {} s (min–max in brackets), wrk with {} connections. Goals (seed 004): IS CPU −50% from 64 KiB, ≥93.75% of bytes bypassing the IS at 64 KiB, ≤5% overhead below 4 KiB, no throughput loss. Two bypass figures: <em>interface bytes</em> counts every byte in and out of the IS (headers, frame headers, the page of real bytes around the response header, the tail); <em>payload by reference</em> is the seed's own measure (60 of 64 KB: 93.75%), the body bytes the IS received as references and never fetched, from its library's counters, per response.</p>\
 <table><tr><th>size B</th><th>IS µs/req vanilla</th><th>IS µs/req ODB</th><th>ratio</th><th>IS bytes/req vanilla</th><th>IS bytes/req ODB</th><th>bypass (interface bytes)</th><th>payload by reference</th><th>req/s vanilla</th><th>req/s ODB</th><th>p50 ms</th><th>p99 ms</th></tr>\n{rows}</table>\
-<pre>{goals_text}</pre><figure>{svg}</figure><p>Machine: {}</p><details><summary>nginx configurations</summary>{configs}</details></section></body></html>\n",
+<pre>{goals_text}</pre><figure>{svg}</figure>{hosts}<p>Machine: {}</p><details><summary>nginx configurations</summary>{configs}</details></section></body></html>\n",
         v.method.repeats, json_sorted(&v.method.seconds), v.method.connections, esc(&json_sorted(&v.machine))
     )
+}
+
+/// The hosts of a bench over `up --hosts`: role, name, address, CPUs, machine.
+fn hosts_html(hosts: &[BenchHost]) -> String {
+    let mut rows = String::new();
+    for h in hosts {
+        let cpus: Vec<String> = h.cpus.iter().map(usize::to_string).collect();
+        let machine: Vec<String> = h.machine.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+        rows.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td style='text-align:left'>{}</td></tr>",
+            esc(&h.role),
+            esc(&h.name),
+            esc(&h.address),
+            esc(&cpus.join(",")),
+            esc(&machine.join("; "))
+        ));
+    }
+    format!("<h3 id='hosts'>Hosts</h3><table><tr><th>role</th><th>host</th><th>address</th><th>CPUs</th><th>machine</th></tr>{rows}</table>")
 }
 
 /// The figure: IS CPU per request, vanilla vs ODB, one pair of bars per size (log-free,
