@@ -116,6 +116,22 @@ fn lab_over_three_hosts_merges_and_leaves_nothing() {
         );
         assert!(p.server_cpu_s.is_some(), "{p:?}");
     }
+    // Figure 2 over hosts: at the top close-mode level, both hosts' requests on one time
+    // axis, so more in flight at once than either host's share.
+    let top: Vec<_> = h.points.iter().filter(|p| p.trace.is_some()).collect();
+    assert!(!top.is_empty(), "no Figure 2 trace");
+    for p in top {
+        assert!(plan.is_top_close(iolab_lab::plan::PointSpec {
+            file: p.file,
+            mode: p.mode,
+            concurrency: p.concurrency
+        }));
+        let t = p.trace.as_ref().unwrap();
+        assert!(!t.scatter.is_empty(), "{p:?}");
+        let peak = t.client.iter().map(|x| x[1]).fold(0.0, f64::max);
+        let share = p.per_host.iter().map(|x| x.connections).max().unwrap();
+        assert!(peak > share as f64, "peak {peak} in flight, shares {share}");
+    }
     // Each agent wrote its own records: h1 and h2 share this filesystem, and one shared run
     // directory once had both read one file (equal counts and quantiles at every point).
     let same = |p: &&iolab_lab::results::HostPoint| {
@@ -129,6 +145,7 @@ fn lab_over_three_hosts_merges_and_leaves_nothing() {
     );
     let html = std::fs::read_to_string(out.join("index.html")).unwrap();
     assert!(html.contains("iolab lab over hosts") && html.contains("<td>h2</td>"));
+    assert!(html.contains("Figure 2") && html.contains("<svg"));
     let needles = ["/tmp/iolab-lab-", out.to_str().unwrap()];
     assert!(
         rig.leftovers(&needles).is_empty(),
@@ -217,6 +234,20 @@ fn a_target_command_runs_on_the_server_host() {
         // The command's whole session on the server host, read from its /proc.
         assert!(p.server_cpu_s.is_some_and(|s| s > 0.0), "{p:?}");
     }
+    // A server that never serves: nothing measured, a failure exit, the report written.
+    let failed = rig.dir.path().join("failed-report");
+    let res = lab_of(
+        "none",
+        &failed,
+        &rig.inventory(false),
+        &["--target", "bad=exec false {port}"],
+    )
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&res.stderr);
+    assert!(!res.status.success(), "{stderr}");
+    assert!(stderr.contains("nothing measured on the hosts"), "{stderr}");
+    assert!(failed.join("index.html").exists());
     let needles = ["http.server", "/tmp/iolab-lab-"];
     let t0 = Instant::now();
     while !rig.leftovers(&needles).is_empty() && t0.elapsed() < Duration::from_secs(10) {

@@ -347,7 +347,19 @@ fn run_hosts(opts: &Options, inventory: &std::path::Path, json: bool) -> anyhow:
         }
         println!("report: {}", opts.out.join("index.html").display());
     }
-    Ok(())
+    refuse_if_nothing_measured_on_hosts(&r)
+}
+
+/// The hosts run's counterpart of [`refuse_if_nothing_measured`]: no point merged and
+/// failures listed (each server failed on its host) exits non-zero, the report written.
+fn refuse_if_nothing_measured_on_hosts(r: &iolab_lab::results::Results) -> anyhow::Result<()> {
+    match &r.hosts {
+        Some(h) if h.points.is_empty() && !h.failures.is_empty() => bail!(
+            "nothing measured on the hosts: every server failed (first: {}); the report says why",
+            h.failures[0]
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// `--compare A B`: two results folders (or comma-separated lists of them) side by side,

@@ -396,7 +396,17 @@ fn run_server(
     for (n, p) in plan.points().into_iter().enumerate() {
         let cpu0 = cpu(sid);
         let url = server.url(addr, p.file);
-        let point = one_point(remotes, inv, &url, p, duration, plan.timeout, n, run);
+        let figure2 = plan.is_top_close(p);
+        let point = one_point(
+            remotes,
+            inv,
+            &url,
+            (p, figure2),
+            duration,
+            plan.timeout,
+            n,
+            run,
+        );
         let cpu1 = cpu(sid);
         let mut point = point.with_context(|| format!("{name} {p:?}"))?;
         point.server = name.into();
@@ -424,7 +434,7 @@ fn one_point(
     remotes: &Remotes,
     inv: &Inventory,
     url: &str,
-    p: crate::plan::PointSpec,
+    (p, figure2): (crate::plan::PointSpec, bool),
     duration: Duration,
     timeout: Duration,
     n: usize,
@@ -456,6 +466,7 @@ fn one_point(
     let mut per_host = Vec::new();
     let mut hists = Vec::new();
     let mut starts = Vec::new();
+    let mut logs = Vec::new();
     for ((mut agent, json, log), (r, &c)) in
         agents.into_iter().zip(remotes.clients.iter().zip(&shares))
     {
@@ -501,11 +512,18 @@ fn one_point(
             start_ms: 0.0,
         });
         hists.push(hist);
+        if figure2 {
+            logs.push(records);
+        }
     }
     let first = starts.iter().copied().fold(f64::INFINITY, f64::min);
     for (h, s) in per_host.iter_mut().zip(&starts) {
         h.start_ms = s - first;
     }
+    let trace = figure2.then(|| {
+        let shifts: Vec<f64> = per_host.iter().map(|h| h.start_ms).collect();
+        crate::point::trace(&on_one_time_axis(logs, &shifts), None)
+    });
     let merged = merge(&per_host, &hists)?;
     Ok(HostPoint {
         server: String::new(),
@@ -517,7 +535,32 @@ fn one_point(
         merged,
         server_cpu_s: None,
         us_per_request: None,
+        trace,
     })
+}
+
+/// Every host's requests on one time axis, for Figure 2: each host's times (µs from its
+/// own start) moved by its start on the controller's clock (`shifts_ms`, from the first
+/// host's), connection ids kept apart per host, in order of start.
+pub fn on_one_time_axis(logs: Vec<Vec<RequestRecord>>, shifts_ms: &[f64]) -> Vec<RequestRecord> {
+    let mut all = Vec::new();
+    for (host, (records, shift_ms)) in logs.into_iter().zip(shifts_ms).enumerate() {
+        let d = (shift_ms.max(0.0) * 1e3).round() as u64;
+        let conn_base = (host as u64) << 40;
+        all.extend(records.into_iter().map(|mut r| {
+            r.scheduled_us += d;
+            r.start_us += d;
+            r.connected_us = r.connected_us.map(|t| t + d);
+            r.first_byte_us = r.first_byte_us.map(|t| t + d);
+            r.end_us += d;
+            if r.conn_id != 0 {
+                r.conn_id += conn_base;
+            }
+            r
+        }));
+    }
+    all.sort_by_key(|r| (r.start_us, r.end_us));
+    all
 }
 
 /// One host's latency histogram (µs, successful requests, the load generator's bounds and
@@ -578,6 +621,48 @@ mod tests {
         assert_eq!(session_ticks(stats, 10), Some(28.0));
         assert_eq!(session_ticks(stats, 12), Some(200.0));
         assert_eq!(session_ticks(stats, 99), None);
+    }
+
+    fn record(start_us: u64, end_us: u64, conn_id: u64) -> RequestRecord {
+        RequestRecord {
+            scheduled_us: start_us,
+            start_us,
+            connected_us: Some(start_us + 10),
+            first_byte_us: Some(end_us.saturating_sub(1)),
+            end_us,
+            status: Some(200),
+            bytes: 300,
+            error: None,
+            conn_id,
+        }
+    }
+
+    /// Figure 2 over hosts: a host that started 0.5 s after the first has its requests
+    /// 0.5 s later on the common axis, its connections distinct from the first host's.
+    #[test]
+    fn hosts_requests_share_one_time_axis() {
+        let a = vec![record(0, 1000, 1), record(600_000, 601_000, 1)];
+        let b = vec![record(100_000, 102_000, 1), record(0, 0, 0)];
+        let all = on_one_time_axis(vec![a, b], &[0.0, 500.0]);
+        let times: Vec<(u64, u64)> = all.iter().map(|r| (r.start_us, r.end_us)).collect();
+        assert_eq!(
+            times,
+            [
+                (0, 1000),
+                (500_000, 500_000),
+                (600_000, 601_000),
+                (600_000, 602_000)
+            ]
+        );
+        let b0 = &all[3];
+        assert_eq!((b0.scheduled_us, b0.connected_us), (600_000, Some(600_010)));
+        assert_eq!(b0.first_byte_us, Some(601_999));
+        assert_ne!(b0.conn_id, all[2].conn_id);
+        // "no connection" stays 0 on every host
+        assert_eq!(all[1].conn_id, 0);
+        // the two hosts' requests overlap on the common axis: two in flight at once
+        let t = crate::point::trace(&all, None);
+        assert!(t.client.iter().any(|x| x[1] >= 2.0), "{:?}", t.client);
     }
 
     #[test]

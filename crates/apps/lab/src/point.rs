@@ -243,7 +243,7 @@ fn write_csv(path: &Path, records: &[RequestRecord], a: &Analysis) -> anyhow::Re
 }
 
 /// Figure 2's data from one run, bounded in size.
-fn trace(records: &[RequestRecord], server: Option<&[(u64, u64)]>) -> Trace {
+pub(crate) fn trace(records: &[RequestRecord], server: Option<&[(u64, u64)]>) -> Trace {
     const MAX_OK: usize = 2000;
     const MAX_ODD: usize = 1000;
     // 0.1 ms of time and 1 µs of latency are finer than the figures can show.

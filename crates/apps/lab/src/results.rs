@@ -201,7 +201,7 @@ pub struct Spread {
 }
 
 /// Figure 2's data for one run: each request's completion, the concurrency over time.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Trace {
     /// [end time s, response time ms, class (0 ok, 1 SYN-retried, 2 error)], downsampled.
     pub scatter: Vec<[f64; 3]>,
@@ -649,6 +649,10 @@ pub struct HostPoint {
     /// answered request in µs.
     pub server_cpu_s: Option<f64>,
     pub us_per_request: Option<f64>,
+    /// Figure 2's data at the top close-mode level: every host's requests on the
+    /// controller's clock (no server curve: the server's counters stay on its host).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<Trace>,
 }
 
 /// One client host's share of a point.

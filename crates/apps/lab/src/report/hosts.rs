@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use crate::results::{HostLoad, HostsRun, MergedLoad, Results};
-use crate::svg::esc;
+use crate::svg::{self, esc};
 
 fn f2(v: f64) -> String {
     format!("{v:.2}")
@@ -66,10 +66,57 @@ pub fn render_page(r: &Results, h: &HostsRun) -> String {
         );
     }
     out.push_str("</table>");
+    out.push_str(&figure2(h));
     for f in &h.failures {
         let _ = write!(out, r#"<p class="warn">{}</p>"#, esc(f));
     }
     iolab_report::page("iolab lab: hosts", super::STYLE, &out)
+}
+
+/// Figure 2 over hosts: at the top close-mode level, every client host's requests on the
+/// controller's clock in one panel per server and file.
+fn figure2(h: &HostsRun) -> String {
+    use super::{decimate, display_scatter, MAX_LINE_POINTS};
+    let mut out = String::new();
+    for p in &h.points {
+        let Some(trace) = &p.trace else { continue };
+        if out.is_empty() {
+            let _ = write!(
+                out,
+                r#"<h2 id="figure2">Figure 2</h2><figure><figcaption>Each request at the top close-mode level from every client host, on the controller's clock (each host's start offset-corrected): response time (dots, left axis; <span style="color:{}">ok</span>, <span style="color:{}">SYN-retried</span>, <span style="color:{}">failed</span>) against the time it completed, and all hosts' requests in flight (right axis) beside the requested level. No server curve: the server's counters stay on its host.</figcaption><div class="multiples">"#,
+                svg::CLASS_COLORS[0],
+                svg::CLASS_COLORS[1],
+                svg::CLASS_COLORS[2]
+            );
+        }
+        let panel = svg::ScatterPanel {
+            title: format!(
+                "{} {}: {} connections from {} hosts, p50 {} ms, {} errors",
+                p.server,
+                p.file,
+                p.concurrency,
+                p.per_host.len(),
+                f2(p.merged.p50_ms),
+                p.merged.errors
+            ),
+            points: display_scatter(&trace.scatter)
+                .iter()
+                .map(|x| (x[0], x[1], x[2] as u8))
+                .collect(),
+            line: decimate(&trace.client, MAX_LINE_POINTS)
+                .iter()
+                .map(|x| (x[0], x[1]))
+                .collect(),
+            line_label: "client requests in flight, all hosts".into(),
+            line2: Vec::new(),
+            requested: Some(p.concurrency as f64),
+        };
+        out.push_str(&svg::scatter_panel(&panel));
+    }
+    if !out.is_empty() {
+        out.push_str("</div></figure>");
+    }
+    out
 }
 
 /// The load figures a host's share and the merged line both show, in the table's order.
