@@ -259,3 +259,57 @@ fn a_target_command_runs_on_the_server_host() {
         rig.leftovers(&needles)
     );
 }
+
+/// A `--url` server already running on the server host (python3's http.server in its
+/// namespace, serving the lab's files): loaded from both client hosts, merged, and its CPU
+/// reported as not measured rather than as zero.
+#[test]
+fn a_running_server_is_loaded_from_the_client_hosts() {
+    let Some(_) = iolab_sys::testing::require_tool("python3", "python3") else {
+        return;
+    };
+    let Some((rig, _one)) = rig("lu") else {
+        return;
+    };
+    let out = rig.dir.path().join("url-report");
+    let www = out.join("www");
+    std::fs::create_dir_all(&www).unwrap();
+    let (ns, addr) = &rig.hosts[0];
+    let port = 18_300;
+    let mut server = ns
+        .command("python3")
+        .unwrap()
+        .args(["-m", "http.server", &port.to_string(), "--bind"])
+        .arg(addr.to_string())
+        .arg("--directory")
+        .arg(&www)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while std::net::TcpStream::connect((*addr, port)).is_err() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "http.server not up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let url = format!("mine=http://{addr}:{port}/");
+    let res = lab_of("none", &out, &rig.inventory(false), &["--url", &url])
+        .output()
+        .unwrap();
+    iolab_sys::testing::stop_child(&mut server);
+    let stderr = String::from_utf8_lossy(&res.stderr);
+    assert!(res.status.success(), "{stderr}");
+    let r = iolab_lab::validate::load_results(&out).unwrap();
+    let h = r.hosts.as_ref().expect("a hosts block");
+    assert!(h.failures.is_empty(), "{:?}", h.failures);
+    assert!(!h.points.is_empty());
+    for p in &h.points {
+        assert_eq!(p.server, "mine", "{p:?}");
+        assert_eq!(p.per_host.len(), 2, "{p:?}");
+        assert!(p.per_host.iter().all(|x| x.ok > 0), "{p:?}");
+        assert_eq!(p.server_cpu_s, None, "{p:?}");
+        assert_eq!(p.us_per_request, None, "{p:?}");
+    }
+    let html = std::fs::read_to_string(out.join("index.html")).unwrap();
+    assert!(html.contains("<td>mine</td>"));
+}
