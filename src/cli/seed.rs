@@ -20,10 +20,11 @@ use iolab_seeder::announce::Tiers;
 use iolab_seeder::bench::{self, BenchConfig};
 use iolab_seeder::dial::DialLimits;
 use iolab_seeder::disk::{DiskMode, DiskStats};
+use iolab_seeder::https::TlsClient;
 use iolab_seeder::metadata;
 use iolab_seeder::metainfo::{CreateOptions, Meta, MetaVersion};
 use iolab_seeder::mse::Policy;
-use iolab_seeder::seed::{Config, Counters, Seeder};
+use iolab_seeder::seed::{host, totals, Config, Counters, Host, Seeder};
 use iolab_seeder::spec::SeedSpec;
 use iolab_seeder::swarm::{self, SwarmConfig};
 
@@ -33,15 +34,22 @@ use super::choice_enum;
 #[derive(Debug, clap::Args)]
 #[command(
     args_conflicts_with_subcommands = true,
-    after_help = "PATH is either one .torrent file (its data is looked up in --data, by \
-default the .torrent's directory) or the data itself: one file (a single-file torrent), one \
-directory (a multi-file torrent named after it) or several paths (a multi-file torrent named \
---name). The data is checked against the piece hashes at start (progress bar), then seeded \
-until SIGINT or SIGTERM. The first line on stdout is \"seeding NAME (info hash H, N pieces of \
-P bytes, T bytes) on ADDR with disk path D\", the second \"magnet URI\" (BEP 9: clients can \
-start from the link alone).\n\nExamples:\n  iolab tracker --listen \
+    after_help = "PATH is either .torrent files (their data is looked up in --data, by \
+default each .torrent's directory), or one directory of *.torrent files (without --torrent), \
+or the data itself: one file (a single-file torrent), one directory (a multi-file torrent \
+named after it) or several paths (a multi-file torrent named --name). The data is checked \
+against the piece hashes at start (progress bar), then seeded until SIGINT or SIGTERM. Per \
+torrent, stdout says \"seeding NAME (info hash H, N pieces of P bytes, T bytes) on ADDR with \
+disk path D\" and \"magnet URI\" (BEP 9: clients can start from the link alone).\n\nMany \
+torrents share one process: the --listen sockets, --max-peers (per process) and one peer id; \
+each has its own trackers (--tracker replaces all), choker, --slots and --max-dialled. A peer \
+is routed by the info hash of its handshake (MSE: by its req2 hash); another hash is closed. \
+Given several torrents or a directory, one that fails to load or check is named on stderr and \
+skipped (the command fails only if none loads), and a last line says \"seeding N torrents \
+(M skipped) on ADDR\" (ADDR: each listener's, joined by \"and\").\n\nExamples:\n  iolab tracker --listen \
 127.0.0.1:6969 &\n  iolab seed ./iso --tracker http://127.0.0.1:6969/announce --torrent \
 iso.torrent --listen 127.0.0.1:6881\n  iolab seed iso.torrent --data . --disk mmap\n  iolab \
+seed ~/torrents --data ~/downloads --listen 0.0.0.0:6881 --listen [::]:6881\n  iolab \
 seed bench --quick --json bench.json"
 )]
 pub struct SeedArgs {
@@ -62,7 +70,8 @@ pub enum SeedCommand {
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// A .torrent to seed, or the files/directories to make a torrent of.
+    /// The .torrent files to seed (or a directory of them), or the files/directories to
+    /// make a torrent of.
     pub paths: Vec<PathBuf>,
     /// Write the created .torrent here (when PATH is data).
     #[arg(long, value_name = "OUT.torrent")]
@@ -75,9 +84,12 @@ pub struct RunArgs {
     /// tiers (BEP 12), else its announce URL.
     #[arg(long)]
     pub tracker: Option<String>,
-    /// Address to accept peers on (port 0 picks a free port).
-    #[arg(long, default_value_t = SeedSpec::default().listen)]
-    pub listen: SocketAddr,
+    /// Address to accept peers on, for every torrent (port 0 picks a free port). Repeatable:
+    /// `--listen 0.0.0.0:6881 --listen [::]:6881` is dual stack (an IPv6 listener takes
+    /// IPv6 only, so both share the port; with --utp each gets a UDP socket too). Trackers
+    /// are told the first one's port.
+    #[arg(long, value_name = "ADDR", default_values_t = SeedSpec::default().listen)]
+    pub listen: Vec<SocketAddr>,
     /// How blocks are read from disk: uring (async reads on io_uring), mmap (Hekate's Unix
     /// design: mincore, then the blocking pool on a miss), pread (the blocking pool).
     #[arg(long, value_enum, default_value_t = SeedSpec::default().disk.into())]
@@ -105,7 +117,7 @@ pub struct RunArgs {
     /// Skip the hash check of a loaded torrent's data (trust it).
     #[arg(long)]
     pub no_check: bool,
-    /// Connections held at once.
+    /// Connections held at once by the process (all torrents, accepted and dialled).
     #[arg(long, default_value_t = SeedSpec::default().max_peers)]
     pub max_peers: usize,
     /// uTP (BEP 29): accept it over UDP on the --listen port (on), or TCP only (off, the
@@ -170,7 +182,7 @@ impl RunArgs {
             torrent: self.torrent.clone(),
             data: self.data.clone(),
             tracker: self.tracker.clone(),
-            listen: self.listen,
+            listen: self.listen.clone(),
             disk: self.disk.into(),
             read_ahead: self.read_ahead,
             slots: self.slots,
@@ -390,47 +402,111 @@ fn is_torrent(p: &Path) -> bool {
     p.extension().is_some_and(|e| e == "torrent") && p.is_file()
 }
 
-/// Loads or creates the torrent of `args`, checks the data.
-fn prepare(args: &SeedSpec) -> anyhow::Result<Meta> {
-    if args.paths.is_empty() {
+/// The `*.torrent` files directly in `dir`, by name (empty if it holds none or cannot be
+/// read).
+fn torrents_in(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| is_torrent(p))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// What the paths of `args` ask to seed.
+enum Source {
+    /// Data to make one torrent of.
+    Data,
+    /// One .torrent given alone: an error in it is the command's.
+    One(PathBuf),
+    /// Several .torrent files, or a directory of them: one that fails is said and skipped.
+    Many(Vec<PathBuf>),
+}
+
+/// Data, one .torrent, or many: every path a .torrent file, or one directory holding
+/// `*.torrent` files (and no --torrent, which would make it data to create one of).
+fn source_of(args: &SeedSpec) -> anyhow::Result<Source> {
+    let p = &args.paths;
+    if p.is_empty() {
         bail!("give a .torrent to seed or the files to make one of (see --help)");
     }
-    let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    if args.paths.len() == 1 && is_torrent(&args.paths[0]) {
+    if p.iter().all(|t| is_torrent(t)) {
         if args.create_only {
             bail!(
                 "--create-only makes a torrent from data; {} is already one",
-                args.paths[0].display()
+                p[0].display()
             );
         }
-        let t = &args.paths[0];
-        let data = match &args.data {
-            Some(d) => d.clone(),
-            None => t
-                .parent()
-                .map(|p| {
-                    if p.as_os_str().is_empty() {
-                        Path::new(".")
-                    } else {
-                        p
-                    }
-                })
-                .unwrap_or(Path::new("."))
-                .to_path_buf(),
-        };
-        let meta = Meta::load(t, &data)?;
-        if !args.no_check {
-            meta.verify(progress).with_context(|| {
-                format!("checking the data of {} in {}", t.display(), data.display())
-            })?;
-        }
-        return Ok(meta);
+        return Ok(match p.len() {
+            1 => Source::One(p[0].clone()),
+            _ => Source::Many(p.clone()),
+        });
     }
-    for p in &args.paths {
-        if is_torrent(p) {
-            bail!("{} is a .torrent: give it alone to seed it", p.display());
+    if let Some(t) = p.iter().find(|t| is_torrent(t)) {
+        bail!(
+            "{} is a .torrent: give .torrent files alone (no data paths) to seed them",
+            t.display()
+        );
+    }
+    if p.len() == 1 && p[0].is_dir() && args.torrent.is_none() && !args.create_only {
+        let list = torrents_in(&p[0]);
+        if !list.is_empty() {
+            return Ok(Source::Many(list));
         }
     }
+    Ok(Source::Data)
+}
+
+/// Loads `t` (its data in --data, else beside it) and checks the data unless --no-check.
+fn load(args: &SeedSpec, t: &Path) -> anyhow::Result<Meta> {
+    let data = match &args.data {
+        Some(d) => d.clone(),
+        None => t
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+            .to_path_buf(),
+    };
+    let meta = Meta::load(t, &data)?;
+    if !args.no_check {
+        let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
+        meta.verify(progress).with_context(|| {
+            format!("checking the data of {} in {}", t.display(), data.display())
+        })?;
+    }
+    Ok(meta)
+}
+
+/// The torrents to seed: made from data, loaded from one .torrent, or loaded from many (a
+/// failure said by name and skipped; an error only if none loads). Also whether it was
+/// many, and how many were skipped.
+fn prepare(args: &SeedSpec) -> anyhow::Result<(Vec<Meta>, bool, usize)> {
+    let list = match source_of(args)? {
+        Source::Data => return Ok((vec![create(args)?], false, 0)),
+        Source::One(t) => return Ok((vec![load(args, &t)?], false, 0)),
+        Source::Many(list) => list,
+    };
+    let mut metas: Vec<Meta> = Vec::new();
+    for t in &list {
+        match load(args, t) {
+            Ok(m) => metas.push(m),
+            Err(e) => eprintln!("seed: skipped {}: {e:#}", t.display()),
+        }
+    }
+    let skipped = list.len() - metas.len();
+    if metas.is_empty() {
+        bail!("none of the {} torrents could be seeded", list.len());
+    }
+    Ok((metas, true, skipped))
+}
+
+/// Makes the torrent of the data paths (and writes it to --torrent).
+fn create(args: &SeedSpec) -> anyhow::Result<Meta> {
+    let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let (meta, bytes) = Meta::create(
         &args.paths,
         &CreateOptions {
@@ -478,26 +554,63 @@ pub(crate) fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
     Ok(stop)
 }
 
-fn write_json(path: &Path, meta: &Meta, counters: &Counters, disk: &DiskStats, mode: DiskMode) {
-    let v = serde_json::json!({
-        "name": meta.name,
-        "info_hash": meta.info_hash_hex(),
-        "disk": mode,
-        "counters": counters,
-        "disk_reads": disk.reads.load(Ordering::Relaxed),
-        "disk_bytes": disk.bytes.load(Ordering::Relaxed),
-        "mmap_resident": disk.resident.load(Ordering::Relaxed),
-        "mmap_resident_after_yield": disk.resident_after_yield.load(Ordering::Relaxed),
-        "mmap_prefetched": disk.prefetched.load(Ordering::Relaxed),
-        "detached": disk.detached.load(Ordering::Relaxed),
-    });
+/// The disk counters of `d` (one torrent's, or summed into `into`).
+fn disk_json(d: &DiskStats, into: &mut serde_json::Map<String, serde_json::Value>) {
+    let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    for (k, v) in [
+        ("disk_reads", get(&d.reads)),
+        ("disk_bytes", get(&d.bytes)),
+        ("mmap_resident", get(&d.resident)),
+        ("mmap_resident_after_yield", get(&d.resident_after_yield)),
+        ("mmap_prefetched", get(&d.prefetched)),
+        ("detached", get(&d.detached)),
+    ] {
+        let old = into.get(k).and_then(serde_json::Value::as_u64).unwrap_or(0);
+        into.insert(k.into(), (old + v).into());
+    }
+}
+
+/// The `--json` report: `counters` and the disk figures are the process's totals (every
+/// torrent's and the connections not yet routed, `process`), `torrents` each torrent's own;
+/// `name` and `info_hash` the torrent's when there is one.
+fn report(host: &Host, mode: DiskMode) -> serde_json::Value {
+    let parts = host.torrents.iter().map(|s| &*s.counters);
+    let mut top = serde_json::Map::new();
+    if let [one] = &host.torrents[..] {
+        top.insert("name".into(), one.meta.name.clone().into());
+        top.insert("info_hash".into(), one.meta.info_hash_hex().into());
+    }
+    top.insert("disk".into(), serde_json::json!(mode));
+    top.insert(
+        "counters".into(),
+        totals(std::iter::once(&host.process.counters).chain(parts)),
+    );
+    top.insert("process".into(), serde_json::json!(&host.process.counters));
+    let held = Counters::get(&host.process.connections);
+    top.insert("connections_now".into(), held.into());
+    let mut torrents = Vec::new();
+    for s in &host.torrents {
+        disk_json(&s.storage.stats, &mut top);
+        let mut t = serde_json::Map::new();
+        t.insert("name".into(), s.meta.name.clone().into());
+        t.insert("info_hash".into(), s.meta.info_hash_hex().into());
+        t.insert("counters".into(), serde_json::json!(&*s.counters));
+        disk_json(&s.storage.stats, &mut t);
+        torrents.push(serde_json::Value::Object(t));
+    }
+    top.insert("torrents".into(), torrents.into());
+    serde_json::Value::Object(top)
+}
+
+fn write_json(path: &Path, host: &Host, mode: DiskMode) {
     let tmp = path.with_extension("json.tmp");
-    if std::fs::write(&tmp, v.to_string()).is_ok() {
+    if std::fs::write(&tmp, report(host, mode).to_string()).is_ok() {
         let _ = std::fs::rename(&tmp, path);
     }
 }
 
-/// Announces to the trackers (BEP 12 tiers), then again at each interval they ask for.
+/// Announces one torrent to its trackers (BEP 12 tiers), then again at each interval they
+/// ask for.
 async fn announce_every_interval(s: Rc<Seeder>, tiers: Rc<std::cell::RefCell<Tiers>>, port: u16) {
     let mut event = "started";
     loop {
@@ -515,7 +628,8 @@ async fn announce_every_interval(s: Rc<Seeder>, tiers: Rc<std::cell::RefCell<Tie
             }
             Err(errors) => {
                 eprintln!(
-                    "seed: announce failed: {} (retrying in 30 s)",
+                    "seed: announce failed ({}): {} (retrying in 30 s)",
+                    s.meta.name,
                     errors.join("; ")
                 );
                 Duration::from_secs(30)
@@ -526,22 +640,25 @@ async fn announce_every_interval(s: Rc<Seeder>, tiers: Rc<std::cell::RefCell<Tie
     }
 }
 
-/// The `--status-every` line: `secs` since the start, `sent` bytes in all (the figure the
-/// rate was computed from), the send rate in MB/s since the last line.
-fn status_line(c: &Counters, secs: f64, sent: u64, rate: f64) -> String {
+/// The `--status-every` line from the totals `c` ([`report`]'s `counters`): `secs` since
+/// the start, `sent` bytes in all (the figure the rate was computed from), the send rate in
+/// MB/s since the last line.
+fn status_line(c: &serde_json::Value, secs: f64, sent: u64, rate: f64) -> String {
+    let n = |k: &str| c[k].as_u64().unwrap_or(0);
     format!(
-        "seed: {secs:.0}s peers {} (unchoked {}, accepted {}, dialled {}), sent {:.1} MB at {rate:.1} MB/s, dropped {} bad, {} mse openings ({} established, {} rc4), {} timed out, {} stalled",
-        Counters::get(&c.peers_now),
-        Counters::get(&c.unchoked_now),
-        Counters::get(&c.peers_accepted),
-        Counters::get(&c.peers_dialled_handshaken),
+        "seed: {secs:.0}s peers {} (unchoked {}, accepted {}, dialled {}), sent {:.1} MB at {rate:.1} MB/s, dropped {} bad, {} wrong torrent, {} mse openings ({} established, {} rc4), {} timed out, {} stalled",
+        n("peers_now"),
+        n("unchoked_now"),
+        n("peers_accepted"),
+        n("peers_dialled_handshaken"),
         sent as f64 / 1e6,
-        Counters::get(&c.peers_dropped_garbage),
-        Counters::get(&c.mse_openings),
-        Counters::get(&c.mse_established),
-        Counters::get(&c.mse_rc4),
-        Counters::get(&c.handshake_timeouts) + Counters::get(&c.idle_timeouts),
-        Counters::get(&c.send_stalls),
+        n("peers_dropped_garbage"),
+        n("peers_wrong_torrent"),
+        n("mse_openings"),
+        n("mse_established"),
+        n("mse_rc4"),
+        n("handshake_timeouts") + n("idle_timeouts"),
+        n("send_stalls"),
     )
 }
 
@@ -578,8 +695,9 @@ fn v2_note(meta: &Meta) -> String {
 
 /// `iolab seed PATH...`: seeds until SIGINT or SIGTERM (or makes the torrent only).
 fn seed(args: SeedSpec) -> anyhow::Result<()> {
-    let meta = Arc::new(prepare(&args)?);
+    let (metas, many, skipped) = prepare(&args)?;
     if args.create_only {
+        let meta = &metas[0];
         println!(
             "created {} ({}, info hash {}, {} pieces of {} bytes, {} bytes){}",
             args.torrent
@@ -591,141 +709,216 @@ fn seed(args: SeedSpec) -> anyhow::Result<()> {
             meta.num_pieces(),
             meta.piece_length,
             meta.total,
-            v2_note(&meta),
+            v2_note(meta),
         );
         return Ok(());
     }
     let stop = stop_flag()?;
-    swarm::raise_nofile(args.max_peers as u64 + 256);
+    swarm::raise_nofile(args.max_peers as u64 + 256 + 8 * metas.len() as u64);
     let rt = runtime(args.driver)?;
-    let disk = args.disk;
-    let cfg = engine_config(&args);
-    // --tracker replaces the torrent's trackers; else its announce-list tiers (BEP 12) or
-    // its announce URL. A scheme we cannot announce to is said once, here.
-    let tiers = match &args.tracker {
-        Some(url) => vec![vec![url.clone()]],
-        None => meta.tracker_tiers(),
+    let tls = match &args.tracker_ca {
+        Some(ca) => Some(iolab_seeder::https::TlsClient::with_ca_file(ca)?),
+        None => None,
     };
-    let mut tiers = Tiers::new(tiers, |url| {
-        eprintln!(
-            "seed: tracker {url} skipped: only http://, https:// and udp:// trackers are supported"
-        )
-    });
-    if let Some(ca) = &args.tracker_ca {
-        tiers = tiers.with_tls(iolab_seeder::https::TlsClient::with_ca_file(ca)?);
-    }
-    if meta.private {
-        eprintln!("seed: a private torrent (BEP 27): peers from its trackers only (Hekate has no DHT, PEX or LSD)");
-    }
     rt.block_on(async move {
-        // A deep accept queue (capped by net.core.somaxconn): a swarm arriving at once is
-        // not made to wait for SYN retransmissions.
-        let listener = TcpListener::builder(args.listen)
-            .backlog(4096)
-            .bind()
-            .map_err(|e| {
-                if e.kind() == std::io::ErrorKind::AddrInUse {
-                    anyhow::anyhow!(
-                        "cannot listen on {}: the address is in use (another seeder?)",
-                        args.listen
-                    )
-                } else {
-                    anyhow::anyhow!("cannot listen on {}: {e}", args.listen)
-                }
-            })?;
-        let local = listener.local_addr()?;
-        let seeder = Seeder::new(meta.clone(), cfg).context("opening the data files")?;
-        println!(
-            "seeding {} (info hash {}, {} pieces of {} bytes, {} bytes) on {} with disk path {}",
-            meta.name,
-            meta.info_hash_hex(),
-            meta.num_pieces(),
-            meta.piece_length,
-            meta.total,
-            local,
-            disk
-        );
-        // A v2-only torrent's magnet link would be `btmh` (not written yet): none is said.
-        if !meta.info.is_empty() && meta.version != MetaVersion::V2 {
-            // BEP 9: clients can start from this alone (the metadata comes from us).
-            let trackers: Vec<String> = tiers.tiers.iter().flatten().cloned().collect();
+        let listeners = bind_listeners(&args.listen)?;
+        let locals: Vec<SocketAddr> = listeners
+            .iter()
+            .map(|l| l.local_addr())
+            .collect::<Result<_, _>>()?;
+        let mut host = Host::new(engine_config(&args));
+        let mut seeded = Vec::new();
+        let loaded = metas.len();
+        for meta in metas {
+            let name = meta.name.clone();
+            match host.add(Arc::new(meta)) {
+                Ok(s) => seeded.push((s.clone(), torrent_tiers(&args, &s.meta, tls.clone()))),
+                Err(e) if many => eprintln!("seed: skipped {name}: {e:#}"),
+                Err(e) => return Err(e),
+            }
+        }
+        if seeded.is_empty() {
+            bail!("none of the torrents could be seeded");
+        }
+        let host = Rc::new(host);
+        for (s, tiers) in &seeded {
+            print_start(&s.meta, &locals, args.disk, tiers);
+        }
+        if many {
+            let skipped = skipped + loaded - seeded.len();
             println!(
-                "magnet {}",
-                metadata::magnet(&meta.info_hash_hex(), &meta.name, &trackers)
+                "seeding {} torrents ({} skipped) on {}",
+                host.torrents.len(),
+                skipped,
+                addr_list(&locals)
             );
         }
         let _ = std::io::stdout().flush();
-        let failed: Rc<std::cell::RefCell<Option<std::io::Error>>> = Default::default();
+        serve_all(host, listeners, seeded, &args, &stop).await
+    })
+}
+
+/// The listeners of `--listen`, every address (an IPv6 one IPV6_V6ONLY, so that an IPv4
+/// and an IPv6 listener share a port). A deep accept queue (capped by net.core.somaxconn):
+/// a swarm arriving at once is not made to wait for SYN retransmissions.
+fn bind_listeners(addrs: &[SocketAddr]) -> anyhow::Result<Vec<TcpListener>> {
+    let mut out = Vec::new();
+    for &a in addrs {
+        let l = host::bind_tcp(a, 4096).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AddrInUse {
+                anyhow::anyhow!("cannot listen on {a}: the address is in use (another seeder?)")
+            } else {
+                anyhow::anyhow!("cannot listen on {a}: {e}")
+            }
+        })?;
+        out.push(l);
+    }
+    if out.is_empty() {
+        bail!("no --listen address");
+    }
+    Ok(out)
+}
+
+/// `A` or `A and B and ...`.
+fn addr_list(addrs: &[SocketAddr]) -> String {
+    let v: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+    v.join(" and ")
+}
+
+/// A torrent's trackers: --tracker replaces every torrent's; else its announce-list tiers
+/// (BEP 12) or its announce URL. A scheme we cannot announce to is said once, here.
+fn torrent_tiers(args: &SeedSpec, meta: &Meta, tls: Option<TlsClient>) -> Tiers {
+    let list = match &args.tracker {
+        Some(url) => vec![vec![url.clone()]],
+        None => meta.tracker_tiers(),
+    };
+    let tiers = Tiers::new(list, |url| {
+        eprintln!(
+            "seed: {}: tracker {url} skipped: only http://, https:// and udp:// trackers are supported",
+            meta.name
+        )
+    });
+    if meta.private {
+        eprintln!("seed: {} is a private torrent (BEP 27): peers from its trackers only (Hekate has no DHT, PEX or LSD)", meta.name);
+    }
+    match tls {
+        Some(t) => tiers.with_tls(t),
+        None => tiers,
+    }
+}
+
+/// A torrent's start lines: "seeding ..." and its magnet link.
+fn print_start(meta: &Meta, locals: &[SocketAddr], disk: DiskMode, tiers: &Tiers) {
+    println!(
+        "seeding {} (info hash {}, {} pieces of {} bytes, {} bytes) on {} with disk path {}",
+        meta.name,
+        meta.info_hash_hex(),
+        meta.num_pieces(),
+        meta.piece_length,
+        meta.total,
+        addr_list(locals),
+        disk
+    );
+    // A v2-only torrent's magnet link would be `btmh` (not written yet): none is said.
+    if !meta.info.is_empty() && meta.version != MetaVersion::V2 {
+        // BEP 9: clients can start from this alone (the metadata comes from us).
+        let trackers: Vec<String> = tiers.tiers.iter().flatten().cloned().collect();
+        println!(
+            "magnet {}",
+            metadata::magnet(&meta.info_hash_hex(), &meta.name, &trackers)
+        );
+    }
+}
+
+/// Serves until SIGINT/SIGTERM: every listener accepting, each torrent announcing, status
+/// lines and the `--json` report; then the "stopped" announces.
+async fn serve_all(
+    host: Rc<Host>,
+    listeners: Vec<TcpListener>,
+    seeded: Vec<(Rc<Seeder>, Tiers)>,
+    args: &SeedSpec,
+    stop: &AtomicBool,
+) -> anyhow::Result<()> {
+    let locals: Vec<SocketAddr> = listeners.iter().flat_map(|l| l.local_addr()).collect();
+    host.start(&locals);
+    let failed: Rc<std::cell::RefCell<Option<std::io::Error>>> = Default::default();
+    for l in listeners {
+        let (h, f) = (host.clone(), failed.clone());
+        spawn(async move {
+            if let Err(e) = h.serve(l).await {
+                *f.borrow_mut() = Some(e);
+            }
+        });
+    }
+    // The port trackers are told: the first listener's (peers reach the others by the
+    // address family the tracker saw us on, on the same port when the ports agree).
+    let port = locals.first().map_or(0, SocketAddr::port);
+    if locals.iter().any(|a| a.port() != port) {
+        eprintln!("seed: listeners on different ports: trackers are told port {port}");
+    }
+    let mut announced = Vec::new();
+    for (s, tiers) in seeded {
+        if !tiers.is_empty() {
+            let t = Rc::new(std::cell::RefCell::new(tiers));
+            spawn(announce_every_interval(s.clone(), t.clone(), port));
+            announced.push((s, t));
+        }
+    }
+    let (started, mut last_status, mut last_json) =
+        (Instant::now(), Instant::now(), Instant::now());
+    let mut last_bytes = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        sleep(Duration::from_millis(100)).await;
+        if let Some(e) = failed.borrow_mut().take() {
+            return Err(anyhow::anyhow!("accepting peers failed: {e}"));
+        }
+        if args.status_every > 0 && last_status.elapsed() >= Duration::from_secs(args.status_every)
         {
-            let s = seeder.clone();
-            let f = failed.clone();
-            spawn(async move {
-                if let Err(e) = s.serve(listener).await {
-                    *f.borrow_mut() = Some(e);
-                }
-            });
-        }
-        let tiers = Rc::new(std::cell::RefCell::new(tiers));
-        if !tiers.borrow().is_empty() {
-            spawn(announce_every_interval(
-                seeder.clone(),
-                tiers.clone(),
-                local.port(),
-            ));
-        }
-        let started = Instant::now();
-        let mut last_status = Instant::now();
-        let mut last_json = Instant::now();
-        let mut last_bytes = 0u64;
-        while !stop.load(Ordering::Relaxed) {
-            sleep(Duration::from_millis(100)).await;
-            if let Some(e) = failed.borrow_mut().take() {
-                return Err(anyhow::anyhow!("accepting peers failed: {e}"));
-            }
-            let c = &seeder.counters;
-            if args.status_every > 0
-                && last_status.elapsed() >= Duration::from_secs(args.status_every)
-            {
-                let b = Counters::get(&c.bytes_sent);
-                let rate = (b - last_bytes) as f64 / last_status.elapsed().as_secs_f64() / 1e6;
-                last_bytes = b;
-                last_status = Instant::now();
-                eprintln!(
-                    "{}",
-                    status_line(c, started.elapsed().as_secs_f64(), b, rate)
-                );
-            }
-            if let Some(j) = &args.json {
-                if last_json.elapsed() >= Duration::from_secs(1) {
-                    last_json = Instant::now();
-                    write_json(j, &meta, c, &seeder.storage.stats, disk);
-                }
-            }
+            let c = &report(&host, args.disk)["counters"];
+            let b = c["bytes_sent"].as_u64().unwrap_or(0);
+            let rate =
+                b.saturating_sub(last_bytes) as f64 / last_status.elapsed().as_secs_f64() / 1e6;
+            last_bytes = b;
+            last_status = Instant::now();
+            eprintln!(
+                "{}",
+                status_line(c, started.elapsed().as_secs_f64(), b, rate)
+            );
         }
         if let Some(j) = &args.json {
-            write_json(j, &meta, &seeder.counters, &seeder.storage.stats, disk);
+            if last_json.elapsed() >= Duration::from_secs(1) {
+                last_json = Instant::now();
+                write_json(j, &host, args.disk);
+            }
         }
-        if !tiers.borrow().is_empty() {
-            let up = Counters::get(&seeder.counters.bytes_sent);
+    }
+    if let Some(j) = &args.json {
+        write_json(j, &host, args.disk);
+    }
+    announce_stopped(announced, port).await;
+    let sent = report(&host, args.disk)["counters"]["bytes_sent"].as_u64();
+    eprintln!("seed: stopped after sending {} bytes", sent.unwrap_or(0));
+    Ok(())
+}
+
+/// The "stopped" announces of every torrent, together, for 2 s at most.
+async fn announce_stopped(announced: Vec<(Rc<Seeder>, Rc<std::cell::RefCell<Tiers>>)>, port: u16) {
+    let left = Rc::new(std::cell::Cell::new(announced.len()));
+    for (s, tiers) in announced {
+        let left = left.clone();
+        spawn(async move {
+            let up = Counters::get(&s.counters.bytes_sent);
             let mut t = tiers.borrow().clone();
-            let _ = iolab_runtime::timeout(
-                Duration::from_secs(2),
-                t.announce(
-                    &meta.info_hash,
-                    &seeder.peer_id,
-                    local.port(),
-                    up,
-                    "stopped",
-                ),
-            )
-            .await;
-        }
-        eprintln!(
-            "seed: stopped after sending {} bytes",
-            Counters::get(&seeder.counters.bytes_sent)
-        );
-        Ok(())
-    })
+            let id = s.peer_id;
+            let ann = t.announce(&s.meta.info_hash, &id, port, up, "stopped");
+            let _ = iolab_runtime::timeout(Duration::from_secs(2), ann).await;
+            left.set(left.get() - 1);
+        });
+    }
+    let until = Instant::now() + Duration::from_millis(2100);
+    while left.get() > 0 && Instant::now() < until {
+        sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[cfg(test)]
@@ -767,7 +960,7 @@ mod tests {
         let bench_like = SeedSpec {
             paths: vec!["/tmp/b/bench.torrent".into()],
             data: Some("/tmp/b".into()),
-            listen: "127.0.0.1:0".parse().unwrap(),
+            listen: vec!["127.0.0.1:0".parse().unwrap()],
             no_check: true,
             status_every: 0,
             disk: DiskMode::Mmap,
@@ -782,7 +975,10 @@ mod tests {
             torrent: Some("out.torrent".into()),
             data: Some("data".into()),
             tracker: Some("http://127.0.0.1:6969/announce".into()),
-            listen: "[::1]:7000".parse().unwrap(),
+            listen: vec![
+                "0.0.0.0:7000".parse().unwrap(),
+                "[::1]:7000".parse().unwrap(),
+            ],
             disk: DiskMode::Pread,
             read_ahead: true,
             slots: 3,
@@ -944,7 +1140,7 @@ mod tests {
         assert_eq!(r.slots, Config::default().slots);
         assert_eq!(r.max_peers, Config::default().max_peers);
         assert_eq!(r.max_queue, Config::default().max_queue);
-        assert_eq!(r.listen, "0.0.0.0:6881".parse().unwrap());
+        assert_eq!(r.listen, vec!["0.0.0.0:6881".parse().unwrap()]);
         assert_eq!(r.status_every, 10);
         assert_eq!(
             r.to_spec(),

@@ -311,7 +311,7 @@ fn start_seeder(
             let spec = SeedSpec {
                 paths: vec![torrent.to_path_buf()],
                 data: Some(data.to_path_buf()),
-                listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+                listen: vec![SocketAddr::from(([127, 0, 0, 1], 0))],
                 no_check: true,
                 status_every: 0,
                 disk,

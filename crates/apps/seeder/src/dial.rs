@@ -72,8 +72,8 @@ pub enum Outcome {
 #[derive(Debug)]
 pub struct Dialer {
     limits: DialLimits,
-    /// Our listen address: never dialled.
-    own: Option<SocketAddr>,
+    /// Our listen addresses (one per listener): never dialled.
+    own: Vec<SocketAddr>,
     entries: HashMap<SocketAddr, Entry>,
     connecting: usize,
     connected: usize,
@@ -83,16 +83,18 @@ impl Dialer {
     pub fn new(limits: DialLimits) -> Dialer {
         Dialer {
             limits,
-            own: None,
+            own: Vec::new(),
             entries: HashMap::new(),
             connecting: 0,
             connected: 0,
         }
     }
 
-    /// Our listen address (never dialled).
+    /// One of our listen addresses (never dialled).
     pub fn set_own(&mut self, addr: SocketAddr) {
-        self.own = Some(addr);
+        if !self.own.contains(&addr) {
+            self.own.push(addr);
+        }
     }
 
     /// Dialled connections held now (connecting or handshaken).
@@ -108,7 +110,7 @@ impl Dialer {
             .retain(|_, e| e.state != State::Idle || now.duration_since(e.seen) < hour);
         let mut out = Vec::new();
         for &addr in peers {
-            if Some(addr) == self.own || addr.port() == 0 || addr.ip().is_unspecified() {
+            if self.own.contains(&addr) || addr.port() == 0 || addr.ip().is_unspecified() {
                 continue;
             }
             if !self.entries.contains_key(&addr) && self.entries.len() >= MAX_ADDRESSES {
@@ -186,9 +188,11 @@ mod tests {
             ..DialLimits::default()
         });
         d.set_own(a("10.0.0.1:6881"));
+        d.set_own(a("[fd00::1]:6881"));
         let now = Instant::now();
         let peers = [
             a("10.0.0.1:6881"),
+            a("[fd00::1]:6881"),
             a("10.0.0.2:1"),
             a("10.0.0.3:1"),
             a("10.0.0.4:1"),

@@ -24,6 +24,9 @@
 //! wrong VC, pads over 512 and no crypto method in common. The deadline of each phase is
 //! the caller's (the seeder gives the whole exchange the handshake timeout).
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use num_bigint::BigUint;
 use rc4::consts::U20;
 use rc4::{KeyInit, Rc4, StreamCipher};
@@ -254,10 +257,54 @@ enum RStep {
     Done,
 }
 
+/// The SKEYs (info hashes) a responder knows, by `HASH("req2", SKEY)`: step 3's
+/// `HASH("req2", SKEY) xor HASH("req3", S)` is undone with req3 and looked up, one hash and
+/// one map lookup whatever the number of torrents.
+#[derive(Debug, Clone, Default)]
+pub struct Skeys {
+    by_req2: HashMap<[u8; 20], (usize, [u8; 20])>,
+}
+
+impl Skeys {
+    /// The map of `info_hashes`, each named by its index; a repeated hash keeps its first
+    /// index.
+    pub fn new(info_hashes: &[[u8; 20]]) -> Skeys {
+        let mut by_req2 = HashMap::with_capacity(info_hashes.len());
+        for (i, ih) in info_hashes.iter().enumerate() {
+            by_req2.entry(sha1(&[b"req2", ih])).or_insert((i, *ih));
+        }
+        Skeys { by_req2 }
+    }
+
+    /// Adds `info_hash` as torrent `index` (a hash already there keeps its index).
+    pub fn insert(&mut self, index: usize, info_hash: [u8; 20]) {
+        self.by_req2
+            .entry(sha1(&[b"req2", &info_hash]))
+            .or_insert((index, info_hash));
+    }
+
+    /// The torrent (index, SKEY) whose req2 hash is `obfuscated` xor `req3`.
+    pub fn find(&self, obfuscated: &[u8], req3: &[u8; 20]) -> Option<(usize, [u8; 20])> {
+        let mut req2 = [0u8; 20];
+        for (i, b) in req2.iter_mut().enumerate() {
+            *b = obfuscated.get(i)? ^ req3[i];
+        }
+        self.by_req2.get(&req2).copied()
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_req2.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_req2.is_empty()
+    }
+}
+
 /// Our side when a peer dials us (B in the spec).
 pub struct Responder {
     policy: Policy,
-    info_hashes: Vec<[u8; 20]>,
+    skeys: Arc<Skeys>,
     dh: Dh,
     step: RStep,
     /// Received bytes not yet consumed (bounded as the module says).
@@ -271,9 +318,14 @@ pub struct Responder {
 impl Responder {
     /// A responder for the torrents `info_hashes` (SKEYs) under `policy`.
     pub fn new(policy: Policy, info_hashes: Vec<[u8; 20]>) -> Responder {
+        Responder::with_skeys(policy, Arc::new(Skeys::new(&info_hashes)))
+    }
+
+    /// A responder for the torrents of `skeys` (shared by every connection) under `policy`.
+    pub fn with_skeys(policy: Policy, skeys: Arc<Skeys>) -> Responder {
         Responder {
             policy,
-            info_hashes,
+            skeys,
             dh: Dh::new(),
             step: RStep::Key,
             buf: Vec::new(),
@@ -308,12 +360,10 @@ impl Responder {
             RStep::Req23 if b.len() >= 20 => {
                 let s = &self.secret;
                 let req3 = sha1(&[b"req3", s]);
-                let found = self.info_hashes.iter().position(|ih| {
-                    let req2 = sha1(&[b"req2", ih]);
-                    (0..20).all(|i| req2[i] ^ req3[i] == b[i])
-                });
-                let torrent = found.ok_or(MseError::UnknownTorrent)?;
-                let skey = self.info_hashes[torrent];
+                let (torrent, skey) = self
+                    .skeys
+                    .find(&b[..20], &req3)
+                    .ok_or(MseError::UnknownTorrent)?;
                 self.torrent = torrent;
                 self.rc4 = Some(Rc4Pair {
                     send: rc4(&sha1(&[b"keyB", s, &skey])),
@@ -636,5 +686,28 @@ mod tests {
         let mut one = [0u8; KEY_LEN];
         one[KEY_LEN - 1] = 1;
         assert!(r.feed(&one).is_err());
+    }
+
+    /// Step 3 of one initiator for `ih` against a responder of `skeys`: the torrent found.
+    fn step3(skeys: &Arc<Skeys>, ih: [u8; 20]) -> Result<usize, MseError> {
+        let mut r = Responder::with_skeys(Policy::Prefer, skeys.clone());
+        let (mut i, open) = Initiator::new(ih, CRYPTO_RC4, b"IA".to_vec());
+        let p2 = r.feed(&open)?;
+        let p3 = i.feed(&p2.send)?;
+        let p4 = r.feed(&p3.send)?;
+        Ok(p4.done.expect("step 3 and IA complete").torrent)
+    }
+
+    #[test]
+    fn step3_finds_each_torrent_of_a_shared_map_and_refuses_others() {
+        let (a, b) = ([0xA1u8; 20], [0xB2u8; 20]);
+        let skeys = Arc::new(Skeys::new(&[a, b, a]));
+        assert_eq!(skeys.len(), 2, "a repeated hash keeps its first index");
+        assert_eq!(step3(&skeys, a), Ok(0));
+        assert_eq!(step3(&skeys, b), Ok(1));
+        assert_eq!(step3(&skeys, [0xC3; 20]), Err(MseError::UnknownTorrent));
+        let mut more = Skeys::default();
+        more.insert(5, b);
+        assert_eq!(step3(&Arc::new(more), b), Ok(5));
     }
 }

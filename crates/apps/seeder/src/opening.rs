@@ -1,5 +1,6 @@
 //! How a connection becomes a handshaken peer: accepted (a plaintext handshake, or MSE then
-//! the handshake under it, as `--encryption` allows), or dialled (MSE offered first under
+//! the handshake under it, as `--encryption` allows; the [`Host`] routes it to its torrent by
+//! the handshake's info hash, or by MSE's req2 hash), or dialled (MSE offered first under
 //! `prefer` and `require`, plaintext once more if a `prefer` peer closes on our key). Every
 //! step runs against one deadline, the handshake timeout; which addresses are dialled is
 //! [`crate::dial`]'s.
@@ -17,24 +18,34 @@ use iolab_runtime::{spawn, timeout, wait_readable_or_cancel, Cond};
 use crate::dial::Outcome;
 use crate::link::{self, recv_into, ExchangeFailure};
 use crate::mse::{self, Exchange as _, Policy, Rc4Pair};
-use crate::seed::{inc, Counters, End, Seeder};
+use crate::seed::{inc, Counters, End, Host, Seeder};
 use crate::wire::{self, Handshake};
 
 /// A handshaken connection: the stream, the peer's handshake, the input after it, and the
 /// stream's RC4 if MSE chose it.
 pub(crate) type Opened = (Handshake, Vec<u8>, Option<Rc4Pair>);
 
-impl Seeder {
+/// An accepted connection's opening: the torrent it is for (an index into the host's),
+/// whether it came under MSE, and the handshake.
+pub(crate) struct Accepted {
+    pub torrent: usize,
+    pub mse: bool,
+    pub opened: Opened,
+}
+
+impl Host {
     /// Reads an accepted peer's opening: a plaintext handshake, or an MSE exchange then the
-    /// handshake under it, as `--encryption` allows. Returns the handshake, the input after
-    /// it and the stream's RC4 if MSE chose it.
+    /// handshake under it, as `--encryption` allows, and finds its torrent. Counted in the
+    /// process's counters.
     pub(crate) async fn accept_handshake(
         &self,
         stream: &TcpStream,
         deadline: Instant,
-    ) -> Result<Opened, End> {
+    ) -> Result<Accepted, End> {
         let mut inbuf: Vec<u8> = Vec::new();
         let mut rc4 = None;
+        // The torrent MSE's req2 named, if the peer opened with MSE.
+        let mut by_mse = None;
         // Whether the first 20 bytes were looked at (plaintext, MSE or garbage).
         let mut opened = false;
         while inbuf.len() < wire::HANDSHAKE_LEN {
@@ -54,11 +65,12 @@ impl Seeder {
                     }
                     return Err(End::Garbage("not a BitTorrent handshake".into()));
                 } else {
-                    inc(&self.counters.mse_openings);
+                    inc(&self.process.counters.mse_openings);
                     let first = std::mem::take(&mut inbuf);
                     let est = self.accept_mse(stream, first, deadline).await?;
                     inbuf = est.payload;
                     rc4 = est.rc4;
+                    by_mse = Some(est.torrent);
                 }
             }
             if opened && inbuf.len() >= 20 && !is_handshake_start(&inbuf) {
@@ -67,53 +79,61 @@ impl Seeder {
         }
         let hs = Handshake::parse(&inbuf)?;
         inbuf.drain(..wire::HANDSHAKE_LEN);
-        if hs.info_hash != self.meta.info_hash {
+        let torrent = self.route(&hs.info_hash).ok_or(End::WrongTorrent)?;
+        if by_mse.is_some_and(|t| t != torrent) {
+            // The handshake under MSE names another torrent than its SKEY did.
             return Err(End::WrongTorrent);
         }
-        Ok((hs, inbuf, rc4))
+        Ok(Accepted {
+            torrent,
+            mse: by_mse.is_some(),
+            opened: (hs, inbuf, rc4),
+        })
     }
 
-    /// The responder's side of MSE over `stream`, `first` being the bytes received so far.
+    /// The responder's side of MSE over `stream`, `first` being the bytes received so far:
+    /// the torrent is the one whose req2 hash step 3 carries ([`mse::Skeys`]).
     async fn accept_mse(
         &self,
         stream: &TcpStream,
         first: Vec<u8>,
         deadline: Instant,
     ) -> Result<mse::Established, End> {
-        let mut r = mse::Responder::new(self.cfg.encryption, vec![self.meta.info_hash]);
+        let mut r = mse::Responder::with_skeys(self.cfg.encryption, self.skeys());
         let res = link::exchange(stream, first, deadline, |d| r.feed(d)).await;
-        self.mse_result(res)
+        mse_result(&self.process.counters, res)
     }
+}
 
-    /// Counts an MSE exchange's outcome, and turns a failure into the peer's end.
-    fn mse_result(
-        &self,
-        res: Result<mse::Established, ExchangeFailure>,
-    ) -> Result<mse::Established, End> {
-        let c = &self.counters;
-        match res {
-            Ok(est) => {
-                inc(&c.mse_established);
-                if est.rc4.is_some() {
-                    inc(&c.mse_rc4);
-                }
-                Ok(est)
+/// Counts an MSE exchange's outcome in `c`, and turns a failure into the peer's end.
+fn mse_result(
+    c: &Counters,
+    res: Result<mse::Established, ExchangeFailure>,
+) -> Result<mse::Established, End> {
+    match res {
+        Ok(est) => {
+            inc(&c.mse_established);
+            if est.rc4.is_some() {
+                inc(&c.mse_rc4);
             }
-            Err(ExchangeFailure::Mse(mse::MseError::UnknownTorrent)) => Err(End::WrongTorrent),
-            Err(f) => {
-                inc(&c.mse_failures);
-                Err(match f {
-                    ExchangeFailure::Timeout => End::HandshakeTimeout,
-                    ExchangeFailure::Io(e) => End::Io(e),
-                    other => End::MseFailed(format!("{other:?}")),
-                })
-            }
+            Ok(est)
+        }
+        Err(ExchangeFailure::Mse(mse::MseError::UnknownTorrent)) => Err(End::WrongTorrent),
+        Err(f) => {
+            inc(&c.mse_failures);
+            Err(match f {
+                ExchangeFailure::Timeout => End::HandshakeTimeout,
+                ExchangeFailure::Io(e) => End::Io(e),
+                other => End::MseFailed(format!("{other:?}")),
+            })
         }
     }
+}
 
+impl Seeder {
     /// Dials those of a tracker's `peers` the dialler allows now, each in a task of its own.
     pub fn dial_peers(self: &Rc<Self>, peers: &[SocketAddr]) {
-        if Counters::get(&self.counters.peers_now) as usize >= self.cfg.max_peers {
+        if self.process.full(self.cfg.max_peers) {
             return;
         }
         let picked = self.dialer.borrow_mut().pick(peers, Instant::now());
@@ -151,9 +171,12 @@ impl Seeder {
         };
         inc(&self.counters.peers_dialled_handshaken);
         self.dialer.borrow_mut().connected(addr);
+        let held = &self.process.connections;
+        held.fetch_add(1, Ordering::Relaxed);
         self.counters.peers_now.fetch_add(1, Ordering::Relaxed);
         let end = self.session(&stream, addr, hs, inbuf, rc4, false).await;
         self.counters.peers_now.fetch_sub(1, Ordering::Relaxed);
+        held.fetch_sub(1, Ordering::Relaxed);
         self.count_end(addr, end);
         Outcome::SessionEnded
     }
@@ -180,7 +203,7 @@ impl Seeder {
             let (mut init, opening) = mse::Initiator::new(ih, policy.provide(), ours);
             write_by(&stream, opening, deadline).await?;
             let res = link::exchange(&stream, Vec::new(), deadline, |d| init.feed(d)).await;
-            let est = self.mse_result(res)?;
+            let est = mse_result(&self.counters, res)?;
             (Vec::new(), est.payload, est.rc4)
         };
         if !first.is_empty() {

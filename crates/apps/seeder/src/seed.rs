@@ -1,5 +1,8 @@
 //! The seeding engine: one lightweight task per peer on an iolab-runtime loop, a choker
-//! task, an announcer task. Everything a peer can make us do is bounded (see [`Config`]).
+//! task per torrent, an announcer task per torrent (the binary's). Everything a peer can
+//! make us do is bounded (see [`Config`]). A [`Seeder`] is one torrent's state (its swarm,
+//! choker, dialler and counters); a [`Host`] holds the torrents of a process, accepts on
+//! its listeners and routes each peer to its torrent by info hash ([`host`]).
 //!
 //! A peer task is written in threaded style, CPC's way: wait until the socket is readable
 //! or until the choker wakes it (a [`Cond`]), parse every complete message, serve queued
@@ -20,8 +23,8 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use iolab_runtime::net::{TcpListener, TcpStream};
-use iolab_runtime::{sleep, spawn, timeout, wait_readable_or_cancel, Cancelled, Cond};
+use iolab_runtime::net::TcpStream;
+use iolab_runtime::{sleep, timeout, wait_readable_or_cancel, Cancelled, Cond};
 use serde::Serialize;
 
 use crate::choker::{self, ChokeLimits, PeerSlot, Swarm, SNUB_TICK};
@@ -32,8 +35,10 @@ use crate::metadata;
 use crate::metainfo::Meta;
 use crate::mse::{Policy, Rc4Pair};
 use crate::wire::{self, Handshake, Limits, Message, WireError};
+pub use host::Host;
 use utp_mux::UtpLimits;
 
+pub mod host;
 mod utp_mux;
 
 /// Limits and knobs of the seeder.
@@ -42,8 +47,11 @@ pub struct Config {
     /// Upload slots: peers unchoked at once (the best uploaders by rate, one of them an
     /// optimistic slot rotated every 30 s); 0 = every interested peer is unchoked.
     pub slots: usize,
-    /// Connections held at once; more are closed at accept.
+    /// Connections held at once by the process, all torrents together (accepted, dialled,
+    /// uTP, handshaking or not); more are closed at accept and not dialled.
     pub max_peers: usize,
+    /// Torrents one process seeds at most ([`Host::add`] refuses more).
+    pub max_torrents: usize,
     /// Requests queued per peer (advertised as BEP 10 `reqq`); beyond, rejected/ignored.
     /// A peer without the fast extension cannot be told that a request was dropped: it
     /// waits for the block forever. ctorrent asks for whole pieces at once (256 blocks of
@@ -85,6 +93,7 @@ impl Default for Config {
         Config {
             slots: 8,
             max_peers: 20_000,
+            max_torrents: 1000,
             max_queue: 2000,
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(300),
@@ -106,11 +115,21 @@ impl Default for Config {
 }
 
 /// Live counters (atomics: read by the stats printer and the bench from other threads).
+/// Each torrent has its own (what its peers did once routed to it, its dials); the process
+/// has one more for what happens before a connection is routed ([`Process`]): accepts,
+/// openings, MSE, unknown info hashes, uTP. Each event is counted once, in one of them, so
+/// the totals are their sums ([`totals`]).
 #[derive(Debug, Default, Serialize)]
 pub struct Counters {
+    /// Handshaken peers now (accepted and dialled).
     pub peers_now: AtomicU64,
     /// Peers that connected to us over TCP.
     pub peers_accepted: AtomicU64,
+    /// Accepted peers (TCP or uTP) that completed a handshake for this torrent; of them,
+    /// those over uTP and those that opened with MSE.
+    pub peers_handshaken: AtomicU64,
+    pub utp_handshaken: AtomicU64,
+    pub mse_handshaken: AtomicU64,
     /// Peers that connected to us over uTP (a SYN taken: socket pair and session made).
     pub utp_accepted: AtomicU64,
     /// SYNs dropped at the half-open limit (or for want of a socket pair).
@@ -130,6 +149,7 @@ pub struct Counters {
     pub peers_refused_full: AtomicU64,
     /// Dropped for a protocol violation (garbage, bad handshake, out-of-bounds request, ...).
     pub peers_dropped_garbage: AtomicU64,
+    /// Closed for an info hash (plain, or MSE's req2) of none of our torrents.
     pub peers_wrong_torrent: AtomicU64,
     /// Connections that opened with MSE/PE (closed at once under `--encryption off`; not
     /// counted as bad peers).
@@ -158,6 +178,50 @@ pub struct Counters {
 impl Counters {
     pub fn get(c: &AtomicU64) -> u64 {
         c.load(Ordering::Relaxed)
+    }
+}
+
+/// The field-by-field sums of `parts` as a JSON object (the totals of a process: its
+/// [`Process`] counters and every torrent's).
+pub fn totals<'a>(parts: impl IntoIterator<Item = &'a Counters>) -> serde_json::Value {
+    let mut sum = serde_json::Map::new();
+    for c in parts {
+        if let Ok(serde_json::Value::Object(m)) = serde_json::to_value(c) {
+            for (k, v) in m {
+                let add = v.as_u64().unwrap_or(0);
+                let old = sum.get(&k).and_then(serde_json::Value::as_u64).unwrap_or(0);
+                sum.insert(k, old.saturating_add(add).into());
+            }
+        }
+    }
+    serde_json::Value::Object(sum)
+}
+
+/// What the torrents of one process share: the connections held (bounded by
+/// [`Config::max_peers`]), the counters of connections not yet routed to a torrent, and
+/// our peer id.
+#[derive(Debug)]
+pub struct Process {
+    /// Connections held now, all torrents, handshaking or not.
+    pub connections: AtomicU64,
+    pub counters: Counters,
+    pub peer_id: [u8; 20],
+}
+
+impl Default for Process {
+    fn default() -> Self {
+        Process {
+            connections: AtomicU64::new(0),
+            counters: Counters::default(),
+            peer_id: wire::make_peer_id(),
+        }
+    }
+}
+
+impl Process {
+    /// Whether `max` connections are held already.
+    pub(crate) fn full(&self, max: usize) -> bool {
+        Counters::get(&self.connections) as usize >= max
     }
 }
 
@@ -224,6 +288,8 @@ pub struct Seeder {
     pub cfg: Config,
     pub counters: Arc<Counters>,
     pub peer_id: [u8; 20],
+    /// What this process's torrents share.
+    pub process: Arc<Process>,
     limits: Limits,
     swarm: RefCell<Swarm>,
     /// Which tracker peers to dial ([`crate::dial`]).
@@ -262,7 +328,8 @@ impl From<WireError> for End {
 }
 
 impl Seeder {
-    pub fn new(meta: Arc<Meta>, cfg: Config) -> io::Result<Rc<Seeder>> {
+    /// One torrent of the process `process` (its data files opened).
+    pub fn new(meta: Arc<Meta>, cfg: Config, process: Arc<Process>) -> io::Result<Rc<Seeder>> {
         let storage = Storage::open(meta.clone(), cfg.disk, cfg.read_ahead)?;
         let limits = Limits::for_pieces(meta.num_pieces());
         let cfg_dial = cfg.dial;
@@ -271,7 +338,8 @@ impl Seeder {
             storage,
             cfg,
             counters: Arc::new(Counters::default()),
-            peer_id: wire::make_peer_id(),
+            peer_id: process.peer_id,
+            process,
             limits,
             swarm: RefCell::new(Swarm::new()),
             dialer: RefCell::new(Dialer::new(cfg_dial)),
@@ -297,98 +365,25 @@ impl Seeder {
         !self.meta.info.is_empty() && self.meta.info.len() <= metadata::MAX_METADATA
     }
 
-    /// Accepts peers forever (run it inside the runtime). Also starts the choker.
-    pub async fn serve(self: Rc<Self>, listener: TcpListener) -> io::Result<()> {
-        if let Ok(own) = listener.local_addr() {
-            self.dialer.borrow_mut().set_own(own);
-            if self.cfg.utp {
-                self.start_utp(own);
-            }
-        }
-        spawn(self.clone().choker());
-        let mut acceptor = listener.accept_many(16);
-        loop {
-            let (stream, addr) = match acceptor.next().await {
-                Ok(x) => x,
-                Err(e) if is_transient_accept(&e) => {
-                    // EMFILE and friends: back off briefly rather than spin.
-                    sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            if Counters::get(&self.counters.peers_now) as usize >= self.cfg.max_peers {
-                inc(&self.counters.peers_refused_full);
-                drop(stream);
-                continue;
-            }
-            inc(&self.counters.peers_accepted);
-            self.counters.peers_now.fetch_add(1, Ordering::Relaxed);
-            let me = self.clone();
-            spawn(async move {
-                let _ = stream.set_nodelay(true);
-                let end = me.clone().peer(&stream, addr).await;
-                me.counters.peers_now.fetch_sub(1, Ordering::Relaxed);
-                me.count_end(addr, end);
-            });
-        }
-    }
-
-    /// uTP on UDP at the TCP listener's address and port; a port taken over UDP is said
-    /// and the seeder goes on over TCP alone.
-    fn start_utp(self: &Rc<Self>, addr: SocketAddr) {
-        match iolab_runtime::net::UdpSocket::bind(addr) {
-            Ok(socket) => {
-                let me = self.clone();
-                spawn(async move {
-                    if let Err(e) = me.serve_utp(socket).await {
-                        tracing::warn!("seed: uTP stopped: {e}");
-                    }
-                });
-            }
-            Err(e) => tracing::warn!("seed: no uTP: {e}"),
-        }
-    }
-
     /// Logs why a peer's connection ended (`IOLAB_SEED_DEBUG`).
     pub(crate) fn log_end(&self, addr: SocketAddr, end: &End) {
-        if debug_peers() {
-            tracing::info!(target: "progress", "seed: peer {addr} ended: {end:?}");
-        }
+        log_end(addr, end);
     }
 
-    /// Counts why a peer's connection ended.
+    /// Counts why a peer's connection ended (in this torrent's counters).
     pub(crate) fn count_end(&self, addr: SocketAddr, end: End) {
-        self.log_end(addr, &end);
-        let c = &self.counters;
-        match end {
-            End::Closed | End::Ourselves => {}
-            End::Garbage(_) => inc(&c.peers_dropped_garbage),
-            End::WrongTorrent => inc(&c.peers_wrong_torrent),
-            End::HandshakeTimeout => inc(&c.handshake_timeouts),
-            End::Idle => inc(&c.idle_timeouts),
-            End::SendStalled => inc(&c.send_stalls),
-            End::MseOpening => inc(&c.mse_openings),
-            // Counted where the exchange failed (`mse_result`), dialled or accepted.
-            End::MseFailed(_) => {}
-            End::PlaintextRefused => inc(&c.plaintext_refused),
-            End::Io(_) => inc(&c.send_failures),
-        }
+        log_end(addr, &end);
+        count_end(&self.counters, end);
+    }
+
+    /// Starts the choker ([`Host::start`] does, for every torrent).
+    pub(crate) fn start_choker(self: &Rc<Self>) {
+        iolab_runtime::spawn(self.clone().choker());
     }
 
     /// Whether a peer with this id is handshaken with us.
     pub(crate) fn is_connected(&self, peer_id: &[u8; 20]) -> bool {
         self.peer_ids.borrow().contains_key(peer_id)
-    }
-
-    /// An accepted peer: its opening (plaintext or MSE) and handshake within the
-    /// handshake timeout, then the session.
-    pub(crate) async fn peer(self: Rc<Self>, stream: &TcpStream, addr: SocketAddr) -> End {
-        let deadline = Instant::now() + self.cfg.handshake_timeout;
-        match self.accept_handshake(stream, deadline).await {
-            Ok((hs, inbuf, rc4)) => self.session(stream, addr, hs, inbuf, rc4, true).await,
-            Err(end) => end,
-        }
     }
 
     /// A handshaken peer: our handshake (unless we dialled and sent it already), extension
@@ -823,6 +818,30 @@ impl Seeder {
             Ok((r, _)) => r,
             Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "send timed out")),
         }
+    }
+}
+
+/// Logs why a peer's connection ended (`IOLAB_SEED_DEBUG`).
+pub(crate) fn log_end(addr: SocketAddr, end: &End) {
+    if debug_peers() {
+        tracing::info!(target: "progress", "seed: peer {addr} ended: {end:?}");
+    }
+}
+
+/// Counts why a peer's connection ended, in `c`.
+pub(crate) fn count_end(c: &Counters, end: End) {
+    match end {
+        End::Closed | End::Ourselves => {}
+        End::Garbage(_) => inc(&c.peers_dropped_garbage),
+        End::WrongTorrent => inc(&c.peers_wrong_torrent),
+        End::HandshakeTimeout => inc(&c.handshake_timeouts),
+        End::Idle => inc(&c.idle_timeouts),
+        End::SendStalled => inc(&c.send_stalls),
+        End::MseOpening => inc(&c.mse_openings),
+        // Counted where the exchange failed (`mse_result`), dialled or accepted.
+        End::MseFailed(_) => {}
+        End::PlaintextRefused => inc(&c.plaintext_refused),
+        End::Io(_) => inc(&c.send_failures),
     }
 }
 

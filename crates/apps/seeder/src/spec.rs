@@ -20,7 +20,8 @@ use crate::swarm::SwarmConfig;
 /// `iolab seed PATH...`: what to seed and how. [`Default`] is what the flags default to.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SeedSpec {
-    /// A .torrent to seed, or the files/directories to make a torrent of.
+    /// The .torrent files to seed (or one directory of them), or the files/directories to
+    /// make a torrent of.
     pub paths: Vec<PathBuf>,
     /// Where to write the created .torrent (when `paths` is data).
     pub torrent: Option<PathBuf>,
@@ -28,8 +29,8 @@ pub struct SeedSpec {
     pub data: Option<PathBuf>,
     /// Tracker announce URL: written into a created torrent, and announced to.
     pub tracker: Option<String>,
-    /// Address to accept peers on (port 0 picks a free port).
-    pub listen: SocketAddr,
+    /// Addresses to accept peers on, every torrent on each (port 0 picks a free port).
+    pub listen: Vec<SocketAddr>,
     /// How blocks are read from disk.
     pub disk: DiskMode,
     /// Keep the kernel's read-ahead on the data files.
@@ -83,7 +84,7 @@ impl Default for SeedSpec {
             torrent: None,
             data: None,
             tracker: None,
-            listen: SocketAddr::from(([0, 0, 0, 0], 6881)),
+            listen: vec![SocketAddr::from(([0, 0, 0, 0], 6881))],
             disk: engine.disk,
             read_ahead: engine.read_ahead,
             slots: engine.slots,
@@ -157,7 +158,6 @@ impl SeedSpec {
             .value_if("--torrent", self.torrent.as_ref())
             .value_if("--data", self.data.as_ref())
             .value_if("--tracker", self.tracker.as_ref())
-            .value("--listen", self.listen.to_string())
             .value("--disk", self.disk.to_string())
             .flag_if("--read-ahead", self.read_ahead)
             .value("--slots", self.slots.to_string())
@@ -181,6 +181,9 @@ impl SeedSpec {
             .value_if("--tracker-ca", self.tracker_ca.as_ref());
         for url in &self.web_seeds {
             args = args.value("--web-seed", url);
+        }
+        for addr in &self.listen {
+            args = args.value("--listen", addr.to_string());
         }
         args = args.words(&["--"]);
         args.0.extend(self.paths.iter().map(OsString::from));

@@ -9,7 +9,8 @@
 //! window is full) work as they are, and a uTP peer costs two extra copies per byte and two
 //! descriptors. A socket pair is made at the first SYN from an address; a SYN flood is held
 //! to [`UtpLimits::max_half_open`] connections that have not yet sent data, each closed at
-//! the handshake deadline, and every connection counts toward `--max-peers`.
+//! the handshake deadline, and every connection counts toward `--max-peers`. The session's
+//! torrent is found from its handshake, as over TCP ([`Host`]).
 //!
 //! Packets for no known connection are dropped, not answered with a RESET: an answer per
 //! datagram would let anyone aim our replies at a forged address.
@@ -27,7 +28,7 @@ use std::time::{Duration, Instant};
 use iolab_runtime::net::{TcpStream, UdpSocket};
 use iolab_runtime::{sleep, spawn, timeout, wait_readable_or_cancel, Cond};
 
-use super::{inc, Counters, Seeder};
+use super::{inc, Host};
 use crate::utp::conn::{Close, Conn, Deadlines, State};
 use crate::utp::packet::{self, Kind};
 
@@ -89,7 +90,7 @@ impl Mux {
     }
 }
 
-impl Seeder {
+impl Host {
     /// Receives uTP datagrams forever on `socket`: new connections from SYNs, packets to
     /// their connections.
     pub(crate) async fn serve_utp(self: Rc<Self>, socket: UdpSocket) -> io::Result<()> {
@@ -118,7 +119,7 @@ impl Seeder {
     }
 
     fn on_datagram(self: &Rc<Self>, mux: &Rc<Mux>, d: &[u8], from: SocketAddr) {
-        let c = &self.counters;
+        let c = &self.process.counters;
         let p = match packet::parse(d) {
             Ok(p) => p,
             Err(_) => return inc(&c.utp_garbage),
@@ -137,7 +138,7 @@ impl Seeder {
         if p.kind != Kind::Syn {
             return inc(&c.utp_unknown);
         }
-        if Counters::get(&c.peers_now) as usize >= self.cfg.max_peers {
+        if self.process.full(self.cfg.max_peers) {
             return inc(&c.peers_refused_full);
         }
         if mux.half_open.get() >= mux.lim.max_half_open {
@@ -167,13 +168,12 @@ impl Seeder {
         mux.half_open.set(mux.half_open.get() + 1);
         mux.links.borrow_mut().insert((from, id), link.clone());
         inc(&c.utp_accepted);
-        c.peers_now.fetch_add(1, Ordering::Relaxed);
+        self.process.connections.fetch_add(1, Ordering::Relaxed);
         let me = self.clone();
         spawn(async move {
-            let end = me.clone().peer(&session_end, from).await;
+            me.clone().peer(&session_end, from, true).await;
             drop(session_end);
-            me.counters.peers_now.fetch_sub(1, Ordering::Relaxed);
-            me.count_end(from, end);
+            me.process.connections.fetch_sub(1, Ordering::Relaxed);
         });
         let (me, mux) = (self.clone(), mux.clone());
         spawn(async move {
@@ -185,7 +185,7 @@ impl Seeder {
     }
 
     fn count_utp_close(&self, why: Close) {
-        let c = &self.counters;
+        let c = &self.process.counters;
         match why {
             Close::Done => {}
             Close::Reset => inc(&c.utp_resets),
