@@ -2157,3 +2157,258 @@ fn an_https_tracker_is_announced_to_with_its_ca() {
     );
     drop(front);
 }
+
+// ------------------------------------------------- many torrents, dual stack (issue 47)
+
+/// Makes a torrent of `src` into `out` (`--create-only`, 16 KiB pieces, `extra` flags).
+fn make_torrent(src: &Path, out: &Path, extra: &[&str]) {
+    common::run_ok(
+        Command::new(BIN)
+            .arg("seed")
+            .arg(src)
+            .arg("--torrent")
+            .arg(out)
+            .args(["--create-only", "--piece-length", "16K"])
+            .args(extra)
+            .stdout(Stdio::null()),
+    );
+}
+
+/// Starts `iolab seed ARGS` (its own --listen flags in `args`) and reads stdout until a
+/// line `until` accepts; returns the lines read.
+fn seed_until(fx: &mut Fixture, args: &[&str], until: impl Fn(&str) -> bool) -> Vec<String> {
+    let log = std::fs::File::create(fx.dir.join("seed.log")).unwrap();
+    let i = fx.spawn(
+        Command::new(BIN)
+            .arg("seed")
+            .args(args)
+            .args(["--status-every", "2"])
+            .stdout(Stdio::piped())
+            .stderr(log),
+    );
+    let mut r = BufReader::new(fx.children[i].stdout.take().unwrap());
+    let mut lines = Vec::new();
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).unwrap() == 0 {
+            panic!("iolab seed ended after {lines:?}; log:\n{}", fx.seed_log());
+        }
+        let done = until(line.trim());
+        lines.push(line.trim().to_string());
+        if done {
+            break;
+        }
+    }
+    std::thread::spawn(move || {
+        let mut sink = Vec::new();
+        let _ = r.read_to_end(&mut sink);
+    });
+    lines
+}
+
+/// The counters file `json` once it is there.
+fn counters(json: &Path) -> serde_json::Value {
+    std::thread::sleep(Duration::from_millis(1100));
+    serde_json::from_str(&std::fs::read_to_string(json).unwrap_or_default()).unwrap_or_default()
+}
+
+/// One process, one port, a directory of torrents (one of them broken, said and skipped):
+/// aria2c downloads both good ones through the tracker, byte for byte; a raw MSE peer is
+/// routed to the second by its req2 hash; an unknown info hash is closed and counted; each
+/// torrent has its own counters, and the totals add up.
+#[test]
+fn two_torrents_are_seeded_from_one_process_on_one_port() {
+    use iolab_seeder::mse::{CRYPTO_PLAINTEXT, CRYPTO_RC4};
+    let _g = lock();
+    if !Client::Aria2.available() {
+        return;
+    }
+    let mut fx = Fixture::new("many");
+    let data = fx.data_of(3 << 20);
+    let url = fx.tracker();
+    let dir = fx.dir.join("torrents");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (ta, tb) = (dir.join("a.torrent"), dir.join("b.torrent"));
+    make_torrent(&data.join("single.bin"), &ta, &["--tracker", &url]);
+    make_torrent(&data.join("multi"), &tb, &["--tracker", &url]);
+    std::fs::write(dir.join("broken.torrent"), b"d4:infoi1ee").unwrap();
+    let json = fx.dir.join("c.json");
+    let args = [
+        dir.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--json",
+        json.to_str().unwrap(),
+    ];
+    let lines = seed_until(&mut fx, &args, |l| l.contains(" torrents ("));
+    let last = lines.last().unwrap();
+    assert!(
+        last.starts_with("seeding 2 torrents (1 skipped) on "),
+        "{lines:?}"
+    );
+    let addr: SocketAddr = last.rsplit(' ').next().unwrap().parse().unwrap();
+    let starts: Vec<&String> = lines.iter().filter(|l| l.starts_with("seeding ")).collect();
+    assert_eq!(
+        starts.len(),
+        3,
+        "a line per torrent, then the count: {lines:?}"
+    );
+    assert!(
+        fx.seed_log().contains("broken.torrent"),
+        "the broken torrent is named: {}",
+        fx.seed_log()
+    );
+    for (t, src) in [(&ta, data.join("single.bin")), (&tb, data.join("multi"))] {
+        let dl = fx
+            .dir
+            .join(format!("dl-{}", t.file_stem().unwrap().to_string_lossy()));
+        std::fs::create_dir_all(&dl).unwrap();
+        let got = dl.join(src.file_name().unwrap());
+        let want = Want {
+            src: &src,
+            got: &got,
+            limit: Duration::from_secs(90),
+            skip_empty: false,
+        };
+        assert!(
+            fx.download(Client::Aria2, t, &dl, want),
+            "aria2c did not get {} byte for byte; seed log:\n{}",
+            t.display(),
+            fx.seed_log()
+        );
+    }
+    // MSE for the second torrent, on the same port: its handshake comes back.
+    let ib = info_hash_of(&tb);
+    let mut p = mse_dial(addr, &ib, CRYPTO_RC4 | CRYPTO_PLAINTEXT).expect("MSE routed");
+    let mut hs = [0u8; 68];
+    p.read_exact(&mut hs).unwrap();
+    assert_eq!(&hs[28..48], &ib, "routed by req2 to the second torrent");
+    assert!(
+        mse_dial(addr, &[0x5A; 20], CRYPTO_RC4).is_none(),
+        "MSE for no torrent of ours is closed"
+    );
+    let mut w = TcpStream::connect(addr).unwrap();
+    w.write_all(&handshake(&[7; 20], true)).unwrap();
+    assert!(common::closed_by_peer(&mut w, Duration::from_secs(10)));
+    let c = counters(&json);
+    let ts = c["torrents"].as_array().expect("per-torrent counters");
+    assert_eq!(ts.len(), 2, "{c}");
+    let mut sum = 0;
+    for t in ts {
+        let sent = t["counters"]["bytes_sent"].as_u64().unwrap();
+        assert!(sent > 3 << 20, "each torrent sent its data: {t}");
+        assert!(
+            t["counters"]["peers_handshaken"].as_u64().unwrap() >= 1,
+            "{t}"
+        );
+        sum += sent;
+    }
+    assert_eq!(c["counters"]["bytes_sent"].as_u64(), Some(sum), "{c}");
+    assert_eq!(c["counters"]["peers_wrong_torrent"], 2, "{c}");
+    // aria2c (MSE by default) and the raw MSE peer, both routed to the second torrent.
+    assert_eq!(ts[1]["counters"]["peers_handshaken"], 2, "{c}");
+    assert!(
+        ts[1]["counters"]["mse_handshaken"].as_u64() >= Some(1),
+        "{c}"
+    );
+}
+
+/// Downloads `argv[1]` into argv[2] from the one peer argv[3]:argv[4] (python3-libtorrent,
+/// listening on IPv6 loopback only, over TCP: a peer added by hand is tried over uTP only
+/// while uTP is on); exits 0 when done.
+const LIBTORRENT_FROM_PEER: &str = r#"
+import sys, time, libtorrent as lt
+ses = lt.session({'listen_interfaces': '[::1]:0', 'enable_dht': False, 'enable_lsd': False,
+                  'enable_upnp': False, 'enable_natpmp': False,
+                  'enable_outgoing_utp': False, 'enable_incoming_utp': False})
+h = ses.add_torrent({'ti': lt.torrent_info(sys.argv[1]), 'save_path': sys.argv[2]})
+deadline = time.time() + 80
+last = 0
+while time.time() < deadline:
+    if time.time() - last > 2:
+        h.connect_peer((sys.argv[3], int(sys.argv[4])))
+        last = time.time()
+    if h.status().is_seeding:
+        sys.exit(0)
+    time.sleep(0.2)
+sys.exit(1)
+"#;
+
+/// Dual stack: `--listen 127.0.0.1:P --listen [::1]:P` binds both; libtorrent downloads over
+/// IPv6 byte for byte while a raw peer is served on the IPv4 listener of the same port.
+#[test]
+fn a_download_over_ipv6_while_ipv4_listens_on_the_same_port() {
+    let _g = lock();
+    if std::net::TcpListener::bind("[::1]:0").is_err() {
+        eprintln!("SKIPPED: no IPv6 loopback here");
+        return;
+    }
+    if !Client::Libtorrent.available() {
+        return;
+    }
+    let mut fx = Fixture::new("ipv6");
+    let data = fx.data_of(2 << 20);
+    let t = fx.dir.join("m.torrent");
+    let src = data.join("multi");
+    make_torrent(&src, &t, &[]);
+    let port = free_port().unwrap().to_string();
+    let (v4, v6) = (format!("127.0.0.1:{port}"), format!("[::1]:{port}"));
+    let json = fx.dir.join("c.json");
+    let args = [
+        t.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+        "--listen",
+        &v4,
+        "--listen",
+        &v6,
+        "--json",
+        json.to_str().unwrap(),
+    ];
+    let lines = seed_until(&mut fx, &args, |l| l.starts_with("seeding "));
+    assert!(
+        lines[0].contains(&format!("on {v4} and {v6} ")),
+        "{lines:?}"
+    );
+    // The IPv4 listener answers meanwhile.
+    let ih = info_hash_of(&t);
+    let mut plain = TcpStream::connect(v4.as_str()).unwrap();
+    plain
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    plain.write_all(&handshake(&ih, true)).unwrap();
+    let mut hs = [0u8; 68];
+    plain.read_exact(&mut hs).unwrap();
+    assert_eq!(&hs[28..48], &ih);
+    let dl = fx.dir.join("dl");
+    std::fs::create_dir_all(&dl).unwrap();
+    let got = dl.join("multi");
+    let i = fx.spawn(
+        Command::new("/usr/bin/python3")
+            .arg("-c")
+            .arg(LIBTORRENT_FROM_PEER)
+            .arg(&t)
+            .arg(&dl)
+            .args(["::1", &port])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    let ok = wait_complete(
+        &src,
+        &got,
+        &mut fx.children[i],
+        Duration::from_secs(90),
+        false,
+    );
+    assert!(
+        ok,
+        "libtorrent over [::1] did not finish; seed log:\n{}",
+        fx.seed_log()
+    );
+    let c = counters(&json);
+    let n = |k: &str| c["counters"][k].as_u64().unwrap_or(0);
+    assert!(n("peers_handshaken") >= 2, "{c}");
+    assert!(n("bytes_sent") > 2 << 20, "{c}");
+}
