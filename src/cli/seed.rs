@@ -730,10 +730,10 @@ fn seed(args: SeedSpec) -> anyhow::Result<()> {
         let mut seeded = Vec::new();
         let loaded = metas.len();
         for meta in metas {
-            let name = meta.name.clone();
             match host.add(Arc::new(meta)) {
                 Ok(s) => seeded.push((s.clone(), torrent_tiers(&args, &s.meta, tls.clone()))),
-                Err(e) if many => eprintln!("seed: skipped {name}: {e:#}"),
+                // The error names the torrent.
+                Err(e) if many => eprintln!("seed: skipped {e:#}"),
                 Err(e) => return Err(e),
             }
         }
