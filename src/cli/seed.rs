@@ -1039,6 +1039,53 @@ mod tests {
         }
     }
 
+    /// What the paths mean: .torrent files (one, or many), a directory of them (unless
+    /// --torrent or --create-only make it data), data; .torrent files mixed with data refused.
+    #[test]
+    fn paths_are_one_torrent_many_a_directory_of_them_or_data() {
+        let d = tempfile::tempdir().unwrap();
+        let (tdir, data) = (d.path().join("t"), d.path().join("data"));
+        std::fs::create_dir_all(&tdir).unwrap();
+        std::fs::create_dir_all(&data).unwrap();
+        let (tb, ta) = (tdir.join("b.torrent"), tdir.join("a.torrent"));
+        std::fs::write(&tb, b"x").unwrap();
+        std::fs::write(&ta, b"x").unwrap();
+        std::fs::write(tdir.join("notes.txt"), b"x").unwrap();
+        let spec = |paths: &[&Path]| SeedSpec {
+            paths: paths.iter().map(|p| p.to_path_buf()).collect(),
+            ..SeedSpec::default()
+        };
+        let kind = |s: &SeedSpec| match source_of(s) {
+            Ok(Source::Data) => "data".to_string(),
+            Ok(Source::One(p)) => format!("one {}", p.display()),
+            Ok(Source::Many(v)) => format!("many {}", v.len()),
+            Err(e) => format!("error {e}"),
+        };
+        assert_eq!(kind(&spec(&[&tb])), format!("one {}", tb.display()));
+        assert_eq!(kind(&spec(&[&tb, &ta])), "many 2");
+        let Ok(Source::Many(v)) = source_of(&spec(&[&tdir])) else {
+            panic!("a directory of torrents");
+        };
+        assert_eq!(
+            v,
+            vec![ta.clone(), tb.clone()],
+            "sorted, .torrent files only"
+        );
+        let with_out = SeedSpec {
+            torrent: Some(d.path().join("out.torrent")),
+            ..spec(&[&tdir])
+        };
+        assert_eq!(kind(&with_out), "data", "--torrent: the directory is data");
+        assert_eq!(kind(&spec(&[&data])), "data");
+        assert!(kind(&spec(&[&tb, &data])).contains("give .torrent files alone"));
+        assert!(kind(&spec(&[])).starts_with("error"));
+        let create = SeedSpec {
+            create_only: true,
+            ..spec(&[&tb])
+        };
+        assert!(kind(&create).contains("already one"));
+    }
+
     #[test]
     fn sizes_parse_with_and_without_a_suffix() {
         assert_eq!(parse_size("16384"), Ok(16384));

@@ -9,8 +9,9 @@
 //! only (a hybrid by its v1 hash, a v2-only torrent by its truncated SHA-256).
 //!
 //! Limits: [`Config::max_peers`] bounds the connections of the whole process (all torrents,
-//! accepted, dialled and uTP); [`Config::max_torrents`] the torrents; `max_dialled` and the
-//! choker's slots are per torrent.
+//! accepted, dialled and uTP); [`Config::max_torrents`] the torrents; `max_dialled`, the
+//! choker's slots and the dialler's address book ([`crate::dial::MAX_ADDRESSES`]) are per
+//! torrent. The router holds two 20-byte keys per torrent.
 //!
 //! Dual stack: an IPv6 listener is made IPV6_V6ONLY, so that `0.0.0.0:P` and `[::]:P`
 //! can both be bound (without it, Linux's default `[::]` takes IPv4 too and the second
