@@ -67,8 +67,6 @@ pub enum PacketError {
     Kind(u8),
     /// An extension runs past the datagram's end.
     Extension,
-    /// A selective ACK whose length is not a positive multiple of 4.
-    SackLength(u8),
 }
 
 impl fmt::Display for PacketError {
@@ -78,7 +76,6 @@ impl fmt::Display for PacketError {
             PacketError::Version(v) => write!(f, "uTP version {v}"),
             PacketError::Kind(k) => write!(f, "uTP packet type {k}"),
             PacketError::Extension => write!(f, "uTP extension past the end"),
-            PacketError::SackLength(n) => write!(f, "selective ACK of {n} bytes"),
         }
     }
 }
@@ -112,10 +109,10 @@ pub fn parse(d: &[u8]) -> Result<Packet<'_>, PacketError> {
         let (kind, len) = (next, d[at + 1] as usize);
         next = d[at];
         let body = d.get(at + 2..at + 2 + len).ok_or(PacketError::Extension)?;
-        if kind == EXT_SACK {
-            if len == 0 || len % 4 != 0 {
-                return Err(PacketError::SackLength(len as u8));
-            }
+        // BEP 29 asks for a multiple of 4 bytes, but libtorrent 2.0 sends bitmasks of any
+        // length (1 to 32 bytes seen): the bits mean the same whatever the length, and an
+        // ACK dropped for it stalls the sender. An empty one says nothing.
+        if kind == EXT_SACK && len > 0 {
             sack = Some(body);
         }
         at += 2 + len;
@@ -249,9 +246,33 @@ mod tests {
             Err(PacketError::Extension),
             "length past the end"
         );
+    }
+
+    /// A STATE as libtorrent 2.0.8 sends it (header bytes from a capture against our
+    /// seeder): a selective ACK of 3 bytes, which BEP 29's "multiple of 4" would refuse.
+    /// Refusing it dropped the ACK, and the download stalled until libtorrent timed out.
+    #[test]
+    fn selective_acks_of_any_length_are_read() {
+        let mut d = hex("2101b7de97e7d8ac97e4beaa000fa3086fab22ce");
+        d.extend_from_slice(&[0, 3, 0b1000_0001, 0, 0b0000_0010]);
+        let p = parse(&d).unwrap();
+        assert_eq!((p.kind, p.ack_nr), (Kind::State, 0x22ce));
+        let base = 0x22ceu16 + 2;
+        assert_eq!(
+            p.sacked().collect::<Vec<_>>(),
+            vec![base, base + 7, base + 17]
+        );
+        // an empty bitmask: an ACK without selective part
         let mut d = sample(None, b"");
         d[1] = 1;
-        d.extend_from_slice(&[0, 3, 1, 2, 3]);
-        assert_eq!(parse(&d), Err(PacketError::SackLength(3)));
+        d.extend_from_slice(&[0, 0]);
+        assert_eq!(parse(&d).unwrap().sack, None);
+    }
+
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
     }
 }
