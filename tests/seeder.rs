@@ -642,20 +642,45 @@ fn interop_mse_libtorrent() {
 
 /// Stock transmission-daemon 3.00 (uTP on, encryption preferred) in a network namespace on
 /// a non-loopback address: it sends one uTP SYN to the seeder and never falls back to TCP,
-/// so it downloads only because the seeder dials it (the tracker lists it; the seeder
-/// re-announces every 5 s). Without dialling it never gets a byte.
+/// so with the seeder's uTP off it downloads only because the seeder dials it (the tracker
+/// lists it; the seeder re-announces every 5 s). Without dialling it never gets a byte.
 #[test]
 fn stock_transmission_is_dialled_and_downloads() {
+    let Some(c) = stock_transmission_in_a_namespace("sd", &["--utp", "off"]) else {
+        return;
+    };
+    let n = |k: &str| c["counters"][k].as_u64().unwrap_or(0);
+    assert!(n("peers_dialled_handshaken") >= 1, "{c}");
+}
+
+/// Stock transmission-daemon over uTP, its first choice: the seeder's uTP on and dialling
+/// off, so the only way in is Transmission's own uTP connection.
+#[test]
+fn stock_transmission_downloads_over_utp() {
+    let args = ["--utp", "on", "--max-dialled", "0"];
+    let Some(c) = stock_transmission_in_a_namespace("sdu", &args) else {
+        return;
+    };
+    let n = |k: &str| c["counters"][k].as_u64().unwrap_or(0);
+    assert!(n("utp_accepted") >= 1, "{c}");
+    assert_eq!(n("peers_dialled"), 0, "{c}");
+    assert_eq!(n("utp_garbage"), 0, "{c}");
+}
+
+/// Stock Transmission in a network namespace of its own (it ignores tracker peers in
+/// 127/8) downloads 6 MiB from the seeder started with `seed_args`: the seeder's counters,
+/// or None where the test cannot run.
+fn stock_transmission_in_a_namespace(tag: &str, seed_args: &[&str]) -> Option<serde_json::Value> {
     let _g = lock();
     if !Client::Transmission.available() {
-        return;
+        return None;
     }
-    let netns = iolab_netns::preflight().and_then(|_| iolab_netns::Net::new("sd"));
+    let netns = iolab_netns::preflight().and_then(|_| iolab_netns::Net::new(tag));
     let mut net = match netns {
         Ok(n) => n,
         Err(e) if !ci() => {
             eprintln!("SKIPPED: no network namespace here ({e:#})");
-            return;
+            return None;
         }
         Err(e) => panic!("network namespaces are needed: {e:#}"),
     };
@@ -667,7 +692,7 @@ fn stock_transmission_is_dialled_and_downloads() {
     inside.add_addr(&format!("{client_ip}/24")).unwrap();
     outside.up().unwrap();
     inside.up().unwrap();
-    let mut fx = Fixture::new("dial");
+    let mut fx = Fixture::new(tag);
     fx.ip = seed_ip;
     fx.transmission_utp = true;
     let data = fx.data_of(6 << 20);
@@ -675,7 +700,7 @@ fn stock_transmission_is_dialled_and_downloads() {
     let torrent = fx.dir.join("t.torrent");
     let url = fx.tracker();
     let json = fx.dir.join("counters.json");
-    fx.seed(&[
+    let mut args = vec![
         src.to_str().unwrap(),
         "--torrent",
         torrent.to_str().unwrap(),
@@ -685,7 +710,9 @@ fn stock_transmission_is_dialled_and_downloads() {
         "64K",
         "--json",
         json.to_str().unwrap(),
-    ]);
+    ];
+    args.extend_from_slice(seed_args);
+    fx.seed(&args);
     let dl = fx.dir.join("dl");
     std::fs::create_dir_all(&dl).unwrap();
     let mut cmd = Client::Transmission.start(&fx, &torrent, &dl);
@@ -706,21 +733,22 @@ fn stock_transmission_is_dialled_and_downloads() {
             .unwrap_or_default();
     assert!(
         ok,
-        "stock Transmission did not download; counters {c}; seed log:\n{}",
+        "stock Transmission did not download (seeder {seed_args:?}); counters {c}; seed log:\n{}",
         fx.seed_log()
     );
     let n = |k: &str| c["counters"][k].as_u64().unwrap_or(0);
-    assert!(n("peers_dialled_handshaken") >= 1, "{c}");
     eprintln!(
-        "dial: stock Transmission downloaded in {secs:.1} s; dialled {} (handshaken {}), accepted {}, MSE {} ({} RC4)",
+        "stock Transmission (seeder {seed_args:?}) downloaded in {secs:.1} s; dialled {} (handshaken {}), accepted {}, uTP {}, MSE {} ({} RC4)",
         n("peers_dialled"),
         n("peers_dialled_handshaken"),
         n("peers_accepted"),
+        n("utp_accepted"),
         n("mse_established"),
         n("mse_rc4"),
     );
     drop(fx); // the processes go before the namespace
     drop(net);
+    Some(c)
 }
 
 /// Makes a torrent of argv[1] with python3-libtorrent's `create_torrent` (16 KiB pieces,
@@ -2412,3 +2440,86 @@ fn a_download_over_ipv6_while_ipv4_listens_on_the_same_port() {
     assert!(n("peers_handshaken") >= 2, "{c}");
     assert!(n("bytes_sent") > 2 << 20, "{c}");
 }
+
+/// libtorrent over uTP alone (its outgoing TCP off): 48 MiB in 64 KiB pieces, enough
+/// traffic on loopback for reordered and lost datagrams and so for libtorrent's selective
+/// ACKs, whose bitmasks come in any length (a 3-byte one, refused as garbage, stalled
+/// the download until libtorrent timed out at about 53%).
+#[test]
+fn libtorrent_downloads_over_utp() {
+    let _g = lock();
+    if !Client::Libtorrent.available() {
+        return;
+    }
+    let mut fx = Fixture::new("lt-utp");
+    let data = fx.data_of(48 << 20);
+    let src = data.join("single.bin");
+    let torrent = fx.dir.join("t.torrent");
+    let json = fx.dir.join("counters.json");
+    let seed = fx.seed(&[
+        src.to_str().unwrap(),
+        "--torrent",
+        torrent.to_str().unwrap(),
+        "--piece-length",
+        "64K",
+        "--utp",
+        "on",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let dl = fx.dir.join("dl");
+    std::fs::create_dir_all(&dl).unwrap();
+    let i = fx.spawn(
+        Command::new("/usr/bin/python3")
+            .arg("-c")
+            .arg(LIBTORRENT_UTP_LEECHER)
+            .arg(&torrent)
+            .arg(&dl)
+            .arg(seed.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    let t0 = Instant::now();
+    let got = dl.join("single.bin");
+    let ok = wait_complete(
+        &src,
+        &got,
+        &mut fx.children[i],
+        Duration::from_secs(90),
+        false,
+    );
+    std::thread::sleep(Duration::from_millis(1100));
+    let c: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap_or_default())
+            .unwrap_or_default();
+    assert!(ok, "libtorrent over uTP did not finish; counters {c}");
+    let n = |k: &str| c["counters"][k].as_u64().unwrap_or(0);
+    // One connection carried it all: none timed out and was made again.
+    assert_eq!(n("utp_accepted"), 1, "{c}");
+    assert_eq!(n("peers_accepted"), 0, "TCP was off: {c}");
+    assert_eq!(n("utp_garbage"), 0, "{c}");
+    eprintln!(
+        "libtorrent over uTP: 48 MiB in {:.1} s, uTP connections {}, timeouts {}",
+        t0.elapsed().as_secs_f64(),
+        n("utp_accepted"),
+        n("utp_timeouts")
+    );
+}
+
+/// A libtorrent leecher with TCP off both ways, told of the seeder (argv[3], IP:PORT)
+/// directly: it can only connect over uTP.
+const LIBTORRENT_UTP_LEECHER: &str = r#"
+import sys, time, libtorrent as lt
+ip, port = sys.argv[3].rsplit(':', 1)
+ses = lt.session({'listen_interfaces': '127.0.0.1:0', 'enable_dht': False,
+                  'enable_lsd': False, 'enable_upnp': False, 'enable_natpmp': False,
+                  'enable_outgoing_tcp': False, 'enable_incoming_tcp': False})
+h = ses.add_torrent({'ti': lt.torrent_info(sys.argv[1]), 'save_path': sys.argv[2]})
+h.connect_peer((ip, int(port)))
+deadline = time.time() + 85
+while time.time() < deadline:
+    if h.status().is_seeding:
+        sys.exit(0)
+    time.sleep(0.2)
+sys.exit(1)
+"#;

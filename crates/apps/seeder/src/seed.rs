@@ -24,7 +24,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use iolab_runtime::net::TcpStream;
-use iolab_runtime::{sleep, timeout, wait_readable_or_cancel, Cancelled, Cond};
+use iolab_runtime::{sleep, timeout, wait_readable, wait_readable_or_cancel, Cancelled, Cond};
 use serde::Serialize;
 
 use crate::choker::{self, ChokeLimits, PeerSlot, Swarm, SNUB_TICK};
@@ -40,6 +40,10 @@ use utp_mux::UtpLimits;
 
 pub mod host;
 mod utp_mux;
+
+/// The longest wait, after our handshake to a peer that dialled us, for its first message
+/// before we send ours ([`Seeder::session`]).
+const AFTER_HANDSHAKE_PAUSE: Duration = Duration::from_millis(100);
 
 /// Limits and knobs of the seeder.
 #[derive(Debug, Clone)]
@@ -401,7 +405,20 @@ impl Seeder {
         let extended = hs.extended();
         let mut out = Vec::new();
         if send_handshake {
-            out = self.our_handshake().to_vec();
+            if let Err(e) = self
+                .send(stream, self.our_handshake().to_vec(), &mut rc4)
+                .await
+            {
+                return End::Io(e);
+            }
+            if inbuf.is_empty() {
+                // Transmission 3.00, having dialled us, drops whatever arrives in the read
+                // that completes our handshake (over uTP, where our handshake and what
+                // follows travel in one packet, it never saw our pieces and never asked
+                // for one). So what follows goes once the peer has sent something after
+                // its handshake, as every client does at once, or after a short pause.
+                let _ = timeout(AFTER_HANDSHAKE_PAUSE, wait_readable(stream.as_raw_fd())).await;
+            }
         }
         if extended {
             let size = if self.offers_metadata() {
