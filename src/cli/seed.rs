@@ -120,8 +120,8 @@ pub struct RunArgs {
     /// Connections held at once by the process (all torrents, accepted and dialled).
     #[arg(long, default_value_t = SeedSpec::default().max_peers)]
     pub max_peers: usize,
-    /// uTP (BEP 29): accept it over UDP on the --listen port (on), or TCP only (off, the
-    /// default until real clients have downloaded over it).
+    /// uTP (BEP 29): accept it over UDP on the --listen port (on, as the clients do:
+    /// stock Transmission tries uTP first and never falls back to TCP), or TCP only (off).
     #[arg(long, value_enum, default_value_t = OnOff::from(SeedSpec::default().utp))]
     pub utp: OnOff,
     /// Requests queued per peer (more are rejected).

@@ -110,9 +110,9 @@ impl Default for Config {
             read_ahead: false,
             encryption: Policy::Prefer,
             dial: DialLimits::default(),
-            // Off until a real client has downloaded over it (issue 47): libtorrent, which
-            // tries uTP first, did not complete against it.
-            utp: false,
+            // On, as in the clients: stock Transmission tries uTP first and never falls
+            // back to TCP (tests/seeder.rs: libtorrent and Transmission download over it).
+            utp: true,
             utp_limits: UtpLimits::default(),
         }
     }
