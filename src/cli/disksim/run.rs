@@ -58,6 +58,11 @@ pub struct RunArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// `disksim`: also print the response-time figures under DiskSim's statistics names
+    /// and buckets (IOdriver / Overall I/O System response time, per-disk seek and rotation),
+    /// to compare with a DiskSim `.outv`.
+    #[arg(long, value_name = "disksim")]
+    pub stats: Option<String>,
     /// The host stack (page cache, block layer) above the device.
     #[command(flatten)]
     pub host: HostArgs,
@@ -79,6 +84,8 @@ struct Summary {
     transfer: f64,
     first_arrival: Option<f64>,
     last_completion: f64,
+    /// DiskSim's response-time figures (average, std.dev., maximum, buckets).
+    disksim: iolab_disksim::system::stats::ResponseStats,
     hist: Option<hdrhistogram::Histogram<u64>>,
 }
 
@@ -97,6 +104,7 @@ impl Summary {
         self.bytes += c.req.bytes();
         let r = c.response();
         self.sum_resp += r;
+        self.disksim.add(r);
         match c.rec.cache {
             CacheOutcome::Hit => self.hits += 1,
             CacheOutcome::Partial => self.partial += 1,
@@ -153,6 +161,7 @@ fn open_trace(
     format: Option<&str>,
     capacity: u64,
     device: Option<u32>,
+    system: Option<std::collections::BTreeMap<u32, u64>>,
 ) -> Result<TraceSource<BufReader<std::fs::File>>> {
     let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let mut r = BufReader::new(f);
@@ -178,6 +187,9 @@ fn open_trace(
     if let Some(d) = device {
         src = src.with_device(d)?;
     }
+    if let Some(sys) = system {
+        src = src.with_system(sys)?;
+    }
     Ok(src)
 }
 
@@ -196,13 +208,25 @@ pub(super) fn run_cmd(a: RunArgs) -> Result<()> {
             return run_file_trace(&a, t);
         }
     }
+    if a.stats.as_deref().is_some_and(|s| s != "disksim") {
+        bail!("--stats takes 'disksim' (DiskSim's statistics names)");
+    }
     let cfg = Config::load(&a.config)?.with_disk_name(a.disk.as_deref());
-    let dev = cfg.device(&a.config)?;
+    let (dev, system) = match system_of(&a)? {
+        Some(s) => s,
+        None => (cfg.device(&a.config)?, None),
+    };
     for n in &dev.notes {
         eprintln!("note: {n}");
     }
     let mut trace = match &a.trace {
-        Some(t) => Some(open_trace(t, a.format.as_deref(), dev.blocks, a.device)?),
+        Some(t) => Some(open_trace(
+            t,
+            a.format.as_deref(),
+            dev.blocks,
+            a.device,
+            system,
+        )?),
         None => None,
     };
     let mut source: Box<dyn Source + '_> = match &mut trace {
@@ -304,8 +328,80 @@ pub(super) fn run_cmd(a: RunArgs) -> Result<()> {
     };
     print_report(&rep);
     print_host(rep.host.as_deref(), &rep.host_stats);
+    if a.stats.is_some() {
+        print_disksim_stats(&sum.disksim, &rep.device_stats);
+    }
     write_json(a.json.as_deref(), &rep)?;
     Ok(())
+}
+
+/// A DiskSim `.parv` that describes a system (several disks, I/O mappings, an organisation
+/// other than one disk as it is), unless one disk is chosen (`--disk`, `--device`): the
+/// system as the device, and the trace device numbers it serves with their capacities.
+#[allow(clippy::type_complexity)]
+fn system_of(
+    a: &RunArgs,
+) -> Result<
+    Option<(
+        iolab_disksim::config::Device,
+        Option<std::collections::BTreeMap<u32, u64>>,
+    )>,
+> {
+    let parv = a.config.extension().is_some_and(|e| e == "parv");
+    if !parv || a.disk.is_some() || a.device.is_some() {
+        return Ok(None);
+    }
+    if !iolab_disksim::system::parv::describes_system(&a.config)? {
+        return Ok(None);
+    }
+    let l = iolab_disksim::system::parv::load(&a.config)?;
+    let caps = l.system.capacities();
+    let blocks = caps.values().copied().min().unwrap_or(0);
+    let dev = iolab_disksim::config::Device {
+        component: Box::new(l.system),
+        blocks,
+        description: l.description,
+        notes: l.notes,
+    };
+    Ok(Some((dev, Some(caps))))
+}
+
+/// The run's response times under DiskSim's names (`--stats disksim`): the requests as
+/// "IOdriver" (a system's logical requests as "Overall I/O System" too, and its accesses to
+/// the disks), and each disk's seek and rotation averages.
+fn print_disksim_stats(st: &iolab_disksim::system::stats::ResponseStats, device: &[(String, f64)]) {
+    let get = |k: &str| device.iter().find(|(n, _)| n == k).map(|(_, v)| *v);
+    print!("{}", st.disksim_lines("Overall I/O System"));
+    match get("access_mean_ms") {
+        Some(m) => println!(
+            "IOdriver Total Requests handled:\t{}\nIOdriver Response time average: \t{m:.6}",
+            get("accesses").unwrap_or(0.0)
+        ),
+        None => print!("{}", st.disksim_lines("IOdriver")),
+    }
+    for (i, (name, n)) in device
+        .iter()
+        .filter(|(k, _)| k.ends_with(".accesses"))
+        .enumerate()
+    {
+        let disk = name.trim_end_matches(".accesses");
+        let per = |k: &str| get(&format!("{disk}.{k}")).map(|v| v / n.max(1.0));
+        if let (Some(seek), Some(rot)) = (per("seek_ms_total"), per("rotation_ms_total")) {
+            println!("Disk #{i} Seek time average: \t{seek:.6}");
+            println!("Disk #{i} Rotational latency average: \t{rot:.6}");
+        }
+    }
+    if let (Some(seek), Some(rot), Some(n)) = (
+        get("seek_ms_total"),
+        get("rotation_ms_total"),
+        Some(st.count as f64),
+    ) {
+        println!("Disk #0 Seek time average: \t{:.6}", seek / n.max(1.0));
+        println!(
+            "Disk #0 Rotational latency average: \t{:.6}",
+            rot / n.max(1.0)
+        );
+    }
 }
 
 /// The replay's progress line (hidden with --quiet): a bar when the length is known.

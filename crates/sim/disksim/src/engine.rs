@@ -48,6 +48,17 @@ pub struct Ctx {
 }
 
 impl Ctx {
+    /// A context at `now` for a component that drives components of its own (a storage
+    /// system's devices); their actions come back with [`Ctx::into_actions`].
+    pub(crate) fn at(now: f64) -> Ctx {
+        Ctx {
+            now,
+            actions: Vec::new(),
+        }
+    }
+    pub(crate) fn into_actions(self) -> Vec<Action> {
+        self.actions
+    }
     pub fn now(&self) -> f64 {
         self.now
     }

@@ -35,6 +35,7 @@ pub mod request;
 pub mod sched;
 pub mod scratch;
 pub mod ssd;
+pub mod system;
 #[cfg(test)]
 pub(crate) mod testdev;
 pub mod trace;

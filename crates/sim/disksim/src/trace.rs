@@ -195,6 +195,9 @@ pub struct TraceSource<R> {
     pub dev_filter: Option<u32>,
     /// The modelled device's capacity, sectors: a request beyond it is an error.
     capacity: Option<u64>,
+    /// A system of several devices (`with_system`): the trace's device numbers it maps, each
+    /// with its capacity in sectors; another number is an error with its line.
+    system: Option<std::collections::BTreeMap<u32, u64>>,
     first: Option<String>,
     /// Requests handed out, and lines not recognised as this format (skipped).
     pub requests: u64,
@@ -216,6 +219,7 @@ impl<R: BufRead> TraceSource<R> {
             measured: None,
             dev_filter: None,
             capacity: None,
+            system: None,
             first: None,
             requests: 0,
             unrecognised: 0,
@@ -240,6 +244,21 @@ impl<R: BufRead> TraceSource<R> {
             );
         }
         self.dev_filter = Some(dev);
+        Ok(self)
+    }
+
+    /// Replays every device of a trace that numbers its devices onto a system: `devices`
+    /// maps each trace device number it serves to that device's capacity (sectors). A
+    /// request on another number, or past its device's end, is an error with its line.
+    pub fn with_system(mut self, devices: std::collections::BTreeMap<u32, u64>) -> Result<Self> {
+        if !self.format.numbers_devices() && devices.len() > 1 {
+            bail!(
+                "a system of {} devices, but a {:?} trace does not number its devices (ascii and msr traces do)",
+                devices.len(),
+                self.format
+            );
+        }
+        self.system = Some(devices);
         Ok(self)
     }
 
@@ -296,6 +315,13 @@ impl<R: BufRead> TraceSource<R> {
     /// `dev_filter` chose one (they would otherwise be merged onto one disk, silently).
     fn admit_device(&mut self, dev: u32, n: u64) -> Result<bool> {
         *self.per_device.entry(dev).or_default() += 1;
+        if let Some(sys) = &self.system {
+            if !sys.contains_key(&dev) {
+                let known: Vec<u32> = sys.keys().copied().collect();
+                bail!("line {n}: device {dev} is not a device of the system (it maps the trace's devices {known:?})");
+            }
+            return Ok(true);
+        }
         match self.dev_filter {
             Some(d) => Ok(d == dev),
             None if self.per_device.len() > 1 => {
@@ -305,7 +331,7 @@ impl<R: BufRead> TraceSource<R> {
                     .map(|(d, k)| format!("device {d}: {k}"))
                     .collect();
                 bail!(
-                    "line {n}: the trace addresses several devices ({} requests so far) and one is modelled: choose one with --device N (DiskSim's systems of several disks are not modelled)",
+                    "line {n}: the trace addresses several devices ({} requests so far) and one is modelled: choose one with --device N, or run the system on its DiskSim .parv (--config SYSTEM.parv)",
                     seen.join(", ")
                 );
             }
@@ -561,7 +587,12 @@ impl<R: BufRead> Source for TraceSource<R> {
                     }
                     self.last_time = self.last_time.max(t);
                 }
-                if let Some(cap) = self.capacity {
+                let cap = match &self.system {
+                    Some(sys) if self.format.numbers_devices() => sys.get(&p.req.dev).copied(),
+                    Some(sys) => sys.values().next().copied(),
+                    None => self.capacity,
+                };
+                if let Some(cap) = cap {
                     let r = &p.req;
                     if matches!(r.op, Op::Read | Op::Write) && r.end() > cap {
                         bail!(

@@ -280,3 +280,26 @@ fn bad_traces_are_errors_and_a_parv_is_a_config() {
     let (ok, err) = run(&ok_trace, &parv);
     assert!(ok, "{err}");
 }
+
+/// DiskSim's `ascii.parv` given as it is runs as its system of 18 disks, the trace's device
+/// numbers routed to them, and `--stats disksim` prints DiskSim's names and buckets.
+#[test]
+fn a_system_parv_runs_as_its_disks_with_disksims_statistics() {
+    let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/disksim-systems");
+    let text = stdout_of(
+        iolab()
+            .args([
+                "disksim", "run", "--quiet", "--format", "ascii", "--stats", "disksim", "--config",
+            ])
+            .arg(d.join("ascii.parv"))
+            .arg("--trace")
+            .arg(d.join("ascii-20k.trace")),
+    );
+    assert!(text.contains("system of 18 disks"), "{text}");
+    assert!(text.contains("IOdriver Response time average:"), "{text}");
+    assert!(
+        text.contains("Overall I/O System Response time distribution"),
+        "{text}"
+    );
+    assert!(text.contains("Disk #17 Seek time average:"), "{text}");
+}

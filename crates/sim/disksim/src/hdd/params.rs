@@ -29,6 +29,9 @@ pub struct Block {
     pub entries: Vec<(String, Value)>,
     /// File the block came from (for error messages).
     pub file: PathBuf,
+    /// The line of each entry in `file` (parallel to `entries`), and of the block's start.
+    pub lines: Vec<usize>,
+    pub line: usize,
 }
 
 impl Block {
@@ -39,10 +42,21 @@ impl Block {
             .find(|(n, _)| norm(n) == k)
             .map(|(_, v)| v)
     }
-    fn ctx(&self, key: &str) -> String {
+    /// The line of `key` in the block's file (the block's own line when it is missing).
+    pub fn line_of(&self, key: &str) -> usize {
+        let k = norm(key);
+        self.entries
+            .iter()
+            .position(|(n, _)| norm(n) == k)
+            .and_then(|i| self.lines.get(i).copied())
+            .unwrap_or(self.line)
+    }
+    /// `FILE:LINE: block TYPE NAME: parameter 'KEY'`, for errors about one parameter.
+    pub fn ctx(&self, key: &str) -> String {
         format!(
-            "{}: block {} {}: parameter '{}'",
+            "{}:{}: block {} {}: parameter '{}'",
             self.file.display(),
+            self.line_of(key),
             self.ty,
             self.name,
             key
@@ -229,6 +243,8 @@ impl Parser<'_> {
             name,
             entries: Vec::new(),
             file: self.file.clone(),
+            lines: Vec::new(),
+            line: self.line(),
         };
         loop {
             match self.peek() {
@@ -240,12 +256,14 @@ impl Parser<'_> {
                     self.pos += 1;
                 }
                 Some(Tok::Word(_)) => {
+                    let line = self.line();
                     let key = self.words_until(&[Tok::Eq]).join(" ");
                     if self.next() != Some(Tok::Eq) {
                         return self.err(&format!("expected '=' after '{key}'"));
                     }
                     let v = self.value()?;
                     b.entries.push((key, v));
+                    b.lines.push(line);
                 }
                 None => return self.err(&format!("unterminated block {} {}", b.ty, b.name)),
                 Some(t) => return self.err(&format!("unexpected {t:?} in block")),
