@@ -131,6 +131,15 @@ fn results_json_has_every_point_with_the_required_fields() {
                 );
             }
             assert!(row.spread[0] <= row.us_per_request && row.us_per_request <= row.spread[1]);
+            // And at the second rate, a tenth of the lowest peak (half is the main one).
+            let low = e
+                .row_at(m, mode, true)
+                .unwrap_or_else(|| panic!("no low-rate row {m} {mode}: {:?}", e.failures));
+            assert!(low.rate > 0.0 && low.rate < row.rate, "{low:?}");
+            assert!(
+                low.repeats.iter().all(|x| x.ok > 0 && x.cpu_s > 0.0),
+                "{low:?}"
+            );
         }
         // Figure 2's data at the top level.
         let top = *levels.last().unwrap();

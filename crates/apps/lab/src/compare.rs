@@ -130,7 +130,11 @@ fn samples(runs: &[&Results]) -> Samples {
                 .filter(|x| x.ok > 0)
                 .map(|x| x.us_per_request)
                 .collect();
-            let label = format!("efficiency {}", row.mode);
+            let label = if row.low {
+                format!("efficiency {} at the low rate", row.mode)
+            } else {
+                format!("efficiency {}", row.mode)
+            };
             add((row.server.clone(), label), vec![("us_per_request", v)]);
         }
     }

@@ -252,6 +252,7 @@ pub fn measure(
             server: srv.name.clone(),
             mode,
             rate,
+            low: false,
             us_per_request: median(&vals).unwrap_or(0.0),
             spread: min_max(vals.iter().copied()),
             repeats: reps,
@@ -260,8 +261,18 @@ pub fn measure(
     ))
 }
 
-/// The offered rate of each mode: `--efficiency-rate`, or half the lowest peak in this
-/// run; with the sentence saying which.
+/// The second rate of a mode: a tenth of the lowest peak (at least 20 requests/s, so a
+/// short run still answers a few dozen).
+pub fn low_rate(peak: f64) -> f64 {
+    (peak * 0.1).max(20.0).round()
+}
+
+/// Rates measured per mode: the main one and, unless the rate is fixed, the low one. The
+/// time the pass needs is reserved from the profile's budget with it.
+pub const RATES_PER_MODE: usize = 2;
+
+/// The offered rates of each mode: `--efficiency-rate`, or half and a tenth of the lowest
+/// peak in this run; with the sentence saying which.
 fn rates(results: &Results, fixed: Option<f64>, e: &mut Efficiency) {
     let defaults = default_rates(results);
     let mut basis = Vec::new();
@@ -273,9 +284,11 @@ fn rates(results: &Results, fixed: Option<f64>, e: &mut Efficiency) {
                 basis.push(format!("{label}: {r:.0} req/s (fixed, --efficiency-rate)"));
             }
             (None, Some((r, who, peak))) => {
+                let low = low_rate(*peak);
                 e.rates.insert(mode, r.round());
+                e.low_rates.insert(mode, low);
                 basis.push(format!(
-                    "{label}: {:.0} req/s, half the lowest peak in this run ({who}: {peak:.0} req/s)",
+                    "{label}: {:.0} and {low:.0} req/s, half and a tenth of the lowest peak in this run ({who}: {peak:.0} req/s)",
                     r.round()
                 ));
             }
@@ -329,8 +342,8 @@ pub fn pass(
                 continue;
             }
         };
-        for mode in ConnMode::REPORT_ORDER {
-            let Some(&rate) = e.rates.get(&mode) else {
+        for (mode, low) in e.levels() {
+            let Some(rate) = e.rate_of(mode, low) else {
                 continue;
             };
             // A short closed-loop warm-up: caches filled, the server's threads started.
@@ -340,7 +353,7 @@ pub fn pass(
             let _ = iolab_load::run(&w);
             settle(&srv);
             match measure(&srv, mode, rate, (duration, repeats), client) {
-                Ok((row, proc_stat_only)) => {
+                Ok((mut row, proc_stat_only)) => {
                     if proc_stat_only {
                         e.cpu_source = "/proc/PID/stat utime + stime of each process of the server's group (clock ticks; the CPU clock was not readable)".into();
                     }
@@ -348,9 +361,12 @@ pub fn pass(
                         "efficiency {} {mode} at {rate:.0} req/s: {:.1} us CPU per request ({:.1}..{:.1})",
                         t.name, row.us_per_request, row.spread[0], row.spread[1]
                     );
+                    row.low = low;
                     e.rows.push(row);
                 }
-                Err(err) => e.failures.push(format!("{} {mode}: {err:#}", t.name)),
+                Err(err) => e
+                    .failures
+                    .push(format!("{} {mode} at {rate:.0}/s: {err:#}", t.name)),
             }
             if let Some(crash) = srv.crash_report() {
                 e.failures.push(format!("{} {mode}: {crash}", t.name));
@@ -457,5 +473,30 @@ mod tests {
         // The synthetic close rates peak at c = 1.
         assert_eq!(who, "b");
         assert!(close > 0.0);
+    }
+
+    /// Figure 1b's two rates per mode: half and a tenth of the lowest peak; one fixed
+    /// rate when `--efficiency-rate` gives it.
+    #[test]
+    fn two_rates_per_mode_unless_one_is_fixed() {
+        let r = crate::report::tests::synthetic();
+        let mut e = Efficiency::default();
+        rates(&r, None, &mut e);
+        assert_eq!(e.rates[&ConnMode::KeepAlive], 10_000.0);
+        assert_eq!(e.low_rates[&ConnMode::KeepAlive], 2_000.0);
+        assert_eq!(e.levels().len(), 4);
+        assert!(
+            e.rate_basis.contains("10000 and 2000 req/s"),
+            "{}",
+            e.rate_basis
+        );
+        let mut fixed = Efficiency::default();
+        rates(&r, Some(500.0), &mut fixed);
+        assert!(fixed.low_rates.is_empty());
+        assert_eq!(
+            fixed.levels(),
+            [(ConnMode::KeepAlive, false), (ConnMode::Close, false)]
+        );
+        assert_eq!(low_rate(100.0), 20.0);
     }
 }

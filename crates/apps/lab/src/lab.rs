@@ -70,7 +70,8 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
     let eff_plan = crate::efficiency::plan_for(opts.profile, opts.repeat);
     let eff_reserve = if opts.efficiency {
         let (duration, repeats) = eff_plan;
-        targets.len() as f64 * (2.0 * repeats as f64 * (duration.as_secs_f64() + 0.15) + 1.5)
+        let runs = 2 * crate::efficiency::RATES_PER_MODE * repeats;
+        targets.len() as f64 * (runs as f64 * (duration.as_secs_f64() + 0.15) + 1.5)
     } else {
         0.0
     };

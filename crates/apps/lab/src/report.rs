@@ -671,24 +671,20 @@ pub fn efficiency_section(r: &Results) -> String {
         .into_iter()
         .filter(|n| e.rows.iter().any(|x| &x.server == n))
         .collect();
-    let series = ConnMode::REPORT_ORDER
-        .iter()
-        .map(|&mode| {
+    let series = e
+        .levels()
+        .into_iter()
+        .map(|(mode, low)| {
             let vals = cats
                 .iter()
-                .map(|n| e.row(n, mode).map(|x| x.us_per_request))
+                .map(|n| e.row_at(n, mode, low).map(|x| x.us_per_request))
                 .collect();
             let label = match mode {
                 ConnMode::KeepAlive => "keep-alive",
                 ConnMode::Close => "new connection per request",
             };
-            (
-                format!(
-                    "{label} ({} req/s)",
-                    f2(e.rates.get(&mode).copied().unwrap_or(0.0))
-                ),
-                vals,
-            )
+            let rate = f2(e.rate_of(mode, low).unwrap_or(0.0));
+            (format!("{label} ({rate} req/s)"), vals)
         })
         .collect();
     if !cats.is_empty() {
@@ -720,8 +716,10 @@ fn efficiency_table(e: &crate::results::Efficiency, servers: &[String]) -> Strin
     out.push_str("</tr>");
     let mut warnings = Vec::new();
     for n in servers {
-        for mode in ConnMode::REPORT_ORDER {
-            let Some(x) = e.row(n, mode) else { continue };
+        for (mode, low) in e.levels() {
+            let Some(x) = e.row_at(n, mode, low) else {
+                continue;
+            };
             let ach: Vec<f64> = x.repeats.iter().map(|y| y.achieved_rps).collect();
             let cpu: f64 = x.repeats.iter().map(|y| y.cpu_s).sum();
             let ok: u64 = x.repeats.iter().map(|y| y.ok).sum();
@@ -1157,5 +1155,62 @@ pub(crate) mod tests {
         );
         assert!(html.contains("drops keep-alive: 38 of 238 requests failed (2 timeouts, 5 resets or refused, 30 short or malformed answers, 1 other)"), "{html}");
         assert!(!html.contains("fine keep-alive:"), "{html}");
+    }
+
+    /// Figure 1b at two rates per mode: a bar series and a table row for each, the low
+    /// rate's apart from the main one's.
+    #[test]
+    fn figure_1b_shows_both_rates() {
+        use crate::results::{EffRow, Efficiency};
+        let row = |mode, rate, low, us| EffRow {
+            server: "epoll".into(),
+            mode,
+            rate,
+            low,
+            us_per_request: us,
+            ..EffRow::default()
+        };
+        let mut r = Results::default();
+        let e = Efficiency {
+            rates: [(ConnMode::KeepAlive, 8000.0), (ConnMode::Close, 2000.0)].into(),
+            low_rates: [(ConnMode::KeepAlive, 1600.0), (ConnMode::Close, 400.0)].into(),
+            rows: vec![
+                row(ConnMode::KeepAlive, 8000.0, false, 21.5),
+                row(ConnMode::Close, 2000.0, false, 40.25),
+                row(ConnMode::KeepAlive, 1600.0, true, 33.75),
+                row(ConnMode::Close, 400.0, true, 61.5),
+            ],
+            ..Efficiency::default()
+        };
+        assert_eq!(
+            e.row_at("epoll", ConnMode::KeepAlive, true).map(|x| x.rate),
+            Some(1600.0)
+        );
+        assert_eq!(
+            e.row("epoll", ConnMode::KeepAlive).map(|x| x.rate),
+            Some(8000.0)
+        );
+        let table = efficiency_table(&e, &["epoll".into()]);
+        for cells in [
+            "<td>keep-alive</td><td>8000</td><td>0.00</td><td>21.5</td>",
+            "<td>keep-alive</td><td>1600</td><td>0.00</td><td>33.8</td>",
+            "<td>new connection</td><td>400</td><td>0.00</td><td>61.5</td>",
+        ] {
+            assert!(table.contains(cells), "{cells}: {table}");
+        }
+        r.efficiency = Some(e);
+        r.targets.push(crate::results::TargetInfo {
+            name: "epoll".into(),
+            ..crate::results::TargetInfo::default()
+        });
+        let html = efficiency_section(&r);
+        for label in [
+            "keep-alive (8000 req/s)",
+            "keep-alive (1600 req/s)",
+            "new connection per request (2000 req/s)",
+            "new connection per request (400 req/s)",
+        ] {
+            assert!(html.contains(label), "{label}: {html}");
+        }
     }
 }

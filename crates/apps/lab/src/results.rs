@@ -461,6 +461,9 @@ pub struct EffRow {
     pub mode: ConnMode,
     /// Offered rate, requests/s.
     pub rate: f64,
+    /// Measured at the low rate of its mode ([`Efficiency::low_rates`]), not the main one.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub low: bool,
     /// Median over repeats of server CPU µs per request.
     pub us_per_request: f64,
     /// [min, max] over repeats.
@@ -473,6 +476,11 @@ pub struct EffRow {
 pub struct Efficiency {
     /// Offered rate per mode, requests/s.
     pub rates: BTreeMap<ConnMode, f64>,
+    /// A second, lower rate per mode (a tenth of the lowest peak; none with a fixed
+    /// `--efficiency-rate`): where a server idles between requests, the cost of waking up
+    /// counts for more.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub low_rates: BTreeMap<ConnMode, f64>,
     /// How the rates were chosen.
     pub rate_basis: String,
     pub duration_s: f64,
@@ -487,10 +495,41 @@ pub struct Efficiency {
 }
 
 impl Efficiency {
+    /// The row of a server and mode at the main rate.
     pub fn row(&self, server: &str, mode: ConnMode) -> Option<&EffRow> {
+        self.row_at(server, mode, false)
+    }
+
+    /// The row of a server and mode at the main rate, or at the low one.
+    pub fn row_at(&self, server: &str, mode: ConnMode, low: bool) -> Option<&EffRow> {
         self.rows
             .iter()
-            .find(|r| r.server == server && r.mode == mode)
+            .find(|r| r.server == server && r.mode == mode && r.low == low)
+    }
+
+    /// (mode, low) of every rate offered or measured, main rates first, each in the
+    /// report's order of modes.
+    pub fn levels(&self) -> Vec<(ConnMode, bool)> {
+        let mut out = Vec::new();
+        for low in [false, true] {
+            let rates = if low { &self.low_rates } else { &self.rates };
+            for &m in &ConnMode::REPORT_ORDER {
+                let seen = self.rows.iter().any(|r| r.mode == m && r.low == low);
+                if rates.contains_key(&m) || seen {
+                    out.push((m, low));
+                }
+            }
+        }
+        out
+    }
+
+    /// The offered rate of a level.
+    pub fn rate_of(&self, mode: ConnMode, low: bool) -> Option<f64> {
+        if low {
+            self.low_rates.get(&mode).copied()
+        } else {
+            self.rates.get(&mode).copied()
+        }
     }
 }
 
