@@ -1929,13 +1929,10 @@ fn v2_and_hybrid_torrents_are_libtorrents_own() {
 
 /// A v2-only torrent made by `iolab seed --v2` is seeded to libtorrent, which downloads
 /// it byte for byte (the handshake and the tracker carry the truncated SHA-256; libtorrent
-/// checks each piece against the torrent's piece layers).
-///
-/// Known failure (issue 47, left open): libtorrent 2.0.8 gets 147 of 148 pieces and stalls
-/// (one piece never completes; not yet found which, nor whether it wants BEP 52 hash
-/// messages or is given a file's last piece with pad bytes).
+/// checks each piece against the torrent's piece layers). libtorrent 2.0.8 got 147 of 148
+/// pieces: it asks for the last piece whole (the last file padded to a piece boundary, as
+/// BEP 52's reference implementation lays it out) and we refused it as past the end.
 #[test]
-#[ignore = "v2-only seeding to libtorrent stalls on one piece (issue 47)"]
 fn a_v2_only_torrent_is_seeded_to_libtorrent() {
     let _g = lock();
     if !Client::Libtorrent.available() {

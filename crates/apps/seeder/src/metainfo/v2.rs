@@ -320,6 +320,17 @@ impl Meta {
         if offset == 0 {
             bail!("the torrent holds no data (total length 0)");
         }
+        // The last file is padded to a piece boundary too, as BEP 52's reference
+        // implementation and libtorrent 2.0 lay a v2 torrent out: its last piece is a whole
+        // piece, zeros past the data, and libtorrent asks for all of it (a request we
+        // refused as beyond the torrent, so its download never finished).
+        let end = offset
+            .checked_next_multiple_of(piece_length)
+            .context("total length overflows")?;
+        if end > offset {
+            files.push(pad_entry(end - offset, offset));
+            offset = end;
+        }
         if offset.div_ceil(piece_length) > u32::MAX as u64 {
             bail!("more than 2^32 pieces");
         }
@@ -624,8 +635,12 @@ mod tests {
             [("a", 0), ("c", 65536), ("empty", 114688), ("sub/b", 131072)]
                 .map(|(p, o)| (p.to_string(), o))
         );
-        assert_eq!(back.total, 131072 + 100);
+        // The last file's piece is whole: zeros after its 100 bytes, as libtorrent asks.
+        assert_eq!(back.total, 5 * 32768);
         assert_eq!(back.num_pieces(), 5);
+        assert_eq!(back.piece_len(4), 32768);
+        let tail = back.files.last().unwrap();
+        assert!(tail.pad && tail.offset == 131072 + 100, "{tail:?}");
         assert_eq!(
             v2.files
                 .iter()
