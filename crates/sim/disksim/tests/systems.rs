@@ -5,9 +5,6 @@
 //! distribution against DiskSim's buckets is printed. Inputs are in
 //! `data/disksim-systems/`; the full `ascii.trace` (2.9 MB, not in the repository) is
 //! replayed when `IOLAB_DISKSIM_VALID` names a directory holding it (DiskSim's `valid/`).
-//!
-//! The parity organisations miss the 5% today (`KNOWN_MISSES`, with the reason found): they
-//! are printed and held to their present error, so that a change shows either way.
 
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
@@ -96,17 +93,6 @@ fn transformed(path: &Path, how: &str) -> Vec<u8> {
     out
 }
 
-/// Configurations not yet within 5%, with the largest error (fraction) each may show: a
-/// parity write after the read of its old data, at the same sectors, waits one or two
-/// revolutions more than in DiskSim on some requests (the drive's write path when the head
-/// has just passed them; docs/results/disksim.md, 3 Dec).
-const KNOWN_MISSES: [(&str, f64); 4] = [
-    ("ascii-raid4", 0.13),
-    ("ascii-raid5", 0.08),
-    ("synthraid5", 0.10),
-    ("syntharrays", 0.08),
-];
-
 fn input_dir(trace: &str) -> Option<PathBuf> {
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/disksim-systems");
     if data.join(trace).exists() {
@@ -155,24 +141,6 @@ fn every_system_is_within_five_percent_of_disksims_mean() {
             access_err * 100.0
         );
         assert_eq!(q.count, r.requests, "{}: every request replayed", r.config);
-        if let Some((_, max)) = KNOWN_MISSES.iter().find(|(c, _)| *c == r.config) {
-            eprintln!(
-                "  {}: a known miss (allowed up to {:.0}%)",
-                r.config,
-                max * 100.0
-            );
-            if err.abs() > *max || access_err.abs() > *max {
-                failures.push(format!(
-                    "{}: {:+.2}% (accesses {:+.2}%), past its known {:.0}%",
-                    r.config,
-                    err * 100.0,
-                    access_err * 100.0,
-                    max * 100.0
-                ));
-            }
-            ran += 1;
-            continue;
-        }
         if err.abs() > 0.05 {
             failures.push(format!(
                 "{}: mean {:.3} ms, DiskSim {:.3} ({:+.2}%)",

@@ -170,6 +170,8 @@ pub struct Hdd {
     prefetch: Option<Prefetch>,
     /// End LBA of the last write (for appends that join the running destage).
     last_write_end: Option<u64>,
+    /// The last request the queue handed out: its first sector and its end.
+    last_started: Option<(u64, u64)>,
     /// See [`RunMemo`] (a `Cell`: mapping is a query, done from `&self`).
     memo: std::cell::Cell<Option<RunMemo>>,
     /// Chunk buffers kept for reuse (no allocation per media access or read-ahead).
@@ -193,6 +195,7 @@ impl Hdd {
             clock: 0,
             prefetch: None,
             last_write_end: None,
+            last_started: None,
             memo: std::cell::Cell::new(None),
             spare_chunks: Vec::with_capacity(8),
             spare_prefetch: Vec::with_capacity(8),
@@ -913,6 +916,7 @@ impl Hdd {
     }
 
     fn start(&mut self, req: Request, ctx: &mut Ctx) {
+        self.last_started = Some((req.lba, req.end()));
         let now = ctx.now();
         let mut rec = self.serve(&req, now);
         rec.queue_wait += now - req.arrival;
@@ -921,9 +925,16 @@ impl Hdd {
         self.active = Some((req, rec));
     }
 
-    /// Approximate head LBA for the scheduler.
+    /// Where the scheduler takes the head to be, as DiskSim's `ioqueue` does: the first
+    /// sector of the last request handed out for the elevators (LOOK, C-LOOK: a request at
+    /// that sector or after is ahead), its end for SSTF. (It was the end of the last write,
+    /// which put a parity write behind requests the head had to wrap around for.)
     fn head_lba(&self) -> u64 {
-        self.last_write_end.unwrap_or(0)
+        match (self.spec.scheduler, self.last_started) {
+            (_, None) => 0,
+            (crate::sched::Policy::Sstf, Some((_, end))) => end,
+            (_, Some((start, _))) => start,
+        }
     }
 }
 

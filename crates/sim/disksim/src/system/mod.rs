@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::engine::{Action, Component, Ctx};
 use crate::request::{Completion, Record, Request};
+use crate::sched::{Policy, Scheduler};
 use logorg::{Access, Logorg};
 
 /// Where a trace device number goes: an organisation and its logical device.
@@ -67,6 +68,39 @@ pub struct System {
     queued: Vec<usize>,
     /// Per device: accesses served and the sum of their response times (ms).
     served: Vec<(u64, f64)>,
+    /// Per device: the driver's queue (None: accesses go to the device at once).
+    drivers: Vec<Option<DriverQueue>>,
+}
+
+/// The device driver's queue in front of one device (DiskSim's `disksim_iodriver`
+/// scheduler): accesses wait here, in the driver's scheduling order, while the device holds
+/// `depth` of them. A completion is handled (its dependent accesses queued) before the next
+/// access is chosen, as DiskSim's driver does.
+pub struct DriverQueue {
+    queue: Scheduler<Request>,
+    policy: Policy,
+    depth: usize,
+    /// The last access handed to the device: first sector and end (the elevators' head is
+    /// its first sector, SSTF's its end, as DiskSim's `ioqueue` keeps `lastblkno`).
+    last: Option<(u64, u64)>,
+}
+
+impl DriverQueue {
+    pub fn new(policy: Policy, depth: usize, blocks: u64) -> DriverQueue {
+        DriverQueue {
+            queue: Scheduler::new(policy, blocks),
+            policy,
+            depth: depth.max(1),
+            last: None,
+        }
+    }
+    fn head(&self) -> u64 {
+        match (self.policy, self.last) {
+            (_, None) => 0,
+            (Policy::Sstf, Some((_, end))) => end,
+            (_, Some((start, _))) => start,
+        }
+    }
 }
 
 /// Access ids live above the engine's request ids.
@@ -94,6 +128,33 @@ impl System {
             next_token: 0,
             queued: vec![0; n],
             served: vec![(0, 0.0); n],
+            drivers: (0..n).map(|_| None).collect(),
+        }
+    }
+
+    /// Puts a driver queue in front of each device (`None` for none).
+    pub fn with_drivers(mut self, drivers: Vec<Option<DriverQueue>>) -> System {
+        if drivers.len() == self.devices.len() {
+            self.drivers = drivers;
+        }
+        self
+    }
+
+    /// Hands the device the driver's next accesses while it has room.
+    fn dispatch(&mut self, dev: usize, ctx: &mut Ctx) {
+        loop {
+            let Some(d) = self.drivers[dev].as_mut() else {
+                return;
+            };
+            if self.queued[dev] - d.queue.len() >= d.depth {
+                return;
+            }
+            let head = d.head();
+            let Some(r) = d.queue.pop(head) else {
+                return;
+            };
+            d.last = Some((r.lba, r.end()));
+            self.drive(dev, ctx, |x, c| x.submit(r, c));
         }
     }
 
@@ -155,12 +216,23 @@ impl System {
                 r.flags = op.req.flags;
             }
             self.queued[dev] += 1;
-            self.drive(dev, ctx, |d, c| d.submit(r, c));
+            match self.drivers[dev].as_mut() {
+                Some(d) => {
+                    d.queue.push(r.lba, r);
+                    self.dispatch(dev, ctx);
+                }
+                None => self.drive(dev, ctx, |d, c| d.submit(r, c)),
+            }
         }
     }
 
     fn access_done(&mut self, dev: usize, c: Completion, ctx: &mut Ctx) {
         self.queued[dev] = self.queued[dev].saturating_sub(1);
+        self.finish_access(dev, c, ctx);
+        self.dispatch(dev, ctx);
+    }
+
+    fn finish_access(&mut self, dev: usize, c: Completion, ctx: &mut Ctx) {
         let s = &mut self.served[dev];
         *s = (s.0 + 1, s.1 + c.rec.completion - c.req.arrival);
         let Some(id) = self.parent.remove(&c.req.id) else {

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 
 use super::logorg::{CopyChoice, Logorg, Scheme};
-use super::{Route, System};
+use super::{DriverQueue, Route, System};
 use crate::engine::Component;
 use crate::hdd::params::{self, Block, ParamFile, Value};
 use crate::hdd::{Hdd, HddSpec};
@@ -98,8 +98,8 @@ pub fn describes_system(path: &Path) -> Result<bool> {
     Ok(disks.len() > 1 || iomap || pf.find("disksim_logorg").any(|b| !plain(b)))
 }
 
-/// The scheduler in front of each disk: the driver's when the driver queues (no queueing in
-/// the subsystem, or a disk taking one request at a time), else the disk's own.
+/// The driver's scheduler, and whether it queues in the subsystem (passes the disks as many
+/// accesses as they take).
 fn driver_policy(pf: &ParamFile) -> Result<Option<(Policy, bool)>> {
     let Some(d) = pf.find("disksim_iodriver").next() else {
         return Ok(None);
@@ -300,6 +300,7 @@ pub fn load(path: &Path) -> Result<Loaded> {
     let mut devices: Vec<(String, Box<dyn Component>)> = Vec::new();
     let mut cap = Vec::new();
     let mut notes = Vec::new();
+    let mut drivers = Vec::new();
     for (inst, ty) in &disks {
         if !specs.contains_key(ty) {
             let b = pf.by_name(ty).with_context(|| format!("no disk {ty}"))?;
@@ -309,11 +310,12 @@ pub fn load(path: &Path) -> Result<Loaded> {
         }
         let mut spec = specs[ty].clone();
         spec.cache.keep_returned_data = true;
-        if let Some((p, in_subsystem)) = driver {
-            if !in_subsystem || spec.queue_depth <= 1 {
-                spec.scheduler = p;
-            }
-        }
+        // The driver hands the disk one access at a time without queueing in the
+        // subsystem, else as many as the disk takes ("Max queue length").
+        drivers.push(driver.map(|(p, in_subsystem)| {
+            let depth = if in_subsystem { spec.queue_depth } else { 1 };
+            DriverQueue::new(p, depth, spec.blocks())
+        }));
         cap.push(spec.blocks());
         devices.push((inst.clone(), Box::new(Hdd::new(spec))));
     }
@@ -361,7 +363,7 @@ pub fn load(path: &Path) -> Result<Loaded> {
     );
     notes.push("buses and controllers shared by several disks are not modelled: each disk has its own path".into());
     Ok(Loaded {
-        system: System::new(devices, orgs, routes),
+        system: System::new(devices, orgs, routes).with_drivers(drivers),
         description,
         notes,
     })
