@@ -221,16 +221,7 @@ fn a_target_command_runs_on_the_server_host() {
     let res = lab_of("none", &out, &rig.inventory(false), &["--target", target])
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&res.stderr);
-    assert!(res.status.success(), "{stderr}");
-    let r = iolab_lab::validate::load_results(&out).unwrap();
-    let h = r.hosts.as_ref().expect("a hosts block");
-    assert!(h.failures.is_empty(), "{:?}", h.failures);
-    assert!(!h.points.is_empty());
-    for p in &h.points {
-        assert_eq!(p.server, "py", "{p:?}");
-        assert_eq!(p.per_host.len(), 2, "{p:?}");
-        assert!(p.per_host.iter().all(|x| x.ok > 0), "{p:?}");
+    for p in &served_from_both_clients(&res, &out, "py").points {
         // The command's whole session on the server host, read from its /proc.
         assert!(p.server_cpu_s.is_some_and(|s| s > 0.0), "{p:?}");
     }
@@ -297,19 +288,31 @@ fn a_running_server_is_loaded_from_the_client_hosts() {
         .output()
         .unwrap();
     iolab_sys::testing::stop_child(&mut server);
-    let stderr = String::from_utf8_lossy(&res.stderr);
-    assert!(res.status.success(), "{stderr}");
-    let r = iolab_lab::validate::load_results(&out).unwrap();
-    let h = r.hosts.as_ref().expect("a hosts block");
-    assert!(h.failures.is_empty(), "{:?}", h.failures);
-    assert!(!h.points.is_empty());
-    for p in &h.points {
-        assert_eq!(p.server, "mine", "{p:?}");
-        assert_eq!(p.per_host.len(), 2, "{p:?}");
-        assert!(p.per_host.iter().all(|x| x.ok > 0), "{p:?}");
+    for p in &served_from_both_clients(&res, &out, "mine").points {
         assert_eq!(p.server_cpu_s, None, "{p:?}");
         assert_eq!(p.us_per_request, None, "{p:?}");
     }
     let html = std::fs::read_to_string(out.join("index.html")).unwrap();
     assert!(html.contains("<td>mine</td>"));
+}
+
+/// A hosts run that succeeded: its hosts block, every point `server`'s, each loaded and
+/// answered from both client hosts.
+fn served_from_both_clients(
+    res: &std::process::Output,
+    out: &Path,
+    server: &str,
+) -> iolab_lab::results::HostsRun {
+    let stderr = String::from_utf8_lossy(&res.stderr);
+    assert!(res.status.success(), "{stderr}");
+    let r = iolab_lab::validate::load_results(out).unwrap();
+    let h = r.hosts.expect("a hosts block");
+    assert!(h.failures.is_empty(), "{:?}", h.failures);
+    assert!(!h.points.is_empty());
+    for p in &h.points {
+        assert_eq!(p.server, server, "{p:?}");
+        assert_eq!(p.per_host.len(), 2, "{p:?}");
+        assert!(p.per_host.iter().all(|x| x.ok > 0), "{p:?}");
+    }
+    h
 }

@@ -727,10 +727,7 @@ fn stock_transmission_in_a_namespace(tag: &str, seed_args: &[&str]) -> Option<se
         true,
     );
     let secs = t0.elapsed().as_secs_f64();
-    std::thread::sleep(Duration::from_millis(1100));
-    let c: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap_or_default())
-            .unwrap_or_default();
+    let c = counters(&json);
     assert!(
         ok,
         "stock Transmission did not download (seeder {seed_args:?}); counters {c}; seed log:\n{}",
@@ -2485,10 +2482,7 @@ fn libtorrent_downloads_over_utp() {
         Duration::from_secs(90),
         false,
     );
-    std::thread::sleep(Duration::from_millis(1100));
-    let c: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap_or_default())
-            .unwrap_or_default();
+    let c = counters(&json);
     assert!(ok, "libtorrent over uTP did not finish; counters {c}");
     let n = |k: &str| c["counters"][k].as_u64().unwrap_or(0);
     // One connection carried it all: none timed out and was made again.

@@ -106,21 +106,11 @@ fn figure2(r: &Results, file: FileKind, num: usize) -> String {
             continue;
         };
         let trace = p.trace.clone().unwrap_or_default();
-        let client: Vec<(f64, f64)> = decimate(&trace.client, MAX_LINE_POINTS)
-            .iter()
-            .map(|x| (x[0], x[1]))
-            .collect();
+        let client = line_points(&trace.client);
         let (line, line_label, line2) = if trace.server.is_empty() {
             (client, "client requests in flight", Vec::new())
         } else {
-            (
-                decimate(&trace.server, MAX_LINE_POINTS)
-                    .iter()
-                    .map(|x| (x[0], x[1]))
-                    .collect(),
-                "connections",
-                client,
-            )
+            (line_points(&trace.server), "connections", client)
         };
         let panel = ScatterPanel {
             title: format!(
@@ -128,10 +118,7 @@ fn figure2(r: &Results, file: FileKind, num: usize) -> String {
                 f2(p.metrics.mean_ms),
                 p.metrics.errors
             ),
-            points: display_scatter(&trace.scatter)
-                .iter()
-                .map(|x| (x[0], x[1], x[2] as u8))
-                .collect(),
+            points: scatter_dots(&trace.scatter),
             line,
             line_label: line_label.into(),
             line2,
@@ -149,6 +136,22 @@ fn figure2(r: &Results, file: FileKind, num: usize) -> String {
 pub const MAX_OK_DOTS: usize = 350;
 pub const MAX_ODD_DOTS: usize = 150;
 pub const MAX_LINE_POINTS: usize = 250;
+
+/// A scatter as a panel draws it: decimated ([`display_scatter`]), each dot's class.
+pub fn scatter_dots(points: &[[f64; 3]]) -> Vec<(f64, f64, u8)> {
+    display_scatter(points)
+        .iter()
+        .map(|x| (x[0], x[1], x[2] as u8))
+        .collect()
+}
+
+/// A line of (time, level) as a panel draws it: at most [`MAX_LINE_POINTS`] vertices.
+pub fn line_points(points: &[[f64; 2]]) -> Vec<(f64, f64)> {
+    decimate(points, MAX_LINE_POINTS)
+        .iter()
+        .map(|x| (x[0], x[1]))
+        .collect()
+}
 
 /// At most `max` items, evenly strided, the last one kept.
 pub fn decimate<T: Copy>(v: &[T], max: usize) -> Vec<T> {

@@ -76,7 +76,7 @@ pub fn render_page(r: &Results, h: &HostsRun) -> String {
 /// Figure 2 over hosts: at the top close-mode level, every client host's requests on the
 /// controller's clock in one panel per server and file.
 fn figure2(h: &HostsRun) -> String {
-    use super::{decimate, display_scatter, MAX_LINE_POINTS};
+    use super::{line_points, scatter_dots};
     let mut out = String::new();
     for p in &h.points {
         let Some(trace) = &p.trace else { continue };
@@ -99,14 +99,8 @@ fn figure2(h: &HostsRun) -> String {
                 f2(p.merged.p50_ms),
                 p.merged.errors
             ),
-            points: display_scatter(&trace.scatter)
-                .iter()
-                .map(|x| (x[0], x[1], x[2] as u8))
-                .collect(),
-            line: decimate(&trace.client, MAX_LINE_POINTS)
-                .iter()
-                .map(|x| (x[0], x[1]))
-                .collect(),
+            points: scatter_dots(&trace.scatter),
+            line: line_points(&trace.client),
             line_label: "client requests in flight, all hosts".into(),
             line2: Vec::new(),
             requested: Some(p.concurrency as f64),

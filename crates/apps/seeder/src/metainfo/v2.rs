@@ -294,13 +294,7 @@ impl Meta {
         let mut offset = 0u64;
         for (i, t) in tree.iter().enumerate() {
             if i > 0 && t.length > 0 {
-                let start = offset
-                    .checked_next_multiple_of(piece_length)
-                    .context("total length overflows")?;
-                if start > offset {
-                    files.push(pad_entry(start - offset, offset));
-                }
-                offset = start;
+                offset = pad_to_piece(&mut files, offset, piece_length)?;
             }
             index.push(files.len());
             files.push(FileEntry {
@@ -324,13 +318,7 @@ impl Meta {
         // implementation and libtorrent 2.0 lay a v2 torrent out: its last piece is a whole
         // piece, zeros past the data, and libtorrent asks for all of it (a request we
         // refused as beyond the torrent, so its download never finished).
-        let end = offset
-            .checked_next_multiple_of(piece_length)
-            .context("total length overflows")?;
-        if end > offset {
-            files.push(pad_entry(end - offset, offset));
-            offset = end;
-        }
+        offset = pad_to_piece(&mut files, offset, piece_length)?;
         if offset.div_ceil(piece_length) > u32::MAX as u64 {
             bail!("more than 2^32 pieces");
         }
@@ -435,6 +423,17 @@ impl Meta {
         bar.finish_and_clear();
         Ok(())
     }
+}
+
+/// A pad entry from `offset` to the next piece boundary (none when on one); the boundary.
+fn pad_to_piece(files: &mut Vec<FileEntry>, offset: u64, piece_length: u64) -> anyhow::Result<u64> {
+    let end = offset
+        .checked_next_multiple_of(piece_length)
+        .context("total length overflows")?;
+    if end > offset {
+        files.push(pad_entry(end - offset, offset));
+    }
+    Ok(end)
 }
 
 fn pad_entry(length: u64, offset: u64) -> FileEntry {
