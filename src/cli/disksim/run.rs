@@ -219,6 +219,7 @@ pub(super) fn run_cmd(a: RunArgs) -> Result<()> {
     for n in &dev.notes {
         eprintln!("note: {n}");
     }
+    let system_caps = system.is_some();
     let mut trace = match &a.trace {
         Some(t) => Some(open_trace(
             t,
@@ -229,9 +230,14 @@ pub(super) fn run_cmd(a: RunArgs) -> Result<()> {
         )?),
         None => None,
     };
-    let mut source: Box<dyn Source + '_> = match &mut trace {
-        Some(t) => Box::new(t),
-        None => match &cfg.workload {
+    let synth = match (&trace, system_caps) {
+        (None, true) => iolab_disksim::system::parv::synthio(&a.config)?,
+        _ => None,
+    };
+    let mut source: Box<dyn Source + '_> = match (&mut trace, synth) {
+        (Some(t), _) => Box::new(t),
+        (None, Some(s)) => Box::new(s),
+        (None, None) => match &cfg.workload {
             Some(w) => Box::new(Generator::new(w.clone(), dev.blocks)?),
             None => bail!(
                 "no --trace and no [workload] section in {}",
@@ -351,7 +357,14 @@ fn system_of(
     if !parv || a.disk.is_some() || a.device.is_some() {
         return Ok(None);
     }
-    if !iolab_disksim::system::parv::describes_system(&a.config)? {
+    // Without a trace, a .parv with a synthetic workload runs as a system too (its
+    // generators address DiskSim's device numbers).
+    let synthetic = a.trace.is_none()
+        && iolab_disksim::hdd::params::parse_file(&a.config)?
+            .find("disksim_synthio")
+            .next()
+            .is_some();
+    if !synthetic && !iolab_disksim::system::parv::describes_system(&a.config)? {
         return Ok(None);
     }
     let l = iolab_disksim::system::parv::load(&a.config)?;

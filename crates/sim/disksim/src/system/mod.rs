@@ -19,6 +19,7 @@
 pub mod logorg;
 pub mod parv;
 pub mod stats;
+pub mod synthio;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -382,9 +383,22 @@ pub fn replay_ascii(
     let caps = loaded.system.capacities();
     let mut src =
         crate::trace::TraceSource::new(trace, crate::trace::Format::Ascii).with_system(caps)?;
-    let mut sim = crate::engine::Simulator::new(vec![Box::new(loaded.system)]);
+    finish_replay(loaded.system, &mut src)
+}
+
+/// Runs the synthetic workload (`disksim_synthio`) of `parv` on its system.
+pub fn replay_synthio(parv: &std::path::Path) -> anyhow::Result<Replay> {
+    let loaded = parv::load(parv)?;
+    let Some(mut src) = parv::synthio(parv)? else {
+        anyhow::bail!("{}: no disksim_synthio block", parv.display());
+    };
+    finish_replay(loaded.system, &mut src)
+}
+
+fn finish_replay(system: System, src: &mut dyn crate::engine::Source) -> anyhow::Result<Replay> {
+    let mut sim = crate::engine::Simulator::new(vec![Box::new(system)]);
     let mut requests = stats::ResponseStats::default();
-    sim.run(&mut src, &mut |c| requests.add(c.response()))?;
+    sim.run(src, &mut |c| requests.add(c.response()))?;
     let mut out = Replay {
         requests,
         ..Default::default()

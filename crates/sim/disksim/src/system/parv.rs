@@ -283,6 +283,45 @@ fn routes_of(
     Ok(routes)
 }
 
+/// DiskSim's synthetic workload of `path` (its `disksim_synthio` block), if it has one: a
+/// generator's devices are disks (DiskSim's device numbers) or arrays (their
+/// organisation's number), as the system routes them without I/O mappings.
+pub fn synthio(path: &Path) -> Result<Option<super::synthio::Synthio>> {
+    let pf = params::parse_file(path)?;
+    let Some(b) = pf.find("disksim_synthio").next() else {
+        return Ok(None);
+    };
+    if iomaps(&pf)?.is_some() {
+        bail!("{}: a synthetic workload with I/O mappings is not modelled (the generators address DiskSim's device numbers)", b.ctx("Generators"));
+    }
+    let disks = disk_instances(&pf, path)?;
+    let orgs: Vec<String> = pf.find("disksim_logorg").map(|o| o.name.clone()).collect();
+    let device = |n: &str| -> Option<u32> {
+        disks
+            .iter()
+            .position(|(d, _)| d == n)
+            .or_else(|| orgs.iter().position(|o| o == n))
+            .map(|i| i as u32)
+    };
+    let seed = pf
+        .find("disksim_global")
+        .next()
+        .and_then(|g| g.num("Init Seed").ok())
+        .unwrap_or(42.0);
+    let cpus = pf
+        .find("disksim_pf")
+        .next()
+        .and_then(|p| p.num("Number of processors").ok())
+        .unwrap_or(1.0);
+    let s = super::synthio::Synthio::of(
+        b,
+        &device,
+        seed.abs() as u64,
+        cpus.clamp(1.0, 4096.0) as usize,
+    )?;
+    Ok(Some(s))
+}
+
 /// Reads the system of `path`.
 pub fn load(path: &Path) -> Result<Loaded> {
     let pf = params::parse_file(path)?;
