@@ -579,6 +579,35 @@ pub fn drop_seek_glitches(t: &mut Vec<(u32, f64)>) -> Vec<(u32, f64, f64, f64)> 
     dropped
 }
 
+/// Expands DiskSim's `[ disk0 .. disk17 ]` name lists.
+pub fn expand_names(words: &[String]) -> Result<Vec<String>> {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < words.len() {
+        if words[i] == ".." {
+            let (Some(a), Some(b)) = (out.pop(), words.get(i + 1)) else {
+                bail!("'..' needs a name on each side");
+            };
+            let split = |s: &str| {
+                let d = s.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+                (s[..d].to_string(), s[d..].parse::<u64>().ok())
+            };
+            let ((pa, Some(na)), (pb, Some(nb))) = (split(&a), split(b)) else {
+                bail!("'{a} .. {b}': both names must end in a number");
+            };
+            if pa != pb || nb < na || nb - na > 4096 {
+                bail!("'{a} .. {b}' is not a range of names");
+            }
+            out.extend((na..=nb).map(|n| format!("{pa}{n}")));
+            i += 2;
+        } else {
+            out.push(words[i].clone());
+            i += 1;
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,35 +23,6 @@ pub struct Loaded {
     pub notes: Vec<String>,
 }
 
-/// Expands DiskSim's `[ disk0 .. disk17 ]` name lists.
-pub fn expand_names(words: &[String]) -> Result<Vec<String>> {
-    let mut out: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < words.len() {
-        if words[i] == ".." {
-            let (Some(a), Some(b)) = (out.pop(), words.get(i + 1)) else {
-                bail!("'..' needs a name on each side");
-            };
-            let split = |s: &str| {
-                let d = s.trim_end_matches(|c: char| c.is_ascii_digit()).len();
-                (s[..d].to_string(), s[d..].parse::<u64>().ok())
-            };
-            let ((pa, Some(na)), (pb, Some(nb))) = (split(&a), split(b)) else {
-                bail!("'{a} .. {b}': both names must end in a number");
-            };
-            if pa != pb || nb < na || nb - na > 4096 {
-                bail!("'{a} .. {b}' is not a range of names");
-            }
-            out.extend((na..=nb).map(|n| format!("{pa}{n}")));
-            i += 2;
-        } else {
-            out.push(words[i].clone());
-            i += 1;
-        }
-    }
-    Ok(out)
-}
-
 /// The disk instances of a parameter file, in DiskSim's device-number order: (instance
 /// name, its `disksim_disk` block's name). Other device types are refused.
 fn disk_instances(pf: &ParamFile, path: &Path) -> Result<Vec<(String, String)>> {
@@ -60,7 +31,7 @@ fn disk_instances(pf: &ParamFile, path: &Path) -> Result<Vec<(String, String)>> 
         let Some(b) = pf.by_name(ty) else { continue };
         match b.ty.as_str() {
             "disksim_disk" => {
-                for n in expand_names(names)
+                for n in params::expand_names(names)
                     .with_context(|| format!("{}: instantiate", path.display()))?
                 {
                     out.push((n, ty.clone()));
@@ -188,7 +159,7 @@ fn logorg_of(
         }
     }
     let mut members = Vec::new();
-    for n in expand_names(&names).with_context(|| b.ctx("devices"))? {
+    for n in params::expand_names(&names).with_context(|| b.ctx("devices"))? {
         match index.get(&n) {
             Some(&i) => members.push(i),
             None => bail!("{}: '{n}' is not a disk of the system (an organisation of organisations is not modelled)", b.ctx("devices")),
@@ -503,11 +474,11 @@ mod tests {
     fn name_ranges_expand() {
         let w = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
         assert_eq!(
-            expand_names(&w("disk0 .. disk2 x")).unwrap(),
+            params::expand_names(&w("disk0 .. disk2 x")).unwrap(),
             w("disk0 disk1 disk2 x")
         );
-        assert!(expand_names(&w("a0 .. b3")).is_err());
-        assert!(expand_names(&w(".. b3")).is_err());
-        assert!(expand_names(&w("d9 .. d1")).is_err());
+        assert!(params::expand_names(&w("a0 .. b3")).is_err());
+        assert!(params::expand_names(&w(".. b3")).is_err());
+        assert!(params::expand_names(&w("d9 .. d1")).is_err());
     }
 }

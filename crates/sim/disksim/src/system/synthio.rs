@@ -148,7 +148,7 @@ impl Generator {
                 _ => bail!("{}: expected device names", b.ctx("devices")),
             }
         }
-        for n in super::parv::expand_names(&names)? {
+        for n in crate::hdd::params::expand_names(&names)? {
             match device(&n) {
                 Some(d) => devices.push(d),
                 None => bail!(
