@@ -123,6 +123,12 @@ impl Fixture {
     /// `want.got` is `want.src` byte for byte ([`wait_complete`]).
     fn download(&mut self, client: Client, torrent: &Path, dl: &Path, want: Want) -> bool {
         let mut cmd = client.start(self, torrent, dl);
+        self.run_until_complete(&mut cmd, want)
+    }
+
+    /// Starts a client's command (its output discarded) and waits until `want.got` is
+    /// `want.src` byte for byte ([`wait_complete`]).
+    fn run_until_complete(&mut self, cmd: &mut Command, want: Want) -> bool {
         let i = self.spawn(cmd.stdout(Stdio::null()).stderr(Stdio::null()));
         let Want {
             src,
@@ -2407,23 +2413,20 @@ fn a_download_over_ipv6_while_ipv4_listens_on_the_same_port() {
     let dl = fx.dir.join("dl");
     std::fs::create_dir_all(&dl).unwrap();
     let got = dl.join("multi");
-    let i = fx.spawn(
-        Command::new("/usr/bin/python3")
-            .arg("-c")
-            .arg(LIBTORRENT_FROM_PEER)
-            .arg(&t)
-            .arg(&dl)
-            .args(["::1", &port])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-    );
-    let ok = wait_complete(
-        &src,
-        &got,
-        &mut fx.children[i],
-        Duration::from_secs(90),
-        false,
-    );
+    let mut leecher = Command::new("/usr/bin/python3");
+    leecher
+        .arg("-c")
+        .arg(LIBTORRENT_FROM_PEER)
+        .arg(&t)
+        .arg(&dl)
+        .args(["::1", &port]);
+    let want = Want {
+        src: &src,
+        got: &got,
+        limit: Duration::from_secs(90),
+        skip_empty: false,
+    };
+    let ok = fx.run_until_complete(&mut leecher, want);
     assert!(
         ok,
         "libtorrent over [::1] did not finish; seed log:\n{}",
@@ -2463,25 +2466,21 @@ fn libtorrent_downloads_over_utp() {
     ]);
     let dl = fx.dir.join("dl");
     std::fs::create_dir_all(&dl).unwrap();
-    let i = fx.spawn(
-        Command::new("/usr/bin/python3")
-            .arg("-c")
-            .arg(LIBTORRENT_UTP_LEECHER)
-            .arg(&torrent)
-            .arg(&dl)
-            .arg(seed.to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-    );
+    let mut leecher = Command::new("/usr/bin/python3");
+    leecher
+        .arg("-c")
+        .arg(LIBTORRENT_UTP_LEECHER)
+        .arg(&torrent)
+        .arg(&dl)
+        .arg(seed.to_string());
     let t0 = Instant::now();
-    let got = dl.join("single.bin");
-    let ok = wait_complete(
-        &src,
-        &got,
-        &mut fx.children[i],
-        Duration::from_secs(90),
-        false,
-    );
+    let want = Want {
+        src: &src,
+        got: &dl.join("single.bin"),
+        limit: Duration::from_secs(90),
+        skip_empty: false,
+    };
+    let ok = fx.run_until_complete(&mut leecher, want);
     let c = counters(&json);
     assert!(ok, "libtorrent over uTP did not finish; counters {c}");
     let n = |k: &str| c["counters"][k].as_u64().unwrap_or(0);
