@@ -88,7 +88,14 @@ fn two_servers_not_written_here_are_measured_and_reported() {
                 row.mode
             );
         }
-        assert_eq!(e.rows.iter().filter(|x| x.server == t.name).count(), 2);
+        // Both modes, each at half and at a tenth of the lowest peak.
+        let rows = |low: bool| {
+            e.rows
+                .iter()
+                .filter(|x| x.server == t.name && x.low == low)
+                .count()
+        };
+        assert_eq!((rows(false), rows(true)), (2, 2));
         // Every start's output is kept, each after its marker.
         let stderr = std::fs::read_to_string(out.join(&t.logs[1])).unwrap();
         assert!(
