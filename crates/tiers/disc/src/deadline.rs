@@ -142,10 +142,13 @@ pub fn watch(stream: &impl AsRawFd, timeouts: ClientTimeouts) -> ClientWatch {
                     });
                 if let Some(why) = why {
                     s.expired.set(Some(why));
+                    // Counted before the close: whoever sees the connection end sees it
+                    // counted (counted after, a loaded machine let the deadlines test read
+                    // the count between the two).
+                    EXPIRED[why as usize].fetch_add(1, Ordering::Relaxed);
                     // SAFETY: `alive` was checked with no await since: the connection still
                     // owns the descriptor. shutdown only changes the socket's state.
                     unsafe { libc::shutdown(s.fd, libc::SHUT_RDWR) };
-                    EXPIRED[why as usize].fetch_add(1, Ordering::Relaxed);
                     tracing::debug!("client connection closed: {why:?} deadline");
                     return;
                 }
