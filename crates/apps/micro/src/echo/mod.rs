@@ -526,8 +526,14 @@ mod tests {
             match r {
                 Ok(r) => {
                     assert_eq!(r.held, 4, "{}: {r:?}", model.name());
+                    // Messages per CPU-second are the rate over the server's CPU share,
+                    // which may pass 100% (a loaded machine's runtime with its helper
+                    // threads read 100.3%): consistent, not larger than the rate.
+                    let per_cpu = r.msgs_per_s / (r.cpu_pct / 100.0);
                     assert!(
-                        r.msgs_per_s > 0.0 && r.p99_us > 0.0 && r.msgs_per_cpu_s > r.msgs_per_s,
+                        r.msgs_per_s > 0.0
+                            && r.p99_us > 0.0
+                            && (r.msgs_per_cpu_s - per_cpu).abs() <= 0.01 * per_cpu,
                         "{}: {r:?}",
                         model.name()
                     );
