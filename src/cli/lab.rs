@@ -300,8 +300,17 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
 
 /// A run that measured nothing because its servers failed exits non-zero (scripts and CI
 /// would take its empty report for a result); the report is written first and says why.
+/// Over hosts: no point merged and failures listed (each server failed on its host).
 fn refuse_if_nothing_measured(r: &iolab_lab::results::Results) -> anyhow::Result<()> {
     use iolab_lab::results::Status;
+    if let Some(h) = &r.hosts {
+        return match h.failures.first() {
+            Some(first) if h.points.is_empty() => bail!(
+                "nothing measured on the hosts: every server failed (first: {first}); the report says why"
+            ),
+            _ => Ok(()),
+        };
+    }
     let measured = !r.points.is_empty()
         || r.efficiency.as_ref().is_some_and(|e| !e.rows.is_empty())
         || r.scaling.is_some();
@@ -347,19 +356,7 @@ fn run_hosts(opts: &Options, inventory: &std::path::Path, json: bool) -> anyhow:
         }
         println!("report: {}", opts.out.join("index.html").display());
     }
-    refuse_if_nothing_measured_on_hosts(&r)
-}
-
-/// The hosts run's counterpart of [`refuse_if_nothing_measured`]: no point merged and
-/// failures listed (each server failed on its host) exits non-zero, the report written.
-fn refuse_if_nothing_measured_on_hosts(r: &iolab_lab::results::Results) -> anyhow::Result<()> {
-    match &r.hosts {
-        Some(h) if h.points.is_empty() && !h.failures.is_empty() => bail!(
-            "nothing measured on the hosts: every server failed (first: {}); the report says why",
-            h.failures[0]
-        ),
-        _ => Ok(()),
-    }
+    refuse_if_nothing_measured(&r)
 }
 
 /// `--compare A B`: two results folders (or comma-separated lists of them) side by side,
