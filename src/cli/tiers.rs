@@ -159,6 +159,11 @@ pub struct AgentArgs {
     /// Owner of the arena file (the senders' user, e.g. nginx's workers: nobody).
     #[arg(long)]
     pub arena_user: Option<String>,
+    /// A directory whose files senders on this host may send by reference: the agent
+    /// answers their fetches with `sendfile`, so nobody copies the bytes into the arena
+    /// (repeatable; none: every payload is copied). Only files under these are opened.
+    #[arg(long = "files", value_name = "DIR")]
+    pub files: Vec<PathBuf>,
 }
 
 /// The ODB library and agent command for this build of iolab.
@@ -201,6 +206,9 @@ pub fn odb_for_this_build() -> anyhow::Result<Odb> {
         agent: AgentProgram::Iolab(exe),
         agent_memory_mib: 256,
         threshold: 4096,
+        // IOLAB_ODB_FILE_REFS=0: the BE's files copied into the arena (the earlier design),
+        // for before/after measurements of one build
+        file_refs: std::env::var_os("IOLAB_ODB_FILE_REFS").is_none_or(|v| v != "0"),
     })
 }
 
@@ -229,6 +237,7 @@ impl TryFrom<&AgentArgs> for AgentSpec {
             lifetime_s: a.lifetime,
             drain_s: a.drain,
             arena_user: a.arena_user.clone(),
+            files: a.files.clone(),
         })
     }
 }

@@ -289,6 +289,56 @@ pub struct Store {
     /// one failed connect per second, not one per write.
     retry_after_ms: u64,
     lease: Option<Lease>,
+    /// Files registered at the agent (FILE), most recent ones; refused ones too, so that a
+    /// file the agent will not serve costs one round trip, not one per response.
+    files: [Option<FileSlot>; FILE_SLOTS],
+    next_file: usize,
+}
+
+/// A file as the agent knows it: its number and key, or None when it refused it (outside
+/// its `--files` roots, or changed): its ranges are then copied into the arena.
+#[derive(Clone, Copy)]
+struct FileSlot {
+    ident: FileIdent,
+    served: Option<(u32, [u8; 16])>,
+}
+
+/// Files remembered per process (nginx opens a file per request: the cache is what makes a
+/// registration once per file, not once per response).
+const FILE_SLOTS: usize = 64;
+
+/// The identity of a regular file (`fstat`), or None.
+fn file_ident(fd: c_int) -> Option<FileIdent> {
+    // SAFETY: stat is plain old data; all-zero is a valid value, overwritten by fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    sys::fstat(fd, &mut st).ok()?;
+    (st.st_mode & libc::S_IFMT == libc::S_IFREG).then_some(FileIdent {
+        dev: st.st_dev,
+        ino: st.st_ino,
+        size: st.st_size as u64,
+        mtime_ns: st.st_mtime * 1_000_000_000 + st.st_mtime_nsec,
+    })
+}
+
+/// `/proc/self/fd/N` as a NUL-terminated path in `buf`.
+fn proc_fd_path(fd: c_int, buf: &mut [u8; 32]) -> *const libc::c_char {
+    let prefix = b"/proc/self/fd/";
+    buf[..prefix.len()].copy_from_slice(prefix);
+    let mut digits = [0u8; 10];
+    let (mut v, mut k) = (fd.unsigned_abs(), 0);
+    loop {
+        digits[k] = b'0' + (v % 10) as u8;
+        k += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    for i in 0..k {
+        buf[prefix.len() + i] = digits[k - 1 - i];
+    }
+    buf[prefix.len() + k] = 0;
+    buf.as_ptr().cast()
 }
 
 // SAFETY: the arena pointer is only used under the library's global lock.
@@ -315,6 +365,8 @@ impl Store {
             arena_size: 0,
             retry_after_ms: 0,
             lease: None,
+            files: [None; FILE_SLOTS],
+            next_file: 0,
         }
     }
 
@@ -330,6 +382,7 @@ impl Store {
         self.hello = None;
         self.arena = std::ptr::null_mut();
         self.lease = None;
+        self.files = [None; FILE_SLOTS];
         if backoff {
             self.retry_after_ms = now_ms() + 1000;
         }
@@ -425,6 +478,71 @@ impl Store {
                 buf_id: id,
             },
         ))
+    }
+
+    /// A reference to `len` bytes of the file open as `fd` from `start`, which the agent
+    /// will answer with `sendfile` (FILE: one round trip the first time this process sends
+    /// the file, none after). Err: not a regular file, beyond what an id can name, or a
+    /// file the agent does not serve: the caller copies the bytes into the arena instead.
+    pub fn file_ref(&mut self, fd: c_int, start: u64, len: u32) -> Result<Ref, c_int> {
+        self.connect()?;
+        if len == 0 || len > MAX_LEASE || start > MAX_FILE_START || self.draining() {
+            return Err(libc::ENOSPC);
+        }
+        let ident = file_ident(fd).ok_or(libc::EINVAL)?;
+        if start + len as u64 > ident.size {
+            return Err(libc::EINVAL);
+        }
+        let known = self
+            .files
+            .iter()
+            .flatten()
+            .find(|f| f.ident == ident)
+            .copied();
+        let slot = match known {
+            Some(s) => s,
+            None => self.register_file(fd, ident)?,
+        };
+        let (no, key) = slot.served.ok_or(libc::ENOENT)?;
+        let h = self.hello.expect("connected");
+        Ok(Ref {
+            len,
+            agent_id: h.agent_id,
+            agent: h.addr,
+            offset: 0,
+            buf_id: file_buf_id(no, start, len, &key),
+        })
+    }
+
+    /// FILE for the file open as `fd` (its path read from /proc: nginx has closed nothing
+    /// yet, the call is under way); the answer is remembered either way.
+    fn register_file(&mut self, fd: c_int, ident: FileIdent) -> Result<FileSlot, c_int> {
+        let mut link = [0u8; 32];
+        let mut path = [0u8; MAX_FILE_PATH];
+        let n = sys::readlink(
+            proc_fd_path(fd, &mut link),
+            path.as_mut_ptr().cast(),
+            path.len(),
+        )?;
+        let mut req = [0u8; FILE_REQ_FIXED + MAX_FILE_PATH];
+        let m = file_request(&ident, &path[..n.min(path.len())], &mut req)
+            .filter(|_| n < path.len())
+            .ok_or(libc::ENAMETOOLONG)?;
+        let res = (|| -> Result<[u8; FILE_REP], c_int> {
+            sys::send_all_blocking(self.fd, &req[..m])?;
+            let mut b = [0u8; FILE_REP];
+            sys::recv_exact(self.fd, b.as_mut_ptr(), b.len())?;
+            Ok(b)
+        })();
+        let b = res.inspect_err(|_| self.reset(true))?;
+        let served = (b[0] == ST_OK).then(|| {
+            let no = u32::from_le_bytes(b[1..5].try_into().unwrap());
+            (no % FILE_NOS, b[5..21].try_into().unwrap())
+        });
+        let slot = FileSlot { ident, served };
+        self.files[self.next_file] = Some(slot);
+        self.next_file = (self.next_file + 1) % FILE_SLOTS;
+        Ok(slot)
     }
 
     /// Whether the agent drains (the arena header's flag).

@@ -118,12 +118,13 @@ pub(crate) fn odb_sendfile(
     }
 }
 
-/// The common case in one read and one send: real head bytes (up to the page boundary),
-/// a reference of whole pages, and a tail of less than a page. `preadv` reads the head and
-/// tail into the stack and the middle straight into the agent's arena; one `sendmsg`
-/// carries the three frames (before: a send and a `sendfile` per R frame, a send for the
-/// V header, and the receiver woke for the head before the store's round trip let the
-/// rest go). None: not this case (the caller's general path).
+/// The common case in one send: real head bytes (up to the page boundary), a reference of
+/// whole pages, and a tail of less than a page, the three frames in one `sendmsg` (before:
+/// a send and a `sendfile` per R frame, a send for the V header, and the receiver woke for
+/// the head before the store's round trip let the rest go). The reference names the file's
+/// range itself when the agent serves the file (it answers fetches with `sendfile`: no copy
+/// anywhere), else bytes copied into the arena by the same `preadv` that reads head and
+/// tail. None: not this case (the caller's general path).
 /// Some(Ok(n)): n application bytes are accounted for (the connection's writer says what a
 /// short send still owes, as the general path does).
 fn sendfile_whole(
@@ -138,46 +139,71 @@ fn sendfile_whole(
     let (vlen, tail) = frames::whole_layout(fs.out_since_in, count, head, th)?;
     let store = st.store.as_mut()?;
     let (inp, at) = (pos.inp, pos.start);
-    // No room (or a file that changed under us, below): the bytes go as they are, here —
-    // the general path would ask the agent for room a second time for the same response.
-    let (dst, r) = match store.alloc(vlen as u32) {
-        Ok(x) => x,
-        Err(_) => {
-            stats::STORE_FALLBACKS.fetch_add(1, Relaxed);
-            return Some(sendfile_r(fs, out, inp, at, count));
-        }
-    };
     let mut hb = [0u8; PAGE];
     let mut tb = [0u8; PAGE];
-    let rd = [
-        iovec {
-            iov_base: hb.as_mut_ptr().cast(),
-            iov_len: head,
-        },
-        iovec {
-            iov_base: dst.cast(),
-            iov_len: vlen,
-        },
-        iovec {
-            iov_base: tb.as_mut_ptr().cast(),
-            iov_len: tail,
-        },
-    ];
-    // SAFETY (of the arena iovec): dst..dst+vlen is our reservation in the arena.
-    match sys::preadv(inp, rd.as_ptr(), 3, at, 0) {
-        Ok(n) if n == count => {}
-        // a file that changed under us: the reservation expires at the agent unused
-        _ => {
-            stats::STORE_WASTED.fetch_add(1, Relaxed);
+    let mid = at + head as i64;
+    let r = if let Ok(r) = store.file_ref(inp, mid as u64, vlen as u32) {
+        let read = |b: &mut [u8; PAGE], n: usize, off: i64| {
+            n == 0 || sys::pread(inp, b.as_mut_ptr().cast(), n, off).is_ok_and(|k| k == n)
+        };
+        if !read(&mut hb, head, at) || !read(&mut tb, tail, mid + vlen as i64) {
             return Some(sendfile_r(fs, out, inp, at, count));
         }
-    }
+        stats::FILE_REF_BYTES.fetch_add(vlen as u64, Relaxed);
+        r
+    } else {
+        // No room (or a file that changed under us, below): the bytes go as they are, here
+        // — the general path would ask the agent for room a second time.
+        let (dst, r) = match store.alloc(vlen as u32) {
+            Ok(x) => x,
+            Err(_) => {
+                stats::STORE_FALLBACKS.fetch_add(1, Relaxed);
+                return Some(sendfile_r(fs, out, inp, at, count));
+            }
+        };
+        let rd = [
+            iovec {
+                iov_base: hb.as_mut_ptr().cast(),
+                iov_len: head,
+            },
+            iovec {
+                iov_base: dst.cast(),
+                iov_len: vlen,
+            },
+            iovec {
+                iov_base: tb.as_mut_ptr().cast(),
+                iov_len: tail,
+            },
+        ];
+        // SAFETY (of the arena iovec): dst..dst+vlen is our reservation in the arena.
+        match sys::preadv(inp, rd.as_ptr(), 3, at, 0) {
+            Ok(n) if n == count => {}
+            // a file that changed under us: the reservation expires at the agent unused
+            _ => {
+                stats::STORE_WASTED.fetch_add(1, Relaxed);
+                return Some(sendfile_r(fs, out, inp, at, count));
+            }
+        }
+        r
+    };
+    Some(send_whole(fs, out, &hb[..head], (r, vlen), &tb[..tail]))
+}
+
+/// Sends the head's R frame, the reference and the tail's R frame in one `sendmsg`.
+fn send_whole(
+    fs: &mut FdState,
+    out: c_int,
+    hb: &[u8],
+    (r, vlen): (proto::Ref, usize),
+    tb: &[u8],
+) -> Result<usize, c_int> {
+    let (head, tail) = (hb.len(), tb.len());
     let rh = proto::encode_r(head as u32);
     let vh = r.slice(0, vlen as u32).encode();
     let th_ = proto::encode_r(tail as u32);
     let rh: &[u8] = if head > 0 { &rh } else { &[] };
     let th_: &[u8] = if tail > 0 { &th_ } else { &[] };
-    let parts: [&[u8]; 5] = [rh, &hb[..head], &vh, th_, &tb[..tail]];
+    let parts: [&[u8]; 5] = [rh, hb, &vh, th_, tb];
     let mut iov = [iovec {
         iov_base: std::ptr::null_mut(),
         iov_len: 0,
@@ -194,7 +220,7 @@ fn sendfile_whole(
         Ok(n) => n,
         Err(e) => {
             stats::STORE_WASTED.fetch_add(1, Relaxed);
-            return Some(Err(e));
+            return Err(e);
         }
     };
     stats::STORED_BYTES.fetch_add(vlen as u64, Relaxed);
@@ -208,11 +234,11 @@ fn sendfile_whole(
     stats::R_OUT_BYTES.fetch_add(s.r_bytes as u64, Relaxed);
     stats::V_OUT_BYTES.fetch_add(s.v_bytes as u64, Relaxed);
     stats::V_OUT_FRAMES.fetch_add(s.v_frames as u64, Relaxed);
-    Some(if s.app > 0 {
+    if s.app > 0 {
         Ok(s.app)
     } else {
         Err(libc::EAGAIN)
-    })
+    }
 }
 
 /// Sends `len` bytes of file `inp` from `pos` as a reference stored at the local agent.
@@ -230,6 +256,10 @@ fn sendfile_v(
     let Some(store) = st.store.as_mut() else {
         return Ok(None);
     };
+    if let Ok(r) = store.file_ref(inp, pos as u64, len as u32) {
+        stats::FILE_REF_BYTES.fetch_add(len as u64, Relaxed);
+        return send_v_header(fs, out, r, len);
+    }
     let (dst, r) = match store.alloc(len as u32) {
         Ok(x) => x,
         Err(_) => {
@@ -256,7 +286,16 @@ fn sendfile_v(
     if got == 0 {
         return Ok(None);
     }
-    let r = r.slice(0, got as u32);
+    send_v_header(fs, out, r.slice(0, got as u32), got)
+}
+
+/// Sends the V frame of `r` (standing for `got` bytes of the application's).
+fn send_v_header(
+    fs: &mut FdState,
+    out: c_int,
+    r: proto::Ref,
+    got: usize,
+) -> Result<Option<usize>, c_int> {
     let hdr = r.encode();
     stats::STORED_BYTES.fetch_add(got as u64, Relaxed);
     let n = send_header(out, &hdr)?;

@@ -25,6 +25,7 @@ counters!(
     V_OUT_BYTES => v_out_bytes,
     V_OUT_FRAMES => v_out_frames,
     STORED_BYTES => stored_bytes,
+    FILE_REF_BYTES => file_ref_bytes,
     STORE_FALLBACKS => store_fallbacks,
     STORE_WASTED => store_wasted,
     R_IN_BYTES => r_in_bytes,

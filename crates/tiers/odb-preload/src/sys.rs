@@ -206,6 +206,8 @@ pub fn mprotect(a: *mut c_void, n: usize, p: c_int) -> Result<usize, c_int> {
 raw!(mmap_raw(a: *mut c_void, n: usize, p: c_int, f: c_int, fd: c_int, off: i64) = libc::SYS_mmap);
 raw!(getpeername(fd: c_int, a: *mut libc::sockaddr, al: *mut libc::socklen_t) = libc::SYS_getpeername);
 raw!(setsockopt(fd: c_int, l: c_int, o: c_int, v: *const c_void, vl: libc::socklen_t) = libc::SYS_setsockopt);
+raw!(fstat(fd: c_int, st: *mut libc::stat) = libc::SYS_fstat);
+raw!(readlink(path: *const libc::c_char, buf: *mut libc::c_char, n: usize) = libc::SYS_readlink);
 raw!(lseek(fd: c_int, off: i64, wh: c_int) = libc::SYS_lseek);
 
 pub fn stderr(msg: &str) {

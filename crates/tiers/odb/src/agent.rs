@@ -37,6 +37,9 @@ pub struct AgentConfig {
     /// Owner of the arena file (mode 0600), when the senders run as another user than the
     /// agent (nginx workers run as `nobody` when the master runs as root).
     pub arena_uid: Option<u32>,
+    /// Directories whose files local senders may register (FILE) and send by reference,
+    /// answered with `sendfile` (none: every payload is copied into the arena).
+    pub files: Vec<PathBuf>,
 }
 
 impl Default for AgentConfig {
@@ -48,6 +51,7 @@ impl Default for AgentConfig {
             drain: Duration::from_secs(5),
             arena_dir: PathBuf::from("/dev/shm"),
             arena_uid: None,
+            files: Vec::new(),
         }
     }
 }
@@ -100,6 +104,11 @@ pub struct AgentStats {
     pub fetches: u64,
     pub fetch_bytes: u64,
     pub fetch_unknown: u64,
+    /// FETCHes of file ranges (answered with `sendfile`) and their bytes.
+    pub file_fetches: u64,
+    pub file_fetch_bytes: u64,
+    /// Files registered (FILE answered OK for a file not yet open).
+    pub files_registered: u64,
     pub evicted_done: u64,
     pub evicted_expired: u64,
     pub live_buffers: u64,
@@ -212,6 +221,7 @@ pub struct Agent {
     addr: SocketAddrV4,
     arena: Arena,
     table: Mutex<Table>,
+    files: Mutex<crate::files::FileTable>,
     draining: AtomicBool,
     conns: AtomicU64,
 }
@@ -222,7 +232,7 @@ pub const TOMBSTONES: usize = 1 << 16;
 /// Most concurrent connections the agent serves (each is one thread).
 pub const MAX_CONNS: u64 = 512;
 
-fn random_u128() -> u128 {
+pub(crate) fn random_u128() -> u128 {
     let mut b = [0u8; 16];
     getrandom::fill(&mut b).expect("getrandom");
     u128::from_le_bytes(b)
@@ -236,6 +246,7 @@ impl Agent {
             std::net::SocketAddr::V4(a) => a,
             _ => return Err(io::Error::other("agent needs an IPv4 address")),
         };
+        let files = Mutex::new(crate::files::FileTable::new(&cfg.files)?);
         let arena = Arena::create(&cfg.arena_dir, cfg.arena_bytes, cfg.arena_uid)?;
         let agent = Arc::new(Agent {
             id: random_u128() as u64,
@@ -253,6 +264,7 @@ impl Agent {
                 next: 0,
                 stats: AgentStats::default(),
             }),
+            files,
             draining: AtomicBool::new(false),
             conns: AtomicU64::new(0),
             cfg,
@@ -545,10 +557,10 @@ impl Agent {
     /// with one read, not two per request) and each reply goes out with one write: with
     /// TCP_NODELAY a status byte written alone is a segment of its own, and the receiver
     /// wakes once for it and again for the data.
-    pub fn conn<S: Read + Write>(&self, mut s: S) -> io::Result<()> {
+    pub fn conn<S: Peer>(&self, mut s: S) -> io::Result<()> {
         static CONNS: AtomicU64 = AtomicU64::new(0);
         let me = CONNS.fetch_add(1, Ordering::Relaxed);
-        let mut inbuf = [0u8; 4096];
+        let mut inbuf = [0u8; 2 * FILE_REQ_FIXED + MAX_FILE_PATH];
         let (mut have, mut at) = (0usize, 0usize);
         loop {
             let Some(&op) = inbuf[at..have].first() else {
@@ -564,6 +576,17 @@ impl Agent {
                 OP_ALLOC => ALLOC_REQ,
                 OP_LEASE => LEASE_REQ,
                 OP_FETCH => FETCH_REQ,
+                OP_FILE => match inbuf.get(at + 33..at + 35) {
+                    Some(&[a, b]) if at + 35 <= have => {
+                        let path = u16::from_le_bytes([a, b]) as usize;
+                        if path > MAX_FILE_PATH {
+                            let _ = s.write_all(&[ST_BAD_REQUEST]);
+                            return Ok(());
+                        }
+                        FILE_REQ_FIXED + path
+                    }
+                    _ => FILE_REQ_FIXED,
+                },
                 _ => {
                     let _ = s.write_all(&[ST_BAD_REQUEST]);
                     return Ok(());
@@ -581,63 +604,166 @@ impl Agent {
             }
             let r = &inbuf[at + 1..at + need];
             at += need;
-            match op {
-                OP_HELLO => {
-                    let path = self.arena.path.to_string_lossy().into_owned();
-                    let mut b = Vec::with_capacity(HELLO_REP_FIXED + path.len());
-                    b.push(ST_OK);
-                    b.extend_from_slice(&self.id.to_le_bytes());
-                    b.extend_from_slice(&self.addr.ip().octets());
-                    b.extend_from_slice(&self.addr.port().to_le_bytes());
-                    b.extend_from_slice(&self.arena.size.to_le_bytes());
-                    b.extend_from_slice(&(path.len() as u16).to_le_bytes());
-                    b.extend_from_slice(path.as_bytes());
-                    s.write_all(&b)?;
+            self.answer(me, op, r, &mut s)?;
+        }
+    }
+
+    /// The reply to one whole request (`r`: its bytes after the op).
+    fn answer<S: Peer>(&self, me: u64, op: u8, r: &[u8], s: &mut S) -> io::Result<()> {
+        match op {
+            OP_HELLO => {
+                let path = self.arena.path.to_string_lossy().into_owned();
+                let mut b = Vec::with_capacity(HELLO_REP_FIXED + path.len());
+                b.push(ST_OK);
+                b.extend_from_slice(&self.id.to_le_bytes());
+                b.extend_from_slice(&self.addr.ip().octets());
+                b.extend_from_slice(&self.addr.port().to_le_bytes());
+                b.extend_from_slice(&self.arena.size.to_le_bytes());
+                b.extend_from_slice(&(path.len() as u16).to_le_bytes());
+                b.extend_from_slice(path.as_bytes());
+                s.write_all(&b)
+            }
+            OP_ALLOC => {
+                let (st, off, id) = self.alloc(u32::from_le_bytes(r.try_into().unwrap()) as u64);
+                let mut b = [0u8; ALLOC_REP];
+                b[0] = st;
+                b[1..9].copy_from_slice(&off.to_le_bytes());
+                b[9..25].copy_from_slice(&id.to_le_bytes());
+                s.write_all(&b)
+            }
+            OP_LEASE => {
+                let word = |i: usize| u32::from_le_bytes(r[i..i + 4].try_into().unwrap());
+                let (st, off, no, key, valid) = self.lease(me, word(0), word(4), word(8));
+                let mut b = [0u8; LEASE_REP];
+                b[0] = st;
+                b[1..9].copy_from_slice(&off.to_le_bytes());
+                b[9..13].copy_from_slice(&no.to_le_bytes());
+                b[13..29].copy_from_slice(&key);
+                b[29..33].copy_from_slice(&valid.to_le_bytes());
+                s.write_all(&b)
+            }
+            OP_FETCH => {
+                let id = u128::from_le_bytes(r[0..16].try_into().unwrap());
+                let off = u64::from_le_bytes(r[16..24].try_into().unwrap());
+                let len = u32::from_le_bytes(r[24..28].try_into().unwrap()) as u64;
+                if file_id_parts(id).is_some() {
+                    return self.fetch_file(id, off, len, s);
                 }
-                OP_ALLOC => {
-                    let (st, off, id) =
-                        self.alloc(u32::from_le_bytes(r.try_into().unwrap()) as u64);
-                    let mut b = [0u8; ALLOC_REP];
-                    b[0] = st;
-                    b[1..9].copy_from_slice(&off.to_le_bytes());
-                    b[9..25].copy_from_slice(&id.to_le_bytes());
-                    s.write_all(&b)?;
-                }
-                OP_LEASE => {
-                    let word = |i: usize| u32::from_le_bytes(r[i..i + 4].try_into().unwrap());
-                    let (st, off, no, key, valid) = self.lease(me, word(0), word(4), word(8));
-                    let mut b = [0u8; LEASE_REP];
-                    b[0] = st;
-                    b[1..9].copy_from_slice(&off.to_le_bytes());
-                    b[9..13].copy_from_slice(&no.to_le_bytes());
-                    b[13..29].copy_from_slice(&key);
-                    b[29..33].copy_from_slice(&valid.to_le_bytes());
-                    s.write_all(&b)?;
-                }
-                OP_FETCH => {
-                    let id = u128::from_le_bytes(r[0..16].try_into().unwrap());
-                    let off = u64::from_le_bytes(r[16..24].try_into().unwrap());
-                    let len = u32::from_le_bytes(r[24..28].try_into().unwrap()) as u64;
-                    match self.check_fetch(id, off, len) {
-                        Ok((a, l)) => {
-                            // SAFETY: check_fetch bounded (a, l) inside a committed buffer.
-                            let data = unsafe { self.arena.slice(a, l) };
-                            write_all_vectored(&mut s, &[&[ST_OK], data])?
-                        }
-                        Err(st) => s.write_all(&[st])?,
+                match self.check_fetch(id, off, len) {
+                    Ok((a, l)) => {
+                        // SAFETY: check_fetch bounded (a, l) inside a committed buffer.
+                        let data = unsafe { self.arena.slice(a, l) };
+                        write_all_vectored(s, &[&[ST_OK], data])
                     }
+                    Err(st) => s.write_all(&[st]),
                 }
-                _ => {
-                    let j = serde_json::to_vec(&self.stats()).unwrap_or_default();
-                    write_all_vectored(&mut s, &[&(j.len() as u32).to_le_bytes(), &j])?;
+            }
+            OP_FILE => {
+                let fixed: &[u8; FILE_REQ_FIXED - 1] = r[..FILE_REQ_FIXED - 1].try_into().unwrap();
+                let (ident, _) = parse_file_request(fixed);
+                let mut b = [0u8; FILE_REP];
+                let registered = self
+                    .files
+                    .lock()
+                    .unwrap()
+                    .register(ident, &r[FILE_REQ_FIXED - 1..]);
+                match registered {
+                    Ok((no, key)) => {
+                        b[1..5].copy_from_slice(&no.to_le_bytes());
+                        b[5..21].copy_from_slice(&key);
+                        self.table.lock().unwrap().stats.files_registered += 1;
+                    }
+                    Err(st) => b[0] = st,
                 }
+                s.write_all(&b)
+            }
+            _ => {
+                let j = serde_json::to_vec(&self.stats()).unwrap_or_default();
+                write_all_vectored(s, &[&(j.len() as u32).to_le_bytes(), &j])
+            }
+        }
+    }
+
+    /// FETCH of a file range: the status, then the bytes straight from the file. A file cut
+    /// short meanwhile ends the connection (the receiver fails; it never gets other bytes).
+    fn fetch_file<S: Peer>(&self, id: u128, off: u64, len: u64, s: &mut S) -> io::Result<()> {
+        let checked = self.files.lock().unwrap().check_fetch(id, off, len);
+        let mut t = self.table.lock().unwrap();
+        match checked {
+            Ok((served, at)) => {
+                t.stats.file_fetches += 1;
+                t.stats.file_fetch_bytes += len;
+                drop(t);
+                s.send_file(&served.file, at, len)
+            }
+            Err(st) => {
+                t.stats.fetch_unknown += 1;
+                drop(t);
+                s.write_all(&[st])
             }
         }
     }
 }
 
+/// A peer's stream as the agent answers it: bytes, and a file range after an OK status.
+pub trait Peer: Read + Write {
+    /// Writes ST_OK then `len` bytes of `file` from `at`. The default reads and writes
+    /// (any stream); a socket sends them with `sendfile`, copying nothing.
+    fn send_file(&mut self, file: &std::fs::File, at: u64, len: u64) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.write_all(&[ST_OK])?;
+        let mut buf = vec![0u8; len.min(1 << 20) as usize];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(buf.len() as u64) as usize;
+            file.read_exact_at(&mut buf[..n], at + done)?;
+            self.write_all(&buf[..n])?;
+            done += n as u64;
+        }
+        Ok(())
+    }
+}
+
+impl<P: Peer + ?Sized> Peer for &mut P {
+    fn send_file(&mut self, file: &std::fs::File, at: u64, len: u64) -> io::Result<()> {
+        (**self).send_file(file, at, len)
+    }
+}
+
+impl Peer for TcpStream {
+    fn send_file(&mut self, file: &std::fs::File, at: u64, len: u64) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let fd = self.as_raw_fd();
+        // MSG_MORE: the status byte leaves with the file's first bytes (with TCP_NODELAY
+        // alone it would be a segment of its own, and a wake-up of the receiver).
+        // SAFETY: a one-byte buffer on the stack, valid for the call.
+        let n = unsafe { libc::send(fd, [ST_OK].as_ptr().cast(), 1, libc::MSG_MORE) };
+        if n != 1 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut pos = at as libc::off_t;
+        let end = at + len;
+        while (pos as u64) < end {
+            let want = (end - pos as u64).min(1 << 30) as usize;
+            // SAFETY: two descriptors we hold; pos is a valid off_t the kernel advances.
+            let n = unsafe { libc::sendfile(fd, file.as_raw_fd(), &mut pos, want) };
+            match n {
+                0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+                n if n < 0 => {
+                    let e = io::Error::last_os_error();
+                    if e.kind() != io::ErrorKind::Interrupted {
+                        return Err(e);
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
 /// `write_all` over several slices with as few writes as the socket allows.
-fn write_all_vectored<W: Write>(s: &mut W, parts: &[&[u8]]) -> io::Result<()> {
+fn write_all_vectored<W: Write + ?Sized>(s: &mut W, parts: &[&[u8]]) -> io::Result<()> {
     let mut slices: Vec<io::IoSlice> = parts.iter().map(|p| io::IoSlice::new(p)).collect();
     let mut left = &mut slices[..];
     io::IoSlice::advance_slices(&mut left, 0);
@@ -733,6 +859,34 @@ pub mod client {
         ))
     }
 
+    /// FILE: (status, file number, key) for the file at `path`, as `fstat` sees it here.
+    pub fn register_file(
+        addr: SocketAddrV4,
+        path: &std::path::Path,
+    ) -> io::Result<(u8, u32, [u8; 16])> {
+        use std::os::unix::ffi::OsStrExt;
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path)?;
+        let ident = FileIdent {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+        };
+        let mut req = vec![0u8; FILE_REQ_FIXED + MAX_FILE_PATH];
+        let n = file_request(&ident, path.as_os_str().as_bytes(), &mut req)
+            .ok_or_else(|| io::Error::other("path too long"))?;
+        let mut s = TcpStream::connect(addr)?;
+        s.write_all(&req[..n])?;
+        let mut b = [0u8; FILE_REP];
+        s.read_exact(&mut b)?;
+        Ok((
+            b[0],
+            u32::from_le_bytes(b[1..5].try_into().unwrap()),
+            b[5..21].try_into().unwrap(),
+        ))
+    }
+
     pub fn stats(addr: SocketAddrV4) -> io::Result<serde_json::Value> {
         let mut s = TcpStream::connect(addr)?;
         s.set_read_timeout(Some(Duration::from_secs(2)))?;
@@ -769,12 +923,15 @@ mod tests {
     }
 
     fn start(arena: u64, lifetime: Duration) -> (Arc<Agent>, Running) {
-        let cfg = AgentConfig {
+        start_with(AgentConfig {
             arena_bytes: arena,
             lifetime,
             arena_dir: std::env::temp_dir(),
             ..Default::default()
-        };
+        })
+    }
+
+    fn start_with(cfg: AgentConfig) -> (Arc<Agent>, Running) {
         let (a, l) = Agent::bind(cfg).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let (a2, s2) = (a.clone(), stop.clone());
@@ -821,6 +978,42 @@ mod tests {
             "forged id"
         );
         stop.store(true, Ordering::SeqCst);
+    }
+
+    /// A file under `--files`: registered once, its ranges fetched over TCP (the agent's
+    /// `sendfile`) byte for byte, bounded by the reference; a file changed since fails the
+    /// fetch; a file outside the roots is refused.
+    #[test]
+    fn file_ranges_are_sent_from_the_file_and_fail_once_it_changed() {
+        let dir = std::env::temp_dir().join(format!("odb-agent-files-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("payload");
+        let bytes: Vec<u8> = (0..300_000u32).map(|i| (i * 7 + i / 4096) as u8).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        let (a, stop) = start_with(AgentConfig {
+            arena_bytes: 1 << 20,
+            arena_dir: std::env::temp_dir(),
+            files: vec![dir.clone()],
+            ..Default::default()
+        });
+        let (st, no, key) = client::register_file(a.addr(), &path).unwrap();
+        assert_eq!(st, ST_OK);
+        let id = file_buf_id(no, 4096, 200_000, &key);
+        let got = client::fetch(a.addr(), id, 100, 199_900).unwrap();
+        assert!(got.as_deref() == Some(&bytes[4196..204_096]), "other bytes");
+        assert_eq!(client::fetch(a.addr(), id, 100, 199_901).unwrap(), None);
+        assert_eq!(client::fetch(a.addr(), id ^ 4, 0, 10).unwrap(), None);
+        let outside = std::env::current_exe().unwrap();
+        assert_eq!(
+            client::register_file(a.addr(), &outside).unwrap().0,
+            ST_UNKNOWN
+        );
+        std::fs::write(&path, &bytes[..250_000]).unwrap();
+        assert_eq!(client::fetch(a.addr(), id, 0, 10).unwrap(), None, "changed");
+        let s = a.stats();
+        assert_eq!((s.files_registered, s.file_fetches), (1, 1));
+        stop.store(true, Ordering::SeqCst);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// A lease: buffers cut by the sender are fetched by their ids alone, bounded each to

@@ -30,6 +30,9 @@ counters!(
     v_out_frames,
     /// Own bytes stored at the local agent (sent by reference).
     stored_bytes,
+    /// Of those, bytes of files sent as references to their ranges (the agent answers
+    /// with `sendfile`; nothing copied into the arena).
+    file_ref_bytes,
     /// Stores the agent refused (unreachable, slow or full): the bytes were copied.
     store_fallbacks,
     /// Reservations at the agent left unused (a file that changed, a failed send).

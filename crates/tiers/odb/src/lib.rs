@@ -4,5 +4,6 @@
 
 pub mod agent;
 pub mod counters;
+pub mod files;
 pub mod proto;
 pub mod spec;

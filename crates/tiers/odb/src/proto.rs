@@ -162,6 +162,9 @@ pub const OP_ALLOC: u8 = 2;
 pub const OP_FETCH: u8 = 3;
 pub const OP_STATS: u8 = 4;
 pub const OP_LEASE: u8 = 5;
+/// Registers a file the local sender serves, so that its ranges travel as references the
+/// agent answers with `sendfile` (no copy into the arena): see [`file_request`].
+pub const OP_FILE: u8 = 6;
 
 pub const ST_OK: u8 = 0;
 /// No room: every byte of the arena belongs to a live buffer (sender falls back to copying).
@@ -186,8 +189,9 @@ pub const LEASE_REQ: usize = 1 + 4 + 4 + 4;
 pub const LEASE_REP: usize = 1 + 8 + 4 + 16 + 4;
 /// Largest lease, and so largest buffer cut from one (24-bit offsets and lengths in the id).
 pub const MAX_LEASE: u32 = (1 << 24) - 1;
-/// Lease numbers are 15 bits in a buffer id.
-pub const LEASE_NOS: u32 = 1 << 15;
+/// Lease numbers are 14 bits in a buffer id (bit 126 is clear in a lease id, set in a
+/// file range's).
+pub const LEASE_NOS: u32 = 1 << 14;
 /// No lease to release (`release_no`).
 pub const NO_LEASE: u32 = u32::MAX;
 
@@ -226,7 +230,7 @@ pub fn lease_buf_id(no: u32, off: u32, len: u32, key: &[u8; 16]) -> u128 {
 /// The (lease, offset, length) a lease buffer id names, if it is one; the MAC is checked
 /// with [`lease_id_valid`] once the lease's key is known.
 pub fn lease_id_parts(id: u128) -> Option<(u32, u32, u32)> {
-    (id & LEASE_BIT != 0).then_some((
+    (id >> 126 == 0b10).then_some((
         (id >> 112) as u32 & (LEASE_NOS - 1),
         (id >> 88) as u32 & MAX_LEASE,
         (id >> 64) as u32 & MAX_LEASE,
@@ -236,6 +240,93 @@ pub fn lease_id_parts(id: u128) -> Option<(u32, u32, u32)> {
 /// Whether `id` is the genuine id of its (lease, offset, length) under `key`.
 pub fn lease_id_valid(id: u128, key: &[u8; 16]) -> bool {
     lease_id_parts(id).is_some_and(|(no, off, len)| lease_buf_id(no, off, len, key) == id)
+}
+
+/// What names one version of a file: the sender's `fstat` of it, checked by the agent
+/// against its own when it opens the path (a file replaced or changed is another file).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FileIdent {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    pub mtime_ns: i64,
+}
+
+/// FILE request: op | dev u64 | ino u64 | size u64 | mtime_ns i64 | path_len u16 | path.
+pub const FILE_REQ_FIXED: usize = 1 + 8 * 4 + 2;
+/// Longest path in a FILE request (PATH_MAX).
+pub const MAX_FILE_PATH: usize = 4096;
+/// FILE reply: status | file_no u32 | key [16].
+pub const FILE_REP: usize = 1 + 4 + 16;
+/// File numbers are 12 bits in a file range's id: at most this many files registered.
+pub const FILE_NOS: u32 = 1 << 12;
+/// A file range's start is 40 bits in its id (files up to 1 TiB are served by reference).
+pub const MAX_FILE_START: u64 = (1 << 40) - 1;
+const FILE_BITS: u128 = 0b11 << 126;
+const FILE_MAC_BITS: u32 = 50;
+
+/// Writes a FILE request into `out` (at least `FILE_REQ_FIXED + path.len()` bytes); returns
+/// its length, or None when the path is longer than [`MAX_FILE_PATH`] or `out` too short.
+pub fn file_request(ident: &FileIdent, path: &[u8], out: &mut [u8]) -> Option<usize> {
+    let n = FILE_REQ_FIXED + path.len();
+    if path.len() > MAX_FILE_PATH || out.len() < n {
+        return None;
+    }
+    out[0] = OP_FILE;
+    out[1..9].copy_from_slice(&ident.dev.to_le_bytes());
+    out[9..17].copy_from_slice(&ident.ino.to_le_bytes());
+    out[17..25].copy_from_slice(&ident.size.to_le_bytes());
+    out[25..33].copy_from_slice(&ident.mtime_ns.to_le_bytes());
+    out[33..35].copy_from_slice(&(path.len() as u16).to_le_bytes());
+    out[35..n].copy_from_slice(path);
+    Some(n)
+}
+
+/// The identity and path length of a FILE request's fixed part (after the op byte).
+pub fn parse_file_request(b: &[u8; FILE_REQ_FIXED - 1]) -> (FileIdent, usize) {
+    let word = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+    let ident = FileIdent {
+        dev: word(0),
+        ino: word(8),
+        size: word(16),
+        mtime_ns: word(24) as i64,
+    };
+    (ident, u16::from_le_bytes([b[32], b[33]]) as usize)
+}
+
+fn file_mac(no: u32, start: u64, len: u32, key: &[u8; 16]) -> u64 {
+    use std::hash::Hasher;
+    let mut h = siphasher::sip::SipHasher24::new_with_key(key);
+    h.write_u32(no);
+    h.write_u64(start);
+    h.write_u32(len);
+    h.finish() & ((1 << FILE_MAC_BITS) - 1)
+}
+
+/// The id of `len` bytes from `start` of registered file `no` (checked by the caller:
+/// `no < FILE_NOS`, `start <= MAX_FILE_START`, `len <= MAX_LEASE`). A 50-bit MAC under the
+/// file's key: a holder of one range cannot name another.
+pub fn file_buf_id(no: u32, start: u64, len: u32, key: &[u8; 16]) -> u128 {
+    debug_assert!(no < FILE_NOS && start <= MAX_FILE_START && len <= MAX_LEASE);
+    FILE_BITS
+        | (no as u128) << 114
+        | (start as u128) << 74
+        | (len as u128) << 50
+        | file_mac(no, start, len, key) as u128
+}
+
+/// The (file, start, length) a file range id names, if it is one.
+pub fn file_id_parts(id: u128) -> Option<(u32, u64, u32)> {
+    (id >> 126 == 0b11).then_some((
+        (id >> 114) as u32 & (FILE_NOS - 1),
+        (id >> 74) as u64 & MAX_FILE_START,
+        (id >> 50) as u32 & MAX_LEASE,
+    ))
+}
+
+/// Whether `id` is the genuine id of its file range under `key`.
+pub fn file_id_valid(id: u128, key: &[u8; 16]) -> bool {
+    file_id_parts(id).is_some_and(|(no, s, len)| file_buf_id(no, s, len, key) == id)
 }
 
 pub fn fetch_request(buf_id: u128, off: u64, len: u32) -> [u8; FETCH_REQ] {
@@ -341,6 +432,56 @@ mod tests {
         let other = (id & !((MAX_LEASE as u128) << 88)) | (8192u128 << 88);
         assert!(!lease_id_valid(other, &key));
         assert_eq!(lease_id_parts(0x1234), None, "ALLOC ids have the bit clear");
+    }
+
+    #[test]
+    fn file_range_ids_name_one_range_and_are_not_lease_ids() {
+        let key = [9u8; 16];
+        let id = file_buf_id(4095, MAX_FILE_START, MAX_LEASE, &key);
+        assert_eq!(file_id_parts(id), Some((4095, MAX_FILE_START, MAX_LEASE)));
+        let id = file_buf_id(3, 1 << 33, 65536, &key);
+        assert_eq!(file_id_parts(id), Some((3, 1 << 33, 65536)));
+        assert!(file_id_valid(id, &key));
+        assert!(!file_id_valid(id, &[1u8; 16]), "another file's key");
+        for bit in 0..126 {
+            assert!(!file_id_valid(id ^ (1 << bit), &key), "bit {bit} flipped");
+        }
+        assert_eq!(lease_id_parts(id), None, "a file range is no lease buffer");
+        let lease = lease_buf_id(LEASE_NOS - 1, 0, 1, &key);
+        assert_eq!(
+            file_id_parts(lease),
+            None,
+            "a lease buffer is no file range"
+        );
+        assert_eq!(lease_id_parts(lease), Some((LEASE_NOS - 1, 0, 1)));
+    }
+
+    #[test]
+    fn a_file_request_carries_its_identity_and_path() {
+        let ident = FileIdent {
+            dev: 2049,
+            ino: 1 << 40,
+            size: 65536,
+            mtime_ns: -5,
+        };
+        let mut out = [0u8; FILE_REQ_FIXED + 10];
+        let n = file_request(&ident, b"/srv/a.bin", &mut out).unwrap();
+        assert_eq!(n, out.len());
+        assert_eq!(out[0], OP_FILE);
+        let fixed: &[u8; FILE_REQ_FIXED - 1] = out[1..FILE_REQ_FIXED].try_into().unwrap();
+        assert_eq!(parse_file_request(fixed), (ident, 10));
+        assert_eq!(&out[FILE_REQ_FIXED..], b"/srv/a.bin");
+        assert_eq!(
+            file_request(&ident, b"/srv/a.bin!", &mut out),
+            None,
+            "too short"
+        );
+        let long = vec![b'a'; MAX_FILE_PATH + 1];
+        assert_eq!(
+            file_request(&ident, &long, &mut [0u8; 8192]),
+            None,
+            "too long"
+        );
     }
 
     #[test]

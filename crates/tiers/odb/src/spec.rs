@@ -7,7 +7,7 @@ use std::net::SocketAddrV4;
 use std::time::Duration;
 
 /// The agent's flags: `--listen IP:PORT --memory MIB [--lifetime SECS] [--drain SECS]
-/// [--arena-user NAME]`.
+/// [--arena-user NAME] [--files DIR]...`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AgentSpec {
     /// Address to serve on.
@@ -20,6 +20,8 @@ pub struct AgentSpec {
     pub drain_s: f64,
     /// Owner of the arena file (the senders' user, e.g. nginx's workers: nobody).
     pub arena_user: Option<String>,
+    /// Directories whose files senders may send by reference (`sendfile` at fetch time).
+    pub files: Vec<std::path::PathBuf>,
 }
 
 impl Default for AgentSpec {
@@ -31,6 +33,7 @@ impl Default for AgentSpec {
             lifetime_s: d.lifetime.as_secs_f64(),
             drain_s: d.drain.as_secs_f64(),
             arena_user: None,
+            files: Vec::new(),
         }
     }
 }
@@ -58,6 +61,9 @@ impl AgentSpec {
         if let Some(u) = &self.arena_user {
             v.extend(["--arena-user".into(), u.clone()]);
         }
+        for d in &self.files {
+            v.extend(["--files".into(), d.display().to_string()]);
+        }
         v
     }
 
@@ -79,6 +85,7 @@ impl AgentSpec {
                 "--lifetime" => spec.lifetime_s = secs("--lifetime")?,
                 "--drain" => spec.drain_s = secs("--drain")?,
                 "--arena-user" => spec.arena_user = Some(v),
+                "--files" => spec.files.push(v.into()),
                 "-h" | "--help" => return Ok(None),
                 o => return Err(format!("unknown argument {o}")),
             }
@@ -94,6 +101,7 @@ impl AgentSpec {
             arena_bytes: self.memory_mib << 20,
             lifetime: Duration::from_secs_f64(self.lifetime_s),
             drain: Duration::from_secs_f64(self.drain_s),
+            files: self.files.clone(),
             ..Default::default()
         };
         if let Some(u) = &self.arena_user {
@@ -127,6 +135,7 @@ mod tests {
             lifetime_s: 2.5,
             drain_s: 0.5,
             arena_user: Some("nobody".into()),
+            files: vec!["/srv/www".into(), "/srv/more files".into()],
             ..plain.clone()
         };
         for spec in [plain, every] {

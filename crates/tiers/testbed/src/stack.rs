@@ -61,6 +61,9 @@ pub struct Odb {
     pub agent: AgentProgram,
     pub agent_memory_mib: u64,
     pub threshold: usize,
+    /// The BE's static files sent by reference (the agent serves the docroot with
+    /// `sendfile`); false: copied into the arena, as before (for before/after runs).
+    pub file_refs: bool,
 }
 
 /// The program that runs the ODB buffer agent (with an [`AgentSpec`]'s flags).
@@ -196,6 +199,11 @@ impl StackConfig {
             listen: self.agent_addr(),
             memory_mib: odb.agent_memory_mib,
             arena_user: worker_user(),
+            files: if odb.file_refs {
+                vec![self.root.clone()]
+            } else {
+                Vec::new()
+            },
             ..Default::default()
         }
     }

@@ -73,6 +73,7 @@ pub fn loopback_stack(
                 agent,
                 agent_memory_mib: mib,
                 threshold: 4096,
+                file_refs: true,
             })
         }
         None => None,

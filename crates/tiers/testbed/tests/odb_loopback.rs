@@ -24,6 +24,14 @@ fn config(scratch: &ScratchDir, tag: &str, root: &Path, odb: bool, memory_mib: u
     loopback_stack(scratch.join(tag), root, odb.then_some(memory_mib)).expect("ODB artefacts")
 }
 
+/// An ODB stack whose BE copies its files into the agent's arena (no file references):
+/// for what the arena does (leases, a full or drained agent) and the earlier design.
+fn arena_config(scratch: &ScratchDir, tag: &str, root: &Path, memory_mib: u64) -> StackConfig {
+    let mut c = config(scratch, tag, root, true, memory_mib);
+    c.odb.as_mut().expect("an ODB stack").file_refs = false;
+    c
+}
+
 /// On a failure: the socket queues of the stack (where the bytes are stuck), what each tier
 /// logged and the library's counters.
 fn queues(cfg: &StackConfig) -> String {
@@ -119,7 +127,8 @@ fn every_size_is_identical_with_and_without_odb() {
     let (scratch, root) = scratch_with("every", &sizes);
     let vanilla = Stack::start(config(&scratch, "van", &root, false, 0), None).unwrap();
     let odb = Stack::start(config(&scratch, "odb", &root, true, 256), None).unwrap();
-    for st in [&vanilla, &odb] {
+    let arena = Stack::start(arena_config(&scratch, "arena", &root, 256), None).unwrap();
+    for st in [&vanilla, &odb, &arena] {
         let mut keep = Client::connect(fe(&st.cfg)).unwrap();
         for &s in &sizes {
             let want = payload(s);
@@ -169,6 +178,16 @@ fn every_size_is_identical_with_and_without_odb() {
     );
     assert!(fetched * 10 < v_out, "IS fetched {fetched} of {v_out}: {c}");
     assert_eq!(c.fe.proto_errors, 0, "{c}");
+    // the BE's files went as references to their ranges (the agent's sendfile), and with
+    // file references off, through the arena, byte for byte the same
+    assert!(c.be.file_ref_bytes > 30 << 20, "BE file references: {c}");
+    let mut arena = arena;
+    arena.stop();
+    let a = arena.odb_counters().unwrap();
+    assert!(
+        a.be.file_ref_bytes == 0 && a.be.stored_bytes > 30 << 20,
+        "{a}"
+    );
 }
 
 /// nginx's proxy buffers are page-aligned under ODB (the library's `malloc`) and the BE
@@ -449,7 +468,7 @@ fn a_lease_of_a_drained_agent_is_not_used() {
         return;
     }
     let (scratch, root) = scratch_with("drain", &[65536]);
-    let mut st = Stack::start(config(&scratch, "drain", &root, true, 256), None).unwrap();
+    let mut st = Stack::start(arena_config(&scratch, "drain", &root, 256), None).unwrap();
     let mut c = Client::connect(fe(&st.cfg)).unwrap();
     let r = c.request("GET", "/f65536").unwrap();
     assert!(r.status == 200 && r.body == payload(65536));
@@ -474,7 +493,7 @@ fn killed_agent_and_full_agent_fall_back_or_fail_cleanly() {
     let sizes = [1usize << 24, 1 << 20];
     let (scratch, root) = scratch_with("kill", &sizes);
     // a 1 MiB agent cannot hold a 16 MiB body: every store is refused, bytes are copied
-    let mut small = Stack::start(config(&scratch, "oom", &root, true, 1), None).unwrap();
+    let mut small = Stack::start(arena_config(&scratch, "oom", &root, 1), None).unwrap();
     let mut c = Client::connect(fe(&small.cfg)).unwrap();
     for _ in 0..3 {
         let r = c

@@ -42,6 +42,8 @@ impl Read for Peer<'_> {
     }
 }
 
+impl iolab_odb::agent::Peer for Peer<'_> {}
+
 impl Write for Peer<'_> {
     fn write(&mut self, b: &[u8]) -> io::Result<usize> {
         self.output.extend_from_slice(b);

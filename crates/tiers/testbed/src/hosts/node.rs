@@ -134,6 +134,7 @@ impl NodeSpec {
                 agent: AgentProgram::Iolab(exe),
                 agent_memory_mib: o.agent_memory_mib,
                 threshold: o.threshold,
+                file_refs: true,
             }),
             loopback: false,
             workers: 1,
