@@ -232,11 +232,7 @@ pub const TOMBSTONES: usize = 1 << 16;
 /// Most concurrent connections the agent serves (each is one thread).
 pub const MAX_CONNS: u64 = 512;
 
-pub(crate) fn random_u128() -> u128 {
-    let mut b = [0u8; 16];
-    getrandom::fill(&mut b).expect("getrandom");
-    u128::from_le_bytes(b)
-}
+use crate::random::random_u128;
 
 impl Agent {
     /// Binds and creates the arena; `serve` runs it.

@@ -93,7 +93,7 @@ impl FileTable {
         if let Some(old) = self.slots[no as usize].take() {
             self.by_ident.remove(&old.ident);
         }
-        let key = crate::agent::random_u128().to_le_bytes();
+        let key = crate::random::random_u128().to_le_bytes();
         self.slots[no as usize] = Some(Arc::new(Served { file, ident, key }));
         self.by_ident.insert(ident, no);
         Ok((no, key))

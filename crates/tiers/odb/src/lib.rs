@@ -6,4 +6,5 @@ pub mod agent;
 pub mod counters;
 pub mod files;
 pub mod proto;
+mod random;
 pub mod spec;
