@@ -475,18 +475,15 @@ fn run_file_trace(a: &RunArgs, path: &Path) -> Result<()> {
     if a.log.is_some() {
         bail!("--log is not available for file traces (`record`'s format): their calls are replayed through the host stack as a whole; use --json for the summary");
     }
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let t = record::FileTrace::parse(&text).with_context(|| format!("{}", path.display()))?;
-    let rp = record::replay(&t, &a.config)?;
+    // streamed: read twice, never held whole (a 208 MB trace took 983 MB when it was)
+    let (rp, t) = record::replay_file(path, &a.config)?;
     let (sim_s, wall) = (rp.sim_s, rp.wall_s);
     print_host(Some(&[]), &rp.host_stats);
-    let r = t.bytes(record::EventOp::Read);
-    let w = t.bytes(record::EventOp::Write);
+    let (r, w) = (t.read_bytes, t.written_bytes);
     println!(
         "replayed    {}: {} calls on {} files, {:.1} MiB read, {:.1} MiB written",
         path.display(),
-        t.events.len(),
+        t.calls,
         t.files.len(),
         r as f64 / 1048576.0,
         w as f64 / 1048576.0
@@ -498,7 +495,7 @@ fn run_file_trace(a: &RunArgs, path: &Path) -> Result<()> {
         wall
     );
     if let Some(p) = &a.json {
-        let v = serde_json::json!({"calls": t.events.len(), "files": t.files.len(),
+        let v = serde_json::json!({"calls": t.calls, "files": t.files.len(),
             "read_bytes": r, "write_bytes": w, "sim_s": sim_s, "wall_s": wall});
         write_json(Some(p), &v)?;
     }
