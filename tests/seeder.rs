@@ -157,6 +157,18 @@ impl Fixture {
 
     /// Starts `iolab seed ARGS --listen 127.0.0.1:0`; returns its address.
     fn seed(&mut self, args: &[&str]) -> SocketAddr {
+        let line = self.seed_lines(args, 1).remove(0);
+        let addr = line
+            .split(" on ")
+            .last()
+            .and_then(|s| s.split_whitespace().next())
+            .unwrap_or_else(|| panic!("unexpected seed line {line:?}"));
+        addr.parse().unwrap()
+    }
+
+    /// Starts `iolab seed ARGS --listen IP:0` (stderr in `seed.log`); returns the first `n`
+    /// lines it prints (the first: where it listens; the second: the magnet link).
+    fn seed_lines(&mut self, args: &[&str], n: usize) -> Vec<String> {
         let log = std::fs::File::create(self.dir.join("seed.log")).unwrap();
         let i = self.spawn(
             Command::new(BIN)
@@ -166,13 +178,7 @@ impl Fixture {
                 .stdout(Stdio::piped())
                 .stderr(log),
         );
-        let line = first_line(&mut self.children[i]);
-        let addr = line
-            .split(" on ")
-            .last()
-            .and_then(|s| s.split_whitespace().next())
-            .unwrap_or_else(|| panic!("unexpected seed line {line:?}"));
-        addr.parse().unwrap()
+        first_lines(&mut self.children[i], n)
     }
 
     fn seed_log(&self) -> String {
@@ -181,16 +187,26 @@ impl Fixture {
 }
 
 fn first_line(c: &mut Child) -> String {
+    first_lines(c, 1).remove(0)
+}
+
+/// The first `n` lines `c` prints (its stdout piped), then the rest drained.
+fn first_lines(c: &mut Child, n: usize) -> Vec<String> {
     let out = c.stdout.take().unwrap();
     let mut r = BufReader::new(out);
-    let mut line = String::new();
-    r.read_line(&mut line).unwrap();
+    let lines = (0..n)
+        .map(|_| {
+            let mut line = String::new();
+            r.read_line(&mut line).unwrap();
+            line.trim().to_string()
+        })
+        .collect();
     // Keep draining so the child never blocks on a full pipe.
     std::thread::spawn(move || {
         let mut sink = Vec::new();
         let _ = r.read_to_end(&mut sink);
     });
-    line.trim().to_string()
+    lines
 }
 
 /// This host's first global IPv4 address (`ip -4 -o addr show scope global`), if any.
@@ -681,63 +697,15 @@ fn stock_transmission_in_a_namespace(tag: &str, seed_args: &[&str]) -> Option<se
     if !Client::Transmission.available() {
         return None;
     }
-    let netns = iolab_netns::preflight().and_then(|_| iolab_netns::Net::new(tag));
-    let mut net = match netns {
-        Ok(n) => n,
-        Err(e) if !ci() => {
-            eprintln!("SKIPPED: no network namespace here ({e:#})");
-            return None;
-        }
-        Err(e) => panic!("network namespaces are needed: {e:#}"),
-    };
-    let ns = net.namespace().unwrap();
-    let (inside, outside) = net.veth(Some(&ns), None).unwrap();
-    let [a, b, c] = iolab_netns::free_subnet().unwrap();
-    let (seed_ip, client_ip) = (format!("{a}.{b}.{c}.1"), format!("{a}.{b}.{c}.2"));
-    outside.add_addr(&format!("{seed_ip}/24")).unwrap();
-    inside.add_addr(&format!("{client_ip}/24")).unwrap();
-    outside.up().unwrap();
-    inside.up().unwrap();
-    let mut fx = Fixture::new(tag);
-    fx.ip = seed_ip;
-    fx.transmission_utp = true;
-    let data = fx.data_of(6 << 20);
-    let src = data.join("multi");
-    let torrent = fx.dir.join("t.torrent");
-    let url = fx.tracker();
-    let json = fx.dir.join("counters.json");
-    let mut args = vec![
-        src.to_str().unwrap(),
-        "--torrent",
-        torrent.to_str().unwrap(),
-        "--tracker",
-        &url,
-        "--piece-length",
-        "64K",
-        "--json",
-        json.to_str().unwrap(),
-    ];
-    args.extend_from_slice(seed_args);
-    fx.seed(&args);
-    let dl = fx.dir.join("dl");
-    std::fs::create_dir_all(&dl).unwrap();
-    let mut cmd = Client::Transmission.start(&fx, &torrent, &dl);
-    ns.enter(&mut cmd).unwrap();
-    let i = fx.spawn(cmd.stdout(Stdio::null()).stderr(Stdio::null()));
-    let t0 = Instant::now();
-    let ok = wait_complete(
-        &src,
-        &dl.join("multi"),
-        &mut fx.children[i],
-        Duration::from_secs(60),
-        true,
-    );
-    let secs = t0.elapsed().as_secs_f64();
-    let c = counters(&json);
+    let mut sw = NsSwarm::new(tag, seed_args)?;
+    sw.fx.transmission_utp = true;
+    let mut cmd = Client::Transmission.start(&sw.fx, &sw.torrent, &sw.dl);
+    let (ok, secs) = sw.download(&mut cmd, Duration::from_secs(60), true);
+    let c = counters(&sw.json);
     assert!(
         ok,
         "stock Transmission did not download (seeder {seed_args:?}); counters {c}; seed log:\n{}",
-        fx.seed_log()
+        sw.fx.seed_log()
     );
     let n = |k: &str| c["counters"][k].as_u64().unwrap_or(0);
     eprintln!(
@@ -749,9 +717,239 @@ fn stock_transmission_in_a_namespace(tag: &str, seed_args: &[&str]) -> Option<se
         n("mse_established"),
         n("mse_rc4"),
     );
-    drop(fx); // the processes go before the namespace
-    drop(net);
     Some(c)
+}
+
+/// A swarm across a veth pair: `iolab tracker` and `iolab seed` on the outer address, a
+/// client in a network namespace whose only link is that pair. Transmission ignores tracker
+/// peers in 127/8, so it needs such an address; and a client's DHT bootstrap or port
+/// mapping (webtorrent has no switch for either) reaches nothing beyond the seeder. Fields
+/// drop in order: the processes before the namespace.
+struct NsSwarm {
+    fx: Fixture,
+    ns: iolab_netns::Namespace,
+    _net: iolab_netns::Net,
+    /// `data/multi` of [`Fixture::data_of`] (6 MiB, a 0-byte file, a subdirectory).
+    src: PathBuf,
+    torrent: PathBuf,
+    /// The magnet link `iolab seed` printed.
+    magnet: String,
+    json: PathBuf,
+    /// The client's download directory (empty).
+    dl: PathBuf,
+}
+
+impl NsSwarm {
+    /// Sets the swarm up, the seeder started with `seed_args` (64 KiB pieces); None (said)
+    /// where this host has no network namespaces, except under CI, where that fails.
+    fn new(tag: &str, seed_args: &[&str]) -> Option<NsSwarm> {
+        let netns = iolab_netns::preflight().and_then(|_| iolab_netns::Net::new(tag));
+        let mut net = match netns {
+            Ok(n) => n,
+            Err(e) if !ci() => {
+                eprintln!("SKIPPED: no network namespace here ({e:#})");
+                return None;
+            }
+            Err(e) => panic!("network namespaces are needed: {e:#}"),
+        };
+        let ns = net.namespace().unwrap();
+        let (inside, outside) = net.veth(Some(&ns), None).unwrap();
+        let [a, b, c] = iolab_netns::free_subnet().unwrap();
+        let (seed_ip, client_ip) = (format!("{a}.{b}.{c}.1"), format!("{a}.{b}.{c}.2"));
+        outside.add_addr(&format!("{seed_ip}/24")).unwrap();
+        inside.add_addr(&format!("{client_ip}/24")).unwrap();
+        outside.up().unwrap();
+        inside.up().unwrap();
+        let mut fx = Fixture::new(tag);
+        fx.ip = seed_ip;
+        let data = fx.data_of(6 << 20);
+        let src = data.join("multi");
+        let torrent = fx.dir.join("t.torrent");
+        let url = fx.tracker();
+        let json = fx.dir.join("counters.json");
+        let mut args = vec![
+            src.to_str().unwrap(),
+            "--torrent",
+            torrent.to_str().unwrap(),
+            "--tracker",
+            &url,
+            "--piece-length",
+            "64K",
+            "--json",
+            json.to_str().unwrap(),
+        ];
+        args.extend_from_slice(seed_args);
+        let lines = fx.seed_lines(&args, 2);
+        let magnet = lines[1]
+            .strip_prefix("magnet ")
+            .unwrap_or_else(|| panic!("no magnet link printed: {lines:?}"))
+            .to_string();
+        let dl = fx.dir.join("dl");
+        std::fs::create_dir_all(&dl).unwrap();
+        Some(NsSwarm {
+            fx,
+            ns,
+            _net: net,
+            src,
+            torrent,
+            magnet,
+            json,
+            dl,
+        })
+    }
+
+    /// Runs `cmd` inside the namespace until `dl/multi` is the source byte for byte
+    /// (`skip_empty`: but for its 0-byte file), the client exits or `limit`: whether it
+    /// got there, and the seconds it took.
+    fn download(&mut self, cmd: &mut Command, limit: Duration, skip_empty: bool) -> (bool, f64) {
+        self.ns.enter(cmd).unwrap();
+        let got = self.dl.join("multi");
+        let want = Want {
+            src: &self.src,
+            got: &got,
+            limit,
+            skip_empty,
+        };
+        let t0 = Instant::now();
+        let ok = self.fx.run_until_complete(cmd, want);
+        (ok, t0.elapsed().as_secs_f64())
+    }
+}
+
+/// True if webtorrent-cli (npm, scripts/npm-global) is installed whole; otherwise the skip
+/// line (or a failure under CI=true).
+fn have_webtorrent() -> bool {
+    let ok = Command::new("scripts/npm-global")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["--check", WEBTORRENT, "webtorrent"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        if ci() {
+            panic!("{WEBTORRENT} is missing (npm; scripts/install-deps installs it)");
+        }
+        eprintln!("SKIPPED: {WEBTORRENT} not installed (npm; scripts/install-deps installs it)");
+    }
+    ok
+}
+
+/// The npm package of scripts/deps/seeder.
+const WEBTORRENT: &str = "webtorrent-cli@6.0.1";
+
+/// Stock webtorrent-cli (`webtorrent download ID -o DIR`, its defaults: MSE/PE first, uTP
+/// tried before TCP, DHT and NAT port mapping on, which reach nothing from the namespace)
+/// downloads from `iolab seed` on its defaults; `id`: the `.torrent` or the magnet link.
+/// Returns the seeder's counters. WebTorrent >= 2 opens every connection with MSE: before
+/// issue 47's MSE the seeder closed it as "not a BitTorrent handshake", and it never got a
+/// byte.
+fn stock_webtorrent(tag: &str, magnet: bool) -> Option<serde_json::Value> {
+    let _g = lock();
+    if !have_webtorrent() {
+        return None;
+    }
+    let mut sw = NsSwarm::new(tag, &[])?;
+    let id = if magnet {
+        sw.magnet.clone()
+    } else {
+        sw.torrent.to_str().unwrap().to_string()
+    };
+    let mut cmd = Command::new("webtorrent");
+    cmd.args(["download", &id, "-o"])
+        .arg(&sw.dl)
+        .arg("--quiet")
+        .env("HOME", &sw.fx.dir);
+    let (ok, secs) = sw.download(&mut cmd, Duration::from_secs(90), false);
+    let c = counters(&sw.json);
+    assert!(
+        ok,
+        "stock webtorrent did not download from {id}; counters {c}; seed log:\n{}",
+        sw.fx.seed_log()
+    );
+    let n = |k: &str| c["counters"][k].as_u64().unwrap_or(0);
+    eprintln!(
+        "stock webtorrent ({}) downloaded 6 MiB in {secs:.1} s; uTP {}, TCP accepted {}, dialled {}, MSE {} ({} RC4)",
+        if magnet { "magnet link" } else { ".torrent" },
+        n("utp_accepted"),
+        n("peers_accepted"),
+        n("peers_dialled_handshaken"),
+        n("mse_established"),
+        n("mse_rc4"),
+    );
+    Some(c)
+}
+
+/// webtorrent-cli from the `.torrent`: it reaches the seeder over uTP (its first choice)
+/// under MSE with RC4 (it offers RC4 and plaintext; `prefer` picks RC4).
+#[test]
+fn stock_webtorrent_downloads_a_torrent() {
+    let Some(c) = stock_webtorrent("wt", false) else {
+        return;
+    };
+    let n = |k: &str| c["counters"][k].as_u64().unwrap_or(0);
+    assert!(n("mse_rc4") >= 1, "webtorrent opens with MSE: {c}");
+    assert!(
+        n("utp_accepted") >= 1,
+        "webtorrent tries uTP first (its uTP addon unbuilt? scripts/npm-global): {c}"
+    );
+    assert_eq!(n("utp_garbage"), 0, "{c}");
+}
+
+/// webtorrent-cli from the magnet link `iolab seed` prints: the tracker gives it the seeder
+/// (a magnet client announces `left=0`), BEP 9 gives it the info dictionary.
+#[test]
+fn stock_webtorrent_downloads_from_the_magnet_link() {
+    let Some(c) = stock_webtorrent("wtm", true) else {
+        return;
+    };
+    let n = |k: &str| c["counters"][k].as_u64().unwrap_or(0);
+    assert!(n("mse_established") >= 1, "{c}");
+}
+
+/// Stock transmission-cli 3.00 (uTP on, encryption preferred; DHT, LPD and PEX off in its
+/// settings.json) given the magnet link `iolab seed` prints, in a namespace (it ignores
+/// tracker peers in 127/8): it fetches the metadata over BEP 9, then the data, byte for
+/// byte but for the 0-byte file, which Transmission 3.00 never creates. (transmission-
+/// daemon's watch directory takes `.torrent` files only.)
+#[test]
+fn stock_transmission_downloads_from_the_magnet_link() {
+    let _g = lock();
+    if !have("transmission-cli", "transmission-cli") {
+        return;
+    }
+    let Some(mut sw) = NsSwarm::new("tm", &[]) else {
+        return;
+    };
+    let home = sw.fx.dir.join("home-tcli");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(
+        home.join("settings.json"),
+        "{\"dht-enabled\": false, \"lpd-enabled\": false, \"pex-enabled\": false}\n",
+    )
+    .unwrap();
+    let mut cmd = Command::new("transmission-cli");
+    cmd.arg("-g")
+        .arg(&home)
+        .arg("-w")
+        .arg(&sw.dl)
+        .arg(&sw.magnet)
+        .stdin(Stdio::null());
+    let (ok, secs) = sw.download(&mut cmd, Duration::from_secs(90), true);
+    let c = counters(&sw.json);
+    assert!(
+        ok,
+        "transmission-cli did not download from {}; counters {c}; seed log:\n{}",
+        sw.magnet,
+        sw.fx.seed_log()
+    );
+    let n = |k: &str| c["counters"][k].as_u64().unwrap_or(0);
+    eprintln!(
+        "stock transmission-cli (magnet link) downloaded 6 MiB in {secs:.1} s; uTP {}, TCP accepted {}, dialled {}, MSE {} ({} RC4)",
+        n("utp_accepted"),
+        n("peers_accepted"),
+        n("peers_dialled_handshaken"),
+        n("mse_established"),
+        n("mse_rc4"),
+    );
 }
 
 /// Makes a torrent of argv[1] with python3-libtorrent's `create_torrent` (16 KiB pieces,
