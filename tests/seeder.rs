@@ -697,7 +697,7 @@ fn stock_transmission_in_a_namespace(tag: &str, seed_args: &[&str]) -> Option<se
     if !Client::Transmission.available() {
         return None;
     }
-    let mut sw = NsSwarm::new(tag, seed_args)?;
+    let mut sw = NsSwarm::new(tag, seed_args, false)?;
     sw.fx.transmission_utp = true;
     let mut cmd = Client::Transmission.start(&sw.fx, &sw.torrent, &sw.dl);
     let (ok, secs) = sw.download(&mut cmd, Duration::from_secs(60), true);
@@ -729,7 +729,8 @@ struct NsSwarm {
     fx: Fixture,
     ns: iolab_netns::Namespace,
     _net: iolab_netns::Net,
-    /// `data/multi` of [`Fixture::data_of`] (6 MiB, a 0-byte file, a subdirectory).
+    /// `data/multi` of [`Fixture::data_of`] (6 MiB, a 0-byte file, a subdirectory), or
+    /// `data/single.bin`.
     src: PathBuf,
     torrent: PathBuf,
     /// The magnet link `iolab seed` printed.
@@ -740,9 +741,10 @@ struct NsSwarm {
 }
 
 impl NsSwarm {
-    /// Sets the swarm up, the seeder started with `seed_args` (64 KiB pieces); None (said)
-    /// where this host has no network namespaces, except under CI, where that fails.
-    fn new(tag: &str, seed_args: &[&str]) -> Option<NsSwarm> {
+    /// Sets the swarm up, the seeder started with `seed_args` (64 KiB pieces) on the
+    /// multi-file data or `single.bin`; None (said) where this host has no network
+    /// namespaces, except under CI, where that fails.
+    fn new(tag: &str, seed_args: &[&str], single: bool) -> Option<NsSwarm> {
         let netns = iolab_netns::preflight().and_then(|_| iolab_netns::Net::new(tag));
         let mut net = match netns {
             Ok(n) => n,
@@ -763,7 +765,7 @@ impl NsSwarm {
         let mut fx = Fixture::new(tag);
         fx.ip = seed_ip;
         let data = fx.data_of(6 << 20);
-        let src = data.join("multi");
+        let src = data.join(if single { "single.bin" } else { "multi" });
         let torrent = fx.dir.join("t.torrent");
         let url = fx.tracker();
         let json = fx.dir.join("counters.json");
@@ -798,12 +800,12 @@ impl NsSwarm {
         })
     }
 
-    /// Runs `cmd` inside the namespace until `dl/multi` is the source byte for byte
+    /// Runs `cmd` inside the namespace until its download is the source byte for byte
     /// (`skip_empty`: but for its 0-byte file), the client exits or `limit`: whether it
     /// got there, and the seconds it took.
     fn download(&mut self, cmd: &mut Command, limit: Duration, skip_empty: bool) -> (bool, f64) {
         self.ns.enter(cmd).unwrap();
-        let got = self.dl.join("multi");
+        let got = self.dl.join(self.src.file_name().unwrap());
         let want = Want {
             src: &self.src,
             got: &got,
@@ -847,7 +849,7 @@ fn stock_webtorrent(tag: &str, magnet: bool) -> Option<serde_json::Value> {
     if !have_webtorrent() {
         return None;
     }
-    let mut sw = NsSwarm::new(tag, &[])?;
+    let mut sw = NsSwarm::new(tag, &[], false)?;
     let id = if magnet {
         sw.magnet.clone()
     } else {
@@ -916,7 +918,7 @@ fn stock_transmission_downloads_from_the_magnet_link() {
     if !have("transmission-cli", "transmission-cli") {
         return;
     }
-    let Some(mut sw) = NsSwarm::new("tm", &[]) else {
+    let Some(mut sw) = NsSwarm::new("tm", &[], false) else {
         return;
     };
     let home = sw.fx.dir.join("home-tcli");
@@ -950,6 +952,95 @@ fn stock_transmission_downloads_from_the_magnet_link() {
         n("mse_established"),
         n("mse_rc4"),
     );
+}
+
+/// True if the full-matrix client `cmd` (built by scripts/install-seeder-full) is there;
+/// else the skip line, or a failure when the full matrix is asked for
+/// (`IOLAB_SEED_INTEROP_FULL=1`): these take minutes to build, so only that installs them.
+fn have_full_client(cmd: &Path, what: &str) -> bool {
+    if cmd.is_file() {
+        return true;
+    }
+    if full() {
+        panic!(
+            "{} is missing ({what}; scripts/install-seeder-full builds it)",
+            cmd.display()
+        );
+    }
+    eprintln!(
+        "SKIPPED: {} not built ({what}; scripts/install-seeder-full, or IOLAB_SEED_INTEROP_FULL=1 to require it)",
+        cmd.display()
+    );
+    false
+}
+
+/// Where scripts/install-seeder-full puts the full matrix's clients.
+fn full_client(name: &str) -> PathBuf {
+    let dir = std::env::var_os("IOLAB_SEED_CLIENTS").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/seed-clients/bin"),
+        PathBuf::from,
+    );
+    dir.join(name)
+}
+
+/// Runs a full-matrix client `cmd` (in `sw.dl`, in the namespace) to completion and says
+/// what the seeder saw; `who` names it.
+fn full_client_download(sw: &mut NsSwarm, cmd: &mut Command, who: &str) -> serde_json::Value {
+    cmd.current_dir(&sw.dl)
+        .env("HOME", &sw.fx.dir)
+        .stdin(Stdio::null());
+    let (ok, secs) = sw.download(cmd, Duration::from_secs(90), false);
+    let c = counters(&sw.json);
+    assert!(
+        ok,
+        "{who} did not download; counters {c}; seed log:\n{}",
+        sw.fx.seed_log()
+    );
+    let n = |k: &str| c["counters"][k].as_u64().unwrap_or(0);
+    eprintln!(
+        "{who} downloaded 6 MiB in {secs:.1} s; uTP {}, TCP accepted {}, dialled {}, MSE {} ({} RC4)",
+        n("utp_accepted"),
+        n("peers_accepted"),
+        n("peers_dialled_handshaken"),
+        n("mse_established"),
+        n("mse_rc4"),
+    );
+    c
+}
+
+/// anacrolix/torrent v1.59.1's `torrent download` (DHT off; else its defaults: uTP and TCP,
+/// MSE preferred, its file storage) from the `.torrent`, single-file: with a multi-file
+/// torrent its default file storage fails with "error writing chunk: invalid argument"
+/// (flushing the last file's `.part`) whoever seeds, aria2c too (docs/results/seeder.md).
+#[test]
+fn anacrolix_torrent_downloads() {
+    let _g = lock();
+    let bin = full_client("torrent");
+    if !have_full_client(&bin, "anacrolix/torrent v1.59.1, Go") {
+        return;
+    }
+    let Some(mut sw) = NsSwarm::new("ana", &[], true) else {
+        return;
+    };
+    let mut cmd = Command::new(&bin);
+    cmd.args(["download", "--no-dht"]).arg(&sw.torrent);
+    full_client_download(&mut sw, &mut cmd, "anacrolix/torrent v1.59.1 (.torrent)");
+}
+
+/// anacrolix/torrent from the magnet link `iolab seed` prints.
+#[test]
+fn anacrolix_torrent_downloads_from_the_magnet_link() {
+    let _g = lock();
+    let bin = full_client("torrent");
+    if !have_full_client(&bin, "anacrolix/torrent v1.59.1, Go") {
+        return;
+    }
+    let Some(mut sw) = NsSwarm::new("anm", &[], true) else {
+        return;
+    };
+    let mut cmd = Command::new(&bin);
+    cmd.args(["download", "--no-dht", &sw.magnet]);
+    full_client_download(&mut sw, &mut cmd, "anacrolix/torrent v1.59.1 (magnet link)");
 }
 
 /// Makes a torrent of argv[1] with python3-libtorrent's `create_torrent` (16 KiB pieces,
