@@ -7,7 +7,9 @@
 //! Clients: aria2c, transmission-daemon (the engine of transmission-cli), python3-libtorrent (Debian's /usr/bin/python3),
 //! ctorrent, rtorrent, qbittorrent-nox; and a torrent made by mktorrent, seeded by us. A
 //! missing client skips its case with one line naming the Debian package, except under
-//! `CI=true` where it fails. The default matrix gives each client one piece size (16 KiB
+//! `CI=true` where it fails. Stock transmission-cli and webtorrent-cli (npm), and in the
+//! full matrix anacrolix/torrent and rqbit (built by scripts/install-seeder-full), run in a
+//! network namespace ([`NsSwarm`]), from the `.torrent` and from the magnet link. The default matrix gives each client one piece size (16 KiB
 //! to 4 MiB); `IOLAB_SEED_INTEROP_FULL=1` runs every client with every piece size, single-
 //! and multi-file (see crates/apps/seeder/README.md).
 //!
@@ -1041,6 +1043,44 @@ fn anacrolix_torrent_downloads_from_the_magnet_link() {
     let mut cmd = Command::new(&bin);
     cmd.args(["download", "--no-dht", &sw.magnet]);
     full_client_download(&mut sw, &mut cmd, "anacrolix/torrent v1.59.1 (magnet link)");
+}
+
+/// rqbit 9.1.0 (`rqbit download -e`, DHT and LSD off; else its defaults: TCP, uTP off,
+/// plaintext: it has no MSE) from the `.torrent`, multi-file.
+#[test]
+fn rqbit_downloads() {
+    rqbit_from("rq", false);
+}
+
+/// rqbit from the magnet link `iolab seed` prints.
+#[test]
+fn rqbit_downloads_from_the_magnet_link() {
+    rqbit_from("rqm", true);
+}
+
+fn rqbit_from(tag: &str, magnet: bool) {
+    let _g = lock();
+    let bin = full_client("rqbit");
+    if !have_full_client(&bin, "rqbit 9.1.0, crates.io") {
+        return;
+    }
+    let Some(mut sw) = NsSwarm::new(tag, &[], false) else {
+        return;
+    };
+    let id = if magnet {
+        sw.magnet.clone()
+    } else {
+        sw.torrent.to_str().unwrap().to_string()
+    };
+    let mut cmd = Command::new(&bin);
+    cmd.args(["--disable-dht", "--disable-lsd", "download", "-e", "-o"])
+        .arg(&sw.dl)
+        .arg(&id);
+    let who = format!(
+        "rqbit 9.1.0 ({})",
+        if magnet { "magnet link" } else { ".torrent" }
+    );
+    full_client_download(&mut sw, &mut cmd, &who);
 }
 
 /// Makes a torrent of argv[1] with python3-libtorrent's `create_torrent` (16 KiB pieces,
