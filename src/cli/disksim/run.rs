@@ -475,7 +475,7 @@ fn run_file_trace(a: &RunArgs, path: &Path) -> Result<()> {
     if a.log.is_some() {
         bail!("--log is not available for file traces (`record`'s format): their calls are replayed through the host stack as a whole; use --json for the summary");
     }
-    // streamed: read twice, never held whole (a 208 MB trace took 983 MB when it was)
+    // streamed: the trace is read twice, never held whole
     let (rp, t) = record::replay_file(path, &a.config)?;
     let (sim_s, wall) = (rp.sim_s, rp.wall_s);
     print_host(Some(&[]), &rp.host_stats);

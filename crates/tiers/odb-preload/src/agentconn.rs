@@ -320,27 +320,6 @@ fn file_ident(fd: c_int) -> Option<FileIdent> {
     })
 }
 
-/// `/proc/self/fd/N` as a NUL-terminated path in `buf`.
-fn proc_fd_path(fd: c_int, buf: &mut [u8; 32]) -> *const libc::c_char {
-    let prefix = b"/proc/self/fd/";
-    buf[..prefix.len()].copy_from_slice(prefix);
-    let mut digits = [0u8; 10];
-    let (mut v, mut k) = (fd.unsigned_abs(), 0);
-    loop {
-        digits[k] = b'0' + (v % 10) as u8;
-        k += 1;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    for i in 0..k {
-        buf[prefix.len() + i] = digits[k - 1 - i];
-    }
-    buf[prefix.len() + k] = 0;
-    buf.as_ptr().cast()
-}
-
 // SAFETY: the arena pointer is only used under the library's global lock.
 unsafe impl Send for Store {}
 
@@ -517,13 +496,9 @@ impl Store {
     /// FILE for the file open as `fd` (its path read from /proc: nginx has closed nothing
     /// yet, the call is under way); the answer is remembered either way.
     fn register_file(&mut self, fd: c_int, ident: FileIdent) -> Result<FileSlot, c_int> {
-        let mut link = [0u8; 32];
+        let link = format!("/proc/self/fd/{fd}\0");
         let mut path = [0u8; MAX_FILE_PATH];
-        let n = sys::readlink(
-            proc_fd_path(fd, &mut link),
-            path.as_mut_ptr().cast(),
-            path.len(),
-        )?;
+        let n = sys::readlink(link.as_ptr().cast(), path.as_mut_ptr().cast(), path.len())?;
         let mut req = [0u8; FILE_REQ_FIXED + MAX_FILE_PATH];
         let m = file_request(&ident, &path[..n.min(path.len())], &mut req)
             .filter(|_| n < path.len())

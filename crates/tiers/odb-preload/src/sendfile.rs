@@ -219,7 +219,10 @@ fn send_whole(
     let n = match sys::sendmsg(out, &iov[..k], 0) {
         Ok(n) => n,
         Err(e) => {
-            stats::STORE_WASTED.fetch_add(1, Relaxed);
+            // an arena reservation goes unused (a file range reserves nothing)
+            if proto::file_id_parts(r.buf_id).is_none() {
+                stats::STORE_WASTED.fetch_add(1, Relaxed);
+            }
             return Err(e);
         }
     };

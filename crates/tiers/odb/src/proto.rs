@@ -195,8 +195,11 @@ pub const LEASE_NOS: u32 = 1 << 14;
 /// No lease to release (`release_no`).
 pub const NO_LEASE: u32 = u32::MAX;
 
-/// Marks a buffer id cut from a lease (ALLOC's ids have this bit clear).
-const LEASE_BIT: u128 = 1 << 127;
+/// An id's top two bits say what it names: a buffer cut from a lease (`LEASE_TAG`), a range
+/// of a registered file (`FILE_TAG`); ALLOC's random ids have the top bit clear.
+const LEASE_TAG: u128 = 0b10;
+const FILE_TAG: u128 = 0b11;
+const TAG_SHIFT: u32 = 126;
 
 pub fn lease_request(size: u32, release_no: u32, release_used: u32) -> [u8; LEASE_REQ] {
     let mut b = [0u8; LEASE_REQ];
@@ -220,7 +223,7 @@ fn lease_mac(no: u32, off: u32, len: u32, key: &[u8; 16]) -> u64 {
 /// `no < LEASE_NOS`, `off, len <= MAX_LEASE`).
 pub fn lease_buf_id(no: u32, off: u32, len: u32, key: &[u8; 16]) -> u128 {
     debug_assert!(no < LEASE_NOS && off <= MAX_LEASE && len <= MAX_LEASE);
-    LEASE_BIT
+    LEASE_TAG << TAG_SHIFT
         | (no as u128) << 112
         | (off as u128) << 88
         | (len as u128) << 64
@@ -230,7 +233,7 @@ pub fn lease_buf_id(no: u32, off: u32, len: u32, key: &[u8; 16]) -> u128 {
 /// The (lease, offset, length) a lease buffer id names, if it is one; the MAC is checked
 /// with [`lease_id_valid`] once the lease's key is known.
 pub fn lease_id_parts(id: u128) -> Option<(u32, u32, u32)> {
-    (id >> 126 == 0b10).then_some((
+    (id >> TAG_SHIFT == LEASE_TAG).then_some((
         (id >> 112) as u32 & (LEASE_NOS - 1),
         (id >> 88) as u32 & MAX_LEASE,
         (id >> 64) as u32 & MAX_LEASE,
@@ -262,7 +265,6 @@ pub const FILE_REP: usize = 1 + 4 + 16;
 pub const FILE_NOS: u32 = 1 << 12;
 /// A file range's start is 40 bits in its id (files up to 1 TiB are served by reference).
 pub const MAX_FILE_START: u64 = (1 << 40) - 1;
-const FILE_BITS: u128 = 0b11 << 126;
 const FILE_MAC_BITS: u32 = 50;
 
 /// Writes a FILE request into `out` (at least `FILE_REQ_FIXED + path.len()` bytes); returns
@@ -308,7 +310,7 @@ fn file_mac(no: u32, start: u64, len: u32, key: &[u8; 16]) -> u64 {
 /// file's key: a holder of one range cannot name another.
 pub fn file_buf_id(no: u32, start: u64, len: u32, key: &[u8; 16]) -> u128 {
     debug_assert!(no < FILE_NOS && start <= MAX_FILE_START && len <= MAX_LEASE);
-    FILE_BITS
+    FILE_TAG << TAG_SHIFT
         | (no as u128) << 114
         | (start as u128) << 74
         | (len as u128) << 50
@@ -317,7 +319,7 @@ pub fn file_buf_id(no: u32, start: u64, len: u32, key: &[u8; 16]) -> u128 {
 
 /// The (file, start, length) a file range id names, if it is one.
 pub fn file_id_parts(id: u128) -> Option<(u32, u64, u32)> {
-    (id >> 126 == 0b11).then_some((
+    (id >> TAG_SHIFT == FILE_TAG).then_some((
         (id >> 114) as u32 & (FILE_NOS - 1),
         (id >> 74) as u64 & MAX_FILE_START,
         (id >> 50) as u32 & MAX_LEASE,

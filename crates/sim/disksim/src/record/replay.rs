@@ -52,15 +52,12 @@ pub struct FileTraceSource<R: BufRead> {
     eof: bool,
 }
 
-impl FileTraceSource<std::io::Cursor<Vec<u8>>> {
-    /// A trace held in memory (`record`'s own, the tests').
+impl FileTraceSource<std::io::Cursor<std::rc::Rc<[u8]>>> {
+    /// A trace held in memory (`record`'s own, the tests'): its text, read by both passes.
     pub fn new(t: &FileTrace, capacity_blocks: u64) -> Result<Self> {
-        let text = t.to_text().into_bytes();
-        FileTraceSource::read(
-            std::io::Cursor::new(text.clone()),
-            std::io::Cursor::new(text),
-            capacity_blocks,
-        )
+        let text: std::rc::Rc<[u8]> = t.to_text().into_bytes().into();
+        let cursor = || std::io::Cursor::new(text.clone());
+        FileTraceSource::read(cursor(), cursor(), capacity_blocks)
     }
 }
 
