@@ -10,8 +10,11 @@
 //!   has passed; only such buffers are evicted (overwritten) to make room, so a buffer a
 //!   receiver may still need is never recycled early. When no room can be made the agent
 //!   answers FULL and the sender falls back to copying (an out-of-memory agent never loses data);
-//! - on SIGTERM/SIGINT the agent stops taking buffers (DRAINING: senders copy) and keeps
-//!   serving fetches until no live buffer is left or `drain` has passed, then exits.
+//! - on SIGTERM/SIGINT the agent stops taking buffers (DRAINING: senders copy, and mint no
+//!   more file references) and keeps serving fetches until no live buffer is left and no
+//!   file range has been fetched for [`FILE_DRAIN_QUIET`], or `drain` has passed, then exits.
+//!   File references reserve nothing, so the agent cannot count those still in flight: the
+//!   quiet period is how it learns that the chain has delivered them.
 
 use crate::proto::*;
 use std::collections::{BTreeMap, HashMap};
@@ -213,7 +216,14 @@ struct Table {
     delivered_order: std::collections::VecDeque<u128>,
     next: u64,
     stats: AgentStats,
+    /// When a file range was last fetched (a draining agent waits for these to stop).
+    last_file_fetch: Option<Instant>,
 }
+
+/// How long a draining agent that has registered files waits without a file fetch before it
+/// exits (bounded by `drain`): references minted before the drain flag was seen are still
+/// on their way to a receiver.
+pub const FILE_DRAIN_QUIET: Duration = Duration::from_millis(500);
 
 pub struct Agent {
     cfg: AgentConfig,
@@ -259,6 +269,7 @@ impl Agent {
                 delivered_order: Default::default(),
                 next: 0,
                 stats: AgentStats::default(),
+                last_file_fetch: None,
             }),
             files,
             draining: AtomicBool::new(false),
@@ -294,6 +305,14 @@ impl Agent {
             .any(|e| !e.done() && e.created.elapsed() < self.cfg.lifetime)
     }
 
+    /// Whether file references may still be in flight during a drain begun at `start`: some
+    /// file was registered and one was fetched (or the drain began) within the quiet period.
+    fn file_refs_may_be_in_flight(&self, start: Instant) -> bool {
+        let t = self.table.lock().unwrap();
+        t.stats.files_registered > 0
+            && t.last_file_fetch.map_or(start, |f| f.max(start)).elapsed() < FILE_DRAIN_QUIET
+    }
+
     /// Accepts until `stop` is set, then drains (see the module comment) and returns.
     pub fn serve(
         self: &Arc<Agent>,
@@ -309,7 +328,8 @@ impl Agent {
                 drain_start = Some(Instant::now());
             }
             if let Some(t) = drain_start {
-                if !self.live_left() || t.elapsed() >= self.cfg.drain {
+                let busy = self.live_left() || self.file_refs_may_be_in_flight(t);
+                if !busy || t.elapsed() >= self.cfg.drain {
                     return Ok(());
                 }
             }
@@ -689,6 +709,7 @@ impl Agent {
             Ok((served, at)) => {
                 t.stats.file_fetches += 1;
                 t.stats.file_fetch_bytes += len;
+                t.last_file_fetch = Some(Instant::now());
                 drop(t);
                 s.send_file(&served.file, at, len)
             }
@@ -1009,6 +1030,49 @@ mod tests {
         let s = a.stats();
         assert_eq!((s.files_registered, s.file_fetches), (1, 1));
         stop.store(true, Ordering::SeqCst);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A draining agent keeps answering file references while they keep coming (minted
+    /// before the drain, still in flight), and exits once they stop. Before, it exited at
+    /// once, since file references hold no arena buffer, and an agent restart under load cut
+    /// responses short.
+    #[test]
+    fn a_draining_agent_serves_file_references_still_in_flight() {
+        let dir = std::env::temp_dir().join(format!("odb-agent-drain-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("payload");
+        std::fs::write(&path, vec![0x5Au8; 65536]).unwrap();
+        let (a, l) = Agent::bind(AgentConfig {
+            arena_bytes: 1 << 20,
+            arena_dir: std::env::temp_dir(),
+            files: vec![dir.clone()],
+            ..Default::default()
+        })
+        .unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (a2, s2) = (a.clone(), stop.clone());
+        let served = std::thread::spawn(move || a2.serve(l, s2));
+        let (st, no, key) = client::register_file(a.addr(), &path).unwrap();
+        assert_eq!(st, ST_OK);
+        let id = file_buf_id(no, 0, 65536, &key);
+        let drain_start = Instant::now();
+        stop.store(true, Ordering::SeqCst);
+        for _ in 0..4 {
+            std::thread::sleep(FILE_DRAIN_QUIET / 2);
+            let got = client::fetch(a.addr(), id, 0, 65536).unwrap();
+            assert!(
+                got.is_some_and(|v| v == vec![0x5A; 65536]),
+                "a fetch during the drain"
+            );
+        }
+        served.join().unwrap().unwrap();
+        let took = drain_start.elapsed();
+        assert!(
+            took >= FILE_DRAIN_QUIET * 2 && took < Duration::from_secs(4),
+            "the drain ended {took:?} after it began"
+        );
+        let _ = std::fs::remove_file(a.arena_path());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
