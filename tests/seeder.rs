@@ -1016,33 +1016,20 @@ fn full_client_download(sw: &mut NsSwarm, cmd: &mut Command, who: &str) -> serde
 /// (flushing the last file's `.part`) whoever seeds, aria2c too (docs/results/seeder.md).
 #[test]
 fn anacrolix_torrent_downloads() {
-    let _g = lock();
-    let bin = full_client("torrent");
-    if !have_full_client(&bin, "anacrolix/torrent v1.59.1, Go") {
-        return;
-    }
-    let Some(mut sw) = NsSwarm::new("ana", &[], true) else {
-        return;
-    };
-    let mut cmd = Command::new(&bin);
-    cmd.args(["download", "--no-dht"]).arg(&sw.torrent);
-    full_client_download(&mut sw, &mut cmd, "anacrolix/torrent v1.59.1 (.torrent)");
+    anacrolix_from("ana", false);
 }
 
 /// anacrolix/torrent from the magnet link `iolab seed` prints.
 #[test]
 fn anacrolix_torrent_downloads_from_the_magnet_link() {
-    let _g = lock();
-    let bin = full_client("torrent");
-    if !have_full_client(&bin, "anacrolix/torrent v1.59.1, Go") {
-        return;
-    }
-    let Some(mut sw) = NsSwarm::new("anm", &[], true) else {
-        return;
-    };
-    let mut cmd = Command::new(&bin);
-    cmd.args(["download", "--no-dht", &sw.magnet]);
-    full_client_download(&mut sw, &mut cmd, "anacrolix/torrent v1.59.1 (magnet link)");
+    anacrolix_from("anm", true);
+}
+
+fn anacrolix_from(tag: &str, magnet: bool) {
+    let client = ("torrent", "anacrolix/torrent v1.59.1", "Go");
+    full_client_from(client, tag, magnet, true, |cmd, _, id| {
+        cmd.args(["download", "--no-dht"]).arg(id);
+    });
 }
 
 /// rqbit 9.1.0 (`rqbit download -e`, DHT and LSD off; else its defaults: TCP, uTP off,
@@ -1059,12 +1046,30 @@ fn rqbit_downloads_from_the_magnet_link() {
 }
 
 fn rqbit_from(tag: &str, magnet: bool) {
+    let client = ("rqbit", "rqbit 9.1.0", "crates.io");
+    full_client_from(client, tag, magnet, false, |cmd, sw, id| {
+        cmd.args(["--disable-dht", "--disable-lsd", "download", "-e", "-o"])
+            .arg(&sw.dl)
+            .arg(id);
+    });
+}
+
+/// A full-matrix client `(binary, name and version, where it comes from)` downloading from
+/// the `.torrent` or the magnet link (a single-file torrent if `single_file`); `args` puts
+/// its command line together from the swarm and the torrent's id (path or magnet URI).
+fn full_client_from(
+    (binary, name, source): (&str, &str, &str),
+    tag: &str,
+    magnet: bool,
+    single_file: bool,
+    args: impl FnOnce(&mut Command, &NsSwarm, &str),
+) {
     let _g = lock();
-    let bin = full_client("rqbit");
-    if !have_full_client(&bin, "rqbit 9.1.0, crates.io") {
+    let bin = full_client(binary);
+    if !have_full_client(&bin, &format!("{name}, {source}")) {
         return;
     }
-    let Some(mut sw) = NsSwarm::new(tag, &[], false) else {
+    let Some(mut sw) = NsSwarm::new(tag, &[], single_file) else {
         return;
     };
     let id = if magnet {
@@ -1073,14 +1078,9 @@ fn rqbit_from(tag: &str, magnet: bool) {
         sw.torrent.to_str().unwrap().to_string()
     };
     let mut cmd = Command::new(&bin);
-    cmd.args(["--disable-dht", "--disable-lsd", "download", "-e", "-o"])
-        .arg(&sw.dl)
-        .arg(&id);
-    let who = format!(
-        "rqbit 9.1.0 ({})",
-        if magnet { "magnet link" } else { ".torrent" }
-    );
-    full_client_download(&mut sw, &mut cmd, &who);
+    args(&mut cmd, &sw, &id);
+    let via = if magnet { "magnet link" } else { ".torrent" };
+    full_client_download(&mut sw, &mut cmd, &format!("{name} ({via})"));
 }
 
 /// Makes a torrent of argv[1] with python3-libtorrent's `create_torrent` (16 KiB pieces,
@@ -2038,7 +2038,9 @@ fn a_magnet_client_fetches_the_metadata() {
 }
 
 /// `iolab seed bench` with libtorrent: every leecher of the swarm connects to libtorrent's
-/// seeder too (both profiles) and downloads from it, and the JSON has a summary per seeder.
+/// seeder too (both profiles) and downloads from it, in plaintext and under MSE/RC4 (our
+/// initiator against libtorrent's responder and ours), and the JSON has a summary per
+/// seeder and point and Hekate's ratios to libtorrent.
 /// Before, libtorrent's torrent was still paused by its session queue when the swarm
 /// arrived, and every leecher was turned away (0 connected).
 #[test]
@@ -2068,6 +2070,8 @@ fn bench_swarm_connects_to_libtorrent_and_hekate() {
             "--warm-only",
             "--disks",
             "mmap",
+            "--encryption",
+            "off,rc4",
         ])
         .arg("--dir")
         .arg(fx.dir.join("data"))
@@ -2083,10 +2087,20 @@ fn bench_swarm_connects_to_libtorrent_and_hekate() {
     );
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let rows = v["rows"].as_array().unwrap();
-    let seeders: Vec<&str> = rows.iter().map(|r| r["seeder"].as_str().unwrap()).collect();
+    let seeders: Vec<String> = rows
+        .iter()
+        .map(|r| format!("{} {}", r["seeder"].as_str().unwrap(), r["encryption"]))
+        .collect();
     assert_eq!(
         seeders,
-        ["hekate-mmap", "libtorrent-default", "libtorrent-hps"],
+        [
+            "hekate-mmap \"off\"",
+            "libtorrent-default \"off\"",
+            "libtorrent-hps \"off\"",
+            "hekate-mmap \"rc4\"",
+            "libtorrent-default \"rc4\"",
+            "libtorrent-hps \"rc4\""
+        ],
         "{text}"
     );
     for r in rows {
@@ -2094,13 +2108,19 @@ fn bench_swarm_connects_to_libtorrent_and_hekate() {
         assert!(r["bytes"].as_u64().unwrap() > 0, "{r}");
         assert!(r["distinct_bytes"].as_u64().unwrap() > 0, "{r}");
     }
-    assert_eq!(v["summary"].as_array().unwrap().len(), 3);
+    assert_eq!(v["summary"].as_array().unwrap().len(), 6);
+    let versus = v["versus"].as_array().unwrap();
+    assert_eq!(versus.len(), 2, "{text}");
+    assert!(versus.iter().all(|x| x["cpu_ratio"].as_f64().is_some()));
+    assert!(text.contains("against libtorrent"), "{text}");
+    assert_eq!(v["config"]["encryption"], serde_json::json!(["off", "rc4"]));
     // The libtorrent configuration is printed with the results and kept in the JSON.
     assert!(text.contains("peer_turnover"), "{text}");
     assert_eq!(
         v["libtorrent_settings"]["libtorrent-hps"]["peer_turnover"],
         0
     );
+    assert!(text.contains("in_enc_policy"), "{text}");
 }
 
 // ------------------------------------------------- BEP 52 v2/hybrid creation, https trackers

@@ -217,6 +217,11 @@ choice_enum! {
     pub enum EncryptionArg => Policy { Prefer, Require, Off }
 }
 
+choice_enum! {
+    /// `seed bench --encryption`: [`bench::Encryption`].
+    pub enum BenchEncryptionArg => bench::Encryption { Off, Rc4 }
+}
+
 /// A switch given as `on` or `off` (`--utp`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum OnOff {
@@ -278,6 +283,12 @@ pub struct BenchArgs {
     /// Requests outstanding per leecher.
     #[arg(long, default_value_t = BenchConfig::default().pipeline)]
     pub pipeline: usize,
+    /// The leechers' openings, each point run with each (comma-separated): off (the plain
+    /// handshake), rc4 (MSE offering RC4 only: both seeders run the key exchange and encrypt
+    /// every byte; libtorrent with its default encryption settings, Hekate with --encryption
+    /// prefer). Default: off,rc4 (quick: off).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub encryption: Vec<BenchEncryptionArg>,
     /// Runs per (seeder, peers, cache) point; the table shows medians and min–max. The
     /// seeders' order is rotated between repeats.
     #[arg(long, default_value_t = BenchConfig::default().repeats)]
@@ -319,6 +330,11 @@ impl BenchArgs {
             piece_length: self.piece_length,
             disks: self.disks.iter().map(|&d| d.into()).collect(),
             slots: self.slots,
+            encryption: if self.encryption.is_empty() {
+                base.encryption
+            } else {
+                self.encryption.iter().map(|&e| e.into()).collect()
+            },
             pipeline: self.pipeline,
             repeats: self.repeats,
             libtorrent: !self.no_libtorrent,
@@ -361,6 +377,9 @@ pub struct SwarmArgs {
     /// Index of this process (varies the peer ids across processes).
     #[arg(long, default_value_t = swarm_defaults().process)]
     pub process: u32,
+    /// Open every connection with MSE offering RC4 only (the seeder encrypts all it sends).
+    #[arg(long)]
+    pub mse: bool,
 }
 
 impl SwarmArgs {
@@ -374,6 +393,7 @@ impl SwarmArgs {
             pipeline: self.pipeline,
             connect_rate: self.connect_rate,
             process: self.process,
+            mse: self.mse,
         }
     }
 }
@@ -1030,6 +1050,7 @@ mod tests {
             pipeline: 4,
             connect_rate: 0,
             process: 3,
+            mse: true,
         };
         for spec in [defaults, changed] {
             match parse_iolab(spec.to_args()).command {
@@ -1118,6 +1139,8 @@ mod tests {
             "0",
             "--pipeline",
             "4",
+            "--encryption",
+            "rc4",
             "--repeats",
             "1",
             "--no-libtorrent",
@@ -1137,6 +1160,7 @@ mod tests {
                 piece_length: 1 << 20,
                 disks: vec![DiskMode::Mmap, DiskMode::Pread],
                 slots: 0,
+                encryption: vec![bench::Encryption::Rc4],
                 pipeline: 4,
                 repeats: 1,
                 libtorrent: false,

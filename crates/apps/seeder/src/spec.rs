@@ -204,6 +204,7 @@ impl SwarmConfig {
             .value("--pipeline", self.pipeline.to_string())
             .value("--connect-rate", self.connect_rate.to_string())
             .value("--process", self.process.to_string())
+            .flag_if("--mse", self.mse)
             .0
     }
 }

@@ -22,6 +22,7 @@ use iolab_runtime::{sleep, spawn, timeout, wait_readable, Runtime};
 use serde::{Deserialize, Serialize};
 
 use crate::metainfo::Meta;
+use crate::mse::{Established, Exchange as _, Initiator, Rc4Pair, CRYPTO_RC4};
 use crate::wire::{self, Handshake, Message};
 
 /// One swarm process (`iolab seed swarm`, started by the bench; its arguments:
@@ -44,11 +45,15 @@ pub struct SwarmConfig {
     pub connect_rate: u64,
     /// Index of this process (varies the peer ids across processes).
     pub process: u32,
+    /// Open every connection with MSE offering RC4 only, as an encrypting client does, so
+    /// the seeder pays for the key exchange and for RC4 on every byte it sends.
+    pub mse: bool,
 }
 
 impl SwarmConfig {
     /// A swarm process against `target` with the flags' defaults: 10 peers, idle 1 s, 10 s of
-    /// downloading, 16 requests outstanding, 5,000 connections per second, process 0.
+    /// downloading, 16 requests outstanding, 5,000 connections per second, process 0,
+    /// plaintext.
     pub fn new(target: SocketAddr, torrent: PathBuf) -> SwarmConfig {
         SwarmConfig {
             target,
@@ -59,6 +64,7 @@ impl SwarmConfig {
             pipeline: 16,
             connect_rate: 5000,
             process: 0,
+            mse: false,
         }
     }
 }
@@ -208,20 +214,21 @@ struct Input {
     cur: (u32, u32, u32),
 }
 
-/// Connects peer `i` of this process to the target and sends its handshake; `None` (counted
-/// as a connect failure) when either fails.
+/// Connects peer `i` of this process to the target and sends its handshake (under MSE when
+/// the config says so: the stream's cipher and the bytes already decrypted come back);
+/// `None` (counted as a connect failure) when any step fails.
 async fn connect(
     args: &SwarmConfig,
     i: usize,
     meta: &Meta,
     sh: &RefCell<Shared>,
-) -> Option<TcpStream> {
-    let stream = match timeout(Duration::from_secs(30), TcpStream::connect(args.target)).await {
-        Ok(Ok(s)) => s,
-        _ => {
-            sh.borrow_mut().res.connect_failures += 1;
-            return None;
-        }
+) -> Option<(TcpStream, Option<Established>)> {
+    let failed = || {
+        sh.borrow_mut().res.connect_failures += 1;
+        None
+    };
+    let Ok(Ok(stream)) = timeout(CONNECT_TIMEOUT, TcpStream::connect(args.target)).await else {
+        return failed();
     };
     let _ = stream.set_nodelay(true);
     let mut peer_id = [0u8; 20];
@@ -234,13 +241,60 @@ async fn connect(
         reserved,
         info_hash: meta.info_hash,
         peer_id,
-    };
-    let (r, _) = stream.write_all(hs.encode().to_vec()).await;
-    if r.is_err() {
-        sh.borrow_mut().res.connect_failures += 1;
-        return None;
     }
-    Some(stream)
+    .encode()
+    .to_vec();
+    if !args.mse {
+        return match stream.write_all(hs).await.0 {
+            Ok(()) => Some((stream, None)),
+            Err(_) => failed(),
+        };
+    }
+    match timeout(CONNECT_TIMEOUT, mse_opening(&stream, meta.info_hash, hs)).await {
+        Ok(Some(est)) => Some((stream, Some(est))),
+        _ => failed(),
+    }
+}
+
+/// How long a connection and its MSE exchange may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// MSE as the dialling side, offering RC4 only, our handshake as its initial payload.
+async fn mse_opening(stream: &TcpStream, info_hash: [u8; 20], hs: Vec<u8>) -> Option<Established> {
+    let (mut init, opening) = Initiator::new(info_hash, CRYPTO_RC4, hs);
+    stream.write_all(opening).await.0.ok()?;
+    let fd = stream.as_raw_fd();
+    let mut buf = [0u8; 2048];
+    loop {
+        wait_readable(fd).await.ok()?;
+        // SAFETY: `buf` is a live local buffer of buf.len() bytes.
+        let n = unsafe {
+            libc::recv(
+                fd,
+                buf.as_mut_ptr() as *mut libc::c_void,
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        match n {
+            0 => return None,
+            n if n < 0 => {
+                if io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock {
+                    continue;
+                }
+                return None;
+            }
+            _ => {}
+        }
+        let progress = init.feed(&buf[..n as usize]).ok()?;
+        if !progress.send.is_empty() {
+            stream.write_all(progress.send).await.0.ok()?;
+        }
+        if let Some(est) = progress.done {
+            // RC4 was the only method offered: a plaintext answer is a broken peer.
+            return est.rc4.is_some().then_some(est);
+        }
+    }
 }
 
 /// Why a leecher stops: the seeder closed, broke the protocol or the socket failed. Each
@@ -259,10 +313,12 @@ struct Leecher {
     pending: Vec<(u32, u32, Instant)>,
     /// The piece being downloaded: (index, next begin).
     piece: Option<(u32, u32)>,
+    /// The stream's cipher under MSE (RC4 both ways), `None` in plaintext.
+    rc4: Option<Rc4Pair>,
 }
 
 impl Leecher {
-    fn new() -> Leecher {
+    fn new(rc4: Option<Rc4Pair>) -> Leecher {
         Leecher {
             input: Input {
                 head: Vec::new(),
@@ -275,7 +331,16 @@ impl Leecher {
             counted_unchoke: false,
             pending: Vec::new(),
             piece: None,
+            rc4,
         }
+    }
+
+    /// Sends `bytes` (encrypted first under MSE).
+    async fn send(&mut self, stream: &TcpStream, mut bytes: Vec<u8>) -> Result<(), Dropped> {
+        if let Some(c) = &mut self.rc4 {
+            c.encrypt(&mut bytes);
+        }
+        stream.write_all(bytes).await.0.map_err(|_| Dropped)
     }
 
     /// The requests that fill the pipeline to `depth`: the current piece's next blocks, then
@@ -318,6 +383,9 @@ impl Leecher {
                 )
             };
             if n > 0 {
+                if let Some(c) = &mut self.rc4 {
+                    c.decrypt(&mut s[..n as usize]);
+                }
                 feed(&mut self.input, &mut buf, &s[..n as usize]);
             }
             n
@@ -348,6 +416,19 @@ impl Leecher {
         self.got_hs = true;
         sh.borrow_mut().res.connected += 1;
         Ok(true)
+    }
+
+    /// Acts on what the input holds: the seeder's handshake, then its complete messages.
+    fn take_input(&mut self, meta: &Meta, sh: &RefCell<Shared>) -> Result<(), Dropped> {
+        if !self.handshake(sh)? {
+            return Ok(());
+        }
+        let mut events = Vec::new();
+        drain_messages(&mut self.input, &mut events);
+        for ev in events {
+            self.on_event(ev, meta, sh)?;
+        }
+        Ok(())
     }
 
     /// Acts on one message of the seeder's.
@@ -396,10 +477,10 @@ async fn leecher(
     sh: Rc<RefCell<Shared>>,
     go: iolab_runtime::Cond,
 ) {
-    let Some(stream) = connect(&args, i, &meta, &sh).await else {
+    let Some((stream, mse)) = connect(&args, i, &meta, &sh).await else {
         return;
     };
-    let _ = download(&args, &stream, &meta, &sh, &go).await;
+    let _ = download(&args, &stream, mse, &meta, &sh, &go).await;
     // However it ended (the tasks are aborted at the end of the run, not ended).
     sh.borrow_mut().res.dropped += 1;
 }
@@ -409,26 +490,33 @@ async fn leecher(
 async fn download(
     args: &SwarmConfig,
     stream: &TcpStream,
+    mse: Option<Established>,
     meta: &Meta,
     sh: &RefCell<Shared>,
     go: &iolab_runtime::Cond,
 ) -> Result<(), Dropped> {
     let fd = stream.as_raw_fd();
-    let mut l = Leecher::new();
+    let mut l = Leecher::new(None);
+    if let Some(est) = mse {
+        // What followed the exchange is already decrypted: the seeder's handshake, perhaps more.
+        let mut head = std::mem::take(&mut l.input.head);
+        feed(&mut l.input, &mut head, &est.payload);
+        l.input.head = head;
+        l.rc4 = est.rc4;
+        l.take_input(meta, sh)?;
+    }
     loop {
         // Send interest once the bench says go.
         if l.got_hs && !l.interested_sent && sh.borrow().go {
             l.interested_sent = true;
             let mut b = Vec::new();
             wire::encode(&Message::Interested, &mut b);
-            if stream.write_all(b).await.0.is_err() {
-                return Err(Dropped);
-            }
+            l.send(stream, b).await?;
         }
         if l.unchoked && l.interested_sent {
             let out = l.requests(meta, args.pipeline);
-            if !out.is_empty() && stream.write_all(out).await.0.is_err() {
-                return Err(Dropped);
+            if !out.is_empty() {
+                l.send(stream, out).await?;
             }
         }
         // Wait for input (or for "go" while idle).
@@ -440,13 +528,8 @@ async fn download(
         } else if wait_readable(fd).await.is_err() {
             return Err(Dropped);
         }
-        if !l.recv(fd)? || !l.handshake(sh)? {
-            continue;
-        }
-        let mut events = Vec::new();
-        drain_messages(&mut l.input, &mut events);
-        for ev in events {
-            l.on_event(ev, meta, sh)?;
+        if l.recv(fd)? {
+            l.take_input(meta, sh)?;
         }
     }
 }

@@ -8,6 +8,8 @@
 //! peer handshaken and idle minus RSS before, / peers), disk bytes read per byte sent
 //! (/proc/PID/io read_bytes), request latency p50/p99 (request sent → block received). The
 //! seeder is pinned to CPU 0 and the swarm to CPU 1 (taskset) when there are two CPUs.
+//! Each point runs in plaintext and, with `encryption` holding [`Encryption::Rc4`], with
+//! every leecher opening MSE and asking for RC4, so both seeders encrypt all they send.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -22,6 +24,29 @@ use crate::disk::DiskMode;
 use crate::metainfo::{CreateOptions, Meta};
 use crate::spec::SeedSpec;
 use crate::swarm::{SwarmConfig, SwarmResult};
+
+mod versus;
+pub use versus::Versus;
+
+/// How the bench's leechers open their connections (`--encryption`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Encryption {
+    /// The plain BitTorrent handshake.
+    Off,
+    /// MSE with RC4 only offered: the seeder runs the DH exchange per connection and RC4 over
+    /// every byte.
+    Rc4,
+}
+
+impl std::fmt::Display for Encryption {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(match self {
+            Encryption::Off => "off",
+            Encryption::Rc4 => "rc4",
+        })
+    }
+}
 
 /// What `iolab seed bench` runs: the matrix (seeders x peer counts x cold and warm cache x
 /// repeats) and its torrent. [`Default`] is the full run, [`BenchConfig::quick`] the short one.
@@ -40,6 +65,8 @@ pub struct BenchConfig {
     /// Upload slots for both seeders (ours `--slots`, libtorrent `unchoke_slots_limit`);
     /// 0 = unlimited (libtorrent -1).
     pub slots: usize,
+    /// The leechers' openings to run each point with (at least one).
+    pub encryption: Vec<Encryption>,
     /// Requests outstanding per leecher.
     pub pipeline: usize,
     /// Runs per (seeder, peers, cache) point (at least one); the table shows medians and
@@ -58,7 +85,8 @@ pub struct BenchConfig {
 }
 
 impl Default for BenchConfig {
-    /// The full run: 10, 100, 1000 and 10000 peers, 10 s per run, 256 MiB.
+    /// The full run: 10, 100, 1000 and 10000 peers, 10 s per run, 256 MiB, plaintext and
+    /// MSE/RC4.
     fn default() -> Self {
         BenchConfig {
             peers: vec![10, 100, 1000, 10_000],
@@ -67,6 +95,7 @@ impl Default for BenchConfig {
             piece_length: 256 << 10,
             disks: vec![DiskMode::Uring, DiskMode::Mmap, DiskMode::Pread],
             slots: 8,
+            encryption: vec![Encryption::Off, Encryption::Rc4],
             pipeline: 16,
             repeats: 3,
             libtorrent: true,
@@ -79,12 +108,14 @@ impl Default for BenchConfig {
 }
 
 impl BenchConfig {
-    /// The short matrix, under 5 minutes: 10 and 100 peers, 2 s per run, a 64 MiB torrent.
+    /// The short matrix, under 5 minutes: 10 and 100 peers, 2 s per run, a 64 MiB torrent,
+    /// plaintext.
     pub fn quick() -> Self {
         BenchConfig {
             peers: vec![10, 100],
             secs: 2.0,
             size_mib: 64,
+            encryption: vec![Encryption::Off],
             ..BenchConfig::default()
         }
     }
@@ -95,6 +126,7 @@ pub struct Row {
     pub seeder: String,
     pub peers: usize,
     pub cache: &'static str,
+    pub encryption: Encryption,
     pub connected: usize,
     pub unchoked_peers: usize,
     pub upload_mb_s: f64,
@@ -202,7 +234,8 @@ keys = ['connections_limit', 'max_peerlist_size', 'listen_queue_size', 'unchoke_
         'peer_turnover', 'peer_turnover_cutoff', 'suggest_mode', 'send_buffer_watermark',
         'send_buffer_low_watermark', 'send_buffer_watermark_factor', 'max_queued_disk_bytes',
         'aio_threads', 'hashing_threads', 'max_allowed_in_request_queue', 'file_pool_size',
-        'allow_multiple_connections_per_ip', 'enable_incoming_utp', 'close_redundant_connections']
+        'allow_multiple_connections_per_ip', 'enable_incoming_utp', 'close_redundant_connections',
+        'in_enc_policy', 'out_enc_policy', 'allowed_enc_level', 'prefer_rc4']
 out = {k: got[k] for k in keys if k in got}
 out['version'] = lt.__version__
 out['disk_io'] = 'mmap (libtorrent 2.0 default)'
@@ -357,11 +390,21 @@ fn start_seeder(
     Ok((Proc(child), addr, settings))
 }
 
-#[allow(clippy::too_many_arguments)]
-fn one_run(
-    kind: Seeder,
+/// One cell of the matrix: a swarm size, a cache state, the leechers' opening.
+#[derive(Debug, Clone, Copy)]
+struct Point {
     peers: usize,
     cold: bool,
+    encryption: Encryption,
+}
+
+fn one_run(
+    kind: Seeder,
+    Point {
+        peers,
+        cold,
+        encryption,
+    }: Point,
     meta: &Meta,
     torrent: &Path,
     data: &Path,
@@ -387,6 +430,7 @@ fn one_run(
             secs,
             pipeline: args.pipeline,
             process: p as u32,
+            mse: encryption == Encryption::Rc4,
             ..SwarmConfig::new(addr, torrent.to_path_buf())
         };
         let mut c = pinned(1);
@@ -471,6 +515,7 @@ fn one_run(
         seeder: kind.to_string(),
         peers,
         cache: if cold { "cold" } else { "warm" },
+        encryption,
         connected,
         unchoked_peers: results.iter().map(|r| r.unchoked_peers).sum(),
         upload_mb_s: bytes as f64 / rsecs / 1e6,
@@ -545,6 +590,7 @@ struct Settings {
     /// Bytes per request.
     block: u32,
     read_ahead: bool,
+    encryption: Vec<Encryption>,
 }
 
 /// What `--json` writes.
@@ -555,6 +601,8 @@ struct Results<'a> {
     /// libtorrent's settings as read back from each of its sessions, by seeder name.
     libtorrent_settings: &'a serde_json::Map<String, serde_json::Value>,
     summary: &'a [Summary],
+    /// Each Hekate seeder against the cheaper libtorrent profile at every point.
+    versus: &'a [Versus],
     rows: &'a [Row],
 }
 
@@ -649,48 +697,68 @@ pub fn run(args: BenchConfig) -> anyhow::Result<()> {
     let mut lt_settings = serde_json::Map::new();
     let repeats = args.repeats.max(1);
     tracing::info!(target: "progress",
-        "bench: {} seeders x {} peer counts x {} caches x {repeats} repeats, {secs} s each",
+        "bench: {} seeders x {} peer counts x {} openings x {} caches x {repeats} repeats, {secs} s each",
         kinds.len(),
         peers.len(),
+        args.encryption.len().max(1),
         caches.len()
     );
-    for &n in &peers {
-        for &cold in &caches {
-            let first = rows.len();
-            for r in 0..repeats {
-                // Rotate the order so no seeder always runs first (or right after another).
-                for j in 0..kinds.len() {
-                    let kind = kinds[(j + r) % kinds.len()];
-                    match one_run(kind, n, cold, &meta, &torrent, &dir, &args, secs) {
-                        Ok((mut row, settings)) => {
-                            if let Some(s) = settings {
-                                lt_settings.insert(kind.to_string(), s);
-                            }
-                            row.repeat = r;
-                            tracing::info!(target: "progress",
-                                "  run {}/{repeats} {kind:<19} {n:>6} peers {:<4}: {} connected, {:.1} MB/s",
-                                r + 1,
-                                row.cache,
-                                row.connected,
-                                row.upload_mb_s
-                            );
-                            rows.push(row);
+    let encryptions = if args.encryption.is_empty() {
+        vec![Encryption::Off]
+    } else {
+        args.encryption.clone()
+    };
+    let (caches, openings) = (&caches, &encryptions);
+    let points = peers.iter().flat_map(|&peers| {
+        openings.iter().flat_map(move |&encryption| {
+            caches.iter().map(move |&cold| Point {
+                peers,
+                cold,
+                encryption,
+            })
+        })
+    });
+    for point in points {
+        let first = rows.len();
+        for r in 0..repeats {
+            // Rotate the order so no seeder always runs first (or right after another).
+            for j in 0..kinds.len() {
+                let kind = kinds[(j + r) % kinds.len()];
+                match one_run(kind, point, &meta, &torrent, &dir, &args, secs) {
+                    Ok((mut row, settings)) => {
+                        if let Some(s) = settings {
+                            lt_settings.insert(kind.to_string(), s);
                         }
-                        Err(e) => tracing::warn!("bench: {kind} with {n} peers failed: {e:#}"),
+                        row.repeat = r;
+                        tracing::info!(target: "progress",
+                            "  run {}/{repeats} {kind:<19} {:>6} peers {:<4} {}: {} connected, {:.1} MB/s",
+                            r + 1,
+                            point.peers,
+                            row.cache,
+                            point.encryption,
+                            row.connected,
+                            row.upload_mb_s
+                        );
+                        rows.push(row);
                     }
+                    Err(e) => tracing::warn!(
+                        "bench: {kind} with {} peers ({}) failed: {e:#}",
+                        point.peers,
+                        point.encryption
+                    ),
                 }
             }
-            for kind in &kinds {
-                let name = kind.to_string();
-                let runs: Vec<&Row> = rows[first..].iter().filter(|r| r.seeder == name).collect();
-                if let Some(s) = Summary::of(&runs) {
-                    summary.push(s);
-                }
+        }
+        for kind in &kinds {
+            let name = kind.to_string();
+            let runs: Vec<&Row> = rows[first..].iter().filter(|r| r.seeder == name).collect();
+            if let Some(s) = Summary::of(&runs) {
+                summary.push(s);
             }
         }
     }
     println!(
-        "medians of {repeats} runs [min-max]; seeder on CPU 0, swarm on CPU 1; {} MiB torrent, {} KiB pieces, {} s per run, {} upload slots, pipeline {}, read-ahead {}",
+        "medians of {repeats} runs [min-max]; seeder on CPU 0, swarm on CPU 1; {} MiB torrent, {} KiB pieces, {} s per run, {} upload slots, pipeline {}, read-ahead {}; enc rc4: leechers open MSE offering RC4 only (Hekate --encryption prefer, libtorrent's default enc settings)",
         meta.total >> 20,
         meta.piece_length >> 10,
         secs,
@@ -699,6 +767,8 @@ pub fn run(args: BenchConfig) -> anyhow::Result<()> {
         if args.read_ahead { "on" } else { "off" }
     );
     print_summary(&summary);
+    let versus = Versus::of(&summary);
+    versus::print(&versus);
     if !lt_settings.is_empty() {
         println!("libtorrent settings (as read back from the session):");
         for (k, v) in &lt_settings {
@@ -718,9 +788,11 @@ pub fn run(args: BenchConfig) -> anyhow::Result<()> {
                 pipeline: args.pipeline,
                 block: crate::wire::MAX_BLOCK,
                 read_ahead: args.read_ahead,
+                encryption: encryptions,
             },
             libtorrent_settings: &lt_settings,
             summary: &summary,
+            versus: &versus,
             rows: &rows,
         };
         // Through a Value, whose keys are sorted: the file reads as it always has.
@@ -738,6 +810,7 @@ pub struct Summary {
     pub seeder: String,
     pub peers: usize,
     pub cache: &'static str,
+    pub encryption: Encryption,
     pub runs: usize,
     /// The fewest peers connected in any run.
     pub connected_min: usize,
@@ -776,6 +849,7 @@ impl Summary {
             seeder: first.seeder.clone(),
             peers: first.peers,
             cache: first.cache,
+            encryption: first.encryption,
             runs: runs.len(),
             connected_min: runs.iter().map(|r| r.connected).min().unwrap_or(0),
             upload_mb_s: up.0,
@@ -795,10 +869,11 @@ impl Summary {
 
 fn print_summary(summary: &[Summary]) {
     println!(
-        "{:<19} {:>6} {:>5} {:>6} {:>17} {:>17} {:>9} {:>7} {:>7} {:>7} {:>8}",
+        "{:<19} {:>6} {:>5} {:>4} {:>6} {:>17} {:>17} {:>9} {:>7} {:>7} {:>7} {:>8}",
         "seeder",
         "peers",
         "cache",
+        "enc",
         "conn",
         "MB/s [min-max]",
         "CPU s/GB [min-max]",
@@ -816,10 +891,11 @@ fn print_summary(summary: &[Summary]) {
             _ => "-".into(),
         };
         println!(
-            "{:<19} {:>6} {:>5} {:>6} {:>17} {:>17} {:>9} {:>7} {:>7} {:>7.2} {:>8.2}",
+            "{:<19} {:>6} {:>5} {:>4} {:>6} {:>17} {:>17} {:>9} {:>7} {:>7} {:>7.2} {:>8.2}",
             s.seeder,
             s.peers,
             s.cache,
+            s.encryption,
             s.connected_min,
             format!(
                 "{:.0} [{:.0}-{:.0}]",
