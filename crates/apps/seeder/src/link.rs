@@ -48,7 +48,7 @@ pub fn recv_into(
         let start = inbuf.len();
         inbuf.extend_from_slice(&s[..n]);
         if let Some(rc4) = rc4 {
-            rc4.decrypt(&mut inbuf[start..]);
+            rc4.decrypt(&mut inbuf[start..]).map_err(io::Error::other)?;
         }
         Ok(n)
     })
@@ -56,17 +56,17 @@ pub fn recv_into(
 
 /// The bytes of a gathered send as they go on the wire: unchanged in plaintext; under RC4
 /// copied into one buffer and encrypted.
-pub fn seal(chunks: Vec<Chunk>, rc4: &mut Option<Rc4Pair>) -> Vec<Chunk> {
+pub fn seal(chunks: Vec<Chunk>, rc4: &mut Option<Rc4Pair>) -> io::Result<Vec<Chunk>> {
     let Some(rc4) = rc4 else {
-        return chunks;
+        return Ok(chunks);
     };
     let len = chunks.iter().map(iolab_runtime::IoBuf::len).sum();
     let mut all = Vec::with_capacity(len);
     for c in &chunks {
         all.extend_from_slice(c.bytes());
     }
-    rc4.encrypt(&mut all);
-    vec![Chunk::new(Block::Owned(all))]
+    rc4.encrypt(&mut all).map_err(io::Error::other)?;
+    Ok(vec![Chunk::new(Block::Owned(all))])
 }
 
 /// Why an MSE exchange over the socket ended without a stream.

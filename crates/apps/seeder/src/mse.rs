@@ -130,25 +130,115 @@ fn bad(why: impl Into<String>) -> MseError {
 
 /// RC4 in both directions of an established encrypted stream.
 pub struct Rc4Pair {
-    send: Rc4<U20>,
-    recv: Rc4<U20>,
+    send: Keystream,
+    recv: Keystream,
 }
 
 impl Rc4Pair {
     /// Encrypts outgoing bytes in place.
-    pub fn encrypt(&mut self, data: &mut [u8]) {
-        self.send.apply_keystream(data);
+    pub fn encrypt(&mut self, data: &mut [u8]) -> Result<(), CipherFailed> {
+        self.send.apply(data)
     }
 
     /// Decrypts incoming bytes in place.
-    pub fn decrypt(&mut self, data: &mut [u8]) {
-        self.recv.apply_keystream(data);
+    pub fn decrypt(&mut self, data: &mut [u8]) -> Result<(), CipherFailed> {
+        self.recv.apply(data)
     }
 }
 
 impl std::fmt::Debug for Rc4Pair {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Rc4Pair")
+    }
+}
+
+/// OpenSSL refused to run the cipher (its state is then unknown: the stream must end).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CipherFailed;
+
+impl std::fmt::Display for CipherFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RC4 failed in OpenSSL")
+    }
+}
+
+impl std::error::Error for CipherFailed {}
+
+impl From<CipherFailed> for MseError {
+    fn from(e: CipherFailed) -> MseError {
+        bad(e.to_string())
+    }
+}
+
+/// Which RC4 runs: OpenSSL's (its assembly: 2.6x the rc4 crate's bytes per second on this
+/// project's machine, which is the seeder's CPU under MSE), or the rc4 crate's when
+/// OpenSSL 3's legacy provider, where RC4 lives, cannot be loaded (or `IOLAB_RC4=crate`).
+pub fn rc4_engine() -> &'static str {
+    match openssl_rc4() {
+        Some(_) => "OpenSSL (legacy provider)",
+        None => "the rc4 crate",
+    }
+}
+
+/// OpenSSL's RC4, fetched once (the legacy provider loaded for the whole process).
+fn openssl_rc4() -> Option<&'static openssl::cipher::Cipher> {
+    static RC4: std::sync::OnceLock<Option<openssl::cipher::Cipher>> = std::sync::OnceLock::new();
+    RC4.get_or_init(|| {
+        if std::env::var_os("IOLAB_RC4").is_some_and(|v| v == "crate") {
+            return None;
+        }
+        // Kept loaded: ciphers fetched from it are used until the process ends.
+        std::mem::forget(openssl::provider::Provider::try_load(None, "legacy", true).ok()?);
+        openssl::cipher::Cipher::fetch(None, "RC4", None).ok()
+    })
+    .as_ref()
+}
+
+/// One direction's keystream, its first [`DISCARD`] bytes dropped.
+enum Keystream {
+    Openssl(openssl::cipher_ctx::CipherCtx),
+    Crate(Box<Rc4<U20>>),
+}
+
+impl Keystream {
+    fn new(key: &[u8; 20]) -> Keystream {
+        let openssl = || {
+            let mut ctx = openssl::cipher_ctx::CipherCtx::new().ok()?;
+            ctx.encrypt_init(Some(openssl_rc4()?), None, None).ok()?;
+            ctx.set_key_length(key.len()).ok()?;
+            ctx.encrypt_init(None, Some(key), None).ok()?;
+            Some(ctx)
+        };
+        let mut k = match openssl() {
+            Some(ctx) => Keystream::Openssl(ctx),
+            None => Keystream::Crate(Box::new(Rc4::<U20>::new(key.into()))),
+        };
+        let mut drop = [0u8; DISCARD];
+        if k.apply(&mut drop).is_err() {
+            k = Keystream::Crate(Box::new(Rc4::<U20>::new(key.into())));
+            let _ = k.apply(&mut drop);
+        }
+        k
+    }
+
+    fn apply(&mut self, data: &mut [u8]) -> Result<(), CipherFailed> {
+        match self {
+            Keystream::Openssl(ctx) => {
+                // EVP takes an int length; RC4 in place is allowed (a stream cipher).
+                for chunk in data.chunks_mut(1 << 30) {
+                    let n = chunk.len();
+                    match ctx.cipher_update_inplace(chunk, n) {
+                        Ok(m) if m == n => {}
+                        _ => return Err(CipherFailed),
+                    }
+                }
+                Ok(())
+            }
+            Keystream::Crate(c) => {
+                c.apply_keystream(data);
+                Ok(())
+            }
+        }
     }
 }
 
@@ -179,11 +269,8 @@ fn sha1(parts: &[&[u8]]) -> [u8; 20] {
     h.finalize().into()
 }
 
-fn rc4(key: &[u8; 20]) -> Rc4<U20> {
-    let mut c = Rc4::<U20>::new(key.into());
-    let mut drop = [0u8; DISCARD];
-    c.apply_keystream(&mut drop);
-    c
+fn rc4(key: &[u8; 20]) -> Keystream {
+    Keystream::new(key)
 }
 
 fn prime() -> BigUint {
@@ -374,7 +461,7 @@ impl Responder {
             }
             RStep::Header if b.len() >= 14 => {
                 let rc4 = self.rc4.as_mut().ok_or_else(|| bad("no keys"))?;
-                rc4.decrypt(&mut b[..14]);
+                rc4.decrypt(&mut b[..14])?;
                 if b[..8] != VC {
                     return Err(bad("wrong verification constant"));
                 }
@@ -388,7 +475,7 @@ impl Responder {
             }
             RStep::PadC(n) if b.len() >= n + 2 => {
                 let rc4 = self.rc4.as_mut().ok_or_else(|| bad("no keys"))?;
-                rc4.decrypt(&mut b[..n + 2]);
+                rc4.decrypt(&mut b[..n + 2])?;
                 self.step = RStep::Ia(u16_at(b, n));
                 Ok(Some(n + 2))
             }
@@ -401,16 +488,16 @@ impl Responder {
                     ))
                 })?;
                 let mut rc4 = self.rc4.take().ok_or_else(|| bad("no keys"))?;
-                rc4.decrypt(&mut b[..n]);
+                rc4.decrypt(&mut b[..n])?;
                 let mut payload = std::mem::take(b);
                 if select == CRYPTO_RC4 {
-                    rc4.decrypt(&mut payload[n..]);
+                    rc4.decrypt(&mut payload[n..])?;
                 }
                 // Step 4: VC, crypto_select, len(PadD) = 0.
                 let mut answer = VC.to_vec();
                 answer.extend_from_slice(&select.to_be_bytes());
                 answer.extend_from_slice(&0u16.to_be_bytes());
-                rc4.encrypt(&mut answer);
+                rc4.encrypt(&mut answer)?;
                 out.send.extend(answer);
                 self.step = RStep::Done;
                 out.done = Some(Established {
@@ -479,7 +566,7 @@ impl Initiator {
                     recv: rc4(&sha1(&[b"keyB", &s, &skey])),
                 };
                 let mut vc = VC;
-                rc4(&sha1(&[b"keyB", &s, &skey])).apply_keystream(&mut vc);
+                rc4(&sha1(&[b"keyB", &s, &skey])).apply(&mut vc)?;
                 self.vc_sealed = vc;
                 out.send.extend_from_slice(&sha1(&[b"req1", &s]));
                 let req2 = sha1(&[b"req2", &skey]);
@@ -490,7 +577,7 @@ impl Initiator {
                 sealed.extend_from_slice(&0u16.to_be_bytes()); // len(PadC)
                 sealed.extend_from_slice(&(self.ia.len() as u16).to_be_bytes());
                 sealed.extend_from_slice(&self.ia);
-                keys.encrypt(&mut sealed);
+                keys.encrypt(&mut sealed)?;
                 out.send.extend(sealed);
                 self.rc4 = Some(keys);
                 self.step = IStep::SyncVc;
@@ -508,7 +595,7 @@ impl Initiator {
             }
             IStep::Header if b.len() >= 14 => {
                 let rc4 = self.rc4.as_mut().ok_or_else(|| bad("no keys"))?;
-                rc4.decrypt(&mut b[..14]);
+                rc4.decrypt(&mut b[..14])?;
                 let select = u32_at(b, 8);
                 if select != CRYPTO_RC4 && select != CRYPTO_PLAINTEXT || select & self.provide == 0
                 {
@@ -523,10 +610,10 @@ impl Initiator {
             }
             IStep::PadD(select, n) if b.len() >= n => {
                 let mut rc4 = self.rc4.take().ok_or_else(|| bad("no keys"))?;
-                rc4.decrypt(&mut b[..n]);
+                rc4.decrypt(&mut b[..n])?;
                 let mut payload = b.split_off(n);
                 if select == CRYPTO_RC4 {
-                    rc4.decrypt(&mut payload);
+                    rc4.decrypt(&mut payload)?;
                 }
                 self.step = IStep::Done;
                 out.done = Some(Established {
@@ -634,6 +721,33 @@ mod tests {
         Ok((got_r.unwrap(), got_i.unwrap()))
     }
 
+    /// OpenSSL's RC4 (when its legacy provider loads here) gives the rc4 crate's keystream,
+    /// after the same 1,024 bytes dropped, over lengths that cross its internal blocks.
+    #[test]
+    fn openssl_and_the_rc4_crate_give_one_keystream() {
+        let key = sha1(&[b"keyA", b"a secret"]);
+        let mut ours = Keystream::new(&key);
+        if !matches!(ours, Keystream::Openssl(_)) {
+            eprintln!(
+                "OpenSSL's legacy provider is not loadable here: {}",
+                rc4_engine()
+            );
+            return;
+        }
+        let mut reference = Rc4::<U20>::new((&key).into());
+        reference.apply_keystream(&mut [0u8; DISCARD]);
+        for len in [1usize, 15, 16, 17, 4096, 65_537] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 31) as u8).collect();
+            let (mut a, mut b) = (data.clone(), data.clone());
+            ours.apply(&mut a).unwrap();
+            reference.apply_keystream(&mut b);
+            assert!(
+                a == b && a != data,
+                "keystreams differ at a {len}-byte step"
+            );
+        }
+    }
+
     #[test]
     fn the_prime_has_768_bits() {
         assert_eq!(prime().bits(), 768);
@@ -648,12 +762,12 @@ mod tests {
             assert_eq!(r.payload, b"hello IA");
             let (mut a, mut b) = (r.rc4.take().unwrap(), i.rc4.take().unwrap());
             let mut m = b"piece data".to_vec();
-            b.encrypt(&mut m);
+            b.encrypt(&mut m).unwrap();
             assert_ne!(m, b"piece data");
-            a.decrypt(&mut m);
+            a.decrypt(&mut m).unwrap();
             assert_eq!(m, b"piece data");
-            a.encrypt(&mut m);
-            b.decrypt(&mut m);
+            a.encrypt(&mut m).unwrap();
+            b.decrypt(&mut m).unwrap();
             assert_eq!(m, b"piece data");
         }
         let (r, i) = pair(Policy::Off, CRYPTO_RC4 | CRYPTO_PLAINTEXT, 50).unwrap();

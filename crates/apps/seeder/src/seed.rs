@@ -638,8 +638,8 @@ impl Seeder {
             return Ok(false);
         }
         let bytes: usize = chunks.iter().map(iolab_runtime::IoBuf::len).sum();
-        self.send_chunks(stream, peer.key, link::seal(chunks, &mut peer.rc4))
-            .await?;
+        let sealed = link::seal(chunks, &mut peer.rc4).map_err(End::Io)?;
+        self.send_chunks(stream, peer.key, sealed).await?;
         if served > 0 {
             let payload = bytes as u64; // headers included: close enough for rates
             self.counters
@@ -829,7 +829,7 @@ impl Seeder {
         rc4: &mut Option<Rc4Pair>,
     ) -> io::Result<()> {
         if let Some(rc4) = rc4 {
-            rc4.encrypt(&mut buf);
+            rc4.encrypt(&mut buf).map_err(io::Error::other)?;
         }
         match timeout(self.cfg.send_timeout, stream.write_all(buf)).await {
             Ok((r, _)) => r,

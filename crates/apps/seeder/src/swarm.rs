@@ -338,7 +338,7 @@ impl Leecher {
     /// Sends `bytes` (encrypted first under MSE).
     async fn send(&mut self, stream: &TcpStream, mut bytes: Vec<u8>) -> Result<(), Dropped> {
         if let Some(c) = &mut self.rc4 {
-            c.encrypt(&mut bytes);
+            c.encrypt(&mut bytes).map_err(|_| Dropped)?;
         }
         stream.write_all(bytes).await.0.map_err(|_| Dropped)
     }
@@ -383,8 +383,9 @@ impl Leecher {
                 )
             };
             if n > 0 {
-                if let Some(c) = &mut self.rc4 {
-                    c.decrypt(&mut s[..n as usize]);
+                let cipher = self.rc4.as_mut().map(|c| c.decrypt(&mut s[..n as usize]));
+                if cipher.is_some_and(|r| r.is_err()) {
+                    return CIPHER_FAILED;
                 }
                 feed(&mut self.input, &mut buf, &s[..n as usize]);
             }
@@ -392,7 +393,7 @@ impl Leecher {
         });
         self.input.head = buf;
         match n {
-            0 => Err(Dropped),
+            0 | CIPHER_FAILED => Err(Dropped),
             n if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock => {
                 Ok(false)
             }
@@ -533,6 +534,9 @@ async fn download(
         }
     }
 }
+
+/// `recv`'s result when the bytes arrived but RC4 failed on them (recv returns -1 at worst).
+const CIPHER_FAILED: isize = -2;
 
 thread_local! {
     static SCRATCH: RefCell<Vec<u8>> = RefCell::new(vec![0u8; 256 * 1024]);

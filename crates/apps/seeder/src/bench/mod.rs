@@ -591,6 +591,8 @@ struct Settings {
     block: u32,
     read_ahead: bool,
     encryption: Vec<Encryption>,
+    /// Where Hekate's RC4 comes from (OpenSSL or the rc4 crate).
+    rc4: &'static str,
 }
 
 /// What `--json` writes.
@@ -626,6 +628,44 @@ fn write_data(file: &Path, len: u64) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The bench's data in `dir` (written unless already there: `size` bytes and a short tail,
+/// so the last piece is short) and its torrent.
+fn bench_torrent(dir: &Path, size: u64, piece_length: u64) -> anyhow::Result<(Meta, PathBuf)> {
+    let file = dir.join("bench.bin");
+    let want = size + 4321;
+    if std::fs::metadata(&file).map(|m| m.len()).ok() != Some(want) {
+        tracing::info!(target: "progress", "bench: writing {} MiB of data", want >> 20);
+        write_data(&file, want)?;
+    }
+    let (meta, bytes) = Meta::create(
+        std::slice::from_ref(&file),
+        &CreateOptions {
+            piece_length: Some(piece_length),
+            progress: false,
+            ..Default::default()
+        },
+    )?;
+    let torrent = dir.join("bench.torrent");
+    std::fs::write(&torrent, bytes)?;
+    Ok((meta, torrent))
+}
+
+/// Ours with each disk path, then libtorrent's two profiles when it is asked for and present.
+fn seeders(args: &BenchConfig) -> Vec<Seeder> {
+    let mut kinds: Vec<Seeder> = args.disks.iter().map(|&d| Seeder::Hekate(d)).collect();
+    let lt = args.libtorrent && libtorrent_available();
+    if args.libtorrent && !lt {
+        tracing::warn!(
+            "bench: /usr/bin/python3 cannot import libtorrent (python3-libtorrent): ours only"
+        );
+    }
+    if lt {
+        kinds.push(Seeder::Libtorrent { hps: false });
+        kinds.push(Seeder::Libtorrent { hps: true });
+    }
+    kinds
+}
+
 /// Runs the bench of `args`: prints the table (and libtorrent's settings) on stdout and
 /// writes the JSON if asked; progress goes to the `progress` log target.
 pub fn run(args: BenchConfig) -> anyhow::Result<()> {
@@ -658,34 +698,8 @@ pub fn run(args: BenchConfig) -> anyhow::Result<()> {
     } else {
         None
     });
-    let file = dir.join("bench.bin");
-    let want = size + 4321;
-    if std::fs::metadata(&file).map(|m| m.len()).ok() != Some(want) {
-        tracing::info!(target: "progress", "bench: writing {} MiB of data", want >> 20);
-        write_data(&file, want)?;
-    }
-    let (meta, bytes) = Meta::create(
-        std::slice::from_ref(&file),
-        &CreateOptions {
-            piece_length: Some(args.piece_length),
-            progress: false,
-            ..Default::default()
-        },
-    )?;
-    let torrent = dir.join("bench.torrent");
-    std::fs::write(&torrent, bytes)?;
-
-    let mut kinds: Vec<Seeder> = args.disks.iter().map(|&d| Seeder::Hekate(d)).collect();
-    let lt = args.libtorrent && libtorrent_available();
-    if args.libtorrent && !lt {
-        tracing::warn!(
-            "bench: /usr/bin/python3 cannot import libtorrent (python3-libtorrent): ours only"
-        );
-    }
-    if lt {
-        kinds.push(Seeder::Libtorrent { hps: false });
-        kinds.push(Seeder::Libtorrent { hps: true });
-    }
+    let (meta, torrent) = bench_torrent(&dir, size, args.piece_length)?;
+    let kinds = seeders(&args);
     let caches: Vec<bool> = if args.warm_only {
         vec![false]
     } else {
@@ -758,13 +772,14 @@ pub fn run(args: BenchConfig) -> anyhow::Result<()> {
         }
     }
     println!(
-        "medians of {repeats} runs [min-max]; seeder on CPU 0, swarm on CPU 1; {} MiB torrent, {} KiB pieces, {} s per run, {} upload slots, pipeline {}, read-ahead {}; enc rc4: leechers open MSE offering RC4 only (Hekate --encryption prefer, libtorrent's default enc settings)",
+        "medians of {repeats} runs [min-max]; seeder on CPU 0, swarm on CPU 1; {} MiB torrent, {} KiB pieces, {} s per run, {} upload slots, pipeline {}, read-ahead {}; enc rc4: leechers open MSE offering RC4 only (Hekate --encryption prefer, its RC4 from {}; libtorrent's default enc settings)",
         meta.total >> 20,
         meta.piece_length >> 10,
         secs,
         args.slots,
         args.pipeline,
-        if args.read_ahead { "on" } else { "off" }
+        if args.read_ahead { "on" } else { "off" },
+        crate::mse::rc4_engine()
     );
     print_summary(&summary);
     let versus = Versus::of(&summary);
@@ -789,6 +804,7 @@ pub fn run(args: BenchConfig) -> anyhow::Result<()> {
                 block: crate::wire::MAX_BLOCK,
                 read_ahead: args.read_ahead,
                 encryption: encryptions,
+                rc4: crate::mse::rc4_engine(),
             },
             libtorrent_settings: &lt_settings,
             summary: &summary,
