@@ -165,6 +165,9 @@ pub trait Source {
     fn still_wanted(&mut self, _stream: u32, _now: f64) -> bool {
         true
     }
+    /// A request of `stream` completed at `now` (told before [`Source::next_in_stream`]):
+    /// for sources that watch what their streams did (fio's steady-state detection).
+    fn stream_completed(&mut self, _stream: u32, _done: &Completion, _now: f64) {}
 }
 
 /// A source lent to a run (the caller reads its counters after).
@@ -180,6 +183,9 @@ impl<S: Source + ?Sized> Source for &mut S {
     }
     fn still_wanted(&mut self, stream: u32, now: f64) -> bool {
         (**self).still_wanted(stream, now)
+    }
+    fn stream_completed(&mut self, stream: u32, done: &Completion, now: f64) {
+        (**self).stream_completed(stream, done, now)
     }
 }
 
@@ -654,6 +660,7 @@ impl Simulator {
         };
         observe(done, stream);
         if let Some(stream) = stream {
+            source.stream_completed(stream, done, self.now);
             if let Some(p) = source.next_in_stream(stream, self.now)? {
                 let at = match p.when {
                     When::At(t) | When::Stream { at: t, .. } => t,

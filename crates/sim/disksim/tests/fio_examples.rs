@@ -29,14 +29,49 @@ const SIMULATED: &[&str] = &[
     // fio's cpuio engine (no I/O), data-content options of no effect (src/fio/inert.rs).
     "cpuio.fio",
     "dedupe-global.fio",
+    // Steady-state detection (src/fio/steady.rs), the latency target's queue-depth search
+    // (src/fio/latency.rs): shortened, SHORTENED.
+    "steadystate.fio",
+    "latency-profile.fio",
 ];
+
+/// Examples that simulate with a shorter run for the test: (example, [(text, in its place)]).
+/// steadystate.fio: 3 s windows after a 1 s ramp, at 1,000 I/Os a second per clone (its
+/// null I/O at fio's own speed is 26 M a second for 40 s); latency-profile.fio: 50 ms
+/// windows instead of 5 s.
+const SHORTENED: &[(&str, &[(&str, &str)])] = &[
+    (
+        "steadystate.fio",
+        &[
+            ("ss_dur=30s", "ss_dur=3s"),
+            ("ss_ramp=10s", "ss_ramp=1s"),
+            ("ss_dur=10s", "ss_dur=3s"),
+            ("ss_ramp=5s", "ss_ramp=1s"),
+            ("time_based\n", "time_based\nrate_iops=1000\n"),
+        ],
+    ),
+    (
+        "latency-profile.fio",
+        &[("latency_window=5000000", "latency_window=50000")],
+    ),
+];
+
+fn shortened(name: &str, text: String) -> String {
+    let Some((_, subs)) = SHORTENED.iter().find(|(n, _)| *n == name) else {
+        return text;
+    };
+    subs.iter().fold(text, |t, (from, to)| {
+        assert!(t.contains(from), "{name}: no '{from}'");
+        t.replacen(from, to, 1)
+    })
+}
 
 /// fio's cpuio engine does no I/O: its jobs' counts are 0, as fio reports them.
 const NO_IO: &[&str] = &["cpuio.fio"];
 
 /// How many of the 86 the reader takes (docs/results/disksim-fio-examples.md's table: the
 /// others are refused, each naming the option, its line and why).
-const TAKEN: usize = 29;
+const TAKEN: usize = 31;
 
 fn examples() -> Option<PathBuf> {
     let d = Path::new("/usr/share/doc/fio/examples");
@@ -53,6 +88,14 @@ fn examples() -> Option<PathBuf> {
 /// Simulates a job file as `run --fio` does, on the NVMe config under Linux's defaults;
 /// returns (job, ios) per job.
 fn simulate(text: &str) -> anyhow::Result<Vec<(String, u64)>> {
+    Ok(simulate_results(text)?
+        .into_iter()
+        .map(|r| (r.job, r.read.ios + r.write.ios))
+        .collect())
+}
+
+/// [`simulate`]'s per-job results.
+fn simulate_results(text: &str) -> anyhow::Result<Vec<fio::JobResult>> {
     let jf = fio::parse(text, false)?;
     // (Linux's defaults: mq-deadline, where I/O priorities are refused)
     jf.check_scheduler(false)?;
@@ -66,18 +109,65 @@ fn simulate(text: &str) -> anyhow::Result<Vec<(String, u64)>> {
         .files(&src.file_sizes())
         .on(dev.component)?;
     Simulator::new(chain).run_streams(&mut src, &mut |c, s| stats.add(c, s))?;
-    Ok(stats
-        .results()
-        .into_iter()
-        .map(|r| (r.job, r.read.ios + r.write.ios))
-        .collect())
+    Ok(stats.results())
+}
+
+/// A job's runtime as its figures give it, s.
+fn runtime_s(r: &fio::JobResult) -> f64 {
+    let d = if r.read.ios > 0 { &r.read } else { &r.write };
+    d.ios as f64 / d.iops
+}
+
+/// steadystate.fio shortened (SHORTENED), as fio 3.33 ran the same file here
+/// (`fio --output-format=json`, 2 shared cores, 4 Dec 2026): each group stopped once its
+/// 3 samples after the ramp were within 10 % (1 %): ss-write 19,567 writes in 4.89 s a
+/// clone, ss-read 19,056 reads in 4.76 s, both "attained". The simulator samples at whole
+/// seconds from the run's start: the first sample at 3 s, steady at 5 s, 4 × 5,001 I/Os
+/// (fio started its jobs ~0.1 s after its clock). Without the detection the jobs would run
+/// their 5 minutes.
+#[test]
+fn steadystate_ends_each_group_once_steady() {
+    let Some(dir) = examples() else { return };
+    let name = "steadystate.fio";
+    let text = shortened(name, std::fs::read_to_string(dir.join(name)).unwrap());
+    let r = simulate_results(&text).unwrap();
+    let jobs: Vec<(&str, u64, f64)> = r
+        .iter()
+        .map(|j| (j.job.as_str(), j.read.ios + j.write.ios, runtime_s(j)))
+        .collect();
+    // (the 4 clones of each group summed, as fio's group_reporting)
+    for (job, ios, secs) in &jobs {
+        assert!((4.5..=5.5).contains(secs), "{job}: {secs} s");
+        assert!((19_000..=20_100).contains(ios), "{job}: {ios} I/Os");
+    }
+    assert_eq!(jobs.len(), 2);
+}
+
+/// latency-profile.fio with 50 ms windows on the NVMe model, far under its 500 ms target:
+/// fio's search doubles the depth each window, 1 to 128, finds 128 again, then runs one
+/// more window whose figures are the job's (fio resets them): 50 ms of I/O at depth 128,
+/// not the whole device read at depth 128 (without the search) nor nine windows (without
+/// the reset). fio 3.33 took the same steps on a 2 GiB file of this VM's disk with 200 ms
+/// windows (`--debug=rate`: ramped up 1, 2, 4 ... 128, 128 again, "Quiesce and final run",
+/// "We are done"; docs/results/disksim-fio-examples.md) and reported 200 ms of figures at
+/// `latency_depth` 128.
+#[test]
+fn latency_target_searches_the_depth_then_reports_the_last_window() {
+    let Some(dir) = examples() else { return };
+    let name = "latency-profile.fio";
+    let text = shortened(name, std::fs::read_to_string(dir.join(name)).unwrap());
+    let r = simulate_results(&text).unwrap();
+    assert_eq!(r.len(), 1);
+    let secs = runtime_s(&r[0]);
+    assert!((0.050..0.056).contains(&secs), "{secs} s");
+    assert!(r[0].read.ios > 1_000, "{} reads", r[0].read.ios);
 }
 
 #[test]
 fn the_examples_that_simulate_run_every_job() {
     let Some(dir) = examples() else { return };
     for name in SIMULATED {
-        let text = std::fs::read_to_string(dir.join(name)).unwrap();
+        let text = shortened(name, std::fs::read_to_string(dir.join(name)).unwrap());
         let jobs = simulate(&text).unwrap_or_else(|e| panic!("{name}: {e:#}"));
         assert!(!jobs.is_empty(), "{name}");
         for (job, ios) in jobs {

@@ -137,6 +137,10 @@ pub struct JobExtra {
     /// No size given, and the file is made by an earlier job: fio takes the existing file's
     /// size (set by the job reader, checked against the earlier jobs).
     pub size_of_earlier_file: bool,
+    /// Steady-state detection (`ss`, `ss_dur`, `ss_ramp`, [`super::steady`]).
+    pub ss: super::steady::SsOptions,
+    /// The queue-depth search for a latency target ([`super::latency`]).
+    pub lat: super::latency::LatOptions,
 }
 
 /// `zonemode=`.
@@ -199,6 +203,8 @@ impl Default for JobExtra {
             zone_line: 0,
             fill_device: false,
             size_of_earlier_file: false,
+            ss: Default::default(),
+            lat: Default::default(),
         }
     }
 }
@@ -341,7 +347,10 @@ pub(crate) fn apply(x: &mut JobExtra, k: &str, v: Option<&str>, n: usize) -> Res
             "noop" | "qsort" => {}
             _ => return Err(bad("expected noop or qsort".into())),
         },
-        _ => return Ok(false),
+        _ => {
+            return Ok(super::steady::apply(&mut x.ss, k, v, n)?
+                || super::latency::apply(&mut x.lat, k, v, n)?)
+        }
     }
     Ok(true)
 }

@@ -297,7 +297,6 @@ const REPORTING_ONLY: &[&str] = &[
     "description",
     // Logs each I/O's priority (fio's latency logs): reporting.
     "log_prio",
-    "group_reporting",
     "write_lat_log",
     "write_bw_log",
     "write_iops_log",
@@ -389,7 +388,10 @@ const SIMULATED: &[&str] = &[
 
 /// Whether `k` is an option the simulation uses (here or in [`super::extra`]).
 fn simulated(k: &str) -> bool {
-    SIMULATED.contains(&k) || super::extra::OPTIONS.contains(&k)
+    SIMULATED.contains(&k)
+        || super::extra::OPTIONS.contains(&k)
+        || super::steady::OPTIONS.contains(&k)
+        || super::latency::OPTIONS.contains(&k)
 }
 
 /// Every option name the reader knows (simulated, reporting-only or of no effect on the
@@ -398,6 +400,8 @@ pub fn known_options() -> impl Iterator<Item = &'static str> {
     SIMULATED
         .iter()
         .chain(super::extra::OPTIONS)
+        .chain(super::steady::OPTIONS)
+        .chain(super::latency::OPTIONS)
         .chain(REPORTING_ONLY)
         .copied()
         .chain(super::inert::names())
@@ -556,6 +560,7 @@ pub fn parse_with_env(
     if jobs.is_empty() {
         bail!("no job section (a [name] other than [global]) in the job file");
     }
+    super::steady::check(&jobs)?;
     for (i, j) in jobs.iter().enumerate() {
         if let Some(w) = &j.wait_for {
             let earlier = jobs[..i].iter().filter(|e| &e.name == w).count();
@@ -666,6 +671,8 @@ fn finish(job: &mut FioJob) -> Result<()> {
             job.name
         );
     }
+    let passes = job.time_based || job.loops > 1;
+    super::latency::check(&job.extra.lat, &job.name, job.numjobs, passes)?;
     super::extra::check(&super::extra::JobFacts {
         name: &job.name,
         extra: &job.extra,
@@ -1131,14 +1138,14 @@ mod tests {
 
     #[test]
     fn unknown_options_are_listed_with_lines_once() {
-        let text = "[j]\nsize=1m\nfoo=1\nlatency_target=5\nrw=read\n";
+        let text = "[j]\nsize=1m\nfoo=1\nramp_time=5\nrw=read\n";
         let e = parse(text, false).unwrap_err().to_string();
         // Each refusal: the option, its line and why; the first on the first line.
         assert!(
             e.starts_with("foo=1 (line 3): not an option the simulator models"),
             "{e}"
         );
-        assert!(e.contains("\n  latency_target=5 (line 4): "), "{e}");
+        assert!(e.contains("\n  ramp_time=5 (line 4): "), "{e}");
         let jf = parse(text, true).unwrap();
         assert_eq!(jf.warnings.len(), 2);
         assert!(jf.warnings[0].starts_with("foo=1 (line 3)"));

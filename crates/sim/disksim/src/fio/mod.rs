@@ -14,11 +14,13 @@
 pub mod extra;
 mod inert;
 pub mod job;
+mod latency;
 mod phases;
 pub mod real;
 mod refusals;
 pub mod results;
 pub mod source;
+mod steady;
 mod units;
 
 pub use job::{

@@ -55,6 +55,10 @@ pub struct JobStats {
     end: Vec<f64>,
     /// Each job's first request (its own start), ms.
     first: Vec<f64>,
+    /// When each job's figures restart (a latency-target search's end), shared with the
+    /// source; whether that was done.
+    resets: Option<std::sync::Arc<std::sync::Mutex<Vec<Option<f64>>>>>,
+    reset_done: Vec<bool>,
 }
 
 impl JobStats {
@@ -69,7 +73,30 @@ impl JobStats {
             bytes: vec![[0, 0]; n],
             end: vec![0.0; n],
             first: vec![f64::INFINITY; n],
+            resets: src
+                .jobs
+                .iter()
+                .any(|j| j.extra.lat.target_ms > 0.0)
+                .then(|| src.resets.clone()),
+            reset_done: vec![false; n],
         }
+    }
+
+    /// fio's `reset_all_stats` for job `j` if its figures restart before `arrival`: the
+    /// source waits for the job's I/O in flight first, so every earlier completion is in.
+    fn maybe_reset(&mut self, j: usize, arrival: f64) {
+        let Some(r) = &self.resets else { return };
+        let at = r.lock().ok().and_then(|r| r.get(j).copied().flatten());
+        if self.reset_done[j] || at.is_none_or(|t| arrival < t) {
+            return;
+        }
+        self.reset_done[j] = true;
+        self.lat[j] = [lat_hist(), lat_hist()];
+        self.sum_ms[j] = [0.0; 2];
+        self.ios[j] = [0; 2];
+        self.bytes[j] = [0; 2];
+        self.end[j] = 0.0;
+        self.first[j] = f64::INFINITY;
     }
 
     /// Counts a completed request of `stream` (as the engine's
@@ -78,6 +105,7 @@ impl JobStats {
         let Some(&j) = stream.and_then(|s| self.job_of_stream.get(s as usize)) else {
             return;
         };
+        self.maybe_reset(j, c.rec.arrival);
         self.first[j] = self.first[j].min(c.rec.arrival);
         if !matches!(c.req.op, Op::Read | Op::Write) {
             return;

@@ -103,6 +103,10 @@ struct Stream {
     /// `zonemode=strided`: the zone's first byte, and the bytes done in it.
     zone_start: u64,
     zone_bytes: u64,
+    /// `latency_target`: the queue-depth search, and a wait for the I/O in flight before
+    /// the next cycle (true: the job's figures restart then).
+    lat: Option<super::latency::Search>,
+    quiesce: Option<bool>,
 }
 
 /// A `posix_fadvise(fd, 0, 0, a)` on file `id`.
@@ -146,6 +150,11 @@ pub struct FioSource {
     /// fio's flow groups by `flow_id`, and how many clones wait for their share.
     flows: HashMap<u32, FlowGroup>,
     parked: usize,
+    /// fio's steady-state detection, if a job has it ([`super::steady`]).
+    steady: Option<super::steady::Monitor>,
+    /// Per job, when its figures restart (fio's `reset_all_stats` at the end of a
+    /// latency-target search), shared with [`super::JobStats`].
+    pub(super) resets: std::sync::Arc<std::sync::Mutex<Vec<Option<f64>>>>,
 }
 
 impl FioSource {
@@ -286,6 +295,8 @@ impl FioSource {
             }
         }
         let waits_on = waits_on(&jobs);
+        let job_of: Vec<usize> = streams.iter().map(|s: &Stream| s.job).collect();
+        let steady = super::steady::Monitor::new(&jobs, &job_of);
         let mut src = FioSource {
             clones_left: jobs.iter().map(|j| j.numjobs).collect(),
             started: vec![false; jobs.len()],
@@ -300,7 +311,12 @@ impl FioSource {
             map_budget: MAX_RANDOM_MAPS,
             flows,
             parked: 0,
+            steady,
+            resets: Default::default(),
         };
+        if let Ok(mut r) = src.resets.lock() {
+            *r = vec![None; src.jobs.len()];
+        }
         src.start_ready_jobs(0.0);
         Ok(src)
     }
@@ -317,6 +333,13 @@ impl FioSource {
                 let s = &mut self.streams[sid as usize];
                 if s.job == j {
                     s.start = at;
+                    let job = &self.jobs[j];
+                    let mut depth = depth;
+                    if job.extra.lat.target_ms > 0.0 {
+                        // (the search starts at depth 1)
+                        s.lat = Some(super::latency::Search::new(job.effective_depth(), at));
+                        depth = s.prelude_pending + 1;
+                    }
                     self.initial.push_back((sid, depth, at));
                 }
             }
@@ -368,20 +391,114 @@ impl FioSource {
             })
             .collect();
         for sid in 0..self.streams.len() {
-            let t = &mut self.streams[sid];
-            if !hit[t.job] || t.stopped {
-                continue;
+            if hit[self.streams[sid].job] {
+                self.stop_stream(sid as u32, now);
             }
-            t.stopped = true;
-            t.done = true;
-            t.prelude.clear();
-            t.verify_calls.clear();
-            // A clone whose requests all wait for a later time (its rate) ends now, as fio's
-            // does; those requests are dropped when due ([`Source::still_wanted`]).
-            if self.started[t.job] && (t.in_flight == 0 || t.last_at > now) {
-                t.in_flight = 0;
-                self.clone_may_end(sid as u32, now);
+        }
+    }
+
+    /// Clone `sid` issues no more (fio's `td->terminate`): it ends once its I/O in flight
+    /// has completed.
+    fn stop_stream(&mut self, sid: u32, now: f64) {
+        let Some(t) = self.streams.get_mut(sid as usize) else {
+            return;
+        };
+        if t.stopped {
+            return;
+        }
+        t.stopped = true;
+        t.done = true;
+        t.prelude.clear();
+        t.verify_calls.clear();
+        // A clone whose requests all wait for a later time (its rate) ends now, as fio's
+        // does; those requests are dropped when due ([`Source::still_wanted`]).
+        if self.started[t.job] && (t.in_flight == 0 || t.last_at > now) {
+            t.in_flight = 0;
+            self.clone_may_end(sid, now);
+        }
+    }
+
+    /// A read or write of `sid` completed at `now` after `latency_ms`: its latency-target
+    /// search's step.
+    fn lat_completed(&mut self, sid: u32, latency_ms: f64, now: f64) {
+        use super::latency::Step;
+        let Some(s) = self.streams.get_mut(sid as usize) else {
+            return;
+        };
+        let (Some(search), false) = (s.lat.as_mut(), s.done) else {
+            return;
+        };
+        let job = &self.jobs[s.job];
+        match search.completed(&job.extra.lat, latency_ms, now, s.quiesce.is_some()) {
+            Step::Go => {}
+            Step::Quiesce { reset } => s.quiesce = Some(reset),
+            Step::End { fatal } => {
+                if fatal {
+                    tracing::warn!(
+                        "job '{}': an I/O took {latency_ms:.3} ms at queue depth 1, over latency_target: fio ends the job (max latency exceeded)",
+                        job.name
+                    );
+                }
+                self.stop_stream(sid, now);
             }
+        }
+    }
+
+    /// Whether clone `sid`, one of its requests having completed at `now`, issues another
+    /// (its latency-target search's depth, and its wait for the I/O in flight); a depth
+    /// raised by the search gets its further requests here.
+    fn lat_may_issue(&mut self, sid: u32, now: f64) -> bool {
+        let Some(s) = self.streams.get_mut(sid as usize) else {
+            return true;
+        };
+        let (Some(search), false) = (s.lat.as_mut(), s.done) else {
+            return true;
+        };
+        if let Some(reset) = s.quiesce {
+            if s.in_flight > 0 {
+                return false;
+            }
+            s.quiesce = None;
+            search.new_cycle(now);
+            if reset {
+                if let Ok(mut r) = self.resets.lock() {
+                    r[s.job] = Some(now);
+                }
+            }
+        }
+        // (requests of a raised depth not handed out yet count as in flight)
+        let queued: u64 = self
+            .initial
+            .iter()
+            .filter(|e| e.0 == sid)
+            .map(|e| e.1)
+            .sum();
+        let busy = s.in_flight + queued;
+        if busy >= search.qd {
+            return false;
+        }
+        let more = search.qd - busy - 1;
+        if more > 0 {
+            self.initial.push_back((sid, more, now));
+        }
+        true
+    }
+
+    /// fio's steady-state ticks up to `now`, then the completion of a request of `sid`
+    /// (`bytes`, None: no data I/O); the clones whose unit held steady stop.
+    fn steady_completed(&mut self, sid: u32, bytes: Option<u64>, now: f64) {
+        let Some(mut m) = self.steady.take() else {
+            return;
+        };
+        let running = |s: u32| {
+            let st = self.streams.get(s as usize)?;
+            (self.started[st.job] && st.in_flight != u64::MAX).then_some(st.start)
+        };
+        let stop = m.ticks_until(self.start, now, &running);
+        m.completed(sid, bytes);
+        self.steady = Some(m);
+        for (s, _tick) in stop {
+            self.stop_stream(s, now);
         }
     }
 
@@ -641,6 +758,8 @@ impl Stream {
             last_at: 0.0,
             zone_start: 0,
             zone_bytes: 0,
+            lat: None,
+            quiesce: None,
         }
     }
 
@@ -941,6 +1060,9 @@ impl Source for FioSource {
             s.prelude_pending -= 1;
             return Ok(None);
         }
+        if !self.lat_may_issue(stream, now) {
+            return Ok(None);
+        }
         match self.make(stream, now, false) {
             Some(p) => {
                 let s = &mut self.streams[stream as usize];
@@ -952,6 +1074,13 @@ impl Source for FioSource {
                 self.clone_may_end(stream, now);
                 Ok(None)
             }
+        }
+    }
+    fn stream_completed(&mut self, stream: u32, done: &crate::request::Completion, now: f64) {
+        let data = matches!(done.req.op, Op::Read | Op::Write);
+        self.steady_completed(stream, data.then(|| done.req.bytes()), now);
+        if data {
+            self.lat_completed(stream, done.response(), now);
         }
     }
     fn still_wanted(&mut self, stream: u32, now: f64) -> bool {
