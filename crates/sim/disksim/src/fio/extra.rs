@@ -24,6 +24,11 @@
 //! * `rate_process=poisson`: `rate_iops` with exponential gaps (fio's `usec_for_io`).
 //! * `io_submit_mode=offload`: a helper thread submits at the rate's times; the I/O and its
 //!   times are those of `inline`.
+//! * `zonemode=zbd` on the simulated device, which is not zoned: fio emulates zones of
+//!   `zonesize`, every one empty at the start (`init_zone_info`: the write pointer at the
+//!   zone's start). A read-only job without `read_beyond_wp` finds no written data
+//!   (`zbd_adjust_block`, `zbd_find_zone`) and ends with no I/O, as fio 3.33 did here on a
+//!   file; jobs that write, or read beyond the write pointers, are refused.
 //! * `verify` (`do_verify`, default on): a write job reads back what it wrote once its writes
 //!   are done: an `fsync` and a cache drop per file (fio's `do_verify`), then every block again
 //!   as a read, in the order written (fio's verify list with a random map). The data and its
@@ -66,6 +71,7 @@ pub(crate) const OPTIONS: &[&str] = &[
     "zoneskip",
     "fill_device",
     "fill_fs",
+    "read_beyond_wp",
 ];
 
 /// fio's zipf generator sums at most this many ranks (`ZIPF_MAX_GEN`).
@@ -134,6 +140,8 @@ pub struct JobExtra {
     pub zone_line: usize,
     /// `fill_device`: a new file takes the device's free space (fio writes until ENOSPC).
     pub fill_device: bool,
+    /// `read_beyond_wp` (zonemode=zbd: reads past a zone's write pointer).
+    pub read_beyond_wp: bool,
     /// No size given, and the file is made by an earlier job: fio takes the existing file's
     /// size (set by the job reader, checked against the earlier jobs).
     pub size_of_earlier_file: bool,
@@ -202,6 +210,7 @@ impl Default for JobExtra {
             zone: [0; 3],
             zone_line: 0,
             fill_device: false,
+            read_beyond_wp: false,
             size_of_earlier_file: false,
             ss: Default::default(),
             lat: Default::default(),
@@ -343,6 +352,7 @@ pub(crate) fn apply(x: &mut JobExtra, k: &str, v: Option<&str>, n: usize) -> Res
             }
         }
         "fill_device" | "fill_fs" => x.fill_device = boolean(k, v, n)?,
+        "read_beyond_wp" => x.read_beyond_wp = boolean(k, v, n)?,
         "cpumode" => match val(k, v, n)? {
             "noop" | "qsort" => {}
             _ => return Err(bad("expected noop or qsort".into())),
@@ -390,18 +400,48 @@ pub(crate) struct JobFacts<'a> {
     pub norandommap: bool,
 }
 
+/// fio keeps one zone state per file for all jobs: a `zonemode=zbd` reader is modelled only
+/// if no job of the run writes its file (its zones then stay empty).
+pub(crate) fn check_zbd_files(jobs: &[super::FioJob]) -> Result<()> {
+    for j in jobs
+        .iter()
+        .filter(|j| j.extra.zonemode == Some(ZoneMode::Zbd))
+    {
+        let Some(f) = j.filename.as_deref() else {
+            continue;
+        };
+        if let Some(w) = jobs
+            .iter()
+            .find(|w| w.filename.as_deref() == Some(f) && w.rw.read_share(w.rwmixread) < 1.0)
+        {
+            bail!(
+                "line {}: job '{}': zonemode=zbd on {f}, which job '{}' writes: fio's emulated write pointers are not modelled",
+                j.extra.zone_line,
+                j.name,
+                w.name
+            );
+        }
+    }
+    Ok(())
+}
+
 /// What these options need of the rest of the job (errors name the option's line).
 pub(crate) fn check(job: &JobFacts) -> Result<()> {
     let x = job.extra;
     let [dl, vl] = x.lines;
     match (x.zonemode, x.zone[0]) {
-        (Some(ZoneMode::Zbd), _) => bail!(
+        (Some(ZoneMode::Zbd), 0) => bail!(
+            "line {}: job '{}': zonemode=zbd on a device that is not zoned needs zonesize (fio's rule: it emulates the zones)",
+            x.zone_line,
+            job.name
+        ),
+        (Some(ZoneMode::Zbd), _) if !job.read_only || x.read_beyond_wp => bail!(
             "{}",
             super::refusals::refusal(
                 "zonemode",
                 Some("zbd"),
                 x.zone_line,
-                "zoned block device mode (write pointers, zone resets, open-zone limits): no zoned device model"
+                "fio's emulated zones with writes or read_beyond_wp (write pointers, zone resets, open-zone limits): not modelled; a read-only job without read_beyond_wp is (it reads nothing)"
             )
         ),
         (Some(ZoneMode::None), z) if z > 0 => bail!(

@@ -160,6 +160,8 @@ pub struct FioJob {
     pub whole_device: bool,
     /// Reporting group (fio's `groupid`: a new one at each `new_group` or `stonewall`).
     pub group: usize,
+    /// `offset`: where the job's region starts in each file, bytes.
+    pub offset: u64,
 }
 
 /// The `:N` of `rw=PATTERN:N` (fio's "offset modifier", `rw_sequencer=sequential`).
@@ -210,6 +212,7 @@ impl FioJob {
             extra: Default::default(),
             whole_device: false,
             group: 0,
+            offset: 0,
         }
     }
 
@@ -384,6 +387,8 @@ const SIMULATED: &[&str] = &[
     "timeout",
     "bssplit",
     "rate_iops",
+    "offset",
+    "fileoffset",
 ];
 
 /// Whether `k` is an option the simulation uses (here or in [`super::extra`]).
@@ -561,6 +566,7 @@ pub fn parse_with_env(
         bail!("no job section (a [name] other than [global]) in the job file");
     }
     super::steady::check(&jobs)?;
+    super::extra::check_zbd_files(&jobs)?;
     for (i, j) in jobs.iter().enumerate() {
         if let Some(w) = &j.wait_for {
             let earlier = jobs[..i].iter().filter(|e| &e.name == w).count();
@@ -781,6 +787,15 @@ fn apply(job: &mut FioJob, k: &str, v: Option<&str>, n: usize) -> Result<()> {
             job.size = Some(size(s)?);
         }
         "io_size" | "io_limit" => job.io_bytes = Some(size(need(k, v, n)?)?),
+        "offset" | "fileoffset" => {
+            let s = need(k, v, n)?;
+            if s.ends_with('%') || s.contains(':') {
+                return Err(err(
+                    "an offset in % of the file or with an alignment is not supported (give bytes)",
+                ));
+            }
+            job.offset = size(s)?;
+        }
         "filesize" => job.filesize = Some(range(need(k, v, n)?)?),
         "nrfiles" => job.nrfiles = parse_count(k, v, n, 1, 4096)?,
         "iodepth" => job.iodepth = parse_count(k, v, n, 1, MAX_IODEPTH)?,

@@ -94,7 +94,7 @@ pub(crate) fn option_why(k: &str) -> Option<&'static str> {
         }
         "cmd_type" => "an option of fio's io_uring_cmd engine (NVMe passthrough): not modelled",
         "skip_bad" => "an option of fio's MTD engine: no flash-chip model",
-        "max_open_zones" | "read_beyond_wp" | "zonecapacity" | "zone_reset_threshold"
+        "max_open_zones" | "zonecapacity" | "zone_reset_threshold"
         | "zone_reset_frequency" | "job_max_open_zones" | "ignore_zone_limits" => {
             "an option of zonemode=zbd: no zoned device model"
         }

@@ -21,6 +21,8 @@ use super::phases::{verify_calls, FlowGroup, Verify};
 use crate::engine::{Pending, Source, When};
 use crate::request::{Advice, FileRef, Flags, Op, Request, SECTOR};
 
+mod watch;
+
 /// The time of one I/O of fio's `null` engine when no calibrated loop time is given, ms:
 /// fio 3.33 on this project's 2-core machine did 6.55 M null 4 KiB random reads a second
 /// with `norandommap` (`fio --name=n --ioengine=null --size=1g --bs=4k --rw=randread
@@ -196,6 +198,15 @@ impl FioSource {
             if j.whole_device {
                 // fio takes a block device's size: here the simulated device's.
                 let b = capacity.saturating_sub(first_lba) * SECTOR;
+                // (from `offset` to the end, as fio's io_size on a device)
+                let Some(b) = b.checked_sub(j.offset).filter(|&b| b > 0) else {
+                    bail!(
+                        "line {}: job '{}': offset={} is past the device's end ({b} bytes)",
+                        j.line,
+                        j.name,
+                        j.offset
+                    );
+                };
                 j.size = Some(b);
                 j.io_bytes.get_or_insert(b);
                 if b < j.bs[0].1.max(j.bs[1].1) {
@@ -212,6 +223,9 @@ impl FioSource {
             size_at_layout(job, &files, &by_name, capacity - next_lba.min(capacity))?;
             let job = &*job;
             let fb = job.file_bytes();
+            // fio lays a new file out to `offset` + its size (checked with fio 3.33:
+            // offset=1m size=4m made a 5 MiB file, written from 1 MiB).
+            let fbytes = job.offset.saturating_add(fb);
             for clone in 0..job.numjobs {
                 let mut ids = Vec::new();
                 for f in 0..job.nrfiles {
@@ -222,7 +236,7 @@ impl FioSource {
                     };
                     if let Some(&id) = by_name.get(&name) {
                         let existing = &mut files[id as usize];
-                        if existing.bytes < fb {
+                        if existing.bytes < fbytes {
                             bail!("file '{name}' is used by several jobs with different sizes");
                         }
                         ids.push(id);
@@ -232,9 +246,9 @@ impl FioSource {
                     // Files start on 1 MiB boundaries, as an empty ext4 lays out large files;
                     // a whole device is its sectors.
                     let sectors = if job.whole_device {
-                        fb / SECTOR
+                        fbytes / SECTOR
                     } else {
-                        fb.div_ceil(1 << 20) * ((1 << 20) / SECTOR)
+                        fbytes.div_ceil(1 << 20) * ((1 << 20) / SECTOR)
                     };
                     if next_lba + sectors > capacity {
                         bail!(
@@ -246,7 +260,7 @@ impl FioSource {
                     files.push(SimFile {
                         name: name.clone(),
                         lba: next_lba,
-                        bytes: fb,
+                        bytes: fbytes,
                         advice: job.advice(),
                     });
                     next_lba += sectors;
@@ -418,90 +432,6 @@ impl FioSource {
         }
     }
 
-    /// A read or write of `sid` completed at `now` after `latency_ms`: its latency-target
-    /// search's step.
-    fn lat_completed(&mut self, sid: u32, latency_ms: f64, now: f64) {
-        use super::latency::Step;
-        let Some(s) = self.streams.get_mut(sid as usize) else {
-            return;
-        };
-        let (Some(search), false) = (s.lat.as_mut(), s.done) else {
-            return;
-        };
-        let job = &self.jobs[s.job];
-        match search.completed(&job.extra.lat, latency_ms, now, s.quiesce.is_some()) {
-            Step::Go => {}
-            Step::Quiesce { reset } => s.quiesce = Some(reset),
-            Step::End { fatal } => {
-                if fatal {
-                    tracing::warn!(
-                        "job '{}': an I/O took {latency_ms:.3} ms at queue depth 1, over latency_target: fio ends the job (max latency exceeded)",
-                        job.name
-                    );
-                }
-                self.stop_stream(sid, now);
-            }
-        }
-    }
-
-    /// Whether clone `sid`, one of its requests having completed at `now`, issues another
-    /// (its latency-target search's depth, and its wait for the I/O in flight); a depth
-    /// raised by the search gets its further requests here.
-    fn lat_may_issue(&mut self, sid: u32, now: f64) -> bool {
-        let Some(s) = self.streams.get_mut(sid as usize) else {
-            return true;
-        };
-        let (Some(search), false) = (s.lat.as_mut(), s.done) else {
-            return true;
-        };
-        if let Some(reset) = s.quiesce {
-            if s.in_flight > 0 {
-                return false;
-            }
-            s.quiesce = None;
-            search.new_cycle(now);
-            if reset {
-                if let Ok(mut r) = self.resets.lock() {
-                    r[s.job] = Some(now);
-                }
-            }
-        }
-        // (requests of a raised depth not handed out yet count as in flight)
-        let queued: u64 = self
-            .initial
-            .iter()
-            .filter(|e| e.0 == sid)
-            .map(|e| e.1)
-            .sum();
-        let busy = s.in_flight + queued;
-        if busy >= search.qd {
-            return false;
-        }
-        let more = search.qd - busy - 1;
-        if more > 0 {
-            self.initial.push_back((sid, more, now));
-        }
-        true
-    }
-
-    /// fio's steady-state ticks up to `now`, then the completion of a request of `sid`
-    /// (`bytes`, None: no data I/O); the clones whose unit held steady stop.
-    fn steady_completed(&mut self, sid: u32, bytes: Option<u64>, now: f64) {
-        let Some(mut m) = self.steady.take() else {
-            return;
-        };
-        let running = |s: u32| {
-            let st = self.streams.get(s as usize)?;
-            (self.started[st.job] && st.in_flight != u64::MAX).then_some(st.start)
-        };
-        let stop = m.ticks_until(self.start, now, &running);
-        m.completed(sid, bytes);
-        self.steady = Some(m);
-        for (s, _tick) in stop {
-            self.stop_stream(s, now);
-        }
-    }
-
     /// Lets the clones of flow group `id` that waited for their share go on, if it is theirs
     /// now: after their `flow_sleep` steps (fio sleeps, then checks again), with as many
     /// requests as they have free slots.
@@ -598,6 +528,11 @@ impl FioSource {
         if s.done {
             return None;
         }
+        if self.jobs[s.job].extra.zonemode == Some(super::extra::ZoneMode::Zbd) {
+            // (fio's emulated zones are all empty: a reader finds nothing to read)
+            s.done = true;
+            return None;
+        }
         if matches!(s.verify, Verify::Pending | Verify::Calls(_)) {
             return self.verify_step(sid, now);
         }
@@ -684,6 +619,8 @@ impl FioSource {
                 .max(SECTOR.min(bs))
         };
         let fid = s.files[fi];
+        // (the region starts at the job's `offset` in each file)
+        let offset = offset + job.offset;
         s.issued_bytes += bs;
         // When: after the think time, and no earlier than the rate allows.
         let null = matches!(job.ioengine, IoEngine::Null | IoEngine::Cpuio);
@@ -1122,10 +1059,14 @@ fn size_at_layout(
     let bs = job.bs[0].1.max(job.bs[1].1).max(1);
     let bytes = if job.extra.size_of_earlier_file {
         let name = job.filename.as_deref().unwrap_or("");
-        by_name.get(name).map(|&id| files[id as usize].bytes)
+        by_name
+            .get(name)
+            .map(|&id| files[id as usize].bytes.saturating_sub(job.offset))
     } else if job.extra.fill_device && job.size.is_none() && job.filesize.is_none() {
         // (1 MiB per file of layout slack: files start on 1 MiB boundaries)
-        let per = (free * SECTOR / job.numjobs.max(1)).saturating_sub(1 << 20);
+        let per = (free * SECTOR / job.numjobs.max(1))
+            .saturating_sub(1 << 20)
+            .saturating_sub(job.offset);
         Some(per / bs * bs * job.nrfiles)
     } else {
         return Ok(());
@@ -1296,6 +1237,57 @@ mod tests {
             assert_eq!(c.req.lba, i as u64 * 8);
             // QD1 closed loop on a 1 ms device: back to back.
             assert_eq!(c.rec.completion, (i + 1) as f64);
+        }
+    }
+
+    /// fio 3.33 with offset=1m size=4m bs=64k on a new file: a 5 MiB file, 64 writes from
+    /// 1 MiB on (`--debug=io`: the first at off=0x100000).
+    #[test]
+    fn offset_starts_the_region_and_grows_the_file() {
+        let text = "[j]\nrw=write\noffset=1m\nsize=4m\nbs=64k\n";
+        let jf = parse(text, false).unwrap();
+        let src = FioSource::new(&jf, 0, 1 << 30).unwrap();
+        assert_eq!(src.files[0].bytes, 5 << 20);
+        let out = run(text, 1.0);
+        let offsets: Vec<u64> = out.iter().map(|c| c.req.file.unwrap().offset).collect();
+        assert_eq!(
+            offsets,
+            (0..64).map(|i| (1 << 20) + i * 65536).collect::<Vec<_>>()
+        );
+        assert_eq!(out[0].req.lba, (1 << 20) / SECTOR);
+        // On a whole device the region runs from the offset to the end.
+        let jf = parse("[d]\nfilename=/dev/sdx\nrw=read\noffset=1g\n", false).unwrap();
+        let src = FioSource::new(&jf, 0, 4 << 21).unwrap();
+        assert_eq!(src.jobs[0].size, Some(3 << 30));
+        let jf = parse("[d]\nfilename=/dev/sdx\nrw=read\noffset=4g\n", false).unwrap();
+        let e = FioSource::new(&jf, 0, 4 << 21).err().unwrap().to_string();
+        assert!(
+            e.contains("line 1") && e.contains("past the device's end"),
+            "{e}"
+        );
+    }
+
+    /// zonemode=zbd on the simulated (not zoned) device: fio's emulated zones are empty, a
+    /// reader reads nothing (fio 3.33 on a file here: 0 I/O, no error); a writer, or a
+    /// reader of a file another job writes, is refused naming the line.
+    #[test]
+    fn zbd_readers_of_empty_emulated_zones_read_nothing() {
+        let zbd = "zonemode=zbd\nzonesize=256m\nsize=1g\nbs=256k\n";
+        assert!(run(&format!("[r]\nrw=read\n{zbd}"), 1.0).is_empty());
+        for (text, line) in [
+            (format!("[w]\nrw=randwrite\n{zbd}"), "line 3"),
+            (format!("[r]\nrw=read\nread_beyond_wp=1\n{zbd}"), "line 4"),
+            (
+                "[r]\nrw=read\nzonemode=zbd\nsize=1m\n".to_string(),
+                "line 3",
+            ),
+            (
+                format!("[w]\nfilename=f\nrw=write\nsize=1g\n[r]\nfilename=f\nrw=read\n{zbd}"),
+                "line 8",
+            ),
+        ] {
+            let e = parse(&text, false).err().unwrap().to_string();
+            assert!(e.contains(line), "{text}: {e}");
         }
     }
 
