@@ -350,8 +350,9 @@ impl FioSource {
                     let job = &self.jobs[j];
                     let mut depth = depth;
                     if job.extra.lat.target_ms > 0.0 {
-                        // (the search starts at depth 1)
-                        s.lat = Some(super::latency::Search::new(job.effective_depth(), at));
+                        // (the search starts at depth 1, its ceiling fio's iodepth even where
+                        // the engine issues one at a time: fio's latency_qd_high)
+                        s.lat = Some(super::latency::Search::new(job.iodepth, at));
                         depth = s.prelude_pending + 1;
                     }
                     self.initial.push_back((sid, depth, at));
@@ -1288,6 +1289,76 @@ mod tests {
         ] {
             let e = parse(&text, false).err().unwrap().to_string();
             assert!(e.contains(line), "{text}: {e}");
+        }
+    }
+
+    /// The latency search on a device serving one request at a time in 1 ms, 10 ms
+    /// windows: with a 10 ms target libaio at iodepth 4 doubles 1, 2, 4, finds 4 again at
+    /// 30 ms, waits for its I/O in flight (to 33 ms), runs one final window (to 43 ms) and
+    /// completes the 3 I/Os still in flight: the end at 46 ms. psync keeps one
+    /// I/O in flight but searches to fio's iodepth all the same: 1, 2, 4, 4 and the final
+    /// window, 40 ms. With a 2 ms target, depth 4 queues I/Os for 3-4 ms: the first over
+    /// lowers the depth to 3, and each one over during the wait for the I/O in flight lowers
+    /// it again (fio's io_u_quiesce reaps them through the same check) down to 1, where the
+    /// last ends the job ("max latency exceeded"), at 26 ms.
+    #[test]
+    fn latency_target_depths_through_the_source() {
+        let job = |engine: &str, target: &str| {
+            format!("[a]\nioengine={engine}\niodepth=4\nlatency_target={target}\nlatency_window=10ms\nsize=64m\nrw=randread\ndirect=1\n")
+        };
+        let end = |out: &[crate::request::Completion]| {
+            out.iter().map(|c| c.rec.completion).fold(0.0, f64::max)
+        };
+        let out = run(&job("libaio", "10ms"), 1.0);
+        let depth_at = |t: f64| {
+            out.iter()
+                .filter(|c| c.rec.arrival <= t && c.rec.completion > t)
+                .count()
+        };
+        assert_eq!([5.5, 15.5, 25.5, 38.5].map(depth_at), [1, 2, 4, 4]);
+        assert_eq!(end(&out), 46.0);
+        let out = run(&job("psync", "10ms"), 1.0);
+        assert_eq!(end(&out), 40.0);
+        let out = run(&job("libaio", "2ms"), 1.0);
+        assert_eq!((out.len(), end(&out)), (26, 26.0));
+        let jf = parse("[a]\nlatency_target=1\nsize=1m\nnumjobs=2\n", false);
+        assert!(jf.err().unwrap().to_string().contains("line 2"));
+    }
+
+    /// Steady state per clone without group_reporting: two clones at 100 and 1,000 I/Os a
+    /// second stop each at their own third sample (5 s), a clone started later at its own;
+    /// with group_reporting the group is one unit checked at its last clone.
+    #[test]
+    fn steady_state_by_clone_or_by_group() {
+        let ss = "ss=iops:5%\nss_dur=3\nss_ramp=1\nruntime=60\ntime_based\nsize=1m\nbs=4k\nrw=randread\nioengine=null\n";
+        let text = format!("[a]\nrate_iops=100\n{ss}[b]\nrate_iops=1000\n{ss}[c]\nrate_iops=1000\nstartdelay=1500ms\n{ss}");
+        let jf = parse(&text, false).unwrap();
+        let mut src = FioSource::new(&jf, 0, 1 << 30).unwrap();
+        let mut sim = Simulator::new(vec![Box::new(ConstantDevice::new(0.001))]);
+        let mut last = [0.0f64; 3];
+        sim.run_streams(&mut src, &mut |c, s| {
+            let j = s.unwrap() as usize;
+            last[j] = last[j].max(c.rec.completion);
+        })
+        .unwrap();
+        // (ticks at whole seconds: c starts at 1.5 s, its ramp over at 4 s > 1.5 + 2)
+        assert!((last[0] - 5000.0).abs() < 11.0, "{last:?}");
+        assert!((last[1] - 5000.0).abs() < 2.0, "{last:?}");
+        assert!((last[2] - 6000.0).abs() < 2.0, "{last:?}");
+        let grouped = format!("[global]\ngroup_reporting\n{text}");
+        let jf = parse(&grouped, false).unwrap();
+        let mut src = FioSource::new(&jf, 0, 1 << 30).unwrap();
+        let mut sim = Simulator::new(vec![Box::new(ConstantDevice::new(0.001))]);
+        let mut last = [0.0f64; 3];
+        sim.run_streams(&mut src, &mut |c, s| {
+            let j = s.unwrap() as usize;
+            last[j] = last[j].max(c.rec.completion);
+        })
+        .unwrap();
+        // One group: its samples sum a, b and (from 4 s) c: 1,100 at 3 s, 2,100 at 4 s and
+        // after, steady (within 5 %) on 4, 5, 6 s.
+        for t in last {
+            assert!((t - 6000.0).abs() < 11.0, "{last:?}");
         }
     }
 

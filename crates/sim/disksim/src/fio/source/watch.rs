@@ -61,10 +61,12 @@ impl FioSource {
             .map(|e| e.1)
             .sum();
         let busy = s.in_flight + queued;
-        if busy >= search.qd {
+        // (a synchronous engine keeps one in flight whatever the search's depth)
+        let depth = search.qd.min(self.jobs[s.job].effective_depth());
+        if busy >= depth {
             return false;
         }
-        let more = search.qd - busy - 1;
+        let more = depth - busy - 1;
         if more > 0 {
             self.initial.push_back((sid, more, now));
         }
