@@ -299,8 +299,8 @@ impl Monitor {
             // fio's mtime_since: whole ms (at least 1: a tick after the start).
             let rate_ms = ((t - prev).floor() as u64).max(1);
             if c.ramp_over {
-                bw += 1000 * (c.bytes - c.prev_bytes) / rate_ms;
-                iops += 1000 * (c.ios - c.prev_ios) / rate_ms;
+                bw += (c.bytes - c.prev_bytes).saturating_mul(1000) / rate_ms;
+                iops += (c.ios - c.prev_ios).saturating_mul(1000) / rate_ms;
                 over += 1;
             }
             (c.prev_time, c.prev_ios, c.prev_bytes) = (Some(t), c.ios, c.bytes);
@@ -330,11 +330,13 @@ impl Monitor {
 /// fio's criterion on the latest `dur` samples `ys`, oldest first.
 fn holds_steady(o: &SsOptions, ys: &[u64]) -> bool {
     let n = ys.len() as u64;
-    let sum_y: u64 = ys.iter().sum();
+    let sum_y = ys.iter().fold(0u64, |a, &y| a.saturating_add(y));
     if o.slope {
         let sum_x = n * n.saturating_sub(1) / 2;
         let sum_x_sq = n.saturating_sub(1) * n * (2 * n).saturating_sub(1) / 6;
-        let sum_xy: u64 = ys.iter().enumerate().map(|(x, &y)| x as u64 * y).sum();
+        let sum_xy = ys.iter().enumerate().fold(0u64, |a, (x, &y)| {
+            a.saturating_add((x as u64).saturating_mul(y))
+        });
         let (n_f, sx) = (n as f64, sum_x as f64);
         // (dur 1: 0/0, NaN, never below the limit, as in fio)
         let slope = (sum_xy as f64 - sx * sum_y as f64 / n_f) / (sum_x_sq as f64 - sx * sx / n_f);
