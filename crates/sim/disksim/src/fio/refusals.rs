@@ -96,7 +96,7 @@ pub(crate) fn option_why(k: &str) -> Option<&'static str> {
         "skip_bad" => "an option of fio's MTD engine: no flash-chip model",
         "max_open_zones" | "zonecapacity" | "zone_reset_threshold"
         | "zone_reset_frequency" | "job_max_open_zones" | "ignore_zone_limits" => {
-            "an option of zonemode=zbd: no zoned device model"
+            "an option of zonemode=zbd for writers (open-zone limits, zone capacity and resets of fio's emulated zones): not modelled"
         }
         "block_error_percentiles" => "reports trim errors by block (MTD's bad blocks): no error model",
         "verify_backlog" | "verify_backlog_batch" => {
