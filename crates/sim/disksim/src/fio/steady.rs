@@ -70,16 +70,11 @@ impl Default for SsOptions {
 }
 
 impl SsOptions {
-    /// What fio compares between the jobs of a group (`td_steadystate_init`).
+    /// What fio compares between the jobs of a group (`td_steadystate_init`: a job without
+    /// `ss_dur` keeps no steady-state settings at all, whatever its `ss`).
     fn same_detection(&self, o: &SsOptions) -> bool {
-        (
-            self.iops,
-            self.slope,
-            self.pct,
-            self.limit,
-            self.dur,
-            self.ramp_us,
-        ) == (o.iops, o.slope, o.pct, o.limit, o.dur, o.ramp_us)
+        let key = |x: &SsOptions| (x.iops, x.slope, x.pct, x.limit, x.dur, x.ramp_us);
+        (self.dur == 0 && o.dur == 0) || key(self) == key(o)
     }
 }
 
@@ -399,6 +394,23 @@ mod tests {
         apply(&mut o, "ss_ramp", Some("10"), 5).unwrap();
         assert_eq!(o.ramp_us, 10_000_000, "seconds by default");
         assert_eq!(o.line, 4);
+    }
+
+    /// fio's rule: one reporting group, one detection; `ss` without `ss_dur` is none.
+    #[test]
+    fn a_group_detects_alike() {
+        let p = |t: &str| {
+            crate::fio::parse(t, false)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        assert!(p("[a]\nsize=1m\nss=iops:5%\n[b]\nsize=1m\n").is_ok());
+        let e = p("[a]\nsize=1m\nss_dur=5\n[b]\nsize=1m\n").unwrap_err();
+        assert!(
+            e.starts_with("line 4: job 'b'") && e.contains("consistent"),
+            "{e}"
+        );
+        assert!(p("[a]\nsize=1m\nss_dur=5\n[b]\nsize=1m\nstonewall\n").is_ok());
     }
 
     /// A clone at 1,000 I/Os a second from time 0: with a 1 s ramp the first sample is at
