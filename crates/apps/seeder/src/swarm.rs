@@ -267,15 +267,7 @@ async fn mse_opening(stream: &TcpStream, info_hash: [u8; 20], hs: Vec<u8>) -> Op
     let mut buf = [0u8; 2048];
     loop {
         wait_readable(fd).await.ok()?;
-        // SAFETY: `buf` is a live local buffer of buf.len() bytes.
-        let n = unsafe {
-            libc::recv(
-                fd,
-                buf.as_mut_ptr() as *mut libc::c_void,
-                buf.len(),
-                libc::MSG_DONTWAIT,
-            )
-        };
+        let n = recv_now(fd, &mut buf);
         match n {
             0 => return None,
             n if n < 0 => {
@@ -373,15 +365,7 @@ impl Leecher {
         let mut buf = std::mem::take(&mut self.input.head);
         let n = SCRATCH.with(|s| {
             let mut s = s.borrow_mut();
-            // SAFETY: `s` is an exclusively borrowed live buffer of s.len() bytes.
-            let n = unsafe {
-                libc::recv(
-                    fd,
-                    s.as_mut_ptr() as *mut libc::c_void,
-                    s.len(),
-                    libc::MSG_DONTWAIT,
-                )
-            };
+            let n = recv_now(fd, &mut s);
             if n > 0 {
                 let cipher = self.rc4.as_mut().map(|c| c.decrypt(&mut s[..n as usize]));
                 if cipher.is_some_and(|r| r.is_err()) {
@@ -532,6 +516,19 @@ async fn download(
         if l.recv(fd)? {
             l.take_input(meta, sh)?;
         }
+    }
+}
+
+/// One non-blocking `recv` into `buf`: its result as the kernel gives it.
+fn recv_now(fd: RawFd, buf: &mut [u8]) -> isize {
+    // SAFETY: `buf` is a live, exclusively borrowed buffer of buf.len() bytes.
+    unsafe {
+        libc::recv(
+            fd,
+            buf.as_mut_ptr() as *mut libc::c_void,
+            buf.len(),
+            libc::MSG_DONTWAIT,
+        )
     }
 }
 

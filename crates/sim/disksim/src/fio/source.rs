@@ -1332,29 +1332,26 @@ mod tests {
     fn steady_state_by_clone_or_by_group() {
         let ss = "ss=iops:5%\nss_dur=3\nss_ramp=1\nruntime=60\ntime_based\nsize=1m\nbs=4k\nrw=randread\nioengine=null\n";
         let text = format!("[a]\nrate_iops=100\n{ss}[b]\nrate_iops=1000\n{ss}[c]\nrate_iops=1000\nstartdelay=1500ms\n{ss}");
-        let jf = parse(&text, false).unwrap();
-        let mut src = FioSource::new(&jf, 0, 1 << 30).unwrap();
-        let mut sim = Simulator::new(vec![Box::new(ConstantDevice::new(0.001))]);
-        let mut last = [0.0f64; 3];
-        sim.run_streams(&mut src, &mut |c, s| {
-            let j = s.unwrap() as usize;
-            last[j] = last[j].max(c.rec.completion);
-        })
-        .unwrap();
+        // When each job's last I/O completed.
+        let last_completions = |text: &str| {
+            let jf = parse(text, false).unwrap();
+            let mut src = FioSource::new(&jf, 0, 1 << 30).unwrap();
+            let mut sim = Simulator::new(vec![Box::new(ConstantDevice::new(0.001))]);
+            let mut last = [0.0f64; 3];
+            sim.run_streams(&mut src, &mut |c, s| {
+                let j = s.unwrap() as usize;
+                last[j] = last[j].max(c.rec.completion);
+            })
+            .unwrap();
+            last
+        };
+        let last = last_completions(&text);
         // (ticks at whole seconds: c starts at 1.5 s, its ramp over at 4 s > 1.5 + 2)
         assert!((last[0] - 5000.0).abs() < 11.0, "{last:?}");
         assert!((last[1] - 5000.0).abs() < 2.0, "{last:?}");
         assert!((last[2] - 6000.0).abs() < 2.0, "{last:?}");
         let grouped = format!("[global]\ngroup_reporting\n{text}");
-        let jf = parse(&grouped, false).unwrap();
-        let mut src = FioSource::new(&jf, 0, 1 << 30).unwrap();
-        let mut sim = Simulator::new(vec![Box::new(ConstantDevice::new(0.001))]);
-        let mut last = [0.0f64; 3];
-        sim.run_streams(&mut src, &mut |c, s| {
-            let j = s.unwrap() as usize;
-            last[j] = last[j].max(c.rec.completion);
-        })
-        .unwrap();
+        let last = last_completions(&grouped);
         // One group: its samples sum a, b and (from 4 s) c: 1,100 at 3 s, 2,100 at 4 s and
         // after, steady (within 5 %) on 4, 5, 6 s.
         for t in last {
