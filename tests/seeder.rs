@@ -1929,6 +1929,55 @@ fn announce_list_tiers_fall_through_to_a_udp_tracker() {
     );
 }
 
+/// BEP 15 with a real client: the torrent's only tracker is `iolab tracker` over UDP (made
+/// by mktorrent, not by us); the seeder announces there, and aria2c finds it there and
+/// downloads byte for byte. aria2c speaks to UDP trackers only through its DHT socket
+/// ("udp is not supported yet" without it), so its DHT is on, with no node to reach here
+/// (LPD and PEX off): the tracker is the only way it learns of the seeder.
+#[test]
+fn aria2c_finds_the_seeder_through_a_udp_tracker() {
+    let _g = lock();
+    if !have("mktorrent", "mktorrent") || !Client::Aria2.available() {
+        return;
+    }
+    let mut fx = Fixture::new("udptracker");
+    let data = fx.data_of(2 << 20);
+    let http = fx.tracker();
+    let udp = format!(
+        "udp://{}/announce",
+        http.trim_start_matches("http://")
+            .trim_end_matches("/announce")
+    );
+    let torrent = fx.dir.join("udp.torrent");
+    let st = Command::new("mktorrent")
+        .args(["-a", &udp, "-l", "16", "-o"])
+        .arg(&torrent)
+        .arg(data.join("multi"))
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    fx.seed(&[torrent.to_str().unwrap(), "--data", data.to_str().unwrap()]);
+    let dl = fx.dir.join("dl");
+    std::fs::create_dir_all(&dl).unwrap();
+    let (src, got) = (data.join("multi"), dl.join("multi"));
+    let want = Want {
+        src: &src,
+        got: &got,
+        limit: Duration::from_secs(90),
+        skip_empty: false,
+    };
+    let mut aria = Client::Aria2.start(&fx, &torrent, &dl);
+    aria.arg("--enable-dht=true")
+        .arg(format!("--dht-listen-port={}", free_port().unwrap()));
+    let ok = fx.run_until_complete(&mut aria, want);
+    assert!(
+        ok,
+        "aria2c did not find the seeder through {udp}; seed log:\n{}",
+        fx.seed_log()
+    );
+}
+
 /// One BEP 10 extended message: length, id 20, extended id, payload.
 fn extended(id: u8, payload: &[u8]) -> Vec<u8> {
     let mut m = ((payload.len() + 2) as u32).to_be_bytes().to_vec();
