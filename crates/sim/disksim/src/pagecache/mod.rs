@@ -107,6 +107,8 @@ pub use read::{init_ra_size, next_folio_order, next_ra_size, RaState, MAX_FOLIO_
 
 mod read;
 mod writeback;
+#[cfg(test)]
+mod pin_tests;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 struct StreamKey {
