@@ -105,10 +105,10 @@ const WB_CHUNK_PAGES: u64 = 1024;
 pub use crate::request::Advice;
 pub use read::{init_ra_size, next_folio_order, next_ra_size, RaState, MAX_FOLIO_ORDER};
 
-mod read;
-mod writeback;
 #[cfg(test)]
 mod pin_tests;
+mod read;
+mod writeback;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 struct StreamKey {
@@ -381,6 +381,62 @@ impl PageMap {
             }
             i = end;
         }
+    }
+
+    /// The numbers of the chunks of `stream` that hold pages of `[first, last)`, in no
+    /// particular order: by number when the range spans fewer chunks than the map holds, else
+    /// from the map's keys (a whole-file range, `last` = `u64::MAX`, costs the map's chunks,
+    /// never the range's width).
+    fn chunks_in(&self, stream: StreamKey, first: u64, last: u64) -> Vec<u64> {
+        if first >= last {
+            return Vec::new();
+        }
+        let (lo, hi) = (first / CHUNK_PAGES, (last - 1) / CHUNK_PAGES);
+        if hi - lo < self.chunks.len() as u64 {
+            (lo..=hi)
+                .filter(|c| self.chunks.contains_key(&(stream, *c)))
+                .collect()
+        } else {
+            self.chunks
+                .keys()
+                .filter(|(s, c)| *s == stream && (lo..=hi).contains(c))
+                .map(|&(_, c)| c)
+                .collect()
+        }
+    }
+
+    /// Removes the reclaimable pages of `[first, last)` of `stream` (clean, not in flight),
+    /// taking each off its LRU list, one lookup per chunk; returns how many. The lists are
+    /// left for the caller to compact (once, not after each page).
+    fn drop_reclaimable(
+        &mut self,
+        stream: StreamKey,
+        first: u64,
+        last: u64,
+        lru: &mut Lists,
+    ) -> u64 {
+        let mut dropped = 0;
+        for c in self.chunks_in(stream, first, last) {
+            let Some(chunk) = self.chunks.get_mut(&(stream, c)) else {
+                continue;
+            };
+            let base = c * CHUNK_PAGES;
+            let lo = first.saturating_sub(base).min(CHUNK_PAGES) as usize;
+            let hi = (last - base).min(CHUNK_PAGES) as usize;
+            for slot in &mut chunk.pages[lo..hi] {
+                if slot.as_ref().is_some_and(Page::reclaimable) {
+                    let p = slot.take().expect("checked");
+                    lru[p.list].remove(p.seq);
+                    chunk.len -= 1;
+                    dropped += 1;
+                }
+            }
+            if chunk.len == 0 {
+                self.chunks.remove(&(stream, c));
+            }
+        }
+        self.len -= dropped as usize;
+        dropped
     }
 
     fn remove(&mut self, k: &PageKey) -> Option<Page> {
@@ -786,6 +842,22 @@ impl PageCache {
         }
     }
 
+    /// Drops the reclaimable pages of `[first, last)` of a file (DONTNEED, O_DIRECT's
+    /// invalidation); returns how many. Which order they leave their lists in changes
+    /// nothing (a list keeps the order of the entries that stay), so they leave chunk by
+    /// chunk and the lists are compacted once.
+    fn drop_range(&mut self, sk: StreamKey, first: u64, last: u64) -> u64 {
+        if self.pages.is_empty() {
+            return 0;
+        }
+        let dropped = self.pages.drop_reclaimable(sk, first, last, &mut self.lru);
+        if dropped > 0 {
+            self.compact(List::Inactive);
+            self.compact(List::Active);
+        }
+        dropped
+    }
+
     /// Moves an inactive page accessed a second time ([`Page::accessed`]) to the active list.
     fn activate(&mut self, k: PageKey) {
         let Some(p) = self.pages.get_mut(&k) else {
@@ -951,12 +1023,7 @@ impl Component for PageCache {
             if done.req.op == Op::Write && done.req.flags.contains(Flags::DIRECT) {
                 let (sk, offset, end) = Self::range_of(&done.req);
                 let (first, last) = (offset / PAGE, end.unwrap_or(offset).div_ceil(PAGE));
-                for index in first..last {
-                    let k = PageKey { stream: sk, index };
-                    if self.pages.get(&k).is_some_and(Page::reclaimable) {
-                        self.remove_page(k);
-                    }
-                }
+                self.drop_range(sk, first, last);
                 self.release_throttled(ctx);
             }
             ctx.up(done);

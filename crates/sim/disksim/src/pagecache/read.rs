@@ -101,9 +101,10 @@ impl PageCache {
                     }
                     return;
                 }
+                // (not reclaimable: every page added here goes down in a run below, in flight)
                 *slot = Some(Page {
                     list: List::Inactive,
-                    seq: lru[List::Inactive].push(PageKey { stream: sk, index }, true),
+                    seq: lru[List::Inactive].push(PageKey { stream: sk, index }, false),
                     referenced: false,
                     marker: marker == Some(index),
                     pending: None,
@@ -136,11 +137,8 @@ impl PageCache {
                 ..child_request(id, ctx.now(), sk, base, first..first + count, Op::Read)
             };
             self.children.insert(id, (sk, first..first + count));
-            let lru = &mut self.lru;
-            self.pages.for_each_mut(sk, first, first + count, |_, p| {
-                p.pending = Some(id);
-                lru[p.list].set_reclaimable(p.seq, false);
-            });
+            self.pages
+                .for_each_mut(sk, first, first + count, |_, p| p.pending = Some(id));
             self.stats.reads_down += 1;
             if flags.contains(Flags::LARGE_FOLIOS) {
                 self.stats.large_folio_reads += 1;
@@ -324,18 +322,7 @@ impl PageCache {
                 self.start_writeback(sk, offset / PAGE..hi, false, ctx);
                 busy_ms +=
                     (self.stats.written_pages - before) as f64 * self.cfg.dontneed_dirty_page_ms;
-                let victims: Vec<PageKey> = self
-                    .pages
-                    .iter()
-                    .filter(|(k, p)| {
-                        k.stream == sk && (first..last).contains(&k.index) && p.reclaimable()
-                    })
-                    .map(|(k, _)| k)
-                    .collect();
-                for k in victims {
-                    self.remove_page(k);
-                    self.stats.dropped_pages += 1;
-                }
+                self.stats.dropped_pages += self.drop_range(sk, first, last);
             }
             Advice::WillNeed => {
                 // force_page_cache_readahead: read the range now, nobody waits.

@@ -526,15 +526,7 @@ impl PageCache {
         let first = offset / PAGE;
         let last = end.div_ceil(PAGE);
         self.start_writeback(sk, first..last, true, ctx);
-        for index in first..last {
-            if self.pages.is_empty() {
-                break;
-            }
-            let k = PageKey { stream: sk, index };
-            if self.pages.get(&k).is_some_and(Page::reclaimable) {
-                self.remove_page(k);
-            }
-        }
+        self.drop_range(sk, first, last);
         ctx.down(req);
     }
 }
