@@ -439,6 +439,32 @@ impl PageMap {
         dropped
     }
 
+    /// Removes the pages `keys` (those cached), looking each chunk up once per run of keys
+    /// in it.
+    fn remove_all(&mut self, keys: &[PageKey]) {
+        let mut i = 0;
+        while i < keys.len() {
+            let (c, _) = Self::at(&keys[i]);
+            let Some(chunk) = self.chunks.get_mut(&c) else {
+                i += 1;
+                continue;
+            };
+            while let Some(k) = keys.get(i).filter(|k| Self::at(k).0 == c) {
+                let old = chunk.pages[Self::at(k).1].take();
+                debug_assert!(old.as_ref().is_none_or(|p| !p.dirty && p.wb.is_none()));
+                if old.is_some() {
+                    chunk.len -= 1;
+                    self.len -= 1;
+                }
+                i += 1;
+            }
+            if chunk.len == 0 {
+                self.chunks.remove(&c);
+            }
+        }
+    }
+
+    #[cfg(test)]
     fn remove(&mut self, k: &PageKey) -> Option<Page> {
         let (c, i) = Self::at(k);
         let chunk = self.chunks.get_mut(&c)?;
@@ -833,15 +859,6 @@ impl PageCache {
         });
     }
 
-    /// Removes a page (callers remove only clean pages not under write-back).
-    fn remove_page(&mut self, k: PageKey) {
-        if let Some(p) = self.pages.remove(&k) {
-            debug_assert!(!p.dirty && p.wb.is_none());
-            self.lru[p.list].remove(p.seq);
-            self.compact(p.list);
-        }
-    }
-
     /// Drops the reclaimable pages of `[first, last)` of a file (DONTNEED, O_DIRECT's
     /// invalidation); returns how many. Which order they leave their lists in changes
     /// nothing (a list keeps the order of the entries that stay), so they leave chunk by
@@ -871,9 +888,21 @@ impl PageCache {
     }
 
     /// Reclaims until the cache fits its capacity (pages in flight are skipped).
+    ///
+    /// Each victim leaves its list at once (the next choice sees it gone) but the map only
+    /// at the end, all together: victims come in LRU order, mostly runs of one file's
+    /// consecutive pages, so [`PageMap::remove_all`] looks a chunk up once per run instead
+    /// of once per page. Nothing in the loop reads a victim's map entry: the aging takes
+    /// pages still on the active list, and the choice reads the lists' marks only.
     fn shrink(&mut self) {
+        let cap = self.cfg.capacity_pages;
+        let mut len = self.pages.len() as u64;
+        if len <= cap {
+            return;
+        }
         let (inactive, active) = (List::Inactive, List::Active);
-        while self.pages.len() as u64 > self.cfg.capacity_pages {
+        let mut victims = Vec::with_capacity((len - cap).min(1 << 16) as usize);
+        while len > cap {
             // Age the active list while it is larger than the inactive one.
             while self.lru[active].len() > self.lru[inactive].len() {
                 let Some((old, k)) = self.lru[active].oldest() else {
@@ -890,12 +919,11 @@ impl PageCache {
             // The oldest reclaimable page of the inactive list, else of the active one.
             let victim = [inactive, active]
                 .into_iter()
-                .find_map(|l| self.lru[l].oldest_reclaimable())
-                .map(|(_, k)| k);
+                .find_map(|l| Some((l, self.lru[l].oldest_reclaimable()?)));
             // (Tests: the same page as a walk from the old end of each list.)
             #[cfg(test)]
             assert_eq!(
-                victim,
+                victim.map(|(_, (_, k))| k),
                 self.lru[inactive]
                     .iter()
                     .chain(self.lru[active].iter())
@@ -903,8 +931,10 @@ impl PageCache {
                     .find(|k| self.pages.get(k).is_some_and(Page::reclaimable))
             );
             match victim {
-                Some(k) => {
-                    self.remove_page(k);
+                Some((l, (pos, k))) => {
+                    self.lru[l].remove(pos);
+                    victims.push(k);
+                    len -= 1;
                     self.stats.evicted_pages += 1;
                 }
                 // Everything is in flight, dirty or under write-back: over capacity until
@@ -912,6 +942,9 @@ impl PageCache {
                 None => break,
             }
         }
+        self.pages.remove_all(&victims);
+        self.compact(inactive);
+        self.compact(active);
     }
 }
 
