@@ -383,10 +383,11 @@ impl PageMap {
         }
     }
 
-    /// The numbers of the chunks of `stream` that hold pages of `[first, last)`, in no
-    /// particular order: by number when the range spans fewer chunks than the map holds, else
+    /// The numbers of the chunks of `stream` that hold pages of `[first, last)`, in
+    /// increasing order: by number when the range spans fewer chunks than the map holds, else
     /// from the map's keys (a whole-file range, `last` = `u64::MAX`, costs the map's chunks,
-    /// never the range's width).
+    /// never the range's width), sorted: pages that joined the LRU in file order (read-ahead,
+    /// sequential writes) then leave their lists in the order their slots lie in memory.
     fn chunks_in(&self, stream: StreamKey, first: u64, last: u64) -> Vec<u64> {
         if first >= last {
             return Vec::new();
@@ -397,11 +398,14 @@ impl PageMap {
                 .filter(|c| self.chunks.contains_key(&(stream, *c)))
                 .collect()
         } else {
-            self.chunks
+            let mut cs: Vec<u64> = self
+                .chunks
                 .keys()
                 .filter(|(s, c)| *s == stream && (lo..=hi).contains(c))
                 .map(|&(_, c)| c)
-                .collect()
+                .collect();
+            cs.sort_unstable();
+            cs
         }
     }
 
