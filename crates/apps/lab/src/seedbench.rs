@@ -16,10 +16,22 @@ struct Row<'a> {
     seeder: &'a str,
     peers: f64,
     cache: &'a str,
+    /// The leechers' opening (`off`, `rc4`), in benches that ran both.
+    encryption: Option<&'a str>,
     v: &'a Value,
 }
 
 impl Row<'_> {
+    /// The conditions of the point besides the seeder and peers: the cache state, and the
+    /// encryption when the bench recorded it (plaintext and RC4 points are not one curve).
+    fn state(&self) -> String {
+        match self.encryption {
+            Some("rc4") => format!("{}, MSE/RC4", self.cache),
+            Some(_) => format!("{}, plaintext", self.cache),
+            None => self.cache.to_string(),
+        }
+    }
+
     fn num(&self, k: &str) -> Option<f64> {
         self.v
             .get(k)
@@ -38,18 +50,19 @@ fn rows(bench: &Value) -> Vec<Row<'_>> {
                 seeder: v.get("seeder")?.as_str()?,
                 peers: v.get("peers")?.as_f64()?,
                 cache: v.get("cache").and_then(Value::as_str).unwrap_or("?"),
+                encryption: v.get("encryption").and_then(Value::as_str),
                 v,
             })
         })
         .collect()
 }
 
-/// One curve per (seeder, cache) of `key` against peers.
+/// One curve per (seeder, cache, encryption) of `key` against peers.
 fn series(rows: &[Row], key: &str) -> Vec<Series> {
     let mut out: Vec<Series> = Vec::new();
     for r in rows {
         let Some(y) = r.num(key) else { continue };
-        let name = format!("{} ({})", r.seeder, r.cache);
+        let name = format!("{} ({})", r.seeder, r.state());
         match out.iter_mut().find(|s| s.name == name) {
             Some(s) => s.points.push((r.peers, y)),
             None => out.push(Series {
@@ -116,7 +129,7 @@ pub fn section(bench: &Value, num: &mut usize) -> String {
         };
         let _ = write!(
             out,
-            "<figure><figcaption>Figure {num}: {}, one curve per seeder and cache state (median of the repeats).</figcaption>{}</figure>",
+            "<figure><figcaption>Figure {num}: {}, one curve per seeder, cache state and encryption (median of the repeats).</figcaption>{}</figure>",
             esc(title),
             line_chart(&chart)
         );
@@ -138,7 +151,7 @@ pub fn section(bench: &Value, num: &mut usize) -> String {
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} / {}</td></tr>",
             esc(r.seeder),
             r.peers,
-            esc(r.cache),
+            esc(&r.state()),
             f(r.num("connected_min"), 0),
             range("upload_mb_s", 0),
             range("cpu_s_per_gb", 2),
@@ -149,6 +162,7 @@ pub fn section(bench: &Value, num: &mut usize) -> String {
         );
     }
     out.push_str("</table>");
+    out.push_str(&versus_table(bench));
     if let Some(m) = bench.get("machine") {
         let _ = write!(
             out,
@@ -156,6 +170,41 @@ pub fn section(bench: &Value, num: &mut usize) -> String {
             esc(&m.to_string())
         );
     }
+    out
+}
+
+/// The bench's `versus` rows (each Hekate point against libtorrent's cheaper profile, with
+/// the goal), as a table; nothing for benches that did not write them.
+fn versus_table(bench: &Value) -> String {
+    let Some(list) = bench
+        .get("versus")
+        .and_then(Value::as_array)
+        .filter(|l| !l.is_empty())
+    else {
+        return String::new();
+    };
+    let mut out = String::from("<table><caption>Hekate against libtorrent's cheaper profile at each point (goal: at most 0.5x its CPU per GB at at least its rate)</caption><tr><th>seeder</th><th>peers</th><th>cache, encryption</th><th>libtorrent</th><th>CPU/GB ratio</th><th>MB/s ratio</th><th>goal</th></tr>");
+    let text = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("?").to_string();
+    let ratio = |v: &Value, k: &str| {
+        v.get(k)
+            .and_then(Value::as_f64)
+            .map_or("-".into(), |x| format!("{x:.2}x"))
+    };
+    for v in list {
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}, {}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&text(v, "seeder")),
+            v.get("peers").and_then(Value::as_u64).unwrap_or(0),
+            esc(&text(v, "cache")),
+            esc(&text(v, "encryption")),
+            esc(&text(v, "libtorrent")),
+            ratio(v, "cpu_ratio"),
+            ratio(v, "rate_ratio"),
+            if v.get("goal_met").and_then(Value::as_bool) == Some(true) { "met" } else { "missed" },
+        );
+    }
+    out.push_str("</table>");
     out
 }
 
@@ -184,5 +233,40 @@ mod tests {
         let s = series(&rows(&bench), "upload_mb_s");
         assert_eq!(s[0].points, vec![(10.0, 300.0), (100.0, 500.0)]);
         assert!(section(&serde_json::json!({}), &mut num).contains("no summary rows"));
+    }
+
+    /// A bench run in plaintext and under MSE gives two curves per seeder and cache, not one
+    /// curve through both.
+    #[test]
+    fn plaintext_and_rc4_points_are_separate_curves() {
+        let point = |enc: &str, peers: u32, mb_s: f64| {
+            serde_json::json!({"seeder": "hekate-mmap", "peers": peers, "cache": "warm",
+                "encryption": enc, "upload_mb_s": mb_s, "cpu_s_per_gb": 1.0})
+        };
+        let bench = serde_json::json!({"summary": [
+            point("off", 100, 900.0), point("rc4", 100, 250.0),
+            point("off", 1000, 700.0), point("rc4", 1000, 220.0)
+        ]});
+        let s = series(&rows(&bench), "upload_mb_s");
+        let names: Vec<&str> = s.iter().map(|x| x.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "hekate-mmap (warm, plaintext)",
+                "hekate-mmap (warm, MSE/RC4)"
+            ]
+        );
+        assert_eq!(s[1].points, vec![(100.0, 250.0), (1000.0, 220.0)]);
+        let mut num = 1;
+        assert!(section(&bench, &mut num).contains("<td>warm, MSE/RC4</td>"));
+        let with_versus = serde_json::json!({"summary": bench["summary"], "versus": [
+            {"seeder": "hekate-mmap", "peers": 1000, "cache": "warm", "encryption": "rc4",
+             "libtorrent": "libtorrent-hps", "cpu_ratio": 0.41, "rate_ratio": 1.79, "goal_met": true}
+        ]});
+        let html = section(&with_versus, &mut num);
+        assert!(
+            html.contains("<td>0.41x</td><td>1.79x</td><td>met</td>"),
+            "{html}"
+        );
     }
 }
