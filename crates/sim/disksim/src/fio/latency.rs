@@ -18,7 +18,7 @@
 use anyhow::{bail, Result};
 use serde::Serialize;
 
-use super::job::parse_time_ms;
+use super::units::parse_time_ms;
 
 /// The options this module reads.
 pub(crate) const OPTIONS: &[&str] = &[

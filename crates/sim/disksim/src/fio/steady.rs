@@ -18,8 +18,7 @@
 use anyhow::{bail, Result};
 use serde::Serialize;
 
-use super::job::{parse_time_ms, FioJob};
-use super::units::parse_size;
+use super::units::{parse_size, parse_time_ms};
 
 /// The options this module reads (fio's long names and their aliases).
 pub(crate) const OPTIONS: &[&str] = &[
@@ -141,28 +140,37 @@ pub(crate) fn apply(x: &mut SsOptions, k: &str, v: Option<&str>, n: usize) -> Re
     Ok(true)
 }
 
+/// What the detection reads of a job (the parser's `FioJob` implements it, so this module
+/// depends on nothing of the parser's).
+pub(crate) trait SsJob {
+    fn group(&self) -> usize;
+    fn ss(&self) -> &SsOptions;
+    fn line(&self) -> usize;
+    fn name(&self) -> &str;
+}
+
 /// fio's rule: the jobs of a reporting group detect steady state alike (else "job rejected:
 /// steadystate options must be consistent within reporting groups"). The simulator also
 /// needs one `group_reporting` per group when detection is on.
-pub(crate) fn check(jobs: &[FioJob]) -> Result<()> {
+pub(crate) fn check<J: SsJob>(jobs: &[J]) -> Result<()> {
     for (i, j) in jobs.iter().enumerate() {
-        let Some(first) = jobs[..i].iter().find(|e| e.group == j.group) else {
+        let Some(first) = jobs[..i].iter().find(|e| e.group() == j.group()) else {
             continue;
         };
-        let (a, b) = (&first.extra.ss, &j.extra.ss);
+        let (a, b) = (first.ss(), j.ss());
         if !a.same_detection(b) {
             bail!(
                 "line {}: job '{}': steadystate options must be consistent within reporting groups (fio rejects the job: they differ from job '{}')",
-                j.line,
-                j.name,
-                first.name
+                j.line(),
+                j.name(),
+                first.name()
             );
         }
         if a.dur > 0 && a.group_reporting != b.group_reporting {
             bail!(
                 "line {}: job '{}': steady-state detection with group_reporting on some jobs of a reporting group and not others is not modelled",
-                j.line,
-                j.name
+                j.line(),
+                j.name()
             );
         }
     }
@@ -206,17 +214,17 @@ pub(super) struct Monitor {
 impl Monitor {
     /// The detection of `jobs` (stream `i` a clone of job `job_of[i]`); None if no job has
     /// it.
-    pub(super) fn new(jobs: &[FioJob], job_of: &[usize]) -> Option<Monitor> {
+    pub(super) fn new<J: SsJob>(jobs: &[J], job_of: &[usize]) -> Option<Monitor> {
         let mut units: Vec<Unit> = Vec::new();
         let mut unit_of_group: std::collections::HashMap<usize, usize> = Default::default();
         for (sid, &j) in job_of.iter().enumerate() {
             let job = &jobs[j];
-            let o = &job.extra.ss;
+            let o = job.ss();
             if o.dur == 0 {
                 continue;
             }
             let at = if o.group_reporting {
-                *unit_of_group.entry(job.group).or_insert(units.len())
+                *unit_of_group.entry(job.group()).or_insert(units.len())
             } else {
                 units.len()
             };
