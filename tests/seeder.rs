@@ -1560,7 +1560,7 @@ impl Read for MseStream {
         }
         let n = self.s.read(buf)?;
         if let Some(rc4) = &mut self.rc4 {
-            rc4.decrypt(&mut buf[..n]);
+            rc4.decrypt(&mut buf[..n]).unwrap();
         }
         Ok(n)
     }
@@ -1570,7 +1570,7 @@ impl MseStream {
     fn send(&mut self, data: &[u8]) {
         let mut d = data.to_vec();
         if let Some(rc4) = &mut self.rc4 {
-            rc4.encrypt(&mut d);
+            rc4.encrypt(&mut d).unwrap();
         }
         self.s.write_all(&d).unwrap();
     }
