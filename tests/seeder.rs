@@ -1149,6 +1149,29 @@ fn libtorrent_hybrid_torrent_seeded() {
     );
 }
 
+/// mktorrent makes a torrent of `data`/multi announcing to `url` (pieces of 2^`log2_piece`
+/// bytes), which we then seed; returns the torrent and an empty download directory.
+fn seed_mktorrent(
+    fx: &mut Fixture,
+    data: &Path,
+    url: &str,
+    log2_piece: &str,
+) -> (PathBuf, PathBuf) {
+    let torrent = fx.dir.join("mk.torrent");
+    let st = Command::new("mktorrent")
+        .args(["-a", url, "-l", log2_piece, "-o"])
+        .arg(&torrent)
+        .arg(data.join("multi"))
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    fx.seed(&[torrent.to_str().unwrap(), "--data", data.to_str().unwrap()]);
+    let dl = fx.dir.join("dl");
+    std::fs::create_dir_all(&dl).unwrap();
+    (torrent, dl)
+}
+
 /// A torrent made by mktorrent (not by us) is seeded by us: aria2c downloads it.
 #[test]
 fn mktorrent_torrent_seeded() {
@@ -1159,18 +1182,7 @@ fn mktorrent_torrent_seeded() {
     let mut fx = Fixture::new("mktorrent");
     let data = fx.data();
     let url = fx.tracker();
-    let torrent = fx.dir.join("mk.torrent");
-    let st = Command::new("mktorrent")
-        .args(["-a", &url, "-l", "17", "-o"])
-        .arg(&torrent)
-        .arg(data.join("multi"))
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(st.success());
-    fx.seed(&[torrent.to_str().unwrap(), "--data", data.to_str().unwrap()]);
-    let dl = fx.dir.join("dl");
-    std::fs::create_dir_all(&dl).unwrap();
+    let (torrent, dl) = seed_mktorrent(&mut fx, &data, &url, "17");
     let (src, got) = (data.join("multi"), dl.join("multi"));
     let want = Want {
         src: &src,
@@ -1948,18 +1960,7 @@ fn aria2c_finds_the_seeder_through_a_udp_tracker() {
         http.trim_start_matches("http://")
             .trim_end_matches("/announce")
     );
-    let torrent = fx.dir.join("udp.torrent");
-    let st = Command::new("mktorrent")
-        .args(["-a", &udp, "-l", "16", "-o"])
-        .arg(&torrent)
-        .arg(data.join("multi"))
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(st.success());
-    fx.seed(&[torrent.to_str().unwrap(), "--data", data.to_str().unwrap()]);
-    let dl = fx.dir.join("dl");
-    std::fs::create_dir_all(&dl).unwrap();
+    let (torrent, dl) = seed_mktorrent(&mut fx, &data, &udp, "16");
     let (src, got) = (data.join("multi"), dl.join("multi"));
     let want = Want {
         src: &src,

@@ -1158,8 +1158,8 @@ mod tests {
     use std::cell::RefCell;
     use std::rc::Rc;
 
-    /// Lets a test look at the page cache after the engine ran it.
-    struct Shared(Rc<RefCell<PageCache>>);
+    /// Lets a test look at the page cache after the engine ran it (`pin_tests` too).
+    pub(super) struct Shared(pub(super) Rc<RefCell<PageCache>>);
     impl Component for Shared {
         fn name(&self) -> &str {
             "pagecache"

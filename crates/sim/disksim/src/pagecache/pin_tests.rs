@@ -12,21 +12,7 @@ use crate::testdev::{Log, TestDev};
 use std::cell::RefCell;
 use std::rc::Rc;
 
-struct Shared(Rc<RefCell<PageCache>>);
-impl Component for Shared {
-    fn name(&self) -> &str {
-        "pagecache"
-    }
-    fn submit(&mut self, req: Request, ctx: &mut Ctx) {
-        self.0.borrow_mut().submit(req, ctx)
-    }
-    fn complete(&mut self, done: Completion, ctx: &mut Ctx) {
-        self.0.borrow_mut().complete(done, ctx)
-    }
-    fn wake(&mut self, token: u64, ctx: &mut Ctx) {
-        self.0.borrow_mut().wake(token, ctx)
-    }
-}
+use super::tests::Shared;
 
 /// FNV-1a over the text of what the run did (f64's `Debug` round-trips exactly).
 fn fnv(h: &mut u64, s: &str) {
