@@ -14,6 +14,12 @@ pub const MAX_EXTENDED: usize = 64 * 1024;
 pub const RESERVED_FAST: (usize, u8) = (7, 0x04);
 /// Reserved-bit for the extension protocol (BEP 10): reserved[5] & 0x10.
 pub const RESERVED_EXTENDED: (usize, u8) = (5, 0x10);
+/// Reserved-bit for BitTorrent v2 (BEP 52): reserved[7] & 0x10, set by a peer that has the
+/// torrent's v2 side (v2-only and hybrid torrents).
+pub const RESERVED_V2: (usize, u8) = (7, 0x10);
+/// The fields of a BEP 52 hash request, hashes or hash reject message (after the id): a
+/// file's pieces root, then four 32-bit integers.
+pub const HASH_FIELDS: u32 = 32 + 4 * 4;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Handshake {
@@ -136,6 +142,59 @@ pub enum Message<'a> {
         id: u8,
         payload: &'a [u8],
     },
+    // BEP 52
+    HashRequest(HashReq),
+    /// The hashes answering `req`: 32 bytes each, a whole number of them (checked).
+    Hashes {
+        req: HashReq,
+        hashes: &'a [u8],
+    },
+    HashReject(HashReq),
+}
+
+/// What a BEP 52 hash request names: `length` hashes of the layer `base` (0: the 16 KiB
+/// blocks) of the file whose merkle root is `root`, from `index`, with the uncle hashes of
+/// `proof_layers` layers above them. The hashes and hash reject messages repeat it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HashReq {
+    pub root: [u8; 32],
+    pub base: u32,
+    pub index: u32,
+    pub length: u32,
+    pub proof_layers: u32,
+}
+
+impl HashReq {
+    /// The fields from the first [`HASH_FIELDS`] bytes of `p` (at least that many).
+    fn parse(p: &[u8]) -> HashReq {
+        let mut root = [0u8; 32];
+        root.copy_from_slice(&p[..32]);
+        HashReq {
+            root,
+            base: be32(&p[32..]),
+            index: be32(&p[36..]),
+            length: be32(&p[40..]),
+            proof_layers: be32(&p[44..]),
+        }
+    }
+
+    /// The header of message `id` with `extra` bytes after the fields, then the fields.
+    fn encode(&self, id: u8, extra: usize, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(1 + HASH_FIELDS + extra as u32).to_be_bytes());
+        out.push(id);
+        out.extend_from_slice(&self.root);
+        for v in [self.base, self.index, self.length, self.proof_layers] {
+            out.extend_from_slice(&v.to_be_bytes());
+        }
+    }
+}
+
+/// Appends a hashes message answering `req` with `hashes` to `out`.
+pub fn encode_hashes(req: &HashReq, hashes: &[[u8; 32]], out: &mut Vec<u8>) {
+    req.encode(22, hashes.len() * 32, out);
+    for h in hashes {
+        out.extend_from_slice(h);
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -273,6 +332,17 @@ pub fn parse(buf: &[u8], limits: Limits) -> Result<Option<(Message<'_>, usize)>,
                 payload: &p[1..],
             }
         }
+        21 => want(HASH_FIELDS).map(|_| Message::HashRequest(HashReq::parse(p)))?,
+        22 => {
+            if plen < HASH_FIELDS || (plen - HASH_FIELDS) % 32 != 0 {
+                return Err(WireError::BadLength { id, len: plen });
+            }
+            Message::Hashes {
+                req: HashReq::parse(p),
+                hashes: &p[HASH_FIELDS as usize..],
+            }
+        }
+        23 => want(HASH_FIELDS).map(|_| Message::HashReject(HashReq::parse(p)))?,
         other => return Err(WireError::UnknownId(other)),
     };
     Ok(Some((msg, total)))
@@ -344,6 +414,12 @@ pub fn encode(msg: &Message<'_>, out: &mut Vec<u8>) {
             out.push(id);
             out.extend_from_slice(payload);
         }
+        Message::HashRequest(r) => r.encode(21, 0, out),
+        Message::Hashes { req, hashes } => {
+            req.encode(22, hashes.len(), out);
+            out.extend_from_slice(hashes);
+        }
+        Message::HashReject(r) => r.encode(23, 0, out),
     }
 }
 
@@ -462,6 +538,16 @@ mod tests {
                 id: 0,
                 payload: b"de",
             },
+            Message::HashRequest(HR),
+            Message::Hashes {
+                req: HR,
+                hashes: &[9; 64],
+            },
+            Message::Hashes {
+                req: HR,
+                hashes: &[],
+            },
+            Message::HashReject(HR),
         ];
         let lim = Limits::for_pieces(100);
         for m in msgs {
@@ -475,6 +561,53 @@ mod tests {
                 assert_eq!(parse(&b[..cut], lim).unwrap(), None, "{m:?} cut at {cut}");
             }
         }
+    }
+
+    const HR: HashReq = HashReq {
+        root: [7; 32],
+        base: 2,
+        index: 512,
+        length: 512,
+        proof_layers: 0x0102_0304,
+    };
+
+    #[test]
+    fn bep52_messages_have_their_fields_in_order_and_bad_lengths_are_refused() {
+        let mut b = Vec::new();
+        encode(&Message::HashRequest(HR), &mut b);
+        // <len 49><21><root><base><index><length><proof layers>, all big-endian.
+        let mut want = vec![0, 0, 0, 49, 21];
+        want.extend_from_slice(&[7; 32]);
+        want.extend_from_slice(&[0, 0, 0, 2, 0, 0, 2, 0, 0, 0, 2, 0, 1, 2, 3, 4]);
+        assert_eq!(b, want);
+        let mut h = Vec::new();
+        encode_hashes(&HR, &[[1; 32], [2; 32]], &mut h);
+        assert_eq!(&h[..4], &(49u32 + 64).to_be_bytes());
+        assert_eq!(h[4], 22);
+        assert_eq!(&h[5..53], &want[5..]);
+        assert_eq!(&h[53..85], &[1; 32]);
+        let lim = Limits::for_pieces(100);
+        for id in [21u8, 22, 23] {
+            // One byte short of the fields, and (but for hashes) one more.
+            for plen in [HASH_FIELDS - 1, HASH_FIELDS + 1] {
+                let mut m = (plen + 1).to_be_bytes().to_vec();
+                m.push(id);
+                m.resize(5 + plen as usize, 0);
+                assert_eq!(
+                    parse(&m, lim),
+                    Err(WireError::BadLength { id, len: plen }),
+                    "id {id}, {plen} bytes"
+                );
+            }
+        }
+        // Hashes: a length that is not a whole number of hashes.
+        let mut m = (1 + HASH_FIELDS + 33).to_be_bytes().to_vec();
+        m.push(22);
+        m.resize(5 + 48 + 33, 0);
+        assert!(matches!(
+            parse(&m, lim),
+            Err(WireError::BadLength { id: 22, .. })
+        ));
     }
 
     #[test]
