@@ -19,6 +19,7 @@ pub mod bench;
 pub mod choker;
 pub mod dial;
 pub mod disk;
+pub mod hashes;
 pub mod https;
 pub mod link;
 pub mod merkle;

@@ -28,7 +28,8 @@ pub struct FileHashes {
     pub piece_layer: Vec<Hash>,
 }
 
-fn pair(a: &Hash, b: &Hash) -> Hash {
+/// The parent of two nodes.
+pub fn pair(a: &Hash, b: &Hash) -> Hash {
     let mut h = Sha256::new();
     h.update(a);
     h.update(b);

@@ -195,7 +195,7 @@ impl Seeder {
             Ok(Ok(s)) => s,
         };
         let _ = stream.set_nodelay(true);
-        let ours = self.our_handshake().to_vec();
+        let ours = self.our_handshake(self.meta.info_hash).to_vec();
         let (first, mut inbuf, mut rc4) = if policy == Policy::Off {
             (ours, Vec::new(), None)
         } else {

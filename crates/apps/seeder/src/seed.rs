@@ -30,11 +30,12 @@ use serde::Serialize;
 use crate::choker::{self, ChokeLimits, PeerSlot, Swarm, SNUB_TICK};
 use crate::dial::{DialLimits, Dialer};
 use crate::disk::{advance, Block, Chunk, DiskMode, Storage};
+use crate::hashes::Trees;
 use crate::link::{self, recv_into};
 use crate::metadata;
 use crate::metainfo::Meta;
 use crate::mse::{Policy, Rc4Pair};
-use crate::wire::{self, Handshake, Limits, Message, WireError};
+use crate::wire::{self, Handshake, HashReq, Limits, Message, WireError};
 pub use host::Host;
 use utp_mux::UtpLimits;
 
@@ -44,6 +45,11 @@ mod utp_mux;
 /// The longest wait, after our handshake to a peer that dialled us, for its first message
 /// before we send ours ([`Seeder::session`]).
 const AFTER_HANDSHAKE_PAUSE: Duration = Duration::from_millis(100);
+
+/// BEP 52 hash requests answered per peer between two sends (16 KiB of hashes each at
+/// most); more are rejected, so that a 53-byte request cannot make us queue unbounded
+/// output. libtorrent keeps two outstanding.
+pub const MAX_HASH_ANSWERS: usize = 16;
 
 /// Limits and knobs of the seeder.
 #[derive(Debug, Clone)]
@@ -175,6 +181,9 @@ pub struct Counters {
     pub blocks_sent: AtomicU64,
     pub bytes_sent: AtomicU64,
     pub requests_rejected: AtomicU64,
+    /// BEP 52 hash requests answered with hashes, and rejected.
+    pub hash_requests_served: AtomicU64,
+    pub hash_requests_rejected: AtomicU64,
     pub disk_errors: AtomicU64,
     pub unchoked_now: AtomicU64,
 }
@@ -265,6 +274,8 @@ struct Peer<'a> {
     /// The peer's id for ut_metadata messages (BEP 9), from its extension handshake.
     ut_metadata: Option<u8>,
     queue: VecDeque<Req>,
+    /// Hash requests answered since the last send ([`MAX_HASH_ANSWERS`]).
+    hash_answers: usize,
     /// What the peer was last told.
     sent_choked: bool,
     out: Vec<u8>,
@@ -295,6 +306,8 @@ pub struct Seeder {
     /// What this process's torrents share.
     pub process: Arc<Process>,
     limits: Limits,
+    /// The v2 files' merkle trees, for BEP 52 hash requests.
+    trees: Trees,
     swarm: RefCell<Swarm>,
     /// Which tracker peers to dial ([`crate::dial`]).
     pub(crate) dialer: RefCell<Dialer>,
@@ -336,6 +349,7 @@ impl Seeder {
     pub fn new(meta: Arc<Meta>, cfg: Config, process: Arc<Process>) -> io::Result<Rc<Seeder>> {
         let storage = Storage::open(meta.clone(), cfg.disk, cfg.read_ahead)?;
         let limits = Limits::for_pieces(meta.num_pieces());
+        let trees = Trees::new(&meta);
         let cfg_dial = cfg.dial;
         Ok(Rc::new(Seeder {
             meta,
@@ -345,20 +359,26 @@ impl Seeder {
             peer_id: process.peer_id,
             process,
             limits,
+            trees,
             swarm: RefCell::new(Swarm::new()),
             dialer: RefCell::new(Dialer::new(cfg_dial)),
             peer_ids: RefCell::new(HashMap::new()),
         }))
     }
 
-    /// Our BitTorrent handshake: the fast and extension bits, our peer id.
-    pub(crate) fn our_handshake(&self) -> [u8; wire::HANDSHAKE_LEN] {
+    /// Our BitTorrent handshake for `info_hash` (the peer's, which named this torrent: a
+    /// hybrid's v1 or truncated v2 hash): the fast and extension bits, BEP 52's v2 bit for
+    /// a torrent with a v2 side, our peer id.
+    pub(crate) fn our_handshake(&self, info_hash: [u8; 20]) -> [u8; wire::HANDSHAKE_LEN] {
         let mut reserved = [0u8; 8];
         reserved[wire::RESERVED_FAST.0] |= wire::RESERVED_FAST.1;
         reserved[wire::RESERVED_EXTENDED.0] |= wire::RESERVED_EXTENDED.1;
+        if self.meta.v2.is_some() {
+            reserved[wire::RESERVED_V2.0] |= wire::RESERVED_V2.1;
+        }
         Handshake {
             reserved,
-            info_hash: self.meta.info_hash,
+            info_hash,
             peer_id: self.peer_id,
         }
         .encode()
@@ -406,7 +426,7 @@ impl Seeder {
         let mut out = Vec::new();
         if send_handshake {
             if let Err(e) = self
-                .send(stream, self.our_handshake().to_vec(), &mut rc4)
+                .send(stream, self.our_handshake(hs.info_hash).to_vec(), &mut rc4)
                 .await
             {
                 return End::Io(e);
@@ -474,6 +494,7 @@ impl Seeder {
             allowed: &allowed,
             ut_metadata: None,
             queue: VecDeque::new(),
+            hash_answers: 0,
             sent_choked: true,
             out: Vec::new(),
             rc4,
@@ -546,6 +567,8 @@ impl Seeder {
 
     /// Acts on every complete message in `inbuf` and drops them from it.
     fn on_input(&self, peer: &mut Peer, inbuf: &mut Vec<u8>) -> Result<(), End> {
+        // What was answered before has been sent (`serve_batch` sends `out` whole).
+        peer.hash_answers = 0;
         let mut pos = 0;
         loop {
             let (msg, n) = match wire::parse(&inbuf[pos..], self.limits) {
@@ -758,8 +781,31 @@ impl Seeder {
             Message::Extended { .. } => {
                 // Extensions we do not offer (ut_pex, ...): ignored.
             }
+            Message::HashRequest(r) => self.on_hash_request(peer, r),
+            Message::Hashes { .. } | Message::HashReject(_) => {
+                // We never ask for hashes; unsolicited ones are ignored (bounded by the cap).
+            }
         }
         Ok(())
+    }
+
+    /// BEP 52: the hashes asked for with their proof, or a hash reject (out of bounds, not
+    /// ours, or past [`MAX_HASH_ANSWERS`] since the last send).
+    fn on_hash_request(&self, peer: &mut Peer, r: HashReq) {
+        let answer = (peer.hash_answers < MAX_HASH_ANSWERS)
+            .then(|| self.trees.answer(&r))
+            .flatten();
+        match answer {
+            Some(hashes) => {
+                peer.hash_answers += 1;
+                inc(&self.counters.hash_requests_served);
+                wire::encode_hashes(&r, &hashes, &mut peer.out);
+            }
+            None => {
+                inc(&self.counters.hash_requests_rejected);
+                wire::encode(&Message::HashReject(r), &mut peer.out);
+            }
+        }
     }
 
     fn set_interested(&self, key: usize, on: bool) {
