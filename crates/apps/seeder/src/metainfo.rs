@@ -565,9 +565,8 @@ impl Meta {
     }
 
     /// Every info hash a peer may name this torrent by (in its handshake, and as MSE's
-    /// SKEY): `info_hash`, then for a hybrid its v2 hash truncated to 20 bytes (BEP 52).
-    /// The handshake code accepts only `info_hash` so far: a v2 peer reaches a hybrid by
-    /// its v1 hash.
+    /// SKEY): `info_hash`, then for a hybrid its v2 hash truncated to 20 bytes (BEP 52);
+    /// the [`crate::seed::Host`] routes by all of them.
     pub fn info_hashes(&self) -> Vec<[u8; 20]> {
         let mut v = vec![self.info_hash];
         if let (MetaVersion::Hybrid, Some(v2)) = (self.version, &self.v2) {

@@ -5,13 +5,15 @@
 //! step 3's `HASH("req2", SKEY) xor HASH("req3", S)` (undone with req3 and looked up in a
 //! map from each torrent's req2 hash, [`Skeys`]); the handshake under MSE must then name
 //! the same torrent. An info hash of none of our torrents is closed and counted
-//! (`peers_wrong_torrent`). Torrents are found by [`crate::metainfo::Meta::info_hash`]
-//! only (a hybrid by its v1 hash, a v2-only torrent by its truncated SHA-256).
+//! (`peers_wrong_torrent`). Torrents are found by every hash of
+//! [`crate::metainfo::Meta::info_hashes`]: a v2-only torrent by its truncated SHA-256, a
+//! hybrid by its v1 hash and its truncated v2 hash (a v2 client, from a `btmh` magnet
+//! link, names it so); the session answers with the hash the peer used.
 //!
 //! Limits: [`Config::max_peers`] bounds the connections of the whole process (all torrents,
 //! accepted, dialled and uTP); [`Config::max_torrents`] the torrents; `max_dialled`, the
 //! choker's slots and the dialler's address book ([`crate::dial::MAX_ADDRESSES`]) are per
-//! torrent. The router holds two 20-byte keys per torrent.
+//! torrent. The router holds two 20-byte keys per info hash (two for a hybrid).
 //!
 //! Dual stack: an IPv6 listener is made IPV6_V6ONLY, so that `0.0.0.0:P` and `[::]:P`
 //! can both be bound (without it, Linux's default `[::]` takes IPv4 too and the second
@@ -65,6 +67,7 @@ impl Router {
         self.skeys.clone()
     }
 
+    /// Info hashes routed (a hybrid has two).
     pub fn len(&self) -> usize {
         self.by_hash.len()
     }
@@ -103,7 +106,8 @@ impl Host {
                 self.cfg.max_torrents
             );
         }
-        if let Some(i) = self.router.route(&meta.info_hash) {
+        let hashes = meta.info_hashes();
+        if let Some(i) = hashes.iter().find_map(|h| self.router.route(h)) {
             bail!(
                 "{}: the same info hash as {}, already seeded",
                 meta.name,
@@ -112,7 +116,9 @@ impl Host {
         }
         let s = Seeder::new(meta.clone(), self.cfg.clone(), self.process.clone())
             .with_context(|| format!("{}: opening the data files", meta.name))?;
-        self.router.insert(self.torrents.len(), meta.info_hash);
+        for h in hashes {
+            self.router.insert(self.torrents.len(), h);
+        }
         self.torrents.push(s.clone());
         Ok(s)
     }
