@@ -839,14 +839,17 @@ fn print_start(meta: &Meta, locals: &[SocketAddr], disk: DiskMode, tiers: &Tiers
         addr_list(locals),
         disk
     );
-    // A v2-only torrent's magnet link would be `btmh` (not written yet): none is said.
-    if !meta.info.is_empty() && meta.version != MetaVersion::V2 {
-        // BEP 9: clients can start from this alone (the metadata comes from us).
+    if !meta.info.is_empty() {
+        // BEP 9: clients can start from this alone (the metadata comes from us; a v2-only
+        // torrent's piece layers then by BEP 52 hash requests).
         let trackers: Vec<String> = tiers.tiers.iter().flatten().cloned().collect();
-        println!(
-            "magnet {}",
-            metadata::magnet(&meta.info_hash_hex(), &meta.name, &trackers)
-        );
+        let link = match (meta.version, &meta.v2) {
+            (MetaVersion::V2, Some(v2)) => {
+                metadata::magnet_v2(&v2.info_hash_hex(), &meta.name, &trackers)
+            }
+            _ => metadata::magnet(&meta.info_hash_hex(), &meta.name, &trackers),
+        };
+        println!("magnet {link}");
     }
 }
 

@@ -139,8 +139,18 @@ pub fn answer(info: &[u8], piece: u32) -> Vec<u8> {
 
 /// The BEP 9 magnet link of a torrent: `xt=urn:btih:` (hex), `dn`, one `tr` per tracker.
 pub fn magnet(info_hash_hex: &str, name: &str, trackers: &[String]) -> String {
+    magnet_of(&format!("btih:{info_hash_hex}"), name, trackers)
+}
+
+/// The magnet link of a v2-only torrent (BEP 52): `xt=urn:btmh:` and the multihash of its
+/// SHA-256 info hash (`12` SHA-256, `20` 32 bytes, then the hash in hex).
+pub fn magnet_v2(sha256_hex: &str, name: &str, trackers: &[String]) -> String {
+    magnet_of(&format!("btmh:1220{sha256_hex}"), name, trackers)
+}
+
+fn magnet_of(urn: &str, name: &str, trackers: &[String]) -> String {
     let mut m = format!(
-        "magnet:?xt=urn:btih:{info_hash_hex}&dn={}",
+        "magnet:?xt=urn:{urn}&dn={}",
         utf8_percent_encode(name, NON_ALPHANUMERIC)
     );
     for t in trackers {
@@ -193,6 +203,10 @@ mod tests {
         assert_eq!(
             magnet("ab", "a b", &["udp://t:1".into()]),
             "magnet:?xt=urn:btih:ab&dn=a%20b&tr=udp%3A%2F%2Ft%3A1"
+        );
+        assert_eq!(
+            magnet_v2(&"cd".repeat(32), "x", &[]),
+            format!("magnet:?xt=urn:btmh:1220{}&dn=x", "cd".repeat(32))
         );
     }
 }
