@@ -2370,6 +2370,209 @@ fn a_v2_only_torrent_is_seeded_to_libtorrent() {
     );
 }
 
+/// A libtorrent leecher from a magnet link: argv[1] the link, argv[2] the download
+/// directory, argv[3] its port, argv[4] the seeder's address (also given: the tracker is
+/// slower to tell); its alerts on stderr; exits 0 when done.
+const LIBTORRENT_MAGNET_LEECHER: &str = r#"
+import sys, time, libtorrent as lt
+ses = lt.session({'listen_interfaces': '127.0.0.1:' + sys.argv[3], 'enable_dht': False,
+                  'enable_lsd': False, 'enable_upnp': False, 'enable_natpmp': False,
+                  'alert_mask': lt.alert.category_t.error_notification
+                      | lt.alert.category_t.peer_notification
+                      | lt.alert.category_t.status_notification})
+p = lt.parse_magnet_uri(sys.argv[1])
+p.save_path = sys.argv[2]
+h = ses.add_torrent(p)
+ip, port = sys.argv[4].rsplit(':', 1)
+h.connect_peer((ip, int(port)))
+deadline = time.time() + 100
+while time.time() < deadline:
+    for a in ses.pop_alerts():
+        print(a.message(), file=sys.stderr)
+    if h.status().is_seeding:
+        sys.exit(0)
+    time.sleep(0.2)
+sys.exit(1)
+"#;
+
+/// BEP 52 from a magnet link: libtorrent 2.0.8 is given only the `urn:btmh:` link `iolab
+/// seed` prints for a v2-only torrent; it gets the info dictionary (BEP 9) and then every
+/// file's piece layer by hash requests, which we answer from the merkle trees, and checks
+/// each piece against them. 16 KiB pieces: `a.bin`'s 577 pieces take two requests (512,
+/// then the rest padded to 128); 256 KiB pieces: one. Compared byte for byte.
+#[test]
+fn a_v2_only_torrent_is_seeded_to_libtorrent_from_its_magnet_link() {
+    let _g = lock();
+    if !Client::Libtorrent.available() {
+        return;
+    }
+    for piece in ["16K", "256K"] {
+        let mut fx = Fixture::new("v2magnet");
+        let data = fx.data_of(9 << 20);
+        let src = data.join("multi");
+        let url = fx.tracker();
+        let torrent = fx.dir.join("v2.torrent");
+        let json = fx.dir.join("seed.json");
+        let lines = fx.seed_lines(
+            &[
+                "--json",
+                json.to_str().unwrap(),
+                "--v2",
+                "--piece-length",
+                piece,
+                "--tracker",
+                &url,
+                "--torrent",
+                torrent.to_str().unwrap(),
+                src.to_str().unwrap(),
+            ],
+            2,
+        );
+        let addr = lines[0]
+            .split(" on ")
+            .last()
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap();
+        let meta = iolab_seeder::metainfo::Meta::load(&torrent, &src).unwrap();
+        let v2 = meta.v2.as_ref().unwrap().info_hash_hex();
+        let magnet = lines[1]
+            .strip_prefix("magnet ")
+            .unwrap_or_else(|| panic!("{lines:?}"));
+        assert!(
+            magnet.starts_with(&format!("magnet:?xt=urn:btmh:1220{v2}&dn=multi")),
+            "{magnet}"
+        );
+        let dl = fx.dir.join("dl");
+        std::fs::create_dir_all(&dl).unwrap();
+        let lt_log = std::fs::File::create(fx.dir.join("lt.log")).unwrap();
+        let port = free_port().unwrap().to_string();
+        let i = fx.spawn(
+            Command::new("/usr/bin/python3")
+                .args(["-c", LIBTORRENT_MAGNET_LEECHER, magnet])
+                .arg(&dl)
+                .args([&port, addr])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(lt_log),
+        );
+        let got = dl.join("multi");
+        let ok = wait_complete(
+            &src,
+            &got,
+            &mut fx.children[i],
+            Duration::from_secs(100),
+            false,
+        );
+        assert!(
+            ok,
+            "libtorrent did not get the v2 torrent ({piece} pieces) from its magnet link; its log:\n{}\nseed log:\n{}",
+            std::fs::read_to_string(fx.dir.join("lt.log")).unwrap_or_default(),
+            fx.seed_log()
+        );
+        std::thread::sleep(Duration::from_millis(1100)); // the counters are written every second
+        let c: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap_or_default())
+                .unwrap_or_default();
+        let n = |k: &str| c["counters"][k].as_u64().unwrap_or(0);
+        // a.bin's piece layer (two requests at 16 KiB pieces), sub/b.bin's (19 or 2 pieces).
+        let want = if piece == "16K" { 3 } else { 2 };
+        assert!(
+            n("hash_requests_served") >= want,
+            "the piece layers came by hash requests: {c}"
+        );
+        eprintln!(
+            "v2 magnet ({piece} pieces): libtorrent downloaded byte for byte; hash requests served {}, rejected {}",
+            n("hash_requests_served"),
+            n("hash_requests_rejected")
+        );
+    }
+}
+
+/// A hybrid is reached by its truncated v2 hash too (a v2 client's handshake, BEP 52): the
+/// seeder answers with that hash and the v2 bit, and serves a hash request for the piece
+/// layer of its big file with the uncles that prove it against the file's root; a request
+/// out of bounds gets a hash reject with the same fields.
+#[test]
+fn a_hybrid_answers_a_v2_handshake_and_hash_requests() {
+    let _g = lock();
+    let mut fx = Fixture::new("hybridv2");
+    let data = fx.data_of(2 << 20);
+    let src = data.join("multi");
+    let torrent = fx.dir.join("h.torrent");
+    let addr = fx.seed(&[
+        "--hybrid",
+        "--piece-length",
+        "16K",
+        "--tracker",
+        "udp://127.0.0.1:9/x",
+        "--torrent",
+        torrent.to_str().unwrap(),
+        src.to_str().unwrap(),
+    ]);
+    let meta = iolab_seeder::metainfo::Meta::load(&torrent, &src).unwrap();
+    let hashes = meta.info_hashes();
+    assert_eq!(hashes.len(), 2, "a hybrid has two info hashes");
+    let v2: [u8; 20] = hashes[1];
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut hs = handshake(&v2, true);
+    hs[27] |= 0x10; // BEP 52: we have the v2 side
+    s.write_all(&hs).unwrap();
+    let mut theirs = [0u8; 68];
+    s.read_exact(&mut theirs).unwrap();
+    assert_eq!(&theirs[28..48], &v2[..], "answered with the hash we used");
+    assert_ne!(theirs[27] & 0x10, 0, "the v2 bit");
+    // a.bin: 2 MiB + 12345 bytes, 129 pieces of 16 KiB (256 in the padded layer).
+    let file = meta
+        .v2
+        .as_ref()
+        .unwrap()
+        .files
+        .iter()
+        .find(|f| f.piece_layer.len() == 129);
+    let root = file.expect("a.bin's piece layer").root.unwrap();
+    let req = iolab_seeder::wire::HashReq {
+        root,
+        base: 0,
+        index: 128,
+        length: 128,
+        proof_layers: 7,
+    };
+    let mut out = Vec::new();
+    iolab_seeder::wire::encode(&iolab_seeder::wire::Message::HashRequest(req), &mut out);
+    let mut bad = Vec::new();
+    let too_many = iolab_seeder::wire::HashReq {
+        proof_layers: 8,
+        ..req
+    };
+    iolab_seeder::wire::encode(
+        &iolab_seeder::wire::Message::HashRequest(too_many),
+        &mut bad,
+    );
+    s.write_all(&out).unwrap();
+    let got = read_until(&mut s, 22);
+    assert_eq!(&got[..48], &out[5..], "the request's fields repeated");
+    assert_eq!(
+        got.len() - 48,
+        32 * (128 + 1),
+        "128 hashes and the one uncle"
+    );
+    let answer: Vec<[u8; 32]> = got[48..]
+        .chunks(32)
+        .map(|c| c.try_into().unwrap())
+        .collect();
+    assert_eq!(&answer[..1], &file.unwrap().piece_layer[128..]);
+    assert_eq!(
+        iolab_seeder::hashes::root_of_answer(&req, &answer),
+        Some(root)
+    );
+    s.write_all(&bad).unwrap();
+    let rejected = read_until(&mut s, 23);
+    assert_eq!(&rejected[..], &bad[5..]);
+}
+
 /// A hybrid torrent made by `iolab seed --hybrid` (pad files) is seeded by its v1 side to
 /// ctorrent, a v1-only client, which downloads every real file byte for byte.
 #[test]
