@@ -14,8 +14,8 @@
 //! below the root's layer, `proof_layers` short of the root; anything else is rejected. An
 //! answer is at most [`MAX_HASHES`] hashes and one uncle per layer: copies, no hashing.
 
-use std::cell::OnceCell;
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 use crate::merkle::{self, Hash, BLOCK};
 use crate::metainfo::Meta;
@@ -31,7 +31,7 @@ struct FileTree {
     piece_layer: Vec<Hash>,
     /// Layers from the piece layer (padded to a power of two with the root of an all-zero
     /// piece) to the root, built when first asked for.
-    layers: OnceCell<Vec<Vec<Hash>>>,
+    layers: OnceLock<Vec<Vec<Hash>>>,
 }
 
 /// The merkle trees of a torrent's files longer than one piece, by their roots.
@@ -46,18 +46,27 @@ pub struct Trees {
 impl Trees {
     /// The trees of `meta`'s v2 files that have a piece layer (none for a v1 torrent).
     pub fn new(meta: &Meta) -> Trees {
+        let files = meta.v2.iter().flat_map(|v| &v.files);
+        let layers = files.filter_map(|f| Some((f.root?, f.piece_layer.clone())));
+        Trees::of(meta.piece_length, layers)
+    }
+
+    /// The trees of files with these roots and piece layers (those of one piece or less,
+    /// with an empty layer, have none), pieces of `piece_length` bytes (a power of two of
+    /// at least 16 KiB).
+    pub fn of(piece_length: u64, layers: impl IntoIterator<Item = (Hash, Vec<Hash>)>) -> Trees {
         let mut files = HashMap::new();
-        for f in meta.v2.iter().flat_map(|v| &v.files) {
-            if let (Some(root), false) = (f.root, f.piece_layer.is_empty()) {
+        for (root, piece_layer) in layers {
+            if !piece_layer.is_empty() {
                 files.entry(root).or_insert_with(|| FileTree {
-                    piece_layer: f.piece_layer.clone(),
-                    layers: OnceCell::new(),
+                    piece_layer,
+                    layers: OnceLock::new(),
                 });
             }
         }
         Trees {
-            piece_length: meta.piece_length,
-            piece_height: (meta.piece_length / BLOCK).max(1).trailing_zeros(),
+            piece_length,
+            piece_height: (piece_length / BLOCK).max(1).trailing_zeros(),
             files,
         }
     }
