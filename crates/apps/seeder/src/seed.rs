@@ -950,6 +950,9 @@ impl std::fmt::Debug for DebugMsg<'_, '_> {
             Message::Piece { index, begin, data } => {
                 write!(f, "Piece({index}, {begin}, {} bytes)", data.len())
             }
+            Message::Hashes { req, hashes } => {
+                write!(f, "Hashes({req:?}, {} bytes)", hashes.len())
+            }
             Message::Extended { id, payload } => {
                 write!(
                     f,
