@@ -12,7 +12,8 @@
 //! Bounds (libtorrent's `validate_hash_request` and practice): `length` a power of two, at
 //! most [`MAX_HASHES`], `index` a multiple of it and the range inside the layer, `base`
 //! below the root's layer, `proof_layers` short of the root; anything else is rejected. An
-//! answer is at most [`MAX_HASHES`] hashes and one uncle per layer: copies, no hashing.
+//! answer is at most [`MAX_HASHES`] hashes and one uncle per layer, copied (the first
+//! request for a file hashes its layers, once: as many hashes as its piece layer).
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
