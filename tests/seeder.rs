@@ -2501,7 +2501,8 @@ fn a_v2_only_torrent_is_seeded_to_libtorrent_from_its_magnet_link() {
 /// A hybrid is reached by its truncated v2 hash too (a v2 client's handshake, BEP 52): the
 /// seeder answers with that hash and the v2 bit, and serves a hash request for the piece
 /// layer of its big file with the uncles that prove it against the file's root; a request
-/// out of bounds gets a hash reject with the same fields.
+/// out of bounds gets a hash reject with the same fields, and so do those past
+/// `MAX_HASH_ANSWERS` in one read.
 #[test]
 fn a_hybrid_answers_a_v2_handshake_and_hash_requests() {
     let _g = lock();
@@ -2579,6 +2580,23 @@ fn a_hybrid_answers_a_v2_handshake_and_hash_requests() {
     s.write_all(&bad).unwrap();
     let rejected = read_until(&mut s, 23);
     assert_eq!(&rejected[..], &bad[5..]);
+    // 20 valid requests in one write (one loopback segment, read at once): 16 answered
+    // before the next send, the rest rejected, so a peer cannot queue unbounded hashes.
+    let limit = iolab_seeder::seed::MAX_HASH_ANSWERS;
+    s.write_all(&out.repeat(limit + 4)).unwrap();
+    let (mut served, mut refused) = (0, 0);
+    while served + refused < limit + 4 {
+        let mut len = [0u8; 4];
+        s.read_exact(&mut len).unwrap();
+        let mut m = vec![0u8; u32::from_be_bytes(len) as usize];
+        s.read_exact(&mut m).unwrap();
+        match m.first() {
+            Some(22) => served += 1,
+            Some(23) => refused += 1,
+            _ => {}
+        }
+    }
+    assert_eq!((served, refused), (limit, 4));
 }
 
 /// A hybrid torrent made by `iolab seed --hybrid` (pad files) is seeded by its v1 side to
