@@ -2379,8 +2379,9 @@ fn a_v2_only_torrent_is_seeded_to_libtorrent() {
 }
 
 /// A libtorrent leecher from a magnet link: argv[1] the link, argv[2] the download
-/// directory, argv[3] its port, argv[4] the seeder's address (also given: the tracker is
-/// slower to tell); its alerts on stderr; exits 0 when done.
+/// directory, argv[3] its port, argv[4] the seeder's address (the tracker is slower to
+/// tell) or `-` (the tracker's peers only), argv[5] (optional) a tracker to add; its alerts
+/// on stderr; exits 0 when done.
 const LIBTORRENT_MAGNET_LEECHER: &str = r#"
 import sys, time, libtorrent as lt
 ses = lt.session({'listen_interfaces': '127.0.0.1:' + sys.argv[3], 'enable_dht': False,
@@ -2391,8 +2392,11 @@ ses = lt.session({'listen_interfaces': '127.0.0.1:' + sys.argv[3], 'enable_dht':
 p = lt.parse_magnet_uri(sys.argv[1])
 p.save_path = sys.argv[2]
 h = ses.add_torrent(p)
-ip, port = sys.argv[4].rsplit(':', 1)
-h.connect_peer((ip, int(port)))
+if len(sys.argv) > 5:
+    h.add_tracker({'url': sys.argv[5]})
+if sys.argv[4] != '-':
+    ip, port = sys.argv[4].rsplit(':', 1)
+    h.connect_peer((ip, int(port)))
 deadline = time.time() + 100
 while time.time() < deadline:
     for a in ses.pop_alerts():
@@ -2496,6 +2500,63 @@ fn a_v2_only_torrent_is_seeded_to_libtorrent_from_its_magnet_link() {
             n("hash_requests_rejected")
         );
     }
+}
+
+/// A hybrid from a v2 magnet link (`urn:btmh:` only) and the tracker alone: the seeder
+/// announces under both info hashes, libtorrent 2.0.8 finds it under the v2 one, connects
+/// with the truncated v2 hash, gets the metadata (SHA-256 checked) and the data, byte for
+/// byte.
+#[test]
+fn a_hybrid_is_found_by_its_v2_hash_and_downloaded_from_a_btmh_magnet_link() {
+    let _g = lock();
+    if !Client::Libtorrent.available() {
+        return;
+    }
+    let mut fx = Fixture::new("hybridbtmh");
+    let data = fx.data_of(2 << 20);
+    let src = data.join("multi");
+    let url = fx.tracker();
+    let torrent = fx.dir.join("h.torrent");
+    let json = fx.dir.join("seed.json");
+    fx.seed(&[
+        "--json",
+        json.to_str().unwrap(),
+        "--hybrid",
+        "--tracker",
+        &url,
+        "--torrent",
+        torrent.to_str().unwrap(),
+        src.to_str().unwrap(),
+    ]);
+    let meta = iolab_seeder::metainfo::Meta::load(&torrent, &src).unwrap();
+    let v2 = meta.v2.as_ref().unwrap().info_hash_hex();
+    let magnet = format!("magnet:?xt=urn:btmh:1220{v2}&dn=multi");
+    let dl = fx.dir.join("dl");
+    std::fs::create_dir_all(&dl).unwrap();
+    let lt_log = std::fs::File::create(fx.dir.join("lt.log")).unwrap();
+    let port = free_port().unwrap().to_string();
+    let i = fx.spawn(
+        Command::new("/usr/bin/python3")
+            .args(["-c", LIBTORRENT_MAGNET_LEECHER, &magnet])
+            .arg(&dl)
+            .args([&port, "-", &url])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(lt_log),
+    );
+    let ok = wait_complete(
+        &src,
+        &dl.join("multi"),
+        &mut fx.children[i],
+        Duration::from_secs(60),
+        false,
+    );
+    assert!(
+        ok,
+        "libtorrent did not get the hybrid from its btmh magnet link; its log:\n{}\nseed log:\n{}",
+        std::fs::read_to_string(fx.dir.join("lt.log")).unwrap_or_default(),
+        fx.seed_log()
+    );
 }
 
 /// A hybrid is reached by its truncated v2 hash too (a v2 client's handshake, BEP 52): the

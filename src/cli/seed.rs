@@ -629,17 +629,15 @@ fn write_json(path: &Path, host: &Host, mode: DiskMode) {
     }
 }
 
-/// Announces one torrent to its trackers (BEP 12 tiers), then again at each interval they
-/// ask for.
-async fn announce_every_interval(s: Rc<Seeder>, tiers: Rc<std::cell::RefCell<Tiers>>, port: u16) {
+/// Announces one torrent under `info_hash` (one of its [`Meta::info_hashes`]) to its
+/// trackers (BEP 12 tiers), then again at each interval they ask for.
+async fn announce_every_interval(s: Rc<Seeder>, ann: Announced, port: u16) {
+    let (tiers, info_hash) = (ann.0, ann.1);
     let mut event = "started";
     loop {
         let up = Counters::get(&s.counters.bytes_sent);
         let mut t = tiers.borrow().clone();
-        let wait = match t
-            .announce(&s.meta.info_hash, &s.peer_id, port, up, event)
-            .await
-        {
+        let wait = match t.announce(&info_hash, &s.peer_id, port, up, event).await {
             Ok(r) => {
                 event = "";
                 // Dial the leechers we were told of (within the dialler's budget).
@@ -881,10 +879,14 @@ async fn serve_all(
     }
     let mut announced = Vec::new();
     for (s, tiers) in seeded {
-        if !tiers.is_empty() {
-            let t = Rc::new(std::cell::RefCell::new(tiers));
+        if tiers.is_empty() {
+            continue;
+        }
+        // A hybrid under both hashes: a v2 client (a `btmh` magnet link) asks for the v2 one.
+        for h in s.meta.info_hashes() {
+            let t: Announced = (Rc::new(std::cell::RefCell::new(tiers.clone())), h);
             spawn(announce_every_interval(s.clone(), t.clone(), port));
-            announced.push((s, t));
+            announced.push((s.clone(), t));
         }
     }
     let (started, mut last_status, mut last_json) =
@@ -924,16 +926,19 @@ async fn serve_all(
     Ok(())
 }
 
-/// The "stopped" announces of every torrent, together, for 2 s at most.
-async fn announce_stopped(announced: Vec<(Rc<Seeder>, Rc<std::cell::RefCell<Tiers>>)>, port: u16) {
+/// A torrent's trackers as one of its info hashes announces to them, and that hash.
+type Announced = (Rc<std::cell::RefCell<Tiers>>, [u8; 20]);
+
+/// The "stopped" announces of every torrent (each of its hashes), together, for 2 s at most.
+async fn announce_stopped(announced: Vec<(Rc<Seeder>, Announced)>, port: u16) {
     let left = Rc::new(std::cell::Cell::new(announced.len()));
-    for (s, tiers) in announced {
+    for (s, (tiers, info_hash)) in announced {
         let left = left.clone();
         spawn(async move {
             let up = Counters::get(&s.counters.bytes_sent);
             let mut t = tiers.borrow().clone();
             let id = s.peer_id;
-            let ann = t.announce(&s.meta.info_hash, &id, port, up, "stopped");
+            let ann = t.announce(&info_hash, &id, port, up, "stopped");
             let _ = iolab_runtime::timeout(Duration::from_secs(2), ann).await;
             left.set(left.get() - 1);
         });
