@@ -1572,11 +1572,7 @@ impl Read for MseStream {
         }
         let n = self.s.read(buf)?;
         if let Some(rc4) = &mut self.rc4 {
-<<<<<<< ours
-            rc4.decrypt(&mut buf[..n]).unwrap();
-=======
             rc4.decrypt(&mut buf[..n]).map_err(std::io::Error::other)?;
->>>>>>> theirs
         }
         Ok(n)
     }
@@ -1586,11 +1582,7 @@ impl MseStream {
     fn send(&mut self, data: &[u8]) {
         let mut d = data.to_vec();
         if let Some(rc4) = &mut self.rc4 {
-<<<<<<< ours
-            rc4.encrypt(&mut d).unwrap();
-=======
             rc4.encrypt(&mut d).expect("RC4");
->>>>>>> theirs
         }
         self.s.write_all(&d).unwrap();
     }
