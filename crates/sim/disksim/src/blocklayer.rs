@@ -40,19 +40,28 @@
 //! chosen — reads, unless writes are pending and reads were preferred `writes_starved` times
 //! already — and the first request is the FIFO's head if its deadline has passed or the
 //! sorted list has nothing after the last position, else the next in sorted order.
+//! These queues are kept per I/O priority class, RT served before BE before IDLE, with
+//! `prio_aging_expire` (10 s) against starvation ([`deadline`]).
+//!
+//! I/O priorities: requests merge only with the same priority (`blk_rq_merge_ok`,
+//! `attempt_merge`), under any scheduler; only mq-deadline serves by priority.
 //!
 //! Simplifications: merging looks at every queued request (the kernel's `none` looks at the
-//! last few of the software queue only); one hardware queue; no I/O priorities, no
-//! zone locking, no per-cgroup throttling.
+//! last few of the software queue only); one hardware queue; no zone locking, no
+//! per-cgroup throttling; a dispatch that finds nothing to send waits for the next
+//! submission or completion (the kernel also reruns the queue after 3 ms,
+//! `BLK_MQ_BUDGET_DELAY`).
 
-use std::collections::{BTreeMap, VecDeque};
+mod deadline;
+
+use std::collections::VecDeque;
 
 use crate::Map;
 
 use serde::Serialize;
 
 use crate::engine::{Component, Ctx};
-use crate::request::{Completion, Flags, Op, Record, Request};
+use crate::request::{Completion, Flags, IoPrio, Op, Record, Request};
 use crate::sched::{Policy, Scheduler};
 
 /// The I/O scheduler of a block device (`/sys/block/<dev>/queue/scheduler`).
@@ -137,6 +146,9 @@ pub struct BlockConfig {
     pub fifo_batch: u32,
     /// mq-deadline `writes_starved`: read batches allowed before a write batch (default 2).
     pub writes_starved: u32,
+    /// mq-deadline `prio_aging_expire`, ms (kernel default 10,000): a BE or IDLE request
+    /// queued this long is served before higher classes' requests.
+    pub prio_aging_expire_ms: f64,
     /// A bio-based driver (`submit_bio` of its own, no blk-mq queue: zram, brd, md,
     /// device-mapper; sysfs shows no `queue/scheduler`, no `mq/`): the block layer hands
     /// each bio to the driver as it comes, so nothing is split to `max_sectors_kb`, merged,
@@ -159,6 +171,7 @@ impl BlockConfig {
             write_expire_ms: 5000.0,
             fifo_batch: 16,
             writes_starved: 2,
+            prio_aging_expire_ms: 10_000.0,
             bio_based: false,
         }
     }
@@ -183,6 +196,9 @@ pub struct BlockStats {
     pub max_requests: u64,
     /// mq-deadline: requests dispatched because their FIFO deadline had passed.
     pub expired_dispatches: u64,
+    /// mq-deadline: BE or IDLE requests dispatched by `prio_aging_expire` before a higher
+    /// class's.
+    pub aged_dispatches: u64,
 }
 
 /// One piece of a request from above.
@@ -194,6 +210,7 @@ struct Bio {
     sectors: u32,
     op: Op,
     flags: Flags,
+    prio: IoPrio,
 }
 
 /// A block-layer request: merged bios, contiguous.
@@ -206,6 +223,10 @@ struct Rq {
     flags: Flags,
     parents: Vec<u64>,
     inserted: f64,
+    prio: IoPrio,
+    /// Inserted into mq-deadline's queues (counted in its `in_use` until it completes or
+    /// is merged away).
+    scheduled: bool,
 }
 
 impl Rq {
@@ -226,27 +247,14 @@ struct Upper {
     outstanding: usize,
 }
 
-/// Merge lookup key: device, direction, sector.
-type Edge = (u32, bool, u64);
+/// Merge lookup key: device, direction, priority (`IoPrio::value`), sector.
+type Edge = (u32, bool, u16, u64);
 
 /// The scheduler's queue of request ids.
 enum Queue {
     Fifo(VecDeque<u64>),
-    Deadline(Box<Deadline>),
+    Deadline(Box<deadline::Deadline>),
     Classic(Scheduler<u64>),
-}
-
-#[derive(Default)]
-struct Deadline {
-    /// Per direction (0 read, 1 write): sorted by (sector, id).
-    sort: [BTreeMap<(u64, u64), ()>; 2],
-    /// Per direction: (deadline, id) in insertion order; ids no longer queued are skipped.
-    fifo: [VecDeque<(f64, u64)>; 2],
-    /// Per direction: the sector after the last dispatched request (the batch's position).
-    next_pos: [Option<u64>; 2],
-    last_dir: usize,
-    batching: u32,
-    starved: u32,
 }
 
 /// The block layer component.
@@ -327,9 +335,9 @@ impl BlockLayer {
     fn index(&mut self, id: u64) {
         let rq = &self.queued[&id];
         if rq.mergeable() {
-            let read = rq.op == Op::Read;
-            self.by_start.insert((rq.dev, read, rq.lba), id);
-            self.by_end.insert((rq.dev, read, rq.end()), id);
+            let (read, p) = (rq.op == Op::Read, rq.prio.value());
+            self.by_start.insert((rq.dev, read, p, rq.lba), id);
+            self.by_end.insert((rq.dev, read, p, rq.end()), id);
         }
     }
 
@@ -337,8 +345,8 @@ impl BlockLayer {
         let Some(rq) = self.queued.get(&id) else {
             return;
         };
-        let read = rq.op == Op::Read;
-        let (s, e) = ((rq.dev, read, rq.lba), (rq.dev, read, rq.end()));
+        let (read, p) = (rq.op == Op::Read, rq.prio.value());
+        let (s, e) = ((rq.dev, read, p, rq.lba), (rq.dev, read, p, rq.end()));
         if self.by_start.get(&s) == Some(&id) {
             self.by_start.remove(&s);
         }
@@ -355,10 +363,10 @@ impl BlockLayer {
         {
             return false;
         }
-        let read = bio.op == Op::Read;
+        let (read, p) = (bio.op == Op::Read, bio.prio.value());
         let max = self.max_sectors();
         let end = bio.lba + u64::from(bio.sectors);
-        if let Some(&id) = self.by_end.get(&(bio.dev, read, bio.lba)) {
+        if let Some(&id) = self.by_end.get(&(bio.dev, read, p, bio.lba)) {
             if u64::from(self.queued[&id].sectors) + u64::from(bio.sectors) <= max {
                 self.unindex(id);
                 let rq = self.queued.get_mut(&id).expect("indexed");
@@ -370,7 +378,7 @@ impl BlockLayer {
                 return true;
             }
         }
-        if let Some(&id) = self.by_start.get(&(bio.dev, read, end)) {
+        if let Some(&id) = self.by_start.get(&(bio.dev, read, p, end)) {
             if u64::from(self.queued[&id].sectors) + u64::from(bio.sectors) <= max {
                 self.unindex(id);
                 let rq = self.queued.get_mut(&id).expect("indexed");
@@ -392,11 +400,11 @@ impl BlockLayer {
     /// now touches, if that fits: the later one is folded into the earlier one.
     fn merge_neighbour(&mut self, id: u64, back: bool) {
         let rq = &self.queued[&id];
-        let read = rq.op == Op::Read;
+        let (read, p) = (rq.op == Op::Read, rq.prio.value());
         let other = if back {
-            self.by_start.get(&(rq.dev, read, rq.end())).copied()
+            self.by_start.get(&(rq.dev, read, p, rq.end())).copied()
         } else {
-            self.by_end.get(&(rq.dev, read, rq.lba)).copied()
+            self.by_end.get(&(rq.dev, read, p, rq.lba)).copied()
         };
         let Some(other) = other.filter(|&o| o != id) else {
             return;
@@ -430,9 +438,11 @@ impl BlockLayer {
         match &mut self.queue {
             Queue::Fifo(_) => {}
             Queue::Deadline(d) => {
-                let dir = self.queued[&id].dir();
-                d.sort[dir].remove(&(old_lba, id));
-                d.sort[dir].insert((new_lba, id), ());
+                let rq = &self.queued[&id];
+                let sort = &mut d.prio[deadline::level(rq.prio.class)].sort[rq.dir()];
+                if let Some(due) = sort.remove(&(old_lba, id)) {
+                    sort.insert((new_lba, id), due);
+                }
             }
             Queue::Classic(s) => {
                 s.reposition(new_lba, |&x| x == id);
@@ -444,8 +454,13 @@ impl BlockLayer {
         match &mut self.queue {
             Queue::Fifo(q) => q.retain(|&x| x != id),
             Queue::Deadline(d) => {
-                d.sort[rq.dir()].remove(&(rq.lba, id));
-                // The FIFO entry is skipped lazily.
+                let level = deadline::level(rq.prio.class);
+                d.prio[level].sort[rq.dir()].remove(&(rq.lba, id));
+                // The FIFO entry is skipped lazily; the freed request is no longer in use
+                // (`dd_finish_request` of the request merged away).
+                if rq.scheduled {
+                    d.in_use[level] -= 1;
+                }
             }
             Queue::Classic(s) => {
                 s.remove_where(|&x| x == id);
@@ -460,6 +475,7 @@ impl BlockLayer {
             return;
         }
         let (lba, dir, inserted) = (rq.lba, rq.dir(), rq.inserted);
+        let level = deadline::level(rq.prio.class);
         match &mut self.queue {
             Queue::Fifo(q) => q.push_back(id),
             Queue::Deadline(d) => {
@@ -468,8 +484,11 @@ impl BlockLayer {
                 } else {
                     self.cfg.write_expire_ms
                 };
-                d.sort[dir].insert((lba, id), ());
-                d.fifo[dir].push_back((inserted + expire, id));
+                let p = &mut d.prio[level];
+                p.sort[dir].insert((lba, id), inserted + expire);
+                p.fifo[dir].push_back((inserted + expire, id));
+                d.in_use[level] += 1;
+                self.queued.get_mut(&id).expect("queued").scheduled = true;
             }
             Queue::Classic(s) => s.push(lba, id),
         }
@@ -486,15 +505,21 @@ impl BlockLayer {
             Queue::Classic(s) => s.pop(head),
             Queue::Deadline(d) => {
                 let queued = &self.queued;
-                let (id, expired) = deadline_pick(d, queued, self.cfg, now)?;
-                if expired {
-                    self.stats.expired_dispatches += 1;
-                }
-                let rq = &queued[&id];
-                let dir = rq.dir();
-                d.sort[dir].remove(&(rq.lba, id));
-                d.next_pos[dir] = Some(rq.end());
-                Some(id)
+                let c = self.cfg;
+                let t = deadline::Tunables {
+                    expire: [c.read_expire_ms, c.write_expire_ms],
+                    fifo_batch: c.fifo_batch,
+                    writes_starved: c.writes_starved,
+                    prio_aging_expire: c.prio_aging_expire_ms,
+                };
+                let pick = d.pick(t, now, &|id| queued.get(&id).map(|rq| rq.lba))?;
+                self.stats.expired_dispatches += u64::from(pick.expired);
+                self.stats.aged_dispatches += u64::from(pick.aged);
+                let rq = &queued[&pick.id];
+                let (dir, p) = (rq.dir(), &mut d.prio[deadline::level(rq.prio.class)]);
+                p.sort[dir].remove(&(rq.lba, pick.id));
+                p.next_pos[dir] = Some(rq.end());
+                Some(pick.id)
             }
         }
     }
@@ -521,6 +546,8 @@ impl BlockLayer {
                 flags: bio.flags,
                 parents: vec![bio.parent],
                 inserted: ctx.now(),
+                prio: bio.prio,
+                scheduled: false,
             },
         );
         self.index(id);
@@ -563,6 +590,7 @@ impl BlockLayer {
                 op: rq.op,
                 flags: rq.flags,
                 file: None,
+                prio: rq.prio,
             });
             self.at_device.insert(id, rq);
         }
@@ -591,65 +619,6 @@ fn next_instant(t: f64) -> f64 {
     }
 }
 
-/// mq-deadline's choice: (request, dispatched because its deadline passed).
-fn deadline_pick(
-    d: &mut Deadline,
-    queued: &Map<u64, Rq>,
-    cfg: BlockConfig,
-    now: f64,
-) -> Option<(u64, bool)> {
-    // Drop FIFO entries of requests gone (merged away or dispatched).
-    for dir in 0..2 {
-        while let Some(&(_, id)) = d.fifo[dir].front() {
-            let live = queued
-                .get(&id)
-                .is_some_and(|rq| d.sort[dir].contains_key(&(rq.lba, id)));
-            if live {
-                break;
-            }
-            d.fifo[dir].pop_front();
-        }
-    }
-    let next_in = |d: &Deadline, dir: usize| -> Option<u64> {
-        let pos = d.next_pos[dir]?;
-        d.sort[dir].range((pos, 0)..).next().map(|(&(_, id), _)| id)
-    };
-    // Continue the batch.
-    if d.batching < cfg.fifo_batch.max(1) {
-        if let Some(id) = next_in(d, d.last_dir) {
-            d.batching += 1;
-            return Some((id, false));
-        }
-    }
-    let reads = !d.sort[0].is_empty();
-    let writes = !d.sort[1].is_empty();
-    let dir = if reads {
-        if writes && d.starved >= cfg.writes_starved {
-            d.starved = 0;
-            1
-        } else {
-            if writes {
-                d.starved += 1;
-            }
-            0
-        }
-    } else if writes {
-        d.starved = 0;
-        1
-    } else {
-        return None;
-    };
-    let head = d.fifo[dir].front().copied();
-    let expired = head.is_some_and(|(deadline, _)| deadline <= now);
-    let (id, by_fifo) = match (expired, next_in(d, dir)) {
-        (false, Some(id)) => (id, false),
-        _ => (head?.1, expired),
-    };
-    d.last_dir = dir;
-    d.batching = 1;
-    Some((id, by_fifo))
-}
-
 impl Component for BlockLayer {
     fn name(&self) -> &str {
         "blocklayer"
@@ -672,6 +641,7 @@ impl Component for BlockLayer {
                 sectors: n as u32,
                 op: req.op,
                 flags: req.flags,
+                prio: req.prio,
             });
             off += n;
         }
@@ -696,6 +666,9 @@ impl Component for BlockLayer {
             return;
         };
         self.allocated -= 1;
+        if let (true, Queue::Deadline(d)) = (rq.scheduled, &mut self.queue) {
+            d.in_use[deadline::level(rq.prio.class)] -= 1;
+        }
         for parent in rq.parents {
             let finished = match self.uppers.get_mut(&parent) {
                 Some(u) => {
@@ -744,6 +717,7 @@ impl Component for BlockLayer {
             ("waits for a request (nr_requests)", s.tag_waits as f64),
             ("max requests allocated", s.max_requests as f64),
             ("deadline-expired dispatches", s.expired_dispatches as f64),
+            ("priority-aged dispatches", s.aged_dispatches as f64),
         ];
         crate::engine::prefixed_stats("blocklayer", &stats)
     }

@@ -121,6 +121,55 @@ impl Flags {
     }
 }
 
+/// An I/O priority class (`include/uapi/linux/ioprio.h`'s `IOPRIO_CLASS_*`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IoClass {
+    /// `IOPRIO_CLASS_NONE` (0): no priority set; mq-deadline serves it as best effort.
+    #[default]
+    None,
+    /// `IOPRIO_CLASS_RT` (1): real time.
+    Rt,
+    /// `IOPRIO_CLASS_BE` (2): best effort.
+    Be,
+    /// `IOPRIO_CLASS_IDLE` (3): only when nothing else is pending.
+    Idle,
+}
+
+impl IoClass {
+    /// The class of fio's `prioclass`/`cmdprio_class` number (0-3), as the kernel numbers them.
+    pub fn from_number(n: u32) -> Option<IoClass> {
+        Some(match n {
+            0 => IoClass::None,
+            1 => IoClass::Rt,
+            2 => IoClass::Be,
+            3 => IoClass::Idle,
+            _ => return None,
+        })
+    }
+}
+
+/// The I/O priority a request carries (the kernel's `bio->bi_ioprio`: class and level 0-7).
+/// The default, class `None`, is what every request had before priorities were modelled.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct IoPrio {
+    pub class: IoClass,
+    pub level: u8,
+}
+
+impl IoPrio {
+    pub const NONE: IoPrio = IoPrio {
+        class: IoClass::None,
+        level: 0,
+    };
+
+    /// The kernel's 16-bit value (`IOPRIO_PRIO_VALUE`: class << 13 | level): requests merge
+    /// only when theirs are equal (`blk_rq_merge_ok`, `attempt_merge` in block/blk-merge.c).
+    pub fn value(self) -> u16 {
+        ((self.class as u16) << 13) | u16::from(self.level)
+    }
+}
+
 /// A file-level address, for components above the block layer (the page cache, see
 /// [`crate::host`]). Devices only look at `Request::lba`, which for a file-level request is
 /// the file's first sector plus `offset / 512` (files are laid out contiguously).
@@ -148,6 +197,8 @@ pub struct Request {
     pub flags: Flags,
     /// File and offset when the request comes from a file-level workload.
     pub file: Option<FileRef>,
+    /// The I/O priority (`IoPrio::NONE` unless the workload sets one).
+    pub prio: IoPrio,
 }
 
 impl Request {
@@ -163,6 +214,7 @@ impl Request {
             op,
             flags: Flags::default(),
             file: None,
+            prio: IoPrio::NONE,
         }
     }
 

@@ -309,6 +309,7 @@ impl WinXpCache {
             op,
             flags,
             file: None,
+            prio: crate::request::IoPrio::NONE,
         }
     }
 
@@ -581,6 +582,7 @@ impl WinXpCache {
             op: Op::Write,
             flags: Flags::default(),
             file: None,
+            prio: crate::request::IoPrio::NONE,
         });
         let outstanding = app.len();
         self.waits.insert(
@@ -677,6 +679,7 @@ impl WinXpCache {
                     op: Op::Flush,
                     flags: Flags::default(),
                     file: None,
+                    prio: crate::request::IoPrio::NONE,
                 }),
                 read_blocks: None,
             },
@@ -895,6 +898,7 @@ mod tests {
                         op,
                         flags,
                         file: Some(FileRef { file: 0, offset }),
+                        prio: crate::request::IoPrio::NONE,
                     },
                 }
             })
@@ -938,6 +942,7 @@ mod tests {
                 op: Op::Advise(Advice::Sequential),
                 flags: Flags::default(),
                 file: Some(FileRef { file: 0, offset: 0 }),
+                prio: crate::request::IoPrio::NONE,
             },
         }];
         items.extend(stream(Op::Read, Flags::default(), 0, 64, 10));
@@ -972,6 +977,7 @@ mod tests {
             op: Op::Read,
             flags: Flags::default(),
             file: Some(FileRef { file: 0, offset: 0 }),
+            prio: crate::request::IoPrio::NONE,
         }
     }
 

@@ -656,6 +656,7 @@ impl FioSource {
                     job.flags(read)
                 },
                 file: Some(FileRef { file: fid, offset }),
+                prio: crate::request::IoPrio::NONE,
             },
         })
     }

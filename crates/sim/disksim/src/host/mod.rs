@@ -546,6 +546,7 @@ mod tests {
                 op,
                 flags: Flags::default(),
                 file: Some(FileRef { file: 3, offset }),
+                prio: crate::request::IoPrio::NONE,
             },
         };
         let items = vec![

@@ -1220,6 +1220,7 @@ mod tests {
                         file: 0,
                         offset: p * PAGE,
                     }),
+                    prio: crate::request::IoPrio::NONE,
                 },
             })
             .collect();
@@ -1492,6 +1493,7 @@ mod tests {
                 file: 0,
                 offset: 7 * PAGE,
             }),
+            prio: crate::request::IoPrio::NONE,
         };
         let mut out = Vec::new();
         r.sim
@@ -1567,6 +1569,7 @@ mod tests {
                     file,
                     offset: page * PAGE,
                 }),
+                prio: crate::request::IoPrio::NONE,
             },
         }
     }

@@ -38,6 +38,7 @@ fn request(op: Op, flags: Flags, file: u32, page: u64, pages: u64) -> Request {
             file,
             offset: page * PAGE,
         }),
+        prio: crate::request::IoPrio::NONE,
     }
 }
 

@@ -452,6 +452,7 @@ impl PageCache {
                     Flags::SYNC
                 },
                 file: None,
+                prio: crate::request::IoPrio::NONE,
             });
             return;
         }

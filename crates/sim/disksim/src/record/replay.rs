@@ -231,6 +231,7 @@ fn call_of(e: &Event, base: &[u64]) -> Result<Call> {
             file: e.file,
             offset: offset - offset % SECTOR,
         }),
+        prio: crate::request::IoPrio::NONE,
     };
     Ok((req, e.time_ms, e.time_ms + e.dur_ms))
 }
