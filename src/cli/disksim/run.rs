@@ -590,7 +590,7 @@ fn run_fio(a: &RunArgs, job: &Path) -> Result<()> {
             }
         },
     };
-    jf.check_scheduler(host.block.scheduler == iolab_disksim::blocklayer::IoScheduler::None)
+    jf.check_scheduler(host.block.scheduler)
         .with_context(|| format!("{}", job.display()))?;
     let capacity_pages = host.page_cache.capacity_pages;
     let ra = host.page_cache.read_ahead_kb;

@@ -977,6 +977,97 @@ mod tests {
         assert_eq!(ops, "RRRWRRRR");
     }
 
+    fn with_class(mut p: Pending, class: crate::request::IoClass) -> Pending {
+        p.req.prio = IoPrio { class, level: 0 };
+        p
+    }
+
+    /// mq-deadline serves RT, then BE (and requests without a priority), then IDLE
+    /// (`dd_dispatch_request`'s loop over the levels); the first read, alone, went at once.
+    #[test]
+    fn deadline_serves_by_priority_class() {
+        use crate::request::IoClass::{Be, Idle, None as NoClass, Rt};
+        let mut cfg = BlockConfig::linux_defaults();
+        cfg.queue_depth = 1;
+        let mut r = rig(cfg, 1.0);
+        let items = vec![
+            with_class(req(0.0, Op::Read, 0, 8), Be),
+            with_class(req(0.5, Op::Read, 1000, 8), Idle),
+            with_class(req(0.5, Op::Read, 2000, 8), NoClass),
+            with_class(req(0.5, Op::Read, 3000, 8), Rt),
+            with_class(req(0.5, Op::Read, 4000, 8), Rt),
+        ];
+        run(&mut r, items);
+        let order: Vec<u64> = r.log.borrow().iter().map(|e| e.2).collect();
+        assert_eq!(order, vec![0, 3000, 4000, 2000, 1000]);
+        // Without classes the same queue goes in sorted order from the last position.
+        let mut r = rig(cfg, 1.0);
+        let plain = [0, 1000, 2000, 3000, 4000]
+            .map(|l| req(if l == 0 { 0.0 } else { 0.5 }, Op::Read, l, 8));
+        run(&mut r, plain.to_vec());
+        let order: Vec<u64> = r.log.borrow().iter().map(|e| e.2).collect();
+        assert_eq!(order, vec![0, 1000, 2000, 3000, 4000]);
+    }
+
+    /// A class with requests at the device holds the lower classes back even with the
+    /// device's queue free (`dd_queued` counts requests until they complete): the BE read
+    /// waits for the RT read's completion at 10 ms.
+    #[test]
+    fn a_higher_class_in_flight_holds_back_the_lower() {
+        use crate::request::IoClass::{Be, Rt};
+        let mut cfg = BlockConfig::linux_defaults();
+        cfg.queue_depth = 2;
+        let mut r = rig(cfg, 10.0);
+        let items = vec![
+            with_class(req(0.0, Op::Read, 0, 8), Rt),
+            with_class(req(0.0, Op::Read, 5000, 8), Be),
+        ];
+        run(&mut r, items);
+        let log: Vec<(f64, u64)> = r.log.borrow().iter().map(|e| (e.0.round(), e.2)).collect();
+        assert_eq!(log, vec![(0.0, 0), (10.0, 5000)]);
+    }
+
+    /// `prio_aging_expire` (10 s): a BE read under a stream of RT reads that never lets the
+    /// RT queue empty is served once it has waited 10 s (`dd_dispatch_prio_aged_requests`),
+    /// not after the stream (12 s).
+    #[test]
+    fn a_starved_be_request_is_served_after_prio_aging_expire() {
+        use crate::request::IoClass::{Be, Rt};
+        let mut cfg = BlockConfig::linux_defaults();
+        cfg.queue_depth = 1;
+        let mut r = rig(cfg, 1.0);
+        let mut items = vec![with_class(req(0.0, Op::Read, 1 << 30, 8), Be)];
+        for i in 0..24_000u64 {
+            items.push(with_class(req(i as f64 * 0.5, Op::Read, i * 8, 8), Rt));
+        }
+        run(&mut r, items);
+        let log = r.log.borrow();
+        let be = log.iter().position(|e| e.2 == 1 << 30).unwrap();
+        let t = log[be].0;
+        assert!((10_000.0..10_002.0).contains(&t), "BE served at {t} ms");
+        assert!(log[be + 1..].len() > 1_000, "RT requests were still queued");
+        drop(log);
+        assert_eq!(stat(&r, "blocklayer priority-aged dispatches"), 1.0);
+    }
+
+    /// Requests of different priorities do not merge (`blk_rq_merge_ok`), under any
+    /// scheduler; of the same priority they do.
+    #[test]
+    fn only_requests_of_one_priority_merge() {
+        use crate::request::IoClass::Rt;
+        let mut cfg = BlockConfig::linux_defaults();
+        cfg.scheduler = IoScheduler::None;
+        let mut r = rig(cfg, 1.0);
+        let items = vec![
+            with_class(req(0.0, Op::Write, 0, 8), Rt),
+            req(0.0, Op::Write, 8, 8),
+            req(0.0, Op::Write, 16, 8),
+        ];
+        run(&mut r, items);
+        let sizes: Vec<(u64, u32)> = r.log.borrow().iter().map(|e| (e.2, e.3)).collect();
+        assert_eq!(sizes, vec![(0, 8), (8, 16)]);
+    }
+
     /// Flushes bypass the queue.
     #[test]
     fn a_flush_goes_first() {

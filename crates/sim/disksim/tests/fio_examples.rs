@@ -36,6 +36,10 @@ const SIMULATED: &[&str] = &[
     // fio's emulated zones on a device that is not zoned, all empty: the reader reads
     // nothing (src/fio/extra.rs); `offset`.
     "zbd-seq-read.fio",
+    // I/O priorities under mq-deadline (src/fio/prio.rs, src/blocklayer/deadline.rs): the
+    // whole 1 TiB device shortened, SHORTENED.
+    "cmdprio-bssplit.fio",
+    "cmdprio-percentage.fio",
 ];
 
 /// Examples that simulate with a shorter run for the test: (example, [(text, in its place)]).
@@ -57,6 +61,14 @@ const SHORTENED: &[(&str, &[(&str, &str)])] = &[
         "latency-profile.fio",
         &[("latency_window=5000000", "latency_window=50000")],
     ),
+    (
+        "cmdprio-bssplit.fio",
+        &[("iodepth=16\n", "iodepth=16\nsize=256m\n")],
+    ),
+    (
+        "cmdprio-percentage.fio",
+        &[("iodepth=8\n", "iodepth=8\nsize=64m\n")],
+    ),
 ];
 
 fn shortened(name: &str, text: String) -> String {
@@ -75,7 +87,7 @@ const NO_IO: &[&str] = &["cpuio.fio", "zbd-seq-read.fio"];
 
 /// How many of the 86 the reader takes (docs/results/disksim-fio-examples.md's table: the
 /// others are refused, each naming the option, its line and why).
-const TAKEN: usize = 32;
+const TAKEN: usize = 34;
 
 fn examples() -> Option<PathBuf> {
     let d = Path::new("/usr/share/doc/fio/examples");
@@ -101,8 +113,8 @@ fn simulate(text: &str) -> anyhow::Result<Vec<(String, u64)>> {
 /// [`simulate`]'s per-job results.
 fn simulate_results(text: &str) -> anyhow::Result<Vec<fio::JobResult>> {
     let jf = fio::parse(text, false)?;
-    // (Linux's defaults: mq-deadline, where I/O priorities are refused)
-    jf.check_scheduler(false)?;
+    // (Linux's defaults: mq-deadline)
+    jf.check_scheduler(HostParams::linux_defaults().block.scheduler)?;
     let cfg_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/nvme.toml");
     let cfg = Config::load(&cfg_path)?;
     let dev = cfg.device(&cfg_path)?;
@@ -196,7 +208,7 @@ fn every_refusal_names_a_line() {
         }
         let text = std::fs::read_to_string(&p).unwrap();
         let r = fio::parse(&text, false).and_then(|jf| {
-            jf.check_scheduler(false)?;
+            jf.check_scheduler(HostParams::linux_defaults().block.scheduler)?;
             fio::FioSource::new(&jf, 0, 1 << 40)
         });
         match r {

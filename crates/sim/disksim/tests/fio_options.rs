@@ -128,21 +128,46 @@ fn distributions_and_whole_devices() {
     assert_eq!(src.files[0].bytes, 1 << 20);
 }
 
-/// I/O priorities: accepted where they have no effect, under the `none` scheduler (blk-mq
-/// without an elevator dispatches in submission order, whatever the priority); refused with
-/// the option's line under mq-deadline, which serves by class (not modelled). Before, every
-/// priority option was refused.
+/// I/O priorities: accepted under `none` (blk-mq without an elevator dispatches in
+/// submission order, whatever the priority) and mq-deadline (served by class, modelled);
+/// a job priority on buffered I/O is refused under mq-deadline (the read-ahead's priority
+/// is not carried), and every priority under the seed's policies (no classes). Before,
+/// mq-deadline refused every priority option.
 #[test]
-fn priorities_only_where_they_do_nothing() {
+fn priorities_where_they_are_modelled() {
+    use iolab_disksim::blocklayer::IoScheduler;
+    use iolab_disksim::sched::Policy;
     let text = "[r]\nrw=randread\nsize=1m\nprioclass=3\ncmdprio_percentage=20\ncmdprio_class=1\nlog_prio=1\n";
     let jf = fio::parse(text, false).unwrap();
-    jf.check_scheduler(true).unwrap();
-    let e = jf.check_scheduler(false).unwrap_err().to_string();
-    assert!(e.contains("line 4") && e.contains("mq-deadline"), "{e}");
+    jf.check_scheduler(IoScheduler::None).unwrap();
+    let e = jf
+        .check_scheduler(IoScheduler::MqDeadline)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("line 4") && e.contains("buffered"), "{e}");
+    let e = jf
+        .check_scheduler(IoScheduler::Classic(Policy::Look))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("line 4") && e.contains("look"), "{e}");
+    let direct = text.replace("[r]\n", "[r]\ndirect=1\n");
+    let jf = fio::parse(&direct, false).unwrap();
+    jf.check_scheduler(IoScheduler::MqDeadline).unwrap();
     let plain = run("[r]\nrw=randread\nsize=1m\n", 0.1).0;
     let with = run(text, 0.1).0;
     assert_eq!(plain[0].read.ios, with[0].read.ios);
     assert_eq!(plain[0].read.mean_ms, with[0].read.mean_ms);
+    // fio's clat_prio: each priority's count (about 20 % RT, the rest the job's IDLE).
+    let by: Vec<(String, u64)> = with[0]
+        .read
+        .by_prio
+        .iter()
+        .map(|p| (format!("{:?}", p.prio.class), p.ios))
+        .collect();
+    assert_eq!(by.len(), 2, "{by:?}");
+    assert_eq!(by[0].0, "Rt");
+    assert!((20..=90).contains(&by[0].1), "{by:?}");
+    assert_eq!(by[0].1 + by[1].1, 256);
 }
 
 /// The offsets of a job's reads, MiB, in issue order, with how many in a row (as `uniq -c`).

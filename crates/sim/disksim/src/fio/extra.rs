@@ -125,11 +125,8 @@ pub struct JobExtra {
     pub do_verify: bool,
     /// Line of the `random_distribution` and `verify` options, for the checks.
     pub lines: [usize; 2],
-    /// Line of the first I/O priority option (`prio`, `prioclass`, `cmdprio*`), if any: no
-    /// effect under the `none` scheduler, which dispatches in submission order whatever the
-    /// priority (the kernel's blk-mq without an elevator); mq-deadline serves by class, which
-    /// is not modelled ([`crate::fio::JobFile::check_scheduler`]).
-    pub prio_line: Option<usize>,
+    /// The I/O priority options (`prio`, `prioclass`, `cmdprio*`; [`super::prio`]).
+    pub prio: super::prio::JobPrio,
     /// fio's `cpuio` engine: the CPU share (%, 0: not given) and the burn cycle, µs.
     pub cpuload: u32,
     pub cpuchunks_us: u64,
@@ -203,7 +200,7 @@ impl Default for JobExtra {
             verify: false,
             do_verify: true,
             lines: [0, 0],
-            prio_line: None,
+            prio: Default::default(),
             cpuload: 0,
             cpuchunks_us: 50_000,
             zonemode: None,
@@ -307,8 +304,7 @@ pub(crate) fn apply(x: &mut JobExtra, k: &str, v: Option<&str>, n: usize) -> Res
         "do_verify" => x.do_verify = boolean(k, v, n)?,
         "prio" | "prioclass" | "cmdprio_percentage" | "cmdprio_class" | "cmdprio"
         | "cmdprio_bssplit" => {
-            val(k, v, n)?;
-            x.prio_line.get_or_insert(n);
+            x.prio.apply(k, val(k, v, n)?, n)?;
         }
         "cpuload" => {
             let c: u32 = val(k, v, n)?

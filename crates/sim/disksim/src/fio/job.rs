@@ -272,22 +272,36 @@ pub struct JobFile {
 }
 
 impl JobFile {
-    /// I/O priorities (`prio`, `prioclass`, `cmdprio*`) are modelled only where they have no
-    /// effect: under the `none` scheduler (`scheduler_is_none`). Elsewhere (mq-deadline
-    /// serves RT before BE before IDLE) the first such option is refused with its line.
-    pub fn check_scheduler(&self, scheduler_is_none: bool) -> Result<()> {
-        if scheduler_is_none {
-            return Ok(());
-        }
-        if let Some((j, n)) = self
-            .jobs
-            .iter()
-            .find_map(|j| j.extra.prio_line.map(|n| (j, n)))
-        {
-            bail!(
-                "line {n}: job '{}': I/O priorities have no effect only under the none scheduler; mq-deadline's service by priority class is not modelled (use a host with scheduler none)",
-                j.name
-            );
+    /// I/O priorities (`prio`, `prioclass`, `cmdprio*`, [`super::prio`]) under the host's
+    /// scheduler: `none` dispatches whatever the priority and mq-deadline serves by class,
+    /// both modelled; the seed's policies (FCFS, SCAN, ...) are no kernel scheduler and
+    /// have no classes: refused. Under mq-deadline a job priority (`prio`, `prioclass`) on
+    /// buffered I/O is refused: the kernel reads ahead (and writes back on `fsync`) with the
+    /// job thread's priority, which the page cache model does not carry.
+    pub fn check_scheduler(&self, sched: crate::blocklayer::IoScheduler) -> Result<()> {
+        use crate::blocklayer::IoScheduler;
+        for j in &self.jobs {
+            let p = &j.extra.prio;
+            let Some(n) = p.line else { continue };
+            if let Err(e) = p.check() {
+                bail!("line {n}: job '{}': {e}", j.name);
+            }
+            match sched {
+                IoScheduler::None => {}
+                IoScheduler::Classic(_) => bail!(
+                    "line {n}: job '{}': I/O priorities under the {} policy: it is no kernel scheduler and has no priority classes (use none or mq-deadline)",
+                    j.name,
+                    sched.name()
+                ),
+                IoScheduler::MqDeadline => {
+                    if let (Some(n), false) = (p.job_line, j.direct) {
+                        bail!(
+                            "line {n}: job '{}': prio/prioclass with buffered I/O: the kernel gives the job's read-ahead and fsync write-back the thread's priority, which the page cache model does not carry (use direct=1)",
+                            j.name
+                        );
+                    }
+                }
+            }
         }
         Ok(())
     }

@@ -16,6 +16,7 @@ mod inert;
 pub mod job;
 mod latency;
 mod phases;
+pub mod prio;
 pub mod real;
 mod refusals;
 pub mod results;

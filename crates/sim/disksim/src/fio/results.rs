@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use super::source::FioSource;
-use crate::request::Op;
+use crate::request::{IoPrio, Op};
 
 /// Per-job results of a simulated job file, as fio reports them: bandwidth over the job's
 /// run (from its first request to its last completion: a job behind a `stonewall` starts
@@ -28,6 +28,18 @@ pub struct DirResult {
     pub p99_ms: f64,
     /// Latency quantiles at 0, 1, ..., 100 % (for CDF figures), ms.
     pub cdf_ms: Vec<f64>,
+    /// Per I/O priority (fio's `clat_prio`), in the kernel's order (class, level), when
+    /// any I/O had one: how many and their mean latency.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub by_prio: Vec<PrioResult>,
+}
+
+/// The I/Os of one priority in a direction.
+#[derive(Clone, Debug, Serialize)]
+pub struct PrioResult {
+    pub prio: IoPrio,
+    pub ios: u64,
+    pub mean_ms: f64,
 }
 
 /// Latencies are kept in a histogram of nanoseconds with 3 significant digits (quantiles
@@ -41,6 +53,9 @@ fn lat_hist() -> LatHist {
     LatHist::new(3).unwrap_or_else(|_| unreachable!())
 }
 
+/// Priority value → (priority, I/Os, latency sum ms).
+type PrioCounts = std::collections::BTreeMap<u16, (IoPrio, u64, f64)>;
+
 /// Collects completions per job and direction.
 pub struct JobStats {
     names: Vec<String>,
@@ -51,6 +66,8 @@ pub struct JobStats {
     lat: Vec<[LatHist; 2]>,
     sum_ms: Vec<[f64; 2]>,
     ios: Vec<[u64; 2]>,
+    /// Per job and direction: priority value → (priority, I/Os, latency sum ms).
+    prios: Vec<[PrioCounts; 2]>,
     bytes: Vec<[u64; 2]>,
     end: Vec<f64>,
     /// Each job's first request (its own start), ms.
@@ -70,6 +87,7 @@ impl JobStats {
             lat: (0..n).map(|_| [lat_hist(), lat_hist()]).collect(),
             sum_ms: vec![[0.0; 2]; n],
             ios: vec![[0; 2]; n],
+            prios: vec![Default::default(); n],
             bytes: vec![[0, 0]; n],
             end: vec![0.0; n],
             first: vec![f64::INFINITY; n],
@@ -94,6 +112,7 @@ impl JobStats {
         self.lat[j] = [lat_hist(), lat_hist()];
         self.sum_ms[j] = [0.0; 2];
         self.ios[j] = [0; 2];
+        self.prios[j] = Default::default();
         self.bytes[j] = [0; 2];
         self.end[j] = 0.0;
         self.first[j] = f64::INFINITY;
@@ -121,6 +140,11 @@ impl JobStats {
         }
         self.sum_ms[j][d] += ms;
         self.ios[j][d] += 1;
+        let p = self.prios[j][d]
+            .entry(c.req.prio.value())
+            .or_insert((c.req.prio, 0, 0.0));
+        p.1 += 1;
+        p.2 += ms;
         self.bytes[j][d] += c.req.bytes();
         self.end[j] = self.end[j].max(c.rec.completion);
     }
@@ -159,6 +183,7 @@ impl JobStats {
                             }
                         })
                         .collect(),
+                    by_prio: by_prio(&self.prios[j][d]),
                 };
             }
             let [read, write] = dirs;
@@ -170,6 +195,20 @@ impl JobStats {
         }
         out
     }
+}
+
+/// The per-priority figures, when any I/O had a priority.
+fn by_prio(m: &PrioCounts) -> Vec<PrioResult> {
+    if m.keys().all(|&v| v == IoPrio::NONE.value()) {
+        return Vec::new();
+    }
+    m.values()
+        .map(|&(prio, ios, sum)| PrioResult {
+            prio,
+            ios,
+            mean_ms: sum / ios.max(1) as f64,
+        })
+        .collect()
 }
 
 /// The per-job table `run --fio` prints.
@@ -187,6 +226,13 @@ pub fn job_table(results: &[JobResult]) -> String {
                 "{:<20} {:>3} {:>9} {:>10.2} {:>10.1} {:>9.3} {:>9.3} {:>9.3}\n",
                 r.job, name, d.ios, d.mb_s, d.iops, d.mean_ms, d.p50_ms, d.p99_ms
             ));
+            for p in &d.by_prio {
+                let class = format!("{:?}", p.prio.class).to_ascii_lowercase();
+                s.push_str(&format!(
+                    "{:<20} {:>3} {:>9}   prio {class}/{}, mean {:.3} ms\n",
+                    "", "", p.ios, p.prio.level, p.mean_ms
+                ));
+            }
         }
     }
     s

@@ -57,6 +57,9 @@ struct Stream {
     /// Bytes of the region used in each file.
     region: u64,
     rng: ChaCha8Rng,
+    /// fio's own random state for the I/O priorities (`td->prio_state`), apart from the
+    /// offsets' and sizes' so that a priority option leaves them as they were.
+    prio_rng: ChaCha8Rng,
     /// Sequential position (bytes) and file index.
     pos: u64,
     file_i: usize,
@@ -656,7 +659,7 @@ impl FioSource {
                     job.flags(read)
                 },
                 file: Some(FileRef { file: fid, offset }),
-                prio: crate::request::IoPrio::NONE,
+                prio: job.extra.prio.pick(usize::from(!read), bs, &mut s.prio_rng),
             },
         })
     }
@@ -670,6 +673,7 @@ impl Stream {
             files,
             region,
             rng: ChaCha8Rng::seed_from_u64(seed),
+            prio_rng: ChaCha8Rng::seed_from_u64(seed ^ 0x7072_696f),
             pos: 0,
             file_i: 0,
             perm: Vec::new(),
