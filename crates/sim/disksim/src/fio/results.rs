@@ -28,8 +28,8 @@ pub struct DirResult {
     pub p99_ms: f64,
     /// Latency quantiles at 0, 1, ..., 100 % (for CDF figures), ms.
     pub cdf_ms: Vec<f64>,
-    /// Per I/O priority (fio's `clat_prio`), in the kernel's order (class, level), when
-    /// any I/O had one: how many and their mean latency.
+    /// Per I/O priority (fio's `prios`, its `clat_prio`), in the kernel's order (class,
+    /// level), when there were several: how many and their mean latency.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub by_prio: Vec<PrioResult>,
 }
@@ -197,9 +197,10 @@ impl JobStats {
     }
 }
 
-/// The per-priority figures, when any I/O had a priority.
+/// The per-priority figures when a direction's I/Os had more than one priority (as fio's
+/// JSON lists `prios` then only).
 fn by_prio(m: &PrioCounts) -> Vec<PrioResult> {
-    if m.keys().all(|&v| v == IoPrio::NONE.value()) {
+    if m.len() < 2 {
         return Vec::new();
     }
     m.values()
