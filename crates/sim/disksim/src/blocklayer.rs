@@ -459,7 +459,7 @@ impl BlockLayer {
                 // The FIFO entry is skipped lazily; the freed request is no longer in use
                 // (`dd_finish_request` of the request merged away).
                 if rq.scheduled {
-                    d.in_use[level] -= 1;
+                    d.in_use[level] = d.in_use[level].saturating_sub(1);
                 }
             }
             Queue::Classic(s) => {
@@ -667,7 +667,8 @@ impl Component for BlockLayer {
         };
         self.allocated -= 1;
         if let (true, Queue::Deadline(d)) = (rq.scheduled, &mut self.queue) {
-            d.in_use[deadline::level(rq.prio.class)] -= 1;
+            let n = &mut d.in_use[deadline::level(rq.prio.class)];
+            *n = n.saturating_sub(1);
         }
         for parent in rq.parents {
             let finished = match self.uppers.get_mut(&parent) {
