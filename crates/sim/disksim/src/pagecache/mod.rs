@@ -1552,26 +1552,36 @@ mod tests {
         WRig { pc, log, sim }
     }
 
+    /// A request of `pages` pages at page `page` of file `file`, which starts at device page
+    /// `base` (`pin_tests` too).
+    pub(super) fn file_request(
+        base: u64,
+        op: Op,
+        flags: Flags,
+        file: u32,
+        page: u64,
+        pages: u64,
+    ) -> Request {
+        Request {
+            id: 0,
+            arrival: 0.0,
+            dev: 0,
+            lba: (base + page) * SECTORS_PER_PAGE,
+            sectors: (pages * SECTORS_PER_PAGE) as u32,
+            op,
+            flags,
+            file: Some(FileRef {
+                file,
+                offset: page * PAGE,
+            }),
+            prio: crate::request::IoPrio::NONE,
+        }
+    }
+
     /// A file request: file `file` laid out from page `file * 2^20`.
     fn freq(when: When, op: Op, flags: Flags, file: u32, page: u64, pages: u64) -> Pending {
-        let base = u64::from(file) << 20;
-        Pending {
-            when,
-            req: Request {
-                id: 0,
-                arrival: 0.0,
-                dev: 0,
-                lba: (base + page) * SECTORS_PER_PAGE,
-                sectors: (pages * SECTORS_PER_PAGE) as u32,
-                op,
-                flags,
-                file: Some(FileRef {
-                    file,
-                    offset: page * PAGE,
-                }),
-                prio: crate::request::IoPrio::NONE,
-            },
-        }
+        let req = file_request(u64::from(file) << 20, op, flags, file, page, pages);
+        Pending { when, req }
     }
 
     fn run_items(sim: &mut Simulator, items: Vec<Pending>) -> Vec<Completion> {

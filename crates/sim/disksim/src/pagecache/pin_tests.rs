@@ -7,7 +7,6 @@
 
 use super::*;
 use crate::engine::{Pending, Simulator, VecSource, When};
-use crate::request::FileRef;
 use crate::testdev::{Log, TestDev};
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -25,21 +24,7 @@ fn fnv(h: &mut u64, s: &str) {
 const FILE_PAGES: u64 = 1024;
 
 fn request(op: Op, flags: Flags, file: u32, page: u64, pages: u64) -> Request {
-    let base = u64::from(file) * FILE_PAGES;
-    Request {
-        id: 0,
-        arrival: 0.0,
-        dev: 0,
-        lba: (base + page) * SECTORS_PER_PAGE,
-        sectors: (pages * SECTORS_PER_PAGE) as u32,
-        op,
-        flags,
-        file: Some(FileRef {
-            file,
-            offset: page * PAGE,
-        }),
-        prio: crate::request::IoPrio::NONE,
-    }
+    super::tests::file_request(u64::from(file) * FILE_PAGES, op, flags, file, page, pages)
 }
 
 /// `n` requests on two files of FILE_PAGES pages, from seed `seed`; `writes`: three in four
