@@ -28,8 +28,12 @@ const STDOUT_RESULTS: &[(&str, &str)] = &[
         "the leecher process's JSON result, read by `seed bench`",
     ),
     (
-        "crates/apps/seeder/src/bench.rs",
+        "crates/apps/seeder/src/bench/mod.rs",
         "`seed bench`'s result table",
+    ),
+    (
+        "crates/apps/seeder/src/bench/versus.rs",
+        "`seed bench`'s table against libtorrent",
     ),
 ];
 
