@@ -2510,18 +2510,27 @@ fn a_hybrid_is_found_by_its_v2_hash_and_downloaded_from_a_btmh_magnet_link() {
     let url = fx.tracker();
     let torrent = fx.dir.join("h.torrent");
     let json = fx.dir.join("seed.json");
-    fx.seed(&[
-        "--json",
-        json.to_str().unwrap(),
-        "--hybrid",
-        "--tracker",
-        &url,
-        "--torrent",
-        torrent.to_str().unwrap(),
-        src.to_str().unwrap(),
-    ]);
+    let lines = fx.seed_lines(
+        &[
+            "--json",
+            json.to_str().unwrap(),
+            "--hybrid",
+            "--tracker",
+            &url,
+            "--torrent",
+            torrent.to_str().unwrap(),
+            src.to_str().unwrap(),
+        ],
+        2,
+    );
     let meta = iolab_seeder::metainfo::Meta::load(&torrent, &src).unwrap();
     let v2 = meta.v2.as_ref().unwrap().info_hash_hex();
+    // The printed link names both hashes (BEP 52); the download below uses the v2 one alone.
+    let both = format!(
+        "magnet magnet:?xt=urn:btih:{}&xt=urn:btmh:1220{v2}&dn=multi&tr=",
+        meta.info_hash_hex()
+    );
+    assert!(lines[1].starts_with(&both), "{lines:?}");
     let magnet = format!("magnet:?xt=urn:btmh:1220{v2}&dn=multi");
     let dl = fx.dir.join("dl");
     std::fs::create_dir_all(&dl).unwrap();

@@ -845,6 +845,12 @@ fn print_start(meta: &Meta, locals: &[SocketAddr], disk: DiskMode, tiers: &Tiers
             (MetaVersion::V2, Some(v2)) => {
                 metadata::magnet_v2(&v2.info_hash_hex(), &meta.name, &trackers)
             }
+            (MetaVersion::Hybrid, Some(v2)) => metadata::magnet_hybrid(
+                &meta.info_hash_hex(),
+                &v2.info_hash_hex(),
+                &meta.name,
+                &trackers,
+            ),
             _ => metadata::magnet(&meta.info_hash_hex(), &meta.name, &trackers),
         };
         println!("magnet {link}");

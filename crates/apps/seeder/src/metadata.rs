@@ -148,6 +148,21 @@ pub fn magnet_v2(sha256_hex: &str, name: &str, trackers: &[String]) -> String {
     magnet_of(&format!("btmh:1220{sha256_hex}"), name, trackers)
 }
 
+/// The magnet link of a hybrid torrent (BEP 52): both `xt`s, v1's first, so a v1 client and
+/// a v2 client each find the hash they use.
+pub fn magnet_hybrid(
+    info_hash_hex: &str,
+    sha256_hex: &str,
+    name: &str,
+    trackers: &[String],
+) -> String {
+    magnet_of(
+        &format!("btih:{info_hash_hex}&xt=urn:btmh:1220{sha256_hex}"),
+        name,
+        trackers,
+    )
+}
+
 fn magnet_of(urn: &str, name: &str, trackers: &[String]) -> String {
     let mut m = format!(
         "magnet:?xt=urn:{urn}&dn={}",
@@ -207,6 +222,13 @@ mod tests {
         assert_eq!(
             magnet_v2(&"cd".repeat(32), "x", &[]),
             format!("magnet:?xt=urn:btmh:1220{}&dn=x", "cd".repeat(32))
+        );
+        assert_eq!(
+            magnet_hybrid("ab", &"cd".repeat(32), "x", &[]),
+            format!(
+                "magnet:?xt=urn:btih:ab&xt=urn:btmh:1220{}&dn=x",
+                "cd".repeat(32)
+            )
         );
     }
 }
