@@ -81,6 +81,17 @@ fn shortened(name: &str, text: String) -> String {
     })
 }
 
+/// Example `name` as the tests run it ([`SHORTENED`] applied).
+fn example_text(dir: &Path, name: &str) -> String {
+    shortened(name, std::fs::read_to_string(dir.join(name)).unwrap())
+}
+
+/// Example `name`'s per-job results (shortened); `None` when the examples are not installed.
+fn example_results(name: &str) -> Option<Vec<fio::JobResult>> {
+    let dir = examples()?;
+    Some(simulate_results(&example_text(&dir, name)).unwrap_or_else(|e| panic!("{name}: {e:#}")))
+}
+
 /// fio's cpuio engine does no I/O, nor a zbd reader of empty zones: their jobs' counts are
 /// 0, as fio reports them.
 const NO_IO: &[&str] = &["cpuio.fio", "zbd-seq-read.fio"];
@@ -143,10 +154,9 @@ fn runtime_s(r: &fio::JobResult) -> f64 {
 /// their 5 minutes.
 #[test]
 fn steadystate_ends_each_group_once_steady() {
-    let Some(dir) = examples() else { return };
-    let name = "steadystate.fio";
-    let text = shortened(name, std::fs::read_to_string(dir.join(name)).unwrap());
-    let r = simulate_results(&text).unwrap();
+    let Some(r) = example_results("steadystate.fio") else {
+        return;
+    };
     let jobs: Vec<(&str, u64, f64)> = r
         .iter()
         .map(|j| (j.job.as_str(), j.read.ios + j.write.ios, runtime_s(j)))
@@ -169,10 +179,9 @@ fn steadystate_ends_each_group_once_steady() {
 /// `latency_depth` 128.
 #[test]
 fn latency_target_searches_the_depth_then_reports_the_last_window() {
-    let Some(dir) = examples() else { return };
-    let name = "latency-profile.fio";
-    let text = shortened(name, std::fs::read_to_string(dir.join(name)).unwrap());
-    let r = simulate_results(&text).unwrap();
+    let Some(r) = example_results("latency-profile.fio") else {
+        return;
+    };
     assert_eq!(r.len(), 1);
     let secs = runtime_s(&r[0]);
     assert!((0.050..0.056).contains(&secs), "{secs} s");
@@ -201,10 +210,9 @@ fn prios(d: &fio::DirResult) -> Vec<(String, u8, u64, f64)> {
 /// in its JSON's `prios`.
 #[test]
 fn cmdprio_percentage_gives_a_fifth_of_the_reads_rt_served_first() {
-    let Some(dir) = examples() else { return };
-    let name = "cmdprio-percentage.fio";
-    let text = shortened(name, std::fs::read_to_string(dir.join(name)).unwrap());
-    let r = simulate_results(&text).unwrap();
+    let Some(r) = example_results("cmdprio-percentage.fio") else {
+        return;
+    };
     let p = prios(&r[0].read);
     assert_eq!(r[0].read.ios, 512);
     assert_eq!(p.len(), 2, "{p:?}");
@@ -223,10 +231,9 @@ fn cmdprio_percentage_gives_a_fifth_of_the_reads_rt_served_first() {
 /// and 53), whose mean latency is far above the others' (fio: 19.9 and 16.3 ms).
 #[test]
 fn cmdprio_bssplit_sets_the_priority_by_size() {
-    let Some(dir) = examples() else { return };
-    let name = "cmdprio-bssplit.fio";
-    let text = shortened(name, std::fs::read_to_string(dir.join(name)).unwrap());
-    let r = simulate_results(&text).unwrap();
+    let Some(r) = example_results("cmdprio-bssplit.fio") else {
+        return;
+    };
     assert_eq!(r.len(), 3);
     let p = prios(&r[0].read);
     assert_eq!(p.len(), 2, "{p:?}");
@@ -251,8 +258,7 @@ fn cmdprio_bssplit_sets_the_priority_by_size() {
 fn the_examples_that_simulate_run_every_job() {
     let Some(dir) = examples() else { return };
     for name in SIMULATED {
-        let text = shortened(name, std::fs::read_to_string(dir.join(name)).unwrap());
-        let jobs = simulate(&text).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+        let jobs = simulate(&example_text(&dir, name)).unwrap_or_else(|e| panic!("{name}: {e:#}"));
         assert!(!jobs.is_empty(), "{name}");
         for (job, ios) in jobs {
             if NO_IO.contains(name) {
