@@ -21,6 +21,7 @@ use iolab_runtime::net::TcpStream;
 use iolab_runtime::{sleep, spawn, timeout, wait_readable, Runtime};
 use serde::{Deserialize, Serialize};
 
+use crate::link;
 use crate::metainfo::Meta;
 use crate::mse::{Established, Exchange as _, Initiator, Rc4Pair, CRYPTO_RC4};
 use crate::wire::{self, Handshake, Message};
@@ -250,43 +251,30 @@ async fn connect(
             Err(_) => failed(),
         };
     }
-    match timeout(CONNECT_TIMEOUT, mse_opening(&stream, meta.info_hash, hs)).await {
-        Ok(Some(est)) => Some((stream, Some(est))),
-        _ => failed(),
+    match mse_opening(&stream, meta.info_hash, hs).await {
+        Some(est) => Some((stream, Some(est))),
+        None => failed(),
     }
 }
 
 /// How long a connection and its MSE exchange may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// MSE as the dialling side, offering RC4 only, our handshake as its initial payload.
+/// MSE as the dialling side, offering RC4 only, our handshake as its initial payload: the
+/// opening, then the exchange as the seeder's own dialler drives it ([`link::exchange`]).
 async fn mse_opening(stream: &TcpStream, info_hash: [u8; 20], hs: Vec<u8>) -> Option<Established> {
+    let deadline = Instant::now() + CONNECT_TIMEOUT;
     let (mut init, opening) = Initiator::new(info_hash, CRYPTO_RC4, hs);
-    stream.write_all(opening).await.0.ok()?;
-    let fd = stream.as_raw_fd();
-    let mut buf = [0u8; 2048];
-    loop {
-        wait_readable(fd).await.ok()?;
-        let n = recv_now(fd, &mut buf);
-        match n {
-            0 => return None,
-            n if n < 0 => {
-                if io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock {
-                    continue;
-                }
-                return None;
-            }
-            _ => {}
-        }
-        let progress = init.feed(&buf[..n as usize]).ok()?;
-        if !progress.send.is_empty() {
-            stream.write_all(progress.send).await.0.ok()?;
-        }
-        if let Some(est) = progress.done {
-            // RC4 was the only method offered: a plaintext answer is a broken peer.
-            return est.rc4.is_some().then_some(est);
-        }
-    }
+    timeout(CONNECT_TIMEOUT, stream.write_all(opening))
+        .await
+        .ok()?
+        .0
+        .ok()?;
+    let est = link::exchange(stream, Vec::new(), deadline, |d| init.feed(d))
+        .await
+        .ok()?;
+    // RC4 was the only method offered: a plaintext answer is a broken peer.
+    est.rc4.is_some().then_some(est)
 }
 
 /// Why a leecher stops: the seeder closed, broke the protocol or the socket failed. Each
@@ -481,13 +469,13 @@ async fn download(
     go: &iolab_runtime::Cond,
 ) -> Result<(), Dropped> {
     let fd = stream.as_raw_fd();
-    let mut l = Leecher::new(None);
-    if let Some(est) = mse {
-        // What followed the exchange is already decrypted: the seeder's handshake, perhaps more.
+    let (rc4, early) = mse.map_or((None, Vec::new()), |est| (est.rc4, est.payload));
+    let mut l = Leecher::new(rc4);
+    if !early.is_empty() {
+        // What followed the exchange, already decrypted: the seeder's handshake, perhaps more.
         let mut head = std::mem::take(&mut l.input.head);
-        feed(&mut l.input, &mut head, &est.payload);
+        feed(&mut l.input, &mut head, &early);
         l.input.head = head;
-        l.rc4 = est.rc4;
         l.take_input(meta, sh)?;
     }
     loop {
