@@ -710,21 +710,21 @@ pub fn run(args: BenchConfig) -> anyhow::Result<()> {
     let mut summary: Vec<Summary> = Vec::new();
     let mut lt_settings = serde_json::Map::new();
     let repeats = args.repeats.max(1);
-    tracing::info!(target: "progress",
-        "bench: {} seeders x {} peer counts x {} openings x {} caches x {repeats} repeats, {secs} s each",
-        kinds.len(),
-        peers.len(),
-        args.encryption.len().max(1),
-        caches.len()
-    );
     let encryptions = if args.encryption.is_empty() {
         vec![Encryption::Off]
     } else {
         args.encryption.clone()
     };
-    let (caches, openings) = (&caches, &encryptions);
+    tracing::info!(target: "progress",
+        "bench: {} seeders x {} peer counts x {} openings x {} caches x {repeats} repeats, {secs} s each",
+        kinds.len(),
+        peers.len(),
+        encryptions.len(),
+        caches.len()
+    );
+    let caches = &caches;
     let points = peers.iter().flat_map(|&peers| {
-        openings.iter().flat_map(move |&encryption| {
+        encryptions.iter().flat_map(move |&encryption| {
             caches.iter().map(move |&cold| Point {
                 peers,
                 cold,
